@@ -1,0 +1,30 @@
+# Two commands do all the set-up on a fresh machine:
+#   make demo   create .venv, install, get Fashion-MNIST, run the main job
+#   make test   create .venv if needed, install, run the whole suite
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test install data clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml constraints.txt | $(BIN)/python
+	$(BIN)/python -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+data:
+	@sh scripts/get-fashion-mnist.sh
+
+demo: install data
+	$(BIN)/vitkit models
+
+test: install data
+	$(BIN)/python -m pytest -q
+
+clean:
+	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache

@@ -1,0 +1,29 @@
+"""vitkit: the Vision Transformer of "An Image is Worth 16x16 Words" as a PyTorch toolkit."""
+
+from vitkit.errors import CheckpointError, ConfigError, DataError, VitkitError
+from vitkit.models import (
+    ResNetConfig,
+    ViTConfig,
+    VisionTransformer,
+    create_model,
+    get_config,
+    list_models,
+    resample_pos_embed,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CheckpointError",
+    "ConfigError",
+    "DataError",
+    "ResNetConfig",
+    "ViTConfig",
+    "VisionTransformer",
+    "VitkitError",
+    "__version__",
+    "create_model",
+    "get_config",
+    "list_models",
+    "resample_pos_embed",
+]

@@ -1,0 +1,39 @@
+"""The `vitkit` command: one module per subcommand, each only parsing arguments and calling the library.
+
+Errors a user can cause (VitkitError) end as one line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from vitkit import __version__
+from vitkit.errors import VitkitError
+
+# subcommand -> module under vitkit.cli (imported lazily, so `vitkit models` never loads training code)
+COMMANDS = {
+    "models": "models",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="vitkit", description="Vision Transformers (Dosovitskiy et al., 2021) in PyTorch.")
+    parser.add_argument("--version", action="version", version=f"vitkit {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, module in COMMANDS.items():
+        importlib.import_module(f"vitkit.cli.{module}").add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.run(args) or 0)
+    except VitkitError as err:
+        print(f"vitkit {args.command}: error: {err}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print(f"vitkit {args.command}: interrupted", file=sys.stderr)
+        return 130

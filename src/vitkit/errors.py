@@ -1,0 +1,22 @@
+"""Errors a user can cause. The CLI turns each into one line and exit code 2.
+
+Every message says what was wrong, where (file or key), and what to do about it.
+"""
+
+
+class VitkitError(Exception):
+    """Base class for every error caused by user input (bad file, key, value)."""
+
+    exit_code = 2
+
+
+class ConfigError(VitkitError, ValueError):
+    """A configuration key or value is unknown or impossible."""
+
+
+class CheckpointError(VitkitError):
+    """A checkpoint file is missing, corrupt, of an unknown format or does not fit the model."""
+
+
+class DataError(VitkitError):
+    """A dataset or image cannot be read or is inconsistent."""

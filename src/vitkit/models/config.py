@@ -1,0 +1,189 @@
+"""The architecture config: one frozen dataclass that rebuilds any vitkit model.
+
+Named sizes (Table 1 of the paper and friends) live in `registry.py`; this file only says
+what a config may hold and rejects anything impossible, naming the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from vitkit.errors import ConfigError
+
+CLASSIFIERS = ("token", "gap")
+POS_EMBEDS = ("learned", "sincos2d", "none")
+MLP_ACTS = ("gelu", "gelu_tanh")
+
+
+def _pair(value: Any, key: str) -> tuple[int, int]:
+    """An int or a (h, w) pair as a tuple of two positive ints."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        pair = (value, value)
+    elif isinstance(value, (tuple, list)) and len(value) == 2:
+        pair = tuple(value)
+    else:
+        raise ConfigError(f"{key}: expected an int or [height, width], got {value!r}")
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in pair):
+        raise ConfigError(f"{key}: expected positive integers, got {value!r}")
+    return pair  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class ResNetConfig:
+    """BiT ResNet in front of a hybrid ViT (paper §3.1, App. B).
+
+    Post-activation bottleneck units with weight-standardised convs and GroupNorm(32);
+    `layers` holds the units per stage, () for the stem alone. Root width is 64 * width factor.
+    """
+
+    layers: tuple[int, ...] = (3, 4, 9)
+    width: int = 64
+
+    def __post_init__(self) -> None:
+        layers = tuple(self.layers)
+        if not all(isinstance(n, int) and n > 0 for n in layers):
+            raise ConfigError(f"backbone.layers: expected positive unit counts, got {self.layers!r}")
+        if not isinstance(self.width, int) or self.width <= 0 or self.width % 32:
+            raise ConfigError(f"backbone.width: expected a positive multiple of 32 (GroupNorm has 32 groups), got {self.width!r}")
+        object.__setattr__(self, "layers", layers)
+
+    @property
+    def stride(self) -> int:
+        """Total stride: stem conv /2 and max-pool /2, then /2 for every stage after the first."""
+        return 4 * 2 ** max(len(self.layers) - 1, 0)
+
+    @property
+    def out_channels(self) -> int:
+        if not self.layers:
+            return self.width
+        return 4 * self.width * 2 ** (len(self.layers) - 1)
+
+
+@dataclass(frozen=True)
+class ViTConfig:
+    """Everything that defines a VisionTransformer, its input and its preprocessing."""
+
+    image_size: tuple[int, int] = (224, 224)
+    patch_size: tuple[int, int] = (16, 16)  # on the backbone's feature map for hybrids
+    in_chans: int = 3
+    num_classes: int = 1000  # 0: no head, forward returns pooled features
+    width: int = 768  # hidden size D
+    depth: int = 12  # layers L
+    mlp_dim: int = 3072
+    num_heads: int = 12
+    classifier: str = "token"  # "token" (class token, Eq. 4) or "gap" (global average pooling)
+    representation_size: int | None = None  # pre-logits layer (Linear + tanh), pre-training only
+    pos_embed: str = "learned"  # "learned" (1D, Eq. 1), "sincos2d" (fixed) or "none" (App. D.4)
+    dropout: float = 0.0
+    attn_dropout: float = 0.0
+    drop_path: float = 0.0  # stochastic depth rate of the last block (linear in depth)
+    layer_norm_eps: float = 1e-6
+    mlp_act: str = "gelu"  # "gelu" (exact) or "gelu_tanh" (the official Flax models' default)
+    backbone: ResNetConfig | None = None  # hybrid: patches come from a BiT ResNet feature map
+    mean: tuple[float, ...] = field(default=(0.5, 0.5, 0.5))  # inputs scaled to [-1, 1]
+    std: tuple[float, ...] = field(default=(0.5, 0.5, 0.5))
+
+    def __post_init__(self) -> None:
+        def put(key: str, value: Any) -> None:
+            object.__setattr__(self, key, value)
+
+        put("image_size", _pair(self.image_size, "image_size"))
+        put("patch_size", _pair(self.patch_size, "patch_size"))
+        for key in ("in_chans", "width", "depth", "mlp_dim", "num_heads"):
+            value = getattr(self, key)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ConfigError(f"{key}: expected a positive integer, got {value!r}")
+        if not isinstance(self.num_classes, int) or self.num_classes < 0:
+            raise ConfigError(f"num_classes: expected an integer >= 0, got {self.num_classes!r}")
+        if self.width % self.num_heads:
+            raise ConfigError(f"num_heads: {self.num_heads} heads do not divide width {self.width}")
+        if self.representation_size is not None and (
+            not isinstance(self.representation_size, int) or self.representation_size <= 0
+        ):
+            raise ConfigError(f"representation_size: expected a positive integer or null, got {self.representation_size!r}")
+        for key, allowed in (("classifier", CLASSIFIERS), ("pos_embed", POS_EMBEDS), ("mlp_act", MLP_ACTS)):
+            if getattr(self, key) not in allowed:
+                raise ConfigError(f"{key}: expected one of {', '.join(allowed)}, got {getattr(self, key)!r}")
+        for key in ("dropout", "attn_dropout", "drop_path"):
+            value = getattr(self, key)
+            if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+                raise ConfigError(f"{key}: expected a rate in [0, 1), got {value!r}")
+        if not isinstance(self.layer_norm_eps, (int, float)) or self.layer_norm_eps <= 0:
+            raise ConfigError(f"layer_norm_eps: expected a positive number, got {self.layer_norm_eps!r}")
+        if isinstance(self.backbone, dict):
+            put("backbone", ResNetConfig(**_known(self.backbone, ResNetConfig, "backbone")))
+        if self.pos_embed == "sincos2d" and self.width % 4:
+            raise ConfigError(f"pos_embed: sincos2d needs a width divisible by 4, got {self.width}")
+        put("mean", self._per_channel("mean"))
+        put("std", self._per_channel("std"))
+        if any(s <= 0 for s in self.std):
+            raise ConfigError(f"std: expected positive values, got {self.std!r}")
+        stride = self.total_patch_size
+        for axis, (size, step) in enumerate(zip(self.image_size, stride)):
+            if size % step:
+                name = "height" if axis == 0 else "width"
+                raise ConfigError(
+                    f"patch_size: image {name} {size} is not divisible by the patch size {step}"
+                    + (" (backbone stride x patch size)" if self.backbone else "")
+                    + "; choose an image_size that is a multiple of it"
+                )
+
+    def _per_channel(self, key: str) -> tuple[float, ...]:
+        value = getattr(self, key)
+        values = (float(value),) if isinstance(value, (int, float)) else tuple(float(v) for v in value)
+        if len(values) != self.in_chans:
+            if len(set(values)) != 1:
+                raise ConfigError(f"{key}: expected {self.in_chans} values (one per input channel), got {value!r}")
+            values = values[:1] * self.in_chans
+        return values
+
+    @property
+    def feature_stride(self) -> int:
+        """Stride of the map the patch embedding sees: 1 for a plain ViT."""
+        return self.backbone.stride if self.backbone else 1
+
+    @property
+    def total_patch_size(self) -> tuple[int, int]:
+        """Image pixels per token along (h, w): the patch size times the backbone stride."""
+        s = self.feature_stride
+        return (self.patch_size[0] * s, self.patch_size[1] * s)
+
+    @property
+    def grid_size(self) -> tuple[int, int]:
+        """The (h, w) grid of patches; N = h * w."""
+        ph, pw = self.total_patch_size
+        return (self.image_size[0] // ph, self.image_size[1] // pw)
+
+    @property
+    def num_patches(self) -> int:
+        gh, gw = self.grid_size
+        return gh * gw
+
+    @property
+    def num_prefix_tokens(self) -> int:
+        return 1 if self.classifier == "token" else 0
+
+    def replace(self, **changes: Any) -> "ViTConfig":
+        """A copy with some fields changed; unknown keys are an error naming the key."""
+        return dataclasses.replace(self, **_known(changes, ViTConfig, "model"))
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (tuples become lists)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "ViTConfig":
+        if not isinstance(data, dict):
+            raise ConfigError(f"model config: expected a mapping, got {type(data).__name__}")
+        return cls(**_known(data, cls, "model"))
+
+
+def _known(data: dict[str, Any], cls: type, where: str) -> dict[str, Any]:
+    """`data` if every key is a field of `cls`; otherwise a ConfigError naming the stranger."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    for key in data:
+        if key not in names:
+            raise ConfigError(f"{where}.{key}: unknown key; known keys are {', '.join(sorted(names))}")
+    return dict(data)

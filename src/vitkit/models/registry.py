@@ -1,0 +1,84 @@
+"""Named model sizes and variants: `create_model("vit_b16")`, `create_model("ViT-B/16")`.
+
+Sizes B, L and H are Table 1 of the paper; Ti and S come from DeiT and the official code; "mini"
+and "test" are small sizes for 28-32 px images and for the test suite. A plain name is
+`vit_<size><patch>` (any size and patch, e.g. vit_s8); hybrids are listed explicitly.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from vitkit.errors import ConfigError
+
+from .config import ResNetConfig, ViTConfig
+from .vit import VisionTransformer
+
+# size: (layers, hidden D, MLP size, heads)
+SIZES: dict[str, tuple[int, int, int, int]] = {
+    "test": (2, 32, 64, 2),
+    "mini": (6, 192, 384, 3),
+    "ti": (12, 192, 768, 3),
+    "s": (12, 384, 1536, 6),
+    "b": (12, 768, 3072, 12),  # Table 1, ViT-Base
+    "l": (24, 1024, 4096, 16),  # Table 1, ViT-Large
+    "h": (32, 1280, 5120, 16),  # Table 1, ViT-Huge
+}
+
+
+def _size(size: str, patch: int, **rest: Any) -> ViTConfig:
+    depth, width, mlp_dim, heads = SIZES[size]
+    return ViTConfig(depth=depth, width=width, mlp_dim=mlp_dim, num_heads=heads, patch_size=patch, **rest)
+
+
+# The listed variants. Hybrids follow the official configs: R50+ViT-B/16 is ResNet-50 with stage 4
+# removed and 9 units in stage 3 (stride 16) under 1x1 patches; R+ViT-Ti/16 is the ResNet stem
+# alone under 8x8 patches.
+MODELS: dict[str, ViTConfig] = {
+    "vit_ti16": _size("ti", 16),
+    "vit_s16": _size("s", 16),
+    "vit_s32": _size("s", 32),
+    "vit_b8": _size("b", 8),
+    "vit_b16": _size("b", 16),
+    "vit_b32": _size("b", 32),
+    "vit_l16": _size("l", 16),
+    "vit_l32": _size("l", 32),
+    "vit_h14": _size("h", 14),
+    "r_vit_ti16": _size("ti", 8, backbone=ResNetConfig(layers=())),
+    "r50_vit_b16": _size("b", 1, backbone=ResNetConfig(layers=(3, 4, 9))),
+    "r26_vit_b32": _size("b", 1, backbone=ResNetConfig(layers=(2, 2, 2, 2))),
+    "r50_vit_l32": _size("l", 1, backbone=ResNetConfig(layers=(3, 4, 6, 3))),
+    # small images: 28x28 grayscale (MNIST, Fashion-MNIST) and 32x32 RGB (CIFAR), 10 classes
+    "vit_mini4_28": _size("mini", 4, image_size=28, in_chans=1, num_classes=10),
+    "vit_mini4_32": _size("mini", 4, image_size=32, in_chans=3, num_classes=10),
+    "vit_test": _size("test", 4, image_size=16, in_chans=3, num_classes=10),
+}
+
+_PLAIN = re.compile(r"vit_(test|mini|ti|s|b|l|h)(\d+)")
+
+
+def canonical_name(name: str) -> str:
+    """'ViT-B/16' -> 'vit_b16', 'R50+ViT-B/16' -> 'r50_vit_b16'."""
+    return name.strip().lower().replace("+", "_").replace("-", "_").replace("/", "")
+
+
+def list_models() -> list[str]:
+    return list(MODELS)
+
+
+def get_config(name: str, **overrides: Any) -> ViTConfig:
+    """The config of a named model with `overrides` (num_classes, image_size, patch_size, ...)."""
+    key = canonical_name(name)
+    if key in MODELS:
+        config = MODELS[key]
+    elif match := _PLAIN.fullmatch(key):
+        config = _size(match.group(1), int(match.group(2)))
+    else:
+        raise ConfigError(f"model.name: unknown model {name!r}; known models: {', '.join(MODELS)}")
+    return config.replace(**overrides)
+
+
+def create_model(name: str, **overrides: Any) -> VisionTransformer:
+    """Build a named model; e.g. create_model("vit_b16", num_classes=10, image_size=384)."""
+    return VisionTransformer(get_config(name, **overrides))

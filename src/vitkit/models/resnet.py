@@ -1,0 +1,94 @@
+"""BiT ResNet backbone for hybrid ViTs (paper §3.1 "Hybrid Architecture", App. B).
+
+Matches the official hybrids: weight-standardised convolutions ((w - mean) / (std + 1e-5) over
+each output filter), GroupNorm with 32 groups (eps 1e-6), post-activation bottleneck units with a
+projection shortcut where shape or stride changes, the stride on the 3x3 conv, and TensorFlow
+'SAME' padding (asymmetric: the extra pixel goes after) for every conv and the 3x3/2 max-pool.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import ResNetConfig
+
+
+def pad_same(x: torch.Tensor, kernel: int, stride: int, value: float = 0.0) -> torch.Tensor:
+    """Pad (B, C, H, W) the way TensorFlow's 'SAME' does: out = ceil(in / stride)."""
+    pads = []
+    for size in (x.shape[-1], x.shape[-2]):  # F.pad lists the last dim first
+        total = max((math.ceil(size / stride) - 1) * stride + kernel - size, 0)
+        pads += [total // 2, total - total // 2]
+    if not any(pads):
+        return x
+    return F.pad(x, pads, value=value)
+
+
+class StdConv2d(nn.Conv2d):
+    """Conv2d with weight standardisation and 'SAME' padding, no bias."""
+
+    def __init__(self, in_chans: int, out_chans: int, kernel_size: int, *, stride: int = 1, eps: float = 1e-5):
+        super().__init__(in_chans, out_chans, kernel_size, stride=stride, padding=0, bias=False)
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        w = self.weight
+        mean = w.mean(dim=(1, 2, 3), keepdim=True)
+        std = w.std(dim=(1, 2, 3), keepdim=True, unbiased=False)
+        w = (w - mean) / (std + self.eps)
+        x = pad_same(x, self.kernel_size[0], self.stride[0])
+        return F.conv2d(x, w, None, self.stride)
+
+
+def group_norm(channels: int) -> nn.GroupNorm:
+    return nn.GroupNorm(32, channels, eps=1e-6)
+
+
+class Bottleneck(nn.Module):
+    """conv1x1 -> GN -> ReLU -> conv3x3/stride -> GN -> ReLU -> conv1x1 -> GN, + shortcut, ReLU."""
+
+    def __init__(self, in_chans: int, mid_chans: int, *, stride: int):
+        super().__init__()
+        out_chans = 4 * mid_chans
+        self.downsample = None
+        if in_chans != out_chans or stride != 1:
+            self.downsample = nn.Sequential(StdConv2d(in_chans, out_chans, 1, stride=stride), group_norm(out_chans))
+        self.conv1, self.norm1 = StdConv2d(in_chans, mid_chans, 1), group_norm(mid_chans)
+        self.conv2, self.norm2 = StdConv2d(mid_chans, mid_chans, 3, stride=stride), group_norm(mid_chans)
+        self.conv3, self.norm3 = StdConv2d(mid_chans, out_chans, 1), group_norm(out_chans)
+        nn.init.zeros_(self.norm3.weight)  # each unit starts as the identity, as in BiT
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shortcut = x if self.downsample is None else self.downsample(x)
+        y = F.relu(self.norm1(self.conv1(x)))
+        y = F.relu(self.norm2(self.conv2(y)))
+        y = self.norm3(self.conv3(y))
+        return F.relu(shortcut + y)
+
+
+class ResNetBackbone(nn.Module):
+    """Stem (7x7/2 conv, GN, ReLU, 3x3/2 max-pool) and bottleneck stages: (B, C, H, W) -> feature map."""
+
+    def __init__(self, config: ResNetConfig, *, in_chans: int):
+        super().__init__()
+        self.config = config
+        width = config.width
+        self.stem_conv = StdConv2d(in_chans, width, 7, stride=2)
+        self.stem_norm = group_norm(width)
+        stages, chans = [], width
+        for i, units in enumerate(config.layers):
+            mid = width * 2**i
+            blocks = [Bottleneck(chans if j == 0 else 4 * mid, mid, stride=(2 if i > 0 and j == 0 else 1)) for j in range(units)]
+            stages.append(nn.Sequential(*blocks))
+            chans = 4 * mid
+        self.stages = nn.Sequential(*stages)
+        self.out_channels = config.out_channels
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.relu(self.stem_norm(self.stem_conv(x)))
+        x = F.max_pool2d(pad_same(x, 3, 2, value=float("-inf")), 3, stride=2)
+        return self.stages(x)

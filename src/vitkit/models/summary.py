@@ -1,0 +1,49 @@
+"""Size of a model: parameters and forward FLOPs, computed on the meta device (no memory, no time)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+
+from .config import ViTConfig
+from .vit import VisionTransformer
+
+
+def count_parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def count_flops(config: ViTConfig, batch_size: int = 1) -> int:
+    """Forward FLOPs of one batch (a multiply-add counts 2): matmuls, convolutions and attention."""
+    with torch.device("meta"):
+        model = VisionTransformer(config)
+    x = torch.empty(batch_size, config.in_chans, *config.image_size, device="meta")
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        model(x)
+    return counter.get_total_flops()
+
+
+def describe(config: ViTConfig) -> dict:
+    """One row of `vitkit models`: shape of the model, parameters and GFLOPs per image."""
+    with torch.device("meta"):
+        params = count_parameters(VisionTransformer(config))
+    ph, pw = config.total_patch_size
+    return {
+        "layers": config.depth,
+        "width": config.width,
+        "mlp": config.mlp_dim,
+        "heads": config.num_heads,
+        "patch": ph if ph == pw else f"{ph}x{pw}",
+        "resolution": "x".join(map(str, config.image_size)) if config.image_size[0] != config.image_size[1] else config.image_size[0],
+        "backbone": _backbone_name(config),
+        "params": params,
+        "gflops": count_flops(config) / 1e9,
+    }
+
+
+def _backbone_name(config: ViTConfig) -> str:
+    if config.backbone is None:
+        return "-"
+    layers = config.backbone.layers
+    return f"R{3 * sum(layers) + 2}" if layers else "R-stem"

@@ -1,0 +1,307 @@
+"""The Vision Transformer of Dosovitskiy et al. (ICLR 2021), Eq. 1-4, read next to the paper.
+
+    z_0  = [x_class; x_p^1 E; ...; x_p^N E] + E_pos          (1)  VisionTransformer.embed
+    z'_l = MSA(LN(z_{l-1})) + z_{l-1}                         (2)  Block.forward, first line
+    z_l  = MLP(LN(z'_l)) + z'_l                               (3)  Block.forward, second line
+    y    = LN(z_L^0)                                          (4)  forward_features + forward_head
+
+Attention has one fast path (torch's fused scaled_dot_product_attention) and one explicit path
+that also returns the attention probabilities (`forward_explicit`), used only for inspection.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from vitkit.errors import ConfigError
+
+from .config import ViTConfig
+from .resnet import ResNetBackbone
+
+
+class Attention(nn.Module):
+    """Multi-head self-attention: softmax(Q K^T / sqrt(d_head)) V per head, heads projected back to D."""
+
+    def __init__(self, *, width: int, num_heads: int, attn_dropout: float, dropout: float):
+        super().__init__()
+        self.num_heads = num_heads
+        self.head_dim = width // num_heads
+        self.attn_dropout = attn_dropout
+        self.qkv = nn.Linear(width, 3 * width)  # Q, K and V in one matmul
+        self.proj = nn.Linear(width, width)
+        self.proj_drop = nn.Dropout(dropout)
+        self.softmax = nn.Softmax(dim=-1)  # a named module, so inspection can hook it
+
+    def _qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        B, T, D = x.shape
+        qkv = self.qkv(x).view(B, T, 3, self.num_heads, self.head_dim)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, nh, T, hd)
+        return q, k, v
+
+    def _out(self, y: torch.Tensor) -> torch.Tensor:
+        B, nh, T, hd = y.shape
+        return self.proj_drop(self.proj(y.transpose(1, 2).reshape(B, T, nh * hd)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = self._qkv(x)
+        y = F.scaled_dot_product_attention(q, k, v, dropout_p=self.attn_dropout if self.training else 0.0)
+        return self._out(y)
+
+    def forward_explicit(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The same attention written out; also returns the probabilities (B, nh, T, T)."""
+        q, k, v = self._qkv(x)
+        probs = self.softmax((q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim))
+        y = F.dropout(probs, self.attn_dropout, self.training) @ v  # (B, nh, T, hd)
+        return self._out(y), probs
+
+
+class Mlp(nn.Module):
+    """Two linear layers with GELU between (hidden size "MLP size")."""
+
+    def __init__(self, *, width: int, mlp_dim: int, dropout: float, act: str):
+        super().__init__()
+        self.fc1 = nn.Linear(width, mlp_dim)
+        self.act = nn.GELU(approximate="tanh" if act == "gelu_tanh" else "none")
+        self.fc2 = nn.Linear(mlp_dim, width)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.drop(self.fc2(self.drop(self.act(self.fc1(x)))))
+
+
+class DropPath(nn.Module):
+    """Stochastic depth: drop a sample's whole residual branch with probability `rate` while training."""
+
+    def __init__(self, rate: float):
+        super().__init__()
+        self.rate = rate
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.rate == 0.0 or not self.training:
+            return x
+        keep = 1.0 - self.rate
+        mask = x.new_empty((x.shape[0],) + (1,) * (x.ndim - 1)).bernoulli_(keep)
+        return x * mask / keep
+
+
+class Block(nn.Module):
+    """One pre-norm Transformer layer, Eq. 2 and 3."""
+
+    def __init__(self, config: ViTConfig, *, drop_path: float):
+        super().__init__()
+        c = config
+        self.norm1 = nn.LayerNorm(c.width, eps=c.layer_norm_eps)
+        self.attn = Attention(width=c.width, num_heads=c.num_heads, attn_dropout=c.attn_dropout, dropout=c.dropout)
+        self.norm2 = nn.LayerNorm(c.width, eps=c.layer_norm_eps)
+        self.mlp = Mlp(width=c.width, mlp_dim=c.mlp_dim, dropout=c.dropout, act=c.mlp_act)
+        self.drop_path = DropPath(drop_path)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.drop_path(self.attn(self.norm1(x)))  # (2)
+        x = x + self.drop_path(self.mlp(self.norm2(x)))  # (3)
+        return x
+
+    def forward_explicit(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        a, probs = self.attn.forward_explicit(self.norm1(x))
+        x = x + self.drop_path(a)
+        x = x + self.drop_path(self.mlp(self.norm2(x)))
+        return x, probs
+
+
+class VisionTransformer(nn.Module):
+    """ViT and hybrid ViT. Build with a `ViTConfig` (or `vitkit.create_model(name)`).
+
+    forward_features(x) -> (B, prefix + N, D) tokens after the final LayerNorm
+    forward_head(tokens, pre_logits=False) -> pooled features or logits
+    forward(x) -> logits
+    """
+
+    def __init__(self, config: ViTConfig | None = None, **overrides):
+        super().__init__()
+        config = (config or ViTConfig()).replace(**overrides)
+        self.config = c = config
+        D = c.width
+        self.backbone = ResNetBackbone(c.backbone, in_chans=c.in_chans) if c.backbone else None
+        embed_in = self.backbone.out_channels if self.backbone else c.in_chans
+        self.patch_embed = nn.Conv2d(embed_in, D, kernel_size=c.patch_size, stride=c.patch_size)  # E
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, D)) if c.classifier == "token" else None
+        self.pos_embed: torch.Tensor | None
+        if c.pos_embed == "learned":
+            self.pos_embed = nn.Parameter(torch.randn(1, c.num_prefix_tokens + c.num_patches, D) * 0.02)
+        elif c.pos_embed == "sincos2d":
+            self.register_buffer("pos_embed", sincos_2d_pos_embed(c.grid_size, D, c.num_prefix_tokens), persistent=False)
+        else:
+            self.pos_embed = None
+        self.pos_drop = nn.Dropout(c.dropout)
+        rates = [c.drop_path * i / max(c.depth - 1, 1) for i in range(c.depth)]  # 0 ... drop_path
+        self.blocks = nn.ModuleList(Block(c, drop_path=r) for r in rates)
+        self.norm = nn.LayerNorm(D, eps=c.layer_norm_eps)
+        self.pre_logits = self._make_pre_logits(c.representation_size)
+        self.head = self._make_head(c.num_classes)
+        self._init_weights()
+
+    # -- construction -------------------------------------------------------------------
+    def _make_pre_logits(self, size: int | None) -> nn.Module:
+        if size is None:
+            return nn.Identity()
+        layer = nn.Sequential(nn.Linear(self.config.width, size), nn.Tanh())
+        _lecun_normal_(layer[0].weight)
+        nn.init.zeros_(layer[0].bias)
+        return layer
+
+    def _make_head(self, num_classes: int) -> nn.Module:
+        if num_classes == 0:
+            return nn.Identity()
+        head = nn.Linear(self.config.representation_size or self.config.width, num_classes)
+        nn.init.zeros_(head.weight)  # fine-tuning starts from a zero-initialised D x K layer
+        nn.init.zeros_(head.bias)
+        return head
+
+    def _init_weights(self) -> None:
+        """The official initialisation: Xavier-uniform dense layers, LeCun-normal patch embedding."""
+        _lecun_normal_(self.patch_embed.weight)
+        nn.init.zeros_(self.patch_embed.bias)
+        for block in self.blocks:
+            for q_k_or_v in block.attn.qkv.weight.chunk(3, dim=0):
+                nn.init.xavier_uniform_(q_k_or_v)
+            nn.init.zeros_(block.attn.qkv.bias)
+            nn.init.xavier_uniform_(block.attn.proj.weight)
+            nn.init.zeros_(block.attn.proj.bias)
+            for fc in (block.mlp.fc1, block.mlp.fc2):
+                nn.init.xavier_uniform_(fc.weight)
+                nn.init.normal_(fc.bias, std=1e-6)
+
+    # -- forward ------------------------------------------------------------------------
+    def embed(self, x: torch.Tensor) -> torch.Tensor:
+        """Eq. 1: (B, C, H, W) images -> (B, prefix + N, D) tokens with position embeddings added."""
+        c = self.config
+        if x.ndim != 4 or x.shape[1] != c.in_chans or tuple(x.shape[-2:]) != c.image_size:
+            raise ConfigError(
+                f"input: expected images of shape (B, {c.in_chans}, {c.image_size[0]}, {c.image_size[1]}), "
+                f"got {tuple(x.shape)}; resize the images or call model.set_image_size(...)"
+            )
+        if self.backbone is not None:
+            x = self.backbone(x)  # (B, C', H/s, W/s)
+        x = self.patch_embed(x).flatten(2).transpose(1, 2)  # (B, N, D)
+        if self.cls_token is not None:
+            x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)  # (B, 1 + N, D)
+        if self.pos_embed is not None:
+            x = x + self.pos_embed
+        return self.pos_drop(x)
+
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        """Eq. 1-3 and the final LayerNorm: (B, C, H, W) -> (B, prefix + N, D)."""
+        x = self.embed(x)
+        for block in self.blocks:
+            x = block(x)
+        return self.norm(x)
+
+    def forward_features_explicit(self, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """forward_features through the explicit attention path; also the (B, nh, T, T) maps per layer."""
+        x = self.embed(x)
+        maps = []
+        for block in self.blocks:
+            x, probs = block.forward_explicit(x)
+            maps.append(probs)
+        return self.norm(x), maps
+
+    def forward_head(self, tokens: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
+        """Pool (class token, Eq. 4, or mean of the patch tokens), the pre-logits layer, the head."""
+        if self.config.classifier == "token":
+            y = tokens[:, 0]
+        else:
+            y = tokens[:, self.config.num_prefix_tokens :].mean(dim=1)
+        y = self.pre_logits(y)
+        return y if pre_logits else self.head(y)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.forward_head(self.forward_features(x))
+
+    # -- surgery for transfer -----------------------------------------------------------
+    def reset_head(self, num_classes: int, *, keep_pre_logits: bool = True) -> None:
+        """A fresh zero-initialised head for `num_classes`; optionally drop the pre-logits layer."""
+        representation_size = self.config.representation_size if keep_pre_logits else None
+        self.config = self.config.replace(num_classes=num_classes, representation_size=representation_size)
+        if not keep_pre_logits:
+            self.pre_logits = nn.Identity()
+        device = self.norm.weight.device
+        self.head = self._make_head(num_classes).to(device)
+
+    def set_image_size(self, image_size: int | tuple[int, int]) -> None:
+        """Change the input resolution; learned position embeddings are resampled (paper §3.2)."""
+        old_grid = self.config.grid_size
+        self.config = self.config.replace(image_size=image_size)
+        new_grid = self.config.grid_size
+        if self.config.pos_embed == "learned":
+            resampled = resample_pos_embed(self.pos_embed.data, new_grid, old_grid=old_grid, num_prefix_tokens=self.config.num_prefix_tokens)
+            self.pos_embed = nn.Parameter(resampled)
+        elif self.config.pos_embed == "sincos2d":
+            pe = sincos_2d_pos_embed(new_grid, self.config.width, self.config.num_prefix_tokens)
+            self.pos_embed = pe.to(self.norm.weight.device)
+
+    def no_weight_decay(self) -> set[str]:
+        """Parameter names that take no weight decay besides norms and biases."""
+        return {"cls_token", "pos_embed"}
+
+
+# -- position embeddings ------------------------------------------------------------------
+def resample_pos_embed(
+    posemb: torch.Tensor,
+    new_grid: tuple[int, int],
+    *,
+    old_grid: tuple[int, int] | None = None,
+    num_prefix_tokens: int = 1,
+    mode: str = "bilinear",
+) -> torch.Tensor:
+    """2D-interpolate a (1, prefix + h*w, D) position embedding to a new (h', w') grid.
+
+    The class-token slot is kept as is. "bilinear" maps the corner patches onto each other, which
+    is what the official code's scipy.ndimage.zoom(order=1) does; "bicubic" is timm's choice.
+    The same grid returns the input unchanged.
+    """
+    prefix, grid = posemb[:, :num_prefix_tokens], posemb[:, num_prefix_tokens:]
+    n = grid.shape[1]
+    if old_grid is None:
+        side = math.isqrt(n)
+        if side * side != n:
+            raise ConfigError(f"pos_embed: {n} positions are not a square grid; pass old_grid=(h, w)")
+        old_grid = (side, side)
+    if old_grid[0] * old_grid[1] != n:
+        raise ConfigError(f"pos_embed: {n} positions do not form the grid {old_grid}")
+    new_grid = tuple(new_grid)
+    if tuple(old_grid) == new_grid:
+        return posemb
+    D = grid.shape[-1]
+    grid = grid.reshape(1, old_grid[0], old_grid[1], D).permute(0, 3, 1, 2)  # (1, D, h, w)
+    dtype = grid.dtype
+    if mode == "bilinear":
+        grid = F.interpolate(grid.float(), size=new_grid, mode="bilinear", align_corners=True)
+    elif mode == "bicubic":
+        grid = F.interpolate(grid.float(), size=new_grid, mode="bicubic", align_corners=False)
+    else:
+        raise ConfigError(f"mode: expected bilinear or bicubic, got {mode!r}")
+    grid = grid.to(dtype).permute(0, 2, 3, 1).reshape(1, new_grid[0] * new_grid[1], D)
+    return torch.cat([prefix, grid], dim=1)
+
+
+def sincos_2d_pos_embed(grid: tuple[int, int], width: int, num_prefix_tokens: int = 1, temperature: float = 10_000.0) -> torch.Tensor:
+    """Fixed 2D sine-cosine position embedding (1, prefix + h*w, D); the prefix slots are zero."""
+    h, w = grid
+    quarter = width // 4
+    omega = 1.0 / temperature ** (torch.arange(quarter, dtype=torch.float64) / max(quarter - 1, 1))
+    y, x = torch.meshgrid(torch.arange(h, dtype=torch.float64), torch.arange(w, dtype=torch.float64), indexing="ij")
+    x = x.flatten()[:, None] * omega[None]  # (N, D/4)
+    y = y.flatten()[:, None] * omega[None]
+    pe = torch.cat([x.sin(), x.cos(), y.sin(), y.cos()], dim=1).float()  # (N, D)
+    return torch.cat([torch.zeros(num_prefix_tokens, width), pe])[None]
+
+
+def _lecun_normal_(weight: torch.Tensor) -> None:
+    """Truncated normal with variance 1 / fan_in (Flax's default kernel initialiser)."""
+    fan_in = weight[0].numel()
+    std = math.sqrt(1.0 / fan_in) / 0.87962566103423978  # the std of a normal truncated at +-2
+    nn.init.trunc_normal_(weight, std=std, a=-2 * std, b=2 * std)
