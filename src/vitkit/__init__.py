@@ -1,5 +1,6 @@
 """vitkit: the Vision Transformer of "An Image is Worth 16x16 Words" as a PyTorch toolkit."""
 
+from vitkit.checkpoint import load_pretrained, save_pretrained
 from vitkit.errors import CheckpointError, ConfigError, DataError, VitkitError
 from vitkit.models import (
     ResNetConfig,
@@ -25,5 +26,7 @@ __all__ = [
     "create_model",
     "get_config",
     "list_models",
+    "load_pretrained",
     "resample_pos_embed",
+    "save_pretrained",
 ]

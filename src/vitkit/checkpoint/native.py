@@ -1,0 +1,78 @@
+"""vitkit's own format: a directory with config.json (model config + preprocessing) and model.safetensors."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from vitkit.errors import CheckpointError, ConfigError
+from vitkit.models import ViTConfig, VisionTransformer
+
+from .io import read_json, read_safetensors, write_json, write_safetensors
+
+FORMAT = "vitkit"
+VERSION = 1
+CONFIG_NAME = "config.json"
+WEIGHTS_NAME = "model.safetensors"
+
+
+def is_native(path: str | os.PathLike) -> bool:
+    path = Path(path)
+    if not (path / CONFIG_NAME).is_file():
+        return False
+    try:
+        return read_json(path / CONFIG_NAME).get("format") == FORMAT
+    except (CheckpointError, AttributeError):
+        return False
+
+
+def save_pretrained(model: VisionTransformer, directory: str | os.PathLike, *, extra: dict[str, Any] | None = None) -> Path:
+    """Write `model` to `directory` (created if needed). `extra` (e.g. {"class_names": [...]}) goes into config.json.
+
+    The weights are written before the config, each atomically, so a directory with a config always
+    has weights that match it.
+    """
+    directory = Path(directory)
+    state = {k: v for k, v in model.state_dict().items()}
+    write_safetensors(directory / WEIGHTS_NAME, state, metadata={"format": "pt"})
+    write_json(directory / CONFIG_NAME, {"format": FORMAT, "version": VERSION, "model": model.config.to_dict(), **(extra or {})})
+    return directory
+
+
+def read_native_config(directory: str | os.PathLike) -> tuple[ViTConfig, dict[str, Any]]:
+    """The model config and the rest of config.json (e.g. class names)."""
+    path = Path(directory) / CONFIG_NAME
+    data = read_json(path)
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise CheckpointError(f"{path}: not a vitkit config (no \"format\": \"vitkit\")")
+    try:
+        config = ViTConfig.from_dict(data.get("model"))
+    except ConfigError as err:
+        raise CheckpointError(f"{path}: bad model config: {err}") from None
+    rest = {k: v for k, v in data.items() if k not in ("format", "version", "model")}
+    return config, rest
+
+
+def load_native(directory: str | os.PathLike) -> tuple[VisionTransformer, dict[str, Any]]:
+    """Rebuild the model of a vitkit directory alone; returns (model, extra config entries)."""
+    directory = Path(directory)
+    config, extra = read_native_config(directory)
+    model = VisionTransformer(config)
+    load_state_dict_strict(model, read_safetensors(directory / WEIGHTS_NAME), source=directory / WEIGHTS_NAME)
+    return model, extra
+
+
+def load_state_dict_strict(model: VisionTransformer, state: dict, *, source: str | os.PathLike) -> None:
+    """Load `state` into `model`, or raise naming the file and the first missing, unexpected or misshapen key."""
+    expected = model.state_dict()
+    missing = [k for k in expected if k not in state]
+    unexpected = [k for k in state if k not in expected]
+    if missing:
+        raise CheckpointError(f"{source}: missing key {missing[0]!r} ({len(missing)} missing); the file does not hold this architecture")
+    if unexpected:
+        raise CheckpointError(f"{source}: unexpected key {unexpected[0]!r} ({len(unexpected)} unexpected); the file does not hold this architecture")
+    for key, value in expected.items():
+        if tuple(state[key].shape) != tuple(value.shape):
+            raise CheckpointError(f"{source}: {key!r} has shape {tuple(state[key].shape)}, the model expects {tuple(value.shape)}")
+    model.load_state_dict(state, strict=True)
