@@ -277,13 +277,11 @@ def resample_pos_embed(
         return posemb
     D = grid.shape[-1]
     grid = grid.reshape(1, old_grid[0], old_grid[1], D).permute(0, 3, 1, 2)  # (1, D, h, w)
-    dtype = grid.dtype
-    if mode == "bilinear":
-        grid = F.interpolate(grid.float(), size=new_grid, mode="bilinear", align_corners=True)
-    elif mode == "bicubic":
-        grid = F.interpolate(grid.float(), size=new_grid, mode="bicubic", align_corners=False)
-    else:
+    if mode not in ("bilinear", "bicubic"):
         raise ConfigError(f"mode: expected bilinear or bicubic, got {mode!r}")
+    dtype = grid.dtype
+    work = grid if dtype in (torch.float32, torch.float64) else grid.float()  # interpolate low precision in fp32
+    grid = F.interpolate(work, size=new_grid, mode=mode, align_corners=(mode == "bilinear"))
     grid = grid.to(dtype).permute(0, 2, 3, 1).reshape(1, new_grid[0] * new_grid[1], D)
     return torch.cat([prefix, grid], dim=1)
 

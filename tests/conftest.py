@@ -1,0 +1,37 @@
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+torch.set_num_threads(min(2, os.cpu_count() or 1))
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+
+
+def _vitkit_command() -> list[str]:
+    """The real console script installed beside this interpreter (fallback: python -m vitkit)."""
+    script = Path(sys.executable).with_name("vitkit")
+    if script.exists():
+        return [str(script)]
+    found = shutil.which("vitkit")
+    return [found] if found else [sys.executable, "-m", "vitkit"]
+
+
+@pytest.fixture
+def run_cli():
+    """Run `vitkit ARGS...` as a user would; returns the CompletedProcess (text, never raises)."""
+
+    def run(*args: str, cwd=None, timeout: float = 300, env=None) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [*_vitkit_command(), *map(str, args)], capture_output=True, text=True, cwd=cwd, timeout=timeout,
+            env={**os.environ, **(env or {})},
+        )
+
+    return run

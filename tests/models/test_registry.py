@@ -1,0 +1,72 @@
+import pytest
+import torch
+
+import vitkit
+from vitkit.errors import ConfigError
+from vitkit.models import get_config
+from vitkit.models.summary import count_flops, count_parameters
+
+REQUIRED = "vit_ti16 vit_s16 vit_s32 vit_b8 vit_b16 vit_b32 vit_l16 vit_l32 vit_h14 r_vit_ti16 r50_vit_b16 r26_vit_b32 r50_vit_l32".split()
+
+# The exact counts the issue holds the model to (224x224, class token, no pre-logits, 1000 classes).
+PAPER_COUNTS = {
+    "vit_ti16": 5_717_416,
+    "vit_s16": 22_050_664,
+    "vit_b16": 86_567_656,
+    "vit_b32": 88_224_232,
+    "vit_l16": 304_326_632,
+    "vit_l32": 306_535_400,
+    "vit_h14": 632_045_800,
+}
+
+
+def test_every_required_variant_is_listed():
+    assert set(REQUIRED) <= set(vitkit.list_models())
+
+
+@pytest.mark.parametrize("name, count", PAPER_COUNTS.items())
+def test_exact_parameter_counts(name, count):
+    with torch.device("meta"):
+        model = vitkit.create_model(name, num_classes=1000)
+    assert model.config.image_size == (224, 224) and model.config.classifier == "token"
+    assert count_parameters(model) == count
+
+
+@pytest.mark.parametrize("spelling, name", [("ViT-B/16", "vit_b16"), ("R50+ViT-B/16", "r50_vit_b16"),
+                                            ("ViT-Ti/16", "vit_ti16"), ("R+ViT-Ti/16", "r_vit_ti16"), ("vit_h14", "vit_h14")])
+def test_paper_spelling(spelling, name):
+    assert get_config(spelling) == get_config(name)
+
+
+def test_any_size_and_patch_decodes():
+    c = get_config("vit_s8")
+    assert (c.width, c.patch_size) == (384, (8, 8))
+
+
+def test_overrides_and_unknown_names():
+    c = get_config("vit_b16", num_classes=10, image_size=(384, 256), classifier="gap")
+    assert c.grid_size == (24, 16) and c.num_classes == 10 and c.num_prefix_tokens == 0
+    with pytest.raises(ConfigError, match="unknown model"):
+        get_config("vit_q16")
+    with pytest.raises(ConfigError, match="model.hidden: unknown key"):
+        get_config("vit_b16", hidden=3)
+
+
+def _closed_form_flops(c) -> int:
+    """2 x multiply-adds of the patch embedding, every block (qkv, QK^T, AV, proj, MLP) and the head."""
+    N, D, M, T = c.num_patches, c.width, c.mlp_dim, c.num_patches + c.num_prefix_tokens
+    ph, pw = c.patch_size
+    embed = N * (ph * pw * c.in_chans) * D
+    block = T * D * 3 * D + 2 * T * T * D + T * D * D + 2 * T * D * M
+    head = D * c.num_classes
+    return 2 * (embed + c.depth * block + head)
+
+
+@pytest.mark.parametrize("name", ["vit_b16", "vit_s32", "vit_mini4_28"])
+def test_flops_match_the_closed_form(name):
+    c = get_config(name)
+    assert count_flops(c) == _closed_form_flops(c)
+
+
+def test_vit_b16_is_about_35_gflops():
+    assert abs(count_flops(get_config("vit_b16")) / 1e9 - 35.1) < 0.1

@@ -1,0 +1,199 @@
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+import vitkit
+from vitkit.errors import ConfigError
+from vitkit.models import MODELS, ResNetConfig, VisionTransformer, get_config, resample_pos_embed, sincos_2d_pos_embed
+
+
+def tiny(name: str, **overrides) -> VisionTransformer:
+    """The named variant with its patch size, classifier and backbone layout, shrunk to run in milliseconds."""
+    c = get_config(name)
+    small = dict(width=32, depth=2, mlp_dim=64, num_heads=2, num_classes=5)
+    if c.backbone is not None:
+        small["backbone"] = dataclasses.replace(c.backbone, width=32)
+        stride = ResNetConfig(layers=c.backbone.layers).stride * c.patch_size[0]
+    else:
+        stride = c.patch_size[0]
+    small["image_size"] = (2 * stride, 3 * stride)  # non-square, 2 x 3 grid
+    return vitkit.create_model(name, **{**small, **overrides})
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_shapes_and_backward_for_every_variant(name):
+    model = tiny(name)
+    c = model.config
+    x = torch.randn(2, c.in_chans, *c.image_size, requires_grad=True)
+    tokens = model.forward_features(x)
+    assert c.grid_size == (2, 3)
+    assert tokens.shape == (2, c.num_prefix_tokens + 6, 32)
+    logits = model.forward_head(tokens)
+    assert logits.shape == (2, 5)
+    # the head starts at zero, so push a loss through the features to reach every parameter
+    (logits.sum() + tokens.square().mean()).backward()
+    missing = [n for n, p in model.named_parameters() if p.grad is None]
+    assert missing == [] and x.grad is not None and torch.isfinite(x.grad).all()
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_full_size_shapes_on_the_meta_device(name):
+    with torch.device("meta"):
+        model = vitkit.create_model(name)
+    c = model.config
+    out = model(torch.empty(3, c.in_chans, *c.image_size, device="meta"))
+    assert out.shape == (3, c.num_classes)
+
+
+@pytest.mark.parametrize("classifier", ["token", "gap"])
+def test_fast_and_explicit_attention_agree(classifier):
+    model = vitkit.create_model("vit_test", classifier=classifier, num_classes=0).eval()
+    x = torch.randn(4, 3, 16, 16)
+    with torch.no_grad():
+        fast = model.forward_features(x)
+        slow, maps = model.forward_features_explicit(x)
+    torch.testing.assert_close(fast, slow, atol=1e-5, rtol=1e-5)
+    T = model.config.num_patches + model.config.num_prefix_tokens
+    assert len(maps) == model.config.depth and maps[0].shape == (4, 2, T, T)
+    torch.testing.assert_close(maps[-1].sum(-1), torch.ones(4, 2, T))
+
+
+def test_forward_is_eq_1_to_4_written_out():
+    """Recompute the paper's equations by hand from the model's own weights."""
+    model = vitkit.create_model("vit_test").eval()
+    torch.nn.init.normal_(model.head.weight)
+    x = torch.randn(2, 3, 16, 16)
+    P, D = 4, 32
+    patches = x.unfold(2, P, P).unfold(3, P, P)  # (B, C, 4, 4, P, P)
+    patches = patches.permute(0, 2, 3, 1, 4, 5).reshape(2, 16, 3 * P * P)  # x_p^i, flattened (C, P, P)
+    E = model.patch_embed.weight.reshape(D, -1).T
+    z = torch.cat([model.cls_token.expand(2, 1, D), patches @ E + model.patch_embed.bias], 1) + model.pos_embed  # (1)
+    for blk in model.blocks:
+        h = torch.nn.functional.layer_norm(z, (D,), blk.norm1.weight, blk.norm1.bias, 1e-6)
+        q, k, v = (h @ blk.attn.qkv.weight.T + blk.attn.qkv.bias).split(D, -1)
+        heads = lambda t: t.reshape(2, 17, 2, 16).transpose(1, 2)
+        a = torch.softmax(heads(q) @ heads(k).transpose(-1, -2) / 4.0, -1) @ heads(v)
+        z = blk.attn.proj(a.transpose(1, 2).reshape(2, 17, D)) + z  # (2)
+        h = torch.nn.functional.layer_norm(z, (D,), blk.norm2.weight, blk.norm2.bias, 1e-6)
+        z = blk.mlp.fc2(torch.nn.functional.gelu(blk.mlp.fc1(h))) + z  # (3)
+    y = torch.nn.functional.layer_norm(z[:, 0], (D,), model.norm.weight, model.norm.bias, 1e-6)  # (4)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), model.head(y), atol=1e-5, rtol=1e-5)
+
+
+def test_gap_pools_the_patch_tokens():
+    model = vitkit.create_model("vit_test", classifier="gap", num_classes=0).eval()
+    x = torch.randn(2, 3, 16, 16)
+    tokens = model.forward_features(x)
+    assert model.cls_token is None and tokens.shape[1] == 16
+    torch.testing.assert_close(model.forward_head(tokens), tokens.mean(1))
+
+
+def test_head_is_zero_initialised_and_pre_logits_is_linear_tanh():
+    model = vitkit.create_model("vit_test", representation_size=24)
+    assert torch.count_nonzero(model.head.weight) == 0 and torch.count_nonzero(model.head.bias) == 0
+    feats = model.forward_head(model.forward_features(torch.randn(2, 3, 16, 16)), pre_logits=True)
+    assert feats.shape == (2, 24) and feats.abs().max() <= 1
+    assert model.head.in_features == 24
+
+
+def test_reset_head_keeps_or_drops_pre_logits():
+    model = vitkit.create_model("vit_test", representation_size=24)
+    torch.nn.init.normal_(model.head.weight)
+    model.reset_head(7)
+    assert model.head.out_features == 7 and torch.count_nonzero(model.head.weight) == 0
+    assert model.config.representation_size == 24 and model.head.in_features == 24
+    model.reset_head(3, keep_pre_logits=False)
+    assert model.config.representation_size is None and model.head.in_features == 32
+    assert model(torch.randn(1, 3, 16, 16)).shape == (1, 3)
+
+
+@pytest.mark.parametrize("pos_embed", ["learned", "sincos2d", "none"])
+def test_position_embedding_options(pos_embed):
+    model = vitkit.create_model("vit_test", pos_embed=pos_embed)
+    names = dict(model.named_parameters())
+    assert ("pos_embed" in names) == (pos_embed == "learned")
+    if pos_embed == "none":
+        assert model.pos_embed is None
+    else:
+        assert model.pos_embed.shape == (1, 17, 32)
+    assert model(torch.randn(2, 3, 16, 16)).shape == (2, 10)
+
+
+def test_sincos_embedding_is_distinct_per_position_and_zero_in_the_class_slot():
+    pe = sincos_2d_pos_embed((3, 5), 16, num_prefix_tokens=1)[0]
+    assert pe.shape == (16, 16) and torch.all(pe[0] == 0)
+    grid = pe[1:]
+    assert torch.cdist(grid, grid).add(torch.eye(15)).min() > 1e-3
+    # row/column structure: same row -> identical y half, same column -> identical x half
+    torch.testing.assert_close(grid[0, 8:], grid[4, 8:])
+    torch.testing.assert_close(grid[0, :8], grid[5, :8])
+
+
+def test_grayscale_and_non_square_inputs():
+    model = vitkit.create_model("vit_test", in_chans=1, image_size=(12, 20))
+    assert model.config.grid_size == (3, 5) and model.config.mean == (0.5,)
+    assert model(torch.randn(2, 1, 12, 20)).shape == (2, 10)
+
+
+def test_wrong_input_shape_is_a_clear_error():
+    model = vitkit.create_model("vit_test")
+    with pytest.raises(ConfigError, match=r"expected images of shape \(B, 3, 16, 16\), got \(2, 3, 20, 20\)"):
+        model(torch.randn(2, 3, 20, 20))
+
+
+def test_dropout_and_drop_path_act_only_in_training():
+    model = vitkit.create_model("vit_test", dropout=0.3, attn_dropout=0.3, drop_path=0.3, num_classes=0)
+    x = torch.randn(4, 3, 16, 16)
+    model.train()
+    assert not torch.equal(model(x), model(x))
+    model.eval()
+    assert torch.equal(model(x), model(x))
+    rates = [blk.drop_path.rate for blk in model.blocks]
+    assert rates == pytest.approx([0.0, 0.3])
+
+
+def test_resample_to_the_same_grid_is_an_exact_identity():
+    pe = torch.randn(1, 1 + 6 * 4, 8)
+    assert torch.equal(resample_pos_embed(pe, (6, 4), old_grid=(6, 4)), pe)
+
+
+def test_resample_matches_scipy_zoom_order_1_like_the_official_code():
+    scipy_ndimage = pytest.importorskip("scipy.ndimage")
+    pe = torch.randn(1, 1 + 7 * 5, 6, dtype=torch.float64)
+    new = resample_pos_embed(pe, (12, 9), old_grid=(7, 5))
+    grid = pe[0, 1:].reshape(7, 5, 6).numpy()
+    expected = scipy_ndimage.zoom(grid, (12 / 7, 9 / 5, 1), order=1)
+    assert expected.shape == (12, 9, 6)
+    np.testing.assert_allclose(new[0, 1:].reshape(12, 9, 6).numpy(), expected, atol=1e-10)
+    assert torch.equal(new[:, :1], pe[:, :1])  # the class-token slot is kept
+
+
+def test_resample_square_default_and_bad_grid():
+    pe = torch.randn(1, 1 + 16, 4)
+    assert resample_pos_embed(pe, (2, 8)).shape == (1, 17, 4)
+    with pytest.raises(ConfigError, match="not a square grid"):
+        resample_pos_embed(torch.randn(1, 1 + 12, 4), (4, 4))
+
+
+def test_set_image_size_resamples_learned_position_embeddings():
+    model = vitkit.create_model("vit_test").eval()
+    old = model.pos_embed.detach().clone()
+    model.set_image_size((24, 32))
+    assert model.config.grid_size == (6, 8) and model.pos_embed.shape == (1, 49, 32)
+    assert isinstance(model.pos_embed, torch.nn.Parameter)
+    torch.testing.assert_close(model.pos_embed[:, 0], old[:, 0])
+    # the corners of the grid keep their embeddings (corner-aligned interpolation)
+    torch.testing.assert_close(model.pos_embed[0, 1], old[0, 1])
+    torch.testing.assert_close(model.pos_embed[0, -1], old[0, -1])
+    assert model(torch.randn(1, 3, 24, 32)).shape == (1, 10)
+    model.set_image_size(16)
+    assert model.pos_embed.shape == (1, 17, 32)
+
+
+def test_set_image_size_recomputes_sincos():
+    model = vitkit.create_model("vit_test", pos_embed="sincos2d")
+    model.set_image_size((8, 12))
+    torch.testing.assert_close(model.pos_embed, sincos_2d_pos_embed((2, 3), 32, 1))
