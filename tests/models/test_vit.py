@@ -197,3 +197,15 @@ def test_set_image_size_recomputes_sincos():
     model = vitkit.create_model("vit_test", pos_embed="sincos2d")
     model.set_image_size((8, 12))
     torch.testing.assert_close(model.pos_embed, sincos_2d_pos_embed((2, 3), 32, 1))
+
+
+def test_activation_checkpointing_gives_the_same_gradients():
+    model = vitkit.create_model("vit_test", num_classes=0)
+    x = torch.randn(3, 3, 16, 16)
+    model(x).square().sum().backward()
+    plain = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    model.set_grad_checkpointing(True)
+    model(x).square().sum().backward()
+    for name, param in model.named_parameters():
+        torch.testing.assert_close(param.grad, plain[name], msg=name)

@@ -16,6 +16,7 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from vitkit.errors import ConfigError
 
@@ -142,6 +143,7 @@ class VisionTransformer(nn.Module):
         self.norm = nn.LayerNorm(D, eps=c.layer_norm_eps)
         self.pre_logits = self._make_pre_logits(c.representation_size)
         self.head = self._make_head(c.num_classes)
+        self.grad_checkpointing = False  # recompute each block in backward instead of storing activations
         self._init_weights()
 
     # -- construction -------------------------------------------------------------------
@@ -197,7 +199,10 @@ class VisionTransformer(nn.Module):
         """Eq. 1-3 and the final LayerNorm: (B, C, H, W) -> (B, prefix + N, D)."""
         x = self.embed(x)
         for block in self.blocks:
-            x = block(x)
+            if self.grad_checkpointing and self.training:
+                x = checkpoint(block, x, use_reentrant=False)
+            else:
+                x = block(x)
         return self.norm(x)
 
     def forward_features_explicit(self, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
@@ -242,6 +247,10 @@ class VisionTransformer(nn.Module):
         elif self.config.pos_embed == "sincos2d":
             pe = sincos_2d_pos_embed(new_grid, self.config.width, self.config.num_prefix_tokens)
             self.pos_embed = pe.to(self.norm.weight.device)
+
+    def set_grad_checkpointing(self, enable: bool = True) -> None:
+        """Activation checkpointing per block: less memory in training for one more forward pass."""
+        self.grad_checkpointing = enable
 
     def no_weight_decay(self) -> set[str]:
         """Parameter names that take no weight decay besides norms and biases."""

@@ -1,0 +1,276 @@
+"""Speed of a model: throughput, batch-1 latency, peak memory, FLOPs and MFU, beside reference implementations.
+
+Machines are shared and noisy, so every figure comes from one run in which the candidates (vitkit, the
+reference implementations and a large matmul that measures the device's peak) take turns, round after
+round. Ratios and MFU are computed per round and reported as medians.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import platform
+import statistics
+import time
+from contextlib import nullcontext
+from datetime import datetime, timezone
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+
+from vitkit.errors import ConfigError
+from vitkit.models import ViTConfig, VisionTransformer
+from vitkit.models.summary import count_flops
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+REFERENCES = ("transformers", "timm")
+
+
+@dataclasses.dataclass
+class Setup:
+    config: ViTConfig
+    batch_size: int = 8
+    dtype: str = "fp32"
+    device: str = "cpu"
+    mode: str = "inference"  # inference | train
+    compile: bool = False
+    rounds: int = 5
+    warmup: int = 2
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPES:
+            raise ConfigError(f"dtype: expected one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        if self.mode not in ("inference", "train"):
+            raise ConfigError(f"mode: expected inference or train, got {self.mode!r}")
+        if self.batch_size <= 0 or self.rounds <= 0:
+            raise ConfigError("batch and rounds must be positive")
+        if self.device.startswith("cuda") and not torch.cuda.is_available():
+            raise ConfigError("device: CUDA was asked for but no GPU is visible; use --device cpu")
+
+
+# -- what one step is ------------------------------------------------------------------------
+def _autocast(setup: Setup):
+    if setup.dtype == "fp32":
+        return nullcontext()
+    return torch.autocast(device_type=torch.device(setup.device).type, dtype=DTYPES[setup.dtype])
+
+
+def _step(model: torch.nn.Module, setup: Setup, batch_size: int) -> Callable[[], Any]:
+    """A closure that runs one inference batch or one training step of `model` on random data."""
+    c = setup.config
+    x = torch.randn(batch_size, c.in_chans, *c.image_size, device=setup.device)
+    if setup.mode == "inference":
+        model.eval()
+
+        def infer():
+            with torch.inference_mode(), _autocast(setup):
+                return model(x)
+
+        return infer
+    model.train()
+    y = torch.randint(0, max(c.num_classes, 1), (batch_size,), device=setup.device)
+    fused = torch.device(setup.device).type == "cuda"
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=fused or None)
+
+    def train_step():
+        with _autocast(setup):
+            out = model(x)
+            logits = out.logits if hasattr(out, "logits") else out
+            loss = F.cross_entropy(logits.float(), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return train_step
+
+
+def _matmul(setup: Setup) -> tuple[Callable[[], Any], int]:
+    """A large square matmul in the benchmark's dtype: the device's practical peak."""
+    n = 2048 if setup.device == "cpu" else 8192
+    dtype = DTYPES[setup.dtype]
+    a = torch.randn(n, n, device=setup.device).to(dtype)
+    b = torch.randn(n, n, device=setup.device).to(dtype)
+    return (lambda: torch.mm(a, b)), 2 * n**3
+
+
+# -- the candidates ---------------------------------------------------------------------------
+def build_vitkit(setup: Setup) -> torch.nn.Module:
+    model = VisionTransformer(setup.config).to(setup.device)
+    if setup.compile:
+        if setup.device == "cpu" and setup.mode == "inference":
+            import torch._inductor.config as inductor_config
+
+            inductor_config.freezing = True  # weights become constants: packed GEMMs with fused bias/GELU
+        model = torch.compile(model)
+    return model
+
+
+def build_reference(name: str, config: ViTConfig, device: str) -> torch.nn.Module:
+    """The same architecture in another library, random weights (speed does not depend on them)."""
+    if config.backbone is not None or config.classifier != "token" or config.pos_embed != "learned":
+        raise ConfigError(f"--compare {name}: only plain class-token ViTs with learned position embeddings compare")
+    if config.image_size[0] != config.image_size[1] or config.patch_size[0] != config.patch_size[1]:
+        raise ConfigError(f"--compare {name}: only square images and patches compare")
+    if name == "transformers":
+        import transformers
+
+        hf = transformers.ViTConfig(
+            hidden_size=config.width, num_hidden_layers=config.depth, num_attention_heads=config.num_heads,
+            intermediate_size=config.mlp_dim, image_size=config.image_size[0], patch_size=config.patch_size[0],
+            num_channels=config.in_chans, num_labels=max(config.num_classes, 1), layer_norm_eps=config.layer_norm_eps,
+            attn_implementation="sdpa",
+        )
+        return transformers.ViTForImageClassification(hf).to(device)
+    if name == "timm":
+        from timm.models.vision_transformer import VisionTransformer as TimmViT
+
+        return TimmViT(
+            img_size=config.image_size[0], patch_size=config.patch_size[0], in_chans=config.in_chans,
+            num_classes=config.num_classes, embed_dim=config.width, depth=config.depth, num_heads=config.num_heads,
+            mlp_ratio=config.mlp_dim / config.width,
+        ).to(device)
+    raise ConfigError(f"--compare: unknown reference {name!r}; choose from {', '.join(REFERENCES)}")
+
+
+def available_references() -> list[str]:
+    found = []
+    for name in REFERENCES:
+        try:
+            __import__(name)
+        except Exception:
+            continue
+        found.append(name)
+    return found
+
+
+# -- measuring ----------------------------------------------------------------------------------
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def interleaved_times(steps: dict[str, Callable[[], Any]], *, device: str, rounds: int, warmup: int) -> dict[str, list[float]]:
+    """Seconds per call of every step, taking turns round after round."""
+    for step in steps.values():
+        for _ in range(warmup):
+            step()
+    _sync(device)
+    times: dict[str, list[float]] = {name: [] for name in steps}
+    for _ in range(rounds):
+        for name, step in steps.items():
+            _sync(device)
+            start = time.perf_counter()
+            step()
+            _sync(device)
+            times[name].append(time.perf_counter() - start)
+    return times
+
+
+def peak_memory_mb(step: Callable[[], Any], device: str) -> float:
+    """Extra memory at the high-water mark of one step: allocator peak on CUDA, resident-set peak on CPU."""
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        step()
+        torch.cuda.synchronize()
+        return (torch.cuda.max_memory_allocated() - base) / 2**20
+    base = _proc_status_kb("VmRSS")
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # reset the resident-set high-water mark
+    except OSError:
+        return float("nan")
+    step()
+    return (_proc_status_kb("VmHWM") - base) / 1024
+
+
+def _proc_status_kb(field: str) -> float:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return float(line.split()[1])
+    except OSError:
+        pass
+    return float("nan")
+
+
+def device_name(device: str) -> str:
+    if device.startswith("cuda"):
+        return torch.cuda.get_device_name(device)
+    name = platform.processor() or "cpu"
+    try:
+        with open("/proc/cpuinfo") as f:
+            name = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"{name}, {torch.get_num_threads()} threads"
+
+
+def run(setup: Setup, compare: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
+    """Benchmark vitkit (and `compare` references) under `setup`; a JSON-ready dict."""
+    train = setup.mode == "train"
+    flops = count_flops(setup.config, setup.batch_size, backward=train)
+    models = {"vitkit": build_vitkit(setup)}
+    for name in compare:
+        models[name] = build_reference(name, setup.config, setup.device)
+    steps = {name: _step(model, setup, setup.batch_size) for name, model in models.items()}
+    peak_step, peak_flops = _matmul(setup)
+    times = interleaved_times({"matmul": peak_step, **steps}, device=setup.device, rounds=setup.rounds, warmup=setup.warmup)
+    peak = [peak_flops / t for t in times["matmul"]]
+    results: dict[str, Any] = {}
+    for name in models:
+        ts = times[name]
+        results[name] = {
+            "ms_per_batch": 1e3 * statistics.median(ts),
+            "img_per_s": setup.batch_size / statistics.median(ts),
+            "tflops": flops / statistics.median(ts) / 1e12,
+            "mfu": statistics.median(flops / t / p for t, p in zip(ts, peak)),  # against the same round's peak
+            "peak_memory_mb": peak_memory_mb(steps[name], setup.device),
+        }
+        if not train:
+            one = _step(models[name], setup, 1)
+            lat = interleaved_times({name: one}, device=setup.device, rounds=setup.rounds, warmup=1)[name]
+            results[name]["latency_ms_batch1"] = 1e3 * statistics.median(lat)
+    ratios = {
+        f"vitkit/{name}": statistics.median(r / v for r, v in zip(times[name], times["vitkit"])) for name in compare
+    }
+    c = setup.config
+    return {
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "device": device_name(setup.device),
+        "torch": torch.__version__,
+        "mode": setup.mode,
+        "dtype": setup.dtype,
+        "batch_size": setup.batch_size,
+        "image_size": list(c.image_size),
+        "compile": setup.compile,
+        "rounds": setup.rounds,
+        "gflops_per_image": flops / setup.batch_size / 1e9,
+        "peak_tflops": statistics.median(peak) / 1e12,
+        "results": results,
+        "speedup": ratios,
+    }
+
+
+def format_table(report: dict[str, Any]) -> str:
+    """A readable summary of `run`'s report."""
+    head = (
+        f"{report['mode']} {report['dtype']} batch {report['batch_size']} at {report['image_size'][0]}x{report['image_size'][1]}"
+        f" on {report['device']} ({report['date']}, torch {report['torch']}, compile={report['compile']})\n"
+        f"{report['gflops_per_image']:.2f} GFLOPs per image; measured matmul peak {report['peak_tflops'] * 1e3:.1f} GFLOP/s\n"
+    )
+    cols = ["img/s", "ms/batch", "GFLOP/s", "MFU", "latency b1 ms", "peak mem MB"]
+    lines = [f"{'':14}" + "".join(f"{c:>15}" for c in cols)]
+    for name, r in report["results"].items():
+        values = [r["img_per_s"], r["ms_per_batch"], r["tflops"] * 1e3, 100 * r["mfu"], r.get("latency_ms_batch1", float("nan")), r["peak_memory_mb"]]
+        lines.append(f"{name:14}" + "".join(f"{v:>14.1f}" + ("%" if i == 3 else " ") for i, v in enumerate(values)))
+    for name, ratio in report["speedup"].items():
+        lines.append(f"speed-up {name}: {ratio:.2f}x (median of per-round ratios)")
+    return head + "\n".join(lines)
+
+
+def set_threads(threads: int | None) -> None:
+    torch.set_num_threads(threads or len(os.sched_getaffinity(0)))

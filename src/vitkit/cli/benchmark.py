@@ -1,0 +1,61 @@
+"""`vitkit benchmark`: throughput, latency, memory, FLOPs and MFU, side by side with transformers/timm."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from vitkit.checkpoint.io import write_json
+from vitkit.models import get_config
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "benchmark",
+        help="measure speed (img/s, latency, memory, MFU) beside Hugging Face transformers / timm",
+        description="Every candidate and a large matmul (the measured peak) take turns for --rounds rounds; "
+        "ratios and MFU are medians of per-round values, so a noisy shared machine still gives fair ratios.",
+    )
+    p.add_argument("--model", default="vit_b16", help="model name (default vit_b16)")
+    p.add_argument("--batch", type=int, default=8, help="batch size (default 8)")
+    p.add_argument("--image-size", type=int, default=None, help="resolution (default: the model's)")
+    p.add_argument("--num-classes", type=int, default=1000)
+    p.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], default=None, help="default fp32 on CPU, bf16 on GPU")
+    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present)")
+    p.add_argument("--mode", choices=["inference", "train", "both"], default="inference")
+    p.add_argument("--compile", choices=["auto", "on", "off"], default="auto",
+                   help="torch.compile vitkit (auto: on; CPU inference also freezes weights into packed GEMMs)")
+    p.add_argument("--compare", default="", help="comma-separated references: transformers,timm (or 'all' installed)")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores available)")
+    p.add_argument("--json", type=Path, default=None, help="also write the report as JSON to this file")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from vitkit import benchmark
+
+    benchmark.set_threads(args.threads)
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    dtype = args.dtype or ("fp32" if device == "cpu" else "bf16")
+    overrides = {"num_classes": args.num_classes}
+    if args.image_size:
+        overrides["image_size"] = args.image_size
+    config = get_config(args.model, **overrides)
+    compare = benchmark.available_references() if args.compare == "all" else [c for c in args.compare.split(",") if c]
+    modes = ["inference", "train"] if args.mode == "both" else [args.mode]
+    reports = []
+    for mode in modes:
+        setup = benchmark.Setup(config=config, batch_size=args.batch, dtype=dtype, device=device, mode=mode,
+                                compile=args.compile != "off", rounds=args.rounds)
+        report = benchmark.run(setup, compare)
+        report["model"] = args.model
+        reports.append(report)
+        print(benchmark.format_table(report), flush=True)
+    if args.json:
+        write_json(args.json, reports if len(reports) > 1 else reports[0])
+    print(json.dumps(reports if len(reports) > 1 else reports[0]))
+    return 0

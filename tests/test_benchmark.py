@@ -1,0 +1,42 @@
+import json
+
+import pytest
+
+from vitkit import benchmark
+from vitkit.models import get_config
+from vitkit.models.summary import count_flops
+
+
+@pytest.mark.parametrize("mode", ["inference", "train"])
+def test_report_is_well_formed(mode):
+    config = get_config("vit_test")
+    setup = benchmark.Setup(config=config, batch_size=2, mode=mode, rounds=2, warmup=1)
+    report = benchmark.run(setup, compare=["transformers"])
+    assert report["gflops_per_image"] * 2e9 == pytest.approx(count_flops(config, 2, backward=mode == "train"))
+    assert report["peak_tflops"] > 0
+    for name in ("vitkit", "transformers"):
+        r = report["results"][name]
+        assert r["img_per_s"] > 0 and r["ms_per_batch"] > 0 and 0 < r["mfu"] < 2
+        assert ("latency_ms_batch1" in r) == (mode == "inference")
+    assert report["speedup"]["vitkit/transformers"] > 0
+    assert "speed-up vitkit/transformers" in benchmark.format_table(report)
+
+
+def test_training_flops_are_about_three_forwards():
+    config = get_config("vit_s16")
+    ratio = count_flops(config, 1, backward=True) / count_flops(config, 1)
+    assert 2.9 < ratio < 3.1
+
+
+def test_references_reject_what_they_cannot_express():
+    with pytest.raises(Exception, match="class-token"):
+        benchmark.build_reference("transformers", get_config("vit_test", classifier="gap"), "cpu")
+
+
+def test_cli_benchmark_writes_json(run_cli, tmp_path):
+    out = tmp_path / "bench.json"
+    result = run_cli("benchmark", "--model", "vit_test", "--batch", "2", "--rounds", "1", "--compile", "off", "--json", out)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(out.read_text())
+    assert report["model"] == "vit_test" and report["results"]["vitkit"]["img_per_s"] > 0
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == report
