@@ -209,3 +209,21 @@ def test_activation_checkpointing_gives_the_same_gradients():
     model(x).square().sum().backward()
     for name, param in model.named_parameters():
         torch.testing.assert_close(param.grad, plain[name], msg=name)
+
+
+def test_corrupt_hook_replaces_patch_embeddings_before_position_embeddings():
+    model = vitkit.create_model("vit_test", num_classes=0).eval()
+    x = torch.randn(2, 3, 16, 16)
+    seen = {}
+
+    def zero_first_patch(patches):
+        seen["shape"] = patches.shape
+        patches = patches.clone()
+        patches[:, 0] = 0
+        return patches
+
+    tokens = model.embed(x, zero_first_patch)
+    assert seen["shape"] == (2, 16, 32)
+    torch.testing.assert_close(tokens[:, 1], model.pos_embed[:, 1].expand(2, -1))  # only E_pos is left
+    torch.testing.assert_close(model.embed(x, lambda p: p), model.embed(x))
+    assert model.forward_features(x, zero_first_patch).shape == (2, 17, 32)

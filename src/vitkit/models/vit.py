@@ -12,6 +12,7 @@ that also returns the attention probabilities (`forward_explicit`), used only fo
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -178,8 +179,12 @@ class VisionTransformer(nn.Module):
                 nn.init.normal_(fc.bias, std=1e-6)
 
     # -- forward ------------------------------------------------------------------------
-    def embed(self, x: torch.Tensor) -> torch.Tensor:
-        """Eq. 1: (B, C, H, W) images -> (B, prefix + N, D) tokens with position embeddings added."""
+    def embed(self, x: torch.Tensor, corrupt: Callable[[torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
+        """Eq. 1: (B, C, H, W) images -> (B, prefix + N, D) tokens with position embeddings added.
+
+        `corrupt` maps the (B, N, D) patch embeddings x_p^i E to new ones before the class token and
+        E_pos join them (masked patch prediction, paper §4.6).
+        """
         c = self.config
         if x.ndim != 4 or x.shape[1] != c.in_chans or tuple(x.shape[-2:]) != c.image_size:
             raise ConfigError(
@@ -189,15 +194,17 @@ class VisionTransformer(nn.Module):
         if self.backbone is not None:
             x = self.backbone(x)  # (B, C', H/s, W/s)
         x = self.patch_embed(x).flatten(2).transpose(1, 2)  # (B, N, D)
+        if corrupt is not None:
+            x = corrupt(x)
         if self.cls_token is not None:
             x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)  # (B, 1 + N, D)
         if self.pos_embed is not None:
             x = x + self.pos_embed
         return self.pos_drop(x)
 
-    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+    def forward_features(self, x: torch.Tensor, corrupt: Callable[[torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
         """Eq. 1-3 and the final LayerNorm: (B, C, H, W) -> (B, prefix + N, D)."""
-        x = self.embed(x)
+        x = self.embed(x, corrupt)
         for block in self.blocks:
             if self.grad_checkpointing and self.training:
                 x = checkpoint(block, x, use_reentrant=False)
