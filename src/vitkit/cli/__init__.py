@@ -15,6 +15,7 @@ from vitkit.errors import VitkitError
 # subcommand -> module under vitkit.cli (imported lazily, so `vitkit models` never loads training code)
 COMMANDS = {
     "models": "models",
+    "inspect": "inspect_cmd",
 }
 
 
