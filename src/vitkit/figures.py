@@ -49,7 +49,8 @@ def filters_figure(components: torch.Tensor, explained: torch.Tensor | None = No
         comps = comps[..., 0]
     cols = min(7, len(comps))
     mosaic = tile(comps, cols)
-    fig = Figure(figsize=(1.0 + 0.8 * cols, 1.0 + 0.8 * -(-len(comps) // cols)), layout="constrained")
+    width = 0.8 * cols
+    fig = Figure(figsize=(width, 0.4 + width * mosaic.shape[0] / mosaic.shape[1]), layout="constrained")
     ax = fig.add_subplot()
     if mosaic.ndim == 3:
         ax.imshow(np.where(np.isnan(mosaic), 1.0, mosaic), interpolation="nearest")
