@@ -40,14 +40,14 @@ def test_all_figures_and_numbers_are_written_and_non_empty(tmp_path, name):
     assert not list(tmp_path.glob(".*.tmp")), "no temporary files are left behind"
 
 
-def test_a_hybrid_skips_the_pixel_filters_and_says_why(tmp_path):
+def test_a_hybrid_without_position_embeddings_skips_two_figures_and_says_why(tmp_path):
     torch.manual_seed(0)
-    config = ViTConfig(image_size=32, patch_size=1, backbone=ResNetConfig(layers=(), width=32),
+    config = ViTConfig(image_size=32, patch_size=1, backbone=ResNetConfig(layers=(), width=32), pos_embed="none",
                        width=32, depth=2, mlp_dim=64, num_heads=2, num_classes=10)
     report(VisionTransformer(config), tmp_path, n=2)
     summary = json.loads((tmp_path / "inspection.json").read_text())
-    assert "hybrid" in summary["skipped"]["filters"]
-    assert not (tmp_path / figures.FIGURES["filters"]).exists()
+    assert "hybrid" in summary["skipped"]["filters"] and "no position embeddings" in summary["skipped"]["pos_embed"]
+    assert not (tmp_path / figures.FIGURES["filters"]).exists() and not (tmp_path / figures.FIGURES["pos_embed"]).exists()
     assert (tmp_path / figures.FIGURES["rollout"]).stat().st_size > 0
 
 

@@ -111,15 +111,15 @@ def mean_attention_distance(model: VisionTransformer, images: Images, *, batch_s
     """
     c = model.config
     p = c.num_prefix_tokens
-    dist = patch_distances(c).to(_device(model))
+    dist = patch_distances(c).to(_device(model), torch.float32)
     total = torch.zeros(c.depth, c.num_heads, dtype=torch.float64, device=dist.device)
     count = 0
     with _inspecting(model):
         for x in _batches(images, batch_size, model):
             for layer, probs in enumerate(attention_maps(model, x)):
-                w = probs[:, :, p:, p:].double()  # (B, nh, N, N) patch queries -> patch keys
+                w = probs[:, :, p:, p:].float()  # (B, nh, N, N) patch queries -> patch keys
                 per_query = torch.einsum("bhqk,qk->bhq", w, dist) / w.sum(dim=-1)  # renormalised
-                total[layer] += per_query.mean(dim=-1).sum(dim=0)  # (nh,)
+                total[layer] += per_query.double().mean(dim=-1).sum(dim=0)  # (nh,)
             count += x.shape[0]
     return (total / count).float().cpu()
 
@@ -288,6 +288,6 @@ def _batches(images: Images, batch_size: int, model: VisionTransformer) -> Itera
     for x in images:
         x = x[0] if isinstance(x, (tuple, list)) else x
         count += len(x)
-        yield x.to(_device(model), torch.float32)
+        yield x.to(_device(model), model.norm.weight.dtype)
     if count == 0:
         raise DataError("images: got no images to inspect")
