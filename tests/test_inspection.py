@@ -122,6 +122,16 @@ def test_images_can_come_as_an_iterable_of_batches_or_labelled_pairs():
         insp.mean_attention_distance(model, x[:0])
 
 
+def test_num_images_takes_the_first_images_even_from_batches():
+    model, x = make(), images(make(), 5)
+    first3 = insp.mean_attention_distance(model, x[:3], num_images=None)
+    assert not torch.allclose(first3, insp.mean_attention_distance(model, x, num_images=None))
+    torch.testing.assert_close(insp.mean_attention_distance(model, x, num_images=3), first3)
+    torch.testing.assert_close(insp.mean_attention_distance(model, iter([x[:2], x[2:4], x[4:]]), num_images=3), first3)
+    with pytest.raises(ConfigError, match="num_images"):
+        insp.mean_attention_distance(model, x, num_images=0)
+
+
 # -- attention rollout ---------------------------------------------------------------------
 def test_rollout_multiplies_head_averaged_residual_attention_from_the_first_layer_up():
     model, x = make(seed=4), images(make(), 3)

@@ -102,12 +102,15 @@ def patch_distances(config: ViTConfig) -> torch.Tensor:
     return torch.cdist(centres, centres)
 
 
-def mean_attention_distance(model: VisionTransformer, images: Images, *, batch_size: int = 32) -> torch.Tensor:
-    """(layers, heads) mean attention distance in pixels (paper Fig. 7 right; the paper uses 128 images).
+def mean_attention_distance(
+    model: VisionTransformer, images: Images, *, num_images: int | None = 128, batch_size: int = 32
+) -> torch.Tensor:
+    """(layers, heads) mean attention distance in pixels (paper Fig. 7 right).
 
     For every query patch: the distance from its centre to every patch centre, weighted by the
     attention weights over patch keys (the class token is dropped as query and as key, and the
-    remaining weights are renormalised to sum to 1); averaged over queries and images.
+    remaining weights are renormalised to sum to 1); averaged over queries and over the first
+    `num_images` images (128 as in the paper; None: all of them).
     """
     c = model.config
     p = c.num_prefix_tokens
@@ -115,7 +118,7 @@ def mean_attention_distance(model: VisionTransformer, images: Images, *, batch_s
     total = torch.zeros(c.depth, c.num_heads, dtype=torch.float64, device=dist.device)
     count = 0
     with _inspecting(model):
-        for x in _batches(images, batch_size, model):
+        for x in _batches(images, batch_size, model, limit=num_images):
             for layer, probs in enumerate(attention_maps(model, x)):
                 w = probs[:, :, p:, p:].float()  # (B, nh, N, N) patch queries -> patch keys
                 per_query = torch.einsum("bhqk,qk->bhq", w, dist) / w.sum(dim=-1)  # renormalised
@@ -208,7 +211,7 @@ def inspect_model(
     out = {
         "filter_components": pca.components,
         "filter_explained_variance_ratio": pca.explained_variance_ratio,
-        "mean_attention_distance": mean_attention_distance(model, images, batch_size=batch_size),
+        "mean_attention_distance": mean_attention_distance(model, images, num_images=None, batch_size=batch_size),
         "uniform_attention_distance": patch_distances(model.config).mean().float().reshape(()),
         "rollout": rollout_maps(model, shown, batch_size=batch_size),
         "last_layer_attention": last_layer_attention(model, shown, batch_size=batch_size),
@@ -278,16 +281,24 @@ def _device(model: VisionTransformer) -> torch.device:
     return model.norm.weight.device
 
 
-def _batches(images: Images, batch_size: int, model: VisionTransformer) -> Iterator[torch.Tensor]:
-    """Batches of images on the model's device: a tensor is split, an iterable yields tensors or (x, y) pairs."""
-    if batch_size <= 0:
-        raise ConfigError(f"batch_size: expected a positive number, got {batch_size}")
+def _batches(images: Images, batch_size: int, model: VisionTransformer, *, limit: int | None = None) -> Iterator[torch.Tensor]:
+    """Batches of images on the model's device: a tensor is split, an iterable yields tensors or (x, y) pairs.
+
+    With `limit`, only the first `limit` images come out (the last batch cut short).
+    """
+    for key, value in (("batch_size", batch_size), ("num_images", limit if limit is not None else 1)):
+        if value <= 0:
+            raise ConfigError(f"{key}: expected a positive number, got {value}")
     if isinstance(images, torch.Tensor):
-        images = images.split(batch_size) if images.numel() else []
+        images = images[:limit].split(batch_size) if images.numel() else []
     count = 0
     for x in images:
         x = x[0] if isinstance(x, (tuple, list)) else x
+        if limit is not None:
+            x = x[: limit - count]
         count += len(x)
         yield x.to(_device(model), model.norm.weight.dtype)
+        if limit is not None and count >= limit:
+            break
     if count == 0:
         raise DataError("images: got no images to inspect")
