@@ -59,6 +59,8 @@ def test_user_errors_are_one_line_and_exit_2(checkpoint, image_dir, tmp_path, ca
     assert "no images found" in capsys.readouterr().err
     assert main(["inspect", str(checkpoint), "--images", str(image_dir), "--out", str(tmp_path / "o"), "--show", "0"]) == 2
     assert "--show" in capsys.readouterr().err
+    assert main(["inspect", str(checkpoint), "--images", str(image_dir), "--out", str(tmp_path / "o"), "--device", "gpu0"]) == 2
+    assert "--device" in capsys.readouterr().err
 
 
 def test_help_names_every_output(capsys):

@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
         if len(args.image_size) > 2:
             raise ConfigError(f"--image-size: expected H or H W, got {len(args.image_size)} numbers")
         image_size = tuple(args.image_size) if len(args.image_size) == 2 else args.image_size[0]
-    model = load_pretrained(args.checkpoint, image_size=image_size).to(args.device)
+    model = load_pretrained(args.checkpoint, image_size=image_size).to(_device(args.device))
     config = model.config
     pixels = load_images(args.images, config, limit=args.num_images)
     results = inspect_model(model, normalize(pixels, config), num_show=args.show, num_components=args.components, batch_size=args.batch_size)
@@ -69,3 +69,17 @@ def run(args: argparse.Namespace) -> int:
     for path in written:
         print(f"wrote {path}")
     return 0
+
+
+def _device(name: str):
+    import torch
+
+    from vitkit.errors import ConfigError
+
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ConfigError(f"--device: unknown device {name!r}; use cpu or cuda") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("--device: CUDA is not available on this machine; use --device cpu")
+    return device
