@@ -1,5 +1,7 @@
 """Make the README's inspection figures (docs/inspect/) with `vitkit inspect`.
 
+Run from the repository root:
+
     PYTHONPATH=src python docs/inspect_figures.py                     # train a small ViT briefly, then inspect it
     PYTHONPATH=src python docs/inspect_figures.py --checkpoint CKPT   # inspect a trained checkpoint instead
 
@@ -27,9 +29,6 @@ from PIL import Image
 
 import vitkit
 from vitkit.cli import main as vitkit_main
-
-ROOT = Path(__file__).resolve().parents[1]
-
 
 def read_idx(path: Path) -> np.ndarray:
     """An IDX file (.gz) of unsigned bytes as an array: the 4-byte magic gives the number of dimensions."""
@@ -84,8 +83,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--checkpoint", type=Path, help="inspect this vitkit checkpoint instead of training one")
     parser.add_argument("--data", type=Path, default=Path("/usr/share/datasets/fashion-mnist"), help="folder of the Fashion-MNIST .gz IDX files")
-    parser.add_argument("--work", type=Path, default=ROOT / "build" / "inspect-demo", help="where the images and the trained checkpoint go")
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "inspect", help="where the figures go")
+    parser.add_argument("--work", type=Path, default=Path("build/inspect-demo"), help="where the images and the trained checkpoint go")
+    parser.add_argument("--out", type=Path, default=Path("docs/inspect"), help="where the figures go")
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
