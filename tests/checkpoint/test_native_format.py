@@ -74,3 +74,12 @@ def test_a_failed_save_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
         save_pretrained(_random_model(), tmp_path)
     assert (tmp_path / "model.safetensors").read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json", "model.safetensors"]  # no temp files left
+
+
+def test_written_files_get_the_usual_permissions(tmp_path):
+    import os
+
+    save_pretrained(_random_model(), tmp_path)
+    mask = os.umask(0)
+    os.umask(mask)
+    assert (tmp_path / "config.json").stat().st_mode & 0o777 == 0o666 & ~mask

@@ -17,6 +17,7 @@ COMMANDS = {
     "models": "models",
     "benchmark": "benchmark",
     "export": "export",
+    "inspect": "inspect_cmd",
 }
 
 

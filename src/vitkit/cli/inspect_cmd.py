@@ -1,0 +1,85 @@
+"""`vitkit inspect CKPT --images PATH --out DIR`: the paper's Fig. 7 and attention maps for a checkpoint."""
+
+from __future__ import annotations
+
+import argparse
+
+DESCRIPTION = """\
+Look inside a trained ViT (paper §4.5, App. D.7-D.8). Writes to DIR:
+  patch_embedding_filters.png  first principal components of the patch embedding (Fig. 7 left)
+  pos_embed_similarity.png     cosine similarity of each position embedding to all others (Fig. 7 centre)
+  mean_attention_distance.png  attention distance in pixels per head against depth (Fig. 7 right)
+  attention_rollout.png        attention rollout from the output token over the first --show images
+  last_layer_attention.png     the last layer's raw attention per head over the same images
+  inspection.npz, inspection.json  the numbers behind every figure
+Images are resized to the model's resolution (or --image-size) and normalised with its mean and std.
+"""
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "inspect",
+        help="draw the paper's Fig. 7 (filters, position embeddings, attention distance) and attention maps",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("checkpoint", metavar="CKPT", help="a vitkit checkpoint directory (config.json + model.safetensors)")
+    p.add_argument("--images", nargs="+", required=True, metavar="PATH", help="image files and/or folders (searched recursively, sorted)")
+    p.add_argument("--out", required=True, metavar="DIR", help="folder for the figures and numbers (created; files in it are replaced)")
+    p.add_argument("--num-images", type=int, default=128, metavar="N", help="images averaged for the attention distance (default 128, as in the paper)")
+    p.add_argument("--show", type=int, default=8, metavar="N", help="images drawn with their attention maps (default 8)")
+    p.add_argument("--components", type=int, default=28, metavar="K", help="principal components of the filters to draw (default 28)")
+    p.add_argument("--image-size", type=int, nargs="+", default=None, metavar="PX",
+                   help="inspect at this resolution (H [W]); position embeddings are interpolated (paper §3.2)")
+    p.add_argument("--batch-size", type=int, default=32, help="images per forward pass; lower it to bound memory (default 32)")
+    p.add_argument("--device", default="cpu", help="torch device, e.g. cpu or cuda (default cpu)")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from vitkit.checkpoint import load_pretrained
+    from vitkit.errors import ConfigError
+    from vitkit.figures import write_report
+    from vitkit.inspection import inspect_model, load_images, normalize
+
+    for name in ("num_images", "show", "components", "batch_size"):
+        if getattr(args, name) <= 0:
+            raise ConfigError(f"--{name.replace('_', '-')}: expected a positive number, got {getattr(args, name)}")
+    image_size = None
+    if args.image_size is not None:
+        if len(args.image_size) > 2:
+            raise ConfigError(f"--image-size: expected H or H W, got {len(args.image_size)} numbers")
+        image_size = tuple(args.image_size) if len(args.image_size) == 2 else args.image_size[0]
+    model = load_pretrained(args.checkpoint, image_size=image_size).to(_device(args.device))
+    config = model.config
+    pixels = load_images(args.images, config, limit=args.num_images)
+    results = inspect_model(model, normalize(pixels, config), num_show=args.show, num_components=args.components, batch_size=args.batch_size)
+    info = {
+        "checkpoint": str(args.checkpoint),
+        "num_images": len(pixels),
+        "image_size": list(config.image_size),
+        "grid_size": list(config.grid_size),
+        "patch_size_pixels": list(config.total_patch_size),
+        "hybrid": config.backbone is not None,
+    }
+    written = write_report(results, pixels, args.out, info=info)
+    distance = results["mean_attention_distance"].mean(dim=1)
+    print(f"inspected {len(pixels)} images at {config.image_size[0]}x{config.image_size[1]} ({config.grid_size[0]}x{config.grid_size[1]} patches)")
+    print("mean attention distance per layer (px): " + " ".join(f"{d:.1f}" for d in distance.tolist()))
+    for path in written:
+        print(f"wrote {path}")
+    return 0
+
+
+def _device(name: str):
+    import torch
+
+    from vitkit.errors import ConfigError
+
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ConfigError(f"--device: unknown device {name!r}; use cpu or cuda") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("--device: CUDA is not available on this machine; use --device cpu")
+    return device
