@@ -15,6 +15,8 @@ from vitkit.errors import VitkitError
 # subcommand -> module under vitkit.cli (imported lazily, so `vitkit models` never loads training code)
 COMMANDS = {
     "models": "models",
+    "convert": "convert",
+    "info": "info",
 }
 
 
