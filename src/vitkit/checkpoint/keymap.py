@@ -32,7 +32,7 @@ class Rule:
     to_theirs: Callable[[torch.Tensor], tuple[torch.Tensor, ...]]
 
 
-def _identity(t: torch.Tensor) -> torch.Tensor:
+def _identity(t):
     return t
 
 
@@ -98,20 +98,20 @@ def to_vitkit(
     tensors: Mapping[str, torch.Tensor],
     *,
     source: str | os.PathLike,
-    shown: Mapping[str, str] | None = None,
+    shown: Callable[[str], str] | None = None,
 ) -> dict[str, torch.Tensor]:
     """The vitkit state dict from a file's tensors; every key of the file must be used exactly once.
 
-    `shown` maps a key of `tensors` to the name it has in the file, for the error messages (when the
-    loader renamed keys of an old layout before converting).
+    `shown` gives, for a key of `tensors`, the name it has (or would have) in the file, for the error
+    messages when the loader renamed the keys of an old layout before converting.
     """
-    shown = shown or {}
+    shown = shown or _identity
     used: set[str] = set()
     state = {}
     for rule in rules:
         parts = []
         for key, shape in zip(rule.theirs, rule.shapes):
-            name = shown.get(key, key)
+            name = shown(key)
             if key not in tensors:
                 raise CheckpointError(f"{source}: missing key {name!r} (needed for {rule.ours}); the file does not hold the architecture its other keys describe")
             found = tuple(tensors[key].shape)
@@ -123,7 +123,7 @@ def to_vitkit(
     left = [k for k in tensors if k not in used]
     if left:
         raise CheckpointError(
-            f"{source}: unexpected key {shown.get(left[0], left[0])!r} ({len(left)} unexpected); vitkit cannot represent it, "
+            f"{source}: unexpected key {shown(left[0])!r} ({len(left)} unexpected); vitkit cannot represent it, "
             "so loading would silently change the model"
         )
     return state

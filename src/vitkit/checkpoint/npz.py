@@ -22,6 +22,7 @@ import os
 import re
 import warnings
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -41,8 +42,8 @@ _BLOCK = re.compile(r"Transformer/encoderblock_(\d+)/([^/]+)/(.*)")
 _GROUPNORM = re.compile(r"(.*/)?gn_?\w*/(scale|bias)")
 
 
-def canonical(arrays: dict[str, np.ndarray], *, source: str | os.PathLike) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    """The arrays in the canonical layout as tensors, and for each canonical key the key it has in the file."""
+def canonical(arrays: dict[str, np.ndarray], *, source: str | os.PathLike) -> tuple[dict[str, torch.Tensor], Callable[[str], str]]:
+    """The arrays in the canonical layout as tensors, and the function giving a canonical key's name in the file."""
     prefix = next((p for p in PREFIXES if f"{p}embedding/kernel" in arrays), None)
     if prefix is None:
         raise CheckpointError(f"{source}: missing key 'embedding/kernel' (also looked under {', '.join(p for p in PREFIXES if p)}); not a ViT .npz")
@@ -73,18 +74,27 @@ def canonical(arrays: dict[str, np.ndarray], *, source: str | os.PathLike) -> tu
         if "cls" in tensors:
             posemb = torch.cat([torch.zeros_like(posemb[:, :1]), posemb], dim=1)
         put(POSEMB, posemb, shown.pop("pos_embedding"))
-    return tensors, shown
+
+    def name_in_file(key: str) -> str:
+        if key in shown:
+            return shown[key]
+        if pre_linen and (match := _BLOCK.fullmatch(key)):
+            i, module, rest = match.groups()
+            key = f"Transformer/encoderblock_{i}/{LINEN_TO_PRE_LINEN.get(module, module)}/{rest}"
+        return prefix + key
+
+    return tensors, name_in_file
 
 
 def config_from_npz(
-    tensors: dict[str, torch.Tensor], *, image_size=None, source: str | os.PathLike, shown: dict[str, str] | None = None
+    tensors: dict[str, torch.Tensor], *, image_size=None, source: str | os.PathLike, shown: Callable[[str], str] | None = None
 ) -> ViTConfig:
     """The whole ViTConfig from canonical arrays: sizes from kernel shapes, depth and stages from key counts."""
-    shown = shown or {}
+    shown = shown or (lambda key: key)
 
     def shape(key: str) -> tuple[int, ...]:
         if key not in tensors:
-            raise CheckpointError(f"{source}: missing key {shown.get(key, key)!r}; the file is not a complete ViT checkpoint")
+            raise CheckpointError(f"{source}: missing key {shown(key)!r}; the file is not a complete ViT checkpoint")
         return tuple(tensors[key].shape)
 
     ph, pw, in_chans, width = _expect_rank(shape("embedding/kernel"), 4, "embedding/kernel", source)
@@ -108,7 +118,7 @@ def config_from_npz(
     prefix = 1 if classifier == "token" else 0
     stride = backbone.stride if backbone else 1
     num_patches = shape(POSEMB)[1] - prefix
-    image = infer_image_size(num_patches, (ph * stride, pw * stride), image_size=image_size, key=shown.get(POSEMB, POSEMB), source=source)
+    image = infer_image_size(num_patches, (ph * stride, pw * stride), image_size=image_size, key=shown(POSEMB), source=source)
     try:
         return ViTConfig(
             image_size=image, patch_size=(ph, pw), in_chans=in_chans, num_classes=num_classes, width=width, depth=depth,
