@@ -77,7 +77,7 @@ def relu(x):
 
 
 # -- the official model ------------------------------------------------------------------
-def forward(arrays: dict, images_nhwc: np.ndarray, *, num_heads: int, prefix: str = "", names=LINEN) -> np.ndarray:
+def forward(arrays: dict, images_nhwc: np.ndarray, *, num_heads: int, prefix: str = "", names=PRE_LINEN) -> np.ndarray:
     """Logits (or pooled features without a head) of the official model holding `arrays`."""
     p = {k[len(prefix) :]: np.asarray(v, dtype=np.float64) for k, v in arrays.items() if k.startswith(prefix)}
     x = np.asarray(images_nhwc, dtype=np.float64)

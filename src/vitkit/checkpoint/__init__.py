@@ -21,6 +21,7 @@ from vitkit.errors import CheckpointError
 from vitkit.models import ViTConfig, VisionTransformer
 
 from . import hf, native, npz, timm
+from .io import is_safetensors
 from .native import load_state_dict_strict, save_pretrained
 
 FORMATS: dict[str, ModuleType] = {"vitkit": native, "npz": npz, "timm": timm, "hf": hf}
@@ -41,9 +42,11 @@ def detect_format(path: str | os.PathLike) -> str:
         )
     if not path.is_file():
         raise CheckpointError(f"{path}: no such file or directory")
+    if is_safetensors(path):
+        return "timm"  # vitkit's and HF's safetensors live in directories, handled above
     with open(path, "rb") as f:
-        head = f.read(9)
-    if head.startswith(b"PK"):
+        head = f.read(2)
+    if head == b"PK":
         try:
             with zipfile.ZipFile(path) as archive:
                 names = archive.namelist()
@@ -53,8 +56,6 @@ def detect_format(path: str | os.PathLike) -> str:
             return "npz"
         if any(n.endswith("data.pkl") for n in names):
             return "timm"  # torch.save's zip format
-    elif len(head) == 9 and head[8:9] == b"{":
-        return "timm"  # safetensors: 8-byte header length, then a JSON header
     elif head[:1] == b"\x80":
         return "timm"  # torch.save's legacy (pickle) format, read with weights_only
     if path.suffix in _SUFFIXES:

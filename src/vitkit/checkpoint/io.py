@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import tempfile
 import zipfile
 from contextlib import contextmanager
@@ -90,9 +91,21 @@ def read_torch(path: str | os.PathLike) -> Any:
         return torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
         raise CheckpointError(f"{path}: file not found") from None
-    except Exception as err:  # torch raises many types for bad or unsafe pickles
+    except pickle.UnpicklingError:
+        raise CheckpointError(
+            f"{path}: holds Python objects other than tensors; vitkit reads weights only (weights_only=True) and never "
+            "unpickles anything else; save a plain state dict (or .safetensors)"
+        ) from None
+    except Exception as err:  # torch raises many types for bad pickles and damaged archives
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise CheckpointError(f"{path}: cannot load as a PyTorch weights file ({first})") from None
+        raise CheckpointError(f"{path}: cannot load as a PyTorch weights file ({first}); the file is truncated or corrupt") from None
+
+
+def is_safetensors(path: str | os.PathLike) -> bool:
+    """A safetensors file starts with an 8-byte little-endian header length, then its JSON header."""
+    with open(path, "rb") as f:
+        head = f.read(9)
+    return len(head) == 9 and head[8:9] == b"{" and 2 <= int.from_bytes(head[:8], "little") < 100_000_000
 
 
 def write_torch(path: str | os.PathLike, tensors: dict[str, torch.Tensor]) -> None:

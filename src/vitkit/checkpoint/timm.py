@@ -25,7 +25,7 @@ from vitkit.errors import CheckpointError, ConfigError
 from vitkit.models import ResNetConfig, ViTConfig, VisionTransformer
 from vitkit.models.registry import SIZES
 
-from .io import read_safetensors, read_torch, write_safetensors, write_torch
+from .io import is_safetensors, read_safetensors, read_torch, write_safetensors, write_torch
 from .keymap import Rule, count_indexed, from_vitkit, infer_image_size, same, to_vitkit
 
 METADATA_KEY = "vitkit_config"
@@ -141,7 +141,7 @@ def _stored_config(path: Path) -> dict | None:
 def read(path: str | os.PathLike, *, image_size=None) -> tuple[ViTConfig, dict[str, torch.Tensor]]:
     """(config, vitkit state dict) of a timm checkpoint (.safetensors preferred; .pth/.bin read with weights_only)."""
     path = Path(path)
-    if path.suffix == ".safetensors":
+    if is_safetensors(path):
         state, stored = read_safetensors(path), _stored_config(path)
     else:
         state, stored = _unwrap(read_torch(path), path), None
