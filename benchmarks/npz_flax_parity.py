@@ -156,6 +156,12 @@ def release_arrays(params: Any, *, groupnorm_4d: bool) -> dict[str, np.ndarray]:
     return out
 
 
+def params_from_release(arrays: dict[str, np.ndarray]) -> Any:
+    """The Flax parameter tree of a plain ViT from release-layout arrays (the inverse of release_arrays)."""
+    linen = {v: k for k, v in PRE_LINEN.items()}
+    return unflatten_dict({tuple(linen.get(p, p) for p in key.split("/")): jnp.asarray(v) for key, v in arrays.items()})
+
+
 def randomise(params: Any, seed: int) -> Any:
     rng = np.random.default_rng(seed)
     flat = flatten_dict(flax.core.unfreeze(params))
@@ -193,7 +199,17 @@ def run_case(name: str, case: dict, seed: int, tmp: Path) -> float:
     with torch.no_grad():
         got = ours(torch.from_numpy(x).permute(0, 3, 1, 2)).double().numpy()
     err = float(np.abs(got - want).max() / np.abs(want).max())
-    print(f"{name:<34} logits {tuple(want.shape)}  max rel err {err:.2e}")
+    line = f"{name:<34} logits {tuple(want.shape)}  load: max rel err {err:.2e}"
+    if "resnet" not in case["model"]:  # vitkit writes plain ViTs: the Flax model runs the .npz vitkit wrote
+        back = tmp / f"written{seed}.npz"
+        vitkit.checkpoint.save_checkpoint(ours, back, "npz")
+        arrays = dict(np.load(back))
+        assert sorted(arrays) == sorted(release_arrays(params, groupnorm_4d=False)), "written keys differ from the release layout"
+        flax_out = np.asarray(model.apply({"params": params_from_release(arrays)}, jnp.asarray(x)), dtype=np.float64)
+        write_err = float(np.abs(flax_out - got).max() / np.abs(got).max())
+        line += f"  write: max rel err {write_err:.2e}"
+        err = max(err, write_err)
+    print(line)
     return err
 
 
