@@ -106,6 +106,7 @@ def config_from_hf(hf: dict, state: dict[str, torch.Tensor], *, preprocessor: di
         image_size=image, patch_size=patch, in_chans=hf.get("num_channels", 3), num_classes=0 if head is None else head.shape[0],
         width=width, depth=depth, mlp_dim=mlp, num_heads=heads, representation_size=None if pooler is None else pooler.shape[0],
         layer_norm_eps=hf.get("layer_norm_eps", 1e-12), mlp_act=ACTS[act],
+        dropout=hf.get("hidden_dropout_prob", 0.0), attn_dropout=hf.get("attention_probs_dropout_prob", 0.0),
     )  # fmt: skip
     if preprocessor:
         for ours, theirs in (("mean", "image_mean"), ("std", "image_std")):
