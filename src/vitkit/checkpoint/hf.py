@@ -154,7 +154,8 @@ def read(path: str | os.PathLike, *, image_size=None) -> tuple[ViTConfig, dict[s
     directory = Path(path)
     hf = read_json(directory / CONFIG_NAME)
     if not isinstance(hf, dict) or hf.get("model_type") != "vit":
-        raise CheckpointError(f"{directory / CONFIG_NAME}: model_type is {hf.get('model_type') if isinstance(hf, dict) else None!r}, expected 'vit'")
+        found = hf.get("model_type") if isinstance(hf, dict) else None
+        raise CheckpointError(f"{directory / CONFIG_NAME}: model_type is {found!r}, expected 'vit'")
     preprocessor = read_json(directory / PREPROCESSOR_NAME) if (directory / PREPROCESSOR_NAME).is_file() else None
     state, weights = read_weights(directory)
     config = config_from_hf(hf, state, preprocessor=preprocessor, image_size=image_size, source=directory)

@@ -113,10 +113,14 @@ def to_vitkit(
         for key, shape in zip(rule.theirs, rule.shapes):
             name = shown(key)
             if key not in tensors:
-                raise CheckpointError(f"{source}: missing key {name!r} (needed for {rule.ours}); the file does not hold the architecture its other keys describe")
+                raise CheckpointError(
+                    f"{source}: missing key {name!r} (needed for {rule.ours}); the file does not hold the architecture its other keys describe"
+                )
             found = tuple(tensors[key].shape)
             if found != shape:
-                raise CheckpointError(f"{source}: {name!r} has shape {found}, expected {shape}; the file is inconsistent or not of this format")
+                raise CheckpointError(
+                    f"{source}: {name!r} has shape {found}, expected {shape}; the file is inconsistent or not of this format"
+                )
             parts.append(tensors[key])
             used.add(key)
         state[rule.ours] = rule.to_ours(*parts)

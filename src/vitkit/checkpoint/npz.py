@@ -46,7 +46,8 @@ def canonical(arrays: dict[str, np.ndarray], *, source: str | os.PathLike) -> tu
     """The arrays in the canonical layout as tensors, and the function giving a canonical key's name in the file."""
     prefix = next((p for p in PREFIXES if f"{p}embedding/kernel" in arrays), None)
     if prefix is None:
-        raise CheckpointError(f"{source}: missing key 'embedding/kernel' (also looked under {', '.join(p for p in PREFIXES if p)}); not a ViT .npz")
+        looked = ", ".join(p for p in PREFIXES if p)
+        raise CheckpointError(f"{source}: missing key 'embedding/kernel' (also looked under {looked}); not a ViT .npz")
     tensors: dict[str, torch.Tensor] = {}
     shown: dict[str, str] = {}
 
@@ -149,7 +150,11 @@ def npz_rules(c: ViTConfig) -> list[Rule]:
         ]
         for s, u, cin, mid, projection in resnet_units(c.backbone):
             theirs, ours = f"block{s + 1}/unit{u + 1}/", f"backbone.stages.{s}.{u}."
-            convs = [("conv1", "gn1", "conv1", "norm1", 1, cin, mid), ("conv2", "gn2", "conv2", "norm2", 3, mid, mid), ("conv3", "gn3", "conv3", "norm3", 1, mid, 4 * mid)]
+            convs = [  # (Flax conv, Flax GroupNorm, our conv, our norm, kernel size, in, out)
+                ("conv1", "gn1", "conv1", "norm1", 1, cin, mid),
+                ("conv2", "gn2", "conv2", "norm2", 3, mid, mid),
+                ("conv3", "gn3", "conv3", "norm3", 1, mid, 4 * mid),
+            ]
             if projection:
                 convs.append(("conv_proj", "gn_proj", "downsample.0", "downsample.1", 1, cin, 4 * mid))
             for conv, gn, our_conv, our_norm, k, n_in, n_out in convs:
