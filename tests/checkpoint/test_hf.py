@@ -54,7 +54,9 @@ def test_hf_vitmodel_pooler_is_the_pre_logits_layer(tmp_path, make_images):
         assert _max_rel(model.forward_features(x), out.last_hidden_state) < 1e-5
 
 
-@pytest.mark.parametrize("overrides", [dict(), dict(mlp_act="gelu_tanh", layer_norm_eps=1e-12), dict(num_classes=0, representation_size=24)])
+@pytest.mark.parametrize(
+    "overrides", [dict(), dict(mlp_act="gelu_tanh", layer_norm_eps=1e-12), dict(num_classes=0, representation_size=24), dict(image_size=(16, 24))]
+)
 def test_vitkit_model_written_as_hf_runs_in_transformers(overrides, make_model, make_images, tmp_path):
     model = make_model(**overrides)
     save_checkpoint(model, tmp_path, "hf")
@@ -100,3 +102,22 @@ def test_hf_cannot_hold_gap_hybrid_or_prelogits_under_a_head(make_model, tmp_pat
         with pytest.raises(vitkit.CheckpointError, match=what):
             save_checkpoint(make_model(**overrides), tmp_path / "x", "hf")
     assert not (tmp_path / "x").exists()
+
+
+def test_hf_sharded_checkpoint_is_read_through_its_index(tmp_path, make_images):
+    hf = _randomise(transformers.ViTForImageClassification(_hf_config()))
+    hf.save_pretrained(tmp_path)
+    from safetensors.torch import load_file, save_file
+
+    state = load_file(tmp_path / "model.safetensors")
+    (tmp_path / "model.safetensors").unlink()
+    keys = sorted(state)
+    shards = {"model-00001-of-00002.safetensors": keys[: len(keys) // 2], "model-00002-of-00002.safetensors": keys[len(keys) // 2 :]}
+    for name, part in shards.items():
+        save_file({k: state[k] for k in part}, tmp_path / name)
+    weight_map = {k: name for name, part in shards.items() for k in part}
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    model = vitkit.load_pretrained(tmp_path)
+    x = make_images(model.config)
+    with torch.no_grad():
+        assert _max_rel(model(x), hf(pixel_values=x).logits) < 1e-5
