@@ -1,18 +1,95 @@
-"""Checkpoints: vitkit's own format (config.json + model.safetensors) and conversions of other formats.
+"""Checkpoints in every format users have, read and written by one call each.
 
-`load_pretrained(path)` returns a ready model from any format vitkit reads; `save_pretrained(model, dir)`
-writes vitkit's own.
+Formats: "vitkit" (a directory: config.json + model.safetensors), "npz" (Google's Flax .npz: the
+vision_transformer releases, AugReg and big_vision), "timm" (a state dict in .safetensors or .pth) and
+"hf" (a Hugging Face transformers ViT directory). `load_pretrained(path)` detects the format from the
+content and returns a ready model; `save_checkpoint(model, path, format)` writes any of them and
+`save_pretrained(model, dir)` vitkit's own. Nothing is ever unpickled: .pth/.bin files are read with
+torch.load(weights_only=True).
 """
 
 from __future__ import annotations
 
 import os
+import zipfile
 from pathlib import Path
+from types import ModuleType
+
+import torch
 
 from vitkit.errors import CheckpointError
-from vitkit.models import VisionTransformer
+from vitkit.models import ViTConfig, VisionTransformer
 
-from .native import is_native, load_native, save_pretrained
+from . import hf, native, npz, timm
+from .io import is_safetensors
+from .native import load_state_dict_strict, save_pretrained
+
+FORMATS: dict[str, ModuleType] = {"vitkit": native, "npz": npz, "timm": timm, "hf": hf}
+_SUFFIXES = {".npz": "npz", ".safetensors": "timm", ".pth": "timm", ".pt": "timm", ".bin": "timm"}
+
+
+def detect_format(path: str | os.PathLike) -> str:
+    """The format of `path` from its content: a directory's config.json, a file's magic bytes (then its suffix)."""
+    path = Path(path)
+    if path.is_dir():
+        if native.is_native(path):
+            return "vitkit"
+        if hf.is_hf(path):
+            return "hf"
+        raise CheckpointError(
+            f"{path}: unknown checkpoint format: a directory without a vitkit config.json (\"format\": \"vitkit\") "
+            "or a Hugging Face one (\"model_type\": \"vit\")"
+        )
+    if not path.is_file():
+        raise CheckpointError(f"{path}: no such file or directory")
+    if is_safetensors(path):
+        return "timm"  # vitkit's and HF's safetensors live in directories, handled above
+    with open(path, "rb") as f:
+        head = f.read(2)
+    if head == b"PK":
+        try:
+            with zipfile.ZipFile(path) as archive:
+                names = archive.namelist()
+        except zipfile.BadZipFile:
+            names = []
+        if any(n.endswith(".npy") for n in names):
+            return "npz"
+        if any(n.endswith("data.pkl") for n in names):
+            return "timm"  # torch.save's zip format
+    elif head[:1] == b"\x80":
+        return "timm"  # torch.save's legacy (pickle) format, read with weights_only
+    if path.suffix in _SUFFIXES:
+        return _SUFFIXES[path.suffix]  # damaged or unusual: the reader says what is wrong
+    raise CheckpointError(
+        f"{path}: unknown checkpoint format; expected a vitkit or Hugging Face directory, an .npz, or a "
+        "timm .safetensors/.pth state dict; pass format= (--from) if the file is one of them"
+    )
+
+
+def _resolve(path: Path, format: str | None) -> tuple[Path, str]:
+    """A weights file inside a vitkit or HF directory stands for its directory."""
+    if path.is_file() and path.name in (native.WEIGHTS_NAME, *hf.WEIGHTS_NAMES) and format in (None, "vitkit", "hf"):
+        if native.is_native(path.parent) or hf.is_hf(path.parent):
+            path = path.parent
+    if format is None:
+        return path, detect_format(path)
+    if format not in FORMATS:
+        raise CheckpointError(f"format: unknown format {format!r}; choose one of {', '.join(FORMATS)}")
+    if not path.exists():
+        raise CheckpointError(f"{path}: no such file or directory")
+    return path, format
+
+
+def read_checkpoint(
+    path: str | os.PathLike, *, format: str | None = None, image_size: int | tuple[int, int] | None = None
+) -> tuple[ViTConfig, dict[str, torch.Tensor], str]:
+    """(config, vitkit state dict, format) of any checkpoint, without building the model.
+
+    `image_size` only decides the grid when the position embeddings are not square.
+    """
+    path, format = _resolve(Path(path), format)
+    config, state = FORMATS[format].read(path, image_size=image_size)
+    return config, state, format
 
 
 def load_pretrained(
@@ -21,19 +98,29 @@ def load_pretrained(
     image_size: int | tuple[int, int] | None = None,
     num_classes: int | None = None,
     format: str | None = None,
+    keep_pre_logits: bool = False,
 ) -> VisionTransformer:
-    """Load a checkpoint; resample position embeddings for `image_size`, put a new zero head for `num_classes`."""
-    path = Path(path)
-    if not path.exists():
-        raise CheckpointError(f"{path}: no such file or directory")
-    if format not in (None, "vitkit") or not is_native(path):
-        raise CheckpointError(f"{path}: not a vitkit checkpoint directory (config.json + model.safetensors)")
-    model, _ = load_native(path)
+    """A ready model from a checkpoint of any format (detected unless `format` is given).
+
+    image_size: resolution to run at; position embeddings are 2D-resampled if the grid changes (paper §3.2).
+    num_classes: if different from the checkpoint's, a new zero-initialised head; the pre-logits layer is
+        dropped as in the official fine-tuning code unless `keep_pre_logits`.
+    """
+    config, state, format = read_checkpoint(path, format=format, image_size=image_size)
+    model = VisionTransformer(config)
+    load_state_dict_strict(model, state, source=path)
     if image_size is not None:
         model.set_image_size(image_size)
-    if num_classes is not None and num_classes != model.config.num_classes:
-        model.reset_head(num_classes)
-    return model
+    if num_classes is not None and num_classes != config.num_classes:
+        model.reset_head(num_classes, keep_pre_logits=keep_pre_logits)
+    return model.eval()
 
 
-__all__ = ["load_pretrained", "save_pretrained"]
+def save_checkpoint(model: VisionTransformer, path: str | os.PathLike, format: str = "vitkit") -> Path:
+    """Write `model` as `format`: vitkit/hf make a directory, npz an .npz file, timm a .safetensors or .pth file."""
+    if format not in FORMATS:
+        raise CheckpointError(f"format: unknown format {format!r}; choose one of {', '.join(FORMATS)}")
+    return FORMATS[format].write(model, path)
+
+
+__all__ = ["FORMATS", "detect_format", "load_pretrained", "read_checkpoint", "save_checkpoint", "save_pretrained"]

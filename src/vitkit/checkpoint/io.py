@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import tempfile
+import zipfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
+import numpy as np
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
@@ -95,6 +98,44 @@ def read_torch(path: str | os.PathLike) -> Any:
         return torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
         raise CheckpointError(f"{path}: file not found") from None
-    except Exception as err:  # torch raises many types for bad or unsafe pickles
+    except pickle.UnpicklingError:
+        raise CheckpointError(
+            f"{path}: holds Python objects other than tensors; vitkit reads weights only (weights_only=True) and never "
+            "unpickles anything else; save a plain state dict (or .safetensors)"
+        ) from None
+    except Exception as err:  # torch raises many types for bad pickles and damaged archives
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise CheckpointError(f"{path}: cannot load as a PyTorch weights file ({first})") from None
+        raise CheckpointError(f"{path}: cannot load as a PyTorch weights file ({first}); the file is truncated or corrupt") from None
+
+
+def is_safetensors(path: str | os.PathLike) -> bool:
+    """A safetensors file starts with an 8-byte little-endian header length, then its JSON header."""
+    with open(path, "rb") as f:
+        head = f.read(9)
+    return len(head) == 9 and head[8:9] == b"{" and 2 <= int.from_bytes(head[:8], "little") < 100_000_000
+
+
+def write_torch(path: str | os.PathLike, tensors: dict[str, torch.Tensor]) -> None:
+    """A plain state dict of tensors, written atomically (readable with weights_only=True)."""
+    tensors = {k: v.detach().contiguous().cpu() for k, v in tensors.items()}
+    with atomic_path(path) as tmp:
+        torch.save(tensors, tmp)
+
+
+def read_npz(path: str | os.PathLike) -> dict[str, np.ndarray]:
+    """Every array of an .npz file, read eagerly and without pickle."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: file not found")
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            return {key: archive[key] for key in archive.files}
+    except (zipfile.BadZipFile, ValueError, EOFError, OSError, KeyError) as err:
+        raise CheckpointError(f"{path}: cannot read as .npz ({err}); the file is truncated, corrupt or holds pickled objects") from None
+
+
+def write_npz(path: str | os.PathLike, arrays: dict[str, np.ndarray]) -> None:
+    """An uncompressed .npz (as the official release files are), written atomically."""
+    with atomic_path(path) as tmp:
+        with open(tmp, "wb") as f:
+            np.savez(f, **arrays)

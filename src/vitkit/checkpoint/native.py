@@ -76,3 +76,14 @@ def load_state_dict_strict(model: VisionTransformer, state: dict, *, source: str
         if tuple(state[key].shape) != tuple(value.shape):
             raise CheckpointError(f"{source}: {key!r} has shape {tuple(state[key].shape)}, the model expects {tuple(value.shape)}")
     model.load_state_dict(state, strict=True)
+
+
+def read(directory: str | os.PathLike, *, image_size=None) -> tuple[ViTConfig, dict]:
+    """(config, state dict) of a vitkit directory; the config says the image size (resampling is the caller's)."""
+    directory = Path(directory)
+    config, _ = read_native_config(directory)
+    return config, read_safetensors(directory / WEIGHTS_NAME)
+
+
+def write(model: VisionTransformer, directory: str | os.PathLike) -> Path:
+    return save_pretrained(model, directory)

@@ -18,6 +18,8 @@ COMMANDS = {
     "benchmark": "benchmark",
     "export": "export",
     "inspect": "inspect_cmd",
+    "convert": "convert",
+    "info": "info",
 }
 
 

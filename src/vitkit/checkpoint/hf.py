@@ -1,0 +1,218 @@
+"""Hugging Face transformers ViT directories: ViTModel and ViTForImageClassification.
+
+A directory holds config.json (model_type "vit") and model.safetensors (or pytorch_model.bin, read
+with weights_only; or a sharded *.index.json), and optionally preprocessor_config.json with the
+image mean/std. Keys are the on-disk names (transformers 4 and 5 alike): embeddings.*,
+encoder.layer.i.{layernorm_before, attention.attention.{query,key,value}, attention.output.dense,
+layernorm_after, intermediate.dense, output.dense}, layernorm, pooler.dense, classifier; under
+"vit." for ViTForImageClassification.
+
+The config carries HF's own layer_norm_eps (default 1e-12, not the paper's 1e-6) and hidden_act
+("gelu" exact, "gelu_pytorch_tanh"/"gelu_new" the tanh approximation). ViTModel's pooler (dense +
+tanh on the class token) is vitkit's pre-logits layer; such a model loads with num_classes 0 and
+returns the pooled output. HF ViT has a class token, learned position embeddings and no hybrid, and
+ViTForImageClassification has no pre-logits layer: other models cannot be written.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+
+from vitkit.errors import CheckpointError, ConfigError
+from vitkit.models import ViTConfig, VisionTransformer
+
+from .io import read_json, read_safetensors, read_torch, write_json, write_safetensors
+from .keymap import Rule, from_vitkit, fused, infer_image_size, same, to_vitkit
+
+CONFIG_NAME = "config.json"
+PREPROCESSOR_NAME = "preprocessor_config.json"
+WEIGHTS_NAMES = ("model.safetensors", "pytorch_model.bin")
+INDEX_NAMES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
+ACTS = {"gelu": "gelu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh"}
+
+
+def is_hf(path: str | os.PathLike) -> bool:
+    path = Path(path)
+    if not (path / CONFIG_NAME).is_file():
+        return False
+    try:
+        return read_json(path / CONFIG_NAME).get("model_type") == "vit"
+    except (CheckpointError, AttributeError):
+        return False
+
+
+def hf_rules(c: ViTConfig, *, prefix: str) -> list[Rule]:
+    """The key map vitkit <-> HF ViT; `prefix` is "vit." for ViTForImageClassification, "" for ViTModel."""
+    D, M = c.width, c.mlp_dim
+    p = prefix
+    rules = [
+        same("patch_embed.weight", f"{p}embeddings.patch_embeddings.projection.weight", (D, c.in_chans, *c.patch_size)),
+        same("patch_embed.bias", f"{p}embeddings.patch_embeddings.projection.bias", (D,)),
+        same("cls_token", f"{p}embeddings.cls_token", (1, 1, D)),
+        same("pos_embed", f"{p}embeddings.position_embeddings", (1, 1 + c.num_patches, D)),
+    ]
+    for i in range(c.depth):
+        o, h = f"blocks.{i}.", f"{p}encoder.layer.{i}."
+        a = h + "attention.attention."
+        rules += [
+            *_linear(o + "norm1", h + "layernorm_before", (D,)),
+            fused(o + "attn.qkv.weight", (a + "query.weight", a + "key.weight", a + "value.weight"), (D, D)),
+            fused(o + "attn.qkv.bias", (a + "query.bias", a + "key.bias", a + "value.bias"), (D,)),
+            *_linear(o + "attn.proj", h + "attention.output.dense", (D, D)),
+            *_linear(o + "norm2", h + "layernorm_after", (D,)),
+            *_linear(o + "mlp.fc1", h + "intermediate.dense", (M, D)),
+            *_linear(o + "mlp.fc2", h + "output.dense", (D, M)),
+        ]
+    rules += _linear("norm", f"{p}layernorm", (D,))
+    if c.representation_size:
+        rules += _linear("pre_logits.0", f"{p}pooler.dense", (c.representation_size, D))
+    if c.num_classes:
+        rules += _linear("head", "classifier", (c.num_classes, c.representation_size or D))
+    return rules
+
+
+def _linear(ours: str, theirs: str, weight_shape: tuple[int, ...]) -> list[Rule]:
+    """weight and bias of a Linear or LayerNorm under both names."""
+    return [same(f"{ours}.weight", f"{theirs}.weight", weight_shape), same(f"{ours}.bias", f"{theirs}.bias", weight_shape[:1])]
+
+
+def config_from_hf(hf: dict, state: dict[str, torch.Tensor], *, preprocessor: dict | None, image_size=None, source) -> ViTConfig:
+    """The ViTConfig of an HF ViT: sizes from config.json, head and pooler from which tensors exist."""
+    where = Path(source) / CONFIG_NAME
+    try:
+        width, depth, heads, mlp = (hf[k] for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size"))
+    except KeyError as err:
+        raise CheckpointError(f"{where}: missing key {err.args[0]!r}; not a ViT config") from None
+    act = hf.get("hidden_act", "gelu")
+    if act not in ACTS:
+        raise CheckpointError(f"{where}: hidden_act {act!r} is not supported; vitkit has {', '.join(ACTS)}")
+    if not hf.get("qkv_bias", True):
+        raise CheckpointError(f"{where}: qkv_bias false is not supported; vitkit's attention always has q, k, v biases")
+    prefix = _prefix(state)
+    patch = hf.get("patch_size", 16)
+    patch = (patch, patch) if isinstance(patch, int) else tuple(patch)
+    pos_key = f"{prefix}embeddings.position_embeddings"
+    if pos_key not in state:
+        raise CheckpointError(f"{source}: missing key {pos_key!r}; not a ViT checkpoint")
+    size = hf.get("image_size", 224)
+    grid_hint = image_size if image_size is not None else (size if isinstance(size, int) else tuple(size))
+    image = infer_image_size(state[pos_key].shape[1] - 1, patch, image_size=grid_hint, key=pos_key, source=source)
+    pooler = state.get(f"{prefix}pooler.dense.weight")
+    head = state.get("classifier.weight")
+    fields = dict(
+        image_size=image, patch_size=patch, in_chans=hf.get("num_channels", 3), num_classes=0 if head is None else head.shape[0],
+        width=width, depth=depth, mlp_dim=mlp, num_heads=heads, representation_size=None if pooler is None else pooler.shape[0],
+        layer_norm_eps=hf.get("layer_norm_eps", 1e-12), mlp_act=ACTS[act],
+        dropout=hf.get("hidden_dropout_prob", 0.0), attn_dropout=hf.get("attention_probs_dropout_prob", 0.0),
+    )  # fmt: skip
+    if preprocessor:
+        for ours, theirs in (("mean", "image_mean"), ("std", "image_std")):
+            if theirs in preprocessor:
+                fields[ours] = tuple(preprocessor[theirs])
+    try:
+        return ViTConfig(**fields)
+    except ConfigError as err:
+        raise CheckpointError(f"{where}: describes a model vitkit cannot build: {err}") from None
+
+
+def _prefix(state: dict[str, torch.Tensor]) -> str:
+    return "vit." if any(k.startswith("vit.") for k in state) else ""
+
+
+def read_weights(directory: Path) -> tuple[dict[str, torch.Tensor], Path]:
+    """The tensors of an HF directory: model.safetensors, pytorch_model.bin, or the shards an index lists."""
+    for name in WEIGHTS_NAMES:
+        path = directory / name
+        if path.is_file():
+            return (read_safetensors(path) if name.endswith(".safetensors") else _tensors(read_torch(path), path)), path
+    for name in INDEX_NAMES:
+        index = directory / name
+        if index.is_file():
+            data = read_json(index)
+            weight_map = data.get("weight_map") if isinstance(data, dict) else None
+            if not isinstance(weight_map, dict):
+                raise CheckpointError(f"{index}: no 'weight_map'; the index is damaged")
+            state: dict[str, torch.Tensor] = {}
+            for shard in sorted(set(weight_map.values())):
+                path = directory / shard
+                state.update(read_safetensors(path) if shard.endswith(".safetensors") else _tensors(read_torch(path), path))
+            return state, index
+    raise CheckpointError(f"{directory}: no {' or '.join(WEIGHTS_NAMES)} beside config.json")
+
+
+def _tensors(obj, path: Path) -> dict[str, torch.Tensor]:
+    if not isinstance(obj, dict) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
+        raise CheckpointError(f"{path}: not a state dict of tensors")
+    return obj
+
+
+def read(path: str | os.PathLike, *, image_size=None) -> tuple[ViTConfig, dict[str, torch.Tensor]]:
+    """(config, vitkit state dict) of an HF ViT directory."""
+    directory = Path(path)
+    hf = read_json(directory / CONFIG_NAME)
+    if not isinstance(hf, dict) or hf.get("model_type") != "vit":
+        found = hf.get("model_type") if isinstance(hf, dict) else None
+        raise CheckpointError(f"{directory / CONFIG_NAME}: model_type is {found!r}, expected 'vit'")
+    preprocessor = read_json(directory / PREPROCESSOR_NAME) if (directory / PREPROCESSOR_NAME).is_file() else None
+    state, weights = read_weights(directory)
+    config = config_from_hf(hf, state, preprocessor=preprocessor, image_size=image_size, source=directory)
+    return config, to_vitkit(hf_rules(config, prefix=_prefix(state)), state, source=weights)
+
+
+def write(model: VisionTransformer, directory: str | os.PathLike, *, class_names: list[str] | None = None) -> Path:
+    """Write an HF directory: ViTForImageClassification with a head, ViTModel (pooler = pre-logits) without."""
+    directory, c = Path(directory), model.config
+    problems = [
+        (c.backbone is not None, "hybrid (ResNet) models"),
+        (c.classifier != "token", f"classifier {c.classifier!r} (HF ViT pools the class token)"),
+        (c.pos_embed != "learned", f"pos_embed {c.pos_embed!r}"),
+        (bool(c.num_classes and c.representation_size), "a pre-logits layer under a head (ViTForImageClassification has none)"),
+    ]
+    for bad, what in problems:
+        if bad:
+            raise CheckpointError(f"{directory}: Hugging Face ViT cannot hold {what}; save as vitkit instead")
+    classify = c.num_classes > 0
+    tensors = from_vitkit(hf_rules(c, prefix="vit." if classify else ""), model.state_dict())
+    act = {"gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh"}[c.mlp_act]
+    labels = class_names or [f"LABEL_{i}" for i in range(c.num_classes)]
+    square = c.image_size[0] == c.image_size[1] and c.patch_size[0] == c.patch_size[1]
+    hf = {
+        "architectures": ["ViTForImageClassification" if classify else "ViTModel"],
+        "model_type": "vit",
+        "hidden_size": c.width,
+        "num_hidden_layers": c.depth,
+        "num_attention_heads": c.num_heads,
+        "intermediate_size": c.mlp_dim,
+        "hidden_act": act,
+        "hidden_dropout_prob": c.dropout,
+        "attention_probs_dropout_prob": c.attn_dropout,
+        "layer_norm_eps": c.layer_norm_eps,
+        "image_size": c.image_size[0] if square else list(c.image_size),
+        "patch_size": c.patch_size[0] if square else list(c.patch_size),
+        "num_channels": c.in_chans,
+        "qkv_bias": True,
+        "encoder_stride": c.patch_size[0],
+        "pooler_output_size": c.representation_size or c.width,
+        "pooler_act": "tanh",
+        "dtype": "float32",
+    }
+    if classify:
+        hf["id2label"] = {str(i): name for i, name in enumerate(labels)}
+        hf["label2id"] = {name: i for i, name in enumerate(labels)}
+    preprocessor = {
+        "image_processor_type": "ViTImageProcessor",
+        "do_resize": True,
+        "size": {"height": c.image_size[0], "width": c.image_size[1]},
+        "do_rescale": True,
+        "rescale_factor": 1 / 255,
+        "do_normalize": True,
+        "image_mean": list(c.mean),
+        "image_std": list(c.std),
+    }
+    write_safetensors(directory / WEIGHTS_NAMES[0], tensors, metadata={"format": "pt"})
+    write_json(directory / PREPROCESSOR_NAME, preprocessor)
+    write_json(directory / CONFIG_NAME, hf)
+    return directory

@@ -1,0 +1,163 @@
+"""timm state dicts (pytorch-image-models): plain ViTs and the R50 / R26 / stem-only hybrids, .safetensors or .pth.
+
+timm's plain ViT already uses vitkit's names except patch_embed.proj and pre_logits.fc; its hybrids
+keep the BiT ResNet under patch_embed.backbone as stem.{conv,norm} and stages.S.blocks.U.*, or just
+{conv,norm} for the stem-only R+ViT-Ti. A state dict does not say how many heads the model has:
+vitkit reads it from the vitkit config it stores in safetensors metadata when it wrote the file, else
+takes the head count of the named size with that width (Table 1; 64-wide heads otherwise).
+
+Not representable, and refused with the key named: timm's fc_norm (LayerNorm after average pooling,
+where the official GAP model pools after the final LayerNorm), register tokens and the like.
+Numerics: timm's hybrid StdConv2dSame normalises with sqrt(var + 1e-8), vitkit (like the official
+Flax model) with std + 1e-5; the difference is far below fp32 noise for trained weights.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+
+from vitkit.errors import CheckpointError, ConfigError
+from vitkit.models import ResNetConfig, ViTConfig, VisionTransformer
+from vitkit.models.registry import SIZES
+
+from .io import is_safetensors, read_safetensors, read_torch, write_safetensors, write_torch
+from .keymap import Rule, count_indexed, from_vitkit, infer_image_size, same, to_vitkit
+
+METADATA_KEY = "vitkit_config"
+_HEADS_BY_WIDTH = {width: heads for _, width, _, heads in SIZES.values()}
+
+
+def _backbone_names(c: ViTConfig) -> list[tuple[str, str]]:
+    """(vitkit prefix, timm prefix) of every ResNet module of the hybrid backbone."""
+    root = "patch_embed.backbone."
+    stem = root if not c.backbone.layers else root + "stem."
+    names = [("backbone.stem_conv.", stem + "conv."), ("backbone.stem_norm.", stem + "norm.")]
+    for s, units in enumerate(c.backbone.layers):
+        for u in range(units):
+            ours, theirs = f"backbone.stages.{s}.{u}.", f"{root}stages.{s}.blocks.{u}."
+            names += [(ours + m, theirs + m) for m in ("conv1.", "norm1.", "conv2.", "norm2.", "conv3.", "norm3.")]
+            names += [(ours + "downsample.0.", theirs + "downsample.conv."), (ours + "downsample.1.", theirs + "downsample.norm.")]
+    return names
+
+
+def timm_rules(c: ViTConfig) -> list[Rule]:
+    """The key map vitkit <-> timm for config `c`; timm's tensors have vitkit's shapes, only the names differ."""
+    shapes = _shapes(c)
+    renames = [("patch_embed.", "patch_embed.proj."), ("pre_logits.0.", "pre_logits.fc.")]
+    if c.backbone:
+        renames += _backbone_names(c)
+    rules = []
+    for key, shape in shapes.items():
+        theirs = next((t + key[len(o) :] for o, t in renames if key.startswith(o) and key[len(o) :].count(".") == 0), key)
+        rules.append(same(key, theirs, shape))
+    return rules
+
+
+def _shapes(c: ViTConfig) -> dict[str, tuple[int, ...]]:
+    """Name and shape of every tensor of a vitkit model with config `c` (built on the meta device: free)."""
+    with torch.device("meta"):
+        state = VisionTransformer(c).state_dict()
+    return {k: tuple(v.shape) for k, v in state.items()}
+
+
+def _unwrap(obj, source) -> dict[str, torch.Tensor]:
+    """The state dict inside a .pth: bare, or under 'model' / 'state_dict', with DataParallel's 'module.' dropped."""
+    if isinstance(obj, dict):
+        for key in ("model", "state_dict", "model_state"):
+            if isinstance(obj.get(key), dict):
+                obj = obj[key]
+                break
+    if not isinstance(obj, dict) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
+        raise CheckpointError(f"{source}: not a state dict of tensors (expected a mapping of name -> tensor)")
+    return {(k[len("module.") :] if k.startswith("module.") else k): v for k, v in obj.items()}
+
+
+def config_from_timm(state: dict[str, torch.Tensor], *, image_size=None, source, stored: dict | None = None) -> ViTConfig:
+    """The ViTConfig a timm state dict describes (heads from `stored`, the config vitkit wrote, if any)."""
+
+    def shape(key: str) -> tuple[int, ...]:
+        if key not in state:
+            raise CheckpointError(f"{source}: missing key {key!r}; not a timm Vision Transformer state dict")
+        return tuple(state[key].shape)
+
+    if "fc_norm.weight" in state:
+        raise CheckpointError(
+            f"{source}: unexpected key 'fc_norm.weight': LayerNorm after average pooling is timm's own GAP variant, "
+            "not the paper's (final LayerNorm, then the mean); vitkit cannot represent it"
+        )
+    width, embed_in, ph, pw = shape("patch_embed.proj.weight")
+    depth = count_indexed(state, "blocks.")
+    mlp_dim = shape("blocks.0.mlp.fc1.weight")[0]
+    backbone, in_chans = None, embed_in
+    root = "patch_embed.backbone."
+    if f"{root}stem.conv.weight" in state or f"{root}conv.weight" in state:
+        stem = f"{root}stem.conv.weight" if f"{root}stem.conv.weight" in state else f"{root}conv.weight"
+        root_width, in_chans = shape(stem)[:2]
+        stages = count_indexed(state, f"{root}stages.")
+        layers = tuple(count_indexed(state, f"{root}stages.{s}.blocks.") for s in range(stages))
+        backbone = ResNetConfig(layers=layers, width=root_width)
+    if stored and "num_heads" in stored:
+        num_heads = stored["num_heads"]
+    else:
+        num_heads = _HEADS_BY_WIDTH.get(width, width // 64 if width % 64 == 0 else 0)
+        if not num_heads:
+            raise CheckpointError(
+                f"{source}: a timm state dict does not record the number of heads and width {width} is not a named size; "
+                "convert from the original format or build the model with vitkit.create_model and load the weights"
+            )
+    classifier = "token" if "cls_token" in state else "gap"
+    representation_size = shape("pre_logits.fc.weight")[0] if "pre_logits.fc.weight" in state else None
+    num_classes = shape("head.weight")[0] if "head.weight" in state else 0
+    stride = backbone.stride if backbone else 1
+    num_patches = shape("pos_embed")[1] - (classifier == "token")
+    image = infer_image_size(num_patches, (ph * stride, pw * stride), image_size=image_size, key="pos_embed", source=source)
+    fields = dict(
+        image_size=image, patch_size=(ph, pw), in_chans=in_chans, num_classes=num_classes, width=width, depth=depth,
+        mlp_dim=mlp_dim, num_heads=num_heads, classifier=classifier, representation_size=representation_size, backbone=backbone,
+    )  # fmt: skip
+    for key in ("mlp_act", "layer_norm_eps", "mean", "std"):  # not in the tensors: kept from vitkit's own metadata
+        if stored and key in stored:
+            fields[key] = stored[key]
+    try:
+        return ViTConfig(**fields)
+    except ConfigError as err:
+        raise CheckpointError(f"{source}: the tensors describe an impossible model: {err}") from None
+
+
+def _stored_config(path: Path) -> dict | None:
+    try:
+        with safe_open(str(path), "pt") as f:
+            text = (f.metadata() or {}).get(METADATA_KEY)
+        return json.loads(text) if text else None
+    except Exception:  # unreadable metadata is not fatal: the tensors are read (and checked) next
+        return None
+
+
+def read(path: str | os.PathLike, *, image_size=None) -> tuple[ViTConfig, dict[str, torch.Tensor]]:
+    """(config, vitkit state dict) of a timm checkpoint (.safetensors preferred; .pth/.bin read with weights_only)."""
+    path = Path(path)
+    if is_safetensors(path):
+        state, stored = read_safetensors(path), _stored_config(path)
+    else:
+        state, stored = _unwrap(read_torch(path), path), None
+    config = config_from_timm(state, image_size=image_size, source=path, stored=stored)
+    return config, to_vitkit(timm_rules(config), state, source=path)
+
+
+def write(model: VisionTransformer, path: str | os.PathLike) -> Path:
+    """Write the timm state dict: .safetensors (with vitkit's config in the metadata) or, for any other suffix, a .pth."""
+    path = Path(path)
+    c = model.config
+    if c.pos_embed != "learned":
+        raise CheckpointError(f"{path}: timm ViT checkpoints hold learned position embeddings; this model uses {c.pos_embed!r}")
+    tensors = from_vitkit(timm_rules(c), model.state_dict())
+    if path.suffix == ".safetensors":
+        write_safetensors(path, tensors, metadata={"format": "pt", METADATA_KEY: json.dumps(c.to_dict())})
+    else:
+        write_torch(path, tensors)
+    return path

@@ -1,0 +1,47 @@
+"""`vitkit convert SRC DST`: rewrite a checkpoint in another format (vitkit, Google .npz, timm, Hugging Face)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from vitkit.checkpoint import FORMATS, load_pretrained, save_checkpoint
+from vitkit.models.summary import count_parameters
+
+_BY_SUFFIX = {".npz": "npz", ".safetensors": "timm", ".pth": "timm", ".pt": "timm"}
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "convert",
+        help="convert a checkpoint between formats: vitkit, npz (Google Flax), timm, hf (Hugging Face)",
+        description="Read SRC in any supported format and write it to DST. The source format is detected from the "
+        "content; the target format follows DST's suffix (.npz -> npz, .safetensors/.pth -> timm, "
+        "otherwise a vitkit directory) unless --to says otherwise (hf writes a directory).",
+    )
+    p.add_argument("src", metavar="SRC", help="checkpoint file or directory to read")
+    p.add_argument("dst", metavar="DST", help="file or directory to write (overwritten atomically, file by file)")
+    p.add_argument("--from", dest="src_format", choices=list(FORMATS), default=None, help="source format (default: detected)")
+    p.add_argument("--to", dest="dst_format", choices=list(FORMATS), default=None, help="target format (default: from DST)")
+    p.add_argument("--image-size", type=int, nargs="+", metavar="PX", default=None,
+                   help="resolution H [W]: resample the position embeddings to it, or name the grid of a non-square .npz")
+    p.add_argument("--num-classes", type=int, default=None,
+                   help="replace the head by a zero-initialised one with this many classes (drops pre-logits)")
+    p.set_defaults(run=run)
+
+
+def image_size_arg(values: list[int] | None) -> int | tuple[int, int] | None:
+    """--image-size H [W] as load_pretrained wants it."""
+    if values is None:
+        return None
+    if len(values) > 2:
+        raise SystemExit("vitkit: error: --image-size takes one or two numbers (H [W])")
+    return values[0] if len(values) == 1 else (values[0], values[1])
+
+
+def run(args: argparse.Namespace) -> int:
+    model = load_pretrained(args.src, format=args.src_format, image_size=image_size_arg(args.image_size), num_classes=args.num_classes)
+    target = args.dst_format or _BY_SUFFIX.get(Path(args.dst).suffix, "vitkit")
+    save_checkpoint(model, args.dst, target)
+    print(f"wrote {args.dst} ({target}, {count_parameters(model):,} parameters)")
+    return 0

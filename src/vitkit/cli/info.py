@@ -1,0 +1,36 @@
+"""`vitkit info CKPT`: what a checkpoint holds: its format, the model config inferred from it, its size."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from vitkit.checkpoint import FORMATS, read_checkpoint
+
+from .convert import image_size_arg
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "info",
+        help="show a checkpoint's format, inferred model config and parameter count",
+        description="Read CKPT (any format vitkit loads) without building the model and print its format, the "
+        "complete model config vitkit infers from it, and the number of parameters.",
+    )
+    p.add_argument("ckpt", metavar="CKPT", help="checkpoint file or directory")
+    p.add_argument("--from", dest="src_format", choices=list(FORMATS), default=None, help="format (default: detected)")
+    p.add_argument("--image-size", type=int, nargs="+", metavar="PX", default=None, help="grid H [W] of a non-square checkpoint")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    config, state, format = read_checkpoint(args.ckpt, format=args.src_format, image_size=image_size_arg(args.image_size))
+    params = sum(t.numel() for t in state.values())
+    if args.json:
+        print(json.dumps({"path": args.ckpt, "format": format, "parameters": params, "config": config.to_dict()}))
+        return 0
+    rows = {"path": args.ckpt, "format": format, "parameters": f"{params:,}", **config.to_dict()}
+    for key, value in rows.items():
+        print(f"{key:<20} {value}")
+    return 0

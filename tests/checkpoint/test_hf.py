@@ -1,0 +1,123 @@
+"""Hugging Face transformers ViT: parity of logits both ways (1e-5, fp32) and bit-exact round trips."""
+
+import json
+import warnings
+
+import pytest
+import torch
+
+import vitkit
+from vitkit.checkpoint import save_checkpoint
+
+transformers = pytest.importorskip("transformers")
+
+
+def _hf_config(**overrides):
+    kw = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, image_size=16, patch_size=4, num_labels=5)
+    return transformers.ViTConfig(**(kw | overrides))
+
+
+def _randomise(module, seed=0):
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.copy_(torch.randn_like(p) * 0.3)
+    return module.eval()
+
+
+def _max_rel(a, b):
+    return ((a - b).abs().max() / b.abs().max()).item()
+
+
+@pytest.mark.parametrize("overrides", [dict(), dict(hidden_act="gelu_pytorch_tanh", layer_norm_eps=1e-6), dict(num_channels=1, image_size=12)])
+def test_hf_classifier_loads_with_the_same_logits(overrides, tmp_path, make_images):
+    hf = _randomise(transformers.ViTForImageClassification(_hf_config(**overrides)))
+    hf.save_pretrained(tmp_path)
+    model = vitkit.load_pretrained(tmp_path)
+    assert model.config.layer_norm_eps == overrides.get("layer_norm_eps", 1e-12)  # HF's default eps is carried over
+    x = make_images(model.config)
+    with torch.no_grad():
+        want, got = hf(pixel_values=x).logits, model(x)
+    assert got.shape == want.shape == (2, 5)
+    assert _max_rel(got, want) < 1e-5
+
+
+def test_hf_vitmodel_pooler_is_the_pre_logits_layer(tmp_path, make_images):
+    hf = _randomise(transformers.ViTModel(_hf_config()))
+    hf.save_pretrained(tmp_path)
+    model = vitkit.load_pretrained(tmp_path)
+    assert model.config.num_classes == 0 and model.config.representation_size == 32
+    x = make_images(model.config)
+    with torch.no_grad():
+        out = hf(pixel_values=x)
+        assert _max_rel(model(x), out.pooler_output) < 1e-5
+        assert _max_rel(model.forward_features(x), out.last_hidden_state) < 1e-5
+
+
+@pytest.mark.parametrize(
+    "overrides", [dict(), dict(mlp_act="gelu_tanh", layer_norm_eps=1e-12), dict(num_classes=0, representation_size=24), dict(image_size=(16, 24))]
+)
+def test_vitkit_model_written_as_hf_runs_in_transformers(overrides, make_model, make_images, tmp_path):
+    model = make_model(**overrides)
+    save_checkpoint(model, tmp_path, "hf")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if model.config.num_classes:
+            hf = transformers.ViTForImageClassification.from_pretrained(tmp_path).eval()
+        else:
+            hf = transformers.ViTModel.from_pretrained(tmp_path).eval()
+    x = make_images(model.config)
+    with torch.no_grad():
+        out = hf(pixel_values=x)
+        want = out.logits if model.config.num_classes else out.pooler_output
+        assert _max_rel(model(x), want) < 1e-5
+
+
+@pytest.mark.parametrize("overrides", [dict(dropout=0.1, attn_dropout=0.05), dict(num_classes=0), dict(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225), image_size=(16, 24))])
+def test_hf_round_trip_is_bit_exact(overrides, make_model, tmp_path):
+    model = make_model(**overrides)
+    save_checkpoint(model, tmp_path / "hf", "hf")
+    back = vitkit.load_pretrained(tmp_path / "hf", image_size=model.config.image_size)
+    assert back.config == model.config
+    for key, value in model.state_dict().items():
+        assert torch.equal(back.state_dict()[key], value), key
+    assert json.loads((tmp_path / "hf" / "preprocessor_config.json").read_text())["image_mean"] == list(model.config.mean)
+
+
+def test_hf_pytorch_model_bin_is_read_with_weights_only(tmp_path, make_images):
+    hf = _randomise(transformers.ViTForImageClassification(_hf_config()))
+    hf.save_pretrained(tmp_path)
+    from safetensors.torch import load_file
+
+    torch.save(load_file(tmp_path / "model.safetensors"), tmp_path / "pytorch_model.bin")
+    (tmp_path / "model.safetensors").unlink()
+    model = vitkit.load_pretrained(tmp_path)
+    x = make_images(model.config)
+    with torch.no_grad():
+        assert _max_rel(model(x), hf(pixel_values=x).logits) < 1e-5
+
+
+def test_hf_cannot_hold_gap_hybrid_or_prelogits_under_a_head(make_model, tmp_path):
+    for overrides, what in [(dict(classifier="gap"), "classifier"), (dict(representation_size=16), "pre-logits")]:
+        with pytest.raises(vitkit.CheckpointError, match=what):
+            save_checkpoint(make_model(**overrides), tmp_path / "x", "hf")
+    assert not (tmp_path / "x").exists()
+
+
+def test_hf_sharded_checkpoint_is_read_through_its_index(tmp_path, make_images):
+    hf = _randomise(transformers.ViTForImageClassification(_hf_config()))
+    hf.save_pretrained(tmp_path)
+    from safetensors.torch import load_file, save_file
+
+    state = load_file(tmp_path / "model.safetensors")
+    (tmp_path / "model.safetensors").unlink()
+    keys = sorted(state)
+    shards = {"model-00001-of-00002.safetensors": keys[: len(keys) // 2], "model-00002-of-00002.safetensors": keys[len(keys) // 2 :]}
+    for name, part in shards.items():
+        save_file({k: state[k] for k in part}, tmp_path / name)
+    weight_map = {k: name for name, part in shards.items() for k in part}
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    model = vitkit.load_pretrained(tmp_path)
+    x = make_images(model.config)
+    with torch.no_grad():
+        assert _max_rel(model(x), hf(pixel_values=x).logits) < 1e-5

@@ -1,0 +1,100 @@
+"""`vitkit convert` and `vitkit info` on every format, in-process and through the real entry point."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import vitkit
+from vitkit.cli import main
+
+TARGETS = {"vitkit": "out_vitkit", "npz": "out.npz", "timm": "out.safetensors", "hf": "out_hf"}
+
+
+@pytest.fixture
+def source(tmp_path):
+    torch.manual_seed(0)
+    model = vitkit.create_model("vit_test", mlp_act="gelu_tanh").eval()
+    with torch.no_grad():
+        model.head.weight.normal_()
+    vitkit.save_pretrained(model, tmp_path / "src")
+    return model, tmp_path / "src"
+
+
+@pytest.mark.parametrize("target", list(TARGETS))
+def test_convert_to_every_format_and_back(target, source, tmp_path, capsys):
+    model, src = source
+    dst = tmp_path / TARGETS[target]
+    args = [str(src), str(dst)] + (["--to", "hf"] if target == "hf" else [])
+    assert main(["convert", *args]) == 0
+    assert f"({target}, " in capsys.readouterr().out
+    assert main(["convert", str(dst), str(tmp_path / "back")]) == 0
+    back = vitkit.load_pretrained(tmp_path / "back")
+    for key, value in model.state_dict().items():
+        assert torch.equal(back.state_dict()[key], value), key
+
+
+@pytest.mark.parametrize("target", list(TARGETS))
+def test_info_reports_format_config_and_parameters(target, source, tmp_path, capsys):
+    model, src = source
+    dst = tmp_path / TARGETS[target]
+    vitkit.checkpoint.save_checkpoint(model, dst, target)
+    assert main(["info", str(dst), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["format"] == target
+    assert info["parameters"] == sum(p.numel() for p in model.parameters())
+    assert info["config"]["width"] == 32 and info["config"]["depth"] == 2 and info["config"]["num_classes"] == 10
+
+
+def test_convert_with_new_resolution_and_classes(source, tmp_path):
+    _, src = source
+    assert main(["convert", str(src), str(tmp_path / "big"), "--image-size", "24", "32", "--num-classes", "3"]) == 0
+    model = vitkit.load_pretrained(tmp_path / "big")
+    assert model.config.image_size == (24, 32) and model.config.num_classes == 3
+
+
+def test_errors_are_one_line_and_exit_2_through_the_real_entry_point(tmp_path):
+    bad = tmp_path / "weights.npz"
+    bad.write_bytes(b"PK\x03\x04 not really a zip")
+    src_dir = Path(vitkit.__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": f"{src_dir}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    for args in (["info", str(bad)], ["convert", str(tmp_path / "missing"), str(tmp_path / "out")]):
+        done = subprocess.run([sys.executable, "-m", "vitkit", *args], capture_output=True, text=True, env=env, timeout=120)
+        assert done.returncode == 2, done.stderr
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"vitkit {args[0]}: error: ")
+        assert str(tmp_path) in lines[0]
+
+
+def test_info_text_output_through_the_real_entry_point(tmp_path):
+    np.savez(tmp_path / "ViT.npz", **_tiny_official_arrays())
+    src_dir = Path(vitkit.__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": f"{src_dir}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    done = subprocess.run([sys.executable, "-m", "vitkit", "info", str(tmp_path / "ViT.npz")], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    rows = dict(line.split(None, 1) for line in done.stdout.strip().splitlines())
+    assert rows["format"] == "npz" and rows["mlp_act"] == "gelu_tanh" and rows["classifier"] == "gap"
+    assert rows["parameters"] == f"{sum(a.size for a in _tiny_official_arrays().values()):,}"
+
+
+def _tiny_official_arrays():
+    """A 1-layer GAP ViT in the release layout: 8x8 images, 4x4 patches, width 32, 2 heads, 3 classes."""
+    rng = np.random.default_rng(0)
+    shapes = {
+        "embedding/kernel": (4, 4, 3, 32), "embedding/bias": (32,), "Transformer/posembed_input/pos_embedding": (1, 4, 32),
+        "Transformer/encoder_norm/scale": (32,), "Transformer/encoder_norm/bias": (32,), "head/kernel": (32, 3), "head/bias": (3,),
+    }  # fmt: skip
+    b = "Transformer/encoderblock_0/"
+    for ln in ("LayerNorm_0", "LayerNorm_2"):
+        shapes |= {f"{b}{ln}/scale": (32,), f"{b}{ln}/bias": (32,)}
+    for n in ("query", "key", "value"):
+        shapes |= {f"{b}MultiHeadDotProductAttention_1/{n}/kernel": (32, 2, 16), f"{b}MultiHeadDotProductAttention_1/{n}/bias": (2, 16)}
+    shapes |= {f"{b}MultiHeadDotProductAttention_1/out/kernel": (2, 16, 32), f"{b}MultiHeadDotProductAttention_1/out/bias": (32,)}
+    shapes |= {f"{b}MlpBlock_3/Dense_0/kernel": (32, 64), f"{b}MlpBlock_3/Dense_0/bias": (64,)}
+    shapes |= {f"{b}MlpBlock_3/Dense_1/kernel": (64, 32), f"{b}MlpBlock_3/Dense_1/bias": (32,)}
+    return {k: rng.standard_normal(s).astype(np.float32) for k, s in shapes.items()}
