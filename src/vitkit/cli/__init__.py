@@ -15,6 +15,9 @@ from vitkit.errors import VitkitError
 # subcommand -> module under vitkit.cli (imported lazily, so `vitkit models` never loads training code)
 COMMANDS = {
     "models": "models",
+    "train": "train",
+    "eval": "eval",
+    "predict": "predict",
 }
 
 
