@@ -191,11 +191,18 @@ def train(config: RunConfig, out: str | os.PathLike, *, resume: bool = False, st
     resume=True continues from the newest checkpoint in `out` and ends with the same weights as an
     uninterrupted run. stop_at ends early after that step (as if interrupted), with a checkpoint.
     """
-    t, a, d = config.train, config.augment, config.data
-    out = Path(out)
     started = time.perf_counter()
-    if t.threads:
-        torch.set_num_threads(t.threads)
+    threads_before = torch.get_num_threads()
+    if config.train.threads:
+        torch.set_num_threads(config.train.threads)
+    try:
+        return _train(config, Path(out), resume, stop_at, started)
+    finally:
+        torch.set_num_threads(threads_before)
+
+
+def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, started: float) -> dict:
+    t, a, d = config.train, config.augment, config.data
     device = pick_device(t.device)
     amp_dtype = autocast_dtype(t.precision, device)
     micro = t.micro_batch or t.batch_size
@@ -258,7 +265,7 @@ def train(config: RunConfig, out: str | os.PathLike, *, resume: bool = False, st
 
     # data order: micro-batch number m is batch (m % per_epoch) of epoch (m // per_epoch), seeded by train.seed
     batches = Batches(train_split, micro, t.seed, device, channels=channels, size=load_size, workers=d.workers)
-    step = state["step"]
+    step, elapsed_before = state["step"], state["elapsed_s"]
     epoch, position = divmod(step * accum, batches.per_epoch)
     stream = batches.iterate(epoch, position)
     val_data = lambda: eval_batches(val_split, t.eval_batch_size, device, channels=channels, size=size, crop_pct=a.eval_crop_pct, workers=d.workers)
@@ -266,13 +273,14 @@ def train(config: RunConfig, out: str | os.PathLike, *, resume: bool = False, st
     last = min(t.steps, stop_at) if stop_at is not None else t.steps
     bar = _progress(t, step)
     log = open(out / "metrics.jsonl", "a")
-    window = {"loss": 0.0, "steps": 0, "images": 0, "time": time.perf_counter()}
+    window = {"loss": 0.0, "steps": 0, **state.get("window", {}), "images": 0, "time": time.perf_counter()}
     val_metrics: dict[str, Any] = {}
 
     def checkpoint() -> None:
         epoch, position = divmod(step * accum, batches.per_epoch)
         state.update(step=step, epoch=epoch, position=position, seed=t.seed, micro_batch=micro,
-                     elapsed_s=state["elapsed_s"] + time.perf_counter() - started)
+                     elapsed_s=elapsed_before + time.perf_counter() - started,
+                     window={"loss": window["loss"], "steps": window["steps"]})  # the loss averaged until the next log line
         tensors = {"optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(), "rng_cpu": torch.get_rng_state(), "ema": ema or {}}
         if device.type == "cuda":
             tensors["rng_cuda"] = torch.cuda.get_rng_state(device)
@@ -307,7 +315,7 @@ def train(config: RunConfig, out: str | os.PathLike, *, resume: bool = False, st
             window["loss"] += float(loss_sum)
             window["steps"] += 1
             window["images"] += t.batch_size
-            if step % t.log_every == 0 or step == last:
+            if step % t.log_every == 0 or step == t.steps:
                 now = time.perf_counter()
                 row = {"kind": "train", "step": step, "epoch": step * accum / batches.per_epoch, "loss": window["loss"] / window["steps"],
                        "lr": lr, "grad_norm": float(grad_norm), "img_s": window["images"] / max(now - window["time"], 1e-9)}
