@@ -261,7 +261,8 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
             tmp.write_text(dump_run_config(config))
         (out / "metrics.jsonl").unlink(missing_ok=True)
     forward = torch.compile(model) if t.compile else model
-    extra = {"class_names": class_names, "preprocess": {"crop_pct": a.eval_crop_pct}, "train": {"model": config.model.get("name")}}
+    extra = {"class_names": class_names, "preprocess": {"crop_pct": a.eval_crop_pct},
+             "data": {"path": d.path, "val_fraction": d.val_fraction, "split_seed": d.split_seed}}  # eval finds the same held-out split
 
     # data order: micro-batch number m is batch (m % per_epoch) of epoch (m // per_epoch), seeded by train.seed
     batches = Batches(train_split, micro, t.seed, device, channels=channels, size=load_size, workers=d.workers)

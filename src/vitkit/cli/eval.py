@@ -17,7 +17,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("checkpoint", metavar="CKPT", help="checkpoint directory or run directory")
     p.add_argument("--data", metavar="PATH", help="IDX folder, image folder or .csv/.jsonl list (default: Fashion-MNIST)")
     p.add_argument("--split", default="test", choices=("train", "val", "test"), help="split to evaluate (default: test)")
-    p.add_argument("--val-fraction", type=float, default=0.1, help="held-out share for 'val' when the data has no val split (default 0.1)")
+    p.add_argument("--val-fraction", type=float, default=None,
+                   help="held-out share for 'val' when the data has no val split (default: as in training, else 0.1)")
     p.add_argument("--batch-size", type=int, default=256, help="images per forward pass (default 256)")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda (default auto)")
     p.add_argument("--confusion", metavar="PNG", help="where to write the confusion-matrix PNG (default: CKPT/confusion_<split>.png)")
@@ -36,7 +37,10 @@ def run(args: argparse.Namespace) -> int:
     model, extra = load_native(folder)
     c = model.config
     device = pick_device(args.device)
-    split = open_dataset("auto", args.data, args.split, channels=c.in_chans, image_size=c.image_size[0], val_fraction=args.val_fraction)
+    trained_on = extra.get("data", {})
+    val_fraction = args.val_fraction if args.val_fraction is not None else trained_on.get("val_fraction", 0.1)
+    split = open_dataset("auto", args.data, args.split, channels=c.in_chans, image_size=c.image_size[0],
+                         val_fraction=val_fraction, seed=trained_on.get("split_seed", 0))
     class_names = extra.get("class_names") or split.class_names
     crop_pct = extra.get("preprocess", {}).get("crop_pct", 1.0)
     batches = eval_batches(split, args.batch_size, device, channels=c.in_chans, size=c.image_size[0], crop_pct=crop_pct)
