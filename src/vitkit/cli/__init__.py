@@ -20,6 +20,9 @@ COMMANDS = {
     "inspect": "inspect_cmd",
     "convert": "convert",
     "info": "info",
+    "train": "train",
+    "eval": "eval",
+    "predict": "predict",
 }
 
 
@@ -33,7 +36,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # KEY=VALUE overrides may come before, between or after options
+        if not hasattr(args, "overrides") or any(e.startswith("-") for e in extra):
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        args.overrides = [*args.overrides, *extra]
     try:
         return int(args.run(args) or 0)
     except VitkitError as err:

@@ -1,0 +1,67 @@
+"""`vitkit eval`: top-1, top-5, per-class accuracy and a confusion-matrix PNG of a checkpoint on a dataset split."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "eval",
+        help="evaluate a checkpoint: top-1/top-5, per-class accuracy, confusion matrix",
+        description="Evaluate a checkpoint (a checkpoint directory, or a run directory: its final/ model) on one split.",
+        epilog="example: vitkit eval runs/demo --data /usr/share/datasets/fashion-mnist --split test --json",
+    )
+    p.add_argument("checkpoint", metavar="CKPT", help="checkpoint directory or run directory")
+    p.add_argument("--data", metavar="PATH", help="IDX folder, image folder or .csv/.jsonl list (default: Fashion-MNIST)")
+    p.add_argument("--split", default="test", choices=("train", "val", "test"), help="split to evaluate (default: test)")
+    p.add_argument("--val-fraction", type=float, default=None,
+                   help="held-out share for 'val' when the data has no val split (default: as in training, else 0.1)")
+    p.add_argument("--batch-size", type=int, default=256, help="images per forward pass (default 256)")
+    p.add_argument("--device", default="auto", help="auto, cpu or cuda (default auto)")
+    p.add_argument("--confusion", metavar="PNG", help="where to write the confusion-matrix PNG (default: CKPT/confusion_<split>.png)")
+    p.add_argument("--json", action="store_true", help="print the metrics as one JSON object on the last line")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from vitkit.checkpoint.native import load_native
+    from vitkit.data import eval_batches, open_dataset
+    from vitkit.evaluation import evaluate
+    from vitkit.plots import plot_confusion
+    from vitkit.train import find_checkpoint, pick_device
+
+    folder = find_checkpoint(args.checkpoint)
+    model, extra = load_native(folder)
+    c = model.config
+    device = pick_device(args.device)
+    trained_on = extra.get("data", {})
+    val_fraction = args.val_fraction if args.val_fraction is not None else trained_on.get("val_fraction", 0.1)
+    split = open_dataset("auto", args.data, args.split, channels=c.in_chans, image_size=c.image_size[0],
+                         val_fraction=val_fraction, seed=trained_on.get("split_seed", 0))
+    class_names = extra.get("class_names") or split.class_names
+    crop_pct = extra.get("preprocess", {}).get("crop_pct", 1.0)
+    batches = eval_batches(split, args.batch_size, device, channels=c.in_chans, size=c.image_size[0], crop_pct=crop_pct)
+    metrics = evaluate(model.to(device), batches, crop_pct=crop_pct)
+    png = Path(args.confusion) if args.confusion else folder / f"confusion_{args.split}.png"
+    plot_confusion(metrics["confusion"], class_names, png)
+    result = {
+        "checkpoint": str(folder),
+        "split": args.split,
+        "n": metrics["n"],
+        "top1": metrics["top1"],
+        "top5": metrics["top5"],
+        "loss": metrics["loss"],
+        "per_class": dict(zip(class_names, metrics["per_class"])),
+        "confusion_png": str(png),
+    }
+    width = max(len(n) for n in class_names)
+    print(f"{folder} on {args.split} ({metrics['n']} images): top-1 {metrics['top1']:.4f}  top-5 {metrics['top5']:.4f}")
+    for name, acc in result["per_class"].items():
+        print(f"  {name:<{width}}  {acc:.4f}")
+    print(f"confusion matrix: {png}")
+    if args.json:
+        print(json.dumps(result))
+    return 0

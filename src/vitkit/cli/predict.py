@@ -1,0 +1,45 @@
+"""`vitkit predict`: the top-5 classes of each image, with probabilities."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "predict",
+        help="top-5 labels with probabilities for image files",
+        description="Classify image files with a checkpoint; class names come from the checkpoint's config.json.",
+        epilog="example: vitkit predict runs/demo shirt.png boot.jpg",
+    )
+    p.add_argument("checkpoint", metavar="CKPT", help="checkpoint directory or run directory")
+    p.add_argument("images", nargs="+", metavar="IMAGE", help="image files (any mode: grayscale, RGB(A), palette, 16-bit)")
+    p.add_argument("--top", type=int, default=5, help="how many classes per image (default 5)")
+    p.add_argument("--json", action="store_true", help="one JSON object per image instead of text")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from vitkit.checkpoint.native import load_native
+    from vitkit.data.images import load_image
+    from vitkit.evaluation import predict
+    from vitkit.train import find_checkpoint
+
+    model, extra = load_native(find_checkpoint(args.checkpoint))
+    c = model.config
+    names = extra.get("class_names") or [str(i) for i in range(c.num_classes)]
+    crop_pct = extra.get("preprocess", {}).get("crop_pct", 1.0)
+    for path in args.images:
+        pixels = torch.from_numpy(load_image(path, c.in_chans, c.image_size[0], crop_pct).copy())[None]
+        probs, index = predict(model, pixels, k=args.top)
+        top = [(names[i], float(p)) for p, i in zip(probs[0].tolist(), index[0].tolist())]
+        if args.json:
+            print(json.dumps({"image": path, "top": [{"label": n, "prob": p} for n, p in top]}))
+        else:
+            print(path)
+            for name, prob in top:
+                print(f"  {prob:7.2%}  {name}")
+    return 0

@@ -1,0 +1,48 @@
+"""Data: sources (IDX, image folders, CSV/JSONL lists, synthetic), image-mode conversion, batched
+device-side augmentation and reproducibly ordered batches."""
+
+from __future__ import annotations
+
+import os
+
+from .augment import AugmentConfig, eval_transform, mix, soft_targets, train_transform
+from .loader import Batches, epoch_order, eval_batches, fits_in_memory, load_into_memory
+from .sources import SPLITS, Split, open_split, synthetic
+
+
+def open_dataset(
+    name: str,
+    path: str | os.PathLike | None,
+    split: str,
+    *,
+    channels: int,
+    image_size: int,
+    val_fraction: float = 0.1,
+    seed: int = 0,
+    synthetic_size: int = 512,
+    synthetic_classes: int = 10,
+) -> Split:
+    """One split of the dataset a run config names: "synthetic", or whatever `path` holds (None: Fashion-MNIST)."""
+    if name == "synthetic":
+        size = synthetic_size if split == "train" else max(synthetic_size // 4, synthetic_classes)
+        return synthetic(synthetic_classes, size, channels, image_size, seed, split)
+    return open_split(path, split, channels=channels, val_fraction=val_fraction, seed=seed)
+
+
+__all__ = [
+    "SPLITS",
+    "AugmentConfig",
+    "Batches",
+    "Split",
+    "epoch_order",
+    "eval_batches",
+    "eval_transform",
+    "fits_in_memory",
+    "load_into_memory",
+    "mix",
+    "open_dataset",
+    "open_split",
+    "soft_targets",
+    "synthetic",
+    "train_transform",
+]

@@ -1,0 +1,90 @@
+"""MNIST-format IDX files (.gz or raw): the format of MNIST and Fashion-MNIST.
+
+An IDX file is a big-endian header (two zero bytes, a type code, the number of dimensions, one
+uint32 per dimension) followed by the array. Fashion-MNIST's four files are
+train-images-idx3-ubyte, train-labels-idx1-ubyte, t10k-images-idx3-ubyte, t10k-labels-idx1-ubyte.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import struct
+from pathlib import Path
+
+import numpy as np
+
+from vitkit.errors import DataError
+
+DEFAULT_DIR = "/usr/share/datasets/fashion-mnist"
+FASHION_MNIST_CLASSES = (
+    "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot",
+)
+SPLIT_PREFIX = {"train": "train", "test": "t10k"}
+_DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: np.dtype(">i2"), 0x0C: np.dtype(">i4"), 0x0D: np.dtype(">f4"), 0x0E: np.dtype(">f8")}
+
+
+def default_dir() -> Path:
+    """Where Fashion-MNIST is looked for: $VITKIT_DATA, else Debian's dataset-fashion-mnist path."""
+    return Path(os.environ.get("VITKIT_DATA") or DEFAULT_DIR)
+
+
+def read_idx(path: str | os.PathLike) -> np.ndarray:
+    """Read one IDX file (gzip-compressed when its name ends in .gz)."""
+    path = Path(path)
+    opener = gzip.open if path.suffix == ".gz" else open
+    try:
+        with opener(path, "rb") as f:
+            data = f.read()
+    except (OSError, EOFError) as err:
+        raise DataError(f"{path}: cannot read IDX file ({err})") from None
+    if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] not in _DTYPES:
+        raise DataError(f"{path}: not an IDX file (bad magic number)")
+    ndim = data[3]
+    shape = struct.unpack(f">{ndim}I", data[4 : 4 + 4 * ndim])
+    dtype = np.dtype(_DTYPES[data[2]])
+    count = int(np.prod(shape))
+    body = data[4 + 4 * ndim :]
+    if len(body) != count * dtype.itemsize:
+        raise DataError(f"{path}: header says shape {shape} but the file holds {len(body)} bytes; it is truncated")
+    return np.frombuffer(body, dtype=dtype).reshape(shape).astype(dtype.newbyteorder("="))
+
+
+def find_idx(directory: Path, split: str, kind: str) -> Path | None:
+    """The images or labels file of `split` in `directory`, compressed or not; None if absent."""
+    prefix = SPLIT_PREFIX.get(split, split)
+    ndim = 3 if kind == "images" else 1
+    for name in (f"{prefix}-{kind}-idx{ndim}-ubyte.gz", f"{prefix}-{kind}-idx{ndim}-ubyte", f"{prefix}-{kind}.idx{ndim}-ubyte"):
+        if (directory / name).is_file():
+            return directory / name
+    return None
+
+
+def is_idx_dir(directory: Path) -> bool:
+    return directory.is_dir() and find_idx(directory, "train", "images") is not None
+
+
+def load_idx_split(directory: str | os.PathLike, split: str) -> tuple[np.ndarray, np.ndarray]:
+    """(images (N, H, W) uint8, labels (N,) int64) of one split ('train' or 'test')."""
+    directory = Path(directory)
+    images_path, labels_path = find_idx(directory, split, "images"), find_idx(directory, split, "labels")
+    if images_path is None or labels_path is None:
+        if not directory.exists():
+            raise DataError(missing_message(directory))
+        raise DataError(
+            f"{directory}: no IDX files for split {split!r} "
+            f"(expected {SPLIT_PREFIX.get(split, split)}-images-idx3-ubyte[.gz] and -labels-idx1-ubyte[.gz])"
+        )
+    images, labels = read_idx(images_path), read_idx(labels_path)
+    if images.ndim != 3 or labels.ndim != 1 or len(images) != len(labels):
+        raise DataError(f"{directory}: {images_path.name} {images.shape} and {labels_path.name} {labels.shape} do not match")
+    return images.astype(np.uint8), labels.astype(np.int64)
+
+
+def missing_message(directory: Path) -> str:
+    return (
+        f"Fashion-MNIST not found in {directory}: run 'sudo apt-get install dataset-fashion-mnist' "
+        "(or 'make data'), or put train-images-idx3-ubyte.gz, train-labels-idx1-ubyte.gz, "
+        f"t10k-images-idx3-ubyte.gz and t10k-labels-idx1-ubyte.gz in {directory} (or set VITKIT_DATA), "
+        "or pass another dataset with --data PATH"
+    )

@@ -1,0 +1,167 @@
+"""Where images come from: IDX files, an image-folder tree, a CSV/JSONL list, or synthetic data.
+
+`open_split(path, split)` returns a `Split`: labels, class names, and either the pixels already in
+memory (IDX, synthetic) or the files to read (folders, lists). Splits a source does not have on
+disk ("val" of a flat folder) are cut from the rest with a seeded, reproducible permutation.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from vitkit.errors import DataError
+
+from . import idx
+from .images import is_image_file
+
+SPLITS = ("train", "val", "test")
+
+
+@dataclass
+class Split:
+    """One split of a dataset. `images` is (N, C, H, W) uint8 when in memory, else `paths` are read on use."""
+
+    labels: torch.Tensor  # (N,) int64
+    class_names: list[str]
+    images: torch.Tensor | None = None
+    paths: list[Path] | None = None
+    source: str = ""
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def subset(self, index: np.ndarray) -> "Split":
+        t = torch.as_tensor(index, dtype=torch.long)
+        return Split(
+            labels=self.labels[t],
+            class_names=self.class_names,
+            images=None if self.images is None else self.images[t],
+            paths=None if self.paths is None else [self.paths[i] for i in index],
+            source=self.source,
+        )
+
+
+def seeded_split(n: int, val_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(train, val) indices: a seeded permutation of range(n), the last val_fraction of it for val."""
+    order = np.random.default_rng(seed).permutation(n)
+    n_val = int(round(n * val_fraction))
+    return np.sort(order[: n - n_val]), np.sort(order[n - n_val :])
+
+
+def synthetic(num_classes: int, size: int, channels: int, image_size: int, seed: int = 0, split: str = "train") -> Split:
+    """A learnable toy dataset: each class is a fixed random pattern (from `seed`) plus pixel noise (per split)."""
+    patterns = torch.rand(num_classes, channels, image_size, image_size, generator=torch.Generator().manual_seed(seed)) * 255
+    g = torch.Generator().manual_seed(seed + 1 + SPLITS.index(split))
+    labels = torch.arange(size) % num_classes
+    labels = labels[torch.randperm(size, generator=g)]
+    noise = torch.randn(size, channels, image_size, image_size, generator=g) * 40
+    images = (patterns[labels] + noise).clamp(0, 255).round().to(torch.uint8)
+    return Split(labels=labels, class_names=[f"class_{i}" for i in range(num_classes)], images=images, source="synthetic")
+
+
+def open_split(
+    path: str | os.PathLike | None,
+    split: str,
+    *,
+    channels: int,
+    val_fraction: float = 0.1,
+    seed: int = 0,
+) -> Split:
+    """Open `split` ("train", "val" or "test") of the dataset at `path` (None: Fashion-MNIST's default place)."""
+    if split not in SPLITS:
+        raise DataError(f"data split {split!r}: expected one of {', '.join(SPLITS)}")
+    root = idx.default_dir() if path is None else Path(path)
+    if not root.exists():
+        raise DataError(idx.missing_message(root) if path is None else f"{root}: no such file or directory (data.path)")
+    if root.is_file():
+        return _held_out(_read_list(root), split, val_fraction, seed)
+    if idx.is_idx_dir(root):
+        return _idx_split(root, split, channels, val_fraction, seed)
+    split_dirs = {s: root / s for s in SPLITS if (root / s).is_dir()}
+    if split_dirs:
+        if split in split_dirs:
+            return _read_folder(split_dirs[split])
+        if "train" in split_dirs and split != "train":
+            return _held_out(_read_folder(split_dirs["train"]), split, val_fraction, seed)
+        raise DataError(f"{root}: has no {split!r} folder (found {', '.join(split_dirs)})")
+    if path is None:
+        raise DataError(idx.missing_message(root))
+    return _held_out(_read_folder(root), split, val_fraction, seed)
+
+
+def _held_out(full: Split, split: str, val_fraction: float, seed: int) -> Split:
+    """train/val of a source stored as one set; "test" is the same held-out part as "val"."""
+    if not 0.0 < val_fraction < 1.0:
+        raise DataError(f"{full.source}: has no separate {split!r} split; set data.val_fraction in (0, 1) to hold one out")
+    train, val = seeded_split(len(full), val_fraction, seed)
+    return full.subset(train if split == "train" else val)
+
+
+def _idx_split(root: Path, split: str, channels: int, val_fraction: float, seed: int) -> Split:
+    on_disk = "test" if split == "test" or (split == "val" and val_fraction == 0.0) else "train"
+    images, labels = idx.load_idx_split(root, on_disk)
+    pixels = torch.from_numpy(images)[:, None]  # (N, 1, H, W)
+    if channels == 3:
+        pixels = pixels.expand(-1, 3, -1, -1).contiguous()
+    n_classes = int(labels.max()) + 1
+    names = list(idx.FASHION_MNIST_CLASSES) if n_classes == 10 and "fashion" in str(root).lower() else [str(i) for i in range(n_classes)]
+    full = Split(labels=torch.from_numpy(labels), class_names=names, images=pixels, source=str(root))
+    if on_disk == "train" and val_fraction > 0.0:
+        return _held_out(full, split, val_fraction, seed)
+    return full
+
+
+def _read_folder(root: Path) -> Split:
+    """root/<class>/**/<image>; classes in sorted order."""
+    classes = sorted(d.name for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
+    paths, labels = [], []
+    for label, name in enumerate(classes):
+        files = sorted(p for p in (root / name).rglob("*") if p.is_file() and is_image_file(p))
+        paths += files
+        labels += [label] * len(files)
+    if not paths:
+        raise DataError(f"{root}: no images found; expected root/<class>/<image>.jpg|png|webp ... (or IDX files, or a .csv/.jsonl list)")
+    return Split(labels=torch.tensor(labels, dtype=torch.long), class_names=classes, paths=paths, source=str(root))
+
+
+def _read_list(path: Path) -> Split:
+    """A CSV (path,label, with or without header) or JSONL ({"path": ..., "label": ...}) list; paths relative to the file."""
+    rows: list[tuple[str, str]] = []
+    suffix = path.suffix.lower()
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as err:
+        raise DataError(f"{path}: cannot read the list ({err})") from None
+    if suffix in (".jsonl", ".ndjson"):
+        for line_no, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+                rows.append((str(row["path"]), str(row["label"])))
+            except (json.JSONDecodeError, KeyError, TypeError):
+                raise DataError(f"{path}:{line_no}: expected a JSON object with \"path\" and \"label\"") from None
+    elif suffix in (".csv", ".tsv", ".txt"):
+        reader = csv.reader(text.splitlines(), delimiter="\t" if suffix == ".tsv" else ",")
+        for line_no, row in enumerate(reader, 1):
+            if not row or (line_no == 1 and [c.strip().lower() for c in row[:2]] == ["path", "label"]):
+                continue
+            if len(row) < 2:
+                raise DataError(f"{path}:{line_no}: expected 'path,label', got {row!r}")
+            rows.append((row[0].strip(), row[1].strip()))
+    else:
+        raise DataError(f"{path}: unknown list format {suffix!r}; use .csv (path,label) or .jsonl")
+    if not rows:
+        raise DataError(f"{path}: the list is empty")
+    names = sorted({label for _, label in rows}, key=lambda s: (not s.lstrip("-").isdigit(), int(s) if s.lstrip("-").isdigit() else 0, s))
+    index = {name: i for i, name in enumerate(names)}
+    paths = [(path.parent / p) if not os.path.isabs(p) else Path(p) for p, _ in rows]
+    labels = torch.tensor([index[label] for _, label in rows], dtype=torch.long)
+    return Split(labels=labels, class_names=names, paths=paths, source=str(path))

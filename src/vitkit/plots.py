@@ -1,0 +1,83 @@
+"""PNG figures of a run: loss and accuracy curves, the learning-rate schedule, a confusion matrix.
+
+matplotlib is imported inside each function (Agg backend); every PNG is written atomically.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Sequence
+
+from vitkit.checkpoint.io import atomic_path
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig, path: Path) -> Path:
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
+    _pyplot().close(fig)
+    return path
+
+
+def _series(rows: Sequence[dict], key: str) -> tuple[list[float], list[float]]:
+    points = [(r["step"], r[key]) for r in rows if r.get(key) is not None]
+    return [p[0] for p in points], [p[1] for p in points]
+
+
+def plot_run(rows: Sequence[dict], directory: str | os.PathLike) -> list[Path]:
+    """loss.png, accuracy.png and lr.png from metrics rows ({"step", "loss" | "val_loss" | "val_top1" | "lr"})."""
+    plt = _pyplot()
+    directory = Path(directory)
+    train_rows = [r for r in rows if r.get("kind") == "train"]
+    val_rows = [r for r in rows if r.get("kind") == "val"]
+    written = []
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot(*_series(train_rows, "loss"), label="train loss")
+    ax.plot(*_series(val_rows, "val_loss"), "o-", label="validation loss")
+    ax.set(xlabel="step", ylabel="cross-entropy", title="Loss")
+    ax.legend()
+    written.append(_save(fig, directory / "loss.png"))
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot(*_series(val_rows, "val_top1"), "o-", label="validation top-1")
+    ax.plot(*_series(val_rows, "val_top5"), "s--", label="validation top-5")
+    ax.set(xlabel="step", ylabel="accuracy", title="Accuracy", ylim=(0, 1))
+    ax.legend()
+    written.append(_save(fig, directory / "accuracy.png"))
+
+    fig, ax = plt.subplots(figsize=(6, 3))
+    ax.plot(*_series(train_rows, "lr"))
+    ax.set(xlabel="step", ylabel="learning rate", title="Learning-rate schedule")
+    written.append(_save(fig, directory / "lr.png"))
+    return written
+
+
+def plot_confusion(confusion: Sequence[Sequence[int]], class_names: Sequence[str], path: str | os.PathLike) -> Path:
+    """A row-normalised confusion matrix (rows: true class, columns: predicted), counts in the cells."""
+    import numpy as np
+
+    plt = _pyplot()
+    cm = np.asarray(confusion, dtype=float)
+    rates = cm / np.maximum(cm.sum(axis=1, keepdims=True), 1)
+    k = len(class_names)
+    fig, ax = plt.subplots(figsize=(max(4, 0.55 * k + 2), max(3.5, 0.5 * k + 1.5)))
+    im = ax.imshow(rates, cmap="Blues", vmin=0, vmax=1)
+    if k <= 30:
+        ax.set_xticks(range(k), class_names, rotation=45, ha="right")
+        ax.set_yticks(range(k), class_names)
+        for i in range(k):
+            for j in range(k):
+                ax.text(j, i, int(cm[i, j]), ha="center", va="center", fontsize=7, color="white" if rates[i, j] > 0.5 else "black")
+    ax.set(xlabel="predicted", ylabel="true", title="Confusion matrix")
+    fig.colorbar(im, ax=ax, fraction=0.046)
+    return _save(fig, Path(path))

@@ -1,0 +1,223 @@
+"""Run configs: a YAML file of four sections (model, data, augment, train) plus dotted overrides.
+
+    vitkit train --config configs/fashion_mnist.yaml train.lr=1e-3 model.name=vit_s16 data.name=synthetic
+
+Every key is checked before any work starts: an unknown key or a value of the wrong type is a
+ConfigError naming the key. `model` takes `name`, `init` (a checkpoint to start from) and any
+ViTConfig field (width, depth, patch_size, drop_path, ...).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from vitkit.data.augment import AugmentConfig
+from vitkit.errors import ConfigError
+from vitkit.models import ViTConfig, get_config
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    name: str = "auto"  # "auto" (what `path` holds: IDX dir, image folder, .csv/.jsonl list) or "synthetic"
+    path: str | None = None  # None: Fashion-MNIST from $VITKIT_DATA or /usr/share/datasets/fashion-mnist
+    train_split: str = "train"
+    val_split: str = "test"  # split validated during training ("val" is held out of train with val_fraction)
+    val_fraction: float = 0.1  # share of train held out as "val" when the source has no val split on disk
+    split_seed: int = 0
+    memory_mb: float = 4096.0  # image files up to this size are decoded once and kept on the device
+    load_size: int | None = None  # files are decoded at this square size before the train crop (None: image size * 8/7)
+    workers: int = 2  # DataLoader workers for streamed image files
+    synthetic_size: int = 512
+    synthetic_classes: int = 10
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    steps: int = 1000  # optimizer steps
+    batch_size: int = 128  # logical batch (the paper's 4096 runs as micro_batch x accumulation)
+    micro_batch: int | None = None  # per forward pass; None = batch_size (no accumulation)
+    optimizer: str = "adamw"  # adamw | adam | sgd
+    lr: float = 1e-3
+    weight_decay: float = 0.05  # decoupled; none on norms, biases, position embeddings, class token
+    betas: tuple[float, float] = (0.9, 0.999)
+    momentum: float = 0.9  # sgd
+    warmup_steps: int = 100
+    decay: str = "cosine"  # cosine | linear | constant, after a linear warmup
+    end_lr_ratio: float = 0.0  # final lr as a fraction of lr
+    clip_norm: float | None = 1.0  # global-norm gradient clipping (None: off)
+    precision: str = "auto"  # auto (bf16 autocast on GPU, fp32 on CPU) | fp32 | bf16 | fp16
+    compile: bool = False  # torch.compile the model
+    ema: float | None = None  # decay of an exponential moving average of the weights (e.g. 0.9998)
+    seed: int = 0
+    device: str = "auto"  # auto | cpu | cuda | cuda:N | mps
+    threads: int = 0  # torch.set_num_threads (0: leave torch's default)
+    log_every: int = 50
+    eval_every: int = 500  # also at the end
+    checkpoint_every: int = 500  # also at the end
+    keep_checkpoints: int = 2  # step checkpoints kept besides the final one
+    eval_batch_size: int = 512
+    progress: bool = True  # progress bar on stderr
+
+
+SECTIONS = {"data": DataConfig, "augment": AugmentConfig, "train": TrainConfig}
+CHOICES = {
+    "data.name": ("auto", "synthetic"),
+    "data.train_split": ("train", "val", "test"),
+    "data.val_split": ("train", "val", "test"),
+    "augment.crop": ("rrc", "pad", "none"),
+    "train.optimizer": ("adamw", "adam", "sgd"),
+    "train.decay": ("cosine", "linear", "constant"),
+    "train.precision": ("auto", "fp32", "bf16", "fp16"),
+}
+POSITIVE = {"train.steps", "train.batch_size", "train.micro_batch", "train.log_every", "train.eval_every",
+            "train.checkpoint_every", "train.eval_batch_size", "data.synthetic_size", "data.synthetic_classes",
+            "data.memory_mb", "data.load_size", "augment.eval_crop_pct"}
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    model: dict[str, Any] = field(default_factory=lambda: {"name": "vit_mini4_28"})
+    data: DataConfig = DataConfig()
+    augment: AugmentConfig = AugmentConfig()
+    train: TrainConfig = TrainConfig()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": dict(self.model),
+            **{name: _plain(dataclasses.asdict(getattr(self, name))) for name in SECTIONS},
+        }
+
+    def model_config(self, **fixed: Any) -> ViTConfig:
+        """The ViTConfig of model.name with the model.* overrides (and `fixed`, e.g. num_classes from the data)."""
+        overrides = {k: v for k, v in self.model.items() if k not in ("name", "init")}
+        return get_config(self.model["name"], **{**overrides, **fixed})
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+def load_run_config(path: str | os.PathLike | None = None, overrides: list[str] = ()) -> RunConfig:
+    """Read a YAML run config (or start from the defaults), apply `key=value` overrides, validate everything."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        path = Path(path)
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except FileNotFoundError:
+            raise ConfigError(f"{path}: config file not found") from None
+        except yaml.YAMLError as err:
+            raise ConfigError(f"{path}: not valid YAML ({err})") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: expected a mapping of sections (model, data, augment, train)")
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        if not sep or "." not in key:
+            raise ConfigError(f"override {item!r}: expected section.key=value, e.g. train.lr=1e-3")
+        section, _, name = key.strip().partition(".")
+        data.setdefault(section, {})
+        if not isinstance(data[section], dict):
+            raise ConfigError(f"{section}: expected a mapping")
+        try:
+            data[section][name] = yaml.safe_load(text) if text.strip() else None
+        except yaml.YAMLError:
+            data[section][name] = text
+    return from_dict(data, where=str(path) if path else "config")
+
+
+def from_dict(data: dict[str, Any], where: str = "config") -> RunConfig:
+    for section in data:
+        if section not in ("model", *SECTIONS):
+            raise ConfigError(f"{where}: unknown section {section!r}; sections are model, data, augment, train")
+    model = dict(data.get("model") or {})
+    model.setdefault("name", "vit_mini4_28")
+    known = {f.name for f in dataclasses.fields(ViTConfig)} | {"name", "init"}
+    for key in model:
+        if key not in known:
+            raise ConfigError(f"model.{key}: unknown key; known keys are {', '.join(sorted(known))}")
+    try:
+        get_config(model["name"], **{k: v for k, v in model.items() if k not in ("name", "init", "num_classes")})
+    except TypeError as err:
+        raise ConfigError(f"model: bad value ({err})") from None
+    sections = {name: _section(cls, data.get(name) or {}, name) for name, cls in SECTIONS.items()}
+    return RunConfig(model=model, **sections)
+
+
+def _section(cls: type, values: dict[str, Any], section: str) -> Any:
+    if not isinstance(values, dict):
+        raise ConfigError(f"{section}: expected a mapping of keys, got {values!r}")
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    checked = {}
+    for key, value in values.items():
+        if key not in names:
+            raise ConfigError(f"{section}.{key}: unknown key; known keys are {', '.join(names)}")
+        checked[key] = _check(f"{section}.{key}", value, hints[key])
+    return cls(**checked)
+
+
+def _check(key: str, value: Any, hint: Any) -> Any:
+    """`value` converted to the field type `hint`, or a ConfigError naming `key`."""
+    options = typing.get_args(hint) if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union else (hint,)
+    if value is None:
+        if type(None) in options:
+            return None
+        raise ConfigError(f"{key}: a value is required (got null)")
+    for option in options:
+        if option is type(None):
+            continue
+        converted = _convert(value, option)
+        if converted is not _BAD:
+            break
+    else:
+        names = " or ".join(getattr(o, "__name__", str(o)) for o in options if o is not type(None))
+        raise ConfigError(f"{key}: expected {names}, got {value!r}")
+    if key in CHOICES and converted not in CHOICES[key]:
+        raise ConfigError(f"{key}: expected one of {', '.join(CHOICES[key])}, got {value!r}")
+    if key in POSITIVE and converted <= 0:
+        raise ConfigError(f"{key}: expected a positive number, got {value!r}")
+    if isinstance(converted, (int, float)) and not isinstance(converted, bool) and converted < 0:
+        raise ConfigError(f"{key}: expected a number >= 0, got {value!r}")
+    return converted
+
+
+_BAD = object()
+
+
+def _convert(value: Any, option: Any) -> Any:
+    if option is bool:
+        return value if isinstance(value, bool) else _BAD
+    if option is int:
+        return value if isinstance(value, int) and not isinstance(value, bool) else _BAD
+    if option is float:
+        if isinstance(value, str):
+            try:
+                return float(value)  # YAML reads 1e-3 as a string
+            except ValueError:
+                return _BAD
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else _BAD
+    if option is str:
+        return value if isinstance(value, str) else _BAD
+    if typing.get_origin(option) is tuple:
+        args = typing.get_args(option)
+        if not isinstance(value, (list, tuple)) or len(value) != len(args):
+            return _BAD
+        items = [_convert(v, a) for v, a in zip(value, args)]
+        return _BAD if any(i is _BAD for i in items) else tuple(items)
+    return _BAD
+
+
+def dump_run_config(config: RunConfig) -> str:
+    return yaml.safe_dump(config.to_dict(), sort_keys=False)

@@ -1,0 +1,69 @@
+import pytest
+
+from vitkit.errors import ConfigError
+from vitkit.run_config import dump_run_config, from_dict, load_run_config
+
+
+def test_overrides_typed_and_applied(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("model: {name: vit_test}\ntrain: {lr: 3.0e-4, steps: 10}\n")
+    config = load_run_config(path, ["train.lr=1e-3", "model.name=vit_s16", "data.name=synthetic", "train.betas=[0.9, 0.95]", "train.ema=null"])
+    assert config.train.lr == 1e-3 and isinstance(config.train.lr, float)
+    assert config.train.steps == 10
+    assert config.model["name"] == "vit_s16"
+    assert config.data.name == "synthetic"
+    assert config.train.betas == (0.9, 0.95)
+    assert config.train.ema is None
+
+
+def test_round_trip_through_yaml(tmp_path):
+    config = load_run_config(None, ["train.steps=7", "augment.rrc_scale=[0.5, 1.0]", "model.width=96"])
+    path = tmp_path / "again.yaml"
+    path.write_text(dump_run_config(config))
+    assert load_run_config(path) == config
+
+
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("train.lrr=1", "train.lrr"),
+        ("model.widht=3", "model.widht"),
+        ("optim.lr=1", "optim"),
+        ("train.steps=ten", "train.steps"),
+        ("train.steps=-3", "train.steps"),
+        ("train.optimizer=lamb", "train.optimizer"),
+        ("augment.crop=zoom", "augment.crop"),
+        ("train.compile=3", "train.compile"),
+        ("model.name=vit_zz9", "model.name"),
+        ("model.depth=0", "depth"),
+    ],
+)
+def test_bad_key_or_value_names_the_key(override, key):
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        load_run_config(None, [override])
+
+
+def test_override_needs_section_and_value():
+    with pytest.raises(ConfigError, match="section.key=value"):
+        load_run_config(None, ["lr=3"])
+
+
+def test_unknown_key_in_file_names_it(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("train:\n  stepz: 3\n")
+    with pytest.raises(ConfigError, match=r"train\.stepz: unknown key"):
+        load_run_config(path)
+
+
+def test_shipped_configs_load():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "configs"
+    for path in sorted(root.glob("*.yaml")):
+        config = load_run_config(path)
+        config.model_config(num_classes=10)
+    assert (root / "fashion_mnist.yaml").is_file() and (root / "imagenet_vit_b16.yaml").is_file()
+
+
+def test_defaults_are_valid():
+    assert from_dict({}).model_config(num_classes=10).in_chans == 1

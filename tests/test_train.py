@@ -1,0 +1,101 @@
+import json
+import math
+
+import pytest
+import torch
+
+from vitkit.checkpoint.io import read_safetensors
+from vitkit.errors import CheckpointError, ConfigError
+from vitkit.models import create_model
+from vitkit.run_config import load_run_config
+from vitkit.train import find_checkpoint, learning_rate, param_groups, train
+
+TINY = [
+    "model.name=vit_test", "model.depth=1", "model.image_size=8", "data.name=synthetic", "data.synthetic_size=64",
+    "train.batch_size=16", "train.warmup_steps=2", "train.log_every=2", "train.eval_every=4", "train.checkpoint_every=2",
+    "train.progress=false", "augment.crop=pad", "augment.pad=1", "train.threads=1",
+]
+
+
+def test_weight_decay_groups():
+    model = create_model("vit_test")
+    decay, no_decay = param_groups(model, 0.1)
+    names = {id(p): n for n, p in model.named_parameters()}
+    skipped = {names[id(p)] for p in no_decay["params"]}
+    assert {"cls_token", "pos_embed", "norm.weight", "head.bias", "blocks.0.norm1.bias"} <= skipped
+    assert {names[id(p)] for p in decay["params"]} >= {"patch_embed.weight", "blocks.0.attn.qkv.weight", "head.weight"}
+    assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
+    assert len(decay["params"]) + len(no_decay["params"]) == len(list(model.parameters()))
+
+
+def test_schedule_warmup_then_decay():
+    kw = dict(lr=1.0, warmup=10, total=110)
+    assert learning_rate(0, decay="cosine", **kw) == pytest.approx(0.1)
+    assert learning_rate(9, decay="cosine", **kw) == pytest.approx(1.0)
+    assert learning_rate(60, decay="cosine", **kw) == pytest.approx(0.5)
+    assert learning_rate(110, decay="cosine", **kw) == pytest.approx(0.0, abs=1e-12)
+    assert learning_rate(60, decay="linear", **kw) == pytest.approx(0.5)
+    assert learning_rate(35, decay="linear", end_ratio=0.2, **kw) == pytest.approx(1.0 - 0.8 * 0.25)
+    assert learning_rate(100, decay="constant", **kw) == 1.0
+
+
+def test_overfits_one_batch(tmp_path):
+    config = load_run_config(None, TINY + [
+        "data.synthetic_size=16", "train.steps=30", "train.lr=1e-2", "train.weight_decay=0", "augment.crop=none",
+        "augment.hflip=0", "train.eval_every=30", "train.checkpoint_every=30", "train.log_every=1", "model.depth=2",
+    ])
+    train(config, tmp_path / "run")
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    losses = [r["loss"] for r in rows if r["kind"] == "train"]
+    assert losses[0] > 2.0 and losses[-1] < 0.1 * losses[0]
+
+
+def test_run_directory_contents(tmp_path):
+    out = tmp_path / "run"
+    summary = train(load_run_config(None, TINY + ["train.steps=6", "train.ema=0.9", "train.keep_checkpoints=2"]), out)
+    for name in ("run.yaml", "metrics.jsonl", "summary.json", "loss.png", "accuracy.png", "lr.png", "final/config.json", "final/model.safetensors"):
+        assert (out / name).is_file(), name
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step_0000004", "step_0000006"]
+    assert json.loads((out / "final" / "config.json").read_text())["class_names"][0] == "class_0"
+    saved = json.loads((out / "summary.json").read_text())
+    assert saved == summary and 0.0 <= saved["final_val_top1"] <= 1.0 and saved["steps"] == 6
+    assert find_checkpoint(out) == out / "final"
+    # with EMA the final weights are the average, not the last step's weights
+    final = read_safetensors(out / "final" / "model.safetensors")
+    last = read_safetensors(out / "checkpoints" / "step_0000006" / "model.safetensors")
+    assert not torch.equal(final["head.weight"], last["head.weight"])
+
+
+@pytest.mark.parametrize("extra", [[], ["train.micro_batch=8", "augment.mixup=0.8", "augment.cutmix=1.0", "model.dropout=0.1", "train.ema=0.9"]])
+def test_interrupted_and_resumed_equals_straight(tmp_path, extra):
+    """A run stopped at step 3 and resumed ends with the same weights as one that ran straight to step 7."""
+    config = load_run_config(None, TINY + ["train.steps=7", "train.checkpoint_every=3", "augment.randaugment_ops=1"] + extra)
+    train(config, tmp_path / "straight")
+    stopped = train(config, tmp_path / "resumed", stop_at=3)
+    assert stopped == {"stopped_at": 3, "steps": 7}
+    assert not (tmp_path / "resumed" / "final").exists()
+    train(config, tmp_path / "resumed", resume=True)
+    a = read_safetensors(tmp_path / "straight" / "final" / "model.safetensors")
+    b = read_safetensors(tmp_path / "resumed" / "final" / "model.safetensors")
+    for key in a:
+        torch.testing.assert_close(b[key], a[key], atol=1e-6, rtol=0, msg=key)
+    def train_rows(run):
+        rows = [json.loads(x) for x in (tmp_path / run / "metrics.jsonl").read_text().splitlines()]
+        return [(r["step"], r["loss"]) for r in rows if r["kind"] == "train"]
+    assert [s for s, _ in train_rows("resumed")] == [s for s, _ in train_rows("straight")]
+    for (_, x), (_, y) in zip(train_rows("resumed"), train_rows("straight")):
+        assert math.isclose(x, y, rel_tol=1e-5)
+
+
+def test_refuses_to_overwrite_a_run_and_to_resume_nothing(tmp_path):
+    config = load_run_config(None, TINY + ["train.steps=2"])
+    train(config, tmp_path / "run")
+    with pytest.raises(ConfigError, match="--resume"):
+        train(config, tmp_path / "run")
+    with pytest.raises(CheckpointError, match="no checkpoint"):
+        train(config, tmp_path / "empty", resume=True)
+
+
+def test_micro_batch_must_divide(tmp_path):
+    with pytest.raises(ConfigError, match="micro_batch"):
+        train(load_run_config(None, TINY + ["train.micro_batch=5"]), tmp_path / "run")
