@@ -58,6 +58,7 @@ class TrainConfig:
     ema: float | None = None  # decay of an exponential moving average of the weights (e.g. 0.9998)
     seed: int = 0
     device: str = "auto"  # auto | cpu | cuda | cuda:N | mps
+    strategy: str = "auto"  # under torchrun: auto/ddp (DistributedDataParallel) or fsdp (FSDP2 fully_shard)
     threads: int = 0  # torch.set_num_threads (0: leave torch's default)
     log_every: int = 50
     eval_every: int = 500  # also at the end
@@ -76,6 +77,7 @@ CHOICES = {
     "train.optimizer": ("adamw", "adam", "sgd"),
     "train.decay": ("cosine", "linear", "constant"),
     "train.precision": ("auto", "fp32", "bf16", "fp16"),
+    "train.strategy": ("auto", "ddp", "fsdp"),
 }
 POSITIVE = {"train.steps", "train.batch_size", "train.micro_batch", "train.log_every", "train.eval_every",
             "train.checkpoint_every", "train.eval_batch_size", "data.synthetic_size", "data.synthetic_classes",

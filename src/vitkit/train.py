@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from vitkit import distributed
 from vitkit.checkpoint import save_pretrained
 from vitkit.checkpoint.io import atomic_path, read_json, read_torch, write_json
 from vitkit.checkpoint.native import is_native, load_native
@@ -39,7 +40,7 @@ from vitkit.evaluation import evaluate
 from vitkit.models import VisionTransformer
 from vitkit.run_config import RunConfig, dump_run_config, load_run_config
 
-STATE_JSON, STATE_TENSORS = "train_state.json", "train_state.pt"
+STATE_JSON, STATE_TENSORS, SHARDED = "train_state.json", "train_state.pt", "sharded"
 _STEP_DIR = re.compile(r"step_(\d+)")
 
 
@@ -59,7 +60,8 @@ def make_optimizer(model: VisionTransformer, t) -> torch.optim.Optimizer:
     if t.optimizer == "sgd":
         return torch.optim.SGD(groups, lr=t.lr, momentum=t.momentum)
     # "adam" and "adamw" are the same here: Adam with decoupled weight decay, as in the paper's code
-    return torch.optim.AdamW(groups, lr=t.lr, betas=t.betas)
+    fused = next(model.parameters()).device.type == "cuda"  # one kernel for the whole update on GPUs
+    return torch.optim.AdamW(groups, lr=t.lr, betas=t.betas, fused=fused or None)
 
 
 def learning_rate(step: int, *, lr: float, warmup: int, total: int, decay: str, end_ratio: float = 0.0) -> float:
@@ -132,36 +134,65 @@ def find_checkpoint(path: str | os.PathLike) -> Path:
     raise CheckpointError(f"{path}: neither a vitkit checkpoint (config.json + model.safetensors) nor a run directory with one")
 
 
-def _write_dir(target: Path, fill) -> None:
-    """Build a directory under a temporary name, then rename it into place (replacing an older one)."""
+def _write_dir(target: Path, fill, world: distributed.Dist = distributed.Dist()) -> None:
+    """Build a directory under a temporary name, then rename it into place (replacing an older one).
+
+    Under torch.distributed every rank calls this: all may write into the temporary directory (FSDP
+    shards), rank 0 creates and renames it.
+    """
     tmp = target.parent / f".{target.name}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    if world.main:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+    distributed.barrier(world)
     fill(tmp)
-    if target.exists():
+    distributed.barrier(world)
+    if world.main and target.exists():
         old = target.parent / f".{target.name}.old"
         shutil.rmtree(old, ignore_errors=True)
         os.replace(target, old)
         os.replace(tmp, target)
         shutil.rmtree(old, ignore_errors=True)
-    else:
+    elif world.main:
         os.replace(tmp, target)
+    distributed.barrier(world)
 
 
-def save_checkpoint(out: Path, model: nn.Module, extra: dict, state: dict, tensors: dict, keep: int) -> Path:
-    """checkpoints/step_N: the model (vitkit format) plus the training state; keeps the `keep` newest."""
+def save_checkpoint(out: Path, model: nn.Module, extra: dict, state: dict, tensors: dict, keep: int,
+                    world: distributed.Dist = distributed.Dist(), optimizer: torch.optim.Optimizer | None = None) -> Path:
+    """checkpoints/step_N: the model (vitkit format) plus the training state; keeps the `keep` newest.
+
+    Under FSDP every rank also writes its shards of model and optimizer to step_N/sharded/ (DCP).
+    """
     target = out / "checkpoints" / f"step_{state['step']:07d}"
+    whole = _whole_model(model, world)
 
     def fill(tmp: Path) -> None:
-        save_pretrained(model, tmp, extra=extra)
-        with atomic_path(tmp / STATE_TENSORS) as f:
-            torch.save(tensors, f)
-        write_json(tmp / STATE_JSON, state)
+        if world.sharded:
+            distributed.save_sharded(model, optimizer, tmp / SHARDED)
+        if world.main:
+            save_pretrained(whole, tmp, extra=extra)
+            with atomic_path(tmp / STATE_TENSORS) as f:
+                torch.save(tensors, f)
+            write_json(tmp / STATE_JSON, state)
 
-    _write_dir(target, fill)
-    for old in step_checkpoints(out)[: -max(keep, 1)]:
-        shutil.rmtree(old, ignore_errors=True)
+    _write_dir(target, fill, world)
+    if world.main:
+        for old in step_checkpoints(out)[: -max(keep, 1)]:
+            shutil.rmtree(old, ignore_errors=True)
     return target
+
+
+def _whole_model(model: VisionTransformer, world: distributed.Dist) -> VisionTransformer | None:
+    """The model with all its weights on rank 0 (gathered from the shards under FSDP; every rank must call)."""
+    if not world.sharded:
+        return model
+    weights = distributed.full_state_dict(model, world)
+    if not world.main:
+        return None
+    whole = VisionTransformer(model.config)
+    whole.load_state_dict(weights)
+    return whole
 
 
 def load_checkpoint(folder: Path) -> tuple[VisionTransformer, dict, dict]:
@@ -199,16 +230,22 @@ def train(config: RunConfig, out: str | os.PathLike, *, resume: bool = False, st
         return _train(config, Path(out), resume, stop_at, started)
     finally:
         torch.set_num_threads(threads_before)
+        distributed.teardown()
 
 
 def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, started: float) -> dict:
     t, a, d = config.train, config.augment, config.data
     device = pick_device(t.device)
+    world, device = distributed.setup(t.strategy, device)  # under torchrun: DDP or FSDP across processes
     amp_dtype = autocast_dtype(t.precision, device)
     micro = t.micro_batch or t.batch_size
     if t.batch_size % micro:
         raise ConfigError(f"train.micro_batch: {micro} does not divide train.batch_size {t.batch_size}")
     accum = t.batch_size // micro
+    if micro % world.size:
+        raise ConfigError(f"train.micro_batch: {micro} images per micro-batch do not split evenly across {world.size} processes")
+    if world.sharded and t.ema:
+        raise ConfigError("train.ema: EMA weights are not supported with train.strategy=fsdp; drop train.ema")
     checkpoints = step_checkpoints(out)
     if resume and not checkpoints:
         raise CheckpointError(f"{out}: no checkpoint to resume from (expected {out}/checkpoints/step_*/)")
@@ -243,37 +280,48 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
             _init_from(model, Path(config.model["init"]))
         state, tensors = {"step": 0, "elapsed_s": 0.0, "best_val_top1": None, "best_step": None}, {}
     model.to(device)
+    module = distributed.wrap(model, world, device)  # what the step calls: the model, DDP around it, or sharded in place
     optimizer = make_optimizer(model, t)
     scaler = torch.amp.GradScaler(device.type, enabled=amp_dtype == torch.float16)
     ema = {k: v.detach().clone() for k, v in model.state_dict().items()} if t.ema else None
+    if resume and world.sharded:
+        if not (checkpoints[-1] / SHARDED).is_dir():
+            raise CheckpointError(f"{checkpoints[-1]}: written without train.strategy=fsdp; resume it with the strategy it was trained with")
+        distributed.load_sharded(model, optimizer, checkpoints[-1] / SHARDED)
+    elif resume and "optimizer" not in tensors:
+        raise CheckpointError(f"{checkpoints[-1]}: written with train.strategy=fsdp; resume it with torchrun and train.strategy=fsdp")
     if resume:
-        optimizer.load_state_dict(tensors["optimizer"])
+        if not world.sharded:
+            optimizer.load_state_dict(tensors["optimizer"])
         scaler.load_state_dict(tensors["scaler"])
         if ema is not None and tensors.get("ema"):
             ema = {k: v.to(device) for k, v in tensors["ema"].items()}
-        torch.set_rng_state(tensors["rng_cpu"])
+        ranks = tensors.get("rng_cpu_ranks")
+        torch.set_rng_state(ranks[world.rank] if ranks is not None and len(ranks) == world.size else tensors["rng_cpu"])
         if device.type == "cuda" and "rng_cuda" in tensors:
             torch.cuda.set_rng_state(tensors["rng_cuda"], device)
-        _truncate_metrics(out, state["step"])
-    else:
+        if world.main:
+            _truncate_metrics(out, state["step"])
+    elif world.main:
         out.mkdir(parents=True, exist_ok=True)
         with atomic_path(out / "run.yaml") as tmp:
             tmp.write_text(dump_run_config(config))
         (out / "metrics.jsonl").unlink(missing_ok=True)
-    forward = torch.compile(model) if t.compile else model
+    distributed.barrier(world)
+    forward = torch.compile(module) if t.compile else module
     extra = {"class_names": class_names, "preprocess": {"crop_pct": a.eval_crop_pct},
              "data": {"path": d.path, "val_fraction": d.val_fraction, "split_seed": d.split_seed}}  # eval finds the same held-out split
 
     # data order: micro-batch number m is batch (m % per_epoch) of epoch (m // per_epoch), seeded by train.seed
-    batches = Batches(train_split, micro, t.seed, device, channels=channels, size=load_size, workers=d.workers)
+    batches = Batches(train_split, micro, t.seed, device, channels=channels, size=load_size, workers=d.workers, rank=world.rank, world=world.size)
     step, elapsed_before = state["step"], state["elapsed_s"]
     epoch, position = divmod(step * accum, batches.per_epoch)
     stream = batches.iterate(epoch, position)
     val_data = lambda: eval_batches(val_split, t.eval_batch_size, device, channels=channels, size=size, crop_pct=a.eval_crop_pct, workers=d.workers)
     K = len(class_names)
     last = min(t.steps, stop_at) if stop_at is not None else t.steps
-    bar = _progress(t, step)
-    log = open(out / "metrics.jsonl", "a")
+    bar = _progress(t, step, show=world.main)
+    log = open(out / "metrics.jsonl" if world.main else os.devnull, "a")  # rank 0 logs
     window = {"loss": 0.0, "steps": 0, **state.get("window", {}), "images": 0, "time": time.perf_counter()}
     val_metrics: dict[str, Any] = {}
 
@@ -282,10 +330,13 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
         state.update(step=step, epoch=epoch, position=position, seed=t.seed, micro_batch=micro,
                      elapsed_s=elapsed_before + time.perf_counter() - started,
                      window={"loss": window["loss"], "steps": window["steps"]})  # the loss averaged until the next log line
-        tensors = {"optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(), "rng_cpu": torch.get_rng_state(), "ema": ema or {}}
+        tensors = {"scaler": scaler.state_dict(), "rng_cpu": torch.get_rng_state(), "ema": ema or {},
+                   "rng_cpu_ranks": distributed.gather_objects(torch.get_rng_state(), world)}
+        if not world.sharded:  # under FSDP the optimizer is sharded: step_N/sharded/
+            tensors["optimizer"] = optimizer.state_dict()
         if device.type == "cuda":
             tensors["rng_cuda"] = torch.cuda.get_rng_state(device)
-        save_checkpoint(out, model, extra, state, tensors, t.keep_checkpoints)
+        save_checkpoint(out, model, extra, state, tensors, t.keep_checkpoints, world, optimizer)
 
     model.train()
     try:
@@ -296,13 +347,14 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
             loss_sum = torch.zeros((), device=device)
             for k in range(accum):
                 images, labels = next(stream)
-                g = torch.Generator().manual_seed(t.seed * 1_000_003 + step * accum + k)  # augmentation draws
+                g = torch.Generator().manual_seed(t.seed * 1_000_003 + step * accum + k + world.rank * 7_919)  # augmentation draws
                 x = train_transform(images, shape.image_size, a, shape.mean, shape.std, g)
                 x, targets = mix(x, soft_targets(labels, K, a.label_smoothing), a, g)
-                with torch.autocast(device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
-                    logits = forward(x)
-                loss = soft_cross_entropy(logits, targets)
-                scaler.scale(loss / accum).backward()
+                with distributed.grad_sync(module, world, sync=k == accum - 1):  # reduce across ranks once per step
+                    with torch.autocast(device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
+                        logits = forward(x)
+                    loss = soft_cross_entropy(logits, targets)
+                    scaler.scale(loss / accum).backward()
                 loss_sum += loss.detach() / accum
             scaler.unscale_(optimizer)
             grad_norm = nn.utils.clip_grad_norm_(model.parameters(), t.clip_norm or float("inf"))
@@ -313,7 +365,7 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
                 update_ema(ema, model, t.ema)
             step += 1
 
-            window["loss"] += float(loss_sum)
+            window["loss"] += float(distributed.mean(loss_sum, world))
             window["steps"] += 1
             window["images"] += t.batch_size
             if step % t.log_every == 0 or step == t.steps:
@@ -331,7 +383,8 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
                 log.flush()
                 if state["best_val_top1"] is None or val_metrics["top1"] > state["best_val_top1"]:
                     state["best_val_top1"], state["best_step"] = val_metrics["top1"], step
-                bar.write(f"step {step}: val top-1 {val_metrics['top1']:.4f}  top-5 {val_metrics['top5']:.4f}  loss {val_metrics['loss']:.4f}")
+                if world.main:
+                    bar.write(f"step {step}: val top-1 {val_metrics['top1']:.4f}  top-5 {val_metrics['top5']:.4f}  loss {val_metrics['loss']:.4f}")
             if step % t.checkpoint_every == 0 or step == last:
                 checkpoint()
             bar.update(1)
@@ -341,11 +394,13 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
 
     if step < t.steps:
         return {"stopped_at": step, "steps": t.steps}
-    export = model
+    export = _whole_model(model, world)
     if ema is not None:
         export = VisionTransformer(model.config)
         export.load_state_dict({k: v.cpu() for k, v in ema.items()})
-    _write_dir(out / "final", lambda tmp: save_pretrained(export, tmp, extra=extra))
+    _write_dir(out / "final", lambda tmp: world.main and save_pretrained(export, tmp, extra=extra), world)
+    if not world.main:
+        return {"rank": world.rank}
     rows = read_metrics(out)
     train_rows = [r for r in rows if r["kind"] == "train"]
     summary = {
@@ -361,6 +416,7 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
         "model": config.model.get("name"),
         "params": sum(p.numel() for p in model.parameters()),
         "device": str(device),
+        "processes": world.size,
         "threads": torch.get_num_threads(),
         "checkpoint": str(out / "final"),
     }
@@ -390,10 +446,10 @@ def _init_from(model: VisionTransformer, path: Path) -> None:
     model.load_state_dict(source.state_dict())
 
 
-def _progress(t, step: int):
+def _progress(t, step: int, show: bool = True):
     from tqdm.auto import tqdm
 
-    return tqdm(total=t.steps, initial=step, unit="step", disable=not t.progress, dynamic_ncols=True, leave=True)
+    return tqdm(total=t.steps, initial=step, unit="step", disable=not (t.progress and show), dynamic_ncols=True, leave=True)
 
 
 def resume_config(out: str | os.PathLike, overrides: list[str] = ()) -> RunConfig:

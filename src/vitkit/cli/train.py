@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 
 EPILOG = """\
 examples:
@@ -13,6 +14,8 @@ examples:
   vitkit train --data ~/pictures/pets --out runs/pets model.name=vit_s16 model.image_size=224
   vitkit train --resume runs/demo                  continue exactly where it stopped
   vitkit train --resume runs/demo train.steps=6000  extend a finished run
+  torchrun --nproc_per_node=8 -m vitkit train --config configs/imagenet_vit_b16.yaml --out runs/b16
+                                                   data-parallel (DDP); add train.strategy=fsdp to shard
 
 Without --data or data.path the data is Fashion-MNIST from $VITKIT_DATA or /usr/share/datasets/fashion-mnist
 (sudo apt-get install dataset-fashion-mnist). Keys: model.name, model.init and any model field (width, depth,
@@ -62,6 +65,8 @@ def run(args: argparse.Namespace) -> int:
         config = load_run_config(args.config, overrides)
         summary = train(config, args.out)
         out = args.out
+    if int(os.environ.get("RANK", "0")) != 0:  # under torchrun, rank 0 reports
+        return 0
     print(f"run directory: {out}")
     print(json.dumps(summary))
     return 0

@@ -3,8 +3,8 @@
 Small datasets (IDX, synthetic, or image files that fit `memory_mb`) live on the training device as
 one uint8 tensor and are indexed there; large image folders stream through a multi-worker DataLoader
 that decodes and resizes on the CPU. Either way the batch at (epoch, position) is the same, so a
-resumed run sees exactly the data a straight run would have seen. (A DistributedSampler-style rank
-slice of `epoch_order` is where data parallelism slots in.)
+resumed run sees exactly the data a straight run would have seen. Under torchrun every rank walks the
+same order and takes its contiguous share of each batch, so N processes see what one process would.
 """
 
 from __future__ import annotations
@@ -57,14 +57,17 @@ class Batches:
     """Training batches of uint8 images (on `device`) and labels, `batch_size` per step, last partial batch dropped.
 
     `iterate(epoch, position)` starts at batch `position` of `epoch` and runs through later epochs forever.
+    With `world` > 1 processes, each yields only its contiguous share (rank) of every global batch.
     """
 
-    def __init__(self, split: Split, batch_size: int, seed: int, device: torch.device, *, channels: int, size: int, workers: int = 0):
+    def __init__(self, split: Split, batch_size: int, seed: int, device: torch.device, *, channels: int, size: int, workers: int = 0,
+                 rank: int = 0, world: int = 1):
         if len(split) < batch_size:
             raise ValueError(f"{split.source}: {len(split)} training images are fewer than one batch of {batch_size}")
         self.split, self.batch_size, self.seed, self.device = split, batch_size, seed, device
         self.channels, self.size, self.workers = channels, size, workers
         self.per_epoch = len(split) // batch_size
+        self.share = slice(rank * batch_size // world, (rank + 1) * batch_size // world)  # this rank's part of a batch
         if split.images is not None:
             self.images = split.images.to(device)
             self.labels = split.labels.to(device)
@@ -76,13 +79,14 @@ class Batches:
             if self.split.images is not None:
                 index = order.to(self.device)
                 for start in range(0, len(index), self.batch_size):
-                    batch = index[start : start + self.batch_size]
+                    batch = index[start : start + self.batch_size][self.share]
                     yield self.images[batch], self.labels[batch]
             else:
+                mine = order.view(-1, self.batch_size)[:, self.share].flatten()
                 loader = DataLoader(
                     FileImages(self.split, self.channels, self.size),
-                    batch_size=self.batch_size,
-                    sampler=order.tolist(),
+                    batch_size=self.share.stop - self.share.start,
+                    sampler=mine.tolist(),
                     num_workers=self.workers,
                     pin_memory=self.device.type == "cuda",
                     persistent_workers=False,

@@ -1,0 +1,154 @@
+"""Data parallelism on PyTorch's own engine: torchrun starts the processes, DDP or FSDP2 wraps the model.
+
+    torchrun --nproc_per_node=N -m vitkit train --config ... --out RUN            # DDP
+    torchrun --nproc_per_node=N -m vitkit train ... train.strategy=fsdp            # FSDP2 (fully_shard)
+
+torchrun sets RANK / WORLD_SIZE / LOCAL_RANK; `setup` joins the process group (NCCL on GPUs, gloo on
+CPUs). Every rank walks the same global batch order and takes its contiguous share of each micro-batch,
+so N processes see exactly the samples one process would, and with the gradients averaged across ranks
+a step equals the single-process step on the same global batch. Only rank 0 logs and writes files;
+FSDP checkpoints go through torch.distributed.checkpoint, so a run resumes on any world size.
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from vitkit.errors import ConfigError
+
+STRATEGIES = ("auto", "ddp", "fsdp")
+
+
+@dataclass(frozen=True)
+class Dist:
+    """Where this process stands: its rank, the world size and how the model is spread."""
+
+    rank: int = 0
+    size: int = 1
+    strategy: str = "none"  # none | ddp | fsdp
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def sharded(self) -> bool:
+        return self.strategy == "fsdp"
+
+    def share(self, batch: torch.Tensor) -> torch.Tensor:
+        """This rank's contiguous share of a global (micro-)batch."""
+        n = batch.shape[0] // self.size
+        return batch[self.rank * n : (self.rank + 1) * n]
+
+
+def launched() -> bool:
+    """True inside a torchrun (or any torch.distributed) launch."""
+    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
+
+
+def setup(strategy: str, device: torch.device) -> tuple[Dist, torch.device]:
+    """Join the process group when launched by torchrun; pick this rank's GPU."""
+    if strategy not in STRATEGIES:
+        raise ConfigError(f"train.strategy: expected one of {', '.join(STRATEGIES)}, got {strategy!r}")
+    if not launched():
+        if strategy == "fsdp":
+            raise ConfigError("train.strategy=fsdp: start the run with torchrun, e.g. torchrun --nproc_per_node=2 -m vitkit train ...")
+        return Dist(), device
+    rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    if device.type == "cuda":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    return Dist(rank, size, "fsdp" if strategy == "fsdp" else "ddp"), device
+
+
+def teardown() -> None:
+    """Leave the process group joined by `setup` (nothing outside a torchrun launch)."""
+    if launched() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def wrap(model: nn.Module, d: Dist, device: torch.device) -> nn.Module:
+    """The module to call in training: the model itself, DDP around it, or the model sharded in place (FSDP2)."""
+    if d.strategy == "ddp":
+        from torch.nn.parallel import DistributedDataParallel
+
+        return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    if d.strategy == "fsdp":
+        from torch.distributed.fsdp import fully_shard
+
+        for block in model.blocks:  # one all-gather per block, freed after use
+            fully_shard(block)
+        fully_shard(model)
+    return model
+
+
+def grad_sync(module: nn.Module, d: Dist, sync: bool):
+    """A context for one micro-batch: gradients are reduced across ranks only when `sync` (the last of a step)."""
+    if d.strategy == "ddp" and not sync:
+        return module.no_sync()
+    if d.strategy == "fsdp":
+        module.set_requires_gradient_sync(sync)
+    return nullcontext()
+
+
+def mean(value: torch.Tensor, d: Dist) -> torch.Tensor:
+    """The mean of a tensor over ranks (itself in one process)."""
+    if d.size == 1:
+        return value
+    value = value.detach().clone()
+    dist.all_reduce(value)  # gloo has no AVG: sum, then divide
+    return value / d.size
+
+
+def barrier(d: Dist) -> None:
+    if d.size > 1:
+        dist.barrier()
+
+
+def gather_objects(obj: Any, d: Dist) -> list[Any]:
+    """`obj` from every rank, in rank order."""
+    if d.size == 1:
+        return [obj]
+    out: list[Any] = [None] * d.size
+    dist.all_gather_object(out, obj)
+    return out
+
+
+# -- FSDP state: sharded checkpoints through torch.distributed.checkpoint --------------------------
+def full_state_dict(model: nn.Module, d: Dist) -> dict[str, torch.Tensor]:
+    """The whole model's weights on CPU (rank 0 gets them; every rank must call this under FSDP)."""
+    if not d.sharded:
+        return {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+
+def save_sharded(model: nn.Module, optimizer: torch.optim.Optimizer, path: Path) -> None:
+    """Every rank writes its shards of the model and optimizer state to `path` (a directory)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    model_state, optim_state = get_state_dict(model, optimizer)
+    dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(path))
+
+
+def load_sharded(model: nn.Module, optimizer: torch.optim.Optimizer, path: Path) -> None:
+    """Load a sharded checkpoint written with any world size into this run's shards."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    model_state, optim_state = get_state_dict(model, optimizer)
+    state = {"model": model_state, "optim": optim_state}
+    dcp.load(state, checkpoint_id=str(path))
+    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])

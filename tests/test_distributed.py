@@ -1,0 +1,75 @@
+"""Data parallelism through torchrun with real processes (gloo on CPU): the same global batch gives the same losses."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from vitkit.checkpoint import load_pretrained
+
+COMMON = [
+    "data.name=synthetic", "data.synthetic_size=64", "model.name=vit_test", "train.batch_size=8", "train.lr=3e-3",
+    "train.warmup_steps=0", "train.decay=constant", "train.log_every=1", "train.eval_every=1000", "train.checkpoint_every=3",
+    "augment.crop=none", "augment.hflip=0", "train.progress=false", "train.threads=1", "train.device=cpu",
+]
+
+
+def vitkit_train(*args: str, nproc: int = 0) -> subprocess.CompletedProcess:
+    """`vitkit train ...` in one plain process (nproc=0) or under torchrun with `nproc` processes."""
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"] if nproc else [sys.executable]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    result = subprocess.run([*launcher, "-m", "vitkit", "train", *args], capture_output=True, text=True, env=env, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+def train_losses(run) -> dict[int, float]:
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: r["loss"] for r in rows if r["kind"] == "train"}
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory):
+    out = tmp_path_factory.mktemp("dist") / "single"
+    vitkit_train("--out", str(out), "train.steps=6", *COMMON)
+    return out
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_two_processes_match_one_process(single, tmp_path, strategy):
+    out = tmp_path / strategy
+    vitkit_train("--out", str(out), "train.steps=6", f"train.strategy={strategy}", *COMMON, nproc=2)
+    one, two = train_losses(single), train_losses(out)
+    assert list(two) == [1, 2, 3, 4, 5, 6] and len(set(one.values())) > 1
+    for step in one:
+        assert two[step] == pytest.approx(one[step], abs=1e-5), step
+    # compare what the models compute: the key bias has a zero true gradient (softmax ignores it), so Adam
+    # turns float noise there into different but irrelevant weights
+    a, b = load_pretrained(single / "final"), load_pretrained(out / "final")
+    x = torch.randn(4, 3, 16, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(b(x), a(x), atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(b.forward_features(x), a.forward_features(x), atol=1e-4, rtol=1e-4)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["processes"] == 2
+    if strategy == "fsdp":
+        assert (out / "checkpoints" / "step_0000006" / "sharded").is_dir()
+
+
+def test_fsdp_resumes_on_another_world_size(single, tmp_path):
+    out = tmp_path / "fsdp"
+    vitkit_train("--out", str(out), "train.steps=3", "train.strategy=fsdp", *COMMON, nproc=2)
+    vitkit_train("--resume", str(out), "train.steps=6", nproc=1)  # strategy comes from the run's own run.yaml
+    one, resumed = train_losses(single), train_losses(out)
+    assert list(resumed) == [1, 2, 3, 4, 5, 6]
+    for step in one:
+        assert resumed[step] == pytest.approx(one[step], abs=1e-5), step
+
+
+def test_fsdp_without_torchrun_is_a_clear_error(run_cli, tmp_path):
+    result = run_cli("train", "--out", tmp_path / "x", "train.steps=1", "train.strategy=fsdp", *COMMON)
+    assert result.returncode == 2 and "start the run with torchrun" in result.stderr
+    assert "Traceback" not in result.stderr
