@@ -40,3 +40,20 @@ def test_cli_benchmark_writes_json(run_cli, tmp_path):
     report = json.loads(out.read_text())
     assert report["model"] == "vit_test" and report["results"]["vitkit"]["img_per_s"] > 0
     assert json.loads(result.stdout.strip().splitlines()[-1]) == report
+
+
+def test_activation_memory_shrinks_with_checkpointing():
+    import torch
+
+    from vitkit.models import VisionTransformer
+
+    config = get_config("vit_test", depth=4)
+    model = VisionTransformer(config)
+    x = torch.randn(8, 3, 16, 16)
+    plain = benchmark.activation_memory_mb(model, x)
+    model.set_grad_checkpointing(True)
+    ckpt = benchmark.activation_memory_mb(model, x)
+    # one block's input per layer instead of every intermediate: far less than a quarter
+    assert 0 < ckpt < plain / 4
+    tokens_per_layer = 8 * 17 * 32 * 4 / 2**20  # one (B, T, D) fp32 tensor
+    assert ckpt >= 4 * tokens_per_layer

@@ -35,6 +35,7 @@ class Setup:
     device: str = "cpu"
     mode: str = "inference"  # inference | train
     compile: bool = False
+    grad_checkpointing: bool = False
     rounds: int = 5
     warmup: int = 2
 
@@ -97,6 +98,7 @@ def _matmul(setup: Setup) -> tuple[Callable[[], Any], int]:
 # -- the candidates ---------------------------------------------------------------------------
 def build_vitkit(setup: Setup) -> torch.nn.Module:
     model = VisionTransformer(setup.config).to(setup.device)
+    model.set_grad_checkpointing(setup.grad_checkpointing)
     if setup.compile:
         if setup.device == "cpu" and setup.mode == "inference":
             import torch._inductor.config as inductor_config
@@ -186,6 +188,27 @@ def peak_memory_mb(step: Callable[[], Any], device: str) -> float:
     return (_proc_status_kb("VmHWM") - base) / 1024
 
 
+def activation_memory_mb(model: torch.nn.Module, x: torch.Tensor) -> float:
+    """Memory autograd keeps for backward after a training forward of `x`: every saved tensor's storage, once.
+
+    Exact and independent of the allocator and of other processes; parameters are not counted.
+    """
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    seen: dict[int, int] = {}
+
+    def pack(t: torch.Tensor):
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in params:
+            seen[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    model.train()
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = model(x)
+    del out
+    return sum(seen.values()) / 2**20
+
+
 def _proc_status_kb(field: str) -> float:
     try:
         with open("/proc/self/status") as f:
@@ -247,6 +270,7 @@ def run(setup: Setup, compare: list[str] | tuple[str, ...] = ()) -> dict[str, An
         "batch_size": setup.batch_size,
         "image_size": list(c.image_size),
         "compile": setup.compile,
+        "grad_checkpointing": setup.grad_checkpointing,
         "rounds": setup.rounds,
         "gflops_per_image": flops / setup.batch_size / 1e9,
         "peak_tflops": statistics.median(peak) / 1e12,

@@ -280,6 +280,7 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
             _init_from(model, Path(config.model["init"]))
         state, tensors = {"step": 0, "elapsed_s": 0.0, "best_val_top1": None, "best_step": None}, {}
     model.to(device)
+    model.set_grad_checkpointing(t.grad_checkpointing)
     module = distributed.wrap(model, world, device)  # what the step calls: the model, DDP around it, or sharded in place
     optimizer = make_optimizer(model, t)
     scaler = torch.amp.GradScaler(device.type, enabled=amp_dtype == torch.float16)

@@ -26,6 +26,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--mode", choices=["inference", "train", "both"], default="inference")
     p.add_argument("--compile", choices=["auto", "on", "off"], default="auto",
                    help="torch.compile vitkit (auto: on; CPU inference also freezes weights into packed GEMMs)")
+    p.add_argument("--grad-checkpointing", action="store_true", help="train with activation checkpointing per block")
     p.add_argument("--compare", default="", help="comma-separated references: transformers,timm (or 'all' installed)")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores available)")
@@ -50,7 +51,8 @@ def run(args: argparse.Namespace) -> int:
     reports = []
     for mode in modes:
         setup = benchmark.Setup(config=config, batch_size=args.batch, dtype=dtype, device=device, mode=mode,
-                                compile=args.compile != "off", rounds=args.rounds)
+                                compile=args.compile != "off", rounds=args.rounds,
+                                grad_checkpointing=args.grad_checkpointing)
         report = benchmark.run(setup, compare)
         report["model"] = args.model
         reports.append(report)
