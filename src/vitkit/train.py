@@ -37,6 +37,7 @@ from vitkit.data import Batches, eval_batches, fits_in_memory, load_into_memory,
 from vitkit.errors import CheckpointError, ConfigError, DataError
 from vitkit.evaluation import evaluate
 from vitkit.models import VisionTransformer
+from vitkit.pretrain import MaskedPatchPrediction, evaluate_masked_patch
 from vitkit.run_config import RunConfig, dump_run_config, load_run_config
 
 STATE_JSON, STATE_TENSORS = "train_state.json", "train_state.pt"
@@ -243,7 +244,10 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
             _init_from(model, Path(config.model["init"]))
         state, tensors = {"step": 0, "elapsed_s": 0.0, "best_val_top1": None, "best_step": None}, {}
     model.to(device)
-    optimizer = make_optimizer(model, t)
+    # masked patch prediction (issue 9): its [mask] embedding and colour head train beside the ViT; the saved model is the ViT
+    objective = _masked_patch_objective(model, t.objective, tensors if resume else None)
+    trainable = model if objective is None else objective
+    optimizer = make_optimizer(trainable, t)
     scaler = torch.amp.GradScaler(device.type, enabled=amp_dtype == torch.float16)
     ema = {k: v.detach().clone() for k, v in model.state_dict().items()} if t.ema else None
     if resume:
@@ -285,6 +289,8 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
         tensors = {"optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(), "rng_cpu": torch.get_rng_state(), "ema": ema or {}}
         if device.type == "cuda":
             tensors["rng_cuda"] = torch.cuda.get_rng_state(device)
+        if objective is not None:  # masked patch prediction (issue 9)
+            tensors["masked_patch"] = objective.objective_state()
         save_checkpoint(out, model, extra, state, tensors, t.keep_checkpoints)
 
     model.train()
@@ -300,12 +306,12 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
                 x = train_transform(images, shape.image_size, a, shape.mean, shape.std, g)
                 x, targets = mix(x, soft_targets(labels, K, a.label_smoothing), a, g)
                 with torch.autocast(device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
-                    logits = forward(x)
+                    logits, targets = (forward(x), targets) if objective is None else objective(x, g)  # issue 9: labels unused
                 loss = soft_cross_entropy(logits, targets)
                 scaler.scale(loss / accum).backward()
                 loss_sum += loss.detach() / accum
             scaler.unscale_(optimizer)
-            grad_norm = nn.utils.clip_grad_norm_(model.parameters(), t.clip_norm or float("inf"))
+            grad_norm = nn.utils.clip_grad_norm_(trainable.parameters(), t.clip_norm or float("inf"))
             scaler.step(optimizer)
             scaler.update()
             optimizer.zero_grad(set_to_none=True)
@@ -325,7 +331,7 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
                 bar.set_postfix(loss=f"{row['loss']:.4f}", lr=f"{lr:.2e}", img_s=f"{row['img_s']:.0f}")
                 window = {"loss": 0.0, "steps": 0, "images": 0, "time": now}
             if step % t.eval_every == 0 or step == t.steps:
-                val_metrics = _validate(model, ema, val_data, amp_dtype, a.eval_crop_pct)
+                val_metrics = _validate(model, ema, val_data, amp_dtype, a.eval_crop_pct, objective)
                 row = {"kind": "val", "step": step, **{f"val_{k}": val_metrics[k] for k in ("top1", "top5", "loss")}}
                 log.write(json.dumps(row) + "\n")
                 log.flush()
@@ -359,6 +365,7 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
         "wall_time_s": state["elapsed_s"],
         "img_s": sum(r["img_s"] for r in train_rows) / max(len(train_rows), 1),
         "model": config.model.get("name"),
+        "objective": t.objective,  # masked_patch: the val_* figures are the colour-prediction accuracy and loss
         "params": sum(p.numel() for p in model.parameters()),
         "device": str(device),
         "threads": torch.get_num_threads(),
@@ -371,13 +378,14 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
     return summary
 
 
-def _validate(model, ema, batches, amp_dtype, crop_pct) -> dict:
+def _validate(model, ema, batches, amp_dtype, crop_pct, objective=None) -> dict:
+    measure = evaluate if objective is None else lambda _, data, **kw: evaluate_masked_patch(objective, data, **kw)  # issue 9
     if ema is None:
-        return evaluate(model, batches(), crop_pct=crop_pct, autocast_dtype=amp_dtype)
+        return measure(model, batches(), crop_pct=crop_pct, autocast_dtype=amp_dtype)
     live = {k: v.clone() for k, v in model.state_dict().items()}
     model.load_state_dict(ema)
     try:
-        return evaluate(model, batches(), crop_pct=crop_pct, autocast_dtype=amp_dtype)
+        return measure(model, batches(), crop_pct=crop_pct, autocast_dtype=amp_dtype)
     finally:
         model.load_state_dict(live)
 
@@ -388,6 +396,20 @@ def _init_from(model: VisionTransformer, path: Path) -> None:
 
     source = load_pretrained(find_checkpoint(path), image_size=model.config.image_size, num_classes=model.config.num_classes)
     model.load_state_dict(source.state_dict())
+
+
+# -- masked patch prediction (issue 9, paper §4.6) ------------------------------------------
+def _masked_patch_objective(model: VisionTransformer, name: str, resumed: dict | None) -> MaskedPatchPrediction | None:
+    """train.objective=masked_patch: the wrapper around `model` (None for classification); on resume, its saved state."""
+    if resumed is not None and ("masked_patch" in resumed) != (name == "masked_patch"):
+        started = "masked_patch" if "masked_patch" in resumed else "classification"
+        raise ConfigError(f"train.objective: this run was started with {started}; resume it with train.objective={started}")
+    if name != "masked_patch":
+        return None
+    objective = MaskedPatchPrediction(model)
+    if resumed is not None:
+        objective.load_objective_state(resumed["masked_patch"])
+    return objective
 
 
 def _progress(t, step: int):
