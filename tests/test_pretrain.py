@@ -171,3 +171,24 @@ def test_validation_is_repeatable_and_counts_corrupted_patches():
 def test_unknown_objective_is_a_config_error():
     with pytest.raises(ConfigError, match="train.objective: expected one of classification, masked_patch"):
         load_run_config(None, ["train.objective=mae"])
+
+
+def test_cli_pretrains_on_a_folder_without_labels(tmp_path, run_cli):
+    """`vitkit train --data FOLDER train.objective=masked_patch` with images directly in FOLDER (no class folders)."""
+    import numpy as np
+    from PIL import Image
+
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(24):
+        Image.fromarray(rng.integers(0, 256, (16, 16, 3)).astype(np.uint8)).save(folder / f"{i}.png")
+    out = tmp_path / "run"
+    done = run_cli("train", "--data", folder, "--out", out, "--no-progress", "train.objective=masked_patch", "model.name=vit_test",
+                   "model.depth=1", "train.steps=3", "train.batch_size=8", "train.eval_every=3", "train.threads=1",
+                   "data.val_split=val", "data.val_fraction=0.25", "augment.crop=pad")
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["objective"] == "masked_patch" and summary["steps"] == 3
+    assert json.loads((out / "final" / "config.json").read_text())["class_names"] == ["unlabeled"]
+    assert vitkit.load_pretrained(out / "final").config.depth == 1
