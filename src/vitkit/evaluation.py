@@ -66,3 +66,179 @@ def predict(model: nn.Module, images: torch.Tensor, *, k: int = 5, crop_pct: flo
     c = model.config
     probs = model(eval_transform(images, c.image_size, crop_pct, c.mean, c.std)).float().softmax(-1)
     return probs.topk(min(k, probs.shape[-1]), dim=-1)
+
+
+# -- frozen features: few-shot linear, linear probe, k-NN (paper §4.1) ----------------------------
+BIAS_FEATURE = 100.0  # the constant bias feature of the official few-shot evaluator: large, so the bias is barely regularised
+
+
+@torch.inference_mode()
+def extract_features(
+    model: nn.Module,
+    batches: Iterable[tuple[torch.Tensor, torch.Tensor]],
+    *,
+    crop_pct: float = 1.0,
+    autocast_dtype: torch.dtype | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pre-logits features (N, D) float32 and labels (N,) of every (uint8 images, labels) batch, on the CPU."""
+    was_training = model.training
+    model.eval()
+    c = model.config
+    features, labels = [], []
+    for images, y in batches:
+        x = eval_transform(images, c.image_size, crop_pct, c.mean, c.std)
+        with torch.autocast(x.device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
+            f = model.forward_head(model.forward_features(x), pre_logits=True)  # (B, D): pooled, after pre_logits
+        features.append(f.float().cpu())
+        labels.append(y.cpu())
+    model.train(was_training)
+    if not features:
+        return torch.empty(0, 0), torch.empty(0, dtype=torch.long)
+    return torch.cat(features), torch.cat(labels)
+
+
+def lsr_weights(x: torch.Tensor, y: torch.Tensor, num_classes: int, *, l2_reg: float = 2**10) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(mean, std, W) of the few-shot regularised least squares, in float64.
+
+    x (N, D) is standardised with its own mean and population std + 1e-5, a constant feature of 100
+    is appended, the targets are 2 * onehot - 1, and W (D + 1, K) is the ridge solution
+    (X^T X + l2 I)^-1 X^T Y when N >= D + 1 (primal), X^T (X X^T + l2 I)^-1 Y otherwise (dual).
+    """
+    x = x.double()
+    mean = x.mean(0, keepdim=True)
+    std = x.std(0, unbiased=False, keepdim=True) + 1e-5
+    X = _with_bias((x - mean) / std)  # (N, D + 1)
+    Y = 2.0 * nn.functional.one_hot(y.long(), num_classes).double() - 1.0  # (N, K) in {-1, 1}
+    N, D = X.shape
+    if N >= D:
+        W = torch.linalg.solve(X.T @ X + l2_reg * torch.eye(D, dtype=X.dtype), X.T @ Y)
+    else:
+        W = X.T @ torch.linalg.solve(X @ X.T + l2_reg * torch.eye(N, dtype=X.dtype), Y)
+    return mean, std, W
+
+
+def _with_bias(x: torch.Tensor) -> torch.Tensor:
+    return torch.cat([x, torch.full_like(x[:, :1], BIAS_FEATURE)], dim=1)
+
+
+def lsr_accuracy(
+    train_x: torch.Tensor,
+    train_y: torch.Tensor,
+    test_x: torch.Tensor,
+    test_y: torch.Tensor,
+    *,
+    l2_reg: float = 2**10,
+    num_classes: int | None = None,
+) -> float:
+    """Few-shot linear accuracy (paper §4.1, the official evaluator): ridge regression to {-1, 1}^K, then argmax.
+
+    Features (N, D) and integer labels in, the share of `test_x` classified correctly out.
+    """
+    K = num_classes or int(max(train_y.max(), test_y.max())) + 1
+    mean, std, W = lsr_weights(train_x, train_y, K, l2_reg=l2_reg)
+    pred = (_with_bias((test_x.double() - mean) / std) @ W).argmax(1)
+    return float((pred == test_y.to(pred.device)).double().mean())
+
+
+def fewshot_indices(labels: torch.Tensor, shots: int, seed: int) -> torch.Tensor:
+    """`shots` images per class (sorted indices into `labels`), drawn with `seed`.
+
+    The draw for a seed is one permutation per class, cut at `shots`: a seed's 5-shot set contains its 1-shot set.
+    """
+    labels = torch.as_tensor(labels)
+    g = torch.Generator().manual_seed(seed)
+    picked = []
+    for k in range(int(labels.max()) + 1):
+        members = (labels == k).nonzero().flatten()
+        if len(members) < shots:
+            raise ValueError(f"class {k} has {len(members)} training images, fewer than {shots} shots")
+        picked.append(members[torch.randperm(len(members), generator=g)[:shots]])
+    return torch.cat(picked).sort().values
+
+
+def fewshot_table(
+    train_x: torch.Tensor,
+    train_y: torch.Tensor,
+    test_x: torch.Tensor,
+    test_y: torch.Tensor,
+    *,
+    shots: Iterable[int] = (1, 5, 10, 25),
+    seeds: Iterable[int] = (0, 1, 2),
+    l2_reg: float = 2**10,
+) -> dict[int, list[float]]:
+    """{shots: [lsr accuracy per seed]}; train_x holds (at least) the features of every image a draw can pick.
+
+    train_x/train_y are indexed by `fewshot_indices(train_y, shots, seed)`.
+    """
+    K = int(max(train_y.max(), test_y.max())) + 1
+    return {
+        n: [lsr_accuracy(train_x[i], train_y[i], test_x, test_y, l2_reg=l2_reg, num_classes=K)
+            for i in (fewshot_indices(train_y, n, s) for s in seeds)]
+        for n in shots
+    }
+
+
+def linear_probe(
+    train_x: torch.Tensor,
+    train_y: torch.Tensor,
+    *,
+    l2: float = 1e-4,
+    max_iter: int = 500,
+    num_classes: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Multinomial logistic regression on frozen features: (mean, std, W) with W (D + 1, K), bias in the last row.
+
+    Features are standardised with the training mean and std; the loss is the mean cross-entropy
+    plus l2/2 ||W||^2 (bias excluded), minimised with full-batch L-BFGS from zero (a convex problem).
+    """
+    K = num_classes or int(train_y.max()) + 1
+    x = train_x.float()
+    mean, std = x.mean(0, keepdim=True), x.std(0, unbiased=False, keepdim=True) + 1e-5
+    X = torch.cat([(x - mean) / std, torch.ones_like(x[:, :1])], dim=1)
+    W = torch.zeros(X.shape[1], K, requires_grad=True)
+    optimizer = torch.optim.LBFGS([W], lr=1.0, max_iter=max_iter, tolerance_grad=1e-7, tolerance_change=1e-10,
+                                  history_size=20, line_search_fn="strong_wolfe")
+
+    def closure() -> torch.Tensor:
+        optimizer.zero_grad()
+        loss = nn.functional.cross_entropy(X @ W, train_y) + 0.5 * l2 * W[:-1].square().sum()
+        loss.backward()
+        return loss
+
+    with torch.enable_grad():
+        optimizer.step(closure)
+    return mean, std, W.detach()
+
+
+def linear_probe_predict(probe: tuple[torch.Tensor, torch.Tensor, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+    mean, std, W = probe
+    z = (x.float() - mean) / std
+    return (z @ W[:-1] + W[-1]).argmax(1)
+
+
+@torch.no_grad()
+def knn_predict(
+    train_x: torch.Tensor,
+    train_y: torch.Tensor,
+    test_x: torch.Tensor,
+    *,
+    k: int = 20,
+    temperature: float | None = 0.07,
+    chunk: int = 1024,
+) -> torch.Tensor:
+    """Cosine k-NN: each test feature takes the class with the largest vote among its k most similar training features.
+
+    Votes are exp(similarity / temperature) (Wu et al. 2018, as in DINO); temperature None gives one
+    vote per neighbour (ties go to the lower class index).
+    """
+    K = int(train_y.max()) + 1
+    k = min(k, len(train_x))
+    bank = nn.functional.normalize(train_x.float(), dim=1)
+    preds = []
+    for start in range(0, len(test_x), chunk):
+        q = nn.functional.normalize(test_x[start : start + chunk].float(), dim=1)
+        sim, index = (q @ bank.T).topk(k, dim=1)  # (b, k)
+        votes = torch.ones_like(sim) if temperature is None else (sim / temperature).exp()
+        scores = torch.zeros(len(q), K).scatter_add_(1, train_y[index], votes)
+        preds.append(scores.argmax(1))
+    return torch.cat(preds) if preds else torch.empty(0, dtype=torch.long)
