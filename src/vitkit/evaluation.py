@@ -1,12 +1,24 @@
-"""Classification metrics: top-1, top-5, per-class accuracy and the confusion matrix (paper §4.1)."""
+"""Classification metrics (top-1, top-5, per-class accuracy, confusion matrix) and the evaluations of
+frozen features (paper §4.1): few-shot linear regression, linear probe and k-NN.
+
+    features, labels = split_features(model, split)               # pre-logits, batched, inference mode
+    lsr_accuracy(train_x, train_y, test_x, test_y, l2_reg=2**10)  # the official few-shot evaluator
+    fewshot_eval(model, train_split, test_split, shots=(1, 5, 10, 25), seeds=3)
+    linear_probe_eval(model, train_split, val_split, test_split);  knn_eval(model, train_split, test_split)
+"""
 
 from __future__ import annotations
 
-from typing import Iterable
+import math
+import os
+from pathlib import Path
+from typing import Any, Iterable
 
 import torch
 from torch import nn
 
+from vitkit.checkpoint.io import atomic_path, write_json
+from vitkit.data import Split, eval_batches
 from vitkit.data.augment import eval_transform
 
 
@@ -72,7 +84,6 @@ def predict(model: nn.Module, images: torch.Tensor, *, k: int = 5, crop_pct: flo
 BIAS_FEATURE = 100.0  # the constant bias feature of the official few-shot evaluator: large, so the bias is barely regularised
 
 
-@torch.inference_mode()
 def extract_features(
     model: nn.Module,
     batches: Iterable[tuple[torch.Tensor, torch.Tensor]],
@@ -85,16 +96,17 @@ def extract_features(
     model.eval()
     c = model.config
     features, labels = [], []
-    for images, y in batches:
-        x = eval_transform(images, c.image_size, crop_pct, c.mean, c.std)
-        with torch.autocast(x.device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
-            f = model.forward_head(model.forward_features(x), pre_logits=True)  # (B, D): pooled, after pre_logits
-        features.append(f.float().cpu())
-        labels.append(y.cpu())
+    with torch.inference_mode():
+        for images, y in batches:
+            x = eval_transform(images, c.image_size, crop_pct, c.mean, c.std)
+            with torch.autocast(x.device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
+                f = model.forward_head(model.forward_features(x), pre_logits=True)  # (B, D): pooled, after pre_logits
+            features.append(f.float().cpu())
+            labels.append(y.cpu())
     model.train(was_training)
     if not features:
         return torch.empty(0, 0), torch.empty(0, dtype=torch.long)
-    return torch.cat(features), torch.cat(labels)
+    return torch.cat(features), torch.cat(labels)  # outside inference mode: ordinary tensors (a probe can train on them)
 
 
 def lsr_weights(x: torch.Tensor, y: torch.Tensor, num_classes: int, *, l2_reg: float = 2**10) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -154,28 +166,6 @@ def fewshot_indices(labels: torch.Tensor, shots: int, seed: int) -> torch.Tensor
             raise ValueError(f"class {k} has {len(members)} training images, fewer than {shots} shots")
         picked.append(members[torch.randperm(len(members), generator=g)[:shots]])
     return torch.cat(picked).sort().values
-
-
-def fewshot_table(
-    train_x: torch.Tensor,
-    train_y: torch.Tensor,
-    test_x: torch.Tensor,
-    test_y: torch.Tensor,
-    *,
-    shots: Iterable[int] = (1, 5, 10, 25),
-    seeds: Iterable[int] = (0, 1, 2),
-    l2_reg: float = 2**10,
-) -> dict[int, list[float]]:
-    """{shots: [lsr accuracy per seed]}; train_x holds (at least) the features of every image a draw can pick.
-
-    train_x/train_y are indexed by `fewshot_indices(train_y, shots, seed)`.
-    """
-    K = int(max(train_y.max(), test_y.max())) + 1
-    return {
-        n: [lsr_accuracy(train_x[i], train_y[i], test_x, test_y, l2_reg=l2_reg, num_classes=K)
-            for i in (fewshot_indices(train_y, n, s) for s in seeds)]
-        for n in shots
-    }
 
 
 def linear_probe(
@@ -242,3 +232,138 @@ def knn_predict(
         scores = torch.zeros(len(q), K).scatter_add_(1, train_y[index], votes)
         preds.append(scores.argmax(1))
     return torch.cat(preds) if preds else torch.empty(0, dtype=torch.long)
+
+
+# -- whole evaluations on dataset splits -------------------------------------------------------
+def split_features(
+    model: nn.Module,
+    split: Split,
+    *,
+    batch_size: int = 256,
+    device: torch.device | str = "cpu",
+    crop_pct: float = 1.0,
+    autocast_dtype: torch.dtype | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pre-logits features and labels of every image of `split` (read at the model's size, centre-cropped)."""
+    c = model.config
+    model.to(device)
+    batches = eval_batches(split, batch_size, torch.device(device), channels=c.in_chans, size=c.image_size[0], crop_pct=crop_pct)
+    return extract_features(model, batches, crop_pct=crop_pct, autocast_dtype=autocast_dtype)
+
+
+def _mean_std(values: list[float]) -> dict[str, Any]:
+    mean = sum(values) / len(values)
+    std = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1)) if len(values) > 1 else 0.0
+    return {"mean": mean, "std": std, "per_seed": values}
+
+
+def fewshot_eval(
+    model: nn.Module,
+    train_split: Split,
+    test_split: Split,
+    *,
+    shots: Iterable[int] = (1, 5, 10, 25),
+    seeds: int = 3,
+    l2_reg: float = 2**10,
+    **features: Any,
+) -> dict:
+    """Few-shot linear accuracy on `test_split`: for each shot count and seed 0..seeds-1, `shots` training
+    images per class, `lsr_accuracy`; mean and sample std over seeds. Features are extracted once, only for
+    the training images some draw uses. `features`: split_features options (batch_size, device, ...)."""
+    shots = list(shots)
+    draws = {(n, s): fewshot_indices(train_split.labels, n, s) for n in shots for s in range(seeds)}
+    used = torch.unique(torch.cat(list(draws.values())))  # sorted
+    train_x, train_y = split_features(model, train_split.subset(used.numpy()), **features)
+    test_x, test_y = split_features(model, test_split, **features)
+    K = len(train_split.class_names)
+    table = {}
+    for n in shots:
+        accs = []
+        for s in range(seeds):
+            local = torch.searchsorted(used, draws[n, s])
+            accs.append(lsr_accuracy(train_x[local], train_y[local], test_x, test_y, l2_reg=l2_reg, num_classes=K))
+        table[str(n)] = _mean_std(accs)
+    return {"evaluation": "fewshot_lsr", "shots": table, "seeds": seeds, "l2_reg": l2_reg, "n_test": len(test_y),
+            "feature_dim": train_x.shape[1], "n_train_features": len(used)}
+
+
+def linear_probe_eval(
+    model: nn.Module,
+    train_split: Split,
+    val_split: Split,
+    test_split: Split,
+    *,
+    l2s: Iterable[float] = (1e-6, 1e-4, 1e-2, 1.0),
+    max_iter: int = 500,
+    **features: Any,
+) -> dict:
+    """Logistic regression on frozen features: fitted on `train_split` for each l2, the one with the best
+    accuracy on `val_split` scored on `test_split`."""
+    train_x, train_y = split_features(model, train_split, **features)
+    val_x, val_y = split_features(model, val_split, **features)
+    test_x, test_y = split_features(model, test_split, **features)
+    K = len(train_split.class_names)
+    runs, probes = [], []
+    for l2 in l2s:
+        probe = linear_probe(train_x, train_y, l2=l2, max_iter=max_iter, num_classes=K)
+        probes.append(probe)
+        runs.append({"l2": l2, "val_top1": float((linear_probe_predict(probe, val_x) == val_y).float().mean())})
+    best = max(range(len(runs)), key=lambda i: runs[i]["val_top1"])
+    test_top1 = float((linear_probe_predict(probes[best], test_x) == test_y).float().mean())
+    return {"evaluation": "linear_probe", "runs": runs, "best_l2": runs[best]["l2"], "val_top1": runs[best]["val_top1"],
+            "test_top1": test_top1, "n_train": len(train_y), "n_val": len(val_y), "n_test": len(test_y), "feature_dim": train_x.shape[1]}
+
+
+def knn_eval(
+    model: nn.Module,
+    train_split: Split,
+    test_split: Split,
+    *,
+    ks: Iterable[int] = (10, 20),
+    temperature: float | None = 0.07,
+    **features: Any,
+) -> dict:
+    """Cosine k-NN accuracy on `test_split` with `train_split` as the memory bank, for each k."""
+    train_x, train_y = split_features(model, train_split, **features)
+    test_x, test_y = split_features(model, test_split, **features)
+    top1 = {str(k): float((knn_predict(train_x, train_y, test_x, k=k, temperature=temperature) == test_y).float().mean()) for k in ks}
+    return {"evaluation": "knn", "top1": top1, "temperature": temperature, "n_train": len(train_y), "n_test": len(test_y),
+            "feature_dim": train_x.shape[1]}
+
+
+# -- reports ---------------------------------------------------------------------------------
+def markdown_table(header: list[str], rows: list[list[Any]]) -> str:
+    def cell(v: Any) -> str:
+        return f"{v:.4f}" if isinstance(v, float) else "-" if v is None else str(v)
+
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def report_markdown(result: dict, title: str) -> str:
+    """A Markdown table of a fewshot_eval / linear_probe_eval / knn_eval result under `title`."""
+    kind = result["evaluation"]
+    if kind == "fewshot_lsr":
+        rows = [[n, r["mean"], r["std"], " ".join(f"{a:.4f}" for a in r["per_seed"])] for n, r in result["shots"].items()]
+        table = markdown_table(["shots per class", "mean top-1", "std (seeds)", "per seed"], rows)
+        note = f"Regularised least squares (l2 {result['l2_reg']:g}) on {result['feature_dim']}-d pre-logits features, {result['n_test']} test images."
+    elif kind == "linear_probe":
+        rows = [[f"{r['l2']:g}", r["val_top1"], result["test_top1"] if r["l2"] == result["best_l2"] else None] for r in result["runs"]]
+        table = markdown_table(["l2", "val top-1", "test top-1"], rows)
+        note = f"Logistic regression on {result['feature_dim']}-d features; l2 {result['best_l2']:g} picked on val."
+    else:
+        t = result["temperature"]
+        table = markdown_table(["k", "top-1"], [[k, v] for k, v in result["top1"].items()])
+        note = f"Cosine k-NN, {'uniform votes' if t is None else f'votes exp(sim / {t:g})'}, {result['n_train']} training features."
+    return f"{title}\n\n{note}\n\n{table}"
+
+
+def write_report(out: str | os.PathLike, name: str, result: dict, markdown: str) -> tuple[Path, Path]:
+    """out/name.json and out/name.md, each written atomically."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / f"{name}.json", result)
+    with atomic_path(out / f"{name}.md") as tmp:
+        tmp.write_text(markdown)
+    return out / f"{name}.json", out / f"{name}.md"

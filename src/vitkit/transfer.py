@@ -28,10 +28,11 @@ from typing import Any
 import yaml
 
 from vitkit.checkpoint import load_pretrained, save_pretrained
-from vitkit.checkpoint.io import atomic_path, read_json, write_json
+from vitkit.checkpoint.io import read_json, write_json
 from vitkit.checkpoint.native import is_native, load_native, read_native_config
 from vitkit.data import open_dataset
 from vitkit.errors import ConfigError
+from vitkit.evaluation import markdown_table, write_report
 from vitkit.models import ViTConfig, VisionTransformer
 from vitkit.models.registry import MODELS
 from vitkit.run_config import RunConfig, from_dict, load_run_config
@@ -201,28 +202,9 @@ def _link(link: Path, target: Path) -> None:
     os.replace(tmp, link)
 
 
-def markdown_table(header: list[str], rows: list[list[Any]]) -> str:
-    def cell(v: Any) -> str:
-        return f"{v:.4f}" if isinstance(v, float) else "-" if v is None else str(v)
-
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
-    return "\n".join(lines) + "\n"
-
-
 def sweep_markdown(result: dict) -> str:
     rows = [[("**" + f"{r['lr']:g}" + "**") if r is result["best"] else f"{r['lr']:g}", r["final_val_top1"], r["best_val_top1"],
              r["best_step"], r["steps"], r["wall_time_s"]] for r in result["runs"]]
     title = (f"Fine-tuning {result['checkpoint']} at {result['image_size'][0]}x{result['image_size'][1]}; "
              f"picked lr {result['best']['lr']:g} by final top-1 on the {result['val_split']} split.\n\n")
     return title + markdown_table(["lr", "final val top-1", "best val top-1", "best step", "steps", "wall time (s)"], rows)
-
-
-def write_report(out: str | os.PathLike, name: str, result: dict, markdown: str) -> tuple[Path, Path]:
-    """out/name.json and out/name.md, each written atomically."""
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    write_json(out / f"{name}.json", result)
-    with atomic_path(out / f"{name}.md") as tmp:
-        tmp.write_text(markdown)
-    return out / f"{name}.json", out / f"{name}.md"
