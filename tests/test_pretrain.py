@@ -192,3 +192,43 @@ def test_cli_pretrains_on_a_folder_without_labels(tmp_path, run_cli):
     assert summary["objective"] == "masked_patch" and summary["steps"] == 3
     assert json.loads((out / "final" / "config.json").read_text())["class_names"] == ["unlabeled"]
     assert vitkit.load_pretrained(out / "final").config.depth == 1
+
+
+def test_pretrained_checkpoint_goes_through_fewshot_and_finetune(tmp_path, capsys):
+    """vitkit train (masked_patch) -> vitkit fewshot and vitkit finetune on the run directory, like any checkpoint."""
+    import numpy as np
+    from PIL import Image
+
+    from vitkit.cli import main
+
+    rng = np.random.default_rng(0)
+    for split, n in (("train", 16), ("test", 6)):
+        for c, name in enumerate(("dark", "mid", "bright")):
+            (tmp_path / "data" / split / name).mkdir(parents=True)
+            for i in range(n):
+                Image.fromarray((rng.integers(0, 50, (28, 28)) + 90 * c).astype(np.uint8), mode="L").save(tmp_path / "data" / split / name / f"{i}.png")
+    data, pre = tmp_path / "data", tmp_path / "pre"
+
+    def vitkit_json(*args):
+        code = main([str(a) for a in args])
+        out, err = capsys.readouterr()
+        assert code == 0, err
+        return json.loads(out.strip().splitlines()[-1])
+
+    vitkit_json("train", "--data", data, "--out", pre, "--no-progress", "train.objective=masked_patch", "model.name=vit_test",
+                "model.in_chans=1", "model.image_size=28", "model.depth=1", "train.steps=4", "train.batch_size=16",
+                "train.threads=1", "augment.crop=pad", "data.val_split=val", "data.val_fraction=0.25", "train.seed=7")
+    shots = vitkit_json("fewshot", pre, "--data", data, "--shots", "1,5", "--seeds", "2", "--out", tmp_path / "fs", "--threads", "1")
+    assert shots["feature_dim"] == 32 and shots["n_test"] == 18
+    assert all(0.0 <= r["mean"] <= 1.0 and len(r["per_seed"]) == 2 for r in shots["shots"].values())
+    vitkit_json("finetune", "--from", pre, "--data", data, "--out", tmp_path / "ft", "--steps", "2", "--batch-size", "16", "--lr", "0.001",
+                "--no-progress", "train.warmup_steps=1", "train.threads=1", "augment.crop=pad", "data.val_fraction=0.25")
+    start = read_safetensors(pre / "final" / "model.safetensors")
+    tuned = read_safetensors(tmp_path / "ft" / "final" / "model.safetensors")
+    assert json.loads((tmp_path / "ft" / "final" / "config.json").read_text())["class_names"] == ["bright", "dark", "mid"]
+    # fine-tuning started from the pre-trained weights (two small SGD steps move them little), not from a fresh init
+    torch.manual_seed(0)
+    fresh = create_model("vit_test", in_chans=1, image_size=28, depth=1).state_dict()
+    for key in ("blocks.0.attn.qkv.weight", "pos_embed"):
+        assert (tuned[key] - start[key]).abs().max() < 0.01 < (fresh[key] - start[key]).abs().max()
+    assert tuned["head.weight"].shape == (3, 32)
