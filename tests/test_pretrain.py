@@ -194,6 +194,8 @@ def test_cli_pretrains_on_a_folder_without_labels(tmp_path, run_cli):
     assert summary["objective"] == "masked_patch" and summary["steps"] == 3
     assert json.loads((out / "final" / "config.json").read_text())["class_names"] == ["unlabeled"]
     assert vitkit.load_pretrained(out / "final").config.depth == 1
+    refused = run_cli("train", "--data", folder, "--out", tmp_path / "cls", "model.name=vit_test", "train.steps=1")  # classification
+    assert refused.returncode == 2 and "train.objective=masked_patch" in refused.stderr and not (tmp_path / "cls").exists()
 
 
 def test_pretrained_checkpoint_goes_through_fewshot_and_finetune(tmp_path, capsys):

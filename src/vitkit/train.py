@@ -231,6 +231,9 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
     class_names = train_split.class_names
     if "num_classes" in config.model and config.model["num_classes"] != len(class_names):
         raise ConfigError(f"model.num_classes: {config.model['num_classes']} given but the data has {len(class_names)} classes")
+    if len(class_names) < 2 and t.objective == "classification":  # issue 9: a folder of images without class folders
+        raise DataError(f"{train_split.source}: one class ({class_names[0]!r}); classification needs two or more "
+                        "(root/<class>/<image>); to pre-train on images without labels use train.objective=masked_patch")
     if len(train_split) < micro:
         raise DataError(f"{train_split.source}: {len(train_split)} training images, fewer than one batch of {micro}")
 
