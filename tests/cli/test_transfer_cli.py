@@ -47,7 +47,7 @@ def test_fewshot_and_random_init_baseline(run_cli, checkpoint, tmp_path):
     assert json.loads((tmp_path / "fs" / "fewshot.json").read_text())["shots"] == result["shots"]
     assert "| 5 |" in (tmp_path / "fs" / "fewshot.md").read_text()
     baseline = last_json(run_cli("fewshot", checkpoint / "vit", "--shots", "5", "--seeds", "2", "--random-init", "3", "--threads", "1"))
-    assert baseline["random_init"] == 3 and (checkpoint / "vit" / "fewshot" / "fewshot.md").is_file()  # default --out
+    assert baseline["random_init"] == 3 and (checkpoint / "vit" / "fewshot_random3" / "fewshot.md").is_file()  # default --out
     assert baseline["shots"]["5"] != result["shots"]["5"]  # other weights, other features
 
 

@@ -26,7 +26,8 @@ def numbers(kind: type):
 def add_common(p: argparse.ArgumentParser, name: str, val_fraction: float = 0.0) -> None:
     p.add_argument("checkpoint", metavar="CKPT", help="any checkpoint vitkit reads: vitkit checkpoint or run directory, .npz, timm file, HF directory")
     p.add_argument("--data", metavar="PATH", help=DATA_HELP)
-    p.add_argument("--out", metavar="DIR", help=f"where {name}.json and {name}.md go (default: CKPT/{name}, or CKPT_STEM.{name}/ beside a file)")
+    p.add_argument("--out", metavar="DIR", help=f"where {name}.json and {name}.md go (default: CKPT/{name}, or CKPT_STEM.{name}/ beside a "
+                                                f"file; {name}_randomSEED with --random-init)")
     p.add_argument("--image-size", type=int, nargs="+", metavar="PX", help="evaluate at this resolution (H [W]); position embeddings are resampled")
     p.add_argument("--random-init", type=int, metavar="SEED", help="the same architecture with random weights (seeded): the baseline")
     p.add_argument("--batch-size", type=int, default=256, help="images per forward pass when extracting features (default 256)")
@@ -78,8 +79,11 @@ def finish(args: argparse.Namespace, name: str, result: dict, title: str) -> Non
     from vitkit.evaluation import report_markdown, write_report
 
     result = {"checkpoint": str(args.checkpoint), "random_init": args.random_init, **result}
+    if args.random_init is not None:
+        title += f" (its architecture, randomly initialised with seed {args.random_init})"
     markdown = report_markdown(result, title)
-    paths = write_report(args.out or default_out(args.checkpoint, name), name, result, markdown)
+    folder = name if args.random_init is None else f"{name}_random{args.random_init}"  # never over a trained model's report
+    paths = write_report(args.out or default_out(args.checkpoint, folder), name, result, markdown)
     print(markdown)
     print(f"wrote {paths[0]} and {paths[1]}")
     print(json.dumps(result))
