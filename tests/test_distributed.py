@@ -73,3 +73,11 @@ def test_fsdp_without_torchrun_is_a_clear_error(run_cli, tmp_path):
     result = run_cli("train", "--out", tmp_path / "x", "train.steps=1", "train.strategy=fsdp", *COMMON)
     assert result.returncode == 2 and "start the run with torchrun" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_masked_patch_pretraining_runs_under_ddp(tmp_path):
+    out = tmp_path / "mpp"
+    vitkit_train("--out", str(out), "train.steps=3", "train.objective=masked_patch", *COMMON, nproc=2)
+    assert len(train_losses(out)) == 3
+    model = load_pretrained(out / "final")  # a plain ViT, the prediction head dropped
+    assert type(model).__name__ == "VisionTransformer"

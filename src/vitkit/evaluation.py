@@ -1,12 +1,24 @@
-"""Classification metrics: top-1, top-5, per-class accuracy and the confusion matrix (paper §4.1)."""
+"""Classification metrics (top-1, top-5, per-class accuracy, confusion matrix) and the evaluations of
+frozen features (paper §4.1): few-shot linear regression, linear probe and k-NN.
+
+    features, labels = split_features(model, split)               # pre-logits, batched, inference mode
+    lsr_accuracy(train_x, train_y, test_x, test_y, l2_reg=2**10)  # the official few-shot evaluator
+    fewshot_eval(model, train_split, test_split, shots=(1, 5, 10, 25), seeds=3)
+    linear_probe_eval(model, train_split, val_split, test_split);  knn_eval(model, train_split, test_split)
+"""
 
 from __future__ import annotations
 
-from typing import Iterable
+import math
+import os
+from pathlib import Path
+from typing import Any, Iterable
 
 import torch
 from torch import nn
 
+from vitkit.checkpoint.io import atomic_path, write_json
+from vitkit.data import Split, eval_batches
 from vitkit.data.augment import eval_transform
 
 
@@ -66,3 +78,292 @@ def predict(model: nn.Module, images: torch.Tensor, *, k: int = 5, crop_pct: flo
     c = model.config
     probs = model(eval_transform(images, c.image_size, crop_pct, c.mean, c.std)).float().softmax(-1)
     return probs.topk(min(k, probs.shape[-1]), dim=-1)
+
+
+# -- frozen features: few-shot linear, linear probe, k-NN (paper §4.1) ----------------------------
+BIAS_FEATURE = 100.0  # the constant bias feature of the official few-shot evaluator: large, so the bias is barely regularised
+
+
+def extract_features(
+    model: nn.Module,
+    batches: Iterable[tuple[torch.Tensor, torch.Tensor]],
+    *,
+    crop_pct: float = 1.0,
+    autocast_dtype: torch.dtype | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pre-logits features (N, D) float32 and labels (N,) of every (uint8 images, labels) batch, on the CPU."""
+    was_training = model.training
+    model.eval()
+    c = model.config
+    features, labels = [], []
+    with torch.inference_mode():
+        for images, y in batches:
+            x = eval_transform(images, c.image_size, crop_pct, c.mean, c.std)
+            with torch.autocast(x.device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
+                f = model.forward_head(model.forward_features(x), pre_logits=True)  # (B, D): pooled, after pre_logits
+            features.append(f.float().cpu())
+            labels.append(y.cpu())
+    model.train(was_training)
+    if not features:
+        return torch.empty(0, 0), torch.empty(0, dtype=torch.long)
+    return torch.cat(features), torch.cat(labels)  # outside inference mode: ordinary tensors (a probe can train on them)
+
+
+def lsr_weights(x: torch.Tensor, y: torch.Tensor, num_classes: int, *, l2_reg: float = 2**10) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(mean, std, W) of the few-shot regularised least squares, in float64.
+
+    x (N, D) is standardised with its own mean and population std + 1e-5, a constant feature of 100
+    is appended, the targets are 2 * onehot - 1, and W (D + 1, K) is the ridge solution
+    (X^T X + l2 I)^-1 X^T Y when N >= D + 1 (primal), X^T (X X^T + l2 I)^-1 Y otherwise (dual).
+    """
+    x = x.double()
+    mean = x.mean(0, keepdim=True)
+    std = x.std(0, unbiased=False, keepdim=True) + 1e-5
+    X = _with_bias((x - mean) / std)  # (N, D + 1)
+    Y = 2.0 * nn.functional.one_hot(y.long(), num_classes).double() - 1.0  # (N, K) in {-1, 1}
+    N, D = X.shape
+    if N >= D:
+        W = torch.linalg.solve(X.T @ X + l2_reg * torch.eye(D, dtype=X.dtype), X.T @ Y)
+    else:
+        W = X.T @ torch.linalg.solve(X @ X.T + l2_reg * torch.eye(N, dtype=X.dtype), Y)
+    return mean, std, W
+
+
+def _with_bias(x: torch.Tensor) -> torch.Tensor:
+    return torch.cat([x, torch.full_like(x[:, :1], BIAS_FEATURE)], dim=1)
+
+
+def lsr_accuracy(
+    train_x: torch.Tensor,
+    train_y: torch.Tensor,
+    test_x: torch.Tensor,
+    test_y: torch.Tensor,
+    *,
+    l2_reg: float = 2**10,
+    num_classes: int | None = None,
+) -> float:
+    """Few-shot linear accuracy (paper §4.1, the official evaluator): ridge regression to {-1, 1}^K, then argmax.
+
+    Features (N, D) and integer labels in, the share of `test_x` classified correctly out.
+    """
+    K = num_classes or int(max(train_y.max(), test_y.max())) + 1
+    mean, std, W = lsr_weights(train_x, train_y, K, l2_reg=l2_reg)
+    pred = (_with_bias((test_x.double() - mean) / std) @ W).argmax(1)
+    return float((pred == test_y.to(pred.device)).double().mean())
+
+
+def fewshot_indices(labels: torch.Tensor, shots: int, seed: int) -> torch.Tensor:
+    """`shots` images per class (sorted indices into `labels`), drawn with `seed`.
+
+    The draw for a seed is one permutation per class, cut at `shots`: a seed's 5-shot set contains its 1-shot set.
+    """
+    labels = torch.as_tensor(labels)
+    g = torch.Generator().manual_seed(seed)
+    picked = []
+    for k in range(int(labels.max()) + 1):
+        members = (labels == k).nonzero().flatten()
+        if len(members) < shots:
+            raise ValueError(f"class {k} has {len(members)} training images, fewer than {shots} shots")
+        picked.append(members[torch.randperm(len(members), generator=g)[:shots]])
+    return torch.cat(picked).sort().values
+
+
+def linear_probe(
+    train_x: torch.Tensor,
+    train_y: torch.Tensor,
+    *,
+    l2: float = 1e-4,
+    max_iter: int = 500,
+    num_classes: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Multinomial logistic regression on frozen features: (mean, std, W) with W (D + 1, K), bias in the last row.
+
+    Features are standardised with the training mean and std; the loss is the mean cross-entropy
+    plus l2/2 ||W||^2 (bias excluded), minimised with full-batch L-BFGS from zero (a convex problem).
+    """
+    K = num_classes or int(train_y.max()) + 1
+    x = train_x.float()
+    mean, std = x.mean(0, keepdim=True), x.std(0, unbiased=False, keepdim=True) + 1e-5
+    X = torch.cat([(x - mean) / std, torch.ones_like(x[:, :1])], dim=1)
+    W = torch.zeros(X.shape[1], K, requires_grad=True)
+    optimizer = torch.optim.LBFGS([W], lr=1.0, max_iter=max_iter, tolerance_grad=1e-7, tolerance_change=1e-10,
+                                  history_size=20, line_search_fn="strong_wolfe")
+
+    def closure() -> torch.Tensor:
+        optimizer.zero_grad()
+        loss = nn.functional.cross_entropy(X @ W, train_y) + 0.5 * l2 * W[:-1].square().sum()
+        loss.backward()
+        return loss
+
+    with torch.enable_grad():
+        optimizer.step(closure)
+    return mean, std, W.detach()
+
+
+def linear_probe_predict(probe: tuple[torch.Tensor, torch.Tensor, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+    mean, std, W = probe
+    z = (x.float() - mean) / std
+    return (z @ W[:-1] + W[-1]).argmax(1)
+
+
+@torch.no_grad()
+def knn_predict(
+    train_x: torch.Tensor,
+    train_y: torch.Tensor,
+    test_x: torch.Tensor,
+    *,
+    k: int = 20,
+    temperature: float | None = 0.07,
+    chunk: int = 1024,
+) -> torch.Tensor:
+    """Cosine k-NN: each test feature takes the class with the largest vote among its k most similar training features.
+
+    Votes are exp(similarity / temperature) (Wu et al. 2018, as in DINO); temperature None gives one
+    vote per neighbour (ties go to the lower class index).
+    """
+    K = int(train_y.max()) + 1
+    k = min(k, len(train_x))
+    bank = nn.functional.normalize(train_x.float(), dim=1)
+    preds = []
+    for start in range(0, len(test_x), chunk):
+        q = nn.functional.normalize(test_x[start : start + chunk].float(), dim=1)
+        sim, index = (q @ bank.T).topk(k, dim=1)  # (b, k)
+        votes = torch.ones_like(sim) if temperature is None else (sim / temperature).exp()
+        scores = torch.zeros(len(q), K).scatter_add_(1, train_y[index], votes)
+        preds.append(scores.argmax(1))
+    return torch.cat(preds) if preds else torch.empty(0, dtype=torch.long)
+
+
+# -- whole evaluations on dataset splits -------------------------------------------------------
+def split_features(
+    model: nn.Module,
+    split: Split,
+    *,
+    batch_size: int = 256,
+    device: torch.device | str = "cpu",
+    crop_pct: float = 1.0,
+    autocast_dtype: torch.dtype | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pre-logits features and labels of every image of `split` (read at the model's size, centre-cropped)."""
+    c = model.config
+    model.to(device)
+    batches = eval_batches(split, batch_size, torch.device(device), channels=c.in_chans, size=c.image_size[0], crop_pct=crop_pct)
+    return extract_features(model, batches, crop_pct=crop_pct, autocast_dtype=autocast_dtype)
+
+
+def _mean_std(values: list[float]) -> dict[str, Any]:
+    mean = sum(values) / len(values)
+    std = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1)) if len(values) > 1 else 0.0
+    return {"mean": mean, "std": std, "per_seed": values}
+
+
+def fewshot_eval(
+    model: nn.Module,
+    train_split: Split,
+    test_split: Split,
+    *,
+    shots: Iterable[int] = (1, 5, 10, 25),
+    seeds: int = 3,
+    l2_reg: float = 2**10,
+    **features: Any,
+) -> dict:
+    """Few-shot linear accuracy on `test_split`: for each shot count and seed 0..seeds-1, `shots` training
+    images per class, `lsr_accuracy`; mean and sample std over seeds. Features are extracted once, only for
+    the training images some draw uses. `features`: split_features options (batch_size, device, ...)."""
+    shots = list(shots)
+    draws = {(n, s): fewshot_indices(train_split.labels, n, s) for n in shots for s in range(seeds)}
+    used = torch.unique(torch.cat(list(draws.values())))  # sorted
+    train_x, train_y = split_features(model, train_split.subset(used.numpy()), **features)
+    test_x, test_y = split_features(model, test_split, **features)
+    K = len(train_split.class_names)
+    table = {}
+    for n in shots:
+        accs = []
+        for s in range(seeds):
+            local = torch.searchsorted(used, draws[n, s])
+            accs.append(lsr_accuracy(train_x[local], train_y[local], test_x, test_y, l2_reg=l2_reg, num_classes=K))
+        table[str(n)] = _mean_std(accs)
+    return {"evaluation": "fewshot_lsr", "shots": table, "seeds": seeds, "l2_reg": l2_reg, "n_test": len(test_y),
+            "feature_dim": train_x.shape[1], "n_train_features": len(used)}
+
+
+def linear_probe_eval(
+    model: nn.Module,
+    train_split: Split,
+    val_split: Split,
+    test_split: Split,
+    *,
+    l2s: Iterable[float] = (1e-6, 1e-4, 1e-2, 1.0),
+    max_iter: int = 500,
+    **features: Any,
+) -> dict:
+    """Logistic regression on frozen features: fitted on `train_split` for each l2, the one with the best
+    accuracy on `val_split` scored on `test_split`."""
+    train_x, train_y = split_features(model, train_split, **features)
+    val_x, val_y = split_features(model, val_split, **features)
+    test_x, test_y = split_features(model, test_split, **features)
+    K = len(train_split.class_names)
+    runs, probes = [], []
+    for l2 in l2s:
+        probe = linear_probe(train_x, train_y, l2=l2, max_iter=max_iter, num_classes=K)
+        probes.append(probe)
+        runs.append({"l2": l2, "val_top1": float((linear_probe_predict(probe, val_x) == val_y).float().mean())})
+    best = max(range(len(runs)), key=lambda i: runs[i]["val_top1"])
+    test_top1 = float((linear_probe_predict(probes[best], test_x) == test_y).float().mean())
+    return {"evaluation": "linear_probe", "runs": runs, "best_l2": runs[best]["l2"], "val_top1": runs[best]["val_top1"],
+            "test_top1": test_top1, "n_train": len(train_y), "n_val": len(val_y), "n_test": len(test_y), "feature_dim": train_x.shape[1]}
+
+
+def knn_eval(
+    model: nn.Module,
+    train_split: Split,
+    test_split: Split,
+    *,
+    ks: Iterable[int] = (10, 20),
+    temperature: float | None = 0.07,
+    **features: Any,
+) -> dict:
+    """Cosine k-NN accuracy on `test_split` with `train_split` as the memory bank, for each k."""
+    train_x, train_y = split_features(model, train_split, **features)
+    test_x, test_y = split_features(model, test_split, **features)
+    top1 = {str(k): float((knn_predict(train_x, train_y, test_x, k=k, temperature=temperature) == test_y).float().mean()) for k in ks}
+    return {"evaluation": "knn", "top1": top1, "temperature": temperature, "n_train": len(train_y), "n_test": len(test_y),
+            "feature_dim": train_x.shape[1]}
+
+
+# -- reports ---------------------------------------------------------------------------------
+def markdown_table(header: list[str], rows: list[list[Any]]) -> str:
+    def cell(v: Any) -> str:
+        return f"{v:.4f}" if isinstance(v, float) else "-" if v is None else str(v)
+
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def report_markdown(result: dict, title: str) -> str:
+    """A Markdown table of a fewshot_eval / linear_probe_eval / knn_eval result under `title`."""
+    kind = result["evaluation"]
+    if kind == "fewshot_lsr":
+        rows = [[n, r["mean"], r["std"], " ".join(f"{a:.4f}" for a in r["per_seed"])] for n, r in result["shots"].items()]
+        table = markdown_table(["shots per class", "mean top-1", "std (seeds)", "per seed"], rows)
+        note = f"Regularised least squares (l2 {result['l2_reg']:g}) on {result['feature_dim']}-d pre-logits features, {result['n_test']} test images."
+    elif kind == "linear_probe":
+        rows = [[f"{r['l2']:g}", r["val_top1"], result["test_top1"] if r["l2"] == result["best_l2"] else None] for r in result["runs"]]
+        table = markdown_table(["l2", "val top-1", "test top-1"], rows)
+        note = f"Logistic regression on {result['feature_dim']}-d features; l2 {result['best_l2']:g} picked on val."
+    else:
+        t = result["temperature"]
+        table = markdown_table(["k", "top-1"], [[k, v] for k, v in result["top1"].items()])
+        note = f"Cosine k-NN, {'uniform votes' if t is None else f'votes exp(sim / {t:g})'}, {result['n_train']} training features."
+    return f"{title}\n\n{note}\n\n{table}"
+
+
+def write_report(out: str | os.PathLike, name: str, result: dict, markdown: str) -> tuple[Path, Path]:
+    """out/name.json and out/name.md, each written atomically."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / f"{name}.json", result)
+    with atomic_path(out / f"{name}.md") as tmp:
+        tmp.write_text(markdown)
+    return out / f"{name}.json", out / f"{name}.md"

@@ -42,6 +42,7 @@ class DataConfig:
 @dataclass(frozen=True)
 class TrainConfig:
     steps: int = 1000  # optimizer steps
+    objective: str = "classification"  # classification | masked_patch (self-supervised, paper §4.6; labels unused)
     batch_size: int = 128  # logical batch (the paper's 4096 runs as micro_batch x accumulation)
     micro_batch: int | None = None  # per forward pass; None = batch_size (no accumulation)
     optimizer: str = "adamw"  # adamw | adam | sgd
@@ -75,6 +76,7 @@ CHOICES = {
     "data.train_split": ("train", "val", "test"),
     "data.val_split": ("train", "val", "test"),
     "augment.crop": ("rrc", "pad", "none"),
+    "train.objective": ("classification", "masked_patch"),
     "train.optimizer": ("adamw", "adam", "sgd"),
     "train.decay": ("cosine", "linear", "constant"),
     "train.precision": ("auto", "fp32", "bf16", "fp16"),

@@ -38,6 +38,7 @@ from vitkit.data import Batches, eval_batches, fits_in_memory, load_into_memory,
 from vitkit.errors import CheckpointError, ConfigError, DataError
 from vitkit.evaluation import evaluate
 from vitkit.models import VisionTransformer
+from vitkit.pretrain import MaskedPatchPrediction, evaluate_masked_patch
 from vitkit.run_config import RunConfig, dump_run_config, load_run_config
 
 STATE_JSON, STATE_TENSORS, SHARDED = "train_state.json", "train_state.pt", "sharded"
@@ -267,6 +268,9 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
     class_names = train_split.class_names
     if "num_classes" in config.model and config.model["num_classes"] != len(class_names):
         raise ConfigError(f"model.num_classes: {config.model['num_classes']} given but the data has {len(class_names)} classes")
+    if len(class_names) < 2 and t.objective == "classification":  # issue 9: a folder of images without class folders
+        raise DataError(f"{train_split.source}: one class ({class_names[0]!r}); classification needs two or more "
+                        "(root/<class>/<image>); to pre-train on images without labels use train.objective=masked_patch")
     if len(train_split) < micro:
         raise DataError(f"{train_split.source}: {len(train_split)} training images, fewer than one batch of {micro}")
 
@@ -281,8 +285,13 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
         state, tensors = {"step": 0, "elapsed_s": 0.0, "best_val_top1": None, "best_step": None}, {}
     model.to(device)
     model.set_grad_checkpointing(t.grad_checkpointing)
-    module = distributed.wrap(model, world, device)  # what the step calls: the model, DDP around it, or sharded in place
-    optimizer = make_optimizer(model, t)
+    # masked patch prediction (issue 9): its [mask] embedding and colour head train beside the ViT; the saved model is the ViT
+    objective = _masked_patch_objective(model, t.objective, tensors if resume else None)
+    if objective is not None and world.sharded:
+        raise ConfigError("train.objective=masked_patch: not supported with train.strategy=fsdp; use DDP (the default under torchrun)")
+    trainable = model if objective is None else objective
+    module = distributed.wrap(trainable, world, device)  # what the step calls: it, DDP around it, or the model sharded in place
+    optimizer = make_optimizer(trainable, t)
     scaler = torch.amp.GradScaler(device.type, enabled=amp_dtype == torch.float16)
     ema = {k: v.detach().clone() for k, v in model.state_dict().items()} if t.ema else None
     if resume and world.sharded:
@@ -309,7 +318,7 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
             tmp.write_text(dump_run_config(config))
         (out / "metrics.jsonl").unlink(missing_ok=True)
     distributed.barrier(world)
-    forward = torch.compile(module) if t.compile else module
+    forward = torch.compile(module) if t.compile and objective is None else module
     extra = {"class_names": class_names, "preprocess": {"crop_pct": a.eval_crop_pct},
              "data": {"path": d.path, "val_fraction": d.val_fraction, "split_seed": d.split_seed}}  # eval finds the same held-out split
 
@@ -337,6 +346,8 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
             tensors["optimizer"] = optimizer.state_dict()
         if device.type == "cuda":
             tensors["rng_cuda"] = torch.cuda.get_rng_state(device)
+        if objective is not None:  # masked patch prediction (issue 9)
+            tensors["masked_patch"] = objective.objective_state()
         save_checkpoint(out, model, extra, state, tensors, t.keep_checkpoints, world, optimizer)
 
     model.train()
@@ -353,12 +364,12 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
                 x, targets = mix(x, soft_targets(labels, K, a.label_smoothing), a, g)
                 with distributed.grad_sync(module, world, sync=k == accum - 1):  # reduce across ranks once per step
                     with torch.autocast(device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
-                        logits = forward(x)
+                        logits, targets = (forward(x), targets) if objective is None else forward(x, g)  # issue 9: labels unused
                     loss = soft_cross_entropy(logits, targets)
                     scaler.scale(loss / accum).backward()
                 loss_sum += loss.detach() / accum
             scaler.unscale_(optimizer)
-            grad_norm = nn.utils.clip_grad_norm_(model.parameters(), t.clip_norm or float("inf"))
+            grad_norm = nn.utils.clip_grad_norm_(trainable.parameters(), t.clip_norm or float("inf"))
             scaler.step(optimizer)
             scaler.update()
             optimizer.zero_grad(set_to_none=True)
@@ -378,7 +389,7 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
                 bar.set_postfix(loss=f"{row['loss']:.4f}", lr=f"{lr:.2e}", img_s=f"{row['img_s']:.0f}")
                 window = {"loss": 0.0, "steps": 0, "images": 0, "time": now}
             if step % t.eval_every == 0 or step == t.steps:
-                val_metrics = _validate(model, ema, val_data, amp_dtype, a.eval_crop_pct)
+                val_metrics = _validate(model, ema, val_data, amp_dtype, a.eval_crop_pct, objective)
                 row = {"kind": "val", "step": step, **{f"val_{k}": val_metrics[k] for k in ("top1", "top5", "loss")}}
                 log.write(json.dumps(row) + "\n")
                 log.flush()
@@ -415,6 +426,7 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
         "wall_time_s": state["elapsed_s"],
         "img_s": sum(r["img_s"] for r in train_rows) / max(len(train_rows), 1),
         "model": config.model.get("name"),
+        "objective": t.objective,  # masked_patch: the val_* figures are the colour-prediction accuracy and loss
         "params": sum(p.numel() for p in model.parameters()),
         "device": str(device),
         "processes": world.size,
@@ -428,13 +440,14 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
     return summary
 
 
-def _validate(model, ema, batches, amp_dtype, crop_pct) -> dict:
+def _validate(model, ema, batches, amp_dtype, crop_pct, objective=None) -> dict:
+    measure = evaluate if objective is None else lambda _, data, **kw: evaluate_masked_patch(objective, data, **kw)  # issue 9
     if ema is None:
-        return evaluate(model, batches(), crop_pct=crop_pct, autocast_dtype=amp_dtype)
+        return measure(model, batches(), crop_pct=crop_pct, autocast_dtype=amp_dtype)
     live = {k: v.clone() for k, v in model.state_dict().items()}
     model.load_state_dict(ema)
     try:
-        return evaluate(model, batches(), crop_pct=crop_pct, autocast_dtype=amp_dtype)
+        return measure(model, batches(), crop_pct=crop_pct, autocast_dtype=amp_dtype)
     finally:
         model.load_state_dict(live)
 
@@ -445,6 +458,20 @@ def _init_from(model: VisionTransformer, path: Path) -> None:
 
     source = load_pretrained(find_checkpoint(path), image_size=model.config.image_size, num_classes=model.config.num_classes)
     model.load_state_dict(source.state_dict())
+
+
+# -- masked patch prediction (issue 9, paper §4.6) ------------------------------------------
+def _masked_patch_objective(model: VisionTransformer, name: str, resumed: dict | None) -> MaskedPatchPrediction | None:
+    """train.objective=masked_patch: the wrapper around `model` (None for classification); on resume, its saved state."""
+    if resumed is not None and ("masked_patch" in resumed) != (name == "masked_patch"):
+        started = "masked_patch" if "masked_patch" in resumed else "classification"
+        raise ConfigError(f"train.objective: this run was started with {started}; resume it with train.objective={started}")
+    if name != "masked_patch":
+        return None
+    objective = MaskedPatchPrediction(model)
+    if resumed is not None:
+        objective.load_objective_state(resumed["masked_patch"])
+    return objective
 
 
 def _progress(t, step: int, show: bool = True):

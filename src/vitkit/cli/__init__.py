@@ -23,6 +23,10 @@ COMMANDS = {
     "train": "train",
     "eval": "eval",
     "predict": "predict",
+    "finetune": "finetune",
+    "fewshot": "fewshot",
+    "linear-probe": "linear_probe",
+    "knn": "knn",
 }
 
 

@@ -119,8 +119,13 @@ def _idx_split(root: Path, split: str, channels: int, val_fraction: float, seed:
 
 
 def _read_folder(root: Path) -> Split:
-    """root/<class>/**/<image>; classes in sorted order."""
+    """root/<class>/**/<image>; classes in sorted order. Images directly in root, without class folders,
+    are one class "unlabeled" (self-supervised pre-training, train.objective=masked_patch, needs no labels)."""
     classes = sorted(d.name for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
+    if not classes:
+        loose = sorted(p for p in root.iterdir() if p.is_file() and is_image_file(p))
+        if loose:
+            return Split(labels=torch.zeros(len(loose), dtype=torch.long), class_names=["unlabeled"], paths=loose, source=str(root))
     paths, labels = [], []
     for label, name in enumerate(classes):
         files = sorted(p for p in (root / name).rglob("*") if p.is_file() and is_image_file(p))

@@ -1,0 +1,70 @@
+"""`vitkit finetune`: fine-tune any checkpoint on new data with the paper's recipe, sweeping the learning rate."""
+
+from __future__ import annotations
+
+import argparse
+
+from ._frozen import DATA_HELP, numbers
+
+EPILOG = """\
+The recipe (paper App. B), the default under any --config: SGD momentum 0.9, no weight decay, global-norm
+clipping at 1, 500 warmup steps then cosine decay, logical batch 512 (set --micro-batch to accumulate),
+Inception crop + flip, validation on a held-out 10% of train. The model: the checkpoint at --image-size
+(position embeddings 2D-interpolated, same patch size, longer sequence), a zero-initialised head for the
+data's classes, the pre-logits layer dropped (official rule) unless --keep-pre-logits.
+
+--lr with several values runs one fine-tune per value (DIR/lr_<value>/) and picks the best final
+validation top-1; DIR/final points at the picked model, DIR/sweep.json and sweep.md list every run.
+Running the same command again continues an interrupted sweep.
+
+examples:
+  vitkit finetune --from ViT-B_16.npz --data ~/cifar10 --image-size 384 --out runs/c10 --config configs/finetune_cifar10.yaml
+  vitkit finetune --from runs/demo --config configs/finetune_fashion_mnist.yaml --image-size 40 --lr 0.003,0.01,0.03 --out runs/ft40
+  vitkit finetune --from hf-vit/ --data ~/pets --lr 0.001,0.003,0.01,0.03 --steps 500 --micro-batch 64 --out runs/pets
+  vitkit eval runs/ft40 --split test                   the picked model
+"""
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "finetune",
+        help="fine-tune a checkpoint (any format) at a new resolution with the paper's recipe and a learning-rate sweep",
+        description="Fine-tune a pre-trained ViT (paper §3.2): new zero-initialised head, position embeddings "
+                    "resampled to the new resolution, SGD-momentum recipe, optional learning-rate sweep.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted overrides on the recipe, e.g. train.steps=500 augment.crop=pad")
+    p.add_argument("--from", dest="checkpoint", required=True, metavar="CKPT",
+                   help="checkpoint to start from: vitkit checkpoint or run directory, .npz, timm file, HF directory")
+    p.add_argument("--data", metavar="PATH", help=DATA_HELP)
+    p.add_argument("--out", required=True, metavar="DIR", help="output directory (one run directory per learning rate inside)")
+    p.add_argument("--config", metavar="YAML", help="recipe file (configs/finetune_*.yaml) applied over the paper's recipe")
+    p.add_argument("--image-size", type=int, nargs="+", metavar="PX", help="fine-tuning resolution H [W] (default: the recipe's, else the checkpoint's)")
+    p.add_argument("--lr", type=numbers(float), metavar="LR[,LR...]", help="learning rate(s); several run a sweep (paper: 0.001,0.003,0.01,0.03)")
+    p.add_argument("--steps", type=int, help="optimizer steps per run (= train.steps)")
+    p.add_argument("--batch-size", type=int, help="logical batch (= train.batch_size, recipe: 512)")
+    p.add_argument("--micro-batch", type=int, help="images per forward pass; the logical batch accumulates (= train.micro_batch)")
+    p.add_argument("--keep-pre-logits", action="store_true", help="keep the checkpoint's pre-logits layer (default: dropped, as officially)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import json
+
+    from vitkit.transfer import finetune, finetune_recipe, sweep_markdown
+
+    overrides = list(args.overrides)
+    for flag, key in (("data", "data.path"), ("steps", "train.steps"), ("batch_size", "train.batch_size"), ("micro_batch", "train.micro_batch")):
+        if getattr(args, flag) is not None:
+            overrides.append(f"{key}={getattr(args, flag)}")
+    if args.no_progress:
+        overrides.append("train.progress=false")
+    size = None if args.image_size is None else tuple(args.image_size) if len(args.image_size) == 2 else args.image_size[0]
+    recipe = finetune_recipe(args.config, overrides)
+    result = finetune(recipe, args.checkpoint, args.out, lrs=args.lr, image_size=size, keep_pre_logits=args.keep_pre_logits)
+    print(sweep_markdown(result))
+    print(f"picked: {args.out}/final -> {result['best']['run']}/final")
+    print(json.dumps(result))
+    return 0

@@ -1,0 +1,49 @@
+"""`vitkit linear-probe`: multinomial logistic regression on a checkpoint's frozen features."""
+
+from __future__ import annotations
+
+import argparse
+
+from ._frozen import add_common, finish, numbers, setup
+
+EPILOG = """\
+Features are the pre-logits features, standardised with the training mean and std. One probe per --l2 is
+fitted on the training split minus a held-out --val-fraction (full-batch L-BFGS, a convex problem); the
+one with the best validation accuracy is scored on --test-split.
+
+examples:
+  vitkit linear-probe runs/demo
+  vitkit linear-probe ViT-B_16.npz --data ~/pets --l2 1e-4,1e-2 --device cuda --out runs/pets-probe
+"""
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "linear-probe",
+        help="linear probe: logistic regression on a checkpoint's frozen features",
+        description="Linear probe: multinomial logistic regression on frozen pre-logits features, l2 picked on "
+                    "held-out training data. Writes linear_probe.json and linear_probe.md.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_common(p, "linear_probe", val_fraction=0.1)
+    p.add_argument("--l2", type=numbers(float), default=[1e-6, 1e-4, 1e-2, 1.0],
+                   help="L2 penalties to try, comma-separated (default 1e-6,1e-4,1e-2,1)")
+    p.add_argument("--max-iter", type=int, default=500, help="L-BFGS iterations per probe (default 500)")
+    p.add_argument("--test-split", default="test", choices=("val", "test"), help="split scored (default test)")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from vitkit.evaluation import linear_probe_eval
+
+    model, features, open_split = setup(args)
+    train, val, test = (open_split(s) for s in ("train", "val", args.test_split))
+    if train.paths is not None and val.paths is not None:  # a train/ folder without val/: "val" is cut from all of train/
+        held_out = set(val.paths)
+        train = train.subset(np.array([i for i, p in enumerate(train.paths) if p not in held_out], dtype=np.int64))
+    result = linear_probe_eval(model, train, val, test, l2s=args.l2, max_iter=args.max_iter, **features)
+    finish(args, "linear_probe", {"test_split": args.test_split, **result}, f"Linear probe of {args.checkpoint}")
+    return 0

@@ -1,0 +1,210 @@
+"""Transfer (paper §3.2, App. B): fine-tune a pre-trained checkpoint, sweeping the learning rate.
+
+    finetune(recipe, "ViT-B_16.npz", "runs/ft", lrs=[0.001, 0.003, 0.01, 0.03], image_size=384)
+
+The starting model is built once: any checkpoint vitkit reads, at the new resolution (position
+embeddings 2D-interpolated), with a zero-initialised head for the data's classes and, as in the
+official fine-tuning code, without the pre-logits layer unless `keep_pre_logits`. Each learning rate
+is then one ordinary `vitkit.train.train` run from it with the fine-tuning recipe (SGD momentum 0.9,
+no weight decay, global-norm clip 1, linear warmup then cosine decay, logical batch 512 through
+`train.micro_batch` accumulation); the run with the best final validation top-1 is picked.
+
+Output directory:
+    init/                the starting model (vitkit format)
+    lr_0.001/ ...        one run directory per learning rate (see vitkit.train)
+    final -> lr_X/final  the picked run's model (a relative symlink), so `vitkit eval DIR` works
+    finetune.json        what was asked (checkpoint, learning rates, recipe): a rerun continues the sweep
+    sweep.json, sweep.md every run's validation accuracy and the pick
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from vitkit.checkpoint import load_pretrained, save_pretrained
+from vitkit.checkpoint.io import read_json, write_json
+from vitkit.checkpoint.native import is_native, load_native, read_native_config
+from vitkit.data import open_dataset
+from vitkit.errors import ConfigError
+from vitkit.evaluation import markdown_table, write_report
+from vitkit.models import ViTConfig, VisionTransformer
+from vitkit.models.registry import MODELS
+from vitkit.run_config import RunConfig, from_dict, load_run_config
+from vitkit.train import find_checkpoint, step_checkpoints, train
+
+# The paper's fine-tuning recipe (App. B; warmup 500 steps and the Inception crop [official]); a
+# recipe file (configs/finetune_*.yaml) and KEY=VALUE overrides are applied on top of it.
+FINETUNE_DEFAULTS: dict[str, dict[str, Any]] = {
+    "train": {"optimizer": "sgd", "momentum": 0.9, "weight_decay": 0.0, "clip_norm": 1.0, "lr": 0.01,
+              "batch_size": 512, "warmup_steps": 500, "decay": "cosine", "steps": 10_000},
+    "augment": {"crop": "rrc", "rrc_scale": [0.05, 1.0], "hflip": 0.5},
+    "data": {"val_split": "val"},  # pick on data held out of train, never on test
+}
+PAPER_LRS = (0.001, 0.003, 0.01, 0.03)
+# model fields a fine-tuning recipe may set; the architecture itself comes from the checkpoint
+TUNABLE = ("image_size", "dropout", "attn_dropout", "drop_path")
+
+
+def finetune_recipe(path: str | os.PathLike | None = None, overrides: list[str] = ()) -> RunConfig:
+    """FINETUNE_DEFAULTS, then the YAML file at `path`, then `section.key=value` overrides; all validated."""
+    explicit: dict[str, Any] = {}
+    if path is not None:
+        load_run_config(path)  # says what is wrong with the file, naming it
+        explicit = yaml.safe_load(Path(path).read_text()) or {}
+    items = [f"{s}.{k}={json.dumps(v)}" for s, values in FINETUNE_DEFAULTS.items() for k, v in values.items()]
+    items += [f"{s}.{k}={json.dumps(v)}" for s, values in explicit.items() for k, v in (values or {}).items()]
+    return load_run_config(None, [*items, *overrides])
+
+
+def resolve_checkpoint(path: str | os.PathLike) -> Path:
+    """A vitkit run directory stands for its model (final/, else its newest step); anything else is itself."""
+    path = Path(path)
+    if path.is_dir() and (is_native(path) or (path / "run.yaml").is_file() or is_native(path / "final")):
+        return find_checkpoint(path)
+    return path
+
+
+def load_model(path: str | os.PathLike, *, image_size: int | tuple[int, int] | None = None) -> tuple[VisionTransformer, dict]:
+    """(model, extra) from any checkpoint vitkit reads; extra holds a vitkit checkpoint's class names and preprocessing."""
+    path = resolve_checkpoint(path)
+    if is_native(path):
+        model, extra = load_native(path)
+        if image_size is not None:
+            model.set_image_size(image_size)
+        return model.eval(), extra
+    return load_pretrained(path, image_size=image_size), {}
+
+
+def prepare_for_finetuning(model: VisionTransformer, num_classes: int, *, keep_pre_logits: bool = False, **tunable) -> VisionTransformer:
+    """The paper's head rule (§3.2): a zero-initialised head for `num_classes` (always new, even for as many
+    classes as before) and, as in the official code, no pre-logits layer unless `keep_pre_logits`.
+    `tunable`: dropout rates and stochastic depth (modules without weights) for the fine-tuning runs."""
+    model.reset_head(num_classes, keep_pre_logits=keep_pre_logits)
+    if tunable:
+        rebuilt = VisionTransformer(model.config.replace(**tunable))
+        rebuilt.load_state_dict(model.state_dict())
+        model = rebuilt
+    return model
+
+
+def registered_name(config: ViTConfig) -> str:
+    """A registry name with the same architecture, for run summaries (every field is given explicitly anyway)."""
+    keys = ("depth", "width", "mlp_dim", "num_heads", "patch_size", "backbone", "in_chans")
+    for name, known in MODELS.items():
+        if all(getattr(known, k) == getattr(config, k) for k in keys):
+            return name
+    return "vit_b16"
+
+
+def run_name(lr: float) -> str:
+    return f"lr_{lr:g}"
+
+
+def finetune(
+    recipe: RunConfig,
+    checkpoint: str | os.PathLike,
+    out: str | os.PathLike,
+    *,
+    lrs: list[float] | None = None,
+    image_size: int | tuple[int, int] | None = None,
+    keep_pre_logits: bool = False,
+) -> dict:
+    """Fine-tune `checkpoint` with `recipe` once per learning rate (default: recipe's train.lr) into `out`,
+    at `image_size` (default: the recipe's model.image_size, else the checkpoint's).
+
+    Returns {"runs": [{lr, final_val_top1, best_val_top1, ...}], "best": {...}}. Running it again on
+    the same `out` with the same arguments continues: finished runs are kept, interrupted ones resume.
+    """
+    out = Path(out)
+    if image_size is not None:
+        recipe = from_dict({**recipe.to_dict(), "model": {**recipe.model, "image_size": image_size}})
+    lrs = [float(lr) for lr in (lrs or [recipe.train.lr])]
+    if len(set(lrs)) != len(lrs):
+        raise ConfigError(f"--lr: each learning rate once, got {lrs}")
+    unknown = sorted(set(recipe.model) - {"name", "init", *TUNABLE})
+    if unknown:
+        raise ConfigError(f"model.{unknown[0]}: fine-tuning takes the architecture from the checkpoint; "
+                          f"a recipe may only set model.{', model.'.join(TUNABLE)}")
+    plan = {"checkpoint": str(checkpoint), "lrs": lrs, "keep_pre_logits": keep_pre_logits, "recipe": recipe.to_dict()}
+    _claim(out, plan)
+
+    init = out / "init"
+    if not is_native(init):
+        source = resolve_checkpoint(checkpoint)
+        model, _ = load_model(source, image_size=recipe.model.get("image_size"))  # position embeddings resampled
+        d = recipe.data
+        classes = open_dataset(d.name, d.path, d.train_split, channels=model.config.in_chans, image_size=model.config.image_size[0],
+                               val_fraction=d.val_fraction, seed=d.split_seed, synthetic_size=d.synthetic_size,
+                               synthetic_classes=d.synthetic_classes).class_names
+        tunable = {k: recipe.model[k] for k in TUNABLE if k in recipe.model and k != "image_size"}
+        model = prepare_for_finetuning(model, len(classes), keep_pre_logits=keep_pre_logits, **tunable)
+        tmp = out / ".init.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        save_pretrained(model, tmp, extra={"source": str(source), "class_names": classes})
+        os.replace(tmp, init)
+    start, _ = read_native_config(init)
+    model_section = {**start.to_dict(), "name": registered_name(start), "init": str(init)}
+    model_section.pop("num_classes")
+
+    runs = []
+    for lr in lrs:
+        run_dir = out / run_name(lr)
+        data = recipe.to_dict()
+        data["model"] = model_section
+        data["train"]["lr"] = lr
+        config = from_dict(json.loads(json.dumps(data)), where=f"fine-tuning recipe (lr {lr:g})")
+        if (run_dir / "summary.json").is_file() and is_native(run_dir / "final"):
+            summary = read_json(run_dir / "summary.json")
+        else:
+            summary = train(config, run_dir, resume=bool(step_checkpoints(run_dir)))
+        runs.append({"lr": lr, "run": run_dir.name, **{k: summary.get(k) for k in
+                     ("final_val_top1", "final_val_top5", "best_val_top1", "best_step", "steps", "wall_time_s")}})
+
+    best = pick_best(runs)
+    _link(out / "final", Path(best["run"]) / "final")
+    result = {"checkpoint": str(checkpoint), "image_size": list(config.model_config().image_size),
+              "val_split": recipe.data.val_split, "picked_by": "final_val_top1", "runs": runs, "best": best}
+    write_report(out, "sweep", result, sweep_markdown(result))
+    return result
+
+
+def pick_best(runs: list[dict]) -> dict:
+    """The run with the highest final validation top-1 (the earliest of equals)."""
+    if not runs:
+        raise ConfigError("--lr: no learning rate to run")
+    return max(runs, key=lambda r: (r["final_val_top1"] if r["final_val_top1"] is not None else float("-inf")))
+
+
+def _claim(out: Path, plan: dict) -> None:
+    """Record the plan in out/finetune.json; an existing directory must hold the same plan (then it continues)."""
+    marker = out / "finetune.json"
+    if marker.is_file():
+        if read_json(marker) != json.loads(json.dumps(plan)):
+            raise ConfigError(f"--out {out}: holds a fine-tuning run with other arguments ({marker}); choose another --out")
+        return
+    if out.exists() and any(out.iterdir()):
+        raise ConfigError(f"--out {out}: exists and is not a fine-tuning directory; choose another --out")
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(marker, plan)
+
+
+def _link(link: Path, target: Path) -> None:
+    """Point `link` at `target` (relative), replacing an older link atomically."""
+    tmp = link.with_name(f".{link.name}.tmp")
+    tmp.unlink(missing_ok=True)
+    os.symlink(target, tmp)
+    os.replace(tmp, link)
+
+
+def sweep_markdown(result: dict) -> str:
+    rows = [[("**" + f"{r['lr']:g}" + "**") if r is result["best"] else f"{r['lr']:g}", r["final_val_top1"], r["best_val_top1"],
+             r["best_step"], r["steps"], r["wall_time_s"]] for r in result["runs"]]
+    title = (f"Fine-tuning {result['checkpoint']} at {result['image_size'][0]}x{result['image_size'][1]}; "
+             f"picked lr {result['best']['lr']:g} by final top-1 on the {result['val_split']} split.\n\n")
+    return title + markdown_table(["lr", "final val top-1", "best val top-1", "best step", "steps", "wall time (s)"], rows)

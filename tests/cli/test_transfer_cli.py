@@ -1,0 +1,116 @@
+"""`vitkit finetune`, `fewshot`, `linear-probe` and `knn` through the CLI (the console script on Fashion-MNIST)."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import vitkit
+from vitkit.cli import build_parser, main
+from vitkit.data.idx import default_dir, find_idx
+
+needs_fashion_mnist = pytest.mark.skipif(find_idx(default_dir(), "train", "images") is None,
+                                         reason="Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)")
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    """A tiny 28x28 grayscale ViT with a pre-logits layer, in vitkit's format and as an .npz."""
+    torch.manual_seed(0)
+    model = vitkit.create_model("vit_test", image_size=28, in_chans=1, depth=1, representation_size=16, mlp_act="gelu_tanh")
+    root = tmp_path_factory.mktemp("ckpt")
+    vitkit.save_pretrained(model, root / "vit")
+    vitkit.checkpoint.save_checkpoint(model, root / "vit.npz", "npz")
+    return root
+
+
+def last_json(done):
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_commands_are_registered_with_help():
+    parser = build_parser()
+    for name in ("finetune", "fewshot", "linear-probe", "knn"):
+        text = parser._subparsers._group_actions[0].choices[name].format_help()
+        assert "example" in text and "CKPT" in text
+
+
+@needs_fashion_mnist
+def test_fewshot_and_random_init_baseline(run_cli, checkpoint, tmp_path):
+    result = last_json(run_cli("fewshot", checkpoint / "vit.npz", "--shots", "1,5", "--seeds", "2", "--out", tmp_path / "fs", "--threads", "1"))
+    assert set(result["shots"]) == {"1", "5"} and result["n_test"] == 10_000 and result["feature_dim"] == 16
+    assert all(0.1 < r["mean"] <= 1.0 and len(r["per_seed"]) == 2 for r in result["shots"].values())
+    assert json.loads((tmp_path / "fs" / "fewshot.json").read_text())["shots"] == result["shots"]
+    assert "| 5 |" in (tmp_path / "fs" / "fewshot.md").read_text()
+    baseline = last_json(run_cli("fewshot", checkpoint / "vit", "--shots", "5", "--seeds", "2", "--random-init", "3", "--threads", "1"))
+    assert baseline["random_init"] == 3 and (checkpoint / "vit" / "fewshot_random3" / "fewshot.md").is_file()  # default --out
+    assert baseline["shots"]["5"] != result["shots"]["5"]  # other weights, other features
+
+
+def in_process(capsys, *args):
+    """The CLI run in this process (same parser and code as the console script, without a new interpreter)."""
+    code = main([str(a) for a in args])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def image_folder(root):
+    """train/ and test/ folders of 28x28 grayscale PNGs, 3 classes told apart by brightness."""
+    rng = np.random.default_rng(0)
+    for split, n in (("train", 20), ("test", 8)):
+        for c, name in enumerate(("dark", "mid", "bright")):
+            (root / split / name).mkdir(parents=True)
+            for i in range(n):
+                pixels = rng.integers(0, 50, (28, 28)) + 90 * c
+                Image.fromarray(pixels.astype(np.uint8), mode="L").save(root / split / name / f"{i}.png")
+    return root
+
+
+def test_linear_probe_and_knn(capsys, checkpoint, tmp_path):
+    data = image_folder(tmp_path / "data")
+    code, out, err = in_process(capsys, "linear-probe", checkpoint / "vit", "--data", data, "--l2", "1e-4,1", "--max-iter", "50",
+                                "--val-fraction", "0.25", "--out", tmp_path / "lp")
+    assert code == 0, err
+    probe = json.loads(out.strip().splitlines()[-1])
+    assert [r["l2"] for r in probe["runs"]] == [1e-4, 1.0] and (probe["n_train"], probe["n_val"], probe["n_test"]) == (45, 15, 24)
+    assert probe["best_l2"] in (1e-4, 1.0) and probe["test_top1"] > 0.9  # brightness survives any random ViT
+    assert "| 0.0001 |" in (tmp_path / "lp" / "linear_probe.md").read_text()
+    code, out, err = in_process(capsys, "knn", checkpoint / "vit", "--data", data, "--k", "1,5", "--temperature", "0", "--out", tmp_path / "knn")
+    assert code == 0, err
+    knn = json.loads(out.strip().splitlines()[-1])
+    assert set(knn["top1"]) == {"1", "5"} and knn["n_train"] == 60 and knn["temperature"] is None
+    assert all(v > 0.9 for v in knn["top1"].values())
+    assert json.loads((tmp_path / "knn" / "knn.json").read_text())["top1"] == knn["top1"]
+
+
+@needs_fashion_mnist
+def test_finetune_at_a_higher_resolution_then_eval(run_cli, checkpoint, tmp_path):
+    out = tmp_path / "ft"
+    result = last_json(run_cli("finetune", "--from", checkpoint / "vit.npz", "--image-size", "32", "--lr", "0.03", "--out", out,
+                               "--steps", "2", "--batch-size", "64", "--micro-batch", "32", "--no-progress", "train.warmup_steps=1",
+                               "train.threads=1", "augment.crop=pad", "data.val_fraction=0.05"))
+    assert [r["run"] for r in result["runs"]] == ["lr_0.03"] and result["image_size"] == [32, 32]
+    config = json.loads((out / "final" / "config.json").read_text())
+    assert config["model"]["image_size"] == [32, 32] and config["model"]["representation_size"] is None  # pre-logits dropped
+    assert config["class_names"][0] == "T-shirt/top"
+    evaluated = last_json(run_cli("eval", out, "--split", "test", "--json"))
+    assert evaluated["n"] == 10_000
+    assert (out / "sweep.md").is_file() and (out / "sweep.json").is_file()
+
+
+def test_user_errors_are_one_line(capsys, checkpoint, tmp_path):
+    with pytest.raises(SystemExit):
+        in_process(capsys, "fewshot", checkpoint / "vit", "--shots", "0,5")
+    assert "expected positive values" in capsys.readouterr().err
+    code, _, err = in_process(capsys, "finetune", "--from", tmp_path / "missing.npz", "--out", tmp_path / "ft", "data.name=synthetic")
+    assert code == 2 and "missing.npz: no such file" in err and len(err.strip().splitlines()) == 1
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "x").write_text("")
+    code, _, err = in_process(capsys, "finetune", "--from", checkpoint / "vit", "--out", tmp_path / "busy", "data.name=synthetic")
+    assert code == 2 and "choose another --out" in err
+    code, _, err = in_process(capsys, "fewshot", checkpoint / "vit", "--data", "synthetic-does-not-exist")
+    assert code == 2 and "no such file or directory" in err

@@ -1,0 +1,104 @@
+"""Fine-tuning: head rules, resolution change, the recipe, the learning-rate sweep and its continuation."""
+
+import json
+
+import pytest
+import torch
+
+import vitkit
+from vitkit.checkpoint import save_checkpoint
+from vitkit.checkpoint.native import load_native
+from vitkit.errors import ConfigError
+from vitkit.models import create_model
+from vitkit.transfer import finetune, finetune_recipe, load_model, pick_best, prepare_for_finetuning, registered_name
+
+TINY = ["data.name=synthetic", "data.synthetic_size=48", "data.synthetic_classes=3", "data.val_split=test",
+        "train.batch_size=16", "train.micro_batch=8", "train.steps=3", "train.warmup_steps=1", "train.eval_every=3",
+        "train.log_every=1", "train.checkpoint_every=3", "train.progress=false", "train.threads=1", "augment.crop=none"]
+
+
+def pretrained(tmp_path, **overrides):
+    model = create_model("vit_test", image_size=8, depth=1, mlp_act="gelu_tanh", **overrides)
+    with torch.no_grad():
+        model.head.weight.normal_()
+    vitkit.save_pretrained(model, tmp_path / "pre")
+    return model, tmp_path / "pre"
+
+
+def test_recipe_is_the_papers_under_files_and_overrides(tmp_path):
+    r = finetune_recipe()
+    t = r.train
+    assert (t.optimizer, t.momentum, t.weight_decay, t.clip_norm, t.decay, t.batch_size, t.warmup_steps) == ("sgd", 0.9, 0.0, 1.0, "cosine", 512, 500)
+    assert r.data.val_split == "val" and r.augment.crop == "rrc"
+    (tmp_path / "r.yaml").write_text("train:\n  steps: 77\n  micro_batch: 64\naugment:\n  crop: pad\n")
+    r = finetune_recipe(tmp_path / "r.yaml", ["train.steps=5"])
+    assert (r.train.steps, r.train.micro_batch, r.train.optimizer, r.augment.crop) == (5, 64, "sgd", "pad")
+    with pytest.raises(ConfigError, match="train.bogus"):
+        finetune_recipe(None, ["train.bogus=1"])
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_head_rules(tmp_path, keep):
+    source, path = pretrained(tmp_path, representation_size=12, num_classes=10)
+    model, _ = load_model(path)
+    model = prepare_for_finetuning(model, 10, keep_pre_logits=keep, drop_path=0.1)
+    assert model.config.num_classes == 10 and model.config.drop_path == 0.1
+    assert torch.count_nonzero(model.head.weight) == 0 and torch.count_nonzero(model.head.bias) == 0  # new even for 10 -> 10
+    assert (model.config.representation_size == 12) is keep
+    assert isinstance(model.pre_logits, torch.nn.Identity) is not keep
+    assert model.head.in_features == (12 if keep else 32)
+    if keep:
+        torch.testing.assert_close(model.pre_logits[0].weight, source.pre_logits[0].weight)
+    torch.testing.assert_close(model.blocks[0].attn.qkv.weight, source.blocks[0].attn.qkv.weight)
+
+
+def test_finetune_at_a_new_resolution_resamples_the_grid_and_writes_a_sweep(tmp_path):
+    source, path = pretrained(tmp_path)
+    npz = save_checkpoint(source, tmp_path / "pre.npz", "npz")  # any format vitkit reads
+    out = tmp_path / "ft"
+    result = finetune(finetune_recipe(None, TINY), npz, out, lrs=[0.01, 0.1], image_size=16)
+    init, extra = load_native(out / "init")
+    assert init.config.image_size == (16, 16) and init.config.grid_size == (4, 4) and init.config.num_classes == 3
+    assert init.pos_embed.shape == (1, 1 + 16, 32)
+    expected = vitkit.resample_pos_embed(source.pos_embed.data, (4, 4))
+    torch.testing.assert_close(init.pos_embed.data, expected)
+    assert extra["class_names"] == ["class_0", "class_1", "class_2"]
+    for lr in ("0.01", "0.1"):
+        assert f"lr: {lr}" in (out / f"lr_{lr}" / "run.yaml").read_text()
+        final, _ = load_native(out / f"lr_{lr}" / "final")
+        assert final.pos_embed.shape == (1, 17, 32) and final.config.image_size == (16, 16)
+        assert not torch.equal(final.pos_embed, init.pos_embed)  # trained
+    assert [r["lr"] for r in result["runs"]] == [0.01, 0.1]
+    best = max(result["runs"], key=lambda r: r["final_val_top1"])
+    assert result["best"]["lr"] == best["lr"]
+    assert (out / "final").resolve() == (out / best["run"] / "final").resolve()
+    saved = json.loads((out / "sweep.json").read_text())
+    assert saved["best"]["run"] == best["run"] and "| lr |" in (out / "sweep.md").read_text()
+
+
+def test_sweep_continues_and_refuses_other_arguments(tmp_path):
+    _, path = pretrained(tmp_path)
+    out = tmp_path / "ft"
+    recipe = finetune_recipe(None, TINY)
+    first = finetune(recipe, path, out, lrs=[0.01])
+    before = (out / "lr_0.01" / "final" / "model.safetensors").stat().st_mtime_ns
+    again = finetune(recipe, path, out, lrs=[0.01])  # finished: kept, not retrained
+    assert again["runs"] == first["runs"]
+    assert (out / "lr_0.01" / "final" / "model.safetensors").stat().st_mtime_ns == before
+    with pytest.raises(ConfigError, match="other arguments"):
+        finetune(recipe, path, out, lrs=[0.01, 0.03])
+    with pytest.raises(ConfigError, match="architecture from the checkpoint"):
+        finetune(finetune_recipe(None, [*TINY, "model.depth=3"]), path, tmp_path / "other")
+
+
+def test_pick_best_by_final_validation_accuracy():
+    runs = [{"lr": 0.001, "final_val_top1": 0.5}, {"lr": 0.003, "final_val_top1": 0.8}, {"lr": 0.01, "final_val_top1": 0.8},
+            {"lr": 0.03, "final_val_top1": None}]
+    assert pick_best(runs)["lr"] == 0.003  # the earliest of equals; a run without validation never wins
+    with pytest.raises(ConfigError):
+        pick_best([])
+
+
+def test_registered_name():
+    assert registered_name(create_model("vit_b16").config) == "vit_b16"
+    assert registered_name(create_model("vit_test", image_size=8).config) == "vit_test"
