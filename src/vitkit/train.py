@@ -469,6 +469,8 @@ def _masked_patch_objective(model: VisionTransformer, name: str, resumed: dict |
     if name != "masked_patch":
         return None
     objective = MaskedPatchPrediction(model)
+    for p in [*model.pre_logits.parameters(), *model.head.parameters()]:
+        p.requires_grad_(False)  # the classification head plays no part (and DDP must not wait for its gradients)
     if resumed is not None:
         objective.load_objective_state(resumed["masked_patch"])
     return objective
