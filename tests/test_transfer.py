@@ -102,3 +102,4 @@ def test_pick_best_by_final_validation_accuracy():
 def test_registered_name():
     assert registered_name(create_model("vit_b16").config) == "vit_b16"
     assert registered_name(create_model("vit_test", image_size=8).config) == "vit_test"
+    assert registered_name(create_model("vit_mini4_28", width=64, mlp_dim=128, num_heads=4).config) == "vit_mini4_28"  # same patches

@@ -94,11 +94,12 @@ def prepare_for_finetuning(model: VisionTransformer, num_classes: int, *, keep_p
 
 
 def registered_name(config: ViTConfig) -> str:
-    """A registry name with the same architecture, for run summaries (every field is given explicitly anyway)."""
-    keys = ("depth", "width", "mlp_dim", "num_heads", "patch_size", "backbone", "in_chans")
-    for name, known in MODELS.items():
-        if all(getattr(known, k) == getattr(config, k) for k in keys):
-            return name
+    """A registry name for run summaries (the run config gives every field explicitly, so it only labels the run):
+    the model with the same architecture, else one with the same patches and input channels."""
+    for keys in (("depth", "width", "mlp_dim", "num_heads", "patch_size", "backbone", "in_chans"), ("patch_size", "backbone", "in_chans")):
+        for name, known in MODELS.items():
+            if all(getattr(known, k) == getattr(config, k) for k in keys):
+                return name
     return "vit_b16"
 
 
@@ -136,18 +137,7 @@ def finetune(
 
     init = out / "init"
     if not is_native(init):
-        source = resolve_checkpoint(checkpoint)
-        model, _ = load_model(source, image_size=recipe.model.get("image_size"))  # position embeddings resampled
-        d = recipe.data
-        classes = open_dataset(d.name, d.path, d.train_split, channels=model.config.in_chans, image_size=model.config.image_size[0],
-                               val_fraction=d.val_fraction, seed=d.split_seed, synthetic_size=d.synthetic_size,
-                               synthetic_classes=d.synthetic_classes).class_names
-        tunable = {k: recipe.model[k] for k in TUNABLE if k in recipe.model and k != "image_size"}
-        model = prepare_for_finetuning(model, len(classes), keep_pre_logits=keep_pre_logits, **tunable)
-        tmp = out / ".init.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        save_pretrained(model, tmp, extra={"source": str(source), "class_names": classes})
-        os.replace(tmp, init)
+        _write_init(recipe, checkpoint, init, keep_pre_logits)
     start, _ = read_native_config(init)
     model_section = {**start.to_dict(), "name": registered_name(start), "init": str(init)}
     model_section.pop("num_classes")
@@ -172,6 +162,22 @@ def finetune(
               "val_split": recipe.data.val_split, "picked_by": "final_val_top1", "runs": runs, "best": best}
     write_report(out, "sweep", result, sweep_markdown(result))
     return result
+
+
+def _write_init(recipe: RunConfig, checkpoint: str | os.PathLike, init: Path, keep_pre_logits: bool) -> None:
+    """The starting model of every run, written once (atomically) in vitkit's format."""
+    source = resolve_checkpoint(checkpoint)
+    model, _ = load_model(source, image_size=recipe.model.get("image_size"))  # position embeddings resampled
+    d = recipe.data
+    classes = open_dataset(d.name, d.path, d.train_split, channels=model.config.in_chans, image_size=model.config.image_size[0],
+                           val_fraction=d.val_fraction, seed=d.split_seed, synthetic_size=d.synthetic_size,
+                           synthetic_classes=d.synthetic_classes).class_names
+    tunable = {k: recipe.model[k] for k in TUNABLE if k in recipe.model and k != "image_size"}
+    model = prepare_for_finetuning(model, len(classes), keep_pre_logits=keep_pre_logits, **tunable)
+    tmp = init.with_name(f".{init.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    save_pretrained(model, tmp, extra={"source": str(source), "class_names": classes})
+    os.replace(tmp, init)
 
 
 def pick_best(runs: list[dict]) -> dict:
