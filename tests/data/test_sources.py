@@ -35,6 +35,17 @@ def test_image_folder_with_split_dirs(tmp_path):
     assert len(open_split(tmp_path, "train", channels=3)) == 10
 
 
+def test_train_and_test_folders_hold_val_out_of_train_without_overlap(tmp_path):
+    make_folder(tmp_path / "train")
+    make_folder(tmp_path / "test", per_class=3)
+    train = open_split(tmp_path, "train", channels=3, val_fraction=0.2, seed=0)
+    val = open_split(tmp_path, "val", channels=3, val_fraction=0.2, seed=0)
+    assert len(train) == 8 and len(val) == 2
+    assert not set(map(str, train.paths)) & set(map(str, val.paths))
+    assert len(open_split(tmp_path, "test", channels=3, val_fraction=0.2)) == 6
+    assert len(open_split(tmp_path, "train", channels=3, val_fraction=0.0)) == 10  # nothing held out
+
+
 @pytest.mark.parametrize("kind", ["csv", "jsonl"])
 def test_list_files(tmp_path, kind):
     make_folder(tmp_path / "img")

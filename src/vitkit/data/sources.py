@@ -86,9 +86,11 @@ def open_split(
         return _idx_split(root, split, channels, val_fraction, seed)
     split_dirs = {s: root / s for s in SPLITS if (root / s).is_dir()}
     if split_dirs:
-        if split in split_dirs:
+        # without a val/ folder, val is held out of train/ and "train" is the rest, as for IDX files
+        holds_out = "train" in split_dirs and "val" not in split_dirs and val_fraction > 0.0
+        if split in split_dirs and not (split == "train" and holds_out):
             return _read_folder(split_dirs[split])
-        if "train" in split_dirs and split != "train":
+        if "train" in split_dirs:
             return _held_out(_read_folder(split_dirs["train"]), split, val_fraction, seed)
         raise DataError(f"{root}: has no {split!r} folder (found {', '.join(split_dirs)})")
     if path is None:
