@@ -37,7 +37,7 @@ class FileImages(Dataset):
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
         pixels = load_image(self.paths[i], self.channels, self.size, self.crop_pct)
-        return torch.from_numpy(np.array(pixels, copy=True))  # PIL arrays are read-only, self.labels[i]
+        return torch.from_numpy(np.array(pixels, copy=True)), self.labels[i]  # a copy: PIL's arrays are read-only
 
 
 def load_into_memory(split: Split, channels: int, size: int, crop_pct: float = 1.0, workers: int = 0) -> Split:
