@@ -20,3 +20,7 @@ class CheckpointError(VitkitError):
 
 class DataError(VitkitError):
     """A dataset or image cannot be read or is inconsistent."""
+
+
+class TrainingError(VitkitError):
+    """A run cannot go on as configured (e.g. its loss diverged); the message says what to change."""

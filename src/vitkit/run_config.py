@@ -37,6 +37,7 @@ class DataConfig:
     workers: int = 2  # DataLoader workers for streamed image files
     synthetic_size: int = 512
     synthetic_classes: int = 10
+    on_error: str = "skip"  # an image file that cannot be read: "skip" (counted, warned, listed in bad_files.json) or "fail"
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,7 @@ class TrainConfig:
     keep_checkpoints: int = 2  # step checkpoints kept besides the final one
     eval_batch_size: int = 512
     progress: bool = True  # progress bar on stderr
+    max_nonfinite_steps: int = 10  # steps with a non-finite loss/gradient are skipped; this many in a row stop the run
 
 
 SECTIONS = {"data": DataConfig, "augment": AugmentConfig, "train": TrainConfig}
@@ -72,13 +74,14 @@ CHOICES = {
     "data.name": ("auto", "synthetic"),
     "data.train_split": ("train", "val", "test"),
     "data.val_split": ("train", "val", "test"),
+    "data.on_error": ("skip", "fail"),
     "augment.crop": ("rrc", "pad", "none"),
     "train.optimizer": ("adamw", "adam", "sgd"),
     "train.decay": ("cosine", "linear", "constant"),
     "train.precision": ("auto", "fp32", "bf16", "fp16"),
 }
 POSITIVE = {"train.steps", "train.batch_size", "train.micro_batch", "train.log_every", "train.eval_every",
-            "train.checkpoint_every", "train.eval_batch_size", "data.synthetic_size", "data.synthetic_classes",
+            "train.checkpoint_every", "train.eval_batch_size", "train.max_nonfinite_steps", "data.synthetic_size", "data.synthetic_classes",
             "data.memory_mb", "data.load_size", "augment.eval_crop_pct"}
 
 

@@ -31,10 +31,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from vitkit.checkpoint import save_pretrained
-from vitkit.checkpoint.io import atomic_path, read_json, read_torch, write_json
+from vitkit.checkpoint.io import atomic_dir, atomic_path, read_json, read_torch, write_json
 from vitkit.checkpoint.native import is_native, load_native
 from vitkit.data import Batches, eval_batches, fits_in_memory, load_into_memory, mix, open_dataset, soft_targets, train_transform
 from vitkit.errors import CheckpointError, ConfigError, DataError
+from vitkit import faults
 from vitkit.evaluation import evaluate
 from vitkit.models import VisionTransformer
 from vitkit.run_config import RunConfig, dump_run_config, load_run_config
@@ -133,19 +134,12 @@ def find_checkpoint(path: str | os.PathLike) -> Path:
 
 
 def _write_dir(target: Path, fill) -> None:
-    """Build a directory under a temporary name, then rename it into place (replacing an older one)."""
-    tmp = target.parent / f".{target.name}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    fill(tmp)
-    if target.exists():
-        old = target.parent / f".{target.name}.old"
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(target, old)
-        os.replace(tmp, target)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(tmp, target)
+    """Build a directory under a temporary name, then rename it into place (replacing an older one).
+
+    Checksums of every file are added last; a failed write (full disk) leaves older checkpoints intact.
+    """
+    with atomic_dir(target) as tmp:
+        fill(tmp)
 
 
 def save_checkpoint(out: Path, model: nn.Module, extra: dict, state: dict, tensors: dict, keep: int) -> Path:
@@ -196,7 +190,8 @@ def train(config: RunConfig, out: str | os.PathLike, *, resume: bool = False, st
     if config.train.threads:
         torch.set_num_threads(config.train.threads)
     try:
-        return _train(config, Path(out), resume, stop_at, started)
+        with faults.stop_on_signals():  # faults: SIGTERM/SIGINT stop at the next step boundary, with a checkpoint
+            return _train(config, Path(out), resume, stop_at, started)
     finally:
         torch.set_num_threads(threads_before)
 
@@ -223,10 +218,11 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
                   synthetic_size=d.synthetic_size, synthetic_classes=d.synthetic_classes)
     train_split = open_dataset(d.name, d.path, d.train_split, **common)
     val_split = open_dataset(d.name, d.path, d.val_split, **common)
+    bad = faults.bad_files(out, d.on_error, resume)  # faults: unreadable image files, as data.on_error says
     if fits_in_memory(train_split, channels, load_size, d.memory_mb):
-        train_split = load_into_memory(train_split, channels, load_size, workers=d.workers)
+        train_split = load_into_memory(train_split, channels, load_size, workers=d.workers, bad=bad)
     if fits_in_memory(val_split, channels, size, d.memory_mb):
-        val_split = load_into_memory(val_split, channels, size, a.eval_crop_pct, workers=d.workers)
+        val_split = load_into_memory(val_split, channels, size, a.eval_crop_pct, workers=d.workers, bad=bad)
     class_names = train_split.class_names
     if "num_classes" in config.model and config.model["num_classes"] != len(class_names):
         raise ConfigError(f"model.num_classes: {config.model['num_classes']} given but the data has {len(class_names)} classes")
@@ -265,11 +261,11 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
              "data": {"path": d.path, "val_fraction": d.val_fraction, "split_seed": d.split_seed}}  # eval finds the same held-out split
 
     # data order: micro-batch number m is batch (m % per_epoch) of epoch (m // per_epoch), seeded by train.seed
-    batches = Batches(train_split, micro, t.seed, device, channels=channels, size=load_size, workers=d.workers)
+    batches = Batches(train_split, micro, t.seed, device, channels=channels, size=load_size, workers=d.workers, bad=bad)
     step, elapsed_before = state["step"], state["elapsed_s"]
     epoch, position = divmod(step * accum, batches.per_epoch)
     stream = batches.iterate(epoch, position)
-    val_data = lambda: eval_batches(val_split, t.eval_batch_size, device, channels=channels, size=size, crop_pct=a.eval_crop_pct, workers=d.workers)
+    val_data = lambda: eval_batches(val_split, t.eval_batch_size, device, channels=channels, size=size, crop_pct=a.eval_crop_pct, workers=d.workers, bad=bad)
     K = len(class_names)
     last = min(t.steps, stop_at) if stop_at is not None else t.steps
     bar = _progress(t, step)
@@ -287,6 +283,7 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
             tensors["rng_cuda"] = torch.cuda.get_rng_state(device)
         save_checkpoint(out, model, extra, state, tensors, t.keep_checkpoints)
 
+    nonfinite = faults.NonFinite(state, t.max_nonfinite_steps, check_grads=not scaler.is_enabled())
     model.train()
     try:
         while step < last:
@@ -306,6 +303,8 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
                 loss_sum += loss.detach() / accum
             scaler.unscale_(optimizer)
             grad_norm = nn.utils.clip_grad_norm_(model.parameters(), t.clip_norm or float("inf"))
+            if nonfinite.skip(step, loss_sum, grad_norm):  # faults: no gradients, so the optimizer changes nothing
+                optimizer.zero_grad(set_to_none=True)
             scaler.step(optimizer)
             scaler.update()
             optimizer.zero_grad(set_to_none=True)
@@ -335,12 +334,16 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
             if step % t.checkpoint_every == 0 or step == last:
                 checkpoint()
             bar.update(1)
+            if faults.stop_requested() and step < last:  # faults: SIGTERM/SIGINT -> an ordinary step checkpoint, then stop
+                if step % t.checkpoint_every:
+                    checkpoint()
+                last = step
     finally:
         bar.close()
         log.close()
 
     if step < t.steps:
-        return {"stopped_at": step, "steps": t.steps}
+        return {"stopped_at": step, "steps": t.steps, **({"signal": faults.stop_requested()} if faults.stop_requested() else {})}
     export = model
     if ema is not None:
         export = VisionTransformer(model.config)
@@ -363,6 +366,8 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
         "device": str(device),
         "threads": torch.get_num_threads(),
         "checkpoint": str(out / "final"),
+        "skipped_steps": state["skipped_steps"],  # faults: non-finite steps
+        "bad_files": len(bad),
     }
     write_json(out / "summary.json", summary)
     from vitkit.plots import plot_run  # matplotlib only when a run ends

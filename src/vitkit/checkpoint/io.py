@@ -1,10 +1,12 @@
-"""Safe file I/O for checkpoints: atomic writes, and reads that never unpickle."""
+"""Safe file I/O for checkpoints: atomic writes, checksums, and reads that never unpickle."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import pickle
+import shutil
 import tempfile
 import zipfile
 from contextlib import contextmanager
@@ -43,6 +45,41 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         raise
 
 
+@contextmanager
+def atomic_dir(target: str | os.PathLike) -> Iterator[Path]:
+    """Yield an empty temporary directory beside `target`; on success checksum it and rename it to `target`.
+
+    Nothing appears under `target` until the directory is complete. On any failure (a full disk, a
+    kill -9) an older `target` stays as it was; an OSError becomes a CheckpointError saying so.
+    """
+    target = Path(target)
+    tmp = target.parent / f".{target.name}.tmp"
+    try:
+        shutil.rmtree(tmp, ignore_errors=True)  # left over from a killed run
+        tmp.mkdir(parents=True)
+        yield tmp
+        update_checksums(tmp)  # the directory's weights and state files
+        if target.exists():
+            old = target.parent / f".{target.name}.old"
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(target, old)
+            os.replace(tmp, target)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, target)
+        _fsync_dir(target.parent)
+    except (OSError, RuntimeError, SafetensorError) as err:  # what the writers raise on a full disk or a quota
+        shutil.rmtree(tmp, ignore_errors=True)
+        reason = getattr(err, "strerror", None) or (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise CheckpointError(
+            f"{target}: cannot be written ({reason}; is the disk full?); nothing was replaced, earlier checkpoints "
+            "are intact; free some space and continue the run with --resume"
+        ) from None
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
@@ -58,6 +95,66 @@ def _fsync_dir(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+# -- checksums: a sha256 per weights file, in a manifest written last ------------------------------
+# Binary files (weights, optimizer state) are listed; JSON files are not: their readers check every
+# key and value, and a user may edit them (e.g. class names) without making the checkpoint "damaged".
+CHECKSUMS_NAME = "checksums.json"
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_checksums(directory: str | os.PathLike, names: list[str]) -> None:
+    """checksums.json in `directory`: size and sha256 of each named file (written after them)."""
+    directory = Path(directory)
+    files = {name: {"bytes": (directory / name).stat().st_size, "sha256": sha256(directory / name)} for name in sorted(names)}
+    write_json(directory / CHECKSUMS_NAME, {"algorithm": "sha256", "files": files})
+
+
+def update_checksums(directory: str | os.PathLike) -> None:
+    """Extend checksums.json to every file of `directory` (hashing only those it does not list yet)."""
+    directory = Path(directory)
+    listed = _read_checksums(directory) or {}
+    names = sorted(p.name for p in directory.iterdir() if p.is_file() and p.suffix != ".json")
+    if set(names) == set(listed):
+        return
+    files = {n: listed.get(n) or {"bytes": (directory / n).stat().st_size, "sha256": sha256(directory / n)} for n in names}
+    write_json(directory / CHECKSUMS_NAME, {"algorithm": "sha256", "files": files})
+
+
+def _read_checksums(directory: Path) -> dict[str, dict] | None:
+    if not (directory / CHECKSUMS_NAME).is_file():
+        return None
+    data = read_json(directory / CHECKSUMS_NAME)
+    files = data.get("files") if isinstance(data, dict) else None
+    if not isinstance(files, dict) or not all(isinstance(v, dict) and isinstance(v.get("sha256"), str) for v in files.values()):
+        raise CheckpointError(f"{directory / CHECKSUMS_NAME}: not a vitkit checksum list; the file is damaged")
+    return files
+
+
+def verify_checksums(directory: str | os.PathLike) -> None:
+    """Check every file listed in `directory`/checksums.json; raise naming the first missing or damaged one.
+
+    A directory without checksums.json (older or foreign checkpoints) passes.
+    """
+    directory = Path(directory)
+    advice = "restore it, or remove this checkpoint directory to use an older one"
+    for name, want in (_read_checksums(directory) or {}).items():
+        path = directory / name
+        if not path.is_file():
+            raise CheckpointError(f"{path}: missing, but listed in {CHECKSUMS_NAME}; {advice}")
+        size = path.stat().st_size
+        if size != want.get("bytes", size):
+            raise CheckpointError(f"{path}: {size} bytes, {want['bytes']} when written: the file is truncated or corrupt; {advice}")
+        if sha256(path) != want["sha256"]:
+            raise CheckpointError(f"{path}: corrupt (its sha256 differs from the one in {CHECKSUMS_NAME}); {advice}")
 
 
 def write_json(path: str | os.PathLike, data: Any) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 
 EPILOG = """\
 examples:
@@ -18,6 +19,12 @@ Without --data or data.path the data is Fashion-MNIST from $VITKIT_DATA or /usr/
 (sudo apt-get install dataset-fashion-mnist). Keys: model.name, model.init and any model field (width, depth,
 patch_size, image_size, drop_path, ...); data.*, augment.*, train.*: see configs/*.yaml. An unknown key or a
 bad value is an error before any work starts.
+
+Faults: SIGTERM or Ctrl-C saves a checkpoint at the next step boundary and exits 0 with the resume command
+(a second signal stops at once); after a crash or kill -9, --resume continues from the newest complete
+checkpoint (its checksums are verified). Unreadable images are skipped and listed in RUN/bad_files.json
+(data.on_error=fail stops instead); a non-finite loss or gradient skips the step, and
+train.max_nonfinite_steps of them in a row stop the run.
 """
 
 
@@ -63,5 +70,8 @@ def run(args: argparse.Namespace) -> int:
         summary = train(config, args.out)
         out = args.out
     print(f"run directory: {out}")
+    if "stopped_at" in summary:  # SIGTERM/SIGINT: a checkpoint was saved at the step boundary
+        print(f"stopped at step {summary['stopped_at']} of {summary['steps']} ({summary.get('signal', 'stop')}); "
+              f"continue with: vitkit train --resume {shlex.quote(str(out))}")
     print(json.dumps(summary))
     return 0
