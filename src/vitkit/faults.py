@@ -7,12 +7,15 @@
 - A non-finite loss or gradient: `NonFinite.skip()` says the step must not change anything (the
   gradients are dropped, so the optimizer leaves weights and moments alone); skipped steps are
   counted in the train state, and `limit` of them in a row stop the run with a TrainingError.
+- kill -9: checkpoints are written under a temporary name and renamed when complete, so `--resume`
+  finds the newest complete one; `remove_partial_checkpoints()` deletes what a killed save left.
 - Image files that cannot be read: `bad_files()` applies data.on_error (skip: counted, warned,
   listed in RUN/bad_files.json; fail: stop naming the file).
 """
 
 from __future__ import annotations
 
+import shutil
 import signal
 import sys
 import threading
@@ -106,3 +109,9 @@ def bad_files(out: Path, policy: str, resume: bool) -> BadFiles:
         write_json(path, {"count": len(files), "files": [{"path": p, "error": e} for p, e in files.items()]})
 
     return BadFiles(policy, save=save, known=known)
+
+
+def remove_partial_checkpoints(out: Path) -> None:
+    """Delete the half-written checkpoint directories (.step_N.tmp) a killed run left; they are never resumed from."""
+    for partial in (out / "checkpoints").glob(".step_*.tmp"):
+        shutil.rmtree(partial, ignore_errors=True)

@@ -168,7 +168,9 @@ def read_metrics(out: Path) -> list[dict]:
     path = out / "metrics.jsonl"
     if not path.is_file():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    text = path.read_text()
+    lines = text.splitlines() if text.endswith("\n") else text.splitlines()[:-1]  # faults: a kill -9 may tear the last line
+    return [json.loads(line) for line in lines if line.strip()]
 
 
 def _truncate_metrics(out: Path, step: int) -> None:
@@ -231,6 +233,7 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
 
     # model, optimizer, state
     if resume:
+        faults.remove_partial_checkpoints(out)
         model, state, tensors = load_checkpoint(checkpoints[-1])
     else:
         torch.manual_seed(t.seed)  # the initial weights, then dropout / stochastic depth draws

@@ -94,7 +94,7 @@ def collate(items: list) -> tuple[torch.Tensor | None, torch.Tensor | None, list
 
 def _file_batches(split: Split, channels: int, size: int, crop_pct: float, bad: BadFiles | None, **loader_args):
     """(images, labels, errors) batches of decoded files; errors go to `bad` (default: fail on the first)."""
-    bad = bad or BadFiles("fail")
+    bad = BadFiles("fail") if bad is None else bad
     loader = DataLoader(FileImages(split, channels, size, crop_pct), collate_fn=collate, **loader_args)
     for x, y, errors in loader:
         bad.report(errors)
