@@ -33,7 +33,7 @@ from torch import nn
 from vitkit.checkpoint import save_pretrained
 from vitkit.checkpoint.io import atomic_dir, atomic_path, read_json, read_torch, write_json
 from vitkit.checkpoint.native import is_native, load_native
-from vitkit.data import Batches, eval_batches, fits_in_memory, load_into_memory, mix, open_dataset, soft_targets, train_transform
+from vitkit.data import Batches, check_compatible, eval_batches, fits_in_memory, load_into_memory, mix, open_dataset, soft_targets, train_transform
 from vitkit.errors import CheckpointError, ConfigError, DataError
 from vitkit import faults
 from vitkit.evaluation import evaluate
@@ -220,6 +220,7 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
                   synthetic_size=d.synthetic_size, synthetic_classes=d.synthetic_classes)
     train_split = open_dataset(d.name, d.path, d.train_split, **common)
     val_split = open_dataset(d.name, d.path, d.val_split, **common)
+    check_compatible(train_split, val_split)  # faults: the same classes, labels in range, before any work
     bad = faults.bad_files(out, d.on_error, resume)  # faults: unreadable image files, as data.on_error says
     if fits_in_memory(train_split, channels, load_size, d.memory_mb):
         train_split = load_into_memory(train_split, channels, load_size, workers=d.workers, bad=bad)

@@ -7,7 +7,7 @@ import os
 
 from .augment import AugmentConfig, eval_transform, mix, soft_targets, train_transform
 from .loader import ON_ERROR, BadFiles, Batches, epoch_order, eval_batches, fits_in_memory, load_into_memory
-from .sources import SPLITS, Split, open_split, synthetic
+from .sources import SPLITS, Split, check_compatible, open_split, synthetic
 
 
 def open_dataset(
@@ -36,6 +36,7 @@ __all__ = [
     "AugmentConfig",
     "Batches",
     "Split",
+    "check_compatible",
     "epoch_order",
     "eval_batches",
     "eval_transform",
