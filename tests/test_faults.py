@@ -91,7 +91,7 @@ def test_sigterm_saves_a_checkpoint_exits_0_and_resume_continues_exactly(tmp_pat
     assert run.returncode == 0, stderr
     stopped = _newest_step(out)
     assert stopped >= signalled_after and not (out / "final").exists()  # an ordinary step checkpoint, not the end
-    assert f"stopped at step {stopped} of 100000 (SIGTERM); continue with: vitkit train --resume {out}" in stdout
+    assert f"stopped at step {stopped} of 100000, checkpoint saved; continue with: vitkit train --resume {out}" in stdout
     verify_checksums(step_checkpoints(out)[-1])
 
     resumed = subprocess.run(_vitkit("train", "--resume", out, f"train.steps={stopped + 3}"), capture_output=True, text=True, timeout=300)
@@ -128,17 +128,18 @@ def test_a_full_disk_while_saving_keeps_the_previous_checkpoint(tmp_path):
     soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
     resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
     try:
-        with pytest.raises(CheckpointError, match=r"step_0000004: cannot be written \(.*\); nothing was replaced") as caught:
+        with pytest.raises(CheckpointError, match=r"step_0000004.tmp/model\.safetensors: cannot be written \(.*\); nothing was replaced") as caught:
             train(config, out, resume=True)
     finally:
         resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
     assert "--resume" in str(caught.value)
-    assert step_checkpoints(out) == [previous] and not list((out / "checkpoints").glob(".*"))
+    assert step_checkpoints(out) == [previous]  # the half-written step_4 never got its name
     verify_checksums(previous)
     model, state, _ = load_checkpoint(previous)
     assert state["step"] == 2
     train(config, out, resume=True)  # space is back: the run goes on from step 2
     assert json.loads((out / "summary.json").read_text())["steps"] == 6
+    assert not list((out / "checkpoints").glob(".*"))  # and the partial directory is gone
 
 
 def test_a_damaged_checkpoint_is_named_on_resume(tmp_path):

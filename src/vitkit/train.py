@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from vitkit.checkpoint import save_pretrained
-from vitkit.checkpoint.io import atomic_dir, atomic_path, read_json, read_torch, write_json
+from vitkit.checkpoint.io import atomic_path, read_json, read_torch, update_checksums, write_json
 from vitkit.checkpoint.native import is_native, load_native
 from vitkit.data import Batches, check_compatible, eval_batches, fits_in_memory, load_into_memory, mix, open_dataset, soft_targets, train_transform
 from vitkit.errors import CheckpointError, ConfigError, DataError
@@ -134,12 +134,19 @@ def find_checkpoint(path: str | os.PathLike) -> Path:
 
 
 def _write_dir(target: Path, fill) -> None:
-    """Build a directory under a temporary name, then rename it into place (replacing an older one).
-
-    Checksums of every file are added last; a failed write (full disk) leaves older checkpoints intact.
-    """
-    with atomic_dir(target) as tmp:
-        fill(tmp)
+    """Build a directory under a temporary name, then rename it into place (replacing an older one)."""
+    tmp = target.parent / f".{target.name}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    fill(tmp)
+    if target.exists():
+        old = target.parent / f".{target.name}.old"
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(target, old)
+        os.replace(tmp, target)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, target)
 
 
 def save_checkpoint(out: Path, model: nn.Module, extra: dict, state: dict, tensors: dict, keep: int) -> Path:
@@ -151,6 +158,7 @@ def save_checkpoint(out: Path, model: nn.Module, extra: dict, state: dict, tenso
         with atomic_path(tmp / STATE_TENSORS) as f:
             torch.save(tensors, f)
         write_json(tmp / STATE_JSON, state)
+        update_checksums(tmp)  # faults: sha256 of the weights and state files, written last, checked on --resume
 
     _write_dir(target, fill)
     for old in step_checkpoints(out)[: -max(keep, 1)]:
@@ -265,10 +273,11 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
              "data": {"path": d.path, "val_fraction": d.val_fraction, "split_seed": d.split_seed}}  # eval finds the same held-out split
 
     # data order: micro-batch number m is batch (m % per_epoch) of epoch (m // per_epoch), seeded by train.seed
-    batches = Batches(train_split, micro, t.seed, device, channels=channels, size=load_size, workers=d.workers, bad=bad)
+    batches = Batches(train_split, micro, t.seed, device, channels=channels, size=load_size, workers=d.workers)
     step, elapsed_before = state["step"], state["elapsed_s"]
     epoch, position = divmod(step * accum, batches.per_epoch)
     stream = batches.iterate(epoch, position)
+    batches.bad = bad  # faults: streamed files that cannot be read, as data.on_error says
     val_data = lambda: eval_batches(val_split, t.eval_batch_size, device, channels=channels, size=size, crop_pct=a.eval_crop_pct, workers=d.workers, bad=bad)
     K = len(class_names)
     last = min(t.steps, stop_at) if stop_at is not None else t.steps
@@ -287,8 +296,8 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
             tensors["rng_cuda"] = torch.cuda.get_rng_state(device)
         save_checkpoint(out, model, extra, state, tensors, t.keep_checkpoints)
 
-    nonfinite = faults.NonFinite(state, t.max_nonfinite_steps, check_grads=not scaler.is_enabled())
     model.train()
+    nonfinite = faults.NonFinite(state, t.max_nonfinite_steps, check_grads=not scaler.is_enabled())
     try:
         while step < last:
             lr = learning_rate(step, lr=t.lr, warmup=t.warmup_steps, total=t.steps, decay=t.decay, end_ratio=t.end_lr_ratio)
@@ -347,7 +356,7 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
         log.close()
 
     if step < t.steps:
-        return {"stopped_at": step, "steps": t.steps, **({"signal": faults.stop_requested()} if faults.stop_requested() else {})}
+        return {"stopped_at": step, "steps": t.steps}
     export = model
     if ema is not None:
         export = VisionTransformer(model.config)

@@ -1,12 +1,14 @@
 """Checksums and atomic directories: damage is detected and named, a failed write replaces nothing."""
 
 import json
+import os
+from pathlib import Path
 
 import pytest
 import torch
 
 import vitkit
-from vitkit.checkpoint.io import atomic_dir, read_torch, verify_checksums, write_safetensors
+from vitkit.checkpoint.io import update_checksums, verify_checksums, write_json, write_safetensors, write_torch
 from vitkit.errors import CheckpointError
 
 
@@ -48,31 +50,33 @@ def test_edited_config_is_not_damage(make_model, tmp_path):
     verify_checksums(ckpt)  # JSON files are checked by their readers, not by checksum
 
 
-def test_atomic_dir_lists_every_binary_file_and_replaces_whole(tmp_path):
-    target = tmp_path / "step"
-    with atomic_dir(target) as tmp:
-        write_safetensors(tmp / "a.safetensors", {"x": torch.ones(3)})
-        torch.save({"y": torch.zeros(2)}, tmp / "state.pt")
-    assert set(json.loads((target / "checksums.json").read_text())["files"]) == {"a.safetensors", "state.pt"}
-    verify_checksums(target)
-    _flip_one_byte(target / "state.pt", at=-30)
+def test_update_checksums_lists_every_binary_file(tmp_path):
+    write_safetensors(tmp_path / "a.safetensors", {"x": torch.ones(3)})
+    torch.save({"y": torch.zeros(2)}, tmp_path / "state.pt")
+    (tmp_path / "notes.json").write_text("{}")
+    update_checksums(tmp_path)
+    assert set(json.loads((tmp_path / "checksums.json").read_text())["files"]) == {"a.safetensors", "state.pt"}
+    verify_checksums(tmp_path)
+    _flip_one_byte(tmp_path / "state.pt", at=-30)
     with pytest.raises(CheckpointError, match=r"state\.pt: corrupt"):
-        verify_checksums(target)
-    with atomic_dir(target) as tmp:  # replaces the old directory as a whole
-        write_safetensors(tmp / "b.safetensors", {"x": torch.ones(3)})
-    assert sorted(p.name for p in target.iterdir()) == ["b.safetensors", "checksums.json"]
+        verify_checksums(tmp_path)
 
 
+@pytest.mark.parametrize(
+    "writer, patched",
+    [(write_safetensors, "vitkit.checkpoint.io.save_file"), (write_torch, "torch.save"), (write_json, "pathlib.Path.write_text")],
+)
 @pytest.mark.parametrize("failure", [OSError(28, "No space left on device"), RuntimeError("PytorchStreamWriter failed writing file")])
-def test_a_failed_directory_write_replaces_nothing(tmp_path, failure):
-    target = tmp_path / "step"
-    with atomic_dir(target) as tmp:
-        torch.save({"y": torch.zeros(2)}, tmp / "state.pt")
-    before = (target / "state.pt").read_bytes()
-    with pytest.raises(CheckpointError, match=r"step: cannot be written \(.*is the disk full\?\); nothing was replaced"):
-        with atomic_dir(target) as tmp:
-            (tmp / "state.pt").write_bytes(b"partial")
-            raise failure
-    assert (target / "state.pt").read_bytes() == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["step"]  # no temporary directory left behind
-    assert torch.equal(read_torch(target / "state.pt")["y"], torch.zeros(2))
+def test_a_failed_write_replaces_nothing(tmp_path, monkeypatch, writer, patched, failure):
+    path = tmp_path / "file.bin"
+    path.write_bytes(b"the previous version")
+
+    def write_half_then_fail(self_or_obj, target=None, *args, **kwargs):
+        Path(target if isinstance(target, (str, os.PathLike)) else self_or_obj).write_bytes(b"half")
+        raise failure
+
+    monkeypatch.setattr(patched, write_half_then_fail)
+    with pytest.raises(CheckpointError, match=r"file\.bin: cannot be written \(.*is the disk full\?\); nothing was replaced"):
+        writer(path, {"x": torch.ones(3)} if writer is not write_json else {"x": 1})
+    assert path.read_bytes() == b"the previous version"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file.bin"]  # no temporary file left behind

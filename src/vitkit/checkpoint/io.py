@@ -6,7 +6,6 @@ import hashlib
 import json
 import os
 import pickle
-import shutil
 import tempfile
 import zipfile
 from contextlib import contextmanager
@@ -26,7 +25,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside `path`; on success fsync it and rename it over `path`.
 
     A crash (or kill -9) at any point leaves the previous file intact; no partial file is ever
-    visible under the final name.
+    visible under the final name. A write that fails (a full disk, a quota) is one CheckpointError.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -40,43 +39,15 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
             os.fsync(f.fileno())
         os.replace(tmp_path, path)
         _fsync_dir(path.parent)
-    except BaseException:
+    except (OSError, RuntimeError, SafetensorError) as err:  # what json, torch.save and safetensors raise when a write fails
         tmp_path.unlink(missing_ok=True)
-        raise
-
-
-@contextmanager
-def atomic_dir(target: str | os.PathLike) -> Iterator[Path]:
-    """Yield an empty temporary directory beside `target`; on success checksum it and rename it to `target`.
-
-    Nothing appears under `target` until the directory is complete. On any failure (a full disk, a
-    kill -9) an older `target` stays as it was; an OSError becomes a CheckpointError saying so.
-    """
-    target = Path(target)
-    tmp = target.parent / f".{target.name}.tmp"
-    try:
-        shutil.rmtree(tmp, ignore_errors=True)  # left over from a killed run
-        tmp.mkdir(parents=True)
-        yield tmp
-        update_checksums(tmp)  # the directory's weights and state files
-        if target.exists():
-            old = target.parent / f".{target.name}.old"
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(target, old)
-            os.replace(tmp, target)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, target)
-        _fsync_dir(target.parent)
-    except (OSError, RuntimeError, SafetensorError) as err:  # what the writers raise on a full disk or a quota
-        shutil.rmtree(tmp, ignore_errors=True)
         reason = getattr(err, "strerror", None) or (str(err).strip().splitlines() or [type(err).__name__])[0]
         raise CheckpointError(
-            f"{target}: cannot be written ({reason}; is the disk full?); nothing was replaced, earlier checkpoints "
-            "are intact; free some space and continue the run with --resume"
+            f"{path}: cannot be written ({reason}; is the disk full?); nothing was replaced: the file as it was and "
+            "earlier checkpoints are intact; free some space, then continue (vitkit train --resume RUN)"
         ) from None
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        tmp_path.unlink(missing_ok=True)
         raise
 
 

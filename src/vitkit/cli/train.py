@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
         out = args.out
     print(f"run directory: {out}")
     if "stopped_at" in summary:  # SIGTERM/SIGINT: a checkpoint was saved at the step boundary
-        print(f"stopped at step {summary['stopped_at']} of {summary['steps']} ({summary.get('signal', 'stop')}); "
+        print(f"stopped at step {summary['stopped_at']} of {summary['steps']}, checkpoint saved; "
               f"continue with: vitkit train --resume {shlex.quote(str(out))}")
     print(json.dumps(summary))
     return 0
