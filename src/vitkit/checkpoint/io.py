@@ -198,8 +198,9 @@ def read_npz(path: str | os.PathLike) -> dict[str, np.ndarray]:
     try:
         with np.load(path, allow_pickle=False) as archive:
             return {key: archive[key] for key in archive.files}
-    except (zipfile.BadZipFile, ValueError, EOFError, OSError, KeyError) as err:
-        raise CheckpointError(f"{path}: cannot read as .npz ({err}); the file is truncated, corrupt or holds pickled objects") from None
+    except Exception as err:  # zipfile and numpy's header parser raise many types for damaged archives
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise CheckpointError(f"{path}: cannot read as .npz ({reason}); the file is truncated, corrupt or holds pickled objects") from None
 
 
 def write_npz(path: str | os.PathLike, arrays: dict[str, np.ndarray]) -> None:
