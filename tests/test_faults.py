@@ -236,3 +236,21 @@ def test_on_error_fail_names_the_file(tmp_path):
         train(config, tmp_path / "run")
     assert any(str(caught.value).startswith(str(p)) for p in bad)
     assert not step_checkpoints(tmp_path / "run")  # stopped before training
+
+
+def test_resume_never_unpickles_the_train_state(tmp_path):
+    out = tmp_path / "run"
+    config = load_run_config(None, TINY + ["train.steps=6"])
+    train(config, out, stop_at=2)
+    marker = tmp_path / "pwned"
+
+    class Exploit:
+        def __reduce__(self):
+            return (open, (str(marker), "w"))
+
+    folder = step_checkpoints(out)[-1]
+    torch.save({"optimizer": Exploit()}, folder / "train_state.pt")
+    (folder / "checksums.json").unlink()  # past the checksum, straight to the reader
+    with pytest.raises(CheckpointError, match=r"train_state\.pt: holds Python objects other than tensors"):
+        train(config, out, resume=True)
+    assert not marker.exists()
