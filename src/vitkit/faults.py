@@ -108,7 +108,7 @@ def bad_files(out: Path, policy: str, resume: bool) -> BadFiles:
     def save(files: dict[str, str]) -> None:
         write_json(path, {"count": len(files), "files": [{"path": p, "error": e} for p, e in files.items()]})
 
-    return BadFiles(policy, save=save, known=known)
+    return BadFiles(policy, save=save, known=known, hint=" (data.on_error=fail; data.on_error=skip trains without such files)")
 
 
 def remove_partial_checkpoints(out: Path) -> None:

@@ -38,10 +38,11 @@ class BadFiles:
     are read, so skipping keeps the data order, and with it an exact resume, reproducible.
     """
 
-    def __init__(self, policy: str = "fail", save: Callable[[dict[str, str]], None] | None = None, known: dict[str, str] | None = None):
+    def __init__(self, policy: str = "fail", save: Callable[[dict[str, str]], None] | None = None, known: dict[str, str] | None = None,
+                 hint: str = ""):
         if policy not in ON_ERROR:
             raise DataError(f"data.on_error: expected one of {', '.join(ON_ERROR)}, got {policy!r}")
-        self.policy, self.save = policy, save
+        self.policy, self.save, self.hint = policy, save, hint  # hint: appended to the error on "fail"
         self.files: dict[str, str] = dict(known or {})  # path -> the error message
 
     def __len__(self) -> int:
@@ -52,7 +53,7 @@ class BadFiles:
         if not errors:
             return
         if self.policy == "fail":
-            raise DataError(f"{errors[0][2]} (data.on_error=fail; set data.on_error=skip to train without such files)")
+            raise DataError(errors[0][2] + self.hint)
         new = [(path, message) for _, path, message in errors if path not in self.files]
         for path, message in new:
             self.files[path] = message
