@@ -41,7 +41,10 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         _fsync_dir(path.parent)
     except (OSError, RuntimeError, SafetensorError) as err:  # what json, torch.save and safetensors raise when a write fails
         tmp_path.unlink(missing_ok=True)
-        reason = getattr(err, "strerror", None) or (str(err).strip().splitlines() or [type(err).__name__])[0]
+        if isinstance(err, RuntimeError):  # torch.save's messages name C++ internals, not the cause
+            reason = "torch.save could not write the whole file"
+        else:
+            reason = getattr(err, "strerror", None) or (str(err).strip().splitlines() or [type(err).__name__])[0]
         raise CheckpointError(
             f"{path}: cannot be written ({reason}; is the disk full?); nothing was replaced: the file as it was and "
             "earlier checkpoints are intact; free some space, then continue (vitkit train --resume RUN)"
