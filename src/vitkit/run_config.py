@@ -234,7 +234,8 @@ def _check(key: str, value: Any, hint: Any) -> Any:
         raise ConfigError(f"{key}: expected a positive number, got {value!r}")
     if isinstance(converted, (int, float)) and not isinstance(converted, bool) and converted < 0:
         raise ConfigError(f"{key}: expected a number >= 0, got {value!r}")
-    if key in INTERVALS and not all(_in_interval(v, INTERVALS[key]) for v in (converted if isinstance(converted, tuple) else (converted,))):
+    values = converted if isinstance(converted, tuple) else (converted,)
+    if key in INTERVALS and not all(_in_interval(v, INTERVALS[key]) for v in values):
         raise ConfigError(f"{key}: expected a value in {INTERVALS[key]}, got {value!r}")
     return converted
 

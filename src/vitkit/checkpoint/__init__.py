@@ -17,7 +17,7 @@ from types import ModuleType
 
 import torch
 
-from vitkit.errors import CheckpointError, ConfigError
+from vitkit.errors import CheckpointError, ConfigError, first_line
 from vitkit.models import ViTConfig, VisionTransformer
 
 from . import hf, native, npz, timm
@@ -93,10 +93,13 @@ def read_checkpoint(
     except CheckpointError:
         raise
     except ConfigError as err:  # the shapes of a damaged or foreign file imply an impossible model
-        raise CheckpointError(f"{path}: does not describe a valid {format} ViT ({err}); the file is corrupt or of another model") from None
+        raise CheckpointError(
+            f"{path}: does not describe a valid {format} ViT ({err}); the file is corrupt or of another model"
+        ) from None
     except Exception as err:  # a reader met a value no intact file holds: one clear line, never a traceback
-        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise CheckpointError(f"{path}: cannot read as a {format} checkpoint ({type(err).__name__}: {reason}); the file is corrupt") from None
+        raise CheckpointError(
+            f"{path}: cannot read as a {format} checkpoint ({type(err).__name__}: {first_line(err)}); the file is corrupt"
+        ) from None
     return config, state, format
 
 

@@ -17,7 +17,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from vitkit.errors import CheckpointError
+from vitkit.errors import CheckpointError, first_line
 
 
 @contextmanager
@@ -44,7 +44,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         if isinstance(err, RuntimeError):  # torch.save's messages name C++ internals, not the cause
             reason = "torch.save could not write the whole file"
         else:
-            reason = getattr(err, "strerror", None) or (str(err).strip().splitlines() or [type(err).__name__])[0]
+            reason = getattr(err, "strerror", None) or first_line(err)
         raise CheckpointError(
             f"{path}: cannot be written ({reason}; is the disk full?); nothing was replaced: the file as it was and "
             "earlier checkpoints are intact; free some space, then continue (vitkit train --resume RUN)"
@@ -175,8 +175,9 @@ def read_torch(path: str | os.PathLike) -> Any:
             "unpickles anything else; save a plain state dict (or .safetensors)"
         ) from None
     except Exception as err:  # torch raises many types for bad pickles and damaged archives
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise CheckpointError(f"{path}: cannot load as a PyTorch weights file ({first}); the file is truncated or corrupt") from None
+        raise CheckpointError(
+            f"{path}: cannot load as a PyTorch weights file ({first_line(err)}); the file is truncated or corrupt"
+        ) from None
 
 
 def is_safetensors(path: str | os.PathLike) -> bool:
@@ -202,8 +203,9 @@ def read_npz(path: str | os.PathLike) -> dict[str, np.ndarray]:
         with np.load(path, allow_pickle=False) as archive:
             return {key: archive[key] for key in archive.files}
     except Exception as err:  # zipfile and numpy's header parser raise many types for damaged archives
-        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise CheckpointError(f"{path}: cannot read as .npz ({reason}); the file is truncated, corrupt or holds pickled objects") from None
+        raise CheckpointError(
+            f"{path}: cannot read as .npz ({first_line(err)}); the file is truncated, corrupt or holds pickled objects"
+        ) from None
 
 
 def write_npz(path: str | os.PathLike, arrays: dict[str, np.ndarray]) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from vitkit.errors import DataError
+from vitkit.errors import DataError, first_line
 
 MAX_PIXELS = 89_478_485  # larger images are refused before decoding (a decompression bomb); Pillow's own default
 _BOMB = "a decompression bomb, or an image far too large to train on; downscale it"
@@ -106,8 +106,7 @@ def open_image(path: str | os.PathLike, channels: int, *, max_pixels: int = MAX_
     except UnidentifiedImageError:
         raise DataError(f"{path}: not an image (or in a format Pillow cannot read); remove it or convert it") from None
     except Exception as err:  # Pillow's decoders raise many types (OSError, SyntaxError, struct.error ...) on damaged files
-        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise DataError(f"{path}: cannot decode the image ({reason}); the file is truncated or corrupt") from None
+        raise DataError(f"{path}: cannot decode the image ({first_line(err)}); the file is truncated or corrupt") from None
 
 
 def load_image(

@@ -38,8 +38,13 @@ class BadFiles:
     are read, so skipping keeps the data order, and with it an exact resume, reproducible.
     """
 
-    def __init__(self, policy: str = "fail", save: Callable[[dict[str, str]], None] | None = None, known: dict[str, str] | None = None,
-                 hint: str = ""):
+    def __init__(
+        self,
+        policy: str = "fail",
+        save: Callable[[dict[str, str]], None] | None = None,
+        known: dict[str, str] | None = None,
+        hint: str = "",
+    ):
         if policy not in ON_ERROR:
             raise DataError(f"data.on_error: expected one of {', '.join(ON_ERROR)}, got {policy!r}")
         self.policy, self.save, self.hint = policy, save, hint  # hint: appended to the error on "fail"
