@@ -52,6 +52,18 @@ def test_handlers_are_installed_only_while_training(sig):
     assert signal.getsignal(sig) is before and faults.stop_requested() is None
 
 
+def test_forked_workers_leave_the_signal_to_the_main_process():
+    """DataLoader workers are forked with the handler installed; Ctrl-C reaches them too, and they must ignore it."""
+    with faults.stop_on_signals():
+        child = os.fork()
+        if child == 0:  # the worker: a signal neither records a stop nor prints
+            os.kill(os.getpid(), signal.SIGINT)
+            os._exit(0 if faults.stop_requested() is None else 1)
+        _, status = os.waitpid(child, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert faults.stop_requested() is None
+
+
 def _vitkit(*args) -> list[str]:
     return [sys.executable, "-m", "vitkit", *map(str, args)]
 
@@ -81,14 +93,22 @@ def _newest_step(out: Path) -> int:
 
 
 def test_sigterm_saves_a_checkpoint_exits_0_and_resume_continues_exactly(tmp_path):
+    """Images streamed by 2 DataLoader workers, 2 micro-batches a step; SIGTERM to the whole process group (as a
+    scheduler, or Ctrl-C, delivers it): the workers leave it to the main process, which stops at the step boundary."""
+    _folder_with_bad_files(tmp_path / "data")
     out = tmp_path / "run"
-    run = subprocess.Popen(_vitkit("train", "--out", out, *TINY, "train.steps=100000", "train.checkpoint_every=1000"),
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    streamed = [f"data.path={tmp_path / 'data'}", "data.memory_mb=0.0001", "data.workers=2", "data.val_split=val",
+                "data.val_fraction=0.25", "train.micro_batch=8", "model.name=vit_test", "model.depth=1", "model.image_size=8",
+                "train.batch_size=16", "train.warmup_steps=2", "train.log_every=1", "train.eval_every=1000", "train.progress=false",
+                "augment.crop=none", "train.threads=1", "train.decay=constant", "train.steps=100000", "train.checkpoint_every=1000"]
+    run = subprocess.Popen(_vitkit("train", "--out", out, *streamed), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           start_new_session=True)
     _wait_for(lambda: _trained_steps(out) >= 5, run)
     signalled_after = _trained_steps(out)
-    run.send_signal(signal.SIGTERM)
+    os.killpg(run.pid, signal.SIGTERM)
     stdout, stderr = run.communicate(timeout=120)
     assert run.returncode == 0, stderr
+    assert stderr.count("SIGTERM received") == 1 and "Traceback" not in stderr
     stopped = _newest_step(out)
     assert stopped >= signalled_after and not (out / "final").exists()  # an ordinary step checkpoint, not the end
     assert f"stopped at step {stopped} of 100000, checkpoint saved; continue with: vitkit train --resume {out}" in stdout

@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import sys
@@ -40,7 +41,11 @@ def stop_on_signals(signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT)) 
         yield  # handlers can only be installed from the main thread; a run in a thread stops the usual way
         return
 
+    owner = os.getpid()
+
     def handler(signum, frame):
+        if os.getpid() != owner:
+            return  # a forked DataLoader worker inherited the handler: the main process decides (Ctrl-C reaches all)
         name = signal.Signals(signum).name
         if _caught:
             raise KeyboardInterrupt  # asked twice: stop now
