@@ -274,3 +274,12 @@ def test_resume_never_unpickles_the_train_state(tmp_path):
     with pytest.raises(CheckpointError, match=r"train_state\.pt: holds Python objects other than tensors"):
         train(config, out, resume=True)
     assert not marker.exists()
+
+
+def test_init_from_another_architecture_names_the_file_and_key(tmp_path, run_cli):
+    import vitkit
+
+    other = vitkit.save_pretrained(vitkit.create_model("vit_test", depth=1, width=48, num_heads=4, image_size=8), tmp_path / "other")
+    done = run_cli("train", "--out", tmp_path / "run", *TINY, "train.steps=2", f"model.init={other}")
+    assert done.returncode == 2 and "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert f"{other}: 'cls_token' has shape (1, 1, 48), the model expects (1, 1, 32)" in done.stderr

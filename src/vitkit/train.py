@@ -32,7 +32,7 @@ from torch import nn
 
 from vitkit.checkpoint import save_pretrained
 from vitkit.checkpoint.io import atomic_path, read_json, read_torch, update_checksums, write_json
-from vitkit.checkpoint.native import is_native, load_native
+from vitkit.checkpoint.native import is_native, load_native, load_state_dict_strict
 from vitkit.data import Batches, check_compatible, eval_batches, fits_in_memory, load_into_memory, mix, open_dataset, soft_targets, train_transform
 from vitkit.errors import CheckpointError, ConfigError, DataError
 from vitkit import faults
@@ -405,7 +405,7 @@ def _init_from(model: VisionTransformer, path: Path) -> None:
     from vitkit.checkpoint import load_pretrained
 
     source = load_pretrained(find_checkpoint(path), image_size=model.config.image_size, num_classes=model.config.num_classes)
-    model.load_state_dict(source.state_dict())
+    load_state_dict_strict(model, source.state_dict(), source=path)  # faults: another architecture is one clear error
 
 
 def _progress(t, step: int):
