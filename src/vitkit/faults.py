@@ -108,7 +108,9 @@ def bad_files(out: Path, policy: str, resume: bool) -> BadFiles:
     path = out / BAD_FILES_NAME
     known = {}
     if resume and path.is_file():
-        known = {row["path"]: row["error"] for row in read_json(path).get("files", [])}
+        data = read_json(path)
+        rows = data.get("files") if isinstance(data, dict) else None
+        known = {row["path"]: row["error"] for row in rows or [] if isinstance(row, dict) and {"path", "error"} <= row.keys()}
 
     def save(files: dict[str, str]) -> None:
         write_json(path, {"count": len(files), "files": [{"path": p, "error": e} for p, e in files.items()]})
