@@ -9,7 +9,10 @@ slice of `epoch_order` is where data parallelism slots in.)
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
+import threading
 from typing import Callable, Iterator
 
 import numpy as np
@@ -98,11 +101,40 @@ def collate(items: list) -> tuple[torch.Tensor | None, torch.Tensor | None, list
     return torch.stack([x for x, _ in good]), torch.stack([y for _, y in good]), errors
 
 
+def _sigterm_from_parent_only(worker_id: int) -> None:
+    """In a DataLoader worker started with SIGTERM blocked (see `_start_workers`): exit on the parent's
+    SIGTERM (its shutdown), ignore everyone else's (a scheduler signalling the whole process group)."""
+    if not hasattr(signal, "sigwaitinfo") or signal.SIGTERM not in signal.pthread_sigmask(signal.SIG_BLOCK, []):
+        return  # torch's default: the worker dies on any SIGTERM
+    parent = os.getppid()
+
+    def wait() -> None:
+        while True:
+            if signal.sigwaitinfo({signal.SIGTERM}).si_pid == parent:
+                os._exit(0)
+
+    threading.Thread(target=wait, daemon=True).start()
+
+
+def _start_workers(loader: DataLoader):
+    """iter(loader). While a training run handles SIGTERM itself (a Python handler is installed), the workers
+    are forked with SIGTERM blocked, so a SIGTERM sent to the whole process group cannot kill them (torch would
+    then raise in the middle of a step) and the run stops at its next step boundary."""
+    if not loader.num_workers or not callable(signal.getsignal(signal.SIGTERM)) or not hasattr(signal, "sigwaitinfo"):
+        return iter(loader)
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    try:
+        return iter(loader)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)  # a SIGTERM that came meanwhile reaches the handler now
+
+
 def _file_batches(split: Split, channels: int, size: int, crop_pct: float, bad: BadFiles | None, **loader_args):
     """(images, labels, errors) batches of decoded files; errors go to `bad` (default: fail on the first)."""
     bad = BadFiles("fail") if bad is None else bad
-    loader = DataLoader(FileImages(split, channels, size, crop_pct), collate_fn=collate, **loader_args)
-    for x, y, errors in loader:
+    loader = DataLoader(FileImages(split, channels, size, crop_pct), collate_fn=collate,
+                        worker_init_fn=_sigterm_from_parent_only, **loader_args)
+    for x, y, errors in _start_workers(loader):
         bad.report(errors)
         yield x, y, errors
 
