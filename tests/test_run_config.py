@@ -67,3 +67,44 @@ def test_shipped_configs_load():
 
 def test_defaults_are_valid():
     assert from_dict({}).model_config(num_classes=10).in_chans == 1
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["model.name=vit_test", "model.patch_size=5"], r"patch_size: image height 16 is not divisible by the patch size 5"),
+        (["model.name=vit_test", "model.num_heads=3"], r"num_heads: 3 heads do not divide width 32"),
+        (["model.width=wide"], r"width: expected a positive integer, got 'wide'"),
+        (["train.lr=-0.1"], r"train\.lr: expected a value in \[0, inf\)"),
+        (["augment.hflip=1.5"], r"augment\.hflip: expected a value in \[0, 1\]"),
+        (["data.val_fraction=1"], r"data\.val_fraction: expected a value in \[0, 1\)"),
+        (["train.betas=[0.9, 1.2]"], r"train\.betas: expected a value in \[0, 1\)"),
+        (["augment.rrc_scale=[0.9, 0.1]"], r"augment\.rrc_scale: expected \[low, high\] with low <= high"),
+        (["train.keep_checkpoints=0"], r"train\.keep_checkpoints"),
+        (["train.ema=1"], r"train\.ema: expected a value in \(0, 1\)"),
+        (["train.batch_size=64", "train.micro_batch=24"], r"train\.micro_batch: 24 does not divide train\.batch_size 64"),
+        (["train.max_nonfinite_steps=0"], r"train\.max_nonfinite_steps: expected a positive number"),
+        (["data.on_error=ignore"], r"data\.on_error: expected one of skip, fail"),
+    ],
+)
+def test_impossible_values_name_the_key_and_the_reason(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        load_run_config(None, overrides)
+
+
+def test_a_batch_must_split_across_the_processes(monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    with pytest.raises(ConfigError, match=r"train\.batch_size: 128 images per micro-batch do not split evenly across 3 processes"):
+        load_run_config(None, [])
+    with pytest.raises(ConfigError, match=r"train\.micro_batch: 32 images per micro-batch do not split evenly across 3 processes"):
+        load_run_config(None, ["train.batch_size=96", "train.micro_batch=32"])
+    assert load_run_config(None, ["train.batch_size=96"]).train.batch_size == 96
+    monkeypatch.setenv("WORLD_SIZE", "two")
+    with pytest.raises(ConfigError, match="WORLD_SIZE"):
+        load_run_config(None, [])
+
+
+def test_config_errors_come_before_any_work(tmp_path, run_cli):
+    done = run_cli("train", "--out", tmp_path / "run", "data.name=synthetic", "model.name=vit_test", "model.num_heads=5")
+    assert done.returncode == 2 and "num_heads: 5 heads do not divide width 32" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and not (tmp_path / "run").exists()

@@ -1,7 +1,7 @@
 """vitkit: the Vision Transformer of "An Image is Worth 16x16 Words" as a PyTorch toolkit."""
 
 from vitkit.checkpoint import load_pretrained, save_pretrained
-from vitkit.errors import CheckpointError, ConfigError, DataError, VitkitError
+from vitkit.errors import CheckpointError, ConfigError, DataError, TrainingError, VitkitError
 from vitkit.models import (
     ResNetConfig,
     ViTConfig,
@@ -19,6 +19,7 @@ __all__ = [
     "ConfigError",
     "DataError",
     "ResNetConfig",
+    "TrainingError",
     "ViTConfig",
     "VisionTransformer",
     "VitkitError",

@@ -110,6 +110,17 @@ def mean(value: torch.Tensor, d: Dist) -> torch.Tensor:
     return value / d.size
 
 
+def any_rank(flag: bool, d: Dist) -> bool:
+    """True on every rank if `flag` is true on any (e.g. a stop signal that reached one process first)."""
+    if d.size == 1:
+        return flag
+    value = torch.tensor([1.0 if flag else 0.0])
+    if dist.get_backend() == "nccl":
+        value = value.cuda()
+    dist.all_reduce(value)
+    return bool(value.item() > 0)
+
+
 def barrier(d: Dist) -> None:
     if d.size > 1:
         dist.barrier()

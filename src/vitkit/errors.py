@@ -20,3 +20,13 @@ class CheckpointError(VitkitError):
 
 class DataError(VitkitError):
     """A dataset or image cannot be read or is inconsistent."""
+
+
+class TrainingError(VitkitError):
+    """A run cannot go on as configured (e.g. its loss diverged); the message says what to change."""
+
+
+def first_line(err: BaseException) -> str:
+    """The first line of an exception's message (its type name when the message is empty): for one-line errors."""
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__

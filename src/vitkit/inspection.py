@@ -239,19 +239,16 @@ def find_images(paths: Sequence[str | os.PathLike]) -> list[Path]:
 
 def load_images(paths: Sequence[str | os.PathLike], config: ViTConfig, *, limit: int | None = None) -> torch.Tensor:
     """(N, C, H, W) pixels in [0, 1]: the images resized to config.image_size with config.in_chans channels."""
-    from PIL import Image, UnidentifiedImageError
+    from PIL import Image
+
+    from vitkit.data.images import open_image
 
     if config.in_chans not in (1, 3):
         raise ConfigError(f"in_chans: images can be read as 1 (grayscale) or 3 (RGB) channels, the model has {config.in_chans}")
-    mode = "L" if config.in_chans == 1 else "RGB"
     h, w = config.image_size
     pixels = []
     for path in find_images(paths)[:limit]:
-        try:
-            with Image.open(path) as im:
-                im = im.convert(mode).resize((w, h), Image.Resampling.BILINEAR)
-        except (UnidentifiedImageError, OSError) as err:
-            raise DataError(f"{path}: cannot read as an image ({err}); remove it or pass only image files") from None
+        im = open_image(path, config.in_chans).resize((w, h), Image.Resampling.BILINEAR)
         t = torch.frombuffer(bytearray(im.tobytes()), dtype=torch.uint8).reshape(h, w, config.in_chans)
         pixels.append(t.permute(2, 0, 1).float() / 255.0)
     return torch.stack(pixels)

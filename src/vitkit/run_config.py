@@ -2,8 +2,9 @@
 
     vitkit train --config configs/fashion_mnist.yaml train.lr=1e-3 model.name=vit_s16 data.name=synthetic
 
-Every key is checked before any work starts: an unknown key or a value of the wrong type is a
-ConfigError naming the key. `model` takes `name`, `init` (a checkpoint to start from) and any
+Every key is checked before any work starts: an unknown key, a value of the wrong type or out of
+range, an impossible model (patch size not dividing the image, heads not dividing the width) or a
+batch that does not split across the processes (WORLD_SIZE) is a ConfigError naming the key. `model` takes `name`, `init` (a checkpoint to start from) and any
 ViTConfig field (width, depth, patch_size, drop_path, ...).
 """
 
@@ -37,6 +38,7 @@ class DataConfig:
     workers: int = 2  # DataLoader workers for streamed image files
     synthetic_size: int = 512
     synthetic_classes: int = 10
+    on_error: str = "skip"  # an image file that cannot be read: "skip" (counted, warned, listed in bad_files.json) or "fail"
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,7 @@ class TrainConfig:
     keep_checkpoints: int = 2  # step checkpoints kept besides the final one
     eval_batch_size: int = 512
     progress: bool = True  # progress bar on stderr
+    max_nonfinite_steps: int = 10  # steps with a non-finite loss/gradient are skipped; this many in a row stop the run
 
 
 SECTIONS = {"data": DataConfig, "augment": AugmentConfig, "train": TrainConfig}
@@ -75,6 +78,7 @@ CHOICES = {
     "data.name": ("auto", "synthetic"),
     "data.train_split": ("train", "val", "test"),
     "data.val_split": ("train", "val", "test"),
+    "data.on_error": ("skip", "fail"),
     "augment.crop": ("rrc", "pad", "none"),
     "train.objective": ("classification", "masked_patch"),
     "train.optimizer": ("adamw", "adam", "sgd"),
@@ -83,8 +87,43 @@ CHOICES = {
     "train.strategy": ("auto", "ddp", "fsdp"),
 }
 POSITIVE = {"train.steps", "train.batch_size", "train.micro_batch", "train.log_every", "train.eval_every",
-            "train.checkpoint_every", "train.eval_batch_size", "data.synthetic_size", "data.synthetic_classes",
+            "train.checkpoint_every", "train.eval_batch_size", "train.max_nonfinite_steps", "data.synthetic_size", "data.synthetic_classes",
             "data.memory_mb", "data.load_size", "augment.eval_crop_pct"}
+
+# values that must lie in an interval: "[" / "]" closed, "(" / ")" open; tuples are checked element by element
+INTERVALS = {
+    "data.val_fraction": "[0, 1)", "augment.hflip": "[0, 1]", "augment.mix_prob": "[0, 1]", "augment.label_smoothing": "[0, 1)",
+    "augment.eval_crop_pct": "(0, 1]", "augment.rrc_scale": "(0, 1]", "augment.rrc_ratio": "(0, inf)",
+    "augment.randaugment_magnitude": "[0, 10]", "train.lr": "[0, inf)", "train.momentum": "[0, 1)", "train.betas": "[0, 1)",
+    "train.end_lr_ratio": "[0, 1]", "train.ema": "(0, 1)", "train.clip_norm": "(0, inf)", "train.keep_checkpoints": "[1, inf)",
+}
+
+
+def _in_interval(value: float, interval: str) -> bool:
+    low, high = (float(x) for x in interval[1:-1].split(","))
+    above = value > low if interval[0] == "(" else value >= low
+    below = value < high if interval[-1] == ")" else value <= high
+    return above and below
+
+
+def world_size() -> int:
+    """Processes the run is split across: WORLD_SIZE under torchrun, else 1."""
+    try:
+        return max(int(os.environ.get("WORLD_SIZE", "1")), 1)
+    except ValueError:
+        raise ConfigError(f"WORLD_SIZE: expected a number of processes, got {os.environ['WORLD_SIZE']!r}") from None
+
+
+def check_batches(train: "TrainConfig", world: int) -> None:
+    """The logical batch splits into micro-batches, and each micro-batch evenly across the `world` processes."""
+    micro = train.micro_batch or train.batch_size
+    if train.batch_size % micro:
+        raise ConfigError(f"train.micro_batch: {micro} does not divide train.batch_size {train.batch_size}; use a divisor of it")
+    if micro % world:
+        raise ConfigError(
+            f"train.{'micro_batch' if train.micro_batch else 'batch_size'}: {micro} images per micro-batch do not split evenly "
+            f"across {world} processes (WORLD_SIZE); use a multiple of {world}"
+        )
 
 
 @dataclass(frozen=True)
@@ -157,6 +196,11 @@ def from_dict(data: dict[str, Any], where: str = "config") -> RunConfig:
     except TypeError as err:
         raise ConfigError(f"model: bad value ({err})") from None
     sections = {name: _section(cls, data.get(name) or {}, name) for name, cls in SECTIONS.items()}
+    for key in ("rrc_scale", "rrc_ratio"):
+        low, high = getattr(sections["augment"], key)
+        if low > high:
+            raise ConfigError(f"augment.{key}: expected [low, high] with low <= high, got {[low, high]}")
+    check_batches(sections["train"], world_size())
     return RunConfig(model=model, **sections)
 
 
@@ -195,6 +239,9 @@ def _check(key: str, value: Any, hint: Any) -> Any:
         raise ConfigError(f"{key}: expected a positive number, got {value!r}")
     if isinstance(converted, (int, float)) and not isinstance(converted, bool) and converted < 0:
         raise ConfigError(f"{key}: expected a number >= 0, got {value!r}")
+    values = converted if isinstance(converted, tuple) else (converted,)
+    if key in INTERVALS and not all(_in_interval(v, INTERVALS[key]) for v in values):
+        raise ConfigError(f"{key}: expected a value in {INTERVALS[key]}, got {value!r}")
     return converted
 
 

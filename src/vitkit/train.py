@@ -32,10 +32,11 @@ from torch import nn
 
 from vitkit import distributed
 from vitkit.checkpoint import save_pretrained
-from vitkit.checkpoint.io import atomic_path, read_json, read_torch, write_json
-from vitkit.checkpoint.native import is_native, load_native
-from vitkit.data import Batches, eval_batches, fits_in_memory, load_into_memory, mix, open_dataset, soft_targets, train_transform
+from vitkit.checkpoint.io import atomic_path, read_json, read_torch, update_checksums, write_json
+from vitkit.checkpoint.native import is_native, load_native, load_state_dict_strict
+from vitkit.data import Batches, check_compatible, eval_batches, fits_in_memory, load_into_memory, mix, open_dataset, soft_targets, train_transform
 from vitkit.errors import CheckpointError, ConfigError, DataError
+from vitkit import faults
 from vitkit.evaluation import evaluate
 from vitkit.models import VisionTransformer
 from vitkit.pretrain import MaskedPatchPrediction, evaluate_masked_patch
@@ -176,6 +177,7 @@ def save_checkpoint(out: Path, model: nn.Module, extra: dict, state: dict, tenso
             with atomic_path(tmp / STATE_TENSORS) as f:
                 torch.save(tensors, f)
             write_json(tmp / STATE_JSON, state)
+            update_checksums(tmp)  # faults: sha256 of the weights and state files, written last, checked on --resume
 
     _write_dir(target, fill, world)
     if world.main:
@@ -206,7 +208,9 @@ def read_metrics(out: Path) -> list[dict]:
     path = out / "metrics.jsonl"
     if not path.is_file():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    text = path.read_text()
+    lines = text.splitlines() if text.endswith("\n") else text.splitlines()[:-1]  # faults: a kill -9 may tear the last line
+    return [json.loads(line) for line in lines if line.strip()]
 
 
 def _truncate_metrics(out: Path, step: int) -> None:
@@ -228,7 +232,8 @@ def train(config: RunConfig, out: str | os.PathLike, *, resume: bool = False, st
     if config.train.threads:
         torch.set_num_threads(config.train.threads)
     try:
-        return _train(config, Path(out), resume, stop_at, started)
+        with faults.stop_on_signals():  # faults: SIGTERM/SIGINT stop at the next step boundary, with a checkpoint
+            return _train(config, Path(out), resume, stop_at, started)
     finally:
         torch.set_num_threads(threads_before)
         distributed.teardown()
@@ -261,10 +266,12 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
                   synthetic_size=d.synthetic_size, synthetic_classes=d.synthetic_classes)
     train_split = open_dataset(d.name, d.path, d.train_split, **common)
     val_split = open_dataset(d.name, d.path, d.val_split, **common)
+    check_compatible(train_split, val_split)  # faults: the same classes, labels in range, before any work
+    bad = faults.bad_files(out, d.on_error, resume)  # faults: unreadable image files, as data.on_error says
     if fits_in_memory(train_split, channels, load_size, d.memory_mb):
-        train_split = load_into_memory(train_split, channels, load_size, workers=d.workers)
+        train_split = load_into_memory(train_split, channels, load_size, workers=d.workers, bad=bad)
     if fits_in_memory(val_split, channels, size, d.memory_mb):
-        val_split = load_into_memory(val_split, channels, size, a.eval_crop_pct, workers=d.workers)
+        val_split = load_into_memory(val_split, channels, size, a.eval_crop_pct, workers=d.workers, bad=bad)
     class_names = train_split.class_names
     if "num_classes" in config.model and config.model["num_classes"] != len(class_names):
         raise ConfigError(f"model.num_classes: {config.model['num_classes']} given but the data has {len(class_names)} classes")
@@ -276,6 +283,9 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
 
     # model, optimizer, state
     if resume:
+        if world.main:
+            faults.remove_partial_checkpoints(out)
+        distributed.barrier(world)
         model, state, tensors = load_checkpoint(checkpoints[-1])
     else:
         torch.manual_seed(t.seed)  # the initial weights, then dropout / stochastic depth draws
@@ -327,7 +337,8 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
     step, elapsed_before = state["step"], state["elapsed_s"]
     epoch, position = divmod(step * accum, batches.per_epoch)
     stream = batches.iterate(epoch, position)
-    val_data = lambda: eval_batches(val_split, t.eval_batch_size, device, channels=channels, size=size, crop_pct=a.eval_crop_pct, workers=d.workers)
+    batches.bad = bad  # faults: streamed files that cannot be read, as data.on_error says
+    val_data = lambda: eval_batches(val_split, t.eval_batch_size, device, channels=channels, size=size, crop_pct=a.eval_crop_pct, workers=d.workers, bad=bad)
     K = len(class_names)
     last = min(t.steps, stop_at) if stop_at is not None else t.steps
     bar = _progress(t, step, show=world.main)
@@ -351,6 +362,7 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
         save_checkpoint(out, model, extra, state, tensors, t.keep_checkpoints, world, optimizer)
 
     model.train()
+    nonfinite = faults.NonFinite(state, t.max_nonfinite_steps, check_grads=not scaler.is_enabled())
     try:
         while step < last:
             lr = learning_rate(step, lr=t.lr, warmup=t.warmup_steps, total=t.steps, decay=t.decay, end_ratio=t.end_lr_ratio)
@@ -370,6 +382,10 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
                 loss_sum += loss.detach() / accum
             scaler.unscale_(optimizer)
             grad_norm = nn.utils.clip_grad_norm_(trainable.parameters(), t.clip_norm or float("inf"))
+            # faults: a non-finite step is skipped (no gradients, so the optimizer changes nothing); every rank
+            # decides alike: the loss is averaged over ranks and the gradient norm already is
+            if nonfinite.skip(step, distributed.mean(loss_sum, world), grad_norm):
+                optimizer.zero_grad(set_to_none=True)
             scaler.step(optimizer)
             scaler.update()
             optimizer.zero_grad(set_to_none=True)
@@ -400,6 +416,11 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
             if step % t.checkpoint_every == 0 or step == last:
                 checkpoint()
             bar.update(1)
+            stop = distributed.any_rank(faults.stop_requested() is not None, world)  # every rank stops at the same step
+            if stop and step < last:  # faults: SIGTERM/SIGINT -> an ordinary step checkpoint, then stop
+                if step % t.checkpoint_every:
+                    checkpoint()
+                last = step
     finally:
         bar.close()
         log.close()
@@ -432,6 +453,8 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
         "processes": world.size,
         "threads": torch.get_num_threads(),
         "checkpoint": str(out / "final"),
+        "skipped_steps": state["skipped_steps"],  # faults: non-finite steps
+        "bad_files": len(bad),
     }
     write_json(out / "summary.json", summary)
     from vitkit.plots import plot_run  # matplotlib only when a run ends
@@ -457,7 +480,7 @@ def _init_from(model: VisionTransformer, path: Path) -> None:
     from vitkit.checkpoint import load_pretrained
 
     source = load_pretrained(find_checkpoint(path), image_size=model.config.image_size, num_classes=model.config.num_classes)
-    model.load_state_dict(source.state_dict())
+    load_state_dict_strict(model, source.state_dict(), source=path)  # faults: another architecture is one clear error
 
 
 # -- masked patch prediction (issue 9, paper §4.6) ------------------------------------------

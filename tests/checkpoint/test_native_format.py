@@ -18,7 +18,7 @@ def _random_model(**overrides):
 def test_directory_rebuilds_its_model_alone(tmp_path):
     model = _random_model(classifier="gap", representation_size=16, in_chans=1, image_size=(16, 20))
     save_pretrained(model, tmp_path / "ckpt", extra={"class_names": list("abcdefghij")})
-    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["config.json", "model.safetensors"]
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["checksums.json", "config.json", "model.safetensors"]
     config = json.loads((tmp_path / "ckpt" / "config.json").read_text())
     assert config["format"] == "vitkit" and config["model"]["image_size"] == [16, 20] and config["model"]["mean"] == [0.5]
     again, extra = load_native(tmp_path / "ckpt")
@@ -70,10 +70,10 @@ def test_a_failed_save_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr("vitkit.checkpoint.io.save_file", disk_full)
-    with pytest.raises(OSError):
+    with pytest.raises(CheckpointError, match=r"model\.safetensors: cannot be written \(No space left on device"):
         save_pretrained(_random_model(), tmp_path)
     assert (tmp_path / "model.safetensors").read_bytes() == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json", "model.safetensors"]  # no temp files left
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checksums.json", "config.json", "model.safetensors"]  # no temp files
 
 
 def test_written_files_get_the_usual_permissions(tmp_path):

@@ -43,3 +43,40 @@ def test_missing_fashion_mnist_says_how_to_get_it(tmp_path, monkeypatch):
     monkeypatch.setenv("VITKIT_DATA", str(tmp_path / "nowhere"))
     with pytest.raises(DataError, match="apt-get install dataset-fashion-mnist"):
         idx.load_idx_split(idx.default_dir(), "train")
+
+
+def _split(tmp_path, images, labels, split="train", image_dtype=0x08):
+    prefix = {"train": "train", "test": "t10k"}[split]
+    write_idx(tmp_path / f"{prefix}-images-idx3-ubyte", images, False)
+    write_idx(tmp_path / f"{prefix}-labels-idx1-ubyte", labels, False)
+
+
+def test_image_and_label_counts_must_match(tmp_path):
+    _split(tmp_path, np.zeros((5, 3, 3)), np.zeros(4))
+    with pytest.raises(DataError, match=r"train-images-idx3-ubyte \(5, 3, 3\) and train-labels-idx1-ubyte \(4,\) do not match"):
+        idx.load_idx_split(tmp_path, "train")
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"\x08\x03\x00\x00" + bytes(20), "bad magic number"),  # a byte-swapped header
+        (b"\x00\x00\x42\x03" + bytes(20), "bad magic number"),  # unknown type code
+        (b"\x00\x00\x08\x03\x00\x00", "header promises 3 dimensions but the file ends first"),
+        (b"", "bad magic number"),
+    ],
+)
+def test_wrong_magic_or_short_header(tmp_path, content, message):
+    path = tmp_path / "train-images-idx3-ubyte"
+    path.write_bytes(content)
+    with pytest.raises(DataError, match=message) as caught:
+        idx.read_idx(path)
+    assert str(caught.value).startswith(str(path))
+
+
+def test_negative_labels_are_refused(tmp_path):
+    _split(tmp_path, np.zeros((3, 2, 2)), np.zeros(3))
+    labels = tmp_path / "train-labels-idx1-ubyte"
+    labels.write_bytes(bytes([0, 0, 0x09, 1]) + struct.pack(">I", 3) + np.array([0, -1, 2], dtype=np.int8).tobytes())
+    with pytest.raises(DataError, match=r"label -1 at index 1"):
+        idx.load_idx_split(tmp_path, "train")

@@ -54,3 +54,99 @@ def test_not_an_image(tmp_path):
     path.write_text("hello")
     with pytest.raises(DataError, match="x.png"):
         load_image(path, 3)
+
+
+# -- bad files: every one is a DataError naming the file ---------------------------------------
+def _png_header(width, height):
+    """A PNG claiming width x height 8-bit grayscale pixels, with a few bytes of pixel data."""
+    import struct
+    import zlib
+
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(bytes(64))) + chunk(b"IEND", b"")
+
+
+def _good_bytes(tmp_path, suffix):
+    path = save(tmp_path, Image.fromarray(np.random.default_rng(0).integers(0, 255, (32, 32, 3), dtype=np.uint8)), f"good{suffix}")
+    return path.read_bytes()
+
+
+@pytest.mark.parametrize(
+    "name, content, message",
+    [
+        ("zero.png", lambda tp: b"", "empty file"),
+        ("notes.jpg", lambda tp: b"these are my notes, not a photo", "not an image"),
+        ("half.png", lambda tp: _good_bytes(tp, ".png")[:400], "truncated or corrupt"),
+        ("half.jpg", lambda tp: _good_bytes(tp, ".jpg")[:300], "truncated or corrupt"),
+        ("bomb.png", lambda tp: _png_header(100_000, 100_000), "decompression bomb"),  # over Pillow's hard limit
+        ("big.png", lambda tp: _png_header(10_000, 9_000), "10000x9000 pixels is over the limit"),  # over vitkit's
+    ],
+)
+def test_bad_files_are_one_data_error_naming_the_file(tmp_path, name, content, message):
+    path = tmp_path / name
+    path.write_bytes(content(tmp_path))
+    with pytest.raises(DataError, match=message) as caught:
+        load_image(path, 3, size=16)
+    assert str(caught.value).startswith(str(path)) and "\n" not in str(caught.value)
+
+
+def test_missing_file_and_folder(tmp_path):
+    with pytest.raises(DataError, match="not found"):
+        load_image(tmp_path / "gone.png", 3)
+    (tmp_path / "dir.png").mkdir()
+    with pytest.raises(DataError, match="is a folder"):
+        load_image(tmp_path / "dir.png", 3)
+
+
+def test_pixel_limit_is_checked_before_decoding(tmp_path):
+    path = save(tmp_path, Image.new("L", (64, 64)), "big.png")
+    assert load_image(path, 1, max_pixels=64 * 64).shape == (1, 64, 64)
+    with pytest.raises(DataError, match=r"64x64 pixels is over the limit of 4,095"):
+        load_image(path, 1, max_pixels=64 * 64 - 1)
+
+
+# -- modes: every one ends as the model's channels, with the right values -----------------------
+@pytest.mark.parametrize(
+    "mode, value, gray, rgb",
+    [
+        ("L", 100, 100, (100, 100, 100)),
+        ("LA", (100, 0), 255, (255, 255, 255)),  # fully transparent: white
+        ("LA", (100, 255), 100, (100, 100, 100)),
+        ("RGBA", (200, 10, 20, 255), None, (200, 10, 20)),
+        ("CMYK", (0, 255, 255, 0), None, (255, 0, 0)),  # pure red in CMYK
+        ("I;16", 257 * 40, 40, (40, 40, 40)),
+        ("RGB", (1, 2, 3), None, (1, 2, 3)),
+    ],
+)
+def test_modes(tmp_path, mode, value, gray, rgb):
+    suffix = ".tif" if mode == "CMYK" else ".png"
+    path = save(tmp_path, Image.new(mode, (6, 5), value), f"m{suffix}")
+    out = load_image(path, 3)
+    assert out.shape == (3, 5, 6)
+    np.testing.assert_array_equal(out[:, 2, 3], rgb)
+    if gray is not None:
+        assert load_image(path, 1)[0, 2, 3] == gray
+
+
+def test_exif_orientation_is_applied(tmp_path):
+    array = np.zeros((2, 4), dtype=np.uint8)
+    array[:, :2] = 255  # stored: white left half, black right half (4 wide, 2 high)
+    image = Image.fromarray(array, "L")
+    exif = Image.Exif()
+    exif[0x0112] = 6  # Orientation: the camera was turned; show rotated 90 degrees clockwise
+    image.save(tmp_path / "photo.png", exif=exif)
+    out = load_image(tmp_path / "photo.png", 1)[0]
+    assert out.shape == (4, 2)  # upright: 2 wide, 4 high
+    np.testing.assert_array_equal(out[:2], 255)  # the left half turned to the top
+    np.testing.assert_array_equal(out[2:], 0)
+
+
+@pytest.mark.parametrize("size", [(3, 2), (1, 1), (40, 5)])
+def test_images_smaller_than_the_crop_are_upscaled(tmp_path, size):
+    path = save(tmp_path, Image.new("RGB", size, (9, 8, 7)), "small.png")
+    out = load_image(path, 3, size=16, crop_pct=0.875)
+    assert out.shape == (3, 16, 16)
+    np.testing.assert_array_equal(out[:, 8, 8], (9, 8, 7))

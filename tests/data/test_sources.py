@@ -112,3 +112,70 @@ def test_streamed_files_equal_in_memory(tmp_path):
         assert torch.equal(xa, xb) and torch.equal(ya, yb)
     assert xa.dtype == torch.uint8 and xa.shape == (2, 3, 8, 8)
     np.testing.assert_array_equal(memory.labels.numpy(), split.labels.numpy())
+
+
+# -- consistency checks: each a DataError before any training ---------------------------------------
+def test_an_empty_class_folder_is_an_error(tmp_path):
+    make_folder(tmp_path)
+    (tmp_path / "emu").mkdir()
+    with pytest.raises(DataError, match=r"emu: empty class folder"):
+        open_split(tmp_path, "train", channels=3, val_fraction=0.2)
+
+
+def test_a_class_missing_from_val_is_an_error(tmp_path):
+    make_folder(tmp_path / "train", classes=("cat", "dog", "emu"))
+    make_folder(tmp_path / "val", classes=("cat", "emu"), per_class=2)
+    with pytest.raises(DataError, match=r"val: class 'dog' of train/ is missing here"):
+        open_split(tmp_path, "val", channels=3)
+    make_folder(tmp_path / "test", classes=("cat", "dog", "emu", "fox"), per_class=1)
+    with pytest.raises(DataError, match=r"test: class 'fox' is not in train/"):
+        open_split(tmp_path, "test", channels=3)
+
+
+def test_splits_with_other_classes_or_labels_out_of_range(tmp_path):
+    from vitkit.data import check_compatible
+    from vitkit.data.sources import Split
+
+    train = Split(labels=torch.tensor([0, 1, 2]), class_names=["0", "1", "2"], source="train-src")
+    check_compatible(train, train.subset(np.array([0, 2])))
+    fewer = Split(labels=torch.tensor([0, 1]), class_names=["0", "1"], source="val-src")
+    with pytest.raises(DataError, match=r"val-src: class '2' \(label 2\) of train-src is missing here"):
+        check_compatible(train, fewer)
+    more = Split(labels=torch.tensor([3]), class_names=["0", "1", "2", "3"], source="val-src")
+    with pytest.raises(DataError, match=r"class '3' \(label 3\) is not one of the 3 classes"):
+        check_compatible(train, more)
+    wild = Split(labels=torch.tensor([0, 7]), class_names=["0", "1", "2"], source="val-src")
+    with pytest.raises(DataError, match=r"val-src: labels run from 0 to 7, but there are 3 classes"):
+        check_compatible(train, wild)
+
+
+def test_idx_test_split_with_an_extra_label_is_refused_before_training(tmp_path):
+    from test_idx import write_idx  # noqa: the IDX writer of the neighbouring test module
+
+    write_idx(tmp_path / "train-images-idx3-ubyte", np.zeros((20, 8, 8)), False)
+    write_idx(tmp_path / "train-labels-idx1-ubyte", np.arange(20) % 2, False)
+    write_idx(tmp_path / "t10k-images-idx3-ubyte", np.zeros((3, 8, 8)), False)
+    write_idx(tmp_path / "t10k-labels-idx1-ubyte", np.array([0, 1, 2]), False)
+    from vitkit.run_config import load_run_config
+    from vitkit.train import train
+
+    config = load_run_config(None, [f"data.path={tmp_path}", "model.name=vit_test", "model.in_chans=1", "model.image_size=8",
+                                    "train.batch_size=4", "train.progress=false"])
+    with pytest.raises(DataError, match=r"class '2' \(label 2\) is not one of the 2 classes"):
+        train(config, tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
+def test_unreadable_files_come_back_from_loader_workers_as_one_line(tmp_path):
+    from vitkit.data import BadFiles, eval_batches
+
+    make_folder(tmp_path / "train", per_class=3)
+    (tmp_path / "train" / "dog" / "1.png").write_bytes(b"broken")
+    split = open_split(tmp_path, "train", channels=3, val_fraction=0.0)
+    run = lambda bad: list(eval_batches(split, 4, torch.device("cpu"), channels=3, size=8, crop_pct=1.0, workers=1, bad=bad))
+    with pytest.raises(DataError) as caught:
+        run(None)  # default: fail, naming the file
+    broken = str(tmp_path / "train" / "dog" / "1.png")
+    assert str(caught.value).startswith(broken) and "\n" not in str(caught.value)
+    skipping = BadFiles("skip")
+    assert sum(len(y) for _, y in run(skipping)) == 5 and list(skipping.files) == [broken]

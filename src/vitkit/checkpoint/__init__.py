@@ -17,7 +17,7 @@ from types import ModuleType
 
 import torch
 
-from vitkit.errors import CheckpointError
+from vitkit.errors import CheckpointError, ConfigError, first_line
 from vitkit.models import ViTConfig, VisionTransformer
 
 from . import hf, native, npz, timm
@@ -50,7 +50,7 @@ def detect_format(path: str | os.PathLike) -> str:
         try:
             with zipfile.ZipFile(path) as archive:
                 names = archive.namelist()
-        except zipfile.BadZipFile:
+        except Exception:  # a damaged archive (BadZipFile, UnicodeDecodeError, EOFError ...): the suffix decides below
             names = []
         if any(n.endswith(".npy") for n in names):
             return "npz"
@@ -88,7 +88,18 @@ def read_checkpoint(
     `image_size` only decides the grid when the position embeddings are not square.
     """
     path, format = _resolve(Path(path), format)
-    config, state = FORMATS[format].read(path, image_size=image_size)
+    try:
+        config, state = FORMATS[format].read(path, image_size=image_size)
+    except CheckpointError:
+        raise
+    except ConfigError as err:  # the shapes of a damaged or foreign file imply an impossible model
+        raise CheckpointError(
+            f"{path}: does not describe a valid {format} ViT ({err}); the file is corrupt or of another model"
+        ) from None
+    except Exception as err:  # a reader met a value no intact file holds: one clear line, never a traceback
+        raise CheckpointError(
+            f"{path}: cannot read as a {format} checkpoint ({type(err).__name__}: {first_line(err)}); the file is corrupt"
+        ) from None
     return config, state, format
 
 

@@ -1,7 +1,8 @@
-"""Safe file I/O for checkpoints: atomic writes, and reads that never unpickle."""
+"""Safe file I/O for checkpoints: atomic writes, checksums, and reads that never unpickle."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import pickle
@@ -16,7 +17,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from vitkit.errors import CheckpointError
+from vitkit.errors import CheckpointError, first_line
 
 
 @contextmanager
@@ -24,7 +25,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside `path`; on success fsync it and rename it over `path`.
 
     A crash (or kill -9) at any point leaves the previous file intact; no partial file is ever
-    visible under the final name.
+    visible under the final name. A write that fails (a full disk, a quota) is one CheckpointError.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -38,6 +39,16 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
             os.fsync(f.fileno())
         os.replace(tmp_path, path)
         _fsync_dir(path.parent)
+    except (OSError, RuntimeError, SafetensorError) as err:  # what json, torch.save and safetensors raise when a write fails
+        tmp_path.unlink(missing_ok=True)
+        if isinstance(err, RuntimeError):  # torch.save's messages name C++ internals, not the cause
+            reason = "torch.save could not write the whole file"
+        else:
+            reason = getattr(err, "strerror", None) or first_line(err)
+        raise CheckpointError(
+            f"{path}: cannot be written ({reason}; is the disk full?); nothing was replaced: the file as it was and "
+            "earlier checkpoints are intact; free some space, then continue (vitkit train --resume RUN)"
+        ) from None
     except BaseException:
         tmp_path.unlink(missing_ok=True)
         raise
@@ -58,6 +69,66 @@ def _fsync_dir(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+# -- checksums: a sha256 per weights file, in a manifest written last ------------------------------
+# Binary files (weights, optimizer state) are listed; JSON files are not: their readers check every
+# key and value, and a user may edit them (e.g. class names) without making the checkpoint "damaged".
+CHECKSUMS_NAME = "checksums.json"
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_checksums(directory: str | os.PathLike, names: list[str]) -> None:
+    """checksums.json in `directory`: size and sha256 of each named file (written after them)."""
+    directory = Path(directory)
+    files = {name: {"bytes": (directory / name).stat().st_size, "sha256": sha256(directory / name)} for name in sorted(names)}
+    write_json(directory / CHECKSUMS_NAME, {"algorithm": "sha256", "files": files})
+
+
+def update_checksums(directory: str | os.PathLike) -> None:
+    """Extend checksums.json to every file of `directory` (hashing only those it does not list yet)."""
+    directory = Path(directory)
+    listed = _read_checksums(directory) or {}
+    names = sorted(p.name for p in directory.iterdir() if p.is_file() and p.suffix != ".json")
+    if set(names) == set(listed):
+        return
+    files = {n: listed.get(n) or {"bytes": (directory / n).stat().st_size, "sha256": sha256(directory / n)} for n in names}
+    write_json(directory / CHECKSUMS_NAME, {"algorithm": "sha256", "files": files})
+
+
+def _read_checksums(directory: Path) -> dict[str, dict] | None:
+    if not (directory / CHECKSUMS_NAME).is_file():
+        return None
+    data = read_json(directory / CHECKSUMS_NAME)
+    files = data.get("files") if isinstance(data, dict) else None
+    if not isinstance(files, dict) or not all(isinstance(v, dict) and isinstance(v.get("sha256"), str) for v in files.values()):
+        raise CheckpointError(f"{directory / CHECKSUMS_NAME}: not a vitkit checksum list; the file is damaged")
+    return files
+
+
+def verify_checksums(directory: str | os.PathLike) -> None:
+    """Check every file listed in `directory`/checksums.json; raise naming the first missing or damaged one.
+
+    A directory without checksums.json (older or foreign checkpoints) passes.
+    """
+    directory = Path(directory)
+    advice = "restore it, or remove this checkpoint directory to use an older one"
+    for name, want in (_read_checksums(directory) or {}).items():
+        path = directory / name
+        if not path.is_file():
+            raise CheckpointError(f"{path}: missing, but listed in {CHECKSUMS_NAME}; {advice}")
+        size = path.stat().st_size
+        if size != want.get("bytes", size):
+            raise CheckpointError(f"{path}: {size} bytes, {want['bytes']} when written: the file is truncated or corrupt; {advice}")
+        if sha256(path) != want["sha256"]:
+            raise CheckpointError(f"{path}: corrupt (its sha256 differs from the one in {CHECKSUMS_NAME}); {advice}")
 
 
 def write_json(path: str | os.PathLike, data: Any) -> None:
@@ -104,8 +175,9 @@ def read_torch(path: str | os.PathLike) -> Any:
             "unpickles anything else; save a plain state dict (or .safetensors)"
         ) from None
     except Exception as err:  # torch raises many types for bad pickles and damaged archives
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise CheckpointError(f"{path}: cannot load as a PyTorch weights file ({first}); the file is truncated or corrupt") from None
+        raise CheckpointError(
+            f"{path}: cannot load as a PyTorch weights file ({first_line(err)}); the file is truncated or corrupt"
+        ) from None
 
 
 def is_safetensors(path: str | os.PathLike) -> bool:
@@ -130,8 +202,10 @@ def read_npz(path: str | os.PathLike) -> dict[str, np.ndarray]:
     try:
         with np.load(path, allow_pickle=False) as archive:
             return {key: archive[key] for key in archive.files}
-    except (zipfile.BadZipFile, ValueError, EOFError, OSError, KeyError) as err:
-        raise CheckpointError(f"{path}: cannot read as .npz ({err}); the file is truncated, corrupt or holds pickled objects") from None
+    except Exception as err:  # zipfile and numpy's header parser raise many types for damaged archives
+        raise CheckpointError(
+            f"{path}: cannot read as .npz ({first_line(err)}); the file is truncated, corrupt or holds pickled objects"
+        ) from None
 
 
 def write_npz(path: str | os.PathLike, arrays: dict[str, np.ndarray]) -> None:

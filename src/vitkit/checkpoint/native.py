@@ -1,4 +1,5 @@
-"""vitkit's own format: a directory with config.json (model config + preprocessing) and model.safetensors."""
+"""vitkit's own format: a directory with config.json (model config + preprocessing), model.safetensors and
+checksums.json (size and sha256 of the weights, written last and checked on every load)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 from vitkit.errors import CheckpointError, ConfigError
 from vitkit.models import ViTConfig, VisionTransformer
 
-from .io import read_json, read_safetensors, write_json, write_safetensors
+from .io import read_json, read_safetensors, verify_checksums, write_checksums, write_json, write_safetensors
 
 FORMAT = "vitkit"
 VERSION = 1
@@ -31,12 +32,13 @@ def save_pretrained(model: VisionTransformer, directory: str | os.PathLike, *, e
     """Write `model` to `directory` (created if needed). `extra` (e.g. {"class_names": [...]}) goes into config.json.
 
     The weights are written before the config, each atomically, so a directory with a config always
-    has weights that match it.
+    has weights that match it; their checksums come last.
     """
     directory = Path(directory)
     state = {k: v for k, v in model.state_dict().items()}
     write_safetensors(directory / WEIGHTS_NAME, state, metadata={"format": "pt"})
     write_json(directory / CONFIG_NAME, {"format": FORMAT, "version": VERSION, "model": model.config.to_dict(), **(extra or {})})
+    write_checksums(directory, [WEIGHTS_NAME])
     return directory
 
 
@@ -57,6 +59,7 @@ def read_native_config(directory: str | os.PathLike) -> tuple[ViTConfig, dict[st
 def load_native(directory: str | os.PathLike) -> tuple[VisionTransformer, dict[str, Any]]:
     """Rebuild the model of a vitkit directory alone; returns (model, extra config entries)."""
     directory = Path(directory)
+    verify_checksums(directory)
     config, extra = read_native_config(directory)
     model = VisionTransformer(config)
     load_state_dict_strict(model, read_safetensors(directory / WEIGHTS_NAME), source=directory / WEIGHTS_NAME)
@@ -81,6 +84,7 @@ def load_state_dict_strict(model: VisionTransformer, state: dict, *, source: str
 def read(directory: str | os.PathLike, *, image_size=None) -> tuple[ViTConfig, dict]:
     """(config, state dict) of a vitkit directory; the config says the image size (resampling is the caller's)."""
     directory = Path(directory)
+    verify_checksums(directory)
     config, _ = read_native_config(directory)
     return config, read_safetensors(directory / WEIGHTS_NAME)
 

@@ -1,11 +1,12 @@
 """The `vitkit` command: one module per subcommand, each only parsing arguments and calling the library.
 
-Errors a user can cause (VitkitError) end as one line on stderr and exit code 2.
+Errors a user can cause (VitkitError) and a full disk end as one line on stderr and exit code 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import sys
 
@@ -54,3 +55,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"vitkit {args.command}: interrupted", file=sys.stderr)
         return 130
+    except OSError as err:
+        if err.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            raise
+        print(f"vitkit {args.command}: error: {err.filename or 'a file'}: {err.strerror}; free some space and run again"
+              + (f" (vitkit train --resume {args.resume or args.out})" if args.command == "train" else ""), file=sys.stderr)
+        return 2

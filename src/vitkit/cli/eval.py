@@ -29,6 +29,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from vitkit.checkpoint.native import load_native
     from vitkit.data import eval_batches, open_dataset
+    from vitkit.errors import DataError
     from vitkit.evaluation import evaluate
     from vitkit.plots import plot_confusion
     from vitkit.train import find_checkpoint, pick_device
@@ -41,6 +42,9 @@ def run(args: argparse.Namespace) -> int:
     val_fraction = args.val_fraction if args.val_fraction is not None else trained_on.get("val_fraction", 0.1)
     split = open_dataset("auto", args.data, args.split, channels=c.in_chans, image_size=c.image_size[0],
                          val_fraction=val_fraction, seed=trained_on.get("split_seed", 0))
+    if len(split) and int(split.labels.max()) >= c.num_classes:
+        raise DataError(f"{split.source}: labels go up to {int(split.labels.max())} but {folder} has {c.num_classes} classes; "
+                        "evaluate it on the dataset it was trained for")
     class_names = extra.get("class_names") or split.class_names
     crop_pct = extra.get("preprocess", {}).get("crop_pct", 1.0)
     batches = eval_batches(split, args.batch_size, device, channels=c.in_chans, size=c.image_size[0], crop_pct=crop_pct)

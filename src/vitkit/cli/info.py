@@ -15,7 +15,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "info",
         help="show a checkpoint's format, inferred model config and parameter count",
         description="Read CKPT (any format vitkit loads) without building the model and print its format, the "
-        "complete model config vitkit infers from it, and the number of parameters.",
+        "complete model config vitkit infers from it, and the number of parameters. vitkit checkpoints are checked "
+        "against their checksums.json; a truncated, corrupt or foreign file is one line naming it, exit code 2.",
     )
     p.add_argument("ckpt", metavar="CKPT", help="checkpoint file or directory")
     p.add_argument("--from", dest="src_format", choices=list(FORMATS), default=None, help="format (default: detected)")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -11,7 +12,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "predict",
         help="top-5 labels with probabilities for image files",
         description="Classify image files with a checkpoint; class names come from the checkpoint's config.json.",
-        epilog="example: vitkit predict runs/demo shirt.png boot.jpg",
+        epilog="example: vitkit predict runs/demo shirt.png boot.jpg\n\n"
+        "An image that cannot be read (missing, empty, truncated, not an image, over the pixel limit) is one\n"
+        "line on stderr naming it; the other images still print, and the exit code is 2.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("checkpoint", metavar="CKPT", help="checkpoint directory or run directory")
     p.add_argument("images", nargs="+", metavar="IMAGE", help="image files (any mode: grayscale, RGB(A), palette, 16-bit)")
@@ -25,6 +29,7 @@ def run(args: argparse.Namespace) -> int:
 
     from vitkit.checkpoint.native import load_native
     from vitkit.data.images import load_image
+    from vitkit.errors import DataError
     from vitkit.evaluation import predict
     from vitkit.train import find_checkpoint
 
@@ -32,8 +37,14 @@ def run(args: argparse.Namespace) -> int:
     c = model.config
     names = extra.get("class_names") or [str(i) for i in range(c.num_classes)]
     crop_pct = extra.get("preprocess", {}).get("crop_pct", 1.0)
+    failed = 0
     for path in args.images:
-        pixels = torch.from_numpy(load_image(path, c.in_chans, c.image_size[0], crop_pct).copy())[None]
+        try:
+            pixels = torch.from_numpy(load_image(path, c.in_chans, c.image_size[0], crop_pct).copy())[None]
+        except DataError as err:  # one line naming the file; the other images still get their answer
+            print(f"vitkit predict: error: {err}", file=sys.stderr, flush=True)
+            failed += 1
+            continue
         probs, index = predict(model, pixels, k=args.top)
         top = [(names[i], float(p)) for p, i in zip(probs[0].tolist(), index[0].tolist())]
         if args.json:
@@ -42,4 +53,5 @@ def run(args: argparse.Namespace) -> int:
             print(path)
             for name, prob in top:
                 print(f"  {prob:7.2%}  {name}")
-    return 0
+        sys.stdout.flush()
+    return 2 if failed else 0

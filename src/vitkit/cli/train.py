@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 
 EPILOG = """\
 examples:
@@ -26,6 +27,12 @@ bad value is an error before any work starts.
 train.objective=masked_patch pre-trains by masked patch prediction (paper §4.6): half the patch embeddings
 corrupted, their 3-bit mean colour predicted; val_top1 is then the colour accuracy, and the saved model is a
 plain ViT to fine-tune with model.init=RUN_DIR.
+
+Faults: SIGTERM or Ctrl-C saves a checkpoint at the next step boundary and exits 0 with the resume command
+(a second signal stops at once); after a crash or kill -9, --resume continues from the newest complete
+checkpoint (its checksums are verified). Unreadable images are skipped and listed in RUN/bad_files.json
+(data.on_error=fail stops instead); a non-finite loss or gradient skips the step, and
+train.max_nonfinite_steps of them in a row stop the run.
 """
 
 
@@ -73,5 +80,8 @@ def run(args: argparse.Namespace) -> int:
     if int(os.environ.get("RANK", "0")) != 0:  # under torchrun, rank 0 reports
         return 0
     print(f"run directory: {out}")
+    if "stopped_at" in summary:  # SIGTERM/SIGINT: a checkpoint was saved at the step boundary
+        print(f"stopped at step {summary['stopped_at']} of {summary['steps']}, checkpoint saved; "
+              f"continue with: vitkit train --resume {shlex.quote(str(out))}")
     print(json.dumps(summary))
     return 0

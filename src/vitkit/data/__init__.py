@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 
 from .augment import AugmentConfig, eval_transform, mix, soft_targets, train_transform
-from .loader import Batches, epoch_order, eval_batches, fits_in_memory, load_into_memory
-from .sources import SPLITS, Split, open_split, synthetic
+from .loader import ON_ERROR, BadFiles, Batches, epoch_order, eval_batches, fits_in_memory, load_into_memory
+from .sources import SPLITS, Split, check_compatible, open_split, synthetic
 
 
 def open_dataset(
@@ -30,10 +30,13 @@ def open_dataset(
 
 
 __all__ = [
+    "ON_ERROR",
     "SPLITS",
+    "BadFiles",
     "AugmentConfig",
     "Batches",
     "Split",
+    "check_compatible",
     "epoch_order",
     "eval_batches",
     "eval_transform",

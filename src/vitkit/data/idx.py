@@ -41,6 +41,8 @@ def read_idx(path: str | os.PathLike) -> np.ndarray:
     if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] not in _DTYPES:
         raise DataError(f"{path}: not an IDX file (bad magic number)")
     ndim = data[3]
+    if len(data) < 4 + 4 * ndim:
+        raise DataError(f"{path}: the header promises {ndim} dimensions but the file ends first; it is truncated")
     shape = struct.unpack(f">{ndim}I", data[4 : 4 + 4 * ndim])
     dtype = np.dtype(_DTYPES[data[2]])
     count = int(np.prod(shape))
@@ -77,8 +79,15 @@ def load_idx_split(directory: str | os.PathLike, split: str) -> tuple[np.ndarray
         )
     images, labels = read_idx(images_path), read_idx(labels_path)
     if images.ndim != 3 or labels.ndim != 1 or len(images) != len(labels):
-        raise DataError(f"{directory}: {images_path.name} {images.shape} and {labels_path.name} {labels.shape} do not match")
-    return images.astype(np.uint8), labels.astype(np.int64)
+        raise DataError(
+            f"{directory}: {images_path.name} {images.shape} and {labels_path.name} {labels.shape} do not match "
+            "(expected N images of H x W and N labels)"
+        )
+    if images.dtype != np.uint8 or labels.dtype.kind not in "iu":
+        raise DataError(f"{directory}: expected uint8 images and integer labels, found {images.dtype} and {labels.dtype}")
+    if len(labels) and labels.min() < 0:
+        raise DataError(f"{labels_path}: label {int(labels.min())} at index {int(labels.argmin())}; labels must be 0, 1, 2, ...")
+    return images, labels.astype(np.int64)
 
 
 def missing_message(directory: Path) -> str:

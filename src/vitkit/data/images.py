@@ -1,6 +1,9 @@
 """Reading one image file as uint8 pixels with the model's number of channels.
 
-Every PIL mode a dataset may hold ends up as 8-bit L (1 channel) or RGB (3 channels): palette
+`open_image` is the one place an image file is decoded: every data source, `vitkit predict` and
+`vitkit inspect` go through it. Whatever is wrong with a file (missing, empty, truncated, corrupt,
+not an image, larger than the decompression-bomb limit) ends as one DataError naming the file;
+the EXIF orientation tag is applied, so photos come upright. Every PIL mode a dataset may hold ends up as 8-bit L (1 channel) or RGB (3 channels): palette
 images go through RGB(A); alpha is composited onto white; 16-bit and 32-bit integer images are
 scaled down to 8 bits by their range; float images are read as [0, 1] (or [0, 255] when larger).
 """
@@ -8,13 +11,16 @@ scaled down to 8 bits by their range; float images are read as [0, 1] (or [0, 25
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 
 import numpy as np
-from PIL import Image, UnidentifiedImageError
+from PIL import Image, ImageOps, UnidentifiedImageError
 
-from vitkit.errors import DataError
+from vitkit.errors import DataError, first_line
 
+MAX_PIXELS = 89_478_485  # larger images are refused before decoding (a decompression bomb); Pillow's own default
+_BOMB = "a decompression bomb, or an image far too large to train on; downscale it"
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff", ".ppm", ".pgm")
 
 
@@ -69,17 +75,45 @@ def resize_center_crop(image: Image.Image, size: int, crop_pct: float = 1.0) -> 
     return image.crop((left, top, left + size, top + size))
 
 
-def load_image(path: str | os.PathLike, channels: int, size: int | None = None, crop_pct: float = 1.0) -> np.ndarray:
-    """(C, H, W) uint8 pixels of one file; resized and centre-cropped to size x size when `size` is given."""
+def open_image(path: str | os.PathLike, channels: int, *, max_pixels: int = MAX_PIXELS) -> Image.Image:
+    """The decoded image of one file as L (channels=1) or RGB (channels=3), upright by its EXIF tag.
+
+    Raises DataError naming the file for anything but a readable image of at most `max_pixels` pixels.
+    """
     path = Path(path)
     try:
-        with Image.open(path) as image:
+        if path.stat().st_size == 0:
+            raise DataError(f"{path}: empty file (0 bytes); remove it or replace it with the image")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # the limit below is ours
+            image = Image.open(path)
+        with image:
+            w, h = image.size
+            if w * h > max_pixels:  # checked on the header, before any pixel is decoded
+                raise DataError(f"{path}: {w}x{h} pixels is over the limit of {max_pixels:,} ({_BOMB})")
             image.load()
-            image = to_channels(image, channels)
+            return to_channels(ImageOps.exif_transpose(image), channels)
+    except DataError:
+        raise
+    except Image.DecompressionBombError:
+        raise DataError(f"{path}: larger than Pillow's limit of {2 * Image.MAX_IMAGE_PIXELS:,} pixels ({_BOMB})") from None
     except FileNotFoundError:
         raise DataError(f"{path}: image file not found") from None
-    except (UnidentifiedImageError, OSError, ValueError) as err:
-        raise DataError(f"{path}: cannot read image ({err})") from None
+    except IsADirectoryError:
+        raise DataError(f"{path}: is a folder, not an image file") from None
+    except PermissionError:
+        raise DataError(f"{path}: permission denied; make the file readable") from None
+    except UnidentifiedImageError:
+        raise DataError(f"{path}: not an image (or in a format Pillow cannot read); remove it or convert it") from None
+    except Exception as err:  # Pillow's decoders raise many types (OSError, SyntaxError, struct.error ...) on damaged files
+        raise DataError(f"{path}: cannot decode the image ({first_line(err)}); the file is truncated or corrupt") from None
+
+
+def load_image(
+    path: str | os.PathLike, channels: int, size: int | None = None, crop_pct: float = 1.0, *, max_pixels: int = MAX_PIXELS
+) -> np.ndarray:
+    """(C, H, W) uint8 pixels of one file; resized and centre-cropped to size x size when `size` is given."""
+    image = open_image(path, channels, max_pixels=max_pixels)
     if size is not None:
         image = resize_center_crop(image, size, crop_pct)
     array = np.asarray(image, dtype=np.uint8)

@@ -9,14 +9,22 @@ same order and takes its contiguous share of each batch, so N processes see what
 
 from __future__ import annotations
 
-from typing import Iterator
+import os
+import signal
+import sys
+import threading
+from typing import Callable, Iterator
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from vitkit.errors import DataError
+
 from .images import load_image
 from .sources import Split
+
+ON_ERROR = ("skip", "fail")
 
 
 def epoch_order(n: int, seed: int, epoch: int) -> torch.Tensor:
@@ -25,8 +33,49 @@ def epoch_order(n: int, seed: int, epoch: int) -> torch.Tensor:
     return torch.randperm(n, generator=g)
 
 
+class BadFiles:
+    """What to do with image files that cannot be decoded: "fail" (stop, naming the file) or "skip".
+
+    Skipped files are counted, warned about once each on stderr, and handed to `save` (e.g. to be
+    written to the run directory) whenever the list grows. Files go bad the same way every time they
+    are read, so skipping keeps the data order, and with it an exact resume, reproducible.
+    """
+
+    def __init__(
+        self,
+        policy: str = "fail",
+        save: Callable[[dict[str, str]], None] | None = None,
+        known: dict[str, str] | None = None,
+        hint: str = "",
+    ):
+        if policy not in ON_ERROR:
+            raise DataError(f"data.on_error: expected one of {', '.join(ON_ERROR)}, got {policy!r}")
+        self.policy, self.save, self.hint = policy, save, hint  # hint: appended to the error on "fail"
+        self.files: dict[str, str] = dict(known or {})  # path -> the error message
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def report(self, errors: list[tuple[int, str, str]]) -> None:
+        """(index, path, message) of files that failed: raise on "fail", else record and warn."""
+        if not errors:
+            return
+        if self.policy == "fail":
+            raise DataError(errors[0][2] + self.hint)
+        new = [(path, message) for _, path, message in errors if path not in self.files]
+        for path, message in new:
+            self.files[path] = message
+            print(f"vitkit: skipping a bad image: {message}", file=sys.stderr)
+        if new and self.save is not None:
+            self.save(self.files)
+
+
 class FileImages(Dataset):
-    """Decodes image files to (C, size, size) uint8 tensors, resized and centre-cropped."""
+    """Decodes image files to (C, size, size) uint8 tensors, resized and centre-cropped.
+
+    An item is (pixels, label, None), or (None, label, (index, path, message)) for a file that cannot
+    be read: the error travels back from the DataLoader workers with the batch (see `collate`).
+    """
 
     def __init__(self, split: Split, channels: int, size: int, crop_pct: float = 1.0):
         self.paths, self.labels = split.paths, split.labels
@@ -35,17 +84,76 @@ class FileImages(Dataset):
     def __len__(self) -> int:
         return len(self.paths)
 
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        pixels = load_image(self.paths[i], self.channels, self.size, self.crop_pct)
-        return torch.from_numpy(np.array(pixels, copy=True)), self.labels[i]  # a copy: PIL's arrays are read-only
+    def __getitem__(self, i: int) -> tuple[torch.Tensor | None, torch.Tensor, tuple[int, str, str] | None]:
+        try:
+            pixels = load_image(self.paths[i], self.channels, self.size, self.crop_pct)
+        except DataError as err:
+            return None, self.labels[i], (i, str(self.paths[i]), str(err))
+        return torch.from_numpy(np.array(pixels, copy=True)), self.labels[i], None
 
 
-def load_into_memory(split: Split, channels: int, size: int, crop_pct: float = 1.0, workers: int = 0) -> Split:
-    """Decode every file of `split` once into a (N, C, size, size) uint8 tensor."""
+def collate(items: list) -> tuple[torch.Tensor | None, torch.Tensor | None, list[tuple[int, str, str]]]:
+    """(images, labels) of the readable files of a batch (None when there is none) and the errors of the others."""
+    good = [(x, y) for x, y, err in items if err is None]
+    errors = [err for _, _, err in items if err is not None]
+    if not good:
+        return None, None, errors
+    return torch.stack([x for x, _ in good]), torch.stack([y for _, y in good]), errors
+
+
+def _sigterm_from_parent_only(worker_id: int) -> None:
+    """In a DataLoader worker started with SIGTERM blocked (see `_start_workers`): exit on the parent's
+    SIGTERM (its shutdown), ignore everyone else's (a scheduler signalling the whole process group)."""
+    if not hasattr(signal, "sigwaitinfo") or signal.SIGTERM not in signal.pthread_sigmask(signal.SIG_BLOCK, []):
+        return  # torch's default: the worker dies on any SIGTERM
+    parent = os.getppid()
+
+    def wait() -> None:
+        while True:
+            if signal.sigwaitinfo({signal.SIGTERM}).si_pid == parent:
+                os._exit(0)
+
+    threading.Thread(target=wait, daemon=True).start()
+
+
+def _start_workers(loader: DataLoader):
+    """iter(loader). While a training run handles SIGTERM itself (a Python handler is installed), the workers
+    are forked with SIGTERM blocked, so a SIGTERM sent to the whole process group cannot kill them (torch would
+    then raise in the middle of a step) and the run stops at its next step boundary."""
+    if not loader.num_workers or not callable(signal.getsignal(signal.SIGTERM)) or not hasattr(signal, "sigwaitinfo"):
+        return iter(loader)
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    try:
+        return iter(loader)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)  # a SIGTERM that came meanwhile reaches the handler now
+
+
+def _file_batches(split: Split, channels: int, size: int, crop_pct: float, bad: BadFiles | None, **loader_args):
+    """(images, labels, errors) batches of decoded files; errors go to `bad` (default: fail on the first)."""
+    bad = BadFiles("fail") if bad is None else bad
+    loader = DataLoader(FileImages(split, channels, size, crop_pct), collate_fn=collate,
+                        worker_init_fn=_sigterm_from_parent_only, **loader_args)
+    for x, y, errors in _start_workers(loader):
+        bad.report(errors)
+        yield x, y, errors
+
+
+def load_into_memory(
+    split: Split, channels: int, size: int, crop_pct: float = 1.0, workers: int = 0, bad: BadFiles | None = None
+) -> Split:
+    """Decode every file of `split` once into a (N, C, size, size) uint8 tensor; files `bad` skips are left out."""
     if split.images is not None:
         return split
-    loader = DataLoader(FileImages(split, channels, size, crop_pct), batch_size=256, num_workers=workers)
-    images = torch.cat([x for x, _ in loader]) if len(split) else torch.empty(0, channels, size, size, dtype=torch.uint8)
+    chunks, dropped = [], set()
+    for x, _, errors in _file_batches(split, channels, size, crop_pct, bad, batch_size=256, num_workers=workers):
+        chunks += [] if x is None else [x]
+        dropped |= {i for i, _, _ in errors}
+    if dropped:
+        split = split.subset(np.array([i for i in range(len(split)) if i not in dropped], dtype=np.int64))
+        if not len(split):
+            raise DataError(f"{split.source}: none of the image files could be read (see the messages above)")
+    images = torch.cat(chunks) if chunks else torch.empty(0, channels, size, size, dtype=torch.uint8)
     return Split(labels=split.labels, class_names=split.class_names, images=images, source=split.source)
 
 
@@ -61,11 +169,11 @@ class Batches:
     """
 
     def __init__(self, split: Split, batch_size: int, seed: int, device: torch.device, *, channels: int, size: int, workers: int = 0,
-                 rank: int = 0, world: int = 1):
+                 rank: int = 0, world: int = 1, bad: BadFiles | None = None):
         if len(split) < batch_size:
             raise ValueError(f"{split.source}: {len(split)} training images are fewer than one batch of {batch_size}")
         self.split, self.batch_size, self.seed, self.device = split, batch_size, seed, device
-        self.channels, self.size, self.workers = channels, size, workers
+        self.channels, self.size, self.workers, self.bad = channels, size, workers, bad
         self.per_epoch = len(split) // batch_size
         self.share = slice(rank * batch_size // world, (rank + 1) * batch_size // world)  # this rank's part of a batch
         if split.images is not None:
@@ -81,27 +189,23 @@ class Batches:
                 for start in range(0, len(index), self.batch_size):
                     batch = index[start : start + self.batch_size][self.share]
                     yield self.images[batch], self.labels[batch]
-            else:
-                mine = order.view(-1, self.batch_size)[:, self.share].flatten()
-                loader = DataLoader(
-                    FileImages(self.split, self.channels, self.size),
-                    batch_size=self.share.stop - self.share.start,
-                    sampler=mine.tolist(),
-                    num_workers=self.workers,
-                    pin_memory=self.device.type == "cuda",
-                    persistent_workers=False,
-                )
-                for x, y in loader:
+            else:  # a batch holding a bad file (data.on_error=skip) is that much smaller
+                mine = order.view(-1, self.batch_size)[:, self.share].flatten()  # this rank's share of every batch
+                for x, y, _ in _file_batches(self.split, self.channels, self.size, 1.0, self.bad, batch_size=self.share.stop - self.share.start,
+                                             sampler=mine.tolist(), num_workers=self.workers, pin_memory=self.device.type == "cuda"):
+                    if x is None:
+                        raise DataError(f"{self.split.source}: no image of a whole batch could be read; see the messages above")
                     yield x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
             epoch, position = epoch + 1, 0
 
 
-def eval_batches(split: Split, batch_size: int, device: torch.device, *, channels: int, size: int, crop_pct: float, workers: int = 0):
-    """Every image of `split` once, in order, as (uint8 images, labels) on `device`."""
+def eval_batches(split: Split, batch_size: int, device: torch.device, *, channels: int, size: int, crop_pct: float, workers: int = 0,
+                 bad: BadFiles | None = None):
+    """Every image of `split` once, in order, as (uint8 images, labels) on `device` (files `bad` skips left out)."""
     if split.images is not None:
         for start in range(0, len(split), batch_size):
             yield split.images[start : start + batch_size].to(device), split.labels[start : start + batch_size].to(device)
         return
-    loader = DataLoader(FileImages(split, channels, size, crop_pct), batch_size=batch_size, num_workers=workers)
-    for x, y in loader:
-        yield x.to(device), y.to(device)
+    for x, y, _ in _file_batches(split, channels, size, crop_pct, bad, batch_size=batch_size, num_workers=workers):
+        if x is not None:
+            yield x.to(device), y.to(device)

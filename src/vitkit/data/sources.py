@@ -11,6 +11,7 @@ import csv
 import json
 import os
 from dataclasses import dataclass
+from itertools import zip_longest
 from pathlib import Path
 
 import numpy as np
@@ -89,7 +90,8 @@ def open_split(
         # without a val/ folder, val is held out of train/ and "train" is the rest, as for IDX files
         holds_out = "train" in split_dirs and "val" not in split_dirs and val_fraction > 0.0
         if split in split_dirs and not (split == "train" and holds_out):
-            return _read_folder(split_dirs[split])
+            reference = split_dirs.get("train") if split != "train" else None  # val/test must hold train's classes
+            return _read_folder(split_dirs[split], classes=_class_dirs(reference) if reference else None)
         if "train" in split_dirs:
             return _held_out(_read_folder(split_dirs["train"]), split, val_fraction, seed)
         raise DataError(f"{root}: has no {split!r} folder (found {', '.join(split_dirs)})")
@@ -113,29 +115,60 @@ def _idx_split(root: Path, split: str, channels: int, val_fraction: float, seed:
     if channels == 3:
         pixels = pixels.expand(-1, 3, -1, -1).contiguous()
     n_classes = int(labels.max()) + 1
-    names = list(idx.FASHION_MNIST_CLASSES) if n_classes == 10 and "fashion" in str(root).lower() else [str(i) for i in range(n_classes)]
+    fashion = n_classes <= 10 and "fashion" in str(root).lower()
+    names = list(idx.FASHION_MNIST_CLASSES[:n_classes]) if fashion else [str(i) for i in range(n_classes)]
     full = Split(labels=torch.from_numpy(labels), class_names=names, images=pixels, source=str(root))
     if on_disk == "train" and val_fraction > 0.0:
         return _held_out(full, split, val_fraction, seed)
     return full
 
 
-def _read_folder(root: Path) -> Split:
-    """root/<class>/**/<image>; classes in sorted order. Images directly in root, without class folders,
-    are one class "unlabeled" (self-supervised pre-training, train.objective=masked_patch, needs no labels)."""
-    classes = sorted(d.name for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
-    if not classes:
+def _class_dirs(root: Path) -> list[str]:
+    return sorted(d.name for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
+
+
+def _read_folder(root: Path, classes: list[str] | None = None) -> Split:
+    """root/<class>/**/<image>; classes in sorted order. `classes` (train's) must be exactly the folders found.
+
+    Images directly in root, without class folders, are one class "unlabeled" (self-supervised
+    pre-training, train.objective=masked_patch, needs no labels)."""
+    found = _class_dirs(root)
+    if not found:
         loose = sorted(p for p in root.iterdir() if p.is_file() and is_image_file(p))
         if loose:
             return Split(labels=torch.zeros(len(loose), dtype=torch.long), class_names=["unlabeled"], paths=loose, source=str(root))
-    paths, labels = [], []
-    for label, name in enumerate(classes):
+    if classes is not None and found != classes:
+        extra, missing = sorted(set(found) - set(classes)), sorted(set(classes) - set(found))
+        what = f"class {missing[0]!r} of train/ is missing here" if missing else f"class {extra[0]!r} is not in train/"
+        raise DataError(f"{root}: {what}; every split needs the same class folders (labels follow their sorted names)")
+    paths, labels, empty = [], [], []
+    for label, name in enumerate(found):
         files = sorted(p for p in (root / name).rglob("*") if p.is_file() and is_image_file(p))
+        empty += [] if files else [name]
         paths += files
         labels += [label] * len(files)
     if not paths:
         raise DataError(f"{root}: no images found; expected root/<class>/<image>.jpg|png|webp ... (or IDX files, or a .csv/.jsonl list)")
-    return Split(labels=torch.tensor(labels, dtype=torch.long), class_names=classes, paths=paths, source=str(root))
+    if empty and classes is None:  # an empty training class could never be learned (in val it is only unscored)
+        raise DataError(f"{root / empty[0]}: empty class folder (no image files); add images or remove the folder")
+    return Split(labels=torch.tensor(labels, dtype=torch.long), class_names=found, paths=paths, source=str(root))
+
+
+def check_compatible(train: Split, val: Split) -> None:
+    """Both splits of a run must share their classes, and every label must name one of them."""
+    if val.class_names != train.class_names:
+        i, (a, b) = next((i, p) for i, p in enumerate(zip_longest(train.class_names, val.class_names)) if p[0] != p[1])
+        if b is None:
+            what = f"class {a!r} (label {i}) of {train.source} is missing here"
+        elif a is None:
+            what = f"class {b!r} (label {i}) is not one of the {len(train.class_names)} classes of {train.source}"
+        else:
+            what = f"label {i} is class {b!r} here but {a!r} in {train.source}"
+        raise DataError(f"{val.source}: {what}; the training and validation splits need the same classes")
+    for split in (train, val):
+        if len(split) and not 0 <= int(split.labels.min()) <= int(split.labels.max()) < len(train.class_names):
+            raise DataError(f"{split.source}: labels run from {int(split.labels.min())} to {int(split.labels.max())}, "
+                            f"but there are {len(train.class_names)} classes; labels must be 0 .. {len(train.class_names) - 1}")
 
 
 def _read_list(path: Path) -> Split:

@@ -1,0 +1,124 @@
+"""Faults during a training run, and what `vitkit.train.train` does about them.
+
+- SIGTERM / SIGINT (preemption, Ctrl-C): `stop_on_signals()` (installed only while train() runs,
+  the previous handlers restored after) records the signal; the loop saves an ordinary step
+  checkpoint at the next step boundary and returns, so `vitkit train --resume RUN` continues
+  exactly. A second signal stops at once (KeyboardInterrupt).
+- A non-finite loss or gradient: `NonFinite.skip()` says the step must not change anything (the
+  gradients are dropped, so the optimizer leaves weights and moments alone); skipped steps are
+  counted in the train state, and `limit` of them in a row stop the run with a TrainingError.
+- kill -9: checkpoints are written under a temporary name and renamed when complete, so `--resume`
+  finds the newest complete one; `remove_partial_checkpoints()` deletes what a killed save left.
+- Image files that cannot be read: `bad_files()` applies data.on_error (skip: counted, warned,
+  listed in RUN/bad_files.json; fail: stop naming the file).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import sys
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+import torch
+
+from vitkit.checkpoint.io import read_json, write_json
+from vitkit.data import BadFiles
+from vitkit.errors import TrainingError
+
+BAD_FILES_NAME = "bad_files.json"
+_caught: list[str] = []  # names of the signals received while train() runs
+
+
+@contextmanager
+def stop_on_signals(signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT)) -> Iterator[None]:
+    """While inside, the first SIGTERM/SIGINT only asks the run to stop (see `stop_requested`)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # handlers can only be installed from the main thread; a run in a thread stops the usual way
+        return
+
+    owner = os.getpid()
+
+    def handler(signum, frame):
+        if os.getpid() != owner:
+            return  # a forked DataLoader worker inherited the handler: the main process decides (Ctrl-C reaches all)
+        name = signal.Signals(signum).name
+        if _caught:
+            raise KeyboardInterrupt  # asked twice: stop now
+        _caught.append(name)
+        print(f"vitkit: {name} received: saving a checkpoint after this step, then stopping (send it again to stop at once)",
+              file=sys.stderr, flush=True)
+
+    previous = {s: signal.getsignal(s) for s in signals}
+    _caught.clear()
+    try:
+        for s in signals:
+            signal.signal(s, handler)
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+        _caught.clear()
+
+
+def stop_requested() -> str | None:
+    """The name of the signal that asked the run to stop, or None."""
+    return _caught[0] if _caught else None
+
+
+class NonFinite:
+    """Counts steps whose loss or gradient norm is not finite; `limit` in a row is a TrainingError.
+
+    The counts live in the train `state` dict, so they are saved with every checkpoint.
+    """
+
+    def __init__(self, state: dict, limit: int, *, check_grads: bool = True):
+        self.state, self.limit, self.check_grads = state, limit, check_grads
+        state.setdefault("skipped_steps", 0)
+        state.setdefault("nonfinite_in_a_row", 0)
+
+    def skip(self, step: int, loss: torch.Tensor, grad_norm: torch.Tensor) -> bool:
+        """True if step `step` (0-based) must be skipped. With an fp16 GradScaler (check_grads=False)
+        overflowing gradients are the scaler's business and only the loss is checked."""
+        values = torch.stack([loss.detach().float(), grad_norm.detach().float()]) if self.check_grads else loss.detach().float()
+        if bool(torch.isfinite(values).all()):
+            self.state["nonfinite_in_a_row"] = 0
+            return False
+        self.state["skipped_steps"] += 1
+        self.state["nonfinite_in_a_row"] += 1
+        row = self.state["nonfinite_in_a_row"]
+        what = f"loss {float(loss):.4g}, gradient norm {float(grad_norm):.4g}"
+        print(f"vitkit: step {step + 1}: {what} is not finite; step skipped ({row} in a row, the run stops at {self.limit})",
+              file=sys.stderr, flush=True)
+        if row >= self.limit:
+            raise TrainingError(
+                f"train: the loss or the gradients were not finite for {row} steps in a row (steps {step + 2 - row}-{step + 1}; "
+                f"{self.state['skipped_steps']} skipped in all): the run diverged; the last checkpoint holds finite weights; "
+                "lower train.lr, keep train.clip_norm on, or use train.precision=fp32, then --resume or start again"
+            )
+        return True
+
+
+def bad_files(out: Path, policy: str, resume: bool) -> BadFiles:
+    """data.on_error for a run: skipped files are listed in RUN/bad_files.json (kept across --resume)."""
+    path = out / BAD_FILES_NAME
+    known = {}
+    if resume and path.is_file():
+        data = read_json(path)
+        rows = data.get("files") if isinstance(data, dict) else None
+        known = {row["path"]: row["error"] for row in rows or [] if isinstance(row, dict) and {"path", "error"} <= row.keys()}
+
+    def save(files: dict[str, str]) -> None:
+        write_json(path, {"count": len(files), "files": [{"path": p, "error": e} for p, e in files.items()]})
+
+    return BadFiles(policy, save=save, known=known, hint=" (data.on_error=fail; data.on_error=skip trains without such files)")
+
+
+def remove_partial_checkpoints(out: Path) -> None:
+    """Delete the half-written checkpoint directories (.step_N.tmp) a killed run left; they are never resumed from."""
+    for partial in (out / "checkpoints").glob(".step_*.tmp"):
+        shutil.rmtree(partial, ignore_errors=True)

@@ -1,0 +1,32 @@
+"""`vitkit eval` on data that does not fit the checkpoint or holds a broken file: one line, exit code 2."""
+
+import numpy as np
+from PIL import Image
+
+import vitkit
+from vitkit.cli import main
+
+
+def _folder(root, classes):
+    for c in classes:
+        (root / c).mkdir(parents=True)
+        for i in range(2):
+            Image.new("RGB", (16, 16), (40 * i, 0, 0)).save(root / c / f"{i}.png")
+
+
+def test_more_classes_than_the_checkpoint(tmp_path, capsys):
+    ckpt = vitkit.save_pretrained(vitkit.create_model("vit_test", num_classes=2), tmp_path / "ckpt")
+    _folder(tmp_path / "data" / "test", ["a", "b", "c"])
+    assert main(["eval", str(ckpt), "--data", str(tmp_path / "data"), "--split", "test"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "labels go up to 2 but" in err and "has 2 classes" in err
+
+
+def test_a_broken_image_is_named(tmp_path, capsys):
+    ckpt = vitkit.save_pretrained(vitkit.create_model("vit_test", num_classes=2), tmp_path / "ckpt")
+    _folder(tmp_path / "data" / "test", ["a", "b"])
+    broken = tmp_path / "data" / "test" / "b" / "1.png"
+    broken.write_bytes(np.arange(40, dtype=np.uint8).tobytes())
+    assert main(["eval", str(ckpt), "--data", str(tmp_path / "data"), "--split", "test"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith(f"vitkit eval: error: {broken}: not an image")

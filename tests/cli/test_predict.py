@@ -1,0 +1,58 @@
+"""`vitkit predict` on a mix of good and bad image files: one line per bad file, the good ones still answered."""
+
+import json
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import vitkit
+from vitkit.cli import main
+
+
+@pytest.fixture
+def checkpoint(tmp_path):
+    model = vitkit.create_model("vit_test", num_classes=3)
+    return vitkit.save_pretrained(model, tmp_path / "ckpt", extra={"class_names": ["ant", "bee", "cat"]})
+
+
+@pytest.fixture
+def images(tmp_path):
+    good = tmp_path / "good.png"
+    Image.fromarray(np.random.default_rng(0).integers(0, 255, (20, 24, 3), dtype=np.uint8)).save(good)
+    data = good.read_bytes()
+    broken = tmp_path / "bad.png"
+    broken.write_bytes(data[: len(data) // 2])
+    also_good = tmp_path / "also good.jpg"
+    Image.new("L", (9, 9), 128).save(also_good)
+    text = tmp_path / "notes.jpg"
+    text.write_text("not a photo")
+    return good, broken, also_good, text, tmp_path / "missing.png"
+
+
+def test_bad_files_exit_2_one_line_each_good_files_still_print(checkpoint, images, run_cli):
+    good, broken, also_good, text, missing = images
+    done = run_cli("predict", checkpoint, good, broken, also_good, text, missing)
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 3
+    for line, path, why in zip(lines, (broken, text, missing), ("truncated or corrupt", "not an image", "not found")):
+        assert line.startswith(f"vitkit predict: error: {path}:") and why in line
+    printed = [line for line in done.stdout.splitlines() if not line.startswith(" ")]
+    assert printed == [str(good), str(also_good)]
+    assert done.stdout.count("%") == 6  # top 3 of 3 classes for each good image
+
+
+def test_json_lines_for_the_good_files(checkpoint, images, capsys):
+    good, broken, *_ = images
+    assert main(["predict", str(checkpoint), str(broken), str(good), "--json"]) == 2
+    out, err = capsys.readouterr()
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert [r["image"] for r in rows] == [str(good)] and abs(sum(t["prob"] for t in rows[0]["top"]) - 1) < 1e-5
+    assert err.strip().startswith(f"vitkit predict: error: {broken}:") and len(err.strip().splitlines()) == 1
+
+
+def test_all_good_exits_0(checkpoint, images, capsys):
+    assert main(["predict", str(checkpoint), str(images[0])]) == 0
+    assert capsys.readouterr().err == ""

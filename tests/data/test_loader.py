@@ -1,0 +1,55 @@
+"""DataLoader workers during a training run: a SIGTERM from outside (a scheduler signalling the whole process
+group) must not kill them, or torch raises in the middle of a step; their parent can still stop them."""
+
+import multiprocessing
+import os
+import signal
+import subprocess
+
+import numpy as np
+import torch
+from PIL import Image
+
+from vitkit import faults
+from vitkit.data import Batches
+from vitkit.data.sources import open_split
+
+
+def _streamed(tmp_path):
+    for c in ("a", "b"):
+        (tmp_path / "train" / c).mkdir(parents=True)
+        for i in range(8):
+            Image.fromarray(np.full((8, 8, 3), 20 * i + c.startswith("b"), dtype=np.uint8)).save(tmp_path / "train" / c / f"{i}.png")
+    split = open_split(tmp_path, "train", channels=3)
+    return Batches(split, 4, seed=0, device=torch.device("cpu"), channels=3, size=8, workers=2)
+
+
+def test_workers_survive_an_outside_sigterm_while_a_run_handles_it(tmp_path):
+    batches = _streamed(tmp_path)
+    straight = [y for _, (_, y) in zip(range(6), batches.iterate(0, 0))]
+    with faults.stop_on_signals():
+        stream = batches.iterate(0, 0)
+        seen = [next(stream)[1]]
+        workers = multiprocessing.active_children()
+        assert len(workers) == 2
+        for w in workers:
+            subprocess.run(["kill", "-TERM", str(w.pid)], check=True)  # sent by another process, as a scheduler would
+        seen += [next(stream)[1] for _ in range(5)]  # the same batches; no "DataLoader worker killed" error
+        assert all(w.is_alive() for w in workers if w in multiprocessing.active_children())
+        assert faults.stop_requested() is None  # the workers did not ask for anything either
+    for a, b in zip(straight, seen):
+        assert torch.equal(a, b)
+
+
+def test_the_parent_can_still_terminate_its_workers(tmp_path):
+    batches = _streamed(tmp_path)
+    with faults.stop_on_signals():
+        stream = batches.iterate(0, 0)
+        next(stream)
+        workers = multiprocessing.active_children()
+        for w in workers:
+            w.terminate()  # SIGTERM from the parent: what DataLoader shutdown and interpreter exit do
+        for w in workers:
+            w.join(timeout=30)
+            assert not w.is_alive()
+        stream.close()

@@ -1,0 +1,285 @@
+"""Faults during training, through train() and through the real `vitkit train`: preemption signals, kill -9,
+a full disk, non-finite steps and unreadable image files. Nothing already saved is lost."""
+
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from vitkit import faults
+from vitkit.checkpoint.io import read_safetensors, verify_checksums
+from vitkit.errors import CheckpointError, DataError, TrainingError
+from vitkit.run_config import load_run_config
+from vitkit.train import load_checkpoint, resume_config, step_checkpoints, train
+
+TINY = [
+    "model.name=vit_test", "model.depth=1", "model.image_size=8", "data.name=synthetic", "data.synthetic_size=64",
+    "train.batch_size=16", "train.warmup_steps=2", "train.log_every=1", "train.eval_every=100", "train.checkpoint_every=2",
+    "train.progress=false", "augment.crop=pad", "augment.pad=1", "train.threads=1", "train.decay=constant",
+]
+
+
+def _final_weights(run: Path) -> dict[str, torch.Tensor]:
+    return read_safetensors(run / "final" / "model.safetensors")
+
+
+def _assert_same_weights(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    for key in a:
+        torch.testing.assert_close(b[key], a[key], atol=1e-6, rtol=0, msg=key)
+
+
+# -- signals ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_handlers_are_installed_only_while_training(sig):
+    before = signal.getsignal(sig)
+    with faults.stop_on_signals():
+        assert signal.getsignal(sig) is not before
+        assert faults.stop_requested() is None
+        os.kill(os.getpid(), sig)  # delivered to the handler: a request, not an exit
+        assert faults.stop_requested() == signal.Signals(sig).name
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), sig)  # asked twice: stop now
+    assert signal.getsignal(sig) is before and faults.stop_requested() is None
+
+
+def test_forked_workers_leave_the_signal_to_the_main_process():
+    """DataLoader workers are forked with the handler installed; Ctrl-C reaches them too, and they must ignore it."""
+    with faults.stop_on_signals():
+        child = os.fork()
+        if child == 0:  # the worker: a signal neither records a stop nor prints
+            os.kill(os.getpid(), signal.SIGINT)
+            os._exit(0 if faults.stop_requested() is None else 1)
+        _, status = os.waitpid(child, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert faults.stop_requested() is None
+
+
+def _vitkit(*args) -> list[str]:
+    return [sys.executable, "-m", "vitkit", *map(str, args)]
+
+
+def _wait_for(condition, process: subprocess.Popen, timeout: float = 120.0) -> None:
+    """Poll until `condition()` holds; fail with the process's output if it ends first or time runs out."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if process.poll() is not None:
+            out, err = process.communicate()
+            pytest.fail(f"vitkit train ended early (exit {process.returncode}): {err[-2000:]}")
+        if time.monotonic() > deadline:
+            process.kill()
+            pytest.fail("vitkit train made no progress in time")
+        time.sleep(0.05)  # polling interval
+
+
+def _trained_steps(out: Path) -> int:
+    path = out / "metrics.jsonl"
+    rows = [json.loads(x) for x in path.read_text().splitlines() if x.endswith("}")] if path.is_file() else []
+    return max((r["step"] for r in rows), default=0)
+
+
+def _newest_step(out: Path) -> int:
+    steps = step_checkpoints(out)
+    return int(steps[-1].name.split("_")[1]) if steps else 0
+
+
+def test_sigterm_saves_a_checkpoint_exits_0_and_resume_continues_exactly(tmp_path):
+    """Images streamed by 2 DataLoader workers, 2 micro-batches a step; SIGTERM to the whole process group (as a
+    scheduler, or Ctrl-C, delivers it): the workers leave it to the main process, which stops at the step boundary."""
+    _folder_with_bad_files(tmp_path / "data")
+    out = tmp_path / "run"
+    streamed = [f"data.path={tmp_path / 'data'}", "data.memory_mb=0.0001", "data.workers=2", "data.val_split=val",
+                "data.val_fraction=0.25", "train.micro_batch=8", "model.name=vit_test", "model.depth=1", "model.image_size=8",
+                "train.batch_size=16", "train.warmup_steps=2", "train.log_every=1", "train.eval_every=1000", "train.progress=false",
+                "augment.crop=none", "train.threads=1", "train.decay=constant", "train.steps=100000", "train.checkpoint_every=1000"]
+    run = subprocess.Popen(_vitkit("train", "--out", out, *streamed), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           start_new_session=True)
+    _wait_for(lambda: _trained_steps(out) >= 5, run)
+    signalled_after = _trained_steps(out)
+    os.killpg(run.pid, signal.SIGTERM)
+    stdout, stderr = run.communicate(timeout=120)
+    assert run.returncode == 0, stderr
+    assert stderr.count("SIGTERM received") == 1 and "Traceback" not in stderr
+    stopped = _newest_step(out)
+    assert stopped >= signalled_after and not (out / "final").exists()  # an ordinary step checkpoint, not the end
+    assert f"stopped at step {stopped} of 100000, checkpoint saved; continue with: vitkit train --resume {out}" in stdout
+    verify_checksums(step_checkpoints(out)[-1])
+
+    resumed = subprocess.run(_vitkit("train", "--resume", out, f"train.steps={stopped + 3}"), capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    straight = tmp_path / "straight"
+    train(resume_config(out, [f"train.steps={stopped + 3}"]), straight)
+    _assert_same_weights(_final_weights(straight), _final_weights(out))
+
+
+def test_resume_after_kill_9_continues_from_the_last_complete_checkpoint(tmp_path):
+    out = tmp_path / "run"
+    run = subprocess.Popen(_vitkit("train", "--out", out, *TINY, "train.steps=100000", "train.checkpoint_every=3"),
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    _wait_for(lambda: _newest_step(out) >= 6, run)
+    run.kill()  # SIGKILL: no handler runs, a checkpoint may be half written
+    run.communicate(timeout=60)
+    assert run.returncode == -signal.SIGKILL
+    last = _newest_step(out)
+    train(resume_config(out, [f"train.steps={last + 2}"]), out, resume=True)  # what vitkit train --resume runs
+    assert not list((out / "checkpoints").glob(".*"))  # no half-written checkpoint left behind
+    straight = tmp_path / "straight"
+    train(resume_config(out, [f"train.steps={last + 2}"]), straight)
+    _assert_same_weights(_final_weights(straight), _final_weights(out))
+
+
+# -- a full disk -----------------------------------------------------------------------------
+def test_a_full_disk_while_saving_keeps_the_previous_checkpoint(tmp_path):
+    """Real failing writes: a file-size limit (RLIMIT_FSIZE) makes every write past it fail with EFBIG."""
+    out = tmp_path / "run"
+    config = load_run_config(None, TINY + ["train.steps=6"])
+    train(config, out, stop_at=2)
+    previous = step_checkpoints(out)[-1]
+    limit = (previous / "model.safetensors").stat().st_size // 2  # small JSON files still fit, weights do not
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
+    try:
+        with pytest.raises(CheckpointError, match=r"step_0000004.tmp/model\.safetensors: cannot be written \(.*\); nothing was replaced") as caught:
+            train(config, out, resume=True)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    assert "--resume" in str(caught.value)
+    assert step_checkpoints(out) == [previous]  # the half-written step_4 never got its name
+    verify_checksums(previous)
+    model, state, _ = load_checkpoint(previous)
+    assert state["step"] == 2
+    train(config, out, resume=True)  # space is back: the run goes on from step 2
+    assert json.loads((out / "summary.json").read_text())["steps"] == 6
+    assert not list((out / "checkpoints").glob(".*"))  # and the partial directory is gone
+
+
+def test_a_damaged_checkpoint_is_named_on_resume(tmp_path):
+    out = tmp_path / "run"
+    config = load_run_config(None, TINY + ["train.steps=6"])
+    train(config, out, stop_at=4)
+    state = step_checkpoints(out)[-1] / "train_state.pt"
+    data = bytearray(state.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    state.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match=r"step_0000004/train_state\.pt: corrupt .*remove this checkpoint directory"):
+        train(config, out, resume=True)
+
+
+# -- non-finite steps ------------------------------------------------------------------------
+def _poison_loss(monkeypatch, bad_calls):
+    """Make the loss NaN on the given (0-based) calls of the training loss."""
+    from vitkit import train as train_module
+
+    real, calls = train_module.soft_cross_entropy, []
+
+    def loss(logits, targets):
+        calls.append(None)
+        value = real(logits, targets)
+        return value * float("nan") if len(calls) - 1 in bad_calls else value
+
+    monkeypatch.setattr(train_module, "soft_cross_entropy", loss)
+
+
+def test_a_non_finite_step_is_skipped_and_counted(tmp_path, monkeypatch, capfd):
+    _poison_loss(monkeypatch, {2})
+    summary = train(load_run_config(None, TINY + ["train.steps=5"]), tmp_path / "run")
+    assert summary["skipped_steps"] == 1 and summary["steps"] == 5
+    assert "step 3: loss nan" in capfd.readouterr().err
+    model, state, tensors = load_checkpoint(tmp_path / "run" / "checkpoints" / "step_0000004")
+    assert all(torch.isfinite(p).all() for p in model.state_dict().values())
+    adam_steps = {float(s["step"]) for s in tensors["optimizer"]["state"].values()}
+    assert adam_steps == {3.0}  # 4 steps, one of them skipped: the optimizer saw 3 updates
+
+
+def test_too_many_non_finite_steps_in_a_row_stop_the_run(tmp_path, monkeypatch):
+    _poison_loss(monkeypatch, set(range(3, 100)))
+    with pytest.raises(TrainingError, match=r"not finite for 3 steps in a row \(steps 4-6; 3 skipped in all\)"):
+        train(load_run_config(None, TINY + ["train.steps=20", "train.max_nonfinite_steps=3"]), tmp_path / "run")
+    newest = step_checkpoints(tmp_path / "run")[-1]
+    model, state, _ = load_checkpoint(newest)
+    assert state["skipped_steps"] == 1  # the checkpoint at step 4 saw one skipped step; weights are finite
+    assert all(torch.isfinite(p).all() for p in model.state_dict().values())
+
+
+def test_a_diverging_run_stops_with_a_clear_message(tmp_path):
+    with pytest.raises(TrainingError, match="the run diverged"):
+        train(load_run_config(None, TINY + ["train.steps=30", "train.lr=1e30", "train.clip_norm=null", "train.max_nonfinite_steps=2"]),
+              tmp_path / "run")
+
+
+# -- unreadable image files (data.on_error) --------------------------------------------------
+def _folder_with_bad_files(root: Path) -> list[Path]:
+    rng = np.random.default_rng(0)
+    for c, name in enumerate(("a", "b")):
+        (root / name).mkdir(parents=True)
+        for i in range(12):
+            Image.fromarray((rng.integers(0, 60, (8, 8, 3)) + 150 * c).astype(np.uint8)).save(root / name / f"{i}.png")
+    good = (root / "a" / "0.png").read_bytes()
+    bad = [root / "a" / "truncated.png", root / "b" / "empty.png", root / "b" / "notes.jpg"]
+    bad[0].write_bytes(good[: len(good) // 2])
+    bad[1].write_bytes(b"")
+    bad[2].write_text("not an image")
+    return bad
+
+
+FOLDER = ["model.name=vit_test", "model.depth=1", "model.image_size=8", "train.batch_size=8", "train.steps=4", "train.threads=1",
+          "train.progress=false", "train.eval_every=4", "train.checkpoint_every=4", "augment.crop=none", "data.val_fraction=0.25",
+          "data.val_split=val", "data.workers=0"]
+
+
+@pytest.mark.parametrize("memory_mb", [4096, 0.0001])  # decoded once into memory / streamed batch by batch
+def test_bad_image_files_are_skipped_counted_and_listed(tmp_path, memory_mb, capfd):
+    bad = _folder_with_bad_files(tmp_path / "data")
+    out = tmp_path / "run"
+    summary = train(load_run_config(None, FOLDER + [f"data.path={tmp_path / 'data'}", f"data.memory_mb={memory_mb}"]), out)
+    listed = json.loads((out / "bad_files.json").read_text())
+    seen = {Path(row["path"]) for row in listed["files"]}
+    assert seen <= set(bad) and seen and listed["count"] == len(seen) == summary["bad_files"]
+    assert all(row["error"].startswith(row["path"]) for row in listed["files"])
+    assert "skipping a bad image" in capfd.readouterr().err
+    assert summary["steps"] == 4 and (out / "final" / "model.safetensors").is_file()
+
+
+def test_on_error_fail_names_the_file(tmp_path):
+    bad = _folder_with_bad_files(tmp_path / "data")
+    config = load_run_config(None, FOLDER + [f"data.path={tmp_path / 'data'}", "data.on_error=fail"])
+    with pytest.raises(DataError, match=r"(truncated|empty|notes).*data\.on_error=fail") as caught:
+        train(config, tmp_path / "run")
+    assert any(str(caught.value).startswith(str(p)) for p in bad)
+    assert not step_checkpoints(tmp_path / "run")  # stopped before training
+
+
+def test_resume_never_unpickles_the_train_state(tmp_path):
+    out = tmp_path / "run"
+    config = load_run_config(None, TINY + ["train.steps=6"])
+    train(config, out, stop_at=2)
+    marker = tmp_path / "pwned"
+
+    class Exploit:
+        def __reduce__(self):
+            return (open, (str(marker), "w"))
+
+    folder = step_checkpoints(out)[-1]
+    torch.save({"optimizer": Exploit()}, folder / "train_state.pt")
+    (folder / "checksums.json").unlink()  # past the checksum, straight to the reader
+    with pytest.raises(CheckpointError, match=r"train_state\.pt: holds Python objects other than tensors"):
+        train(config, out, resume=True)
+    assert not marker.exists()
+
+
+def test_init_from_another_architecture_names_the_file_and_key(tmp_path, run_cli):
+    import vitkit
+
+    other = vitkit.save_pretrained(vitkit.create_model("vit_test", depth=1, width=48, num_heads=4, image_size=8), tmp_path / "other")
+    done = run_cli("train", "--out", tmp_path / "run", *TINY, "train.steps=2", f"model.init={other}")
+    assert done.returncode == 2 and "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert f"{other}: 'cls_token' has shape (1, 1, 48), the model expects (1, 1, 32)" in done.stderr
