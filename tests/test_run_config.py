@@ -75,7 +75,7 @@ def test_defaults_are_valid():
         (["model.name=vit_test", "model.patch_size=5"], r"patch_size: image height 16 is not divisible by the patch size 5"),
         (["model.name=vit_test", "model.num_heads=3"], r"num_heads: 3 heads do not divide width 32"),
         (["model.width=wide"], r"width: expected a positive integer, got 'wide'"),
-        (["train.lr=-0.1"], r"train\.lr: expected a value in \[0, inf\)"),
+        (["train.lr=-0.1"], r"train\.lr: expected a number >= 0"),
         (["augment.hflip=1.5"], r"augment\.hflip: expected a value in \[0, 1\]"),
         (["data.val_fraction=1"], r"data\.val_fraction: expected a value in \[0, 1\)"),
         (["train.betas=[0.9, 1.2]"], r"train\.betas: expected a value in \[0, 1\)"),
