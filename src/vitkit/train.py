@@ -236,6 +236,9 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
     # model, optimizer, state
     if resume:
         model, state, tensors = load_checkpoint(checkpoints[-1])
+        for key, saved, now in (("train.seed", state["seed"], t.seed), ("train.micro_batch", state["micro_batch"], micro)):
+            if saved != now:
+                raise ConfigError(f"{key}: the run was checkpointed with {saved}, not {now}; an exact resume needs the same data order")
     else:
         torch.manual_seed(t.seed)  # the initial weights, then dropout / stochastic depth draws
         model = VisionTransformer(config.model_config(num_classes=len(class_names)))
@@ -269,7 +272,10 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
     step, elapsed_before = state["step"], state["elapsed_s"]
     epoch, position = divmod(step * accum, batches.per_epoch)
     stream = batches.iterate(epoch, position)
-    val_data = lambda: eval_batches(val_split, t.eval_batch_size, device, channels=channels, size=size, crop_pct=a.eval_crop_pct, workers=d.workers)
+
+    def val_data():
+        return eval_batches(val_split, t.eval_batch_size, device, channels=channels, size=size, crop_pct=a.eval_crop_pct, workers=d.workers)
+
     K = len(class_names)
     last = min(t.steps, stop_at) if stop_at is not None else t.steps
     bar = _progress(t, step)

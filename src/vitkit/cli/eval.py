@@ -15,7 +15,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         epilog="example: vitkit eval runs/demo --data /usr/share/datasets/fashion-mnist --split test --json",
     )
     p.add_argument("checkpoint", metavar="CKPT", help="checkpoint directory or run directory")
-    p.add_argument("--data", metavar="PATH", help="IDX folder, image folder or .csv/.jsonl list (default: Fashion-MNIST)")
+    p.add_argument("--data", metavar="PATH", help="IDX folder, image folder or .csv/.jsonl list (default: the data the checkpoint was trained on, else Fashion-MNIST)")
     p.add_argument("--split", default="test", choices=("train", "val", "test"), help="split to evaluate (default: test)")
     p.add_argument("--val-fraction", type=float, default=None,
                    help="held-out share for 'val' when the data has no val split (default: as in training, else 0.1)")
@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     device = pick_device(args.device)
     trained_on = extra.get("data", {})
     val_fraction = args.val_fraction if args.val_fraction is not None else trained_on.get("val_fraction", 0.1)
-    split = open_dataset("auto", args.data, args.split, channels=c.in_chans, image_size=c.image_size[0],
+    split = open_dataset("auto", args.data or trained_on.get("path"), args.split, channels=c.in_chans, image_size=c.image_size[0],
                          val_fraction=val_fraction, seed=trained_on.get("split_seed", 0))
     class_names = extra.get("class_names") or split.class_names
     crop_pct = extra.get("preprocess", {}).get("crop_pct", 1.0)
