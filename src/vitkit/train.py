@@ -347,6 +347,8 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
 
     if step < t.steps:
         return {"stopped_at": step, "steps": t.steps}
+    if not val_metrics:  # resumed a run that had already finished
+        val_metrics = _validate(model, ema, val_data, amp_dtype, a.eval_crop_pct)
     export = model
     if ema is not None:
         export = VisionTransformer(model.config)

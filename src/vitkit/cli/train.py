@@ -12,7 +12,7 @@ examples:
   vitkit train --out runs/toy data.name=synthetic model.name=vit_test train.steps=50
   vitkit train --data ~/pictures/pets --out runs/pets model.name=vit_s16 model.image_size=224
   vitkit train --resume runs/demo                  continue exactly where it stopped
-  vitkit train --resume runs/demo train.steps=6000  extend a finished run
+  vitkit train --resume runs/demo train.steps=6000  extend a run (the lr schedule is recomputed for 6000 steps)
 
 Without --data or data.path the data is Fashion-MNIST from $VITKIT_DATA or /usr/share/datasets/fashion-mnist
 (sudo apt-get install dataset-fashion-mnist). Keys: model.name, model.init and any model field (width, depth,
