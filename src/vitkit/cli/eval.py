@@ -21,18 +21,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="held-out share for 'val' when the data has no val split (default: as in training, else 0.1)")
     p.add_argument("--batch-size", type=int, default=256, help="images per forward pass (default 256)")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda (default auto)")
+    p.add_argument("--threads", type=int, default=0, help="CPU threads (default: torch's choice; 1 is faster on a busy machine)")
     p.add_argument("--confusion", metavar="PNG", help="where to write the confusion-matrix PNG (default: CKPT/confusion_<split>.png)")
     p.add_argument("--json", action="store_true", help="print the metrics as one JSON object on the last line")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    import torch
+
     from vitkit.checkpoint.native import load_native
     from vitkit.data import eval_batches, open_dataset
     from vitkit.evaluation import evaluate
     from vitkit.plots import plot_confusion
     from vitkit.train import find_checkpoint, pick_device
 
+    if args.threads:
+        torch.set_num_threads(args.threads)
     folder = find_checkpoint(args.checkpoint)
     model, extra = load_native(folder)
     c = model.config
