@@ -228,10 +228,10 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
     if fits_in_memory(val_split, channels, size, d.memory_mb):
         val_split = load_into_memory(val_split, channels, size, a.eval_crop_pct, workers=d.workers)
     class_names = train_split.class_names
+    if len(train_split) < micro:
+        raise DataError(f"{train_split.source}: {len(train_split)} training images, fewer than one batch of {micro}; lower train.batch_size")
     if "num_classes" in config.model and config.model["num_classes"] != len(class_names):
         raise ConfigError(f"model.num_classes: {config.model['num_classes']} given but the data has {len(class_names)} classes")
-    if len(train_split) < micro:
-        raise DataError(f"{train_split.source}: {len(train_split)} training images, fewer than one batch of {micro}")
 
     # model, optimizer, state
     if resume:

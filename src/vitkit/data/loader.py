@@ -15,6 +15,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from vitkit.errors import DataError
+
 from .images import load_image
 from .sources import Split
 
@@ -61,7 +63,7 @@ class Batches:
 
     def __init__(self, split: Split, batch_size: int, seed: int, device: torch.device, *, channels: int, size: int, workers: int = 0):
         if len(split) < batch_size:
-            raise ValueError(f"{split.source}: {len(split)} training images are fewer than one batch of {batch_size}")
+            raise DataError(f"{split.source}: {len(split)} training images are fewer than one batch of {batch_size}; lower train.batch_size")
         self.split, self.batch_size, self.seed, self.device = split, batch_size, seed, device
         self.channels, self.size, self.workers = channels, size, workers
         self.per_epoch = len(split) // batch_size
