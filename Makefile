@@ -27,7 +27,7 @@ demo: install data
 	@if [ -d $(DEMO)/final ]; then echo "$(DEMO) is already trained (rm -rf $(DEMO) to train again)"; \
 	elif [ -d $(DEMO)/checkpoints ]; then $(BIN)/vitkit train --resume $(DEMO); \
 	else $(BIN)/vitkit train --config configs/fashion_mnist.yaml --out $(DEMO); fi
-	$(BIN)/vitkit eval $(DEMO) --split test --json
+	$(BIN)/vitkit eval $(DEMO) --split test --json --threads 1
 
 test: install data
 	$(BIN)/python -m pytest -q

@@ -62,7 +62,7 @@ def main() -> int:
     if trained.returncode != 0:
         print(trained.stdout, trained.stderr, file=sys.stderr)
         return 1
-    evaluated = vitkit("eval", out, "--split", "test", "--json")
+    evaluated = vitkit("eval", out, "--split", "test", "--json", "--threads", "1")
     if evaluated.returncode != 0:
         print(evaluated.stderr, file=sys.stderr)
         return 1

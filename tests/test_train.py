@@ -92,6 +92,8 @@ def test_refuses_to_overwrite_a_run_and_to_resume_nothing(tmp_path):
     train(config, tmp_path / "run")
     with pytest.raises(ConfigError, match="--resume"):
         train(config, tmp_path / "run")
+    with pytest.raises(ConfigError, match="train.seed"):  # another seed would change the data order
+        train(load_run_config(None, TINY + ["train.steps=4", "train.seed=1"]), tmp_path / "run", resume=True)
     with pytest.raises(CheckpointError, match="no checkpoint"):
         train(config, tmp_path / "empty", resume=True)
 

@@ -42,7 +42,7 @@ def plot_run(rows: Sequence[dict], directory: str | os.PathLike) -> list[Path]:
     written = []
 
     fig, ax = plt.subplots(figsize=(6, 4))
-    ax.plot(*_series(train_rows, "loss"), label="train loss")
+    ax.plot(*_series(train_rows, "loss"), ".-" if len(train_rows) < 30 else "-", label="train loss (smoothed / mixed targets)")
     ax.plot(*_series(val_rows, "val_loss"), "o-", label="validation loss")
     ax.set(xlabel="step", ylabel="cross-entropy", title="Loss")
     ax.legend()
@@ -56,7 +56,7 @@ def plot_run(rows: Sequence[dict], directory: str | os.PathLike) -> list[Path]:
     written.append(_save(fig, directory / "accuracy.png"))
 
     fig, ax = plt.subplots(figsize=(6, 3))
-    ax.plot(*_series(train_rows, "lr"))
+    ax.plot(*_series(train_rows, "lr"), ".-" if len(train_rows) < 30 else "-")
     ax.set(xlabel="step", ylabel="learning rate", title="Learning-rate schedule")
     written.append(_save(fig, directory / "lr.png"))
     return written

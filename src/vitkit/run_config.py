@@ -30,7 +30,7 @@ class DataConfig:
     name: str = "auto"  # "auto" (what `path` holds: IDX dir, image folder, .csv/.jsonl list) or "synthetic"
     path: str | None = None  # None: Fashion-MNIST from $VITKIT_DATA or /usr/share/datasets/fashion-mnist
     train_split: str = "train"
-    val_split: str = "test"  # split validated during training ("val" is held out of train with val_fraction)
+    val_split: str = "val"  # split validated during training (a "val" folder, else held out of train with val_fraction)
     val_fraction: float = 0.1  # share of train held out as "val" when the source has no val split on disk
     split_seed: int = 0
     memory_mb: float = 4096.0  # image files up to this size are decoded once and kept on the device

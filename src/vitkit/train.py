@@ -279,7 +279,7 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
         raise DataError(f"{train_split.source}: one class ({class_names[0]!r}); classification needs two or more "
                         "(root/<class>/<image>); to pre-train on images without labels use train.objective=masked_patch")
     if len(train_split) < micro:
-        raise DataError(f"{train_split.source}: {len(train_split)} training images, fewer than one batch of {micro}")
+        raise DataError(f"{train_split.source}: {len(train_split)} training images, fewer than one batch of {micro}; lower train.batch_size")
 
     # model, optimizer, state
     if resume:
@@ -287,6 +287,9 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
             faults.remove_partial_checkpoints(out)
         distributed.barrier(world)
         model, state, tensors = load_checkpoint(checkpoints[-1])
+        for key, saved, now in (("train.seed", state["seed"], t.seed), ("train.micro_batch", state["micro_batch"], micro)):
+            if saved != now:
+                raise ConfigError(f"{key}: the run was checkpointed with {saved}, not {now}; an exact resume needs the same data order")
     else:
         torch.manual_seed(t.seed)  # the initial weights, then dropout / stochastic depth draws
         model = VisionTransformer(config.model_config(num_classes=len(class_names)))
@@ -338,7 +341,10 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
     epoch, position = divmod(step * accum, batches.per_epoch)
     stream = batches.iterate(epoch, position)
     batches.bad = bad  # faults: streamed files that cannot be read, as data.on_error says
-    val_data = lambda: eval_batches(val_split, t.eval_batch_size, device, channels=channels, size=size, crop_pct=a.eval_crop_pct, workers=d.workers, bad=bad)
+
+    def val_data():
+        return eval_batches(val_split, t.eval_batch_size, device, channels=channels, size=size, crop_pct=a.eval_crop_pct, workers=d.workers, bad=bad)
+
     K = len(class_names)
     last = min(t.steps, stop_at) if stop_at is not None else t.steps
     bar = _progress(t, step, show=world.main)
@@ -427,6 +433,8 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
 
     if step < t.steps:
         return {"stopped_at": step, "steps": t.steps}
+    if not val_metrics:  # resumed a run that had already finished
+        val_metrics = _validate(model, ema, val_data, amp_dtype, a.eval_crop_pct, objective)
     export = _whole_model(model, world)
     if ema is not None:
         export = VisionTransformer(model.config)

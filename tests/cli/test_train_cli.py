@@ -12,6 +12,7 @@ from PIL import Image
 
 from vitkit.cli import main
 from vitkit.data.idx import default_dir, find_idx
+from vitkit.data.sources import open_split
 
 FAST = ["model.name=vit_test", "model.depth=1", "train.batch_size=16", "train.threads=1", "train.warmup_steps=2",
         "train.log_every=2", "train.eval_every=4", "train.checkpoint_every=4", "augment.crop=pad"]
@@ -30,36 +31,35 @@ def make_folder(root, size=16):
             Image.fromarray(pixels.astype(np.uint8)).save(root / name / f"{i}.png")
 
 
-def test_image_folder_end_to_end(tmp_path):
+def test_image_folder_end_to_end(tmp_path, capsys):
     make_folder(tmp_path / "data")
     out = tmp_path / "run"
     done = vitkit("train", "--data", tmp_path / "data", "--out", out, "train.steps=8", "data.val_fraction=0.25", "--no-progress",
                   *FAST, "train.lr=3e-3", "augment.hflip=0")
     assert done.returncode == 0, done.stderr
-    evaluated = vitkit("eval", out, "--data", tmp_path / "data", "--split", "val", "--json")
-    assert evaluated.returncode == 0, evaluated.stderr
-    result = json.loads(evaluated.stdout.strip().splitlines()[-1])
+    # eval and predict in-process through the same entry point (a new interpreter per call costs seconds)
+    assert main(["eval", str(out), "--data", str(tmp_path / "data"), "--split", "val", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["n"] == 6 and 0.0 <= result["top1"] <= result["top5"] == 1.0
     assert set(result["per_class"]) == {"circle", "square"}
     assert Path(result["confusion_png"]).is_file()
     image = tmp_path / "data" / "square" / "0.png"
-    predicted = vitkit("predict", out, image, "--json")
-    assert predicted.returncode == 0, predicted.stderr
-    top = json.loads(predicted.stdout.strip().splitlines()[-1])["top"]
-    assert [t["label"] for t in top] in (["circle", "square"], ["square", "circle"])
+    assert main(["predict", str(out), str(image), "--json"]) == 0
+    top = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["top"]
+    assert sorted(t["label"] for t in top) == ["circle", "square"]
     assert abs(sum(t["prob"] for t in top) - 1.0) < 1e-5
-    text = vitkit("predict", out, image)
-    assert "square" in text.stdout and "%" in text.stdout
+    assert main(["predict", str(out), str(image)]) == 0
+    text = capsys.readouterr().out
+    assert "square" in text and "%" in text
 
 
-def test_resume_through_cli(tmp_path):
+def test_resume_through_cli(tmp_path, capsys):
     out = tmp_path / "run"
-    done = vitkit("train", "--out", out, "data.name=synthetic", "train.steps=4", "--no-progress", *FAST)
-    assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout.strip().splitlines()[-1])["steps"] == 4 and (out / "final" / "model.safetensors").is_file()
-    again = vitkit("train", "--resume", out, "train.steps=6")
-    assert again.returncode == 0, again.stderr
-    assert json.loads(again.stdout.strip().splitlines()[-1])["steps"] == 6
+    assert main(["train", "--out", str(out), "data.name=synthetic", "train.steps=4", "--no-progress", *FAST]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["steps"] == 4
+    assert (out / "final" / "model.safetensors").is_file()
+    assert main(["train", "--resume", str(out), "train.steps=6"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["steps"] == 6
     assert (out / "checkpoints" / "step_0000006").is_dir()
 
 
@@ -88,17 +88,19 @@ def test_missing_default_data_says_how_to_install(tmp_path, monkeypatch):
 
 
 @pytest.mark.skipif(find_idx(default_dir(), "train", "images") is None, reason="Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)")
-def test_short_real_fashion_mnist_run(tmp_path):
-    """A few steps of the demo recipe on real Fashion-MNIST; loss must fall and test eval must run."""
+def test_short_real_fashion_mnist_run(tmp_path, capsys):
+    """A few steps of the demo recipe on real Fashion-MNIST: the loss falls, eval runs on the held-out split."""
     out = tmp_path / "run"
-    done = vitkit("train", "--config", Path(__file__).resolve().parents[2] / "configs" / "fashion_mnist.yaml", "--out", out, "--no-progress",
-                  "train.steps=30", "train.warmup_steps=5", "train.log_every=5", "train.eval_every=30", "train.checkpoint_every=30",
-                  "model.depth=2", "data.val_fraction=0.02")
-    assert done.returncode == 0, done.stderr
+    config = Path(__file__).resolve().parents[2] / "configs" / "fashion_mnist.yaml"
+    assert main(["train", "--config", str(config), "--out", str(out), "--no-progress", "train.steps=24", "train.batch_size=64",
+                 "train.warmup_steps=4", "train.log_every=4", "train.eval_every=24", "train.checkpoint_every=24", "model.depth=1",
+                 "data.val_fraction=0.01"]) == 0
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     losses = [r["loss"] for r in rows if r["kind"] == "train"]
-    assert losses[-1] < losses[0] - 0.3
-    evaluated = vitkit("eval", out, "--split", "test", "--json")
-    result = json.loads(evaluated.stdout.strip().splitlines()[-1])
-    assert result["n"] == 10_000 and result["top1"] > 0.3
+    assert losses[-1] < losses[0] - 0.1
+    capsys.readouterr()
+    assert main(["eval", str(out), "--split", "val", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["n"] == 600 and result["top1"] > 0.2  # chance is 0.1
     assert "Ankle boot" in result["per_class"]
+    assert len(open_split(None, "test", channels=1)) == 10_000

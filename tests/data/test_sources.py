@@ -160,7 +160,7 @@ def test_idx_test_split_with_an_extra_label_is_refused_before_training(tmp_path)
     from vitkit.train import train
 
     config = load_run_config(None, [f"data.path={tmp_path}", "model.name=vit_test", "model.in_chans=1", "model.image_size=8",
-                                    "train.batch_size=4", "train.progress=false"])
+                                    "train.batch_size=4", "train.progress=false", "data.val_split=test"])
     with pytest.raises(DataError, match=r"class '2' \(label 2\) is not one of the 2 classes"):
         train(config, tmp_path / "run")
     assert not (tmp_path / "run").exists()

@@ -15,18 +15,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         epilog="example: vitkit eval runs/demo --data /usr/share/datasets/fashion-mnist --split test --json",
     )
     p.add_argument("checkpoint", metavar="CKPT", help="checkpoint directory or run directory")
-    p.add_argument("--data", metavar="PATH", help="IDX folder, image folder or .csv/.jsonl list (default: Fashion-MNIST)")
+    p.add_argument("--data", metavar="PATH", help="IDX folder, image folder or .csv/.jsonl list (default: the data the checkpoint was trained on, else Fashion-MNIST)")
     p.add_argument("--split", default="test", choices=("train", "val", "test"), help="split to evaluate (default: test)")
     p.add_argument("--val-fraction", type=float, default=None,
                    help="held-out share for 'val' when the data has no val split (default: as in training, else 0.1)")
     p.add_argument("--batch-size", type=int, default=256, help="images per forward pass (default 256)")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda (default auto)")
+    p.add_argument("--threads", type=int, default=0, help="CPU threads (default: torch's choice; 1 is faster on a busy machine)")
     p.add_argument("--confusion", metavar="PNG", help="where to write the confusion-matrix PNG (default: CKPT/confusion_<split>.png)")
     p.add_argument("--json", action="store_true", help="print the metrics as one JSON object on the last line")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    import torch
+
     from vitkit.checkpoint.native import load_native
     from vitkit.data import eval_batches, open_dataset
     from vitkit.errors import DataError
@@ -34,13 +37,15 @@ def run(args: argparse.Namespace) -> int:
     from vitkit.plots import plot_confusion
     from vitkit.train import find_checkpoint, pick_device
 
+    if args.threads:
+        torch.set_num_threads(args.threads)
     folder = find_checkpoint(args.checkpoint)
     model, extra = load_native(folder)
     c = model.config
     device = pick_device(args.device)
     trained_on = extra.get("data", {})
     val_fraction = args.val_fraction if args.val_fraction is not None else trained_on.get("val_fraction", 0.1)
-    split = open_dataset("auto", args.data, args.split, channels=c.in_chans, image_size=c.image_size[0],
+    split = open_dataset("auto", args.data or trained_on.get("path"), args.split, channels=c.in_chans, image_size=c.image_size[0],
                          val_fraction=val_fraction, seed=trained_on.get("split_seed", 0))
     if len(split) and int(split.labels.max()) >= c.num_classes:
         raise DataError(f"{split.source}: labels go up to {int(split.labels.max())} but {folder} has {c.num_classes} classes; "

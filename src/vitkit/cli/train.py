@@ -14,7 +14,7 @@ examples:
   vitkit train --out runs/toy data.name=synthetic model.name=vit_test train.steps=50
   vitkit train --data ~/pictures/pets --out runs/pets model.name=vit_s16 model.image_size=224
   vitkit train --resume runs/demo                  continue exactly where it stopped
-  vitkit train --resume runs/demo train.steps=6000  extend a finished run
+  vitkit train --resume runs/demo train.steps=6000  extend a run (the lr schedule is recomputed for 6000 steps)
   torchrun --nproc_per_node=8 -m vitkit train --config configs/imagenet_vit_b16.yaml --out runs/b16
                                                    data-parallel (DDP); add train.strategy=fsdp to shard
   vitkit train --config configs/pretrain_masked_patch.yaml --out runs/mpp    self-supervised, labels unused

@@ -171,7 +171,7 @@ class Batches:
     def __init__(self, split: Split, batch_size: int, seed: int, device: torch.device, *, channels: int, size: int, workers: int = 0,
                  rank: int = 0, world: int = 1, bad: BadFiles | None = None):
         if len(split) < batch_size:
-            raise ValueError(f"{split.source}: {len(split)} training images are fewer than one batch of {batch_size}")
+            raise DataError(f"{split.source}: {len(split)} training images are fewer than one batch of {batch_size}; lower train.batch_size")
         self.split, self.batch_size, self.seed, self.device = split, batch_size, seed, device
         self.channels, self.size, self.workers, self.bad = channels, size, workers, bad
         self.per_epoch = len(split) // batch_size

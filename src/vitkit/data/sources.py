@@ -200,8 +200,14 @@ def _read_list(path: Path) -> Split:
         raise DataError(f"{path}: unknown list format {suffix!r}; use .csv (path,label) or .jsonl")
     if not rows:
         raise DataError(f"{path}: the list is empty")
-    names = sorted({label for _, label in rows}, key=lambda s: (not s.lstrip("-").isdigit(), int(s) if s.lstrip("-").isdigit() else 0, s))
+    names = sorted({label for _, label in rows}, key=_label_order)
     index = {name: i for i, name in enumerate(names)}
     paths = [(path.parent / p) if not os.path.isabs(p) else Path(p) for p, _ in rows]
     labels = torch.tensor([index[label] for _, label in rows], dtype=torch.long)
     return Split(labels=labels, class_names=names, paths=paths, source=str(path))
+
+
+def _label_order(label: str) -> tuple:
+    """Integer labels in numeric order (2 before 10), then names alphabetically."""
+    number = label.lstrip("-").isdigit()
+    return (not number, int(label) if number else 0, label)
