@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from vitkit import distributed
+from vitkit.devices import pick_device
 from vitkit.checkpoint import save_pretrained
 from vitkit.checkpoint.io import atomic_path, read_json, read_torch, update_checksums, write_json
 from vitkit.checkpoint.native import is_native, load_native, load_state_dict_strict
@@ -94,18 +95,6 @@ def update_ema(ema: dict[str, torch.Tensor], model: nn.Module, decay: float) -> 
 
 
 # -- device and precision -------------------------------------------------------------------
-def pick_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise ConfigError(f"train.device: unknown device {name!r}; use auto, cpu, cuda or cuda:N") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("train.device: cuda was asked for but no CUDA device is available; use train.device=cpu")
-    return device
-
-
 def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
     """The autocast dtype, or None for plain fp32: bf16 on GPU by default, fp32 on CPU unless asked."""
     if precision == "auto":
@@ -241,7 +230,7 @@ def train(config: RunConfig, out: str | os.PathLike, *, resume: bool = False, st
 
 def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, started: float) -> dict:
     t, a, d = config.train, config.augment, config.data
-    device = pick_device(t.device)
+    device = pick_device(t.device, key="train.device")
     world, device = distributed.setup(t.strategy, device)  # under torchrun: DDP or FSDP across processes
     amp_dtype = autocast_dtype(t.precision, device)
     micro = t.micro_batch or t.batch_size

@@ -53,7 +53,7 @@ def setup(args: argparse.Namespace):
 
     from vitkit.data import open_dataset
     from vitkit.models import VisionTransformer
-    from vitkit.train import pick_device
+    from vitkit.devices import pick_device
     from vitkit.transfer import load_model
 
     if args.threads:

@@ -35,7 +35,8 @@ def run(args: argparse.Namespace) -> int:
     from vitkit.errors import DataError
     from vitkit.evaluation import evaluate
     from vitkit.plots import plot_confusion
-    from vitkit.train import find_checkpoint, pick_device
+    from vitkit.devices import pick_device
+    from vitkit.train import find_checkpoint
 
     if args.threads:
         torch.set_num_threads(args.threads)

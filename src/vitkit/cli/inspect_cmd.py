@@ -38,6 +38,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from vitkit.checkpoint import load_pretrained
+    from vitkit.devices import pick_device
     from vitkit.errors import ConfigError
     from vitkit.figures import write_report
     from vitkit.inspection import inspect_model, load_images, normalize
@@ -50,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
         if len(args.image_size) > 2:
             raise ConfigError(f"--image-size: expected H or H W, got {len(args.image_size)} numbers")
         image_size = tuple(args.image_size) if len(args.image_size) == 2 else args.image_size[0]
-    model = load_pretrained(args.checkpoint, image_size=image_size).to(_device(args.device))
+    model = load_pretrained(args.checkpoint, image_size=image_size).to(pick_device(args.device))
     config = model.config
     pixels = load_images(args.images, config, limit=args.num_images)
     results = inspect_model(model, normalize(pixels, config), num_show=args.show, num_components=args.components, batch_size=args.batch_size)
@@ -69,17 +70,3 @@ def run(args: argparse.Namespace) -> int:
     for path in written:
         print(f"wrote {path}")
     return 0
-
-
-def _device(name: str):
-    import torch
-
-    from vitkit.errors import ConfigError
-
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise ConfigError(f"--device: unknown device {name!r}; use cpu or cuda") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("--device: CUDA is not available on this machine; use --device cpu")
-    return device
