@@ -5,7 +5,7 @@
 1. pre-train `configs/pretrain_masked_patch.yaml` (labels unused) for --pretrain-steps;
 2. few-shot: 5/10/25-shot closed-form ridge (PAPER.md §4) on the frozen features of the pre-trained model
    and of the same model at its random initialisation (the weights `vitkit train` starts from), 3 seeds;
-3. fine-tune: the demo recipe (configs/fashion_mnist.yaml) for --finetune-steps from the pre-trained weights
+3. fine-tune: the demo recipe (configs/fashion_mnist_small.yaml) for --finetune-steps from the pre-trained weights
    (model.init) and from random initialisation, and from random initialisation for pre-train + fine-tune
    steps (the same total compute); each evaluated on the test split with `vitkit eval`.
 Runs that already finished in --out are reused, so an interrupted benchmark continues.
@@ -142,10 +142,10 @@ def main() -> int:
 
     recipe = ["train.warmup_steps=50", "train.checkpoint_every=100000"]
     runs = {
-        f"pre-trained ({P}) + fine-tuned ({S})": train_run(out / "finetune", "configs/fashion_mnist.yaml", f"model.init={out / 'pretrain'}",
+        f"pre-trained ({P}) + fine-tuned ({S})": train_run(out / "finetune", "configs/fashion_mnist_small.yaml", f"model.init={out / 'pretrain'}",
                                                            f"train.steps={S}", f"train.eval_every={S}", *recipe),
-        f"random init, trained {S}": train_run(out / "scratch", "configs/fashion_mnist.yaml", f"train.steps={S}", f"train.eval_every={S}", *recipe),
-        f"random init, trained {P + S}": train_run(out / "scratch_long", "configs/fashion_mnist.yaml", f"train.steps={P + S}",
+        f"random init, trained {S}": train_run(out / "scratch", "configs/fashion_mnist_small.yaml", f"train.steps={S}", f"train.eval_every={S}", *recipe),
+        f"random init, trained {P + S}": train_run(out / "scratch_long", "configs/fashion_mnist_small.yaml", f"train.steps={P + S}",
                                                    f"train.eval_every={P + S}", *recipe),
     }
     tuned = {name: (test_top1(Path(s["checkpoint"]).parent), s["wall_time_s"]) for name, s in runs.items()}

@@ -55,7 +55,7 @@ def main() -> int:
         return vitkit(*a)
 
     pre = f"{r}/pretrain28"
-    train_args = ("train", "--config", "configs/fashion_mnist.yaml", "--out", pre, "train.steps=1200", "train.eval_every=400",
+    train_args = ("train", "--config", "configs/fashion_mnist_small.yaml", "--out", pre, "train.steps=1200", "train.eval_every=400",
                   "train.checkpoint_every=400", "--no-progress")
     if (ROOT / pre / "final").is_dir():
         commands.append("vitkit " + " ".join(train_args) + "   # reused: it existed")
