@@ -377,9 +377,10 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
                 loss_sum += loss.detach() / accum
             scaler.unscale_(optimizer)
             grad_norm = nn.utils.clip_grad_norm_(trainable.parameters(), t.clip_norm or float("inf"))
+            step_loss = distributed.mean(loss_sum, world)  # the global batch's loss, the same on every rank
             # faults: a non-finite step is skipped (no gradients, so the optimizer changes nothing); every rank
             # decides alike: the loss is averaged over ranks and the gradient norm already is
-            if nonfinite.skip(step, distributed.mean(loss_sum, world), grad_norm):
+            if nonfinite.skip(step, step_loss, grad_norm):
                 optimizer.zero_grad(set_to_none=True)
             scaler.step(optimizer)
             scaler.update()
@@ -388,7 +389,7 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
                 update_ema(ema, model, t.ema)
             step += 1
 
-            window["loss"] += float(distributed.mean(loss_sum, world))
+            window["loss"] += float(step_loss)
             window["steps"] += 1
             window["images"] += t.batch_size
             if step % t.log_every == 0 or step == t.steps:
