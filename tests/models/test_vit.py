@@ -83,6 +83,24 @@ def test_forward_is_eq_1_to_4_written_out():
         torch.testing.assert_close(model(x), model.head(y), atol=1e-5, rtol=1e-5)
 
 
+def test_class_token_only_last_layer_gives_the_same_logits_and_gradients():
+    """forward() computes the last layer for the class token alone; Eq. 4 reads nothing else."""
+    model = vitkit.create_model("vit_test", num_classes=7)
+    torch.nn.init.normal_(model.head.weight)
+    x = torch.randn(3, 3, 16, 16)
+    full = model.forward_head(model.forward_features(x))
+    full.square().sum().backward()
+    expected = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    short = model(x)
+    assert model.forward_features(x, class_token_only=True).shape == (3, 1, 32)
+    torch.testing.assert_close(short, full, atol=1e-5, rtol=1e-5)
+    short.square().sum().backward()
+    for name, param in model.named_parameters():
+        scale = expected[name].abs().max().item()
+        torch.testing.assert_close(param.grad, expected[name], atol=1e-6 * scale, rtol=1e-4, msg=name)
+
+
 def test_gap_pools_the_patch_tokens():
     model = vitkit.create_model("vit_test", classifier="gap", num_classes=0).eval()
     x = torch.randn(2, 3, 16, 16)

@@ -14,16 +14,18 @@ def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def count_flops(config: ViTConfig, batch_size: int = 1, *, backward: bool = False) -> int:
+def count_flops(config: ViTConfig, batch_size: int = 1, *, backward: bool = False, executed: bool = False) -> int:
     """FLOPs of one batch (a multiply-add counts 2): matmuls, convolutions and attention.
 
     Forward only by default; with backward=True the forward and backward passes of a training step.
+    The model's FLOPs, as the paper and MFU count them: every token through every layer. With
+    executed=True, what `model(x)` runs: with a class token, its last layer computes that token alone.
     """
     with torch.device("meta"):
         model = VisionTransformer(config)
     x = torch.empty(batch_size, config.in_chans, *config.image_size, device="meta")
     with FlopCounterMode(display=False) as counter, torch.set_grad_enabled(backward):
-        out = model(x)
+        out = model(x) if executed else model.forward_head(model.forward_features(x))
         if backward:
             out.sum().backward()
     return counter.get_total_flops()
