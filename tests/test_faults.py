@@ -19,7 +19,7 @@ from vitkit import faults
 from vitkit.checkpoint.io import read_safetensors, verify_checksums
 from vitkit.errors import CheckpointError, DataError, TrainingError
 from vitkit.run_config import load_run_config
-from vitkit.train import load_checkpoint, resume_config, step_checkpoints, train
+from vitkit.train import find_checkpoint, load_checkpoint, resume_config, step_checkpoints, train
 
 TINY = [
     "model.name=vit_test", "model.depth=1", "model.image_size=8", "data.name=synthetic", "data.synthetic_size=64",
@@ -135,6 +135,28 @@ def test_resume_after_kill_9_continues_from_the_last_complete_checkpoint(tmp_pat
     straight = tmp_path / "straight"
     train(resume_config(out, [f"train.steps={last + 2}"]), straight)
     _assert_same_weights(_final_weights(straight), _final_weights(out))
+
+
+def test_a_kill_between_the_two_renames_of_final_loses_nothing(tmp_path, run_cli):
+    """Replacing final/ is two renames (final -> .final.old, .final.tmp -> final); a kill -9 between
+    them leaves no final/. The next reader finishes the replacement with the new, complete directory."""
+    out = tmp_path / "run"
+    train(load_run_config(None, TINY + ["train.steps=4"]), out)
+    new = _final_weights(out)
+    os.replace(out / "final", out / ".final.tmp")  # the new final/, complete
+    old = out / ".final.old"
+    old.mkdir()
+    (old / "config.json").write_text("{}")  # the previous final/, already moved aside
+    image = tmp_path / "x.png"
+    Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(image)
+    result = run_cli("predict", out, image, "--json")  # what a user runs next
+    assert result.returncode == 0, result.stderr
+    assert (out / "final").is_dir() and not old.exists() and not (out / ".final.tmp").exists()
+    _assert_same_weights(new, _final_weights(out))
+    # without .final.old, a .final.tmp may be half written: it never replaces anything
+    (out / ".final.tmp").mkdir()
+    assert find_checkpoint(out) == out / "final" and (out / ".final.tmp").exists()
+    _assert_same_weights(new, _final_weights(out))
 
 
 # -- a full disk -----------------------------------------------------------------------------

@@ -117,12 +117,27 @@ def find_checkpoint(path: str | os.PathLike) -> Path:
     path = Path(path)
     if is_native(path):
         return path
+    if path.is_dir() and os.access(path, os.W_OK):
+        finish_replacement(path / "final")
     if is_native(path / "final"):
         return path / "final"
     steps = step_checkpoints(path)
     if steps:
         return steps[-1]
     raise CheckpointError(f"{path}: neither a vitkit checkpoint (config.json + model.safetensors) nor a run directory with one")
+
+
+def finish_replacement(target: Path) -> None:
+    """Complete a replacement of `target` that a kill -9 cut between its two renames (see _write_dir).
+
+    `.NAME.old` exists only after the new directory `.NAME.tmp` was complete, so with `target` missing
+    the new one takes its place; without `.old`, a `.tmp` may be half written and is left alone.
+    """
+    tmp, old = target.parent / f".{target.name}.tmp", target.parent / f".{target.name}.old"
+    if not target.exists() and old.is_dir() and tmp.is_dir():
+        os.replace(tmp, target)
+    if target.exists() and old.is_dir():
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def _write_dir(target: Path, fill, world: distributed.Dist = distributed.Dist()) -> None:
@@ -133,6 +148,7 @@ def _write_dir(target: Path, fill, world: distributed.Dist = distributed.Dist())
     """
     tmp = target.parent / f".{target.name}.tmp"
     if world.main:
+        finish_replacement(target)
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
     distributed.barrier(world)
