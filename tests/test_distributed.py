@@ -81,3 +81,30 @@ def test_masked_patch_pretraining_runs_under_ddp(tmp_path):
     assert len(train_losses(out)) == 3
     model = load_pretrained(out / "final")  # a plain ViT, the prediction head dropped
     assert type(model).__name__ == "VisionTransformer"
+
+
+def test_every_rank_s_bad_files_reach_bad_files_json(tmp_path):
+    """Streamed files are split across the ranks, so each rank finds its own bad ones; rank 0 lists them all."""
+    from PIL import Image
+
+    rng = torch.Generator().manual_seed(0)
+    root = tmp_path / "data"
+    for c, name in enumerate(("a", "b")):
+        (root / name).mkdir(parents=True)
+        for i in range(16):
+            pixels = (torch.randint(0, 60, (8, 8, 3), generator=rng) + 150 * c).to(torch.uint8).numpy()
+            Image.fromarray(pixels).save(root / name / f"{i}.png")
+        for i in range(4):
+            (root / name / f"bad{i}.png").write_bytes(b"not a png")
+    folder = [f"data.path={root}", "data.memory_mb=0.0001", "data.workers=0", "data.val_fraction=0.25", "data.val_split=val",
+              "data.on_error=skip", "model.name=vit_test", "model.depth=1", "model.image_size=8", "train.batch_size=8",
+              "train.steps=6", "train.eval_every=6", "train.checkpoint_every=3", "augment.crop=none", "train.progress=false",
+              "train.threads=1", "train.device=cpu"]
+    listed = {}
+    for nproc in (0, 2):
+        out = tmp_path / f"run{nproc}"
+        vitkit_train("--out", str(out), *folder, nproc=nproc)
+        rows = json.loads((out / "bad_files.json").read_text())
+        listed[nproc] = {row["path"] for row in rows["files"]}
+        assert rows["count"] == len(listed[nproc]) == json.loads((out / "summary.json").read_text())["bad_files"]
+    assert len(listed[0]) >= 4 and listed[2] == listed[0]  # one process saw every bad file; two processes list the same

@@ -103,8 +103,12 @@ class NonFinite:
         return True
 
 
-def bad_files(out: Path, policy: str, resume: bool) -> BadFiles:
-    """data.on_error for a run: skipped files are listed in RUN/bad_files.json (kept across --resume)."""
+def bad_files(out: Path, policy: str, resume: bool, *, writer: bool = True) -> BadFiles:
+    """data.on_error for a run: skipped files are listed in RUN/bad_files.json (kept across --resume).
+
+    Under torch.distributed only rank 0 is the `writer`; the other ranks' files reach the list
+    through `merge_bad_files` at every checkpoint and at the end.
+    """
     path = out / BAD_FILES_NAME
     known = {}
     if resume and path.is_file():
@@ -115,7 +119,16 @@ def bad_files(out: Path, policy: str, resume: bool) -> BadFiles:
     def save(files: dict[str, str]) -> None:
         write_json(path, {"count": len(files), "files": [{"path": p, "error": e} for p, e in files.items()]})
 
-    return BadFiles(policy, save=save, known=known, hint=" (data.on_error=fail; data.on_error=skip trains without such files)")
+    return BadFiles(policy, save=save if writer else None, known=known, hint=" (data.on_error=fail; data.on_error=skip trains without such files)")
+
+
+def merge_bad_files(bad: BadFiles, per_rank: list[dict[str, str]]) -> None:
+    """Every rank's skipped files (each streams its own share) into `bad`, saved if the list grew."""
+    merged = {path: error for files in per_rank for path, error in files.items()}
+    if merged.keys() - bad.files.keys():
+        bad.files.update(merged)
+        if bad.save is not None:
+            bad.save(bad.files)
 
 
 def remove_partial_checkpoints(out: Path) -> None:

@@ -272,7 +272,7 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
     train_split = open_dataset(d.name, d.path, d.train_split, **common)
     val_split = open_dataset(d.name, d.path, d.val_split, **common)
     check_compatible(train_split, val_split)  # faults: the same classes, labels in range, before any work
-    bad = faults.bad_files(out, d.on_error, resume)  # faults: unreadable image files, as data.on_error says
+    bad = faults.bad_files(out, d.on_error, resume, writer=world.main)  # faults: unreadable image files, as data.on_error says
     if fits_in_memory(train_split, channels, load_size, d.memory_mb):
         train_split = load_into_memory(train_split, channels, load_size, workers=d.workers, bad=bad)
     if fits_in_memory(val_split, channels, size, d.memory_mb):
@@ -358,6 +358,7 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
     val_metrics: dict[str, Any] = {}
 
     def checkpoint() -> None:
+        faults.merge_bad_files(bad, distributed.gather_objects(bad.files, world))  # each rank streams its own files
         epoch, position = divmod(step * accum, batches.per_epoch)
         state.update(step=step, epoch=epoch, position=position, seed=t.seed, micro_batch=micro,
                      elapsed_s=elapsed_before + time.perf_counter() - started,
