@@ -100,8 +100,7 @@ def extract_features(
         for images, y in batches:
             x = eval_transform(images, c.image_size, crop_pct, c.mean, c.std)
             with torch.autocast(x.device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
-                tokens = model.forward_features(x, class_token_only=model.config.classifier == "token")
-                f = model.forward_head(tokens, pre_logits=True)  # (B, D): pooled, after pre_logits
+                f = model(x, pre_logits=True)  # (B, D): pooled, after pre_logits
             features.append(f.float().cpu())
             labels.append(y.cpu())
     model.train(was_training)

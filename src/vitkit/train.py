@@ -127,13 +127,18 @@ def find_checkpoint(path: str | os.PathLike) -> Path:
     raise CheckpointError(f"{path}: neither a vitkit checkpoint (config.json + model.safetensors) nor a run directory with one")
 
 
+def _staging(target: Path) -> tuple[Path, Path]:
+    """The temporary names a replacement of `target` uses: the new directory, the one it replaces."""
+    return target.parent / f".{target.name}.tmp", target.parent / f".{target.name}.old"
+
+
 def finish_replacement(target: Path) -> None:
     """Complete a replacement of `target` that a kill -9 cut between its two renames (see _write_dir).
 
     `.NAME.old` exists only after the new directory `.NAME.tmp` was complete, so with `target` missing
     the new one takes its place; without `.old`, a `.tmp` may be half written and is left alone.
     """
-    tmp, old = target.parent / f".{target.name}.tmp", target.parent / f".{target.name}.old"
+    tmp, old = _staging(target)
     if not target.exists() and old.is_dir() and tmp.is_dir():
         os.replace(tmp, target)
     if target.exists() and old.is_dir():
@@ -146,7 +151,7 @@ def _write_dir(target: Path, fill, world: distributed.Dist = distributed.Dist())
     Under torch.distributed every rank calls this: all may write into the temporary directory (FSDP
     shards), rank 0 creates and renames it.
     """
-    tmp = target.parent / f".{target.name}.tmp"
+    tmp, old = _staging(target)
     if world.main:
         finish_replacement(target)
         shutil.rmtree(tmp, ignore_errors=True)
@@ -155,7 +160,6 @@ def _write_dir(target: Path, fill, world: distributed.Dist = distributed.Dist())
     fill(tmp)
     distributed.barrier(world)
     if world.main and target.exists():
-        old = target.parent / f".{target.name}.old"
         shutil.rmtree(old, ignore_errors=True)
         os.replace(target, old)
         os.replace(tmp, target)

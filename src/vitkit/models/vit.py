@@ -254,9 +254,10 @@ class VisionTransformer(nn.Module):
         y = self.pre_logits(y)
         return y if pre_logits else self.head(y)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, *, pre_logits: bool = False) -> torch.Tensor:
+        """Logits (or, with pre_logits=True, the pooled features the head reads)."""
         class_token_only = self.config.classifier == "token"  # the other tokens' last layer is never read
-        return self.forward_head(self.forward_features(x, class_token_only=class_token_only))
+        return self.forward_head(self.forward_features(x, class_token_only=class_token_only), pre_logits=pre_logits)
 
     # -- surgery for transfer -----------------------------------------------------------
     def reset_head(self, num_classes: int, *, keep_pre_logits: bool = True) -> None:
