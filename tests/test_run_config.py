@@ -80,6 +80,8 @@ def test_defaults_are_valid():
         (["data.val_fraction=1"], r"data\.val_fraction: expected a value in \[0, 1\)"),
         (["train.betas=[0.9, 1.2]"], r"train\.betas: expected a value in \[0, 1\)"),
         (["augment.rrc_scale=[0.9, 0.1]"], r"augment\.rrc_scale: expected \[low, high\] with low <= high"),
+        (["augment.erase=2"], r"augment\.erase: expected a value in \[0, 1\]"),
+        (["augment.erase_ratio=[3, 0.3]"], r"augment\.erase_ratio: expected \[low, high\] with low <= high"),
         (["train.keep_checkpoints=0"], r"train\.keep_checkpoints"),
         (["train.ema=1"], r"train\.ema: expected a value in \(0, 1\)"),
         (["train.batch_size=64", "train.micro_batch=24"], r"train\.micro_batch: 24 does not divide train\.batch_size 64"),

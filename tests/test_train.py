@@ -66,7 +66,7 @@ def test_run_directory_contents(tmp_path):
     assert not torch.equal(final["head.weight"], last["head.weight"])
 
 
-@pytest.mark.parametrize("extra", [[], ["train.micro_batch=8", "augment.mixup=0.8", "augment.cutmix=1.0", "model.dropout=0.1", "train.ema=0.9"]])
+@pytest.mark.parametrize("extra", [[], ["train.micro_batch=8", "augment.mixup=0.8", "augment.cutmix=1.0", "augment.erase=0.5", "model.dropout=0.1", "train.ema=0.9"]])
 def test_interrupted_and_resumed_equals_straight(tmp_path, extra):
     """A run stopped at step 3 and resumed ends with the same weights as one that ran straight to step 7."""
     config = load_run_config(None, TINY + ["train.steps=7", "train.checkpoint_every=3", "augment.randaugment_ops=1"] + extra)

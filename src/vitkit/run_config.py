@@ -94,6 +94,7 @@ POSITIVE = {"train.steps", "train.batch_size", "train.micro_batch", "train.log_e
 INTERVALS = {
     "data.val_fraction": "[0, 1)", "augment.hflip": "[0, 1]", "augment.mix_prob": "[0, 1]", "augment.label_smoothing": "[0, 1)",
     "augment.eval_crop_pct": "(0, 1]", "augment.rrc_scale": "(0, 1]", "augment.rrc_ratio": "(0, inf)",
+    "augment.erase": "[0, 1]", "augment.erase_scale": "(0, 1]", "augment.erase_ratio": "(0, inf)",
     "augment.randaugment_magnitude": "[0, 10]", "train.lr": "[0, inf)", "train.momentum": "[0, 1)", "train.betas": "[0, 1)",
     "train.end_lr_ratio": "[0, 1]", "train.ema": "(0, 1)", "train.clip_norm": "(0, inf)", "train.keep_checkpoints": "[1, inf)",
 }
@@ -196,7 +197,7 @@ def from_dict(data: dict[str, Any], where: str = "config") -> RunConfig:
     except TypeError as err:
         raise ConfigError(f"model: bad value ({err})") from None
     sections = {name: _section(cls, data.get(name) or {}, name) for name, cls in SECTIONS.items()}
-    for key in ("rrc_scale", "rrc_ratio"):
+    for key in ("rrc_scale", "rrc_ratio", "erase_scale", "erase_ratio"):
         low, high = getattr(sections["augment"], key)
         if low > high:
             raise ConfigError(f"augment.{key}: expected [low, high] with low <= high, got {[low, high]}")

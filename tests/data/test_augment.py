@@ -8,6 +8,7 @@ from vitkit.data.augment import (
     mix,
     padded_random_crop,
     randaugment,
+    random_erase,
     random_resized_crop,
     soft_targets,
     train_transform,
@@ -68,6 +69,24 @@ def test_eval_transform_resizes_and_crops_centre():
     # the white centre band fills the crop (antialiasing softens only its outer columns)
     torch.testing.assert_close(out[..., 1:3], torch.ones(1, 1, 4, 2))
     assert out.min() > 0.5
+
+
+def test_random_erase_replaces_one_rectangle_per_chosen_image():
+    x = torch.full((64, 2, 12, 16), 5.0)  # noise is N(0, 1): it never equals 5
+    out = random_erase(x, 1.0, (0.1, 0.3), (0.5, 2.0), gen(3))
+    erased = out != 5.0
+    assert torch.equal(erased[:, 0], erased[:, 1])  # the same rectangle in every channel
+    for mask in erased[:, 0]:
+        rows, cols = mask.any(1).nonzero().flatten(), mask.any(0).nonzero().flatten()
+        h, w = len(rows), len(cols)
+        assert rows.diff().eq(1).all() and cols.diff().eq(1).all()  # contiguous
+        assert int(mask.sum()) == h * w  # a full rectangle
+        assert 0.1 * 192 - 16 <= h * w <= 0.3 * 192 + 16  # the area asked for, up to rounding of h and w
+    assert torch.equal(random_erase(x, 0.0, (0.1, 0.3), (0.5, 2.0), gen(3)), x)
+    some = random_erase(x, 0.5, (0.1, 0.3), (0.5, 2.0), gen(4))
+    touched = (some != 5.0).flatten(1).any(1).float().mean()
+    assert 0.3 < touched < 0.7
+    assert torch.equal(some, random_erase(x, 0.5, (0.1, 0.3), (0.5, 2.0), gen(4)))  # a pure function of the seed
 
 
 def test_soft_targets_sum_to_one():

@@ -5,7 +5,8 @@ random choices, so an augmented batch is a pure function of (pixels, seed, step)
 makes an interrupted run resume exactly. Pixels are floats in [0, 1] until `normalize`.
 
 train: random-resized (Inception) crop or padded random crop -> horizontal flip -> RandAugment
-       -> normalise; then Mixup/CutMix on the batch with soft targets (label smoothing included).
+       -> normalise -> random erasing; then Mixup/CutMix on the batch with soft targets (label
+       smoothing included).
 eval:  resize + centre crop -> normalise.
 """
 
@@ -32,6 +33,9 @@ class AugmentConfig:
     cutmix: float = 0.0  # Beta(alpha, alpha) for CutMix (0: off)
     mix_prob: float = 1.0  # chance that a batch is mixed at all
     label_smoothing: float = 0.0
+    erase: float = 0.0  # chance that an image gets a random rectangle replaced by noise (0: off)
+    erase_scale: tuple[float, float] = (0.02, 1 / 3)  # the rectangle's area, as a fraction of the image
+    erase_ratio: tuple[float, float] = (0.3, 1 / 0.3)  # its aspect ratio h / w (log-uniform)
     eval_crop_pct: float = 1.0  # eval: resize the shorter side to size / crop_pct, then centre crop
 
 
@@ -161,6 +165,25 @@ def randaugment(x: torch.Tensor, num_ops: int, magnitude: float, g: torch.Genera
     return x
 
 
+def random_erase(x: torch.Tensor, p: float, scale, ratio, g: torch.Generator) -> torch.Tensor:
+    """Random erasing (Zhong et al. 2020) on a normalised batch: with chance p per image, one
+    rectangle of random area (scale) and aspect (ratio, log-uniform) gets standard-normal noise."""
+    B, C, H, W = x.shape
+    area = _uniform(B, *scale, g) * (H * W)
+    aspect = _uniform(B, math.log(ratio[0]), math.log(ratio[1]), g).exp()
+    h = (area * aspect).sqrt().round().clamp(1, H)
+    w = (area / aspect).sqrt().round().clamp(1, W)
+    top = (torch.rand(B, generator=g) * (H - h + 1)).floor()
+    left = (torch.rand(B, generator=g) * (W - w + 1)).floor()
+    on = torch.rand(B, generator=g) < p
+    noise = torch.randn(x.shape, generator=g).to(x.device, x.dtype)
+    rows, cols = torch.arange(H), torch.arange(W)
+    inside_rows = (rows[None] >= top[:, None]) & (rows[None] < (top + h)[:, None])  # (B, H)
+    inside_cols = (cols[None] >= left[:, None]) & (cols[None] < (left + w)[:, None])  # (B, W)
+    mask = (inside_rows[:, :, None] & inside_cols[:, None, :] & on[:, None, None])[:, None].to(x.device)
+    return torch.where(mask, noise, x)
+
+
 # -- whole pipelines ---------------------------------------------------------------------------
 def normalize(x: torch.Tensor, mean, std) -> torch.Tensor:
     mean = torch.as_tensor(mean, dtype=x.dtype, device=x.device)[None, :, None, None]
@@ -181,7 +204,10 @@ def train_transform(images: torch.Tensor, size: tuple[int, int], cfg: AugmentCon
         x = hflip(x, cfg.hflip, g)
     if cfg.randaugment_ops > 0:
         x = randaugment(x, cfg.randaugment_ops, cfg.randaugment_magnitude, g)
-    return normalize(x, mean, std)
+    x = normalize(x, mean, std)
+    if cfg.erase > 0:
+        x = random_erase(x, cfg.erase, cfg.erase_scale, cfg.erase_ratio, g)
+    return x
 
 
 def resize_center_crop(x: torch.Tensor, size: tuple[int, int], crop_pct: float) -> torch.Tensor:
