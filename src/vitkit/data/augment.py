@@ -176,7 +176,10 @@ def random_erase(x: torch.Tensor, p: float, scale, ratio, g: torch.Generator) ->
     top = (torch.rand(B, generator=g) * (H - h + 1)).floor()
     left = (torch.rand(B, generator=g) * (W - w + 1)).floor()
     on = torch.rand(B, generator=g) < p
-    noise = torch.randn(x.shape, generator=g).to(x.device, x.dtype)
+    # the noise is drawn where the batch lives (a full batch of normals is too much to draw on the host
+    # for a GPU), from a generator seeded by g, so it stays a function of (seed, step)
+    device_g = torch.Generator(x.device).manual_seed(int(torch.randint(0, 2**62, (1,), generator=g)))
+    noise = torch.randn(x.shape, generator=device_g, device=x.device, dtype=x.dtype)
     rows, cols = torch.arange(H), torch.arange(W)
     inside_rows = (rows[None] >= top[:, None]) & (rows[None] < (top + h)[:, None])  # (B, H)
     inside_cols = (cols[None] >= left[:, None]) & (cols[None] < (left + w)[:, None])  # (B, W)
