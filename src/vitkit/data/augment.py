@@ -43,6 +43,11 @@ def _uniform(n: int, low: float, high: float, g: torch.Generator) -> torch.Tenso
     return low + (high - low) * torch.rand(n, generator=g)
 
 
+def _log_uniform(n: int, low: float, high: float, g: torch.Generator) -> torch.Tensor:
+    """Aspect ratios: uniform in log space, so r and 1/r are equally likely."""
+    return _uniform(n, math.log(low), math.log(high), g).exp()
+
+
 def _warp(x: torch.Tensor, theta: torch.Tensor, size: tuple[int, int], fill: float = 0.0) -> torch.Tensor:
     """Sample x through per-image affine maps theta (B, 2, 3) in normalised coordinates."""
     grid = F.affine_grid(theta.to(x.device, x.dtype), [x.shape[0], x.shape[1], *size], align_corners=False)
@@ -55,10 +60,10 @@ def random_resized_crop(x: torch.Tensor, size: tuple[int, int], scale, ratio, g:
     """Inception crop: a box of random area (scale) and aspect (ratio) resized to `size`."""
     B, _, H, W = x.shape
     area = _uniform(B, *scale, g)
-    log_ratio = _uniform(B, math.log(ratio[0]), math.log(ratio[1]), g).exp()
+    aspect = _log_uniform(B, *ratio, g)
     # box width/height as fractions of the image; clamp keeps the box inside the image
-    w = (area * log_ratio * H / W).sqrt().clamp(max=1.0)
-    h = (area / log_ratio * W / H).sqrt().clamp(max=1.0)
+    w = (area * aspect * H / W).sqrt().clamp(max=1.0)
+    h = (area / aspect * W / H).sqrt().clamp(max=1.0)
     cx = (1 - w) * (2 * torch.rand(B, generator=g) - 1)  # box centre in [-1 + w, 1 - w]
     cy = (1 - h) * (2 * torch.rand(B, generator=g) - 1)
     theta = torch.zeros(B, 2, 3)
@@ -170,7 +175,7 @@ def random_erase(x: torch.Tensor, p: float, scale, ratio, g: torch.Generator) ->
     rectangle of random area (scale) and aspect (ratio, log-uniform) gets standard-normal noise."""
     B, C, H, W = x.shape
     area = _uniform(B, *scale, g) * (H * W)
-    aspect = _uniform(B, math.log(ratio[0]), math.log(ratio[1]), g).exp()
+    aspect = _log_uniform(B, *ratio, g)
     h = (area * aspect).sqrt().round().clamp(1, H)
     w = (area / aspect).sqrt().round().clamp(1, W)
     top = (torch.rand(B, generator=g) * (H - h + 1)).floor()
