@@ -2,12 +2,15 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 import torch
 
 torch.set_num_threads(min(2, os.cpu_count() or 1))
+# compiled kernels go to a fresh directory per session (CLI subprocesses inherit it), not to ~/.cache
+os.environ["VITKIT_CACHE"] = tempfile.mkdtemp(prefix="vitkit-cache-")
 
 
 @pytest.fixture(autouse=True)

@@ -7,6 +7,8 @@
 
 Attention has one fast path (torch's fused scaled_dot_product_attention) and one explicit path
 that also returns the attention probabilities (`forward_explicit`), used only for inspection.
+For inference a faster kernel can stand in for the fast path (`set_attention_kernel`, e.g.
+vitkit.kernels.cpu_attention); it computes the same sums.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ class Attention(nn.Module):
         self.proj = nn.Linear(width, width)
         self.proj_drop = nn.Dropout(dropout)
         self.softmax = nn.Softmax(dim=-1)  # a named module, so inspection can hook it
+        self.kernel: Callable[[torch.Tensor, int], torch.Tensor] | None = None  # (B, T, 3D), heads -> (B, T, D)
 
     def _qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         B, T, D = x.shape
@@ -52,6 +55,8 @@ class Attention(nn.Module):
 
     def forward(self, x: torch.Tensor, *, queries: int | None = None) -> torch.Tensor:
         """(B, T, D) -> (B, T, D); with `queries=n` only the first n tokens attend: (B, n, D)."""
+        if self.kernel is not None and queries is None and not (self.training or torch.is_grad_enabled()):
+            return self.proj_drop(self.proj(self.kernel(self.qkv(x), self.num_heads)))  # inference kernel
         if queries is None:
             q, k, v = self._qkv(x)
         else:
@@ -286,6 +291,14 @@ class VisionTransformer(nn.Module):
     def set_grad_checkpointing(self, enable: bool = True) -> None:
         """Activation checkpointing per block: less memory in training for one more forward pass."""
         self.grad_checkpointing = enable
+
+    def set_attention_kernel(self, kernel: Callable[[torch.Tensor, int], torch.Tensor] | None) -> None:
+        """Inference only (no grad, eval mode): attention through `kernel(qkv (B, T, 3D), heads) -> (B, T, D)`.
+
+        None restores scaled_dot_product_attention. Training and gradients always use SDPA.
+        """
+        for block in self.blocks:
+            block.attn.kernel = kernel
 
     def no_weight_decay(self) -> set[str]:
         """Parameter names that take no weight decay besides norms and biases."""
