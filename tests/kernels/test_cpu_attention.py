@@ -31,11 +31,14 @@ def test_kernel_matches_sdpa(B, T, heads, head_dim, gain):
     torch.testing.assert_close(out, sdpa_reference(qkv, heads), atol=2e-5 * gain, rtol=1e-5)
 
 
-def test_wrapper_hands_what_the_kernel_does_not_cover_to_sdpa():
+def test_wrapper_hands_what_the_kernel_does_not_cover_to_sdpa(monkeypatch):
     qkv = torch.randn(2, 9, 3 * 16, dtype=torch.float64)  # not float32: SDPA
     torch.testing.assert_close(cpu_attention.attention(qkv, 2), sdpa_reference(qkv, 2))
     strided = torch.randn(2, 3 * 16, 9).transpose(1, 2)  # made contiguous for the kernel
     torch.testing.assert_close(cpu_attention.attention(strided, 2), sdpa_reference(strided, 2), atol=1e-6, rtol=1e-5)
+    monkeypatch.setattr(cpu_attention, "_loaded", False)  # a failed build: SDPA, never the missing op
+    qkv = torch.randn(2, 9, 3 * 16)
+    torch.testing.assert_close(cpu_attention.attention(qkv, 2), sdpa_reference(qkv, 2))
 
 
 def test_kernel_rejects_a_layout_it_cannot_split():

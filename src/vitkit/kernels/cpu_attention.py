@@ -6,7 +6,7 @@ The C++ source is compiled once per machine and torch version with the system co
 torch.compile does) into a cache directory ($VITKIT_CACHE, else ~/.cache/vitkit). Where it cannot
 be built, `load()` warns once and returns False, and models keep torch's SDPA. Inputs the kernel
 does not cover (GPU, other dtypes, sequences longer than MAX_TOKENS, whose T x T scores would not
-stay in cache) go through SDPA inside `attention`.
+stay in cache, or any input before a successful `load()`) go through SDPA inside `attention`.
 """
 
 from __future__ import annotations
@@ -35,7 +35,8 @@ def attention(qkv: torch.Tensor, num_heads: int) -> torch.Tensor:
     """(B, T, 3D) fused Q/K/V projections -> (B, T, D): softmax(q k^T / sqrt(d_head)) v, heads side by side."""
     B, T, three_d = qkv.shape
     head_dim = three_d // 3 // num_heads
-    if qkv.device.type == "cpu" and qkv.dtype == torch.float32 and T <= MAX_TOKENS and not qkv.requires_grad:
+    covered = qkv.device.type == "cpu" and qkv.dtype == torch.float32 and T <= MAX_TOKENS and not qkv.requires_grad
+    if covered and _loaded:
         return torch.ops.vitkit.attention(qkv.contiguous(), num_heads, head_dim**-0.5)
     q, k, v = (t.transpose(1, 2) for t in qkv.view(B, T, 3, num_heads, head_dim).unbind(2))
     return F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(B, T, three_d // 3)
