@@ -20,12 +20,19 @@ def test_report_is_well_formed(mode):
         assert ("latency_ms_batch1" in r) == (mode == "inference")
     assert report["speedup"]["vitkit/transformers"] > 0
     assert "speed-up vitkit/transformers" in benchmark.format_table(report)
+    # fp32 CPU inference runs vitkit's attention kernel; training always SDPA
+    assert report["attention"] == ("vitkit-cpu" if mode == "inference" else "sdpa")
 
 
 def test_training_flops_are_about_three_forwards():
     config = get_config("vit_s16")
     ratio = count_flops(config, 1, backward=True) / count_flops(config, 1)
     assert 2.9 < ratio < 3.1
+
+
+def test_setup_rejects_an_unknown_attention():
+    with pytest.raises(Exception, match="attention: expected auto or sdpa"):
+        benchmark.Setup(config=get_config("vit_test"), attention="flash")
 
 
 def test_references_reject_what_they_cannot_express():
@@ -35,10 +42,14 @@ def test_references_reject_what_they_cannot_express():
 
 def test_cli_benchmark_writes_json(run_cli, tmp_path):
     out = tmp_path / "bench.json"
-    result = run_cli("benchmark", "--model", "vit_test", "--batch", "2", "--rounds", "1", "--compile", "off", "--json", out)
+    result = run_cli(
+        "benchmark", "--model", "vit_test", "--batch", "2", "--rounds", "1", "--compile", "off", "--attention", "sdpa",
+        "--json", out,
+    )
     assert result.returncode == 0, result.stderr
     report = json.loads(out.read_text())
     assert report["model"] == "vit_test" and report["results"]["vitkit"]["img_per_s"] > 0
+    assert report["attention"] == "sdpa" and "attention=sdpa" in result.stdout
     assert json.loads(result.stdout.strip().splitlines()[-1]) == report
 
 
