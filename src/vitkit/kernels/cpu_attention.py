@@ -15,12 +15,13 @@ import hashlib
 import os
 import shutil
 import subprocess
-import tempfile
 import warnings
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+
+from vitkit.checkpoint.io import atomic_path
 
 SOURCE = Path(__file__).with_name("cpu_attention.cpp")
 MAX_TOKENS = 2048
@@ -82,16 +83,10 @@ def _build() -> Path:
     target = cache_dir() / f"cpu_attention-{key}.so"
     if target.exists():
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)  # built aside, then renamed: never half a file
-    os.close(fd)
-    try:
-        cmd = [cxx, *flags, str(SOURCE), "-o", tmp, f"-L{lib_dir}", "-lc10", "-ltorch_cpu", f"-Wl,-rpath,{lib_dir}"]
+    with atomic_path(target) as tmp:  # built aside, then renamed: never half a file
+        cmd = [cxx, *flags, str(SOURCE), "-o", str(tmp), f"-L{lib_dir}", "-lc10", "-ltorch_cpu", f"-Wl,-rpath,{lib_dir}"]
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0:
-            raise RuntimeError(f"{cxx} failed: {done.stderr.strip().splitlines()[-1] if done.stderr.strip() else done.returncode}")
-        os.replace(tmp, target)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+            errors = [line for line in done.stderr.splitlines() if "error" in line] or [f"exit code {done.returncode}"]
+            raise subprocess.SubprocessError(f"{cxx} failed: {errors[0].strip()}")
     return target
