@@ -18,10 +18,24 @@ def test_report_is_well_formed(mode):
         r = report["results"][name]
         assert r["img_per_s"] > 0 and r["ms_per_batch"] > 0 and 0 < r["mfu"] < 2
         assert ("latency_ms_batch1" in r) == (mode == "inference")
+        assert r["peak_memory_mb"] > 0  # a forward holds activations, however warm the allocator
     assert report["speedup"]["vitkit/transformers"] > 0
     assert "speed-up vitkit/transformers" in benchmark.format_table(report)
-    # fp32 CPU inference runs vitkit's attention kernel; training always SDPA
-    assert report["attention"] == ("vitkit-cpu" if mode == "inference" else "sdpa")
+    # fp32 CPU inference runs vitkit's kernels; training always torch's ops
+    assert report["kernels"] == ("vitkit-cpu" if mode == "inference" else "torch")
+
+
+def test_cpu_peak_memory_counts_what_a_step_holds_at_once():
+    import torch
+
+    def step():
+        a, b = torch.ones(2**21), torch.ones(2**21)  # 8 MiB each, both alive
+        del a
+        c = torch.ones(2**20)  # 4 MiB, in a's place
+        return b.sum() + c.sum()
+
+    for _ in range(2):  # the second time every page is already resident; the figure must not change
+        assert benchmark.peak_memory_mb(step, "cpu") == pytest.approx(16, abs=0.01)
 
 
 def test_training_flops_are_about_three_forwards():
@@ -30,9 +44,9 @@ def test_training_flops_are_about_three_forwards():
     assert 2.9 < ratio < 3.1
 
 
-def test_setup_rejects_an_unknown_attention():
-    with pytest.raises(Exception, match="attention: expected auto or sdpa"):
-        benchmark.Setup(config=get_config("vit_test"), attention="flash")
+def test_setup_rejects_unknown_kernels():
+    with pytest.raises(Exception, match="kernels: expected auto or torch"):
+        benchmark.Setup(config=get_config("vit_test"), kernels="flash")
 
 
 def test_references_reject_what_they_cannot_express():
@@ -43,13 +57,13 @@ def test_references_reject_what_they_cannot_express():
 def test_cli_benchmark_writes_json(run_cli, tmp_path):
     out = tmp_path / "bench.json"
     result = run_cli(
-        "benchmark", "--model", "vit_test", "--batch", "2", "--rounds", "1", "--compile", "off", "--attention", "sdpa",
+        "benchmark", "--model", "vit_test", "--batch", "2", "--rounds", "1", "--compile", "off", "--kernels", "torch",
         "--json", out,
     )
     assert result.returncode == 0, result.stderr
     report = json.loads(out.read_text())
     assert report["model"] == "vit_test" and report["results"]["vitkit"]["img_per_s"] > 0
-    assert report["attention"] == "sdpa" and "attention=sdpa" in result.stdout
+    assert report["kernels"] == "torch" and "kernels=torch" in result.stdout
     assert json.loads(result.stdout.strip().splitlines()[-1]) == report
 
 

@@ -11,8 +11,9 @@ import dataclasses
 import os
 import platform
 import statistics
+import sys
 import time
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from datetime import datetime, timezone
 from typing import Any, Callable
 
@@ -20,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from vitkit.errors import ConfigError
-from vitkit.kernels import cpu_attention
+from vitkit.kernels import cpu_inference
 from vitkit.models import ViTConfig, VisionTransformer
 from vitkit.models.summary import count_flops
 
@@ -36,7 +37,7 @@ class Setup:
     device: str = "cpu"
     mode: str = "inference"  # inference | train
     compile: bool = False
-    attention: str = "auto"  # auto: vitkit's CPU kernel where it applies | sdpa
+    kernels: str = "auto"  # auto: vitkit's CPU inference kernels where they apply | torch
     grad_checkpointing: bool = False
     rounds: int = 5
     warmup: int = 2
@@ -44,8 +45,8 @@ class Setup:
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
             raise ConfigError(f"dtype: expected one of {', '.join(DTYPES)}, got {self.dtype!r}")
-        if self.attention not in ("auto", "sdpa"):
-            raise ConfigError(f"attention: expected auto or sdpa, got {self.attention!r}")
+        if self.kernels not in ("auto", "torch"):
+            raise ConfigError(f"kernels: expected auto or torch, got {self.kernels!r}")
         if self.mode not in ("inference", "train"):
             raise ConfigError(f"mode: expected inference or train, got {self.mode!r}")
         if self.batch_size <= 0 or self.rounds <= 0:
@@ -103,8 +104,8 @@ def _matmul(setup: Setup) -> tuple[Callable[[], Any], int]:
 def build_vitkit(setup: Setup) -> torch.nn.Module:
     model = VisionTransformer(setup.config).to(setup.device)
     model.set_grad_checkpointing(setup.grad_checkpointing)
-    if attention_kernel(setup) != "sdpa":
-        model.set_attention_kernel(cpu_attention.attention)
+    if inference_kernels(setup) != "torch":
+        model.set_inference_kernels(cpu_inference)
     if setup.compile:
         if setup.device == "cpu" and setup.mode == "inference":
             import torch._inductor.config as inductor_config
@@ -115,12 +116,12 @@ def build_vitkit(setup: Setup) -> torch.nn.Module:
     return model
 
 
-def attention_kernel(setup: Setup) -> str:
-    """Which attention vitkit runs: its C++ kernel for fp32 CPU inference where it builds, else SDPA."""
-    cpu_inference = setup.device == "cpu" and setup.dtype == "fp32" and setup.mode == "inference"
-    if setup.attention == "auto" and cpu_inference and cpu_attention.load():
+def inference_kernels(setup: Setup) -> str:
+    """Which attention and GELU vitkit runs: its C++ kernels for fp32 CPU inference where they build, else torch's."""
+    fp32_cpu_inference = setup.device == "cpu" and setup.dtype == "fp32" and setup.mode == "inference"
+    if setup.kernels == "auto" and fp32_cpu_inference and cpu_inference.load():
         return "vitkit-cpu"
-    return "sdpa"
+    return "torch"
 
 
 def build_reference(name: str, config: ViTConfig, device: str) -> torch.nn.Module:
@@ -185,7 +186,11 @@ def interleaved_times(steps: dict[str, Callable[[], Any]], *, device: str, round
 
 
 def peak_memory_mb(step: Callable[[], Any], device: str) -> float:
-    """Extra memory at the high-water mark of one step: allocator peak on CUDA, resident-set peak on CPU."""
+    """Memory allocated at the high-water mark of one step beyond what was allocated before it (the allocator's view).
+
+    On CUDA from the allocator's statistics; on CPU, which keeps none, from the allocations and frees
+    torch's profiler records. Either way it does not depend on what the C library keeps cached.
+    """
     if device.startswith("cuda"):
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
@@ -193,14 +198,30 @@ def peak_memory_mb(step: Callable[[], Any], device: str) -> float:
         step()
         torch.cuda.synchronize()
         return (torch.cuda.max_memory_allocated() - base) / 2**20
-    base = _proc_status_kb("VmRSS")
+    from torch.profiler import ProfilerActivity, profile
+
+    with _stderr_silenced(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        step()
+    events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events() if e.name() == "[memory]")
+    live = peak = 0
+    for _, nbytes in events:
+        live += nbytes
+        peak = max(peak, live)
+    return peak / 2**20
+
+
+@contextmanager
+def _stderr_silenced():
+    """The profiler's C++ side prints start/stop lines straight to file descriptor 2."""
+    sys.stderr.flush()
+    saved = os.dup(2)
     try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")  # reset the resident-set high-water mark
-    except OSError:
-        return float("nan")
-    step()
-    return (_proc_status_kb("VmHWM") - base) / 1024
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def activation_memory_mb(model: torch.nn.Module, x: torch.Tensor) -> float:
@@ -222,17 +243,6 @@ def activation_memory_mb(model: torch.nn.Module, x: torch.Tensor) -> float:
         out = model(x)
     del out
     return sum(seen.values()) / 2**20
-
-
-def _proc_status_kb(field: str) -> float:
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith(field + ":"):
-                    return float(line.split()[1])
-    except OSError:
-        pass
-    return float("nan")
 
 
 def device_name(device: str) -> str:
@@ -286,7 +296,7 @@ def run(setup: Setup, compare: list[str] | tuple[str, ...] = ()) -> dict[str, An
         "batch_size": setup.batch_size,
         "image_size": list(c.image_size),
         "compile": setup.compile,
-        "attention": attention_kernel(setup),
+        "kernels": inference_kernels(setup),
         "grad_checkpointing": setup.grad_checkpointing,
         "rounds": setup.rounds,
         "gflops_per_image": flops / setup.batch_size / 1e9,
@@ -309,7 +319,7 @@ def format_table(report: dict[str, Any]) -> str:
     head = (
         f"{report['mode']} {report['dtype']} batch {report['batch_size']} at {report['image_size'][0]}x{report['image_size'][1]}"
         f" on {report['device']} ({report['date']}, torch {report['torch']}, compile={report['compile']},"
-        f" attention={report['attention']})\n"
+        f" kernels={report['kernels']})\n"
         f"{report['gflops_per_image']:.2f} GFLOPs per image (model FLOPs, for every MFU){_executed_note(report)}\n"
         f"measured matmul peak {report['peak_tflops'] * 1e3:.1f} GFLOP/s\n"
     )

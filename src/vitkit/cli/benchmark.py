@@ -26,9 +26,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--mode", choices=["inference", "train", "both"], default="inference")
     p.add_argument("--compile", choices=["auto", "on", "off"], default="auto",
                    help="torch.compile vitkit (auto: on; CPU inference also freezes weights into packed GEMMs)")
-    p.add_argument("--attention", choices=["auto", "sdpa"], default="auto",
-                   help="auto: vitkit's C++ kernel for fp32 CPU inference (built on first use), else SDPA; "
-                   "sdpa: always torch's scaled_dot_product_attention")
+    p.add_argument("--kernels", choices=["auto", "torch"], default="auto",
+                   help="auto: vitkit's C++ attention and bias+GELU kernels for fp32 CPU inference (built on first use); "
+                   "torch: always torch's scaled_dot_product_attention and GELU")
     p.add_argument("--grad-checkpointing", action="store_true", help="train with activation checkpointing per block")
     p.add_argument("--compare", default="", help="comma-separated references: transformers,timm (or 'all' installed)")
     p.add_argument("--rounds", type=int, default=5)
@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     reports = []
     for mode in modes:
         setup = benchmark.Setup(config=config, batch_size=args.batch, dtype=dtype, device=device, mode=mode,
-                                compile=args.compile != "off", attention=args.attention, rounds=args.rounds,
+                                compile=args.compile != "off", kernels=args.kernels, rounds=args.rounds,
                                 grad_checkpointing=args.grad_checkpointing)
         report = benchmark.run(setup, compare)
         report["model"] = args.model

@@ -7,14 +7,14 @@
 
 Attention has one fast path (torch's fused scaled_dot_product_attention) and one explicit path
 that also returns the attention probabilities (`forward_explicit`), used only for inspection.
-For inference a faster kernel can stand in for the fast path (`set_attention_kernel`, e.g.
-vitkit.kernels.cpu_attention); it computes the same sums.
+For inference, faster kernels can stand in for attention and the MLP's bias + GELU
+(`set_inference_kernels`, e.g. vitkit.kernels.cpu_inference); they compute the same sums.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Callable, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -25,6 +25,22 @@ from vitkit.errors import ConfigError
 
 from .config import ViTConfig
 from .resnet import ResNetBackbone
+
+
+class InferenceKernels(Protocol):
+    """Stand-ins for a block's two hot spots in inference (eval mode, no gradients); a module may be one."""
+
+    def attention(self, qkv: torch.Tensor, bias: torch.Tensor, num_heads: int) -> torch.Tensor:
+        """(B, T, 3D) fused Q/K/V projections before their bias -> (B, T, D), heads side by side."""
+        ...
+
+    def bias_gelu_(self, h: torch.Tensor, bias: torch.Tensor, approximate: bool) -> torch.Tensor:
+        """GELU(h + bias), the tanh form if `approximate`; may write over h."""
+        ...
+
+
+def _inference(module: nn.Module) -> bool:
+    return not (module.training or torch.is_grad_enabled())
 
 
 class Attention(nn.Module):
@@ -39,7 +55,7 @@ class Attention(nn.Module):
         self.proj = nn.Linear(width, width)
         self.proj_drop = nn.Dropout(dropout)
         self.softmax = nn.Softmax(dim=-1)  # a named module, so inspection can hook it
-        self.kernel: Callable[[torch.Tensor, int], torch.Tensor] | None = None  # (B, T, 3D), heads -> (B, T, D)
+        self.kernels: InferenceKernels | None = None
 
     def _qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         B, T, D = x.shape
@@ -55,8 +71,9 @@ class Attention(nn.Module):
 
     def forward(self, x: torch.Tensor, *, queries: int | None = None) -> torch.Tensor:
         """(B, T, D) -> (B, T, D); with `queries=n` only the first n tokens attend: (B, n, D)."""
-        if self.kernel is not None and queries is None and not (self.training or torch.is_grad_enabled()):
-            return self.proj_drop(self.proj(self.kernel(self.qkv(x), self.num_heads)))  # inference kernel
+        if self.kernels is not None and queries is None and _inference(self):
+            qkv = F.linear(x, self.qkv.weight)  # the kernel adds the bias
+            return self.proj_drop(self.proj(self.kernels.attention(qkv, self.qkv.bias, self.num_heads)))
         if queries is None:
             q, k, v = self._qkv(x)
         else:
@@ -90,8 +107,12 @@ class Mlp(nn.Module):
         self.act = nn.GELU(approximate="tanh" if act == "gelu_tanh" else "none")
         self.fc2 = nn.Linear(mlp_dim, width)
         self.drop = nn.Dropout(dropout)
+        self.kernels: InferenceKernels | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.kernels is not None and _inference(self):  # fc1's bias and GELU in one pass
+            h = self.kernels.bias_gelu_(F.linear(x, self.fc1.weight), self.fc1.bias, self.act.approximate == "tanh")
+            return self.fc2(h)
         return self.drop(self.fc2(self.drop(self.act(self.fc1(x)))))
 
 
@@ -292,13 +313,13 @@ class VisionTransformer(nn.Module):
         """Activation checkpointing per block: less memory in training for one more forward pass."""
         self.grad_checkpointing = enable
 
-    def set_attention_kernel(self, kernel: Callable[[torch.Tensor, int], torch.Tensor] | None) -> None:
-        """Inference only (no grad, eval mode): attention through `kernel(qkv (B, T, 3D), heads) -> (B, T, D)`.
+    def set_inference_kernels(self, kernels: InferenceKernels | None) -> None:
+        """Inference only (no grad, eval mode): attention and the MLP's bias + GELU through `kernels`.
 
-        None restores scaled_dot_product_attention. Training and gradients always use SDPA.
+        None restores torch's ops (scaled_dot_product_attention, nn.GELU); training and gradients always use them.
         """
         for block in self.blocks:
-            block.attn.kernel = kernel
+            block.attn.kernels = block.mlp.kernels = kernels
 
     def no_weight_decay(self) -> set[str]:
         """Parameter names that take no weight decay besides norms and biases."""

@@ -1,0 +1,112 @@
+"""fp32 CPU inference kernels for the transformer block (cpu_inference.cpp): attention and bias + GELU.
+
+    if cpu_inference.load():
+        model.set_inference_kernels(cpu_inference)   # eval + no_grad only; training keeps torch's ops
+
+`attention` takes the fused Q/K/V projection before its bias and does the bias and softmax(q k^T /
+sqrt(d_head)) v of every head in one pass; `bias_gelu_` adds the first MLP layer's bias and applies
+GELU in one pass, in place, about twice as fast as torch's erf. The C++ source is compiled once per machine and
+torch version with the system compiler (as torch.compile does) into a cache directory ($VITKIT_CACHE,
+else ~/.cache/vitkit). Where it cannot be built, `load()` warns once and returns False, and models keep
+torch's ops. Inputs the kernels do not cover (GPU, other dtypes, sequences longer than MAX_TOKENS,
+whose T x T scores would not stay in cache, or any input before a successful `load()`) go through
+torch's own ops inside these functions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import warnings
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from vitkit.checkpoint.io import atomic_path
+
+SOURCE = Path(__file__).with_name("cpu_inference.cpp")
+MAX_TOKENS = 2048
+_ISA_FLAGS = {  # torch's own CPU capability (ATEN_CPU_CAPABILITY overrides it) decides the vector width
+    "AVX512": ["-mavx512f", "-mavx512dq", "-mavx512vl", "-mavx512bw", "-mfma", "-DCPU_CAPABILITY_AVX512"],
+    "AVX2": ["-mavx2", "-mfma", "-DCPU_CAPABILITY_AVX2"],
+}
+_loaded: bool | None = None  # None: not tried yet
+
+
+def _covered(t: torch.Tensor) -> bool:
+    return bool(_loaded) and t.device.type == "cpu" and t.dtype == torch.float32 and not t.requires_grad
+
+
+def attention(qkv: torch.Tensor, bias: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """(B, T, 3D) Q/K/V projections before their (3D) bias -> (B, T, D): softmax(q k^T / sqrt(d_head)) v, heads side by side."""
+    B, T, three_d = qkv.shape
+    head_dim = three_d // 3 // num_heads
+    if _covered(qkv) and T <= MAX_TOKENS and bias.dtype == torch.float32:
+        return torch.ops.vitkit.attention(qkv.contiguous(), bias.contiguous(), num_heads, head_dim**-0.5)
+    q, k, v = (t.transpose(1, 2) for t in (qkv + bias).view(B, T, 3, num_heads, head_dim).unbind(2))
+    return F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(B, T, three_d // 3)
+
+
+def bias_gelu_(h: torch.Tensor, bias: torch.Tensor, approximate: bool = False) -> torch.Tensor:
+    """GELU(h + bias) over the last dimension, written over h where the kernel runs (h is not needed after).
+
+    `approximate`: the tanh form instead of the exact (erf) one.
+    """
+    if _covered(h) and h.dim() >= 1 and bias.dtype == torch.float32:
+        out = h.contiguous()
+        torch.ops.vitkit.bias_gelu_(out, bias.contiguous(), approximate)
+        return out
+    return F.gelu(h + bias, approximate="tanh" if approximate else "none")
+
+
+def load() -> bool:
+    """Build (or find in the cache) and register torch.ops.vitkit.*; False, with a warning, if impossible."""
+    global _loaded
+    if _loaded is None:
+        try:
+            torch.ops.load_library(str(_build()))
+            torch.library.register_fake("vitkit::attention")(_attention_shape)
+            torch.library.register_fake("vitkit::bias_gelu_")(lambda h, bias, approximate: None)
+            _loaded = True
+        except Exception as e:  # no compiler, no BLAS symbol, a read-only cache: torch's ops still work
+            warnings.warn(f"vitkit's CPU inference kernels are unavailable ({e}); using torch's SDPA and GELU", stacklevel=2)
+            _loaded = False
+    return _loaded
+
+
+def _attention_shape(qkv: torch.Tensor, bias: torch.Tensor, heads: int, scale: float) -> torch.Tensor:
+    return qkv.new_empty(qkv.shape[0], qkv.shape[1], qkv.shape[2] // 3)
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("VITKIT_CACHE") or os.path.join(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"), "vitkit")
+    return Path(root) / "kernels"
+
+
+def _build() -> Path:
+    from torch.utils import cpp_extension
+
+    cxx = os.environ.get("CXX", "c++")
+    if shutil.which(cxx) is None:
+        raise RuntimeError(f"no C++ compiler ({cxx!r} not found; install g++ or set CXX)")
+    lib_dir = Path(torch.__file__).parent / "lib"
+    flags = [
+        "-O3", "-std=c++20", "-shared", "-fPIC", "-fopenmp",
+        f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
+        *_ISA_FLAGS.get(torch.backends.cpu.get_cpu_capability(), []),
+        *(f"-I{p}" for p in cpp_extension.include_paths()),
+    ]
+    key = hashlib.sha256("\n".join([SOURCE.read_text(), torch.__version__, cxx, *flags]).encode()).hexdigest()[:16]
+    target = cache_dir() / f"cpu_inference-{key}.so"
+    if target.exists():
+        return target
+    with atomic_path(target) as tmp:  # built aside, then renamed: never half a file
+        cmd = [cxx, *flags, str(SOURCE), "-o", str(tmp), f"-L{lib_dir}", "-lc10", "-ltorch_cpu", f"-Wl,-rpath,{lib_dir}"]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode != 0:
+            errors = [line for line in done.stderr.splitlines() if "error" in line] or [f"exit code {done.returncode}"]
+            raise subprocess.SubprocessError(f"{cxx} failed: {errors[0].strip()}")
+    return target

@@ -1,0 +1,192 @@
+import os
+import subprocess
+import sys
+import warnings
+from types import SimpleNamespace
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from vitkit.kernels import cpu_inference
+from vitkit.models import VisionTransformer, get_config
+
+if not cpu_inference.load():
+    pytest.fail("the CPU inference kernels did not build on this machine (see the warning above)")
+
+
+def sdpa_reference(qkv: torch.Tensor, bias: torch.Tensor, heads: int) -> torch.Tensor:
+    B, T, three_d = qkv.shape
+    q, k, v = (t.transpose(1, 2) for t in (qkv + bias).view(B, T, 3, heads, three_d // 3 // heads).unbind(2))
+    return F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(B, T, three_d // 3)
+
+
+@pytest.mark.parametrize(
+    "B, T, heads, head_dim, gain",
+    [(2, 197, 6, 64, 1.0), (3, 50, 3, 24, 1.0), (1, 17, 4, 8, 1.0), (1, 5, 1, 3, 1.0), (2, 65, 2, 16, 30.0)],
+)
+def test_attention_matches_sdpa(B, T, heads, head_dim, gain):
+    """Odd lengths and head sizes take the vector tails; gain 30 gives scores far apart (near-one-hot rows).
+
+    The bias is large, so a kernel that dropped the query or value bias, or mishandled the key bias it
+    leaves out (softmax cancels it), would be far off.
+    """
+    qkv = torch.randn(B, T, 3 * heads * head_dim) * gain
+    bias = torch.randn(3 * heads * head_dim) * 3
+    out = torch.ops.vitkit.attention(qkv, bias, heads, head_dim**-0.5)
+    assert out.shape == (B, T, heads * head_dim)
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out, sdpa_reference(qkv, bias, heads), atol=2e-5 * gain * 3, rtol=1e-5)
+
+
+def test_attention_wrapper_hands_what_the_kernel_does_not_cover_to_sdpa(monkeypatch):
+    bias = torch.randn(3 * 16)
+    qkv = torch.randn(2, 9, 3 * 16, dtype=torch.float64)  # not float32: SDPA
+    torch.testing.assert_close(cpu_inference.attention(qkv, bias.double(), 2), sdpa_reference(qkv, bias.double(), 2))
+    strided = torch.randn(2, 3 * 16, 9).transpose(1, 2)  # made contiguous for the kernel
+    torch.testing.assert_close(cpu_inference.attention(strided, bias, 2), sdpa_reference(strided, bias, 2), atol=1e-5, rtol=1e-5)
+    monkeypatch.setattr(cpu_inference, "_loaded", False)  # a failed build: SDPA, never the missing op
+    qkv = torch.randn(2, 9, 3 * 16)
+    torch.testing.assert_close(cpu_inference.attention(qkv, bias, 2), sdpa_reference(qkv, bias, 2))
+
+
+def test_kernels_reject_layouts_they_cannot_read():
+    with pytest.raises(RuntimeError, match="heads"):
+        torch.ops.vitkit.attention(torch.randn(1, 4, 3 * 10), torch.zeros(30), 3, 1.0)
+    with pytest.raises(RuntimeError, match="contiguous float32"):
+        torch.ops.vitkit.attention(torch.randn(1, 4, 30, dtype=torch.float64), torch.zeros(30), 2, 1.0)
+    with pytest.raises(RuntimeError, match="bias of 30 values"):
+        torch.ops.vitkit.attention(torch.randn(1, 4, 30), torch.zeros(10), 2, 1.0)
+    with pytest.raises(RuntimeError, match="bias of 8 values"):
+        torch.ops.vitkit.bias_gelu_(torch.randn(3, 8), torch.zeros(7), False)
+
+
+GELU_INPUTS = torch.cat([torch.linspace(-12, 12, 240_013), torch.tensor([0.0, 6.0, -6.0, 5.99999, 1e30, -1e30])])
+
+
+@pytest.mark.parametrize("approximate", [False, True])
+def test_bias_gelu_is_as_accurate_as_float32_allows(approximate):
+    """Every piece of the tail table and both ends of its range, against float64; a column count
+    that is not a multiple of 16 takes the masked tail."""
+    form = "tanh" if approximate else "none"
+    h = GELU_INPUTS.view(-1, 13)
+    bias = torch.linspace(-0.5, 0.5, 13)
+    exact = F.gelu((h + bias).double(), approximate=form)
+    torch_error = (F.gelu(h + bias, approximate=form).double() - exact).abs().max().item()
+    got = cpu_inference.bias_gelu_(h, bias, approximate).double()
+    assert (got - exact).abs().max().item() < 3e-7 < 3 * torch_error  # torch's own float32 GELU is further off
+
+
+def test_bias_gelu_keeps_nan_and_infinity():
+    out = torch.tensor([[float("nan"), float("inf"), -float("inf"), 0.0]])
+    torch.ops.vitkit.bias_gelu_(out, torch.zeros(4), False)
+    assert out[0, 0].isnan() and out[0, 1] == float("inf") and abs(out[0, 2].item()) < 1e-8 and out[0, 3] == 0
+
+
+def test_bias_gelu_without_avx512_uses_the_closed_forms(tmp_path):
+    """ATEN_CPU_CAPABILITY=avx2 builds the library without AVX-512; its GELU must agree too."""
+    script = (
+        "import torch, torch.nn.functional as F\n"
+        "from vitkit.kernels import cpu_inference\n"
+        "assert cpu_inference.load() and torch.backends.cpu.get_cpu_capability() == 'AVX2'\n"
+        "h, b = torch.randn(7, 37) * 4, torch.randn(37)\n"
+        "for a, form in ((False, 'none'), (True, 'tanh')):\n"
+        "    want = F.gelu(h + b, approximate=form)\n"
+        "    torch.testing.assert_close(cpu_inference.bias_gelu_(h.clone(), b, a), want, atol=1e-6, rtol=1e-6)\n"
+        "print('ok')\n"
+    )
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": "avx2", "VITKIT_CACHE": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+    assert len(list((tmp_path / "kernels").glob("cpu_inference-*.so"))) == 1
+
+
+def test_bias_gelu_works_in_place():
+    h, bias = torch.randn(5, 40), torch.randn(40)
+    want = F.gelu(h + bias)
+    out = cpu_inference.bias_gelu_(h, bias)
+    assert out.data_ptr() == h.data_ptr()
+    torch.testing.assert_close(h, want, atol=1e-6, rtol=1e-6)
+
+
+def test_bias_gelu_wrapper_falls_back_to_torch(monkeypatch):
+    h, bias = torch.randn(3, 20, dtype=torch.float64), torch.randn(20, dtype=torch.float64)
+    torch.testing.assert_close(cpu_inference.bias_gelu_(h, bias), F.gelu(h + bias))
+    monkeypatch.setattr(cpu_inference, "_loaded", False)
+    h, bias = torch.randn(3, 20), torch.randn(20)
+    torch.testing.assert_close(cpu_inference.bias_gelu_(h, bias, approximate=True), F.gelu(h + bias, approximate="tanh"))
+
+
+def _model(**overrides):
+    model = VisionTransformer(get_config("vit_test", num_classes=5, **overrides)).eval()
+    with torch.no_grad():
+        model.head.weight.normal_()  # the zero-initialised head would hide any difference
+        for block in model.blocks:  # biases start at zero; the kernels must add them
+            for linear in (block.attn.qkv, block.mlp.fc1):
+                linear.bias.normal_()
+    return model
+
+
+@pytest.mark.parametrize("act", ["gelu", "gelu_tanh"])
+def test_model_with_kernels_matches_torch_in_inference(act):
+    model = _model(mlp_act=act)
+    x = torch.randn(3, 3, 16, 16)
+    with torch.inference_mode():
+        want = model(x), model.forward_features(x)
+        model.set_inference_kernels(cpu_inference)
+        got = model(x), model.forward_features(x)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+def test_training_and_gradients_never_reach_the_kernels():
+    calls = []
+
+    def spy(name):
+        def call(*args):
+            calls.append(name)
+            return getattr(cpu_inference, name)(*args)
+
+        return call
+
+    model = _model()
+    model.set_inference_kernels(SimpleNamespace(attention=spy("attention"), bias_gelu_=spy("bias_gelu_")))
+    x = torch.randn(2, 3, 16, 16)
+    model(x).sum().backward()  # eval mode, gradients on
+    model.train()
+    model(x).sum().backward()
+    assert calls == [] and model.blocks[0].attn.qkv.weight.grad is not None
+    model.eval()
+    with torch.no_grad():
+        model.forward_features(x)
+    assert sorted(calls) == ["attention"] * len(model.blocks) + ["bias_gelu_"] * len(model.blocks)
+    model.set_inference_kernels(None)
+    with torch.no_grad():
+        model.forward_features(x)
+    assert len(calls) == 2 * len(model.blocks)
+
+
+def test_compiled_model_calls_the_kernels():
+    model = _model()
+    x = torch.randn(2, 3, 16, 16)
+    with torch.inference_mode():
+        want = model(x)
+        model.set_inference_kernels(cpu_inference)
+        compiled = torch.compile(model, fullgraph=True)
+        torch.testing.assert_close(compiled(x), want, atol=1e-5, rtol=1e-5)
+
+
+def test_build_is_cached_and_a_missing_compiler_falls_back(monkeypatch, tmp_path):
+    first = cpu_inference._build()
+    stamp = first.stat().st_mtime_ns
+    assert cpu_inference._build() == first and first.stat().st_mtime_ns == stamp  # no second compile
+    assert first.parent == cpu_inference.cache_dir() and str(first).startswith(os.environ["VITKIT_CACHE"])
+
+    monkeypatch.setattr(cpu_inference, "_loaded", None)
+    monkeypatch.setenv("VITKIT_CACHE", str(tmp_path))
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert cpu_inference.load() is False
+    assert any("no C++ compiler" in str(w.message) and "SDPA" in str(w.message) for w in caught)
+    assert list(tmp_path.iterdir()) == []  # nothing half-written
