@@ -1,3 +1,4 @@
+import copy
 import os
 import subprocess
 import sys
@@ -137,6 +138,16 @@ def test_model_with_kernels_matches_torch_in_inference(act):
         got = model(x), model.forward_features(x)
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+def test_a_model_with_kernels_deep_copies():
+    model = _model()
+    model.set_inference_kernels(cpu_inference)
+    twin = copy.deepcopy(model)  # e.g. for an EMA copy
+    assert twin.blocks[0].attn.kernel is cpu_inference.attention and twin.blocks[0].mlp.kernel is cpu_inference.bias_gelu_
+    x = torch.randn(2, 3, 16, 16)
+    with torch.inference_mode():
+        torch.testing.assert_close(twin(x), model(x))
 
 
 def test_training_and_gradients_never_reach_the_kernels():

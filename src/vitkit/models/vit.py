@@ -55,7 +55,7 @@ class Attention(nn.Module):
         self.proj = nn.Linear(width, width)
         self.proj_drop = nn.Dropout(dropout)
         self.softmax = nn.Softmax(dim=-1)  # a named module, so inspection can hook it
-        self.kernels: InferenceKernels | None = None
+        self.kernel: Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor] | None = None  # InferenceKernels.attention
 
     def _qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         B, T, D = x.shape
@@ -71,9 +71,9 @@ class Attention(nn.Module):
 
     def forward(self, x: torch.Tensor, *, queries: int | None = None) -> torch.Tensor:
         """(B, T, D) -> (B, T, D); with `queries=n` only the first n tokens attend: (B, n, D)."""
-        if self.kernels is not None and queries is None and _inference(self):
+        if self.kernel is not None and queries is None and _inference(self):
             qkv = F.linear(x, self.qkv.weight)  # the kernel adds the bias
-            return self.proj_drop(self.proj(self.kernels.attention(qkv, self.qkv.bias, self.num_heads)))
+            return self.proj_drop(self.proj(self.kernel(qkv, self.qkv.bias, self.num_heads)))
         if queries is None:
             q, k, v = self._qkv(x)
         else:
@@ -107,11 +107,11 @@ class Mlp(nn.Module):
         self.act = nn.GELU(approximate="tanh" if act == "gelu_tanh" else "none")
         self.fc2 = nn.Linear(mlp_dim, width)
         self.drop = nn.Dropout(dropout)
-        self.kernels: InferenceKernels | None = None
+        self.kernel: Callable[[torch.Tensor, torch.Tensor, bool], torch.Tensor] | None = None  # InferenceKernels.bias_gelu_
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.kernels is not None and _inference(self):  # fc1's bias and GELU in one pass
-            h = self.kernels.bias_gelu_(F.linear(x, self.fc1.weight), self.fc1.bias, self.act.approximate == "tanh")
+        if self.kernel is not None and _inference(self):  # fc1's bias and GELU in one pass
+            h = self.kernel(F.linear(x, self.fc1.weight), self.fc1.bias, self.act.approximate == "tanh")
             return self.fc2(h)
         return self.drop(self.fc2(self.drop(self.act(self.fc1(x)))))
 
@@ -318,8 +318,9 @@ class VisionTransformer(nn.Module):
 
         None restores torch's ops (scaled_dot_product_attention, nn.GELU); training and gradients always use them.
         """
-        for block in self.blocks:
-            block.attn.kernels = block.mlp.kernels = kernels
+        for block in self.blocks:  # the functions, not `kernels` itself: a model with them still deep-copies
+            block.attn.kernel = None if kernels is None else kernels.attention
+            block.mlp.kernel = None if kernels is None else kernels.bias_gelu_
 
     def no_weight_decay(self) -> set[str]:
         """Parameter names that take no weight decay besides norms and biases."""
