@@ -31,6 +31,11 @@ def train_losses(run) -> dict[int, float]:
     return {r["step"]: r["loss"] for r in rows if r["kind"] == "train"}
 
 
+def val_losses(run) -> dict[int, float]:
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: r["val_loss"] for r in rows if r["kind"] == "val"}
+
+
 @pytest.fixture(scope="module")
 def single(tmp_path_factory):
     out = tmp_path_factory.mktemp("dist") / "single"
@@ -67,6 +72,29 @@ def test_fsdp_resumes_on_another_world_size(single, tmp_path):
     assert list(resumed) == [1, 2, 3, 4, 5, 6]
     for step in one:
         assert resumed[step] == pytest.approx(one[step], abs=1e-5), step
+
+
+def test_fsdp_keeps_ema_weights_across_a_resume_on_another_world_size(tmp_path):
+    """EMA under FSDP: averaged shard by shard, saved with the shards, resharded on resume, gathered at the end."""
+    ema = ["train.ema=0.8", "train.eval_every=3"]  # validation through the EMA weights at steps 3 and 6
+    single, sharded = tmp_path / "single", tmp_path / "fsdp"
+    vitkit_train("--out", str(single), "train.steps=6", *COMMON, *ema)
+    vitkit_train("--out", str(sharded), "train.steps=3", "train.strategy=fsdp", *COMMON, *ema, nproc=2)
+    vitkit_train("--resume", str(sharded), "train.steps=6", nproc=1)
+    one, resumed = train_losses(single), train_losses(sharded)
+    assert list(resumed) == [1, 2, 3, 4, 5, 6]
+    for step in one:
+        assert resumed[step] == pytest.approx(one[step], abs=1e-5), step
+    a, b = load_pretrained(single / "final"), load_pretrained(sharded / "final")  # the EMA weights
+    x = torch.randn(4, 3, 16, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(b.forward_features(x), a.forward_features(x), atol=1e-4, rtol=1e-4)
+        last = load_pretrained(sharded / "checkpoints" / "step_0000006")  # the live weights: not the average
+        assert (last.forward_features(x) - a.forward_features(x)).abs().max() > 1e-3
+    vals, want = val_losses(sharded), val_losses(single)
+    assert list(vals) == list(want) == [3, 6]
+    for step in want:
+        assert vals[step] == pytest.approx(want[step], abs=1e-4), step
 
 
 def test_fsdp_without_torchrun_is_a_clear_error(run_cli, tmp_path):

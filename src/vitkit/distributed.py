@@ -145,21 +145,38 @@ def full_state_dict(model: nn.Module, d: Dist) -> dict[str, torch.Tensor]:
     return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
 
-def save_sharded(model: nn.Module, optimizer: torch.optim.Optimizer, path: Path) -> None:
-    """Every rank writes its shards of the model and optimizer state to `path` (a directory)."""
+def full_tensors(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Whole tensors on CPU from a state dict whose entries may be FSDP shards (every rank must call)."""
+    from torch.distributed.tensor import DTensor
+
+    return {k: (v.full_tensor() if isinstance(v, DTensor) else v).detach().cpu() for k, v in state.items()}
+
+
+def save_sharded(model: nn.Module, optimizer: torch.optim.Optimizer, path: Path, ema: dict[str, torch.Tensor] | None = None) -> None:
+    """Every rank writes its shards of the model, optimizer and (if kept) EMA state to `path` (a directory)."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
     model_state, optim_state = get_state_dict(model, optimizer)
-    dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(path))
+    state = {"model": model_state, "optim": optim_state}
+    if ema is not None:
+        state["ema"] = ema
+    dcp.save(state, checkpoint_id=str(path))
 
 
-def load_sharded(model: nn.Module, optimizer: torch.optim.Optimizer, path: Path) -> None:
-    """Load a sharded checkpoint written with any world size into this run's shards."""
+def load_sharded(model: nn.Module, optimizer: torch.optim.Optimizer, path: Path, ema: dict[str, torch.Tensor] | None = None) -> None:
+    """Load a sharded checkpoint written with any world size into this run's shards.
+
+    `ema` (sharded like the model's state dict) is filled in place when the checkpoint holds EMA weights;
+    a run that did not keep them starts its average from the current weights.
+    """
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
     model_state, optim_state = get_state_dict(model, optimizer)
     state = {"model": model_state, "optim": optim_state}
+    saved = dcp.FileSystemReader(str(path)).read_metadata().state_dict_metadata
+    if ema is not None and any(key.startswith("ema.") for key in saved):
+        state["ema"] = ema
     dcp.load(state, checkpoint_id=str(path))
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])

@@ -172,17 +172,18 @@ def _write_dir(target: Path, fill, world: distributed.Dist = distributed.Dist())
 
 
 def save_checkpoint(out: Path, model: nn.Module, extra: dict, state: dict, tensors: dict, keep: int,
-                    world: distributed.Dist = distributed.Dist(), optimizer: torch.optim.Optimizer | None = None) -> Path:
+                    world: distributed.Dist = distributed.Dist(), optimizer: torch.optim.Optimizer | None = None,
+                    ema: dict[str, torch.Tensor] | None = None) -> Path:
     """checkpoints/step_N: the model (vitkit format) plus the training state; keeps the `keep` newest.
 
-    Under FSDP every rank also writes its shards of model and optimizer to step_N/sharded/ (DCP).
+    Under FSDP every rank also writes its shards of model, optimizer and EMA weights to step_N/sharded/ (DCP).
     """
     target = out / "checkpoints" / f"step_{state['step']:07d}"
     whole = _whole_model(model, world)
 
     def fill(tmp: Path) -> None:
         if world.sharded:
-            distributed.save_sharded(model, optimizer, tmp / SHARDED)
+            distributed.save_sharded(model, optimizer, tmp / SHARDED, ema)
         if world.main:
             save_pretrained(whole, tmp, extra=extra)
             with atomic_path(tmp / STATE_TENSORS) as f:
@@ -261,8 +262,6 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
     accum = t.batch_size // micro
     if micro % world.size:
         raise ConfigError(f"train.micro_batch: {micro} images per micro-batch do not split evenly across {world.size} processes")
-    if world.sharded and t.ema:
-        raise ConfigError("train.ema: EMA weights are not supported with train.strategy=fsdp; drop train.ema")
     checkpoints = step_checkpoints(out)
     if resume and not checkpoints:
         raise CheckpointError(f"{out}: no checkpoint to resume from (expected {out}/checkpoints/step_*/)")
@@ -317,11 +316,12 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
     module = distributed.wrap(trainable, world, device)  # what the step calls: it, DDP around it, or the model sharded in place
     optimizer = make_optimizer(trainable, t)
     scaler = torch.amp.GradScaler(device.type, enabled=amp_dtype == torch.float16)
+    # EMA weights: shaped as the model's state dict, so sharded like it under FSDP (updated without communication)
     ema = {k: v.detach().clone() for k, v in model.state_dict().items()} if t.ema else None
     if resume and world.sharded:
         if not (checkpoints[-1] / SHARDED).is_dir():
             raise CheckpointError(f"{checkpoints[-1]}: written without train.strategy=fsdp; resume it with the strategy it was trained with")
-        distributed.load_sharded(model, optimizer, checkpoints[-1] / SHARDED)
+        distributed.load_sharded(model, optimizer, checkpoints[-1] / SHARDED, ema)
     elif resume and "optimizer" not in tensors:
         raise CheckpointError(f"{checkpoints[-1]}: written with train.strategy=fsdp; resume it with torchrun and train.strategy=fsdp")
     if resume:
@@ -369,7 +369,7 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
         state.update(step=step, epoch=epoch, position=position, seed=t.seed, micro_batch=micro,
                      elapsed_s=elapsed_before + time.perf_counter() - started,
                      window={"loss": window["loss"], "steps": window["steps"]})  # the loss averaged until the next log line
-        tensors = {"scaler": scaler.state_dict(), "rng_cpu": torch.get_rng_state(), "ema": ema or {},
+        tensors = {"scaler": scaler.state_dict(), "rng_cpu": torch.get_rng_state(), "ema": {} if world.sharded else ema or {},
                    "rng_cpu_ranks": distributed.gather_objects(torch.get_rng_state(), world)}
         if not world.sharded:  # under FSDP the optimizer is sharded: step_N/sharded/
             tensors["optimizer"] = optimizer.state_dict()
@@ -377,7 +377,7 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
             tensors["rng_cuda"] = torch.cuda.get_rng_state(device)
         if objective is not None:  # masked patch prediction (issue 9)
             tensors["masked_patch"] = objective.objective_state()
-        save_checkpoint(out, model, extra, state, tensors, t.keep_checkpoints, world, optimizer)
+        save_checkpoint(out, model, extra, state, tensors, t.keep_checkpoints, world, optimizer, ema)
 
     model.train()
     nonfinite = faults.NonFinite(state, t.max_nonfinite_steps, check_grads=not scaler.is_enabled())
@@ -451,7 +451,7 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
     export = _whole_model(model, world)
     if ema is not None:
         export = VisionTransformer(model.config)
-        export.load_state_dict({k: v.cpu() for k, v in ema.items()})
+        export.load_state_dict(distributed.full_tensors(ema))
     _write_dir(out / "final", lambda tmp: world.main and save_pretrained(export, tmp, extra=extra), world)
     if not world.main:
         return {"rank": world.rank}
