@@ -103,12 +103,22 @@ def test_fsdp_without_torchrun_is_a_clear_error(run_cli, tmp_path):
     assert "Traceback" not in result.stderr
 
 
-def test_masked_patch_pretraining_runs_under_ddp(tmp_path):
-    out = tmp_path / "mpp"
-    vitkit_train("--out", str(out), "train.steps=3", "train.objective=masked_patch", *COMMON, nproc=2)
-    assert len(train_losses(out)) == 3
-    model = load_pretrained(out / "final")  # a plain ViT, the prediction head dropped
-    assert type(model).__name__ == "VisionTransformer"
+def test_masked_patch_pretraining_under_ddp_and_fsdp(tmp_path):
+    """The same 2 ranks draw the same corruptions, so DDP and FSDP (stopped at step 3, resumed) see the same losses."""
+    ddp, fsdp = tmp_path / "ddp", tmp_path / "fsdp"
+    vitkit_train("--out", str(ddp), "train.steps=6", "train.objective=masked_patch", *COMMON, nproc=2)
+    vitkit_train("--out", str(fsdp), "train.steps=3", "train.objective=masked_patch", "train.strategy=fsdp", *COMMON, nproc=2)
+    vitkit_train("--resume", str(fsdp), "train.steps=6", nproc=2)
+    want, got = train_losses(ddp), train_losses(fsdp)
+    assert (fsdp / "checkpoints" / "step_0000006" / "sharded").is_dir()
+    assert list(got) == [1, 2, 3, 4, 5, 6] and len(set(want.values())) > 1
+    for step in want:
+        assert got[step] == pytest.approx(want[step], abs=1e-5), step
+    a, b = load_pretrained(ddp / "final"), load_pretrained(fsdp / "final")  # plain ViTs, the prediction head dropped
+    assert type(b).__name__ == "VisionTransformer"
+    x = torch.randn(4, 3, 16, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(b.forward_features(x), a.forward_features(x), atol=1e-4, rtol=1e-4)
 
 
 def test_every_rank_s_bad_files_reach_bad_files_json(tmp_path):

@@ -16,7 +16,7 @@ import os
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import torch
 import torch.distributed as dist
@@ -77,8 +77,11 @@ def teardown() -> None:
         dist.destroy_process_group()
 
 
-def wrap(model: nn.Module, d: Dist, device: torch.device) -> nn.Module:
-    """The module to call in training: the model itself, DDP around it, or the model sharded in place (FSDP2)."""
+def wrap(model: nn.Module, d: Dist, device: torch.device, blocks: Iterable[nn.Module] = ()) -> nn.Module:
+    """The module to call in training: the model itself, DDP around it, or the model sharded in place (FSDP2).
+
+    Under FSDP each of `blocks` (the transformer blocks, wherever they sit inside `model`) is its own unit.
+    """
     if d.strategy == "ddp":
         from torch.nn.parallel import DistributedDataParallel
 
@@ -86,7 +89,7 @@ def wrap(model: nn.Module, d: Dist, device: torch.device) -> nn.Module:
     if d.strategy == "fsdp":
         from torch.distributed.fsdp import fully_shard
 
-        for block in model.blocks:  # one all-gather per block, freed after use
+        for block in blocks:  # one all-gather per block, freed after use
             fully_shard(block)
         fully_shard(model)
     return model

@@ -173,17 +173,18 @@ def _write_dir(target: Path, fill, world: distributed.Dist = distributed.Dist())
 
 def save_checkpoint(out: Path, model: nn.Module, extra: dict, state: dict, tensors: dict, keep: int,
                     world: distributed.Dist = distributed.Dist(), optimizer: torch.optim.Optimizer | None = None,
-                    ema: dict[str, torch.Tensor] | None = None) -> Path:
+                    ema: dict[str, torch.Tensor] | None = None, trainable: nn.Module | None = None) -> Path:
     """checkpoints/step_N: the model (vitkit format) plus the training state; keeps the `keep` newest.
 
-    Under FSDP every rank also writes its shards of model, optimizer and EMA weights to step_N/sharded/ (DCP).
+    Under FSDP every rank also writes its shards of `trainable` (what the optimizer trains: the model, or
+    the masked-patch objective around it), optimizer and EMA weights to step_N/sharded/ (DCP).
     """
     target = out / "checkpoints" / f"step_{state['step']:07d}"
     whole = _whole_model(model, world)
 
     def fill(tmp: Path) -> None:
         if world.sharded:
-            distributed.save_sharded(model, optimizer, tmp / SHARDED, ema)
+            distributed.save_sharded(trainable or model, optimizer, tmp / SHARDED, ema)
         if world.main:
             save_pretrained(whole, tmp, extra=extra)
             with atomic_path(tmp / STATE_TENSORS) as f:
@@ -310,10 +311,8 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
     model.set_grad_checkpointing(t.grad_checkpointing)
     # masked patch prediction (issue 9): its [mask] embedding and colour head train beside the ViT; the saved model is the ViT
     objective = _masked_patch_objective(model, t.objective, tensors if resume else None)
-    if objective is not None and world.sharded:
-        raise ConfigError("train.objective=masked_patch: not supported with train.strategy=fsdp; use DDP (the default under torchrun)")
     trainable = model if objective is None else objective
-    module = distributed.wrap(trainable, world, device)  # what the step calls: it, DDP around it, or the model sharded in place
+    module = distributed.wrap(trainable, world, device, model.blocks)  # what the step calls: it, DDP around it, or it sharded in place
     optimizer = make_optimizer(trainable, t)
     scaler = torch.amp.GradScaler(device.type, enabled=amp_dtype == torch.float16)
     # EMA weights: shaped as the model's state dict, so sharded like it under FSDP (updated without communication)
@@ -321,7 +320,7 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
     if resume and world.sharded:
         if not (checkpoints[-1] / SHARDED).is_dir():
             raise CheckpointError(f"{checkpoints[-1]}: written without train.strategy=fsdp; resume it with the strategy it was trained with")
-        distributed.load_sharded(model, optimizer, checkpoints[-1] / SHARDED, ema)
+        distributed.load_sharded(trainable, optimizer, checkpoints[-1] / SHARDED, ema)
     elif resume and "optimizer" not in tensors:
         raise CheckpointError(f"{checkpoints[-1]}: written with train.strategy=fsdp; resume it with torchrun and train.strategy=fsdp")
     if resume:
@@ -375,9 +374,9 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
             tensors["optimizer"] = optimizer.state_dict()
         if device.type == "cuda":
             tensors["rng_cuda"] = torch.cuda.get_rng_state(device)
-        if objective is not None:  # masked patch prediction (issue 9)
-            tensors["masked_patch"] = objective.objective_state()
-        save_checkpoint(out, model, extra, state, tensors, t.keep_checkpoints, world, optimizer, ema)
+        if objective is not None:  # masked patch prediction (issue 9); gathered from the shards under FSDP
+            tensors["masked_patch"] = distributed.full_tensors(objective.objective_state())
+        save_checkpoint(out, model, extra, state, tensors, t.keep_checkpoints, world, optimizer, ema, trainable)
 
     model.train()
     nonfinite = faults.NonFinite(state, t.max_nonfinite_steps, check_grads=not scaler.is_enabled())
