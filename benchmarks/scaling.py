@@ -1,12 +1,13 @@
-"""Cost as the work grows: throughput and activation memory against resolution and batch size.
+"""Cost as the work grows: throughput and memory against resolution and batch size.
 
-    PYTHONPATH=src python benchmarks/scaling.py [--model vit_s16] [--out benchmarks/scaling]
+    PYTHONPATH=src python benchmarks/scaling.py [--model vit_s16] [--compile off] [--out benchmarks/scaling]
 
-Memory: the storage autograd keeps for backward in one training forward (benchmark.activation_memory_mb),
-through the fused attention (SDPA: no T x T matrix kept) and through the explicit path (which keeps the
-softmax probabilities), at 224, 384 and 512 px with patch 16. Throughput: inference img/s at each
-resolution and at batch sizes 1-32 (timed in turns with a matmul for the machine's peak, as
-`vitkit benchmark` does). Writes scaling.json and scaling.png.
+Training memory: the storage autograd keeps for backward in one training forward
+(benchmark.activation_memory_mb), through the fused attention (SDPA: no T x T matrix kept) and through
+the explicit path (which keeps the softmax probabilities), at 224, 384 and 512 px with patch 16.
+Inference: img/s, MFU and the allocator's peak memory for one batch (`vitkit benchmark`'s figures, the
+model timed in turns with a matmul for the machine's peak) at each resolution (batch 8) and at batch
+sizes 1-32 (224 px). Writes scaling.json and scaling.png.
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ def main() -> None:
     parser.add_argument("--resolutions", type=int, nargs="+", default=[224, 384, 512])
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32])
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--skip-speed", action="store_true", help="memory only")
+    parser.add_argument("--skip-speed", action="store_true", help="training memory only")
+    parser.add_argument("--compile", choices=["on", "off"], default="on", help="torch.compile, as vitkit benchmark does (default on)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/scaling"))
     args = parser.parse_args()
     benchmark.set_threads(None)
@@ -52,38 +54,45 @@ def main() -> None:
                "act_mb_fused": benchmark.activation_memory_mb(model, x) / 2,
                "act_mb_explicit": benchmark.activation_memory_mb(ExplicitAttention(model), x) / 2}
         if not args.skip_speed:
-            report = benchmark.run(benchmark.Setup(config=config, batch_size=8, rounds=args.rounds))
-            row.update(img_s=report["results"]["vitkit"]["img_per_s"], mfu=report["results"]["vitkit"]["mfu"])
+            row.update(inference(config, 8, args))
         rows.append(row)
         print(json.dumps(row), flush=True)
     batches = []
     if not args.skip_speed:
         for batch in args.batches:
-            report = benchmark.run(benchmark.Setup(config=get_config(args.model), batch_size=batch, rounds=args.rounds))
-            r = report["results"]["vitkit"]
-            batches.append({"batch": batch, "img_s": r["img_per_s"], "mfu": r["mfu"], "device": report["device"]})
+            batches.append({"batch": batch, **inference(get_config(args.model), batch, args)})
             print(json.dumps(batches[-1]), flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".json").write_text(json.dumps({"model": args.model, "resolution": rows, "batch": batches}, indent=2))
     plot(args.model, rows, batches, args.out.with_suffix(".png"))
 
 
+def inference(config, batch: int, args: argparse.Namespace) -> dict:
+    torch._dynamo.reset()  # a fresh static-shape compile for each shape, as a separate `vitkit benchmark` run gets
+    report = benchmark.run(benchmark.Setup(config=config, batch_size=batch, rounds=args.rounds, compile=args.compile == "on"))
+    r = report["results"]["vitkit"]
+    return {"img_s": r["img_per_s"], "mfu": r["mfu"], "peak_mb": r["peak_memory_mb"], "device": report["device"],
+            "kernels": report["kernels"], "compile": report["compile"], "date": report["date"]}
+
+
 def plot(model: str, rows: list[dict], batches: list[dict], path: Path) -> None:
     from matplotlib.figure import Figure
 
-    panels = 3 if batches else 1
+    panels = 4 if batches else 1
     fig = Figure(figsize=(4.2 * panels, 3.4), layout="constrained")
     axes = fig.subplots(1, panels, squeeze=False)[0]
     tokens = [r["tokens"] for r in rows]
     axes[0].plot(tokens, [r["act_mb_fused"] for r in rows], "o-", label="fused SDPA")
     axes[0].plot(tokens, [r["act_mb_explicit"] for r in rows], "s--", label="explicit softmax")
-    axes[0].set(xlabel="tokens (224, 384, 512 px)", ylabel="activation memory per image (MB)", title=f"{model}: memory")
+    axes[0].set(xlabel="tokens (224, 384, 512 px)", ylabel="activation memory per image (MB)", title=f"{model}: training memory")
     axes[0].legend()
     if batches:
         axes[1].plot([r["resolution"] for r in rows], [r["img_s"] for r in rows], "o-")
         axes[1].set(xlabel="resolution (px)", ylabel="inference img/s (batch 8)", title="throughput vs resolution")
         axes[2].plot([b["batch"] for b in batches], [b["img_s"] for b in batches], "o-")
         axes[2].set(xscale="log", xlabel="batch size", ylabel="inference img/s (224 px)", title="throughput vs batch")
+        axes[3].plot(tokens, [r["peak_mb"] / 8 for r in rows], "o-")
+        axes[3].set(xlabel="tokens (224, 384, 512 px)", ylabel="inference peak memory per image (MB)", title="inference memory")
     fig.savefig(path, dpi=110)
 
 

@@ -51,6 +51,18 @@ def test_attention_wrapper_hands_what_the_kernel_does_not_cover_to_sdpa(monkeypa
     torch.testing.assert_close(cpu_inference.attention(qkv, bias, 2), sdpa_reference(qkv, bias, 2))
 
 
+def test_long_sequences_go_to_sdpa(monkeypatch):
+    """Past MAX_TOKENS a head's scores outgrow the cache and torch's flash kernel is as fast: SDPA runs."""
+    qkv, bias = torch.randn(1, 9, 3 * 16), torch.randn(3 * 16)
+    for limit, kernel_runs in ((9, True), (8, False)):
+        monkeypatch.setattr(cpu_inference, "MAX_TOKENS", limit)
+        with torch.profiler.profile() as prof:
+            out = cpu_inference.attention(qkv, bias, 2)
+        ran = {e.name for e in prof.events()}
+        assert ("vitkit::attention" in ran) == kernel_runs, sorted(ran)
+        torch.testing.assert_close(out, sdpa_reference(qkv, bias, 2), atol=1e-5, rtol=1e-5)
+
+
 def test_kernels_reject_layouts_they_cannot_read():
     with pytest.raises(RuntimeError, match="heads"):
         torch.ops.vitkit.attention(torch.randn(1, 4, 3 * 10), torch.zeros(30), 3, 1.0)
