@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from vitkit.checkpoint.io import atomic_path
 
 SOURCE = Path(__file__).with_name("cpu_inference.cpp")
-MAX_TOKENS = 800  # measured: 7% faster than SDPA at 577 tokens, even at 785, 1-6% slower at 1025-1445 (scores outgrow L2)
+MAX_TOKENS = 800  # measured against SDPA: 7% faster at 577 tokens, level at 785, 1-6% slower at 1025-1445 (scores outgrow L2)
 _ISA_FLAGS = {  # torch's own CPU capability (ATEN_CPU_CAPABILITY overrides it) decides the vector width
     "AVX512": ["-mavx512f", "-mavx512dq", "-mavx512vl", "-mavx512bw", "-mfma", "-DCPU_CAPABILITY_AVX512"],
     "AVX2": ["-mavx2", "-mfma", "-DCPU_CAPABILITY_AVX2"],
