@@ -77,7 +77,7 @@ def teardown() -> None:
         dist.destroy_process_group()
 
 
-def wrap(model: nn.Module, d: Dist, device: torch.device, blocks: Iterable[nn.Module] = ()) -> nn.Module:
+def wrap(model: nn.Module, d: Dist, device: torch.device, blocks: Iterable[nn.Module]) -> nn.Module:
     """The module to call in training: the model itself, DDP around it, or the model sharded in place (FSDP2).
 
     Under FSDP each of `blocks` (the transformer blocks, wherever they sit inside `model`) is its own unit.

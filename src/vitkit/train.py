@@ -447,8 +447,9 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
         return {"stopped_at": step, "steps": t.steps}
     if not val_metrics:  # resumed a run that had already finished
         val_metrics = _validate(model, ema, val_data, amp_dtype, a.eval_crop_pct, objective)
-    export = _whole_model(model, world)
-    if ema is not None:
+    if ema is None:
+        export = _whole_model(model, world)
+    else:  # the average, not the live weights: no need to gather those too
         export = VisionTransformer(model.config)
         export.load_state_dict(distributed.full_tensors(ema))
     _write_dir(out / "final", lambda tmp: world.main and save_pretrained(export, tmp, extra=extra), world)
