@@ -16,10 +16,10 @@ Run directory (--out):
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
-import re
 import shutil
 import time
 from contextlib import nullcontext
@@ -33,9 +33,11 @@ from torch import nn
 from vitkit import distributed
 from vitkit.devices import pick_device
 from vitkit.checkpoint import save_pretrained
-from vitkit.checkpoint.io import atomic_path, read_json, read_torch, update_checksums, write_json
+from vitkit.checkpoint.io import staging_paths, atomic_path, finish_replacement, read_json, read_torch, update_checksums, write_json
+from vitkit.checkpoint.runs import STATE_JSON, resolve, step_checkpoints
 from vitkit.checkpoint.native import is_native, load_native, load_state_dict_strict
-from vitkit.data import Batches, check_compatible, eval_batches, fits_in_memory, load_into_memory, mix, open_dataset, soft_targets, train_transform
+from vitkit.data.spec import absolute
+from vitkit.data import Batches, DataSpec, check_compatible, eval_batches, fits_in_memory, load_into_memory, mix, soft_targets, train_transform
 from vitkit.errors import CheckpointError, ConfigError, DataError
 from vitkit import faults
 from vitkit.evaluation import evaluate
@@ -43,8 +45,7 @@ from vitkit.models import VisionTransformer
 from vitkit.pretrain import MaskedPatchPrediction, evaluate_masked_patch
 from vitkit.run_config import RunConfig, dump_run_config, load_run_config
 
-STATE_JSON, STATE_TENSORS, SHARDED = "train_state.json", "train_state.pt", "sharded"
-_STEP_DIR = re.compile(r"step_(\d+)")
+STATE_TENSORS, SHARDED = "train_state.pt", "sharded"
 
 
 # -- optimizer and schedule -----------------------------------------------------------------
@@ -105,46 +106,12 @@ def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
 
 
 # -- checkpoints ----------------------------------------------------------------------------
-def step_checkpoints(out: Path) -> list[Path]:
-    """The complete step checkpoints of a run, oldest first."""
-    folder = out / "checkpoints"
-    if not folder.is_dir():
-        return []
-    found = [p for p in folder.iterdir() if _STEP_DIR.fullmatch(p.name) and (p / STATE_JSON).is_file()]
-    return sorted(found, key=lambda p: int(_STEP_DIR.fullmatch(p.name).group(1)))
-
-
 def find_checkpoint(path: str | os.PathLike) -> Path:
-    """A model directory from a checkpoint directory or a run directory (its final/, else its latest step)."""
-    path = Path(path)
-    if is_native(path):
-        return path
-    if path.is_dir() and os.access(path, os.W_OK):
-        finish_replacement(path / "final")
-    if is_native(path / "final"):
-        return path / "final"
-    steps = step_checkpoints(path)
-    if steps:
-        return steps[-1]
-    raise CheckpointError(f"{path}: neither a vitkit checkpoint (config.json + model.safetensors) nor a run directory with one")
-
-
-def _staging(target: Path) -> tuple[Path, Path]:
-    """The temporary names a replacement of `target` uses: the new directory, the one it replaces."""
-    return target.parent / f".{target.name}.tmp", target.parent / f".{target.name}.old"
-
-
-def finish_replacement(target: Path) -> None:
-    """Complete a replacement of `target` that a kill -9 cut between its two renames (see _write_dir).
-
-    `.NAME.old` exists only after the new directory `.NAME.tmp` was complete, so with `target` missing
-    the new one takes its place; without `.old`, a `.tmp` may be half written and is left alone.
-    """
-    tmp, old = _staging(target)
-    if not target.exists() and old.is_dir() and tmp.is_dir():
-        os.replace(tmp, target)
-    if target.exists() and old.is_dir():
-        shutil.rmtree(old, ignore_errors=True)
+    """The vitkit model directory a path names (see checkpoint.runs.resolve)."""
+    found = resolve(path)
+    if not is_native(found):
+        raise CheckpointError(f"{path}: neither a vitkit checkpoint (config.json + model.safetensors) nor a run directory with one")
+    return found
 
 
 def _write_dir(target: Path, fill, world: distributed.Dist = distributed.Dist()) -> None:
@@ -153,7 +120,7 @@ def _write_dir(target: Path, fill, world: distributed.Dist = distributed.Dist())
     Under torch.distributed every rank calls this: all may write into the temporary directory (FSDP
     shards), rank 0 creates and renames it.
     """
-    tmp, old = _staging(target)
+    tmp, old = staging_paths(target)
     if world.main:
         finish_replacement(target)
         shutil.rmtree(tmp, ignore_errors=True)
@@ -241,6 +208,8 @@ def train(config: RunConfig, out: str | os.PathLike, *, resume: bool = False, st
     uninterrupted run. stop_at ends early after that step (as if interrupted), with a checkpoint.
     """
     started = time.perf_counter()
+    if config.data.path is not None:  # a relative data.path would mean other data from another directory
+        config = dataclasses.replace(config, data=dataclasses.replace(config.data, path=absolute(config.data.path)))
     threads_before = torch.get_num_threads()
     if config.train.threads:
         torch.set_num_threads(config.train.threads)
@@ -273,11 +242,11 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
     shape = config.model_config()
     size, channels = shape.image_size[0], shape.in_chans
     load_size = d.load_size or (round(size * 8 / 7) if a.crop == "rrc" else size)
-    common = dict(channels=channels, image_size=size, val_fraction=d.val_fraction, seed=d.split_seed,
-                  synthetic_size=d.synthetic_size, synthetic_classes=d.synthetic_classes)
-    train_split = open_dataset(d.name, d.path, d.train_split, **common)
-    val_split = open_dataset(d.name, d.path, d.val_split, **common)
+    spec = DataSpec.from_config(d)  # the split resolver; its record in the checkpoint names exactly these images
+    train_split = spec.open(d.train_split, channels=channels, image_size=size, flag="data.train_split", hold_out="data.val_fraction")
+    val_split = spec.open(d.val_split, channels=channels, image_size=size, flag="data.val_split", hold_out="data.val_fraction")
     check_compatible(train_split, val_split)  # faults: the same classes, labels in range, before any work
+    data_record = spec.record({d.train_split: train_split, d.val_split: val_split})
     bad = faults.bad_files(out, d.on_error, resume, writer=world.main)  # faults: unreadable image files, as data.on_error says
     if fits_in_memory(train_split, channels, load_size, d.memory_mb):
         train_split = load_into_memory(train_split, channels, load_size, workers=d.workers, bad=bad)
@@ -343,7 +312,7 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
     distributed.barrier(world)
     forward = torch.compile(module) if t.compile and objective is None else module
     extra = {"class_names": class_names, "preprocess": {"crop_pct": a.eval_crop_pct},
-             "data": {"path": d.path, "val_fraction": d.val_fraction, "split_seed": d.split_seed}}  # eval finds the same held-out split
+             "data": data_record}  # every evaluation command reads the same splits
 
     # data order: micro-batch number m is batch (m % per_epoch) of epoch (m // per_epoch), seeded by train.seed
     batches = Batches(train_split, micro, t.seed, device, channels=channels, size=load_size, workers=d.workers, rank=world.rank, world=world.size)

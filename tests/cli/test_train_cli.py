@@ -70,7 +70,7 @@ def test_resume_through_cli(tmp_path, capsys):
         (["train", "--out", "{tmp}/x", "train.steps=abc"], "train.steps: expected int"),
         (["train", "--out", "{tmp}/x", "--data", "{tmp}/missing"], "no such file"),
         (["train", "data.name=synthetic"], "--out"),
-        (["eval", "{tmp}"], "neither a vitkit checkpoint"),
+        (["eval", "{tmp}"], "neither a vitkit checkpoint or run directory"),
     ],
 )
 def test_user_errors_are_one_line(tmp_path, capsys, args, message):

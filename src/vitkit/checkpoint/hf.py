@@ -216,3 +216,8 @@ def write(model: VisionTransformer, directory: str | os.PathLike, *, class_names
     write_json(directory / PREPROCESSOR_NAME, preprocessor)
     write_json(directory / CONFIG_NAME, hf)
     return directory
+
+
+def read_metadata(path: str | os.PathLike) -> dict:
+    """Nothing but the weights and their shapes: no class names or preprocessing."""
+    return {}

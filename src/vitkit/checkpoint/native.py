@@ -89,5 +89,10 @@ def read(directory: str | os.PathLike, *, image_size=None) -> tuple[ViTConfig, d
     return config, read_safetensors(directory / WEIGHTS_NAME)
 
 
+def read_metadata(directory: str | os.PathLike) -> dict[str, Any]:
+    """Class names, preprocessing and training data recorded in config.json beside the model."""
+    return read_native_config(directory)[1]
+
+
 def write(model: VisionTransformer, directory: str | os.PathLike) -> Path:
     return save_pretrained(model, directory)

@@ -234,3 +234,8 @@ def write(model: VisionTransformer, path: str | os.PathLike) -> Path:
         )
     write_npz(path, to_release_layout(from_vitkit(npz_rules(c), model.state_dict())))
     return path
+
+
+def read_metadata(path: str | os.PathLike) -> dict:
+    """Nothing but the weights and their shapes: no class names or preprocessing."""
+    return {}

@@ -161,3 +161,8 @@ def write(model: VisionTransformer, path: str | os.PathLike) -> Path:
     else:
         write_torch(path, tensors)
     return path
+
+
+def read_metadata(path: str | os.PathLike) -> dict:
+    """Nothing but the weights and their shapes: no class names or preprocessing."""
+    return {}

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import warnings
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
@@ -26,6 +27,21 @@ IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".ti
 
 def is_image_file(path: Path) -> bool:
     return path.suffix.lower() in IMAGE_SUFFIXES and not path.name.startswith(".")
+
+
+def find_images(paths: Sequence[str | os.PathLike]) -> list[Path]:
+    """Image files named by `paths`: files as given, folders searched recursively in sorted order."""
+    found: list[Path] = []
+    for path in map(Path, paths):
+        if path.is_dir():
+            found += sorted(p for p in path.rglob("*") if is_image_file(p) and p.is_file())
+        elif path.is_file():
+            found.append(path)
+        else:
+            raise DataError(f"{path}: no such file or folder; pass image files or a folder of images")
+    if not found:
+        raise DataError(f"{', '.join(map(str, paths))}: no images found (looked for {', '.join(IMAGE_SUFFIXES)})")
+    return found
 
 
 def to_8bit(image: Image.Image) -> Image.Image:

@@ -1,0 +1,175 @@
+"""A new user's own image folder (train/<class>/ + val/<class>/, no test/) through every command.
+
+Every command must agree on the data, its splits, the checkpoint and its labels: `test` only ever names
+images the model never trained on, the checkpoint's data is every evaluation's default, any checkpoint
+path (run directory, final/, step checkpoint, file of any format) is accepted everywhere, and class
+names survive every conversion.
+"""
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+CLASSES = ("ankle boot", "bag", "coat")
+TRAIN_ARGS = ("model.name=vit_test", "model.image_size=16", "model.depth=1", "train.steps=12", "train.batch_size=8",
+              "train.warmup_steps=2", "train.log_every=4", "train.eval_every=6", "train.checkpoint_every=6", "train.lr=3e-3",
+              "train.threads=1", "train.eval_batch_size=64", "augment.crop=none", "--no-progress")
+
+
+def make_images(root: Path, per_class: int, seed: int) -> None:
+    """root/<class>/*: odd sizes, RGB and grayscale mixed; each class its own brightness pattern."""
+    rng = np.random.default_rng(seed)
+    for label, name in enumerate(CLASSES):
+        (root / name).mkdir(parents=True)
+        for i in range(per_class):
+            h, w = int(rng.integers(17, 41)), int(rng.integers(17, 41))
+            base = np.zeros((h, w, 3), np.uint8)
+            base[..., label] = 220  # class = which channel is bright (in grayscale: how bright)
+            noise = rng.integers(0, 30, (h, w, 3), dtype=np.uint8)
+            image = Image.fromarray(base + noise)
+            if i % 3 == 2:
+                image = image.convert("L")
+            image.save(root / name / f"{i:03d}.png")
+
+
+@pytest.fixture(scope="module")
+def own(tmp_path_factory, run_cli):
+    """(data folder, run directory) of a tiny ViT trained on all of data/train/ (val/ validates; no test/)."""
+    root = tmp_path_factory.mktemp("own")
+    make_images(root / "data" / "train", per_class=10, seed=0)
+    make_images(root / "data" / "val", per_class=4, seed=1)
+    done = run_cli("train", "--data", "data", "--out", "runs/photos", *TRAIN_ARGS, cwd=root)  # a relative --data
+    assert done.returncode == 0, done.stderr
+    return root / "data", root / "runs" / "photos", done
+
+
+class Done:
+    """What a command left: exit code, stdout, stderr (the shape of subprocess.CompletedProcess)."""
+
+    def __init__(self, returncode: int, stdout: str, stderr: str):
+        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
+
+
+@pytest.fixture
+def vitkit_cmd(capsys):
+    """`vitkit ARGS...` in this process: the console script's own main(), without a new interpreter each time."""
+    from vitkit.cli import main
+
+    def run(*args, cwd=None) -> Done:
+        before = os.getcwd()
+        os.chdir(cwd or before)
+        try:
+            code = main([str(a) for a in args])
+        finally:
+            os.chdir(before)
+        captured = capsys.readouterr()
+        return Done(code, captured.out, captured.err)
+
+    return run
+
+
+def last_json(done) -> dict:
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def one_line_error(done, *words: str) -> str:
+    """Exit code 2 and one line on stderr holding every word."""
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    for word in words:
+        assert word in lines[0], lines[0]
+    return lines[0]
+
+
+# -- 1. "test" only names images the model never trained on -----------------------------------
+def test_eval_refuses_a_test_split_the_data_does_not_have(own, vitkit_cmd, run_cli):
+    data, run, _ = own
+    line = one_line_error(run_cli("eval", run, "--threads", "1"), "test", "train, val", "--split val")  # the console script
+    assert str(data) in line
+    result = last_json(vitkit_cmd("eval", run, "--split", "val", "--json", "--threads", "1"))
+    assert (result["data"], result["split"], result["n"]) == (str(data), "val", 12)  # the real val/, 3 classes x 4
+    result = last_json(vitkit_cmd("eval", run, "--split", "train", "--json", "--threads", "1"))
+    assert (result["split"], result["n"]) == ("train", 30)  # all of train/: nothing was held out of it
+
+
+def test_linear_probe_refuses_test_and_scores_val(own, vitkit_cmd, tmp_path):
+    data, run, _ = own
+    one_line_error(vitkit_cmd("linear-probe", run, "--threads", "1", "--out", tmp_path / "a"), "test", "--test-split val")
+    result = last_json(vitkit_cmd("linear-probe", run, "--test-split", "val", "--l2", "1e-2", "--threads", "1", "--out", tmp_path / "b"))
+    assert (result["data"], result["split"], result["n"]) == (str(data), "val", 12)
+
+
+def test_the_checkpoint_records_exactly_which_images_trained_it(own):
+    data, run, _ = own
+    recorded = json.loads((run / "final" / "config.json").read_text())["data"]
+    assert recorded["path"] == str(data) and Path(recorded["path"]).is_absolute()  # --data was relative
+    assert (recorded["train_split"], recorded["val_split"], recorded["split_seed"]) == ("train", "val", 0)
+    assert recorded["splits"]["train"] == {"source": str(data / "train"), "selection": "all", "n": 30}
+    assert recorded["splits"]["val"] == {"source": str(data / "val"), "selection": "all", "n": 12}
+
+
+# -- 2. the checkpoint's data is every evaluation's default -------------------------------------
+@pytest.mark.parametrize("command", ["fewshot", "knn"])
+def test_frozen_feature_commands_default_to_the_checkpoints_data(own, vitkit_cmd, tmp_path, command):
+    data, run, _ = own
+    extra = ("--shots", "2", "--seeds", "1") if command == "fewshot" else ("--k", "3")
+    one_line_error(vitkit_cmd(command, run, *extra, "--threads", "1", "--out", tmp_path / "a"), "test", "train, val", "--test-split val")
+    one_line_error(vitkit_cmd(command, run, *extra, "--data", data / "train", "--val-fraction", "0", "--threads", "1", "--out", tmp_path / "a"),
+                   "has no 'test' split (it has train)", "--val-fraction 0.1", "--test-split val")
+    result = last_json(vitkit_cmd(command, run, *extra, "--test-split", "val", "--threads", "1", "--out", tmp_path / "b"))
+    assert (result["data"], result["split"], result["n"]) == (str(data), "val", 12)
+
+
+# -- 4. relative data paths, moved data ---------------------------------------------------------
+def test_eval_from_another_directory_and_after_the_data_moved(own, vitkit_cmd, tmp_path):
+    data, run, _ = own
+    assert last_json(vitkit_cmd("eval", run, "--split", "val", "--json", "--threads", "1", cwd=tmp_path))["n"] == 12
+    moved = tmp_path / "moved"
+    shutil.copytree(data, moved)
+    shutil.copytree(run, tmp_path / "run")
+    (tmp_path / "run" / "final" / "config.json").write_text(
+        (tmp_path / "run" / "final" / "config.json").read_text().replace(str(data), str(tmp_path / "gone")))
+    one_line_error(vitkit_cmd("eval", tmp_path / "run", "--split", "val", "--threads", "1"), str(tmp_path / "gone"), "--data")
+    result = last_json(vitkit_cmd("eval", tmp_path / "run", "--split", "val", "--data", moved, "--json", "--threads", "1"))
+    assert (result["data"], result["n"]) == (str(moved), 12)
+
+
+def test_eval_writes_its_figure_beside_the_model_not_into_it(own, vitkit_cmd):
+    _, run, _ = own
+    before = sorted(p.name for p in (run / "final").iterdir())
+    result = last_json(vitkit_cmd("eval", run, "--split", "val", "--json", "--threads", "1"))
+    assert Path(result["confusion_png"]).is_file() and Path(result["confusion_png"]).parent != run / "final"
+    assert sorted(p.name for p in (run / "final").iterdir()) == before
+
+
+# -- 6. one checkpoint resolver ------------------------------------------------------------------
+def test_every_command_accepts_a_run_directory_its_final_and_a_step_checkpoint(own, vitkit_cmd, tmp_path):
+    _, run, _ = own
+    step = sorted((run / "checkpoints").iterdir())[-1]
+    for ckpt in (run, run / "final", step):
+        assert last_json(vitkit_cmd("info", ckpt, "--json"))["format"] == "vitkit"
+        image = next((own[0] / "val" / "bag").iterdir())
+        assert "bag" in vitkit_cmd("predict", ckpt, image).stdout
+        out = tmp_path / f"{ckpt.name}.onnx"
+        done = vitkit_cmd("export", ckpt, "--format", "torchscript", "--out", out.with_suffix(".pt"))
+        assert done.returncode == 0, done.stderr
+        done = vitkit_cmd("convert", ckpt, tmp_path / f"{ckpt.name}.npz")
+        assert done.returncode == 0, done.stderr
+        done = vitkit_cmd("inspect", ckpt, "--images", own[0] / "val", "--out", tmp_path / f"inspect_{ckpt.name}", "--num-images", "6")
+        assert done.returncode == 0, done.stderr
+
+
+def test_load_pretrained_accepts_a_run_directory(own):
+    import vitkit
+
+    _, run, _ = own
+    model = vitkit.load_pretrained(run)
+    assert model.config.num_classes == len(CLASSES)
+    assert vitkit.load_pretrained(sorted((run / "checkpoints").iterdir())[-1]).config == model.config
