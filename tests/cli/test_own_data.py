@@ -173,3 +173,28 @@ def test_load_pretrained_accepts_a_run_directory(own):
     model = vitkit.load_pretrained(run)
     assert model.config.num_classes == len(CLASSES)
     assert vitkit.load_pretrained(sorted((run / "checkpoints").iterdir())[-1]).config == model.config
+
+
+# -- 3. metadata travels with the weights --------------------------------------------------------
+@pytest.mark.parametrize("target", ["vitkit_dir", "model.safetensors", "model.pth", "model.npz", "hf_dir"])
+def test_convert_round_trip_keeps_class_names_and_logits(own, vitkit_cmd, tmp_path, target):
+    import torch
+
+    import vitkit
+
+    data, run, _ = own
+    to = ("--to", "hf") if target == "hf_dir" else ()
+    assert vitkit_cmd("convert", run, tmp_path / target, *to).returncode == 0
+    back = tmp_path / "back"
+    done = vitkit_cmd("convert", tmp_path / target, back)
+    assert done.returncode == 0 and "class names ankle boot, bag, coat" in done.stdout, done.stdout
+    image = sorted((data / "val" / "coat").iterdir())[0]
+    for ckpt in (tmp_path / target, back):  # the converted file itself and the way back
+        top = json.loads(vitkit_cmd("predict", ckpt, image, "--json").stdout)["top"]
+        assert sorted(t["label"] for t in top) == sorted(CLASSES)
+    recorded = json.loads((back / "config.json").read_text())
+    assert recorded["class_names"] == list(CLASSES) and recorded["data"]["path"] == str(data)
+    x = torch.randn(2, 3, 16, 16)
+    with torch.no_grad():
+        tol = 1e-3 if target.endswith(".npz") else 1e-5  # .npz loads with Flax's tanh-GELU and LayerNorm eps (documented)
+        torch.testing.assert_close(vitkit.load_pretrained(back)(x), vitkit.load_pretrained(run)(x), atol=tol, rtol=tol)

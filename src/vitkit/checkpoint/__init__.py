@@ -141,11 +141,14 @@ def load_with_metadata(
     return load_pretrained(path, image_size=image_size, format=format), FORMATS[format].read_metadata(path)
 
 
-def save_checkpoint(model: VisionTransformer, path: str | os.PathLike, format: str = "vitkit") -> Path:
-    """Write `model` as `format`: vitkit/hf make a directory, npz an .npz file, timm a .safetensors or .pth file."""
+def save_checkpoint(model: VisionTransformer, path: str | os.PathLike, format: str = "vitkit", *, metadata: dict | None = None) -> Path:
+    """Write `model` as `format`: vitkit/hf make a directory, npz an .npz file, timm a .safetensors or .pth file.
+
+    `metadata` (class names, preprocessing, training data: what `read_metadata` returns) goes where the
+    format has a place for it (vitkit and HF config.json, safetensors metadata), else into FILE.json beside it."""
     if format not in FORMATS:
         raise CheckpointError(f"format: unknown format {format!r}; choose one of {', '.join(FORMATS)}")
-    return FORMATS[format].write(model, path)
+    return FORMATS[format].write(model, path, metadata=metadata or {})
 
 
 __all__ = ["FORMATS", "detect_format", "load_pretrained", "load_with_metadata", "read_checkpoint", "read_metadata", "save_checkpoint",

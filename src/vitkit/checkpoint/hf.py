@@ -162,9 +162,13 @@ def read(path: str | os.PathLike, *, image_size=None) -> tuple[ViTConfig, dict[s
     return config, to_vitkit(hf_rules(config, prefix=_prefix(state)), state, source=weights)
 
 
-def write(model: VisionTransformer, directory: str | os.PathLike, *, class_names: list[str] | None = None) -> Path:
-    """Write an HF directory: ViTForImageClassification with a head, ViTModel (pooler = pre-logits) without."""
-    directory, c = Path(directory), model.config
+def write(model: VisionTransformer, directory: str | os.PathLike, *, metadata: dict | None = None) -> Path:
+    """Write an HF directory: ViTForImageClassification with a head, ViTModel (pooler = pre-logits) without.
+
+    Class names become id2label/label2id; the rest of `metadata` (crop, training data) is kept in config.json
+    under "vitkit"."""
+    directory, c, metadata = Path(directory), model.config, metadata or {}
+    class_names = metadata.get("class_names")
     problems = [
         (c.backbone is not None, "hybrid (ResNet) models"),
         (c.classifier != "token", f"classifier {c.classifier!r} (HF ViT pools the class token)"),
@@ -198,6 +202,7 @@ def write(model: VisionTransformer, directory: str | os.PathLike, *, class_names
         "pooler_output_size": c.representation_size or c.width,
         "pooler_act": "tanh",
         "dtype": "float32",
+        "vitkit": metadata,
     }
     if classify:
         hf["id2label"] = {str(i): name for i, name in enumerate(labels)}
@@ -219,5 +224,10 @@ def write(model: VisionTransformer, directory: str | os.PathLike, *, class_names
 
 
 def read_metadata(path: str | os.PathLike) -> dict:
-    """Nothing but the weights and their shapes: no class names or preprocessing."""
-    return {}
+    """vitkit's record in config.json, else the class names of id2label (unless HF's placeholders LABEL_i)."""
+    hf = read_json(Path(path) / CONFIG_NAME)
+    if isinstance(hf.get("vitkit"), dict) and hf["vitkit"]:
+        return hf["vitkit"]
+    labels = hf.get("id2label") or {}
+    names = [str(labels.get(str(i), "")) for i in range(len(labels))]
+    return {"class_names": names} if names and names != [f"LABEL_{i}" for i in range(len(names))] else {}

@@ -232,3 +232,16 @@ def finish_replacement(target: Path) -> None:
         os.replace(tmp, target)
     if target.exists() and old.is_dir():
         shutil.rmtree(old, ignore_errors=True)
+
+
+def sidecar_path(path: str | os.PathLike) -> Path:
+    """FILE.json beside a weights file whose format has no place for metadata (.npz, .pth)."""
+    path = Path(path)
+    return path.with_name(path.name + ".json")
+
+
+def read_sidecar(path: str | os.PathLike) -> dict:
+    """The sidecar JSON of a weights file, {} when there is none."""
+    side = sidecar_path(path)
+    data = read_json(side) if side.is_file() else {}
+    return data if isinstance(data, dict) else {}

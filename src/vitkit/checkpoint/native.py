@@ -94,5 +94,5 @@ def read_metadata(directory: str | os.PathLike) -> dict[str, Any]:
     return read_native_config(directory)[1]
 
 
-def write(model: VisionTransformer, directory: str | os.PathLike) -> Path:
-    return save_pretrained(model, directory)
+def write(model: VisionTransformer, directory: str | os.PathLike, *, metadata: dict[str, Any] | None = None) -> Path:
+    return save_pretrained(model, directory, extra=metadata)
