@@ -326,6 +326,9 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
 
     K = len(class_names)
     last = min(t.steps, stop_at) if stop_at is not None else t.steps
+    if world.main:
+        print(_plan(config, model, {d.train_split: train_split, d.val_split: val_split}, data_record, device, micro, step, last,
+                    resumed_from=checkpoints[-1] if resume else None), flush=True)
     bar = _progress(t, step, show=world.main)
     log = open(out / "metrics.jsonl" if world.main else os.devnull, "a")  # rank 0 logs
     window = {"loss": 0.0, "steps": 0, **state.get("window", {}), "images": 0, "time": time.perf_counter()}
@@ -390,6 +393,8 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
                 log.write(json.dumps(row) + "\n")
                 log.flush()
                 bar.set_postfix(loss=f"{row['loss']:.4f}", lr=f"{lr:.2e}", img_s=f"{row['img_s']:.0f}")
+                if not t.progress and world.main:  # no bar: the same figures as a line
+                    bar.write(f"step {step}/{t.steps}: loss {row['loss']:.4f}  lr {lr:.2e}  {row['img_s']:.0f} img/s")
                 window = {"loss": 0.0, "steps": 0, "images": 0, "time": now}
             if step % t.eval_every == 0 or step == t.steps:
                 val_metrics = _validate(model, ema, val_data, amp_dtype, a.eval_crop_pct, objective)
@@ -451,6 +456,56 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
 
     plot_run(rows, out)
     return summary
+
+
+def _plan(config: RunConfig, model: VisionTransformer, splits: dict, record: dict, device, micro: int, step: int, last: int,
+          resumed_from: Path | None) -> str:
+    """The block printed before training: model, its size and cost, the data of each split, the run, an estimated time."""
+    from vitkit.models.summary import count_flops
+
+    c, t = model.config, config.train
+    params = sum(p.numel() for p in model.parameters())
+    gflops = count_flops(c) / 1e9
+    names = next(iter(splits.values())).class_names
+    shown = ", ".join(names[:10]) + (f", ... ({len(names)} in all)" if len(names) > 10 else "")
+    lines = [f"model      {config.model.get('name')} at {c.image_size[0]}x{c.image_size[1]}, {c.in_chans} channel{'s' * (c.in_chans > 1)}, "
+             f"patch {c.patch_size[0]} ({c.num_patches} tokens), width {c.width}, depth {c.depth}: {params:,} parameters, "
+             f"{gflops:.3g} GFLOPs/image",
+             f"data       {record['name'] if record['name'] == 'synthetic' else record['path']}: {len(names)} classes ({shown})"]
+    for name, split in splits.items():
+        lines.append(f"  {name:<8} {len(split):>7,} images  {split.source} ({split.selection})")
+    images = (last - step) * t.batch_size
+    epochs = images / max(len(next(iter(splits.values()))), 1)
+    lines.append(f"training   steps {step + 1}-{last} of {t.steps}, batch {t.batch_size}: {images:,} images ({epochs:.3g} epochs) "
+                 f"on {device}, {torch.get_num_threads()} thread{'s' * (torch.get_num_threads() > 1)}")
+    seconds = _time_step(model, micro, device) * (t.batch_size // micro) * (last - step)
+    lines.append(f"estimated  {_clock(seconds)} (forward + backward timed on this machine; data loading and evaluation come on top)")
+    if resumed_from is not None:
+        lines.insert(0, f"resuming from step {step} ({resumed_from})")
+    return "\n".join(lines)
+
+
+def _time_step(model: VisionTransformer, micro: int, device) -> float:
+    """Seconds of one forward + backward pass of a micro-batch, on a copy (the run's weights and RNG stay untouched)."""
+    import copy
+
+    c = model.config
+    probe = copy.deepcopy(model).train()
+    x = torch.zeros(micro, c.in_chans, *c.image_size, device=device)
+    with torch.random.fork_rng(devices=[]):
+        times = []
+        for _ in range(2):  # the first pass warms up
+            start = time.perf_counter()
+            probe(x).float().logsumexp(-1).mean().backward()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            times.append(time.perf_counter() - start)
+    return times[-1]
+
+
+def _clock(seconds: float) -> str:
+    m, s = divmod(round(seconds), 60)
+    return f"{m // 60}:{m % 60:02d}:{s:02d}"
 
 
 def _validate(model, ema, batches, amp_dtype, crop_pct, objective=None) -> dict:

@@ -198,3 +198,24 @@ def test_convert_round_trip_keeps_class_names_and_logits(own, vitkit_cmd, tmp_pa
     with torch.no_grad():
         tol = 1e-3 if target.endswith(".npz") else 1e-5  # .npz loads with Flax's tanh-GELU and LayerNorm eps (documented)
         torch.testing.assert_close(vitkit.load_pretrained(back)(x), vitkit.load_pretrained(run)(x), atol=tol, rtol=tol)
+
+
+# -- 5. train --data fits the data and says what it will do ---------------------------------------
+def test_train_on_a_folder_fits_the_model_to_the_images_and_states_the_plan(own, vitkit_cmd, tmp_path):
+    data, _, fixture_run = own
+    assert "val           12 images" in fixture_run.stdout  # every run states its data before training
+    done = vitkit_cmd("train", "--data", data, "--out", tmp_path / "fit", "train.steps=2", "train.eval_every=2", "train.log_every=1",
+                      "train.threads=1", "--no-progress")
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "scanned 30 of 30 images: median" in out and "colour -> 24x24 px, 3 channels" in out  # odd sizes 17..40 px, mixed modes
+    for line in ("model      vit_mini4_32 at 24x24, 3 channels", "GFLOPs/image", f"data       {data}: 3 classes (ankle boot, bag, coat)",
+                 f"train         30 images  {data / 'train'} (all)", "on cpu, 1 thread", "estimated  0:0", "step 1/2: loss "):
+        assert line in out, (line, out)
+    assert json.loads((tmp_path / "fit" / "final" / "config.json").read_text())["model"]["in_chans"] == 3
+    gray = tmp_path / "gray"
+    shutil.copytree(data, gray)
+    for png in gray.rglob("*.png"):
+        Image.open(png).convert("L").save(png)
+    done = vitkit_cmd("train", "--data", gray, "--out", tmp_path / "gray_run", "train.steps=1", "train.threads=1", "--no-progress")
+    assert done.returncode == 0 and "grayscale -> " in done.stdout and "1 channel," in done.stdout, done.stdout
