@@ -476,7 +476,8 @@ def _plan(config: RunConfig, model: VisionTransformer, splits: dict, record: dic
         lines.append(f"  {name:<8} {len(split):>7,} images  {split.source} ({split.selection})")
     images = (last - step) * t.batch_size
     epochs = images / max(len(next(iter(splits.values()))), 1)
-    lines.append(f"training   steps {step + 1}-{last} of {t.steps}, batch {t.batch_size}: {images:,} images ({epochs:.3g} epochs) "
+    lines.append(f"training   steps {step + 1}-{last} of {t.steps}, batch {t.batch_size}, lr {t.lr:g} ({t.optimizer}, {t.decay}): "
+                 f"{images:,} images ({epochs:.3g} epochs) "
                  f"on {device}, {torch.get_num_threads()} thread{'s' * (torch.get_num_threads() > 1)}")
     seconds = _time_step(model, micro, device) * (t.batch_size // micro) * (last - step)
     lines.append(f"estimated  {_clock(seconds)} (forward + backward timed on this machine; data loading and evaluation come on top)")

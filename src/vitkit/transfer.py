@@ -125,8 +125,9 @@ def finetune(
     model_section.pop("num_classes")
 
     runs = []
-    for lr in lrs:
+    for i, lr in enumerate(lrs, 1):
         run_dir = out / run_name(lr)
+        print(f"== learning rate {lr:g} (run {i} of {len(lrs)}): {run_dir}", flush=True)  # the lines below are this run's
         data = recipe.to_dict()
         data["model"] = model_section
         data["train"]["lr"] = lr

@@ -219,3 +219,15 @@ def test_train_on_a_folder_fits_the_model_to_the_images_and_states_the_plan(own,
         Image.open(png).convert("L").save(png)
     done = vitkit_cmd("train", "--data", gray, "--out", tmp_path / "gray_run", "train.steps=1", "train.threads=1", "--no-progress")
     assert done.returncode == 0 and "grayscale -> " in done.stdout and "1 channel," in done.stdout, done.stdout
+
+
+# -- 7. smaller things ---------------------------------------------------------------------------
+def test_predict_takes_a_folder_and_stops_quietly_when_the_pipe_closes(own):
+    import subprocess
+    import sys
+
+    data, run, _ = own
+    script = Path(sys.executable).with_name("vitkit")
+    done = subprocess.run(f"'{script}' predict '{run}' '{data / 'val'}' --threads 1 | head -n 1", shell=True, capture_output=True, text=True)
+    assert done.stdout.strip() == str(data / "val" / "ankle boot" / "000.png")  # a folder: its images, sorted
+    assert done.stderr == "", done.stderr  # no BrokenPipeError traceback

@@ -95,9 +95,12 @@ def test_linear_probe_and_knn(capsys, checkpoint, tmp_path):
 @needs_fashion_mnist
 def test_finetune_at_a_higher_resolution_then_eval(run_cli, checkpoint, tmp_path):
     out = tmp_path / "ft"
-    result = last_json(run_cli("finetune", "--from", checkpoint / "vit.npz", "--image-size", "32", "--lr", "0.03", "--out", out,
-                               "--steps", "2", "--batch-size", "64", "--micro-batch", "32", "--no-progress", "train.warmup_steps=1",
-                               "train.threads=1", "augment.crop=pad", "data.val_fraction=0.05"))
+    done = run_cli("finetune", "--from", checkpoint / "vit.npz", "--image-size", "32", "--lr", "0.03", "--out", out,
+                   "--steps", "2", "--batch-size", "64", "--micro-batch", "32", "--no-progress", "train.warmup_steps=1",
+                   "train.threads=1", "augment.crop=pad", "data.val_fraction=0.05")
+    result = last_json(done)
+    assert f"== learning rate 0.03 (run 1 of 1): {out / 'lr_0.03'}" in done.stdout  # each run's lines say whose they are
+    assert "lr 0.03 (sgd, cosine)" in done.stdout
     assert [r["run"] for r in result["runs"]] == ["lr_0.03"] and result["image_size"] == [32, 32]
     config = json.loads((out / "final" / "config.json").read_text())
     assert config["model"]["image_size"] == [32, 32] and config["model"]["representation_size"] is None  # pre-logits dropped

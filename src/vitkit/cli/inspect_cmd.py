@@ -23,7 +23,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("checkpoint", metavar="CKPT", help="a vitkit checkpoint directory (config.json + model.safetensors)")
+    p.add_argument("checkpoint", metavar="CKPT", help="run directory, its final/, a step checkpoint, or a checkpoint file of any format")
     p.add_argument("--images", nargs="+", required=True, metavar="PATH", help="image files and/or folders (searched recursively, sorted)")
     p.add_argument("--out", required=True, metavar="DIR", help="folder for the figures and numbers (created; files in it are replaced)")
     p.add_argument("--num-images", type=int, default=128, metavar="N", help="images averaged for the attention distance (default 128, as in the paper)")
@@ -33,6 +33,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="inspect at this resolution (H [W]); position embeddings are interpolated (paper §3.2)")
     p.add_argument("--batch-size", type=int, default=32, help="images per forward pass; lower it to bound memory (default 32)")
     p.add_argument("--device", default="cpu", help="torch device, e.g. cpu or cuda (default cpu)")
+    p.add_argument("--threads", type=int, default=0, help="CPU threads (default: torch's choice)")
     p.set_defaults(run=run)
 
 
@@ -43,6 +44,10 @@ def run(args: argparse.Namespace) -> int:
     from vitkit.figures import write_report
     from vitkit.inspection import inspect_model, load_images, normalize
 
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
     for name in ("num_images", "show", "components", "batch_size"):
         if getattr(args, name) <= 0:
             raise ConfigError(f"--{name.replace('_', '-')}: expected a positive number, got {getattr(args, name)}")
