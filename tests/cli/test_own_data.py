@@ -162,8 +162,12 @@ def test_every_command_accepts_a_run_directory_its_final_and_a_step_checkpoint(o
         assert done.returncode == 0, done.stderr
         done = vitkit_cmd("convert", ckpt, tmp_path / f"{ckpt.name}.npz")
         assert done.returncode == 0, done.stderr
-        done = vitkit_cmd("inspect", ckpt, "--images", own[0] / "val", "--out", tmp_path / f"inspect_{ckpt.name}", "--num-images", "6")
+        done = vitkit_cmd("inspect", ckpt, "--images", own[0] / "val", "--out", tmp_path / f"inspect_{ckpt.name}", "--num-images", "6",
+                          "--show", "3", "--threads", "1")
         assert done.returncode == 0, done.stderr
+    shown = json.loads((tmp_path / f"inspect_{step.name}" / "inspection.json").read_text())["shown"]
+    assert [Path(s["image"]).parent.name for s in shown] == list(CLASSES)  # spread over the classes, not the first one's images
+    assert all(s["label"].startswith(f"true: {Path(s['image']).parent.name}\npred: ") for s in shown)
 
 
 def test_load_pretrained_accepts_a_run_directory(own):

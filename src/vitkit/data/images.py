@@ -44,6 +44,16 @@ def find_images(paths: Sequence[str | os.PathLike]) -> list[Path]:
     return found
 
 
+def spread_over_folders(paths: list[Path]) -> list[Path]:
+    """`paths` reordered round-robin over their folders (first image of each class folder, then the second ...),
+    so the first few of a class-sorted dataset show every class, not the first class alone."""
+    groups: dict[Path, list[Path]] = {}
+    for path in paths:
+        groups.setdefault(path.parent, []).append(path)
+    columns = list(groups.values())
+    return [column[i] for i in range(max(map(len, columns), default=0)) for column in columns if i < len(column)]
+
+
 def to_8bit(image: Image.Image) -> Image.Image:
     """An 8-bit L, LA, RGB or RGBA image from any PIL mode (palette, 16-bit, 32-bit, float, CMYK ...)."""
     if image.mode in ("L", "LA", "RGB", "RGBA"):
