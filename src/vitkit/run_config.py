@@ -294,6 +294,6 @@ def fitted_to_data(scan: ImageScan, n_train: int) -> tuple[list[str], str]:
                  f"train.log_every={max(steps // 20, 1)}", f"train.eval_every={max(steps // 4, 1)}", "augment.crop=pad",
                  f"augment.pad={max(size // 16, 1)}", "augment.hflip=0.5", "augment.label_smoothing=0.1"]
     note = (f"no model given, so fitted to the data: {scan} -> {size}x{size} px, {scan.channels} channel{'s' * (scan.channels > 1)}, "
-            f"patch {size // 4} (a 4x4 grid), width 96, depth 6; {steps} steps of {batch} images (change any of it with model.* / train.* "
-            "overrides or --config)")
+            f"patch {size // 4} (a 4x4 grid), width 96, depth 6; {steps} steps of {batch} images (KEY=VALUE overrides or --config "
+            "change any of it)")
     return overrides, note

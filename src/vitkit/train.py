@@ -468,7 +468,7 @@ def _plan(config: RunConfig, model: VisionTransformer, splits: dict, record: dic
     gflops = count_flops(c) / 1e9
     names = next(iter(splits.values())).class_names
     shown = ", ".join(names[:10]) + (f", ... ({len(names)} in all)" if len(names) > 10 else "")
-    lines = [f"model      {config.model.get('name')} at {c.image_size[0]}x{c.image_size[1]}, {c.in_chans} channel{'s' * (c.in_chans > 1)}, "
+    lines = [f"model      {_model_name(config.model.get('name'), c)} at {c.image_size[0]}x{c.image_size[1]}, {c.in_chans} channel{'s' * (c.in_chans > 1)}, "
              f"patch {c.patch_size[0]} ({c.num_patches} tokens), width {c.width}, depth {c.depth}: {params:,} parameters, "
              f"{gflops:.3g} GFLOPs/image",
              f"data       {record['name'] if record['name'] == 'synthetic' else record['path']}: {len(names)} classes ({shown})"]
@@ -479,29 +479,44 @@ def _plan(config: RunConfig, model: VisionTransformer, splits: dict, record: dic
     lines.append(f"training   steps {step + 1}-{last} of {t.steps}, batch {t.batch_size}, lr {t.lr:g} ({t.optimizer}, {t.decay}): "
                  f"{images:,} images ({epochs:.3g} epochs) "
                  f"on {device}, {torch.get_num_threads()} thread{'s' * (torch.get_num_threads() > 1)}")
-    seconds = _time_step(model, micro, device) * (t.batch_size // micro) * (last - step)
-    lines.append(f"estimated  {_clock(seconds)} (forward + backward timed on this machine; data loading and evaluation come on top)")
+    if int(os.environ.get("WORLD_SIZE", "1")) == 1:
+        seconds = _time_step(model, micro, device) * (t.batch_size // micro) * (last - step)
+        lines.append(f"estimated  {_clock(seconds)} (forward + backward timed on this machine; data loading and evaluation come on top)")
     if resumed_from is not None:
         lines.insert(0, f"resuming from step {step} ({resumed_from})")
     return "\n".join(lines)
 
 
-def _time_step(model: VisionTransformer, micro: int, device) -> float:
-    """Seconds of one forward + backward pass of a micro-batch, on a copy (the run's weights and RNG stay untouched)."""
-    import copy
+def _model_name(name: str | None, c) -> str:
+    """The run's model name where the architecture is that model's, else "ViT" (e.g. a name kept only as a label)."""
+    from vitkit.models import get_config
 
+    try:
+        known = get_config(name)
+    except (ConfigError, AttributeError, TypeError):
+        return "ViT"
+    same = (known.width, known.depth, known.mlp_dim, known.num_heads) == (c.width, c.depth, c.mlp_dim, c.num_heads)
+    return name if same else "ViT"
+
+
+def _time_step(model: VisionTransformer, micro: int, device) -> float:
+    """Seconds of one forward + backward pass of a micro-batch, from a pass of up to 8 images scaled to `micro`.
+
+    Runs on the model itself (no copy: memory stays as it is) with the RNG state restored and the gradients
+    cleared afterwards, so the run's weights, data order and random draws are untouched."""
     c = model.config
-    probe = copy.deepcopy(model).train()
-    x = torch.zeros(micro, c.in_chans, *c.image_size, device=device)
-    with torch.random.fork_rng(devices=[]):
+    probe = min(micro, 8)
+    x = torch.zeros(probe, c.in_chans, *c.image_size, device=device)
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         times = []
         for _ in range(2):  # the first pass warms up
             start = time.perf_counter()
-            probe(x).float().logsumexp(-1).mean().backward()
+            model(x).float().logsumexp(-1).mean().backward()
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             times.append(time.perf_counter() - start)
-    return times[-1]
+    model.zero_grad(set_to_none=True)
+    return times[-1] * micro / probe
 
 
 def _clock(seconds: float) -> str:

@@ -213,7 +213,7 @@ def test_train_on_a_folder_fits_the_model_to_the_images_and_states_the_plan(own,
     assert done.returncode == 0, done.stderr
     out = done.stdout
     assert "scanned 30 of 30 images: median" in out and "colour -> 24x24 px, 3 channels" in out  # odd sizes 17..40 px, mixed modes
-    for line in ("model      vit_mini4_32 at 24x24, 3 channels", "GFLOPs/image", f"data       {data}: 3 classes (ankle boot, bag, coat)",
+    for line in ("model      ViT at 24x24, 3 channels", "width 96, depth 6", "GFLOPs/image", f"data       {data}: 3 classes (ankle boot, bag, coat)",
                  f"train         30 images  {data / 'train'} (all)", "on cpu, 1 thread", "estimated  0:0", "step 1/2: loss "):
         assert line in out, (line, out)
     assert json.loads((tmp_path / "fit" / "final" / "config.json").read_text())["model"]["in_chans"] == 3
