@@ -286,7 +286,7 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
     class_names = train_split.class_names
     if "num_classes" in config.model and config.model["num_classes"] != len(class_names):
         raise ConfigError(f"model.num_classes: {config.model['num_classes']} given but the data has {len(class_names)} classes")
-    if len(class_names) < 2 and t.objective == "classification":  # issue 9: a folder of images without class folders
+    if len(class_names) < 2 and t.objective == "classification":  # masked patch prediction: a folder of images without class folders
         raise DataError(f"{train_split.source}: one class ({class_names[0]!r}); classification needs two or more "
                         "(root/<class>/<image>); to pre-train on images without labels use train.objective=masked_patch")
     if len(train_split) < micro:
@@ -309,7 +309,7 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
         state, tensors = {"step": 0, "elapsed_s": 0.0, "best_val_top1": None, "best_step": None}, {}
     model.to(device)
     model.set_grad_checkpointing(t.grad_checkpointing)
-    # masked patch prediction (issue 9): its [mask] embedding and colour head train beside the ViT; the saved model is the ViT
+    # masked patch prediction: its [mask] embedding and colour head train beside the ViT; the saved model is the ViT
     objective = _masked_patch_objective(model, t.objective, tensors if resume else None)
     trainable = model if objective is None else objective
     module = distributed.wrap(trainable, world, device, model.blocks)  # what the step calls: it, DDP around it, or it sharded in place
@@ -374,7 +374,7 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
             tensors["optimizer"] = optimizer.state_dict()
         if device.type == "cuda":
             tensors["rng_cuda"] = torch.cuda.get_rng_state(device)
-        if objective is not None:  # masked patch prediction (issue 9); gathered from the shards under FSDP
+        if objective is not None:  # masked patch prediction; gathered from the shards under FSDP
             tensors["masked_patch"] = distributed.full_tensors(objective.objective_state())
         save_checkpoint(out, model, extra, state, tensors, t.keep_checkpoints, world, optimizer, ema, trainable)
 
@@ -393,7 +393,7 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
                 x, targets = mix(x, soft_targets(labels, K, a.label_smoothing), a, g)
                 with distributed.grad_sync(module, world, sync=k == accum - 1):  # reduce across ranks once per step
                     with torch.autocast(device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
-                        logits, targets = (forward(x), targets) if objective is None else forward(x, g)  # issue 9: labels unused
+                        logits, targets = (forward(x), targets) if objective is None else forward(x, g)  # masked patch prediction: labels unused
                     loss = soft_cross_entropy(logits, targets)
                     scaler.scale(loss / accum).backward()
                 loss_sum += loss.detach() / accum
@@ -485,7 +485,7 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
 
 
 def _validate(model, ema, batches, amp_dtype, crop_pct, objective=None) -> dict:
-    measure = evaluate if objective is None else lambda _, data, **kw: evaluate_masked_patch(objective, data, **kw)  # issue 9
+    measure = evaluate if objective is None else lambda _, data, **kw: evaluate_masked_patch(objective, data, **kw)
     if ema is None:
         return measure(model, batches(), crop_pct=crop_pct, autocast_dtype=amp_dtype)
     live = {k: v.clone() for k, v in model.state_dict().items()}
@@ -504,7 +504,7 @@ def _init_from(model: VisionTransformer, path: Path) -> None:
     load_state_dict_strict(model, source.state_dict(), source=path)  # faults: another architecture is one clear error
 
 
-# -- masked patch prediction (issue 9, paper §4.6) ------------------------------------------
+# -- masked patch prediction (paper §4.6) ------------------------------------------
 def _masked_patch_objective(model: VisionTransformer, name: str, resumed: dict | None) -> MaskedPatchPrediction | None:
     """train.objective=masked_patch: the wrapper around `model` (None for classification); on resume, its saved state."""
     if resumed is not None and ("masked_patch" in resumed) != (name == "masked_patch"):
