@@ -151,21 +151,20 @@ def test_eval_writes_its_figure_beside_the_model_not_into_it(own, vitkit_cmd):
 
 # -- 6. one checkpoint resolver ------------------------------------------------------------------
 def test_every_command_accepts_a_run_directory_its_final_and_a_step_checkpoint(own, vitkit_cmd, tmp_path):
-    _, run, _ = own
+    data, run, _ = own
     step = sorted((run / "checkpoints").iterdir())[-1]
+    image = next((data / "val" / "bag").iterdir())
     for ckpt in (run, run / "final", step):
         assert last_json(vitkit_cmd("info", ckpt, "--json"))["format"] == "vitkit"
-        image = next((own[0] / "val" / "bag").iterdir())
-        assert "bag" in vitkit_cmd("predict", ckpt, image).stdout
-        out = tmp_path / f"{ckpt.name}.onnx"
-        done = vitkit_cmd("export", ckpt, "--format", "torchscript", "--out", out.with_suffix(".pt"))
-        assert done.returncode == 0, done.stderr
-        done = vitkit_cmd("convert", ckpt, tmp_path / f"{ckpt.name}.npz")
-        assert done.returncode == 0, done.stderr
-        done = vitkit_cmd("inspect", ckpt, "--images", own[0] / "val", "--out", tmp_path / f"inspect_{ckpt.name}", "--num-images", "6",
-                          "--show", "3", "--threads", "1")
-        assert done.returncode == 0, done.stderr
-    shown = json.loads((tmp_path / f"inspect_{step.name}" / "inspection.json").read_text())["shown"]
+        assert "bag" in vitkit_cmd("predict", ckpt, image, "--threads", "1").stdout
+    done = vitkit_cmd("export", step, "--format", "torchscript", "--out", tmp_path / "step.pt", "--threads", "1")
+    assert done.returncode == 0 and "step.pt.json" in done.stdout, done.stderr  # class names and preprocessing beside it
+    assert json.loads((tmp_path / "step.pt.json").read_text())["class_names"] == list(CLASSES)
+    assert vitkit_cmd("convert", run / "final", tmp_path / "final.npz").returncode == 0
+    done = vitkit_cmd("inspect", run, "--images", data / "val", "--out", tmp_path / "inspect", "--num-images", "6", "--show", "3",
+                      "--threads", "1")
+    assert done.returncode == 0, done.stderr
+    shown = json.loads((tmp_path / "inspect" / "inspection.json").read_text())["shown"]
     assert [Path(s["image"]).parent.name for s in shown] == list(CLASSES)  # spread over the classes, not the first one's images
     assert all(s["label"].startswith(f"true: {Path(s['image']).parent.name}\npred: ") for s in shown)
 
