@@ -16,6 +16,7 @@ Run directory (--out):
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -279,7 +280,9 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
     val_split = open_dataset(d.name, d.path, d.val_split, **common)
     check_compatible(train_split, val_split)  # faults: the same classes, labels in range, before any work
     bad = faults.bad_files(out, d.on_error, resume, writer=world.main)  # faults: unreadable image files, as data.on_error says
-    if fits_in_memory(train_split, channels, load_size, d.memory_mb):
+    # image files get the Inception crop from the whole decoded image in the loader (never from a resized copy)
+    crop = (a.rrc_scale, a.rrc_ratio) if a.crop == "rrc" and train_split.images is None else None
+    if crop is None and fits_in_memory(train_split, channels, load_size, d.memory_mb):
         train_split = load_into_memory(train_split, channels, load_size, workers=d.workers, bad=bad)
     if fits_in_memory(val_split, channels, size, d.memory_mb):
         val_split = load_into_memory(val_split, channels, size, a.eval_crop_pct, workers=d.workers, bad=bad)
@@ -346,7 +349,9 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
              "data": {"path": d.path, "val_fraction": d.val_fraction, "split_seed": d.split_seed}}  # eval finds the same held-out split
 
     # data order: micro-batch number m is batch (m % per_epoch) of epoch (m // per_epoch), seeded by train.seed
-    batches = Batches(train_split, micro, t.seed, device, channels=channels, size=load_size, workers=d.workers, rank=world.rank, world=world.size)
+    batches = Batches(train_split, micro, t.seed, device, channels=channels, size=size if crop else load_size, workers=d.workers,
+                      rank=world.rank, world=world.size, crop=crop)
+    augment = dataclasses.replace(a, crop="none") if batches.cropped else a
     step, elapsed_before = state["step"], state["elapsed_s"]
     epoch, position = divmod(step * accum, batches.per_epoch)
     stream = batches.iterate(epoch, position)
@@ -389,7 +394,7 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
             for k in range(accum):
                 images, labels = next(stream)
                 g = torch.Generator().manual_seed(t.seed * 1_000_003 + step * accum + k + world.rank * 7_919)  # augmentation draws
-                x = train_transform(images, shape.image_size, a, shape.mean, shape.std, g)
+                x = train_transform(images, shape.image_size, augment, shape.mean, shape.std, g)
                 x, targets = mix(x, soft_targets(labels, K, a.label_smoothing), a, g)
                 with distributed.grad_sync(module, world, sync=k == accum - 1):  # reduce across ranks once per step
                     with torch.autocast(device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):

@@ -10,6 +10,7 @@ scaled down to 8 bits by their range; float images are read as [0, 1] (or [0, 25
 
 from __future__ import annotations
 
+import io
 import os
 import warnings
 from pathlib import Path
@@ -21,11 +22,19 @@ from vitkit.errors import DataError, first_line
 
 MAX_PIXELS = 89_478_485  # larger images are refused before decoding (a decompression bomb); Pillow's own default
 _BOMB = "a decompression bomb, or an image far too large to train on; downscale it"
+ORIENTATION = 0x0112  # the EXIF tag
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff", ".ppm", ".pgm")
 
 
 def is_image_file(path: Path) -> bool:
     return path.suffix.lower() in IMAGE_SUFFIXES and not path.name.startswith(".")
+
+
+class Record:
+    """An image stored inside a larger file (a tar shard's member, a Parquet row): str() names it, read() gives its bytes."""
+
+    def read(self) -> bytes:
+        raise NotImplementedError
 
 
 def to_8bit(image: Image.Image) -> Image.Image:
@@ -75,22 +84,33 @@ def resize_center_crop(image: Image.Image, size: int, crop_pct: float = 1.0) -> 
     return image.crop((left, top, left + size, top + size))
 
 
-def open_image(path: str | os.PathLike, channels: int, *, max_pixels: int = MAX_PIXELS) -> Image.Image:
-    """The decoded image of one file as L (channels=1) or RGB (channels=3), upright by its EXIF tag.
+def open_image(source, channels: int, *, max_pixels: int = MAX_PIXELS, name: str | None = None, draft=None) -> Image.Image:
+    """The decoded image of a file (a path, or its bytes named `name`) as L (channels=1) or RGB (channels=3),
+    upright by its EXIF tag.
 
+    `draft(width, height)`, given the upright size, returns the smallest upright size the caller needs: a
+    JPEG is then decoded with DCT scaling at the smallest scale that still gives at least that size.
     Raises DataError naming the file for anything but a readable image of at most `max_pixels` pixels.
     """
-    path = Path(path)
+    path = Path(name or str(source))
     try:
-        if path.stat().st_size == 0:
+        if isinstance(source, Record):  # a member of a shard: its bytes
+            source = source.read()
+        in_memory = isinstance(source, (bytes, bytearray, memoryview))
+        if (len(source) if in_memory else path.stat().st_size) == 0:
             raise DataError(f"{path}: empty file (0 bytes); remove it or replace it with the image")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # the limit below is ours
-            image = Image.open(path)
+            image = Image.open(io.BytesIO(source) if in_memory else path)
         with image:
             w, h = image.size
             if w * h > max_pixels:  # checked on the header, before any pixel is decoded
                 raise DataError(f"{path}: {w}x{h} pixels is over the limit of {max_pixels:,} ({_BOMB})")
+            if draft is not None:
+                turned = image.getexif().get(ORIENTATION, 1) in (5, 6, 7, 8)  # stored on its side
+                need = draft(h, w) if turned else draft(w, h)
+                if image.format == "JPEG":
+                    image.draft("RGB" if channels == 3 else "L", need[::-1] if turned else need)
             image.load()
             return to_channels(ImageOps.exif_transpose(image), channels)
     except DataError:
