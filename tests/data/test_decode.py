@@ -102,3 +102,39 @@ def test_cropped_batches_resume_exactly_with_several_workers(tmp_path):
     halves = [[x for _, (x, _) in zip(range(3), b.iterate(0, 0))] for b in ranks]
     for step in range(3):  # two ranks together see what one process sees
         assert torch.equal(torch.cat([halves[0][step], halves[1][step]]), straight[step])
+
+
+@pytest.mark.parametrize("orientation", [1, 6, 3])
+def test_simplejpeg_and_pillow_give_the_same_pixels(tmp_path, monkeypatch, orientation):
+    """The faster decoder is a pure speed choice: the same upright pixels, whole or DCT-scaled, as Pillow's."""
+    pytest.importorskip("simplejpeg")
+    from vitkit.data.images import open_image
+
+    rng = np.random.default_rng(orientation)
+    image = Image.fromarray(np.asarray(Image.fromarray(rng.integers(0, 255, (9, 13, 3), dtype=np.uint8)).resize((260, 180), Image.BICUBIC)))
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    path = tmp_path / "p.jpg"
+    image.save(path, quality=90, exif=exif)
+    results = {}
+    for decoder in ("pillow", "simplejpeg"):
+        monkeypatch.setenv("VITKIT_JPEG_DECODER", decoder)
+        whole = np.asarray(open_image(path, 3))
+        crops = [inception_crop(path, 3, (24, 24), crop_draws(0, 0, slot), SCALE, RATIO) for slot in range(8)]
+        gray = inception_crop(path, 1, (24, 24), crop_draws(0, 0, 0), SCALE, RATIO)
+        results[decoder] = (whole, crops, gray)
+    (a, crops_a, gray_a), (b, crops_b, gray_b) = results["pillow"], results["simplejpeg"]
+    assert a.shape == ((260, 180, 3) if orientation == 6 else (180, 260, 3))  # upright
+    np.testing.assert_array_equal(a, b)
+    for x, y in zip(crops_a, crops_b):
+        np.testing.assert_array_equal(x, y)
+    np.testing.assert_array_equal(gray_a, gray_b)
+
+
+def test_an_unknown_decoder_is_one_clear_error(tmp_path, monkeypatch):
+    from vitkit.data.images import jpeg_decoder
+    from vitkit.errors import DataError
+
+    monkeypatch.setenv("VITKIT_JPEG_DECODER", "libjpeg9")
+    with pytest.raises(DataError, match=r"VITKIT_JPEG_DECODER: expected one of simplejpeg, pillow"):
+        jpeg_decoder()
