@@ -23,6 +23,7 @@ from vitkit.errors import DataError
 
 from .decode import crop_draws, inception_crop
 from .images import load_image
+from . import shards
 from .sources import Split
 
 ON_ERROR = ("skip", "fail")
@@ -32,6 +33,16 @@ def epoch_order(n: int, seed: int, epoch: int) -> torch.Tensor:
     """The permutation of range(n) used in `epoch`: a function of (seed, epoch) only."""
     g = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
     return torch.randperm(n, generator=g)
+
+
+def block_order(blocks: np.ndarray, seed: int, epoch: int, window: int = shards.ROW_GROUP_WINDOW) -> torch.Tensor:
+    """A permutation of range(len(blocks)) that keeps the samples of a block (a Parquet row group) near each
+    other: the blocks in a seeded order, then the samples of every `window` consecutive blocks shuffled
+    together. A function of (seed, epoch) only, like `epoch_order`."""
+    g = np.random.default_rng((seed, epoch))
+    rank = np.empty(int(blocks.max()) + 1, dtype=np.int64)
+    rank[g.permutation(len(rank))] = np.arange(len(rank))
+    return torch.from_numpy(np.lexsort((g.random(len(blocks)), rank[blocks] // window)))
 
 
 class BadFiles:
@@ -188,6 +199,7 @@ class Batches:
         self.channels, self.size, self.workers, self.bad = channels, size, workers, bad
         self.crop = crop if split.images is None else None
         self.cropped = self.crop is not None  # the device-side transform must not crop again
+        self.blocks = shards.blocks(split)  # Parquet: row-group windows
         self.per_epoch = len(split) // batch_size
         self.share = slice(rank * batch_size // world, (rank + 1) * batch_size // world)  # this rank's part of a batch
         if split.images is not None:
@@ -196,7 +208,8 @@ class Batches:
 
     def _order(self, epoch: int) -> torch.Tensor:
         """(per_epoch, batch_size) indices: the batches of `epoch`."""
-        return epoch_order(len(self.split), self.seed, epoch)[: self.per_epoch * self.batch_size].view(self.per_epoch, self.batch_size)
+        order = epoch_order(len(self.split), self.seed, epoch) if self.blocks is None else block_order(self.blocks, self.seed, epoch)
+        return order[: self.per_epoch * self.batch_size].view(self.per_epoch, self.batch_size)
 
     def _items(self, epoch: int, position: int):
         """This rank's DataLoader items from batch `position` of `epoch` on, forever: file indices, with the
