@@ -273,17 +273,12 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
     # data: the model's input size and channels decide how images are read; the data decides the classes
     shape = config.model_config()
     size, channels = shape.image_size[0], shape.in_chans
-    load_size = d.load_size or (round(size * 8 / 7) if a.crop == "rrc" else size)
     common = dict(channels=channels, image_size=size, val_fraction=d.val_fraction, seed=d.split_seed,
                   synthetic_size=d.synthetic_size, synthetic_classes=d.synthetic_classes)
     train_split = open_dataset(d.name, d.path, d.train_split, **common)
     val_split = open_dataset(d.name, d.path, d.val_split, **common)
     check_compatible(train_split, val_split)  # faults: the same classes, labels in range, before any work
     bad = faults.bad_files(out, d.on_error, resume, writer=world.main)  # faults: unreadable image files, as data.on_error says
-    # image files get the Inception crop from the whole decoded image in the loader (never from a resized copy)
-    crop = (a.rrc_scale, a.rrc_ratio) if a.crop == "rrc" and train_split.images is None else None
-    if crop is None and fits_in_memory(train_split, channels, load_size, d.memory_mb):
-        train_split = load_into_memory(train_split, channels, load_size, workers=d.workers, bad=bad)
     if fits_in_memory(val_split, channels, size, d.memory_mb):
         val_split = load_into_memory(val_split, channels, size, a.eval_crop_pct, workers=d.workers, bad=bad)
     class_names = train_split.class_names
@@ -294,6 +289,8 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
                         "(root/<class>/<image>); to pre-train on images without labels use train.objective=masked_patch")
     if len(train_split) < micro:
         raise DataError(f"{train_split.source}: {len(train_split)} training images, fewer than one batch of {micro}; lower train.batch_size")
+    batches, augment = training_batches(config, train_split, micro, device, bad, world)
+    train_split = batches.split
 
     # model, optimizer, state
     if resume:
@@ -349,13 +346,9 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
              "data": {"path": d.path, "val_fraction": d.val_fraction, "split_seed": d.split_seed}}  # eval finds the same held-out split
 
     # data order: micro-batch number m is batch (m % per_epoch) of epoch (m // per_epoch), seeded by train.seed
-    batches = Batches(train_split, micro, t.seed, device, channels=channels, size=size if crop else load_size, workers=d.workers,
-                      rank=world.rank, world=world.size, crop=crop)
-    augment = dataclasses.replace(a, crop="none") if batches.cropped else a
     step, elapsed_before = state["step"], state["elapsed_s"]
     epoch, position = divmod(step * accum, batches.per_epoch)
     stream = batches.iterate(epoch, position)
-    batches.bad = bad  # faults: streamed files that cannot be read, as data.on_error says
 
     def val_data():
         return eval_batches(val_split, t.eval_batch_size, device, channels=channels, size=size, crop_pct=a.eval_crop_pct, workers=d.workers, bad=bad)
@@ -393,7 +386,7 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
             loss_sum = torch.zeros((), device=device)
             for k in range(accum):
                 images, labels = next(stream)
-                g = torch.Generator().manual_seed(t.seed * 1_000_003 + step * accum + k + world.rank * 7_919)  # augmentation draws
+                g = augment_generator(t.seed, step * accum + k, world.rank)
                 x = train_transform(images, shape.image_size, augment, shape.mean, shape.std, g)
                 x, targets = mix(x, soft_targets(labels, K, a.label_smoothing), a, g)
                 with distributed.grad_sync(module, world, sync=k == accum - 1):  # reduce across ranks once per step
@@ -487,6 +480,44 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
 
     plot_run(rows, out)
     return summary
+
+
+def training_batches(config: RunConfig, split, micro: int, device: torch.device, bad, world: distributed.Dist = distributed.Dist()):
+    """The run's training batches (a `Batches`) and the augmentation the device applies to them.
+
+    Image files get the Inception crop from the whole decoded image in the loader (never from a resized
+    copy; the device then only flips and RandAugments); other data is held in memory when it fits
+    (data.memory_mb) and cropped on the device.
+    """
+    a, d = config.augment, config.data
+    shape = config.model_config()
+    size, channels = shape.image_size[0], shape.in_chans
+    load_size = d.load_size or (round(size * 8 / 7) if a.crop == "rrc" else size)
+    crop = (a.rrc_scale, a.rrc_ratio) if a.crop == "rrc" and split.images is None else None
+    if crop is None and fits_in_memory(split, channels, load_size, d.memory_mb):
+        split = load_into_memory(split, channels, load_size, workers=d.workers, bad=bad)
+    batches = Batches(split, micro, config.train.seed, device, channels=channels, size=size if crop else load_size, workers=d.workers,
+                      rank=world.rank, world=world.size, bad=bad, crop=crop)  # faults: bad streamed files, as data.on_error says
+    return batches, dataclasses.replace(a, crop="none") if batches.cropped else a
+
+
+def augment_generator(seed: int, micro_batch: int, rank: int = 0) -> torch.Generator:
+    """The generator of every device-side augmentation draw of one micro-batch (number `micro_batch` of the run)."""
+    return torch.Generator().manual_seed(seed * 1_000_003 + micro_batch + rank * 7_919)
+
+
+def first_batch_pixels(config: RunConfig, count: int) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
+    """The first `count` images of the run's first micro-batch as training augments them (crop, flip, RandAugment;
+    computed on the CPU), before normalisation, random erasing and Mixup/CutMix: ((N, C, H, W) uint8, labels, class names)."""
+    from vitkit.data import BadFiles, augment_pixels
+
+    shape, d, t = config.model_config(), config.data, config.train
+    split = open_dataset(d.name, d.path, d.train_split, channels=shape.in_chans, image_size=shape.image_size[0], val_fraction=d.val_fraction,
+                         seed=d.split_seed, synthetic_size=d.synthetic_size, synthetic_classes=d.synthetic_classes)
+    batches, augment = training_batches(config, split, t.micro_batch or t.batch_size, torch.device("cpu"), BadFiles(d.on_error))
+    images, labels = next(batches.iterate(0, 0))
+    pixels = augment_pixels(images, shape.image_size, augment, augment_generator(t.seed, 0))[:count]  # draws depend on the batch
+    return (pixels * 255).round().clamp(0, 255).to(torch.uint8), labels[:count], split.class_names
 
 
 def _validate(model, ema, batches, amp_dtype, crop_pct, objective=None) -> dict:
