@@ -15,18 +15,24 @@ crop is the same in any process, DataLoader worker or resumed run.
 from __future__ import annotations
 
 import math
+import random
 
 import numpy as np
-from PIL import Image
+import torch
+import torch.nn.functional as F
 
-from .images import open_image
+from .images import load_pixels
 
 ATTEMPTS = 10  # boxes tried before falling back to the central crop (as torchvision's RandomResizedCrop)
 
 
 def crop_draws(seed: int, batch: int, slot: int) -> np.ndarray:
-    """The uniform [0, 1) numbers of one image's crop: ATTEMPTS rows of (area, aspect, x, y)."""
-    return np.random.default_rng((seed, batch, slot)).random((ATTEMPTS, 4))
+    """The uniform [0, 1) numbers of one image's crop: ATTEMPTS rows of (area, aspect, x, y).
+
+    Python's Mersenne Twister seeded by one integer that packs (seed, batch, slot) without overlap
+    (slot < 2**24, batch < 2**40): about 30x cheaper to set up than a NumPy generator, per image."""
+    g = random.Random((seed << 64) | (batch << 24) | slot)
+    return np.array([g.random() for _ in range(4 * ATTEMPTS)]).reshape(ATTEMPTS, 4)
 
 
 def inception_box(width: int, height: int, draws: np.ndarray, scale, ratio) -> tuple[float, float, float, float]:
@@ -60,9 +66,17 @@ def inception_crop(source, channels: int, size: tuple[int, int], draws: np.ndarr
         fraction[:] = [left / width, top / height, right / width, bottom / height]
         return math.ceil(out_w * width / (right - left)), math.ceil(out_h * height / (bottom - top))
 
-    image = open_image(source, channels, name=name, draft=needed)
-    w, h = image.size
-    box = (fraction[0] * w, fraction[1] * h, fraction[2] * w, fraction[3] * h)
-    image = image.resize((out_w, out_h), Image.BILINEAR, box=box)
-    array = np.asarray(image, dtype=np.uint8)
-    return array[None] if array.ndim == 2 else array.transpose(2, 0, 1)
+    pixels = torch.from_numpy(load_pixels(source, channels, name=name, draft=needed))  # (H, W, C), maybe DCT-scaled
+    h, w = pixels.shape[:2]
+    left, right = _pixel_span(fraction[0], fraction[2], w)
+    top, bottom = _pixel_span(fraction[1], fraction[3], h)
+    box = pixels[top:bottom, left:right].permute(2, 0, 1)[None]  # (1, C, h, w), channels-last in memory
+    # antialiased bilinear on uint8 (torch's vectorised path: about 2x Pillow's resize here, benchmarks/RESULTS.md)
+    out = F.interpolate(box, size=(out_h, out_w), mode="bilinear", antialias=True, align_corners=False)
+    return out[0].contiguous().numpy()
+
+
+def _pixel_span(start: float, stop: float, length: int) -> tuple[int, int]:
+    """Whole pixels [a, b) covering the fractional span [start, stop) of `length` pixels, at least one."""
+    a = min(int(round(start * length)), length - 1)
+    return a, max(a + 1, min(int(round(stop * length)), length))

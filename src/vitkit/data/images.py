@@ -31,8 +31,6 @@ def is_image_file(path: Path) -> bool:
     return path.suffix.lower() in IMAGE_SUFFIXES and not path.name.startswith(".")
 
 
-_TURN = {2: Image.Transpose.FLIP_LEFT_RIGHT, 3: Image.Transpose.ROTATE_180, 4: Image.Transpose.FLIP_TOP_BOTTOM,  # EXIF orientation
-         5: Image.Transpose.TRANSPOSE, 6: Image.Transpose.ROTATE_270, 7: Image.Transpose.TRANSVERSE, 8: Image.Transpose.ROTATE_90}
 JPEG_DECODERS = ("simplejpeg", "pillow")
 
 
@@ -45,7 +43,7 @@ def jpeg_decoder() -> str:
     return wanted if wanted == "pillow" or importlib.util.find_spec("simplejpeg") else "pillow"
 
 
-def _simplejpeg(data: bytes, size: tuple[int, int], need: tuple[int, int] | None, gray: bool) -> Image.Image | None:
+def _simplejpeg(data: bytes, size: tuple[int, int], need: tuple[int, int] | None, gray: bool) -> np.ndarray | None:
     """A JPEG decoded by simplejpeg at the DCT scale Pillow's `draft` would pick for `need` (the largest of
     1/2, 1/4, 1/8 that keeps at least `need`); None where simplejpeg cannot (CMYK, damaged data)."""
     import simplejpeg
@@ -57,7 +55,14 @@ def _simplejpeg(data: bytes, size: tuple[int, int], need: tuple[int, int] | None
         array = simplejpeg.decode_jpeg(data, colorspace="GRAY" if gray else "RGB", min_width=-(-w // scale), min_height=-(-h // scale))
     except ValueError:
         return None
-    return Image.fromarray(array[..., 0] if gray else array, "L" if gray else "RGB")
+    return array
+
+
+def _upright(array: np.ndarray, orientation: int) -> np.ndarray:
+    """(H, W, C) pixels stored with EXIF `orientation`, turned upright (as ImageOps.exif_transpose does)."""
+    turned = {2: lambda a: a[:, ::-1], 3: lambda a: a[::-1, ::-1], 4: lambda a: a[::-1], 5: lambda a: a.transpose(1, 0, 2),
+              6: lambda a: np.rot90(a, -1), 7: lambda a: a.transpose(1, 0, 2)[::-1, ::-1], 8: lambda a: np.rot90(a, 1)}
+    return np.ascontiguousarray(turned[orientation](array)) if orientation in turned else array
 
 
 class Record:
@@ -122,6 +127,20 @@ def open_image(source, channels: int, *, max_pixels: int = MAX_PIXELS, name: str
     JPEG is then decoded with DCT scaling at the smallest scale that still gives at least that size.
     Raises DataError naming the file for anything but a readable image of at most `max_pixels` pixels.
     """
+    image = _decode(source, channels, max_pixels, name, draft)
+    return image if isinstance(image, Image.Image) else Image.fromarray(image[..., 0] if channels == 1 else image)
+
+
+def load_pixels(source, channels: int, *, max_pixels: int = MAX_PIXELS, name: str | None = None, draft=None) -> np.ndarray:
+    """`open_image`'s pixels as an (H, W, channels) uint8 array (without a copy through PIL where simplejpeg decodes)."""
+    image = _decode(source, channels, max_pixels, name, draft)
+    if isinstance(image, Image.Image):
+        image = np.array(image)  # writable (torch.from_numpy wants that)
+        return image[..., None] if image.ndim == 2 else image
+    return image
+
+
+def _decode(source, channels: int, max_pixels: int, name: str | None, draft) -> Image.Image | np.ndarray:
     path = Path(name or str(source))
     try:
         if isinstance(source, Record):  # a member of a shard: its bytes
@@ -145,8 +164,9 @@ def open_image(source, channels: int, *, max_pixels: int = MAX_PIXELS, name: str
             gray = image.mode == "L" or (channels == 1 and need is not None)
             if image.format == "JPEG" and image.mode in ("RGB", "L") and jpeg_decoder() == "simplejpeg":
                 fast = _simplejpeg(source if in_memory else path.read_bytes(), image.size, need, gray)
-                if fast is not None:  # else Pillow decodes it, and says what is wrong
-                    return to_channels(fast.transpose(_TURN[orientation]) if orientation in _TURN else fast, channels)
+                if fast is not None and (gray or channels == 3):  # else Pillow decodes it (and says what is wrong)
+                    fast = _upright(fast, orientation)
+                    return np.repeat(fast, 3, axis=2) if channels == 3 and gray else fast
             if need is not None and image.format == "JPEG":
                 image.draft("L" if gray else "RGB", need)
             image.load()
