@@ -70,8 +70,8 @@ def inception_crop(source, channels: int, size: tuple[int, int], draws: np.ndarr
     h, w = pixels.shape[:2]
     left, right = _pixel_span(fraction[0], fraction[2], w)
     top, bottom = _pixel_span(fraction[1], fraction[3], h)
-    box = pixels[top:bottom, left:right].permute(2, 0, 1)[None]  # (1, C, h, w), channels-last in memory
-    # antialiased bilinear on uint8 (torch's vectorised path: about 2x Pillow's resize here, benchmarks/RESULTS.md)
+    box = pixels[top:bottom, left:right].permute(2, 0, 1)[None].contiguous(memory_format=torch.channels_last)  # (1, C, h, w)
+    # antialiased bilinear on channels-last uint8: torch's vectorised path, 4-5x Pillow's box resize here (benchmarks/RESULTS.md)
     out = F.interpolate(box, size=(out_h, out_w), mode="bilinear", antialias=True, align_corners=False)
     return out[0].contiguous().numpy()
 

@@ -58,6 +58,61 @@ def _simplejpeg(data: bytes, size: tuple[int, int], need: tuple[int, int] | None
     return array
 
 
+def _needed(draft, width: int, height: int, orientation: int) -> tuple[int, int] | None:
+    """The stored (width, height) a caller's `draft(upright width, upright height)` asks for; None without one."""
+    if draft is None:
+        return None
+    turned = orientation in (5, 6, 7, 8)  # stored on its side
+    need = draft(height, width) if turned else draft(width, height)
+    return need[::-1] if turned else need
+
+
+def _fast_jpeg(data: bytes, path: Path, channels: int, max_pixels: int, draft) -> np.ndarray | None:
+    """(H, W, channels) pixels of a JPEG by simplejpeg (header, EXIF orientation and pixels without Pillow);
+    None where it cannot (CMYK, damaged data, RGB pixels wanted as Pillow's luminance)."""
+    import simplejpeg
+
+    try:
+        h, w, colorspace, _ = simplejpeg.decode_jpeg_header(data)
+    except ValueError:
+        return None
+    if colorspace not in ("Gray", "YCbCr", "RGB"):
+        return None
+    if w * h > max_pixels:  # checked on the header, before any pixel is decoded
+        raise DataError(f"{path}: {w}x{h} pixels is over the limit of {max_pixels:,} ({_BOMB})")
+    orientation = _exif_orientation(data)
+    need = _needed(draft, w, h, orientation)
+    gray = colorspace == "Gray" or (channels == 1 and need is not None)  # with DCT scaling Pillow's draft decodes luminance too
+    if channels == 1 and not gray:
+        return None
+    pixels = _simplejpeg(data, (w, h), need, gray)
+    if pixels is None:
+        return None
+    pixels = _upright(pixels, orientation)
+    return np.repeat(pixels, 3, axis=2) if channels == 3 and gray else pixels
+
+
+def _exif_orientation(data: bytes) -> int:
+    """The EXIF orientation tag of a JPEG (1 when absent), read from its APP1 segment."""
+    i = 2
+    while i + 4 <= len(data) and data[i] == 0xFF:
+        marker, length = data[i + 1], int.from_bytes(data[i + 2 : i + 4], "big")
+        if marker == 0xDA:  # start of scan: no more header segments
+            break
+        if marker == 0xE1 and data[i + 4 : i + 10] == b"Exif\0\0":
+            tiff = data[i + 10 : i + 2 + length]
+            order = "little" if tiff[:2] == b"II" else "big"
+            ifd = int.from_bytes(tiff[4:8], order)
+            for k in range(int.from_bytes(tiff[ifd : ifd + 2], order)):
+                entry = tiff[ifd + 2 + 12 * k : ifd + 14 + 12 * k]
+                if int.from_bytes(entry[:2], order) == ORIENTATION:
+                    value = int.from_bytes(entry[8:10], order)
+                    return value if 1 <= value <= 8 else 1
+            return 1
+        i += 2 + length
+    return 1
+
+
 def _upright(array: np.ndarray, orientation: int) -> np.ndarray:
     """(H, W, C) pixels stored with EXIF `orientation`, turned upright (as ImageOps.exif_transpose does)."""
     turned = {2: lambda a: a[:, ::-1], 3: lambda a: a[::-1, ::-1], 4: lambda a: a[::-1], 5: lambda a: a.transpose(1, 0, 2),
@@ -148,6 +203,12 @@ def _decode(source, channels: int, max_pixels: int, name: str | None, draft) -> 
         in_memory = isinstance(source, (bytes, bytearray, memoryview))
         if (len(source) if in_memory else path.stat().st_size) == 0:
             raise DataError(f"{path}: empty file (0 bytes); remove it or replace it with the image")
+        if jpeg_decoder() == "simplejpeg":
+            source, in_memory = (source if in_memory else path.read_bytes()), True
+            if source[:2] == b"\xff\xd8":
+                fast = _fast_jpeg(source, path, channels, max_pixels, draft)
+                if fast is not None:  # else Pillow decodes it (and says what is wrong)
+                    return fast
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # the limit below is ours
             image = Image.open(io.BytesIO(source) if in_memory else path)
@@ -155,18 +216,8 @@ def _decode(source, channels: int, max_pixels: int, name: str | None, draft) -> 
             w, h = image.size
             if w * h > max_pixels:  # checked on the header, before any pixel is decoded
                 raise DataError(f"{path}: {w}x{h} pixels is over the limit of {max_pixels:,} ({_BOMB})")
-            orientation = image.getexif().get(ORIENTATION, 1) if image.format in ("JPEG", "MPO", "TIFF", "PNG", "WEBP") else 1
-            turned = orientation in (5, 6, 7, 8)  # stored on its side
-            need = None
-            if draft is not None:
-                need = draft(h, w) if turned else draft(w, h)
-                need = need[::-1] if turned else need
+            need = _needed(draft, w, h, image.getexif().get(ORIENTATION, 1))
             gray = image.mode == "L" or (channels == 1 and need is not None)
-            if image.format == "JPEG" and image.mode in ("RGB", "L") and jpeg_decoder() == "simplejpeg":
-                fast = _simplejpeg(source if in_memory else path.read_bytes(), image.size, need, gray)
-                if fast is not None and (gray or channels == 3):  # else Pillow decodes it (and says what is wrong)
-                    fast = _upright(fast, orientation)
-                    return np.repeat(fast, 3, axis=2) if channels == 3 and gray else fast
             if need is not None and image.format == "JPEG":
                 image.draft("L" if gray else "RGB", need)
             image.load()
