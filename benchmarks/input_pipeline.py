@@ -1,6 +1,6 @@
 """Input-pipeline throughput per CPU core: decoding ImageNet-like JPEGs and making 224-px training crops.
 
-    PYTHONPATH=src python benchmarks/input_pipeline.py [--images 256] [--rounds 5] [--json out.json]
+    PYTHONPATH=src python benchmarks/input_pipeline.py [--images 256] [--rounds 5] [--photo-size 500x375] [--json out.json]
 
 Generates JPEGs like ImageNet's photos (sizes drawn around 500x375, both orientations, quality 90, a
 1/f-like mix of smooth and fine texture) in a temporary folder, writes them once more as tar shards,
@@ -55,11 +55,11 @@ def photo(rng: np.random.Generator, width: int, height: int) -> Image.Image:
     return Image.fromarray(image.astype(np.uint8))
 
 
-def make_dataset(root: Path, count: int, classes: int = 10) -> None:
+def make_dataset(root: Path, count: int, classes: int = 10, size: tuple[int, int] = (500, 375)) -> None:
     rng = np.random.default_rng(0)
     for i in range(count):
         landscape = rng.random() < 0.7
-        w, h = (int(rng.normal(500, 40)), int(rng.normal(375, 30)))
+        w, h = (int(rng.normal(size[0], size[0] * 0.08)), int(rng.normal(size[1], size[1] * 0.08)))
         w, h = (w, h) if landscape else (h, w)
         folder = root / f"class_{i % classes}"
         folder.mkdir(parents=True, exist_ok=True)
@@ -119,12 +119,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--images", type=int, default=256)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--photo-size", default="500x375", help="typical generated photo, WxH (e.g. 2000x1500 for phone photos)")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args()
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory(prefix="vitkit-input-") as tmp:
         root = Path(tmp)
-        make_dataset(root / "folder" / "train", args.images)
+        make_dataset(root / "folder" / "train", args.images, size=tuple(int(v) for v in args.photo_size.split("x")))
         folder = open_split(root / "folder", "train", channels=3, val_fraction=0.0)
         write_tar_shards(folder, root / "shards", per_shard=64)
         shards = open_sharded(root / "shards", "train", val_fraction=0.0)
