@@ -159,3 +159,17 @@ def test_two_gloo_ranks_on_tar_shards_train_as_one_process_and_resume_on_one(tmp
     assert list(got) == [1, 2, 3, 4] and len(set(want.values())) > 1
     for step in want:
         assert got[step] == pytest.approx(want[step], abs=1e-5), step
+
+
+def test_parquet_batches_split_across_ranks_and_resume_with_workers(tmp_path):
+    """Row-group windows, 2 ranks x 2 workers: the ranks' shares make up one process's batches; a resume mid-run matches."""
+    make_parquet(tmp_path / "train-00000-of-00001.parquet", [i % 3 for i in range(24)], [jpeg(i) for i in range(24)], row_group_size=4)
+    split = open_split(tmp_path, "train", channels=3, val_fraction=0.0)
+    crop = ((0.08, 1.0), (3 / 4, 4 / 3))
+    make = lambda **kw: Batches(split, 6, seed=1, device=torch.device("cpu"), channels=3, size=8, crop=crop, **kw)
+    one = [(x, y) for _, (x, y) in zip(range(6), make(workers=0).iterate(0, 0))]  # 4 batches an epoch: into epoch 1
+    halves = [[x for _, (x, _) in zip(range(6), make(workers=2, rank=r, world=2).iterate(0, 0))] for r in (0, 1)]
+    for step, (x, _) in enumerate(one):
+        assert torch.equal(torch.cat([halves[0][step], halves[1][step]]), x)
+    resumed = [y for _, (_, y) in zip(range(3), make(workers=2).iterate(0, 3))]
+    assert all(torch.equal(a, b) for a, b in zip(resumed, [y for _, y in one[3:]]))
