@@ -10,6 +10,7 @@ scaled down to 8 bits by their range; float images are read as [0, 1] (or [0, 25
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import io
 import os
@@ -40,7 +41,12 @@ def jpeg_decoder() -> str:
     wanted = os.environ.get("VITKIT_JPEG_DECODER", "simplejpeg")
     if wanted not in JPEG_DECODERS:
         raise DataError(f"$VITKIT_JPEG_DECODER: expected one of {', '.join(JPEG_DECODERS)}, got {wanted!r}")
-    return wanted if wanted == "pillow" or importlib.util.find_spec("simplejpeg") else "pillow"
+    return wanted if wanted == "pillow" or _installed("simplejpeg") else "pillow"
+
+
+@functools.lru_cache(maxsize=None)
+def _installed(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
 
 
 def _simplejpeg(data: bytes, size: tuple[int, int], need: tuple[int, int] | None, gray: bool) -> np.ndarray | None:

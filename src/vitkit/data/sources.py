@@ -27,7 +27,8 @@ SPLITS = ("train", "val", "test")
 
 @dataclass
 class Split:
-    """One split of a dataset. `images` is (N, C, H, W) uint8 when in memory, else `paths` are read on use."""
+    """One split of a dataset. `images` is (N, C, H, W) uint8 when in memory, else `paths` are read on use:
+    image files, or records inside shards (`images.Record`: a tar member, a Parquet row)."""
 
     labels: torch.Tensor  # (N,) int64
     class_names: list[str]
