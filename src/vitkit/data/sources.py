@@ -1,4 +1,4 @@
-"""Where images come from: IDX files, an image-folder tree, a CSV/JSONL list, or synthetic data.
+"""Where images come from: IDX files, an image-folder tree, a CSV/JSONL list, shards (tar, Parquet: shards.py) or synthetic data.
 
 `open_split(path, split)` returns a `Split`: labels, class names, and either the pixels already in
 memory (IDX, synthetic) or the files to read (folders, lists). A "val" split a source does not have on
@@ -28,7 +28,8 @@ SPLITS = ("train", "val", "test")
 
 @dataclass
 class Split:
-    """One split of a dataset. `images` is (N, C, H, W) uint8 when in memory, else `paths` are read on use."""
+    """One split of a dataset. `images` is (N, C, H, W) uint8 when in memory, else `paths` are read on use:
+    image files, or records inside shards (`images.Record`: a tar member, a Parquet row)."""
 
     labels: torch.Tensor  # (N,) int64
     class_names: list[str]
@@ -112,6 +113,10 @@ def open_split(
     """Open `split` ("train", "val" or "test") of the dataset at `path` (None: Fashion-MNIST's default place)."""
     if split not in SPLITS:
         raise DataError(f"data split {split!r}: expected one of {', '.join(SPLITS)}")
+    from .shards import is_sharded, open_sharded  # tar shards and Parquet files
+
+    if path is not None and is_sharded(path):
+        return open_sharded(path, split, val_fraction=val_fraction, seed=seed)
     root = idx.default_dir() if path is None else Path(path)
     if not root.exists():
         raise DataError(idx.missing_message(root) if path is None else f"{root}: no such file or directory (data.path)")
@@ -139,7 +144,10 @@ def open_split(
 
 
 def _held_out(full: Split, split: str, val_fraction: float, seed: int) -> Split:
-    """train (the rest) or val (the held-out part) of a source stored as one set."""
+    """train (the rest) or val (the held-out part) of a source stored as one set; never "test"."""
+    if split == "test":  # a held-out part is validation data: a test split must be kept apart on disk
+        raise MissingSplit(f"{full.source}: has no 'test' split (it has train{', val' if val_fraction > 0 else ''})",
+                           ["train", *(["val"] if val_fraction > 0 else [])])
     if split == "train" and val_fraction == 0.0:
         return full
     if not 0.0 < val_fraction < 1.0:
