@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
+
+from ._precision import add_precision
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -24,6 +27,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=int, default=0, help="CPU threads (default: torch's choice; 1 is faster on a busy machine)")
     p.add_argument("--confusion", metavar="PNG", help="where to write the confusion-matrix PNG (default: CKPT/confusion_<split>.png)")
     p.add_argument("--json", action="store_true", help="print the metrics as one JSON object on the last line")
+    add_precision(p)
+    p.add_argument("--compare-fp32", action="store_true",
+                   help="also run the model in fp32 on the same images: report the top-1 difference and agreement")
     p.set_defaults(run=run)
 
 
@@ -33,7 +39,8 @@ def run(args: argparse.Namespace) -> int:
     from vitkit.checkpoint.native import load_native
     from vitkit.data import eval_batches, open_dataset
     from vitkit.errors import DataError
-    from vitkit.evaluation import evaluate
+    from vitkit.evaluation import calibration_images, evaluate
+    from vitkit.precision import prepare
     from vitkit.plots import plot_confusion
     from vitkit.devices import pick_device
     from vitkit.train import find_checkpoint
@@ -54,7 +61,16 @@ def run(args: argparse.Namespace) -> int:
     class_names = extra.get("class_names") or split.class_names
     crop_pct = extra.get("preprocess", {}).get("crop_pct", 1.0)
     batches = eval_batches(split, args.batch_size, device, channels=c.in_chans, size=c.image_size[0], crop_pct=crop_pct)
-    metrics = evaluate(model.to(device), batches, crop_pct=crop_pct)
+    count = math.ceil(len(split) / args.batch_size)
+    calibration = None
+    if args.precision == "int8":
+        calibration_split = split if args.split == "train" else open_dataset(
+            "auto", args.data or trained_on.get("path"), "train", channels=c.in_chans, image_size=c.image_size[0],
+            val_fraction=val_fraction, seed=trained_on.get("split_seed", 0))
+        calibration = calibration_images(calibration_split, model, n=args.calibration, crop_pct=crop_pct)
+    runner = prepare(model, args.precision, device=device, batches=count, calibration=calibration)
+    reference = prepare(model, "fp32", device=device, batches=count) if args.compare_fp32 else None
+    metrics = evaluate(model.to(device), batches, crop_pct=crop_pct, runner=runner, reference=reference)
     png = Path(args.confusion) if args.confusion else folder / f"confusion_{args.split}.png"
     plot_confusion(metrics["confusion"], class_names, png)
     result = {
@@ -66,9 +82,15 @@ def run(args: argparse.Namespace) -> int:
         "loss": metrics["loss"],
         "per_class": dict(zip(class_names, metrics["per_class"])),
         "confusion_png": str(png),
+        "precision": runner.description,
     }
+    if reference is not None:
+        result.update({k: metrics[k] for k in ("reference_top1", "top1_delta", "agreement")})
     width = max(len(n) for n in class_names)
-    print(f"{folder} on {args.split} ({metrics['n']} images): top-1 {metrics['top1']:.4f}  top-5 {metrics['top5']:.4f}")
+    print(f"{folder} on {args.split} ({metrics['n']} images, {runner.description}): top-1 {metrics['top1']:.4f}  top-5 {metrics['top5']:.4f}")
+    if reference is not None:
+        print(f"against fp32 on the same {metrics['n']} {args.split} images: fp32 top-1 {metrics['reference_top1']:.4f}, "
+              f"difference {100 * metrics['top1_delta']:+.2f} points, same prediction on {100 * metrics['agreement']:.2f}%")
     for name, acc in result["per_class"].items():
         print(f"  {name:<{width}}  {acc:.4f}")
     print(f"confusion matrix: {png}")

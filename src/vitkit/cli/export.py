@@ -9,9 +9,11 @@ from vitkit.errors import VitkitError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("export", help="export a checkpoint to ONNX, TorchScript or a torch.export program")
+    p = sub.add_parser("export", help="export a checkpoint to ONNX, OpenVINO IR, TorchScript or a torch.export program")
     p.add_argument("checkpoint", type=Path, help="a checkpoint vitkit reads")
-    p.add_argument("--format", choices=["onnx", "torchscript", "exported-program"], default="onnx")
+    p.add_argument("--format", choices=["onnx", "openvino", "torchscript", "exported-program"],
+                   help="onnx (ONNX Runtime), openvino (IR .xml + .bin, from the ONNX export; needs the openvino extra), "
+                   "torchscript or exported-program (default onnx)", default="onnx")
     p.add_argument("--out", type=Path, default=None, help="output file (default: beside the checkpoint)")
     p.add_argument("--atol", type=float, default=1e-4, help="largest allowed difference from PyTorch (default 1e-4)")
     p.set_defaults(run=run)
