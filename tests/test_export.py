@@ -14,14 +14,15 @@ def model():
     return m
 
 
-@pytest.mark.parametrize("fmt", ["torchscript", "exported-program", "onnx"])
+@pytest.mark.parametrize("fmt", ["torchscript", "exported-program", "onnx", "openvino"])
 def test_export_matches_pytorch_on_another_batch_size(model, tmp_path, fmt):
-    if fmt == "onnx":
+    if fmt in ("onnx", "openvino"):
         pytest.importorskip("onnxscript")
-        pytest.importorskip("onnxruntime")
-    path = export(model, tmp_path / f"model.{fmt}", format=fmt)
+        pytest.importorskip("onnxruntime" if fmt == "onnx" else "openvino")
+    path = export(model, tmp_path / ("model.xml" if fmt == "openvino" else f"model.{fmt}"), format=fmt)
     assert path.stat().st_size > 0
-    assert {p.name for p in tmp_path.iterdir()} <= {path.name, path.name + ".data"}  # no scratch files left
+    # no scratch files left; OpenVINO's IR is the graph (.xml) and its weights (.bin)
+    assert {p.name for p in tmp_path.iterdir()} <= {path.name, path.name + ".data", path.with_suffix(".bin").name}
     assert verify(model, path, fmt, batch_size=5) < 1e-4
     out = run_exported(path, fmt, torch.randn(1, 3, 16, 20))
     assert out.shape == (1, 10)
@@ -37,3 +38,18 @@ def test_cli_export(run_cli, model, tmp_path):
     result = run_cli("export", tmp_path / "ckpt", "--format", "exported-program", "--out", tmp_path / "m.pt2")
     assert result.returncode == 0, result.stderr
     assert "max |export - pytorch|" in result.stdout and (tmp_path / "m.pt2").is_file()
+
+
+def test_runtimes_run_the_onnx_export_alike(model, tmp_path):
+    pytest.importorskip("onnxscript")
+    from vitkit.export import runtime_session
+
+    path = export(model, tmp_path / "model.onnx", format="onnx")
+    x = torch.randn(4, 3, 16, 20)
+    expected = model(x).detach()
+    for runtime in ("onnxruntime", "openvino"):
+        pytest.importorskip(runtime)
+        got = runtime_session(runtime, path, threads=1)(x)
+        assert (got - expected).abs().max() < 1e-4, runtime
+    with pytest.raises(ConfigError, match="fp32 only"):
+        runtime_session("onnxruntime", path, precision="bf16")

@@ -98,11 +98,12 @@ def calibration_images(split: Split, model: nn.Module, *, n: int, crop_pct: floa
 
 
 @torch.no_grad()
-def predict(model: nn.Module, images: torch.Tensor, *, k: int = 5, crop_pct: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """Top-k (probabilities, class indices) for uint8 images (B, C, H, W)."""
+def predict(model: nn.Module, images: torch.Tensor, *, k: int = 5, crop_pct: float = 1.0,
+            runner: Callable[[torch.Tensor], torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Top-k (probabilities, class indices) for uint8 images (B, C, H, W); `runner` as in `evaluate`."""
     model.eval()
     c = model.config
-    probs = model(eval_transform(images, c.image_size, crop_pct, c.mean, c.std)).float().softmax(-1)
+    probs = (runner or model)(eval_transform(images, c.image_size, crop_pct, c.mean, c.std)).float().softmax(-1)
     return probs.topk(min(k, probs.shape[-1]), dim=-1)
 
 
@@ -284,17 +285,19 @@ def split_features(
 
 def with_feature_runner(model: nn.Module, splits: list[Split], features: dict[str, Any]) -> dict[str, Any]:
     """split_features options for extracting the features of all `splits` at features["precision"] (default fp32):
-    one runner for them all, compiled when their batch count pays for it, int8 calibrated on the first split."""
+    one runner for them all, compiled when their batch count pays for it, int8 calibrated on features["calibration"]
+    (default 256) images of the first split."""
     from vitkit import precision
 
     features = dict(features)
     chosen = features.pop("precision", "fp32")
+    count = features.pop("calibration", precision.CALIBRATION_IMAGES)
     batch_size, device = features.get("batch_size", 256), features.get("device", "cpu")
     crop_pct = features.get("crop_pct", 1.0)
     batches = sum(math.ceil(len(s) / batch_size) for s in splits)
     calibration = None
     if chosen == "int8":
-        calibration = calibration_images(splits[0], model, n=precision.CALIBRATION_IMAGES, crop_pct=crop_pct, batch_size=batch_size)
+        calibration = calibration_images(splits[0], model, n=count, crop_pct=crop_pct, batch_size=batch_size)
     features["runner"] = precision.prepare(model, chosen, device=device, pre_logits=True, batches=batches, calibration=calibration)
     return features
 
@@ -333,7 +336,7 @@ def fewshot_eval(
             local = torch.searchsorted(used, draws[n, s])
             accs.append(lsr_accuracy(train_x[local], train_y[local], test_x, test_y, l2_reg=l2_reg, num_classes=K))
         table[str(n)] = _mean_std(accs)
-    return {"evaluation": "fewshot_lsr", "shots": table, "seeds": seeds, "l2_reg": l2_reg, "n_test": len(test_y),
+    return {"evaluation": "fewshot_lsr", "precision": features["runner"].description, "shots": table, "seeds": seeds, "l2_reg": l2_reg, "n_test": len(test_y),
             "feature_dim": train_x.shape[1], "n_train_features": len(used)}
 
 
@@ -361,7 +364,7 @@ def linear_probe_eval(
         runs.append({"l2": l2, "val_top1": float((linear_probe_predict(probe, val_x) == val_y).float().mean())})
     best = max(range(len(runs)), key=lambda i: runs[i]["val_top1"])
     test_top1 = float((linear_probe_predict(probes[best], test_x) == test_y).float().mean())
-    return {"evaluation": "linear_probe", "runs": runs, "best_l2": runs[best]["l2"], "val_top1": runs[best]["val_top1"],
+    return {"evaluation": "linear_probe", "precision": features["runner"].description, "runs": runs, "best_l2": runs[best]["l2"], "val_top1": runs[best]["val_top1"],
             "test_top1": test_top1, "n_train": len(train_y), "n_val": len(val_y), "n_test": len(test_y), "feature_dim": train_x.shape[1]}
 
 
@@ -379,7 +382,7 @@ def knn_eval(
     train_x, train_y = split_features(model, train_split, **features)
     test_x, test_y = split_features(model, test_split, **features)
     top1 = {str(k): float((knn_predict(train_x, train_y, test_x, k=k, temperature=temperature) == test_y).float().mean()) for k in ks}
-    return {"evaluation": "knn", "top1": top1, "temperature": temperature, "n_train": len(train_y), "n_test": len(test_y),
+    return {"evaluation": "knn", "precision": features["runner"].description, "top1": top1, "temperature": temperature, "n_train": len(train_y), "n_test": len(test_y),
             "feature_dim": train_x.shape[1]}
 
 

@@ -68,6 +68,8 @@ def _export_onnx(model: VisionTransformer, x: torch.Tensor, path: Path, batch: t
 
 def _export_openvino(model: VisionTransformer, x: torch.Tensor, path: Path, batch: torch.export.Dim) -> None:
     """OpenVINO IR (path .xml + its .bin weights) converted from vitkit's ONNX export, weights kept in fp32."""
+    if path.suffix != ".xml":
+        raise ConfigError(f"{path}: an OpenVINO IR is an .xml file (its weights go beside it in a .bin); name it {path.stem}.xml")
     ov = _import_runtime("openvino")
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=path.parent, prefix=f".{path.name}.") as scratch:

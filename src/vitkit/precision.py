@@ -115,7 +115,7 @@ class Runner:
         self.forward = _Forward(model.eval(), pre_logits)
         self.batch_size: int | None = None
         self._batches_left = batches
-        self._compile = True if precision == "int8" else compile
+        self._compile = compile if compile is not None or precision != "int8" else True  # int8 only pays compiled
         self._fn: Callable[[torch.Tensor], torch.Tensor] | None = None
         self._calibration = calibration
         self.compiled = False

@@ -49,6 +49,20 @@ def test_fewshot_and_random_init_baseline(run_cli, checkpoint, tmp_path):
     baseline = last_json(run_cli("fewshot", checkpoint / "vit", "--shots", "5", "--seeds", "2", "--random-init", "3", "--threads", "1"))
     assert baseline["random_init"] == 3 and (checkpoint / "vit" / "fewshot_random3" / "fewshot.md").is_file()  # default --out
     assert baseline["shots"]["5"] != result["shots"]["5"]  # other weights, other features
+    assert result["precision"] == "fp32"
+
+
+@needs_fashion_mnist
+def test_knn_in_bf16_is_close_to_fp32(run_cli, checkpoint, tmp_path):
+    from vitkit import precision
+
+    if precision.native_bf16() is None:
+        pytest.skip("this CPU has no native bf16")
+    args = ("knn", checkpoint / "vit", "--k", "10", "--threads", "1")
+    fp32 = last_json(run_cli(*args, "--out", tmp_path / "fp32"))
+    bf16 = last_json(run_cli(*args, "--out", tmp_path / "bf16", "--precision", "bf16"))
+    assert bf16["precision"].startswith("bf16 autocast") and fp32["precision"] == "fp32"
+    assert abs(bf16["top1"]["10"] - fp32["top1"]["10"]) < 0.01
 
 
 def in_process(capsys, *args):

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ._precision import add_precision
+
 DATA_HELP = "IDX folder, image folder (root/<class>/... or with train/val/test folders) or .csv/.jsonl list (default: Fashion-MNIST)"
 
 
@@ -33,6 +35,7 @@ def add_common(p: argparse.ArgumentParser, name: str, val_fraction: float = 0.0)
     p.add_argument("--batch-size", type=int, default=256, help="images per forward pass when extracting features (default 256)")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda (default auto)")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's choice)")
+    add_precision(p)
     p.add_argument("--val-fraction", type=float, default=val_fraction,
                    help=f"share of train held out as 'val' (and as 'test' when the data has neither) (default {val_fraction:g})")
 
@@ -64,7 +67,8 @@ def setup(args: argparse.Namespace):
         torch.manual_seed(args.random_init)
         model = VisionTransformer(model.config).eval()
     c = model.config
-    features = {"batch_size": args.batch_size, "device": pick_device(args.device), "crop_pct": extra.get("preprocess", {}).get("crop_pct", 1.0)}
+    features = {"batch_size": args.batch_size, "device": pick_device(args.device), "crop_pct": extra.get("preprocess", {}).get("crop_pct", 1.0),
+                "precision": args.precision, "calibration": args.calibration}
 
     def open_split(split: str):
         return open_dataset("auto", args.data, split, channels=c.in_chans, image_size=c.image_size[0], val_fraction=args.val_fraction)

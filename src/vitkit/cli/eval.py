@@ -7,7 +7,7 @@ import json
 import math
 from pathlib import Path
 
-from ._precision import add_precision
+from ._precision import add_precision, calibration
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     from vitkit.checkpoint.native import load_native
     from vitkit.data import eval_batches, open_dataset
     from vitkit.errors import DataError
-    from vitkit.evaluation import calibration_images, evaluate
+    from vitkit.evaluation import evaluate
     from vitkit.precision import prepare
     from vitkit.plots import plot_confusion
     from vitkit.devices import pick_device
@@ -62,13 +62,8 @@ def run(args: argparse.Namespace) -> int:
     crop_pct = extra.get("preprocess", {}).get("crop_pct", 1.0)
     batches = eval_batches(split, args.batch_size, device, channels=c.in_chans, size=c.image_size[0], crop_pct=crop_pct)
     count = math.ceil(len(split) / args.batch_size)
-    calibration = None
-    if args.precision == "int8":
-        calibration_split = split if args.split == "train" else open_dataset(
-            "auto", args.data or trained_on.get("path"), "train", channels=c.in_chans, image_size=c.image_size[0],
-            val_fraction=val_fraction, seed=trained_on.get("split_seed", 0))
-        calibration = calibration_images(calibration_split, model, n=args.calibration, crop_pct=crop_pct)
-    runner = prepare(model, args.precision, device=device, batches=count, calibration=calibration)
+    images = calibration(args, model, trained_on, crop_pct=crop_pct, data=args.data, split=split if args.split == "train" else None)
+    runner = prepare(model, args.precision, device=device, batches=count, calibration=images)
     reference = prepare(model, "fp32", device=device, batches=count) if args.compare_fp32 else None
     metrics = evaluate(model.to(device), batches, crop_pct=crop_pct, runner=runner, reference=reference)
     png = Path(args.confusion) if args.confusion else folder / f"confusion_{args.split}.png"

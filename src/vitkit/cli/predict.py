@@ -6,6 +6,8 @@ import argparse
 import json
 import sys
 
+from ._precision import add_precision, calibration
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -21,6 +23,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("images", nargs="+", metavar="IMAGE", help="image files (any mode: grayscale, RGB(A), palette, 16-bit)")
     p.add_argument("--top", type=int, default=5, help="how many classes per image (default 5)")
     p.add_argument("--json", action="store_true", help="one JSON object per image instead of text")
+    add_precision(p)
     p.set_defaults(run=run)
 
 
@@ -31,12 +34,15 @@ def run(args: argparse.Namespace) -> int:
     from vitkit.data.images import load_image
     from vitkit.errors import DataError
     from vitkit.evaluation import predict
+    from vitkit.precision import prepare
     from vitkit.train import find_checkpoint
 
     model, extra = load_native(find_checkpoint(args.checkpoint))
     c = model.config
     names = extra.get("class_names") or [str(i) for i in range(c.num_classes)]
     crop_pct = extra.get("preprocess", {}).get("crop_pct", 1.0)
+    runner = prepare(model, args.precision, compile=False,  # one image at a time: compiling never pays here
+                     calibration=calibration(args, model, extra.get("data", {}), crop_pct=crop_pct))
     failed = 0
     for path in args.images:
         try:
@@ -45,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"vitkit predict: error: {err}", file=sys.stderr, flush=True)
             failed += 1
             continue
-        probs, index = predict(model, pixels, k=args.top)
+        probs, index = predict(model, pixels, k=args.top, runner=runner)
         top = [(names[i], float(p)) for p, i in zip(probs[0].tolist(), index[0].tolist())]
         if args.json:
             print(json.dumps({"image": path, "top": [{"label": n, "prob": p} for n, p in top]}))
