@@ -74,11 +74,28 @@ def check(precision: str, device: torch.device | str = "cpu") -> str:
     if device.type != "cpu":
         raise ConfigError(f"--precision int8: runs on the CPU only (x86 inductor quantizer); use --device cpu or --precision bf16")
     try:
-        import torchao  # noqa: F401
+        _import_torchao()
     except ImportError:
         raise ConfigError("--precision int8: needs torchao; install the int8 extra (pip install 'vitkit[int8]')") from None
     vnni = "AMX" if "amx_int8" in cpu_flags() else "AVX512_VNNI" if "avx512_vnni" in cpu_flags() else "no VNNI"
     return f"int8 (PT2E static, x86 inductor quantizer, {vnni})"
+
+
+def _import_torchao():
+    """torchao, without its import-time lines about GPU libraries a CPU build cannot load."""
+    import logging
+
+    logs = [logging.getLogger(name) for name in ("torchao", "torch.utils._pytree")]  # the second: a deprecation notice
+    levels = [log.level for log in logs]
+    for log in logs:
+        log.setLevel(logging.ERROR)
+    try:
+        import torchao
+
+        return torchao
+    finally:
+        for log, level in zip(logs, levels):
+            log.setLevel(level)
 
 
 def worth_compiling(first_batch_seconds: float, batches_left: int) -> bool:
