@@ -170,7 +170,7 @@ def build_reference(name: str, config: ViTConfig, device: str) -> torch.nn.Modul
 
 def build_backend(name: str, model: torch.nn.Module, setup: Setup, precision_: str, folder: str) -> Callable[[torch.Tensor], Any]:
     """`model` exported by vitkit to ONNX in `folder` and loaded into a deployment runtime at `precision_`, its threads
-    pinned to torch's count and its thread pool not spinning while the other candidates run: a function of a batch."""
+    pinned to torch's count (see export.runtime_session for spinning): a function of a batch."""
     from vitkit.export import export, runtime_session
 
     onnx_path = os.path.join(folder, "model.onnx")

@@ -92,8 +92,8 @@ def _import_runtime(name: str):
 def runtime_session(runtime: str, path: str | os.PathLike, *, precision: str = "fp32", threads: int | None = None):
     """A function running the ONNX or OpenVINO file `path` in `runtime` ("onnxruntime" or "openvino") on a batch.
 
-    threads: the runtime's thread count (default: torch's); its threads do not spin while idle, so the runtime
-    does not slow whatever runs beside it. precision: fp32 for both; OpenVINO also bf16 (its inference
+    threads: the runtime's thread count (default: torch's); ONNX Runtime's pool is told not to spin while idle, so it
+    does not slow whatever runs beside it (OpenVINO has no such switch; its workers sleep when idle). precision: fp32 for both; OpenVINO also bf16 (its inference
     precision hint: bf16 matmuls where the CPU has them).
     """
     threads = threads or torch.get_num_threads()

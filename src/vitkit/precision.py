@@ -35,7 +35,7 @@ CALIBRATION_IMAGES = 256  # images the int8 observers see by default: a few hund
 # heavily loaded 2-core machine of benchmarks/RESULTS.md ("Reduced-precision CPU inference"); a job compiles when
 # the first batch's time shows that its remaining batches, each COMPILED_SPEEDUP times faster, save more than that.
 COMPILE_SECONDS = 150.0
-COMPILED_SPEEDUP = 1.2  # a conservative gain of compiled over eager fp32 (RESULTS.md)
+COMPILED_SPEEDUP = 1.2  # assumed gain of compiled over eager; not yet measured apart from the compile cost
 
 
 def cpu_flags() -> set[str]:
