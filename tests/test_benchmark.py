@@ -82,3 +82,31 @@ def test_activation_memory_shrinks_with_checkpointing():
     assert 0 < ckpt < plain / 4
     tokens_per_layer = 8 * 17 * 32 * 4 / 2**20  # one (B, T, D) fp32 tensor
     assert ckpt >= 4 * tokens_per_layer
+
+
+def test_candidates_name_a_library_and_a_precision():
+    setup = benchmark.Setup(config=get_config("vit_test"))
+    assert benchmark.parse_candidates(["openvino:bf16", "onnxruntime", "vitkit:int8"], setup) == [
+        ("openvino:bf16", "openvino", "bf16"), ("onnxruntime", "onnxruntime", "fp32"), ("vitkit:int8", "vitkit", "int8")]
+    with pytest.raises(Exception, match="unknown candidate 'tensorrt'"):
+        benchmark.parse_candidates(["tensorrt"], setup)
+    with pytest.raises(Exception, match="references run at the benchmark's --precision"):
+        benchmark.parse_candidates(["transformers:bf16"], setup)
+    with pytest.raises(Exception, match="only run inference"):
+        benchmark.parse_candidates(["openvino"], benchmark.Setup(config=get_config("vit_test"), mode="train"))
+
+
+def test_cli_benchmark_against_deployment_runtimes(run_cli, tmp_path):
+    pytest.importorskip("onnxscript")
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("openvino")
+    out = tmp_path / "bench.json"
+    result = run_cli("benchmark", "--model", "vit_test", "--batch", "2", "--rounds", "2", "--compile", "off",
+                     "--compare", "onnxruntime,openvino", "--threads", "1", "--json", out)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(out.read_text())
+    assert report["candidates"] == {"vitkit": "vitkit fp32", "onnxruntime": "onnxruntime fp32", "openvino": "openvino fp32"}
+    for name in ("onnxruntime", "openvino"):
+        r = report["results"][name]
+        assert r["img_per_s"] > 0 and r["latency_ms_batch1"] > 0 and "resident-set" in r["peak_memory_method"]
+        assert report["speedup"][f"vitkit/{name}"] > 0

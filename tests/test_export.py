@@ -16,14 +16,15 @@ def model():
     return m
 
 
-@pytest.mark.parametrize("fmt", ["torchscript", "exported-program", "onnx"])
+@pytest.mark.parametrize("fmt", ["torchscript", "exported-program", "onnx", "openvino"])
 def test_export_matches_pytorch_on_another_batch_size(model, tmp_path, fmt):
-    if fmt == "onnx":
+    if fmt in ("onnx", "openvino"):
         pytest.importorskip("onnxscript")
-        pytest.importorskip("onnxruntime")
-    path = export(model, tmp_path / f"model.{fmt}", format=fmt)
+        pytest.importorskip("onnxruntime" if fmt == "onnx" else "openvino")
+    path = export(model, tmp_path / ("model.xml" if fmt == "openvino" else f"model.{fmt}"), format=fmt)
     assert path.stat().st_size > 0
-    assert {p.name for p in tmp_path.iterdir()} <= {path.name, path.name + ".json"}  # no scratch files, one file for ONNX
+    # no scratch files left; ONNX is one file, OpenVINO's IR its graph (.xml) and weights (.bin); metadata sidecars
+    assert {p.name for p in tmp_path.iterdir()} <= {path.name, path.name + ".json", path.with_suffix(".bin").name}
     assert verify(model, path, fmt, batch_size=5) < 1e-4
     out = run_exported(path, fmt, torch.randn(1, 3, 16, 20))
     assert out.shape == (1, 10)
@@ -51,3 +52,18 @@ def test_onnx_export_is_one_file_with_class_names_and_preprocessing(model, tmp_p
     props = {p.key: json.loads(p.value) for p in onnx.load(str(path)).metadata_props}
     assert props["class_names"] == names and props["crop_pct"] == 0.875 and props["input_size"] == [3, 16, 20]
     assert props["mean"] == [0.5, 0.5, 0.5]
+
+
+def test_runtimes_run_the_onnx_export_alike(model, tmp_path):
+    pytest.importorskip("onnxscript")
+    from vitkit.export import runtime_session
+
+    path = export(model, tmp_path / "model.onnx", format="onnx")
+    x = torch.randn(4, 3, 16, 20)
+    expected = model(x).detach()
+    for runtime in ("onnxruntime", "openvino"):
+        pytest.importorskip(runtime)
+        got = runtime_session(runtime, path, threads=1)(x)
+        assert (got - expected).abs().max() < 1e-4, runtime
+    with pytest.raises(ConfigError, match="fp32 only"):
+        runtime_session("onnxruntime", path, precision="bf16")

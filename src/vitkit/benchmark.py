@@ -21,12 +21,14 @@ import torch
 import torch.nn.functional as F
 
 from vitkit.errors import ConfigError
+from vitkit import precision
 from vitkit.kernels import cpu_inference
 from vitkit.models import ViTConfig, VisionTransformer
 from vitkit.models.summary import count_flops
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "int8": torch.float32}
 REFERENCES = ("transformers", "timm")
+BACKENDS = ("onnxruntime", "openvino")  # deployment runtimes, fed vitkit's own ONNX export
 
 
 @dataclasses.dataclass
@@ -57,7 +59,7 @@ class Setup:
 
 # -- what one step is ------------------------------------------------------------------------
 def _autocast(setup: Setup):
-    if setup.dtype == "fp32":
+    if setup.dtype in ("fp32", "int8"):
         return nullcontext()
     return torch.autocast(device_type=torch.device(setup.device).type, dtype=DTYPES[setup.dtype])
 
@@ -67,10 +69,12 @@ def _step(model: torch.nn.Module, setup: Setup, batch_size: int) -> Callable[[],
     c = setup.config
     x = torch.randn(batch_size, c.in_chans, *c.image_size, device=setup.device)
     if setup.mode == "inference":
-        model.eval()
+        own_precision = not isinstance(model, torch.nn.Module) or isinstance(model, _Prepared)  # runtimes and runners
+        if isinstance(model, torch.nn.Module):
+            model.eval()
 
         def infer():
-            with torch.inference_mode(), _autocast(setup):
+            with torch.inference_mode(), nullcontext() if own_precision else _autocast(setup):
                 return model(x)
 
         return infer
@@ -92,7 +96,7 @@ def _step(model: torch.nn.Module, setup: Setup, batch_size: int) -> Callable[[],
 
 
 def _matmul(setup: Setup) -> tuple[Callable[[], Any], int]:
-    """A large square matmul in the benchmark's dtype: the device's practical peak."""
+    """A large square matmul in the benchmark's dtype (fp32 for int8): the device's practical peak."""
     n = 2048 if setup.device == "cpu" else 8192
     dtype = DTYPES[setup.dtype]
     a = torch.randn(n, n, device=setup.device).to(dtype)
@@ -106,14 +110,27 @@ def build_vitkit(setup: Setup) -> torch.nn.Module:
     model.set_grad_checkpointing(setup.grad_checkpointing)
     if inference_kernels(setup) != "torch":
         model.set_inference_kernels(cpu_inference)
+    if setup.mode == "inference" and setup.dtype != "fp16":  # what eval and predict run (vitkit.precision)
+        return _Prepared(precision.prepare(model, setup.dtype, device=setup.device, compile=setup.compile), model)
     if setup.compile:
-        if setup.device == "cpu" and setup.mode == "inference":
-            import torch._inductor.config as inductor_config
-
-            inductor_config.freezing = True  # weights become constants: packed GEMMs with fused bias/GELU
-            inductor_config.cpp_wrapper = True  # the graph's ~150 kernel calls from C++, not Python (1-3% at batch 8)
         model = torch.compile(model)
     return model
+
+
+class _Prepared(torch.nn.Module):
+    """A vitkit.precision.Runner as a module the benchmark can time (autocast is the runner's own)."""
+
+    def __init__(self, runner: precision.Runner, model: torch.nn.Module):
+        super().__init__()
+        self.runner, self.model = runner, model
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.runner.run_batch(x)
+
+
+def _plain(model: torch.nn.Module) -> torch.nn.Module:
+    """The eager model behind a built candidate."""
+    return model.model if isinstance(model, _Prepared) else getattr(model, "_orig_mod", model)
 
 
 def inference_kernels(setup: Setup) -> str:
@@ -151,6 +168,36 @@ def build_reference(name: str, config: ViTConfig, device: str) -> torch.nn.Modul
     raise ConfigError(f"--compare: unknown reference {name!r}; choose from {', '.join(REFERENCES)}")
 
 
+def build_backend(name: str, model: torch.nn.Module, setup: Setup, precision_: str, folder: str) -> Callable[[torch.Tensor], Any]:
+    """`model` exported by vitkit to ONNX in `folder` and loaded into a deployment runtime at `precision_`, its threads
+    pinned to torch's count (see export.runtime_session for spinning): a function of a batch."""
+    from vitkit.export import export, runtime_session
+
+    onnx_path = os.path.join(folder, "model.onnx")
+    if not os.path.exists(onnx_path):
+        export(model, onnx_path, format="onnx")
+    return runtime_session(name, onnx_path, precision=precision_, threads=torch.get_num_threads())
+
+
+def parse_candidates(compare: list[str] | tuple[str, ...], setup: Setup) -> list[tuple[str, str, str]]:
+    """(label, library, precision) of every --compare entry: a reference, "vitkit" or a backend, each optionally
+    ":fp32", ":bf16" or ":int8" (default: the benchmark's precision; references run it through autocast)."""
+    out = []
+    for entry in compare:
+        name, _, prec = entry.partition(":")
+        prec = prec or setup.dtype
+        if name not in (*REFERENCES, *BACKENDS, "vitkit"):
+            raise ConfigError(f"--compare: unknown candidate {name!r}; choose from vitkit, {', '.join(REFERENCES + BACKENDS)}")
+        if prec not in DTYPES:
+            raise ConfigError(f"--compare {entry}: unknown precision {prec!r}; choose from {', '.join(DTYPES)}")
+        if name in REFERENCES and prec != setup.dtype:
+            raise ConfigError(f"--compare {entry}: references run at the benchmark's --precision ({setup.dtype})")
+        if name in BACKENDS and setup.mode != "inference":
+            raise ConfigError(f"--compare {name}: deployment runtimes only run inference; use --mode inference")
+        out.append((entry if ":" in entry else name, name, prec))
+    return out
+
+
 def available_references() -> list[str]:
     found = []
     for name in REFERENCES:
@@ -169,14 +216,16 @@ def _sync(device: str) -> None:
 
 
 def interleaved_times(steps: dict[str, Callable[[], Any]], *, device: str, rounds: int, warmup: int) -> dict[str, list[float]]:
-    """Seconds per call of every step, taking turns round after round."""
+    """Seconds per call of every step, taking turns round after round (the order rotating)."""
     for step in steps.values():
         for _ in range(warmup):
             step()
     _sync(device)
     times: dict[str, list[float]] = {name: [] for name in steps}
-    for _ in range(rounds):
-        for name, step in steps.items():
+    names = list(steps)
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[: r % len(names)]:  # each round starts one later: none always follows the same
+            step = steps[name]
             _sync(device)
             start = time.perf_counter()
             step()
@@ -208,6 +257,24 @@ def peak_memory_mb(step: Callable[[], Any], device: str) -> float:
         live += nbytes
         peak = max(peak, live)
     return peak / 2**20
+
+
+def process_peak_memory_mb(step: Callable[[], Any], device: str) -> float:
+    """For runtimes outside torch's allocator: how far one step raises the process's resident-set high-water mark
+    above the resident set before it (Linux: /proc/self/clear_refs resets the mark)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        before = _status_kb("VmRSS")
+        step()
+        return max(_status_kb("VmHWM") - before, 0) / 1024
+    except OSError:
+        return float("nan")
+
+
+def _status_kb(key: str) -> int:
+    with open("/proc/self/status") as f:
+        return int(next(line.split()[1] for line in f if line.startswith(key + ":")))
 
 
 @contextmanager
@@ -258,33 +325,45 @@ def device_name(device: str) -> str:
 
 
 def run(setup: Setup, compare: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
-    """Benchmark vitkit (and `compare` references) under `setup`; a JSON-ready dict."""
+    """Benchmark vitkit (and `compare` candidates, see parse_candidates) under `setup`; a JSON-ready dict."""
+    import tempfile
+
     train = setup.mode == "train"
     flops = count_flops(setup.config, setup.batch_size, backward=train)  # model FLOPs: MFU for every candidate
     executed = count_flops(setup.config, setup.batch_size, backward=train, executed=True)
-    models = {"vitkit": build_vitkit(setup)}
-    for name in compare:
-        models[name] = build_reference(name, setup.config, setup.device)
-    steps = {name: _step(model, setup, setup.batch_size) for name, model in models.items()}
-    peak_step, peak_flops = _matmul(setup)
-    times = interleaved_times({"matmul": peak_step, **steps}, device=setup.device, rounds=setup.rounds, warmup=setup.warmup)
-    peak = [peak_flops / t for t in times["matmul"]]
-    results: dict[str, Any] = {}
-    for name in models:
-        ts = times[name]
-        results[name] = {
-            "ms_per_batch": 1e3 * statistics.median(ts),
-            "img_per_s": setup.batch_size / statistics.median(ts),
-            "tflops": flops / statistics.median(ts) / 1e12,
-            "mfu": statistics.median(flops / t / p for t, p in zip(ts, peak)),  # against the same round's peak
-            "peak_memory_mb": peak_memory_mb(steps[name], setup.device),
-        }
-        if not train:
-            one = _step(models[name], setup, 1)
-            lat = interleaved_times({name: one}, device=setup.device, rounds=setup.rounds, warmup=1)[name]
-            results[name]["latency_ms_batch1"] = 1e3 * statistics.median(lat)
+    models: dict[str, Any] = {"vitkit": build_vitkit(setup)}
+    candidates = parse_candidates(compare, setup)
+    with tempfile.TemporaryDirectory(prefix="vitkit-bench-") as folder:
+        for label, name, prec in candidates:
+            if name == "vitkit":
+                models[label] = build_vitkit(dataclasses.replace(setup, dtype=prec))
+            elif name in BACKENDS:
+                models[label] = build_backend(name, _plain(models["vitkit"]), setup, prec, folder)
+            else:
+                models[label] = build_reference(name, setup.config, setup.device)
+        steps = {name: _step(model, setup, setup.batch_size) for name, model in models.items()}
+        peak_step, peak_flops = _matmul(setup)
+        times = interleaved_times({"matmul": peak_step, **steps}, device=setup.device, rounds=setup.rounds, warmup=setup.warmup)
+        peak = [peak_flops / t for t in times["matmul"]]
+        results: dict[str, Any] = {}
+        for name in models:
+            ts = times[name]
+            external = not isinstance(models[name], torch.nn.Module)
+            results[name] = {
+                "ms_per_batch": 1e3 * statistics.median(ts),
+                "img_per_s": setup.batch_size / statistics.median(ts),
+                "tflops": flops / statistics.median(ts) / 1e12,
+                "mfu": statistics.median(flops / t / p for t, p in zip(ts, peak)),  # against the same round's peak
+                "peak_memory_mb": (process_peak_memory_mb if external else peak_memory_mb)(steps[name], setup.device),
+            }
+            if external:
+                results[name]["peak_memory_method"] = "process resident-set high-water mark during one step"
+            if not train:
+                one = _step(models[name], setup, 1)
+                lat = interleaved_times({name: one}, device=setup.device, rounds=setup.rounds, warmup=1)[name]
+                results[name]["latency_ms_batch1"] = 1e3 * statistics.median(lat)
     ratios = {
-        f"vitkit/{name}": statistics.median(r / v for r, v in zip(times[name], times["vitkit"])) for name in compare
+        f"vitkit/{name}": statistics.median(r / v for r, v in zip(times[name], times["vitkit"])) for name in models if name != "vitkit"
     }
     c = setup.config
     return {
@@ -297,6 +376,8 @@ def run(setup: Setup, compare: list[str] | tuple[str, ...] = ()) -> dict[str, An
         "image_size": list(c.image_size),
         "compile": setup.compile,
         "kernels": inference_kernels(setup),
+        "precision": models["vitkit"].runner.description if isinstance(models["vitkit"], _Prepared) else setup.dtype,
+        "candidates": {label: f"{name} {prec}" for label, name, prec in [("vitkit", "vitkit", setup.dtype), *candidates]},
         "grad_checkpointing": setup.grad_checkpointing,
         "rounds": setup.rounds,
         "gflops_per_image": flops / setup.batch_size / 1e9,

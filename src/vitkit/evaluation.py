@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import torch
 from torch import nn
@@ -40,8 +40,16 @@ def evaluate(
     *,
     crop_pct: float = 1.0,
     autocast_dtype: torch.dtype | None = None,
+    runner: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    reference: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> dict:
-    """Run `model` over (uint8 images, labels) batches; top1/top5 in [0, 1], mean loss, per-class accuracy, confusion."""
+    """Run `model` over (uint8 images, labels) batches; top1/top5 in [0, 1], mean loss, per-class accuracy, confusion.
+
+    runner: what computes the logits instead of `model` itself (a vitkit.precision.Runner: bf16, int8, compiled).
+    reference: a second one (fp32) to measure the runner's accuracy cost on the same images: adds its top-1
+    ("reference_top1"), the difference ("top1_delta", runner minus reference) and the share of images on which
+    both predict the same class ("agreement").
+    """
     was_training = model.training
     model.eval()
     c = model.config
@@ -49,19 +57,24 @@ def evaluate(
     cm = torch.zeros(K, K, dtype=torch.long)
     top5 = 0
     loss_sum = 0.0
+    ref_correct = agree = 0
     for images, labels in batches:
         x = eval_transform(images, c.image_size, crop_pct, c.mean, c.std)
         with torch.autocast(x.device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
-            logits = model(x).float()
+            logits = (runner or model)(x).float()
         loss_sum += float(nn.functional.cross_entropy(logits, labels, reduction="sum"))
         top5 += int(topk_correct(logits, labels, 5).sum())
         cm += confusion_matrix(logits.argmax(-1), labels, K).cpu()
+        if reference is not None:
+            ref_pred = reference(x).argmax(-1)
+            ref_correct += int((ref_pred == labels).sum())
+            agree += int((ref_pred == logits.argmax(-1)).sum())
     model.train(was_training)
     n = int(cm.sum())
     if n == 0:
         return {"n": 0, "top1": float("nan"), "top5": float("nan"), "loss": float("nan"), "per_class": [], "confusion": cm.tolist()}
     per_class = (cm.diag().double() / cm.sum(1).clamp(min=1).double()).tolist()
-    return {
+    result = {
         "n": n,
         "top1": float(cm.diag().sum()) / n,
         "top5": top5 / n,
@@ -69,14 +82,28 @@ def evaluate(
         "per_class": per_class,
         "confusion": cm.tolist(),
     }
+    if reference is not None:
+        result.update(reference_top1=ref_correct / n, top1_delta=result["top1"] - ref_correct / n, agreement=agree / n)
+    return result
+
+
+def calibration_images(split: Split, model: nn.Module, *, n: int, crop_pct: float = 1.0, batch_size: int = 256,
+                       seed: int = 0) -> list[torch.Tensor]:
+    """`n` images of `split` drawn with `seed`, normalised as the model reads them: what int8 observers calibrate on."""
+    c = model.config
+    pick = torch.randperm(len(split), generator=torch.Generator().manual_seed(seed))[:n].sort().values
+    batches = eval_batches(split.subset(pick.numpy()), batch_size, torch.device("cpu"), channels=c.in_chans,
+                           size=c.image_size[0], crop_pct=crop_pct)
+    return [eval_transform(images, c.image_size, crop_pct, c.mean, c.std) for images, _ in batches]
 
 
 @torch.no_grad()
-def predict(model: nn.Module, images: torch.Tensor, *, k: int = 5, crop_pct: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """Top-k (probabilities, class indices) for uint8 images (B, C, H, W)."""
+def predict(model: nn.Module, images: torch.Tensor, *, k: int = 5, crop_pct: float = 1.0,
+            runner: Callable[[torch.Tensor], torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Top-k (probabilities, class indices) for uint8 images (B, C, H, W); `runner` as in `evaluate`."""
     model.eval()
     c = model.config
-    probs = model(eval_transform(images, c.image_size, crop_pct, c.mean, c.std)).float().softmax(-1)
+    probs = (runner or model)(eval_transform(images, c.image_size, crop_pct, c.mean, c.std)).float().softmax(-1)
     return probs.topk(min(k, probs.shape[-1]), dim=-1)
 
 
@@ -90,8 +117,12 @@ def extract_features(
     *,
     crop_pct: float = 1.0,
     autocast_dtype: torch.dtype | None = None,
+    runner: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Pre-logits features (N, D) float32 and labels (N,) of every (uint8 images, labels) batch, on the CPU."""
+    """Pre-logits features (N, D) float32 and labels (N,) of every (uint8 images, labels) batch, on the CPU.
+
+    runner: what computes the features instead of `model(x, pre_logits=True)` (a vitkit.precision.Runner
+    built with pre_logits=True: bf16, int8, compiled)."""
     was_training = model.training
     model.eval()
     c = model.config
@@ -100,7 +131,7 @@ def extract_features(
         for images, y in batches:
             x = eval_transform(images, c.image_size, crop_pct, c.mean, c.std)
             with torch.autocast(x.device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
-                f = model(x, pre_logits=True)  # (B, D): pooled, after pre_logits
+                f = runner(x) if runner is not None else model(x, pre_logits=True)  # (B, D): pooled, after pre_logits
             features.append(f.float().cpu())
             labels.append(y.cpu())
     model.train(was_training)
@@ -243,12 +274,32 @@ def split_features(
     device: torch.device | str = "cpu",
     crop_pct: float = 1.0,
     autocast_dtype: torch.dtype | None = None,
+    runner: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Pre-logits features and labels of every image of `split` (read at the model's size, centre-cropped)."""
     c = model.config
     model.to(device)
     batches = eval_batches(split, batch_size, torch.device(device), channels=c.in_chans, size=c.image_size[0], crop_pct=crop_pct)
-    return extract_features(model, batches, crop_pct=crop_pct, autocast_dtype=autocast_dtype)
+    return extract_features(model, batches, crop_pct=crop_pct, autocast_dtype=autocast_dtype, runner=runner)
+
+
+def with_feature_runner(model: nn.Module, splits: list[Split], features: dict[str, Any]) -> dict[str, Any]:
+    """split_features options for extracting the features of all `splits` at features["precision"] (default fp32):
+    one runner for them all, compiled when their batch count pays for it, int8 calibrated on features["calibration"]
+    (default 256) images of the first split."""
+    from vitkit import precision
+
+    features = dict(features)
+    chosen = features.pop("precision", "fp32")
+    count = features.pop("calibration", precision.CALIBRATION_IMAGES)
+    batch_size, device = features.get("batch_size", 256), features.get("device", "cpu")
+    crop_pct = features.get("crop_pct", 1.0)
+    batches = sum(math.ceil(len(s) / batch_size) for s in splits)
+    calibration = None
+    if chosen == "int8":
+        calibration = calibration_images(splits[0], model, n=count, crop_pct=crop_pct, batch_size=batch_size)
+    features["runner"] = precision.prepare(model, chosen, device=device, pre_logits=True, batches=batches, calibration=calibration)
+    return features
 
 
 def _mean_std(values: list[float]) -> dict[str, Any]:
@@ -273,7 +324,9 @@ def fewshot_eval(
     shots = list(shots)
     draws = {(n, s): fewshot_indices(train_split.labels, n, s) for n in shots for s in range(seeds)}
     used = torch.unique(torch.cat(list(draws.values())))  # sorted
-    train_x, train_y = split_features(model, train_split.subset(used.numpy()), **features)
+    train_split = train_split.subset(used.numpy())
+    features = with_feature_runner(model, [train_split, test_split], features)
+    train_x, train_y = split_features(model, train_split, **features)
     test_x, test_y = split_features(model, test_split, **features)
     K = len(train_split.class_names)
     table = {}
@@ -283,7 +336,7 @@ def fewshot_eval(
             local = torch.searchsorted(used, draws[n, s])
             accs.append(lsr_accuracy(train_x[local], train_y[local], test_x, test_y, l2_reg=l2_reg, num_classes=K))
         table[str(n)] = _mean_std(accs)
-    return {"evaluation": "fewshot_lsr", "shots": table, "seeds": seeds, "l2_reg": l2_reg, "n_test": len(test_y),
+    return {"evaluation": "fewshot_lsr", "precision": features["runner"].description, "shots": table, "seeds": seeds, "l2_reg": l2_reg, "n_test": len(test_y),
             "feature_dim": train_x.shape[1], "n_train_features": len(used)}
 
 
@@ -299,6 +352,7 @@ def linear_probe_eval(
 ) -> dict:
     """Logistic regression on frozen features: fitted on `train_split` for each l2, the one with the best
     accuracy on `val_split` scored on `test_split`."""
+    features = with_feature_runner(model, [train_split, val_split, test_split], features)
     train_x, train_y = split_features(model, train_split, **features)
     val_x, val_y = split_features(model, val_split, **features)
     test_x, test_y = split_features(model, test_split, **features)
@@ -310,7 +364,7 @@ def linear_probe_eval(
         runs.append({"l2": l2, "val_top1": float((linear_probe_predict(probe, val_x) == val_y).float().mean())})
     best = max(range(len(runs)), key=lambda i: runs[i]["val_top1"])
     test_top1 = float((linear_probe_predict(probes[best], test_x) == test_y).float().mean())
-    return {"evaluation": "linear_probe", "runs": runs, "best_l2": runs[best]["l2"], "val_top1": runs[best]["val_top1"],
+    return {"evaluation": "linear_probe", "precision": features["runner"].description, "runs": runs, "best_l2": runs[best]["l2"], "val_top1": runs[best]["val_top1"],
             "test_top1": test_top1, "n_train": len(train_y), "n_val": len(val_y), "n_test": len(test_y), "feature_dim": train_x.shape[1]}
 
 
@@ -324,10 +378,11 @@ def knn_eval(
     **features: Any,
 ) -> dict:
     """Cosine k-NN accuracy on `test_split` with `train_split` as the memory bank, for each k."""
+    features = with_feature_runner(model, [train_split, test_split], features)
     train_x, train_y = split_features(model, train_split, **features)
     test_x, test_y = split_features(model, test_split, **features)
     top1 = {str(k): float((knn_predict(train_x, train_y, test_x, k=k, temperature=temperature) == test_y).float().mean()) for k in ks}
-    return {"evaluation": "knn", "top1": top1, "temperature": temperature, "n_train": len(train_y), "n_test": len(test_y),
+    return {"evaluation": "knn", "precision": features["runner"].description, "top1": top1, "temperature": temperature, "n_train": len(train_y), "n_test": len(test_y),
             "feature_dim": train_x.shape[1]}
 
 

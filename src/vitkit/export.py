@@ -1,10 +1,12 @@
-"""Export a model for deployment: ONNX, TorchScript or torch.export's ExportedProgram, batch dimension dynamic.
+"""Export a model for deployment: ONNX, OpenVINO IR, TorchScript or torch.export's ExportedProgram, batch dimension dynamic.
 
 Every export is checked against the PyTorch model on a batch size other than the one it was traced with.
+The deployment runtimes (ONNX Runtime, OpenVINO) run vitkit's own ONNX export: `runtime_session`.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import os
@@ -17,7 +19,8 @@ from vitkit.checkpoint.io import atomic_path, sidecar_path, write_json
 from vitkit.errors import ConfigError
 from vitkit.models import VisionTransformer
 
-FORMATS = {"onnx": ".onnx", "torchscript": ".pt", "exported-program": ".pt2"}
+FORMATS = {"onnx": ".onnx", "openvino": ".xml", "torchscript": ".pt", "exported-program": ".pt2"}
+RUNTIMES = {"onnxruntime": "onnx", "openvino": "openvino"}  # runtime -> the extra that installs it
 
 
 def _example(model: VisionTransformer, batch_size: int) -> torch.Tensor:
@@ -41,13 +44,17 @@ def export(model: VisionTransformer, path: str | os.PathLike, *, format: str, me
     else into PATH.json beside it."""
     if format not in FORMATS:
         raise ConfigError(f"format: expected one of {', '.join(FORMATS)}, got {format!r}")
-    model = model.eval().cpu()
+    model = copy.deepcopy(model).eval().cpu()
+    model.set_inference_kernels(None)  # torch's own ops: what every runtime knows
     path = Path(path)
     x = _example(model, 2)
     batch = torch.export.Dim("batch", min=1, max=4096)
     info = preprocessing(model, metadata)
     if format == "onnx":
         _export_onnx(model, x, path, batch, info)
+        return path
+    if format == "openvino":
+        _export_openvino(model, x, path, batch, info)
         return path
     with atomic_path(path) as tmp, torch.no_grad():
         if format == "torchscript":
@@ -95,20 +102,69 @@ def _export_onnx(model: VisionTransformer, x: torch.Tensor, path: Path, batch: t
         Path(f"{path}.data").unlink(missing_ok=True)  # a stale one from an earlier, external-data export
 
 
+def _export_openvino(model: VisionTransformer, x: torch.Tensor, path: Path, batch: torch.export.Dim, info: dict) -> None:
+    """OpenVINO IR (path .xml + its .bin weights) converted from vitkit's ONNX export, weights kept in fp32;
+    class names and preprocessing in PATH.json beside it."""
+    if path.suffix != ".xml":
+        raise ConfigError(f"{path}: an OpenVINO IR is an .xml file (its weights go beside it in a .bin); name it {path.stem}.xml")
+    ov = _import_runtime("openvino")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=path.parent, prefix=f".{path.name}.") as scratch:
+        onnx_path = Path(scratch) / "model.onnx"
+        _export_onnx(model, x, onnx_path, batch, info)
+        xml = Path(scratch) / path.name
+        ov.save_model(ov.convert_model(str(onnx_path)), str(xml), compress_to_fp16=False)
+        os.replace(xml.with_suffix(".bin"), path.with_suffix(".bin"))
+        os.replace(xml, path)  # the graph last: an .xml on disk always has its weights
+    write_json(sidecar_path(path), info)
+
+
+def _import_runtime(name: str):
+    try:
+        return __import__(name)
+    except ImportError:
+        extra = RUNTIMES[name]
+        raise ConfigError(f"{name} is not installed; install the {extra} extra (pip install 'vitkit[{extra}]')") from None
+
+
+def runtime_session(runtime: str, path: str | os.PathLike, *, precision: str = "fp32", threads: int | None = None):
+    """A function running the ONNX or OpenVINO file `path` in `runtime` ("onnxruntime" or "openvino") on a batch.
+
+    threads: the runtime's thread count (default: torch's); ONNX Runtime's pool is told not to spin while idle, so it
+    does not slow whatever runs beside it (OpenVINO has no such switch; its workers sleep when idle). precision: fp32 for both; OpenVINO also bf16 (its inference
+    precision hint: bf16 matmuls where the CPU has them).
+    """
+    threads = threads or torch.get_num_threads()
+    if runtime == "onnxruntime":
+        ort = _import_runtime("onnxruntime")
+        if precision != "fp32":
+            raise ConfigError(f"onnxruntime {precision}: vitkit runs ONNX Runtime in fp32 only (its CPU provider has no bf16 matmuls)")
+        options = ort.SessionOptions()
+        options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        name = session.get_inputs()[0].name
+        return lambda x: torch.from_numpy(session.run(None, {name: x.numpy()})[0])
+    if runtime == "openvino":
+        ov = _import_runtime("openvino")
+        if precision not in ("fp32", "bf16"):
+            raise ConfigError(f"openvino {precision}: vitkit runs OpenVINO in fp32 or bf16")
+        hint = {"fp32": "f32", "bf16": "bf16"}[precision]
+        compiled = ov.Core().compile_model(str(path), "CPU", {"INFERENCE_NUM_THREADS": threads, "INFERENCE_PRECISION_HINT": hint,
+                                                                "PERFORMANCE_HINT": "LATENCY"})
+        request = compiled.create_infer_request()
+        return lambda x: torch.from_numpy(request.infer([x.numpy()])[0].copy())
+    raise ConfigError(f"unknown runtime {runtime!r}; choose from {', '.join(RUNTIMES)}")
+
+
 def run_exported(path: str | os.PathLike, format: str, x: torch.Tensor) -> torch.Tensor:
-    """Run an exported file on `x` with the runtime of its format (onnxruntime for ONNX)."""
+    """Run an exported file on `x` with the runtime of its format (onnxruntime for ONNX, openvino for its IR)."""
     path = str(path)
     if format == "torchscript":
         return torch.jit.load(path)(x)
     if format == "exported-program":
         return torch.export.load(path).module()(x)
-    try:
-        import onnxruntime
-    except ImportError:
-        raise ConfigError("checking an ONNX export needs onnxruntime (pip install 'vitkit[onnx]')") from None
-    session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
-    name = session.get_inputs()[0].name
-    return torch.from_numpy(session.run(None, {name: x.numpy()})[0])
+    return runtime_session("onnxruntime" if format == "onnx" else "openvino", path)(x)
 
 
 def verify(model: VisionTransformer, path: str | os.PathLike, format: str, *, batch_size: int = 3) -> float:

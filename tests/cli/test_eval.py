@@ -30,3 +30,25 @@ def test_a_broken_image_is_named(tmp_path, capsys):
     assert main(["eval", str(ckpt), "--data", str(tmp_path / "data"), "--split", "test"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith(f"vitkit eval: error: {broken}: not an image")
+
+
+def test_reduced_precision_reports_its_cost_against_fp32(tmp_path, capsys):
+    import json
+
+    import pytest
+    import torch
+
+    from vitkit import precision
+
+    if precision.native_bf16() is None:
+        pytest.skip("this CPU has no native bf16")
+    model = vitkit.create_model("vit_test", num_classes=2)
+    torch.nn.init.normal_(model.head.weight)
+    ckpt = vitkit.save_pretrained(model, tmp_path / "ckpt")
+    _folder(tmp_path / "data" / "test", ["a", "b"])
+    assert main(["eval", str(ckpt), "--data", str(tmp_path / "data"), "--precision", "bf16", "--compare-fp32", "--json"]) == 0
+    out = capsys.readouterr().out
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["precision"].startswith("bf16 autocast (") and result["n"] == 4
+    assert result["top1_delta"] == pytest.approx(result["top1"] - result["reference_top1"])
+    assert 0.5 <= result["agreement"] <= 1.0 and "same prediction on" in out

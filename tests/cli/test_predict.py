@@ -56,3 +56,17 @@ def test_json_lines_for_the_good_files(checkpoint, images, capsys):
 def test_all_good_exits_0(checkpoint, images, capsys):
     assert main(["predict", str(checkpoint), str(images[0])]) == 0
     assert capsys.readouterr().err == ""
+
+
+def test_predict_at_reduced_precision_says_the_same(checkpoint, images, capsys):
+    from vitkit import precision
+
+    if precision.native_bf16() is None:
+        pytest.skip("this CPU has no native bf16")
+    good = str(images[0])
+    assert main(["predict", str(checkpoint), good, "--json"]) == 0
+    fp32 = json.loads(capsys.readouterr().out)
+    assert main(["predict", str(checkpoint), good, "--json", "--precision", "bf16"]) == 0
+    bf16 = json.loads(capsys.readouterr().out)
+    assert [t["label"] for t in bf16["top"]][:1] == [t["label"] for t in fp32["top"]][:1]
+    assert abs(bf16["top"][0]["prob"] - fp32["top"][0]["prob"]) < 0.05

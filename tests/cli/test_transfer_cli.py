@@ -54,6 +54,25 @@ def test_fewshot_and_random_init_baseline(run_cli, checkpoint, tmp_path):
                                  "--threads", "1"))
     assert baseline["random_init"] == 3 and (checkpoint / "vit.fewshot_random3" / "fewshot.md").is_file()  # default --out: beside the model, never in it
     assert baseline["shots"]["5"] != result["shots"]["5"]  # other weights, other features
+    assert result["precision"] == "fp32"
+
+
+def test_knn_in_bf16_is_close_to_fp32(run_cli, checkpoint, tmp_path):
+    from vitkit import precision
+
+    if precision.native_bf16() is None:
+        pytest.skip("this CPU has no native bf16")
+    rng = np.random.default_rng(0)
+    for split in ("train", "test"):
+        for k, c in enumerate(("dark", "light")):
+            (tmp_path / "data" / split / c).mkdir(parents=True)
+            for i in range(12):
+                Image.fromarray(rng.normal(60 + 120 * k, 40, (28, 28)).clip(0, 255).astype(np.uint8)).save(tmp_path / "data" / split / c / f"{i}.png")
+    args = ("knn", checkpoint / "vit", "--data", tmp_path / "data", "--k", "5", "--threads", "1")
+    fp32 = last_json(run_cli(*args, "--out", tmp_path / "fp32"))
+    bf16 = last_json(run_cli(*args, "--out", tmp_path / "bf16", "--precision", "bf16"))
+    assert bf16["precision"].startswith("bf16 autocast") and fp32["precision"] == "fp32" and bf16["n_test"] == 24
+    assert abs(bf16["top1"]["5"] - fp32["top1"]["5"]) <= 1 / 24
 
 
 def in_process(capsys, *args):

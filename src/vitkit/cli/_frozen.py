@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ._precision import add_precision
+
 DATA_HELP = "IDX folder, image folder (root/<class>/... or with train/val/test folders) or .csv/.jsonl list (default: the data the checkpoint was trained on)"
 
 
@@ -34,6 +36,7 @@ def add_common(p: argparse.ArgumentParser, name: str) -> None:
     p.add_argument("--batch-size", type=int, default=256, help="images per forward pass when extracting features (default 256)")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda (default auto)")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's choice)")
+    add_precision(p)
     p.add_argument("--val-fraction", type=float, default=None,
                    help="share of train held out as 'val' where the data has no val split (default: as in training, else 0.1)")
 
@@ -60,7 +63,8 @@ def setup(args: argparse.Namespace):
         torch.manual_seed(args.random_init)
         model = VisionTransformer(model.config).eval()
     c = model.config
-    features = {"batch_size": args.batch_size, "device": pick_device(args.device), "crop_pct": meta.get("preprocess", {}).get("crop_pct", 1.0)}
+    features = {"batch_size": args.batch_size, "device": pick_device(args.device), "crop_pct": meta.get("preprocess", {}).get("crop_pct", 1.0),
+                "precision": args.precision, "calibration": args.calibration}
     args.spec = DataSpec.from_checkpoint(meta, args.checkpoint, data=args.data, val_fraction=args.val_fraction)
 
     def open_split(split: str, flag: str = "--train-split"):

@@ -1,4 +1,4 @@
-"""`vitkit benchmark`: throughput, latency, memory, FLOPs and MFU, side by side with transformers/timm."""
+"""`vitkit benchmark`: throughput, latency, memory, FLOPs and MFU, side by side with transformers/timm, ONNX Runtime, OpenVINO."""
 
 from __future__ import annotations
 
@@ -21,7 +21,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch", type=int, default=8, help="batch size (default 8)")
     p.add_argument("--image-size", type=int, default=None, help="resolution (default: the model's)")
     p.add_argument("--num-classes", type=int, default=1000)
-    p.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], default=None, help="default fp32 on CPU, bf16 on GPU")
+    p.add_argument("--precision", "--dtype", dest="dtype", choices=["fp32", "bf16", "fp16", "int8"], default=None,
+                   help="vitkit's precision, as in eval and predict (default fp32 on CPU, bf16 on GPU); bf16 on the CPU "
+                   "needs AVX512_BF16/AMX, int8 the int8 extra (its observers calibrated on random images: speed only)")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present)")
     p.add_argument("--mode", choices=["inference", "train", "both"], default="inference")
     p.add_argument("--compile", choices=["auto", "on", "off"], default="auto",
@@ -30,7 +32,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="auto: vitkit's C++ attention and bias+GELU kernels for fp32 CPU inference (built on first use); "
                    "torch: always torch's scaled_dot_product_attention and GELU")
     p.add_argument("--grad-checkpointing", action="store_true", help="train with activation checkpointing per block")
-    p.add_argument("--compare", default="", help="comma-separated references: transformers,timm (or 'all' installed)")
+    p.add_argument("--compare", default="",
+                   help="comma-separated candidates, each optionally :fp32/:bf16/:int8 (default: --precision): references "
+                   "transformers,timm ('all': those installed), deployment runtimes onnxruntime,openvino (fed vitkit's "
+                   "ONNX export; same thread count, ONNX Runtime not spinning) and vitkit itself, e.g. vitkit:fp32,openvino:bf16")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores available)")
     p.add_argument("--json", type=Path, default=None, help="also write the report as JSON to this file")

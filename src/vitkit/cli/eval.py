@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
+
+from ._precision import add_precision, calibration
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -25,6 +28,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=int, default=0, help="CPU threads (default: torch's choice; 1 is faster on a busy machine)")
     p.add_argument("--confusion", metavar="PNG", help="where to write the confusion-matrix PNG (default: RUN/eval/confusion_<split>.png, beside the model)")
     p.add_argument("--json", action="store_true", help="print the metrics as one JSON object on the last line")
+    add_precision(p)
+    p.add_argument("--compare-fp32", action="store_true",
+                   help="also run the model in fp32 on the same images: report the top-1 difference and agreement")
     p.set_defaults(run=run)
 
 
@@ -36,6 +42,7 @@ def run(args: argparse.Namespace) -> int:
     from vitkit.data import DataSpec, eval_batches
     from vitkit.errors import DataError
     from vitkit.evaluation import evaluate
+    from vitkit.precision import prepare
     from vitkit.plots import plot_confusion
     from vitkit.devices import pick_device
 
@@ -52,7 +59,12 @@ def run(args: argparse.Namespace) -> int:
     class_names = meta.get("class_names") or split.class_names
     crop_pct = meta.get("preprocess", {}).get("crop_pct", 1.0)
     batches = eval_batches(split, args.batch_size, device, channels=c.in_chans, size=c.image_size[0], crop_pct=crop_pct)
-    metrics = evaluate(model.to(device), batches, crop_pct=crop_pct)
+    count = math.ceil(len(split) / args.batch_size)
+    images = calibration(args, model, lambda: split if args.split == "train" else spec.open("train", channels=c.in_chans, image_size=c.image_size[0]),
+                         crop_pct=crop_pct)
+    runner = prepare(model, args.precision, device=device, batches=count, calibration=images)
+    reference = prepare(model, "fp32", device=device, batches=count) if args.compare_fp32 else None
+    metrics = evaluate(model.to(device), batches, crop_pct=crop_pct, runner=runner, reference=reference)
     png = Path(args.confusion) if args.confusion else report_dir(args.checkpoint, "eval") / f"confusion_{args.split}.png"
     plot_confusion(metrics["confusion"], class_names, png)
     result = {
@@ -66,10 +78,16 @@ def run(args: argparse.Namespace) -> int:
         "loss": metrics["loss"],
         "per_class": dict(zip(class_names, metrics["per_class"])),
         "confusion_png": str(png),
+        "precision": runner.description,
     }
+    if reference is not None:
+        result.update({k: metrics[k] for k in ("reference_top1", "top1_delta", "agreement")})
     width = max(len(n) for n in class_names)
-    print(f"{args.checkpoint} on {args.split} of {spec.where} ({metrics['n']} images: {split.source}, {split.selection}): "
-          f"top-1 {metrics['top1']:.4f}  top-5 {metrics['top5']:.4f}")
+    print(f"{args.checkpoint} on {args.split} of {spec.where} ({metrics['n']} images: {split.source}, {split.selection}; "
+          f"{runner.description}): top-1 {metrics['top1']:.4f}  top-5 {metrics['top5']:.4f}")
+    if reference is not None:
+        print(f"against fp32 on the same {metrics['n']} {args.split} images: fp32 top-1 {metrics['reference_top1']:.4f}, "
+              f"difference {100 * metrics['top1_delta']:+.2f} points, same prediction on {100 * metrics['agreement']:.2f}%")
     for name, acc in result["per_class"].items():
         print(f"  {name:<{width}}  {acc:.4f}")
     print(f"confusion matrix: {png}")

@@ -9,11 +9,13 @@ from vitkit.errors import VitkitError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("export", help="export a checkpoint to ONNX, TorchScript or a torch.export program",
+    p = sub.add_parser("export", help="export a checkpoint to ONNX, OpenVINO IR, TorchScript or a torch.export program",
                        description="Export a checkpoint with a dynamic batch, checked against PyTorch. Class names and "
                                    "preprocessing travel with it: ONNX metadata_props, else FILE.json beside the file.")
     p.add_argument("checkpoint", type=Path, help="run directory, its final/, a step checkpoint, or a checkpoint file of any format")
-    p.add_argument("--format", choices=["onnx", "torchscript", "exported-program"], default="onnx")
+    p.add_argument("--format", choices=["onnx", "openvino", "torchscript", "exported-program"],
+                   help="onnx (ONNX Runtime), openvino (IR .xml + .bin, from the ONNX export; needs the openvino extra), "
+                   "torchscript or exported-program (default onnx)", default="onnx")
     p.add_argument("--out", type=Path, default=None, help="output file (default: beside the checkpoint)")
     p.add_argument("--atol", type=float, default=1e-4, help="largest allowed difference from PyTorch (default 1e-4)")
     p.add_argument("--threads", type=int, default=0, help="CPU threads (default: torch's choice)")

@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+from ._precision import add_precision, calibration
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -24,6 +26,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--top", type=int, default=5, help="how many classes per image (default 5)")
     p.add_argument("--json", action="store_true", help="one JSON object per image instead of text")
     p.add_argument("--threads", type=int, default=0, help="CPU threads (default: torch's choice; 1 is faster on a busy machine)")
+    add_precision(p)
     p.set_defaults(run=run)
 
 
@@ -34,6 +37,8 @@ def run(args: argparse.Namespace) -> int:
     from vitkit.data.images import find_images, load_image
     from vitkit.errors import DataError
     from vitkit.evaluation import predict
+    from vitkit.data import DataSpec
+    from vitkit.precision import prepare
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -42,6 +47,12 @@ def run(args: argparse.Namespace) -> int:
     names = meta.get("class_names") or [str(i) for i in range(c.num_classes)]
     crop_pct = meta.get("preprocess", {}).get("crop_pct", 1.0)
     paths = [str(p) for arg in args.images for p in (find_images([arg]) if Path(arg).is_dir() else [arg])]
+
+    def training_split():  # int8's calibration images: the data the checkpoint was trained on
+        return DataSpec.from_checkpoint(meta, args.checkpoint).open("train", channels=c.in_chans, image_size=c.image_size[0])
+
+    runner = prepare(model, args.precision, compile=False,  # one image at a time: compiling never pays here
+                     calibration=calibration(args, model, training_split, crop_pct=crop_pct))
     failed = 0
     for path in paths:
         try:
@@ -50,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"vitkit predict: error: {err}", file=sys.stderr, flush=True)
             failed += 1
             continue
-        probs, index = predict(model, pixels, k=args.top)
+        probs, index = predict(model, pixels, k=args.top, runner=runner)
         top = [(names[i], float(p)) for p, i in zip(probs[0].tolist(), index[0].tolist())]
         if args.json:
             print(json.dumps({"image": path, "top": [{"label": n, "prob": p} for n, p in top]}))

@@ -1,0 +1,47 @@
+"""Do vitkit's C++ CPU inference kernels (attention, bias + GELU) still pay? The same model with and without them,
+eager and compiled, interleaved round after round; medians of per-round ratios (torch ops time / kernels time).
+
+    python benchmarks/cpu_kernels.py --model vit_s16 --batch 8 --rounds 7
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+
+import torch
+
+from vitkit import benchmark
+from vitkit.models import get_config
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="vit_s16")
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--compile", choices=["on", "off", "both"], default="both")
+    args = p.parse_args()
+    benchmark.set_threads(args.threads)
+    config = get_config(args.model)
+    steps = {}
+    for compiled in {"on": [True], "off": [False], "both": [False, True]}[args.compile]:
+        for kernels in ("auto", "torch"):
+            setup = benchmark.Setup(config=config, batch_size=args.batch, compile=compiled, kernels=kernels)
+            torch.manual_seed(0)
+            model = benchmark.build_vitkit(setup)
+            steps[f"{'compiled' if compiled else 'eager'} {benchmark.inference_kernels(setup)}"] = benchmark._step(model, setup, args.batch)
+    times = benchmark.interleaved_times(steps, device="cpu", rounds=args.rounds, warmup=2)
+    report = {"model": args.model, "batch": args.batch, "device": benchmark.device_name("cpu"),
+              "ms": {k: 1e3 * statistics.median(v) for k, v in times.items()}}
+    for mode in ("eager", "compiled"):
+        if f"{mode} vitkit-cpu" in times:
+            report[f"{mode}: torch ops / kernels"] = statistics.median(
+                t / k for t, k in zip(times[f"{mode} torch"], times[f"{mode} vitkit-cpu"]))
+    print(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,91 @@
+"""Accuracy cost of every CPU inference path on real data: vitkit fp32 / bf16 / int8 and the deployment runtimes
+(ONNX Runtime fp32, OpenVINO fp32 and bf16, fed vitkit's ONNX export) on a checkpoint and a dataset split.
+
+    python benchmarks/cpu_precision.py runs/demo --split test [--threads 2]
+
+Every candidate sees the same images; its top-1 and its agreement with vitkit fp32 (same predicted class) are
+printed as a Markdown table and one JSON line. The speed side is `vitkit benchmark --compare ...` (RESULTS.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from vitkit.checkpoint.native import load_native
+from vitkit.data import eval_batches, open_dataset
+from vitkit.data.augment import eval_transform
+from vitkit.evaluation import calibration_images
+from vitkit.export import export, runtime_session
+from vitkit.precision import native_bf16, prepare
+from vitkit.train import find_checkpoint
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("checkpoint")
+    p.add_argument("--data", default=None, help="default: the data the checkpoint was trained on")
+    p.add_argument("--split", default="test")
+    p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--calibration", type=int, default=256, help="int8: training images its observers see")
+    p.add_argument("--threads", type=int, default=0)
+    args = p.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    folder = find_checkpoint(args.checkpoint)
+    model, extra = load_native(folder)
+    c = model.config
+    trained = extra.get("data", {})
+    crop = extra.get("preprocess", {}).get("crop_pct", 1.0)
+
+    def split(name):
+        return open_dataset("auto", args.data or trained.get("path"), name, channels=c.in_chans, image_size=c.image_size[0],
+                            val_fraction=trained.get("val_fraction", 0.1), seed=trained.get("split_seed", 0))
+
+    test = split(args.split)
+    n_batches = -(-len(test) // args.batch_size)
+    candidates = {"vitkit fp32": prepare(model, "fp32", batches=n_batches)}
+    if native_bf16():
+        candidates["vitkit bf16"] = prepare(model, "bf16", batches=n_batches)
+    candidates["vitkit int8"] = prepare(model, "int8", calibration=calibration_images(split("train"), model, n=args.calibration, crop_pct=crop))
+    scratch = tempfile.TemporaryDirectory(prefix="vitkit-acc-")
+    onnx = export(model, Path(scratch.name) / "model.onnx", format="onnx")
+    threads = torch.get_num_threads()
+    candidates["onnxruntime fp32"] = runtime_session("onnxruntime", onnx, threads=threads)
+    candidates["openvino fp32"] = runtime_session("openvino", onnx, threads=threads)
+    if native_bf16():
+        candidates["openvino bf16"] = runtime_session("openvino", onnx, precision="bf16", threads=threads)
+    preds = {name: [] for name in candidates}
+    seconds = dict.fromkeys(candidates, 0.0)
+    labels = []
+    for images, y in eval_batches(test, args.batch_size, torch.device("cpu"), channels=c.in_chans, size=c.image_size[0], crop_pct=crop):
+        x = eval_transform(images, c.image_size, crop, c.mean, c.std)
+        labels.append(y)
+        for name, run in candidates.items():
+            start = time.perf_counter()
+            with torch.inference_mode():
+                preds[name].append(run(x).argmax(-1))
+            seconds[name] += time.perf_counter() - start
+    labels = torch.cat(labels)
+    ref = torch.cat(preds["vitkit fp32"])
+    rows = {}
+    for name in candidates:
+        p_ = torch.cat(preds[name])
+        rows[name] = {"top1": float((p_ == labels).double().mean()), "agreement_with_vitkit_fp32": float((p_ == ref).double().mean()),
+                      "seconds": seconds[name]}
+    base = rows["vitkit fp32"]["top1"]
+    print(f"{folder} on {args.split} ({len(labels)} images), {threads} threads; int8: {candidates['vitkit int8'].description}")
+    print("| path | top-1 | difference vs vitkit fp32 (points) | agreement with vitkit fp32 | seconds (incl. first-batch build) |")
+    print("|---|---|---|---|---|")
+    for name, r in rows.items():
+        print(f"| {name} | {r['top1']:.4f} | {100 * (r['top1'] - base):+.2f} | {100 * r['agreement_with_vitkit_fp32']:.2f}% | {r['seconds']:.1f} |")
+    print(json.dumps({"checkpoint": str(folder), "split": args.split, "n": len(labels), "threads": threads, "results": rows}))
+
+
+if __name__ == "__main__":
+    main()

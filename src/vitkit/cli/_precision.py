@@ -1,0 +1,23 @@
+"""--precision and --calibration: the same for every command that runs a model over images."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_precision(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--precision", choices=["fp32", "bf16", "int8"], default="fp32",
+                   help="fp32 (default), bf16 (CPUs with AVX512_BF16/AMX, and GPUs) or int8 (CPU, static PT2E quantization "
+                   "calibrated on --calibration training images; needs the int8 extra)")
+    p.add_argument("--calibration", type=int, default=256, metavar="N",
+                   help="int8: training images the quantization observers see (default 256)")
+
+
+def calibration(args: argparse.Namespace, model, training_split, *, crop_pct: float):
+    """int8's calibration images: --calibration images of `training_split()` (called only for int8); None for
+    the other precisions."""
+    if args.precision != "int8":
+        return None
+    from vitkit.evaluation import calibration_images
+
+    return calibration_images(training_split(), model, n=args.calibration, crop_pct=crop_pct)

@@ -1,0 +1,218 @@
+"""Inference at a chosen precision: fp32, bf16 or int8, compiled where compiling pays.
+
+    runner = prepare(model, "int8", calibration=images)   # normalised (B, C, H, W) float -> float32 outputs
+    logits = runner(x)
+    print(runner.description)                              # e.g. "int8 (PT2E static, x86 inductor quantizer, 256 calibration images), compiled"
+
+fp32   the model as it is; torch.compile with frozen weights (packed GEMMs, fused bias + GELU) when the
+       job is long enough to earn the compilation back (`compile=None`: decided after timing the first
+       batch eagerly, see `worth_compiling`).
+bf16   the model under bf16 autocast (matmuls in bf16, LayerNorm and softmax sums in fp32). On the CPU
+       only where it has native bf16 instructions (AVX512_BF16 or AMX, read from /proc/cpuinfo); elsewhere
+       bf16 would be emulated and slower than fp32, so it is refused with a message.
+int8   PyTorch's PT2E flow with the x86 inductor quantizer (from torchao): static int8 activations and
+       per-channel int8 weights, observers calibrated on the caller's images, then compiled (the
+       quantized graph only runs fast once inductor fuses it into int8 GEMMs). CPU only.
+
+Every runner pads a short last batch up to the batch size it was built for, so one compiled graph
+serves a whole dataset.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from typing import Callable, Iterable
+
+import torch
+from torch import nn
+
+from vitkit.errors import ConfigError
+
+PRECISIONS = ("fp32", "bf16", "int8")
+CALIBRATION_IMAGES = 256  # images the int8 observers see by default: a few hundred of the user's own
+# Compilation (inductor, frozen weights) costs about COMPILE_SECONDS once: ViT-S/16 took 140-280 s on the shared,
+# heavily loaded 2-core machine of benchmarks/RESULTS.md ("Reduced-precision CPU inference"); a job compiles when
+# the first batch's time shows that its remaining batches, each COMPILED_SPEEDUP times faster, save more than that.
+COMPILE_SECONDS = 150.0
+COMPILED_SPEEDUP = 1.2  # assumed gain of compiled over eager; not yet measured apart from the compile cost
+
+
+def cpu_flags() -> set[str]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            line = next((line for line in f if line.startswith("flags")), "")
+    except OSError:
+        return set()
+    return set(line.split(":", 1)[-1].split())
+
+
+def native_bf16() -> str | None:
+    """The CPU's native bf16 instructions ("AMX" or "AVX512_BF16"), None when bf16 would be emulated."""
+    flags = cpu_flags()
+    if "amx_bf16" in flags:
+        return "AMX"
+    if "avx512_bf16" in flags:
+        return "AVX512_BF16"
+    return None
+
+
+def check(precision: str, device: torch.device | str = "cpu") -> str:
+    """What `precision` runs on `device` (a short phrase for reports); a ConfigError where it cannot run well."""
+    device = torch.device(device)
+    if precision not in PRECISIONS:
+        raise ConfigError(f"--precision: expected one of {', '.join(PRECISIONS)}, got {precision!r}")
+    if precision == "fp32":
+        return "fp32"
+    if precision == "bf16":
+        if device.type != "cpu":
+            return "bf16 autocast"
+        isa = native_bf16()
+        if isa is None:
+            raise ConfigError("--precision bf16: this CPU has no native bf16 (no avx512_bf16 or amx_bf16 in /proc/cpuinfo), "
+                              "so bf16 would be emulated and slower than fp32; use --precision fp32 or int8")
+        return f"bf16 autocast ({isa})"
+    if device.type != "cpu":
+        raise ConfigError(f"--precision int8: runs on the CPU only (x86 inductor quantizer); use --device cpu or --precision bf16")
+    try:
+        _import_torchao()
+    except ImportError:
+        raise ConfigError("--precision int8: needs torchao; install the int8 extra (pip install 'vitkit[int8]')") from None
+    vnni = "AMX" if "amx_int8" in cpu_flags() else "AVX512_VNNI" if "avx512_vnni" in cpu_flags() else "no VNNI"
+    return f"int8 (PT2E static, x86 inductor quantizer, {vnni})"
+
+
+def _import_torchao():
+    """torchao, without its import-time lines about GPU libraries a CPU build cannot load."""
+    import logging
+
+    logs = [logging.getLogger(name) for name in ("torchao", "torch.utils._pytree")]  # the second: a deprecation notice
+    levels = [log.level for log in logs]
+    for log in logs:
+        log.setLevel(logging.ERROR)
+    try:
+        import torchao
+
+        return torchao
+    finally:
+        for log, level in zip(logs, levels):
+            log.setLevel(level)
+
+
+def worth_compiling(first_batch_seconds: float, batches_left: int) -> bool:
+    """Whether compiling saves more time over the remaining batches than it costs."""
+    return batches_left * first_batch_seconds * (1 - 1 / COMPILED_SPEEDUP) > COMPILE_SECONDS
+
+
+def _freeze_for_inference() -> None:
+    import torch._inductor.config as inductor_config
+
+    inductor_config.freezing = True  # weights become constants: packed GEMMs with fused bias/GELU
+    inductor_config.cpp_wrapper = True  # the graph's kernel calls from C++, not Python
+
+
+class _Forward(nn.Module):
+    """model(x) or model(x, pre_logits=True) as a plain one-argument module (what export and compile take)."""
+
+    def __init__(self, model: nn.Module, pre_logits: bool):
+        super().__init__()
+        self.model, self.pre_logits = model, pre_logits
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.model(x, pre_logits=True) if self.pre_logits else self.model(x)
+
+
+class Runner:
+    """A model prepared for inference at one precision: call it on normalised images, get float32 outputs."""
+
+    def __init__(self, model: nn.Module, precision: str, *, device: torch.device, pre_logits: bool = False,
+                 compile: bool | None = None, calibration: Iterable[torch.Tensor] | None = None,
+                 batches: int | None = None):
+        self.precision, self.device = precision, torch.device(device)
+        self.description = check(precision, self.device)
+        self.forward = _Forward(model.eval(), pre_logits)
+        self.batch_size: int | None = None
+        self._batches_left = batches
+        self._compile = compile if compile is not None or precision != "int8" else True  # int8 only pays compiled
+        self._fn: Callable[[torch.Tensor], torch.Tensor] | None = None
+        self._calibration = calibration
+        self.compiled = False
+
+    def _build(self, x: torch.Tensor) -> None:
+        """The callable for batches shaped like x (the first batch)."""
+        if self.precision == "int8":
+            n = self._quantize(x)
+            self.description += f", {n} calibration images"
+        self._fn = self._compiled() if self._compile else self.forward
+        self.compiled = bool(self._compile)
+
+    def _compiled(self) -> Callable[[torch.Tensor], torch.Tensor]:
+        if self.device.type == "cpu":
+            _freeze_for_inference()
+        self.description += ", compiled"
+        return torch.compile(self.forward)
+
+    def _quantize(self, x: torch.Tensor) -> int:
+        from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+        from torchao.quantization.pt2e.quantizer import x86_inductor_quantizer as xiq
+
+        quantizer = xiq.X86InductorQuantizer()
+        quantizer.set_global(xiq.get_default_x86_inductor_quantization_config())
+        with torch.no_grad():
+            batch = torch.export.Dim("batch", min=1, max=4096)  # one quantized graph for every batch size
+            graph = torch.export.export(copy.deepcopy(self.forward), (x,), dynamic_shapes={"x": {0: batch}}).module()
+            observed = prepare_pt2e(graph, quantizer)
+            seen = 0
+            for images in self._calibration if self._calibration is not None else [x]:
+                for chunk in images.split(len(x)):
+                    observed(self._pad(chunk.to(self.device, torch.float32)))
+                    seen += len(chunk)
+            self.forward = convert_pt2e(observed)
+        return seen
+
+    def _pad(self, x: torch.Tensor) -> torch.Tensor:
+        short = self.batch_size - len(x)
+        return torch.cat([x, x[-1:].expand(short, *x.shape[1:])]) if short > 0 else x
+
+    def _run(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.precision == "bf16"):
+            return self._fn(x).float()
+
+    @torch.inference_mode()
+    def run_batch(self, x: torch.Tensor) -> torch.Tensor:
+        """One batch of any size as it is, unpadded (a compiled runner compiles once more for a new size)."""
+        if self._fn is None:
+            return self(x)
+        return self._run(x.to(self.device, torch.float32))
+
+    @torch.inference_mode()
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.to(self.device, torch.float32)
+        if self._fn is None:
+            self.batch_size = len(x)
+            if self._compile is None:  # auto: time one batch eagerly, then decide
+                self._fn = self.forward
+                start = time.perf_counter()
+                out = self._run(x)
+                left = (self._batches_left or 1) - 1
+                self._compile = worth_compiling(time.perf_counter() - start, left)
+                if self._compile:
+                    self._fn = None
+                    self._build(x)
+                return out
+            self._build(x)
+        if len(x) > self.batch_size:
+            return torch.cat([self(part) for part in x.split(self.batch_size)])
+        return self._run(self._pad(x))[: len(x)]
+
+
+def prepare(model: nn.Module, precision: str = "fp32", *, device: torch.device | str = "cpu", pre_logits: bool = False,
+            compile: bool | None = None, calibration: Iterable[torch.Tensor] | None = None,
+            batches: int | None = None) -> Runner:
+    """`model` ready for inference at `precision` (see the module docstring).
+
+    compile: True / False, or None to decide after the first batch from its time and `batches` (how many the job has).
+    calibration: normalised image batches for int8's observers (default: the first batch it is called on).
+    """
+    return Runner(model.to(device), precision, device=torch.device(device), pre_logits=pre_logits, compile=compile,
+                  calibration=calibration, batches=batches)

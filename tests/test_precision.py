@@ -1,0 +1,76 @@
+import pytest
+import torch
+
+import vitkit
+from vitkit import precision
+from vitkit.errors import ConfigError
+from vitkit.evaluation import evaluate
+
+
+@pytest.fixture
+def model():
+    m = vitkit.create_model("vit_test", num_classes=10).eval()
+    torch.nn.init.normal_(m.head.weight)  # a zero head would make every prediction agree
+    return m
+
+
+def _batches(n=3, size=8):
+    g = torch.Generator().manual_seed(1)
+    return [(torch.randint(0, 256, (size, 3, 16, 16), dtype=torch.uint8, generator=g), torch.randint(0, 10, (size,), generator=g))
+            for _ in range(n)]
+
+
+def test_fp32_runner_is_the_model_and_pads_a_short_last_batch(model):
+    runner = precision.prepare(model, "fp32", compile=False)
+    x = torch.randn(8, 3, 16, 16)
+    assert torch.equal(runner(x), model(x).detach())
+    short = runner(x[:3])  # padded to the first batch's size, cut back
+    assert short.shape == (3, 10) and torch.allclose(short, model(x[:3]).detach(), atol=1e-5)
+    assert runner(torch.randn(20, 3, 16, 16)).shape == (20, 10)  # larger batches run in parts
+    features = precision.prepare(model, "fp32", compile=False, pre_logits=True)(x)
+    assert features.shape == (8, model.config.width)
+
+
+def test_bf16_needs_native_bf16(monkeypatch):
+    monkeypatch.setattr(precision, "native_bf16", lambda: None)
+    with pytest.raises(ConfigError, match="no native bf16"):
+        precision.check("bf16", "cpu")
+    with pytest.raises(ConfigError, match="expected one of fp32, bf16, int8"):
+        precision.check("fp8", "cpu")
+
+
+def test_bf16_agrees_with_fp32(model):
+    if precision.native_bf16() is None:
+        pytest.skip("this CPU has no native bf16")
+    x = torch.randn(16, 3, 16, 16)
+    runner = precision.prepare(model, "bf16", compile=False)
+    out, ref = runner(x), model(x).detach()
+    assert out.dtype == torch.float32 and "bf16 autocast" in runner.description
+    assert (out - ref).abs().max() < 0.1 * ref.abs().max()
+    assert (out.argmax(1) == ref.argmax(1)).float().mean() >= 0.9
+
+
+def test_int8_is_calibrated_and_close_to_fp32(model):
+    pytest.importorskip("torchao")
+    calibration = [torch.randn(8, 3, 16, 16) for _ in range(4)]
+    runner = precision.prepare(model, "int8", compile=False, calibration=calibration)
+    x = torch.randn(8, 3, 16, 16)
+    out, ref = runner(x), model(x).detach()
+    assert "32 calibration images" in runner.description and "int8" in runner.description
+    assert not torch.equal(out, ref)  # it really is quantized
+    assert (out - ref).abs().max() < 0.1 * ref.abs().max()
+
+
+def test_evaluate_reports_the_cost_against_a_reference(model):
+    fp32 = precision.prepare(model, "fp32", compile=False)
+    same = evaluate(model, _batches(), runner=fp32, reference=fp32)
+    assert same["agreement"] == 1.0 and same["top1_delta"] == 0.0 and same["reference_top1"] == same["top1"]
+    flipped = evaluate(model, _batches(), runner=lambda x: -model(x), reference=fp32)  # a runner that disagrees
+    assert flipped["agreement"] < 0.5 and flipped["top1_delta"] == pytest.approx(flipped["top1"] - same["top1"])
+    assert "agreement" not in evaluate(model, _batches())
+
+
+def test_compile_only_when_the_job_pays_for_it():
+    assert not precision.worth_compiling(0.01, 10)
+    assert precision.worth_compiling(1.0, 10_000)
+    assert not precision.worth_compiling(1.0, 0)
