@@ -131,7 +131,11 @@ def merge_bad_files(bad: BadFiles, per_rank: list[dict[str, str]]) -> None:
             bad.save(bad.files)
 
 
-def remove_partial_checkpoints(out: Path) -> None:
-    """Delete the half-written checkpoint directories (.step_N.tmp) a killed run left; they are never resumed from."""
-    for partial in (out / "checkpoints").glob(".step_*.tmp"):
-        shutil.rmtree(partial, ignore_errors=True)
+def remove_partial_checkpoints(out: Path, complete: str) -> None:
+    """Delete what a killed run left in checkpoints/: half-written (.step_N.tmp), half-removed (.step_N.old) and
+    step_N/ directories without `complete` (their state file) are never resumed from."""
+    folder = out / "checkpoints"
+    partial = [*folder.glob(".step_*.tmp"), *folder.glob(".step_*.old")]
+    partial += [p for p in folder.glob("step_*") if p.is_dir() and not (p / complete).is_file()]
+    for path in partial:
+        shutil.rmtree(path, ignore_errors=True)

@@ -32,9 +32,10 @@ from torch import nn
 
 from vitkit import distributed
 from vitkit.devices import pick_device
-from vitkit.checkpoint import save_pretrained
-from vitkit.checkpoint.io import atomic_path, read_json, read_torch, update_checksums, write_json
-from vitkit.checkpoint.native import is_native, load_native, load_state_dict_strict
+from vitkit.checkpoint.io import (abort_replacement, atomic_path, begin_replacement, commit_replacement, exclusive,
+                                  finish_replacement, LOCK_NAME, read_json, read_torch, remove_dir, staging, update_checksums,
+                                  write_json, WriteError)
+from vitkit.checkpoint.native import is_native, load_native, load_state_dict_strict, write_pretrained
 from vitkit.data import Batches, check_compatible, eval_batches, fits_in_memory, load_into_memory, mix, open_dataset, soft_targets, train_transform
 from vitkit.errors import CheckpointError, ConfigError, DataError
 from vitkit import faults
@@ -129,45 +130,25 @@ def find_checkpoint(path: str | os.PathLike) -> Path:
     raise CheckpointError(f"{path}: neither a vitkit checkpoint (config.json + model.safetensors) nor a run directory with one")
 
 
-def _staging(target: Path) -> tuple[Path, Path]:
-    """The temporary names a replacement of `target` uses: the new directory, the one it replaces."""
-    return target.parent / f".{target.name}.tmp", target.parent / f".{target.name}.old"
-
-
-def finish_replacement(target: Path) -> None:
-    """Complete a replacement of `target` that a kill -9 cut between its two renames (see _write_dir).
-
-    `.NAME.old` exists only after the new directory `.NAME.tmp` was complete, so with `target` missing
-    the new one takes its place; without `.old`, a `.tmp` may be half written and is left alone.
-    """
-    tmp, old = _staging(target)
-    if not target.exists() and old.is_dir() and tmp.is_dir():
-        os.replace(tmp, target)
-    if target.exists() and old.is_dir():
-        shutil.rmtree(old, ignore_errors=True)
-
-
 def _write_dir(target: Path, fill, world: distributed.Dist = distributed.Dist()) -> None:
-    """Build a directory under a temporary name, then rename it into place (replacing an older one).
+    """Build a directory under a temporary name, then rename it into place (checkpoint.io's replacement).
 
     Under torch.distributed every rank calls this: all may write into the temporary directory (FSDP
     shards), rank 0 creates and renames it.
     """
-    tmp, old = _staging(target)
+    tmp, _ = staging(target)
     if world.main:
-        finish_replacement(target)
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
+        tmp, lock = begin_replacement(target)
     distributed.barrier(world)
-    fill(tmp)
+    try:
+        fill(tmp)
+    except BaseException:
+        if world.main:
+            abort_replacement(tmp, lock)
+        raise
     distributed.barrier(world)
-    if world.main and target.exists():
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(target, old)
-        os.replace(tmp, target)
-        shutil.rmtree(old, ignore_errors=True)
-    elif world.main:
-        os.replace(tmp, target)
+    if world.main:
+        commit_replacement(target, tmp, lock)
     distributed.barrier(world)
 
 
@@ -186,7 +167,7 @@ def save_checkpoint(out: Path, model: nn.Module, extra: dict, state: dict, tenso
         if world.sharded:
             distributed.save_sharded(trainable or model, optimizer, tmp / SHARDED, ema)
         if world.main:
-            save_pretrained(whole, tmp, extra=extra)
+            write_pretrained(whole, tmp, extra=extra)
             with atomic_path(tmp / STATE_TENSORS) as f:
                 torch.save(tensors, f)
             write_json(tmp / STATE_JSON, state)
@@ -195,7 +176,7 @@ def save_checkpoint(out: Path, model: nn.Module, extra: dict, state: dict, tenso
     _write_dir(target, fill, world)
     if world.main:
         for old in step_checkpoints(out)[: -max(keep, 1)]:
-            shutil.rmtree(old, ignore_errors=True)
+            remove_dir(old)
     return target
 
 
@@ -244,12 +225,26 @@ def train(config: RunConfig, out: str | os.PathLike, *, resume: bool = False, st
     threads_before = torch.get_num_threads()
     if config.train.threads:
         torch.set_num_threads(config.train.threads)
+    out = Path(out)
+    created = not out.exists()
+    writer = exclusive(out, advice=f"wait for it to end, or choose another --out") if _main_process() else nullcontext()
     try:
-        with faults.stop_on_signals():  # faults: SIGTERM/SIGINT stop at the next step boundary, with a checkpoint
-            return _train(config, Path(out), resume, stop_at, started)
+        with writer, faults.stop_on_signals():  # one writer per run directory; SIGTERM/SIGINT stop at a step boundary
+            return _train(config, out, resume, stop_at, started)
+    except WriteError as err:  # a full disk: say how to go on
+        raise WriteError(err.path, err.reason, then=f"continue with vitkit train --resume {out}") from None
+    except BaseException:
+        if created and _main_process() and out.is_dir() and {p.name for p in out.iterdir()} <= {LOCK_NAME}:
+            shutil.rmtree(out, ignore_errors=True)  # failed before writing anything: leave no empty run directory
+        raise
     finally:
         torch.set_num_threads(threads_before)
         distributed.teardown()
+
+
+def _main_process() -> bool:
+    """Rank 0 under torchrun (it alone holds the run directory's lock), else the only process."""
+    return os.environ.get("RANK", "0") == "0"
 
 
 def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, started: float) -> dict:
@@ -266,7 +261,7 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
     checkpoints = step_checkpoints(out)
     if resume and not checkpoints:
         raise CheckpointError(f"{out}: no checkpoint to resume from (expected {out}/checkpoints/step_*/)")
-    if not resume and checkpoints:
+    if not resume and (checkpoints or (out / "final").exists()):
         raise ConfigError(f"--out {out}: already holds a run; continue it with --resume {out} or choose another --out")
 
     # data: the model's input size and channels decide how images are read; the data decides the classes
@@ -295,7 +290,7 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
     # model, optimizer, state
     if resume:
         if world.main:
-            faults.remove_partial_checkpoints(out)
+            faults.remove_partial_checkpoints(out, STATE_JSON)
         distributed.barrier(world)
         model, state, tensors = load_checkpoint(checkpoints[-1])
         for key, saved, now in (("train.seed", state["seed"], t.seed), ("train.micro_batch", state["micro_batch"], micro)):
@@ -452,7 +447,7 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
     else:  # the average, not the live weights: no need to gather those too
         export = VisionTransformer(model.config)
         export.load_state_dict(distributed.full_tensors(ema))
-    _write_dir(out / "final", lambda tmp: world.main and save_pretrained(export, tmp, extra=extra), world)
+    _write_dir(out / "final", lambda tmp: world.main and write_pretrained(export, tmp, extra=extra), world)
     if not world.main:
         return {"rank": world.rank}
     rows = read_metrics(out)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -174,10 +173,7 @@ def _write_init(recipe: RunConfig, checkpoint: str | os.PathLike, init: Path, ke
                            synthetic_classes=d.synthetic_classes).class_names
     tunable = {k: recipe.model[k] for k in TUNABLE if k in recipe.model and k != "image_size"}
     model = prepare_for_finetuning(model, len(classes), keep_pre_logits=keep_pre_logits, **tunable)
-    tmp = init.with_name(f".{init.name}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    save_pretrained(model, tmp, extra={"source": str(source), "class_names": classes})
-    os.replace(tmp, init)
+    save_pretrained(model, init, extra={"source": str(source), "class_names": classes})
 
 
 def pick_best(runs: list[dict]) -> dict:

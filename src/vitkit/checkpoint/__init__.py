@@ -21,7 +21,7 @@ from vitkit.errors import CheckpointError, ConfigError, first_line
 from vitkit.models import ViTConfig, VisionTransformer
 
 from . import hf, native, npz, timm
-from .io import is_safetensors
+from .io import finish_replacement, is_safetensors, read_stable
 from .native import load_state_dict_strict, save_pretrained
 
 FORMATS: dict[str, ModuleType] = {"vitkit": native, "npz": npz, "timm": timm, "hf": hf}
@@ -87,9 +87,12 @@ def read_checkpoint(
 
     `image_size` only decides the grid when the position embeddings are not square.
     """
-    path, format = _resolve(Path(path), format)
+    path = Path(path)
+    if not path.exists() and os.access(path.parent, os.W_OK):
+        finish_replacement(path)  # a replacement cut by a kill between its two renames
+    path, format = _resolve(path, format)
     try:
-        config, state = FORMATS[format].read(path, image_size=image_size)
+        config, state = read_stable(path, lambda p: FORMATS[format].read(p, image_size=image_size))
     except CheckpointError:
         raise
     except ConfigError as err:  # the shapes of a damaged or foreign file imply an impossible model

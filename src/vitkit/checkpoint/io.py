@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
 import pickle
+import shutil
 import tempfile
+import time
 import zipfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,6 +23,17 @@ from safetensors.torch import load_file, save_file
 from vitkit.errors import CheckpointError, first_line
 
 
+class WriteError(CheckpointError):
+    """A write failed (full disk, quota, file-size limit); nothing was replaced."""
+
+    def __init__(self, path: Path, reason: str, then: str = "run the command again"):
+        self.path, self.reason = path, reason
+        super().__init__(
+            f"{path}: cannot be written ({reason}; is the disk full?); nothing was replaced: the file as it was and "
+            f"earlier checkpoints are intact; free some space, then {then}"
+        )
+
+
 @contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside `path`; on success fsync it and rename it over `path`.
@@ -28,7 +42,9 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     visible under the final name. A write that fails (a full disk, a quota) is one CheckpointError.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_dir():
+        raise CheckpointError(f"{path}: is a directory, and a file would replace it; remove it or write to another name")
+    _mkdir(path.parent)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=f".tmp{path.suffix}", dir=path.parent)
     os.close(fd)
     tmp_path = Path(tmp)
@@ -45,13 +61,188 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
             reason = "torch.save could not write the whole file"
         else:
             reason = getattr(err, "strerror", None) or first_line(err)
-        raise CheckpointError(
-            f"{path}: cannot be written ({reason}; is the disk full?); nothing was replaced: the file as it was and "
-            "earlier checkpoints are intact; free some space, then continue (vitkit train --resume RUN)"
-        ) from None
+        raise WriteError(path, reason) from None
     except BaseException:
         tmp_path.unlink(missing_ok=True)
         raise
+
+
+def _mkdir(directory: Path) -> None:
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise CheckpointError(f"{directory}: is a file, not a directory; remove it or choose another name") from None
+
+
+# -- whole directories: built under a temporary name, then renamed into place -----------------------
+# Replacing `NAME` is two renames: NAME -> .NAME.old, then the complete .NAME.tmp -> NAME. The writer
+# holds an flock on .NAME.tmp from its creation to the last rename, so a reader that finds NAME missing
+# can tell a live writer between its renames (wait) from a killed one (finish the replacement).
+def staging(target: Path) -> tuple[Path, Path]:
+    """The temporary names a replacement of `target` uses: the new directory, the one it replaces."""
+    return target.parent / f".{target.name}.tmp", target.parent / f".{target.name}.old"
+
+
+def _try_lock(path: Path) -> int | None:
+    """An fd of `path` holding its exclusive flock, or None when another process holds it."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def finish_replacement(target: Path, wait_s: float = 5.0) -> None:
+    """Complete a replacement of `target` that a kill -9 cut between its two renames.
+
+    `.NAME.old` exists only after the new directory `.NAME.tmp` was complete, so with `target` missing
+    the new one takes its place; without `.old`, a `.tmp` may be half written and is left alone. A live
+    writer between its renames (its lock on `.tmp` held) is waited for, up to `wait_s`.
+    """
+    target = Path(target)
+    tmp, old = staging(target)
+    deadline = time.monotonic() + wait_s
+    while not target.exists() and old.is_dir() and tmp.is_dir():
+        try:
+            fd = _try_lock(tmp)
+        except FileNotFoundError:
+            continue  # the writer has just renamed it into place
+        if fd is not None:
+            try:
+                os.replace(tmp, target)
+            finally:
+                os.close(fd)
+            break
+        if time.monotonic() > deadline:
+            return
+        time.sleep(0.01)  # a live writer between its two renames
+    if target.exists() and old.is_dir() and not tmp.is_dir():
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def read_stable(path: str | os.PathLike, read):
+    """`read(path)`, read again once if the directory was replaced while it was being read.
+
+    A reader racing a replacement (see `atomic_dir`) may see half the old and half the new directory, or
+    none; that is not damage, so it waits for the replacement to end and reads the new one whole.
+    """
+    path = Path(path)
+
+    def identity():
+        try:
+            return path.stat().st_ino
+        except OSError:
+            return None
+
+    before = identity()
+    try:
+        return read(path)
+    except CheckpointError:
+        tmp, old = staging(path)
+        if identity() == before and not tmp.exists() and not old.exists():
+            raise
+    if os.access(path.parent, os.W_OK):
+        finish_replacement(path)
+    return read(path)
+
+
+def begin_replacement(target: Path) -> tuple[Path, int]:
+    """An empty `.NAME.tmp` to build the new `target` in, and the fd holding its lock (see `commit_replacement`)."""
+    target = Path(target)
+    if target.is_file():
+        raise CheckpointError(f"{target}: is a file, and a directory would replace it; remove it or write to another name")
+    _mkdir(target.parent)
+    finish_replacement(target)
+    tmp, _ = staging(target)
+    tmp.mkdir(exist_ok=True)
+    fd = _try_lock(tmp)
+    if fd is None:
+        raise CheckpointError(f"{target}: another vitkit process is writing it now ({tmp} is locked); wait for it to finish")
+    for child in tmp.iterdir():  # what a killed writer left
+        shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
+    return tmp, fd
+
+
+def commit_replacement(target: Path, tmp: Path, fd: int) -> None:
+    """Rename the complete `tmp` over `target` (the old one moved aside first, then removed); releases the lock."""
+    target = Path(target)
+    _, old = staging(target)
+    try:
+        _fsync_dir(tmp)
+        if target.exists():
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(target, old)
+            os.replace(tmp, target)
+            _fsync_dir(target.parent)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, target)
+            _fsync_dir(target.parent)
+    finally:
+        os.close(fd)
+
+
+def remove_dir(directory: Path) -> None:
+    """Delete a directory so that no reader ever sees it half deleted: renamed to `.NAME.old` first."""
+    _, old = staging(directory)
+    shutil.rmtree(old, ignore_errors=True)
+    os.replace(directory, old)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def abort_replacement(tmp: Path, fd: int) -> None:
+    """Drop a half-built `tmp` (the target stays as it was)."""
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.close(fd)
+
+
+@contextmanager
+def atomic_dir(target: str | os.PathLike) -> Iterator[Path]:
+    """Yield an empty temporary directory beside `target`; when the block succeeds it replaces `target` as a whole.
+
+    A kill at any point leaves the old directory or the new one (the next reader finishes a replacement
+    cut between its renames, see `finish_replacement`); a failed write leaves the old one and says so.
+    """
+    target = Path(target)
+    tmp, fd = begin_replacement(target)
+    try:
+        yield tmp
+    except WriteError as err:
+        abort_replacement(tmp, fd)
+        raise WriteError(target, err.reason) from None
+    except BaseException:
+        abort_replacement(tmp, fd)
+        raise
+    try:
+        commit_replacement(target, tmp, fd)
+    except OSError as err:
+        raise WriteError(target, err.strerror or first_line(err)) from None
+
+
+# -- one writer per run directory -----------------------------------------------------------------
+LOCK_NAME = ".lock"
+
+
+@contextmanager
+def exclusive(directory: str | os.PathLike, *, advice: str = "wait for it to end, or choose another --out") -> Iterator[None]:
+    """Hold an exclusive OS lock (flock) on `directory`/.lock: one writer at a time, released when the process dies."""
+    directory = Path(directory)
+    _mkdir(directory)
+    fd = os.open(directory / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise CheckpointError(f"{directory}: in use by another vitkit process (pid {holder}); {advice}") from None
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)
 
 
 def _umask() -> int:

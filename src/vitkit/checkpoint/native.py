@@ -10,7 +10,7 @@ from typing import Any
 from vitkit.errors import CheckpointError, ConfigError
 from vitkit.models import ViTConfig, VisionTransformer
 
-from .io import read_json, read_safetensors, verify_checksums, write_checksums, write_json, write_safetensors
+from .io import atomic_dir, read_json, read_stable, read_safetensors, verify_checksums, write_checksums, write_json, write_safetensors
 
 FORMAT = "vitkit"
 VERSION = 1
@@ -29,7 +29,17 @@ def is_native(path: str | os.PathLike) -> bool:
 
 
 def save_pretrained(model: VisionTransformer, directory: str | os.PathLike, *, extra: dict[str, Any] | None = None) -> Path:
-    """Write `model` to `directory` (created if needed). `extra` (e.g. {"class_names": [...]}) goes into config.json.
+    """Write `model` to `directory`, replacing an older one as a whole (built beside it, then renamed into place).
+
+    `extra` (e.g. {"class_names": [...]}) goes into config.json.
+    """
+    with atomic_dir(directory) as tmp:
+        write_pretrained(model, tmp, extra=extra)
+    return Path(directory)
+
+
+def write_pretrained(model: VisionTransformer, directory: Path, *, extra: dict[str, Any] | None = None) -> Path:
+    """The files of a vitkit checkpoint, into a new directory (see save_pretrained for replacing one).
 
     The weights are written before the config, each atomically, so a directory with a config always
     has weights that match it; their checksums come last.
@@ -58,7 +68,10 @@ def read_native_config(directory: str | os.PathLike) -> tuple[ViTConfig, dict[st
 
 def load_native(directory: str | os.PathLike) -> tuple[VisionTransformer, dict[str, Any]]:
     """Rebuild the model of a vitkit directory alone; returns (model, extra config entries)."""
-    directory = Path(directory)
+    return read_stable(directory, _load_native)
+
+
+def _load_native(directory: Path) -> tuple[VisionTransformer, dict[str, Any]]:
     verify_checksums(directory)
     config, extra = read_native_config(directory)
     model = VisionTransformer(config)
