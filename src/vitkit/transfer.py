@@ -56,9 +56,10 @@ def finetune_recipe(path: str | os.PathLike | None = None, overrides: list[str] 
     if path is not None:
         load_run_config(path)  # says what is wrong with the file, naming it
         explicit = yaml.safe_load(Path(path).read_text()) or {}
-    items = [f"{s}.{k}={json.dumps(v)}" for s, values in FINETUNE_DEFAULTS.items() for k, v in values.items()]
-    items += [f"{s}.{k}={json.dumps(v)}" for s, values in explicit.items() for k, v in (values or {}).items()]
-    return load_run_config(None, [*items, *overrides])
+    base = {section: dict(values) for section, values in FINETUNE_DEFAULTS.items()}
+    for section, values in explicit.items():
+        base.setdefault(section, {}).update(values or {})
+    return load_run_config(None, list(overrides), base=base)
 
 
 def resolve_checkpoint(path: str | os.PathLike) -> Path:

@@ -22,7 +22,7 @@ from vitkit.models import ViTConfig, VisionTransformer
 
 from . import hf, native, npz, timm
 from .io import finish_replacement, is_safetensors, read_stable
-from .native import load_state_dict_strict, save_pretrained
+from .native import build_model, save_pretrained
 
 FORMATS: dict[str, ModuleType] = {"vitkit": native, "npz": npz, "timm": timm, "hf": hf}
 _SUFFIXES = {".npz": "npz", ".safetensors": "timm", ".pth": "timm", ".pt": "timm", ".bin": "timm"}
@@ -121,8 +121,7 @@ def load_pretrained(
         dropped as in the official fine-tuning code unless `keep_pre_logits`.
     """
     config, state, format = read_checkpoint(path, format=format, image_size=image_size)
-    model = VisionTransformer(config)
-    load_state_dict_strict(model, state, source=path)
+    model = build_model(config, state, source=path)
     if image_size is not None:
         model.set_image_size(image_size)
     if num_classes is not None and num_classes != config.num_classes:

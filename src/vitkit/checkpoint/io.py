@@ -209,9 +209,9 @@ def atomic_dir(target: str | os.PathLike) -> Iterator[Path]:
     tmp, fd = begin_replacement(target)
     try:
         yield tmp
-    except WriteError as err:
+    except WriteError as err:  # named after the target: the temporary directory is gone
         abort_replacement(tmp, fd)
-        raise WriteError(target, err.reason) from None
+        raise WriteError(target, f"{err.path.name}: {err.reason}") from None
     except BaseException:
         abort_replacement(tmp, fd)
         raise

@@ -7,6 +7,7 @@ what a config may hold and rejects anything impossible, naming the key.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,6 +16,15 @@ from vitkit.errors import ConfigError
 CLASSIFIERS = ("token", "gap")
 POS_EMBEDS = ("learned", "sincos2d", "none")
 MLP_ACTS = ("gelu", "gelu_tanh")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    """A finite int or float (not a bool, not NaN or infinity)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _pair(value: Any, key: str) -> tuple[int, int]:
@@ -42,10 +52,10 @@ class ResNetConfig:
     width: int = 64
 
     def __post_init__(self) -> None:
+        if not isinstance(self.layers, (list, tuple)) or not all(_is_int(n) and n > 0 for n in self.layers):
+            raise ConfigError(f"backbone.layers: expected a list of positive unit counts, got {self.layers!r}")
         layers = tuple(self.layers)
-        if not all(isinstance(n, int) and n > 0 for n in layers):
-            raise ConfigError(f"backbone.layers: expected positive unit counts, got {self.layers!r}")
-        if not isinstance(self.width, int) or self.width <= 0 or self.width % 32:
+        if not _is_int(self.width) or self.width <= 0 or self.width % 32:
             raise ConfigError(f"backbone.width: expected a positive multiple of 32 (GroupNorm has 32 groups), got {self.width!r}")
         object.__setattr__(self, "layers", layers)
 
@@ -95,25 +105,25 @@ class ViTConfig:
             value = getattr(self, key)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ConfigError(f"{key}: expected a positive integer, got {value!r}")
-        if not isinstance(self.num_classes, int) or self.num_classes < 0:
+        if not _is_int(self.num_classes) or self.num_classes < 0:
             raise ConfigError(f"num_classes: expected an integer >= 0, got {self.num_classes!r}")
         if self.width % self.num_heads:
             raise ConfigError(f"num_heads: {self.num_heads} heads do not divide width {self.width}")
-        if self.representation_size is not None and (
-            not isinstance(self.representation_size, int) or self.representation_size <= 0
-        ):
+        if self.representation_size is not None and (not _is_int(self.representation_size) or self.representation_size <= 0):
             raise ConfigError(f"representation_size: expected a positive integer or null, got {self.representation_size!r}")
         for key, allowed in (("classifier", CLASSIFIERS), ("pos_embed", POS_EMBEDS), ("mlp_act", MLP_ACTS)):
             if getattr(self, key) not in allowed:
                 raise ConfigError(f"{key}: expected one of {', '.join(allowed)}, got {getattr(self, key)!r}")
         for key in ("dropout", "attn_dropout", "drop_path"):
             value = getattr(self, key)
-            if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+            if not _is_number(value) or not 0.0 <= value < 1.0:
                 raise ConfigError(f"{key}: expected a rate in [0, 1), got {value!r}")
-        if not isinstance(self.layer_norm_eps, (int, float)) or self.layer_norm_eps <= 0:
+        if not _is_number(self.layer_norm_eps) or self.layer_norm_eps <= 0:
             raise ConfigError(f"layer_norm_eps: expected a positive number, got {self.layer_norm_eps!r}")
         if isinstance(self.backbone, dict):
             put("backbone", ResNetConfig(**_known(self.backbone, ResNetConfig, "backbone")))
+        elif self.backbone is not None and not isinstance(self.backbone, ResNetConfig):
+            raise ConfigError(f"backbone: expected null or a mapping (layers, width), got {self.backbone!r}")
         if self.pos_embed == "sincos2d" and self.width % 4:
             raise ConfigError(f"pos_embed: sincos2d needs a width divisible by 4, got {self.width}")
         put("mean", self._per_channel("mean"))
@@ -132,7 +142,10 @@ class ViTConfig:
 
     def _per_channel(self, key: str) -> tuple[float, ...]:
         value = getattr(self, key)
-        values = (float(value),) if isinstance(value, (int, float)) else tuple(float(v) for v in value)
+        values = (value,) if not isinstance(value, (list, tuple)) else tuple(value)
+        if not values or not all(_is_number(v) for v in values):
+            raise ConfigError(f"{key}: expected one finite number per input channel, got {value!r}")
+        values = tuple(float(v) for v in values)
         if len(values) != self.in_chans:
             if len(set(values)) != 1:
                 raise ConfigError(f"{key}: expected {self.in_chans} values (one per input channel), got {value!r}")
