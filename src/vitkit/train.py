@@ -330,6 +330,8 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
             torch.cuda.set_rng_state(tensors["rng_cuda"], device)
         if world.main:
             _truncate_metrics(out, state["step"])
+            with atomic_path(out / "run.yaml") as tmp:  # overrides on --resume (train.steps=N) hold for every later resume
+                tmp.write_text(dump_run_config(config))
     elif world.main:
         out.mkdir(parents=True, exist_ok=True)
         with atomic_path(out / "run.yaml") as tmp:
@@ -358,6 +360,7 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
     val_metrics: dict[str, Any] = {}
 
     def checkpoint() -> None:
+        faults.check_finite_weights(model, step, out, world)  # never a checkpoint of unusable weights
         faults.merge_bad_files(bad, distributed.gather_objects(bad.files, world))  # each rank streams its own files
         epoch, position = divmod(step * accum, batches.per_epoch)
         state.update(step=step, epoch=epoch, position=position, seed=t.seed, micro_batch=micro,
@@ -374,7 +377,8 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
         save_checkpoint(out, model, extra, state, tensors, t.keep_checkpoints, world, optimizer, ema, trainable)
 
     model.train()
-    nonfinite = faults.NonFinite(state, t.max_nonfinite_steps, check_grads=not scaler.is_enabled())
+    nonfinite = faults.NonFinite(state, t.max_nonfinite_steps, check_grads=not scaler.is_enabled(),
+                                 last_good=lambda: faults.last_finite_checkpoint(out))
     try:
         while step < last:
             lr = learning_rate(step, lr=t.lr, warmup=t.warmup_steps, total=t.steps, decay=t.decay, end_ratio=t.end_lr_ratio)

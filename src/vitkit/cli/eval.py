@@ -56,6 +56,8 @@ def run(args: argparse.Namespace) -> int:
     batches = eval_batches(split, args.batch_size, device, channels=c.in_chans, size=c.image_size[0], crop_pct=crop_pct)
     metrics = evaluate(model.to(device), batches, crop_pct=crop_pct)
     png = Path(args.confusion) if args.confusion else folder / f"confusion_{args.split}.png"
+    if not args.confusion and folder.parent.name == "checkpoints":  # a live run prunes its step folders: not there
+        png = folder.parent.parent / f"confusion_{args.split}_{folder.name}.png"
     plot_confusion(metrics["confusion"], class_names, png)
     result = {
         "checkpoint": str(folder),

@@ -53,11 +53,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt  # the CLI says "interrupted" and exits 130
+
+
 def run(args: argparse.Namespace) -> int:
+    import signal
+
     from vitkit.errors import ConfigError
     from vitkit.run_config import load_run_config
     from vitkit.train import resume_config, train
 
+    signal.signal(signal.SIGTERM, _interrupt)  # outside the loop's own handling (e.g. a second SIGTERM while it ends): 130
     overrides = list(args.overrides)
     if args.data:
         overrides.append(f"data.path={args.data}")
