@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import math
 import os
 import pickle
 import shutil
@@ -21,6 +22,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from vitkit.errors import CheckpointError, first_line
+from vitkit.limits import check_expansion
 
 
 class WriteError(CheckpointError):
@@ -391,12 +393,34 @@ def read_npz(path: str | os.PathLike) -> dict[str, np.ndarray]:
     if not path.is_file():
         raise CheckpointError(f"{path}: file not found")
     try:
+        check_npz_sizes(path)
         with np.load(path, allow_pickle=False) as archive:
             return {key: archive[key] for key in archive.files}
+    except CheckpointError:
+        raise
     except Exception as err:  # zipfile and numpy's header parser raise many types for damaged archives
         raise CheckpointError(
             f"{path}: cannot read as .npz ({first_line(err)}); the file is truncated, corrupt or holds pickled objects"
         ) from None
+
+
+def check_npz_sizes(path: Path) -> None:
+    """Before anything is decompressed: the archive's declared sizes fit its size on disk (no zip bomb), and each
+    array's .npy header promises exactly the bytes its member holds (no huge allocation from a lying header)."""
+    with zipfile.ZipFile(path) as archive:
+        members = archive.infolist()
+        check_expansion(path, sum(m.file_size for m in members), path.stat().st_size, CheckpointError, "the archive")
+        for member in members:
+            if not member.filename.endswith(".npy"):
+                continue
+            with archive.open(member) as f:
+                version = np.lib.format.read_magic(f)
+                read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+                shape, _, dtype = read_header(f)
+                need = f.tell() + math.prod(shape) * dtype.itemsize
+            if need != member.file_size:
+                raise CheckpointError(f"{path}: {member.filename} says shape {shape} ({need:,} bytes with its header) but holds "
+                                      f"{member.file_size:,} bytes; the file is truncated or corrupt")
 
 
 def write_npz(path: str | os.PathLike, arrays: dict[str, np.ndarray]) -> None:
