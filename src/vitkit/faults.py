@@ -141,7 +141,11 @@ def bad_files(out: Path, policy: str, resume: bool, *, writer: bool = True) -> B
     if resume and path.is_file():
         data = read_json(path)
         rows = data.get("files") if isinstance(data, dict) else None
-        known = {row["path"]: row["error"] for row in rows or [] if isinstance(row, dict) and {"path", "error"} <= row.keys()}
+        if not isinstance(rows, list) or not all(isinstance(r, dict) and isinstance(r.get("path"), str) and isinstance(r.get("error"), str)
+                                                 for r in rows):
+            raise CheckpointError(f"{path}: damaged (expected {{\"files\": [{{\"path\": ..., \"error\": ...}}]}}); delete it: "
+                                  "the unreadable files are found again as the run reads them")
+        known = {row["path"]: row["error"] for row in rows}
 
     def save(files: dict[str, str]) -> None:
         write_json(path, {"count": len(files), "files": [{"path": p, "error": e} for p, e in files.items()]})

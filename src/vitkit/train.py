@@ -21,6 +21,7 @@ import math
 import os
 import re
 import shutil
+import sys
 import time
 from contextlib import nullcontext
 from pathlib import Path
@@ -194,7 +195,35 @@ def _whole_model(model: VisionTransformer, world: distributed.Dist) -> VisionTra
 
 def load_checkpoint(folder: Path) -> tuple[VisionTransformer, dict, dict]:
     model, _ = load_native(folder)
-    return model, read_json(folder / STATE_JSON), read_torch(folder / STATE_TENSORS)
+    return model, check_train_state(read_json(folder / STATE_JSON), folder / STATE_JSON), read_torch(folder / STATE_TENSORS)
+
+
+def _count(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+# train_state.json: key -> (required, check); what a resume reads from it
+TRAIN_STATE = {
+    "step": (True, _count), "seed": (True, _count), "micro_batch": (True, lambda v: _count(v) and v > 0),
+    "elapsed_s": (True, _number), "best_val_top1": (True, lambda v: v is None or _number(v)),
+    "best_step": (True, lambda v: v is None or _count(v)), "skipped_steps": (False, _count), "nonfinite_in_a_row": (False, _count),
+    "window": (False, lambda v: isinstance(v, dict) and _number(v.get("loss", 0.0)) and _count(v.get("steps", 0))),
+}
+
+
+def check_train_state(state, path: Path) -> dict:
+    """train_state.json as a resume needs it, or a CheckpointError naming the file and the key."""
+    advice = "the checkpoint is damaged; remove its directory to resume from an older one"
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{path}: expected a JSON object of the run's state; {advice}")
+    for key, (required, ok) in TRAIN_STATE.items():
+        if key not in state and required or key in state and not ok(state[key]):
+            raise CheckpointError(f"{path}: {key!r} is {'missing' if key not in state else repr(state[key])[:40]}; {advice}")
+    return state
 
 
 # -- metrics --------------------------------------------------------------------------------
@@ -202,9 +231,21 @@ def read_metrics(out: Path) -> list[dict]:
     path = out / "metrics.jsonl"
     if not path.is_file():
         return []
-    text = path.read_text()
+    text = path.read_text(encoding="utf-8", errors="replace")
     lines = text.splitlines() if text.endswith("\n") else text.splitlines()[:-1]  # faults: a kill -9 may tear the last line
-    return [json.loads(line) for line in lines if line.strip()]
+    rows, damaged = [], 0
+    for line in lines:
+        if line.strip():
+            try:
+                row = json.loads(line)
+            except (json.JSONDecodeError, RecursionError):
+                row = None
+            ok = isinstance(row, dict) and row.get("kind") in ("train", "val") and _count(row.get("step"))
+            rows += [row] if ok else []
+            damaged += not ok
+    if damaged:  # a log, not the run's state: its damaged lines are dropped (and said so), the run goes on
+        print(f"vitkit: {path}: {damaged} damaged line(s) ignored", file=sys.stderr, flush=True)
+    return rows
 
 
 def _truncate_metrics(out: Path, step: int) -> None:
@@ -465,7 +506,7 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
         "steps": t.steps,
         "images_seen": t.steps * t.batch_size,
         "wall_time_s": state["elapsed_s"],
-        "img_s": sum(r["img_s"] for r in train_rows) / max(len(train_rows), 1),
+        "img_s": sum(r.get("img_s", 0.0) for r in train_rows if _number(r.get("img_s", 0.0))) / max(len(train_rows), 1),
         "model": config.model.get("name"),
         "objective": t.objective,  # masked_patch: the val_* figures are the colour-prediction accuracy and loss
         "params": sum(p.numel() for p in model.parameters()),

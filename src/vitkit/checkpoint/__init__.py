@@ -22,7 +22,7 @@ from vitkit.models import ViTConfig, VisionTransformer
 
 from . import hf, native, npz, timm
 from .io import finish_replacement, is_safetensors, read_stable
-from .native import build_model, save_pretrained
+from .native import build_model, check_state, model_shapes, save_pretrained
 
 FORMATS: dict[str, ModuleType] = {"vitkit": native, "npz": npz, "timm": timm, "hf": hf}
 _SUFFIXES = {".npz": "npz", ".safetensors": "timm", ".pth": "timm", ".pt": "timm", ".bin": "timm"}
@@ -103,6 +103,7 @@ def read_checkpoint(
         raise CheckpointError(
             f"{path}: cannot read as a {format} checkpoint ({type(err).__name__}: {first_line(err)}); the file is corrupt"
         ) from None
+    check_state(model_shapes(config), state, source=path)  # the config and the weights agree, every weight is finite
     return config, state, format
 
 

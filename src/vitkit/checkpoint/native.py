@@ -116,12 +116,16 @@ def _load_native(directory: Path) -> tuple[VisionTransformer, dict[str, Any]]:
 def build_model(config: ViTConfig, state: dict, *, source: str | os.PathLike) -> VisionTransformer:
     """The model of `config` holding `state`; the shapes are checked first on a model without memory (meta device),
     so a config promising a huge model that the weights do not hold fails before anything is allocated."""
-    with torch.device("meta"):
-        shapes = VisionTransformer(config).state_dict()
-    check_state(shapes, state, source=source)
+    check_state(model_shapes(config), state, source=source)
     model = VisionTransformer(config)
     model.load_state_dict(state, strict=True)
     return model
+
+
+def model_shapes(config: ViTConfig) -> dict[str, torch.Tensor]:
+    """The state dict of `config`'s model on the meta device: every key and shape, no memory."""
+    with torch.device("meta"):
+        return VisionTransformer(config).state_dict()
 
 
 def load_state_dict_strict(model: VisionTransformer, state: dict, *, source: str | os.PathLike) -> None:
