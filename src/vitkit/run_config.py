@@ -159,7 +159,10 @@ def _plain(value: Any) -> Any:
 
 
 def load_run_config(path: str | os.PathLike | None = None, overrides: list[str] = (), *, base: dict | None = None) -> RunConfig:
-    """Read a YAML run config (or start from the defaults, or from `base`), apply `key=value` overrides, validate everything."""
+    """Read a YAML run config (or start from the defaults, or from `base`), apply overrides, validate everything.
+
+    An override is "section.key=value" text (typed by the key, see `override_value`) or a (key, value) pair.
+    """
     data: dict[str, Any] = {section: dict(values) for section, values in (base or {}).items()}
     if path is not None:
         path = Path(path)
@@ -178,6 +181,10 @@ def load_run_config(path: str | os.PathLike | None = None, overrides: list[str] 
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: expected a mapping of sections (model, data, augment, train)")
     for item in overrides:
+        if isinstance(item, tuple):  # (key, value) from a CLI flag such as --data: the value as given, never parsed
+            section, name = item[0].split(".", 1)
+            data.setdefault(section, {})[name] = item[1]
+            continue
         key, sep, text = item.partition("=")
         if not sep or "." not in key:
             raise ConfigError(f"override {item!r}: expected section.key=value, e.g. train.lr=1e-3")

@@ -60,14 +60,21 @@ def _interrupt(signum, frame):
 def run(args: argparse.Namespace) -> int:
     import signal
 
+    previous = signal.signal(signal.SIGTERM, _interrupt)  # outside the loop's own handling (a second SIGTERM as it ends): 130
+    try:
+        return _run(args)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _run(args: argparse.Namespace) -> int:
     from vitkit.errors import ConfigError
     from vitkit.run_config import load_run_config
     from vitkit.train import resume_config, train
 
-    signal.signal(signal.SIGTERM, _interrupt)  # outside the loop's own handling (e.g. a second SIGTERM while it ends): 130
     overrides = list(args.overrides)
     if args.data:
-        overrides.append(f"data.path={args.data}")
+        overrides.append(("data.path", args.data))  # a path as given, never parsed
     if args.no_progress:
         overrides.append("train.progress=false")
     if args.resume:
