@@ -237,6 +237,8 @@ def from_dict(data: dict[str, Any], where: str = "config") -> RunConfig:
     for section in data:
         if section not in ("model", *SECTIONS):
             raise ConfigError(f"{where}: unknown section {section!r}; sections are model, data, augment, train")
+    if not isinstance(data.get("model") or {}, dict):
+        raise ConfigError(f"{where}: model: expected a mapping of keys (name, width, ...), got {data['model']!r}")
     model = dict(data.get("model") or {})
     model.setdefault("name", "vit_mini4_28")
     known = {f.name for f in dataclasses.fields(ViTConfig)} | {"name", "init"}
