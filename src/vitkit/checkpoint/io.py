@@ -153,6 +153,8 @@ def read_stable(path: str | os.PathLike, read):
 def begin_replacement(target: Path) -> tuple[Path, int]:
     """An empty `.NAME.tmp` to build the new `target` in, and the fd holding its lock (see `commit_replacement`)."""
     target = Path(target)
+    if target.name in ("", ".", ".."):
+        raise CheckpointError(f"{target}: name a new or existing checkpoint directory (e.g. {target / 'model'}), not this folder itself")
     if target.is_file():
         raise CheckpointError(f"{target}: is a file, and a directory would replace it; remove it or write to another name")
     _mkdir(target.parent)
