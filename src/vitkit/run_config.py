@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 
 from vitkit.data.augment import AugmentConfig
-from vitkit.errors import ConfigError, first_line
+from vitkit.errors import ConfigError, first_line, shown
 from vitkit.models import ViTConfig, get_config
 
 
@@ -116,7 +116,7 @@ def world_size() -> int:
     try:
         return max(int(os.environ.get("WORLD_SIZE", "1")), 1)
     except ValueError:
-        raise ConfigError(f"WORLD_SIZE: expected a number of processes, got {os.environ['WORLD_SIZE']!r}") from None
+        raise ConfigError(f"WORLD_SIZE: expected a number of processes, got {shown(os.environ['WORLD_SIZE'])}") from None
 
 
 def check_batches(train: "TrainConfig", world: int) -> None:
@@ -169,7 +169,7 @@ def load_run_config(path: str | os.PathLike | None = None, overrides: list[str] 
         try:
             if path.is_file() and path.stat().st_size > MAX_CONFIG_BYTES:
                 raise ConfigError(f"{path}: {path.stat().st_size:,} bytes; a run config is a small YAML file (at most {MAX_CONFIG_BYTES:,})")
-            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+            data = yaml.load(path.read_text(encoding="utf-8"), Loader=_NoAliasLoader) or {}
         except FileNotFoundError:
             raise ConfigError(f"{path}: config file not found") from None
         except IsADirectoryError:
@@ -187,13 +187,23 @@ def load_run_config(path: str | os.PathLike | None = None, overrides: list[str] 
             continue
         key, sep, text = item.partition("=")
         if not sep or "." not in key:
-            raise ConfigError(f"override {item!r}: expected section.key=value, e.g. train.lr=1e-3")
+            raise ConfigError(f"override {shown(item)}: expected section.key=value, e.g. train.lr=1e-3")
         section, _, name = key.strip().partition(".")
         data.setdefault(section, {})
         if not isinstance(data[section], dict):
             raise ConfigError(f"{section}: expected a mapping")
         data[section][name] = override_value(section, name.strip(), text)
     return from_dict(data, where=str(path) if path else "config")
+
+
+class _NoAliasLoader(yaml.SafeLoader):
+    """safe_load without aliases (*name): a run config needs none, and a few lines of them expand to billions of values."""
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.events.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(None, None, "aliases (*name) are not allowed in a run config", event.start_mark)
+        return super().compose_node(parent, index)
 
 
 _NULL = ("", "null", "none", "~")
@@ -236,9 +246,9 @@ def override_value(section: str, name: str, text: str) -> Any:
 def from_dict(data: dict[str, Any], where: str = "config") -> RunConfig:
     for section in data:
         if section not in ("model", *SECTIONS):
-            raise ConfigError(f"{where}: unknown section {section!r}; sections are model, data, augment, train")
+            raise ConfigError(f"{where}: unknown section {shown(section)}; sections are model, data, augment, train")
     if not isinstance(data.get("model") or {}, dict):
-        raise ConfigError(f"{where}: model: expected a mapping of keys (name, width, ...), got {data['model']!r}")
+        raise ConfigError(f"{where}: model: expected a mapping of keys (name, width, ...), got {shown(data['model'])}")
     model = dict(data.get("model") or {})
     model.setdefault("name", "vit_mini4_28")
     known = {f.name for f in dataclasses.fields(ViTConfig)} | {"name", "init"}
@@ -247,7 +257,7 @@ def from_dict(data: dict[str, Any], where: str = "config") -> RunConfig:
             raise ConfigError(f"model.{key}: unknown key; known keys are {', '.join(sorted(known))}")
     for key in ("name", "init"):
         if key in model and not (isinstance(model[key], str) or key == "init" and model[key] is None):
-            raise ConfigError(f"model.{key}: expected text, got {model[key]!r}")
+            raise ConfigError(f"model.{key}: expected text, got {shown(model[key])}")
     try:
         get_config(model["name"], **{k: v for k, v in model.items() if k not in ("name", "init")})
     except ConfigError as err:
@@ -265,7 +275,7 @@ def from_dict(data: dict[str, Any], where: str = "config") -> RunConfig:
 
 def _section(cls: type, values: dict[str, Any], section: str) -> Any:
     if not isinstance(values, dict):
-        raise ConfigError(f"{section}: expected a mapping of keys, got {values!r}")
+        raise ConfigError(f"{section}: expected a mapping of keys, got {shown(values)}")
     hints = typing.get_type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls)]
     checked = {}
@@ -291,22 +301,22 @@ def _check(key: str, value: Any, hint: Any) -> Any:
             break
     else:
         names = " or ".join(getattr(o, "__name__", str(o)) for o in options if o is not type(None))
-        raise ConfigError(f"{key}: expected {names}, got {value!r}")
+        raise ConfigError(f"{key}: expected {names}, got {shown(value)}")
     if key in CHOICES and converted not in CHOICES[key]:
-        raise ConfigError(f"{key}: expected one of {', '.join(CHOICES[key])}, got {value!r}")
+        raise ConfigError(f"{key}: expected one of {', '.join(CHOICES[key])}, got {shown(value)}")
     values = converted if isinstance(converted, tuple) else (converted,)
     for v in values:
         if isinstance(v, float) and not math.isfinite(v):
-            raise ConfigError(f"{key}: expected a finite number, got {value!r}")
+            raise ConfigError(f"{key}: expected a finite number, got {shown(value)}")
         if isinstance(v, int) and not isinstance(v, bool) and v > MAX_INT:
-            raise ConfigError(f"{key}: expected at most {MAX_INT}, got {value!r}")
+            raise ConfigError(f"{key}: expected at most {MAX_INT}, got {shown(value)}")
     if key in POSITIVE and converted <= 0:
-        raise ConfigError(f"{key}: expected a positive number, got {value!r}")
+        raise ConfigError(f"{key}: expected a positive number, got {shown(value)}")
     if isinstance(converted, (int, float)) and not isinstance(converted, bool) and converted < 0:
-        raise ConfigError(f"{key}: expected a number >= 0, got {value!r}")
+        raise ConfigError(f"{key}: expected a number >= 0, got {shown(value)}")
     values = converted if isinstance(converted, tuple) else (converted,)
     if key in INTERVALS and not all(_in_interval(v, INTERVALS[key]) for v in values):
-        raise ConfigError(f"{key}: expected a value in {INTERVALS[key]}, got {value!r}")
+        raise ConfigError(f"{key}: expected a value in {INTERVALS[key]}, got {shown(value)}")
     return converted
 
 

@@ -140,6 +140,20 @@ def test_run_config_files_that_are_not_yaml_text(tmp_path, capsys):
     assert "not UTF-8" in _one_line_exit_2(capsys, "train", "--config", tmp_path / "latin1.yaml", "--out", tmp_path / "r")
     (tmp_path / "deep.yaml").write_text("a: " + "[" * 5000 + "]" * 5000)
     assert "deep.yaml" in _one_line_exit_2(capsys, "train", "--config", tmp_path / "deep.yaml", "--out", tmp_path / "r")
+    laughs = "a: &a [1, 1, 1, 1, 1, 1, 1, 1, 1]\n" + "".join(  # nine lines expand to 10^9 values when walked
+        f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]\n" for i in range(8)) + "model:\n  mean: *i\n"
+    (tmp_path / "laughs.yaml").write_text(laughs)
+    assert "aliases" in _one_line_exit_2(capsys, "train", "--config", tmp_path / "laughs.yaml", "--out", tmp_path / "r")
+
+
+def test_config_json_that_is_huge_or_deeply_nested(tmp_path, capsys, ckpt):
+    for name, text in (("deep", '{"format": "vitkit", "model": ' + "[" * 100_000 + "]" * 100_000 + "}"),
+                       ("long", '{"format": "vitkit", "model": {"mean": "' + "x" * 1_000_000 + '"}}')):
+        copy = tmp_path / name
+        shutil.copytree(ckpt, copy)
+        (copy / "config.json").write_text(text)
+        line = _one_line_exit_2(capsys, "info", copy)
+        assert "config.json" in line and len(line) < 400
 
 
 # -- config.json and weights ----------------------------------------------------------------------

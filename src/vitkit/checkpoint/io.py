@@ -331,14 +331,20 @@ def write_json(path: str | os.PathLike, data: Any) -> None:
         tmp.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n")
 
 
+MAX_JSON_BYTES = 256 << 20  # config.json, train_state.json, checksums.json, bad_files.json: far smaller when intact
+
+
 def read_json(path: str | os.PathLike) -> Any:
     path = Path(path)
     try:
-        return json.loads(path.read_text())
+        if path.stat().st_size > MAX_JSON_BYTES:
+            raise CheckpointError(f"{path}: {path.stat().st_size:,} bytes, over the {MAX_JSON_BYTES:,} a vitkit JSON file may have; "
+                                  "the file is damaged or not vitkit's")
+        return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise CheckpointError(f"{path}: file not found") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise CheckpointError(f"{path}: not valid JSON ({err}); the file is damaged or not a config") from None
+    except (ValueError, RecursionError) as err:  # bad JSON, bad UTF-8, nesting too deep for the parser
+        raise CheckpointError(f"{path}: not valid JSON ({first_line(err)}); the file is damaged or not a config") from None
 
 
 def write_safetensors(path: str | os.PathLike, tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None) -> None:
