@@ -199,10 +199,12 @@ def fuzz(examples: int) -> None:
     env = {**os.environ, "VITKIT_FUZZ_EXAMPLES": str(examples)}
     result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--hypothesis-show-statistics", *files],
                             cwd=ROOT, env=env, capture_output=True, text=True)
-    tried = sum(int(n) for n in re.findall(r"- (\d+) passing examples", result.stdout))
-    failed = sum(int(n) for n in re.findall(r", (\d+) failing examples", result.stdout))
+    phases = re.findall(r"- (\d+) passing, (\d+) failing", result.stdout)  # hypothesis statistics, every phase
+    tried, failed = sum(int(p) for p, _ in phases), sum(int(f) for _, f in phases)
     counts["inputs tried"] += tried + failed
     tail = result.stdout.strip().splitlines()[-1]
+    if result.returncode:
+        print(result.stdout[-3000:])
     print(f"fuzzers ({', '.join(files)}): {tried + failed} inputs, {failed} failing; pytest: {tail}")
 
 
