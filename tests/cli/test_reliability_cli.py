@@ -313,3 +313,19 @@ def test_a_late_second_sigterm_exits_130(tmp_path):
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 130, result.stderr
     assert "interrupted" in result.stderr and step_checkpoints(tmp_path / "run")
+
+
+@pytest.mark.parametrize("name, text, words", [
+    ("list.csv", "a.png," + "x" * 200_000 + "\n", "list.csv:1"),  # over csv's field limit
+    ("list.csv", "a.png,--5\nb.png,\x00\n", "list.csv:2"),  # a NUL byte
+    ("list.csv", "a.png,\n", "list.csv:1"),  # no label
+    ("list.jsonl", "[" * 100_000 + "]" * 100_000 + "\n", "list.jsonl:1"),  # nesting too deep for the parser
+    ("list.jsonl", '{"path": "a.png", "label": [1, 2]}\n', "list.jsonl:1"),  # a label that is no label
+    ("list.jsonl", '{"path": 5, "label": 1}\n', "list.jsonl:1"),
+    ("list.csv", "\xff\xfe".encode("latin-1").decode("latin-1") + "a.png,1\n", "cannot read the list"),
+])
+def test_image_lists_with_odd_labels_huge_fields_or_deep_nesting(tmp_path, capsys, name, text, words):
+    (tmp_path / name).write_bytes(text.encode("latin-1") if "\xff" in text else text.encode())
+    line = _one_line_exit_2(capsys, "train", "--data", tmp_path / name, "--out", tmp_path / "run", *TINY[:3])
+    assert words in line and len(line) < 400
+    assert not (tmp_path / "run").exists()
