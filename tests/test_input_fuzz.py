@@ -23,7 +23,7 @@ from vitkit.models import VisionTransformer, get_config
 from vitkit.models.config import ViTConfig
 from vitkit.run_config import SECTIONS, load_run_config
 
-FUZZ = settings(max_examples=int(os.environ.get("VITKIT_FUZZ_EXAMPLES", "60")), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+FUZZ = settings(max_examples=int(os.environ.get("VITKIT_FUZZ_EXAMPLES", "30")), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 scalars = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floats(allow_nan=True, allow_infinity=True),
                     st.text(max_size=12), st.sampled_from(["abc", "", "null", "1e3", "#x", "gelu", "token", "learned"]))

@@ -122,7 +122,7 @@ def load_pretrained(
         dropped as in the official fine-tuning code unless `keep_pre_logits`.
     """
     config, state, format = read_checkpoint(path, format=format, image_size=image_size)
-    model = build_model(config, state, source=path)
+    model = build_model(config, state, source=path, checked=True)  # read_checkpoint checked shapes and values
     if image_size is not None:
         model.set_image_size(image_size)
     if num_classes is not None and num_classes != config.num_classes:

@@ -113,10 +113,11 @@ def _load_native(directory: Path) -> tuple[VisionTransformer, dict[str, Any]]:
     return build_model(config, read_safetensors(directory / WEIGHTS_NAME), source=directory / WEIGHTS_NAME), extra
 
 
-def build_model(config: ViTConfig, state: dict, *, source: str | os.PathLike) -> VisionTransformer:
-    """The model of `config` holding `state`; the shapes are checked first on a model without memory (meta device),
-    so a config promising a huge model that the weights do not hold fails before anything is allocated."""
-    check_state(model_shapes(config), state, source=source)
+def build_model(config: ViTConfig, state: dict, *, source: str | os.PathLike, checked: bool = False) -> VisionTransformer:
+    """The model of `config` holding `state`; unless already `checked`, the shapes are checked first on a model without
+    memory (meta device), so a config promising a huge model that the weights do not hold fails before anything is allocated."""
+    if not checked:
+        check_state(model_shapes(config), state, source=source)
     model = VisionTransformer(config)
     model.load_state_dict(state, strict=True)
     return model
