@@ -270,11 +270,13 @@ def test_loads_racing_a_replacement_never_report_corrupt(tmp_path):
     from vitkit.train import _write_dir
 
     model, extra = load_native(out / "final")
+    other = VisionTransformer(model.config)  # two models in turn: a read mixing them fails its checksums
     stop, errors = threading.Event(), []
 
     def replace_again_and_again():
         while not stop.is_set():
-            _write_dir(out / "final", lambda tmp: write_pretrained(model, tmp, extra=extra))
+            for m in (model, other):
+                _write_dir(out / "final", lambda tmp: write_pretrained(m, tmp, extra=extra))
 
     writer = threading.Thread(target=replace_again_and_again)
     writer.start()
