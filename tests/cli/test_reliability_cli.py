@@ -103,8 +103,8 @@ def test_text_values_are_never_yaml(value):
     assert load_run_config(None, [("data.path", "null")]).data.path == "null"  # --data null is a folder named null
 
 
-def test_data_hash_is_a_path_not_fashion_mnist(tmp_path, capsys):
-    os.chdir(tmp_path)
+def test_data_hash_is_a_path_not_fashion_mnist(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     line = _one_line_exit_2(capsys, "train", "--data", "#hash", "--out", tmp_path / "run", *TINY[:3])
     assert "#hash" in line and not (tmp_path / "run").exists()
 
