@@ -235,8 +235,9 @@ def override_value(section: str, name: str, text: str) -> Any:
     if kinds in ((int,), (float,)):
         try:
             return kinds[0](stripped)
-        except ValueError:
-            return text
+        except ValueError:  # YAML's spellings of numbers (.nan, .inf, 1_000) are numbers too, checked as such
+            number = yaml.safe_load(stripped) if stripped.lower().lstrip("+-") in (".nan", ".inf") else None
+            return number if isinstance(number, float) else text
     try:
         return yaml.safe_load(stripped)
     except yaml.YAMLError:
