@@ -37,7 +37,7 @@ COMMANDS = {
 
 # number flags: every int is >= 0 and every float finite; these must be >= 1 too ("--batch-size 0" is no batch)
 POSITIVE_FLAGS = {"batch_size", "micro_batch", "top", "steps", "image_size", "num_images", "components", "max_iter",
-                  "rounds", "batch", "seeds"}
+                  "rounds", "batch", "seeds", "per_shard"}
 MAX_INT = 2**31 - 1
 NARGS_AT_MOST = {"image_size": 2}  # --image-size H [W]
 
