@@ -269,7 +269,7 @@ def train(config: RunConfig, out: str | os.PathLike, *, resume: bool = False, st
         torch.set_num_threads(config.train.threads)
     out = Path(out)
     created = not out.exists()
-    writer = exclusive(out, advice=f"wait for it to end, or choose another --out") if _main_process() else nullcontext()
+    writer = exclusive(out, advice="wait for it to end, or choose another --out") if _main_process() else nullcontext()
     try:
         with writer, faults.stop_on_signals():  # one writer per run directory; SIGTERM/SIGINT stop at a step boundary
             return _train(config, out, resume, stop_at, started)
