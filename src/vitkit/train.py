@@ -23,6 +23,7 @@ import re
 import shutil
 import sys
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
