@@ -436,3 +436,16 @@ def write_npz(path: str | os.PathLike, arrays: dict[str, np.ndarray]) -> None:
     with atomic_path(path) as tmp:
         with open(tmp, "wb") as f:
             np.savez(f, **arrays)
+
+
+def sidecar_path(path: str | os.PathLike) -> Path:
+    """FILE.json beside a weights file whose format has no place for metadata (.npz, .pth)."""
+    path = Path(path)
+    return path.with_name(path.name + ".json")
+
+
+def read_sidecar(path: str | os.PathLike) -> dict:
+    """The sidecar JSON of a weights file, {} when there is none."""
+    side = sidecar_path(path)
+    data = read_json(side) if side.is_file() else {}
+    return data if isinstance(data, dict) else {}

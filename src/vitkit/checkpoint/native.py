@@ -80,7 +80,7 @@ def _seed(value: Any) -> bool:
 
 # config.json entries beside the model config: key -> (check, what it must be); one check for every reader
 EXTRA_CHECKS = {
-    "class_names": (lambda v, c: isinstance(v, list) and all(isinstance(n, str) for n in v) and (not c.num_classes or len(v) == c.num_classes),
+    "class_names": (lambda v, c: isinstance(v, list) and all(isinstance(n, str) for n in v) and (c is None or not c.num_classes or len(v) == c.num_classes),
                     "a list of one name (text) per class of the head"),
     "preprocess": (lambda v, c: isinstance(v, dict) and (v.get("crop_pct") is None or _number(v["crop_pct"]) and 0 < v["crop_pct"] <= 1),
                    "a mapping whose crop_pct is a number in (0, 1]"),
@@ -92,13 +92,13 @@ EXTRA_CHECKS = {
 }
 
 
-def check_extra(extra: dict[str, Any], config: ViTConfig, path: Path) -> None:
+def check_extra(extra: dict[str, Any], config: ViTConfig | None, path: Path) -> None:
     """Every known config.json entry beside the model has the type and range its readers need."""
     for key, (ok, what) in EXTRA_CHECKS.items():
         if key in extra and not ok(extra[key], config):
             shown = repr(extra[key])
             shown = shown if len(shown) <= 80 else shown[:77] + "..."
-            count = f" ({config.num_classes})" if key == "class_names" else ""
+            count = f" ({config.num_classes})" if key == "class_names" and config is not None else ""
             raise CheckpointError(f"{path}: {key} must be {what}{count}, got {shown}; fix the file or remove the entry")
 
 
@@ -161,5 +161,10 @@ def read(directory: str | os.PathLike, *, image_size=None) -> tuple[ViTConfig, d
     return config, read_safetensors(directory / WEIGHTS_NAME)
 
 
-def write(model: VisionTransformer, directory: str | os.PathLike) -> Path:
-    return save_pretrained(model, directory)
+def read_metadata(directory: str | os.PathLike) -> dict[str, Any]:
+    """Class names, preprocessing and training data recorded in config.json beside the model."""
+    return read_native_config(directory)[1]
+
+
+def write(model: VisionTransformer, directory: str | os.PathLike, *, metadata: dict[str, Any] | None = None) -> Path:
+    return save_pretrained(model, directory, extra=metadata)
