@@ -38,3 +38,36 @@ def run_cli():
         )
 
     return run
+
+
+@pytest.fixture
+def under_memory_limit():
+    """Run `fn()` in a forked child whose address space may grow by at most `mb` MiB (RLIMIT_AS); returns
+    ("ok", None), ("error", ExceptionType name + message) or ("killed"/"memory", ...) - never raises itself."""
+    import pickle
+    import resource
+    import traceback
+
+    def run(fn, mb: int = 256):
+        read, write = os.pipe()
+        child = os.fork()
+        if child == 0:  # pragma: no cover - the child
+            os.close(read)
+            try:
+                pages = int(open("/proc/self/statm").read().split()[0])
+                resource.setrlimit(resource.RLIMIT_AS, (pages * os.sysconf("SC_PAGE_SIZE") + (mb << 20), resource.RLIM_INFINITY))
+                fn()
+                result = ("ok", None)
+            except MemoryError:
+                result = ("memory", traceback.format_exc(limit=3))
+            except BaseException as err:  # noqa: BLE001 - reported to the parent
+                result = ("error", f"{type(err).__name__}: {err}")
+            os.write(write, pickle.dumps(result))
+            os._exit(0)
+        os.close(write)
+        with os.fdopen(read, "rb") as pipe:
+            data = pipe.read()
+        _, status = os.waitpid(child, 0)
+        return pickle.loads(data) if data else ("killed", status)
+
+    return run

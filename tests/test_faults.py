@@ -3,6 +3,7 @@ a full disk, non-finite steps and unreadable image files. Nothing already saved 
 
 import json
 import os
+import re
 import resource
 import signal
 import subprocess
@@ -233,9 +234,17 @@ def test_too_many_non_finite_steps_in_a_row_stop_the_run(tmp_path, monkeypatch):
 
 
 def test_a_diverging_run_stops_with_a_clear_message(tmp_path):
-    with pytest.raises(TrainingError, match="the run diverged"):
-        train(load_run_config(None, TINY + ["train.steps=30", "train.lr=1e30", "train.clip_norm=null", "train.max_nonfinite_steps=2"]),
-              tmp_path / "run")
+    with pytest.raises(TrainingError, match="the run diverged") as caught:
+        train(load_run_config(None, TINY + ["train.steps=30", "train.lr=1e30", "train.clip_norm=null", "train.max_nonfinite_steps=2",
+                                            "train.checkpoint_every=1"]), tmp_path / "run")
+    named = re.search(r"the last checkpoint with finite weights is (\S+);", str(caught.value))
+    if named:  # the checkpoint it names really holds finite weights (it is read, not assumed)
+        weights = read_safetensors(Path(named.group(1)) / "model.safetensors")
+        assert all(bool(torch.isfinite(t).all()) for t in weights.values())
+    else:
+        assert "no checkpoint holds finite weights" in str(caught.value)
+    for folder in step_checkpoints(tmp_path / "run"):  # and no checkpoint of non-finite weights was ever written
+        assert all(bool(torch.isfinite(t).all()) for t in read_safetensors(folder / "model.safetensors").values())
 
 
 # -- unreadable image files (data.on_error) --------------------------------------------------

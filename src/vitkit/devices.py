@@ -13,8 +13,12 @@ def pick_device(name: str = "auto", *, key: str = "--device") -> torch.device:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
         device = torch.device(name)
-    except RuntimeError:
+    except (RuntimeError, TypeError):
         raise ConfigError(f"{key}: unknown device {name!r}; use auto, cpu, cuda or cuda:N") from None
+    if device.type not in ("cpu", "cuda", "mps"):  # e.g. meta: tensors without data, nothing to train or evaluate
+        raise ConfigError(f"{key}: device {name!r} cannot run a model here; use auto, cpu, cuda or cuda:N")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError(f"{key}: mps was asked for but this machine has no Apple GPU; use cpu")
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError(f"{key}: cuda was asked for but no CUDA device is available on this machine; use cpu")
     return device

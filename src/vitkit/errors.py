@@ -26,6 +26,16 @@ class TrainingError(VitkitError):
     """A run cannot go on as configured (e.g. its loss diverged); the message says what to change."""
 
 
+def shown(value: object, limit: int = 80) -> str:
+    """A value as an error message quotes it: its repr, cut short (a huge or deeply nested value stays one short line)."""
+    import reprlib
+
+    cut = reprlib.Repr()
+    cut.maxlevel, cut.maxlist, cut.maxdict, cut.maxstring, cut.maxother, cut.maxlong = 3, 6, 6, limit, limit, 40
+    short = cut.repr(value)
+    return short if len(short) <= limit else short[: limit - 3] + "..."
+
+
 def first_line(err: BaseException) -> str:
     """The first line of an exception's message (its type name when the message is empty): for one-line errors."""
     text = str(err).strip()

@@ -28,7 +28,7 @@ import torch
 
 from vitkit.checkpoint.io import read_json, write_json
 from vitkit.data import BadFiles
-from vitkit.errors import TrainingError
+from vitkit.errors import CheckpointError, TrainingError
 
 BAD_FILES_NAME = "bad_files.json"
 _caught: list[str] = []  # names of the signals received while train() runs
@@ -76,8 +76,8 @@ class NonFinite:
     The counts live in the train `state` dict, so they are saved with every checkpoint.
     """
 
-    def __init__(self, state: dict, limit: int, *, check_grads: bool = True):
-        self.state, self.limit, self.check_grads = state, limit, check_grads
+    def __init__(self, state: dict, limit: int, *, check_grads: bool = True, last_good=lambda: "the last checkpoint"):
+        self.state, self.limit, self.check_grads, self.last_good = state, limit, check_grads, last_good
         state.setdefault("skipped_steps", 0)
         state.setdefault("nonfinite_in_a_row", 0)
 
@@ -97,10 +97,37 @@ class NonFinite:
         if row >= self.limit:
             raise TrainingError(
                 f"train: the loss or the gradients were not finite for {row} steps in a row (steps {step + 2 - row}-{step + 1}; "
-                f"{self.state['skipped_steps']} skipped in all): the run diverged; the last checkpoint holds finite weights; "
+                f"{self.state['skipped_steps']} skipped in all): the run diverged; {self.last_good()}; "
                 "lower train.lr, keep train.clip_norm on, or use train.precision=fp32, then --resume or start again"
             )
         return True
+
+
+def last_finite_checkpoint(out: Path) -> str:
+    """Where a diverged run can go on from: the newest step checkpoint whose weights are all finite (read to check)."""
+    from vitkit.checkpoint.io import read_safetensors
+
+    for folder in sorted((out / "checkpoints").glob("step_*"), reverse=True):
+        try:
+            weights = read_safetensors(folder / "model.safetensors")
+        except CheckpointError:
+            continue
+        if all(bool(torch.isfinite(t).all()) for t in weights.values() if t.is_floating_point()):
+            return f"the last checkpoint with finite weights is {folder}"
+    return "no checkpoint holds finite weights"
+
+
+def check_finite_weights(model: torch.nn.Module, step: int, out: Path, world) -> None:
+    """A TrainingError, before anything is saved, when a weight is NaN or infinite (a step that overflowed them)."""
+    from vitkit import distributed
+
+    bad = next((name for name, p in model.named_parameters()
+                if not bool(torch.isfinite(p.to_local() if hasattr(p, "to_local") else p).all())), None)
+    if distributed.any_rank(bad is not None, world):
+        raise TrainingError(
+            f"train: after step {step} the weights are not finite ({bad or 'on another rank'}); not saved: the run diverged; "
+            f"{last_finite_checkpoint(out)}; lower train.lr or keep train.clip_norm on, then --resume or start again"
+        )
 
 
 def bad_files(out: Path, policy: str, resume: bool, *, writer: bool = True) -> BadFiles:
@@ -114,7 +141,11 @@ def bad_files(out: Path, policy: str, resume: bool, *, writer: bool = True) -> B
     if resume and path.is_file():
         data = read_json(path)
         rows = data.get("files") if isinstance(data, dict) else None
-        known = {row["path"]: row["error"] for row in rows or [] if isinstance(row, dict) and {"path", "error"} <= row.keys()}
+        if not isinstance(rows, list) or not all(isinstance(r, dict) and isinstance(r.get("path"), str) and isinstance(r.get("error"), str)
+                                                 for r in rows):
+            raise CheckpointError(f"{path}: damaged (expected {{\"files\": [{{\"path\": ..., \"error\": ...}}]}}); delete it: "
+                                  "the unreadable files are found again as the run reads them")
+        known = {row["path"]: row["error"] for row in rows}
 
     def save(files: dict[str, str]) -> None:
         write_json(path, {"count": len(files), "files": [{"path": p, "error": e} for p, e in files.items()]})
@@ -131,7 +162,11 @@ def merge_bad_files(bad: BadFiles, per_rank: list[dict[str, str]]) -> None:
             bad.save(bad.files)
 
 
-def remove_partial_checkpoints(out: Path) -> None:
-    """Delete the half-written checkpoint directories (.step_N.tmp) a killed run left; they are never resumed from."""
-    for partial in (out / "checkpoints").glob(".step_*.tmp"):
-        shutil.rmtree(partial, ignore_errors=True)
+def remove_partial_checkpoints(out: Path, complete: str) -> None:
+    """Delete what a killed run left in checkpoints/: half-written (.step_N.tmp), half-removed (.step_N.old) and
+    step_N/ directories without `complete` (their state file) are never resumed from."""
+    folder = out / "checkpoints"
+    partial = [*folder.glob(".step_*.tmp"), *folder.glob(".step_*.old")]
+    partial += [p for p in folder.glob("step_*") if p.is_dir() and not (p / complete).is_file()]
+    for path in partial:
+        shutil.rmtree(path, ignore_errors=True)

@@ -11,6 +11,7 @@ ViTConfig field (width, depth, patch_size, drop_path, ...).
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import types
 import typing
@@ -22,7 +23,7 @@ import yaml
 
 from vitkit.data.augment import AugmentConfig
 from vitkit.data.scan import ImageScan
-from vitkit.errors import ConfigError
+from vitkit.errors import ConfigError, first_line, shown
 from vitkit.models import ViTConfig, get_config
 
 
@@ -74,6 +75,9 @@ class TrainConfig:
     max_nonfinite_steps: int = 10  # steps with a non-finite loss/gradient are skipped; this many in a row stop the run
 
 
+MAX_CONFIG_BYTES = 1 << 20
+MAX_INT = 2**31 - 1  # every whole-number key (seeds feed torch generators, steps and sizes a loop)
+
 SECTIONS = {"data": DataConfig, "augment": AugmentConfig, "train": TrainConfig}
 CHOICES = {
     "data.name": ("auto", "synthetic"),
@@ -113,7 +117,7 @@ def world_size() -> int:
     try:
         return max(int(os.environ.get("WORLD_SIZE", "1")), 1)
     except ValueError:
-        raise ConfigError(f"WORLD_SIZE: expected a number of processes, got {os.environ['WORLD_SIZE']!r}") from None
+        raise ConfigError(f"WORLD_SIZE: expected a number of processes, got {shown(os.environ['WORLD_SIZE'])}") from None
 
 
 def check_batches(train: "TrainConfig", world: int) -> None:
@@ -155,47 +159,112 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def load_run_config(path: str | os.PathLike | None = None, overrides: list[str] = ()) -> RunConfig:
-    """Read a YAML run config (or start from the defaults), apply `key=value` overrides, validate everything."""
-    data: dict[str, Any] = {}
+def load_run_config(path: str | os.PathLike | None = None, overrides: list[str] = (), *, base: dict | None = None) -> RunConfig:
+    """Read a YAML run config (or start from the defaults, or from `base`), apply overrides, validate everything.
+
+    An override is "section.key=value" text (typed by the key, see `override_value`) or a (key, value) pair.
+    """
+    data: dict[str, Any] = {section: dict(values) for section, values in (base or {}).items()}
     if path is not None:
         path = Path(path)
         try:
-            data = yaml.safe_load(path.read_text()) or {}
+            if path.is_file() and path.stat().st_size > MAX_CONFIG_BYTES:
+                raise ConfigError(f"{path}: {path.stat().st_size:,} bytes; a run config is a small YAML file (at most {MAX_CONFIG_BYTES:,})")
+            data = yaml.load(path.read_text(encoding="utf-8"), Loader=_NoAliasLoader) or {}
         except FileNotFoundError:
             raise ConfigError(f"{path}: config file not found") from None
-        except yaml.YAMLError as err:
-            raise ConfigError(f"{path}: not valid YAML ({err})") from None
+        except IsADirectoryError:
+            raise ConfigError(f"{path}: is a folder; --config takes a YAML file (e.g. configs/fashion_mnist.yaml)") from None
+        except UnicodeDecodeError as err:
+            raise ConfigError(f"{path}: not UTF-8 text (byte {err.start}); a run config is a YAML text file") from None
+        except (yaml.YAMLError, RecursionError) as err:
+            raise ConfigError(f"{path}: not valid YAML ({first_line(err)})") from None
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: expected a mapping of sections (model, data, augment, train)")
     for item in overrides:
+        if isinstance(item, tuple):  # (key, value) from a CLI flag such as --data: the value as given, never parsed
+            section, name = item[0].split(".", 1)
+            data.setdefault(section, {})[name] = item[1]
+            continue
         key, sep, text = item.partition("=")
         if not sep or "." not in key:
-            raise ConfigError(f"override {item!r}: expected section.key=value, e.g. train.lr=1e-3")
+            raise ConfigError(f"override {shown(item)}: expected section.key=value, e.g. train.lr=1e-3")
         section, _, name = key.strip().partition(".")
         data.setdefault(section, {})
         if not isinstance(data[section], dict):
             raise ConfigError(f"{section}: expected a mapping")
-        try:
-            data[section][name] = yaml.safe_load(text) if text.strip() else None
-        except yaml.YAMLError:
-            data[section][name] = text
+        data[section][name] = override_value(section, name.strip(), text)
     return from_dict(data, where=str(path) if path else "config")
+
+
+class _NoAliasLoader(yaml.SafeLoader):
+    """safe_load without aliases (*name): a run config needs none, and a few lines of them expand to billions of values."""
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.events.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(None, None, "aliases (*name) are not allowed in a run config", event.start_mark)
+        return super().compose_node(parent, index)
+
+
+_NULL = ("", "null", "none", "~")
+_BOOLS = {"true": True, "yes": True, "on": True, "1": True, "false": False, "no": False, "off": False, "0": False}
+
+
+def field_types(section: str) -> dict[str, Any]:
+    """The type of every key of a section (model: ViTConfig's fields plus name and init)."""
+    if section == "model":
+        return {**typing.get_type_hints(ViTConfig), "name": str, "init": str | None}
+    return typing.get_type_hints(SECTIONS[section]) if section in SECTIONS else {}
+
+
+def override_value(section: str, name: str, text: str) -> Any:
+    """The value of one KEY=VALUE override, typed by the key's field, never guessed: a text key (a path, a
+    name) takes the text as it is (`data.path=#a b`); numbers and booleans are parsed as such; only lists and
+    mappings (`train.betas=[0.9,0.95]`, `model.backbone={layers: [3]}`) are read as YAML. Text that does not
+    parse is passed on as text, so the type check names the key."""
+    hint = field_types(section).get(name)
+    options = typing.get_args(hint) if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union else (hint,)
+    kinds = tuple(o for o in options if o is not type(None))
+    if type(None) in options and text.strip().lower() in _NULL:
+        return None
+    if kinds == (str,) or hint is None and not text.strip()[:1] in ("[", "{"):
+        return text
+    stripped = text.strip()
+    if kinds == (bool,):
+        return _BOOLS.get(stripped.lower(), text)
+    if kinds in ((int,), (float,)):
+        try:
+            return kinds[0](stripped)
+        except ValueError:  # YAML's spellings of numbers (.nan, .inf, 1_000) are numbers too, checked as such
+            number = yaml.safe_load(stripped) if stripped.lower().lstrip("+-") in (".nan", ".inf") else None
+            return number if isinstance(number, float) else text
+    try:
+        return yaml.safe_load(stripped)
+    except yaml.YAMLError:
+        return text
 
 
 def from_dict(data: dict[str, Any], where: str = "config") -> RunConfig:
     for section in data:
         if section not in ("model", *SECTIONS):
-            raise ConfigError(f"{where}: unknown section {section!r}; sections are model, data, augment, train")
+            raise ConfigError(f"{where}: unknown section {shown(section)}; sections are model, data, augment, train")
+    if not isinstance(data.get("model") or {}, dict):
+        raise ConfigError(f"{where}: model: expected a mapping of keys (name, width, ...), got {shown(data['model'])}")
     model = dict(data.get("model") or {})
     model.setdefault("name", "vit_mini4_28")
     known = {f.name for f in dataclasses.fields(ViTConfig)} | {"name", "init"}
     for key in model:
         if key not in known:
             raise ConfigError(f"model.{key}: unknown key; known keys are {', '.join(sorted(known))}")
+    for key in ("name", "init"):
+        if key in model and not (isinstance(model[key], str) or key == "init" and model[key] is None):
+            raise ConfigError(f"model.{key}: expected text, got {shown(model[key])}")
     try:
-        get_config(model["name"], **{k: v for k, v in model.items() if k not in ("name", "init", "num_classes")})
-    except TypeError as err:
+        get_config(model["name"], **{k: v for k, v in model.items() if k not in ("name", "init")})
+    except ConfigError as err:
+        raise ConfigError(f"model.{err}" if not str(err).startswith("model") else str(err)) from None
+    except (TypeError, ValueError) as err:
         raise ConfigError(f"model: bad value ({err})") from None
     sections = {name: _section(cls, data.get(name) or {}, name) for name, cls in SECTIONS.items()}
     for key in ("rrc_scale", "rrc_ratio", "erase_scale", "erase_ratio"):
@@ -208,7 +277,7 @@ def from_dict(data: dict[str, Any], where: str = "config") -> RunConfig:
 
 def _section(cls: type, values: dict[str, Any], section: str) -> Any:
     if not isinstance(values, dict):
-        raise ConfigError(f"{section}: expected a mapping of keys, got {values!r}")
+        raise ConfigError(f"{section}: expected a mapping of keys, got {shown(values)}")
     hints = typing.get_type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls)]
     checked = {}
@@ -234,16 +303,22 @@ def _check(key: str, value: Any, hint: Any) -> Any:
             break
     else:
         names = " or ".join(getattr(o, "__name__", str(o)) for o in options if o is not type(None))
-        raise ConfigError(f"{key}: expected {names}, got {value!r}")
+        raise ConfigError(f"{key}: expected {names}, got {shown(value)}")
     if key in CHOICES and converted not in CHOICES[key]:
-        raise ConfigError(f"{key}: expected one of {', '.join(CHOICES[key])}, got {value!r}")
+        raise ConfigError(f"{key}: expected one of {', '.join(CHOICES[key])}, got {shown(value)}")
+    values = converted if isinstance(converted, tuple) else (converted,)
+    for v in values:
+        if isinstance(v, float) and not math.isfinite(v):
+            raise ConfigError(f"{key}: expected a finite number, got {shown(value)}")
+        if isinstance(v, int) and not isinstance(v, bool) and v > MAX_INT:
+            raise ConfigError(f"{key}: expected at most {MAX_INT}, got {shown(value)}")
     if key in POSITIVE and converted <= 0:
-        raise ConfigError(f"{key}: expected a positive number, got {value!r}")
+        raise ConfigError(f"{key}: expected a positive number, got {shown(value)}")
     if isinstance(converted, (int, float)) and not isinstance(converted, bool) and converted < 0:
-        raise ConfigError(f"{key}: expected a number >= 0, got {value!r}")
+        raise ConfigError(f"{key}: expected a number >= 0, got {shown(value)}")
     values = converted if isinstance(converted, tuple) else (converted,)
     if key in INTERVALS and not all(_in_interval(v, INTERVALS[key]) for v in values):
-        raise ConfigError(f"{key}: expected a value in {INTERVALS[key]}, got {value!r}")
+        raise ConfigError(f"{key}: expected a value in {INTERVALS[key]}, got {shown(value)}")
     return converted
 
 

@@ -21,7 +21,9 @@ import json
 import math
 import os
 import shutil
+import sys
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -33,10 +35,10 @@ from torch import nn
 
 from vitkit import distributed
 from vitkit.devices import pick_device
-from vitkit.checkpoint import save_pretrained
-from vitkit.checkpoint.io import atomic_path, finish_replacement, staging_paths, read_json, read_torch, update_checksums, write_json
+from vitkit.checkpoint.io import (abort_replacement, atomic_path, begin_replacement, commit_replacement, exclusive, LOCK_NAME,
+                                  read_json, read_torch, remove_dir, staging, update_checksums, write_json, WriteError)
 from vitkit.checkpoint.runs import STATE_JSON, resolve, step_checkpoints
-from vitkit.checkpoint.native import is_native, load_native, load_state_dict_strict
+from vitkit.checkpoint.native import is_native, load_native, load_state_dict_strict, write_pretrained
 from vitkit.data.spec import absolute
 from vitkit.data import Batches, DataSpec, check_compatible, eval_batches, fits_in_memory, load_into_memory, mix, soft_targets, train_transform
 from vitkit.errors import CheckpointError, ConfigError, DataError
@@ -116,26 +118,24 @@ def find_checkpoint(path: str | os.PathLike) -> Path:
 
 
 def _write_dir(target: Path, fill, world: distributed.Dist = distributed.Dist()) -> None:
-    """Build a directory under a temporary name, then rename it into place (replacing an older one).
+    """Build a directory under a temporary name, then rename it into place (checkpoint.io's replacement).
 
     Under torch.distributed every rank calls this: all may write into the temporary directory (FSDP
     shards), rank 0 creates and renames it.
     """
-    tmp, old = staging_paths(target)
+    tmp, _ = staging(target)
     if world.main:
-        finish_replacement(target)
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
+        tmp, lock = begin_replacement(target)
     distributed.barrier(world)
-    fill(tmp)
+    try:
+        fill(tmp)
+    except BaseException:
+        if world.main:
+            abort_replacement(tmp, lock)
+        raise
     distributed.barrier(world)
-    if world.main and target.exists():
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(target, old)
-        os.replace(tmp, target)
-        shutil.rmtree(old, ignore_errors=True)
-    elif world.main:
-        os.replace(tmp, target)
+    if world.main:
+        commit_replacement(target, tmp, lock)
     distributed.barrier(world)
 
 
@@ -154,7 +154,7 @@ def save_checkpoint(out: Path, model: nn.Module, extra: dict, state: dict, tenso
         if world.sharded:
             distributed.save_sharded(trainable or model, optimizer, tmp / SHARDED, ema)
         if world.main:
-            save_pretrained(whole, tmp, extra=extra)
+            write_pretrained(whole, tmp, extra=extra)
             with atomic_path(tmp / STATE_TENSORS) as f:
                 torch.save(tensors, f)
             write_json(tmp / STATE_JSON, state)
@@ -163,7 +163,7 @@ def save_checkpoint(out: Path, model: nn.Module, extra: dict, state: dict, tenso
     _write_dir(target, fill, world)
     if world.main:
         for old in step_checkpoints(out)[: -max(keep, 1)]:
-            shutil.rmtree(old, ignore_errors=True)
+            remove_dir(old)
     return target
 
 
@@ -181,7 +181,35 @@ def _whole_model(model: VisionTransformer, world: distributed.Dist) -> VisionTra
 
 def load_checkpoint(folder: Path) -> tuple[VisionTransformer, dict, dict]:
     model, _ = load_native(folder)
-    return model, read_json(folder / STATE_JSON), read_torch(folder / STATE_TENSORS)
+    return model, check_train_state(read_json(folder / STATE_JSON), folder / STATE_JSON), read_torch(folder / STATE_TENSORS)
+
+
+def _count(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+# train_state.json: key -> (required, check); what a resume reads from it
+TRAIN_STATE = {
+    "step": (True, _count), "seed": (True, _count), "micro_batch": (True, lambda v: _count(v) and v > 0),
+    "elapsed_s": (True, _number), "best_val_top1": (True, lambda v: v is None or _number(v)),
+    "best_step": (True, lambda v: v is None or _count(v)), "skipped_steps": (False, _count), "nonfinite_in_a_row": (False, _count),
+    "window": (False, lambda v: isinstance(v, dict) and _number(v.get("loss", 0.0)) and _count(v.get("steps", 0))),
+}
+
+
+def check_train_state(state, path: Path) -> dict:
+    """train_state.json as a resume needs it, or a CheckpointError naming the file and the key."""
+    advice = "the checkpoint is damaged; remove its directory to resume from an older one"
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{path}: expected a JSON object of the run's state; {advice}")
+    for key, (required, ok) in TRAIN_STATE.items():
+        if key not in state and required or key in state and not ok(state[key]):
+            raise CheckpointError(f"{path}: {key!r} is {'missing' if key not in state else repr(state[key])[:40]}; {advice}")
+    return state
 
 
 # -- metrics --------------------------------------------------------------------------------
@@ -189,9 +217,21 @@ def read_metrics(out: Path) -> list[dict]:
     path = out / "metrics.jsonl"
     if not path.is_file():
         return []
-    text = path.read_text()
+    text = path.read_text(encoding="utf-8", errors="replace")
     lines = text.splitlines() if text.endswith("\n") else text.splitlines()[:-1]  # faults: a kill -9 may tear the last line
-    return [json.loads(line) for line in lines if line.strip()]
+    rows, damaged = [], 0
+    for line in lines:
+        if line.strip():
+            try:
+                row = json.loads(line)
+            except (json.JSONDecodeError, RecursionError):
+                row = None
+            ok = isinstance(row, dict) and row.get("kind") in ("train", "val") and _count(row.get("step"))
+            rows += [row] if ok else []
+            damaged += not ok
+    if damaged:  # a log, not the run's state: its damaged lines are dropped (and said so), the run goes on
+        print(f"vitkit: {path}: {damaged} damaged line(s) ignored", file=sys.stderr, flush=True)
+    return rows
 
 
 def _truncate_metrics(out: Path, step: int) -> None:
@@ -214,9 +254,18 @@ def train(config: RunConfig, out: str | os.PathLike, *, resume: bool = False, st
     threads_before = torch.get_num_threads()
     if config.train.threads:
         torch.set_num_threads(config.train.threads)
+    out = Path(out)
+    created = not out.exists()
+    writer = exclusive(out, advice="wait for it to end, or choose another --out") if _main_process() else nullcontext()
     try:
-        with faults.stop_on_signals():  # faults: SIGTERM/SIGINT stop at the next step boundary, with a checkpoint
-            return _train(config, Path(out), resume, stop_at, started)
+        with writer, faults.stop_on_signals():  # one writer per run directory; SIGTERM/SIGINT stop at a step boundary
+            return _train(config, out, resume, stop_at, started)
+    except WriteError as err:  # a full disk: say how to go on
+        raise WriteError(err.path, err.reason, then=f"continue with vitkit train --resume {out}") from None
+    except BaseException:
+        if created and _main_process() and out.is_dir() and {p.name for p in out.iterdir()} <= {LOCK_NAME}:
+            shutil.rmtree(out, ignore_errors=True)  # failed before writing anything: leave no empty run directory
+        raise
     finally:
         torch.set_num_threads(threads_before)
         distributed.teardown()
@@ -271,6 +320,11 @@ class _State:
     progress: dict  # step, elapsed_s, best_val_top1, ... (train_state.json)
 
 
+def _main_process() -> bool:
+    """Rank 0 under torchrun (it alone holds the run directory's lock), else the only process."""
+    return os.environ.get("RANK", "0") == "0"
+
+
 def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, started: float) -> dict:
     t, a = config.train, config.augment
     env = _setup(config, out, resume)
@@ -296,7 +350,8 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
         _save_step(out, config, env, data, run, batches, step, elapsed, window, extra)
 
     run.model.train()
-    nonfinite = faults.NonFinite(run.progress, t.max_nonfinite_steps, check_grads=not run.scaler.is_enabled())
+    nonfinite = faults.NonFinite(run.progress, t.max_nonfinite_steps, check_grads=not run.scaler.is_enabled(),
+                                 last_good=lambda: faults.last_finite_checkpoint(out))
     try:
         while step < last:
             lr, step_loss, grad_norm = _step(config, env, data, run, stream, step, nonfinite)
@@ -341,7 +396,7 @@ def _setup(config: RunConfig, out: Path, resume: bool) -> _Setup:
     checkpoints = step_checkpoints(out)
     if resume and not checkpoints:
         raise CheckpointError(f"{out}: no checkpoint to resume from (expected {out}/checkpoints/step_*/)")
-    if not resume and checkpoints:
+    if not resume and (checkpoints or (out / "final").exists()):
         raise ConfigError(f"--out {out}: already holds a run; continue it with --resume {out} or choose another --out")
     return _Setup(device, world, autocast_dtype(t.precision, device), micro, t.batch_size // micro, checkpoints)
 
@@ -392,7 +447,7 @@ def _restore(config: RunConfig, out: Path, env: _Setup, data: _Data) -> _State:
     """A resumed run: the model, optimizer, scaler, EMA and RNG state of the newest complete checkpoint."""
     t, world, newest = config.train, env.world, env.checkpoints[-1]
     if world.main:
-        faults.remove_partial_checkpoints(out)
+        faults.remove_partial_checkpoints(out, STATE_JSON)
     distributed.barrier(world)
     model, progress, tensors = load_checkpoint(newest)
     for key, saved, now in (("train.seed", progress["seed"], t.seed), ("train.micro_batch", progress["micro_batch"], env.micro)):
@@ -416,6 +471,8 @@ def _restore(config: RunConfig, out: Path, env: _Setup, data: _Data) -> _State:
         torch.cuda.set_rng_state(tensors["rng_cuda"], env.device)
     if world.main:
         _truncate_metrics(out, progress["step"])
+        with atomic_path(out / "run.yaml") as tmp:  # overrides on --resume (train.steps=N) hold for every later resume
+            tmp.write_text(dump_run_config(config))
     distributed.barrier(world)
     return run
 
@@ -511,6 +568,7 @@ def _save_step(out: Path, config: RunConfig, env: _Setup, data: _Data, run: _Sta
                elapsed: float, window: dict, extra: dict) -> None:
     """checkpoints/step_N: the model and everything an exact resume needs (data order, optimizer, RNG, EMA)."""
     world = env.world
+    faults.check_finite_weights(run.model, step, out, world)  # never a checkpoint of unusable weights
     faults.merge_bad_files(data.bad, distributed.gather_objects(data.bad.files, world))  # each rank streams its own files
     epoch, position = divmod(step * env.accum, batches.per_epoch)
     run.progress.update(step=step, epoch=epoch, position=position, seed=config.train.seed, micro_batch=env.micro,
@@ -535,7 +593,7 @@ def _finish(config: RunConfig, out: Path, env: _Setup, data: _Data, run: _State,
     else:  # the average, not the live weights: no need to gather those too
         export = VisionTransformer(run.model.config)
         export.load_state_dict(distributed.full_tensors(run.ema))
-    _write_dir(out / "final", lambda tmp: world.main and save_pretrained(export, tmp, extra=extra), world)
+    _write_dir(out / "final", lambda tmp: world.main and write_pretrained(export, tmp, extra=extra), world)
     if not world.main:
         return {"rank": world.rank}
     rows = read_metrics(out)
@@ -549,7 +607,7 @@ def _finish(config: RunConfig, out: Path, env: _Setup, data: _Data, run: _State,
         "steps": t.steps,
         "images_seen": t.steps * t.batch_size,
         "wall_time_s": progress["elapsed_s"],
-        "img_s": sum(r["img_s"] for r in train_rows) / max(len(train_rows), 1),
+        "img_s": sum(r.get("img_s", 0.0) for r in train_rows if _number(r.get("img_s", 0.0))) / max(len(train_rows), 1),
         "model": config.model.get("name"),
         "objective": t.objective,  # masked_patch: the val_* figures are the colour-prediction accuracy and loss
         "params": sum(p.numel() for p in run.model.parameters()),

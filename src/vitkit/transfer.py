@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -58,9 +57,10 @@ def finetune_recipe(path: str | os.PathLike | None = None, overrides: list[str] 
     if path is not None:
         load_run_config(path)  # says what is wrong with the file, naming it
         explicit = yaml.safe_load(Path(path).read_text()) or {}
-    items = [f"{s}.{k}={json.dumps(v)}" for s, values in FINETUNE_DEFAULTS.items() for k, v in values.items()]
-    items += [f"{s}.{k}={json.dumps(v)}" for s, values in explicit.items() for k, v in (values or {}).items()]
-    return load_run_config(None, [*items, *overrides])
+    base = {section: dict(values) for section, values in FINETUNE_DEFAULTS.items()}
+    for section, values in explicit.items():
+        base.setdefault(section, {}).update(values or {})
+    return load_run_config(None, list(overrides), base=base)
 
 
 def prepare_for_finetuning(model: VisionTransformer, num_classes: int, *, keep_pre_logits: bool = False, **tunable) -> VisionTransformer:
@@ -156,10 +156,7 @@ def _write_init(recipe: RunConfig, checkpoint: str | os.PathLike, init: Path, ke
                                            flag="data.train_split", hold_out="data.val_fraction").class_names
     tunable = {k: recipe.model[k] for k in TUNABLE if k in recipe.model and k != "image_size"}
     model = prepare_for_finetuning(model, len(classes), keep_pre_logits=keep_pre_logits, **tunable)
-    tmp = init.with_name(f".{init.name}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    save_pretrained(model, tmp, extra={"source": str(source), "class_names": classes})
-    os.replace(tmp, init)
+    save_pretrained(model, init, extra={"source": str(source), "class_names": classes})
 
 
 def pick_best(runs: list[dict]) -> dict:

@@ -70,7 +70,7 @@ def test_a_failed_save_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr("vitkit.checkpoint.io.save_file", disk_full)
-    with pytest.raises(CheckpointError, match=r"model\.safetensors: cannot be written \(No space left on device"):
+    with pytest.raises(CheckpointError, match=rf"{tmp_path}: cannot be written \(model\.safetensors: No space left on device"):
         save_pretrained(_random_model(), tmp_path)
     assert (tmp_path / "model.safetensors").read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checksums.json", "config.json", "model.safetensors"]  # no temp files

@@ -21,8 +21,8 @@ from vitkit.errors import CheckpointError, ConfigError, first_line
 from vitkit.models import ViTConfig, VisionTransformer
 
 from . import hf, native, npz, runs, timm
-from .io import is_safetensors
-from .native import load_state_dict_strict, save_pretrained
+from .io import finish_replacement, is_safetensors, read_stable
+from .native import build_model, check_state, model_shapes, save_pretrained
 
 FORMATS: dict[str, ModuleType] = {"vitkit": native, "npz": npz, "timm": timm, "hf": hf}
 _SUFFIXES = {".npz": "npz", ".safetensors": "timm", ".pth": "timm", ".pt": "timm", ".bin": "timm"}
@@ -86,9 +86,12 @@ def read_checkpoint(
 
     `image_size` only decides the grid when the position embeddings are not square.
     """
-    path, format = _resolve(Path(path), format)
+    path = Path(path)
+    if not path.exists() and os.access(path.parent, os.W_OK):
+        finish_replacement(path)  # a replacement cut by a kill between its two renames
+    path, format = _resolve(path, format)
     try:
-        config, state = FORMATS[format].read(path, image_size=image_size)
+        config, state = read_stable(path, lambda p: FORMATS[format].read(p, image_size=image_size))
     except CheckpointError:
         raise
     except ConfigError as err:  # the shapes of a damaged or foreign file imply an impossible model
@@ -99,6 +102,7 @@ def read_checkpoint(
         raise CheckpointError(
             f"{path}: cannot read as a {format} checkpoint ({type(err).__name__}: {first_line(err)}); the file is corrupt"
         ) from None
+    check_state(model_shapes(config), state, source=path)  # the config and the weights agree, every weight is finite
     return config, state, format
 
 
@@ -117,8 +121,7 @@ def load_pretrained(
         dropped as in the official fine-tuning code unless `keep_pre_logits`.
     """
     config, state, format = read_checkpoint(path, format=format, image_size=image_size)
-    model = VisionTransformer(config)
-    load_state_dict_strict(model, state, source=path)
+    model = build_model(config, state, source=path, checked=True)  # read_checkpoint checked shapes and values
     if image_size is not None:
         model.set_image_size(image_size)
     if num_classes is not None and num_classes != config.num_classes:
@@ -130,7 +133,9 @@ def read_metadata(path: str | os.PathLike, *, format: str | None = None) -> dict
     """What travels with the weights besides the architecture: `class_names`, `preprocess` (crop_pct) and the
     `data` the model was trained on, as far as the checkpoint holds them ({} when it holds none)."""
     path, format = _resolve(Path(path), format)
-    return FORMATS[format].read_metadata(path)
+    metadata = FORMATS[format].read_metadata(path)
+    native.check_extra(metadata, None, path)  # the same checks as config.json's, for every format's record
+    return metadata
 
 
 def load_with_metadata(
@@ -138,7 +143,10 @@ def load_with_metadata(
 ) -> tuple[VisionTransformer, dict]:
     """(model, metadata) of any checkpoint: `load_pretrained` and `read_metadata` of the same resolved path."""
     path, format = _resolve(Path(path), format)
-    return load_pretrained(path, image_size=image_size, format=format), FORMATS[format].read_metadata(path)
+    model = load_pretrained(path, image_size=image_size, format=format)
+    metadata = FORMATS[format].read_metadata(path)
+    native.check_extra(metadata, model.config, path)  # the same checks as config.json's, for every format's record
+    return model, metadata
 
 
 def save_checkpoint(model: VisionTransformer, path: str | os.PathLike, format: str = "vitkit", *, metadata: dict | None = None) -> Path:

@@ -24,7 +24,7 @@ import torch
 from vitkit.errors import CheckpointError, ConfigError
 from vitkit.models import ViTConfig, VisionTransformer
 
-from .io import read_json, read_safetensors, read_torch, write_json, write_safetensors
+from .io import atomic_dir, read_json, read_safetensors, read_torch, write_json, write_safetensors
 from .keymap import Rule, from_vitkit, fused, infer_image_size, same, to_vitkit
 
 CONFIG_NAME = "config.json"
@@ -230,9 +230,10 @@ def write(model: VisionTransformer, directory: str | os.PathLike, *, metadata: d
         "image_mean": list(c.mean) * (3 // c.in_chans),
         "image_std": list(c.std) * (3 // c.in_chans),
     }
-    write_safetensors(directory / WEIGHTS_NAMES[0], tensors, metadata={"format": "pt"})
-    write_json(directory / PREPROCESSOR_NAME, preprocessor)
-    write_json(directory / CONFIG_NAME, hf)
+    with atomic_dir(directory) as tmp:  # replaces an older directory as a whole
+        write_safetensors(tmp / WEIGHTS_NAMES[0], tensors, metadata={"format": "pt"})
+        write_json(tmp / PREPROCESSOR_NAME, preprocessor)
+        write_json(tmp / CONFIG_NAME, hf)
     return directory
 
 

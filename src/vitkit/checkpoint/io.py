@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
+import math
 import os
 import pickle
 import shutil
 import tempfile
+import time
 import zipfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,6 +22,18 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from vitkit.errors import CheckpointError, first_line
+from vitkit.limits import check_expansion
+
+
+class WriteError(CheckpointError):
+    """A write failed (full disk, quota, file-size limit); nothing was replaced."""
+
+    def __init__(self, path: Path, reason: str, then: str = "run the command again"):
+        self.path, self.reason = path, reason
+        super().__init__(
+            f"{path}: cannot be written ({reason}; is the disk full?); nothing was replaced: the file as it was and "
+            f"earlier checkpoints are intact; free some space, then {then}"
+        )
 
 
 @contextmanager
@@ -29,7 +44,9 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     visible under the final name. A write that fails (a full disk, a quota) is one CheckpointError.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_dir():
+        raise CheckpointError(f"{path}: is a directory, and a file would replace it; remove it or write to another name")
+    _mkdir(path.parent)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=f".tmp{path.suffix}", dir=path.parent)
     os.close(fd)
     tmp_path = Path(tmp)
@@ -46,13 +63,190 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
             reason = "torch.save could not write the whole file"
         else:
             reason = getattr(err, "strerror", None) or first_line(err)
-        raise CheckpointError(
-            f"{path}: cannot be written ({reason}; is the disk full?); nothing was replaced: the file as it was and "
-            "earlier checkpoints are intact; free some space, then continue (vitkit train --resume RUN)"
-        ) from None
+        raise WriteError(path, reason) from None
     except BaseException:
         tmp_path.unlink(missing_ok=True)
         raise
+
+
+def _mkdir(directory: Path) -> None:
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise CheckpointError(f"{directory}: is a file, not a directory; remove it or choose another name") from None
+
+
+# -- whole directories: built under a temporary name, then renamed into place -----------------------
+# Replacing `NAME` is two renames: NAME -> .NAME.old, then the complete .NAME.tmp -> NAME. The writer
+# holds an flock on .NAME.tmp from its creation to the last rename, so a reader that finds NAME missing
+# can tell a live writer between its renames (wait) from a killed one (finish the replacement).
+def staging(target: Path) -> tuple[Path, Path]:
+    """The temporary names a replacement of `target` uses: the new directory, the one it replaces."""
+    return target.parent / f".{target.name}.tmp", target.parent / f".{target.name}.old"
+
+
+def _try_lock(path: Path) -> int | None:
+    """An fd of `path` holding its exclusive flock, or None when another process holds it."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def finish_replacement(target: Path, wait_s: float = 5.0) -> None:
+    """Complete a replacement of `target` that a kill -9 cut between its two renames.
+
+    `.NAME.old` exists only after the new directory `.NAME.tmp` was complete, so with `target` missing
+    the new one takes its place; without `.old`, a `.tmp` may be half written and is left alone. A live
+    writer between its renames (its lock on `.tmp` held) is waited for, up to `wait_s`.
+    """
+    target = Path(target)
+    tmp, old = staging(target)
+    deadline = time.monotonic() + wait_s
+    while not target.exists() and old.is_dir() and tmp.is_dir():
+        try:
+            fd = _try_lock(tmp)
+        except FileNotFoundError:
+            continue  # the writer has just renamed it into place
+        if fd is not None:
+            try:
+                os.replace(tmp, target)
+            finally:
+                os.close(fd)
+            break
+        if time.monotonic() > deadline:
+            return
+        time.sleep(0.01)  # a live writer between its two renames
+    if target.exists() and old.is_dir() and not tmp.is_dir():
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def read_stable(path: str | os.PathLike, read):
+    """`read(path)`, read again once if the directory was replaced while it was being read.
+
+    A reader racing a replacement (see `atomic_dir`) may see half the old and half the new directory, or
+    none; that is not damage, so it waits for the replacement to end and reads the new one whole.
+    """
+    path = Path(path)
+
+    def identity():
+        try:
+            return path.stat().st_ino
+        except OSError:
+            return None
+
+    before = identity()
+    try:
+        return read(path)
+    except CheckpointError:
+        tmp, old = staging(path)
+        if identity() == before and not tmp.exists() and not old.exists():
+            raise
+    if os.access(path.parent, os.W_OK):
+        finish_replacement(path)
+    return read(path)
+
+
+def begin_replacement(target: Path) -> tuple[Path, int]:
+    """An empty `.NAME.tmp` to build the new `target` in, and the fd holding its lock (see `commit_replacement`)."""
+    target = Path(target)
+    if target.name in ("", ".", ".."):
+        raise CheckpointError(f"{target}: name a new or existing checkpoint directory (e.g. {target / 'model'}), not this folder itself")
+    if target.is_file():
+        raise CheckpointError(f"{target}: is a file, and a directory would replace it; remove it or write to another name")
+    _mkdir(target.parent)
+    finish_replacement(target)
+    tmp, _ = staging(target)
+    tmp.mkdir(exist_ok=True)
+    fd = _try_lock(tmp)
+    if fd is None:
+        raise CheckpointError(f"{target}: another vitkit process is writing it now ({tmp} is locked); wait for it to finish")
+    for child in tmp.iterdir():  # what a killed writer left
+        shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
+    return tmp, fd
+
+
+def commit_replacement(target: Path, tmp: Path, fd: int) -> None:
+    """Rename the complete `tmp` over `target` (the old one moved aside first, then removed); releases the lock."""
+    target = Path(target)
+    _, old = staging(target)
+    try:
+        _fsync_dir(tmp)
+        if target.exists():
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(target, old)
+            os.replace(tmp, target)
+            _fsync_dir(target.parent)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, target)
+            _fsync_dir(target.parent)
+    finally:
+        os.close(fd)
+
+
+def remove_dir(directory: Path) -> None:
+    """Delete a directory so that no reader ever sees it half deleted: renamed to `.NAME.old` first."""
+    _, old = staging(directory)
+    shutil.rmtree(old, ignore_errors=True)
+    os.replace(directory, old)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def abort_replacement(tmp: Path, fd: int) -> None:
+    """Drop a half-built `tmp` (the target stays as it was)."""
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.close(fd)
+
+
+@contextmanager
+def atomic_dir(target: str | os.PathLike) -> Iterator[Path]:
+    """Yield an empty temporary directory beside `target`; when the block succeeds it replaces `target` as a whole.
+
+    A kill at any point leaves the old directory or the new one (the next reader finishes a replacement
+    cut between its renames, see `finish_replacement`); a failed write leaves the old one and says so.
+    """
+    target = Path(target)
+    tmp, fd = begin_replacement(target)
+    try:
+        yield tmp
+    except WriteError as err:  # named after the target: the temporary directory is gone
+        abort_replacement(tmp, fd)
+        raise WriteError(target, f"{err.path.name}: {err.reason}") from None
+    except BaseException:
+        abort_replacement(tmp, fd)
+        raise
+    try:
+        commit_replacement(target, tmp, fd)
+    except OSError as err:
+        raise WriteError(target, err.strerror or first_line(err)) from None
+
+
+# -- one writer per run directory -----------------------------------------------------------------
+LOCK_NAME = ".lock"
+
+
+@contextmanager
+def exclusive(directory: str | os.PathLike, *, advice: str = "wait for it to end, or choose another --out") -> Iterator[None]:
+    """Hold an exclusive OS lock (flock) on `directory`/.lock: one writer at a time, released when the process dies."""
+    directory = Path(directory)
+    _mkdir(directory)
+    fd = os.open(directory / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise CheckpointError(f"{directory}: in use by another vitkit process (pid {holder}); {advice}") from None
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)
 
 
 def _umask() -> int:
@@ -137,14 +331,20 @@ def write_json(path: str | os.PathLike, data: Any) -> None:
         tmp.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n")
 
 
+MAX_JSON_BYTES = 256 << 20  # config.json, train_state.json, checksums.json, bad_files.json: far smaller when intact
+
+
 def read_json(path: str | os.PathLike) -> Any:
     path = Path(path)
     try:
-        return json.loads(path.read_text())
+        if path.stat().st_size > MAX_JSON_BYTES:
+            raise CheckpointError(f"{path}: {path.stat().st_size:,} bytes, over the {MAX_JSON_BYTES:,} a vitkit JSON file may have; "
+                                  "the file is damaged or not vitkit's")
+        return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise CheckpointError(f"{path}: file not found") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise CheckpointError(f"{path}: not valid JSON ({err}); the file is damaged or not a config") from None
+    except (ValueError, RecursionError) as err:  # bad JSON, bad UTF-8, nesting too deep for the parser
+        raise CheckpointError(f"{path}: not valid JSON ({first_line(err)}); the file is damaged or not a config") from None
 
 
 def write_safetensors(path: str | os.PathLike, tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None) -> None:
@@ -201,12 +401,34 @@ def read_npz(path: str | os.PathLike) -> dict[str, np.ndarray]:
     if not path.is_file():
         raise CheckpointError(f"{path}: file not found")
     try:
+        check_npz_sizes(path)
         with np.load(path, allow_pickle=False) as archive:
             return {key: archive[key] for key in archive.files}
+    except CheckpointError:
+        raise
     except Exception as err:  # zipfile and numpy's header parser raise many types for damaged archives
         raise CheckpointError(
             f"{path}: cannot read as .npz ({first_line(err)}); the file is truncated, corrupt or holds pickled objects"
         ) from None
+
+
+def check_npz_sizes(path: Path) -> None:
+    """Before anything is decompressed: the archive's declared sizes fit its size on disk (no zip bomb), and each
+    array's .npy header promises exactly the bytes its member holds (no huge allocation from a lying header)."""
+    with zipfile.ZipFile(path) as archive:
+        members = archive.infolist()
+        check_expansion(path, sum(m.file_size for m in members), path.stat().st_size, CheckpointError, "the archive")
+        for member in members:
+            if not member.filename.endswith(".npy"):
+                continue
+            with archive.open(member) as f:
+                version = np.lib.format.read_magic(f)
+                read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+                shape, _, dtype = read_header(f)
+                need = f.tell() + math.prod(shape) * dtype.itemsize
+            if need != member.file_size:
+                raise CheckpointError(f"{path}: {member.filename} says shape {shape} ({need:,} bytes with its header) but holds "
+                                      f"{member.file_size:,} bytes; the file is truncated or corrupt")
 
 
 def write_npz(path: str | os.PathLike, arrays: dict[str, np.ndarray]) -> None:
@@ -214,24 +436,6 @@ def write_npz(path: str | os.PathLike, arrays: dict[str, np.ndarray]) -> None:
     with atomic_path(path) as tmp:
         with open(tmp, "wb") as f:
             np.savez(f, **arrays)
-
-
-def staging_paths(target: Path) -> tuple[Path, Path]:
-    """The temporary names a replacement of `target` uses: the new directory, the one it replaces."""
-    return target.parent / f".{target.name}.tmp", target.parent / f".{target.name}.old"
-
-
-def finish_replacement(target: Path) -> None:
-    """Complete a replacement of `target` that a kill -9 cut between its two renames (see _write_dir).
-
-    `.NAME.old` exists only after the new directory `.NAME.tmp` was complete, so with `target` missing
-    the new one takes its place; without `.old`, a `.tmp` may be half written and is left alone.
-    """
-    tmp, old = staging_paths(target)
-    if not target.exists() and old.is_dir() and tmp.is_dir():
-        os.replace(tmp, target)
-    if target.exists() and old.is_dir():
-        shutil.rmtree(old, ignore_errors=True)
 
 
 def sidecar_path(path: str | os.PathLike) -> Path:

@@ -3,14 +3,17 @@ checksums.json (size and sha256 of the weights, written last and checked on ever
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from vitkit.errors import CheckpointError, ConfigError
 from vitkit.models import ViTConfig, VisionTransformer
 
-from .io import read_json, read_safetensors, verify_checksums, write_checksums, write_json, write_safetensors
+from .io import atomic_dir, read_json, read_stable, read_safetensors, verify_checksums, write_checksums, write_json, write_safetensors
 
 FORMAT = "vitkit"
 VERSION = 1
@@ -29,7 +32,17 @@ def is_native(path: str | os.PathLike) -> bool:
 
 
 def save_pretrained(model: VisionTransformer, directory: str | os.PathLike, *, extra: dict[str, Any] | None = None) -> Path:
-    """Write `model` to `directory` (created if needed). `extra` (e.g. {"class_names": [...]}) goes into config.json.
+    """Write `model` to `directory`, replacing an older one as a whole (built beside it, then renamed into place).
+
+    `extra` (e.g. {"class_names": [...]}) goes into config.json.
+    """
+    with atomic_dir(directory) as tmp:
+        write_pretrained(model, tmp, extra=extra)
+    return Path(directory)
+
+
+def write_pretrained(model: VisionTransformer, directory: Path, *, extra: dict[str, Any] | None = None) -> Path:
+    """The files of a vitkit checkpoint, into a new directory (see save_pretrained for replacing one).
 
     The weights are written before the config, each atomically, so a directory with a config always
     has weights that match it; their checksums come last.
@@ -53,22 +66,77 @@ def read_native_config(directory: str | os.PathLike) -> tuple[ViTConfig, dict[st
     except ConfigError as err:
         raise CheckpointError(f"{path}: bad model config: {err}") from None
     rest = {k: v for k, v in data.items() if k not in ("format", "version", "model")}
+    check_extra(rest, config, path)
     return config, rest
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _seed(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+# config.json entries beside the model config: key -> (check, what it must be); one check for every reader
+EXTRA_CHECKS = {
+    "class_names": (lambda v, c: isinstance(v, list) and all(isinstance(n, str) for n in v) and (c is None or not c.num_classes or len(v) == c.num_classes),
+                    "a list of one name (text) per class of the head"),
+    "preprocess": (lambda v, c: isinstance(v, dict) and (v.get("crop_pct") is None or _number(v["crop_pct"]) and 0 < v["crop_pct"] <= 1),
+                   "a mapping whose crop_pct is a number in (0, 1]"),
+    "data": (lambda v, c: isinstance(v, dict) and (v.get("path") is None or isinstance(v["path"], str))
+             and (v.get("val_fraction") is None or _number(v["val_fraction"]) and 0 <= v["val_fraction"] < 1)
+             and (v.get("split_seed") is None or _seed(v["split_seed"])),
+             "a mapping of path (text), val_fraction in [0, 1) and split_seed (an integer >= 0)"),
+    "source": (lambda v, c: isinstance(v, str), "text"),
+}
+
+
+def check_extra(extra: dict[str, Any], config: ViTConfig | None, path: Path) -> None:
+    """Every known config.json entry beside the model has the type and range its readers need."""
+    for key, (ok, what) in EXTRA_CHECKS.items():
+        if key in extra and not ok(extra[key], config):
+            shown = repr(extra[key])
+            shown = shown if len(shown) <= 80 else shown[:77] + "..."
+            count = f" ({config.num_classes})" if key == "class_names" and config is not None else ""
+            raise CheckpointError(f"{path}: {key} must be {what}{count}, got {shown}; fix the file or remove the entry")
 
 
 def load_native(directory: str | os.PathLike) -> tuple[VisionTransformer, dict[str, Any]]:
     """Rebuild the model of a vitkit directory alone; returns (model, extra config entries)."""
-    directory = Path(directory)
+    return read_stable(directory, _load_native)
+
+
+def _load_native(directory: Path) -> tuple[VisionTransformer, dict[str, Any]]:
     verify_checksums(directory)
     config, extra = read_native_config(directory)
+    return build_model(config, read_safetensors(directory / WEIGHTS_NAME), source=directory / WEIGHTS_NAME), extra
+
+
+def build_model(config: ViTConfig, state: dict, *, source: str | os.PathLike, checked: bool = False) -> VisionTransformer:
+    """The model of `config` holding `state`; unless already `checked`, the shapes are checked first on a model without
+    memory (meta device), so a config promising a huge model that the weights do not hold fails before anything is allocated."""
+    if not checked:
+        check_state(model_shapes(config), state, source=source)
     model = VisionTransformer(config)
-    load_state_dict_strict(model, read_safetensors(directory / WEIGHTS_NAME), source=directory / WEIGHTS_NAME)
-    return model, extra
+    model.load_state_dict(state, strict=True)
+    return model
+
+
+def model_shapes(config: ViTConfig) -> dict[str, torch.Tensor]:
+    """The state dict of `config`'s model on the meta device: every key and shape, no memory."""
+    with torch.device("meta"):
+        return VisionTransformer(config).state_dict()
 
 
 def load_state_dict_strict(model: VisionTransformer, state: dict, *, source: str | os.PathLike) -> None:
-    """Load `state` into `model`, or raise naming the file and the first missing, unexpected or misshapen key."""
-    expected = model.state_dict()
+    """Load `state` into `model`, or raise naming the file and the first missing, unexpected, misshapen or non-finite tensor."""
+    check_state(model.state_dict(), state, source=source)
+    model.load_state_dict(state, strict=True)
+
+
+def check_state(expected: dict, state: dict, *, source: str | os.PathLike) -> None:
+    """`state` has exactly the keys and shapes of `expected`, and every floating-point value is finite."""
     missing = [k for k in expected if k not in state]
     unexpected = [k for k in state if k not in expected]
     if missing:
@@ -78,7 +146,11 @@ def load_state_dict_strict(model: VisionTransformer, state: dict, *, source: str
     for key, value in expected.items():
         if tuple(state[key].shape) != tuple(value.shape):
             raise CheckpointError(f"{source}: {key!r} has shape {tuple(state[key].shape)}, the model expects {tuple(value.shape)}")
-    model.load_state_dict(state, strict=True)
+    for key, value in state.items():
+        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            bad = int((~torch.isfinite(value)).sum())
+            raise CheckpointError(f"{source}: {key!r} holds {bad} non-finite values (NaN or infinity); the weights are "
+                                  "unusable: use an earlier checkpoint, or retrain")
 
 
 def read(directory: str | os.PathLike, *, image_size=None) -> tuple[ViTConfig, dict]:

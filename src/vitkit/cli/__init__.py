@@ -1,6 +1,8 @@
 """The `vitkit` command: one module per subcommand, each only parsing arguments and calling the library.
 
-Errors a user can cause (VitkitError) and a full disk end as one line on stderr and exit code 2.
+Errors a user can cause end as one line on stderr and exit code 2: a VitkitError, a bad flag (every
+number flag is checked here, by `Parser`, for every command), and an operating-system error on a file
+vitkit reads or writes (permission denied, a full disk, a folder where a file was expected, ...).
 """
 
 from __future__ import annotations
@@ -8,6 +10,7 @@ from __future__ import annotations
 import argparse
 import errno
 import importlib
+import math
 import os
 import sys
 
@@ -33,10 +36,69 @@ COMMANDS = {
 }
 
 
+# number flags: every int is >= 0 and every float finite; these must be >= 1 too ("--batch-size 0" is no batch)
+POSITIVE_FLAGS = {"batch_size", "micro_batch", "top", "steps", "image_size", "num_images", "components", "max_iter",
+                  "rounds", "batch", "seeds", "per_shard"}
+MAX_INT = 2**31 - 1
+NARGS_AT_MOST = {"image_size": 2}  # --image-size H [W]
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (exit 2) and checked number flags, for every subcommand."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+    def add_argument(self, *names, **kwargs):
+        kind = kwargs.get("type")
+        if kind in (int, float):
+            dest = kwargs.get("dest") or next((n for n in names if n.startswith("--")), names[0]).lstrip("-").replace("-", "_")
+            kwargs["type"] = _checked_int(dest) if kind is int else _finite_float
+        action = super().add_argument(*names, **kwargs)
+        if action.dest in NARGS_AT_MOST and action.nargs == "+":
+            action.at_most = NARGS_AT_MOST[action.dest]
+        return action
+
+    def parse_known_args(self, args=None, namespace=None):
+        namespace, extra = super().parse_known_args(args, namespace)
+        for action in self._actions:
+            values = getattr(namespace, action.dest, None)
+            limit = getattr(action, "at_most", None)
+            if limit and isinstance(values, list) and len(values) > limit:
+                self.error(f"argument {'/'.join(action.option_strings)}: takes at most {limit} values, got {len(values)}")
+        return namespace, extra
+
+
+def _checked_int(dest: str):
+    low = 1 if dest in POSITIVE_FLAGS else 0
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if not low <= value <= MAX_INT:
+            raise argparse.ArgumentTypeError(f"expected a whole number from {low} to {MAX_INT}, got {text!r}")
+        return value
+
+    parse.__name__ = "int"
+    return parse
+
+
+def _finite_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="vitkit", description="Vision Transformers (Dosovitskiy et al., 2021) in PyTorch.")
+    parser = Parser(prog="vitkit", description="Vision Transformers (Dosovitskiy et al., 2021) in PyTorch.")
     parser.add_argument("--version", action="version", version=f"vitkit {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=Parser)
     for name, module in COMMANDS.items():
         importlib.import_module(f"vitkit.cli.{module}").add_parser(sub)
     return parser
@@ -62,9 +124,25 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"vitkit {args.command}: interrupted", file=sys.stderr)
         return 130
-    except OSError as err:
-        if err.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
-            raise
-        print(f"vitkit {args.command}: error: {err.filename or 'a file'}: {err.strerror}; free some space and run again"
-              + (f" (vitkit train --resume {args.resume or args.out})" if args.command == "train" else ""), file=sys.stderr)
+    except OSError as err:  # a file vitkit reads or writes: permission, full disk, a folder for a file, ...
+        print(f"vitkit {args.command}: error: {os_error_line(err)}"
+              + (f" (then vitkit train --resume {args.resume or args.out})" if args.command == "train" and _disk_full(err) else ""),
+              file=sys.stderr)
         return 2
+
+
+def _disk_full(err: OSError) -> bool:
+    return err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def os_error_line(err: OSError) -> str:
+    """One line for an operating-system error: the file, the reason and what to do."""
+    what = err.filename or "a file"
+    if err.filename2:
+        what = f"{err.filename} -> {err.filename2}"
+    reason = err.strerror or type(err).__name__
+    if _disk_full(err):
+        return f"{what}: {reason}; free some space and run again"
+    if isinstance(err, PermissionError):
+        return f"{what}: {reason}; give your user access to it (chmod/chown) or use another path"
+    return f"{what}: {reason}"

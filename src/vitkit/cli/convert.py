@@ -21,7 +21,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "travel with the weights: vitkit and HF config.json, safetensors metadata, else FILE.json beside the file.",
     )
     p.add_argument("src", metavar="SRC", help="checkpoint file or directory to read (a run directory: its final/ model)")
-    p.add_argument("dst", metavar="DST", help="file or directory to write (overwritten atomically, file by file)")
+    p.add_argument("dst", metavar="DST", help="file or directory to write (an existing one is replaced as a whole: a kill or a full disk leaves the old or the new)")
     p.add_argument("--from", dest="src_format", choices=list(FORMATS), default=None, help="source format (default: detected)")
     p.add_argument("--to", dest="dst_format", choices=list(FORMATS), default=None, help="target format (default: from DST)")
     p.add_argument("--image-size", type=int, nargs="+", metavar="PX", default=None,

@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         args.data = _checkpoint_data(args.checkpoint)  # the data the checkpoint was trained on, as for every other command
     for flag, key in (("data", "data.path"), ("steps", "train.steps"), ("batch_size", "train.batch_size"), ("micro_batch", "train.micro_batch")):
         if getattr(args, flag) is not None:
-            overrides.append(f"{key}={getattr(args, flag)}")
+            overrides.append((key, getattr(args, flag)))  # already typed by argparse: never parsed again
     if args.no_progress:
         overrides.append("train.progress=false")
     size = None if args.image_size is None else tuple(args.image_size) if len(args.image_size) == 2 else args.image_size[0]

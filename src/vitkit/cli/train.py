@@ -54,6 +54,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt  # the CLI says "interrupted" and exits 130
+
+
 def fit_to_data(path: str) -> list[str]:
     """The default recipe for the images at `path`, from a short scan of its training split (reported)."""
     from vitkit.data import DataSpec
@@ -68,6 +72,16 @@ def fit_to_data(path: str) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    import signal
+
+    previous = signal.signal(signal.SIGTERM, _interrupt)  # outside the loop's own handling (a second SIGTERM as it ends): 130
+    try:
+        return _run(args)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _run(args: argparse.Namespace) -> int:
     from vitkit.errors import ConfigError
     from vitkit.run_config import load_run_config
     from vitkit.train import resume_config, train
@@ -76,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     if args.data and not (args.config or args.resume or any(o.startswith("model.") for o in overrides)):
         overrides = [*fit_to_data(args.data), *overrides]  # user overrides come last and win
     if args.data:
-        overrides.append(f"data.path={args.data}")
+        overrides.append(("data.path", args.data))  # a path as given, never parsed
     if args.no_progress:
         overrides.append("train.progress=false")
     if args.resume:

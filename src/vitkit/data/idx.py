@@ -8,13 +8,16 @@ train-images-idx3-ubyte, train-labels-idx1-ubyte, t10k-images-idx3-ubyte, t10k-l
 from __future__ import annotations
 
 import gzip
+import math
 import os
 import struct
+import zlib
 from pathlib import Path
 
 import numpy as np
 
-from vitkit.errors import DataError
+from vitkit.errors import DataError, first_line
+from vitkit.limits import check_expansion
 
 DEFAULT_DIR = "/usr/share/datasets/fashion-mnist"
 FASHION_MNIST_CLASSES = (
@@ -30,25 +33,35 @@ def default_dir() -> Path:
 
 
 def read_idx(path: str | os.PathLike) -> np.ndarray:
-    """Read one IDX file (gzip-compressed when its name ends in .gz)."""
+    """Read one IDX file (gzip-compressed when its name ends in .gz).
+
+    The header is checked before the body is read: its size must fit the file (raw) or a bounded expansion of
+    it (gzip, see vitkit.limits), so a lying header or a gzip bomb is refused without allocating it.
+    """
     path = Path(path)
     opener = gzip.open if path.suffix == ".gz" else open
     try:
+        stored = path.stat().st_size
         with opener(path, "rb") as f:
-            data = f.read()
-    except (OSError, EOFError) as err:
-        raise DataError(f"{path}: cannot read IDX file ({err})") from None
-    if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] not in _DTYPES:
-        raise DataError(f"{path}: not an IDX file (bad magic number)")
-    ndim = data[3]
-    if len(data) < 4 + 4 * ndim:
-        raise DataError(f"{path}: the header promises {ndim} dimensions but the file ends first; it is truncated")
-    shape = struct.unpack(f">{ndim}I", data[4 : 4 + 4 * ndim])
-    dtype = np.dtype(_DTYPES[data[2]])
-    count = int(np.prod(shape))
-    body = data[4 + 4 * ndim :]
-    if len(body) != count * dtype.itemsize:
-        raise DataError(f"{path}: header says shape {shape} but the file holds {len(body)} bytes; it is truncated")
+            head = f.read(4)
+            if len(head) < 4 or head[0] != 0 or head[1] != 0 or head[2] not in _DTYPES:
+                raise DataError(f"{path}: not an IDX file (bad magic number)")
+            ndim = head[3]
+            dims = f.read(4 * ndim)
+            if len(dims) < 4 * ndim:
+                raise DataError(f"{path}: the header promises {ndim} dimensions but the file ends first; it is truncated")
+            shape = struct.unpack(f">{ndim}I", dims)
+            dtype = np.dtype(_DTYPES[head[2]])
+            need = math.prod(shape) * dtype.itemsize  # Python ints: no overflow
+            if opener is open and need != stored - 4 - 4 * ndim:
+                raise DataError(f"{path}: header says shape {shape} ({need:,} bytes) but the file holds {stored - 4 - 4 * ndim:,}; "
+                                "it is truncated or corrupt")
+            check_expansion(path, need, stored, DataError, f"its header (shape {shape})")
+            body = f.read(need + 1)
+    except (OSError, EOFError, zlib.error) as err:
+        raise DataError(f"{path}: cannot read IDX file ({first_line(err)})") from None
+    if len(body) != need:
+        raise DataError(f"{path}: header says shape {shape} ({need:,} bytes) but the file holds {len(body):,}; it is truncated or corrupt")
     return np.frombuffer(body, dtype=dtype).reshape(shape).astype(dtype.newbyteorder("="))
 
 
@@ -83,6 +96,8 @@ def load_idx_split(directory: str | os.PathLike, split: str) -> tuple[np.ndarray
             f"{directory}: {images_path.name} {images.shape} and {labels_path.name} {labels.shape} do not match "
             "(expected N images of H x W and N labels)"
         )
+    if not len(images) or 0 in images.shape:
+        raise DataError(f"{images_path}: holds no images (shape {images.shape}); the file is empty or damaged")
     if images.dtype != np.uint8 or labels.dtype.kind not in "iu":
         raise DataError(f"{directory}: expected uint8 images and integer labels, found {images.dtype} and {labels.dtype}")
     if len(labels) and labels.min() < 0:

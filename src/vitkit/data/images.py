@@ -194,13 +194,19 @@ def to_channels(image: Image.Image, channels: int) -> Image.Image:
     raise DataError(f"model.in_chans: images can be read with 1 or 3 channels, not {channels}")
 
 
+def scaled_size(width: int, height: int, size: int, crop_pct: float = 1.0) -> tuple[int, int]:
+    """(w, h) of an image once its shorter side is resized to size / crop_pct (before the centre crop)."""
+    scale_to = max(size, round(size / crop_pct))
+    if min(width, height) == scale_to:
+        return width, height
+    ratio = scale_to / min(width, height)
+    return max(scale_to, round(width * ratio)), max(scale_to, round(height * ratio))
+
+
 def resize_center_crop(image: Image.Image, size: int, crop_pct: float = 1.0) -> Image.Image:
     """Resize the shorter side to size / crop_pct, then cut the central size x size square."""
-    scale_to = max(size, round(size / crop_pct))
-    w, h = image.size
-    if min(w, h) != scale_to:
-        ratio = scale_to / min(w, h)
-        image = image.resize((max(scale_to, round(w * ratio)), max(scale_to, round(h * ratio))), Image.BILINEAR, reducing_gap=None)
+    if scaled_size(*image.size, size, crop_pct) != image.size:
+        image = image.resize(scaled_size(*image.size, size, crop_pct), Image.BILINEAR, reducing_gap=None)
     w, h = image.size
     left, top = (w - size) // 2, (h - size) // 2
     return image.crop((left, top, left + size, top + size))
@@ -276,6 +282,11 @@ def load_image(
     """(C, H, W) uint8 pixels of one file; resized and centre-cropped to size x size when `size` is given."""
     image = open_image(path, channels, max_pixels=max_pixels)
     if size is not None:
+        w, h = scaled_size(*image.size, size, crop_pct)
+        if w * h > max_pixels:  # a thin image (1 x 5,000,000) grows with its shorter side: refused before resizing
+            raise DataError(f"{path}: {image.size[0]}x{image.size[1]} pixels would become {w}x{h} when its shorter side is "
+                            f"scaled to {max(size, round(size / crop_pct))}, over the limit of {max_pixels:,} pixels; crop it to a "
+                            "less extreme aspect ratio")
         image = resize_center_crop(image, size, crop_pct)
     array = np.asarray(image, dtype=np.uint8)
     return array[None] if array.ndim == 2 else array.transpose(2, 0, 1)

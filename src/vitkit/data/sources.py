@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 from dataclasses import dataclass
 from itertools import zip_longest
 from pathlib import Path
@@ -18,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from vitkit.errors import DataError
+from vitkit.errors import DataError, first_line
 
 from . import idx
 from .images import is_image_file
@@ -227,26 +228,35 @@ def _read_list(path: Path) -> Split:
     rows: list[tuple[str, str]] = []
     suffix = path.suffix.lower()
     try:
-        text = path.read_text()
+        if path.stat().st_size > MAX_LIST_BYTES:
+            raise DataError(f"{path}: {path.stat().st_size:,} bytes; a list of images is at most {MAX_LIST_BYTES:,} bytes")
+        text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
-        raise DataError(f"{path}: cannot read the list ({err})") from None
+        raise DataError(f"{path}: cannot read the list ({first_line(err)})") from None
     if suffix in (".jsonl", ".ndjson"):
         for line_no, line in enumerate(text.splitlines(), 1):
             if not line.strip():
                 continue
             try:
                 row = json.loads(line)
-                rows.append((str(row["path"]), str(row["label"])))
-            except (json.JSONDecodeError, KeyError, TypeError):
-                raise DataError(f"{path}:{line_no}: expected a JSON object with \"path\" and \"label\"") from None
+            except (json.JSONDecodeError, RecursionError):
+                row = None
+            if not isinstance(row, dict) or not isinstance(row.get("path"), str) or not _is_label(row.get("label")):
+                raise DataError(f"{path}:{line_no}: expected a JSON object with \"path\" (text) and \"label\" (text or integer)")
+            rows.append((row["path"], str(row["label"])))
     elif suffix in (".csv", ".tsv", ".txt"):
         reader = csv.reader(text.splitlines(), delimiter="\t" if suffix == ".tsv" else ",")
-        for line_no, row in enumerate(reader, 1):
-            if not row or (line_no == 1 and [c.strip().lower() for c in row[:2]] == ["path", "label"]):
-                continue
-            if len(row) < 2:
-                raise DataError(f"{path}:{line_no}: expected 'path,label', got {row!r}")
-            rows.append((row[0].strip(), row[1].strip()))
+        line_no = 0
+        try:
+            for line_no, row in enumerate(reader, 1):
+                if not row or (line_no == 1 and [c.strip().lower() for c in row[:2]] == ["path", "label"]):
+                    continue
+                if len(row) < 2 or not row[0].strip() or not _is_label(row[1].strip()):
+                    shown = repr(row) if len(repr(row)) < 80 else repr(row)[:77] + "..."
+                    raise DataError(f"{path}:{line_no}: expected 'path,label' (a label of at most {MAX_LABEL} characters), got {shown}")
+                rows.append((row[0].strip(), row[1].strip()))
+        except csv.Error as err:  # a field over csv's size limit, a NUL byte, an unclosed quote
+            raise DataError(f"{path}:{line_no + 1}: not a valid CSV line ({first_line(err)})") from None
     else:
         raise DataError(f"{path}: unknown list format {suffix!r}; use .csv (path,label) or .jsonl")
     if not rows:
@@ -258,7 +268,18 @@ def _read_list(path: Path) -> Split:
     return Split(labels=labels, class_names=names, paths=paths, source=str(path))
 
 
+MAX_LABEL = 1000  # characters in a class name
+MAX_LIST_BYTES = 1 << 30  # a .csv/.jsonl list (ImageNet's 1.28M lines take ~60 MB)
+
+
+def _is_label(value) -> bool:
+    """A class label of a list: non-empty text of at most MAX_LABEL characters, or an integer (not a bool)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return len(str(value)) <= MAX_LABEL
+    return isinstance(value, str) and 0 < len(value) <= MAX_LABEL and value.isprintable()
+
+
 def _label_order(label: str) -> tuple:
     """Integer labels in numeric order (2 before 10), then names alphabetically."""
-    number = label.lstrip("-").isdigit()
+    number = re.fullmatch(r"-?[0-9]{1,18}", label) is not None
     return (not number, int(label) if number else 0, label)

@@ -7,14 +7,24 @@ what a config may hold and rejects anything impossible, naming the key.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from vitkit.errors import ConfigError
+from vitkit.errors import ConfigError, shown
 
 CLASSIFIERS = ("token", "gap")
 POS_EMBEDS = ("learned", "sincos2d", "none")
 MLP_ACTS = ("gelu", "gelu_tanh")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    """A finite int or float (not a bool, not NaN or infinity)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _pair(value: Any, key: str) -> tuple[int, int]:
@@ -24,9 +34,9 @@ def _pair(value: Any, key: str) -> tuple[int, int]:
     elif isinstance(value, (tuple, list)) and len(value) == 2:
         pair = tuple(value)
     else:
-        raise ConfigError(f"{key}: expected an int or [height, width], got {value!r}")
+        raise ConfigError(f"{key}: expected an int or [height, width], got {shown(value)}")
     if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in pair):
-        raise ConfigError(f"{key}: expected positive integers, got {value!r}")
+        raise ConfigError(f"{key}: expected positive integers, got {shown(value)}")
     return pair  # type: ignore[return-value]
 
 
@@ -42,11 +52,11 @@ class ResNetConfig:
     width: int = 64
 
     def __post_init__(self) -> None:
+        if not isinstance(self.layers, (list, tuple)) or not all(_is_int(n) and n > 0 for n in self.layers):
+            raise ConfigError(f"backbone.layers: expected a list of positive unit counts, got {shown(self.layers)}")
         layers = tuple(self.layers)
-        if not all(isinstance(n, int) and n > 0 for n in layers):
-            raise ConfigError(f"backbone.layers: expected positive unit counts, got {self.layers!r}")
-        if not isinstance(self.width, int) or self.width <= 0 or self.width % 32:
-            raise ConfigError(f"backbone.width: expected a positive multiple of 32 (GroupNorm has 32 groups), got {self.width!r}")
+        if not _is_int(self.width) or self.width <= 0 or self.width % 32:
+            raise ConfigError(f"backbone.width: expected a positive multiple of 32 (GroupNorm has 32 groups), got {shown(self.width)}")
         object.__setattr__(self, "layers", layers)
 
     @property
@@ -94,32 +104,32 @@ class ViTConfig:
         for key in ("in_chans", "width", "depth", "mlp_dim", "num_heads"):
             value = getattr(self, key)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ConfigError(f"{key}: expected a positive integer, got {value!r}")
-        if not isinstance(self.num_classes, int) or self.num_classes < 0:
-            raise ConfigError(f"num_classes: expected an integer >= 0, got {self.num_classes!r}")
+                raise ConfigError(f"{key}: expected a positive integer, got {shown(value)}")
+        if not _is_int(self.num_classes) or self.num_classes < 0:
+            raise ConfigError(f"num_classes: expected an integer >= 0, got {shown(self.num_classes)}")
         if self.width % self.num_heads:
             raise ConfigError(f"num_heads: {self.num_heads} heads do not divide width {self.width}")
-        if self.representation_size is not None and (
-            not isinstance(self.representation_size, int) or self.representation_size <= 0
-        ):
-            raise ConfigError(f"representation_size: expected a positive integer or null, got {self.representation_size!r}")
+        if self.representation_size is not None and (not _is_int(self.representation_size) or self.representation_size <= 0):
+            raise ConfigError(f"representation_size: expected a positive integer or null, got {shown(self.representation_size)}")
         for key, allowed in (("classifier", CLASSIFIERS), ("pos_embed", POS_EMBEDS), ("mlp_act", MLP_ACTS)):
             if getattr(self, key) not in allowed:
-                raise ConfigError(f"{key}: expected one of {', '.join(allowed)}, got {getattr(self, key)!r}")
+                raise ConfigError(f"{key}: expected one of {', '.join(allowed)}, got {shown(getattr(self, key))}")
         for key in ("dropout", "attn_dropout", "drop_path"):
             value = getattr(self, key)
-            if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
-                raise ConfigError(f"{key}: expected a rate in [0, 1), got {value!r}")
-        if not isinstance(self.layer_norm_eps, (int, float)) or self.layer_norm_eps <= 0:
-            raise ConfigError(f"layer_norm_eps: expected a positive number, got {self.layer_norm_eps!r}")
+            if not _is_number(value) or not 0.0 <= value < 1.0:
+                raise ConfigError(f"{key}: expected a rate in [0, 1), got {shown(value)}")
+        if not _is_number(self.layer_norm_eps) or self.layer_norm_eps <= 0:
+            raise ConfigError(f"layer_norm_eps: expected a positive number, got {shown(self.layer_norm_eps)}")
         if isinstance(self.backbone, dict):
             put("backbone", ResNetConfig(**_known(self.backbone, ResNetConfig, "backbone")))
+        elif self.backbone is not None and not isinstance(self.backbone, ResNetConfig):
+            raise ConfigError(f"backbone: expected null or a mapping (layers, width), got {shown(self.backbone)}")
         if self.pos_embed == "sincos2d" and self.width % 4:
             raise ConfigError(f"pos_embed: sincos2d needs a width divisible by 4, got {self.width}")
         put("mean", self._per_channel("mean"))
         put("std", self._per_channel("std"))
         if any(s <= 0 for s in self.std):
-            raise ConfigError(f"std: expected positive values, got {self.std!r}")
+            raise ConfigError(f"std: expected positive values, got {shown(self.std)}")
         stride = self.total_patch_size
         for axis, (size, step) in enumerate(zip(self.image_size, stride)):
             if size % step:
@@ -132,10 +142,13 @@ class ViTConfig:
 
     def _per_channel(self, key: str) -> tuple[float, ...]:
         value = getattr(self, key)
-        values = (float(value),) if isinstance(value, (int, float)) else tuple(float(v) for v in value)
+        values = (value,) if not isinstance(value, (list, tuple)) else tuple(value)
+        if not values or not all(_is_number(v) for v in values):
+            raise ConfigError(f"{key}: expected one finite number per input channel, got {shown(value)}")
+        values = tuple(float(v) for v in values)
         if len(values) != self.in_chans:
             if len(set(values)) != 1:
-                raise ConfigError(f"{key}: expected {self.in_chans} values (one per input channel), got {value!r}")
+                raise ConfigError(f"{key}: expected {self.in_chans} values (one per input channel), got {shown(value)}")
             values = values[:1] * self.in_chans
         return values
 

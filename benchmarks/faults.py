@@ -1,0 +1,235 @@
+"""The fault campaign behind the table at the top of docs/reliability.md: kills, full disks and fuzzed inputs,
+counted. Every number it prints comes from this run.
+
+    .venv/bin/python benchmarks/faults.py [--fuzz-examples 300] [--random-kills 20] [--train-kills 5]
+
+1. A SIGKILL at every file-system step (each rename, fsync, unlink, mkdir, open, close) of replacing a checkpoint,
+   in every format (vitkit, hf, npz, timm): afterwards the checkpoint must read back as the old model or the new
+   one, bit for bit. A checkpoint that is neither counts its bytes as lost.
+2. SIGKILL of the real `vitkit convert SRC DST` at random moments: the same check.
+3. A full disk: a file-size limit (RLIMIT_FSIZE) at 12 sizes from 0 to the model's size during a replacement, and
+   a real full tmpfs (root only): the old model must be intact and the error must say nothing was replaced.
+4. SIGKILL of `vitkit train` at random moments, then `vitkit train --resume`: the final weights must equal those
+   of a run never killed (to 1e-6).
+5. The hypothesis fuzzers (tests/test_input_fuzz.py and the existing image and checkpoint fuzzers) with many
+   examples: every input ends in success or a one-line error with exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "checkpoint"))
+from test_replace import FORMATS, _killed_at, _model, _which  # noqa: E402  (the tests' fault injection, reused)
+
+from vitkit.checkpoint import save_checkpoint  # noqa: E402
+from vitkit.checkpoint.io import read_safetensors  # noqa: E402
+from vitkit.errors import CheckpointError  # noqa: E402
+from vitkit.train import step_checkpoints  # noqa: E402
+
+VITKIT = str(Path(sys.executable).with_name("vitkit"))
+counts = {"inputs tried": 0, "faults injected": 0, "kills survived": 0, "bytes lost": 0, "wrong messages": 0}
+
+
+def _size(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.is_dir() else path.stat().st_size
+
+
+def _check(dst: Path, old: dict, new: dict, old_bytes: int) -> str:
+    try:
+        return _which(dst, old, new)
+    except (AssertionError, CheckpointError) as err:
+        print(f"  LOST: {dst}: {err}")
+        counts["bytes lost"] += old_bytes
+        return "lost"
+
+
+def kill_every_step(work: Path) -> None:
+    old_model, new_model = _model(0), _model(1)
+    old, new = old_model.state_dict(), new_model.state_dict()
+    for format, name in FORMATS.items():
+        dst, point, seen = work / name, 1, []
+        while True:
+            shutil.rmtree(dst, ignore_errors=True) if dst.is_dir() else dst.unlink(missing_ok=True)
+            save_checkpoint(old_model, dst, format)
+            killed = _killed_at(point, lambda: save_checkpoint(new_model, dst, format))
+            seen.append(_check(dst, old, new, _size(dst) if dst.exists() else 0))
+            if not killed:
+                break
+            counts["faults injected"] += 1
+            counts["kills survived"] += seen[-1] != "lost"
+            point += 1
+        print(f"kill at every step, {format}: {point - 1} kills, afterwards old {seen.count('old')}, new {seen.count('new')}, "
+              f"lost {seen.count('lost')}")
+
+
+def random_convert_kills(work: Path, n: int) -> None:
+    src, dst = work / "src", work / "dst_random"
+    save_checkpoint(_model(1), src)
+    old, new = _model(0).state_dict(), _model(1).state_dict()
+    rng, seen = random.Random(0), []
+    started = time.perf_counter()
+    subprocess.run([VITKIT, "convert", str(src), str(work / "timed")], check=True, capture_output=True)
+    took = time.perf_counter() - started  # kills fall in the last half of a convert's time, where it writes
+    for _ in range(n):
+        save_checkpoint(_model(0), dst)
+        run = subprocess.Popen([VITKIT, "convert", str(src), str(dst)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(0.5 * took, 1.05 * took))
+        run.kill()
+        run.wait()
+        counts["faults injected"] += 1
+        seen.append(_check(dst, old, new, _size(dst)))
+        counts["kills survived"] += seen[-1] != "lost"
+    print(f"SIGKILL of vitkit convert at random moments: {n}, afterwards old {seen.count('old')}, new {seen.count('new')}, "
+          f"lost {seen.count('lost')}")
+
+
+def file_size_limits(work: Path) -> None:
+    old_model, new_model = _model(0), _model(1)
+    old, new = old_model.state_dict(), new_model.state_dict()
+    for format, name in FORMATS.items():
+        dst = work / f"fsize_{name}"
+        save_checkpoint(old_model, dst, format)
+        full = _size(dst)
+        for limit in [int(full * k / 11) for k in range(12)]:
+            read, write = os.pipe()
+            child = os.fork()
+            if child == 0:
+                os.close(read)
+                resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
+                try:
+                    save_checkpoint(new_model, dst, format)
+                    message = ""
+                except CheckpointError as err:
+                    message = str(err)
+                os.write(write, message.encode())
+                os._exit(0)
+            os.close(write)
+            with os.fdopen(read) as pipe:
+                message = pipe.read()
+            os.waitpid(child, 0)
+            counts["faults injected"] += 1
+            holds = _check(dst, old, new, full)
+            if message and (holds != "old" or "nothing was replaced" not in message):
+                counts["wrong messages"] += 1
+            if holds == "new":
+                save_checkpoint(old_model, dst, format)
+        print(f"file-size limit at 12 sizes, {format}: the old model intact after every failed write")
+
+
+def tmpfs_full(work: Path) -> None:
+    if os.geteuid() != 0:
+        print("full tmpfs: skipped (needs root)")
+        return
+    disk = work / "disk"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=600k", "tmpfs", str(disk)], capture_output=True).returncode:
+        print("full tmpfs: skipped (cannot mount)")
+        return
+    try:
+        from vitkit.models import VisionTransformer, get_config
+
+        big = VisionTransformer(get_config("vit_test", depth=10, image_size=16, num_classes=3))
+        torch.manual_seed(5)
+        old_model = VisionTransformer(big.config)
+        for format, name in FORMATS.items():
+            dst = disk / name
+            save_checkpoint(old_model, dst, format)
+            try:
+                save_checkpoint(big, dst, format)
+                message = ""
+            except CheckpointError as err:
+                message = str(err)
+            counts["faults injected"] += 1
+            holds = _check(dst, old_model.state_dict(), big.state_dict(), _size(dst))
+            if holds != "old" or "No space left" not in message:
+                counts["wrong messages"] += 1
+            shutil.rmtree(dst) if dst.is_dir() else dst.unlink()
+            print(f"full tmpfs (600 KiB), {format}: {holds} model kept; {message[:60]}...")
+    finally:
+        subprocess.run(["umount", str(disk)])
+
+
+TRAIN = ["model.name=vit_test", "model.depth=1", "model.image_size=8", "data.name=synthetic", "data.synthetic_size=64",
+         "train.batch_size=16", "train.warmup_steps=2", "train.log_every=1", "train.eval_every=100", "train.checkpoint_every=1",
+         "train.progress=false", "augment.crop=pad", "augment.pad=1", "train.threads=1", "train.decay=constant", "train.keep_checkpoints=1"]
+
+
+def train_kills(work: Path, n: int, steps: int = 40) -> None:
+    straight = work / "straight"
+    subprocess.run([VITKIT, "train", "--out", str(straight), *TRAIN, f"train.steps={steps}"], check=True, capture_output=True)
+    want = read_safetensors(straight / "final" / "model.safetensors")
+    rng = random.Random(1)
+    for i in range(n):
+        out = work / f"killed{i}"
+        run = subprocess.Popen([VITKIT, "train", "--out", str(out), *TRAIN, f"train.steps={steps}"], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(4.0, 9.0))
+        run.kill()
+        run.wait()
+        counts["faults injected"] += 1
+        if (out / "final").is_dir():  # it finished first: nothing was killed
+            continue
+        args = ["--resume", str(out)] if step_checkpoints(out) else ["--out", str(out), *TRAIN, f"train.steps={steps}"]
+        subprocess.run([VITKIT, "train", *args], check=True, capture_output=True)
+        got = read_safetensors(out / "final" / "model.safetensors")
+        same = all(torch.allclose(got[k], want[k], atol=1e-6, rtol=0) for k in want)
+        counts["kills survived"] += same
+        counts["bytes lost"] += 0 if same else _size(out / "final")
+        print(f"SIGKILL of vitkit train {i + 1}/{n}: resumed to the same weights as a straight run: {same}")
+
+
+def fuzz(examples: int) -> None:
+    files = ["tests/test_input_fuzz.py", "tests/data/test_images_fuzz.py", "tests/checkpoint/test_checkpoint_fuzz.py"]
+    env = {**os.environ, "VITKIT_FUZZ_EXAMPLES": str(examples)}
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--hypothesis-show-statistics", *files],
+                            cwd=ROOT, env=env, capture_output=True, text=True)
+    phases = re.findall(r"- (\d+) passing, (\d+) failing", result.stdout)  # hypothesis statistics, every phase
+    tried, failed = sum(int(p) for p, _ in phases), sum(int(f) for _, f in phases)
+    counts["inputs tried"] += tried + failed
+    tail = result.stdout.strip().splitlines()[-1]
+    if result.returncode:
+        print(result.stdout[-3000:])
+    print(f"fuzzers ({', '.join(files)}): {tried + failed} inputs, {failed} failing; pytest: {tail}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--fuzz-examples", type=int, default=300, help="hypothesis examples per fuzzer (x_input_fuzz, images, checkpoints)")
+    parser.add_argument("--random-kills", type=int, default=20)
+    parser.add_argument("--train-kills", type=int, default=5)
+    args = parser.parse_args()
+    started = time.time()
+    with tempfile.TemporaryDirectory(prefix="vitkit-faults-") as tmp:
+        work = Path(tmp)
+        kill_every_step(work)
+        random_convert_kills(work, args.random_kills)
+        file_size_limits(work)
+        tmpfs_full(work)
+        train_kills(work, args.train_kills)
+    fuzz(args.fuzz_examples)
+    print(f"\n{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {time.time() - started:.0f} s, "
+          f"{os.cpu_count()} CPUs, torch {torch.__version__}")
+    print("| inputs tried | faults injected | kills survived | bytes lost | wrong messages |")
+    print("|---|---|---|---|---|")
+    print("| " + " | ".join(f"{counts[k]:,}" for k in counts) + " |")
+    print(json.dumps(counts))
+
+
+if __name__ == "__main__":
+    main()

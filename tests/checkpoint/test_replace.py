@@ -1,0 +1,184 @@
+"""Replacing a checkpoint loses nothing: a kill at any point, or a full disk, during `vitkit convert SRC DST`
+onto an existing DST leaves DST as the old model or the new one, whole, and every message is true."""
+
+import os
+import random
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from vitkit.checkpoint import read_checkpoint, save_checkpoint
+from vitkit.checkpoint.io import atomic_dir, exclusive, finish_replacement, staging
+from vitkit.errors import CheckpointError
+from vitkit.models import VisionTransformer, get_config
+
+FORMATS = {"vitkit": "dst", "hf": "dst_hf", "npz": "dst.npz", "timm": "dst.safetensors"}
+
+
+def _model(seed: int) -> VisionTransformer:
+    torch.manual_seed(seed)
+    return VisionTransformer(get_config("vit_test", depth=1, image_size=8, num_classes=3)).eval()
+
+
+def _which(path: Path, old: dict, new: dict) -> str:
+    """'old' or 'new': the model DST holds, read as a user would (a torn DST fails here)."""
+    _, state, _ = read_checkpoint(path)
+    for name, want in (("old", old), ("new", new)):
+        if state.keys() == want.keys() and all(torch.equal(state[k], want[k]) for k in want):
+            return name
+    raise AssertionError(f"{path} holds neither the old nor the new model")
+
+
+def _killed_at(point: int, write) -> bool:
+    """Run `write()` in a forked child that SIGKILLs itself at its `point`-th file-system step; True if it was killed."""
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child
+        count = [0]
+
+        def fatal(fn):
+            def step(*args, **kwargs):
+                count[0] += 1
+                if count[0] == point:
+                    os.kill(os.getpid(), signal.SIGKILL)
+                return fn(*args, **kwargs)
+
+            return step
+
+        for name in ("replace", "rename", "fsync", "unlink", "rmdir", "mkdir", "open", "close"):
+            setattr(os, name, fatal(getattr(os, name)))
+        try:
+            write()
+        finally:
+            os._exit(0)
+    _, status = os.waitpid(child, 0)
+    return os.WIFSIGNALED(status)
+
+
+@pytest.mark.parametrize("format", ["vitkit", "npz"])  # a directory and a file (benchmarks/faults.py runs every format)
+def test_a_kill_at_every_step_of_a_replacement_leaves_the_old_or_the_new_model(tmp_path, format):
+    old_model, new_model = _model(0), _model(1)
+    old, new = old_model.state_dict(), new_model.state_dict()
+    dst = tmp_path / FORMATS[format]
+    seen, point = set(), 1
+    while True:
+        if dst.is_dir():
+            shutil.rmtree(dst)
+        dst.unlink(missing_ok=True)
+        save_checkpoint(old_model, dst, format)
+        killed = _killed_at(point, lambda: save_checkpoint(new_model, dst, format))
+        seen.add(_which(dst, old, new))
+        if not killed:
+            break
+        point += 1
+    assert point > 3 and seen == {"old", "new"}  # kills landed before and after the switch
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".") and p.name.endswith(".old")]
+
+
+def _vitkit(*args) -> list[str]:
+    return [str(Path(sys.executable).with_name("vitkit")), *map(str, args)]
+
+
+def test_sigkill_at_random_moments_of_the_real_convert(tmp_path):
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    save_checkpoint(_model(1), src)
+    save_checkpoint(_model(0), dst)
+    old, new = _model(0).state_dict(), _model(1).state_dict()
+    rng = random.Random(0)
+    for _ in range(1):
+        run = subprocess.Popen(_vitkit("convert", src, dst), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            run.wait(timeout=rng.uniform(1.0, 3.0))
+        except subprocess.TimeoutExpired:
+            run.kill()
+            run.wait()
+        assert _which(dst, old, new) in ("old", "new")
+        save_checkpoint(_model(0), dst)
+
+
+def _limit_file_size(limit: int):
+    def apply():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+
+    return apply
+
+
+@pytest.mark.parametrize("format", ["vitkit"])  # (every format at 12 limits: benchmarks/faults.py)
+def test_a_file_size_limit_during_convert_keeps_the_old_model_and_says_so(tmp_path, format):
+    src, dst = tmp_path / "src", tmp_path / FORMATS[format]
+    save_checkpoint(_model(1), src)
+    save_checkpoint(_model(0), dst, format)
+    weights = sum(t.numel() * 4 for t in _model(0).state_dict().values())
+    result = subprocess.run(_vitkit("convert", src, dst), capture_output=True, text=True, timeout=120,
+                            preexec_fn=_limit_file_size(weights // 2))
+    assert result.returncode == 2, result.stderr
+    errors = [line for line in result.stderr.splitlines() if "error:" in line]  # (.npz also warns about GELU)
+    assert len(errors) == 1 and "Traceback" not in result.stderr
+    assert f"{dst}: cannot be written" in errors[0] and "nothing was replaced" in errors[0]
+    assert _which(dst, _model(0).state_dict(), _model(1).state_dict()) == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["src", dst.name])  # no temporary left behind
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A real full disk: a 600 KiB tmpfs (root only; skipped elsewhere)."""
+    if os.geteuid() != 0 or not shutil.which("mount"):
+        pytest.skip("mounting a tmpfs needs root")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=600k", "tmpfs", str(disk)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    yield disk
+    subprocess.run(["umount", str(disk)], check=True)
+
+
+def test_a_full_disk_during_convert_keeps_the_old_model(tmp_path, small_disk):
+    big = VisionTransformer(get_config("vit_test", depth=10, image_size=16, num_classes=3))  # 351 KB: old + new do not fit
+    src, dst = tmp_path / "src", small_disk / "dst"
+    save_checkpoint(big, src)
+    torch.manual_seed(5)
+    old_model = VisionTransformer(big.config)
+    save_checkpoint(old_model, dst)
+    result = subprocess.run(_vitkit("convert", src, dst), capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2, result.stderr
+    assert "No space left on device" in result.stderr and "nothing was replaced" in result.stderr
+    assert _which(dst, old_model.state_dict(), big.state_dict()) == "old"
+    assert [p.name for p in small_disk.iterdir()] == ["dst"]
+
+
+def test_a_file_never_silently_replaces_a_directory_or_back(tmp_path):
+    model = _model(0)
+    save_checkpoint(model, tmp_path / "dir")
+    with pytest.raises(CheckpointError, match="is a directory"):
+        save_checkpoint(model, tmp_path / "dir", "timm")
+    (tmp_path / "file").write_text("keep me")
+    with pytest.raises(CheckpointError, match="is a file"):
+        save_checkpoint(model, tmp_path / "file", "vitkit")
+    assert (tmp_path / "file").read_text() == "keep me"
+
+
+def test_a_reader_waits_for_a_live_writer_between_its_renames(tmp_path):
+    target = tmp_path / "final"
+    target.mkdir()
+    tmp, old = staging(target)
+    with atomic_dir(target) as building:  # the writer holds the lock on .final.tmp
+        (building / "x").write_text("new")
+        os.replace(target, old)  # as if between the two renames
+        finish_replacement(target, wait_s=0.2)  # a reader: the writer is alive, so it leaves things alone
+        assert not target.exists() and tmp.is_dir()
+        os.replace(old, target)  # (put it back so the writer's own renames go ahead)
+    assert (target / "x").read_text() == "new" and not tmp.exists() and not old.exists()
+
+
+def test_one_writer_per_directory(tmp_path):
+    with exclusive(tmp_path / "run"):
+        with pytest.raises(CheckpointError, match=rf"in use by another vitkit process \(pid {os.getpid()}\)"):
+            with exclusive(tmp_path / "run"):
+                pass
+    with exclusive(tmp_path / "run"):  # released
+        pass

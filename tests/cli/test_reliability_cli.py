@@ -1,0 +1,333 @@
+"""Bad input of every kind through the real `vitkit` entry point: one line on stderr, exit code 2, nothing lost.
+
+Classes: two writers on one run directory; CLI values never parsed as YAML; NaN/inf and out-of-range values;
+damaged files of every kind vitkit reads; permission errors; racing readers; signals late in a run."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from vitkit.checkpoint import save_pretrained
+from vitkit.checkpoint.io import write_json
+from vitkit.cli import main
+from vitkit.models import VisionTransformer, get_config
+from vitkit.run_config import load_run_config
+from vitkit.train import find_checkpoint, resume_config, step_checkpoints, train
+
+TINY = ["model.name=vit_test", "model.depth=1", "model.image_size=8", "data.name=synthetic", "data.synthetic_size=64",
+        "train.batch_size=16", "train.warmup_steps=2", "train.log_every=1", "train.eval_every=100", "train.checkpoint_every=2",
+        "train.progress=false", "augment.crop=pad", "augment.pad=1", "train.threads=1", "train.decay=constant"]
+
+
+def _vitkit(*args) -> list[str]:
+    return [str(Path(sys.executable).with_name("vitkit")), *map(str, args)]
+
+
+def _one_line_exit_2(capsys, *argv) -> str:
+    """Run vitkit in this process; it must exit 2 with exactly one line on stderr (returned)."""
+    try:
+        code = main([str(a) for a in argv])
+    except SystemExit as exit:  # argparse
+        code = exit.code
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    path = tmp_path_factory.mktemp("ck") / "model"
+    torch.manual_seed(0)
+    save_pretrained(VisionTransformer(get_config("vit_test", depth=1, image_size=8, num_classes=3)), path,
+                    extra={"class_names": ["a", "b", "c"]})
+    image = path.parent / "x.png"
+    Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(image)
+    return path
+
+
+# -- two writers, one directory -------------------------------------------------------------------
+def test_a_second_writer_fails_at_once_naming_the_holder(tmp_path):
+    out = tmp_path / "run"
+    first = subprocess.Popen(_vitkit("train", "--out", out, *TINY, "train.steps=100000", "train.checkpoint_every=1000"),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (out / "run.yaml").is_file():
+            assert first.poll() is None and time.monotonic() < deadline, first.stderr.read() if first.poll() is not None else "slow"
+            time.sleep(0.05)
+        started = time.monotonic()
+        second = subprocess.run(_vitkit("train", "--out", out, *TINY, "train.steps=4"), capture_output=True, text=True, timeout=120)
+        assert second.returncode == 2, second.stderr
+        assert f"in use by another vitkit process (pid {first.pid})" in second.stderr and len(second.stderr.splitlines()) == 1
+        assert time.monotonic() - started < 60
+    finally:
+        first.kill()
+        first.wait()
+    assert (out / "run.yaml").is_file()  # the first run's directory is untouched by the refused ones
+
+
+def test_a_new_run_never_replaces_a_finished_one(tmp_path, capsys):
+    out = tmp_path / "run"
+    train(load_run_config(None, TINY + ["train.steps=2"]), out)
+    shutil.rmtree(out / "checkpoints")  # only final/ is left
+    before = (out / "final" / "model.safetensors").read_bytes()
+    line = _one_line_exit_2(capsys, "train", "--out", out, *TINY, "train.steps=2")
+    assert "already holds a run" in line and "--resume" in line
+    assert (out / "final" / "model.safetensors").read_bytes() == before
+
+
+def test_out_naming_a_file(tmp_path, capsys):
+    (tmp_path / "file").write_text("keep")
+    assert "is a file" in _one_line_exit_2(capsys, "train", "--out", tmp_path / "file", *TINY)
+    assert (tmp_path / "file").read_text() == "keep"
+
+
+# -- CLI values are what they say -----------------------------------------------------------------
+@pytest.mark.parametrize("value", ["#hash", "x #y", "1e3", "[a, b]", "{a: 1}", "yes", "a: b"])
+def test_text_values_are_never_yaml(value):
+    config = load_run_config(None, [f"data.path={value}", f"model.init={value}"])
+    assert config.data.path == value and config.model["init"] == value
+    assert load_run_config(None, ["data.path=null"]).data.path is None  # how a key=value override unsets a path
+    assert load_run_config(None, [("data.path", "null")]).data.path == "null"  # --data null is a folder named null
+
+
+def test_data_hash_is_a_path_not_fashion_mnist(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    line = _one_line_exit_2(capsys, "train", "--data", "#hash", "--out", tmp_path / "run", *TINY[:3])
+    assert "#hash" in line and not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("override, key", [
+    ("train.weight_decay=nan", "train.weight_decay"), ("augment.mixup=inf", "augment.mixup"), ("data.memory_mb=nan", "data.memory_mb"),
+    ("train.lr=-inf", "train.lr"), ("train.betas=[0.9, .nan]", "train.betas"), ("model.mean=abc", "model.mean"),
+    ("model.mean=[.nan]", "model.mean"), ("model.layer_norm_eps=nan", "model.layer_norm_eps"), ("train.seed=1e23", "train.seed"),
+    ("train.seed=100000000000000000000000", "train.seed"), ("train.device=meta", "train.device"), ("model.backbone=5", "model.backbone"),
+    ("model.num_classes=true", "model.num_classes"), ("train.steps=0", "train.steps"), ("model.image_size=[1,2,3]", "model.image_size"),
+])
+def test_bad_values_are_one_line_naming_the_key(tmp_path, capsys, override, key):
+    out = tmp_path / "run"
+    line = _one_line_exit_2(capsys, "train", "--out", out, *TINY, override)
+    assert key in line
+    assert not out.exists()  # refused before anything was written
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["eval", "{ck}", "--batch-size", "-5"], "--batch-size"), (["eval", "{ck}", "--batch-size", "0"], "--batch-size"),
+    (["predict", "{ck}", "{img}", "--top", "-3"], "--top"), (["convert", "{ck}", "{tmp}/o", "--image-size", "1", "2", "3"], "--image-size"),
+    (["eval", "{ck}", "--val-fraction", "nan"], "--val-fraction"), (["knn", "{ck}", "--temperature", "inf"], "--temperature"),
+])
+def test_bad_flags_are_one_line(tmp_path, capsys, ckpt, argv, words):
+    names = {"ck": ckpt, "img": ckpt.parent / "x.png", "tmp": tmp_path}
+    assert words in _one_line_exit_2(capsys, *[a.format(**names) for a in argv])
+
+
+def test_run_config_files_that_are_not_yaml_text(tmp_path, capsys):
+    (tmp_path / "folder.yaml").mkdir()
+    assert "is a folder" in _one_line_exit_2(capsys, "train", "--config", tmp_path / "folder.yaml", "--out", tmp_path / "r")
+    (tmp_path / "latin1.yaml").write_bytes("train:\n  lr: 1e-3 # \xe9t\xe9\n".encode("latin-1"))
+    assert "not UTF-8" in _one_line_exit_2(capsys, "train", "--config", tmp_path / "latin1.yaml", "--out", tmp_path / "r")
+    (tmp_path / "deep.yaml").write_text("a: " + "[" * 5000 + "]" * 5000)
+    assert "deep.yaml" in _one_line_exit_2(capsys, "train", "--config", tmp_path / "deep.yaml", "--out", tmp_path / "r")
+    laughs = "a: &a [1, 1, 1, 1, 1, 1, 1, 1, 1]\n" + "".join(  # nine lines expand to 10^9 values when walked
+        f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]\n" for i in range(8)) + "model:\n  mean: *i\n"
+    (tmp_path / "laughs.yaml").write_text(laughs)
+    assert "aliases" in _one_line_exit_2(capsys, "train", "--config", tmp_path / "laughs.yaml", "--out", tmp_path / "r")
+
+
+def test_config_json_that_is_huge_or_deeply_nested(tmp_path, capsys, ckpt):
+    for name, text in (("deep", '{"format": "vitkit", "model": ' + "[" * 100_000 + "]" * 100_000 + "}"),
+                       ("long", '{"format": "vitkit", "model": {"mean": "' + "x" * 1_000_000 + '"}}')):
+        copy = tmp_path / name
+        shutil.copytree(ckpt, copy)
+        (copy / "config.json").write_text(text)
+        line = _one_line_exit_2(capsys, "info", copy)
+        assert "config.json" in line and len(line) < 400
+
+
+# -- config.json and weights ----------------------------------------------------------------------
+def _edited(ckpt: Path, tmp_path: Path, edit) -> Path:
+    copy = tmp_path / "edited"
+    shutil.copytree(ckpt, copy)
+    config = json.loads((copy / "config.json").read_text())
+    edit(config)
+    (copy / "config.json").write_text(json.dumps(config))
+    return copy
+
+
+@pytest.mark.parametrize("edit, words", [
+    (lambda c: c["model"].update(mean="abc"), "mean"), (lambda c: c["model"].update(backbone=5), "backbone"),
+    (lambda c: c["model"].update(num_classes=True), "num_classes"), (lambda c: c.update(class_names=["a"]), "class_names"),
+    (lambda c: c.update(preprocess={"crop_pct": 0}), "crop_pct"), (lambda c: c["model"].update(width="wide"), "width"),
+    (lambda c: c.update(data={"val_fraction": "x"}), "data"), (lambda c: (c.pop("class_names"), c["model"].update(num_classes=20_000_000)), "head.weight"),
+])
+@pytest.mark.parametrize("command", ["predict", "info"])
+def test_config_json_fields_of_the_wrong_type_or_range(tmp_path, capsys, ckpt, edit, words, command):
+    bad = _edited(ckpt, tmp_path, edit)
+    argv = ["predict", bad, ckpt.parent / "x.png"] if command == "predict" else ["info", bad]
+    line = _one_line_exit_2(capsys, *argv)
+    assert words in line and str(bad) in line
+
+
+def test_non_finite_weights_refuse_to_load_naming_the_tensor(tmp_path, capsys, ckpt):
+    model = VisionTransformer(get_config("vit_test", depth=1, image_size=8, num_classes=3))
+    with torch.no_grad():
+        model.blocks[0].mlp.fc1.weight[0, 0] = float("nan")
+    save_pretrained(model, tmp_path / "nan")
+    for argv in (["info", tmp_path / "nan"], ["predict", tmp_path / "nan", ckpt.parent / "x.png"],
+                 ["convert", tmp_path / "nan", tmp_path / "out.npz"]):
+        assert "'blocks.0.mlp.fc1.weight' holds 1 non-finite values" in _one_line_exit_2(capsys, *argv)
+    assert not (tmp_path / "out.npz").exists()
+
+
+def test_permission_denied_is_one_line_naming_the_file(tmp_path, ckpt):
+    copy = tmp_path / "locked"
+    shutil.copytree(ckpt, copy)
+    (copy / "model.safetensors").chmod(0)
+    prefix = []
+    if os.geteuid() == 0:  # root reads anything: drop the capabilities that let it
+        if not shutil.which("setpriv"):
+            pytest.skip("running as root without setpriv")
+        prefix = ["setpriv", "--bounding-set=-dac_override,-dac_read_search"]
+    (tmp_path / "readonly").mkdir()
+    (tmp_path / "readonly").chmod(0o555)
+    for argv, name in ((["info", copy], "model.safetensors"), (["convert", ckpt, tmp_path / "readonly" / "new"], "readonly")):
+        result = subprocess.run(prefix + _vitkit(*argv), capture_output=True, text=True, timeout=120)
+        assert result.returncode == 2 and len(result.stderr.splitlines()) == 1, result.stderr
+        assert name in result.stderr and "ermission denied" in result.stderr
+
+
+# -- resuming -------------------------------------------------------------------------------------
+def test_damaged_run_files_on_resume(tmp_path, capsys):
+    out = tmp_path / "run"
+    train(load_run_config(None, TINY + ["train.steps=4"]), out, stop_at=2)
+    state = step_checkpoints(out)[-1] / "train_state.json"
+    good = state.read_text()
+    for damage in ('{"step": "two"}', "[]", json.dumps({**json.loads(good), "micro_batch": 0})):
+        state.write_text(damage)
+        assert "train_state.json" in _one_line_exit_2(capsys, "train", "--resume", out)
+    state.write_text(good)
+    write_json(out / "bad_files.json", {"files": 5})
+    assert "bad_files.json: damaged" in _one_line_exit_2(capsys, "train", "--resume", out)
+    (out / "bad_files.json").unlink()
+    with open(out / "metrics.jsonl", "a") as log:
+        log.write("{not json\n[1, 2]\n")
+    assert main(["train", "--resume", str(out)]) == 0
+    assert "2 damaged line(s) ignored" in capsys.readouterr().err
+    assert json.loads((out / "summary.json").read_text())["steps"] == 4
+
+
+def test_an_extended_run_stopped_again_resumes_to_the_new_step_count(tmp_path):
+    out = tmp_path / "run"
+    train(load_run_config(None, TINY + ["train.steps=2"]), out)
+    train(resume_config(out, ["train.steps=6"]), out, resume=True, stop_at=4)  # as SIGTERM at step 4 does
+    assert resume_config(out).train.steps == 6  # what `vitkit train --resume RUN` (the printed command) reads
+    assert main(["train", "--resume", str(out)]) == 0
+    assert json.loads((out / "summary.json").read_text())["steps"] == 6
+
+
+def test_a_kill_during_pruning_is_cleaned_up_by_resume(tmp_path):
+    out = tmp_path / "run"
+    train(load_run_config(None, TINY + ["train.steps=6"]), out, stop_at=4)
+    junk = out / "checkpoints" / "step_0000001"
+    junk.mkdir()
+    (junk / "config.json").write_text("{}")  # what a kill in the middle of deleting a checkpoint leaves
+    (out / "checkpoints" / ".step_0000002.old").mkdir()
+    train(resume_config(out), out, resume=True)
+    assert not junk.exists() and not (out / "checkpoints" / ".step_0000002.old").exists()
+
+
+def test_eval_of_a_step_checkpoint_never_writes_into_it(tmp_path, capsys):
+    """A live run prunes its step folders; eval's confusion PNG goes beside the run, so it never recreates one."""
+    out = tmp_path / "run"
+    train(load_run_config(None, TINY + ["train.steps=4"]), out, stop_at=2)
+    step = step_checkpoints(out)[-1]
+    before = sorted(p.name for p in step.iterdir())
+    data = tmp_path / "list.csv"
+    for i in range(4):
+        Image.fromarray(np.full((8, 8, 3), 60 * i, np.uint8)).save(tmp_path / f"{i}.png")
+    data.write_text("".join(f"{i}.png,{i % 2}\n" for i in range(4)))
+    assert main(["eval", str(out), "--data", str(data), "--split", "val", "--val-fraction", "0.5"]) == 0
+    assert sorted(p.name for p in step.iterdir()) == before
+    assert list(out.glob("**/confusion_val*.png")) and not list(step.glob("*.png"))  # beside the run, not in the step folder
+
+
+def test_loads_racing_a_replacement_never_report_corrupt(tmp_path):
+    out = tmp_path / "run"
+    train(load_run_config(None, TINY + ["train.steps=2"]), out)
+    from vitkit.checkpoint.native import load_native, write_pretrained
+    from vitkit.train import _write_dir
+
+    model, extra = load_native(out / "final")
+    other = VisionTransformer(model.config)  # two models in turn: a read mixing them fails its checksums
+    stop, errors = threading.Event(), []
+
+    def replace_again_and_again():
+        while not stop.is_set():
+            for m in (model, other):
+                _write_dir(out / "final", lambda tmp: write_pretrained(m, tmp, extra=extra))
+
+    writer = threading.Thread(target=replace_again_and_again)
+    writer.start()
+    try:
+        for _ in range(60):
+            try:
+                load_native(find_checkpoint(out))
+            except Exception as err:  # noqa: BLE001 - any failure is the bug
+                errors.append(err)
+    finally:
+        stop.set()
+        writer.join()
+    assert not errors, errors[:3]
+
+
+def test_a_late_second_sigterm_exits_130(tmp_path):
+    """The first SIGTERM stops the loop (a checkpoint, exit 0); a second one after the loop ended must still mean 'interrupted'."""
+    script = (
+        "import os, signal, sys, vitkit.train as t, vitkit.faults as f\n"
+        "skip = f.NonFinite.skip\n"
+        "def first(self, *a):\n"
+        "    if not f.stop_requested():\n"
+        "        os.kill(os.getpid(), signal.SIGTERM)\n"  # first: inside the training loop
+        "    return skip(self, *a)\n"
+        "f.NonFinite.skip = first\n"
+        "real = t.train\n"
+        "def train(*a, **k):\n"
+        "    result = real(*a, **k)\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n"  # second: the run has returned, the CLI is finishing
+        "    return result\n"
+        "t.train = train\n"
+        "from vitkit.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script, "train", "--out", str(tmp_path / "run"), *TINY, "train.steps=50"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 130, result.stderr
+    assert "interrupted" in result.stderr and step_checkpoints(tmp_path / "run")
+
+
+@pytest.mark.parametrize("name, text, words", [
+    ("list.csv", "a.png," + "x" * 200_000 + "\n", "list.csv:1"),  # over csv's field limit
+    ("list.csv", "a.png,--5\nb.png,\x00\n", "list.csv:2"),  # a NUL byte
+    ("list.csv", "a.png,\n", "list.csv:1"),  # no label
+    ("list.jsonl", "[" * 100_000 + "]" * 100_000 + "\n", "list.jsonl:1"),  # nesting too deep for the parser
+    ("list.jsonl", '{"path": "a.png", "label": [1, 2]}\n', "list.jsonl:1"),  # a label that is no label
+    ("list.jsonl", '{"path": 5, "label": 1}\n', "list.jsonl:1"),
+    ("list.csv", "\xff\xfe".encode("latin-1").decode("latin-1") + "a.png,1\n", "cannot read the list"),
+])
+def test_image_lists_with_odd_labels_huge_fields_or_deep_nesting(tmp_path, capsys, name, text, words):
+    (tmp_path / name).write_bytes(text.encode("latin-1") if "\xff" in text else text.encode())
+    line = _one_line_exit_2(capsys, "train", "--data", tmp_path / name, "--out", tmp_path / "run", *TINY[:3])
+    assert words in line and len(line) < 400
+    assert not (tmp_path / "run").exists()

@@ -1,0 +1,78 @@
+"""Memory is bounded by what an input can legitimately need: small files that declare huge sizes (a zip or gzip
+bomb, a lying header, an extreme aspect ratio, a config promising 20M classes) are refused from their declared
+sizes, before anything is allocated. Each loader runs under RLIMIT_AS: 256 MiB more than the process has."""
+
+import gzip
+import io
+import struct
+import zipfile
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from vitkit.checkpoint.io import read_npz
+from vitkit.data.idx import load_idx_split, read_idx
+from vitkit.data.images import load_image
+
+
+def _refused(result, *words):
+    kind, message = result
+    assert kind == "error", result  # a documented error, not a MemoryError or a killed process
+    assert all(w in message for w in words), message
+
+
+def test_a_thin_image_under_the_pixel_limit(tmp_path, under_memory_limit):
+    Image.new("L", (1, 5_000_000)).save(tmp_path / "thin.png")  # 10 KB on disk; 8 GB once resized to a 224 crop
+    _refused(under_memory_limit(lambda: load_image(tmp_path / "thin.png", 3, 224)), "DataError", "thin.png", "1x5000000")
+    assert under_memory_limit(lambda: load_image(tmp_path / "thin.png", 1, 1))[0] == "ok"  # 1x1 needs nothing
+
+
+def _npz_bomb(path, declared: int, *, lie: bool = False) -> None:
+    """An .npz of one deflated all-zero array of `declared` bytes (or, with `lie`, a header promising that much)."""
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as archive:
+        with archive.open("w.npy", "w", force_zip64=True) as f:
+            header = io.BytesIO()
+            np.lib.format.write_array_header_1_0(header, {"descr": "<f4", "fortran_order": False, "shape": (declared // 4,)})
+            f.write(header.getvalue())
+            chunk = bytes(1 << 22)
+            for _ in range((1 << 22 if lie else declared) // len(chunk)):
+                f.write(chunk)
+
+
+def test_an_npz_zip_bomb(tmp_path, under_memory_limit):
+    _npz_bomb(tmp_path / "bomb.npz", 320 << 20)  # 320 MiB of zeros in ~320 KB
+    _refused(under_memory_limit(lambda: read_npz(tmp_path / "bomb.npz")), "CheckpointError", "decompression bomb")
+
+
+def test_an_npz_header_promising_more_than_its_member(tmp_path, under_memory_limit):
+    _npz_bomb(tmp_path / "lie.npz", 8 << 30, lie=True)  # says 8 GiB, holds 4 MiB
+    _refused(under_memory_limit(lambda: read_npz(tmp_path / "lie.npz")), "CheckpointError", "w.npy says shape")
+
+
+def _idx(path, dims, body=b"", compress=False, kind=8):
+    data = bytes([0, 0, kind, len(dims)]) + struct.pack(f">{len(dims)}I", *dims) + body
+    (gzip.open if compress else open)(path, "wb").write(data)
+
+
+def test_idx_headers_that_promise_more_than_the_file(tmp_path, under_memory_limit):
+    _idx(tmp_path / "labels", [50_000_000], bytes(10))  # raw: 50M labels claimed, 10 bytes held
+    _refused(under_memory_limit(lambda: read_idx(tmp_path / "labels")), "DataError", "50,000,000 bytes")
+    _idx(tmp_path / "overflow", [2**32 - 1] * 4, bytes(16))  # the product overflows 64 bits
+    _refused(under_memory_limit(lambda: read_idx(tmp_path / "overflow")), "DataError", "but the file holds 16")
+
+
+def test_an_idx_gzip_bomb(tmp_path, under_memory_limit):
+    with gzip.open(tmp_path / "bomb.gz", "wb", compresslevel=1) as f:
+        f.write(bytes([0, 0, 8, 1]) + struct.pack(">I", 300 << 20))
+        chunk = bytes(1 << 22)
+        for _ in range((300 << 20) // len(chunk)):
+            f.write(chunk)
+    _refused(under_memory_limit(lambda: read_idx(tmp_path / "bomb.gz")), "DataError", "decompression bomb")
+
+
+def test_idx_with_zero_images(tmp_path):
+    _idx(tmp_path / "train-images-idx3-ubyte", [0, 28, 28])
+    _idx(tmp_path / "train-labels-idx1-ubyte", [0])
+    with pytest.raises(Exception, match="holds no images"):
+        load_idx_split(tmp_path, "train")
