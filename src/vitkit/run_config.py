@@ -22,7 +22,7 @@ import yaml
 
 from vitkit.data.augment import AugmentConfig
 from vitkit.errors import ConfigError
-from vitkit.models import ViTConfig, get_config
+from vitkit.models import ModelConfig, get_config
 
 
 @dataclass(frozen=True)
@@ -140,7 +140,7 @@ class RunConfig:
             **{name: _plain(dataclasses.asdict(getattr(self, name))) for name in SECTIONS},
         }
 
-    def model_config(self, **fixed: Any) -> ViTConfig:
+    def model_config(self, **fixed: Any) -> ModelConfig:
         """The ViTConfig of model.name with the model.* overrides (and `fixed`, e.g. num_classes from the data)."""
         overrides = {k: v for k, v in self.model.items() if k not in ("name", "init")}
         return get_config(self.model["name"], **{**overrides, **fixed})
@@ -188,7 +188,11 @@ def from_dict(data: dict[str, Any], where: str = "config") -> RunConfig:
             raise ConfigError(f"{where}: unknown section {section!r}; sections are model, data, augment, train")
     model = dict(data.get("model") or {})
     model.setdefault("name", "vit_mini4_28")
-    known = {f.name for f in dataclasses.fields(ViTConfig)} | {"name", "init"}
+    try:
+        family = type(get_config(model["name"]))  # a ViT's fields, or a BiT ResNet's
+    except TypeError as err:
+        raise ConfigError(f"model: bad value ({err})") from None
+    known = {f.name for f in dataclasses.fields(family)} | {"name", "init"}
     for key in model:
         if key not in known:
             raise ConfigError(f"model.{key}: unknown key; known keys are {', '.join(sorted(known))}")

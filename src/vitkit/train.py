@@ -39,7 +39,7 @@ from vitkit.data import Batches, check_compatible, eval_batches, fits_in_memory,
 from vitkit.errors import CheckpointError, ConfigError, DataError
 from vitkit import faults
 from vitkit.evaluation import evaluate
-from vitkit.models import VisionTransformer
+from vitkit.models import VisionTransformer, build_model
 from vitkit.pretrain import MaskedPatchPrediction, evaluate_masked_patch
 from vitkit.run_config import RunConfig, dump_run_config, load_run_config
 
@@ -206,7 +206,7 @@ def _whole_model(model: VisionTransformer, world: distributed.Dist) -> VisionTra
     weights = distributed.full_state_dict(model, world)
     if not world.main:
         return None
-    whole = VisionTransformer(model.config)
+    whole = build_model(model.config)
     whole.load_state_dict(weights)
     return whole
 
@@ -303,7 +303,7 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
                 raise ConfigError(f"{key}: the run was checkpointed with {saved}, not {now}; an exact resume needs the same data order")
     else:
         torch.manual_seed(t.seed)  # the initial weights, then dropout / stochastic depth draws
-        model = VisionTransformer(config.model_config(num_classes=len(class_names)))
+        model = build_model(config.model_config(num_classes=len(class_names)))
         if config.model.get("init"):
             _init_from(model, Path(config.model["init"]))
         state, tensors = {"step": 0, "elapsed_s": 0.0, "best_val_top1": None, "best_step": None}, {}
@@ -450,7 +450,7 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
     if ema is None:
         export = _whole_model(model, world)
     else:  # the average, not the live weights: no need to gather those too
-        export = VisionTransformer(model.config)
+        export = build_model(model.config)
         export.load_state_dict(distributed.full_tensors(ema))
     _write_dir(out / "final", lambda tmp: world.main and save_pretrained(export, tmp, extra=extra), world)
     if not world.main:

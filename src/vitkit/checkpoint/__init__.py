@@ -18,7 +18,7 @@ from types import ModuleType
 import torch
 
 from vitkit.errors import CheckpointError, ConfigError, first_line
-from vitkit.models import ViTConfig, VisionTransformer
+from vitkit.models import ModelConfig, VisionTransformer, build_model
 
 from . import hf, native, npz, timm
 from .io import is_safetensors
@@ -82,7 +82,7 @@ def _resolve(path: Path, format: str | None) -> tuple[Path, str]:
 
 def read_checkpoint(
     path: str | os.PathLike, *, format: str | None = None, image_size: int | tuple[int, int] | None = None
-) -> tuple[ViTConfig, dict[str, torch.Tensor], str]:
+) -> tuple[ModelConfig, dict[str, torch.Tensor], str]:
     """(config, vitkit state dict, format) of any checkpoint, without building the model.
 
     `image_size` only decides the grid when the position embeddings are not square.
@@ -118,7 +118,7 @@ def load_pretrained(
         dropped as in the official fine-tuning code unless `keep_pre_logits`.
     """
     config, state, format = read_checkpoint(path, format=format, image_size=image_size)
-    model = VisionTransformer(config)
+    model = build_model(config)  # a VisionTransformer or, for a BiT checkpoint, a ResNetV2
     load_state_dict_strict(model, state, source=path)
     if image_size is not None:
         model.set_image_size(image_size)

@@ -165,6 +165,8 @@ def read(path: str | os.PathLike, *, image_size=None) -> tuple[ViTConfig, dict[s
 def write(model: VisionTransformer, directory: str | os.PathLike, *, class_names: list[str] | None = None) -> Path:
     """Write an HF directory: ViTForImageClassification with a head, ViTModel (pooler = pre-logits) without."""
     directory, c = Path(directory), model.config
+    if not isinstance(model, VisionTransformer):
+        raise CheckpointError(f"{directory}: the Hugging Face format here is ViT's; save a BiT ResNet as vitkit, npz or timm")
     problems = [
         (c.backbone is not None, "hybrid (ResNet) models"),
         (c.classifier != "token", f"classifier {c.classifier!r} (HF ViT pools the class token)"),

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from vitkit.errors import CheckpointError, ConfigError
-from vitkit.models import ViTConfig, VisionTransformer
+from vitkit.models import ModelConfig, VisionTransformer, build_model, config_from_dict
 
 from .io import read_json, read_safetensors, verify_checksums, write_checksums, write_json, write_safetensors
 
@@ -42,14 +42,14 @@ def save_pretrained(model: VisionTransformer, directory: str | os.PathLike, *, e
     return directory
 
 
-def read_native_config(directory: str | os.PathLike) -> tuple[ViTConfig, dict[str, Any]]:
+def read_native_config(directory: str | os.PathLike) -> tuple[ModelConfig, dict[str, Any]]:
     """The model config and the rest of config.json (e.g. class names)."""
     path = Path(directory) / CONFIG_NAME
     data = read_json(path)
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise CheckpointError(f"{path}: not a vitkit config (no \"format\": \"vitkit\")")
     try:
-        config = ViTConfig.from_dict(data.get("model"))
+        config = config_from_dict(data.get("model"))  # a ViT, or a BiT ResNet tagged "arch": "bit"
     except ConfigError as err:
         raise CheckpointError(f"{path}: bad model config: {err}") from None
     rest = {k: v for k, v in data.items() if k not in ("format", "version", "model")}
@@ -61,7 +61,7 @@ def load_native(directory: str | os.PathLike) -> tuple[VisionTransformer, dict[s
     directory = Path(directory)
     verify_checksums(directory)
     config, extra = read_native_config(directory)
-    model = VisionTransformer(config)
+    model = build_model(config)
     load_state_dict_strict(model, read_safetensors(directory / WEIGHTS_NAME), source=directory / WEIGHTS_NAME)
     return model, extra
 
@@ -81,7 +81,7 @@ def load_state_dict_strict(model: VisionTransformer, state: dict, *, source: str
     model.load_state_dict(state, strict=True)
 
 
-def read(directory: str | os.PathLike, *, image_size=None) -> tuple[ViTConfig, dict]:
+def read(directory: str | os.PathLike, *, image_size=None) -> tuple[ModelConfig, dict]:
     """(config, state dict) of a vitkit directory; the config says the image size (resampling is the caller's)."""
     directory = Path(directory)
     verify_checksums(directory)

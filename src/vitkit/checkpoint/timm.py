@@ -22,9 +22,10 @@ import torch
 from safetensors import safe_open
 
 from vitkit.errors import CheckpointError, ConfigError
-from vitkit.models import ResNetConfig, ViTConfig, VisionTransformer
+from vitkit.models import ModelConfig, ResNetConfig, ResNetV2, ViTConfig, VisionTransformer
 from vitkit.models.registry import SIZES
 
+from . import bit
 from .io import is_safetensors, read_safetensors, read_torch, write_safetensors, write_torch
 from .keymap import Rule, count_indexed, from_vitkit, infer_image_size, same, to_vitkit
 
@@ -138,13 +139,15 @@ def _stored_config(path: Path) -> dict | None:
         return None
 
 
-def read(path: str | os.PathLike, *, image_size=None) -> tuple[ViTConfig, dict[str, torch.Tensor]]:
+def read(path: str | os.PathLike, *, image_size=None) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
     """(config, vitkit state dict) of a timm checkpoint (.safetensors preferred; .pth/.bin read with weights_only)."""
     path = Path(path)
     if is_safetensors(path):
         state, stored = read_safetensors(path), _stored_config(path)
     else:
         state, stored = _unwrap(read_torch(path), path), None
+    if bit.is_bit_timm(state):  # timm's resnetv2_*_bit
+        return bit.read_timm(state, image_size=image_size, source=path, stored=stored)
     config = config_from_timm(state, image_size=image_size, source=path, stored=stored)
     return config, to_vitkit(timm_rules(config), state, source=path)
 
@@ -153,6 +156,8 @@ def write(model: VisionTransformer, path: str | os.PathLike) -> Path:
     """Write the timm state dict: .safetensors (with vitkit's config in the metadata) or, for any other suffix, a .pth."""
     path = Path(path)
     c = model.config
+    if isinstance(model, ResNetV2):
+        return bit.write_timm_file(model, path, METADATA_KEY)
     if c.pos_embed != "learned":
         raise CheckpointError(f"{path}: timm ViT checkpoints hold learned position embeddings; this model uses {c.pos_embed!r}")
     tensors = from_vitkit(timm_rules(c), model.state_dict())

@@ -52,7 +52,7 @@ def setup(args: argparse.Namespace):
     import torch
 
     from vitkit.data import open_dataset
-    from vitkit.models import VisionTransformer
+    from vitkit.models import build_model
     from vitkit.devices import pick_device
     from vitkit.transfer import load_model
 
@@ -62,7 +62,7 @@ def setup(args: argparse.Namespace):
     model, extra = load_model(args.checkpoint, image_size=size)
     if args.random_init is not None:
         torch.manual_seed(args.random_init)
-        model = VisionTransformer(model.config).eval()
+        model = build_model(model.config).eval()
     c = model.config
     features = {"batch_size": args.batch_size, "device": pick_device(args.device), "crop_pct": extra.get("preprocess", {}).get("crop_pct", 1.0)}
 
