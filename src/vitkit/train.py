@@ -512,6 +512,9 @@ def _masked_patch_objective(model: VisionTransformer, name: str, resumed: dict |
         raise ConfigError(f"train.objective: this run was started with {started}; resume it with train.objective={started}")
     if name != "masked_patch":
         return None
+    if not isinstance(model, VisionTransformer):
+        raise ConfigError(f"train.objective: masked_patch corrupts a Vision Transformer's patch embeddings; this model is a "
+                          f"{type(model).__name__} (use train.objective=classification)")
     objective = MaskedPatchPrediction(model)
     for p in [*model.pre_logits.parameters(), *model.head.parameters()]:
         p.requires_grad_(False)  # the classification head plays no part (and DDP must not wait for its gradients)

@@ -53,6 +53,9 @@ def run(args: argparse.Namespace) -> int:
         image_size = tuple(args.image_size) if len(args.image_size) == 2 else args.image_size[0]
     model = load_pretrained(args.checkpoint, image_size=image_size).to(pick_device(args.device))
     config = model.config
+    if not hasattr(model, "forward_features_explicit"):
+        raise ConfigError(f"{args.checkpoint}: a {type(model).__name__} has no attention or position embeddings to inspect; "
+                          "vitkit inspect reads Vision Transformers")
     pixels = load_images(args.images, config, limit=args.num_images)
     results = inspect_model(model, normalize(pixels, config), num_show=args.show, num_components=args.components, batch_size=args.batch_size)
     info = {
