@@ -178,3 +178,19 @@ def pyplot():
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def lines(ax, series: dict[str, tuple[list, list]], **labels) -> None:
+    """One line per family ({label: (x, y)}), log x, a grid and a legend."""
+    for (label, (x, y)), marker in zip(series.items(), "os^Dv"):
+        ax.plot(x, y, marker=marker, label=label)
+    ax.set(xscale="log", **labels)
+    ax.grid(alpha=0.3)
+    ax.legend()
+
+
+def save_figure(fig, path: Path, h: dict, runs: str = "per run") -> None:
+    """The PNG, titled with the data, the length of every run and how many test images scored it."""
+    fig.suptitle(f"{h['data']}: {h['steps']} steps x {h['batch_size']} {runs}; test images: {h['test_images']}", fontsize=8)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    pyplot().close(fig)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import sys
 
-from common import FAMILIES, defaults, header, parser, pyplot, report, run_one
+from common import FAMILIES, defaults, header, lines, parser, pyplot, report, run_one, save_figure
 
 VIT, BIT, HYBRID = FAMILIES["ViT"], FAMILIES["BiT"], FAMILIES["hybrid"]
 # (label, model section): small, the shared size of data_size.py, large
@@ -51,17 +51,12 @@ def main() -> int:
 def plot(rows, families, path, h) -> None:
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
-    for family, marker in zip(families, "os^"):
-        mine = sorted((r for r in rows if r["family"] == family), key=lambda r: r["train_flops"])
-        ax.plot([r["train_flops"] for r in mine], [r["test_top1"] for r in mine], marker=marker, label=family)
-        for r in mine:
-            ax.annotate(r["size"], (r["train_flops"], r["test_top1"]), fontsize=7, xytext=(3, 3), textcoords="offset points")
-    ax.set(xscale="log", xlabel="training FLOPs (counted)", ylabel="test top-1", title="Accuracy against compute (Fig. 5)")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.suptitle(f"{h['data']}: {h['steps']} steps x {h['batch_size']} per model; test images: {h['test_images']}", fontsize=8)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
+    ordered = {f: sorted((r for r in rows if r["family"] == f), key=lambda r: r["train_flops"]) for f in families}
+    lines(ax, {f: ([r["train_flops"] for r in mine], [r["test_top1"] for r in mine]) for f, mine in ordered.items()},
+          xlabel="training FLOPs (counted)", ylabel="test top-1", title="Accuracy against compute (Fig. 5)")
+    for r in rows:
+        ax.annotate(r["size"], (r["train_flops"], r["test_top1"]), fontsize=7, xytext=(3, 3), textcoords="offset points")
+    save_figure(fig, path, h, "per model")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import sys
 
-from common import FAMILIES, defaults, header, nested_subsets, parser, pyplot, report, run_one
+from common import FAMILIES, defaults, header, lines, nested_subsets, parser, pyplot, report, run_one, save_figure
 
 FULL = {"sizes": "1000,5000,20000,60000", "steps": 1000, "batch_size": 256, "test_images": None}
 CI = {"sizes": "60,120", "steps": 2, "batch_size": 16, "test_images": 40}
@@ -50,14 +50,9 @@ def plot(rows, families, sizes, path, h) -> None:
     plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for ax, key, title in zip(axes, ("test_top1", "fewshot10"), ("Test top-1 (Fig. 3)", "10-shot linear accuracy (Fig. 4)")):
-        for family, marker in zip(families, "os^"):
-            ax.plot(sizes, [_get(rows, family, n, key) for n in sizes], marker=marker, label=family)
-        ax.set(xscale="log", xlabel="training images (nested subsets)", ylabel="accuracy", title=title)
-        ax.grid(alpha=0.3)
-        ax.legend()
-    fig.suptitle(f"{h['data']}: {h['steps']} steps x {h['batch_size']} per run; test images: {h['test_images']}", fontsize=8)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
+        series = {f: (sizes, [_get(rows, f, n, key) for n in sizes]) for f in families}
+        lines(ax, series, xlabel="training images (nested subsets)", ylabel="accuracy", title=title)
+    save_figure(fig, path, h)
 
 
 if __name__ == "__main__":

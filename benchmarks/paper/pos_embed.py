@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import sys
 
-from common import FAMILIES, defaults, header, parser, pyplot, report, run_one
+from common import FAMILIES, defaults, header, parser, pyplot, report, run_one, save_figure
 
 VARIANTS = ["none", "learned", "learned_2d", "relative", "sincos2d"]
 FULL = {"steps": 1000, "batch_size": 256, "test_images": None, "seeds": 3}
@@ -64,9 +64,7 @@ def plot(stats, path, h) -> None:
         ax.plot([i] * len(stats[v]["values"]), stats[v]["values"], "k.", ms=4)
     low = min(min(s["values"]) for s in stats.values())
     ax.set(ylabel="test top-1 (bar: mean, line: std, dots: seeds)", title="Position embeddings (App. D.4)", ylim=(max(low - 0.05, 0), None))
-    fig.suptitle(f"{h['data']}: {h['steps']} steps x {h['batch_size']}, {h['seeds']} seed(s); test images: {h['test_images']}", fontsize=8)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
+    save_figure(fig, path, h, f"per run, {h['seeds']} seed(s)")
 
 
 if __name__ == "__main__":
