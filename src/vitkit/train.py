@@ -22,7 +22,8 @@ import os
 import re
 import shutil
 import time
-from contextlib import nullcontext
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +40,7 @@ from vitkit.data import Batches, check_compatible, eval_batches, fits_in_memory,
 from vitkit.errors import CheckpointError, ConfigError, DataError
 from vitkit import faults
 from vitkit.evaluation import evaluate
-from vitkit.models import VisionTransformer, build_model
+from vitkit.models import ModelConfig, VisionTransformer, build_model
 from vitkit.pretrain import MaskedPatchPrediction, evaluate_masked_patch
 from vitkit.run_config import RunConfig, dump_run_config, load_run_config
 
@@ -252,189 +253,95 @@ def train(config: RunConfig, out: str | os.PathLike, *, resume: bool = False, st
         distributed.teardown()
 
 
+@dataclass
+class _Setup:
+    """Where and how the run executes: device, processes, precision, micro-batches."""
+
+    device: torch.device
+    world: distributed.Dist
+    amp_dtype: torch.dtype | None
+    micro: int  # images per forward/backward pass, across all processes
+    accum: int  # micro-batches per optimizer step
+    checkpoints: list[Path]  # the run's complete step checkpoints, oldest first
+
+
+@dataclass
+class _Data:
+    """The training and validation images, their classes and how they are read."""
+
+    train: Any
+    val: Any
+    class_names: list[str]
+    bad: Any  # unreadable image files, as data.on_error says
+    shape: ModelConfig  # the model's input (size, channels, mean, std) decides how images are read
+    load_size: int  # the size images are read at before the training crop
+
+    @property
+    def size(self) -> int:
+        return self.shape.image_size[0]
+
+    @property
+    def channels(self) -> int:
+        return self.shape.in_chans
+
+
+@dataclass
+class _State:
+    """Everything the step changes, and what an exact resume restores."""
+
+    model: VisionTransformer
+    objective: MaskedPatchPrediction | None  # masked patch prediction wraps the model; None for classification
+    trainable: nn.Module  # what the optimizer trains: the model or the objective around it
+    module: nn.Module  # what the step calls: `trainable`, DDP around it, or it sharded in place
+    forward: Any  # `module`, compiled when train.compile is set
+    optimizer: torch.optim.Optimizer
+    scaler: torch.amp.GradScaler
+    ema: dict[str, torch.Tensor] | None
+    progress: dict  # step, elapsed_s, best_val_top1, ... (train_state.json)
+
+
 def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, started: float) -> dict:
-    t, a, d = config.train, config.augment, config.data
-    device = pick_device(t.device, key="train.device")
-    world, device = distributed.setup(t.strategy, device)  # under torchrun: DDP or FSDP across processes
-    amp_dtype = autocast_dtype(t.precision, device)
-    micro = t.micro_batch or t.batch_size
-    if t.batch_size % micro:
-        raise ConfigError(f"train.micro_batch: {micro} does not divide train.batch_size {t.batch_size}")
-    accum = t.batch_size // micro
-    if micro % world.size:
-        raise ConfigError(f"train.micro_batch: {micro} images per micro-batch do not split evenly across {world.size} processes")
-    checkpoints = step_checkpoints(out)
-    if resume and not checkpoints:
-        raise CheckpointError(f"{out}: no checkpoint to resume from (expected {out}/checkpoints/step_*/)")
-    if not resume and checkpoints:
-        raise ConfigError(f"--out {out}: already holds a run; continue it with --resume {out} or choose another --out")
-
-    # data: the model's input size and channels decide how images are read; the data decides the classes
-    shape = config.model_config()
-    size, channels = shape.image_size[0], shape.in_chans
-    load_size = d.load_size or (round(size * 8 / 7) if a.crop == "rrc" else size)
-    common = dict(channels=channels, image_size=size, val_fraction=d.val_fraction, seed=d.split_seed,
-                  synthetic_size=d.synthetic_size, synthetic_classes=d.synthetic_classes)
-    train_split = open_dataset(d.name, d.path, d.train_split, **common)
-    val_split = open_dataset(d.name, d.path, d.val_split, **common)
-    check_compatible(train_split, val_split)  # faults: the same classes, labels in range, before any work
-    bad = faults.bad_files(out, d.on_error, resume, writer=world.main)  # faults: unreadable image files, as data.on_error says
-    if fits_in_memory(train_split, channels, load_size, d.memory_mb):
-        train_split = load_into_memory(train_split, channels, load_size, workers=d.workers, bad=bad)
-    if fits_in_memory(val_split, channels, size, d.memory_mb):
-        val_split = load_into_memory(val_split, channels, size, a.eval_crop_pct, workers=d.workers, bad=bad)
-    class_names = train_split.class_names
-    if "num_classes" in config.model and config.model["num_classes"] != len(class_names):
-        raise ConfigError(f"model.num_classes: {config.model['num_classes']} given but the data has {len(class_names)} classes")
-    if len(class_names) < 2 and t.objective == "classification":  # issue 9: a folder of images without class folders
-        raise DataError(f"{train_split.source}: one class ({class_names[0]!r}); classification needs two or more "
-                        "(root/<class>/<image>); to pre-train on images without labels use train.objective=masked_patch")
-    if len(train_split) < micro:
-        raise DataError(f"{train_split.source}: {len(train_split)} training images, fewer than one batch of {micro}; lower train.batch_size")
-
-    # model, optimizer, state
-    if resume:
-        if world.main:
-            faults.remove_partial_checkpoints(out)
-        distributed.barrier(world)
-        model, state, tensors = load_checkpoint(checkpoints[-1])
-        for key, saved, now in (("train.seed", state["seed"], t.seed), ("train.micro_batch", state["micro_batch"], micro)):
-            if saved != now:
-                raise ConfigError(f"{key}: the run was checkpointed with {saved}, not {now}; an exact resume needs the same data order")
-    else:
-        torch.manual_seed(t.seed)  # the initial weights, then dropout / stochastic depth draws
-        model = build_model(config.model_config(num_classes=len(class_names)))
-        if config.model.get("init"):
-            _init_from(model, Path(config.model["init"]))
-        state, tensors = {"step": 0, "elapsed_s": 0.0, "best_val_top1": None, "best_step": None}, {}
-    model.to(device)
-    model.set_grad_checkpointing(t.grad_checkpointing)
-    # masked patch prediction (issue 9): its [mask] embedding and colour head train beside the ViT; the saved model is the ViT
-    objective = _masked_patch_objective(model, t.objective, tensors if resume else None)
-    trainable = model if objective is None else objective
-    module = distributed.wrap(trainable, world, device, model.blocks)  # what the step calls: it, DDP around it, or it sharded in place
-    optimizer = make_optimizer(trainable, t)
-    scaler = torch.amp.GradScaler(device.type, enabled=amp_dtype == torch.float16)
-    # EMA weights: shaped as the model's state dict, so sharded like it under FSDP (updated without communication)
-    ema = {k: v.detach().clone() for k, v in model.state_dict().items()} if t.ema else None
-    if resume and world.sharded:
-        if not (checkpoints[-1] / SHARDED).is_dir():
-            raise CheckpointError(f"{checkpoints[-1]}: written without train.strategy=fsdp; resume it with the strategy it was trained with")
-        distributed.load_sharded(trainable, optimizer, checkpoints[-1] / SHARDED, ema)
-    elif resume and "optimizer" not in tensors:
-        raise CheckpointError(f"{checkpoints[-1]}: written with train.strategy=fsdp; resume it with torchrun and train.strategy=fsdp")
-    if resume:
-        if not world.sharded:
-            optimizer.load_state_dict(tensors["optimizer"])
-        scaler.load_state_dict(tensors["scaler"])
-        if ema is not None and tensors.get("ema"):
-            ema = {k: v.to(device) for k, v in tensors["ema"].items()}
-        ranks = tensors.get("rng_cpu_ranks")
-        torch.set_rng_state(ranks[world.rank] if ranks is not None and len(ranks) == world.size else tensors["rng_cpu"])
-        if device.type == "cuda" and "rng_cuda" in tensors:
-            torch.cuda.set_rng_state(tensors["rng_cuda"], device)
-        if world.main:
-            _truncate_metrics(out, state["step"])
-    elif world.main:
-        out.mkdir(parents=True, exist_ok=True)
-        with atomic_path(out / "run.yaml") as tmp:
-            tmp.write_text(dump_run_config(config))
-        (out / "metrics.jsonl").unlink(missing_ok=True)
-    distributed.barrier(world)
-    forward = torch.compile(module) if t.compile and objective is None else module
-    extra = {"class_names": class_names, "preprocess": {"crop_pct": a.eval_crop_pct},
-             "data": {"path": d.path, "val_fraction": d.val_fraction, "split_seed": d.split_seed}}  # eval finds the same held-out split
+    t, a = config.train, config.augment
+    env = _setup(config, out, resume)
+    data = _prepare_data(config, out, resume, env)
+    run = _restore(config, out, env, data) if resume else _build(config, out, env, data)
+    extra = {"class_names": data.class_names, "preprocess": {"crop_pct": a.eval_crop_pct},
+             "data": {"path": config.data.path, "val_fraction": config.data.val_fraction,
+                      "split_seed": config.data.split_seed}}  # eval finds the same held-out split
 
     # data order: micro-batch number m is batch (m % per_epoch) of epoch (m // per_epoch), seeded by train.seed
-    batches = Batches(train_split, micro, t.seed, device, channels=channels, size=load_size, workers=d.workers, rank=world.rank, world=world.size)
-    step, elapsed_before = state["step"], state["elapsed_s"]
-    epoch, position = divmod(step * accum, batches.per_epoch)
-    stream = batches.iterate(epoch, position)
-    batches.bad = bad  # faults: streamed files that cannot be read, as data.on_error says
-
-    def val_data():
-        return eval_batches(val_split, t.eval_batch_size, device, channels=channels, size=size, crop_pct=a.eval_crop_pct, workers=d.workers, bad=bad)
-
-    K = len(class_names)
+    batches = Batches(data.train, env.micro, t.seed, env.device, channels=data.channels, size=data.load_size,
+                      workers=config.data.workers, rank=env.world.rank, world=env.world.size)
+    step, elapsed_before = run.progress["step"], run.progress["elapsed_s"]
+    stream = batches.iterate(*divmod(step * env.accum, batches.per_epoch))
+    batches.bad = data.bad  # faults: streamed files that cannot be read, as data.on_error says
     last = min(t.steps, stop_at) if stop_at is not None else t.steps
-    bar = _progress(t, step, show=world.main)
-    log = open(out / "metrics.jsonl" if world.main else os.devnull, "a")  # rank 0 logs
-    window = {"loss": 0.0, "steps": 0, **state.get("window", {}), "images": 0, "time": time.perf_counter()}
+    bar = _progress(t, step, show=env.world.main)
+    log = open(out / "metrics.jsonl" if env.world.main else os.devnull, "a")  # rank 0 logs
+    window = {"loss": 0.0, "steps": 0, **run.progress.get("window", {}), "images": 0, "time": time.perf_counter()}
     val_metrics: dict[str, Any] = {}
 
     def checkpoint() -> None:
-        faults.merge_bad_files(bad, distributed.gather_objects(bad.files, world))  # each rank streams its own files
-        epoch, position = divmod(step * accum, batches.per_epoch)
-        state.update(step=step, epoch=epoch, position=position, seed=t.seed, micro_batch=micro,
-                     elapsed_s=elapsed_before + time.perf_counter() - started,
-                     window={"loss": window["loss"], "steps": window["steps"]})  # the loss averaged until the next log line
-        tensors = {"scaler": scaler.state_dict(), "rng_cpu": torch.get_rng_state(), "ema": {} if world.sharded else ema or {},
-                   "rng_cpu_ranks": distributed.gather_objects(torch.get_rng_state(), world)}
-        if not world.sharded:  # under FSDP the optimizer is sharded: step_N/sharded/
-            tensors["optimizer"] = optimizer.state_dict()
-        if device.type == "cuda":
-            tensors["rng_cuda"] = torch.cuda.get_rng_state(device)
-        if objective is not None:  # masked patch prediction (issue 9); gathered from the shards under FSDP
-            tensors["masked_patch"] = distributed.full_tensors(objective.objective_state())
-        save_checkpoint(out, model, extra, state, tensors, t.keep_checkpoints, world, optimizer, ema, trainable)
+        elapsed = elapsed_before + time.perf_counter() - started
+        _save_step(out, config, env, data, run, batches, step, elapsed, window, extra)
 
-    model.train()
-    nonfinite = faults.NonFinite(state, t.max_nonfinite_steps, check_grads=not scaler.is_enabled())
+    run.model.train()
+    nonfinite = faults.NonFinite(run.progress, t.max_nonfinite_steps, check_grads=not run.scaler.is_enabled())
     try:
         while step < last:
-            lr = learning_rate(step, lr=t.lr, warmup=t.warmup_steps, total=t.steps, decay=t.decay, end_ratio=t.end_lr_ratio)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            loss_sum = torch.zeros((), device=device)
-            for k in range(accum):
-                images, labels = next(stream)
-                g = torch.Generator().manual_seed(t.seed * 1_000_003 + step * accum + k + world.rank * 7_919)  # augmentation draws
-                x = train_transform(images, shape.image_size, a, shape.mean, shape.std, g)
-                x, targets = mix(x, soft_targets(labels, K, a.label_smoothing), a, g)
-                with distributed.grad_sync(module, world, sync=k == accum - 1):  # reduce across ranks once per step
-                    with torch.autocast(device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
-                        logits, targets = (forward(x), targets) if objective is None else forward(x, g)  # issue 9: labels unused
-                    loss = soft_cross_entropy(logits, targets)
-                    scaler.scale(loss / accum).backward()
-                loss_sum += loss.detach() / accum
-            scaler.unscale_(optimizer)
-            grad_norm = nn.utils.clip_grad_norm_(trainable.parameters(), t.clip_norm or float("inf"))
-            step_loss = distributed.mean(loss_sum, world)  # the global batch's loss, the same on every rank
-            # faults: a non-finite step is skipped (no gradients, so the optimizer changes nothing); every rank
-            # decides alike: the loss is averaged over ranks and the gradient norm already is
-            if nonfinite.skip(step, step_loss, grad_norm):
-                optimizer.zero_grad(set_to_none=True)
-            scaler.step(optimizer)
-            scaler.update()
-            optimizer.zero_grad(set_to_none=True)
-            if ema is not None:
-                update_ema(ema, model, t.ema)
+            lr, step_loss, grad_norm = _step(config, env, data, run, stream, step, nonfinite)
             step += 1
-
             window["loss"] += float(step_loss)
             window["steps"] += 1
             window["images"] += t.batch_size
             if step % t.log_every == 0 or step == t.steps:
-                now = time.perf_counter()
-                row = {"kind": "train", "step": step, "epoch": step * accum / batches.per_epoch, "loss": window["loss"] / window["steps"],
-                       "lr": lr, "grad_norm": float(grad_norm), "img_s": window["images"] / max(now - window["time"], 1e-9)}
-                log.write(json.dumps(row) + "\n")
-                log.flush()
-                bar.set_postfix(loss=f"{row['loss']:.4f}", lr=f"{lr:.2e}", img_s=f"{row['img_s']:.0f}")
-                window = {"loss": 0.0, "steps": 0, "images": 0, "time": now}
+                window = _log_train(log, bar, window, step, step * env.accum / batches.per_epoch, lr, grad_norm)
             if step % t.eval_every == 0 or step == t.steps:
-                val_metrics = _validate(model, ema, val_data, amp_dtype, a.eval_crop_pct, objective)
-                row = {"kind": "val", "step": step, **{f"val_{k}": val_metrics[k] for k in ("top1", "top5", "loss")}}
-                log.write(json.dumps(row) + "\n")
-                log.flush()
-                if state["best_val_top1"] is None or val_metrics["top1"] > state["best_val_top1"]:
-                    state["best_val_top1"], state["best_step"] = val_metrics["top1"], step
-                if world.main:
-                    bar.write(f"step {step}: val top-1 {val_metrics['top1']:.4f}  top-5 {val_metrics['top5']:.4f}  loss {val_metrics['loss']:.4f}")
+                val_metrics = _validate_and_log(log, bar, env, data, run, config, step)
             if step % t.checkpoint_every == 0 or step == last:
                 checkpoint()
             bar.update(1)
-            stop = distributed.any_rank(faults.stop_requested() is not None, world)  # every rank stops at the same step
+            stop = distributed.any_rank(faults.stop_requested() is not None, env.world)  # every rank stops at the same step
             if stop and step < last:  # faults: SIGTERM/SIGINT -> an ordinary step checkpoint, then stop
                 if step % t.checkpoint_every:
                     checkpoint()
@@ -446,12 +353,217 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
     if step < t.steps:
         return {"stopped_at": step, "steps": t.steps}
     if not val_metrics:  # resumed a run that had already finished
-        val_metrics = _validate(model, ema, val_data, amp_dtype, a.eval_crop_pct, objective)
-    if ema is None:
-        export = _whole_model(model, world)
+        val_metrics = _validate(run.model, run.ema, partial(_val_data, config, env, data), env.amp_dtype, a.eval_crop_pct, run.objective)
+    return _finish(config, out, env, data, run, val_metrics, extra)
+
+
+# -- the phases of a run ----------------------------------------------------------------------
+def _setup(config: RunConfig, out: Path, resume: bool) -> _Setup:
+    """The device and processes, the micro-batch split, and whether `out` may be started or resumed."""
+    t = config.train
+    device = pick_device(t.device, key="train.device")
+    world, device = distributed.setup(t.strategy, device)  # under torchrun: DDP or FSDP across processes
+    micro = t.micro_batch or t.batch_size
+    if t.batch_size % micro:
+        raise ConfigError(f"train.micro_batch: {micro} does not divide train.batch_size {t.batch_size}")
+    if micro % world.size:
+        raise ConfigError(f"train.micro_batch: {micro} images per micro-batch do not split evenly across {world.size} processes")
+    checkpoints = step_checkpoints(out)
+    if resume and not checkpoints:
+        raise CheckpointError(f"{out}: no checkpoint to resume from (expected {out}/checkpoints/step_*/)")
+    if not resume and checkpoints:
+        raise ConfigError(f"--out {out}: already holds a run; continue it with --resume {out} or choose another --out")
+    return _Setup(device, world, autocast_dtype(t.precision, device), micro, t.batch_size // micro, checkpoints)
+
+
+def _prepare_data(config: RunConfig, out: Path, resume: bool, env: _Setup) -> _Data:
+    """Open the splits and check them; small ones are loaded onto the device whole."""
+    t, a, d = config.train, config.augment, config.data
+    # the model's input size and channels decide how images are read; the data decides the classes
+    shape = config.model_config()
+    size, channels = shape.image_size[0], shape.in_chans
+    load_size = d.load_size or (round(size * 8 / 7) if a.crop == "rrc" else size)
+    common = dict(channels=channels, image_size=size, val_fraction=d.val_fraction, seed=d.split_seed,
+                  synthetic_size=d.synthetic_size, synthetic_classes=d.synthetic_classes)
+    train_split = open_dataset(d.name, d.path, d.train_split, **common)
+    val_split = open_dataset(d.name, d.path, d.val_split, **common)
+    check_compatible(train_split, val_split)  # faults: the same classes, labels in range, before any work
+    bad = faults.bad_files(out, d.on_error, resume, writer=env.world.main)  # faults: unreadable image files, as data.on_error says
+    if fits_in_memory(train_split, channels, load_size, d.memory_mb):
+        train_split = load_into_memory(train_split, channels, load_size, workers=d.workers, bad=bad)
+    if fits_in_memory(val_split, channels, size, d.memory_mb):
+        val_split = load_into_memory(val_split, channels, size, a.eval_crop_pct, workers=d.workers, bad=bad)
+    class_names = train_split.class_names
+    if "num_classes" in config.model and config.model["num_classes"] != len(class_names):
+        raise ConfigError(f"model.num_classes: {config.model['num_classes']} given but the data has {len(class_names)} classes")
+    if len(class_names) < 2 and t.objective == "classification":  # masked patch prediction trains on a folder without class folders
+        raise DataError(f"{train_split.source}: one class ({class_names[0]!r}); classification needs two or more "
+                        "(root/<class>/<image>); to pre-train on images without labels use train.objective=masked_patch")
+    if len(train_split) < env.micro:
+        raise DataError(f"{train_split.source}: {len(train_split)} training images, fewer than one batch of {env.micro}; lower train.batch_size")
+    return _Data(train_split, val_split, class_names, bad, shape, load_size)
+
+
+def _build(config: RunConfig, out: Path, env: _Setup, data: _Data) -> _State:
+    """A new run: the initial weights (seeded, or from model.init), and the run directory."""
+    torch.manual_seed(config.train.seed)  # the initial weights, then dropout / stochastic depth draws
+    model = build_model(config.model_config(num_classes=len(data.class_names)))  # a ViT or a BiT ResNet
+    if config.model.get("init"):
+        _init_from(model, Path(config.model["init"]))
+    run = _assemble(config, env, model, {"step": 0, "elapsed_s": 0.0, "best_val_top1": None, "best_step": None}, None)
+    if env.world.main:
+        out.mkdir(parents=True, exist_ok=True)
+        with atomic_path(out / "run.yaml") as tmp:
+            tmp.write_text(dump_run_config(config))
+        (out / "metrics.jsonl").unlink(missing_ok=True)
+    distributed.barrier(env.world)
+    return run
+
+
+def _restore(config: RunConfig, out: Path, env: _Setup, data: _Data) -> _State:
+    """A resumed run: the model, optimizer, scaler, EMA and RNG state of the newest complete checkpoint."""
+    t, world, newest = config.train, env.world, env.checkpoints[-1]
+    if world.main:
+        faults.remove_partial_checkpoints(out)
+    distributed.barrier(world)
+    model, progress, tensors = load_checkpoint(newest)
+    for key, saved, now in (("train.seed", progress["seed"], t.seed), ("train.micro_batch", progress["micro_batch"], env.micro)):
+        if saved != now:
+            raise ConfigError(f"{key}: the run was checkpointed with {saved}, not {now}; an exact resume needs the same data order")
+    run = _assemble(config, env, model, progress, tensors)
+    if world.sharded:
+        if not (newest / SHARDED).is_dir():
+            raise CheckpointError(f"{newest}: written without train.strategy=fsdp; resume it with the strategy it was trained with")
+        distributed.load_sharded(run.trainable, run.optimizer, newest / SHARDED, run.ema)
+    elif "optimizer" not in tensors:
+        raise CheckpointError(f"{newest}: written with train.strategy=fsdp; resume it with torchrun and train.strategy=fsdp")
+    else:
+        run.optimizer.load_state_dict(tensors["optimizer"])
+    run.scaler.load_state_dict(tensors["scaler"])
+    if run.ema is not None and tensors.get("ema"):
+        run.ema = {k: v.to(env.device) for k, v in tensors["ema"].items()}
+    ranks = tensors.get("rng_cpu_ranks")
+    torch.set_rng_state(ranks[world.rank] if ranks is not None and len(ranks) == world.size else tensors["rng_cpu"])
+    if env.device.type == "cuda" and "rng_cuda" in tensors:
+        torch.cuda.set_rng_state(tensors["rng_cuda"], env.device)
+    if world.main:
+        _truncate_metrics(out, progress["step"])
+    distributed.barrier(world)
+    return run
+
+
+def _assemble(config: RunConfig, env: _Setup, model: VisionTransformer, progress: dict, tensors: dict | None) -> _State:
+    """Around the model: the objective, the distributed wrapper, optimizer, scaler and EMA (not yet restored)."""
+    t = config.train
+    model.to(env.device)
+    model.set_grad_checkpointing(t.grad_checkpointing)
+    # masked patch prediction: its [mask] embedding and colour head train beside the ViT; the saved model is the ViT
+    objective = _masked_patch_objective(model, t.objective, tensors)
+    trainable = model if objective is None else objective
+    module = distributed.wrap(trainable, env.world, env.device, model.blocks)
+    optimizer = make_optimizer(trainable, t)
+    scaler = torch.amp.GradScaler(env.device.type, enabled=env.amp_dtype == torch.float16)
+    # EMA weights: shaped as the model's state dict, so sharded like it under FSDP (updated without communication)
+    ema = {k: v.detach().clone() for k, v in model.state_dict().items()} if t.ema else None
+    forward = torch.compile(module) if t.compile and objective is None else module
+    return _State(model, objective, trainable, module, forward, optimizer, scaler, ema, progress)
+
+
+def _step(config: RunConfig, env: _Setup, data: _Data, run: _State, stream, step: int, nonfinite) -> tuple:
+    """One optimizer step over `accum` micro-batches: (learning rate, the global batch's loss, gradient norm)."""
+    t, a, world, accum = config.train, config.augment, env.world, env.accum
+    shape = data.shape
+    lr = learning_rate(step, lr=t.lr, warmup=t.warmup_steps, total=t.steps, decay=t.decay, end_ratio=t.end_lr_ratio)
+    for group in run.optimizer.param_groups:
+        group["lr"] = lr
+    loss_sum = torch.zeros((), device=env.device)
+    for k in range(accum):
+        images, labels = next(stream)
+        g = torch.Generator().manual_seed(t.seed * 1_000_003 + step * accum + k + world.rank * 7_919)  # augmentation draws
+        x = train_transform(images, shape.image_size, a, shape.mean, shape.std, g)
+        x, targets = mix(x, soft_targets(labels, len(data.class_names), a.label_smoothing), a, g)
+        with distributed.grad_sync(run.module, world, sync=k == accum - 1):  # reduce across ranks once per step
+            with torch.autocast(env.device.type, dtype=env.amp_dtype or torch.float32, enabled=env.amp_dtype is not None):
+                # masked patch prediction reads no labels: the objective makes its own targets
+                logits, targets = (run.forward(x), targets) if run.objective is None else run.forward(x, g)
+            loss = soft_cross_entropy(logits, targets)
+            run.scaler.scale(loss / accum).backward()
+        loss_sum += loss.detach() / accum
+    run.scaler.unscale_(run.optimizer)
+    grad_norm = nn.utils.clip_grad_norm_(run.trainable.parameters(), t.clip_norm or float("inf"))
+    step_loss = distributed.mean(loss_sum, world)  # the global batch's loss, the same on every rank
+    # faults: a non-finite step is skipped (no gradients, so the optimizer changes nothing); every rank
+    # decides alike: the loss is averaged over ranks and the gradient norm already is
+    if nonfinite.skip(step, step_loss, grad_norm):
+        run.optimizer.zero_grad(set_to_none=True)
+    run.scaler.step(run.optimizer)
+    run.scaler.update()
+    run.optimizer.zero_grad(set_to_none=True)
+    if run.ema is not None:
+        update_ema(run.ema, run.model, t.ema)
+    return lr, step_loss, grad_norm
+
+
+# -- periodic events: log lines, validation, checkpoints -----------------------------------------
+def _log_train(log, bar, window: dict, step: int, epoch: float, lr: float, grad_norm) -> dict:
+    """A train line in metrics.jsonl (the loss averaged since the last one) and the progress bar; a new window."""
+    now = time.perf_counter()
+    row = {"kind": "train", "step": step, "epoch": epoch, "loss": window["loss"] / window["steps"],
+           "lr": lr, "grad_norm": float(grad_norm), "img_s": window["images"] / max(now - window["time"], 1e-9)}
+    log.write(json.dumps(row) + "\n")
+    log.flush()
+    bar.set_postfix(loss=f"{row['loss']:.4f}", lr=f"{lr:.2e}", img_s=f"{row['img_s']:.0f}")
+    return {"loss": 0.0, "steps": 0, "images": 0, "time": now}
+
+
+def _val_data(config: RunConfig, env: _Setup, data: _Data):
+    return eval_batches(data.val, config.train.eval_batch_size, env.device, channels=data.channels, size=data.size,
+                        crop_pct=config.augment.eval_crop_pct, workers=config.data.workers, bad=data.bad)
+
+
+def _validate_and_log(log, bar, env: _Setup, data: _Data, run: _State, config: RunConfig, step: int) -> dict:
+    """Validation (through the EMA weights if kept): a val line in metrics.jsonl, the best so far, a line on screen."""
+    val_data = partial(_val_data, config, env, data)
+    metrics = _validate(run.model, run.ema, val_data, env.amp_dtype, config.augment.eval_crop_pct, run.objective)
+    row = {"kind": "val", "step": step, **{f"val_{k}": metrics[k] for k in ("top1", "top5", "loss")}}
+    log.write(json.dumps(row) + "\n")
+    log.flush()
+    progress = run.progress
+    if progress["best_val_top1"] is None or metrics["top1"] > progress["best_val_top1"]:
+        progress["best_val_top1"], progress["best_step"] = metrics["top1"], step
+    if env.world.main:
+        bar.write(f"step {step}: val top-1 {metrics['top1']:.4f}  top-5 {metrics['top5']:.4f}  loss {metrics['loss']:.4f}")
+    return metrics
+
+
+def _save_step(out: Path, config: RunConfig, env: _Setup, data: _Data, run: _State, batches, step: int,
+               elapsed: float, window: dict, extra: dict) -> None:
+    """checkpoints/step_N: the model and everything an exact resume needs (data order, optimizer, RNG, EMA)."""
+    world = env.world
+    faults.merge_bad_files(data.bad, distributed.gather_objects(data.bad.files, world))  # each rank streams its own files
+    epoch, position = divmod(step * env.accum, batches.per_epoch)
+    run.progress.update(step=step, epoch=epoch, position=position, seed=config.train.seed, micro_batch=env.micro,
+                        elapsed_s=elapsed, window={"loss": window["loss"], "steps": window["steps"]})  # the loss averaged until the next log line
+    tensors = {"scaler": run.scaler.state_dict(), "rng_cpu": torch.get_rng_state(), "ema": {} if world.sharded else run.ema or {},
+               "rng_cpu_ranks": distributed.gather_objects(torch.get_rng_state(), world)}
+    if not world.sharded:  # under FSDP the optimizer is sharded: step_N/sharded/
+        tensors["optimizer"] = run.optimizer.state_dict()
+    if env.device.type == "cuda":
+        tensors["rng_cuda"] = torch.cuda.get_rng_state(env.device)
+    if run.objective is not None:  # masked patch prediction; gathered from the shards under FSDP
+        tensors["masked_patch"] = distributed.full_tensors(run.objective.objective_state())
+    save_checkpoint(out, run.model, extra, run.progress, tensors, config.train.keep_checkpoints, world, run.optimizer,
+                    run.ema, run.trainable)
+
+
+def _finish(config: RunConfig, out: Path, env: _Setup, data: _Data, run: _State, val_metrics: dict, extra: dict) -> dict:
+    """final/ (the EMA weights when kept), summary.json and the run's plots."""
+    t, world, progress = config.train, env.world, run.progress
+    if run.ema is None:
+        export = _whole_model(run.model, world)
     else:  # the average, not the live weights: no need to gather those too
-        export = build_model(model.config)
-        export.load_state_dict(distributed.full_tensors(ema))
+        export = build_model(run.model.config)
+        export.load_state_dict(distributed.full_tensors(run.ema))
     _write_dir(out / "final", lambda tmp: world.main and save_pretrained(export, tmp, extra=extra), world)
     if not world.main:
         return {"rank": world.rank}
@@ -460,22 +572,22 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
     summary = {
         "final_val_top1": val_metrics.get("top1"),
         "final_val_top5": val_metrics.get("top5"),
-        "best_val_top1": state["best_val_top1"],
-        "best_step": state["best_step"],
-        "val_split": d.val_split,
+        "best_val_top1": progress["best_val_top1"],
+        "best_step": progress["best_step"],
+        "val_split": config.data.val_split,
         "steps": t.steps,
         "images_seen": t.steps * t.batch_size,
-        "wall_time_s": state["elapsed_s"],
+        "wall_time_s": progress["elapsed_s"],
         "img_s": sum(r["img_s"] for r in train_rows) / max(len(train_rows), 1),
         "model": config.model.get("name"),
         "objective": t.objective,  # masked_patch: the val_* figures are the colour-prediction accuracy and loss
-        "params": sum(p.numel() for p in model.parameters()),
-        "device": str(device),
+        "params": sum(p.numel() for p in run.model.parameters()),
+        "device": str(env.device),
         "processes": world.size,
         "threads": torch.get_num_threads(),
         "checkpoint": str(out / "final"),
-        "skipped_steps": state["skipped_steps"],  # faults: non-finite steps
-        "bad_files": len(bad),
+        "skipped_steps": progress["skipped_steps"],  # faults: non-finite steps
+        "bad_files": len(data.bad),
     }
     write_json(out / "summary.json", summary)
     from vitkit.plots import plot_run  # matplotlib only when a run ends
@@ -485,7 +597,7 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
 
 
 def _validate(model, ema, batches, amp_dtype, crop_pct, objective=None) -> dict:
-    measure = evaluate if objective is None else lambda _, data, **kw: evaluate_masked_patch(objective, data, **kw)  # issue 9
+    measure = evaluate if objective is None else lambda _, data, **kw: evaluate_masked_patch(objective, data, **kw)
     if ema is None:
         return measure(model, batches(), crop_pct=crop_pct, autocast_dtype=amp_dtype)
     live = {k: v.clone() for k, v in model.state_dict().items()}
@@ -504,7 +616,7 @@ def _init_from(model: VisionTransformer, path: Path) -> None:
     load_state_dict_strict(model, source.state_dict(), source=path)  # faults: another architecture is one clear error
 
 
-# -- masked patch prediction (issue 9, paper §4.6) ------------------------------------------
+# -- masked patch prediction (paper §4.6) ------------------------------------------
 def _masked_patch_objective(model: VisionTransformer, name: str, resumed: dict | None) -> MaskedPatchPrediction | None:
     """train.objective=masked_patch: the wrapper around `model` (None for classification); on resume, its saved state."""
     if resumed is not None and ("masked_patch" in resumed) != (name == "masked_patch"):

@@ -8,7 +8,7 @@ from vitkit.models.summary import count_flops, count_parameters
 
 REQUIRED = "vit_ti16 vit_s16 vit_s32 vit_b8 vit_b16 vit_b32 vit_l16 vit_l32 vit_h14 r_vit_ti16 r50_vit_b16 r26_vit_b32 r50_vit_l32".split()
 
-# The exact counts the issue holds the model to (224x224, class token, no pre-logits, 1000 classes).
+# The parameter counts of the released models (224x224, class token, no pre-logits, 1000 classes).
 PAPER_COUNTS = {
     "vit_ti16": 5_717_416,
     "vit_s16": 22_050_664,
