@@ -52,6 +52,8 @@ def plot(rows, families, sizes, path, h) -> None:
     for ax, key, title in zip(axes, ("test_top1", "fewshot10"), ("Test top-1 (Fig. 3)", "10-shot linear accuracy (Fig. 4)")):
         series = {f: (sizes, [_get(rows, f, n, key) for n in sizes]) for f in families}
         lines(ax, series, xlabel="training images (nested subsets)", ylabel="accuracy", title=title)
+        ax.set_xticks(sizes, [str(n) for n in sizes])
+        ax.minorticks_off()
     save_figure(fig, path, h)
 
 
