@@ -33,8 +33,8 @@ class DataConfig:
     val_split: str = "val"  # split validated during training (a "val" folder, else held out of train with val_fraction)
     val_fraction: float = 0.1  # share of train held out as "val" when the source has no val split on disk
     split_seed: int = 0
-    memory_mb: float = 4096.0  # image files up to this size are decoded once and kept on the device
-    load_size: int | None = None  # files are decoded at this square size before the train crop (None: image size * 8/7)
+    memory_mb: float = 4096.0  # image files up to this size are decoded once and kept on the device (not with augment.crop=rrc)
+    load_size: int | None = None  # square size files are kept at for augment.crop=pad|none (None: image size); rrc crops the whole image
     workers: int = 2  # DataLoader workers for streamed image files
     synthetic_size: int = 512
     synthetic_classes: int = 10

@@ -22,7 +22,7 @@ import os
 import re
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -274,7 +274,8 @@ class _Data:
     class_names: list[str]
     bad: Any  # unreadable image files, as data.on_error says
     shape: ModelConfig  # the model's input (size, channels, mean, std) decides how images are read
-    load_size: int  # the size images are read at before the training crop
+    batches: Any  # the training batches in their reproducible order (a Batches)
+    augment: Any  # what the device does to them (an AugmentConfig: no crop where the loader cut it)
 
     @property
     def size(self) -> int:
@@ -310,11 +311,9 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
                       "split_seed": config.data.split_seed}}  # eval finds the same held-out split
 
     # data order: micro-batch number m is batch (m % per_epoch) of epoch (m // per_epoch), seeded by train.seed
-    batches = Batches(data.train, env.micro, t.seed, env.device, channels=data.channels, size=data.load_size,
-                      workers=config.data.workers, rank=env.world.rank, world=env.world.size)
+    batches = data.batches
     step, elapsed_before = run.progress["step"], run.progress["elapsed_s"]
     stream = batches.iterate(*divmod(step * env.accum, batches.per_epoch))
-    batches.bad = data.bad  # faults: streamed files that cannot be read, as data.on_error says
     last = min(t.steps, stop_at) if stop_at is not None else t.steps
     bar = _progress(t, step, show=env.world.main)
     log = open(out / "metrics.jsonl" if env.world.main else os.devnull, "a")  # rank 0 logs
@@ -382,15 +381,12 @@ def _prepare_data(config: RunConfig, out: Path, resume: bool, env: _Setup) -> _D
     # the model's input size and channels decide how images are read; the data decides the classes
     shape = config.model_config()
     size, channels = shape.image_size[0], shape.in_chans
-    load_size = d.load_size or (round(size * 8 / 7) if a.crop == "rrc" else size)
     common = dict(channels=channels, image_size=size, val_fraction=d.val_fraction, seed=d.split_seed,
                   synthetic_size=d.synthetic_size, synthetic_classes=d.synthetic_classes)
     train_split = open_dataset(d.name, d.path, d.train_split, **common)
     val_split = open_dataset(d.name, d.path, d.val_split, **common)
     check_compatible(train_split, val_split)  # faults: the same classes, labels in range, before any work
     bad = faults.bad_files(out, d.on_error, resume, writer=env.world.main)  # faults: unreadable image files, as data.on_error says
-    if fits_in_memory(train_split, channels, load_size, d.memory_mb):
-        train_split = load_into_memory(train_split, channels, load_size, workers=d.workers, bad=bad)
     if fits_in_memory(val_split, channels, size, d.memory_mb):
         val_split = load_into_memory(val_split, channels, size, a.eval_crop_pct, workers=d.workers, bad=bad)
     class_names = train_split.class_names
@@ -401,7 +397,8 @@ def _prepare_data(config: RunConfig, out: Path, resume: bool, env: _Setup) -> _D
                         "(root/<class>/<image>); to pre-train on images without labels use train.objective=masked_patch")
     if len(train_split) < env.micro:
         raise DataError(f"{train_split.source}: {len(train_split)} training images, fewer than one batch of {env.micro}; lower train.batch_size")
-    return _Data(train_split, val_split, class_names, bad, shape, load_size)
+    batches, augment = training_batches(config, train_split, env.micro, env.device, bad, env.world)
+    return _Data(batches.split, val_split, class_names, bad, shape, batches, augment)
 
 
 def _build(config: RunConfig, out: Path, env: _Setup, data: _Data) -> _State:
@@ -479,8 +476,8 @@ def _step(config: RunConfig, env: _Setup, data: _Data, run: _State, stream, step
     loss_sum = torch.zeros((), device=env.device)
     for k in range(accum):
         images, labels = next(stream)
-        g = torch.Generator().manual_seed(t.seed * 1_000_003 + step * accum + k + world.rank * 7_919)  # augmentation draws
-        x = train_transform(images, shape.image_size, a, shape.mean, shape.std, g)
+        g = augment_generator(t.seed, step * accum + k, world.rank)
+        x = train_transform(images, shape.image_size, data.augment, shape.mean, shape.std, g)
         x, targets = mix(x, soft_targets(labels, len(data.class_names), a.label_smoothing), a, g)
         with distributed.grad_sync(run.module, world, sync=k == accum - 1):  # reduce across ranks once per step
             with torch.autocast(env.device.type, dtype=env.amp_dtype or torch.float32, enabled=env.amp_dtype is not None):
@@ -594,6 +591,44 @@ def _finish(config: RunConfig, out: Path, env: _Setup, data: _Data, run: _State,
 
     plot_run(rows, out)
     return summary
+
+
+def training_batches(config: RunConfig, split, micro: int, device: torch.device, bad, world: distributed.Dist = distributed.Dist()):
+    """The run's training batches (a `Batches`) and the augmentation the device applies to them.
+
+    Image files get the Inception crop from the whole decoded image in the loader (never from a resized
+    copy; the device then only flips and RandAugments); other data is held in memory when it fits
+    (data.memory_mb) and cropped on the device.
+    """
+    a, d = config.augment, config.data
+    shape = config.model_config()
+    size, channels = shape.image_size[0], shape.in_chans
+    load_size = d.load_size or (round(size * 8 / 7) if a.crop == "rrc" else size)
+    crop = (a.rrc_scale, a.rrc_ratio) if a.crop == "rrc" and split.images is None else None
+    if crop is None and fits_in_memory(split, channels, load_size, d.memory_mb):
+        split = load_into_memory(split, channels, load_size, workers=d.workers, bad=bad)
+    batches = Batches(split, micro, config.train.seed, device, channels=channels, size=size if crop else load_size, workers=d.workers,
+                      rank=world.rank, world=world.size, bad=bad, crop=crop)  # faults: bad streamed files, as data.on_error says
+    return batches, replace(a, crop="none") if batches.cropped else a
+
+
+def augment_generator(seed: int, micro_batch: int, rank: int = 0) -> torch.Generator:
+    """The generator of every device-side augmentation draw of one micro-batch (number `micro_batch` of the run)."""
+    return torch.Generator().manual_seed(seed * 1_000_003 + micro_batch + rank * 7_919)
+
+
+def first_batch_pixels(config: RunConfig, count: int) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
+    """The first `count` images of the run's first micro-batch as training augments them (crop, flip, RandAugment;
+    computed on the CPU), before normalisation, random erasing and Mixup/CutMix: ((N, C, H, W) uint8, labels, class names)."""
+    from vitkit.data import BadFiles, augment_pixels
+
+    shape, d, t = config.model_config(), config.data, config.train
+    split = open_dataset(d.name, d.path, d.train_split, channels=shape.in_chans, image_size=shape.image_size[0], val_fraction=d.val_fraction,
+                         seed=d.split_seed, synthetic_size=d.synthetic_size, synthetic_classes=d.synthetic_classes)
+    batches, augment = training_batches(config, split, t.micro_batch or t.batch_size, torch.device("cpu"), BadFiles(d.on_error))
+    images, labels = next(batches.iterate(0, 0))
+    pixels = augment_pixels(images, shape.image_size, augment, augment_generator(t.seed, 0))[:count]  # draws depend on the batch
+    return (pixels * 255).round().clamp(0, 255).to(torch.uint8), labels[:count], split.class_names
 
 
 def _validate(model, ema, batches, amp_dtype, crop_pct, objective=None) -> dict:

@@ -24,6 +24,7 @@ COMMANDS = {
     "train": "train",
     "eval": "eval",
     "predict": "predict",
+    "data": "data",
     "finetune": "finetune",
     "fewshot": "fewshot",
     "linear-probe": "linear_probe",

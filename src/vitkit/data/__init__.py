@@ -1,11 +1,11 @@
-"""Data: sources (IDX, image folders, CSV/JSONL lists, synthetic), image-mode conversion, batched
+"""Data: sources (IDX, image folders, CSV/JSONL lists, tar shards, Parquet, synthetic), image-mode conversion, batched
 device-side augmentation and reproducibly ordered batches."""
 
 from __future__ import annotations
 
 import os
 
-from .augment import AugmentConfig, eval_transform, mix, soft_targets, train_transform
+from .augment import AugmentConfig, augment_pixels, eval_transform, mix, soft_targets, train_transform
 from .loader import ON_ERROR, BadFiles, Batches, epoch_order, eval_batches, fits_in_memory, load_into_memory
 from .sources import SPLITS, Split, check_compatible, open_split, synthetic
 
@@ -34,6 +34,7 @@ __all__ = [
     "SPLITS",
     "BadFiles",
     "AugmentConfig",
+    "augment_pixels",
     "Batches",
     "Split",
     "check_compatible",

@@ -199,8 +199,9 @@ def normalize(x: torch.Tensor, mean, std) -> torch.Tensor:
     return (x - mean) / std
 
 
-def train_transform(images: torch.Tensor, size: tuple[int, int], cfg: AugmentConfig, mean, std, g: torch.Generator) -> torch.Tensor:
-    """uint8 (B, C, H, W) on any device -> augmented, normalised float (B, C, *size)."""
+def augment_pixels(images: torch.Tensor, size: tuple[int, int], cfg: AugmentConfig, g: torch.Generator) -> torch.Tensor:
+    """uint8 (B, C, H, W) on any device -> cropped, flipped, RandAugmented float (B, C, *size) in [0, 1]:
+    the training pixels before normalisation (what `vitkit data --samples` shows)."""
     x = images.float() / 255.0
     if cfg.crop == "rrc":
         x = random_resized_crop(x, size, cfg.rrc_scale, cfg.rrc_ratio, g)
@@ -212,7 +213,12 @@ def train_transform(images: torch.Tensor, size: tuple[int, int], cfg: AugmentCon
         x = hflip(x, cfg.hflip, g)
     if cfg.randaugment_ops > 0:
         x = randaugment(x, cfg.randaugment_ops, cfg.randaugment_magnitude, g)
-    x = normalize(x, mean, std)
+    return x
+
+
+def train_transform(images: torch.Tensor, size: tuple[int, int], cfg: AugmentConfig, mean, std, g: torch.Generator) -> torch.Tensor:
+    """uint8 (B, C, H, W) on any device -> augmented, normalised float (B, C, *size)."""
+    x = normalize(augment_pixels(images, size, cfg, g), mean, std)
     if cfg.erase > 0:
         x = random_erase(x, cfg.erase, cfg.erase_scale, cfg.erase_ratio, g)
     return x

@@ -21,7 +21,9 @@ from torch.utils.data import DataLoader, Dataset
 
 from vitkit.errors import DataError
 
+from .decode import crop_draws, inception_crop
 from .images import load_image
+from . import shards
 from .sources import Split
 
 ON_ERROR = ("skip", "fail")
@@ -31,6 +33,16 @@ def epoch_order(n: int, seed: int, epoch: int) -> torch.Tensor:
     """The permutation of range(n) used in `epoch`: a function of (seed, epoch) only."""
     g = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
     return torch.randperm(n, generator=g)
+
+
+def block_order(blocks: np.ndarray, seed: int, epoch: int, window: int = shards.ROW_GROUP_WINDOW) -> torch.Tensor:
+    """A permutation of range(len(blocks)) that keeps the samples of a block (a Parquet row group) near each
+    other: the blocks in a seeded order, then the samples of every `window` consecutive blocks shuffled
+    together. A function of (seed, epoch) only, like `epoch_order`."""
+    g = np.random.default_rng((seed, epoch))
+    rank = np.empty(int(blocks.max()) + 1, dtype=np.int64)
+    rank[g.permutation(len(rank))] = np.arange(len(rank))
+    return torch.from_numpy(np.lexsort((g.random(len(blocks)), rank[blocks] // window)))
 
 
 class BadFiles:
@@ -71,22 +83,29 @@ class BadFiles:
 
 
 class FileImages(Dataset):
-    """Decodes image files to (C, size, size) uint8 tensors, resized and centre-cropped.
+    """Decodes image files to (C, size, size) uint8 tensors: resized and centre-cropped, or, with `crop`
+    = (scale, ratio), the Inception crop of the whole image (items are then (index, batch, slot): the
+    crop's random numbers are a function of the seed, the batch number and the place in the batch).
 
     An item is (pixels, label, None), or (None, label, (index, path, message)) for a file that cannot
     be read: the error travels back from the DataLoader workers with the batch (see `collate`).
     """
 
-    def __init__(self, split: Split, channels: int, size: int, crop_pct: float = 1.0):
+    def __init__(self, split: Split, channels: int, size: int, crop_pct: float = 1.0, crop: tuple | None = None, seed: int = 0):
         self.paths, self.labels = split.paths, split.labels
-        self.channels, self.size, self.crop_pct = channels, size, crop_pct
+        self.channels, self.size, self.crop_pct, self.crop, self.seed = channels, size, crop_pct, crop, seed
 
     def __len__(self) -> int:
         return len(self.paths)
 
-    def __getitem__(self, i: int) -> tuple[torch.Tensor | None, torch.Tensor, tuple[int, str, str] | None]:
+    def __getitem__(self, item) -> tuple[torch.Tensor | None, torch.Tensor, tuple[int, str, str] | None]:
+        i, batch, slot = item if self.crop is not None else (item, 0, 0)
         try:
-            pixels = load_image(self.paths[i], self.channels, self.size, self.crop_pct)
+            if self.crop is None:
+                pixels = load_image(self.paths[i], self.channels, self.size, self.crop_pct)
+            else:
+                draws = crop_draws(self.seed, batch, slot)
+                pixels = inception_crop(self.paths[i], self.channels, (self.size, self.size), draws, *self.crop)
         except DataError as err:
             return None, self.labels[i], (i, str(self.paths[i]), str(err))
         return torch.from_numpy(np.array(pixels, copy=True)), self.labels[i], None
@@ -129,10 +148,12 @@ def _start_workers(loader: DataLoader):
         signal.pthread_sigmask(signal.SIG_SETMASK, before)  # a SIGTERM that came meanwhile reaches the handler now
 
 
-def _file_batches(split: Split, channels: int, size: int, crop_pct: float, bad: BadFiles | None, **loader_args):
+def _file_batches(split: Split, channels: int, size: int, crop_pct: float, bad: BadFiles | None, crop=None, seed=0, **loader_args):
     """(images, labels, errors) batches of decoded files; errors go to `bad` (default: fail on the first)."""
     bad = BadFiles("fail") if bad is None else bad
-    loader = DataLoader(FileImages(split, channels, size, crop_pct), collate_fn=collate,
+    if loader_args.get("num_workers"):  # keep the workers busy: a few batches decoded ahead
+        loader_args.setdefault("prefetch_factor", 4)
+    loader = DataLoader(FileImages(split, channels, size, crop_pct, crop, seed), collate_fn=collate,
                         worker_init_fn=_sigterm_from_parent_only, **loader_args)
     for x, y, errors in _start_workers(loader):
         bad.report(errors)
@@ -166,36 +187,54 @@ class Batches:
 
     `iterate(epoch, position)` starts at batch `position` of `epoch` and runs through later epochs forever.
     With `world` > 1 processes, each yields only its contiguous share (rank) of every global batch.
+    Streamed files are read by one DataLoader for the whole run (its workers live across epochs); with
+    `crop` = (scale, ratio) they come as Inception crops of the whole image, `size` x `size` (`cropped`).
     """
 
     def __init__(self, split: Split, batch_size: int, seed: int, device: torch.device, *, channels: int, size: int, workers: int = 0,
-                 rank: int = 0, world: int = 1, bad: BadFiles | None = None):
+                 rank: int = 0, world: int = 1, bad: BadFiles | None = None, crop: tuple | None = None):
         if len(split) < batch_size:
             raise DataError(f"{split.source}: {len(split)} training images are fewer than one batch of {batch_size}; lower train.batch_size")
         self.split, self.batch_size, self.seed, self.device = split, batch_size, seed, device
         self.channels, self.size, self.workers, self.bad = channels, size, workers, bad
+        self.crop = crop if split.images is None else None
+        self.cropped = self.crop is not None  # the device-side transform must not crop again
+        self.blocks = shards.blocks(split)  # Parquet: row-group windows
         self.per_epoch = len(split) // batch_size
         self.share = slice(rank * batch_size // world, (rank + 1) * batch_size // world)  # this rank's part of a batch
         if split.images is not None:
             self.images = split.images.to(device)
             self.labels = split.labels.to(device)
 
-    def iterate(self, epoch: int, position: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def _order(self, epoch: int) -> torch.Tensor:
+        """(per_epoch, batch_size) indices: the batches of `epoch`."""
+        order = epoch_order(len(self.split), self.seed, epoch) if self.blocks is None else block_order(self.blocks, self.seed, epoch)
+        return order[: self.per_epoch * self.batch_size].view(self.per_epoch, self.batch_size)
+
+    def _items(self, epoch: int, position: int):
+        """This rank's DataLoader items from batch `position` of `epoch` on, forever: file indices, with the
+        crop's (batch number, place in the batch) when files are cropped here."""
         while True:
-            order = epoch_order(len(self.split), self.seed, epoch)[: self.per_epoch * self.batch_size]
-            order = order[position * self.batch_size :]
-            if self.split.images is not None:
-                index = order.to(self.device)
-                for start in range(0, len(index), self.batch_size):
-                    batch = index[start : start + self.batch_size][self.share]
-                    yield self.images[batch], self.labels[batch]
-            else:  # a batch holding a bad file (data.on_error=skip) is that much smaller
-                mine = order.view(-1, self.batch_size)[:, self.share].flatten()  # this rank's share of every batch
-                for x, y, _ in _file_batches(self.split, self.channels, self.size, 1.0, self.bad, batch_size=self.share.stop - self.share.start,
-                                             sampler=mine.tolist(), num_workers=self.workers, pin_memory=self.device.type == "cuda"):
-                    if x is None:
-                        raise DataError(f"{self.split.source}: no image of a whole batch could be read; see the messages above")
-                    yield x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+            order = self._order(epoch)
+            for b in range(position, self.per_epoch):
+                number = epoch * self.per_epoch + b
+                for slot in range(self.share.start, self.share.stop):
+                    i = int(order[b, slot])
+                    yield (i, number, slot) if self.cropped else i
+            epoch, position = epoch + 1, 0
+
+    def iterate(self, epoch: int, position: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        if self.split.images is None:  # a batch holding a bad file (data.on_error=skip) is that much smaller
+            for x, y, _ in _file_batches(self.split, self.channels, self.size, 1.0, self.bad, crop=self.crop, seed=self.seed,
+                                         batch_size=self.share.stop - self.share.start, sampler=self._items(epoch, position),
+                                         num_workers=self.workers, pin_memory=self.device.type == "cuda"):
+                if x is None:
+                    raise DataError(f"{self.split.source}: no image of a whole batch could be read; see the messages above")
+                yield x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+            return
+        while True:
+            for batch in self._order(epoch)[position:].to(self.device):
+                yield self.images[batch[self.share]], self.labels[batch[self.share]]
             epoch, position = epoch + 1, 0
 
 

@@ -1,4 +1,4 @@
-"""Where images come from: IDX files, an image-folder tree, a CSV/JSONL list, or synthetic data.
+"""Where images come from: IDX files, an image-folder tree, a CSV/JSONL list, shards (tar, Parquet: shards.py) or synthetic data.
 
 `open_split(path, split)` returns a `Split`: labels, class names, and either the pixels already in
 memory (IDX, synthetic) or the files to read (folders, lists). Splits a source does not have on
@@ -27,7 +27,8 @@ SPLITS = ("train", "val", "test")
 
 @dataclass
 class Split:
-    """One split of a dataset. `images` is (N, C, H, W) uint8 when in memory, else `paths` are read on use."""
+    """One split of a dataset. `images` is (N, C, H, W) uint8 when in memory, else `paths` are read on use:
+    image files, or records inside shards (`images.Record`: a tar member, a Parquet row)."""
 
     labels: torch.Tensor  # (N,) int64
     class_names: list[str]
@@ -78,6 +79,10 @@ def open_split(
     """Open `split` ("train", "val" or "test") of the dataset at `path` (None: Fashion-MNIST's default place)."""
     if split not in SPLITS:
         raise DataError(f"data split {split!r}: expected one of {', '.join(SPLITS)}")
+    from .shards import is_sharded, open_sharded  # tar shards and Parquet files
+
+    if path is not None and is_sharded(path):
+        return open_sharded(path, split, val_fraction=val_fraction, seed=seed)
     root = idx.default_dir() if path is None else Path(path)
     if not root.exists():
         raise DataError(idx.missing_message(root) if path is None else f"{root}: no such file or directory (data.path)")

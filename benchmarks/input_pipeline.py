@@ -1,0 +1,170 @@
+"""Input-pipeline throughput per CPU core: decoding ImageNet-like JPEGs and making 224-px training crops.
+
+    PYTHONPATH=src python benchmarks/input_pipeline.py [--images 256] [--rounds 5] [--photo-size 500x375] [--json out.json]
+
+Generates JPEGs like ImageNet's photos (sizes drawn around 500x375, both orientations, quality 90, a
+1/f-like mix of smooth and fine texture) in a temporary folder, writes them once more as tar shards,
+then measures in one process with one thread (img/s per core), the candidates in turns, round after
+round, and reports medians of per-round ratios to the plain reference:
+
+  decode only      Pillow (open + convert("RGB")) and simplejpeg, whole images from bytes in memory
+  reference        Pillow open/convert, random-resized crop + bilinear resize with Pillow, to a float
+                   tensor (the textbook torchvision-style CPU pipeline)
+  vitkit folder    vitkit's training loader (Batches, workers=0) over the image folder: the Inception
+                   crop from the whole image, DCT-scaled JPEG decode, uint8 batches
+  vitkit shards    the same over the tar shards
+  ... with Pillow  the vitkit rows again with VITKIT_JPEG_DECODER=pillow
+
+Flips, RandAugment and normalisation run on the training device in vitkit and are not counted here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import math
+import os
+import platform
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+
+from vitkit.data import Batches
+from vitkit.data.shards import open_sharded, write_tar_shards
+from vitkit.data.sources import open_split
+
+SIZE = 224
+
+
+def photo(rng: np.random.Generator, width: int, height: int) -> Image.Image:
+    """A synthetic photo: smooth shapes plus finer texture and sensor noise (JPEGs of ImageNet-like size per pixel)."""
+    image = np.zeros((height, width, 3))
+    for cells, amplitude in ((4, 90), (16, 50), (64, 35), (256, 25)):
+        small = rng.normal(0, 1, (max(2, height * cells // 500), max(2, width * cells // 500), 3))
+        small = ((small - small.min()) / (np.ptp(small) + 1e-9) * 255).astype(np.uint8)
+        image += amplitude * np.asarray(Image.fromarray(small).resize((width, height), Image.BICUBIC), dtype=float) / 255
+    image += rng.normal(0, 10, image.shape)
+    image = (image - image.min()) / (np.ptp(image) + 1e-9) * 255
+    return Image.fromarray(image.astype(np.uint8))
+
+
+def make_dataset(root: Path, count: int, classes: int = 10, size: tuple[int, int] = (500, 375)) -> None:
+    rng = np.random.default_rng(0)
+    for i in range(count):
+        landscape = rng.random() < 0.7
+        w, h = (int(rng.normal(size[0], size[0] * 0.08)), int(rng.normal(size[1], size[1] * 0.08)))
+        w, h = (w, h) if landscape else (h, w)
+        folder = root / f"class_{i % classes}"
+        folder.mkdir(parents=True, exist_ok=True)
+        photo(rng, max(w, 64), max(h, 64)).save(folder / f"{i:05d}.jpg", quality=90)
+
+
+# -- the plain reference pipeline ----------------------------------------------------------------
+def reference_crop(image: Image.Image, rng: random.Random, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3)) -> tuple[int, int, int, int]:
+    """torchvision-style RandomResizedCrop parameters (integer box, 10 tries, then the centre)."""
+    width, height = image.size
+    area = width * height
+    for _ in range(10):
+        target = area * rng.uniform(*scale)
+        aspect = math.exp(rng.uniform(math.log(ratio[0]), math.log(ratio[1])))
+        w, h = int(round(math.sqrt(target * aspect))), int(round(math.sqrt(target / aspect)))
+        if 0 < w <= width and 0 < h <= height:
+            left, top = rng.randint(0, width - w), rng.randint(0, height - h)
+            return left, top, left + w, top + h
+    side = min(width, height)
+    return (width - side) // 2, (height - side) // 2, (width + side) // 2, (height + side) // 2
+
+
+def reference(paths: list[Path], rng: random.Random) -> int:
+    for path in paths:
+        image = Image.open(path).convert("RGB")
+        image = image.crop(reference_crop(image, rng)).resize((SIZE, SIZE), Image.BILINEAR)
+        torch.from_numpy(np.asarray(image).copy()).permute(2, 0, 1).float().div(255)  # ToTensor
+    return len(paths)
+
+
+def vitkit_loader(split, decoder: str) -> int:
+    os.environ["VITKIT_JPEG_DECODER"] = decoder
+    batches = Batches(split, 32, seed=0, device=torch.device("cpu"), channels=3, size=SIZE, workers=0, crop=((0.08, 1.0), (3 / 4, 4 / 3)))
+    stream = batches.iterate(0, 0)
+    n = 0
+    for _ in range(batches.per_epoch):
+        n += len(next(stream)[0])
+    stream.close()
+    return n
+
+
+def decode_pillow(blobs: list[bytes]) -> int:
+    for data in blobs:
+        np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
+    return len(blobs)
+
+
+def decode_simplejpeg(blobs: list[bytes]) -> int:
+    import simplejpeg
+
+    for data in blobs:
+        simplejpeg.decode_jpeg(data)
+    return len(blobs)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--images", type=int, default=256)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--photo-size", default="500x375", help="typical generated photo, WxH (e.g. 2000x1500 for phone photos)")
+    parser.add_argument("--json", help="write the results here")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory(prefix="vitkit-input-") as tmp:
+        root = Path(tmp)
+        make_dataset(root / "folder" / "train", args.images, size=tuple(int(v) for v in args.photo_size.split("x")))
+        folder = open_split(root / "folder", "train", channels=3, val_fraction=0.0)
+        write_tar_shards(folder, root / "shards", per_shard=64)
+        shards = open_sharded(root / "shards", "train", val_fraction=0.0)
+        paths = sorted((root / "folder").rglob("*.jpg"))
+        blobs = [p.read_bytes() for p in paths]
+        sizes = [Image.open(p).size for p in paths]
+        candidates = {
+            "decode only: Pillow": lambda: decode_pillow(blobs),
+            "decode only: simplejpeg": lambda: decode_simplejpeg(blobs),
+            "reference (Pillow RandomResizedCrop + ToTensor)": lambda: reference(paths, random.Random(0)),
+            "vitkit loader, folder": lambda: vitkit_loader(folder, "simplejpeg"),
+            "vitkit loader, tar shards": lambda: vitkit_loader(shards, "simplejpeg"),
+            "vitkit loader, folder, Pillow decoder": lambda: vitkit_loader(folder, "pillow"),
+            "vitkit loader, tar shards, Pillow decoder": lambda: vitkit_loader(shards, "pillow"),
+        }
+        rates: dict[str, list[float]] = {name: [] for name in candidates}
+        counts: dict[str, int] = {}
+        for _ in range(args.rounds):
+            for name, run in candidates.items():
+                start = time.perf_counter()
+                counts[name] = run()
+                rates[name].append(counts[name] / (time.perf_counter() - start))
+    ref = rates["reference (Pillow RandomResizedCrop + ToTensor)"]
+    rows = []
+    for name, values in rates.items():
+        ratio = float(np.median([v / r for v, r in zip(values, ref)]))
+        rows.append({"pipeline": name, "img_s_per_core": float(np.median(values)), "vs_reference": ratio, "images": counts[name]})
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    meta = {"images": args.images, "mean_kib": sum(map(len, blobs)) / len(blobs) / 1024, "median_size": [float(np.median([s[0] for s in sizes])),
+            float(np.median([s[1] for s in sizes]))], "rounds": args.rounds, "output": SIZE, "cpu": platform.processor() or platform.machine(),
+            "load_average_1min": load, "python": sys.version.split()[0], "torch": torch.__version__, "pillow": Image.__version__}
+    print(f"{args.images} generated JPEGs (mean {meta['mean_kib']:.0f} KiB, median {meta['median_size'][0]:.0f}x{meta['median_size'][1]:.0f}), "
+          f"{SIZE}-px crops, 1 process x 1 thread, medians of {args.rounds} rounds; 1-min load average {load:.1f}")
+    print(f"| pipeline | img/s per core | vs reference |\n|---|---|---|")
+    for r in rows:
+        print(f"| {r['pipeline']} | {r['img_s_per_core']:.0f} | {r['vs_reference']:.2f}x |")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

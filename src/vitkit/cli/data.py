@@ -1,0 +1,115 @@
+"""`vitkit data PATH`: what a dataset holds, what the model will see of it in training, and tar shards from it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+EPILOG = """examples:
+  vitkit data ~/photos                                          format, classes, images per class and split, sizes
+  vitkit data ~/photos --config configs/finetune_cifar10.yaml --samples 16 --out preview/   the first training batch
+  vitkit data 'shards/shard-{000000..000009}.tar' model.image_size=224 --samples 8 --out preview/
+  vitkit data ~/photos --to-shards shards/ --per-shard 1000     write the train split as tar shards
+"""
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "data",
+        help="describe a dataset, preview the training batch the model sees, or write it as tar shards",
+        description="Print a dataset's format, classes, images per class and split, image sizes (min/median/max) and "
+        "channels. With --samples N, write DIR/samples.png (a labelled grid) and DIR/samples.npy ((N, C, H, W) uint8): "
+        "the first N images of the run's first training batch exactly as training augments them, before normalisation.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("path", nargs="?", metavar="PATH", help="the dataset (= data.path): folder, list, IDX, tar shards or Parquet")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted run-config overrides, e.g. model.image_size=224")
+    p.add_argument("--config", metavar="YAML", help="run config whose data/augment/model settings apply (as in vitkit train)")
+    p.add_argument("--split", default="train", choices=("train", "val", "test"), help="split for sizes, samples and shards (default train)")
+    p.add_argument("--samples", type=int, default=0, metavar="N", help="write the first N images of the first training batch")
+    p.add_argument("--out", metavar="DIR", help="where samples.png and samples.npy go (required with --samples)")
+    p.add_argument("--to-shards", metavar="DIR", help="write the split's images as tar shards DIR/shard-NNNNNN.tar + classes.txt")
+    p.add_argument("--per-shard", type=int, default=1000, metavar="N", help="images per shard (default 1000)")
+    p.add_argument("--json", action="store_true", help="print the summary as one JSON object on the last line")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    import numpy as np
+
+    from vitkit.checkpoint.io import atomic_path
+    from vitkit.data import SPLITS, open_dataset
+    from vitkit.data.shards import write_tar_shards
+    from vitkit.data.summary import describe, sample_grid
+    from vitkit.errors import ConfigError, DataError
+    from vitkit.run_config import load_run_config
+
+    if args.samples < 0 or args.per_shard < 1:
+        raise ConfigError("--samples and --per-shard: expected positive numbers")
+    if args.samples and not args.out:
+        raise ConfigError("--samples: say where to write samples.png and samples.npy with --out DIR")
+    if args.path and "=" in args.path and not Path(args.path).exists():  # no PATH given, a KEY=VALUE in its place
+        args.overrides, args.path = [args.path, *args.overrides], None
+    overrides = list(args.overrides) + ([f"data.path={args.path}"] if args.path else [])
+    config = load_run_config(args.config, overrides)
+    d, shape = config.data, config.model_config()
+    opened = {}
+    for split in SPLITS:
+        try:
+            opened[split] = open_dataset(d.name, d.path, split, channels=shape.in_chans, image_size=shape.image_size[0],
+                                         val_fraction=d.val_fraction, seed=d.split_seed, synthetic_size=d.synthetic_size,
+                                         synthetic_classes=d.synthetic_classes)
+        except DataError as err:
+            opened[split] = str(err)
+    summary = describe(opened, args.split, d.path, d.name)
+    _print(summary)
+
+    if args.to_shards:
+        written = write_tar_shards(opened[args.split], args.to_shards, per_shard=args.per_shard, seed=d.split_seed)
+        summary["shards"] = {"dir": args.to_shards, "files": len(written), "images": len(opened[args.split])}
+        print(f"wrote {len(opened[args.split])} images of the {args.split} split ({summary['splits'][args.split]['source']}) as "
+              f"{len(written)} tar shard(s): {args.to_shards}/shard-{{000000..{len(written) - 1:06d}}}.tar (+ classes.txt)")
+
+    if args.samples:
+        from vitkit.train import first_batch_pixels
+
+        preview = dataclasses.replace(config, data=dataclasses.replace(d, train_split=args.split))
+        pixels, labels, names = first_batch_pixels(preview, args.samples)
+        out = Path(args.out)
+        with atomic_path(out / "samples.npy") as tmp:
+            with open(tmp, "wb") as f:
+                np.save(f, pixels.numpy())
+        with atomic_path(out / "samples.png") as tmp:
+            sample_grid(pixels.numpy(), [names[int(y)] for y in labels]).save(tmp, format="PNG")
+        summary["samples"] = {"png": str(out / "samples.png"), "npy": str(out / "samples.npy"), "images": len(pixels),
+                              "shape": list(pixels.shape), "seed": config.train.seed}
+        print(f"samples: {out / 'samples.png'} and {out / 'samples.npy'} {tuple(pixels.shape)} uint8: the first {len(pixels)} images of "
+              f"the first training batch of {summary['splits'][args.split]['source']} (seed {config.train.seed}), "
+              "as training augments them before normalisation")
+    if args.json:
+        print(json.dumps(summary))
+    return 0
+
+
+def _print(s: dict) -> None:
+    print(f"data     {s['path'] or '(default: Fashion-MNIST)'}")
+    print(f"format   {s['format']}")
+    names = s["class_names"]
+    print(f"classes  {s['classes']}: {', '.join(names[:12])}{' ...' if len(names) > 12 else ''}")
+    for split, row in s["splits"].items():
+        if "missing" in row:
+            print(f"{split:<8} none ({row['missing']})")
+            continue
+        counts = list(row["per_class"].values())
+        spread = f"{min(counts)}-{max(counts)} per class" if counts else ""
+        print(f"{split:<8} {row['images']} images, {spread} ({row['source']})")
+    z = s["sizes"]
+    sample = f"all {z['images']}" if z["images"] == z["of"] else f"{z['images']} of {z['of']}, a seeded sample"
+    print(f"sizes    {s['sizes']['split']} split, {sample} images: width {z['width'][0]}/{z['width'][1]:g}/{z['width'][2]}, "
+          f"height {z['height'][0]}/{z['height'][1]:g}/{z['height'][2]} (min/median/max)"
+          + (f", {z['unreadable']} unreadable" if z.get("unreadable") else ""))
+    print(f"channels {', '.join(f'{mode} {n}' for mode, n in sorted(z['modes'].items(), key=lambda kv: -kv[1]))} (PIL modes of those images)")

@@ -1,0 +1,362 @@
+"""Datasets shipped as shards: WebDataset-style tar files, and Parquet files as Hugging Face `datasets` writes them.
+
+    data.path=/data/imagenet/shard-{000000..001281}.tar     brace patterns, single files, or a folder of shards
+    data.path=/data/cifar10/                                 train-*.parquet, test-*.parquet (or train/, data/ ...)
+
+A tar shard holds samples as members `KEY.jpg|jpeg|png|webp` + `KEY.cls` (the label: a class index or
+name) or `KEY.json` ({"label": ...}); class names come from `classes.txt` (one a line) beside the shards
+when integer labels are used, else from the label names (sorted). Tars are indexed once (member offsets
+from the headers), so any sample is read with one seek: the data order, its exact resume, the split
+across torchrun ranks and DataLoader workers and `data.on_error` are those of image folders. Parquet
+files are read through pyarrow (`pip install vitkit[parquet]`): an image column of {bytes, path}
+structs, an integer label column, class names from the `ClassLabel` feature in the schema metadata.
+Their samples come in row-group windows (see `block_order`) so a worker reads each row group once.
+
+Files whose name starts with a split (`train-*`, `val-*`/`validation-*`, `test-*`), or that sit in a
+split folder, form that split; otherwise a held-out part is cut as for image folders (data.val_fraction).
+"""
+
+from __future__ import annotations
+
+import functools
+import glob
+import io
+import json
+import os
+import re
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from vitkit.errors import DataError
+
+from .images import IMAGE_SUFFIXES, Record
+from .sources import Split, _held_out, _label_order
+
+SHARD_SUFFIXES = (".tar", ".parquet")
+SPLIT_NAMES = {"train": ("train",), "val": ("val", "validation", "valid", "dev"), "test": ("test",)}
+LABEL_SUFFIXES = (".cls", ".json")
+ROW_GROUP_WINDOW = 16  # Parquet row groups whose samples are shuffled together (and cached per worker)
+
+
+# -- finding the shard files ---------------------------------------------------------------------
+def expand_braces(pattern: str) -> list[str]:
+    """`shard-{000..002}.tar` -> shard-000.tar, shard-001.tar, shard-002.tar (zero padding kept); `{a,b}` lists too."""
+    match = re.search(r"\{([^{}]*)\}", pattern)
+    if not match:
+        return [pattern]
+    head, tail, body = pattern[: match.start()], pattern[match.end() :], match.group(1)
+    numbers = re.fullmatch(r"(\d+)\.\.(\d+)", body)
+    if numbers:
+        first, last = numbers.groups()
+        width = len(first) if first.startswith("0") else 0
+        options = [str(i).zfill(width) for i in range(int(first), int(last) + 1)]
+    else:
+        options = body.split(",")
+    return [name for option in options for name in expand_braces(head + option + tail)]
+
+
+def is_sharded(path: str | os.PathLike) -> bool:
+    """Whether `path` names shards: a brace pattern or glob, a .tar / .parquet file, or a folder of them."""
+    text = str(path)
+    if "{" in text or "*" in text:
+        return any(name.endswith(SHARD_SUFFIXES) for name in expand_braces(text))
+    p = Path(text)
+    if p.is_file():
+        return p.suffix.lower() in SHARD_SUFFIXES
+    return p.is_dir() and bool(_shard_files(p))
+
+
+def _shard_files(root: Path) -> list[Path]:
+    """Shard files of a folder: directly in it, in data/, or in split folders (train/, val/, test/ ...)."""
+    found = []
+    for folder in [root, root / "data", *(root / name for names in SPLIT_NAMES.values() for name in names)]:
+        if folder.is_dir():
+            found += sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in SHARD_SUFFIXES)
+    return found
+
+
+def _split_of(path: Path) -> str | None:
+    """The split a shard belongs to by its folder or name prefix (train-00000-of-00004.parquet), if any."""
+    for split, names in SPLIT_NAMES.items():
+        if path.parent.name.lower() in names or re.match(rf"({'|'.join(names)})[-_.]", path.name.lower()):
+            return split
+    return None
+
+
+def shard_files(path: str | os.PathLike) -> list[Path]:
+    text = str(path)
+    if "{" in text or "*" in text:
+        files = [Path(f) for name in expand_braces(text) for f in (sorted(glob.glob(name)) if "*" in name else [name])]
+        missing = [f for f in files if not f.is_file()]
+        if missing:
+            raise DataError(f"{missing[0]}: no such shard ({len(missing)} of the {len(files)} files of {text} are missing)")
+        return files
+    p = Path(text)
+    return [p] if p.is_file() else _shard_files(p)
+
+
+# -- records: one image inside a shard --------------------------------------------------------------
+@dataclass(frozen=True)
+class TarMember(Record):
+    shard: str
+    name: str
+    offset: int
+    size: int
+
+    def __str__(self) -> str:
+        return f"{self.shard}:{self.name}"
+
+    def read(self) -> bytes:
+        with open(self.shard, "rb") as f:
+            f.seek(self.offset)
+            data = f.read(self.size)
+        if len(data) != self.size:
+            raise DataError(f"{self}: the shard ends inside this member (truncated tar); re-write the shard")
+        return data
+
+
+@dataclass(frozen=True)
+class ParquetRow(Record):
+    file: str
+    row_group: int
+    row: int  # within the row group
+    index: int  # within the file, for the name
+
+    def __str__(self) -> str:
+        return f"{self.file}:row {self.index}"
+
+    def read(self) -> bytes:
+        images = _row_group_images(self.file, self.row_group)
+        data, path = images[self.row]
+        if data is None and path:  # an image stored as a path, relative to the file
+            return (Path(self.file).parent / path).read_bytes()
+        if data is None:
+            raise DataError(f"{self}: the image is empty (no bytes and no path)")
+        return data
+
+
+# -- tar shards -----------------------------------------------------------------------------------
+def _index_tar(path: Path) -> tuple[list[TarMember], list[str | None], list[str]]:
+    """(images, their raw labels, keys) of one tar shard, from its headers; labels None where a sample has none."""
+    images: dict[str, TarMember] = {}
+    labels: dict[str, str] = {}
+    try:
+        with tarfile.open(path, "r:") as tar:
+            for m in tar:
+                if not m.isfile():
+                    continue
+                folder, base = os.path.split(m.name)
+                if base.startswith("."):
+                    continue
+                key, _, ext = base.partition(".")
+                key, ext = os.path.join(folder, key), "." + ext.lower()
+                if ext in IMAGE_SUFFIXES:
+                    images[key] = TarMember(str(path), m.name, m.offset_data, m.size)
+                elif ext in LABEL_SUFFIXES:
+                    labels[key] = _parse_label(tar.extractfile(m).read(), ext, f"{path}:{m.name}")
+    except tarfile.ReadError as err:
+        raise DataError(f"{path}: not a readable uncompressed tar shard ({err}); shards must be plain .tar files") from None
+    except (OSError, EOFError) as err:
+        raise DataError(f"{path}: cannot read the shard ({err}); it is truncated or unreadable") from None
+    keys = list(images)
+    return [images[k] for k in keys], [labels.get(k) for k in keys], keys
+
+
+def _parse_label(data: bytes, ext: str, name: str) -> str:
+    try:
+        if ext == ".cls":
+            return data.decode().strip()
+        value = json.loads(data)
+        label = value.get("label", value.get("cls")) if isinstance(value, dict) else value
+        if label is None or isinstance(label, (dict, list, float)):
+            raise ValueError
+        return str(label)
+    except (ValueError, UnicodeDecodeError):
+        what = 'a JSON object with "label": a class index or name' if ext == ".json" else "a class index or name"
+        raise DataError(f"{name}: expected {what}") from None
+
+
+def _read_tars(files: list[Path]) -> tuple[list, list[str], list[str]]:
+    records, raw = [], []
+    for path in files:
+        found, labels, keys = _index_tar(path)
+        unlabeled = [k for k, label in zip(keys, labels) if label is None]
+        if unlabeled and len(unlabeled) < len(keys):
+            raise DataError(f"{path}: sample {unlabeled[0]!r} has no .cls or .json label; every sample needs one (or none has)")
+        records += found
+        raw += ["" if label is None else label for label in labels]
+    names_file = files[0].parent / "classes.txt"
+    known = names_file.read_text().splitlines() if names_file.is_file() else None
+    return records, raw, known
+
+
+# -- Parquet --------------------------------------------------------------------------------------
+def _pyarrow():
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise DataError("reading Parquet files needs pyarrow: pip install 'vitkit[parquet]'") from None
+    return pq
+
+
+def _columns(file, path: Path) -> tuple[str, str | None, list[str] | None]:
+    """(image column, label column or None, class names or None) of a Parquet file, from its Hugging Face features."""
+    schema = file.schema_arrow
+    features = {}
+    meta = (schema.metadata or {}).get(b"huggingface")
+    if meta:
+        try:
+            features = json.loads(meta).get("info", {}).get("features", {}) or {}
+        except (ValueError, AttributeError):
+            features = {}
+    image = next((k for k, f in features.items() if isinstance(f, dict) and f.get("_type") == "Image"), None)
+    if image is None:
+        image = next((n for n in ("image", "img", "jpg", "png") if n in schema.names), None)
+    if image is None or image not in schema.names:
+        raise DataError(f"{path}: no image column (a Hugging Face Image feature, or a column named 'image'); found {', '.join(schema.names)}")
+    label = next((k for k, f in features.items() if isinstance(f, dict) and f.get("_type") == "ClassLabel"), None)
+    if label is None:
+        label = next((n for n in ("label", "labels", "cls", "fine_label") if n in schema.names), None)
+    names = features.get(label, {}).get("names") if label in features and isinstance(features[label], dict) else None
+    return image, label, names
+
+
+def _read_parquet(files: list[Path]) -> tuple[list, list[str], list[str] | None]:
+    pq = _pyarrow()
+    records, raw, names = [], [], None
+    for path in files:
+        try:
+            file = pq.ParquetFile(path)
+            image, label, found = _columns(file, path)
+            values = file.read(columns=[label]).column(0).to_pylist() if label else [None] * file.metadata.num_rows
+        except DataError:
+            raise
+        except Exception as err:  # pyarrow's errors: ArrowInvalid, OSError ...
+            raise DataError(f"{path}: cannot read the Parquet file ({str(err).splitlines()[0]})") from None
+        names = names or found
+        index = 0
+        for group in range(file.metadata.num_row_groups):
+            for row in range(file.metadata.row_group(group).num_rows):
+                records.append(ParquetRow(str(path), group, row, index))
+                index += 1
+        raw += ["" if v is None else str(v) for v in values]
+    return records, raw, names
+
+
+@functools.lru_cache(maxsize=ROW_GROUP_WINDOW)
+def _row_group_images(file: str, group: int) -> list[tuple[bytes | None, str | None]]:
+    """(bytes, path) of every image of one row group; a few row groups are kept per process."""
+    pq = _pyarrow()
+    try:
+        handle = pq.ParquetFile(file)
+        image = _columns(handle, Path(file))[0]
+        column = handle.read_row_group(group, columns=[image]).column(0).to_pylist()
+    except DataError:
+        raise
+    except Exception as err:
+        raise DataError(f"{file}: cannot read row group {group} ({str(err).splitlines()[0]})") from None
+    return [(v.get("bytes"), v.get("path")) if isinstance(v, dict) else (v, None) for v in column]
+
+
+# -- the split ------------------------------------------------------------------------------------
+def _labels(raw: list[str], known: list[str] | None, source: str) -> tuple[torch.Tensor, list[str]]:
+    """Class indices and names: integer labels are indices (names from `known`, else the numbers); names are sorted."""
+    if all(r == "" for r in raw):
+        return torch.zeros(len(raw), dtype=torch.long), ["unlabeled"]
+    if all(r.lstrip("-").isdigit() for r in raw):
+        values = [int(r) for r in raw]
+        count = max(values) + 1
+        names = list(known) if known else [str(i) for i in range(count)]
+        if min(values) < 0 or count > len(names):
+            raise DataError(f"{source}: labels run from {min(values)} to {max(values)} but there are {len(names)} class names; "
+                            "labels must be 0 .. classes - 1")
+        return torch.tensor(values, dtype=torch.long), names
+    names = sorted(set(raw), key=_label_order)
+    index = {name: i for i, name in enumerate(names)}
+    return torch.tensor([index[r] for r in raw], dtype=torch.long), names
+
+
+def open_sharded(path: str | os.PathLike, split: str, *, val_fraction: float = 0.1, seed: int = 0) -> Split:
+    """`split` of the shards at `path` (a pattern, a file or a folder)."""
+    files = shard_files(path)
+    if not files:
+        raise DataError(f"{path}: no .tar or .parquet shards found")
+    kinds = {f.suffix.lower() for f in files}
+    if len(kinds) > 1:
+        raise DataError(f"{path}: holds both tar and Parquet shards; point data.path at one kind")
+    by_split = {s: [f for f in files if _split_of(f) == s] for s in SPLIT_NAMES}
+    named = {s: fs for s, fs in by_split.items() if fs}
+    read = _read_parquet if ".parquet" in kinds else _read_tars
+    records, raw, known = read(files)  # every file, so that the classes are the same in every split
+    labels, names = _labels(raw, known, str(path))
+    owner = np.array([str(Path(r.shard if isinstance(r, TarMember) else r.file)) for r in records])
+    source = str(path)
+    full = Split(labels=labels, class_names=names, paths=records, source=source)
+    if not named:  # one set: val (and test) held out of it, unless val_fraction=0 asks to train on all of it
+        return full if split == "train" and val_fraction == 0.0 else _held_out(full, split, val_fraction, seed)
+    holds_out = "train" in named and "val" not in named and val_fraction > 0.0
+    if split in named and not (split == "train" and holds_out):
+        return _files_subset(full, owner, named[split], f"{source} ({split})")
+    if "train" in named and split in ("train", "val"):
+        train = _files_subset(full, owner, named["train"], f"{source} (train)")
+        return _held_out(train, split, val_fraction, seed)
+    raise DataError(f"{path}: has no {split!r} shards (found {', '.join(named)}); name them {split}-*.tar|parquet or put them in {split}/")
+
+
+def _files_subset(full: Split, owner: np.ndarray, files: list[Path], source: str) -> Split:
+    wanted = {str(f) for f in files}
+    part = full.subset(np.array([i for i, o in enumerate(owner) if o in wanted], dtype=np.int64))
+    part.source = source
+    return part
+
+
+def blocks(split: Split) -> np.ndarray | None:
+    """For Parquet samples, the row group each comes from (numbered in order); None for anything else."""
+    if not split.paths or not isinstance(split.paths[0], ParquetRow):
+        return None
+    seen: dict[tuple[str, int], int] = {}
+    return np.array([seen.setdefault((r.file, r.row_group), len(seen)) for r in split.paths], dtype=np.int64)
+
+
+# -- writing shards -------------------------------------------------------------------------------
+def write_tar_shards(split: Split, out: str | os.PathLike, per_shard: int = 1000, seed: int = 0) -> list[Path]:
+    """Write the image files of `split` as tar shards out/shard-NNNNNN.tar (samples shuffled with `seed`,
+    labels as KEY.cls class indices) plus out/classes.txt; returns the shard paths."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    if split.paths is None:
+        raise DataError(f"{split.source}: only image files can be written as shards (this data is held as tensors)")
+    order = np.random.default_rng(seed).permutation(len(split))
+    written = []
+    for number, start in enumerate(range(0, len(order), per_shard)):
+        target = out / f"shard-{number:06d}.tar"
+        tmp = target.with_name(f".{target.name}.tmp")
+        with tarfile.open(tmp, "w") as tar:
+            for i in order[start : start + per_shard]:
+                record = split.paths[i]
+                data = record.read() if isinstance(record, Record) else Path(record).read_bytes()
+                suffix = _suffix(data, str(record))
+                key = f"{i:09d}"
+                for name, payload in ((key + suffix, data), (key + ".cls", str(int(split.labels[i])).encode())):
+                    info = tarfile.TarInfo(name)
+                    info.size = len(payload)
+                    tar.addfile(info, io.BytesIO(payload))
+        os.replace(tmp, target)
+        written.append(target)
+    (out / "classes.txt").write_text("".join(f"{name}\n" for name in split.class_names))
+    return written
+
+
+def _suffix(data: bytes, name: str) -> str:
+    """The member suffix of an image: its file's, else from its first bytes (Parquet rows have no name)."""
+    suffix = Path(name).suffix.lower()
+    if suffix in IMAGE_SUFFIXES:
+        return suffix
+    for magic, found in ((b"\xff\xd8", ".jpg"), (b"\x89PNG", ".png"), (b"RIFF", ".webp"), (b"GIF8", ".gif"), (b"BM", ".bmp")):
+        if data.startswith(magic):
+            return found
+    return ".png" if not data else ".tif"

@@ -1,0 +1,102 @@
+"""What a dataset holds, for `vitkit data`: its format, classes, images per class and split, image sizes and
+channels (`describe`), and a labelled grid of images (`sample_grid`)."""
+
+from __future__ import annotations
+
+import io
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, ImageDraw
+
+from vitkit.errors import DataError
+
+from . import idx, shards
+from .images import Record
+from .sources import SPLITS, Split
+
+SIZE_SAMPLE = 1000  # image headers read for the size and channel figures (a seeded choice beyond that)
+
+
+def data_format(path, name: str = "auto") -> str:
+    if name == "synthetic":
+        return "synthetic"
+    if path is None:
+        return "IDX (Fashion-MNIST)"
+    if shards.is_sharded(path):
+        files = shards.shard_files(path)
+        kind = "Parquet" if files and files[0].suffix.lower() == ".parquet" else "tar shards"
+        return f"{kind} ({len(files)} file{'s' * (len(files) != 1)})"
+    p = Path(path)
+    if p.is_file():
+        return f"{p.suffix.lstrip('.').upper()} list"
+    if idx.is_idx_dir(p):
+        return "IDX"
+    return "image folder"
+
+
+def _header(item) -> tuple[int, int, str]:
+    """(width, height, PIL mode) from an image's header, without decoding its pixels."""
+    with Image.open(io.BytesIO(item.read()) if isinstance(item, Record) else item) as image:
+        return image.width, image.height, image.mode
+
+
+def image_sizes(split: Split, sample: int = SIZE_SAMPLE) -> dict:
+    """min/median/max width and height and the PIL modes of (a seeded sample of) a split's images."""
+    if split.images is not None:
+        n, c, h, w = split.images.shape
+        return {"images": n, "of": n, "width": [w, w, w], "height": [h, h, h], "modes": {("L" if c == 1 else "RGB"): n}}
+    chosen = np.sort(np.random.default_rng(0).permutation(len(split))[:sample])
+    sizes, modes, unreadable = [], Counter(), 0
+    for i in chosen:
+        try:
+            w, h, mode = _header(split.paths[i])
+        except Exception:  # an unreadable file: counted, training's data.on_error deals with it
+            unreadable += 1
+            continue
+        sizes.append((w, h))
+        modes[mode] += 1
+    if not sizes:
+        raise DataError(f"{split.source}: none of the {len(chosen)} images looked at could be read")
+    w, h = np.array(sizes).T
+    stats = lambda v: [int(v.min()), float(np.median(v)), int(v.max())]
+    return {"images": len(sizes), "of": len(split), "width": stats(w), "height": stats(h), "modes": dict(modes), "unreadable": unreadable}
+
+
+def describe(splits: dict[str, Split | str], sizes_of: str, path=None, name: str = "auto") -> dict:
+    """The summary of a dataset from its opened splits (a split that cannot be opened: the reason, a string)."""
+    opened = {s: v for s, v in splits.items() if isinstance(v, Split)}
+    if sizes_of not in opened:
+        raise DataError(f"--split {sizes_of}: {splits.get(sizes_of, 'not opened')}")
+    names = opened[sizes_of].class_names
+    rows = {}
+    for s in SPLITS:
+        if s not in splits:
+            continue
+        if isinstance(splits[s], str):
+            rows[s] = {"missing": splits[s]}
+            continue
+        counts = np.bincount(splits[s].labels.numpy(), minlength=len(splits[s].class_names))
+        rows[s] = {"images": len(splits[s]), "source": splits[s].source,
+                   "per_class": {n: int(c) for n, c in zip(splits[s].class_names, counts)}}
+    return {"path": None if path is None else str(path), "format": data_format(path, name), "classes": len(names),
+            "class_names": names, "splits": rows, "sizes": {"split": sizes_of, **image_sizes(opened[sizes_of])}}
+
+
+def sample_grid(pixels: np.ndarray, labels: list[str], columns: int = 8, tile: int = 112) -> Image.Image:
+    """(N, C, H, W) uint8 images as one PNG-ready grid, each tile scaled to `tile` px with its label below."""
+    n, c, h, w = pixels.shape
+    scale = max(1, tile // max(h, w))
+    cols = min(columns, n)
+    rows = -(-n // cols)
+    tw, th, caption = w * scale, h * scale, 14
+    grid = Image.new("RGB", (cols * tw, rows * (th + caption)), "white")
+    draw = ImageDraw.Draw(grid)
+    for i in range(n):
+        image = pixels[i].transpose(1, 2, 0)
+        image = Image.fromarray(image[..., 0] if c == 1 else image).convert("RGB").resize((tw, th), Image.NEAREST)
+        x, y = (i % cols) * tw, (i // cols) * (th + caption)
+        grid.paste(image, (x, y))
+        draw.text((x + 2, y + th + 1), labels[i][: max(4, tw // 7)], fill="black")
+    return grid

@@ -1,0 +1,87 @@
+"""`vitkit data`: the dataset summary, the training-batch preview (equal to what training consumes) and --to-shards."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from vitkit import train as training
+from vitkit.run_config import load_run_config
+
+RUN = ["model.name=vit_test", "model.depth=1", "train.batch_size=8", "train.steps=1", "train.threads=1", "train.progress=false",
+       "train.eval_every=1", "augment.hflip=0.5", "augment.randaugment_ops=1", "data.val_fraction=0.25", "data.workers=0"]
+
+
+def photos(root, per_class=6):
+    rng = np.random.default_rng(0)
+    for c, name in enumerate(("ant", "bee", "cat")):
+        (root / name).mkdir(parents=True)
+        for i in range(per_class):
+            size = (30 + 7 * i, 20 + 3 * c)  # varied sizes, none square
+            Image.fromarray(rng.integers(0, 255, (size[1], size[0], 3), dtype=np.uint8)).save(root / name / f"{i}.jpg", quality=90)
+    return root
+
+
+def what_training_consumes(config, monkeypatch, out) -> np.ndarray:
+    """The first micro-batch's model input in a real `train`, un-normalised back to [0, 255]."""
+    seen = []
+    real = training.train_transform
+
+    def spy(images, size, cfg, mean, std, g):
+        x = real(images, size, cfg, mean, std, g)
+        seen.append(x * torch.tensor(std)[:, None, None] + torch.tensor(mean)[:, None, None])
+        return x
+
+    monkeypatch.setattr(training, "train_transform", spy)
+    training.train(config, out)
+    return seen[0].numpy() * 255
+
+
+@pytest.mark.parametrize("source", ["folder", "synthetic"])  # crops cut by the loader from the files / on the device
+def test_samples_are_exactly_what_training_consumes(tmp_path, run_cli, monkeypatch, source):
+    data = [f"data.path={photos(tmp_path / 'photos')}"] if source == "folder" else ["data.name=synthetic", "data.synthetic_size=32"]
+    args = [*RUN, *data, f"model.image_size={16 if source == 'folder' else 32}"]
+    done = run_cli("data", *args, "--samples", "5", "--out", tmp_path / "preview", "--json")
+    assert done.returncode == 0, done.stderr
+    samples = np.load(tmp_path / "preview" / "samples.npy")
+    assert samples.dtype == np.uint8 and samples.shape == (5, 3, args[-1].endswith("16") and 16 or 32, samples.shape[-1])
+    assert Image.open(tmp_path / "preview" / "samples.png").size[0] > 0
+    consumed = what_training_consumes(load_run_config(None, args), monkeypatch, tmp_path / "run")[:5]
+    assert np.abs(consumed - samples).max() <= 0.5 + 1e-3  # the same pixels, rounded to uint8
+    assert samples.std() > 10
+
+
+def test_the_summary_counts_classes_splits_sizes_and_channels(tmp_path, run_cli):
+    root = photos(tmp_path / "photos")
+    Image.new("L", (64, 48), 90).save(root / "cat" / "gray.png")
+    done = run_cli("data", root, "--json", "data.val_fraction=0.25")
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["format"] == "image folder" and summary["class_names"] == ["ant", "bee", "cat"]
+    train, val = summary["splits"]["train"], summary["splits"]["val"]
+    assert train["images"] + val["images"] == 19 and sum(train["per_class"].values()) == train["images"]
+    sizes = summary["sizes"]
+    assert sizes["images"] == train["images"] and sizes["width"][0] >= 30 and sizes["width"][2] <= 65
+    assert set(sizes["modes"]) <= {"RGB", "L"} and sum(sizes["modes"].values()) == train["images"]
+    assert "width" in done.stdout and "channels" in done.stdout
+
+
+def test_to_shards_writes_a_dataset_that_trains_the_same(tmp_path, run_cli):
+    root = photos(tmp_path / "photos")
+    done = run_cli("data", root, "--to-shards", tmp_path / "shards", "--per-shard", "5", "data.val_fraction=0.25")
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in (tmp_path / "shards").iterdir())[:2] == ["classes.txt", "shard-000000.tar"]
+    from vitkit.data.shards import open_sharded
+
+    again = open_sharded(tmp_path / "shards", "train", val_fraction=0.0)
+    assert len(again) == 14 and again.class_names == ["ant", "bee", "cat"]  # the train split, written
+
+
+def test_samples_without_out_is_one_clear_error(capsys):
+    from vitkit.cli import main
+
+    assert main(["data", "--samples", "4", "data.name=synthetic"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--out DIR" in err

@@ -1,0 +1,140 @@
+"""The Inception crop of image files: drawn on the whole decoded image, decoded no larger than needed, reproducible."""
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from vitkit.data import Batches
+from vitkit.data.decode import crop_draws, inception_box, inception_crop
+from vitkit.data.sources import open_split
+
+SCALE, RATIO = (0.08, 1.0), (3 / 4, 4 / 3)
+RED, BLUE, GRAY = (230, 20, 20), (20, 20, 230), (128, 128, 128)
+
+
+def banded(width=300, height=100, band=30) -> Image.Image:
+    """A wide gray photo whose left band is red and right band blue: a 256-px centre square would cut both off."""
+    pixels = np.full((height, width, 3), GRAY, dtype=np.uint8)
+    pixels[:, :band] = RED
+    pixels[:, -band:] = BLUE
+    return Image.fromarray(pixels)
+
+
+def colours(crop: np.ndarray) -> set[str]:
+    """Which of the band colours a (3, H, W) crop shows (pixels within 40 of the colour)."""
+    found = set()
+    for name, rgb in (("red", RED), ("blue", BLUE)):
+        if (np.abs(crop.astype(int) - np.array(rgb)[:, None, None]).max(axis=0) < 40).any():
+            found.add(name)
+    return found
+
+
+def test_the_box_stays_inside_the_image_and_reaches_its_edges():
+    lefts, rights = [], []
+    for slot in range(400):
+        left, top, right, bottom = inception_box(300, 100, crop_draws(0, 0, slot), SCALE, RATIO)
+        assert 0 <= left < right <= 300 and 0 <= top < bottom <= 100
+        assert 3 / 4 - 1e-9 <= (right - left) / (bottom - top) <= 4 / 3 + 1e-9
+        lefts.append(left)
+        rights.append(right)
+    assert min(lefts) < 5 and max(rights) > 295
+
+
+@pytest.mark.parametrize("suffix", [".png", ".jpg"])
+def test_crops_of_a_wide_photo_show_its_left_and_right_bands(tmp_path, suffix):
+    path = tmp_path / f"wide{suffix}"
+    banded().save(path, quality=95)
+    seen = [colours(inception_crop(path, 3, (16, 16), crop_draws(1, 0, slot), SCALE, RATIO)) for slot in range(60)]
+    assert any("red" in s for s in seen) and any("blue" in s for s in seen)
+    assert any(not s for s in seen)  # and the gray middle alone in others
+
+
+def test_a_jpeg_is_decoded_small_only_when_the_crop_allows_and_matches_the_full_decode(tmp_path, monkeypatch):
+    from vitkit.data import images
+
+    rng = np.random.default_rng(0)
+    smooth = np.asarray(Image.fromarray(rng.integers(0, 255, (12, 16, 3), dtype=np.uint8)).resize((640, 480), Image.BICUBIC))
+    path = tmp_path / "photo.jpg"
+    Image.fromarray(smooth).save(path, quality=95)
+    sizes = []
+    real_load = images.load_pixels
+
+    def spy(*args, **kwargs):
+        pixels = real_load(*args, **kwargs)
+        sizes.append(pixels.shape[1::-1])  # (width, height) as decoded
+        return pixels
+
+    monkeypatch.setattr("vitkit.data.decode.load_pixels", spy)
+    whole = np.array([[0.99, 0.5, 0.5, 0.5]] * 10)  # ~the whole image, aspect 1
+    small = inception_crop(path, 3, (32, 32), whole, SCALE, RATIO)
+    assert sizes[-1] == (80, 60)  # 1/8 of 640x480: the box still has >= 32 px each way
+    big = inception_crop(path, 3, (300, 300), whole, SCALE, RATIO)
+    assert sizes[-1] == (640, 480)  # a 300-px output needs the full decode
+    full = np.asarray(Image.open(path).convert("RGB"))  # the same crop from the full decode, resized by Pillow
+    w, h = 640, 480
+    left, top, right, bottom = inception_box(w, h, whole, SCALE, RATIO)
+    want = np.asarray(Image.fromarray(full).resize((32, 32), Image.BILINEAR, box=(left, top, right, bottom))).transpose(2, 0, 1)
+    assert np.abs(small.astype(int) - want.astype(int)).mean() < 4  # DCT scaling + torch's resize: close to Pillow's from the full decode
+    assert big.shape == (3, 300, 300)
+
+
+def folder(root, n=12, size=(40, 24)):
+    rng = np.random.default_rng(0)
+    for c in ("a", "b"):
+        (root / c).mkdir(parents=True)
+        for i in range(n):
+            Image.fromarray(rng.integers(0, 255, (size[1], size[0], 3), dtype=np.uint8)).save(root / c / f"{i}.jpg", quality=90)
+
+
+def test_cropped_batches_resume_exactly_with_several_workers(tmp_path):
+    folder(tmp_path)
+    split = open_split(tmp_path, "train", channels=3, val_fraction=0.25)
+    make = lambda workers: Batches(split, 4, seed=3, device=torch.device("cpu"), channels=3, size=16, workers=workers, crop=(SCALE, RATIO))
+    straight = [x for _, (x, _) in zip(range(9), make(2).iterate(0, 0))]  # 4 batches an epoch: crosses two epochs
+    assert all(x.shape == (4, 3, 16, 16) and x.dtype == torch.uint8 for x in straight)
+    resumed = [x for _, (x, _) in zip(range(4), make(0).iterate(1, 1))]  # batch 5 on, read in the main process
+    for a, b in zip(straight[5:], resumed):
+        assert torch.equal(a, b)
+    assert not torch.equal(straight[0], straight[4])  # the next epoch draws new crops
+    ranks = [Batches(split, 4, seed=3, device=torch.device("cpu"), channels=3, size=16, workers=1, rank=r, world=2, crop=(SCALE, RATIO))
+             for r in (0, 1)]
+    halves = [[x for _, (x, _) in zip(range(3), b.iterate(0, 0))] for b in ranks]
+    for step in range(3):  # two ranks together see what one process sees
+        assert torch.equal(torch.cat([halves[0][step], halves[1][step]]), straight[step])
+
+
+@pytest.mark.parametrize("orientation", range(1, 9))
+def test_simplejpeg_and_pillow_give_the_same_pixels(tmp_path, monkeypatch, orientation):
+    """The faster decoder is a pure speed choice: the same upright pixels, whole or DCT-scaled, as Pillow's."""
+    pytest.importorskip("simplejpeg")
+    from vitkit.data.images import open_image
+
+    rng = np.random.default_rng(orientation)
+    image = Image.fromarray(np.asarray(Image.fromarray(rng.integers(0, 255, (9, 13, 3), dtype=np.uint8)).resize((260, 180), Image.BICUBIC)))
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    path = tmp_path / "p.jpg"
+    image.save(path, quality=90, exif=exif)
+    results = {}
+    for decoder in ("pillow", "simplejpeg"):
+        monkeypatch.setenv("VITKIT_JPEG_DECODER", decoder)
+        whole = np.asarray(open_image(path, 3))
+        crops = [inception_crop(path, 3, (24, 24), crop_draws(0, 0, slot), SCALE, RATIO) for slot in range(8)]
+        gray = inception_crop(path, 1, (24, 24), crop_draws(0, 0, 0), SCALE, RATIO)
+        results[decoder] = (whole, crops, gray)
+    (a, crops_a, gray_a), (b, crops_b, gray_b) = results["pillow"], results["simplejpeg"]
+    assert a.shape == ((260, 180, 3) if orientation >= 5 else (180, 260, 3))  # upright
+    np.testing.assert_array_equal(a, b)
+    for x, y in zip(crops_a, crops_b):
+        np.testing.assert_array_equal(x, y)
+    np.testing.assert_array_equal(gray_a, gray_b)
+
+
+def test_an_unknown_decoder_is_one_clear_error(tmp_path, monkeypatch):
+    from vitkit.data.images import jpeg_decoder
+    from vitkit.errors import DataError
+
+    monkeypatch.setenv("VITKIT_JPEG_DECODER", "libjpeg9")
+    with pytest.raises(DataError, match=r"VITKIT_JPEG_DECODER: expected one of simplejpeg, pillow"):
+        jpeg_decoder()

@@ -1,0 +1,175 @@
+"""Tar shards and Parquet files: found, labelled, split, read, and trained on with the exact resume of folders."""
+
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from vitkit.data import Batches
+from vitkit.data.loader import block_order
+from vitkit.data.shards import expand_braces, is_sharded, open_sharded, write_tar_shards
+from vitkit.data.sources import _read_folder, open_split
+from vitkit.errors import DataError
+from vitkit.run_config import load_run_config
+from vitkit.train import resume_config, train
+
+CLASSES = ("cat", "dog", "emu")
+
+
+def jpeg(value: int, size=(20, 14)) -> bytes:
+    rng = np.random.default_rng(value)
+    pixels = np.clip(rng.integers(0, 40, (size[1], size[0], 3)) + 70 * (value % 3), 0, 255).astype(np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, "JPEG", quality=90)
+    return buffer.getvalue()
+
+
+def make_folder(root, per_class=8):
+    for c, name in enumerate(CLASSES):
+        (root / name).mkdir(parents=True)
+        for i in range(per_class):
+            (root / name / f"{i}.jpg").write_bytes(jpeg(c + 3 * i))
+    return root
+
+
+def make_parquet(path, labels: list[int], images: list[bytes], row_group_size=5):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    features = {"image": {"_type": "Image"}, "label": {"names": list(CLASSES), "_type": "ClassLabel"}}
+    table = pa.table({"image": [{"bytes": b, "path": f"{i}.jpg"} for i, b in enumerate(images)], "label": pa.array(labels, pa.int64())})
+    table = table.replace_schema_metadata({"huggingface": json.dumps({"info": {"features": features}})})
+    pq.write_table(table, path, row_group_size=row_group_size)
+
+
+def test_brace_patterns_expand_with_their_zero_padding():
+    assert expand_braces("s-{000..002}.tar") == ["s-000.tar", "s-001.tar", "s-002.tar"]
+    assert expand_braces("{a,b}/x-{8..10}.tar") == ["a/x-8.tar", "a/x-9.tar", "a/x-10.tar", "b/x-8.tar", "b/x-9.tar", "b/x-10.tar"]
+
+
+def test_a_folder_written_as_tar_shards_reads_back_the_same(tmp_path):
+    folder = open_split(make_folder(tmp_path / "photos"), "train", channels=3, val_fraction=0.25)
+    shards = write_tar_shards(folder, tmp_path / "shards", per_shard=7)
+    assert [p.name for p in shards] == ["shard-000000.tar", "shard-000001.tar", "shard-000002.tar"]
+    pattern = str(tmp_path / "shards" / "shard-{000000..000002}.tar")
+    assert is_sharded(pattern) and is_sharded(tmp_path / "shards")
+    read = open_sharded(pattern, "train", val_fraction=0.0)
+    assert read.class_names == list(CLASSES) and len(read) == len(folder) == 18  # classes.txt names the indices
+    by_bytes = {p.read_bytes(): int(y) for p, y in zip(folder.paths, folder.labels)}
+    assert {r.read(): int(y) for r, y in zip(read.paths, read.labels)} == by_bytes
+    assert str(read.paths[0]).startswith(str(shards[0]) + ":")
+
+
+def test_parquet_files_as_hugging_face_writes_them(tmp_path):
+    images = [jpeg(i) for i in range(12)]
+    make_parquet(tmp_path / "train-00000-of-00001.parquet", [i % 3 for i in range(12)], images)
+    make_parquet(tmp_path / "test-00000-of-00001.parquet", [2, 1, 0], images[:3])
+    train_split = open_split(tmp_path, "train", channels=3, val_fraction=0.25)
+    test_split = open_split(tmp_path, "test", channels=3)
+    assert train_split.class_names == list(CLASSES) and len(train_split) == 9 and len(test_split) == 3
+    assert test_split.labels.tolist() == [2, 1, 0] and test_split.paths[0].read() == images[0]
+    assert len(open_split(tmp_path, "val", channels=3, val_fraction=0.25)) == 3  # held out of train
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (tmp_path / "other").mkdir()
+    pq.write_table(pa.table({"x": [1]}), tmp_path / "other" / "x.parquet")
+    with pytest.raises(DataError, match=r"x\.parquet: no image column"):
+        open_split(tmp_path / "other", "train", channels=3, val_fraction=0.5)
+
+
+def test_row_group_windows_keep_an_order_that_depends_only_on_seed_and_epoch():
+    blocks = np.repeat(np.arange(40), 5)
+    a, b = block_order(blocks, 3, 1, window=4), block_order(blocks, 3, 1, window=4)
+    assert torch.equal(a, b) and sorted(a.tolist()) == list(range(200)) and not torch.equal(a, block_order(blocks, 3, 2, window=4))
+    assert all(len(set(blocks[a[s : s + 20].numpy()])) <= 4 for s in range(0, 200, 20))  # 20 samples: 4 row groups
+
+
+def test_a_bad_tar_shard_is_one_clear_error(tmp_path):
+    (tmp_path / "x.tar").write_bytes(b"not a tar" * 100)
+    with pytest.raises(DataError, match=r"x\.tar: not a readable uncompressed tar shard"):
+        open_sharded(tmp_path / "x.tar", "train", val_fraction=0.5)
+    tarfile.open(tmp_path / "s-000.tar", "w").close()
+    with pytest.raises(DataError, match=r"s-001\.tar: no such shard \(1 of the 2 files"):
+        open_sharded(str(tmp_path / "s-{000..001}.tar"), "train")
+
+
+# -- training on shards: bad records, exact resume with workers and ranks ---------------------------
+TRAIN = ["model.name=vit_test", "model.depth=1", "model.image_size=8", "train.batch_size=8", "train.threads=1", "train.progress=false",
+         "train.log_every=1", "train.eval_every=1000", "train.checkpoint_every=2", "train.warmup_steps=0", "train.decay=constant",
+         "train.lr=3e-3", "data.val_fraction=0.2", "data.on_error=skip", "train.device=cpu"]
+
+
+def shards_with_a_bad_record(root):
+    """3 tar shards of the folder's 24 JPEGs plus one member that is not an image."""
+    folder = _read_folder(make_folder(root / "photos"))
+    write_tar_shards(folder, root / "shards", per_shard=9)
+    with tarfile.open(root / "shards" / "shard-000001.tar", "a") as tar:
+        for name, payload in (("broken.jpg", b"\xff\xd8 not really a jpeg"), ("broken.cls", b"1")):
+            info = tarfile.TarInfo(name)
+            info.size = len(payload)
+            tar.addfile(info, io.BytesIO(payload))
+    return str(root / "shards" / "shard-{000000..000002}.tar")
+
+
+def losses(out):
+    return {r["step"]: r["loss"] for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if r["kind"] == "train"}
+
+
+@pytest.mark.parametrize("kind", ["tar", "parquet"])
+def test_training_on_shards_resumes_exactly_with_workers_and_lists_bad_records(tmp_path, kind):
+    if kind == "tar":
+        path = shards_with_a_bad_record(tmp_path)
+    else:
+        images = [jpeg(i) for i in range(29)] + [b"\x89PNG broken"]
+        make_parquet(tmp_path / "train-00000-of-00001.parquet", [i % 3 for i in range(30)], images, row_group_size=4)
+        path = str(tmp_path)
+    config = lambda *extra: load_run_config(None, TRAIN + [f"data.path={path}", "train.steps=5", *extra])
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    train(config("data.workers=0"), straight)
+    train(config("data.workers=2"), resumed, stop_at=2)
+    train(config("data.workers=2"), resumed, resume=True)
+    want, got = losses(straight), losses(resumed)
+    assert list(got) == [1, 2, 3, 4, 5] and len(set(want.values())) > 1
+    assert got == want  # bit-identical batches: the same losses to the last bit
+    listed = json.loads((resumed / "bad_files.json").read_text())
+    assert [row["path"] for row in listed["files"]] == [row["path"] for row in json.loads((straight / "bad_files.json").read_text())["files"]]
+    assert listed["count"] == 1 and ("broken.jpg" in listed["files"][0]["path"] or "row 29" in listed["files"][0]["path"])
+
+
+def test_two_gloo_ranks_on_tar_shards_train_as_one_process_and_resume_on_one(tmp_path):
+    """Every rank reads its share of each batch from the shards, crops drawn per image: 2 ranks (stopped at step 2)
+    and 1 process resuming them train exactly as one process straight through."""
+    write_tar_shards(_read_folder(make_folder(tmp_path / "photos")), tmp_path / "shards", per_shard=9)
+    args = [*TRAIN, f"data.path={tmp_path / 'shards'}", "data.workers=1", "augment.hflip=0"]  # flips are drawn per rank
+    one, two = tmp_path / "one", tmp_path / "two"
+    train(load_run_config(None, [*args, "train.steps=4"]), one)
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "vitkit", "train"]
+    done = subprocess.run([*launcher, "--out", str(two), *args, "train.steps=2"], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    train(resume_config(two, ["train.steps=4"]), two, resume=True)
+    want, got = losses(one), losses(two)
+    assert list(got) == [1, 2, 3, 4] and len(set(want.values())) > 1
+    for step in want:
+        assert got[step] == pytest.approx(want[step], abs=1e-5), step
+
+
+def test_parquet_batches_split_across_ranks_and_resume_with_workers(tmp_path):
+    """Row-group windows, 2 ranks x 2 workers: the ranks' shares make up one process's batches; a resume mid-run matches."""
+    make_parquet(tmp_path / "train-00000-of-00001.parquet", [i % 3 for i in range(24)], [jpeg(i) for i in range(24)], row_group_size=4)
+    split = open_split(tmp_path, "train", channels=3, val_fraction=0.0)
+    crop = ((0.08, 1.0), (3 / 4, 4 / 3))
+    make = lambda **kw: Batches(split, 6, seed=1, device=torch.device("cpu"), channels=3, size=8, crop=crop, **kw)
+    one = [(x, y) for _, (x, y) in zip(range(6), make(workers=0).iterate(0, 0))]  # 4 batches an epoch: into epoch 1
+    halves = [[x for _, (x, _) in zip(range(6), make(workers=2, rank=r, world=2).iterate(0, 0))] for r in (0, 1)]
+    for step, (x, _) in enumerate(one):
+        assert torch.equal(torch.cat([halves[0][step], halves[1][step]]), x)
+    resumed = [y for _, (_, y) in zip(range(3), make(workers=2).iterate(0, 3))]
+    assert all(torch.equal(a, b) for a, b in zip(resumed, [y for _, y in one[3:]]))
