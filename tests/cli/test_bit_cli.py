@@ -57,3 +57,13 @@ def test_bit_end_to_end(capsys, tmp_path, one_thread):
     main(["models", "bit_r50x1", "bit_test", "--json"])
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert rows[0]["params"] == 25_549_352 and rows[0]["backbone"] == "BiT-R50x1" and rows[1]["gflops"] > 0
+
+
+def test_commands_for_vits_only_refuse_a_resnet_in_one_line(capsys, tmp_path):
+    assert main(["benchmark", "--model", "bit_test", "--batch", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "Vision Transformers" in err and len(err.splitlines()) == 1
+    assert main(["train", "--out", str(tmp_path / "mpp"), "model.name=bit_test", "data.name=synthetic", "train.objective=masked_patch",
+                 "train.steps=1", "train.batch_size=4", "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "masked_patch" in err and "ResNetV2" in err
