@@ -27,7 +27,7 @@ def _vitkit_command() -> list[str]:
     return [found] if found else [sys.executable, "-m", "vitkit"]
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")  # stateless: module-scoped fixtures (a trained run) use it too
 def run_cli():
     """Run `vitkit ARGS...` as a user would; returns the CompletedProcess (text, never raises)."""
 

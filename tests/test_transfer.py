@@ -10,7 +10,7 @@ from vitkit.checkpoint import save_checkpoint
 from vitkit.checkpoint.native import load_native
 from vitkit.errors import ConfigError
 from vitkit.models import create_model
-from vitkit.transfer import finetune, finetune_recipe, load_model, pick_best, prepare_for_finetuning, registered_name
+from vitkit.transfer import finetune, finetune_recipe, pick_best, prepare_for_finetuning, registered_name
 
 TINY = ["data.name=synthetic", "data.synthetic_size=48", "data.synthetic_classes=3", "data.val_split=test",
         "train.batch_size=16", "train.micro_batch=8", "train.steps=3", "train.warmup_steps=1", "train.eval_every=3",
@@ -40,7 +40,7 @@ def test_recipe_is_the_papers_under_files_and_overrides(tmp_path):
 @pytest.mark.parametrize("keep", [False, True])
 def test_head_rules(tmp_path, keep):
     source, path = pretrained(tmp_path, representation_size=12, num_classes=10)
-    model, _ = load_model(path)
+    model = vitkit.load_pretrained(path)
     model = prepare_for_finetuning(model, 10, keep_pre_logits=keep, drop_path=0.1)
     assert model.config.num_classes == 10 and model.config.drop_path == 0.1
     assert torch.count_nonzero(model.head.weight) == 0 and torch.count_nonzero(model.head.bias) == 0  # new even for 10 -> 10

@@ -5,6 +5,7 @@ Every export is checked against the PyTorch model on a batch size other than the
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import tempfile
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from vitkit.checkpoint.io import atomic_path
+from vitkit.checkpoint.io import atomic_path, sidecar_path, write_json
 from vitkit.errors import ConfigError
 from vitkit.models import VisionTransformer
 
@@ -24,16 +25,29 @@ def _example(model: VisionTransformer, batch_size: int) -> torch.Tensor:
     return torch.randn(batch_size, c.in_chans, *c.image_size)
 
 
-def export(model: VisionTransformer, path: str | os.PathLike, *, format: str) -> Path:
-    """Write `model` (eval mode, CPU) to `path` in `format`, with a dynamic batch dimension."""
+def preprocessing(model: VisionTransformer, metadata: dict | None = None) -> dict:
+    """What a deployed model needs besides its graph: class names and how to prepare an image for it."""
+    c, metadata = model.config, metadata or {}
+    return {"class_names": metadata.get("class_names") or [str(i) for i in range(c.num_classes)],
+            "input_size": [c.in_chans, *c.image_size], "mean": list(c.mean), "std": list(c.std), "rescale": 1 / 255,
+            "resize": "shorter side to size / crop_pct (bilinear), then a centre crop", "crop_pct": metadata.get("preprocess", {}).get("crop_pct", 1.0),
+            "channels": "grayscale (ITU-R 601 luma)" if c.in_chans == 1 else "RGB"}
+
+
+def export(model: VisionTransformer, path: str | os.PathLike, *, format: str, metadata: dict | None = None) -> Path:
+    """Write `model` (eval mode, CPU) to `path` in `format`, with a dynamic batch dimension.
+
+    Class names and preprocessing go into the file where the format has a place (ONNX metadata_props),
+    else into PATH.json beside it."""
     if format not in FORMATS:
         raise ConfigError(f"format: expected one of {', '.join(FORMATS)}, got {format!r}")
     model = model.eval().cpu()
     path = Path(path)
     x = _example(model, 2)
     batch = torch.export.Dim("batch", min=1, max=4096)
+    info = preprocessing(model, metadata)
     if format == "onnx":
-        _export_onnx(model, x, path, batch)
+        _export_onnx(model, x, path, batch, info)
         return path
     with atomic_path(path) as tmp, torch.no_grad():
         if format == "torchscript":
@@ -41,22 +55,44 @@ def export(model: VisionTransformer, path: str | os.PathLike, *, format: str) ->
         else:
             program = torch.export.export(model, (x,), dynamic_shapes={"x": {0: batch}})
             torch.export.save(program, str(tmp))
+    write_json(sidecar_path(path), info)
     return path
 
 
-def _export_onnx(model: VisionTransformer, x: torch.Tensor, path: Path, batch: torch.export.Dim) -> None:
-    """ONNX may write its weights beside the graph (path.data): build both in a scratch folder, then move them."""
+def companions(path: str | os.PathLike) -> list[Path]:
+    """The files an export wrote beside `path`: ONNX's external weights (PATH.data), the metadata sidecar (PATH.json)."""
+    return [p for p in (Path(f"{path}.data"), sidecar_path(path)) if p.is_file()]
+
+
+ONNX_SINGLE_FILE_LIMIT = 2**31 - 2**26  # protobuf's 2 GB limit, with room for the graph
+
+
+def _export_onnx(model: VisionTransformer, x: torch.Tensor, path: Path, batch: torch.export.Dim, info: dict) -> None:
+    """One .onnx file holding graph, weights and metadata_props (class names, preprocessing); a model over
+    protobuf's 2 GB keeps its weights in PATH.data beside it. Built in a scratch folder, then moved into place."""
     try:
         import onnxscript  # noqa: F401  (the dynamo ONNX exporter needs it)
     except ImportError:
         raise ConfigError("format onnx: install the onnx extra (pip install 'vitkit[onnx]')") from None
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)  # it lists the torchvision ops it skips
     path.parent.mkdir(parents=True, exist_ok=True)
+    import onnx
+
     with tempfile.TemporaryDirectory(dir=path.parent, prefix=f".{path.name}.") as scratch, torch.no_grad():
-        torch.onnx.export(model, (x,), str(Path(scratch) / path.name), dynamo=True, dynamic_shapes={"x": {0: batch}},
+        graph = Path(scratch) / path.name
+        torch.onnx.export(model, (x,), str(graph), dynamo=True, dynamic_shapes={"x": {0: batch}},
                           input_names=["images"], output_names=["logits"], verbose=False)
+        proto = onnx.load(str(graph))  # with the external weights, if the exporter wrote any
+        for produced in list(Path(scratch).iterdir()):
+            produced.unlink()
+        for key, value in info.items():
+            proto.metadata_props.add(key=key, value=json.dumps(value))
+        small = sum(p.numel() * p.element_size() for p in model.parameters()) < ONNX_SINGLE_FILE_LIMIT
+        onnx.save_model(proto, str(graph), save_as_external_data=not small, location=f"{path.name}.data")
         for produced in sorted(Path(scratch).iterdir(), key=lambda p: p.name == path.name):  # the graph last
             os.replace(produced, path.parent / produced.name)
+    if small:
+        Path(f"{path}.data").unlink(missing_ok=True)  # a stale one from an earlier, external-data export
 
 
 def run_exported(path: str | os.PathLike, format: str, x: torch.Tensor) -> torch.Tensor:

@@ -100,17 +100,26 @@ def distance_figure(distance: torch.Tensor, *, uniform: float | None = None) -> 
     return fig
 
 
-def rollout_figure(pixels: torch.Tensor, rollout: torch.Tensor) -> Figure:
-    """Fig. 6 style: the images (top) and the output token's attention rollout over them (bottom)."""
+def rollout_figure(pixels: torch.Tensor, rollout: torch.Tensor, titles: list[str] | None = None) -> Figure:
+    """Fig. 6 style: the images (top, titled e.g. with true and predicted label) and the output token's attention
+    rollout over them (bottom), with a colour bar for the rollout's scale."""
+    from matplotlib.cm import ScalarMappable
+    from matplotlib.colors import Normalize
+
     n = len(rollout)
-    fig = Figure(figsize=(1.4 * n + 0.4, 3.0), layout="constrained")
+    fig = Figure(figsize=(1.4 * n + 1.2, 3.4 if titles else 3.0), layout="constrained")
     axes = fig.subplots(2, n, squeeze=False)
     heat = _upsample(rollout, pixels.shape[-2:])
     for i in range(n):
         _show_image(axes[0, i], pixels[i])
         _show_image(axes[1, i], pixels[i], heat[i])
+        if titles:
+            axes[0, i].set_title(titles[i], fontsize=7)
     axes[0, 0].set_ylabel("input", fontsize=8)
     axes[1, 0].set_ylabel("rollout", fontsize=8)
+    bar = fig.colorbar(ScalarMappable(Normalize(0, 1), _cmap("inferno")), ax=axes[1, :].tolist(), shrink=0.9)
+    bar.set_label("rollout / its maximum", fontsize=7)
+    bar.ax.tick_params(labelsize=6)
     fig.suptitle("Attention rollout from the output token", fontsize=9)
     return fig
 
@@ -138,11 +147,13 @@ def save_figure(fig: Figure, path: str | os.PathLike, *, dpi: int = 150) -> Path
     return Path(path)
 
 
-def write_report(results: dict[str, torch.Tensor], pixels: torch.Tensor, out_dir: str | os.PathLike, *, info: dict[str, Any]) -> list[Path]:
+def write_report(results: dict[str, torch.Tensor], pixels: torch.Tensor, out_dir: str | os.PathLike, *, info: dict[str, Any],
+                 titles: list[str] | None = None) -> list[Path]:
     """Write every figure `results` (from `inspection.inspect_model`) allows, plus inspection.npz and .json.
 
     `pixels` are the shown images in [0, 1]; `info` (model config, image count, ...) goes into the
-    JSON, which also says which figures were skipped and why. Returns the written paths.
+    JSON, which also says which figures were skipped and why; `titles` label the shown images (e.g. true
+    and predicted class). Returns the written paths.
     """
     out = Path(out_dir)
     written: list[Path] = []
@@ -161,7 +172,7 @@ def write_report(results: dict[str, torch.Tensor], pixels: torch.Tensor, out_dir
     uniform = float(results["uniform_attention_distance"])
     written.append(save_figure(distance_figure(results["mean_attention_distance"], uniform=uniform), out / FIGURES["distance"]))
     shown = pixels[: len(results["rollout"])]
-    written.append(save_figure(rollout_figure(shown, results["rollout"]), out / FIGURES["rollout"]))
+    written.append(save_figure(rollout_figure(shown, results["rollout"], titles), out / FIGURES["rollout"]))
     written.append(save_figure(last_layer_figure(shown, results["last_layer_attention"]), out / FIGURES["last_layer"]))
 
     with atomic_path(out / "inspection.npz") as tmp, open(tmp, "wb") as f:

@@ -29,7 +29,6 @@ from vitkit.errors import ConfigError, DataError
 from vitkit.models import ViTConfig, VisionTransformer
 
 Images = torch.Tensor | Iterable[torch.Tensor]  # (N, C, H, W) normalised, or batches of them
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
 
 
 # -- Fig. 7 left: patch-embedding filters -------------------------------------------------
@@ -223,26 +222,11 @@ def inspect_model(
 
 
 # -- images --------------------------------------------------------------------------------
-def find_images(paths: Sequence[str | os.PathLike]) -> list[Path]:
-    """Image files named by `paths`: files as given, folders searched recursively in sorted order."""
-    found: list[Path] = []
-    for path in map(Path, paths):
-        if path.is_dir():
-            found += sorted(p for p in path.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
-        elif path.is_file():
-            found.append(path)
-        else:
-            raise DataError(f"{path}: no such file or folder; pass image files or a folder of images")
-    if not found:
-        raise DataError(f"{', '.join(map(str, paths))}: no images found (looked for {', '.join(IMAGE_SUFFIXES)})")
-    return found
-
-
 def load_images(paths: Sequence[str | os.PathLike], config: ViTConfig, *, limit: int | None = None) -> torch.Tensor:
     """(N, C, H, W) pixels in [0, 1]: the images resized to config.image_size with config.in_chans channels."""
     from PIL import Image
 
-    from vitkit.data.images import open_image
+    from vitkit.data.images import find_images, open_image
 
     if config.in_chans not in (1, 3):
         raise ConfigError(f"in_chans: images can be read as 1 (grayscale) or 3 (RGB) channels, the model has {config.in_chans}")

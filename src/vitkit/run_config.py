@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from vitkit.data.augment import AugmentConfig
+from vitkit.data.scan import ImageScan
 from vitkit.errors import ConfigError
 from vitkit.models import ModelConfig, get_config
 
@@ -278,3 +279,25 @@ def _convert(value: Any, option: Any) -> Any:
 
 def dump_run_config(config: RunConfig) -> str:
     return yaml.safe_dump(config.to_dict(), sort_keys=False)
+
+
+def fitted_to_data(scan: ImageScan, n_train: int) -> tuple[list[str], str]:
+    """The default recipe for a dataset of one's own (`vitkit train --data FOLDER` with no model given), as overrides.
+
+    The image size follows the images (median shorter side, to a multiple of 8 in 16..64 px) and so do the
+    channels; a 4x4 grid of patches and the demo's small ViT (width 96, 6 layers, average pooling) keep a
+    step cheap, and ~30 epochs (200..3000 steps of up to 64 images) end in minutes on a laptop CPU.
+    Returns (overrides, one line saying what was chosen and why)."""
+    side = min(scan.height, scan.width) or 32
+    size = int(min(max(round(side / 8) * 8, 16), 64))
+    batch = max(min(64, n_train), 1)
+    steps = int(min(max(-(-30 * n_train // batch), 200), 3000))
+    overrides = ["model.name=vit_mini4_32", f"model.image_size={size}", f"model.patch_size={size // 4}", f"model.in_chans={scan.channels}",
+                 "model.width=96", "model.mlp_dim=192", "model.num_heads=4", "model.depth=6", "model.classifier=gap",
+                 f"train.batch_size={batch}", f"train.steps={steps}", f"train.warmup_steps={steps // 10}", "train.lr=3e-3",
+                 f"train.log_every={max(steps // 20, 1)}", f"train.eval_every={max(steps // 4, 1)}", "augment.crop=pad",
+                 f"augment.pad={max(size // 16, 1)}", "augment.hflip=0.5", "augment.label_smoothing=0.1"]
+    note = (f"no model given, so fitted to the data: {scan} -> {size}x{size} px, {scan.channels} channel{'s' * (scan.channels > 1)}, "
+            f"patch {size // 4} (a 4x4 grid), width 96, depth 6; {steps} steps of {batch} images (KEY=VALUE overrides or --config "
+            "change any of it)")
+    return overrides, note

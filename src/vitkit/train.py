@@ -16,10 +16,10 @@ Run directory (--out):
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
-import re
 import shutil
 import time
 from dataclasses import dataclass, replace
@@ -34,9 +34,11 @@ from torch import nn
 from vitkit import distributed
 from vitkit.devices import pick_device
 from vitkit.checkpoint import save_pretrained
-from vitkit.checkpoint.io import atomic_path, read_json, read_torch, update_checksums, write_json
+from vitkit.checkpoint.io import atomic_path, finish_replacement, staging_paths, read_json, read_torch, update_checksums, write_json
+from vitkit.checkpoint.runs import STATE_JSON, resolve, step_checkpoints
 from vitkit.checkpoint.native import is_native, load_native, load_state_dict_strict
-from vitkit.data import Batches, check_compatible, eval_batches, fits_in_memory, load_into_memory, mix, open_dataset, soft_targets, train_transform
+from vitkit.data.spec import absolute
+from vitkit.data import Batches, DataSpec, check_compatible, eval_batches, fits_in_memory, load_into_memory, mix, soft_targets, train_transform
 from vitkit.errors import CheckpointError, ConfigError, DataError
 from vitkit import faults
 from vitkit.evaluation import evaluate
@@ -44,8 +46,7 @@ from vitkit.models import ModelConfig, VisionTransformer, build_model
 from vitkit.pretrain import MaskedPatchPrediction, evaluate_masked_patch
 from vitkit.run_config import RunConfig, dump_run_config, load_run_config
 
-STATE_JSON, STATE_TENSORS, SHARDED = "train_state.json", "train_state.pt", "sharded"
-_STEP_DIR = re.compile(r"step_(\d+)")
+STATE_TENSORS, SHARDED = "train_state.pt", "sharded"
 
 
 # -- optimizer and schedule -----------------------------------------------------------------
@@ -106,46 +107,12 @@ def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
 
 
 # -- checkpoints ----------------------------------------------------------------------------
-def step_checkpoints(out: Path) -> list[Path]:
-    """The complete step checkpoints of a run, oldest first."""
-    folder = out / "checkpoints"
-    if not folder.is_dir():
-        return []
-    found = [p for p in folder.iterdir() if _STEP_DIR.fullmatch(p.name) and (p / STATE_JSON).is_file()]
-    return sorted(found, key=lambda p: int(_STEP_DIR.fullmatch(p.name).group(1)))
-
-
 def find_checkpoint(path: str | os.PathLike) -> Path:
-    """A model directory from a checkpoint directory or a run directory (its final/, else its latest step)."""
-    path = Path(path)
-    if is_native(path):
-        return path
-    if path.is_dir() and os.access(path, os.W_OK):
-        finish_replacement(path / "final")
-    if is_native(path / "final"):
-        return path / "final"
-    steps = step_checkpoints(path)
-    if steps:
-        return steps[-1]
-    raise CheckpointError(f"{path}: neither a vitkit checkpoint (config.json + model.safetensors) nor a run directory with one")
-
-
-def _staging(target: Path) -> tuple[Path, Path]:
-    """The temporary names a replacement of `target` uses: the new directory, the one it replaces."""
-    return target.parent / f".{target.name}.tmp", target.parent / f".{target.name}.old"
-
-
-def finish_replacement(target: Path) -> None:
-    """Complete a replacement of `target` that a kill -9 cut between its two renames (see _write_dir).
-
-    `.NAME.old` exists only after the new directory `.NAME.tmp` was complete, so with `target` missing
-    the new one takes its place; without `.old`, a `.tmp` may be half written and is left alone.
-    """
-    tmp, old = _staging(target)
-    if not target.exists() and old.is_dir() and tmp.is_dir():
-        os.replace(tmp, target)
-    if target.exists() and old.is_dir():
-        shutil.rmtree(old, ignore_errors=True)
+    """The vitkit model directory a path names (see checkpoint.runs.resolve)."""
+    found = resolve(path)
+    if not is_native(found):
+        raise CheckpointError(f"{path}: neither a vitkit checkpoint (config.json + model.safetensors) nor a run directory with one")
+    return found
 
 
 def _write_dir(target: Path, fill, world: distributed.Dist = distributed.Dist()) -> None:
@@ -154,7 +121,7 @@ def _write_dir(target: Path, fill, world: distributed.Dist = distributed.Dist())
     Under torch.distributed every rank calls this: all may write into the temporary directory (FSDP
     shards), rank 0 creates and renames it.
     """
-    tmp, old = _staging(target)
+    tmp, old = staging_paths(target)
     if world.main:
         finish_replacement(target)
         shutil.rmtree(tmp, ignore_errors=True)
@@ -242,6 +209,8 @@ def train(config: RunConfig, out: str | os.PathLike, *, resume: bool = False, st
     uninterrupted run. stop_at ends early after that step (as if interrupted), with a checkpoint.
     """
     started = time.perf_counter()
+    if config.data.path is not None:  # a relative data.path would mean other data from another directory
+        config = dataclasses.replace(config, data=dataclasses.replace(config.data, path=absolute(config.data.path)))
     threads_before = torch.get_num_threads()
     if config.train.threads:
         torch.set_num_threads(config.train.threads)
@@ -276,6 +245,7 @@ class _Data:
     shape: ModelConfig  # the model's input (size, channels, mean, std) decides how images are read
     batches: Any  # the training batches in their reproducible order (a Batches)
     augment: Any  # what the device does to them (an AugmentConfig: no crop where the loader cut it)
+    record: dict  # the data spec and exactly which images each split holds (DataSpec.record), kept in the checkpoint
 
     @property
     def size(self) -> int:
@@ -307,14 +277,15 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
     data = _prepare_data(config, out, resume, env)
     run = _restore(config, out, env, data) if resume else _build(config, out, env, data)
     extra = {"class_names": data.class_names, "preprocess": {"crop_pct": a.eval_crop_pct},
-             "data": {"path": config.data.path, "val_fraction": config.data.val_fraction,
-                      "split_seed": config.data.split_seed}}  # eval finds the same held-out split
+             "data": data.record}  # every evaluation command reads the same splits
 
     # data order: micro-batch number m is batch (m % per_epoch) of epoch (m // per_epoch), seeded by train.seed
     batches = data.batches
     step, elapsed_before = run.progress["step"], run.progress["elapsed_s"]
     stream = batches.iterate(*divmod(step * env.accum, batches.per_epoch))
     last = min(t.steps, stop_at) if stop_at is not None else t.steps
+    if env.world.main:
+        print(_plan(config, run.model, data, env, step, last, resumed_from=env.checkpoints[-1] if resume else None), flush=True)
     bar = _progress(t, step, show=env.world.main)
     log = open(out / "metrics.jsonl" if env.world.main else os.devnull, "a")  # rank 0 logs
     window = {"loss": 0.0, "steps": 0, **run.progress.get("window", {}), "images": 0, "time": time.perf_counter()}
@@ -334,7 +305,7 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
             window["steps"] += 1
             window["images"] += t.batch_size
             if step % t.log_every == 0 or step == t.steps:
-                window = _log_train(log, bar, window, step, step * env.accum / batches.per_epoch, lr, grad_norm)
+                window = _log_train(log, bar, window, step, step * env.accum / batches.per_epoch, lr, grad_norm, t, env.world.main)
             if step % t.eval_every == 0 or step == t.steps:
                 val_metrics = _validate_and_log(log, bar, env, data, run, config, step)
             if step % t.checkpoint_every == 0 or step == last:
@@ -381,11 +352,11 @@ def _prepare_data(config: RunConfig, out: Path, resume: bool, env: _Setup) -> _D
     # the model's input size and channels decide how images are read; the data decides the classes
     shape = config.model_config()
     size, channels = shape.image_size[0], shape.in_chans
-    common = dict(channels=channels, image_size=size, val_fraction=d.val_fraction, seed=d.split_seed,
-                  synthetic_size=d.synthetic_size, synthetic_classes=d.synthetic_classes)
-    train_split = open_dataset(d.name, d.path, d.train_split, **common)
-    val_split = open_dataset(d.name, d.path, d.val_split, **common)
+    spec = DataSpec.from_config(d)  # the split resolver; its record in the checkpoint names exactly these images
+    train_split = spec.open(d.train_split, channels=channels, image_size=size, flag="data.train_split", hold_out="data.val_fraction")
+    val_split = spec.open(d.val_split, channels=channels, image_size=size, flag="data.val_split", hold_out="data.val_fraction")
     check_compatible(train_split, val_split)  # faults: the same classes, labels in range, before any work
+    record = spec.record({d.train_split: train_split, d.val_split: val_split})
     bad = faults.bad_files(out, d.on_error, resume, writer=env.world.main)  # faults: unreadable image files, as data.on_error says
     if fits_in_memory(val_split, channels, size, d.memory_mb):
         val_split = load_into_memory(val_split, channels, size, a.eval_crop_pct, workers=d.workers, bad=bad)
@@ -398,7 +369,7 @@ def _prepare_data(config: RunConfig, out: Path, resume: bool, env: _Setup) -> _D
     if len(train_split) < env.micro:
         raise DataError(f"{train_split.source}: {len(train_split)} training images, fewer than one batch of {env.micro}; lower train.batch_size")
     batches, augment = training_batches(config, train_split, env.micro, env.device, bad, env.world)
-    return _Data(batches.split, val_split, class_names, bad, shape, batches, augment)
+    return _Data(batches.split, val_split, class_names, bad, shape, batches, augment, record)
 
 
 def _build(config: RunConfig, out: Path, env: _Setup, data: _Data) -> _State:
@@ -502,14 +473,17 @@ def _step(config: RunConfig, env: _Setup, data: _Data, run: _State, stream, step
 
 
 # -- periodic events: log lines, validation, checkpoints -----------------------------------------
-def _log_train(log, bar, window: dict, step: int, epoch: float, lr: float, grad_norm) -> dict:
-    """A train line in metrics.jsonl (the loss averaged since the last one) and the progress bar; a new window."""
+def _log_train(log, bar, window: dict, step: int, epoch: float, lr: float, grad_norm, t, main: bool) -> dict:
+    """A train line in metrics.jsonl (the loss averaged since the last one) and the progress bar (without one,
+    train.progress=false, the same figures as a printed line); a new window."""
     now = time.perf_counter()
     row = {"kind": "train", "step": step, "epoch": epoch, "loss": window["loss"] / window["steps"],
            "lr": lr, "grad_norm": float(grad_norm), "img_s": window["images"] / max(now - window["time"], 1e-9)}
     log.write(json.dumps(row) + "\n")
     log.flush()
     bar.set_postfix(loss=f"{row['loss']:.4f}", lr=f"{lr:.2e}", img_s=f"{row['img_s']:.0f}")
+    if not t.progress and main:
+        bar.write(f"step {step}/{t.steps}: loss {row['loss']:.4f}  lr {lr:.2e}  {row['img_s']:.0f} img/s")
     return {"loss": 0.0, "steps": 0, "images": 0, "time": now}
 
 
@@ -593,6 +567,70 @@ def _finish(config: RunConfig, out: Path, env: _Setup, data: _Data, run: _State,
     return summary
 
 
+def _plan(config: RunConfig, model: VisionTransformer, data: _Data, env: _Setup, step: int, last: int, resumed_from: Path | None) -> str:
+    """The block printed before training: model, its size and cost, the data of each split, the run, an estimated time."""
+    from vitkit.models.summary import count_flops
+
+    c, t, record = model.config, config.train, data.record
+    params = sum(p.numel() for p in model.parameters())
+    names = data.class_names
+    shown = ", ".join(names[:10]) + (f", ... ({len(names)} in all)" if len(names) > 10 else "")
+    lines = [f"model      {_model_name(config.model.get('name'), c)} at {c.image_size[0]}x{c.image_size[1]}, "
+             f"{c.in_chans} channel{'s' * (c.in_chans > 1)}, patch {c.patch_size[0]} ({c.num_patches} tokens), width {c.width}, "
+             f"depth {c.depth}: {params:,} parameters, {count_flops(c) / 1e9:.3g} GFLOPs/image",
+             f"data       {record['name'] if record['name'] == 'synthetic' else record['path']}: {len(names)} classes ({shown})"]
+    for name, split in record["splits"].items():
+        lines.append(f"  {name:<8} {split['n']:>7,} images  {split['source']} ({split['selection']})")
+    images = (last - step) * t.batch_size
+    epochs = images / max(len(data.train), 1)
+    threads = torch.get_num_threads()
+    lines.append(f"training   steps {step + 1}-{last} of {t.steps}, batch {t.batch_size}, lr {t.lr:g} ({t.optimizer}, {t.decay}): "
+                 f"{images:,} images ({epochs:.3g} epochs) on {env.device}, {threads} thread{'s' * (threads > 1)}")
+    if env.world.size == 1:
+        seconds = _time_step(model, env.micro, env.device) * env.accum * (last - step)
+        lines.append(f"estimated  {_clock(seconds)} (forward + backward timed on this machine; data loading and evaluation come on top)")
+    if resumed_from is not None:
+        lines.insert(0, f"resuming from step {step} ({resumed_from})")
+    return "\n".join(lines)
+
+
+def _model_name(name: str | None, c) -> str:
+    """The run's model name where the architecture is that model's, else "ViT" (e.g. a name kept only as a label)."""
+    from vitkit.models import get_config
+
+    try:
+        known = get_config(name)
+    except (ConfigError, AttributeError, TypeError):
+        return "ViT"
+    same = (known.width, known.depth, known.mlp_dim, known.num_heads) == (c.width, c.depth, c.mlp_dim, c.num_heads)
+    return name if same else "ViT"
+
+
+def _time_step(model: VisionTransformer, micro: int, device) -> float:
+    """Seconds of one forward + backward pass of a micro-batch, from a pass of up to 8 images scaled to `micro`.
+
+    Runs on the model itself (no copy: memory stays as it is) with the RNG state restored and the gradients
+    cleared afterwards, so the run's weights, data order and random draws are untouched."""
+    c = model.config
+    probe = min(micro, 8)
+    x = torch.zeros(probe, c.in_chans, *c.image_size, device=device)
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        times = []
+        for _ in range(2):  # the first pass warms up
+            start = time.perf_counter()
+            model(x).float().logsumexp(-1).mean().backward()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            times.append(time.perf_counter() - start)
+    model.zero_grad(set_to_none=True)
+    return times[-1] * micro / probe
+
+
+def _clock(seconds: float) -> str:
+    m, s = divmod(round(seconds), 60)
+    return f"{m // 60}:{m % 60:02d}:{s:02d}"
+
+
 def training_batches(config: RunConfig, split, micro: int, device: torch.device, bad, world: distributed.Dist = distributed.Dist()):
     """The run's training batches (a `Batches`) and the augmentation the device applies to them.
 
@@ -623,8 +661,8 @@ def first_batch_pixels(config: RunConfig, count: int) -> tuple[torch.Tensor, tor
     from vitkit.data import BadFiles, augment_pixels
 
     shape, d, t = config.model_config(), config.data, config.train
-    split = open_dataset(d.name, d.path, d.train_split, channels=shape.in_chans, image_size=shape.image_size[0], val_fraction=d.val_fraction,
-                         seed=d.split_seed, synthetic_size=d.synthetic_size, synthetic_classes=d.synthetic_classes)
+    split = DataSpec.from_config(d).open(d.train_split, channels=shape.in_chans, image_size=shape.image_size[0], flag="data.train_split",
+                                         hold_out="data.val_fraction")
     batches, augment = training_batches(config, split, t.micro_batch or t.batch_size, torch.device("cpu"), BadFiles(d.on_error))
     images, labels = next(batches.iterate(0, 0))
     pixels = augment_pixels(images, shape.image_size, augment, augment_generator(t.seed, 0))[:count]  # draws depend on the batch

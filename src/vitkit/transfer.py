@@ -27,16 +27,17 @@ from typing import Any
 
 import yaml
 
-from vitkit.checkpoint import load_pretrained, save_pretrained
+from vitkit.checkpoint import load_with_metadata, save_pretrained
 from vitkit.checkpoint.io import read_json, write_json
-from vitkit.checkpoint.native import is_native, load_native, read_native_config
-from vitkit.data import open_dataset
+from vitkit.checkpoint.native import is_native, read_native_config
+from vitkit.checkpoint.runs import resolve
+from vitkit.data import DataSpec
 from vitkit.errors import ConfigError
 from vitkit.evaluation import markdown_table, write_report
 from vitkit.models import BiTConfig, ModelConfig, VisionTransformer, build_model
 from vitkit.models.registry import MODELS
 from vitkit.run_config import RunConfig, from_dict, load_run_config
-from vitkit.train import find_checkpoint, step_checkpoints, train
+from vitkit.train import step_checkpoints, train
 
 # The paper's fine-tuning recipe (App. B; warmup 500 steps and the Inception crop [official]); a
 # recipe file (configs/finetune_*.yaml) and KEY=VALUE overrides are applied on top of it.
@@ -60,25 +61,6 @@ def finetune_recipe(path: str | os.PathLike | None = None, overrides: list[str] 
     items = [f"{s}.{k}={json.dumps(v)}" for s, values in FINETUNE_DEFAULTS.items() for k, v in values.items()]
     items += [f"{s}.{k}={json.dumps(v)}" for s, values in explicit.items() for k, v in (values or {}).items()]
     return load_run_config(None, [*items, *overrides])
-
-
-def resolve_checkpoint(path: str | os.PathLike) -> Path:
-    """A vitkit run directory stands for its model (final/, else its newest step); anything else is itself."""
-    path = Path(path)
-    if path.is_dir() and (is_native(path) or (path / "run.yaml").is_file() or is_native(path / "final")):
-        return find_checkpoint(path)
-    return path
-
-
-def load_model(path: str | os.PathLike, *, image_size: int | tuple[int, int] | None = None) -> tuple[VisionTransformer, dict]:
-    """(model, extra) from any checkpoint vitkit reads; extra holds a vitkit checkpoint's class names and preprocessing."""
-    path = resolve_checkpoint(path)
-    if is_native(path):
-        model, extra = load_native(path)
-        if image_size is not None:
-            model.set_image_size(image_size)
-        return model.eval(), extra
-    return load_pretrained(path, image_size=image_size), {}
 
 
 def prepare_for_finetuning(model: VisionTransformer, num_classes: int, *, keep_pre_logits: bool = False, **tunable) -> VisionTransformer:
@@ -148,8 +130,9 @@ def finetune(
     model_section.pop("arch", None)  # the name says the family
 
     runs = []
-    for lr in lrs:
+    for i, lr in enumerate(lrs, 1):
         run_dir = out / run_name(lr)
+        print(f"== learning rate {lr:g} (run {i} of {len(lrs)}): {run_dir}", flush=True)  # the lines below are this run's
         data = recipe.to_dict()
         data["model"] = model_section
         data["train"]["lr"] = lr
@@ -171,12 +154,11 @@ def finetune(
 
 def _write_init(recipe: RunConfig, checkpoint: str | os.PathLike, init: Path, keep_pre_logits: bool) -> None:
     """The starting model of every run, written once (atomically) in vitkit's format."""
-    source = resolve_checkpoint(checkpoint)
-    model, _ = load_model(source, image_size=recipe.model.get("image_size"))  # position embeddings resampled
+    source = resolve(checkpoint)
+    model, _ = load_with_metadata(source, image_size=recipe.model.get("image_size"))  # position embeddings resampled
     d = recipe.data
-    classes = open_dataset(d.name, d.path, d.train_split, channels=model.config.in_chans, image_size=model.config.image_size[0],
-                           val_fraction=d.val_fraction, seed=d.split_seed, synthetic_size=d.synthetic_size,
-                           synthetic_classes=d.synthetic_classes).class_names
+    classes = DataSpec.from_config(d).open(d.train_split, channels=model.config.in_chans, image_size=model.config.image_size[0],
+                                           flag="data.train_split", hold_out="data.val_fraction").class_names
     tunable = {k: recipe.model[k] for k in TUNABLE if k in recipe.model and k != "image_size"}
     model = prepare_for_finetuning(model, len(classes), keep_pre_logits=keep_pre_logits, **tunable)
     tmp = init.with_name(f".{init.name}.tmp")

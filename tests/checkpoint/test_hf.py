@@ -121,3 +121,34 @@ def test_hf_sharded_checkpoint_is_read_through_its_index(tmp_path, make_images):
     x = make_images(model.config)
     with torch.no_grad():
         assert _max_rel(model(x), hf(pixel_values=x).logits) < 1e-5
+
+
+@pytest.mark.parametrize("in_chans", [1, 3])
+def test_written_hf_directory_works_in_transformers_pipeline_with_its_class_names(in_chans, make_model, tmp_path):
+    """pipeline("image-classification") feeds RGB; a grayscale model reads luma through its folded patch embedding."""
+    import numpy as np
+    from PIL import Image
+
+    from vitkit.data.images import load_image
+    from vitkit.evaluation import predict
+
+    names = ["ankle boot", "bag", "coat", "dress", "shirt"]
+    model = make_model(in_chans=in_chans, num_classes=5)
+    save_checkpoint(model, tmp_path / "hf", "hf", metadata={"class_names": names})
+    hf_config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert hf_config["id2label"]["1"] == "bag" and hf_config["label2id"]["coat"] == 2
+    image = tmp_path / "x.png"
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (16, 16, 3), dtype=np.uint8)).save(image)  # colour, at the model's size
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        classify = transformers.pipeline("image-classification", model=str(tmp_path / "hf"), device="cpu")
+        got = classify(Image.open(image), top_k=5)
+    probs, index = predict(model, torch.from_numpy(load_image(image, in_chans, 16).copy())[None], k=5)
+    assert [g["label"] for g in got] == [names[i] for i in index[0].tolist()]
+    tol = 2e-3 if in_chans == 3 else 1e-2  # grayscale: vitkit rounds PIL's luma to integers, the fold does not
+    assert np.allclose([g["score"] for g in got], probs[0].tolist(), atol=tol)
+    back, meta = vitkit.checkpoint.load_with_metadata(tmp_path / "hf")
+    assert back.config.in_chans == in_chans and meta["class_names"] == names
+    x = torch.rand(2, in_chans, 16, 16) * 2 - 1
+    with torch.no_grad():
+        torch.testing.assert_close(back(x), model(x), atol=1e-5, rtol=1e-5)

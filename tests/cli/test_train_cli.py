@@ -59,7 +59,9 @@ def test_resume_through_cli(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["steps"] == 4
     assert (out / "final" / "model.safetensors").is_file()
     assert main(["train", "--resume", str(out), "train.steps=6"]) == 0
-    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["steps"] == 6
+    printed = capsys.readouterr().out
+    assert json.loads(printed.strip().splitlines()[-1])["steps"] == 6
+    assert f"resuming from step 4 ({out / 'checkpoints' / 'step_0000004'})" in printed and "steps 5-6 of 6" in printed
     assert (out / "checkpoints" / "step_0000006").is_dir()
 
 
@@ -70,7 +72,7 @@ def test_resume_through_cli(tmp_path, capsys):
         (["train", "--out", "{tmp}/x", "train.steps=abc"], "train.steps: expected int"),
         (["train", "--out", "{tmp}/x", "--data", "{tmp}/missing"], "no such file"),
         (["train", "data.name=synthetic"], "--out"),
-        (["eval", "{tmp}"], "neither a vitkit checkpoint"),
+        (["eval", "{tmp}"], "neither a vitkit checkpoint or run directory"),
     ],
 )
 def test_user_errors_are_one_line(tmp_path, capsys, args, message):

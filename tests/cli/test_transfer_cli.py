@@ -41,13 +41,18 @@ def test_commands_are_registered_with_help():
 
 @needs_fashion_mnist
 def test_fewshot_and_random_init_baseline(run_cli, checkpoint, tmp_path):
-    result = last_json(run_cli("fewshot", checkpoint / "vit.npz", "--shots", "1,5", "--seeds", "2", "--out", tmp_path / "fs", "--threads", "1"))
+    done = run_cli("fewshot", checkpoint / "vit.npz", "--shots", "1,5", "--out", tmp_path / "fs", "--threads", "1")
+    assert done.returncode == 2 and "records no training data" in done.stderr and "--data" in done.stderr  # never Fashion-MNIST by chance
+    result = last_json(run_cli("fewshot", checkpoint / "vit.npz", "--data", default_dir(), "--shots", "1,5", "--seeds", "2",
+                               "--out", tmp_path / "fs", "--threads", "1"))
     assert set(result["shots"]) == {"1", "5"} and result["n_test"] == 10_000 and result["feature_dim"] == 16
+    assert (result["data"], result["split"], result["n"]) == (str(default_dir().absolute()), "test", 10_000)
     assert all(0.1 < r["mean"] <= 1.0 and len(r["per_seed"]) == 2 for r in result["shots"].values())
     assert json.loads((tmp_path / "fs" / "fewshot.json").read_text())["shots"] == result["shots"]
     assert "| 5 |" in (tmp_path / "fs" / "fewshot.md").read_text()
-    baseline = last_json(run_cli("fewshot", checkpoint / "vit", "--shots", "5", "--seeds", "2", "--random-init", "3", "--threads", "1"))
-    assert baseline["random_init"] == 3 and (checkpoint / "vit" / "fewshot_random3" / "fewshot.md").is_file()  # default --out
+    baseline = last_json(run_cli("fewshot", checkpoint / "vit", "--data", default_dir(), "--shots", "5", "--seeds", "2", "--random-init", "3",
+                                 "--threads", "1"))
+    assert baseline["random_init"] == 3 and (checkpoint / "vit.fewshot_random3" / "fewshot.md").is_file()  # default --out: beside the model, never in it
     assert baseline["shots"]["5"] != result["shots"]["5"]  # other weights, other features
 
 
@@ -82,7 +87,7 @@ def test_linear_probe_and_knn(capsys, checkpoint, tmp_path):
     code, out, err = in_process(capsys, "knn", checkpoint / "vit", "--data", data, "--k", "1,5", "--temperature", "0", "--out", tmp_path / "knn")
     assert code == 0, err
     knn = json.loads(out.strip().splitlines()[-1])
-    assert set(knn["top1"]) == {"1", "5"} and knn["n_train"] == 60 and knn["temperature"] is None
+    assert set(knn["top1"]) == {"1", "5"} and knn["n_train"] == 54 and knn["temperature"] is None  # 10% of train/ held out as val
     assert all(v > 0.9 for v in knn["top1"].values())
     assert json.loads((tmp_path / "knn" / "knn.json").read_text())["top1"] == knn["top1"]
 
@@ -90,9 +95,12 @@ def test_linear_probe_and_knn(capsys, checkpoint, tmp_path):
 @needs_fashion_mnist
 def test_finetune_at_a_higher_resolution_then_eval(run_cli, checkpoint, tmp_path):
     out = tmp_path / "ft"
-    result = last_json(run_cli("finetune", "--from", checkpoint / "vit.npz", "--image-size", "32", "--lr", "0.03", "--out", out,
-                               "--steps", "2", "--batch-size", "64", "--micro-batch", "32", "--no-progress", "train.warmup_steps=1",
-                               "train.threads=1", "augment.crop=pad", "data.val_fraction=0.05"))
+    done = run_cli("finetune", "--from", checkpoint / "vit.npz", "--image-size", "32", "--lr", "0.03", "--out", out,
+                   "--steps", "2", "--batch-size", "64", "--micro-batch", "32", "--no-progress", "train.warmup_steps=1",
+                   "train.threads=1", "augment.crop=pad", "data.val_fraction=0.05")
+    result = last_json(done)
+    assert f"== learning rate 0.03 (run 1 of 1): {out / 'lr_0.03'}" in done.stdout  # each run's lines say whose they are
+    assert "lr 0.03 (sgd, cosine)" in done.stdout
     assert [r["run"] for r in result["runs"]] == ["lr_0.03"] and result["image_size"] == [32, 32]
     config = json.loads((out / "final" / "config.json").read_text())
     assert config["model"]["image_size"] == [32, 32] and config["model"]["representation_size"] is None  # pre-logits dropped

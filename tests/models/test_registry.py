@@ -70,3 +70,14 @@ def test_flops_match_the_closed_form(name):
 
 def test_vit_b16_is_about_35_gflops():
     assert abs(count_flops(get_config("vit_b16")) / 1e9 - 35.1) < 0.1
+
+
+@pytest.mark.parametrize("timm_name, ours, image_size", [
+    ("vit_base_patch16_224", "vit_b16", 224), ("vit_small_patch16_384", "vit_s16", 384), ("vit_base_r50_s16_384", "r50_vit_b16", 384),
+    ("vit_large_patch16_224", "vit_l16", 224), ("vit_tiny_patch16_224", "vit_ti16", 224), ("vit_huge_patch14_224", "vit_h14", 224),
+    ("vit_base_patch32_384.augreg_in21k_ft_in1k", "vit_b32", 384), ("vit_tiny_r_s16_p8_224", "r_vit_ti16", 224),
+    ("vit_large_r50_s32_384", "r50_vit_l32", 384),
+])
+def test_timm_names_are_aliases_of_the_same_architectures(timm_name, ours, image_size):
+    assert get_config(timm_name) == get_config(ours, image_size=image_size)
+    assert get_config(timm_name, image_size=448, num_classes=10) == get_config(ours, image_size=448, num_classes=10)  # keywords win

@@ -20,7 +20,7 @@ import torch
 from vitkit.errors import CheckpointError, ConfigError, first_line
 from vitkit.models import ModelConfig, VisionTransformer, build_model
 
-from . import hf, native, npz, timm
+from . import hf, native, npz, runs, timm
 from .io import is_safetensors
 from .native import load_state_dict_strict, save_pretrained
 
@@ -37,8 +37,8 @@ def detect_format(path: str | os.PathLike) -> str:
         if hf.is_hf(path):
             return "hf"
         raise CheckpointError(
-            f"{path}: unknown checkpoint format: a directory without a vitkit config.json (\"format\": \"vitkit\") "
-            "or a Hugging Face one (\"model_type\": \"vit\")"
+            f"{path}: unknown checkpoint format: neither a vitkit checkpoint or run directory (config.json with "
+            "\"format\": \"vitkit\"; run.yaml, final/) nor a Hugging Face one (\"model_type\": \"vit\")"
         )
     if not path.is_file():
         raise CheckpointError(f"{path}: no such file or directory")
@@ -67,10 +67,9 @@ def detect_format(path: str | os.PathLike) -> str:
 
 
 def _resolve(path: Path, format: str | None) -> tuple[Path, str]:
-    """A weights file inside a vitkit or HF directory stands for its directory."""
-    if path.is_file() and path.name in (native.WEIGHTS_NAME, *hf.WEIGHTS_NAMES) and format in (None, "vitkit", "hf"):
-        if native.is_native(path.parent) or hf.is_hf(path.parent):
-            path = path.parent
+    """A run directory stands for its model, a weights file inside a vitkit or HF directory for its directory."""
+    if format in (None, "vitkit", "hf"):
+        path = runs.resolve(path)
     if format is None:
         return path, detect_format(path)
     if format not in FORMATS:
@@ -127,11 +126,30 @@ def load_pretrained(
     return model.eval()
 
 
-def save_checkpoint(model: VisionTransformer, path: str | os.PathLike, format: str = "vitkit") -> Path:
-    """Write `model` as `format`: vitkit/hf make a directory, npz an .npz file, timm a .safetensors or .pth file."""
+def read_metadata(path: str | os.PathLike, *, format: str | None = None) -> dict:
+    """What travels with the weights besides the architecture: `class_names`, `preprocess` (crop_pct) and the
+    `data` the model was trained on, as far as the checkpoint holds them ({} when it holds none)."""
+    path, format = _resolve(Path(path), format)
+    return FORMATS[format].read_metadata(path)
+
+
+def load_with_metadata(
+    path: str | os.PathLike, *, image_size: int | tuple[int, int] | None = None, format: str | None = None
+) -> tuple[VisionTransformer, dict]:
+    """(model, metadata) of any checkpoint: `load_pretrained` and `read_metadata` of the same resolved path."""
+    path, format = _resolve(Path(path), format)
+    return load_pretrained(path, image_size=image_size, format=format), FORMATS[format].read_metadata(path)
+
+
+def save_checkpoint(model: VisionTransformer, path: str | os.PathLike, format: str = "vitkit", *, metadata: dict | None = None) -> Path:
+    """Write `model` as `format`: vitkit/hf make a directory, npz an .npz file, timm a .safetensors or .pth file.
+
+    `metadata` (class names, preprocessing, training data: what `read_metadata` returns) goes where the
+    format has a place for it (vitkit and HF config.json, safetensors metadata), else into FILE.json beside it."""
     if format not in FORMATS:
         raise CheckpointError(f"format: unknown format {format!r}; choose one of {', '.join(FORMATS)}")
-    return FORMATS[format].write(model, path)
+    return FORMATS[format].write(model, path, metadata=metadata or {})
 
 
-__all__ = ["FORMATS", "detect_format", "load_pretrained", "read_checkpoint", "save_checkpoint", "save_pretrained"]
+__all__ = ["FORMATS", "detect_format", "load_pretrained", "load_with_metadata", "read_checkpoint", "read_metadata", "save_checkpoint",
+           "save_pretrained"]

@@ -17,8 +17,6 @@ PyTorch port with sqrt(var + 1e-10), vitkit with std + 1e-10: the same to far be
 
 from __future__ import annotations
 
-import json
-import os
 import re
 from pathlib import Path
 
@@ -28,7 +26,7 @@ import torch
 from vitkit.errors import CheckpointError, ConfigError
 from vitkit.models import BiTConfig, ResNetConfig
 
-from .io import write_npz, write_safetensors, write_torch
+from .io import write_npz
 from .keymap import Rule, count_indexed, from_vitkit, kernel, permuted, resnet_units, same, to_vitkit
 
 NPZ_ROOT = "resnet/root_block/standardized_conv2d/kernel"
@@ -157,16 +155,6 @@ def read_timm(state: dict[str, torch.Tensor], *, image_size=None, source, stored
     return config, to_vitkit(timm_rules(config), state, source=source)
 
 
-def write_timm_file(model, path: Path, metadata_key: str) -> Path:
-    """timm's resnetv2 state dict: .safetensors (vitkit's config in the metadata) or a .pth for any other suffix."""
-    tensors = from_vitkit(timm_rules(model.config), model.state_dict())
-    if path.suffix == ".safetensors":
-        write_safetensors(path, tensors, metadata={"format": "pt", metadata_key: json.dumps(model.config.to_dict())})
-    else:
-        write_torch(path, tensors)
-    return path
-
-
 def _shape(tensors, key: str, rank: int, source) -> tuple[int, ...]:
     if key not in tensors:
         raise CheckpointError(f"{source}: missing key {key!r}; not a complete BiT ResNet checkpoint")
@@ -176,4 +164,4 @@ def _shape(tensors, key: str, rank: int, source) -> tuple[int, ...]:
     return shape
 
 
-__all__ = ["is_bit_npz", "is_bit_timm", "npz_rules", "read_npz", "read_timm", "timm_rules", "write_npz_file", "write_timm_file"]
+__all__ = ["is_bit_npz", "is_bit_timm", "npz_rules", "read_npz", "read_timm", "timm_rules", "write_npz_file"]

@@ -29,6 +29,7 @@ from .keymap import Rule, from_vitkit, fused, infer_image_size, same, to_vitkit
 
 CONFIG_NAME = "config.json"
 PREPROCESSOR_NAME = "preprocessor_config.json"
+LUMA = (0.299, 0.587, 0.114)  # ITU-R 601, as PIL's convert("L"): gray = LUMA . (R, G, B)
 WEIGHTS_NAMES = ("model.safetensors", "pytorch_model.bin")
 INDEX_NAMES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 ACTS = {"gelu": "gelu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh"}
@@ -158,15 +159,25 @@ def read(path: str | os.PathLike, *, image_size=None) -> tuple[ViTConfig, dict[s
         raise CheckpointError(f"{directory / CONFIG_NAME}: model_type is {found!r}, expected 'vit'")
     preprocessor = read_json(directory / PREPROCESSOR_NAME) if (directory / PREPROCESSOR_NAME).is_file() else None
     state, weights = read_weights(directory)
+    if hf.get("vitkit_luma"):  # a grayscale vitkit model written for RGB input: fold the luma weights back into one channel
+        kernel = f"{_prefix(state)}embeddings.patch_embeddings.projection.weight"
+        if kernel in state and state[kernel].ndim == 4 and state[kernel].shape[1] == 3:
+            state[kernel] = state[kernel].sum(dim=1, keepdim=True)
+            hf = {**hf, "num_channels": 1}
+            preprocessor = {k: v[:1] if k in ("image_mean", "image_std") else v for k, v in (preprocessor or {}).items()} or None
     config = config_from_hf(hf, state, preprocessor=preprocessor, image_size=image_size, source=directory)
     return config, to_vitkit(hf_rules(config, prefix=_prefix(state)), state, source=weights)
 
 
-def write(model: VisionTransformer, directory: str | os.PathLike, *, class_names: list[str] | None = None) -> Path:
-    """Write an HF directory: ViTForImageClassification with a head, ViTModel (pooler = pre-logits) without."""
-    directory, c = Path(directory), model.config
+def write(model: VisionTransformer, directory: str | os.PathLike, *, metadata: dict | None = None) -> Path:
+    """Write an HF directory: ViTForImageClassification with a head, ViTModel (pooler = pre-logits) without.
+
+    Class names become id2label/label2id; the rest of `metadata` (crop, training data) is kept in config.json
+    under "vitkit"."""
+    directory, c, metadata = Path(directory), model.config, metadata or {}
     if not isinstance(model, VisionTransformer):
         raise CheckpointError(f"{directory}: the Hugging Face format here is ViT's; save a BiT ResNet as vitkit, npz or timm")
+    class_names = metadata.get("class_names")
     problems = [
         (c.backbone is not None, "hybrid (ResNet) models"),
         (c.classifier != "token", f"classifier {c.classifier!r} (HF ViT pools the class token)"),
@@ -177,7 +188,11 @@ def write(model: VisionTransformer, directory: str | os.PathLike, *, class_names
         if bad:
             raise CheckpointError(f"{directory}: Hugging Face ViT cannot hold {what}; save as vitkit instead")
     classify = c.num_classes > 0
-    tensors = from_vitkit(hf_rules(c, prefix="vit." if classify else ""), model.state_dict())
+    prefix = "vit." if classify else ""
+    tensors = from_vitkit(hf_rules(c, prefix=prefix), model.state_dict())
+    if c.in_chans == 1:  # HF's pipeline feeds RGB: the patch embedding of a grayscale model reads luma from RGB instead
+        kernel = f"{prefix}embeddings.patch_embeddings.projection.weight"
+        tensors[kernel] = tensors[kernel] * torch.tensor(LUMA).view(1, 3, 1, 1)
     act = {"gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh"}[c.mlp_act]
     labels = class_names or [f"LABEL_{i}" for i in range(c.num_classes)]
     square = c.image_size[0] == c.image_size[1] and c.patch_size[0] == c.patch_size[1]
@@ -194,13 +209,16 @@ def write(model: VisionTransformer, directory: str | os.PathLike, *, class_names
         "layer_norm_eps": c.layer_norm_eps,
         "image_size": c.image_size[0] if square else list(c.image_size),
         "patch_size": c.patch_size[0] if square else list(c.patch_size),
-        "num_channels": c.in_chans,
+        "num_channels": 3,
         "qkv_bias": True,
         "encoder_stride": c.patch_size[0],
         "pooler_output_size": c.representation_size or c.width,
         "pooler_act": "tanh",
         "dtype": "float32",
+        "vitkit": metadata,
     }
+    if c.in_chans == 1:
+        hf["vitkit_luma"] = list(LUMA)  # read back as the grayscale model it was
     if classify:
         hf["id2label"] = {str(i): name for i, name in enumerate(labels)}
         hf["label2id"] = {name: i for i, name in enumerate(labels)}
@@ -211,10 +229,20 @@ def write(model: VisionTransformer, directory: str | os.PathLike, *, class_names
         "do_rescale": True,
         "rescale_factor": 1 / 255,
         "do_normalize": True,
-        "image_mean": list(c.mean),
-        "image_std": list(c.std),
+        "image_mean": list(c.mean) * (3 // c.in_chans),
+        "image_std": list(c.std) * (3 // c.in_chans),
     }
     write_safetensors(directory / WEIGHTS_NAMES[0], tensors, metadata={"format": "pt"})
     write_json(directory / PREPROCESSOR_NAME, preprocessor)
     write_json(directory / CONFIG_NAME, hf)
     return directory
+
+
+def read_metadata(path: str | os.PathLike) -> dict:
+    """vitkit's record in config.json, else the class names of id2label (unless HF's placeholders LABEL_i)."""
+    hf = read_json(Path(path) / CONFIG_NAME)
+    if isinstance(hf.get("vitkit"), dict) and hf["vitkit"]:
+        return hf["vitkit"]
+    labels = hf.get("id2label") or {}
+    names = [str(labels.get(str(i), "")) for i in range(len(labels))]
+    return {"class_names": names} if names and names != [f"LABEL_{i}" for i in range(len(names))] else {}

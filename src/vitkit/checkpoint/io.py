@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import pickle
+import shutil
 import tempfile
 import zipfile
 from contextlib import contextmanager
@@ -213,3 +214,34 @@ def write_npz(path: str | os.PathLike, arrays: dict[str, np.ndarray]) -> None:
     with atomic_path(path) as tmp:
         with open(tmp, "wb") as f:
             np.savez(f, **arrays)
+
+
+def staging_paths(target: Path) -> tuple[Path, Path]:
+    """The temporary names a replacement of `target` uses: the new directory, the one it replaces."""
+    return target.parent / f".{target.name}.tmp", target.parent / f".{target.name}.old"
+
+
+def finish_replacement(target: Path) -> None:
+    """Complete a replacement of `target` that a kill -9 cut between its two renames (see _write_dir).
+
+    `.NAME.old` exists only after the new directory `.NAME.tmp` was complete, so with `target` missing
+    the new one takes its place; without `.old`, a `.tmp` may be half written and is left alone.
+    """
+    tmp, old = staging_paths(target)
+    if not target.exists() and old.is_dir() and tmp.is_dir():
+        os.replace(tmp, target)
+    if target.exists() and old.is_dir():
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def sidecar_path(path: str | os.PathLike) -> Path:
+    """FILE.json beside a weights file whose format has no place for metadata (.npz, .pth)."""
+    path = Path(path)
+    return path.with_name(path.name + ".json")
+
+
+def read_sidecar(path: str | os.PathLike) -> dict:
+    """The sidecar JSON of a weights file, {} when there is none."""
+    side = sidecar_path(path)
+    data = read_json(side) if side.is_file() else {}
+    return data if isinstance(data, dict) else {}

@@ -89,5 +89,10 @@ def read(directory: str | os.PathLike, *, image_size=None) -> tuple[ModelConfig,
     return config, read_safetensors(directory / WEIGHTS_NAME)
 
 
-def write(model: VisionTransformer, directory: str | os.PathLike) -> Path:
-    return save_pretrained(model, directory)
+def read_metadata(directory: str | os.PathLike) -> dict[str, Any]:
+    """Class names, preprocessing and training data recorded in config.json beside the model."""
+    return read_native_config(directory)[1]
+
+
+def write(model: VisionTransformer, directory: str | os.PathLike, *, metadata: dict[str, Any] | None = None) -> Path:
+    return save_pretrained(model, directory, extra=metadata)

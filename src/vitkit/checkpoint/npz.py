@@ -31,7 +31,7 @@ from vitkit.errors import CheckpointError, ConfigError
 from vitkit.models import ModelConfig, ResNetConfig, ResNetV2, ViTConfig, VisionTransformer
 
 from . import bit
-from .io import read_npz, write_npz
+from .io import read_npz, read_sidecar, sidecar_path, write_json, write_npz
 from .keymap import Rule, count_indexed, from_vitkit, fused, infer_image_size, kernel, permuted, resnet_units, same, to_vitkit
 
 PREFIXES = ("opt/target/", "params/img/", "params/", "")
@@ -223,11 +223,16 @@ def to_release_layout(tensors: dict[str, torch.Tensor]) -> dict[str, np.ndarray]
     return out
 
 
-def write(model: VisionTransformer, path: str | os.PathLike) -> Path:
-    """Write a plain ViT (or a BiT ResNet) as an .npz in the official release layout (what vit_jax, big_transfer and timm read)."""
+def write(model: VisionTransformer, path: str | os.PathLike, *, metadata: dict | None = None) -> Path:
+    """Write a plain ViT (or a BiT ResNet) as an .npz in the official release layout (what vit_jax, big_transfer and
+    timm read); `metadata` (class names, preprocessing) goes to FILE.npz.json beside it, as the release layout has no
+    place for it."""
     c, path = model.config, Path(path)
     if isinstance(model, ResNetV2):
-        return bit.write_npz_file(model, path)
+        bit.write_npz_file(model, path)
+        if metadata:
+            write_json(sidecar_path(path), {"vitkit": metadata})
+        return path
     if c.backbone is not None:
         raise CheckpointError(f"{path}: writing hybrid models to .npz is not supported; save as vitkit, timm or hf")
     if c.pos_embed != "learned":
@@ -239,4 +244,11 @@ def write(model: VisionTransformer, path: str | os.PathLike) -> Path:
             stacklevel=2,
         )
     write_npz(path, to_release_layout(from_vitkit(npz_rules(c), model.state_dict())))
+    if metadata:
+        write_json(sidecar_path(path), {"vitkit": metadata})
     return path
+
+
+def read_metadata(path: str | os.PathLike) -> dict:
+    """Class names and preprocessing from FILE.npz.json beside the file ({} without one)."""
+    return read_sidecar(path).get("vitkit", {})

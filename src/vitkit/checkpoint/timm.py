@@ -26,10 +26,11 @@ from vitkit.models import ModelConfig, ResNetConfig, ResNetV2, ViTConfig, Vision
 from vitkit.models.registry import SIZES
 
 from . import bit
-from .io import is_safetensors, read_safetensors, read_torch, write_safetensors, write_torch
+from .io import is_safetensors, read_safetensors, read_sidecar, read_torch, sidecar_path, write_json, write_safetensors, write_torch
 from .keymap import Rule, count_indexed, from_vitkit, infer_image_size, same, to_vitkit
 
 METADATA_KEY = "vitkit_config"
+EXTRA_KEY = "vitkit_metadata"  # class names, preprocessing, training data
 _HEADS_BY_WIDTH = {width: heads for _, width, _, heads in SIZES.values()}
 
 
@@ -130,20 +131,28 @@ def config_from_timm(state: dict[str, torch.Tensor], *, image_size=None, source,
         raise CheckpointError(f"{source}: the tensors describe an impossible model: {err}") from None
 
 
-def _stored_config(path: Path) -> dict | None:
+def _stored(path: Path, key: str = METADATA_KEY) -> dict | None:
+    """A JSON entry of a safetensors file's metadata (vitkit's config or its metadata), None if absent."""
     try:
         with safe_open(str(path), "pt") as f:
-            text = (f.metadata() or {}).get(METADATA_KEY)
+            text = (f.metadata() or {}).get(key)
         return json.loads(text) if text else None
     except Exception:  # unreadable metadata is not fatal: the tensors are read (and checked) next
         return None
+
+
+def pretrained_cfg(c: ModelConfig, metadata: dict) -> dict:
+    """timm's description of a checkpoint's input and labels (its pretrained_cfg and label_names)."""
+    cfg = {"input_size": [c.in_chans, *c.image_size], "mean": list(c.mean), "std": list(c.std), "interpolation": "bilinear",
+           "crop_pct": metadata.get("preprocess", {}).get("crop_pct", 1.0), "crop_mode": "center", "num_classes": c.num_classes}
+    return {"pretrained_cfg": cfg, "label_names": metadata.get("class_names")}
 
 
 def read(path: str | os.PathLike, *, image_size=None) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
     """(config, vitkit state dict) of a timm checkpoint (.safetensors preferred; .pth/.bin read with weights_only)."""
     path = Path(path)
     if is_safetensors(path):
-        state, stored = read_safetensors(path), _stored_config(path)
+        state, stored = read_safetensors(path), _stored(path)
     else:
         state, stored = _unwrap(read_torch(path), path), None
     if bit.is_bit_timm(state):  # timm's resnetv2_*_bit
@@ -152,17 +161,38 @@ def read(path: str | os.PathLike, *, image_size=None) -> tuple[ModelConfig, dict
     return config, to_vitkit(timm_rules(config), state, source=path)
 
 
-def write(model: VisionTransformer, path: str | os.PathLike) -> Path:
-    """Write the timm state dict: .safetensors (with vitkit's config in the metadata) or, for any other suffix, a .pth."""
+def write(model: VisionTransformer, path: str | os.PathLike, *, metadata: dict | None = None) -> Path:
+    """Write the timm state dict: .safetensors (vitkit's config, `metadata` and timm's pretrained_cfg in its
+    metadata) or, for any other suffix, a .pth (those two in FILE.pth.json beside it)."""
+    metadata = metadata or {}
     path = Path(path)
     c = model.config
-    if isinstance(model, ResNetV2):
-        return bit.write_timm_file(model, path, METADATA_KEY)
-    if c.pos_embed != "learned":
+    if isinstance(model, ResNetV2):  # timm's resnetv2_*_bit
+        tensors = from_vitkit(bit.timm_rules(c), model.state_dict())
+    elif c.pos_embed != "learned":
         raise CheckpointError(f"{path}: timm ViT checkpoints hold learned position embeddings; this model uses {c.pos_embed!r}")
-    tensors = from_vitkit(timm_rules(c), model.state_dict())
+    else:
+        tensors = from_vitkit(timm_rules(c), model.state_dict())
+    timm_cfg = pretrained_cfg(c, metadata)
     if path.suffix == ".safetensors":
-        write_safetensors(path, tensors, metadata={"format": "pt", METADATA_KEY: json.dumps(c.to_dict())})
+        write_safetensors(path, tensors, metadata={"format": "pt", METADATA_KEY: json.dumps(c.to_dict()), EXTRA_KEY: json.dumps(metadata),
+                                                   **{k: json.dumps(v) for k, v in timm_cfg.items()}})
     else:
         write_torch(path, tensors)
+        write_json(sidecar_path(path), {**timm_cfg, "vitkit": metadata})
     return path
+
+
+def read_metadata(path: str | os.PathLike) -> dict:
+    """Class names and preprocessing: vitkit's own record, else timm's label_names and pretrained_cfg."""
+    path = Path(path)
+    found = {"vitkit": _stored(path, EXTRA_KEY), "label_names": _stored(path, "label_names"),
+             "pretrained_cfg": _stored(path, "pretrained_cfg")} if is_safetensors(path) else read_sidecar(path)
+    if found.get("vitkit"):
+        return found["vitkit"]
+    metadata = {}
+    if isinstance(found.get("label_names"), list):
+        metadata["class_names"] = [str(n) for n in found["label_names"]]
+    if isinstance(found.get("pretrained_cfg"), dict) and "crop_pct" in found["pretrained_cfg"]:
+        metadata["preprocess"] = {"crop_pct": float(found["pretrained_cfg"]["crop_pct"])}
+    return metadata

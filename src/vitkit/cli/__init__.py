@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import errno
 import importlib
+import os
 import sys
 
 from vitkit import __version__
@@ -49,7 +50,12 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         args.overrides = [*args.overrides, *extra]
     try:
-        return int(args.run(args) or 0)
+        code = int(args.run(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, not in Python's own flush at exit
+        return code
+    except BrokenPipeError:  # `vitkit info ... | head` closed the pipe: stop quietly, as cat would
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes stdout at exit
+        return 141
     except VitkitError as err:
         print(f"vitkit {args.command}: error: {err}", file=sys.stderr)
         return err.exit_code

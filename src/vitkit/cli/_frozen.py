@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-DATA_HELP = "IDX folder, image folder (root/<class>/... or with train/val/test folders) or .csv/.jsonl list (default: Fashion-MNIST)"
+DATA_HELP = "IDX folder, image folder (root/<class>/... or with train/val/test folders) or .csv/.jsonl list (default: the data the checkpoint was trained on)"
 
 
 def numbers(kind: type):
@@ -23,18 +23,19 @@ def numbers(kind: type):
     return parse
 
 
-def add_common(p: argparse.ArgumentParser, name: str, val_fraction: float = 0.0) -> None:
-    p.add_argument("checkpoint", metavar="CKPT", help="any checkpoint vitkit reads: vitkit checkpoint or run directory, .npz, timm file, HF directory")
+def add_common(p: argparse.ArgumentParser, name: str) -> None:
+    p.add_argument("checkpoint", metavar="CKPT", help="any checkpoint vitkit reads: run directory, its final/, a step checkpoint, "
+                                                      ".npz, timm file, HF directory")
     p.add_argument("--data", metavar="PATH", help=DATA_HELP)
-    p.add_argument("--out", metavar="DIR", help=f"where {name}.json and {name}.md go (default: CKPT/{name}, or CKPT_STEM.{name}/ beside a "
-                                                f"file; {name}_randomSEED with --random-init)")
+    p.add_argument("--out", metavar="DIR", help=f"where {name}.json and {name}.md go (default: RUN/{name} for a run's model, else "
+                                                f"beside the checkpoint; {name}_randomSEED with --random-init)")
     p.add_argument("--image-size", type=int, nargs="+", metavar="PX", help="evaluate at this resolution (H [W]); position embeddings are resampled")
     p.add_argument("--random-init", type=int, metavar="SEED", help="the same architecture with random weights (seeded): the baseline")
     p.add_argument("--batch-size", type=int, default=256, help="images per forward pass when extracting features (default 256)")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda (default auto)")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's choice)")
-    p.add_argument("--val-fraction", type=float, default=val_fraction,
-                   help=f"share of train held out as 'val' (and as 'test' when the data has neither) (default {val_fraction:g})")
+    p.add_argument("--val-fraction", type=float, default=None,
+                   help="share of train held out as 'val' where the data has no val split (default: as in training, else 0.1)")
 
 
 def add_splits(p: argparse.ArgumentParser, train_help: str) -> None:
@@ -42,48 +43,46 @@ def add_splits(p: argparse.ArgumentParser, train_help: str) -> None:
     p.add_argument("--test-split", default="test", choices=("train", "val", "test"), help="split scored (default test)")
 
 
-def default_out(checkpoint: str, name: str) -> Path:
-    path = Path(checkpoint)
-    return path / name if path.is_dir() else path.with_name(f"{path.stem}.{name}")
-
-
 def setup(args: argparse.Namespace):
     """(model, split_features options, open_split(name)) for the command's arguments."""
     import torch
 
-    from vitkit.data import open_dataset
+    from vitkit.checkpoint import load_with_metadata
+    from vitkit.data import DataSpec
     from vitkit.models import build_model
     from vitkit.devices import pick_device
-    from vitkit.transfer import load_model
 
     if args.threads:
         torch.set_num_threads(args.threads)
     size = None if args.image_size is None else tuple(args.image_size) if len(args.image_size) == 2 else args.image_size[0]
-    model, extra = load_model(args.checkpoint, image_size=size)
+    model, meta = load_with_metadata(args.checkpoint, image_size=size)
     if args.random_init is not None:
         torch.manual_seed(args.random_init)
         model = build_model(model.config).eval()
     c = model.config
-    features = {"batch_size": args.batch_size, "device": pick_device(args.device), "crop_pct": extra.get("preprocess", {}).get("crop_pct", 1.0)}
+    features = {"batch_size": args.batch_size, "device": pick_device(args.device), "crop_pct": meta.get("preprocess", {}).get("crop_pct", 1.0)}
+    args.spec = DataSpec.from_checkpoint(meta, args.checkpoint, data=args.data, val_fraction=args.val_fraction)
 
-    def open_split(split: str):
-        return open_dataset("auto", args.data, split, channels=c.in_chans, image_size=c.image_size[0], val_fraction=args.val_fraction)
+    def open_split(split: str, flag: str = "--train-split"):
+        return args.spec.open(split, channels=c.in_chans, image_size=c.image_size[0], flag=flag)
 
     return model, features, open_split
 
 
-def finish(args: argparse.Namespace, name: str, result: dict, title: str) -> None:
+def finish(args: argparse.Namespace, name: str, result: dict, title: str, scored) -> None:
     """Write NAME.json and NAME.md, print the table and the result as JSON on the last line."""
     import json
 
+    from vitkit.checkpoint.runs import report_dir
     from vitkit.evaluation import report_markdown, write_report
 
-    result = {"checkpoint": str(args.checkpoint), "random_init": args.random_init, **result}
+    result = {"checkpoint": str(args.checkpoint), "random_init": args.random_init, "data": args.spec.where, **result}
+    title += f" on {result['split']} of {args.spec.where} ({len(scored)} images: {scored.source}, {scored.selection})"
     if args.random_init is not None:
         title += f" (its architecture, randomly initialised with seed {args.random_init})"
     markdown = report_markdown(result, title)
     folder = name if args.random_init is None else f"{name}_random{args.random_init}"  # never over a trained model's report
-    paths = write_report(args.out or default_out(args.checkpoint, folder), name, result, markdown)
+    paths = write_report(args.out or report_dir(args.checkpoint, folder), name, result, markdown)
     print(markdown)
     print(f"wrote {paths[0]} and {paths[1]}")
     print(json.dumps(result))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from vitkit.checkpoint import FORMATS, load_pretrained, save_checkpoint
+from vitkit.checkpoint import FORMATS, load_with_metadata, save_checkpoint
 from vitkit.models.summary import count_parameters
 
 _BY_SUFFIX = {".npz": "npz", ".safetensors": "timm", ".pth": "timm", ".pt": "timm"}
@@ -17,9 +17,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="convert a checkpoint between formats: vitkit, npz (Google Flax), timm, hf (Hugging Face)",
         description="Read SRC in any supported format and write it to DST. The source format is detected from the "
         "content; the target format follows DST's suffix (.npz -> npz, .safetensors/.pth -> timm, "
-        "otherwise a vitkit directory) unless --to says otherwise (hf writes a directory).",
+        "otherwise a vitkit directory) unless --to says otherwise (hf writes a directory). Class names and preprocessing "
+        "travel with the weights: vitkit and HF config.json, safetensors metadata, else FILE.json beside the file.",
     )
-    p.add_argument("src", metavar="SRC", help="checkpoint file or directory to read")
+    p.add_argument("src", metavar="SRC", help="checkpoint file or directory to read (a run directory: its final/ model)")
     p.add_argument("dst", metavar="DST", help="file or directory to write (overwritten atomically, file by file)")
     p.add_argument("--from", dest="src_format", choices=list(FORMATS), default=None, help="source format (default: detected)")
     p.add_argument("--to", dest="dst_format", choices=list(FORMATS), default=None, help="target format (default: from DST)")
@@ -40,8 +41,13 @@ def image_size_arg(values: list[int] | None) -> int | tuple[int, int] | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    model = load_pretrained(args.src, format=args.src_format, image_size=image_size_arg(args.image_size), num_classes=args.num_classes)
+    model, metadata = load_with_metadata(args.src, format=args.src_format, image_size=image_size_arg(args.image_size))
+    if args.num_classes is not None and args.num_classes != model.config.num_classes:
+        model.reset_head(args.num_classes)
+        metadata = {k: v for k, v in metadata.items() if k != "class_names"}  # a new head has no names yet
     target = args.dst_format or _BY_SUFFIX.get(Path(args.dst).suffix, "vitkit")
-    save_checkpoint(model, args.dst, target)
-    print(f"wrote {args.dst} ({target}, {count_parameters(model):,} parameters)")
+    save_checkpoint(model, args.dst, target, metadata=metadata)
+    names = metadata.get("class_names")
+    labels = f", class names {', '.join(names[:3])}{' ...' if len(names) > 3 else ''}" if names else ", no class names"
+    print(f"wrote {args.dst} ({target}, {count_parameters(model):,} parameters{labels})")
     return 0

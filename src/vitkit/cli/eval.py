@@ -11,18 +11,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "eval",
         help="evaluate a checkpoint: top-1/top-5, per-class accuracy, confusion matrix",
-        description="Evaluate a checkpoint (a checkpoint directory, or a run directory: its final/ model) on one split.",
+        description="Evaluate a checkpoint (a run directory: its final/ model; a step checkpoint; any checkpoint file) on one split of the data it was trained on (or --data).",
         epilog="example: vitkit eval runs/demo --data /usr/share/datasets/fashion-mnist --split test --json",
     )
-    p.add_argument("checkpoint", metavar="CKPT", help="checkpoint directory or run directory")
-    p.add_argument("--data", metavar="PATH", help="IDX folder, image folder or .csv/.jsonl list (default: the data the checkpoint was trained on, else Fashion-MNIST)")
-    p.add_argument("--split", default="test", choices=("train", "val", "test"), help="split to evaluate (default: test)")
+    p.add_argument("checkpoint", metavar="CKPT", help="run directory, its final/, a step checkpoint, or a checkpoint file of any format")
+    p.add_argument("--data", metavar="PATH", help="IDX folder, image folder or .csv/.jsonl list (default: the data the checkpoint was trained on)")
+    p.add_argument("--split", default="test", choices=("train", "val", "test"),
+                   help="split to evaluate (default: test; only data kept apart from training is ever 'test')")
     p.add_argument("--val-fraction", type=float, default=None,
                    help="held-out share for 'val' when the data has no val split (default: as in training, else 0.1)")
     p.add_argument("--batch-size", type=int, default=256, help="images per forward pass (default 256)")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda (default auto)")
     p.add_argument("--threads", type=int, default=0, help="CPU threads (default: torch's choice; 1 is faster on a busy machine)")
-    p.add_argument("--confusion", metavar="PNG", help="where to write the confusion-matrix PNG (default: CKPT/confusion_<split>.png)")
+    p.add_argument("--confusion", metavar="PNG", help="where to write the confusion-matrix PNG (default: RUN/eval/confusion_<split>.png, beside the model)")
     p.add_argument("--json", action="store_true", help="print the metrics as one JSON object on the last line")
     p.set_defaults(run=run)
 
@@ -30,36 +31,35 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from vitkit.checkpoint.native import load_native
-    from vitkit.data import eval_batches, open_dataset
+    from vitkit.checkpoint import load_with_metadata
+    from vitkit.checkpoint.runs import report_dir
+    from vitkit.data import DataSpec, eval_batches
     from vitkit.errors import DataError
     from vitkit.evaluation import evaluate
     from vitkit.plots import plot_confusion
     from vitkit.devices import pick_device
-    from vitkit.train import find_checkpoint
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    folder = find_checkpoint(args.checkpoint)
-    model, extra = load_native(folder)
+    model, meta = load_with_metadata(args.checkpoint)
     c = model.config
     device = pick_device(args.device)
-    trained_on = extra.get("data", {})
-    val_fraction = args.val_fraction if args.val_fraction is not None else trained_on.get("val_fraction", 0.1)
-    split = open_dataset("auto", args.data or trained_on.get("path"), args.split, channels=c.in_chans, image_size=c.image_size[0],
-                         val_fraction=val_fraction, seed=trained_on.get("split_seed", 0))
+    spec = DataSpec.from_checkpoint(meta, args.checkpoint, data=args.data, val_fraction=args.val_fraction)
+    split = spec.open(args.split, channels=c.in_chans, image_size=c.image_size[0])
     if len(split) and int(split.labels.max()) >= c.num_classes:
-        raise DataError(f"{split.source}: labels go up to {int(split.labels.max())} but {folder} has {c.num_classes} classes; "
+        raise DataError(f"{split.source}: labels go up to {int(split.labels.max())} but {args.checkpoint} has {c.num_classes} classes; "
                         "evaluate it on the dataset it was trained for")
-    class_names = extra.get("class_names") or split.class_names
-    crop_pct = extra.get("preprocess", {}).get("crop_pct", 1.0)
+    class_names = meta.get("class_names") or split.class_names
+    crop_pct = meta.get("preprocess", {}).get("crop_pct", 1.0)
     batches = eval_batches(split, args.batch_size, device, channels=c.in_chans, size=c.image_size[0], crop_pct=crop_pct)
     metrics = evaluate(model.to(device), batches, crop_pct=crop_pct)
-    png = Path(args.confusion) if args.confusion else folder / f"confusion_{args.split}.png"
+    png = Path(args.confusion) if args.confusion else report_dir(args.checkpoint, "eval") / f"confusion_{args.split}.png"
     plot_confusion(metrics["confusion"], class_names, png)
     result = {
-        "checkpoint": str(folder),
+        "checkpoint": str(args.checkpoint),
+        "data": spec.where,
         "split": args.split,
+        "images": split.describe(),
         "n": metrics["n"],
         "top1": metrics["top1"],
         "top5": metrics["top5"],
@@ -68,7 +68,8 @@ def run(args: argparse.Namespace) -> int:
         "confusion_png": str(png),
     }
     width = max(len(n) for n in class_names)
-    print(f"{folder} on {args.split} ({metrics['n']} images): top-1 {metrics['top1']:.4f}  top-5 {metrics['top5']:.4f}")
+    print(f"{args.checkpoint} on {args.split} of {spec.where} ({metrics['n']} images: {split.source}, {split.selection}): "
+          f"top-1 {metrics['top1']:.4f}  top-5 {metrics['top5']:.4f}")
     for name, acc in result["per_class"].items():
         print(f"  {name:<{width}}  {acc:.4f}")
     print(f"confusion matrix: {png}")

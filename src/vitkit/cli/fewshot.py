@@ -43,11 +43,11 @@ def run(args: argparse.Namespace) -> int:
     if args.seeds < 1:
         raise ConfigError(f"--seeds: expected at least 1, got {args.seeds}")
     model, features, open_split = setup(args)
-    train, test = open_split(args.train_split), open_split(args.test_split)
+    train, test = open_split(args.train_split), open_split(args.test_split, "--test-split")
     try:
         result = fewshot_eval(model, train, test, shots=args.shots, seeds=args.seeds, l2_reg=args.l2, **features)
     except ValueError as err:  # a class with fewer images than shots
         raise DataError(f"{train.source} ({args.train_split}): {err}; ask for fewer --shots") from None
-    finish(args, "fewshot", {"train_split": args.train_split, "test_split": args.test_split, **result},
-           f"Few-shot linear accuracy of {args.checkpoint} on {args.test_split}")
+    finish(args, "fewshot", {"split": args.test_split, "n": len(test), "train_split": args.train_split, "test_split": args.test_split,
+                             **result}, f"Few-shot linear accuracy of {args.checkpoint}", test)
     return 0

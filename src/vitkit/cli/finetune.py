@@ -37,7 +37,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted overrides on the recipe, e.g. train.steps=500 augment.crop=pad")
     p.add_argument("--from", dest="checkpoint", required=True, metavar="CKPT",
                    help="checkpoint to start from: vitkit checkpoint or run directory, .npz, timm file, HF directory")
-    p.add_argument("--data", metavar="PATH", help=DATA_HELP)
+    p.add_argument("--data", metavar="PATH", help=DATA_HELP + "; for a recipe file naming none")
     p.add_argument("--out", required=True, metavar="DIR", help="output directory (one run directory per learning rate inside)")
     p.add_argument("--config", metavar="YAML", help="recipe file (configs/finetune_*.yaml) applied over the paper's recipe")
     p.add_argument("--image-size", type=int, nargs="+", metavar="PX", help="fine-tuning resolution H [W] (default: the recipe's, else the checkpoint's)")
@@ -56,6 +56,8 @@ def run(args: argparse.Namespace) -> int:
     from vitkit.transfer import finetune, finetune_recipe, sweep_markdown
 
     overrides = list(args.overrides)
+    if args.data is None and not any(o.startswith(("data.path=", "data.name=")) for o in overrides) and not _names_data(args.config):
+        args.data = _checkpoint_data(args.checkpoint)  # the data the checkpoint was trained on, as for every other command
     for flag, key in (("data", "data.path"), ("steps", "train.steps"), ("batch_size", "train.batch_size"), ("micro_batch", "train.micro_batch")):
         if getattr(args, flag) is not None:
             overrides.append(f"{key}={getattr(args, flag)}")
@@ -68,3 +70,28 @@ def run(args: argparse.Namespace) -> int:
     print(f"picked: {args.out}/final -> {result['best']['run']}/final")
     print(json.dumps(result))
     return 0
+
+
+def _names_data(config: str | None) -> bool:
+    """Whether a recipe file sets data.path or data.name itself."""
+    import yaml
+
+    from vitkit.errors import ConfigError
+
+    if config is None:
+        return False
+    try:
+        data = (yaml.safe_load(open(config)) or {}).get("data") or {}
+    except (OSError, yaml.YAMLError, AttributeError) as err:
+        raise ConfigError(f"{config}: cannot read the recipe ({err})") from None
+    return "path" in data or "name" in data
+
+
+def _checkpoint_data(checkpoint: str) -> str | None:
+    """The absolute data path a checkpoint records (announced), else None (the recipe's default)."""
+    from vitkit.checkpoint import read_metadata
+
+    path = (read_metadata(checkpoint).get("data") or {}).get("path")
+    if path:
+        print(f"vitkit finetune: data {path} (what {checkpoint} was trained on; --data to change)", flush=True)
+    return path

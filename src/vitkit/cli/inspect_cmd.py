@@ -9,7 +9,8 @@ Look inside a trained ViT (paper §4.5, App. D.7-D.8). Writes to DIR:
   patch_embedding_filters.png  first principal components of the patch embedding (Fig. 7 left)
   pos_embed_similarity.png     cosine similarity of each position embedding to all others (Fig. 7 centre)
   mean_attention_distance.png  attention distance in pixels per head against depth (Fig. 7 right)
-  attention_rollout.png        attention rollout from the output token over the first --show images
+  attention_rollout.png        attention rollout from the output token over --show images spread over the class
+                               folders, each with its true (folder) and predicted label, and a colour bar
   last_layer_attention.png     the last layer's raw attention per head over the same images
   inspection.npz, inspection.json  the numbers behind every figure
 Images are resized to the model's resolution (or --image-size) and normalised with its mean and std.
@@ -23,7 +24,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("checkpoint", metavar="CKPT", help="a vitkit checkpoint directory (config.json + model.safetensors)")
+    p.add_argument("checkpoint", metavar="CKPT", help="run directory, its final/, a step checkpoint, or a checkpoint file of any format")
     p.add_argument("--images", nargs="+", required=True, metavar="PATH", help="image files and/or folders (searched recursively, sorted)")
     p.add_argument("--out", required=True, metavar="DIR", help="folder for the figures and numbers (created; files in it are replaced)")
     p.add_argument("--num-images", type=int, default=128, metavar="N", help="images averaged for the attention distance (default 128, as in the paper)")
@@ -33,16 +34,22 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="inspect at this resolution (H [W]); position embeddings are interpolated (paper §3.2)")
     p.add_argument("--batch-size", type=int, default=32, help="images per forward pass; lower it to bound memory (default 32)")
     p.add_argument("--device", default="cpu", help="torch device, e.g. cpu or cuda (default cpu)")
+    p.add_argument("--threads", type=int, default=0, help="CPU threads (default: torch's choice)")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from vitkit.checkpoint import load_pretrained
+    from vitkit.checkpoint import load_with_metadata
+    from vitkit.data.images import find_images, spread_over_folders
     from vitkit.devices import pick_device
     from vitkit.errors import ConfigError
     from vitkit.figures import write_report
     from vitkit.inspection import inspect_model, load_images, normalize
 
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
     for name in ("num_images", "show", "components", "batch_size"):
         if getattr(args, name) <= 0:
             raise ConfigError(f"--{name.replace('_', '-')}: expected a positive number, got {getattr(args, name)}")
@@ -51,13 +58,17 @@ def run(args: argparse.Namespace) -> int:
         if len(args.image_size) > 2:
             raise ConfigError(f"--image-size: expected H or H W, got {len(args.image_size)} numbers")
         image_size = tuple(args.image_size) if len(args.image_size) == 2 else args.image_size[0]
-    model = load_pretrained(args.checkpoint, image_size=image_size).to(pick_device(args.device))
+    model, metadata = load_with_metadata(args.checkpoint, image_size=image_size)
+    model = model.to(pick_device(args.device))
     config = model.config
     if not hasattr(model, "forward_features_explicit"):
         raise ConfigError(f"{args.checkpoint}: a {type(model).__name__} has no attention or position embeddings to inspect; "
                           "vitkit inspect reads Vision Transformers")
-    pixels = load_images(args.images, config, limit=args.num_images)
-    results = inspect_model(model, normalize(pixels, config), num_show=args.show, num_components=args.components, batch_size=args.batch_size)
+    files = spread_over_folders(find_images(args.images))[: args.num_images]  # the shown images cover the classes
+    pixels = load_images(files, config)
+    x = normalize(pixels, config)
+    results = inspect_model(model, x, num_show=args.show, num_components=args.components, batch_size=args.batch_size)
+    titles = _titles(model, x[: args.show], files[: args.show], metadata.get("class_names"))
     info = {
         "checkpoint": str(args.checkpoint),
         "num_images": len(pixels),
@@ -65,11 +76,24 @@ def run(args: argparse.Namespace) -> int:
         "grid_size": list(config.grid_size),
         "patch_size_pixels": list(config.total_patch_size),
         "hybrid": config.backbone is not None,
+        "shown": [{"image": str(f), "label": t} for f, t in zip(files[: args.show], titles or [""] * args.show)],
     }
-    written = write_report(results, pixels, args.out, info=info)
+    written = write_report(results, pixels, args.out, info=info, titles=titles)
     distance = results["mean_attention_distance"].mean(dim=1)
     print(f"inspected {len(pixels)} images at {config.image_size[0]}x{config.image_size[1]} ({config.grid_size[0]}x{config.grid_size[1]} patches)")
     print("mean attention distance per layer (px): " + " ".join(f"{d:.1f}" for d in distance.tolist()))
     for path in written:
         print(f"wrote {path}")
     return 0
+
+
+def _titles(model, x, files, class_names: list[str] | None) -> list[str] | None:
+    """'true: FOLDER / pred: CLASS' for each shown image (true: the class folder it is in, where that names a class)."""
+    import torch
+
+    if not model.config.num_classes:
+        return None
+    names = class_names or [str(i) for i in range(model.config.num_classes)]
+    with torch.no_grad():
+        predicted = model(x.to(next(model.parameters()).device)).argmax(dim=1).tolist()
+    return [f"true: {f.parent.name if f.parent.name in names else '?'}\npred: {names[p]}" for f, p in zip(files, predicted)]

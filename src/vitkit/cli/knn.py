@@ -37,7 +37,8 @@ def run(args: argparse.Namespace) -> int:
     from vitkit.evaluation import knn_eval
 
     model, features, open_split = setup(args)
-    result = knn_eval(model, open_split(args.train_split), open_split(args.test_split), ks=args.k,
-                      temperature=args.temperature or None, **features)
-    finish(args, "knn", {"train_split": args.train_split, "test_split": args.test_split, **result}, f"k-NN accuracy of {args.checkpoint}")
+    test = open_split(args.test_split, "--test-split")
+    result = knn_eval(model, open_split(args.train_split), test, ks=args.k, temperature=args.temperature or None, **features)
+    finish(args, "knn", {"split": args.test_split, "n": len(test), "train_split": args.train_split, "test_split": args.test_split, **result},
+           f"k-NN accuracy of {args.checkpoint}", test)
     return 0

@@ -26,7 +26,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    add_common(p, "linear_probe", val_fraction=0.1)
+    add_common(p, "linear_probe")
     p.add_argument("--l2", type=numbers(float), default=[1e-6, 1e-4, 1e-2, 1.0],
                    help="L2 penalties to try, comma-separated (default 1e-6,1e-4,1e-2,1)")
     p.add_argument("--max-iter", type=int, default=500, help="L-BFGS iterations per probe (default 500)")
@@ -35,15 +35,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import numpy as np
-
     from vitkit.evaluation import linear_probe_eval
 
     model, features, open_split = setup(args)
-    train, val, test = (open_split(s) for s in ("train", "val", args.test_split))
-    if train.paths is not None and val.paths is not None:  # a train/ folder without val/: "val" is cut from all of train/
-        held_out = set(val.paths)
-        train = train.subset(np.array([i for i, p in enumerate(train.paths) if p not in held_out], dtype=np.int64))
+    train, val, test = open_split("train"), open_split("val", "--val-fraction"), open_split(args.test_split, "--test-split")
     result = linear_probe_eval(model, train, val, test, l2s=args.l2, max_iter=args.max_iter, **features)
-    finish(args, "linear_probe", {"test_split": args.test_split, **result}, f"Linear probe of {args.checkpoint}")
+    finish(args, "linear_probe", {"split": args.test_split, "n": len(test), "test_split": args.test_split, **result},
+           f"Linear probe of {args.checkpoint}", test)
     return 0

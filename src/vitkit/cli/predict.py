@@ -5,40 +5,45 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "predict",
         help="top-5 labels with probabilities for image files",
-        description="Classify image files with a checkpoint; class names come from the checkpoint's config.json.",
+        description="Classify image files with a checkpoint; class names and preprocessing come from the checkpoint.",
         epilog="example: vitkit predict runs/demo shirt.png boot.jpg\n\n"
         "An image that cannot be read (missing, empty, truncated, not an image, over the pixel limit) is one\n"
         "line on stderr naming it; the other images still print, and the exit code is 2.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("checkpoint", metavar="CKPT", help="checkpoint directory or run directory")
-    p.add_argument("images", nargs="+", metavar="IMAGE", help="image files (any mode: grayscale, RGB(A), palette, 16-bit)")
+    p.add_argument("checkpoint", metavar="CKPT", help="run directory, its final/, a step checkpoint, or a checkpoint file of any format")
+    p.add_argument("images", nargs="+", metavar="IMAGE", help="image files or folders (searched recursively, sorted); any mode: "
+                                                             "grayscale, RGB(A), palette, 16-bit")
     p.add_argument("--top", type=int, default=5, help="how many classes per image (default 5)")
     p.add_argument("--json", action="store_true", help="one JSON object per image instead of text")
+    p.add_argument("--threads", type=int, default=0, help="CPU threads (default: torch's choice; 1 is faster on a busy machine)")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from vitkit.checkpoint.native import load_native
-    from vitkit.data.images import load_image
+    from vitkit.checkpoint import load_with_metadata
+    from vitkit.data.images import find_images, load_image
     from vitkit.errors import DataError
     from vitkit.evaluation import predict
-    from vitkit.train import find_checkpoint
 
-    model, extra = load_native(find_checkpoint(args.checkpoint))
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    model, meta = load_with_metadata(args.checkpoint)
     c = model.config
-    names = extra.get("class_names") or [str(i) for i in range(c.num_classes)]
-    crop_pct = extra.get("preprocess", {}).get("crop_pct", 1.0)
+    names = meta.get("class_names") or [str(i) for i in range(c.num_classes)]
+    crop_pct = meta.get("preprocess", {}).get("crop_pct", 1.0)
+    paths = [str(p) for arg in args.images for p in (find_images([arg]) if Path(arg).is_dir() else [arg])]
     failed = 0
-    for path in args.images:
+    for path in paths:
         try:
             pixels = torch.from_numpy(load_image(path, c.in_chans, c.image_size[0], crop_pct).copy())[None]
         except DataError as err:  # one line naming the file; the other images still get their answer

@@ -45,12 +45,26 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted overrides, e.g. train.lr=1e-3 model.name=vit_s16")
-    p.add_argument("--config", metavar="YAML", help="run config file (default: built-in defaults, vit_mini4_28 on Fashion-MNIST)")
+    p.add_argument("--config", metavar="YAML", help="run config file (default: built-in defaults, vit_mini4_28 on Fashion-MNIST; "
+                                                     "with --data and no model.* key, a small ViT fitted to the data's size and channels)")
     p.add_argument("--out", metavar="DIR", help="run directory to create (required unless --resume)")
     p.add_argument("--data", metavar="PATH", help="dataset: IDX folder, image folder (root/<class>/...), or .csv/.jsonl list (= data.path)")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its newest checkpoint")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (= train.progress=false)")
     p.set_defaults(run=run)
+
+
+def fit_to_data(path: str) -> list[str]:
+    """The default recipe for the images at `path`, from a short scan of its training split (reported)."""
+    from vitkit.data import DataSpec
+    from vitkit.data.scan import scan
+    from vitkit.data.spec import absolute
+    from vitkit.run_config import fitted_to_data
+
+    train = DataSpec(path=absolute(path)).open("train", channels=3, image_size=32, flag="data.train_split", hold_out="data.val_fraction")
+    overrides, note = fitted_to_data(scan(train), len(train))
+    print(f"vitkit train: {note}", flush=True)
+    return overrides
 
 
 def run(args: argparse.Namespace) -> int:
@@ -59,6 +73,8 @@ def run(args: argparse.Namespace) -> int:
     from vitkit.train import resume_config, train
 
     overrides = list(args.overrides)
+    if args.data and not (args.config or args.resume or any(o.startswith("model.") for o in overrides)):
+        overrides = [*fit_to_data(args.data), *overrides]  # user overrides come last and win
     if args.data:
         overrides.append(f"data.path={args.data}")
     if args.no_progress:

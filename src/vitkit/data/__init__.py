@@ -7,7 +7,8 @@ import os
 
 from .augment import AugmentConfig, augment_pixels, eval_transform, mix, soft_targets, train_transform
 from .loader import ON_ERROR, BadFiles, Batches, epoch_order, eval_batches, fits_in_memory, load_into_memory
-from .sources import SPLITS, Split, check_compatible, open_split, synthetic
+from .sources import SPLITS, MissingSplit, Split, available_splits, check_compatible, open_split, synthetic
+from .spec import DataSpec
 
 
 def open_dataset(
@@ -23,20 +24,22 @@ def open_dataset(
     synthetic_classes: int = 10,
 ) -> Split:
     """One split of the dataset a run config names: "synthetic", or whatever `path` holds (None: Fashion-MNIST)."""
-    if name == "synthetic":
-        size = synthetic_size if split == "train" else max(synthetic_size // 4, synthetic_classes)
-        return synthetic(synthetic_classes, size, channels, image_size, seed, split)
-    return open_split(path, split, channels=channels, val_fraction=val_fraction, seed=seed)
+    spec = DataSpec(path=path, name=name, val_fraction=val_fraction, split_seed=seed, synthetic_size=synthetic_size,
+                    synthetic_classes=synthetic_classes)
+    return spec.open(split, channels=channels, image_size=image_size)
 
 
 __all__ = [
     "ON_ERROR",
     "SPLITS",
     "BadFiles",
+    "DataSpec",
+    "MissingSplit",
     "AugmentConfig",
     "augment_pixels",
     "Batches",
     "Split",
+    "available_splits",
     "check_compatible",
     "epoch_order",
     "eval_batches",

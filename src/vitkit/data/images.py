@@ -16,6 +16,7 @@ import io
 import os
 import warnings
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
@@ -30,6 +31,31 @@ IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".ti
 
 def is_image_file(path: Path) -> bool:
     return path.suffix.lower() in IMAGE_SUFFIXES and not path.name.startswith(".")
+
+
+def find_images(paths: Sequence[str | os.PathLike]) -> list[Path]:
+    """Image files named by `paths`: files as given, folders searched recursively in sorted order."""
+    found: list[Path] = []
+    for path in map(Path, paths):
+        if path.is_dir():
+            found += sorted(p for p in path.rglob("*") if is_image_file(p) and p.is_file())
+        elif path.is_file():
+            found.append(path)
+        else:
+            raise DataError(f"{path}: no such file or folder; pass image files or a folder of images")
+    if not found:
+        raise DataError(f"{', '.join(map(str, paths))}: no images found (looked for {', '.join(IMAGE_SUFFIXES)})")
+    return found
+
+
+def spread_over_folders(paths: list[Path]) -> list[Path]:
+    """`paths` reordered round-robin over their folders (first image of each class folder, then the second ...),
+    so the first few of a class-sorted dataset show every class, not the first class alone."""
+    groups: dict[Path, list[Path]] = {}
+    for path in paths:
+        groups.setdefault(path.parent, []).append(path)
+    columns = list(groups.values())
+    return [column[i] for i in range(max(map(len, columns), default=0)) for column in columns if i < len(column)]
 
 
 JPEG_DECODERS = ("simplejpeg", "pillow")

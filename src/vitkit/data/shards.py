@@ -34,7 +34,7 @@ import torch
 from vitkit.errors import DataError
 
 from .images import IMAGE_SUFFIXES, Record
-from .sources import Split, _held_out, _label_order
+from .sources import MissingSplit, Split, _held_out, _label_order
 
 SHARD_SUFFIXES = (".tar", ".parquet")
 SPLIT_NAMES = {"train": ("train",), "val": ("val", "validation", "valid", "dev"), "test": ("test",)}
@@ -304,7 +304,9 @@ def open_sharded(path: str | os.PathLike, split: str, *, val_fraction: float = 0
     if "train" in named and split in ("train", "val"):
         train = _files_subset(full, owner, named["train"], f"{source} (train)")
         return _held_out(train, split, val_fraction, seed)
-    raise DataError(f"{path}: has no {split!r} shards (found {', '.join(named)}); name them {split}-*.tar|parquet or put them in {split}/")
+    available = [s for s in SPLIT_NAMES if s in named or (s == "val" and "train" in named and val_fraction > 0.0)]
+    raise MissingSplit(f"{path}: has no {split!r} shards (it has {', '.join(available)}); name them {split}-*.tar|parquet or put them "
+                       f"in {split}/", available)
 
 
 def _files_subset(full: Split, owner: np.ndarray, files: list[Path], source: str) -> Split:

@@ -1,8 +1,9 @@
 """Where images come from: IDX files, an image-folder tree, a CSV/JSONL list, shards (tar, Parquet: shards.py) or synthetic data.
 
 `open_split(path, split)` returns a `Split`: labels, class names, and either the pixels already in
-memory (IDX, synthetic) or the files to read (folders, lists). Splits a source does not have on
-disk ("val" of a flat folder) are cut from the rest with a seeded, reproducible permutation.
+memory (IDX, synthetic) or the files to read (folders, lists). A "val" split a source does not have on
+disk is cut from its training images with a seeded, reproducible permutation. "test" is only ever data
+the source keeps apart (IDX test files, a test/ folder): a source without one raises MissingSplit.
 """
 
 from __future__ import annotations
@@ -35,6 +36,11 @@ class Split:
     images: torch.Tensor | None = None
     paths: list[Path] | None = None
     source: str = ""
+    selection: str = "all"  # which of the source's images: "all", or the part of a seeded held-out cut
+
+    def describe(self) -> dict:
+        """Exactly which images these are: where from, which part, how many."""
+        return {"source": self.source, "selection": self.selection, "n": len(self)}
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -47,6 +53,7 @@ class Split:
             images=None if self.images is None else self.images[t],
             paths=None if self.paths is None else [self.paths[i] for i in index],
             source=self.source,
+            selection=self.selection,
         )
 
 
@@ -68,6 +75,33 @@ def synthetic(num_classes: int, size: int, channels: int, image_size: int, seed:
     return Split(labels=labels, class_names=[f"class_{i}" for i in range(num_classes)], images=images, source="synthetic")
 
 
+class MissingSplit(DataError):
+    """The data has no such split (e.g. no test split); `available` names the splits it has."""
+
+    def __init__(self, message: str, available: list[str]):
+        super().__init__(message)
+        self.available = available
+
+
+def available_splits(path: str | os.PathLike | None, val_fraction: float) -> list[str]:
+    """The splits `open_split` can open for the data at `path`, in SPLITS order."""
+    root = idx.default_dir() if path is None else Path(path)
+    held_out = ["val"] if val_fraction > 0.0 else []
+    if root.is_dir() and idx.is_idx_dir(root):
+        return ["train", "val", "test"]
+    on_disk = [s for s in SPLITS if root.is_dir() and (root / s).is_dir()]
+    if not on_disk:
+        return ["train", *held_out]
+    if "train" in on_disk and "val" not in on_disk:
+        on_disk += held_out
+    return [s for s in SPLITS if s in on_disk]
+
+
+def _missing(root: Path, split: str, val_fraction: float) -> MissingSplit:
+    available = available_splits(root, val_fraction)
+    return MissingSplit(f"{root}: has no {split!r} split (it has {', '.join(available)})", available)
+
+
 def open_split(
     path: str | os.PathLike | None,
     split: str,
@@ -87,6 +121,8 @@ def open_split(
     if not root.exists():
         raise DataError(idx.missing_message(root) if path is None else f"{root}: no such file or directory (data.path)")
     if root.is_file():
+        if split == "test":
+            raise _missing(root, split, val_fraction)
         return _held_out(_read_list(root), split, val_fraction, seed)
     if idx.is_idx_dir(root):
         return _idx_split(root, split, channels, val_fraction, seed)
@@ -97,20 +133,30 @@ def open_split(
         if split in split_dirs and not (split == "train" and holds_out):
             reference = split_dirs.get("train") if split != "train" else None  # val/test must hold train's classes
             return _read_folder(split_dirs[split], classes=_class_dirs(reference) if reference else None)
-        if "train" in split_dirs:
+        if "train" in split_dirs and split != "test":
             return _held_out(_read_folder(split_dirs["train"]), split, val_fraction, seed)
-        raise DataError(f"{root}: has no {split!r} folder (found {', '.join(split_dirs)})")
+        raise _missing(root, split, val_fraction)
     if path is None:
         raise DataError(idx.missing_message(root))
+    if split == "test":  # a flat folder or a list has no images kept apart for testing
+        raise _missing(root, split, val_fraction)
     return _held_out(_read_folder(root), split, val_fraction, seed)
 
 
 def _held_out(full: Split, split: str, val_fraction: float, seed: int) -> Split:
-    """train/val of a source stored as one set; "test" is the same held-out part as "val"."""
+    """train (the rest) or val (the held-out part) of a source stored as one set; never "test"."""
+    if split == "test":  # a held-out part is validation data: a test split must be kept apart on disk
+        raise MissingSplit(f"{full.source}: has no 'test' split (it has train{', val' if val_fraction > 0 else ''})",
+                           ["train", *(["val"] if val_fraction > 0 else [])])
+    if split == "train" and val_fraction == 0.0:
+        return full
     if not 0.0 < val_fraction < 1.0:
-        raise DataError(f"{full.source}: has no separate {split!r} split; set data.val_fraction in (0, 1) to hold one out")
+        raise MissingSplit(f"{full.source}: has no separate {split!r} split; set data.val_fraction in (0, 1) to hold one out", ["train"])
     train, val = seeded_split(len(full), val_fraction, seed)
-    return full.subset(train if split == "train" else val)
+    part = f"{val_fraction:g} held out (seed {seed})"
+    chosen = full.subset(train if split == "train" else val)
+    chosen.selection = part if split == "val" else f"all but the {part}"
+    return chosen
 
 
 def _idx_split(root: Path, split: str, channels: int, val_fraction: float, seed: int) -> Split:

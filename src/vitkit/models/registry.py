@@ -2,7 +2,8 @@
 
 Sizes B, L and H are Table 1 of the paper; Ti and S come from DeiT and the official code; "mini"
 and "test" are small sizes for 28-32 px images and for the test suite. A plain name is
-`vit_<size><patch>` (any size and patch, e.g. vit_s8); hybrids are listed explicitly.
+`vit_<size><patch>` (any size and patch, e.g. vit_s8); hybrids are listed explicitly. timm's names
+(vit_base_patch16_224, vit_base_r50_s16_384, ...) are aliases of the same architectures at their image size.
 
 The paper's baseline, BiT ResNet-v2 (Kolesnikov et al. 2020), is `bit_r<depth>x<width factor>` with the
 release's six models (R50x1 ... R152x4) and small ones for 28-32 px images (3x3/1 stem, no max-pool).
@@ -89,6 +90,25 @@ MODELS: dict[str, ModelConfig] = {
 
 _PLAIN = re.compile(r"vit_(test|mini|ti|s|b|l|h)(\d+)")
 
+# timm's names for the same architectures; the trailing number is the image size
+# (vit_base_patch16_384 = ViT-B/16 at 384 px). A pretrained tag after a dot (".augreg_in21k") is ignored.
+_TIMM_PLAIN = re.compile(r"vit_(tiny|small|base|large|huge)_patch(\d+)_(\d+)")
+_TIMM_SIZES = {"tiny": "ti", "small": "s", "base": "b", "large": "l", "huge": "h"}
+_TIMM_HYBRIDS = {"vit_tiny_r_s16_p8": "r_vit_ti16", "vit_base_r50_s16": "r50_vit_b16", "vit_base_r26_s32": "r26_vit_b32",
+                 "vit_large_r50_s32": "r50_vit_l32"}
+
+
+def timm_alias(name: str) -> tuple[str, dict[str, Any]] | None:
+    """('vit_b16', {'image_size': 384}) for timm's 'vit_base_patch16_384'; None for a name that is not timm's."""
+    key = name.strip().lower().split(".")[0]
+    if match := _TIMM_PLAIN.fullmatch(key):
+        size, patch, image = match.groups()
+        return f"vit_{_TIMM_SIZES[size]}{patch}", {"image_size": int(image)}
+    base, _, image = key.rpartition("_")
+    if base in _TIMM_HYBRIDS and image.isdigit():
+        return _TIMM_HYBRIDS[base], {"image_size": int(image)}
+    return None
+
 
 def canonical_name(name: str) -> str:
     """'ViT-B/16' -> 'vit_b16', 'R50+ViT-B/16' -> 'r50_vit_b16'."""
@@ -101,13 +121,17 @@ def list_models() -> list[str]:
 
 def get_config(name: str, **overrides: Any) -> ModelConfig:
     """The config of a named model with `overrides` (num_classes, image_size, patch_size, ...)."""
+    if alias := timm_alias(name):
+        key, implied = alias
+        return get_config(key, **{**implied, **overrides})
     key = canonical_name(name)
     if key in MODELS:
         config = MODELS[key]
     elif match := _PLAIN.fullmatch(key):
         config = _size(match.group(1), int(match.group(2)))
     else:
-        raise ConfigError(f"model.name: unknown model {name!r}; known models: {', '.join(MODELS)}")
+        raise ConfigError(f"model.name: unknown model {name!r}; known models: {', '.join(MODELS)}, any vit_<size><patch>, "
+                      "and timm's names (vit_base_patch16_224, vit_base_r50_s16_384, ...)")
     return config.replace(**overrides)
 
 

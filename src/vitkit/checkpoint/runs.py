@@ -1,0 +1,78 @@
+"""The checkpoint resolver: what model a path names, whatever the user points at.
+
+A run directory (run.yaml, final/, checkpoints/step_N/) names its final/ model, else its newest
+complete step checkpoint; final/ and a step checkpoint are vitkit directories themselves; a weights
+file inside a vitkit or Hugging Face directory names its directory; any other file or directory is
+itself (its format is detected by the reader). Only paths and layouts are looked at, never the model.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from vitkit.errors import CheckpointError
+
+from . import hf, native
+from .io import finish_replacement
+
+STATE_JSON = "train_state.json"  # written last into a step checkpoint: its presence marks it complete
+_STEP_DIR = re.compile(r"step_(\d+)")
+
+
+def step_checkpoints(out: str | os.PathLike) -> list[Path]:
+    """The complete step checkpoints of a run directory, oldest first."""
+    folder = Path(out) / "checkpoints"
+    if not folder.is_dir():
+        return []
+    found = [p for p in folder.iterdir() if _STEP_DIR.fullmatch(p.name) and (p / STATE_JSON).is_file()]
+    return sorted(found, key=lambda p: int(_STEP_DIR.fullmatch(p.name).group(1)))
+
+
+def is_run_dir(path: str | os.PathLike) -> bool:
+    path = Path(path)
+    return path.is_dir() and not native.is_native(path) and any(
+        (path / name).exists() for name in ("run.yaml", "final", "checkpoints"))
+
+
+def resolve(path: str | os.PathLike) -> Path:
+    """The checkpoint `path` names: a run directory -> its final/ (else newest step); a weights file -> its directory."""
+    path = Path(path)
+    if is_run_dir(path):
+        if os.access(path, os.W_OK):
+            finish_replacement(path / "final")  # a kill -9 between the two renames of a replacement left no final/
+        if native.is_native(path / "final"):
+            return path / "final"
+        steps = step_checkpoints(path)
+        if steps:
+            return steps[-1]
+        raise CheckpointError(f"{path}: a run directory without a model yet (no final/ and no complete checkpoints/step_N/); "
+                              f"finish it with vitkit train --resume {path}")
+    if path.is_file() and path.name in (native.WEIGHTS_NAME, *hf.WEIGHTS_NAMES):
+        if native.is_native(path.parent) or hf.is_hf(path.parent):
+            return path.parent
+    return path
+
+
+def run_dir(checkpoint: str | os.PathLike) -> Path | None:
+    """The run directory a resolved checkpoint belongs to (final/ or checkpoints/step_N/ of a run), else None."""
+    checkpoint = Path(checkpoint)
+    if checkpoint.name == "final" and is_run_dir(checkpoint.parent):
+        return checkpoint.parent
+    if _STEP_DIR.fullmatch(checkpoint.name) and checkpoint.parent.name == "checkpoints":
+        return checkpoint.parent.parent
+    return None
+
+
+def report_dir(checkpoint: str | os.PathLike, name: str) -> Path:
+    """Where a command's reports about `checkpoint` go by default: RUN/NAME for a run's model, else beside the
+    checkpoint (DIR/NAME for a directory, STEM.NAME/ for a file); never inside a model directory."""
+    resolved = resolve(checkpoint)
+    run = run_dir(resolved)
+    if run is not None:
+        return run / name
+    given = Path(checkpoint)
+    if given.is_dir() and not native.is_native(given) and not hf.is_hf(given):
+        return given / name
+    return resolved.with_name(f"{resolved.stem if resolved.is_file() else resolved.name}.{name}")

@@ -1,0 +1,55 @@
+"""A short look at a dataset before training: the images' typical size and whether they are in colour.
+
+`scan(split)` reads the headers of a few files spread over the split (PIL opens a file lazily, so only
+colour images are decoded, and only to tell true colour from gray stored as RGB); in-memory splits
+(IDX, synthetic) are read from their tensor.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from PIL import Image
+
+from .sources import Split
+
+
+@dataclass(frozen=True)
+class ImageScan:
+    scanned: int  # images looked at
+    total: int  # images in the split
+    height: int  # median height, pixels
+    width: int  # median width
+    channels: int  # 3 if any scanned image has colour, else 1
+
+    def __str__(self) -> str:
+        kind = "colour" if self.channels == 3 else "grayscale"
+        return f"scanned {self.scanned} of {self.total} images: median {self.width}x{self.height} px, {kind}"
+
+
+def scan(split: Split, limit: int = 64) -> ImageScan:
+    """Median size and colour of up to `limit` images spread evenly over `split`."""
+    if split.images is not None:
+        _, c, h, w = split.images.shape
+        return ImageScan(len(split), len(split), h, w, 1 if c == 1 else 3)
+    pick = np.unique(np.linspace(0, len(split) - 1, min(limit, len(split))).round().astype(int))
+    sizes, colour = [], False
+    for i in pick:
+        try:
+            with Image.open(split.paths[i]) as image:
+                sizes.append(image.size)
+                colour = colour or _has_colour(image)
+        except OSError:  # unreadable files are the training run's business (data.on_error)
+            continue
+    if not sizes:
+        return ImageScan(0, len(split), 0, 0, 3)
+    w, h = np.median(np.array(sizes), axis=0)
+    return ImageScan(len(sizes), len(split), int(h), int(w), 3 if colour else 1)
+
+
+def _has_colour(image: Image.Image) -> bool:
+    if image.mode in ("1", "L", "LA", "I", "I;16", "F"):
+        return False
+    rgb = np.asarray(image.convert("RGB").resize((32, 32)), dtype=np.int16)
+    return bool(np.abs(rgb - rgb.mean(axis=2, keepdims=True)).max() > 8)

@@ -1,0 +1,92 @@
+"""Which data a model trained on, and which data a command reads: the one split resolver of every command.
+
+A `DataSpec` is the dataset's absolute path and how its splits are cut (which split trains, which
+validates, the held-out `val_fraction` and its seed). Training records it in the checkpoint, with the
+exact images of each split; every evaluation command starts from that record (`from_checkpoint`), so
+`eval`, `fewshot`, `knn`, `linear-probe` and `finetune` read the images training meant, and `--data`
+only replaces the path. `open` refuses a split the data does not have ("test" of a folder with only
+train/ and val/), naming the splits it has and the flag that picks one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from vitkit.errors import DataError
+
+from . import idx
+from .sources import MissingSplit, Split, open_split, synthetic
+
+
+def absolute(path: str | os.PathLike | None) -> str | None:
+    """`path` made absolute (~ expanded), so a checkpoint's record holds wherever it is read from."""
+    return None if path is None else str(Path(path).expanduser().absolute())
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    path: str | None = None  # absolute; None: Fashion-MNIST from $VITKIT_DATA or /usr/share/datasets/fashion-mnist
+    name: str = "auto"  # "auto" (what `path` holds) or "synthetic"
+    train_split: str = "train"
+    val_split: str = "val"
+    val_fraction: float = 0.1  # share of the training images held out as "val" where the data has no val split
+    split_seed: int = 0
+    synthetic_size: int = 512
+    synthetic_classes: int = 10
+
+    @classmethod
+    def from_config(cls, data: Any) -> "DataSpec":
+        """The spec of a run config's `data` section (any object with these fields), its path made absolute."""
+        fields = {f.name: getattr(data, f.name) for f in dataclasses.fields(cls) if hasattr(data, f.name)}
+        path = fields.get("path")
+        if path is None and fields.get("name", "auto") == "auto" and idx.default_dir().is_dir():
+            path = idx.default_dir()  # record where Fashion-MNIST was, not "the default"
+        return cls(**{**fields, "path": absolute(path)})
+
+    @classmethod
+    def from_checkpoint(cls, extra: dict, source: str | os.PathLike, *, data: str | os.PathLike | None = None,
+                        val_fraction: float | None = None) -> "DataSpec":
+        """The data a checkpoint's record (`extra["data"]`) names; `data` replaces its path, `val_fraction` its cut.
+
+        A checkpoint that records no data needs `data`; recorded data that is gone is an error naming
+        the path, never a silent switch to another dataset."""
+        recorded = extra.get("data")
+        if data is None and not isinstance(recorded, dict):
+            raise DataError(f"{source}: records no training data (not trained by vitkit train); name the data with --data PATH")
+        known = {f.name for f in dataclasses.fields(cls)}
+        fields = {k: v for k, v in (recorded or {}).items() if k in known}
+        if data is not None:
+            fields["path"] = absolute(data)
+        elif fields.get("path") is not None and not Path(fields["path"]).exists():
+            raise DataError(f"{fields['path']}: the data {source} was trained on is not there (moved, or another machine); "
+                            "pass --data PATH")
+        if val_fraction is not None:
+            fields["val_fraction"] = val_fraction
+        return cls(**fields)
+
+    @property
+    def where(self) -> str:
+        """The path for reports: the dataset's absolute path, "synthetic", or Fashion-MNIST's place."""
+        return "synthetic" if self.name == "synthetic" else self.path or str(idx.default_dir().absolute())
+
+    def open(self, split: str, *, channels: int, image_size: int, flag: str = "--split", hold_out: str = "--val-fraction") -> Split:
+        """One split. A split the data lacks is a DataError naming the splits it has, `flag` (the option that
+        picks another) and `hold_out` (the option that holds part of train out as "val")."""
+        if self.name == "synthetic":
+            size = self.synthetic_size if split == "train" else max(self.synthetic_size // 4, self.synthetic_classes)
+            return synthetic(self.synthetic_classes, size, channels, image_size, self.split_seed, split)
+        try:
+            return open_split(self.path, split, channels=channels, val_fraction=self.val_fraction, seed=self.split_seed)
+        except MissingSplit as err:
+            if "val" in err.available and split != "val":
+                raise DataError(f"{err}; choose one with {flag} val") from None
+            raise DataError(f"{err}; hold part of train out as 'val' with {hold_out} 0.1"
+                            + (f" and choose it with {flag} val" if split != "val" else "")) from None
+
+    def record(self, splits: dict[str, Split]) -> dict:
+        """What a checkpoint stores: this spec and exactly which images each split held."""
+        return {**dataclasses.asdict(self), "splits": {name: split.describe() for name, split in splits.items()}}

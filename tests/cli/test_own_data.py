@@ -1,0 +1,236 @@
+"""A new user's own image folder (train/<class>/ + val/<class>/, no test/) through every command.
+
+Every command must agree on the data, its splits, the checkpoint and its labels: `test` only ever names
+images the model never trained on, the checkpoint's data is every evaluation's default, any checkpoint
+path (run directory, final/, step checkpoint, file of any format) is accepted everywhere, and class
+names survive every conversion.
+"""
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+CLASSES = ("ankle boot", "bag", "coat")
+TRAIN_ARGS = ("model.name=vit_test", "model.image_size=16", "model.depth=1", "train.steps=12", "train.batch_size=8",
+              "train.warmup_steps=2", "train.log_every=4", "train.eval_every=6", "train.checkpoint_every=6", "train.lr=3e-3",
+              "train.threads=1", "train.eval_batch_size=64", "augment.crop=none", "--no-progress")
+
+
+def make_images(root: Path, per_class: int, seed: int) -> None:
+    """root/<class>/*: odd sizes, RGB and grayscale mixed; each class its own brightness pattern."""
+    rng = np.random.default_rng(seed)
+    for label, name in enumerate(CLASSES):
+        (root / name).mkdir(parents=True)
+        for i in range(per_class):
+            h, w = int(rng.integers(17, 41)), int(rng.integers(17, 41))
+            base = np.zeros((h, w, 3), np.uint8)
+            base[..., label] = 220  # class = which channel is bright (in grayscale: how bright)
+            noise = rng.integers(0, 30, (h, w, 3), dtype=np.uint8)
+            image = Image.fromarray(base + noise)
+            if i % 3 == 2:
+                image = image.convert("L")
+            image.save(root / name / f"{i:03d}.png")
+
+
+@pytest.fixture(scope="module")
+def own(tmp_path_factory, run_cli):
+    """(data folder, run directory) of a tiny ViT trained on all of data/train/ (val/ validates; no test/)."""
+    root = tmp_path_factory.mktemp("own")
+    make_images(root / "data" / "train", per_class=10, seed=0)
+    make_images(root / "data" / "val", per_class=4, seed=1)
+    done = run_cli("train", "--data", "data", "--out", "runs/photos", *TRAIN_ARGS, cwd=root)  # a relative --data
+    assert done.returncode == 0, done.stderr
+    return root / "data", root / "runs" / "photos", done
+
+
+class Done:
+    """What a command left: exit code, stdout, stderr (the shape of subprocess.CompletedProcess)."""
+
+    def __init__(self, returncode: int, stdout: str, stderr: str):
+        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
+
+
+@pytest.fixture
+def vitkit_cmd(capsys):
+    """`vitkit ARGS...` in this process: the console script's own main(), without a new interpreter each time."""
+    from vitkit.cli import main
+
+    def run(*args, cwd=None) -> Done:
+        before = os.getcwd()
+        os.chdir(cwd or before)
+        try:
+            code = main([str(a) for a in args])
+        finally:
+            os.chdir(before)
+        captured = capsys.readouterr()
+        return Done(code, captured.out, captured.err)
+
+    return run
+
+
+def last_json(done) -> dict:
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def one_line_error(done, *words: str) -> str:
+    """Exit code 2 and one line on stderr holding every word."""
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    for word in words:
+        assert word in lines[0], lines[0]
+    return lines[0]
+
+
+# -- 1. "test" only names images the model never trained on -----------------------------------
+def test_eval_refuses_a_test_split_the_data_does_not_have(own, vitkit_cmd, run_cli):
+    data, run, _ = own
+    line = one_line_error(run_cli("eval", run, "--threads", "1"), "test", "train, val", "--split val")  # the console script
+    assert str(data) in line
+    result = last_json(vitkit_cmd("eval", run, "--split", "val", "--json", "--threads", "1"))
+    assert (result["data"], result["split"], result["n"]) == (str(data), "val", 12)  # the real val/, 3 classes x 4
+    result = last_json(vitkit_cmd("eval", run, "--split", "train", "--json", "--threads", "1"))
+    assert (result["split"], result["n"]) == ("train", 30)  # all of train/: nothing was held out of it
+
+
+def test_linear_probe_refuses_test_and_scores_val(own, vitkit_cmd, tmp_path):
+    data, run, _ = own
+    one_line_error(vitkit_cmd("linear-probe", run, "--threads", "1", "--out", tmp_path / "a"), "test", "--test-split val")
+    result = last_json(vitkit_cmd("linear-probe", run, "--test-split", "val", "--l2", "1e-2", "--threads", "1", "--out", tmp_path / "b"))
+    assert (result["data"], result["split"], result["n"]) == (str(data), "val", 12)
+
+
+def test_the_checkpoint_records_exactly_which_images_trained_it(own):
+    data, run, _ = own
+    recorded = json.loads((run / "final" / "config.json").read_text())["data"]
+    assert recorded["path"] == str(data) and Path(recorded["path"]).is_absolute()  # --data was relative
+    assert (recorded["train_split"], recorded["val_split"], recorded["split_seed"]) == ("train", "val", 0)
+    assert recorded["splits"]["train"] == {"source": str(data / "train"), "selection": "all", "n": 30}
+    assert recorded["splits"]["val"] == {"source": str(data / "val"), "selection": "all", "n": 12}
+
+
+# -- 2. the checkpoint's data is every evaluation's default -------------------------------------
+@pytest.mark.parametrize("command", ["fewshot", "knn"])
+def test_frozen_feature_commands_default_to_the_checkpoints_data(own, vitkit_cmd, tmp_path, command):
+    data, run, _ = own
+    extra = ("--shots", "2", "--seeds", "1") if command == "fewshot" else ("--k", "3")
+    one_line_error(vitkit_cmd(command, run, *extra, "--threads", "1", "--out", tmp_path / "a"), "test", "train, val", "--test-split val")
+    one_line_error(vitkit_cmd(command, run, *extra, "--data", data / "train", "--val-fraction", "0", "--threads", "1", "--out", tmp_path / "a"),
+                   "has no 'test' split (it has train)", "--val-fraction 0.1", "--test-split val")
+    result = last_json(vitkit_cmd(command, run, *extra, "--test-split", "val", "--threads", "1", "--out", tmp_path / "b"))
+    assert (result["data"], result["split"], result["n"]) == (str(data), "val", 12)
+
+
+# -- 4. relative data paths, moved data ---------------------------------------------------------
+def test_eval_from_another_directory_and_after_the_data_moved(own, vitkit_cmd, tmp_path):
+    data, run, _ = own
+    assert last_json(vitkit_cmd("eval", run, "--split", "val", "--json", "--threads", "1", cwd=tmp_path))["n"] == 12
+    moved = tmp_path / "moved"
+    shutil.copytree(data, moved)
+    shutil.copytree(run, tmp_path / "run")
+    (tmp_path / "run" / "final" / "config.json").write_text(
+        (tmp_path / "run" / "final" / "config.json").read_text().replace(str(data), str(tmp_path / "gone")))
+    one_line_error(vitkit_cmd("eval", tmp_path / "run", "--split", "val", "--threads", "1"), str(tmp_path / "gone"), "--data")
+    result = last_json(vitkit_cmd("eval", tmp_path / "run", "--split", "val", "--data", moved, "--json", "--threads", "1"))
+    assert (result["data"], result["n"]) == (str(moved), 12)
+
+
+def test_eval_writes_its_figure_beside_the_model_not_into_it(own, vitkit_cmd):
+    _, run, _ = own
+    before = sorted(p.name for p in (run / "final").iterdir())
+    result = last_json(vitkit_cmd("eval", run, "--split", "val", "--json", "--threads", "1"))
+    assert Path(result["confusion_png"]).is_file() and Path(result["confusion_png"]).parent != run / "final"
+    assert sorted(p.name for p in (run / "final").iterdir()) == before
+
+
+# -- 6. one checkpoint resolver ------------------------------------------------------------------
+def test_every_command_accepts_a_run_directory_its_final_and_a_step_checkpoint(own, vitkit_cmd, tmp_path):
+    data, run, _ = own
+    step = sorted((run / "checkpoints").iterdir())[-1]
+    image = next((data / "val" / "bag").iterdir())
+    for ckpt in (run, run / "final", step):
+        assert last_json(vitkit_cmd("info", ckpt, "--json"))["format"] == "vitkit"
+        assert "bag" in vitkit_cmd("predict", ckpt, image, "--threads", "1").stdout
+    done = vitkit_cmd("export", step, "--format", "torchscript", "--out", tmp_path / "step.pt", "--threads", "1")
+    assert done.returncode == 0 and "step.pt.json" in done.stdout, done.stderr  # class names and preprocessing beside it
+    assert json.loads((tmp_path / "step.pt.json").read_text())["class_names"] == list(CLASSES)
+    assert vitkit_cmd("convert", run / "final", tmp_path / "final.npz").returncode == 0
+    done = vitkit_cmd("inspect", run, "--images", data / "val", "--out", tmp_path / "inspect", "--num-images", "6", "--show", "3",
+                      "--threads", "1")
+    assert done.returncode == 0, done.stderr
+    shown = json.loads((tmp_path / "inspect" / "inspection.json").read_text())["shown"]
+    assert [Path(s["image"]).parent.name for s in shown] == list(CLASSES)  # spread over the classes, not the first one's images
+    assert all(s["label"].startswith(f"true: {Path(s['image']).parent.name}\npred: ") for s in shown)
+
+
+def test_load_pretrained_accepts_a_run_directory(own):
+    import vitkit
+
+    _, run, _ = own
+    model = vitkit.load_pretrained(run)
+    assert model.config.num_classes == len(CLASSES)
+    assert vitkit.load_pretrained(sorted((run / "checkpoints").iterdir())[-1]).config == model.config
+
+
+# -- 3. metadata travels with the weights --------------------------------------------------------
+@pytest.mark.parametrize("target", ["vitkit_dir", "model.safetensors", "model.pth", "model.npz", "hf_dir"])
+def test_convert_round_trip_keeps_class_names_and_logits(own, vitkit_cmd, tmp_path, target):
+    import torch
+
+    import vitkit
+
+    data, run, _ = own
+    to = ("--to", "hf") if target == "hf_dir" else ()
+    assert vitkit_cmd("convert", run, tmp_path / target, *to).returncode == 0
+    back = tmp_path / "back"
+    done = vitkit_cmd("convert", tmp_path / target, back)
+    assert done.returncode == 0 and "class names ankle boot, bag, coat" in done.stdout, done.stdout
+    image = sorted((data / "val" / "coat").iterdir())[0]
+    for ckpt in (tmp_path / target, back):  # the converted file itself and the way back
+        top = json.loads(vitkit_cmd("predict", ckpt, image, "--json").stdout)["top"]
+        assert sorted(t["label"] for t in top) == sorted(CLASSES)
+    recorded = json.loads((back / "config.json").read_text())
+    assert recorded["class_names"] == list(CLASSES) and recorded["data"]["path"] == str(data)
+    x = torch.randn(2, 3, 16, 16)
+    with torch.no_grad():
+        tol = 1e-3 if target.endswith(".npz") else 1e-5  # .npz loads with Flax's tanh-GELU and LayerNorm eps (documented)
+        torch.testing.assert_close(vitkit.load_pretrained(back)(x), vitkit.load_pretrained(run)(x), atol=tol, rtol=tol)
+
+
+# -- 5. train --data fits the data and says what it will do ---------------------------------------
+def test_train_on_a_folder_fits_the_model_to_the_images_and_states_the_plan(own, vitkit_cmd, tmp_path):
+    data, _, fixture_run = own
+    assert "val           12 images" in fixture_run.stdout  # every run states its data before training
+    done = vitkit_cmd("train", "--data", data, "--out", tmp_path / "fit", "train.steps=2", "train.eval_every=2", "train.log_every=1",
+                      "train.threads=1", "--no-progress")
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "scanned 30 of 30 images: median" in out and "colour -> 24x24 px, 3 channels" in out  # odd sizes 17..40 px, mixed modes
+    for line in ("model      ViT at 24x24, 3 channels", "width 96, depth 6", "GFLOPs/image", f"data       {data}: 3 classes (ankle boot, bag, coat)",
+                 f"train         30 images  {data / 'train'} (all)", "on cpu, 1 thread", "estimated  0:0", "step 1/2: loss "):
+        assert line in out, (line, out)
+    assert json.loads((tmp_path / "fit" / "final" / "config.json").read_text())["model"]["in_chans"] == 3
+    gray = tmp_path / "gray"
+    shutil.copytree(data, gray)
+    for png in gray.rglob("*.png"):
+        Image.open(png).convert("L").save(png)
+    done = vitkit_cmd("train", "--data", gray, "--out", tmp_path / "gray_run", "train.steps=1", "train.threads=1", "--no-progress")
+    assert done.returncode == 0 and "grayscale -> " in done.stdout and "1 channel," in done.stdout, done.stdout
+
+
+# -- 7. smaller things ---------------------------------------------------------------------------
+def test_predict_takes_a_folder_and_stops_quietly_when_the_pipe_closes(own):
+    import subprocess
+    import sys
+
+    data, run, _ = own
+    script = Path(sys.executable).with_name("vitkit")
+    done = subprocess.run(f"'{script}' predict '{run}' '{data / 'val'}' --threads 1 | head -n 1", shell=True, capture_output=True, text=True)
+    assert done.stdout.strip() == str(data / "val" / "ankle boot" / "000.png")  # a folder: its images, sorted
+    assert done.stderr == "", done.stderr  # no BrokenPipeError traceback
