@@ -42,7 +42,7 @@ from vitkit.data import Batches, DataSpec, check_compatible, eval_batches, fits_
 from vitkit.errors import CheckpointError, ConfigError, DataError
 from vitkit import faults
 from vitkit.evaluation import evaluate
-from vitkit.models import ModelConfig, VisionTransformer, build_model
+from vitkit.models import BiTConfig, ModelConfig, VisionTransformer, build_model
 from vitkit.pretrain import MaskedPatchPrediction, evaluate_masked_patch
 from vitkit.run_config import RunConfig, dump_run_config, load_run_config
 
@@ -575,9 +575,12 @@ def _plan(config: RunConfig, model: VisionTransformer, data: _Data, env: _Setup,
     params = sum(p.numel() for p in model.parameters())
     names = data.class_names
     shown = ", ".join(names[:10]) + (f", ... ({len(names)} in all)" if len(names) > 10 else "")
+    if isinstance(c, BiTConfig):  # a ResNet: stages and widths, no tokens
+        shape = f"units {'-'.join(map(str, c.layers))}, width {c.width * c.width_factor}, {c.stem} stem"
+    else:
+        shape = f"patch {c.patch_size[0]} ({c.num_patches} tokens), width {c.width}, depth {c.depth}"
     lines = [f"model      {_model_name(config.model.get('name'), c)} at {c.image_size[0]}x{c.image_size[1]}, "
-             f"{c.in_chans} channel{'s' * (c.in_chans > 1)}, patch {c.patch_size[0]} ({c.num_patches} tokens), width {c.width}, "
-             f"depth {c.depth}: {params:,} parameters, {count_flops(c) / 1e9:.3g} GFLOPs/image",
+             f"{c.in_chans} channel{'s' * (c.in_chans > 1)}, {shape}: {params:,} parameters, {count_flops(c) / 1e9:.3g} GFLOPs/image",
              f"data       {record['name'] if record['name'] == 'synthetic' else record['path']}: {len(names)} classes ({shown})"]
     for name, split in record["splits"].items():
         lines.append(f"  {name:<8} {split['n']:>7,} images  {split['source']} ({split['selection']})")
@@ -595,15 +598,17 @@ def _plan(config: RunConfig, model: VisionTransformer, data: _Data, env: _Setup,
 
 
 def _model_name(name: str | None, c) -> str:
-    """The run's model name where the architecture is that model's, else "ViT" (e.g. a name kept only as a label)."""
+    """The run's model name where the architecture is that model's, else its family (e.g. a name kept only as a label)."""
     from vitkit.models import get_config
 
+    family = "BiT ResNet" if isinstance(c, BiTConfig) else "ViT"
     try:
         known = get_config(name)
     except (ConfigError, AttributeError, TypeError):
-        return "ViT"
-    same = (known.width, known.depth, known.mlp_dim, known.num_heads) == (c.width, c.depth, c.mlp_dim, c.num_heads)
-    return name if same else "ViT"
+        return family
+    keys = ("layers", "width_factor", "width", "stem") if isinstance(c, BiTConfig) else ("width", "depth", "mlp_dim", "num_heads")
+    same = type(known) is type(c) and all(getattr(known, k) == getattr(c, k) for k in keys)
+    return name if same else family
 
 
 def _time_step(model: VisionTransformer, micro: int, device) -> float:
