@@ -83,9 +83,10 @@ def pos_embed_similarity(model: VisionTransformer) -> torch.Tensor:
     `set_image_size`, and for fixed sin-cos embeddings.
     """
     c = model.config
-    if model.pos_embed is None:
-        raise ConfigError("pos_embed: this model has no position embeddings (pos_embed='none'); nothing to compare")
-    emb = model.pos_embed.detach().float().cpu()[0, c.num_prefix_tokens :]  # (N, D)
+    pos = model.position_embedding()
+    if pos is None:
+        raise ConfigError(f"pos_embed: this model has no position embeddings to compare (pos_embed={c.pos_embed!r})")
+    emb = pos.detach().float().cpu()[0, c.num_prefix_tokens :]  # (N, D)
     emb = F.normalize(emb, dim=-1)
     gh, gw = c.grid_size
     return (emb @ emb.T).reshape(gh, gw, gh, gw)
@@ -215,7 +216,7 @@ def inspect_model(
         "rollout": rollout_maps(model, shown, batch_size=batch_size),
         "last_layer_attention": last_layer_attention(model, shown, batch_size=batch_size),
     }
-    if model.pos_embed is not None:
+    if model.position_embedding() is not None:
         out["pos_embed_similarity"] = pos_embed_similarity(model)
     return out
 

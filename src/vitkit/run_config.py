@@ -24,7 +24,7 @@ import yaml
 from vitkit.data.augment import AugmentConfig
 from vitkit.data.scan import ImageScan
 from vitkit.errors import ConfigError, first_line, shown
-from vitkit.models import ViTConfig, get_config
+from vitkit.models import BiTConfig, ModelConfig, ViTConfig, get_config
 
 
 @dataclass(frozen=True)
@@ -145,7 +145,7 @@ class RunConfig:
             **{name: _plain(dataclasses.asdict(getattr(self, name))) for name in SECTIONS},
         }
 
-    def model_config(self, **fixed: Any) -> ViTConfig:
+    def model_config(self, **fixed: Any) -> ModelConfig:
         """The ViTConfig of model.name with the model.* overrides (and `fixed`, e.g. num_classes from the data)."""
         overrides = {k: v for k, v in self.model.items() if k not in ("name", "init")}
         return get_config(self.model["name"], **{**overrides, **fixed})
@@ -212,9 +212,9 @@ _BOOLS = {"true": True, "yes": True, "on": True, "1": True, "false": False, "no"
 
 
 def field_types(section: str) -> dict[str, Any]:
-    """The type of every key of a section (model: ViTConfig's fields plus name and init)."""
+    """The type of every key of a section (model: the fields of either architecture's config, plus name and init)."""
     if section == "model":
-        return {**typing.get_type_hints(ViTConfig), "name": str, "init": str | None}
+        return {**typing.get_type_hints(BiTConfig), **typing.get_type_hints(ViTConfig), "name": str, "init": str | None}
     return typing.get_type_hints(SECTIONS[section]) if section in SECTIONS else {}
 
 
@@ -253,7 +253,11 @@ def from_dict(data: dict[str, Any], where: str = "config") -> RunConfig:
         raise ConfigError(f"{where}: model: expected a mapping of keys (name, width, ...), got {shown(data['model'])}")
     model = dict(data.get("model") or {})
     model.setdefault("name", "vit_mini4_28")
-    known = {f.name for f in dataclasses.fields(ViTConfig)} | {"name", "init"}
+    try:
+        family = type(get_config(model["name"]))  # a ViT's fields, or a BiT ResNet's
+    except TypeError as err:
+        raise ConfigError(f"model: bad value ({err})") from None
+    known = {f.name for f in dataclasses.fields(family)} | {"name", "init"}
     for key in model:
         if key not in known:
             raise ConfigError(f"model.{key}: unknown key; known keys are {', '.join(sorted(known))}")

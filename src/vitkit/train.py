@@ -44,7 +44,7 @@ from vitkit.data import Batches, DataSpec, check_compatible, eval_batches, fits_
 from vitkit.errors import CheckpointError, ConfigError, DataError
 from vitkit import faults
 from vitkit.evaluation import evaluate
-from vitkit.models import ViTConfig, VisionTransformer
+from vitkit.models import BiTConfig, ModelConfig, VisionTransformer, build_model
 from vitkit.pretrain import MaskedPatchPrediction, evaluate_masked_patch
 from vitkit.run_config import RunConfig, dump_run_config, load_run_config
 
@@ -174,7 +174,7 @@ def _whole_model(model: VisionTransformer, world: distributed.Dist) -> VisionTra
     weights = distributed.full_state_dict(model, world)
     if not world.main:
         return None
-    whole = VisionTransformer(model.config)
+    whole = build_model(model.config)
     whole.load_state_dict(weights)
     return whole
 
@@ -291,7 +291,7 @@ class _Data:
     val: Any
     class_names: list[str]
     bad: Any  # unreadable image files, as data.on_error says
-    shape: ViTConfig  # the model's input (size, channels, mean, std) decides how images are read
+    shape: ModelConfig  # the model's input (size, channels, mean, std) decides how images are read
     batches: Any  # the training batches in their reproducible order (a Batches)
     augment: Any  # what the device does to them (an AugmentConfig: no crop where the loader cut it)
     record: dict  # the data spec and exactly which images each split holds (DataSpec.record), kept in the checkpoint
@@ -430,7 +430,7 @@ def _prepare_data(config: RunConfig, out: Path, resume: bool, env: _Setup) -> _D
 def _build(config: RunConfig, out: Path, env: _Setup, data: _Data) -> _State:
     """A new run: the initial weights (seeded, or from model.init), and the run directory."""
     torch.manual_seed(config.train.seed)  # the initial weights, then dropout / stochastic depth draws
-    model = VisionTransformer(config.model_config(num_classes=len(data.class_names)))
+    model = build_model(config.model_config(num_classes=len(data.class_names)))  # a ViT or a BiT ResNet
     if config.model.get("init"):
         _init_from(model, Path(config.model["init"]))
     run = _assemble(config, env, model, {"step": 0, "elapsed_s": 0.0, "best_val_top1": None, "best_step": None}, None)
@@ -591,7 +591,7 @@ def _finish(config: RunConfig, out: Path, env: _Setup, data: _Data, run: _State,
     if run.ema is None:
         export = _whole_model(run.model, world)
     else:  # the average, not the live weights: no need to gather those too
-        export = VisionTransformer(run.model.config)
+        export = build_model(run.model.config)
         export.load_state_dict(distributed.full_tensors(run.ema))
     _write_dir(out / "final", lambda tmp: world.main and write_pretrained(export, tmp, extra=extra), world)
     if not world.main:
@@ -633,9 +633,12 @@ def _plan(config: RunConfig, model: VisionTransformer, data: _Data, env: _Setup,
     params = sum(p.numel() for p in model.parameters())
     names = data.class_names
     shown = ", ".join(names[:10]) + (f", ... ({len(names)} in all)" if len(names) > 10 else "")
+    if isinstance(c, BiTConfig):  # a ResNet: stages and widths, no tokens
+        shape = f"units {'-'.join(map(str, c.layers))}, width {c.width * c.width_factor}, {c.stem} stem"
+    else:
+        shape = f"patch {c.patch_size[0]} ({c.num_patches} tokens), width {c.width}, depth {c.depth}"
     lines = [f"model      {_model_name(config.model.get('name'), c)} at {c.image_size[0]}x{c.image_size[1]}, "
-             f"{c.in_chans} channel{'s' * (c.in_chans > 1)}, patch {c.patch_size[0]} ({c.num_patches} tokens), width {c.width}, "
-             f"depth {c.depth}: {params:,} parameters, {count_flops(c) / 1e9:.3g} GFLOPs/image",
+             f"{c.in_chans} channel{'s' * (c.in_chans > 1)}, {shape}: {params:,} parameters, {count_flops(c) / 1e9:.3g} GFLOPs/image",
              f"data       {record['name'] if record['name'] == 'synthetic' else record['path']}: {len(names)} classes ({shown})"]
     for name, split in record["splits"].items():
         lines.append(f"  {name:<8} {split['n']:>7,} images  {split['source']} ({split['selection']})")
@@ -653,15 +656,17 @@ def _plan(config: RunConfig, model: VisionTransformer, data: _Data, env: _Setup,
 
 
 def _model_name(name: str | None, c) -> str:
-    """The run's model name where the architecture is that model's, else "ViT" (e.g. a name kept only as a label)."""
+    """The run's model name where the architecture is that model's, else its family (e.g. a name kept only as a label)."""
     from vitkit.models import get_config
 
+    family = "BiT ResNet" if isinstance(c, BiTConfig) else "ViT"
     try:
         known = get_config(name)
     except (ConfigError, AttributeError, TypeError):
-        return "ViT"
-    same = (known.width, known.depth, known.mlp_dim, known.num_heads) == (c.width, c.depth, c.mlp_dim, c.num_heads)
-    return name if same else "ViT"
+        return family
+    keys = ("layers", "width_factor", "width", "stem") if isinstance(c, BiTConfig) else ("width", "depth", "mlp_dim", "num_heads")
+    same = type(known) is type(c) and all(getattr(known, k) == getattr(c, k) for k in keys)
+    return name if same else family
 
 
 def _time_step(model: VisionTransformer, micro: int, device) -> float:
@@ -755,6 +760,9 @@ def _masked_patch_objective(model: VisionTransformer, name: str, resumed: dict |
         raise ConfigError(f"train.objective: this run was started with {started}; resume it with train.objective={started}")
     if name != "masked_patch":
         return None
+    if not isinstance(model, VisionTransformer):
+        raise ConfigError(f"train.objective: masked_patch corrupts a Vision Transformer's patch embeddings; this model is a "
+                          f"{type(model).__name__} (use train.objective=classification)")
     objective = MaskedPatchPrediction(model)
     for p in [*model.pre_logits.parameters(), *model.head.parameters()]:
         p.requires_grad_(False)  # the classification head plays no part (and DDP must not wait for its gradients)

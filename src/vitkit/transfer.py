@@ -33,7 +33,7 @@ from vitkit.checkpoint.runs import resolve
 from vitkit.data import DataSpec
 from vitkit.errors import ConfigError
 from vitkit.evaluation import markdown_table, write_report
-from vitkit.models import ViTConfig, VisionTransformer
+from vitkit.models import BiTConfig, ModelConfig, VisionTransformer, build_model
 from vitkit.models.registry import MODELS
 from vitkit.run_config import RunConfig, from_dict, load_run_config
 from vitkit.train import step_checkpoints, train
@@ -69,20 +69,24 @@ def prepare_for_finetuning(model: VisionTransformer, num_classes: int, *, keep_p
     `tunable`: dropout rates and stochastic depth (modules without weights) for the fine-tuning runs."""
     model.reset_head(num_classes, keep_pre_logits=keep_pre_logits)
     if tunable:
-        rebuilt = VisionTransformer(model.config.replace(**tunable))
+        rebuilt = build_model(model.config.replace(**tunable))
         rebuilt.load_state_dict(model.state_dict())
         model = rebuilt
     return model
 
 
-def registered_name(config: ViTConfig) -> str:
+def registered_name(config: ModelConfig) -> str:
     """A registry name for run summaries (the run config gives every field explicitly, so it only labels the run):
-    the model with the same architecture, else one with the same patches and input channels."""
-    for keys in (("depth", "width", "mlp_dim", "num_heads", "patch_size", "backbone", "in_chans"), ("patch_size", "backbone", "in_chans")):
+    the model with the same architecture, else one of the same family with the same patches (or stem) and input channels."""
+    if isinstance(config, BiTConfig):
+        keys_tried, fallback = (("layers", "width_factor", "width", "stem", "in_chans"), ("stem", "in_chans")), "bit_r50x1"
+    else:
+        keys_tried, fallback = (("depth", "width", "mlp_dim", "num_heads", "patch_size", "backbone", "in_chans"), ("patch_size", "backbone", "in_chans")), "vit_b16"
+    for keys in keys_tried:
         for name, known in MODELS.items():
-            if all(getattr(known, k) == getattr(config, k) for k in keys):
+            if type(known) is type(config) and all(getattr(known, k) == getattr(config, k) for k in keys):
                 return name
-    return "vit_b16"
+    return fallback
 
 
 def run_name(lr: float) -> str:
@@ -123,6 +127,7 @@ def finetune(
     start, _ = read_native_config(init)
     model_section = {**start.to_dict(), "name": registered_name(start), "init": str(init)}
     model_section.pop("num_classes")
+    model_section.pop("arch", None)  # the name says the family
 
     runs = []
     for i, lr in enumerate(lrs, 1):

@@ -18,11 +18,11 @@ from types import ModuleType
 import torch
 
 from vitkit.errors import CheckpointError, ConfigError, first_line
-from vitkit.models import ViTConfig, VisionTransformer
+from vitkit.models import ModelConfig, VisionTransformer, build_model
 
 from . import hf, native, npz, runs, timm
 from .io import finish_replacement, is_safetensors, read_stable
-from .native import build_model, check_state, model_shapes, save_pretrained
+from .native import check_state, load_model, model_shapes, save_pretrained
 
 FORMATS: dict[str, ModuleType] = {"vitkit": native, "npz": npz, "timm": timm, "hf": hf}
 _SUFFIXES = {".npz": "npz", ".safetensors": "timm", ".pth": "timm", ".pt": "timm", ".bin": "timm"}
@@ -81,7 +81,7 @@ def _resolve(path: Path, format: str | None) -> tuple[Path, str]:
 
 def read_checkpoint(
     path: str | os.PathLike, *, format: str | None = None, image_size: int | tuple[int, int] | None = None
-) -> tuple[ViTConfig, dict[str, torch.Tensor], str]:
+) -> tuple[ModelConfig, dict[str, torch.Tensor], str]:
     """(config, vitkit state dict, format) of any checkpoint, without building the model.
 
     `image_size` only decides the grid when the position embeddings are not square.
@@ -121,7 +121,7 @@ def load_pretrained(
         dropped as in the official fine-tuning code unless `keep_pre_logits`.
     """
     config, state, format = read_checkpoint(path, format=format, image_size=image_size)
-    model = build_model(config, state, source=path, checked=True)  # read_checkpoint checked shapes and values
+    model = load_model(config, state, source=path, checked=True)  # read_checkpoint checked shapes and values
     if image_size is not None:
         model.set_image_size(image_size)
     if num_classes is not None and num_classes != config.num_classes:

@@ -175,6 +175,8 @@ def write(model: VisionTransformer, directory: str | os.PathLike, *, metadata: d
     Class names become id2label/label2id; the rest of `metadata` (crop, training data) is kept in config.json
     under "vitkit"."""
     directory, c, metadata = Path(directory), model.config, metadata or {}
+    if not isinstance(model, VisionTransformer):
+        raise CheckpointError(f"{directory}: the Hugging Face format here is ViT's; save a BiT ResNet as vitkit, npz or timm")
     class_names = metadata.get("class_names")
     problems = [
         (c.backbone is not None, "hybrid (ResNet) models"),

@@ -9,9 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 
 from vitkit.errors import CheckpointError, ConfigError
-from vitkit.models import ViTConfig, VisionTransformer
+from vitkit.models import ModelConfig, VisionTransformer, build_model, config_from_dict
 
 from .io import atomic_dir, read_json, read_stable, read_safetensors, verify_checksums, write_checksums, write_json, write_safetensors
 
@@ -55,14 +56,14 @@ def write_pretrained(model: VisionTransformer, directory: Path, *, extra: dict[s
     return directory
 
 
-def read_native_config(directory: str | os.PathLike) -> tuple[ViTConfig, dict[str, Any]]:
+def read_native_config(directory: str | os.PathLike) -> tuple[ModelConfig, dict[str, Any]]:
     """The model config and the rest of config.json (e.g. class names)."""
     path = Path(directory) / CONFIG_NAME
     data = read_json(path)
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise CheckpointError(f"{path}: not a vitkit config (no \"format\": \"vitkit\")")
     try:
-        config = ViTConfig.from_dict(data.get("model"))
+        config = config_from_dict(data.get("model"))  # a ViT, or a BiT ResNet tagged "arch": "bit"
     except ConfigError as err:
         raise CheckpointError(f"{path}: bad model config: {err}") from None
     rest = {k: v for k, v in data.items() if k not in ("format", "version", "model")}
@@ -92,7 +93,7 @@ EXTRA_CHECKS = {
 }
 
 
-def check_extra(extra: dict[str, Any], config: ViTConfig | None, path: Path) -> None:
+def check_extra(extra: dict[str, Any], config: ModelConfig | None, path: Path) -> None:
     """Every known config.json entry beside the model has the type and range its readers need."""
     for key, (ok, what) in EXTRA_CHECKS.items():
         if key in extra and not ok(extra[key], config):
@@ -110,23 +111,24 @@ def load_native(directory: str | os.PathLike) -> tuple[VisionTransformer, dict[s
 def _load_native(directory: Path) -> tuple[VisionTransformer, dict[str, Any]]:
     verify_checksums(directory)
     config, extra = read_native_config(directory)
-    return build_model(config, read_safetensors(directory / WEIGHTS_NAME), source=directory / WEIGHTS_NAME), extra
+    return load_model(config, read_safetensors(directory / WEIGHTS_NAME), source=directory / WEIGHTS_NAME), extra
 
 
-def build_model(config: ViTConfig, state: dict, *, source: str | os.PathLike, checked: bool = False) -> VisionTransformer:
-    """The model of `config` holding `state`; unless already `checked`, the shapes are checked first on a model without
-    memory (meta device), so a config promising a huge model that the weights do not hold fails before anything is allocated."""
+def load_model(config: ModelConfig, state: dict, *, source: str | os.PathLike, checked: bool = False) -> nn.Module:
+    """The model of `config` (a ViT or a BiT ResNet) holding `state`; unless already `checked`, the shapes are checked
+    first on a model without memory (meta device), so a config promising a huge model that the weights do not hold
+    fails before anything is allocated."""
     if not checked:
         check_state(model_shapes(config), state, source=source)
-    model = VisionTransformer(config)
+    model = build_model(config)
     model.load_state_dict(state, strict=True)
     return model
 
 
-def model_shapes(config: ViTConfig) -> dict[str, torch.Tensor]:
+def model_shapes(config: ModelConfig) -> dict[str, torch.Tensor]:
     """The state dict of `config`'s model on the meta device: every key and shape, no memory."""
     with torch.device("meta"):
-        return VisionTransformer(config).state_dict()
+        return build_model(config).state_dict()
 
 
 def load_state_dict_strict(model: VisionTransformer, state: dict, *, source: str | os.PathLike) -> None:
@@ -153,7 +155,7 @@ def check_state(expected: dict, state: dict, *, source: str | os.PathLike) -> No
                                   "unusable: use an earlier checkpoint, or retrain")
 
 
-def read(directory: str | os.PathLike, *, image_size=None) -> tuple[ViTConfig, dict]:
+def read(directory: str | os.PathLike, *, image_size=None) -> tuple[ModelConfig, dict]:
     """(config, state dict) of a vitkit directory; the config says the image size (resampling is the caller's)."""
     directory = Path(directory)
     verify_checksums(directory)

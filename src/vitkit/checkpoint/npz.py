@@ -28,8 +28,9 @@ import numpy as np
 import torch
 
 from vitkit.errors import CheckpointError, ConfigError
-from vitkit.models import ResNetConfig, ViTConfig, VisionTransformer
+from vitkit.models import ModelConfig, ResNetConfig, ResNetV2, ViTConfig, VisionTransformer
 
+from . import bit
 from .io import read_npz, read_sidecar, sidecar_path, write_json, write_npz
 from .keymap import Rule, count_indexed, from_vitkit, fused, infer_image_size, kernel, permuted, resnet_units, same, to_vitkit
 
@@ -201,9 +202,12 @@ def _dense(ours: str, theirs: str, n_in: int, n_out: int) -> list[Rule]:
     return [kernel(f"{ours}.weight", f"{theirs}/kernel", (n_in, n_out)), same(f"{ours}.bias", f"{theirs}/bias", (n_out,))]
 
 
-def read(path: str | os.PathLike, *, image_size=None) -> tuple[ViTConfig, dict[str, torch.Tensor]]:
-    """(config, vitkit state dict) of an .npz in any of the layouts above."""
-    tensors, shown = canonical(read_npz(path), source=path)
+def read(path: str | os.PathLike, *, image_size=None) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
+    """(config, vitkit state dict) of an .npz in any of the layouts above, or of a BiT ResNet release file."""
+    arrays = read_npz(path)
+    if bit.is_bit_npz(arrays):
+        return bit.read_npz(arrays, image_size=image_size, source=path)
+    tensors, shown = canonical(arrays, source=path)
     config = config_from_npz(tensors, image_size=image_size, source=path, shown=shown)
     return config, to_vitkit(npz_rules(config), tensors, source=path, shown=shown)
 
@@ -220,9 +224,15 @@ def to_release_layout(tensors: dict[str, torch.Tensor]) -> dict[str, np.ndarray]
 
 
 def write(model: VisionTransformer, path: str | os.PathLike, *, metadata: dict | None = None) -> Path:
-    """Write a plain ViT as an .npz in the official release layout (what vit_jax and timm read); `metadata`
-    (class names, preprocessing) goes to FILE.npz.json beside it, as the release layout has no place for it."""
+    """Write a plain ViT (or a BiT ResNet) as an .npz in the official release layout (what vit_jax, big_transfer and
+    timm read); `metadata` (class names, preprocessing) goes to FILE.npz.json beside it, as the release layout has no
+    place for it."""
     c, path = model.config, Path(path)
+    if isinstance(model, ResNetV2):
+        bit.write_npz_file(model, path)
+        if metadata:
+            write_json(sidecar_path(path), {"vitkit": metadata})
+        return path
     if c.backbone is not None:
         raise CheckpointError(f"{path}: writing hybrid models to .npz is not supported; save as vitkit, timm or hf")
     if c.pos_embed != "learned":

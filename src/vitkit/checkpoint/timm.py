@@ -22,9 +22,10 @@ import torch
 from safetensors import safe_open
 
 from vitkit.errors import CheckpointError, ConfigError
-from vitkit.models import ResNetConfig, ViTConfig, VisionTransformer
+from vitkit.models import ModelConfig, ResNetConfig, ResNetV2, ViTConfig, VisionTransformer
 from vitkit.models.registry import SIZES
 
+from . import bit
 from .io import is_safetensors, read_safetensors, read_sidecar, read_torch, sidecar_path, write_json, write_safetensors, write_torch
 from .keymap import Rule, count_indexed, from_vitkit, infer_image_size, same, to_vitkit
 
@@ -140,20 +141,22 @@ def _stored(path: Path, key: str = METADATA_KEY) -> dict | None:
         return None
 
 
-def pretrained_cfg(c: ViTConfig, metadata: dict) -> dict:
+def pretrained_cfg(c: ModelConfig, metadata: dict) -> dict:
     """timm's description of a checkpoint's input and labels (its pretrained_cfg and label_names)."""
     cfg = {"input_size": [c.in_chans, *c.image_size], "mean": list(c.mean), "std": list(c.std), "interpolation": "bilinear",
            "crop_pct": metadata.get("preprocess", {}).get("crop_pct", 1.0), "crop_mode": "center", "num_classes": c.num_classes}
     return {"pretrained_cfg": cfg, "label_names": metadata.get("class_names")}
 
 
-def read(path: str | os.PathLike, *, image_size=None) -> tuple[ViTConfig, dict[str, torch.Tensor]]:
+def read(path: str | os.PathLike, *, image_size=None) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
     """(config, vitkit state dict) of a timm checkpoint (.safetensors preferred; .pth/.bin read with weights_only)."""
     path = Path(path)
     if is_safetensors(path):
         state, stored = read_safetensors(path), _stored(path)
     else:
         state, stored = _unwrap(read_torch(path), path), None
+    if bit.is_bit_timm(state):  # timm's resnetv2_*_bit
+        return bit.read_timm(state, image_size=image_size, source=path, stored=stored)
     config = config_from_timm(state, image_size=image_size, source=path, stored=stored)
     return config, to_vitkit(timm_rules(config), state, source=path)
 
@@ -164,9 +167,12 @@ def write(model: VisionTransformer, path: str | os.PathLike, *, metadata: dict |
     metadata = metadata or {}
     path = Path(path)
     c = model.config
-    if c.pos_embed != "learned":
+    if isinstance(model, ResNetV2):  # timm's resnetv2_*_bit
+        tensors = from_vitkit(bit.timm_rules(c), model.state_dict())
+    elif c.pos_embed != "learned":
         raise CheckpointError(f"{path}: timm ViT checkpoints hold learned position embeddings; this model uses {c.pos_embed!r}")
-    tensors = from_vitkit(timm_rules(c), model.state_dict())
+    else:
+        tensors = from_vitkit(timm_rules(c), model.state_dict())
     timm_cfg = pretrained_cfg(c, metadata)
     if path.suffix == ".safetensors":
         write_safetensors(path, tensors, metadata={"format": "pt", METADATA_KEY: json.dumps(c.to_dict()), EXTRA_KEY: json.dumps(metadata),

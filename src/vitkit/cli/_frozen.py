@@ -52,7 +52,7 @@ def setup(args: argparse.Namespace):
 
     from vitkit.checkpoint import load_with_metadata
     from vitkit.data import DataSpec
-    from vitkit.models import VisionTransformer
+    from vitkit.models import build_model
     from vitkit.devices import pick_device
 
     if args.threads:
@@ -61,7 +61,7 @@ def setup(args: argparse.Namespace):
     model, meta = load_with_metadata(args.checkpoint, image_size=size)
     if args.random_init is not None:
         torch.manual_seed(args.random_init)
-        model = VisionTransformer(model.config).eval()
+        model = build_model(model.config).eval()
     c = model.config
     features = {"batch_size": args.batch_size, "device": pick_device(args.device), "crop_pct": meta.get("preprocess", {}).get("crop_pct", 1.0),
                 "precision": args.precision, "calibration": args.calibration}

@@ -7,7 +7,8 @@ import json
 from pathlib import Path
 
 from vitkit.checkpoint.io import write_json
-from vitkit.models import get_config
+from vitkit.errors import ConfigError
+from vitkit.models import ViTConfig, get_config
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -54,6 +55,9 @@ def run(args: argparse.Namespace) -> int:
     if args.image_size:
         overrides["image_size"] = args.image_size
     config = get_config(args.model, **overrides)
+    if not isinstance(config, ViTConfig):
+        raise ConfigError(f"--model {args.model}: vitkit benchmark measures Vision Transformers (its kernels, MFU and references "
+                          "are ViT's); a BiT ResNet's size and GFLOPs are in `vitkit models`")
     compare = benchmark.available_references() if args.compare == "all" else [c for c in args.compare.split(",") if c]
     modes = ["inference", "train"] if args.mode == "both" else [args.mode]
     reports = []

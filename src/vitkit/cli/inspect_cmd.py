@@ -61,6 +61,9 @@ def run(args: argparse.Namespace) -> int:
     model, metadata = load_with_metadata(args.checkpoint, image_size=image_size)
     model = model.to(pick_device(args.device))
     config = model.config
+    if not hasattr(model, "forward_features_explicit"):
+        raise ConfigError(f"{args.checkpoint}: a {type(model).__name__} has no attention or position embeddings to inspect; "
+                          "vitkit inspect reads Vision Transformers")
     files = spread_over_folders(find_images(args.images))[: args.num_images]  # the shown images cover the classes
     pixels = load_images(files, config)
     x = normalize(pixels, config)

@@ -1,11 +1,17 @@
-"""The model: config, Vision Transformer (Eq. 1-4), BiT ResNet for hybrids, named variants."""
+"""The model: config, Vision Transformer (Eq. 1-4), BiT ResNet for hybrids, BiT ResNet-v2 baseline, named variants."""
 
-from .config import ResNetConfig, ViTConfig
-from .registry import MODELS, canonical_name, create_model, get_config, list_models
+from .bit import ResNetV2
+from .config import BiTConfig, ModelConfig, ResNetConfig, ViTConfig, config_from_dict
+from .registry import MODELS, build_model, canonical_name, create_model, get_config, list_models
 from .vit import VisionTransformer, resample_pos_embed, sincos_2d_pos_embed
 
 __all__ = [
+    "BiTConfig",
     "MODELS",
+    "ModelConfig",
+    "ResNetV2",
+    "build_model",
+    "config_from_dict",
     "ResNetConfig",
     "ViTConfig",
     "VisionTransformer",

@@ -14,7 +14,8 @@ from typing import Any
 from vitkit.errors import ConfigError, shown
 
 CLASSIFIERS = ("token", "gap")
-POS_EMBEDS = ("learned", "sincos2d", "none")
+POS_EMBEDS = ("learned", "learned_2d", "relative", "sincos2d", "none")
+BIT_STEMS = ("bit", "small")
 MLP_ACTS = ("gelu", "gelu_tanh")
 
 
@@ -38,6 +39,20 @@ def _pair(value: Any, key: str) -> tuple[int, int]:
     if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in pair):
         raise ConfigError(f"{key}: expected positive integers, got {shown(value)}")
     return pair  # type: ignore[return-value]
+
+
+def _per_channel(config: Any, key: str) -> tuple[float, ...]:
+    """config.mean / config.std as one float per input channel (a single value is repeated)."""
+    value = getattr(config, key)
+    values = (value,) if not isinstance(value, (list, tuple)) else tuple(value)
+    if not values or not all(_is_number(v) for v in values):
+        raise ConfigError(f"{key}: expected one finite number per input channel, got {shown(value)}")
+    values = tuple(float(v) for v in values)
+    if len(values) != config.in_chans:
+        if len(set(values)) != 1:
+            raise ConfigError(f"{key}: expected {config.in_chans} values (one per input channel), got {shown(value)}")
+        values = values[:1] * config.in_chans
+    return values
 
 
 @dataclass(frozen=True)
@@ -85,7 +100,9 @@ class ViTConfig:
     num_heads: int = 12
     classifier: str = "token"  # "token" (class token, Eq. 4) or "gap" (global average pooling)
     representation_size: int | None = None  # pre-logits layer (Linear + tanh), pre-training only
-    pos_embed: str = "learned"  # "learned" (1D, Eq. 1), "sincos2d" (fixed) or "none" (App. D.4)
+    # App. D.4: "learned" (1D, Eq. 1), "learned_2d" (row + column embeddings of D/2 each, concatenated),
+    # "relative" (learned attention biases per head over 2D offsets), "sincos2d" (fixed) or "none"
+    pos_embed: str = "learned"
     dropout: float = 0.0
     attn_dropout: float = 0.0
     drop_path: float = 0.0  # stochastic depth rate of the last block (linear in depth)
@@ -126,8 +143,10 @@ class ViTConfig:
             raise ConfigError(f"backbone: expected null or a mapping (layers, width), got {shown(self.backbone)}")
         if self.pos_embed == "sincos2d" and self.width % 4:
             raise ConfigError(f"pos_embed: sincos2d needs a width divisible by 4, got {self.width}")
-        put("mean", self._per_channel("mean"))
-        put("std", self._per_channel("std"))
+        if self.pos_embed == "learned_2d" and self.width % 2:
+            raise ConfigError(f"pos_embed: learned_2d needs an even width (D/2 per axis), got {self.width}")
+        put("mean", _per_channel(self, "mean"))
+        put("std", _per_channel(self, "std"))
         if any(s <= 0 for s in self.std):
             raise ConfigError(f"std: expected positive values, got {shown(self.std)}")
         stride = self.total_patch_size
@@ -139,18 +158,6 @@ class ViTConfig:
                     + (" (backbone stride x patch size)" if self.backbone else "")
                     + "; choose an image_size that is a multiple of it"
                 )
-
-    def _per_channel(self, key: str) -> tuple[float, ...]:
-        value = getattr(self, key)
-        values = (value,) if not isinstance(value, (list, tuple)) else tuple(value)
-        if not values or not all(_is_number(v) for v in values):
-            raise ConfigError(f"{key}: expected one finite number per input channel, got {shown(value)}")
-        values = tuple(float(v) for v in values)
-        if len(values) != self.in_chans:
-            if len(set(values)) != 1:
-                raise ConfigError(f"{key}: expected {self.in_chans} values (one per input channel), got {shown(value)}")
-            values = values[:1] * self.in_chans
-        return values
 
     @property
     def feature_stride(self) -> int:
@@ -191,6 +198,89 @@ class ViTConfig:
         if not isinstance(data, dict):
             raise ConfigError(f"model config: expected a mapping, got {type(data).__name__}")
         return cls(**_known(data, cls, "model"))
+
+
+@dataclass(frozen=True)
+class BiTConfig:
+    """A BiT ResNet-v2 classifier (Kolesnikov et al. 2020), the paper's baseline (Fig. 3-5, Table 2).
+
+    Pre-activation bottleneck units, weight-standardised convs and GroupNorm(32) everywhere. Stage s
+    has `layers[s]` units of 4 * width * width_factor * 2^s output channels (stride 2 from the second
+    stage on, on the 3x3 conv). stem "bit": 7x7/2 conv and padded 3x3/2 max-pool (the release);
+    "small": one 3x3/1 conv, no pool, for 28-32 px images.
+    """
+
+    layers: tuple[int, ...] = (3, 4, 6, 3)
+    width_factor: int = 1
+    width: int = 64  # root width before the width factor
+    stem: str = "bit"
+    image_size: tuple[int, int] = (224, 224)
+    in_chans: int = 3
+    num_classes: int = 1000  # 0: no head, forward returns pooled features
+    mean: tuple[float, ...] = field(default=(0.5, 0.5, 0.5))  # BiT scales inputs to [-1, 1] too
+    std: tuple[float, ...] = field(default=(0.5, 0.5, 0.5))
+
+    ARCH = "bit"  # the tag that tells a stored BiT config from a ViT one (not a field)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "image_size", _pair(self.image_size, "image_size"))
+        layers = tuple(self.layers) if isinstance(self.layers, (list, tuple)) else self.layers
+        if not isinstance(layers, tuple) or not layers or not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in layers):
+            raise ConfigError(f"layers: expected a list of positive unit counts per stage, got {self.layers!r}")
+        object.__setattr__(self, "layers", layers)
+        for key in ("width_factor", "width", "in_chans"):
+            value = getattr(self, key)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ConfigError(f"{key}: expected a positive integer, got {value!r}")
+        if (self.width * self.width_factor) % 32:
+            raise ConfigError(f"width: width x width_factor must be a multiple of 32 (GroupNorm has 32 groups), got {self.width} x {self.width_factor}")
+        if not isinstance(self.num_classes, int) or isinstance(self.num_classes, bool) or self.num_classes < 0:
+            raise ConfigError(f"num_classes: expected an integer >= 0, got {self.num_classes!r}")
+        if self.stem not in BIT_STEMS:
+            raise ConfigError(f"stem: expected one of {', '.join(BIT_STEMS)}, got {self.stem!r}")
+        object.__setattr__(self, "mean", _per_channel(self, "mean"))
+        object.__setattr__(self, "std", _per_channel(self, "std"))
+        if any(s <= 0 for s in self.std):
+            raise ConfigError(f"std: expected positive values, got {self.std!r}")
+
+    @property
+    def depth(self) -> int:
+        """Weight layers: three convs per unit, the stem conv and the head (R50 for (3, 4, 6, 3))."""
+        return 3 * sum(self.layers) + 2
+
+    @property
+    def num_features(self) -> int:
+        """Channels of the final feature map, which the head reads."""
+        return 4 * self.width * self.width_factor * 2 ** (len(self.layers) - 1)
+
+    @property
+    def stride(self) -> int:
+        return (4 if self.stem == "bit" else 1) * 2 ** (len(self.layers) - 1)
+
+    def replace(self, **changes: Any) -> "BiTConfig":
+        return dataclasses.replace(self, **_known(changes, BiTConfig, "model"))
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict with the architecture tag."""
+        return {"arch": self.ARCH, **dataclasses.asdict(self)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "BiTConfig":
+        if not isinstance(data, dict):
+            raise ConfigError(f"model config: expected a mapping, got {type(data).__name__}")
+        return cls(**_known({k: v for k, v in data.items() if k != "arch"}, cls, "model"))
+
+
+ModelConfig = ViTConfig | BiTConfig
+
+
+def config_from_dict(data: dict[str, Any]) -> ModelConfig:
+    """A stored model config: BiT when tagged "arch": "bit", else a ViT (untagged, as vitkit always wrote them)."""
+    if isinstance(data, dict) and data.get("arch", "vit") == BiTConfig.ARCH:
+        return BiTConfig.from_dict(data)
+    if isinstance(data, dict) and data.get("arch", "vit") != "vit":
+        raise ConfigError(f"model.arch: expected vit or bit, got {data['arch']!r}")
+    return ViTConfig.from_dict({k: v for k, v in data.items() if k != "arch"} if isinstance(data, dict) else data)
 
 
 def _known(data: dict[str, Any], cls: type, where: str) -> dict[str, Any]:

@@ -4,6 +4,9 @@ Sizes B, L and H are Table 1 of the paper; Ti and S come from DeiT and the offic
 and "test" are small sizes for 28-32 px images and for the test suite. A plain name is
 `vit_<size><patch>` (any size and patch, e.g. vit_s8); hybrids are listed explicitly. timm's names
 (vit_base_patch16_224, vit_base_r50_s16_384, ...) are aliases of the same architectures at their image size.
+
+The paper's baseline, BiT ResNet-v2 (Kolesnikov et al. 2020), is `bit_r<depth>x<width factor>` with the
+release's six models (R50x1 ... R152x4) and small ones for 28-32 px images (3x3/1 stem, no max-pool).
 """
 
 from __future__ import annotations
@@ -13,7 +16,10 @@ from typing import Any
 
 from vitkit.errors import ConfigError
 
-from .config import ResNetConfig, ViTConfig
+from torch import nn
+
+from .bit import ResNetV2
+from .config import BiTConfig, ModelConfig, ResNetConfig, ViTConfig
 from .vit import VisionTransformer
 
 # size: (layers, hidden D, MLP size, heads)
@@ -36,7 +42,20 @@ def _size(size: str, patch: int, **rest: Any) -> ViTConfig:
 # The listed variants. Hybrids follow the official configs: R50+ViT-B/16 is ResNet-50 with stage 4
 # removed and 9 units in stage 3 (stride 16) under 1x1 patches; R+ViT-Ti/16 is the ResNet stem
 # alone under 8x8 patches.
-MODELS: dict[str, ViTConfig] = {
+# BiT units per stage (Kolesnikov et al. 2020, the release's KNOWN_MODELS): R50, R101, R152
+BIT_LAYERS = {50: (3, 4, 6, 3), 101: (3, 4, 23, 3), 152: (3, 8, 36, 3)}
+
+
+def _bit(depth: int, width_factor: int, **rest: Any) -> BiTConfig:
+    return BiTConfig(layers=BIT_LAYERS[depth], width_factor=width_factor, **rest)
+
+
+def _bit_small(layers: tuple[int, ...], width: int, size: int, in_chans: int) -> BiTConfig:
+    """A BiT ResNet-v2 for 28-32 px images: 3x3/1 stem, no pool, three stages (stride 4), 10 classes."""
+    return BiTConfig(layers=layers, width=width, stem="small", image_size=size, in_chans=in_chans, num_classes=10)
+
+
+MODELS: dict[str, ModelConfig] = {
     "vit_ti16": _size("ti", 16),
     "vit_s16": _size("s", 16),
     "vit_s32": _size("s", 32),
@@ -54,6 +73,19 @@ MODELS: dict[str, ViTConfig] = {
     "vit_mini4_28": _size("mini", 4, image_size=28, in_chans=1, num_classes=10),
     "vit_mini4_32": _size("mini", 4, image_size=32, in_chans=3, num_classes=10),
     "vit_test": _size("test", 4, image_size=16, in_chans=3, num_classes=10),
+    # the paper's baseline: BiT-S/M ResNet-v2 (same architecture, different pre-training data)
+    "bit_r50x1": _bit(50, 1),
+    "bit_r50x3": _bit(50, 3),
+    "bit_r101x1": _bit(101, 1),
+    "bit_r101x3": _bit(101, 3),
+    "bit_r152x2": _bit(152, 2),
+    "bit_r152x4": _bit(152, 4),
+    # small BiTs for 28x28 grayscale and 32x32 RGB: R11 (1, 1, 1), R20 (2, 2, 2), R29 (3, 3, 3) at root width 32
+    "bit_r11_28": _bit_small((1, 1, 1), 32, 28, 1),
+    "bit_r20_28": _bit_small((2, 2, 2), 32, 28, 1),
+    "bit_r29_28": _bit_small((3, 3, 3), 32, 28, 1),
+    "bit_r20_32": _bit_small((2, 2, 2), 32, 32, 3),
+    "bit_test": BiTConfig(layers=(1, 1), width=32, stem="small", image_size=16, in_chans=3, num_classes=10),
 }
 
 _PLAIN = re.compile(r"vit_(test|mini|ti|s|b|l|h)(\d+)")
@@ -87,7 +119,7 @@ def list_models() -> list[str]:
     return list(MODELS)
 
 
-def get_config(name: str, **overrides: Any) -> ViTConfig:
+def get_config(name: str, **overrides: Any) -> ModelConfig:
     """The config of a named model with `overrides` (num_classes, image_size, patch_size, ...)."""
     if alias := timm_alias(name):
         key, implied = alias
@@ -103,6 +135,11 @@ def get_config(name: str, **overrides: Any) -> ViTConfig:
     return config.replace(**overrides)
 
 
-def create_model(name: str, **overrides: Any) -> VisionTransformer:
-    """Build a named model; e.g. create_model("vit_b16", num_classes=10, image_size=384)."""
-    return VisionTransformer(get_config(name, **overrides))
+def create_model(name: str, **overrides: Any) -> nn.Module:
+    """Build a named model; e.g. create_model("vit_b16", num_classes=10, image_size=384) or create_model("bit_r50x1")."""
+    return build_model(get_config(name, **overrides))
+
+
+def build_model(config: ModelConfig) -> nn.Module:
+    """The model a config describes: a VisionTransformer for a ViTConfig, a BiT ResNetV2 for a BiTConfig."""
+    return ResNetV2(config) if isinstance(config, BiTConfig) else VisionTransformer(config)

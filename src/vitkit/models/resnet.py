@@ -29,23 +29,29 @@ def pad_same(x: torch.Tensor, kernel: int, stride: int, value: float = 0.0) -> t
 
 
 class StdConv2d(nn.Conv2d):
-    """Conv2d with weight standardisation and 'SAME' padding, no bias."""
+    """Conv2d with weight standardisation, no bias: each output filter (w - mean) / (std + eps), biased std.
 
-    def __init__(self, in_chans: int, out_chans: int, kernel_size: int, *, stride: int = 1, eps: float = 1e-5):
-        super().__init__(in_chans, out_chans, kernel_size, stride=stride, padding=0, bias=False)
+    padding "same": TensorFlow's 'SAME' (the ViT release's hybrids); an int: symmetric (the BiT release).
+    """
+
+    def __init__(self, in_chans: int, out_chans: int, kernel_size: int, *, stride: int = 1, eps: float = 1e-5, padding: str | int = "same"):
+        super().__init__(in_chans, out_chans, kernel_size, stride=stride, padding=0 if padding == "same" else padding, bias=False)
         self.eps = eps
+        self.same = padding == "same"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         w = self.weight
         mean = w.mean(dim=(1, 2, 3), keepdim=True)
         std = w.std(dim=(1, 2, 3), keepdim=True, unbiased=False)
         w = (w - mean) / (std + self.eps)
-        x = pad_same(x, self.kernel_size[0], self.stride[0])
-        return F.conv2d(x, w, None, self.stride)
+        if self.same:
+            x = pad_same(x, self.kernel_size[0], self.stride[0])
+        return F.conv2d(x, w, None, self.stride, self.padding)
 
 
-def group_norm(channels: int) -> nn.GroupNorm:
-    return nn.GroupNorm(32, channels, eps=1e-6)
+def group_norm(channels: int, eps: float = 1e-6) -> nn.GroupNorm:
+    """GroupNorm with 32 groups (eps 1e-6 as in Flax; the BiT release's PyTorch port uses torch's 1e-5)."""
+    return nn.GroupNorm(32, channels, eps=eps)
 
 
 class Bottleneck(nn.Module):

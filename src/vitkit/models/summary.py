@@ -6,15 +6,15 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from .config import ViTConfig
-from .vit import VisionTransformer
+from .config import BiTConfig, ModelConfig, ViTConfig
+from .registry import build_model
 
 
 def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def count_flops(config: ViTConfig, batch_size: int = 1, *, backward: bool = False, executed: bool = False) -> int:
+def count_flops(config: ModelConfig, batch_size: int = 1, *, backward: bool = False, executed: bool = False) -> int:
     """FLOPs of one batch (a multiply-add counts 2): matmuls, convolutions and attention.
 
     Forward only by default; with backward=True the forward and backward passes of a training step.
@@ -22,7 +22,7 @@ def count_flops(config: ViTConfig, batch_size: int = 1, *, backward: bool = Fals
     executed=True, what `model(x)` runs: with a class token, its last layer computes that token alone.
     """
     with torch.device("meta"):
-        model = VisionTransformer(config)
+        model = build_model(config)
     x = torch.empty(batch_size, config.in_chans, *config.image_size, device="meta")
     with FlopCounterMode(display=False) as counter, torch.set_grad_enabled(backward):
         out = model(x) if executed else model.forward_head(model.forward_features(x))
@@ -31,10 +31,16 @@ def count_flops(config: ViTConfig, batch_size: int = 1, *, backward: bool = Fals
     return counter.get_total_flops()
 
 
-def describe(config: ViTConfig) -> dict:
+def describe(config: ModelConfig) -> dict:
     """One row of `vitkit models`: shape of the model, parameters and GFLOPs per image."""
     with torch.device("meta"):
-        params = count_parameters(VisionTransformer(config))
+        params = count_parameters(build_model(config))
+    if isinstance(config, BiTConfig):  # a ResNet: no heads, MLP or patches; "width" is the feature width
+        return {
+            "layers": config.depth, "width": config.num_features, "mlp": "-", "heads": "-", "patch": "-",
+            "resolution": _resolution(config), "backbone": f"BiT-R{config.depth}x{config.width_factor}",
+            "params": params, "gflops": count_flops(config) / 1e9,
+        }  # fmt: skip
     ph, pw = config.total_patch_size
     return {
         "layers": config.depth,
@@ -42,11 +48,16 @@ def describe(config: ViTConfig) -> dict:
         "mlp": config.mlp_dim,
         "heads": config.num_heads,
         "patch": ph if ph == pw else f"{ph}x{pw}",
-        "resolution": "x".join(map(str, config.image_size)) if config.image_size[0] != config.image_size[1] else config.image_size[0],
+        "resolution": _resolution(config),
         "backbone": _backbone_name(config),
         "params": params,
         "gflops": count_flops(config) / 1e9,
     }
+
+
+def _resolution(config: ModelConfig) -> int | str:
+    h, w = config.image_size
+    return h if h == w else f"{h}x{w}"
 
 
 def _backbone_name(config: ViTConfig) -> str:

@@ -7,6 +7,10 @@
 
 Attention has one fast path (torch's fused scaled_dot_product_attention) and one explicit path
 that also returns the attention probabilities (`forward_explicit`), used only for inspection.
+
+Position embeddings (App. D.4, `pos_embed`): "learned" E_pos of Eq. 1; "learned_2d", a row and a column
+embedding of D/2 each, concatenated; "relative", a learned bias per head and layer for every 2D offset
+between two patches, added to the attention logits (to SDPA as its float attn_mask); "sincos2d"; "none".
 For inference, faster kernels can stand in for attention and the MLP's bias + GELU
 (`set_inference_kernels`, e.g. vitkit.kernels.cpu_inference); they compute the same sums.
 """
@@ -46,8 +50,9 @@ def _inference(module: nn.Module) -> bool:
 class Attention(nn.Module):
     """Multi-head self-attention: softmax(Q K^T / sqrt(d_head)) V per head, heads projected back to D."""
 
-    def __init__(self, *, width: int, num_heads: int, attn_dropout: float, dropout: float):
+    def __init__(self, *, width: int, num_heads: int, attn_dropout: float, dropout: float, position_bias: nn.Module | None = None):
         super().__init__()
+        self.position_bias = position_bias  # RelativePositionBias: (nh, T, T) added to the logits, or None
         self.num_heads = num_heads
         self.head_dim = width // num_heads
         self.attn_dropout = attn_dropout
@@ -71,14 +76,16 @@ class Attention(nn.Module):
 
     def forward(self, x: torch.Tensor, *, queries: int | None = None) -> torch.Tensor:
         """(B, T, D) -> (B, T, D); with `queries=n` only the first n tokens attend: (B, n, D)."""
-        if self.kernel is not None and queries is None and _inference(self):
+        bias = None if self.position_bias is None else self.position_bias()  # (nh, T, T)
+        if self.kernel is not None and queries is None and bias is None and _inference(self):
             qkv = F.linear(x, self.qkv.weight)  # the kernel adds the bias
             return self.proj_drop(self.proj(self.kernel(qkv, self.qkv.bias, self.num_heads)))
         if queries is None:
             q, k, v = self._qkv(x)
         else:
             q, k, v = self._qkv_first(x, queries)
-        y = F.scaled_dot_product_attention(q, k, v, dropout_p=self.attn_dropout if self.training else 0.0)
+            bias = None if bias is None else bias[:, :queries]
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=self.attn_dropout if self.training else 0.0)
         return self._out(y)
 
     def _qkv_first(self, x: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -93,7 +100,10 @@ class Attention(nn.Module):
     def forward_explicit(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The same attention written out; also returns the probabilities (B, nh, T, T)."""
         q, k, v = self._qkv(x)
-        probs = self.softmax((q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim))
+        logits = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)  # (B, nh, T, T)
+        if self.position_bias is not None:
+            logits = logits + self.position_bias()
+        probs = self.softmax(logits)
         y = F.dropout(probs, self.attn_dropout, self.training) @ v  # (B, nh, T, hd)
         return self._out(y), probs
 
@@ -138,7 +148,8 @@ class Block(nn.Module):
         super().__init__()
         c = config
         self.norm1 = nn.LayerNorm(c.width, eps=c.layer_norm_eps)
-        self.attn = Attention(width=c.width, num_heads=c.num_heads, attn_dropout=c.attn_dropout, dropout=c.dropout)
+        bias = RelativePositionBias(c.grid_size, c.num_heads, c.num_prefix_tokens) if c.pos_embed == "relative" else None
+        self.attn = Attention(width=c.width, num_heads=c.num_heads, attn_dropout=c.attn_dropout, dropout=c.dropout, position_bias=bias)
         self.norm2 = nn.LayerNorm(c.width, eps=c.layer_norm_eps)
         self.mlp = Mlp(width=c.width, mlp_dim=c.mlp_dim, dropout=c.dropout, act=c.mlp_act)
         self.drop_path = DropPath(drop_path)
@@ -178,6 +189,10 @@ class VisionTransformer(nn.Module):
         self.pos_embed: torch.Tensor | None
         if c.pos_embed == "learned":
             self.pos_embed = nn.Parameter(torch.randn(1, c.num_prefix_tokens + c.num_patches, D) * 0.02)
+        elif c.pos_embed == "learned_2d":  # E_pos[i, j] = [row_i; col_j], built in position_embedding()
+            self.pos_embed = None
+            self.pos_embed_row = nn.Parameter(torch.randn(c.grid_size[0], D // 2) * 0.02)
+            self.pos_embed_col = nn.Parameter(torch.randn(c.grid_size[1], D // 2) * 0.02)
         elif c.pos_embed == "sincos2d":
             self.register_buffer("pos_embed", sincos_2d_pos_embed(c.grid_size, D, c.num_prefix_tokens), persistent=False)
         else:
@@ -242,9 +257,20 @@ class VisionTransformer(nn.Module):
             x = corrupt(x)
         if self.cls_token is not None:
             x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)  # (B, 1 + N, D)
-        if self.pos_embed is not None:
-            x = x + self.pos_embed
+        pos = self.position_embedding()
+        if pos is not None:
+            x = x + pos
         return self.pos_drop(x)
+
+    def position_embedding(self) -> torch.Tensor | None:
+        """E_pos of Eq. 1 as added to the tokens, (1, prefix + N, D); None without one (relative, none)."""
+        if self.config.pos_embed != "learned_2d":
+            return self.pos_embed
+        (gh, gw), half = self.config.grid_size, self.config.width // 2
+        rows = self.pos_embed_row[:, None].expand(gh, gw, half)
+        cols = self.pos_embed_col[None].expand(gh, gw, half)
+        grid = torch.cat([rows, cols], dim=-1).reshape(1, gh * gw, 2 * half)  # (1, N, D)
+        return F.pad(grid, (0, 0, self.config.num_prefix_tokens, 0))  # the class token gets no position
 
     def forward_features(
         self, x: torch.Tensor, corrupt: Callable[[torch.Tensor], torch.Tensor] | None = None, *, class_token_only: bool = False
@@ -308,6 +334,12 @@ class VisionTransformer(nn.Module):
         elif self.config.pos_embed == "sincos2d":
             pe = sincos_2d_pos_embed(new_grid, self.config.width, self.config.num_prefix_tokens)
             self.pos_embed = pe.to(self.norm.weight.device)
+        elif self.config.pos_embed == "learned_2d":  # each axis linearly, corners onto corners
+            self.pos_embed_row = nn.Parameter(_resample_1d(self.pos_embed_row.data, new_grid[0]))
+            self.pos_embed_col = nn.Parameter(_resample_1d(self.pos_embed_col.data, new_grid[1]))
+        elif self.config.pos_embed == "relative":
+            for block in self.blocks:
+                block.attn.position_bias.resize(new_grid)
 
     def set_grad_checkpointing(self, enable: bool = True) -> None:
         """Activation checkpointing per block: less memory in training for one more forward pass."""
@@ -324,10 +356,55 @@ class VisionTransformer(nn.Module):
 
     def no_weight_decay(self) -> set[str]:
         """Parameter names that take no weight decay besides norms and biases."""
-        return {"cls_token", "pos_embed"}
+        names = {"cls_token", "pos_embed", "pos_embed_row", "pos_embed_col"}
+        return names | {f"blocks.{i}.attn.position_bias.table" for i in range(len(self.blocks))}
 
 
 # -- position embeddings ------------------------------------------------------------------
+class RelativePositionBias(nn.Module):
+    """App. D.4 "relative": a learned bias per head for each 2D offset (dy, dx) between a query and a key patch.
+
+    forward() -> (nh, T, T) added to the attention logits; the class token's rows and columns get none.
+    """
+
+    def __init__(self, grid: tuple[int, int], num_heads: int, num_prefix_tokens: int):
+        super().__init__()
+        self.num_prefix_tokens = num_prefix_tokens
+        self.table = nn.Parameter(torch.randn(num_heads, 2 * grid[0] - 1, 2 * grid[1] - 1) * 0.02)  # offsets -(g-1) .. g-1
+        self.register_buffer("index", _offset_index(grid), persistent=False)
+
+    def forward(self) -> torch.Tensor:
+        bias = self.table.flatten(1)[:, self.index]  # (nh, N, N)
+        p = self.num_prefix_tokens
+        return F.pad(bias, (p, 0, p, 0))  # (nh, T, T)
+
+    def resize(self, grid: tuple[int, int]) -> None:
+        """A new grid: the table of offsets resampled linearly (offset 0 stays in the centre)."""
+        size = (2 * grid[0] - 1, 2 * grid[1] - 1)
+        if tuple(self.table.shape[1:]) != size:
+            table = F.interpolate(self.table.data[None].float(), size=size, mode="bilinear", align_corners=True)[0]
+            self.table = nn.Parameter(table.to(self.table.dtype))
+        self.index = _offset_index(grid).to(self.table.device)
+
+
+def _offset_index(grid: tuple[int, int]) -> torch.Tensor:
+    """(N, N) index into a flattened (2h-1, 2w-1) table: the offset of patch j from patch i."""
+    h, w = grid
+    ys, xs = torch.meshgrid(torch.arange(h), torch.arange(w), indexing="ij")
+    ys, xs = ys.flatten(), xs.flatten()
+    dy = ys[:, None] - ys[None] + h - 1  # (N, N) in 0 .. 2h-2
+    dx = xs[:, None] - xs[None] + w - 1
+    return dy * (2 * w - 1) + dx
+
+
+def _resample_1d(emb: torch.Tensor, size: int) -> torch.Tensor:
+    """(n, d) embeddings of n positions along one axis, linearly interpolated to `size` positions."""
+    if emb.shape[0] == size:
+        return emb
+    out = F.interpolate(emb.T[None].float(), size=size, mode="linear", align_corners=True)[0].T
+    return out.to(emb.dtype).contiguous()
+
+
 def resample_pos_embed(
     posemb: torch.Tensor,
     new_grid: tuple[int, int],

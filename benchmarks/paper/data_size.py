@@ -1,0 +1,61 @@
+"""Data size (paper Fig. 3 and 4): ViT, BiT ResNet and hybrid of similar compute on nested training subsets.
+
+    python benchmarks/paper/data_size.py --out runs/paper/data_size            # CPU default (~40 CPU-minutes, 2 cores)
+    python benchmarks/paper/data_size.py --out DIR --sizes 1000,5000,20000,60000 --steps 4000 --device cuda
+
+Each family trains for the same number of steps on the first n images of one seeded permutation of the
+training split (so every subset holds the smaller ones): the same compute, n varies. Scores: test top-1
+(Fig. 3 fine-tunes, here the model is trained on the target task directly) and 10-shot linear accuracy of the
+frozen features (Fig. 4: the official least-squares few-shot evaluator, 10 images per class drawn from the full
+training split, mean of 2 draws). Writes data_size.json, data_size.md and data_size.png (accuracy against n).
+The paper's claim: ResNets do better on small data, ViT catches up and overtakes as the data grows.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from common import FAMILIES, defaults, header, lines, nested_subsets, parser, pyplot, report, run_one, save_figure
+
+FULL = {"sizes": "1000,5000,20000,60000", "steps": 1000, "batch_size": 256, "test_images": None}
+CI = {"sizes": "60,120", "steps": 2, "batch_size": 16, "test_images": 40}
+
+
+def main() -> int:
+    p = parser(__doc__)
+    p.add_argument("--sizes", default=None, help="training subset sizes, comma-separated (default 1000,5000,20000,60000)")
+    p.add_argument("--families", default="ViT,BiT,hybrid")
+    args = p.parse_args()
+    defaults(args, full=FULL, ci=CI)
+    sizes = sorted(int(n) for n in args.sizes.split(","))
+    families = args.families.split(",")
+    dirs = nested_subsets(args.data, sizes, args.out)
+    rows = []
+    for n in sizes:
+        for family in families:
+            rows.append({"family": family, "subset": n, **run_one(f"{family}_{n}", FAMILIES[family], dirs[n], args.out, args, fewshot=(10,))})
+    result = {"header": header(args, " ".join(["python", *sys.argv])), "rows": rows}
+    table = (["training images", *[f"{f} test top-1" for f in families], *[f"{f} 10-shot" for f in families]],
+             [[n, *[_get(rows, f, n, "test_top1") for f in families], *[_get(rows, f, n, "fewshot10") for f in families]] for n in sizes])
+    report(args.out, "data_size", result, table, "Paper (Fig. 3, 4): ResNets win on small data, ViT overtakes with more.")
+    plot(rows, families, sizes, args.out / "data_size.png", result["header"])
+    return 0
+
+
+def _get(rows: list[dict], family: str, n: int, key: str):
+    return next(r[key] for r in rows if r["family"] == family and r["subset"] == n)
+
+
+def plot(rows, families, sizes, path, h) -> None:
+    plt = pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, key, title in zip(axes, ("test_top1", "fewshot10"), ("Test top-1 (Fig. 3)", "10-shot linear accuracy (Fig. 4)")):
+        series = {f: (sizes, [_get(rows, f, n, key) for n in sizes]) for f in families}
+        lines(ax, series, xlabel="training images (nested subsets)", ylabel="accuracy", title=title)
+        ax.set_xticks(sizes, [str(n) for n in sizes])
+        ax.minorticks_off()
+    save_figure(fig, path, h)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

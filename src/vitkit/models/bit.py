@@ -1,0 +1,130 @@
+"""BiT ResNet-v2 (Kolesnikov et al., "Big Transfer", 2020): the ResNet baseline the paper compares ViT with.
+
+    stem:  7x7/2 conv, zero pad 1, 3x3/2 max-pool      ("small": one 3x3/1 conv, no pool)
+    unit:  y = x' + conv3(relu(GN(conv2(relu(GN(conv1(relu(GN(x)))))))))      pre-activation bottleneck
+           x' = x, or a 1x1 projection of relu(GN(x)) where channels or stride change
+    head:  relu(GN(.)) -> global average pool -> linear (zero-initialised)
+
+Every conv is weight-standardised ((w - mean) / (std + 1e-10), biased std, as the release's PyTorch port)
+with symmetric padding; every norm is GroupNorm with 32 groups (eps 1e-5). The stride sits on the 3x3 conv.
+Shares StdConv2d and GroupNorm with the hybrid's backbone (`resnet.py`), which follows the ViT release's
+post-activation ResNet instead.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from vitkit.errors import ConfigError
+
+from .config import BiTConfig
+from .resnet import StdConv2d, group_norm
+
+WS_EPS = 1e-10
+GN_EPS = 1e-5
+
+
+def _conv(cin: int, cout: int, kernel: int, stride: int = 1) -> StdConv2d:
+    return StdConv2d(cin, cout, kernel, stride=stride, eps=WS_EPS, padding=kernel // 2)
+
+
+class PreActBottleneck(nn.Module):
+    """GN -> ReLU -> conv1x1 -> GN -> ReLU -> conv3x3/stride -> GN -> ReLU -> conv1x1, + shortcut."""
+
+    def __init__(self, in_chans: int, mid_chans: int, *, stride: int):
+        super().__init__()
+        out_chans = 4 * mid_chans
+        self.norm1, self.conv1 = group_norm(in_chans, GN_EPS), _conv(in_chans, mid_chans, 1)
+        self.norm2, self.conv2 = group_norm(mid_chans, GN_EPS), _conv(mid_chans, mid_chans, 3, stride)
+        self.norm3, self.conv3 = group_norm(mid_chans, GN_EPS), _conv(mid_chans, out_chans, 1)
+        self.downsample = _conv(in_chans, out_chans, 1, stride) if in_chans != out_chans or stride != 1 else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        pre = F.relu(self.norm1(x))
+        shortcut = x if self.downsample is None else self.downsample(pre)  # the projection sees the pre-activation
+        y = self.conv1(pre)
+        y = self.conv2(F.relu(self.norm2(y)))
+        y = self.conv3(F.relu(self.norm3(y)))
+        return y + shortcut
+
+
+class ResNetV2(nn.Module):
+    """BiT ResNet-v2 classifier. Build with a `BiTConfig` (or `vitkit.create_model("bit_r50x1")`).
+
+    forward_features(x) -> (B, C, h, w) feature map after the final GN + ReLU
+    forward_head(features, pre_logits=False) -> pooled features (B, C) or logits
+    forward(x) -> logits
+    """
+
+    def __init__(self, config: BiTConfig | None = None, **overrides):
+        super().__init__()
+        self.config = c = (config or BiTConfig()).replace(**overrides)
+        root = c.width * c.width_factor
+        self.stem = _conv(c.in_chans, root, 7, stride=2) if c.stem == "bit" else _conv(c.in_chans, root, 3)
+        stages, chans = [], root
+        for s, units in enumerate(c.layers):
+            mid = root * 2**s
+            stages.append(nn.Sequential(*(
+                PreActBottleneck(chans if u == 0 else 4 * mid, mid, stride=2 if s > 0 and u == 0 else 1) for u in range(units)
+            )))  # fmt: skip
+            chans = 4 * mid
+        self.stages = nn.ModuleList(stages)
+        self.norm = group_norm(chans, GN_EPS)
+        self.head = self._make_head(c.num_classes)
+        self.grad_checkpointing = False
+        for m in self.modules():
+            if isinstance(m, StdConv2d):
+                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+
+    def _make_head(self, num_classes: int) -> nn.Module:
+        if num_classes == 0:
+            return nn.Identity()
+        head = nn.Linear(self.config.num_features, num_classes)  # the release's 1x1 conv on a 1x1 map
+        nn.init.zeros_(head.weight)  # BiT fine-tunes from a zero-initialised head
+        nn.init.zeros_(head.bias)
+        return head
+
+    @property
+    def blocks(self) -> list[nn.Module]:
+        """Every bottleneck unit in order (the units FSDP shards, as a ViT's blocks)."""
+        return [unit for stage in self.stages for unit in stage]
+
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        c = self.config
+        if x.ndim != 4 or x.shape[1] != c.in_chans or tuple(x.shape[-2:]) != c.image_size:
+            raise ConfigError(
+                f"input: expected images of shape (B, {c.in_chans}, {c.image_size[0]}, {c.image_size[1]}), "
+                f"got {tuple(x.shape)}; resize the images or call model.set_image_size(...)"
+            )
+        x = self.stem(x)
+        if c.stem == "bit":
+            x = F.max_pool2d(F.pad(x, (1, 1, 1, 1)), 3, stride=2)  # pads with 0, as the release does
+        for unit in self.blocks:
+            x = checkpoint(unit, x, use_reentrant=False) if self.grad_checkpointing and self.training else unit(x)
+        return F.relu(self.norm(x))  # (B, C, H / stride, W / stride)
+
+    def forward_head(self, features: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
+        y = features.mean(dim=(2, 3))  # global average pool, (B, C)
+        return y if pre_logits else self.head(y)
+
+    def forward(self, x: torch.Tensor, *, pre_logits: bool = False) -> torch.Tensor:
+        return self.forward_head(self.forward_features(x), pre_logits=pre_logits)
+
+    # -- the same surgery interface as the ViT ---------------------------------------------
+    def reset_head(self, num_classes: int, *, keep_pre_logits: bool = True) -> None:
+        """A fresh zero-initialised head for `num_classes` (a ResNet has no pre-logits layer to keep)."""
+        self.config = self.config.replace(num_classes=num_classes)
+        self.head = self._make_head(num_classes).to(self.norm.weight.device)
+
+    def set_image_size(self, image_size: int | tuple[int, int]) -> None:
+        """Another input resolution: a convolutional network needs no weight change."""
+        self.config = self.config.replace(image_size=image_size)
+
+    def set_grad_checkpointing(self, enable: bool = True) -> None:
+        self.grad_checkpointing = enable
+
+    def no_weight_decay(self) -> set[str]:
+        return set()
