@@ -45,7 +45,8 @@ def export(model: VisionTransformer, path: str | os.PathLike, *, format: str, me
     if format not in FORMATS:
         raise ConfigError(f"format: expected one of {', '.join(FORMATS)}, got {format!r}")
     model = copy.deepcopy(model).eval().cpu()
-    model.set_inference_kernels(None)  # torch's own ops: what every runtime knows
+    if isinstance(model, VisionTransformer):
+        model.set_inference_kernels(None)  # torch's own ops: what every runtime knows
     path = Path(path)
     x = _example(model, 2)
     batch = torch.export.Dim("batch", min=1, max=4096)

@@ -182,3 +182,32 @@ def test_one_writer_per_directory(tmp_path):
                 pass
     with exclusive(tmp_path / "run"):  # released
         pass
+
+
+@pytest.mark.parametrize("name", ["dst.npz", "dst.pth"])
+def test_weights_and_their_sidecar_are_replaced_as_one_pair(tmp_path, name):
+    """.npz and .pth keep class names in FILE.json beside the weights: after a kill at any step the pair read back is
+    the old model with its names or the new one with its names, and a model without names leaves none behind."""
+    from vitkit.checkpoint import read_metadata
+
+    format = "npz" if name.endswith(".npz") else "timm"
+    old_model, new_model = _model(0), _model(1)
+    old, new = old_model.state_dict(), new_model.state_dict()
+    names = {"old": ["a", "b", "c"], "new": ["x", "y", "z"]}
+    dst = tmp_path / name
+    seen, point = set(), 1
+    while True:
+        for p in tmp_path.iterdir():
+            p.unlink()
+        save_checkpoint(old_model, dst, format, metadata={"class_names": names["old"]})
+        killed = _killed_at(point, lambda: save_checkpoint(new_model, dst, format, metadata={"class_names": names["new"]}))
+        which = _which(dst, old, new)
+        assert read_metadata(dst)["class_names"] == names[which], (point, which)
+        seen.add(which)
+        if not killed:
+            break
+        point += 1
+    assert point > 3 and seen == {"old", "new"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([name, name + ".json"])  # nothing staged is left
+    save_checkpoint(new_model, dst, format)  # no metadata: the old names must not stay beside the new weights
+    assert "class_names" not in read_metadata(dst)

@@ -36,6 +36,13 @@ class WriteError(CheckpointError):
         )
 
 
+def _not_a_directory(path: str | os.PathLike) -> Path:
+    path = Path(path)
+    if path.is_dir():
+        raise CheckpointError(f"{path}: is a directory, and a file would replace it; remove it or write to another name")
+    return path
+
+
 @contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside `path`; on success fsync it and rename it over `path`.
@@ -43,9 +50,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     A crash (or kill -9) at any point leaves the previous file intact; no partial file is ever
     visible under the final name. A write that fails (a full disk, a quota) is one CheckpointError.
     """
-    path = Path(path)
-    if path.is_dir():
-        raise CheckpointError(f"{path}: is a directory, and a file would replace it; remove it or write to another name")
+    path = _not_a_directory(path)
     _mkdir(path.parent)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=f".tmp{path.suffix}", dir=path.parent)
     os.close(fd)
@@ -444,8 +449,58 @@ def sidecar_path(path: str | os.PathLike) -> Path:
     return path.with_name(path.name + ".json")
 
 
-def read_sidecar(path: str | os.PathLike) -> dict:
-    """The sidecar JSON of a weights file, {} when there is none."""
-    side = sidecar_path(path)
+def _staged_sidecar(path: Path) -> Path:
+    return path.with_name(f".{path.name}.json.staged")
+
+
+def write_with_sidecar(path: str | os.PathLike, write_weights, sidecar: dict | None) -> None:
+    """Replace a weights file and its sidecar JSON as one pair (None: the new weights have no sidecar).
+
+    The new weights are written under a temporary name; the new sidecar is staged beside them with the
+    sha256 of those weights; the weights are renamed into place; then the staged sidecar is applied. A
+    reader that finds a staged sidecar (a write cut short) applies it when the weights on disk are the
+    ones it names, else drops it: either way the pair on disk is the old one or the new one, never a mix.
+    """
+    path = _not_a_directory(path)
+    fresh = path.with_name(f".{path.name}.new")
+    try:
+        write_weights(fresh)
+        write_json(_staged_sidecar(path), {"weights_sha256": sha256(fresh), "sidecar": sidecar})
+        os.replace(fresh, path)
+    finally:
+        fresh.unlink(missing_ok=True)
+    settle_sidecar(path)
+
+
+def settle_sidecar(path: str | os.PathLike) -> dict | None:
+    """Finish or undo a sidecar replacement that was cut short (see write_with_sidecar); returns the sidecar
+    now in force ({} when none). Where the folder is read-only, the answer is computed and nothing is changed."""
+    path = Path(path)
+    staged, side = _staged_sidecar(path), sidecar_path(path)
+    if staged.is_file():
+        try:
+            record = read_json(staged)
+            current = isinstance(record, dict) and path.is_file() and record.get("weights_sha256") == sha256(path)
+        except CheckpointError:  # a staged file torn by a kill: its weights never reached their place
+            record, current = None, False
+        if current:
+            try:
+                if record.get("sidecar") is None:
+                    side.unlink(missing_ok=True)
+                else:
+                    write_json(side, record["sidecar"])
+                staged.unlink(missing_ok=True)
+            except OSError:
+                return record.get("sidecar") or {}
+        else:
+            try:
+                staged.unlink(missing_ok=True)
+            except OSError:
+                pass
     data = read_json(side) if side.is_file() else {}
     return data if isinstance(data, dict) else {}
+
+
+def read_sidecar(path: str | os.PathLike) -> dict:
+    """The sidecar JSON of a weights file, {} when there is none (a replacement cut short is settled first)."""
+    return settle_sidecar(path)

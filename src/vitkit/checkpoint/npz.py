@@ -31,7 +31,7 @@ from vitkit.errors import CheckpointError, ConfigError
 from vitkit.models import ModelConfig, ResNetConfig, ResNetV2, ViTConfig, VisionTransformer
 
 from . import bit
-from .io import read_npz, read_sidecar, sidecar_path, write_json, write_npz
+from .io import read_npz, read_sidecar, write_npz, write_with_sidecar
 from .keymap import Rule, count_indexed, from_vitkit, fused, infer_image_size, kernel, permuted, resnet_units, same, to_vitkit
 
 PREFIXES = ("opt/target/", "params/img/", "params/", "")
@@ -229,9 +229,7 @@ def write(model: VisionTransformer, path: str | os.PathLike, *, metadata: dict |
     place for it."""
     c, path = model.config, Path(path)
     if isinstance(model, ResNetV2):
-        bit.write_npz_file(model, path)
-        if metadata:
-            write_json(sidecar_path(path), {"vitkit": metadata})
+        write_with_sidecar(path, lambda fresh: bit.write_npz_file(model, fresh), {"vitkit": metadata} if metadata else None)
         return path
     if c.backbone is not None:
         raise CheckpointError(f"{path}: writing hybrid models to .npz is not supported; save as vitkit, timm or hf")
@@ -243,9 +241,8 @@ def write(model: VisionTransformer, path: str | os.PathLike, *, metadata: dict |
             f"layer_norm_eps={c.layer_norm_eps:g}, so its outputs will differ slightly when loaded from the .npz",
             stacklevel=2,
         )
-    write_npz(path, to_release_layout(from_vitkit(npz_rules(c), model.state_dict())))
-    if metadata:
-        write_json(sidecar_path(path), {"vitkit": metadata})
+    arrays = to_release_layout(from_vitkit(npz_rules(c), model.state_dict()))
+    write_with_sidecar(path, lambda fresh: write_npz(fresh, arrays), {"vitkit": metadata} if metadata else None)
     return path
 
 

@@ -26,7 +26,7 @@ from vitkit.models import ModelConfig, ResNetConfig, ResNetV2, ViTConfig, Vision
 from vitkit.models.registry import SIZES
 
 from . import bit
-from .io import is_safetensors, read_safetensors, read_sidecar, read_torch, sidecar_path, write_json, write_safetensors, write_torch
+from .io import is_safetensors, read_safetensors, read_sidecar, read_torch, write_safetensors, write_torch, write_with_sidecar
 from .keymap import Rule, count_indexed, from_vitkit, infer_image_size, same, to_vitkit
 
 METADATA_KEY = "vitkit_config"
@@ -178,8 +178,7 @@ def write(model: VisionTransformer, path: str | os.PathLike, *, metadata: dict |
         write_safetensors(path, tensors, metadata={"format": "pt", METADATA_KEY: json.dumps(c.to_dict()), EXTRA_KEY: json.dumps(metadata),
                                                    **{k: json.dumps(v) for k, v in timm_cfg.items()}})
     else:
-        write_torch(path, tensors)
-        write_json(sidecar_path(path), {**timm_cfg, "vitkit": metadata})
+        write_with_sidecar(path, lambda fresh: write_torch(fresh, tensors), {**timm_cfg, "vitkit": metadata})
     return path
 
 
