@@ -193,6 +193,17 @@ def write(model: VisionTransformer, directory: str | os.PathLike, *, metadata: d
     if c.in_chans == 1:  # HF's pipeline feeds RGB: the patch embedding of a grayscale model reads luma from RGB instead
         kernel = f"{prefix}embeddings.patch_embeddings.projection.weight"
         tensors[kernel] = tensors[kernel] * torch.tensor(LUMA).view(1, 3, 1, 1)
+    hf, preprocessor = _hf_config(c, metadata, class_names), _preprocessor_config(c)
+    with atomic_dir(directory) as tmp:  # replaces an older directory as a whole
+        write_safetensors(tmp / WEIGHTS_NAMES[0], tensors, metadata={"format": "pt"})
+        write_json(tmp / PREPROCESSOR_NAME, preprocessor)
+        write_json(tmp / CONFIG_NAME, hf)
+    return directory
+
+
+def _hf_config(c: ViTConfig, metadata: dict, class_names: list[str] | None) -> dict:
+    """config.json of the HF directory: the architecture in HF's names, labels, and vitkit's metadata."""
+    classify = c.num_classes > 0
     act = {"gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh"}[c.mlp_act]
     labels = class_names or [f"LABEL_{i}" for i in range(c.num_classes)]
     square = c.image_size[0] == c.image_size[1] and c.patch_size[0] == c.patch_size[1]
@@ -222,7 +233,12 @@ def write(model: VisionTransformer, directory: str | os.PathLike, *, metadata: d
     if classify:
         hf["id2label"] = {str(i): name for i, name in enumerate(labels)}
         hf["label2id"] = {name: i for i, name in enumerate(labels)}
-    preprocessor = {
+    return hf
+
+
+def _preprocessor_config(c: ViTConfig) -> dict:
+    """preprocessor_config.json: HF's ViTImageProcessor with the model's size, mean and std (3 channels: RGB in)."""
+    return {
         "image_processor_type": "ViTImageProcessor",
         "do_resize": True,
         "size": {"height": c.image_size[0], "width": c.image_size[1]},
@@ -232,11 +248,6 @@ def write(model: VisionTransformer, directory: str | os.PathLike, *, metadata: d
         "image_mean": list(c.mean) * (3 // c.in_chans),
         "image_std": list(c.std) * (3 // c.in_chans),
     }
-    with atomic_dir(directory) as tmp:  # replaces an older directory as a whole
-        write_safetensors(tmp / WEIGHTS_NAMES[0], tensors, metadata={"format": "pt"})
-        write_json(tmp / PREPROCESSOR_NAME, preprocessor)
-        write_json(tmp / CONFIG_NAME, hf)
-    return directory
 
 
 def read_metadata(path: str | os.PathLike) -> dict:
