@@ -669,24 +669,31 @@ def _model_name(name: str | None, c) -> str:
     return name if same else family
 
 
+PROBE_FLOPS = 2e10  # the timed pass's size: large enough for per-batch overheads not to dominate, quick everywhere
+
+
 def _time_step(model: VisionTransformer, micro: int, device) -> float:
-    """Seconds of one forward + backward pass of a micro-batch, from a pass of up to 8 images scaled to `micro`.
+    """Seconds of one forward + backward pass of a micro-batch, from a pass of up to 64 images (fewer for a large
+    model: about PROBE_FLOPS of work) scaled to `micro`. A pass of a few images costs more per image than a
+    full batch does, so the probe is as large as that budget allows.
 
     Runs on the model itself (no copy: memory stays as it is) with the RNG state restored and the gradients
     cleared afterwards, so the run's weights, data order and random draws are untouched."""
+    from vitkit.models.summary import count_flops
+
     c = model.config
-    probe = min(micro, 8)
+    probe = max(1, min(micro, 64, int(PROBE_FLOPS / (3 * count_flops(c)))))  # forward + backward: about 3x the forward
     x = torch.zeros(probe, c.in_chans, *c.image_size, device=device)
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         times = []
-        for _ in range(2):  # the first pass warms up
+        for _ in range(3):  # the first pass warms up; the quicker of the other two
             start = time.perf_counter()
             model(x).float().logsumexp(-1).mean().backward()
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             times.append(time.perf_counter() - start)
     model.zero_grad(set_to_none=True)
-    return times[-1] * micro / probe
+    return min(times[1:]) * micro / probe
 
 
 def _clock(seconds: float) -> str:
