@@ -23,13 +23,18 @@ WEIGHTS_NAME = "model.safetensors"
 
 
 def is_native(path: str | os.PathLike) -> bool:
-    path = Path(path)
-    if not (path / CONFIG_NAME).is_file():
-        return False
+    """`path` is a vitkit directory; asked of one being replaced, the answer is about the directory in place
+    before or after the replacement, never the moment between its two renames (see `read_stable`)."""
+    def check(directory: Path) -> None:
+        config = directory / CONFIG_NAME
+        if not config.is_file() or not isinstance(data := read_json(config), dict) or data.get("format") != FORMAT:
+            raise CheckpointError(f"{config}: not a vitkit config")
+
     try:
-        return read_json(path / CONFIG_NAME).get("format") == FORMAT
-    except (CheckpointError, AttributeError):
+        read_stable(path, check)
+    except CheckpointError:
         return False
+    return True
 
 
 def save_pretrained(model: VisionTransformer, directory: str | os.PathLike, *, extra: dict[str, Any] | None = None) -> Path:
@@ -105,13 +110,14 @@ def check_extra(extra: dict[str, Any], config: ModelConfig | None, path: Path) -
 
 def load_native(directory: str | os.PathLike) -> tuple[VisionTransformer, dict[str, Any]]:
     """Rebuild the model of a vitkit directory alone; returns (model, extra config entries)."""
-    return read_stable(directory, _load_native)
+    config, extra, state = read_stable(directory, _read_files)  # the files of one version; the model is built after
+    return load_model(config, state, source=Path(directory) / WEIGHTS_NAME), extra
 
 
-def _load_native(directory: Path) -> tuple[VisionTransformer, dict[str, Any]]:
+def _read_files(directory: Path) -> tuple[ModelConfig, dict[str, Any], dict[str, torch.Tensor]]:
     verify_checksums(directory)
     config, extra = read_native_config(directory)
-    return load_model(config, read_safetensors(directory / WEIGHTS_NAME), source=directory / WEIGHTS_NAME), extra
+    return config, extra, read_safetensors(directory / WEIGHTS_NAME)
 
 
 def load_model(config: ModelConfig, state: dict, *, source: str | os.PathLike, checked: bool = False) -> nn.Module:
@@ -157,10 +163,8 @@ def check_state(expected: dict, state: dict, *, source: str | os.PathLike) -> No
 
 def read(directory: str | os.PathLike, *, image_size=None) -> tuple[ModelConfig, dict]:
     """(config, state dict) of a vitkit directory; the config says the image size (resampling is the caller's)."""
-    directory = Path(directory)
-    verify_checksums(directory)
-    config, _ = read_native_config(directory)
-    return config, read_safetensors(directory / WEIGHTS_NAME)
+    config, _, state = _read_files(Path(directory))
+    return config, state
 
 
 def read_metadata(directory: str | os.PathLike) -> dict[str, Any]:
