@@ -177,6 +177,24 @@ def read_stable(path: str | os.PathLike, read, tries: int = 20):
                           "it is written less often")
 
 
+def config_says(directory: str | os.PathLike, name: str, key: str, value: Any) -> bool:
+    """`directory`/`name` is a JSON object whose `key` is `value` (how a checkpoint directory says its format).
+
+    Asked of a directory being replaced, the answer is about the one in place before or after, never the
+    moment between the two renames (see `read_stable`).
+    """
+    def check(path: Path) -> None:
+        config = path / name
+        if not config.is_file() or not isinstance(data := read_json(config), dict) or data.get(key) != value:
+            raise CheckpointError(f"{config}: no {key}: {value!r}")
+
+    try:
+        read_stable(directory, check)
+    except CheckpointError:
+        return False
+    return True
+
+
 def begin_replacement(target: Path) -> tuple[Path, int]:
     """An empty `.NAME.tmp` to build the new `target` in, and the fd holding its lock (see `commit_replacement`)."""
     target = Path(target)

@@ -14,7 +14,7 @@ from torch import nn
 from vitkit.errors import CheckpointError, ConfigError
 from vitkit.models import ModelConfig, VisionTransformer, build_model, config_from_dict
 
-from .io import atomic_dir, read_json, read_stable, read_safetensors, verify_checksums, write_checksums, write_json, write_safetensors
+from .io import atomic_dir, config_says, read_json, read_stable, read_safetensors, verify_checksums, write_checksums, write_json, write_safetensors
 
 FORMAT = "vitkit"
 VERSION = 1
@@ -23,18 +23,7 @@ WEIGHTS_NAME = "model.safetensors"
 
 
 def is_native(path: str | os.PathLike) -> bool:
-    """`path` is a vitkit directory; asked of one being replaced, the answer is about the directory in place
-    before or after the replacement, never the moment between its two renames (see `read_stable`)."""
-    def check(directory: Path) -> None:
-        config = directory / CONFIG_NAME
-        if not config.is_file() or not isinstance(data := read_json(config), dict) or data.get("format") != FORMAT:
-            raise CheckpointError(f"{config}: not a vitkit config")
-
-    try:
-        read_stable(path, check)
-    except CheckpointError:
-        return False
-    return True
+    return config_says(path, CONFIG_NAME, "format", FORMAT)
 
 
 def save_pretrained(model: VisionTransformer, directory: str | os.PathLike, *, extra: dict[str, Any] | None = None) -> Path:
