@@ -225,6 +225,23 @@ def test_a_read_overtaken_by_a_replacement_is_read_again(tmp_path):
     assert len(reads) == 20
 
 
+def test_a_file_renamed_away_under_a_read_is_missing_not_damage(tmp_path):
+    target = tmp_path / "final"
+    with atomic_dir(target) as building:
+        (building / "old.txt").write_text("old")
+    calls = []
+
+    def read(path):
+        calls.append(path)
+        name = next(path.iterdir()).name
+        if len(calls) == 1:  # another process replaces the directory between the listing and the open
+            with atomic_dir(target) as building:
+                (building / "new.txt").write_text("new")
+        return (path / name).read_text()
+
+    assert read_stable(target, read) == "new" and len(calls) == 2
+
+
 def test_one_writer_per_directory(tmp_path):
     with exclusive(tmp_path / "run"):
         with pytest.raises(CheckpointError, match=rf"in use by another vitkit process \(pid {os.getpid()}\)"):

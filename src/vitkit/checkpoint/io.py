@@ -102,18 +102,19 @@ def _try_lock(path: Path) -> int | None:
 
 
 def between_renames(target: Path) -> bool:
-    """A replacement of `target` is in flight between its two renames (or was cut there by a kill): no `target`, both staging names."""
+    """A replacement of `target` is between its two renames (or was cut there by a kill): no `target`, both
+    staging names."""
     tmp, old = staging(target)
     return not target.exists() and old.is_dir() and tmp.is_dir()
 
 
-def finish_replacement(target: Path, wait_s: float = 5.0) -> None:
+def finish_replacement(target: Path, wait_s: float = 5.0) -> bool:
     """Complete a replacement of `target` that a kill -9 cut between its two renames.
 
     `.NAME.old` exists only after the new directory `.NAME.tmp` was complete, so with `target` missing
     the new one takes its place; without `.old`, a `.tmp` may be half written and is left alone. A live
     writer between its renames (its lock on `.tmp` held) is waited for, up to `wait_s`. Without write
-    access to the parent, a reader only waits.
+    access to the parent, a reader only waits. False when it gave up, the replacement still between its renames.
     """
     target = Path(target)
     tmp, old = staging(target)
@@ -125,7 +126,7 @@ def finish_replacement(target: Path, wait_s: float = 5.0) -> None:
             continue  # the writer has just renamed it into place
         if fd is None:
             if time.monotonic() > deadline:
-                return
+                return False
             time.sleep(0.01)  # a live writer between its two renames
             continue
         try:  # the lock is ours: is it still the unrenamed `.tmp`, not one a writer renamed and released since?
@@ -134,11 +135,12 @@ def finish_replacement(target: Path, wait_s: float = 5.0) -> None:
         except FileNotFoundError:
             pass  # renamed meanwhile: the loop looks again
         except PermissionError:
-            return
+            return False
         finally:
             os.close(fd)
     if target.exists() and old.is_dir() and not tmp.is_dir():
         shutil.rmtree(old, ignore_errors=True)
+    return True
 
 
 def _identity(path: Path) -> tuple[int, int] | None:
@@ -164,15 +166,16 @@ def read_stable(path: str | os.PathLike, read, tries: int = 20):
         before = _identity(path)
         try:
             result = read(path)
-        except CheckpointError:
+        except (CheckpointError, FileNotFoundError):  # a file renamed away under the reader is missing, not damaged
             if _identity(path) == before and not (before is None and between_renames(path)):
                 raise
         else:
             if _identity(path) == before:
                 return result
-        finish_replacement(path)
-        if between_renames(path):
-            raise CheckpointError(f"{path}: another process is replacing it and has not finished; run the command again once it has")
+        if not finish_replacement(path):
+            raise CheckpointError(f"{path}: a replacement by another process is between its two renames and has not "
+                                  f"ended; run the command again (with write access to {path.parent} if that process "
+                                  "was killed)")
     raise CheckpointError(f"{path}: replaced by another process {tries} times while being read; run the command again once "
                           "it is written less often")
 
