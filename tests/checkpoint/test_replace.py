@@ -8,13 +8,16 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 import torch
 
 from vitkit.checkpoint import read_checkpoint, save_checkpoint
-from vitkit.checkpoint.io import atomic_dir, exclusive, finish_replacement, staging
+from vitkit.checkpoint import io
+from vitkit.checkpoint.io import atomic_dir, begin_replacement, exclusive, finish_replacement, read_stable, staging
+from vitkit.checkpoint.native import is_native, save_pretrained, write_pretrained
 from vitkit.errors import CheckpointError
 from vitkit.models import VisionTransformer, get_config
 
@@ -173,6 +176,70 @@ def test_a_reader_waits_for_a_live_writer_between_its_renames(tmp_path):
         assert not target.exists() and tmp.is_dir()
         os.replace(old, target)  # (put it back so the writer's own renames go ahead)
     assert (target / "x").read_text() == "new" and not tmp.exists() and not old.exists()
+
+
+def test_a_look_between_the_two_renames_waits_for_the_writer_and_sees_the_new_directory(tmp_path, monkeypatch):
+    """Asked between a live writer's renames, "is this a vitkit checkpoint?" is answered about the new directory
+    (a "no" there made a run directory resolve to an older step checkpoint, or to nothing)."""
+    target = tmp_path / "final"
+    save_pretrained(_model(0), target)
+    waiting, try_lock = threading.Event(), io._try_lock
+
+    def seen_locked(path):
+        fd = try_lock(path)
+        if fd is None:
+            waiting.set()  # the reader found the writer's lock held
+        return fd
+
+    tmp, fd = begin_replacement(target)
+    write_pretrained(_model(1), tmp)
+    os.replace(target, staging(target)[1])  # the writer's first rename
+    monkeypatch.setattr(io, "_try_lock", seen_locked)
+    answer = []
+    reader = threading.Thread(target=lambda: (answer.append(is_native(target)), waiting.set()))
+    reader.start()
+    waiting.wait(timeout=60)  # the reader waits for the writer (or, wrongly, has answered already)
+    os.replace(tmp, target)  # the second rename, then the writer lets go
+    os.close(fd)
+    reader.join()
+    assert answer == [True]
+
+
+def test_a_read_overtaken_by_a_replacement_is_read_again(tmp_path):
+    target = tmp_path / "final"
+    with atomic_dir(target) as building:
+        (building / "x").write_text("0")
+    reads = []
+
+    def read_then_replace(path, replacements):
+        reads.append((path / "x").read_text())
+        if len(reads) <= replacements:  # another process replaces the directory while this read goes on
+            with atomic_dir(target) as building:
+                (building / "x").write_text(str(len(reads)))
+        return reads[-1]
+
+    assert read_stable(target, lambda p: read_then_replace(p, 2)) == "2" and reads == ["0", "1", "2"]
+    reads.clear()
+    with pytest.raises(CheckpointError, match="replaced by another process 20 times while being read"):
+        read_stable(target, lambda p: read_then_replace(p, 100))
+    assert len(reads) == 20
+
+
+def test_a_file_renamed_away_under_a_read_is_missing_not_damage(tmp_path):
+    target = tmp_path / "final"
+    with atomic_dir(target) as building:
+        (building / "old.txt").write_text("old")
+    calls = []
+
+    def read(path):
+        calls.append(path)
+        name = next(path.iterdir()).name
+        if len(calls) == 1:  # another process replaces the directory between the listing and the open
+            with atomic_dir(target) as building:
+                (building / "new.txt").write_text("new")
+        return (path / name).read_text()
+
+    assert read_stable(target, read) == "new" and len(calls) == 2
 
 
 def test_one_writer_per_directory(tmp_path):

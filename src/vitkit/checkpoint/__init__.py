@@ -134,7 +134,7 @@ def read_metadata(path: str | os.PathLike, *, format: str | None = None) -> dict
     """What travels with the weights besides the architecture: `class_names`, `preprocess` (crop_pct) and the
     `data` the model was trained on, as far as the checkpoint holds them ({} when it holds none)."""
     path, format = _resolve(Path(path), format)
-    metadata = FORMATS[format].read_metadata(path)
+    metadata = read_stable(path, FORMATS[format].read_metadata)
     native.check_extra(metadata, None, path)  # the same checks as config.json's, for every format's record
     return metadata
 
@@ -145,7 +145,7 @@ def load_with_metadata(
     """(model, metadata) of any checkpoint: `load_pretrained` and `read_metadata` of the same resolved path."""
     path, format = _resolve(Path(path), format)
     model = load_pretrained(path, image_size=image_size, format=format)
-    metadata = FORMATS[format].read_metadata(path)
+    metadata = read_stable(path, FORMATS[format].read_metadata)
     native.check_extra(metadata, model.config, path)  # the same checks as config.json's, for every format's record
     return model, metadata
 

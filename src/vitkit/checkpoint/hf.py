@@ -24,7 +24,7 @@ import torch
 from vitkit.errors import CheckpointError, ConfigError
 from vitkit.models import ViTConfig, VisionTransformer
 
-from .io import atomic_dir, read_json, read_safetensors, read_torch, write_json, write_safetensors
+from .io import atomic_dir, config_says, read_json, read_safetensors, read_torch, write_json, write_safetensors
 from .keymap import Rule, from_vitkit, fused, infer_image_size, same, to_vitkit
 
 CONFIG_NAME = "config.json"
@@ -36,13 +36,7 @@ ACTS = {"gelu": "gelu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh
 
 
 def is_hf(path: str | os.PathLike) -> bool:
-    path = Path(path)
-    if not (path / CONFIG_NAME).is_file():
-        return False
-    try:
-        return read_json(path / CONFIG_NAME).get("model_type") == "vit"
-    except (CheckpointError, AttributeError):
-        return False
+    return config_says(path, CONFIG_NAME, "model_type", "vit")
 
 
 def hf_rules(c: ViTConfig, *, prefix: str) -> list[Rule]:

@@ -101,58 +101,101 @@ def _try_lock(path: Path) -> int | None:
     return fd
 
 
-def finish_replacement(target: Path, wait_s: float = 5.0) -> None:
+def between_renames(target: Path) -> bool:
+    """A replacement of `target` is between its two renames (or was cut there by a kill): no `target`, both
+    staging names."""
+    tmp, old = staging(target)
+    return not target.exists() and old.is_dir() and tmp.is_dir()
+
+
+def finish_replacement(target: Path, wait_s: float = 5.0) -> bool:
     """Complete a replacement of `target` that a kill -9 cut between its two renames.
 
     `.NAME.old` exists only after the new directory `.NAME.tmp` was complete, so with `target` missing
     the new one takes its place; without `.old`, a `.tmp` may be half written and is left alone. A live
-    writer between its renames (its lock on `.tmp` held) is waited for, up to `wait_s`.
+    writer between its renames (its lock on `.tmp` held) is waited for, up to `wait_s`. Without write
+    access to the parent, a reader only waits. False when it gave up, the replacement still between its renames.
     """
     target = Path(target)
     tmp, old = staging(target)
     deadline = time.monotonic() + wait_s
-    while not target.exists() and old.is_dir() and tmp.is_dir():
+    while between_renames(target):
         try:
             fd = _try_lock(tmp)
         except FileNotFoundError:
             continue  # the writer has just renamed it into place
-        if fd is not None:
-            try:
+        if fd is None:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.01)  # a live writer between its two renames
+            continue
+        try:  # the lock is ours: is it still the unrenamed `.tmp`, not one a writer renamed and released since?
+            if not target.exists() and os.path.samestat(os.fstat(fd), os.stat(tmp)):
                 os.replace(tmp, target)
-            finally:
-                os.close(fd)
-            break
-        if time.monotonic() > deadline:
-            return
-        time.sleep(0.01)  # a live writer between its two renames
+        except FileNotFoundError:
+            pass  # renamed meanwhile: the loop looks again
+        except PermissionError:
+            return False
+        finally:
+            os.close(fd)
     if target.exists() and old.is_dir() and not tmp.is_dir():
         shutil.rmtree(old, ignore_errors=True)
+    return True
 
 
-def read_stable(path: str | os.PathLike, read):
-    """`read(path)`, read again once if the directory was replaced while it was being read.
+def _identity(path: Path) -> tuple[int, int] | None:
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return stat.st_dev, stat.st_ino
 
-    A reader racing a replacement (see `atomic_dir`) may see half the old and half the new directory, or
-    none; that is not damage, so it waits for the replacement to end and reads the new one whole.
+
+def read_stable(path: str | os.PathLike, read, tries: int = 20):
+    """`read(path)` of a directory as it is between replacements (see `atomic_dir`), never a mix of two.
+
+    A read counts when the directory it started on is still in place at its end. A reader racing a
+    replacement may see half the old and half the new directory, or none (between the two renames);
+    that is not damage: it waits for a replacement in flight to end (`finish_replacement`) and reads
+    again, as often as the directory is replaced under it (up to `tries` reads). A failure with the
+    directory unchanged and no replacement in flight is the reader's own error, raised at once; a read
+    costs two stats more.
     """
     path = Path(path)
-
-    def identity():
+    for _ in range(tries):
+        before = _identity(path)
         try:
-            return path.stat().st_ino
-        except OSError:
-            return None
+            result = read(path)
+        except (CheckpointError, FileNotFoundError):  # a file renamed away under the reader is missing, not damaged
+            if _identity(path) == before and not (before is None and between_renames(path)):
+                raise
+        else:
+            if _identity(path) == before:
+                return result
+        if not finish_replacement(path):
+            raise CheckpointError(f"{path}: a replacement by another process is between its two renames and has not "
+                                  f"ended; run the command again (with write access to {path.parent} if that process "
+                                  "was killed)")
+    raise CheckpointError(f"{path}: replaced by another process {tries} times while being read; run the command again once "
+                          "it is written less often")
 
-    before = identity()
+
+def config_says(directory: str | os.PathLike, name: str, key: str, value: Any) -> bool:
+    """`directory`/`name` is a JSON object whose `key` is `value` (how a checkpoint directory says its format).
+
+    Asked of a directory being replaced, the answer is about the one in place before or after, never the
+    moment between the two renames (see `read_stable`).
+    """
+    def check(path: Path) -> None:
+        config = path / name
+        if not config.is_file() or not isinstance(data := read_json(config), dict) or data.get(key) != value:
+            raise CheckpointError(f"{config}: no {key}: {value!r}")
+
     try:
-        return read(path)
+        read_stable(directory, check)
     except CheckpointError:
-        tmp, old = staging(path)
-        if identity() == before and not tmp.exists() and not old.exists():
-            raise
-    if os.access(path.parent, os.W_OK):
-        finish_replacement(path)
-    return read(path)
+        return False
+    return True
 
 
 def begin_replacement(target: Path) -> tuple[Path, int]:

@@ -14,7 +14,7 @@ from torch import nn
 from vitkit.errors import CheckpointError, ConfigError
 from vitkit.models import ModelConfig, VisionTransformer, build_model, config_from_dict
 
-from .io import atomic_dir, read_json, read_stable, read_safetensors, verify_checksums, write_checksums, write_json, write_safetensors
+from .io import atomic_dir, config_says, read_json, read_stable, read_safetensors, verify_checksums, write_checksums, write_json, write_safetensors
 
 FORMAT = "vitkit"
 VERSION = 1
@@ -23,13 +23,7 @@ WEIGHTS_NAME = "model.safetensors"
 
 
 def is_native(path: str | os.PathLike) -> bool:
-    path = Path(path)
-    if not (path / CONFIG_NAME).is_file():
-        return False
-    try:
-        return read_json(path / CONFIG_NAME).get("format") == FORMAT
-    except (CheckpointError, AttributeError):
-        return False
+    return config_says(path, CONFIG_NAME, "format", FORMAT)
 
 
 def save_pretrained(model: VisionTransformer, directory: str | os.PathLike, *, extra: dict[str, Any] | None = None) -> Path:
@@ -105,13 +99,14 @@ def check_extra(extra: dict[str, Any], config: ModelConfig | None, path: Path) -
 
 def load_native(directory: str | os.PathLike) -> tuple[VisionTransformer, dict[str, Any]]:
     """Rebuild the model of a vitkit directory alone; returns (model, extra config entries)."""
-    return read_stable(directory, _load_native)
+    config, extra, state = read_stable(directory, _read_files)  # the files of one version; the model is built after
+    return load_model(config, state, source=Path(directory) / WEIGHTS_NAME), extra
 
 
-def _load_native(directory: Path) -> tuple[VisionTransformer, dict[str, Any]]:
+def _read_files(directory: Path) -> tuple[ModelConfig, dict[str, Any], dict[str, torch.Tensor]]:
     verify_checksums(directory)
     config, extra = read_native_config(directory)
-    return load_model(config, read_safetensors(directory / WEIGHTS_NAME), source=directory / WEIGHTS_NAME), extra
+    return config, extra, read_safetensors(directory / WEIGHTS_NAME)
 
 
 def load_model(config: ModelConfig, state: dict, *, source: str | os.PathLike, checked: bool = False) -> nn.Module:
@@ -157,10 +152,8 @@ def check_state(expected: dict, state: dict, *, source: str | os.PathLike) -> No
 
 def read(directory: str | os.PathLike, *, image_size=None) -> tuple[ModelConfig, dict]:
     """(config, state dict) of a vitkit directory; the config says the image size (resampling is the caller's)."""
-    directory = Path(directory)
-    verify_checksums(directory)
-    config, _ = read_native_config(directory)
-    return config, read_safetensors(directory / WEIGHTS_NAME)
+    config, _, state = _read_files(Path(directory))
+    return config, state
 
 
 def read_metadata(directory: str | os.PathLike) -> dict[str, Any]:

@@ -15,7 +15,6 @@ from pathlib import Path
 from vitkit.errors import CheckpointError
 
 from . import hf, native
-from .io import finish_replacement
 
 STATE_JSON = "train_state.json"  # written last into a step checkpoint: its presence marks it complete
 _STEP_DIR = re.compile(r"step_(\d+)")
@@ -40,9 +39,7 @@ def resolve(path: str | os.PathLike) -> Path:
     """The checkpoint `path` names: a run directory -> its final/ (else newest step); a weights file -> its directory."""
     path = Path(path)
     if is_run_dir(path):
-        if os.access(path, os.W_OK):
-            finish_replacement(path / "final")  # a kill -9 between the two renames of a replacement left no final/
-        if native.is_native(path / "final"):
+        if native.is_native(path / "final"):  # waits out a replacement of final/ in flight, finishes one a kill cut
             return path / "final"
         steps = step_checkpoints(path)
         if steps:
