@@ -99,3 +99,11 @@ def test_convert_refuses_a_head_the_machine_has_no_room_for_before_building_it(t
     assert len(err.splitlines()) == 1 and "10,000,000 classes needs about 1.2 GiB" in err and short_of in err
     assert not (tmp_path / "dst").exists()
     assert main(["convert", str(tmp_path / "src"), str(tmp_path / "dst"), "--num-classes", "100"]) == 0  # a head that fits
+
+
+def test_a_config_with_billions_of_input_channels_is_refused_before_sizing_anything(under_memory_limit):
+    from vitkit.run_config import load_run_config
+
+    for value in ("22337203685", str(2**63)):  # found by the run-config fuzzer: per-channel means sized by it
+        status, detail = under_memory_limit(lambda: load_run_config(None, [f"model.in_chans={value}"]).model_config(), mb=256)
+        assert status == "error" and "ConfigError" in detail and "in_chans" in detail, (status, detail)

@@ -20,8 +20,11 @@ def check_expansion(path: str | os.PathLike, declared: int, stored: int, error: 
         )
 
 
-def _gib(nbytes: int) -> str:
-    return f"{nbytes / 2**30:,.1f} GiB"
+def _size(nbytes: int) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:,.1f} {unit}"
+    return f"{nbytes} bytes"
 
 
 def memory_available() -> int | None:
@@ -45,9 +48,9 @@ def check_room(path: str | os.PathLike, nbytes: int, what: str, error: type[Exce
         folder = folder.parent
     free = shutil.disk_usage(folder).free
     if nbytes > free:
-        raise error(f"{path}: {what} needs about {_gib(nbytes)} on disk and {folder} has {_gib(free)} free; "
+        raise error(f"{path}: {what} needs about {_size(nbytes)} on disk and {folder} has {_size(free)} free; "
                     "free some space or write it elsewhere")
     available = memory_available() if memory else None
     if available is not None and nbytes > available:
-        raise error(f"{path}: {what} needs about {_gib(nbytes)} of memory and this machine has {_gib(available)} available; "
+        raise error(f"{path}: {what} needs about {_size(nbytes)} of memory and this machine has {_size(available)} available; "
                     "choose a smaller model")

@@ -41,8 +41,13 @@ def _pair(value: Any, key: str) -> tuple[int, int]:
     return pair  # type: ignore[return-value]
 
 
+MAX_CHANNELS = 1024  # input channels: RGB, grayscale, multispectral bands; a bound before anything is sized by it
+
+
 def _per_channel(config: Any, key: str) -> tuple[float, ...]:
     """config.mean / config.std as one float per input channel (a single value is repeated)."""
+    if config.in_chans > MAX_CHANNELS:
+        raise ConfigError(f"in_chans: expected at most {MAX_CHANNELS} input channels, got {shown(config.in_chans)}")
     value = getattr(config, key)
     values = (value,) if not isinstance(value, (list, tuple)) else tuple(value)
     if not values or not all(_is_number(v) for v in values):
