@@ -64,23 +64,14 @@ def test_two_processes_match_one_process(single, tmp_path, strategy):
         assert (out / "checkpoints" / "step_0000006" / "sharded").is_dir()
 
 
-def test_fsdp_resumes_on_another_world_size(single, tmp_path):
-    out = tmp_path / "fsdp"
-    vitkit_train("--out", str(out), "train.steps=3", "train.strategy=fsdp", *COMMON, nproc=2)
-    vitkit_train("--resume", str(out), "train.steps=6", nproc=1)  # strategy comes from the run's own run.yaml
-    one, resumed = train_losses(single), train_losses(out)
-    assert list(resumed) == [1, 2, 3, 4, 5, 6]
-    for step in one:
-        assert resumed[step] == pytest.approx(one[step], abs=1e-5), step
-
-
-def test_fsdp_keeps_ema_weights_across_a_resume_on_another_world_size(tmp_path):
-    """EMA under FSDP: averaged shard by shard, saved with the shards, resharded on resume, gathered at the end."""
+def test_fsdp_resumes_on_another_world_size_with_its_ema_weights(tmp_path):
+    """2 FSDP ranks stopped at step 3, resumed by 1 (the strategy from the run's own run.yaml), train as one process
+    straight through; the EMA is averaged shard by shard, saved with the shards, resharded on resume, gathered at the end."""
     ema = ["train.ema=0.8", "train.eval_every=3"]  # validation through the EMA weights at steps 3 and 6
     single, sharded = tmp_path / "single", tmp_path / "fsdp"
     vitkit_train("--out", str(single), "train.steps=6", *COMMON, *ema)
     vitkit_train("--out", str(sharded), "train.steps=3", "train.strategy=fsdp", *COMMON, *ema, nproc=2)
-    vitkit_train("--resume", str(sharded), "train.steps=6", nproc=1)
+    vitkit_train("--resume", str(sharded), "train.steps=6", nproc=1)  # no strategy given: it comes from run.yaml
     one, resumed = train_losses(single), train_losses(sharded)
     assert list(resumed) == [1, 2, 3, 4, 5, 6]
     for step in one:
@@ -97,8 +88,8 @@ def test_fsdp_keeps_ema_weights_across_a_resume_on_another_world_size(tmp_path):
         assert vals[step] == pytest.approx(want[step], abs=1e-4), step
 
 
-def test_fsdp_without_torchrun_is_a_clear_error(run_cli, tmp_path):
-    result = run_cli("train", "--out", tmp_path / "x", "train.steps=1", "train.strategy=fsdp", *COMMON)
+def test_fsdp_without_torchrun_is_a_clear_error(vitkit_cmd, tmp_path):
+    result = vitkit_cmd("train", "--out", tmp_path / "x", "train.steps=1", "train.strategy=fsdp", *COMMON)
     assert result.returncode == 2 and "start the run with torchrun" in result.stderr
     assert "Traceback" not in result.stderr
 
