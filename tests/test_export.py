@@ -1,4 +1,5 @@
 import json
+import os
 
 import pytest
 import torch
@@ -67,3 +68,67 @@ def test_runtimes_run_the_onnx_export_alike(model, tmp_path):
         assert (got - expected).abs().max() < 1e-4, runtime
     with pytest.raises(ConfigError, match="fp32 only"):
         runtime_session("onnxruntime", path, precision="bf16")
+
+
+def _export_cut_before_the_graph(path, fmt, monkeypatch):
+    """Export another model over `path`, failing as a full disk would at the rename that puts the graph in place;
+    returns that other model."""
+    from vitkit import export as export_module
+
+    other = vitkit.create_model("vit_test", image_size=(16, 20)).eval()
+    torch.nn.init.normal_(other.head.weight)
+    real_replace = os.replace
+
+    def die_before_the_graph(src, dst):
+        if str(dst) == str(path):
+            raise OSError(28, "No space left on device")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(export_module.os, "replace", die_before_the_graph)
+    with pytest.raises(OSError):
+        export(other, path, format=fmt)
+    monkeypatch.setattr(export_module.os, "replace", real_replace)
+    return other
+
+
+def test_an_onnx_export_with_external_weights_is_replaced_whole(model, tmp_path, monkeypatch):
+    """Over protobuf's 2 GB the weights go beside the graph; replacing such an export must never pair the old graph
+    with the new weights (or the reverse), even when the process dies between the renames."""
+    pytest.importorskip("onnxscript")
+    pytest.importorskip("onnxruntime")
+    from vitkit import export as export_module
+
+    monkeypatch.setattr(export_module, "ONNX_SINGLE_FILE_LIMIT", 0)  # every model counts as large
+    x = torch.randn(2, 3, 16, 20)
+    path = export(model, tmp_path / "m.onnx", format="onnx")
+    old_weights = export_module.companions(path)
+    assert len(old_weights) == 1 and old_weights[0].name.endswith(".data")
+    old_out = run_exported(path, "onnx", x)
+
+    other = _export_cut_before_the_graph(path, "onnx", monkeypatch)
+    torch.testing.assert_close(run_exported(path, "onnx", x), old_out)  # the old export, whole
+
+    export(other, path, format="onnx")
+    with torch.no_grad():
+        torch.testing.assert_close(run_exported(path, "onnx", x), other(x), atol=1e-4, rtol=1e-4)
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert left == sorted(["m.onnx", *(p.name for p in export_module.companions(path))]) and len(left) == 2  # leftovers removed
+
+
+def test_an_openvino_ir_cut_between_its_two_files_is_refused_in_one_line(model, tmp_path, monkeypatch):
+    """PATH.xml always reads PATH.bin, so a kill between the two renames leaves a new .bin beside the old .xml
+    and sidecar (old class names): vitkit's runtime refuses that pair instead of running it."""
+    pytest.importorskip("onnxscript")
+    pytest.importorskip("openvino")
+    from vitkit.export import runtime_session
+
+    path = export(model, tmp_path / "m.xml", format="openvino")
+    x = torch.randn(2, 3, 16, 20)
+    old_out = runtime_session("openvino", path)(x)
+    other = _export_cut_before_the_graph(path, "openvino", monkeypatch)
+    with pytest.raises(ConfigError, match="export it again"):
+        runtime_session("openvino", path)
+    export(other, path, format="openvino")
+    with torch.no_grad():
+        torch.testing.assert_close(runtime_session("openvino", path)(x), other(x), atol=1e-4, rtol=1e-4)
+    assert not torch.allclose(old_out, other(x).detach(), atol=1e-3)

@@ -76,3 +76,26 @@ def test_idx_with_zero_images(tmp_path):
     _idx(tmp_path / "train-labels-idx1-ubyte", [0])
     with pytest.raises(Exception, match="holds no images"):
         load_idx_split(tmp_path, "train")
+
+
+@pytest.mark.parametrize("short_of", ["disk", "memory"])
+def test_convert_refuses_a_head_the_machine_has_no_room_for_before_building_it(tmp_path, monkeypatch, capsys, short_of):
+    import shutil
+
+    from vitkit import limits
+    from vitkit.checkpoint import save_checkpoint
+    from vitkit.cli import main
+    from vitkit.models import create_model
+
+    save_checkpoint(create_model("vit_test"), tmp_path / "src")
+    mib = 2**20
+    if short_of == "disk":  # 10,000,000 classes x 33 x 4 bytes: about 1.2 GiB, where 64 MiB are free
+        real = shutil.disk_usage
+        monkeypatch.setattr(shutil, "disk_usage", lambda p: real(p)._replace(free=64 * mib))
+    else:
+        monkeypatch.setattr(limits, "memory_available", lambda: 64 * mib)
+    assert main(["convert", str(tmp_path / "src"), str(tmp_path / "dst"), "--num-classes", "10000000"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "10,000,000 classes needs about 1.2 GiB" in err and short_of in err
+    assert not (tmp_path / "dst").exists()
+    assert main(["convert", str(tmp_path / "src"), str(tmp_path / "dst"), "--num-classes", "100"]) == 0  # a head that fits

@@ -339,8 +339,9 @@ def run(setup: Setup, compare: list[str] | tuple[str, ...] = ()) -> dict[str, An
                 models[label] = build_vitkit(dataclasses.replace(setup, dtype=prec))
             elif name in BACKENDS:
                 models[label] = build_backend(name, _plain(models["vitkit"]), setup, prec, folder)
-            else:
-                models[label] = build_reference(name, setup.config, setup.device)
+            else:  # compiled when vitkit is: the comparison is library against library, both at their best
+                reference = build_reference(name, setup.config, setup.device)
+                models[label] = torch.compile(reference) if setup.compile else reference
         steps = {name: _step(model, setup, setup.batch_size) for name, model in models.items()}
         peak_step, peak_flops = _matmul(setup)
         times = interleaved_times({"matmul": peak_step, **steps}, device=setup.device, rounds=setup.rounds, warmup=setup.warmup)

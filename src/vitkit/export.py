@@ -10,12 +10,14 @@ import copy
 import json
 import logging
 import os
+import re
 import tempfile
+import uuid
 from pathlib import Path
 
 import torch
 
-from vitkit.checkpoint.io import atomic_path, sidecar_path, write_json
+from vitkit.checkpoint.io import atomic_path, read_sidecar, sha256, sidecar_path, write_json
 from vitkit.errors import ConfigError
 from vitkit.models import VisionTransformer
 
@@ -68,8 +70,14 @@ def export(model: VisionTransformer, path: str | os.PathLike, *, format: str, me
 
 
 def companions(path: str | os.PathLike) -> list[Path]:
-    """The files an export wrote beside `path`: ONNX's external weights (PATH.data), the metadata sidecar (PATH.json)."""
-    return [p for p in (Path(f"{path}.data"), sidecar_path(path)) if p.is_file()]
+    """The files an export wrote beside `path`: ONNX's external weights (PATH.<id>.data), the metadata sidecar (PATH.json)."""
+    return [*_external_weights(Path(path)), *[p for p in (sidecar_path(path),) if p.is_file()]]
+
+
+def _external_weights(path: Path) -> list[Path]:
+    """Files beside `path` named as an ONNX export's external weights: PATH.data (older exports) or PATH.<12 hex>.data."""
+    pattern = re.compile(re.escape(path.name) + r"(\.[0-9a-f]{12})?\.data")
+    return sorted(p for p in path.parent.iterdir() if pattern.fullmatch(p.name)) if path.parent.is_dir() else []
 
 
 ONNX_SINGLE_FILE_LIMIT = 2**31 - 2**26  # protobuf's 2 GB limit, with room for the graph
@@ -77,7 +85,11 @@ ONNX_SINGLE_FILE_LIMIT = 2**31 - 2**26  # protobuf's 2 GB limit, with room for t
 
 def _export_onnx(model: VisionTransformer, x: torch.Tensor, path: Path, batch: torch.export.Dim, info: dict) -> None:
     """One .onnx file holding graph, weights and metadata_props (class names, preprocessing); a model over
-    protobuf's 2 GB keeps its weights in PATH.data beside it. Built in a scratch folder, then moved into place."""
+    protobuf's 2 GB keeps its weights in PATH.<id>.data beside it, a name no earlier export used.
+
+    Built in a scratch folder, then moved into place: the new weights first (replacing nothing), then the graph
+    that names them (one rename replaces the old export), then earlier exports' weights are removed. A kill or
+    a full disk at any point leaves the old export or the new one whole; a leftover is removed by the next export."""
     try:
         import onnxscript  # noqa: F401  (the dynamo ONNX exporter needs it)
     except ImportError:
@@ -96,16 +108,22 @@ def _export_onnx(model: VisionTransformer, x: torch.Tensor, path: Path, batch: t
         for key, value in info.items():
             proto.metadata_props.add(key=key, value=json.dumps(value))
         small = sum(p.numel() * p.element_size() for p in model.parameters()) < ONNX_SINGLE_FILE_LIMIT
-        onnx.save_model(proto, str(graph), save_as_external_data=not small, location=f"{path.name}.data")
+        weights = f"{path.name}.{uuid.uuid4().hex[:12]}.data"
+        onnx.save_model(proto, str(graph), save_as_external_data=not small, location=weights)
         for produced in sorted(Path(scratch).iterdir(), key=lambda p: p.name == path.name):  # the graph last
             os.replace(produced, path.parent / produced.name)
-    if small:
-        Path(f"{path}.data").unlink(missing_ok=True)  # a stale one from an earlier, external-data export
+    for stale in _external_weights(path):
+        if small or stale.name != weights:
+            stale.unlink(missing_ok=True)
 
 
 def _export_openvino(model: VisionTransformer, x: torch.Tensor, path: Path, batch: torch.export.Dim, info: dict) -> None:
     """OpenVINO IR (path .xml + its .bin weights) converted from vitkit's ONNX export, weights kept in fp32;
-    class names and preprocessing in PATH.json beside it."""
+    class names, preprocessing and the .bin's sha256 in PATH.json beside it.
+
+    The format ties the two names together (PATH.xml reads PATH.bin), so no order of renames replaces an IR at
+    once: a kill between them leaves a new .bin beside an old .xml and sidecar. The sidecar, written last,
+    names the weights it belongs to, and vitkit's runtimes refuse a pair it does not describe."""
     if path.suffix != ".xml":
         raise ConfigError(f"{path}: an OpenVINO IR is an .xml file (its weights go beside it in a .bin); name it {path.stem}.xml")
     ov = _import_runtime("openvino")
@@ -116,8 +134,16 @@ def _export_openvino(model: VisionTransformer, x: torch.Tensor, path: Path, batc
         xml = Path(scratch) / path.name
         ov.save_model(ov.convert_model(str(onnx_path)), str(xml), compress_to_fp16=False)
         os.replace(xml.with_suffix(".bin"), path.with_suffix(".bin"))
-        os.replace(xml, path)  # the graph last: an .xml on disk always has its weights
-    write_json(sidecar_path(path), info)
+        os.replace(xml, path)
+    write_json(sidecar_path(path), {**info, "weights_sha256": sha256(path.with_suffix(".bin"))})
+
+
+def _check_ir_pair(path: Path) -> None:
+    """An OpenVINO IR whose .bin is not the one its sidecar names is a half-replaced export: one clear error."""
+    recorded = (read_sidecar(path) if sidecar_path(path).is_file() else {}).get("weights_sha256")
+    if recorded is not None and sha256(path.with_suffix(".bin")) != recorded:
+        raise ConfigError(f"{path}: its weights {path.with_suffix('.bin').name} are not the ones exported with it "
+                          "(an export was interrupted between its files); export it again")
 
 
 def _import_runtime(name: str):
@@ -151,6 +177,7 @@ def runtime_session(runtime: str, path: str | os.PathLike, *, precision: str = "
         if precision not in ("fp32", "bf16"):
             raise ConfigError(f"openvino {precision}: vitkit runs OpenVINO in fp32 or bf16")
         hint = {"fp32": "f32", "bf16": "bf16"}[precision]
+        _check_ir_pair(Path(path))
         compiled = ov.Core().compile_model(str(path), "CPU", {"INFERENCE_NUM_THREADS": threads, "INFERENCE_PRECISION_HINT": hint,
                                                                 "PERFORMANCE_HINT": "LATENCY"})
         request = compiled.create_infer_request()

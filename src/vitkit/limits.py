@@ -18,3 +18,36 @@ def check_expansion(path: str | os.PathLike, declared: int, stored: int, error: 
             f"{path}: {what} declares {declared:,} bytes uncompressed from {stored:,} bytes on disk, more than "
             f"{MAX_EXPANSION}x (a decompression bomb, or a damaged file); vitkit refuses it before decompressing"
         )
+
+
+def _gib(nbytes: int) -> str:
+    return f"{nbytes / 2**30:,.1f} GiB"
+
+
+def memory_available() -> int | None:
+    """Bytes the kernel says can be allocated without swapping (Linux MemAvailable), or None where unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError):
+        return None
+
+
+def check_room(path: str | os.PathLike, nbytes: int, what: str, error: type[Exception], *, memory: bool = False) -> None:
+    """Raise `error` before `what` (`nbytes` to be written to `path`, and held in memory first when `memory`) is
+    built, if the disk under `path` (or the machine's memory) has not that much free: a full disk found halfway
+    through costs the time and leaves nothing."""
+    import shutil
+    from pathlib import Path
+
+    folder = Path(path).absolute()
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    free = shutil.disk_usage(folder).free
+    if nbytes > free:
+        raise error(f"{path}: {what} needs about {_gib(nbytes)} on disk and {folder} has {_gib(free)} free; "
+                    "free some space or write it elsewhere")
+    available = memory_available() if memory else None
+    if available is not None and nbytes > available:
+        raise error(f"{path}: {what} needs about {_gib(nbytes)} of memory and this machine has {_gib(available)} available; "
+                    "choose a smaller model")

@@ -356,7 +356,7 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
         while step < last:
             lr, step_loss, grad_norm = _step(config, env, data, run, stream, step, nonfinite)
             step += 1
-            window["loss"] += float(step_loss)
+            window["loss"] += step_loss.detach().double()  # summed on the device: no wait for the GPU each step
             window["steps"] += 1
             window["images"] += t.batch_size
             if step % t.log_every == 0 or step == t.steps:
@@ -534,7 +534,7 @@ def _log_train(log, bar, window: dict, step: int, epoch: float, lr: float, grad_
     """A train line in metrics.jsonl (the loss averaged since the last one) and the progress bar (without one,
     train.progress=false, the same figures as a printed line); a new window."""
     now = time.perf_counter()
-    row = {"kind": "train", "step": step, "epoch": epoch, "loss": window["loss"] / window["steps"],
+    row = {"kind": "train", "step": step, "epoch": epoch, "loss": float(window["loss"]) / window["steps"],
            "lr": lr, "grad_norm": float(grad_norm), "img_s": window["images"] / max(now - window["time"], 1e-9)}
     log.write(json.dumps(row) + "\n")
     log.flush()
@@ -572,7 +572,7 @@ def _save_step(out: Path, config: RunConfig, env: _Setup, data: _Data, run: _Sta
     faults.merge_bad_files(data.bad, distributed.gather_objects(data.bad.files, world))  # each rank streams its own files
     epoch, position = divmod(step * env.accum, batches.per_epoch)
     run.progress.update(step=step, epoch=epoch, position=position, seed=config.train.seed, micro_batch=env.micro,
-                        elapsed_s=elapsed, window={"loss": window["loss"], "steps": window["steps"]})  # the loss averaged until the next log line
+                        elapsed_s=elapsed, window={"loss": float(window["loss"]), "steps": window["steps"]})  # the loss averaged until the next log line
     tensors = {"scaler": run.scaler.state_dict(), "rng_cpu": torch.get_rng_state(), "ema": {} if world.sharded else run.ema or {},
                "rng_cpu_ranks": distributed.gather_objects(torch.get_rng_state(), world)}
     if not world.sharded:  # under FSDP the optimizer is sharded: step_N/sharded/

@@ -18,6 +18,7 @@ from types import ModuleType
 import torch
 
 from vitkit.errors import CheckpointError, ConfigError, first_line
+from vitkit.limits import check_room
 from vitkit.models import ModelConfig, VisionTransformer, build_model
 
 from . import hf, native, npz, runs, timm
@@ -156,6 +157,8 @@ def save_checkpoint(model: VisionTransformer, path: str | os.PathLike, format: s
     format has a place for it (vitkit and HF config.json, safetensors metadata), else into FILE.json beside it."""
     if format not in FORMATS:
         raise CheckpointError(f"format: unknown format {format!r}; choose one of {', '.join(FORMATS)}")
+    nbytes = sum(t.numel() * t.element_size() for t in model.state_dict().values())
+    check_room(path, nbytes, f"the {format} checkpoint", CheckpointError)
     return FORMATS[format].write(model, path, metadata=metadata or {})
 
 

@@ -6,6 +6,9 @@ import argparse
 from pathlib import Path
 
 from vitkit.checkpoint import FORMATS, load_with_metadata, save_checkpoint
+from vitkit.checkpoint.native import model_shapes
+from vitkit.errors import CheckpointError
+from vitkit.limits import check_room
 from vitkit.models.summary import count_parameters
 
 _BY_SUFFIX = {".npz": "npz", ".safetensors": "timm", ".pth": "timm", ".pt": "timm"}
@@ -43,6 +46,9 @@ def image_size_arg(values: list[int] | None) -> int | tuple[int, int] | None:
 def run(args: argparse.Namespace) -> int:
     model, metadata = load_with_metadata(args.src, format=args.src_format, image_size=image_size_arg(args.image_size))
     if args.num_classes is not None and args.num_classes != model.config.num_classes:
+        head = model.config.replace(num_classes=args.num_classes)
+        nbytes = sum(t.numel() * 4 for t in model_shapes(head).values())  # fp32, counted on the meta device
+        check_room(args.dst, nbytes, f"a model with {args.num_classes:,} classes", CheckpointError, memory=True)
         model.reset_head(args.num_classes)
         metadata = {k: v for k, v in metadata.items() if k != "class_names"}  # a new head has no names yet
     target = args.dst_format or _BY_SUFFIX.get(Path(args.dst).suffix, "vitkit")

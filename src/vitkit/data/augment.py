@@ -50,7 +50,7 @@ def _log_uniform(n: int, low: float, high: float, g: torch.Generator) -> torch.T
 
 def _warp(x: torch.Tensor, theta: torch.Tensor, size: tuple[int, int], fill: float = 0.0) -> torch.Tensor:
     """Sample x through per-image affine maps theta (B, 2, 3) in normalised coordinates."""
-    grid = F.affine_grid(theta.to(x.device, x.dtype), [x.shape[0], x.shape[1], *size], align_corners=False)
+    grid = F.affine_grid(theta.to(x.device, x.dtype, non_blocking=True), [x.shape[0], x.shape[1], *size], align_corners=False)
     if fill == 0.0:
         return F.grid_sample(x, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
     return F.grid_sample(x - fill, grid, mode="bilinear", padding_mode="zeros", align_corners=False) + fill
@@ -76,8 +76,8 @@ def padded_random_crop(x: torch.Tensor, pad: int, g: torch.Generator) -> torch.T
     """Zero-pad by `pad` and cut a random window of the original size (per image)."""
     B, C, H, W = x.shape
     padded = F.pad(x, (pad, pad, pad, pad))
-    top = torch.randint(0, 2 * pad + 1, (B,), generator=g).to(x.device)
-    left = torch.randint(0, 2 * pad + 1, (B,), generator=g).to(x.device)
+    top = torch.randint(0, 2 * pad + 1, (B,), generator=g).to(x.device, non_blocking=True)
+    left = torch.randint(0, 2 * pad + 1, (B,), generator=g).to(x.device, non_blocking=True)
     rows = (top[:, None] + torch.arange(H, device=x.device))[:, None, :, None].expand(B, C, H, W + 2 * pad)
     out = padded.gather(2, rows)  # (B, C, H, W + 2p)
     cols = (left[:, None] + torch.arange(W, device=x.device))[:, None, None, :].expand(B, C, H, W)
@@ -85,7 +85,7 @@ def padded_random_crop(x: torch.Tensor, pad: int, g: torch.Generator) -> torch.T
 
 
 def hflip(x: torch.Tensor, p: float, g: torch.Generator) -> torch.Tensor:
-    flip = (torch.rand(x.shape[0], generator=g) < p).to(x.device)
+    flip = (torch.rand(x.shape[0], generator=g) < p).to(x.device, non_blocking=True)
     return torch.where(flip[:, None, None, None], x.flip(-1), x)
 
 
@@ -188,7 +188,7 @@ def random_erase(x: torch.Tensor, p: float, scale, ratio, g: torch.Generator) ->
     rows, cols = torch.arange(H), torch.arange(W)
     inside_rows = (rows[None] >= top[:, None]) & (rows[None] < (top + h)[:, None])  # (B, H)
     inside_cols = (cols[None] >= left[:, None]) & (cols[None] < (left + w)[:, None])  # (B, W)
-    mask = (inside_rows[:, :, None] & inside_cols[:, None, :] & on[:, None, None])[:, None].to(x.device)
+    mask = (inside_rows[:, :, None] & inside_cols[:, None, :] & on[:, None, None])[:, None].to(x.device, non_blocking=True)
     return torch.where(mask, noise, x)
 
 
