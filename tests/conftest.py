@@ -41,6 +41,29 @@ def run_cli():
 
 
 @pytest.fixture
+def vitkit_cmd(capsys):
+    """`vitkit ARGS...` in this process: the console script's own main(), without a new interpreter (and a new
+    import of torch) each time. Same result shape as run_cli; the working directory and torch's thread count
+    (which --threads sets for the whole process) are put back. Keep run_cli where the process itself is tested."""
+    from vitkit.cli import main
+
+    def run(*args, cwd=None) -> subprocess.CompletedProcess:
+        before, threads = os.getcwd(), torch.get_num_threads()
+        os.chdir(cwd or before)
+        try:
+            code = main([str(a) for a in args])
+        except SystemExit as stop:  # argparse's own errors
+            code = stop.code if isinstance(stop.code, int) else 2
+        finally:
+            os.chdir(before)
+            torch.set_num_threads(threads)
+        captured = capsys.readouterr()
+        return subprocess.CompletedProcess(["vitkit", *map(str, args)], code, captured.out, captured.err)
+
+    return run
+
+
+@pytest.fixture
 def under_memory_limit():
     """Run `fn()` in a forked child whose address space may grow by at most `mb` MiB (RLIMIT_AS); returns
     ("ok", None), ("error", ExceptionType name + message) or ("killed"/"memory", ...) - never raises itself."""

@@ -56,7 +56,7 @@ def test_references_reject_what_they_cannot_express():
 
 def test_cli_benchmark_writes_json(run_cli, tmp_path):
     out = tmp_path / "bench.json"
-    result = run_cli(
+    result = run_cli(  # the console script
         "benchmark", "--model", "vit_test", "--batch", "2", "--rounds", "1", "--compile", "off", "--kernels", "torch",
         "--json", out,
     )
@@ -96,12 +96,12 @@ def test_candidates_name_a_library_and_a_precision():
         benchmark.parse_candidates(["openvino"], benchmark.Setup(config=get_config("vit_test"), mode="train"))
 
 
-def test_cli_benchmark_against_deployment_runtimes(run_cli, tmp_path):
+def test_cli_benchmark_against_deployment_runtimes(vitkit_cmd, tmp_path):
     pytest.importorskip("onnxscript")
     pytest.importorskip("onnxruntime")
     pytest.importorskip("openvino")
     out = tmp_path / "bench.json"
-    result = run_cli("benchmark", "--model", "vit_test", "--batch", "2", "--rounds", "2", "--compile", "off",
+    result = vitkit_cmd("benchmark", "--model", "vit_test", "--batch", "2", "--rounds", "2", "--compile", "off",
                      "--compare", "onnxruntime,openvino", "--threads", "1", "--json", out)
     assert result.returncode == 0, result.stderr
     report = json.loads(out.read_text())

@@ -93,7 +93,7 @@ def _newest_step(out: Path) -> int:
     return int(steps[-1].name.split("_")[1]) if steps else 0
 
 
-def test_sigterm_saves_a_checkpoint_exits_0_and_resume_continues_exactly(tmp_path):
+def test_sigterm_saves_a_checkpoint_exits_0_and_resume_continues_exactly(tmp_path, vitkit_cmd):
     """Images streamed by 2 DataLoader workers, 2 micro-batches a step; SIGTERM to the whole process group (as a
     scheduler, or Ctrl-C, delivers it): the workers leave it to the main process, which stops at the step boundary."""
     _folder_with_bad_files(tmp_path / "data")
@@ -115,7 +115,7 @@ def test_sigterm_saves_a_checkpoint_exits_0_and_resume_continues_exactly(tmp_pat
     assert f"stopped at step {stopped} of 100000, checkpoint saved; continue with: vitkit train --resume {out}" in stdout
     verify_checksums(step_checkpoints(out)[-1])
 
-    resumed = subprocess.run(_vitkit("train", "--resume", out, f"train.steps={stopped + 3}"), capture_output=True, text=True, timeout=300)
+    resumed = vitkit_cmd("train", "--resume", out, f"train.steps={stopped + 3}")  # the command the message names, in-process
     assert resumed.returncode == 0, resumed.stderr
     straight = tmp_path / "straight"
     train(resume_config(out, [f"train.steps={stopped + 3}"]), straight)
@@ -138,7 +138,7 @@ def test_resume_after_kill_9_continues_from_the_last_complete_checkpoint(tmp_pat
     _assert_same_weights(_final_weights(straight), _final_weights(out))
 
 
-def test_a_kill_between_the_two_renames_of_final_loses_nothing(tmp_path, run_cli):
+def test_a_kill_between_the_two_renames_of_final_loses_nothing(tmp_path, vitkit_cmd):
     """Replacing final/ is two renames (final -> .final.old, .final.tmp -> final); a kill -9 between
     them leaves no final/. The next reader finishes the replacement with the new, complete directory."""
     out = tmp_path / "run"
@@ -150,7 +150,7 @@ def test_a_kill_between_the_two_renames_of_final_loses_nothing(tmp_path, run_cli
     (old / "config.json").write_text("{}")  # the previous final/, already moved aside
     image = tmp_path / "x.png"
     Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(image)
-    result = run_cli("predict", out, image, "--json")  # what a user runs next
+    result = vitkit_cmd("predict", out, image, "--json")  # what a user runs next
     assert result.returncode == 0, result.stderr
     assert (out / "final").is_dir() and not old.exists() and not (out / ".final.tmp").exists()
     _assert_same_weights(new, _final_weights(out))
@@ -307,10 +307,10 @@ def test_resume_never_unpickles_the_train_state(tmp_path):
     assert not marker.exists()
 
 
-def test_init_from_another_architecture_names_the_file_and_key(tmp_path, run_cli):
+def test_init_from_another_architecture_names_the_file_and_key(tmp_path, vitkit_cmd):
     import vitkit
 
     other = vitkit.save_pretrained(vitkit.create_model("vit_test", depth=1, width=48, num_heads=4, image_size=8), tmp_path / "other")
-    done = run_cli("train", "--out", tmp_path / "run", *TINY, "train.steps=2", f"model.init={other}")
+    done = vitkit_cmd("train", "--out", tmp_path / "run", *TINY, "train.steps=2", f"model.init={other}")
     assert done.returncode == 2 and "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
     assert f"{other}: 'cls_token' has shape (1, 1, 48), the model expects (1, 1, 32)" in done.stderr

@@ -175,7 +175,7 @@ def test_unknown_objective_is_a_config_error():
         load_run_config(None, ["train.objective=mae"])
 
 
-def test_cli_pretrains_on_a_folder_without_labels(tmp_path, run_cli):
+def test_cli_pretrains_on_a_folder_without_labels(tmp_path, run_cli, vitkit_cmd):
     """`vitkit train --data FOLDER train.objective=masked_patch` with images directly in FOLDER (no class folders)."""
     import numpy as np
     from PIL import Image
@@ -194,7 +194,7 @@ def test_cli_pretrains_on_a_folder_without_labels(tmp_path, run_cli):
     assert summary["objective"] == "masked_patch" and summary["steps"] == 3
     assert json.loads((out / "final" / "config.json").read_text())["class_names"] == ["unlabeled"]
     assert vitkit.load_pretrained(out / "final").config.depth == 1
-    refused = run_cli("train", "--data", folder, "--out", tmp_path / "cls", "model.name=vit_test", "train.steps=1")  # classification
+    refused = vitkit_cmd("train", "--data", folder, "--out", tmp_path / "cls", "model.name=vit_test", "train.steps=1")  # classification
     assert refused.returncode == 2 and "train.objective=masked_patch" in refused.stderr and not (tmp_path / "cls").exists()
 
 

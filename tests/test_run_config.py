@@ -106,7 +106,7 @@ def test_a_batch_must_split_across_the_processes(monkeypatch):
         load_run_config(None, [])
 
 
-def test_config_errors_come_before_any_work(tmp_path, run_cli):
-    done = run_cli("train", "--out", tmp_path / "run", "data.name=synthetic", "model.name=vit_test", "model.num_heads=5")
+def test_config_errors_come_before_any_work(tmp_path, vitkit_cmd):
+    done = vitkit_cmd("train", "--out", tmp_path / "run", "data.name=synthetic", "model.name=vit_test", "model.num_heads=5")
     assert done.returncode == 2 and "num_heads: 5 heads do not divide width 32" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and not (tmp_path / "run").exists()

@@ -58,24 +58,24 @@ def test_convert_with_new_resolution_and_classes(source, tmp_path):
     assert model.config.image_size == (24, 32) and model.config.num_classes == 3
 
 
-def test_errors_are_one_line_and_exit_2_through_the_real_entry_point(tmp_path):
+def test_errors_are_one_line_and_exit_2(tmp_path, vitkit_cmd):
+    """convert through the real `python -m vitkit` entry point; info in-process (tests/cli/test_info.py runs its console script)."""
     bad = tmp_path / "weights.npz"
     bad.write_bytes(b"PK\x03\x04 not really a zip")
     src_dir = Path(vitkit.__file__).resolve().parents[1]
     env = {**os.environ, "PYTHONPATH": f"{src_dir}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    for args in (["info", str(bad)], ["convert", str(tmp_path / "missing"), str(tmp_path / "out")]):
-        done = subprocess.run([sys.executable, "-m", "vitkit", *args], capture_output=True, text=True, env=env, timeout=120)
+    args = ["convert", str(tmp_path / "missing"), str(tmp_path / "out")]
+    converted = subprocess.run([sys.executable, "-m", "vitkit", *args], capture_output=True, text=True, env=env, timeout=120)
+    for command, done in (("info", vitkit_cmd("info", bad)), ("convert", converted)):
         assert done.returncode == 2, done.stderr
         lines = done.stderr.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith(f"vitkit {args[0]}: error: ")
+        assert len(lines) == 1 and lines[0].startswith(f"vitkit {command}: error: ")
         assert str(tmp_path) in lines[0]
 
 
-def test_info_text_output_through_the_real_entry_point(tmp_path):
+def test_info_text_output(tmp_path, vitkit_cmd):
     np.savez(tmp_path / "ViT.npz", **_tiny_official_arrays())
-    src_dir = Path(vitkit.__file__).resolve().parents[1]
-    env = {**os.environ, "PYTHONPATH": f"{src_dir}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    done = subprocess.run([sys.executable, "-m", "vitkit", "info", str(tmp_path / "ViT.npz")], capture_output=True, text=True, env=env, timeout=120)
+    done = vitkit_cmd("info", tmp_path / "ViT.npz")
     assert done.returncode == 0, done.stderr
     rows = dict(line.split(None, 1) for line in done.stdout.strip().splitlines())
     assert rows["format"] == "npz" and rows["mlp_act"] == "gelu_tanh" and rows["classifier"] == "gap"

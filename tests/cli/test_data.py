@@ -40,10 +40,10 @@ def what_training_consumes(config, monkeypatch, out) -> np.ndarray:
 
 
 @pytest.mark.parametrize("source", ["folder", "synthetic"])  # crops cut by the loader from the files / on the device
-def test_samples_are_exactly_what_training_consumes(tmp_path, run_cli, monkeypatch, source):
+def test_samples_are_exactly_what_training_consumes(tmp_path, vitkit_cmd, monkeypatch, source):
     data = [f"data.path={photos(tmp_path / 'photos')}"] if source == "folder" else ["data.name=synthetic", "data.synthetic_size=32"]
     args = [*RUN, *data, f"model.image_size={16 if source == 'folder' else 32}"]
-    done = run_cli("data", *args, "--samples", "5", "--out", tmp_path / "preview", "--json")
+    done = vitkit_cmd("data", *args, "--samples", "5", "--out", tmp_path / "preview", "--json")
     assert done.returncode == 0, done.stderr
     samples = np.load(tmp_path / "preview" / "samples.npy")
     assert samples.dtype == np.uint8 and samples.shape == (5, 3, args[-1].endswith("16") and 16 or 32, samples.shape[-1])
@@ -56,7 +56,7 @@ def test_samples_are_exactly_what_training_consumes(tmp_path, run_cli, monkeypat
 def test_the_summary_counts_classes_splits_sizes_and_channels(tmp_path, run_cli):
     root = photos(tmp_path / "photos")
     Image.new("L", (64, 48), 90).save(root / "cat" / "gray.png")
-    done = run_cli("data", root, "--json", "data.val_fraction=0.25")
+    done = run_cli("data", root, "--json", "data.val_fraction=0.25")  # the console script
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout.strip().splitlines()[-1])
     assert summary["format"] == "image folder" and summary["class_names"] == ["ant", "bee", "cat"]
@@ -68,9 +68,9 @@ def test_the_summary_counts_classes_splits_sizes_and_channels(tmp_path, run_cli)
     assert "width" in done.stdout and "channels" in done.stdout
 
 
-def test_to_shards_writes_a_dataset_that_trains_the_same(tmp_path, run_cli):
+def test_to_shards_writes_a_dataset_that_trains_the_same(tmp_path, vitkit_cmd):
     root = photos(tmp_path / "photos")
-    done = run_cli("data", root, "--to-shards", tmp_path / "shards", "--per-shard", "5", "data.val_fraction=0.25")
+    done = vitkit_cmd("data", root, "--to-shards", tmp_path / "shards", "--per-shard", "5", "data.val_fraction=0.25")
     assert done.returncode == 0, done.stderr
     assert sorted(p.name for p in (tmp_path / "shards").iterdir())[:2] == ["classes.txt", "shard-000000.tar"]
     from vitkit.data.shards import open_sharded

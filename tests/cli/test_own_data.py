@@ -7,7 +7,6 @@ names survive every conversion.
 """
 
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -46,31 +45,6 @@ def own(tmp_path_factory, run_cli):
     done = run_cli("train", "--data", "data", "--out", "runs/photos", *TRAIN_ARGS, cwd=root)  # a relative --data
     assert done.returncode == 0, done.stderr
     return root / "data", root / "runs" / "photos", done
-
-
-class Done:
-    """What a command left: exit code, stdout, stderr (the shape of subprocess.CompletedProcess)."""
-
-    def __init__(self, returncode: int, stdout: str, stderr: str):
-        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
-
-
-@pytest.fixture
-def vitkit_cmd(capsys):
-    """`vitkit ARGS...` in this process: the console script's own main(), without a new interpreter each time."""
-    from vitkit.cli import main
-
-    def run(*args, cwd=None) -> Done:
-        before = os.getcwd()
-        os.chdir(cwd or before)
-        try:
-            code = main([str(a) for a in args])
-        finally:
-            os.chdir(before)
-        captured = capsys.readouterr()
-        return Done(code, captured.out, captured.err)
-
-    return run
 
 
 def last_json(done) -> dict:

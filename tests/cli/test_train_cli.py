@@ -82,9 +82,9 @@ def test_user_errors_are_one_line(tmp_path, capsys, args, message):
     assert not (tmp_path / "x").exists()  # nothing was started
 
 
-def test_missing_default_data_says_how_to_install(tmp_path, monkeypatch):
+def test_missing_default_data_says_how_to_install(tmp_path, monkeypatch, vitkit_cmd):
     monkeypatch.setenv("VITKIT_DATA", str(tmp_path / "none"))
-    done = vitkit("train", "--out", tmp_path / "run", "train.steps=1")
+    done = vitkit_cmd("train", "--out", tmp_path / "run", "train.steps=1")
     assert done.returncode == 2 and "apt-get install dataset-fashion-mnist" in done.stderr
     assert not (tmp_path / "run").exists()
 

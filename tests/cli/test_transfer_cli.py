@@ -9,7 +9,7 @@ import torch
 from PIL import Image
 
 import vitkit
-from vitkit.cli import build_parser, main
+from vitkit.cli import build_parser
 from vitkit.data.idx import default_dir, find_idx
 
 needs_fashion_mnist = pytest.mark.skipif(find_idx(default_dir(), "train", "images") is None,
@@ -40,24 +40,24 @@ def test_commands_are_registered_with_help():
 
 
 @needs_fashion_mnist
-def test_fewshot_and_random_init_baseline(run_cli, checkpoint, tmp_path):
-    done = run_cli("fewshot", checkpoint / "vit.npz", "--shots", "1,5", "--out", tmp_path / "fs", "--threads", "1")
+def test_fewshot_and_random_init_baseline(run_cli, vitkit_cmd, checkpoint, tmp_path):
+    done = vitkit_cmd("fewshot", checkpoint / "vit.npz", "--shots", "1,5", "--out", tmp_path / "fs", "--threads", "1")
     assert done.returncode == 2 and "records no training data" in done.stderr and "--data" in done.stderr  # never Fashion-MNIST by chance
     result = last_json(run_cli("fewshot", checkpoint / "vit.npz", "--data", default_dir(), "--shots", "1,5", "--seeds", "2",
-                               "--out", tmp_path / "fs", "--threads", "1"))
+                               "--out", tmp_path / "fs", "--threads", "1"))  # the console script
     assert set(result["shots"]) == {"1", "5"} and result["n_test"] == 10_000 and result["feature_dim"] == 16
     assert (result["data"], result["split"], result["n"]) == (str(default_dir().absolute()), "test", 10_000)
     assert all(0.1 < r["mean"] <= 1.0 and len(r["per_seed"]) == 2 for r in result["shots"].values())
     assert json.loads((tmp_path / "fs" / "fewshot.json").read_text())["shots"] == result["shots"]
     assert "| 5 |" in (tmp_path / "fs" / "fewshot.md").read_text()
-    baseline = last_json(run_cli("fewshot", checkpoint / "vit", "--data", default_dir(), "--shots", "5", "--seeds", "2", "--random-init", "3",
-                                 "--threads", "1"))
+    baseline = last_json(vitkit_cmd("fewshot", checkpoint / "vit", "--data", default_dir(), "--shots", "5", "--seeds", "2",
+                                    "--random-init", "3", "--threads", "1"))
     assert baseline["random_init"] == 3 and (checkpoint / "vit.fewshot_random3" / "fewshot.md").is_file()  # default --out: beside the model, never in it
     assert baseline["shots"]["5"] != result["shots"]["5"]  # other weights, other features
     assert result["precision"] == "fp32"
 
 
-def test_knn_in_bf16_is_close_to_fp32(run_cli, checkpoint, tmp_path):
+def test_knn_in_bf16_is_close_to_fp32(run_cli, vitkit_cmd, checkpoint, tmp_path):
     from vitkit import precision
 
     if precision.native_bf16() is None:
@@ -69,17 +69,10 @@ def test_knn_in_bf16_is_close_to_fp32(run_cli, checkpoint, tmp_path):
             for i in range(12):
                 Image.fromarray(rng.normal(60 + 120 * k, 40, (28, 28)).clip(0, 255).astype(np.uint8)).save(tmp_path / "data" / split / c / f"{i}.png")
     args = ("knn", checkpoint / "vit", "--data", tmp_path / "data", "--k", "5", "--threads", "1")
-    fp32 = last_json(run_cli(*args, "--out", tmp_path / "fp32"))
-    bf16 = last_json(run_cli(*args, "--out", tmp_path / "bf16", "--precision", "bf16"))
+    fp32 = last_json(run_cli(*args, "--out", tmp_path / "fp32"))  # the console script
+    bf16 = last_json(vitkit_cmd(*args, "--out", tmp_path / "bf16", "--precision", "bf16"))
     assert bf16["precision"].startswith("bf16 autocast") and fp32["precision"] == "fp32" and bf16["n_test"] == 24
     assert abs(bf16["top1"]["5"] - fp32["top1"]["5"]) <= 1 / 24
-
-
-def in_process(capsys, *args):
-    """The CLI run in this process (same parser and code as the console script, without a new interpreter)."""
-    code = main([str(a) for a in args])
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def image_folder(root):
@@ -94,25 +87,21 @@ def image_folder(root):
     return root
 
 
-def test_linear_probe_and_knn(capsys, checkpoint, tmp_path):
+def test_linear_probe_and_knn(vitkit_cmd, checkpoint, tmp_path):
     data = image_folder(tmp_path / "data")
-    code, out, err = in_process(capsys, "linear-probe", checkpoint / "vit", "--data", data, "--l2", "1e-4,1", "--max-iter", "50",
-                                "--val-fraction", "0.25", "--out", tmp_path / "lp")
-    assert code == 0, err
-    probe = json.loads(out.strip().splitlines()[-1])
+    probe = last_json(vitkit_cmd("linear-probe", checkpoint / "vit", "--data", data, "--l2", "1e-4,1", "--max-iter", "50",
+                                "--val-fraction", "0.25", "--out", tmp_path / "lp"))
     assert [r["l2"] for r in probe["runs"]] == [1e-4, 1.0] and (probe["n_train"], probe["n_val"], probe["n_test"]) == (45, 15, 24)
     assert probe["best_l2"] in (1e-4, 1.0) and probe["test_top1"] > 0.9  # brightness survives any random ViT
     assert "| 0.0001 |" in (tmp_path / "lp" / "linear_probe.md").read_text()
-    code, out, err = in_process(capsys, "knn", checkpoint / "vit", "--data", data, "--k", "1,5", "--temperature", "0", "--out", tmp_path / "knn")
-    assert code == 0, err
-    knn = json.loads(out.strip().splitlines()[-1])
+    knn = last_json(vitkit_cmd("knn", checkpoint / "vit", "--data", data, "--k", "1,5", "--temperature", "0", "--out", tmp_path / "knn"))
     assert set(knn["top1"]) == {"1", "5"} and knn["n_train"] == 54 and knn["temperature"] is None  # 10% of train/ held out as val
     assert all(v > 0.9 for v in knn["top1"].values())
     assert json.loads((tmp_path / "knn" / "knn.json").read_text())["top1"] == knn["top1"]
 
 
 @needs_fashion_mnist
-def test_finetune_at_a_higher_resolution_then_eval(run_cli, checkpoint, tmp_path):
+def test_finetune_at_a_higher_resolution_then_eval(run_cli, vitkit_cmd, checkpoint, tmp_path):
     out = tmp_path / "ft"
     done = run_cli("finetune", "--from", checkpoint / "vit.npz", "--image-size", "32", "--lr", "0.03", "--out", out,
                    "--steps", "2", "--batch-size", "64", "--micro-batch", "32", "--no-progress", "train.warmup_steps=1",
@@ -124,20 +113,19 @@ def test_finetune_at_a_higher_resolution_then_eval(run_cli, checkpoint, tmp_path
     config = json.loads((out / "final" / "config.json").read_text())
     assert config["model"]["image_size"] == [32, 32] and config["model"]["representation_size"] is None  # pre-logits dropped
     assert config["class_names"][0] == "T-shirt/top"
-    evaluated = last_json(run_cli("eval", out, "--split", "test", "--json"))
+    evaluated = last_json(vitkit_cmd("eval", out, "--split", "test", "--json"))
     assert evaluated["n"] == 10_000
     assert (out / "sweep.md").is_file() and (out / "sweep.json").is_file()
 
 
-def test_user_errors_are_one_line(capsys, checkpoint, tmp_path):
-    with pytest.raises(SystemExit):
-        in_process(capsys, "fewshot", checkpoint / "vit", "--shots", "0,5")
-    assert "expected positive values" in capsys.readouterr().err
-    code, _, err = in_process(capsys, "finetune", "--from", tmp_path / "missing.npz", "--out", tmp_path / "ft", "data.name=synthetic")
-    assert code == 2 and "missing.npz: no such file" in err and len(err.strip().splitlines()) == 1
+def test_user_errors_are_one_line(vitkit_cmd, checkpoint, tmp_path):
+    done = vitkit_cmd("fewshot", checkpoint / "vit", "--shots", "0,5")  # argparse's own error
+    assert done.returncode == 2 and "expected positive values" in done.stderr
+    done = vitkit_cmd("finetune", "--from", tmp_path / "missing.npz", "--out", tmp_path / "ft", "data.name=synthetic")
+    assert done.returncode == 2 and "missing.npz: no such file" in done.stderr and len(done.stderr.strip().splitlines()) == 1
     (tmp_path / "busy").mkdir()
     (tmp_path / "busy" / "x").write_text("")
-    code, _, err = in_process(capsys, "finetune", "--from", checkpoint / "vit", "--out", tmp_path / "busy", "data.name=synthetic")
-    assert code == 2 and "choose another --out" in err
-    code, _, err = in_process(capsys, "fewshot", checkpoint / "vit", "--data", "synthetic-does-not-exist")
-    assert code == 2 and "no such file or directory" in err
+    done = vitkit_cmd("finetune", "--from", checkpoint / "vit", "--out", tmp_path / "busy", "data.name=synthetic")
+    assert done.returncode == 2 and "choose another --out" in done.stderr
+    done = vitkit_cmd("fewshot", checkpoint / "vit", "--data", "synthetic-does-not-exist")
+    assert done.returncode == 2 and "no such file or directory" in done.stderr
