@@ -143,11 +143,19 @@ def test_training_on_shards_resumes_exactly_with_workers_and_lists_bad_records(t
     assert listed["count"] == 1 and ("broken.jpg" in listed["files"][0]["path"] or "row 29" in listed["files"][0]["path"])
 
 
-def test_two_gloo_ranks_on_tar_shards_train_as_one_process_and_resume_on_one(tmp_path):
-    """Every rank reads its share of each batch from the shards, crops drawn per image: 2 ranks (stopped at step 2)
-    and 1 process resuming them train exactly as one process straight through."""
-    write_tar_shards(_read_folder(make_folder(tmp_path / "photos")), tmp_path / "shards", per_shard=9)
-    args = [*TRAIN, f"data.path={tmp_path / 'shards'}", "data.workers=1", "augment.hflip=0"]  # flips are drawn per rank
+@pytest.mark.parametrize("kind", ["tar", "parquet", "folder"])
+def test_two_gloo_ranks_train_as_one_process_and_resume_on_one(tmp_path, kind):
+    """Every rank reads its share of each batch (from tar shards, Parquet row groups or image files), crops drawn
+    per image: 2 ranks (stopped at step 2) and 1 process resuming them train exactly as one process straight through."""
+    data = make_folder(tmp_path / "photos")
+    if kind == "tar":
+        write_tar_shards(_read_folder(data), tmp_path / "shards", per_shard=9)
+        data = tmp_path / "shards"
+    elif kind == "parquet":
+        data = tmp_path / "parquet"
+        data.mkdir()
+        make_parquet(data / "train-00000-of-00001.parquet", [i % 3 for i in range(24)], [jpeg(i) for i in range(24)], row_group_size=4)
+    args = [*TRAIN, f"data.path={data}", "data.workers=1", "augment.hflip=0"]  # flips are drawn per rank
     one, two = tmp_path / "one", tmp_path / "two"
     train(load_run_config(None, [*args, "train.steps=4"]), one)
     launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "vitkit", "train"]
