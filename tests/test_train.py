@@ -101,3 +101,11 @@ def test_refuses_to_overwrite_a_run_and_to_resume_nothing(tmp_path):
 def test_micro_batch_must_divide(tmp_path):
     with pytest.raises(ConfigError, match="micro_batch"):
         train(load_run_config(None, TINY + ["train.micro_batch=5"]), tmp_path / "run")
+
+
+def test_the_plan_names_a_hybrid_and_its_resnet(tmp_path, capsys):
+    config = load_run_config(None, TINY + ["train.steps=1", "model.image_size=16", "model.patch_size=1",
+                                           "model.backbone={layers: [], width: 32}"])
+    train(config, tmp_path / "run")
+    model_line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("model "))
+    assert "hybrid ViT at 16x16" in model_line and "ResNet stem (width 32), patch 1 (16 tokens)" in model_line, model_line

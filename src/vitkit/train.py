@@ -636,7 +636,9 @@ def _plan(config: RunConfig, model: VisionTransformer, data: _Data, env: _Setup,
     if isinstance(c, BiTConfig):  # a ResNet: stages and widths, no tokens
         shape = f"units {'-'.join(map(str, c.layers))}, width {c.width * c.width_factor}, {c.stem} stem"
     else:
-        shape = f"patch {c.patch_size[0]} ({c.num_patches} tokens), width {c.width}, depth {c.depth}"
+        b = c.backbone
+        stem = "" if b is None else f"ResNet {'stem' if not b.layers else 'units ' + '-'.join(map(str, b.layers))} (width {b.width}), "
+        shape = f"{stem}patch {c.patch_size[0]} ({c.num_patches} tokens), width {c.width}, depth {c.depth}"
     lines = [f"model      {_model_name(config.model.get('name'), c)} at {c.image_size[0]}x{c.image_size[1]}, "
              f"{c.in_chans} channel{'s' * (c.in_chans > 1)}, {shape}: {params:,} parameters, {count_flops(c) / 1e9:.3g} GFLOPs/image",
              f"data       {record['name'] if record['name'] == 'synthetic' else record['path']}: {len(names)} classes ({shown})"]
@@ -659,7 +661,7 @@ def _model_name(name: str | None, c) -> str:
     """The run's model name where the architecture is that model's, else its family (e.g. a name kept only as a label)."""
     from vitkit.models import get_config
 
-    family = "BiT ResNet" if isinstance(c, BiTConfig) else "ViT"
+    family = "BiT ResNet" if isinstance(c, BiTConfig) else "ViT" if c.backbone is None else "hybrid ViT"
     try:
         known = get_config(name)
     except (ConfigError, AttributeError, TypeError):
