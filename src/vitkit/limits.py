@@ -5,6 +5,8 @@ declared sizes, before anything is allocated or decompressed."""
 from __future__ import annotations
 
 import os
+import shutil
+from pathlib import Path
 
 MAX_EXPANSION = 64  # weights and pixels compress a few times at most; a decompression bomb, thousands of times
 MIN_BUDGET = 256 << 20  # any file may expand to this much (small files of zeros compress well and are harmless)
@@ -40,9 +42,6 @@ def check_room(path: str | os.PathLike, nbytes: int, what: str, error: type[Exce
     """Raise `error` before `what` (`nbytes` to be written to `path`, and held in memory first when `memory`) is
     built, if the disk under `path` (or the machine's memory) has not that much free: a full disk found halfway
     through costs the time and leaves nothing."""
-    import shutil
-    from pathlib import Path
-
     folder = Path(path).absolute()
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent
