@@ -1,5 +1,5 @@
 """Accuracy cost of every CPU inference path on real data: vitkit fp32 / bf16 / int8 and the deployment runtimes
-(ONNX Runtime fp32, OpenVINO fp32 and bf16, fed vitkit's ONNX export) on a checkpoint and a dataset split.
+(ONNX Runtime fp32, OpenVINO fp32 and bf16, fed vitkit's ONNX export; both in int8 as NNCF quantizes that export) on a checkpoint and a dataset split.
 
     python benchmarks/cpu_precision.py runs/demo --split test [--threads 2]
 
@@ -34,6 +34,7 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--calibration", type=int, default=256, help="int8: training images its observers see")
     p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--no-nncf", action="store_true", help="leave out the int8 exports NNCF quantizes for ONNX Runtime and OpenVINO")
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -52,7 +53,8 @@ def main() -> None:
     candidates = {"vitkit fp32": prepare(model, "fp32", batches=n_batches)}
     if native_bf16():
         candidates["vitkit bf16"] = prepare(model, "bf16", batches=n_batches)
-    candidates["vitkit int8"] = prepare(model, "int8", calibration=calibration_images(split("train"), model, n=args.calibration, crop_pct=crop))
+    calibration = calibration_images(split("train"), model, n=args.calibration, crop_pct=crop)
+    candidates["vitkit int8"] = prepare(model, "int8", calibration=calibration)
     scratch = tempfile.TemporaryDirectory(prefix="vitkit-acc-")
     onnx = export(model, Path(scratch.name) / "model.onnx", format="onnx")
     threads = torch.get_num_threads()
@@ -60,6 +62,10 @@ def main() -> None:
     candidates["openvino fp32"] = runtime_session("openvino", onnx, threads=threads)
     if native_bf16():
         candidates["openvino bf16"] = runtime_session("openvino", onnx, precision="bf16", threads=threads)
+    if not args.no_nncf:  # the same calibration images as vitkit int8
+        for runtime, fmt, name in (("onnxruntime", "onnx", "int8.onnx"), ("openvino", "openvino", "int8.xml")):
+            quantized = export(model, Path(scratch.name) / name, format=fmt, calibration=calibration)
+            candidates[f"{runtime} int8 (NNCF)"] = runtime_session(runtime, quantized, precision="int8", threads=threads)
     preds = {name: [] for name in candidates}
     seconds = dict.fromkeys(candidates, 0.0)
     labels = []

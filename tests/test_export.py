@@ -66,7 +66,7 @@ def test_runtimes_run_the_onnx_export_alike(model, tmp_path):
         pytest.importorskip(runtime)
         got = runtime_session(runtime, path, threads=1)(x)
         assert (got - expected).abs().max() < 1e-4, runtime
-    with pytest.raises(ConfigError, match="fp32 only"):
+    with pytest.raises(ConfigError, match="in fp32 or int8"):
         runtime_session("onnxruntime", path, precision="bf16")
 
 
@@ -132,3 +132,66 @@ def test_an_openvino_ir_cut_between_its_two_files_is_refused_in_one_line(model, 
     with torch.no_grad():
         torch.testing.assert_close(runtime_session("openvino", path)(x), other(x), atol=1e-4, rtol=1e-4)
     assert not torch.allclose(old_out, other(x).detach(), atol=1e-3)
+
+
+# -- int8 exports (NNCF) ----------------------------------------------------------------------------
+@pytest.mark.parametrize("fmt", ["onnx", "openvino"])
+def test_an_int8_export_is_quantized_by_nncf_and_stays_close_to_pytorch(model, tmp_path, fmt):
+    pytest.importorskip("nncf")
+    pytest.importorskip("onnxscript")
+    pytest.importorskip("onnxruntime" if fmt == "onnx" else "openvino")
+    from vitkit.checkpoint.io import read_sidecar
+    from vitkit.export import runtime_session
+
+    calibration = [torch.randn(6, 3, 16, 20), torch.randn(4, 3, 16, 20)]
+    path = export(model, tmp_path / ("m.xml" if fmt == "openvino" else "m.onnx"), format=fmt, calibration=calibration)
+    if fmt == "onnx":
+        onnx = pytest.importorskip("onnx")
+        proto = onnx.load(str(path))
+        ops = {node.op_type for node in proto.graph.node}
+        info = {p.key: json.loads(p.value) for p in proto.metadata_props}
+        assert "QuantizeLinear" in ops and "DequantizeLinear" in ops
+    else:
+        assert "FakeQuantize" in path.read_text()
+        info = read_sidecar(path)
+    assert info["precision"] == "int8 (NNCF post-training quantization, 10 calibration images)" and info["input_size"] == [3, 16, 20]
+    x = torch.randn(32, 3, 16, 20)
+    with torch.no_grad():
+        ref = model(x)
+    out = runtime_session("onnxruntime" if fmt == "onnx" else "openvino", path, precision="int8")(x)
+    assert out.shape == ref.shape and not torch.equal(out, ref)  # quantized: close, not equal
+    # random weights and noise images: int8 moves the logits a little (~20% in norm), never scrambles them
+    assert torch.nn.functional.cosine_similarity(out.flatten(), ref.flatten(), dim=0) > 0.9
+
+
+def test_an_int8_export_of_a_format_nncf_cannot_quantize_is_refused(model, tmp_path):
+    with pytest.raises(ConfigError, match="int8 exports are ONNX or OpenVINO IR"):
+        export(model, tmp_path / "m.pt", format="torchscript", calibration=[torch.randn(2, 3, 16, 20)])
+
+
+def _class_folders(root, n=6):
+    from PIL import Image
+
+    for split in ("train", "val"):
+        for k, name in enumerate(("dark", "light")):
+            (root / split / name).mkdir(parents=True)
+            for i in range(n):
+                Image.new("RGB", (16, 16), (200 * k + 5 * i, 30, 30)).save(root / split / name / f"{i}.png")
+
+
+def test_cli_int8_export_is_calibrated_on_training_images_and_checked_on_held_out_ones(vitkit_cmd, tmp_path):
+    pytest.importorskip("nncf")
+    pytest.importorskip("onnxruntime")
+    m = vitkit.create_model("vit_test", num_classes=2).eval()
+    torch.nn.init.normal_(m.head.weight)
+    save_pretrained(m, tmp_path / "ckpt", extra={"class_names": ["dark", "light"]})
+    _class_folders(tmp_path / "data")
+    base = ("export", tmp_path / "ckpt", "--format", "onnx", "--precision", "int8", "--data", tmp_path / "data", "--calibration", 8)
+    result = vitkit_cmd(*base, "--out", tmp_path / "m.onnx", "--min-agreement", 0)
+    assert result.returncode == 0, result.stderr
+    assert "onnx int8 by NNCF, 8 calibration images of" in result.stdout and "on 12 val images of" in result.stdout
+    assert (tmp_path / "m.onnx").is_file()
+    refused = vitkit_cmd(*base, "--out", tmp_path / "n.onnx", "--min-agreement", 1.01)  # no export can agree on 101%
+    assert refused.returncode != 0 and len(refused.stderr.strip().splitlines()) == 1 and "under --min-agreement" in refused.stderr
+    wrong = vitkit_cmd("export", tmp_path / "ckpt", "--format", "torchscript", "--precision", "int8", "--data", tmp_path / "data")
+    assert wrong.returncode == 2 and "--precision int8: exports ONNX or OpenVINO IR" in wrong.stderr

@@ -23,7 +23,7 @@ SIZES = {
     "BiT": [("R11x1", BIT), ("R20x1", {**BIT, "layers": [2, 2, 2]}), ("R20x2", {**BIT, "layers": [2, 2, 2], "width_factor": 2})],
     "hybrid": [("d1", {**HYBRID, "depth": 1}), ("d2", HYBRID), ("d4", {**HYBRID, "depth": 4})],
 }
-FULL = {"steps": 800, "batch_size": 256, "test_images": None}
+FULL = {"steps": 500, "batch_size": 256, "test_images": None}
 CI = {"steps": 2, "batch_size": 16, "test_images": 40}
 
 

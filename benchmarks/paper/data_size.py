@@ -17,7 +17,7 @@ import sys
 
 from common import FAMILIES, defaults, header, lines, nested_subsets, parser, pyplot, report, run_one, save_figure
 
-FULL = {"sizes": "1000,5000,20000,60000", "steps": 1000, "batch_size": 256, "test_images": None}
+FULL = {"sizes": "1000,5000,20000,60000", "steps": 500, "batch_size": 256, "test_images": None}
 CI = {"sizes": "60,120", "steps": 2, "batch_size": 16, "test_images": 40}
 
 

@@ -18,7 +18,7 @@ import sys
 from common import FAMILIES, defaults, header, parser, pyplot, report, run_one, save_figure
 
 VARIANTS = ["none", "learned", "learned_2d", "relative", "sincos2d"]
-FULL = {"steps": 1000, "batch_size": 256, "test_images": None, "seeds": 3}
+FULL = {"steps": 500, "batch_size": 256, "test_images": None, "seeds": 3}
 CI = {"steps": 2, "batch_size": 16, "test_images": 40, "seeds": 1}
 
 

@@ -173,6 +173,13 @@ def build_backend(name: str, model: torch.nn.Module, setup: Setup, precision_: s
     pinned to torch's count (see export.runtime_session for spinning): a function of a batch."""
     from vitkit.export import export, runtime_session
 
+    if precision_ == "int8":  # quantized by NNCF on one random batch, as vitkit int8 is calibrated here: speed only
+        c = model.config
+        calibration = [torch.randn(setup.batch_size, c.in_chans, *c.image_size, generator=torch.Generator().manual_seed(0))]
+        path = os.path.join(folder, "int8.onnx" if name == "onnxruntime" else "int8.xml")
+        if not os.path.exists(path):
+            export(model, path, format="onnx" if name == "onnxruntime" else "openvino", calibration=calibration)
+        return runtime_session(name, path, precision="int8", threads=torch.get_num_threads())
     onnx_path = os.path.join(folder, "model.onnx")
     if not os.path.exists(onnx_path):
         export(model, onnx_path, format="onnx")

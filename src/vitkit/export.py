@@ -6,6 +6,7 @@ The deployment runtimes (ONNX Runtime, OpenVINO) run vitkit's own ONNX export: `
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import logging
@@ -39,13 +40,17 @@ def preprocessing(model: VisionTransformer, metadata: dict | None = None) -> dic
             "channels": "grayscale (ITU-R 601 luma)" if c.in_chans == 1 else "RGB"}
 
 
-def export(model: VisionTransformer, path: str | os.PathLike, *, format: str, metadata: dict | None = None) -> Path:
+def export(model: VisionTransformer, path: str | os.PathLike, *, format: str, metadata: dict | None = None,
+           calibration: list[torch.Tensor] | None = None) -> Path:
     """Write `model` (eval mode, CPU) to `path` in `format`, with a dynamic batch dimension.
 
     Class names and preprocessing go into the file where the format has a place (ONNX metadata_props),
-    else into PATH.json beside it."""
+    else into PATH.json beside it. With `calibration` (normalised image batches) an ONNX or OpenVINO export is
+    quantized to int8 by NNCF (`quantize_int8`), its activation ranges measured on those images."""
     if format not in FORMATS:
         raise ConfigError(f"format: expected one of {', '.join(FORMATS)}, got {format!r}")
+    if calibration is not None and format not in ("onnx", "openvino"):
+        raise ConfigError(f"format {format}: int8 exports are ONNX or OpenVINO IR (quantized by NNCF); export {format} in fp32")
     model = copy.deepcopy(model).eval().cpu()
     if isinstance(model, VisionTransformer):
         model.set_inference_kernels(None)  # torch's own ops: what every runtime knows
@@ -53,11 +58,12 @@ def export(model: VisionTransformer, path: str | os.PathLike, *, format: str, me
     x = _example(model, 2)
     batch = torch.export.Dim("batch", min=1, max=4096)
     info = preprocessing(model, metadata)
+    info["precision"] = "fp32" if calibration is None else f"int8 (NNCF post-training quantization, {sum(len(b) for b in calibration)} calibration images)"
     if format == "onnx":
-        _export_onnx(model, x, path, batch, info)
+        _export_onnx(model, x, path, batch, info, calibration)
         return path
     if format == "openvino":
-        _export_openvino(model, x, path, batch, info)
+        _export_openvino(model, x, path, batch, info, calibration)
         return path
     with atomic_path(path) as tmp, torch.no_grad():
         if format == "torchscript":
@@ -83,7 +89,8 @@ def _external_weights(path: Path) -> list[Path]:
 ONNX_SINGLE_FILE_LIMIT = 2**31 - 2**26  # protobuf's 2 GB limit, with room for the graph
 
 
-def _export_onnx(model: VisionTransformer, x: torch.Tensor, path: Path, batch: torch.export.Dim, info: dict) -> None:
+def _export_onnx(model: VisionTransformer, x: torch.Tensor, path: Path, batch: torch.export.Dim, info: dict,
+                 calibration: list[torch.Tensor] | None = None) -> None:
     """One .onnx file holding graph, weights and metadata_props (class names, preprocessing); a model over
     protobuf's 2 GB keeps its weights in PATH.<id>.data beside it, a name no earlier export used.
 
@@ -105,6 +112,9 @@ def _export_onnx(model: VisionTransformer, x: torch.Tensor, path: Path, batch: t
         proto = onnx.load(str(graph))  # with the external weights, if the exporter wrote any
         for produced in list(Path(scratch).iterdir()):
             produced.unlink()
+        if calibration is not None:
+            proto = quantize_int8(proto, calibration, input_name="images")
+            del proto.metadata_props[:]
         for key, value in info.items():
             proto.metadata_props.add(key=key, value=json.dumps(value))
         small = sum(p.numel() * p.element_size() for p in model.parameters()) < ONNX_SINGLE_FILE_LIMIT
@@ -117,9 +127,10 @@ def _export_onnx(model: VisionTransformer, x: torch.Tensor, path: Path, batch: t
             stale.unlink(missing_ok=True)
 
 
-def _export_openvino(model: VisionTransformer, x: torch.Tensor, path: Path, batch: torch.export.Dim, info: dict) -> None:
-    """OpenVINO IR (path .xml + its .bin weights) converted from vitkit's ONNX export, weights kept in fp32;
-    class names, preprocessing and the .bin's sha256 in PATH.json beside it.
+def _export_openvino(model: VisionTransformer, x: torch.Tensor, path: Path, batch: torch.export.Dim, info: dict,
+                     calibration: list[torch.Tensor] | None = None) -> None:
+    """OpenVINO IR (path .xml + its .bin weights) converted from vitkit's ONNX export, weights kept in fp32 (or
+    quantized to int8 by NNCF, given `calibration`); class names, preprocessing and the .bin's sha256 in PATH.json beside it.
 
     The format ties the two names together (PATH.xml reads PATH.bin), so no order of renames replaces an IR at
     once: a kill between them leaves a new .bin beside an old .xml and sidecar. The sidecar, written last,
@@ -132,10 +143,38 @@ def _export_openvino(model: VisionTransformer, x: torch.Tensor, path: Path, batc
         onnx_path = Path(scratch) / "model.onnx"
         _export_onnx(model, x, onnx_path, batch, info)
         xml = Path(scratch) / path.name
-        ov.save_model(ov.convert_model(str(onnx_path)), str(xml), compress_to_fp16=False)
+        converted = ov.convert_model(str(onnx_path))
+        if calibration is not None:
+            converted = quantize_int8(converted, calibration)
+        ov.save_model(converted, str(xml), compress_to_fp16=False)
         os.replace(xml.with_suffix(".bin"), path.with_suffix(".bin"))
         os.replace(xml, path)
     write_json(sidecar_path(path), {**info, "weights_sha256": sha256(path.with_suffix(".bin"))})
+
+
+def quantize_int8(graph, calibration: list[torch.Tensor], *, input_name: str | None = None):
+    """An ONNX ModelProto or OpenVINO model quantized to int8 by NNCF's post-training flow (its transformer preset:
+    SmoothQuant, int8 matmuls, sensitive ops left in float), its activation ranges measured on the normalised image
+    batches `calibration`, fed one image at a time. ONNX graphs take named inputs (`input_name`)."""
+    os.environ.setdefault("NNCF_CI", "1")  # NNCF's switch for its usage telemetry: vitkit sends nothing over the network
+    try:
+        import nncf
+    except ImportError:
+        raise ConfigError("int8 exports: NNCF is not installed; install the nncf extra (pip install 'vitkit[nncf]')") from None
+    nncf.set_log_level(logging.ERROR)
+    images = [image[None].numpy() for batch in calibration for image in batch]
+    if not images:
+        raise ConfigError("int8 export: no calibration images")
+    items = [{input_name: image} for image in images] if input_name else images
+    with _quiet_progress():
+        return nncf.quantize(graph, nncf.Dataset(items), model_type=nncf.ModelType.TRANSFORMER, subset_size=len(items))
+
+
+@contextlib.contextmanager
+def _quiet_progress():
+    """NNCF draws progress bars; a command's output is its own."""
+    with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+        yield
 
 
 def _check_ir_pair(path: Path) -> None:
@@ -158,14 +197,15 @@ def runtime_session(runtime: str, path: str | os.PathLike, *, precision: str = "
     """A function running the ONNX or OpenVINO file `path` in `runtime` ("onnxruntime" or "openvino") on a batch.
 
     threads: the runtime's thread count (default: torch's); ONNX Runtime's pool is told not to spin while idle, so it
-    does not slow whatever runs beside it (OpenVINO has no such switch; its workers sleep when idle). precision: fp32 for both; OpenVINO also bf16 (its inference
-    precision hint: bf16 matmuls where the CPU has them).
+    does not slow whatever runs beside it (OpenVINO has no such switch; its workers sleep when idle). precision: fp32
+    for both; OpenVINO also bf16 (its inference precision hint: bf16 matmuls where the CPU has them); int8 for a file
+    quantized by `export(..., calibration=...)` (run as it is: int8 where the graph says, the runtime's default elsewhere).
     """
     threads = threads or torch.get_num_threads()
     if runtime == "onnxruntime":
         ort = _import_runtime("onnxruntime")
-        if precision != "fp32":
-            raise ConfigError(f"onnxruntime {precision}: vitkit runs ONNX Runtime in fp32 only (its CPU provider has no bf16 matmuls)")
+        if precision not in ("fp32", "int8"):
+            raise ConfigError(f"onnxruntime {precision}: vitkit runs ONNX Runtime in fp32 or int8 (its CPU provider has no bf16 matmuls)")
         options = ort.SessionOptions()
         options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
@@ -174,12 +214,13 @@ def runtime_session(runtime: str, path: str | os.PathLike, *, precision: str = "
         return lambda x: torch.from_numpy(session.run(None, {name: x.numpy()})[0])
     if runtime == "openvino":
         ov = _import_runtime("openvino")
-        if precision not in ("fp32", "bf16"):
-            raise ConfigError(f"openvino {precision}: vitkit runs OpenVINO in fp32 or bf16")
-        hint = {"fp32": "f32", "bf16": "bf16"}[precision]
+        if precision not in ("fp32", "bf16", "int8"):
+            raise ConfigError(f"openvino {precision}: vitkit runs OpenVINO in fp32, bf16 or int8")
         _check_ir_pair(Path(path))
-        compiled = ov.Core().compile_model(str(path), "CPU", {"INFERENCE_NUM_THREADS": threads, "INFERENCE_PRECISION_HINT": hint,
-                                                                "PERFORMANCE_HINT": "LATENCY"})
+        options = {"INFERENCE_NUM_THREADS": threads, "PERFORMANCE_HINT": "LATENCY"}
+        if precision != "int8":
+            options["INFERENCE_PRECISION_HINT"] = {"fp32": "f32", "bf16": "bf16"}[precision]
+        compiled = ov.Core().compile_model(str(path), "CPU", options)
         request = compiled.create_infer_request()
         return lambda x: torch.from_numpy(request.infer([x.numpy()])[0].copy())
     raise ConfigError(f"unknown runtime {runtime!r}; choose from {', '.join(RUNTIMES)}")

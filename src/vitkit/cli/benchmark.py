@@ -36,7 +36,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--compare", default="",
                    help="comma-separated candidates, each optionally :fp32/:bf16/:int8 (default: --precision): references "
                    "transformers,timm ('all': those installed), deployment runtimes onnxruntime,openvino (fed vitkit's "
-                   "ONNX export; same thread count, ONNX Runtime not spinning) and vitkit itself, e.g. vitkit:fp32,openvino:bf16")
+                   "ONNX export; same thread count, ONNX Runtime not spinning; :int8 quantizes that export with NNCF) and vitkit "
+                   "itself, e.g. vitkit:fp32,openvino:bf16,openvino:int8")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores available)")
     p.add_argument("--json", type=Path, default=None, help="also write the report as JSON to this file")

@@ -19,6 +19,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path, default=None, help="output file (default: beside the checkpoint)")
     p.add_argument("--atol", type=float, default=1e-4, help="largest allowed difference from PyTorch (default 1e-4)")
     p.add_argument("--threads", type=int, default=0, help="CPU threads (default: torch's choice)")
+    p.add_argument("--precision", choices=["fp32", "int8"], default="fp32",
+                   help="int8: ONNX or OpenVINO IR quantized by NNCF (post-training, calibrated on --calibration training "
+                   "images; needs the nncf extra), then checked on --check-images held-out images (default fp32)")
+    p.add_argument("--calibration", type=int, default=256, metavar="N", help="int8: training images NNCF calibrates on (default 256)")
+    p.add_argument("--check-images", type=int, default=500, metavar="N",
+                   help="int8: validation images (else test) on which the export's top-1 must agree with PyTorch fp32 (default 500)")
+    p.add_argument("--min-agreement", type=float, default=0.99,
+                   help="int8: the least top-1 agreement with PyTorch fp32 on --check-images images (default 0.99)")
+    p.add_argument("--data", default=None, help="int8: the images to calibrate and check on (default: the data the checkpoint was trained on)")
     p.set_defaults(run=run)
 
 
@@ -32,6 +41,8 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     model, metadata = load_with_metadata(args.checkpoint)
     out = args.out or args.checkpoint.with_name(args.checkpoint.name.rstrip("/") + FORMATS[args.format])
+    if args.precision == "int8":
+        return _export_int8(args, model, metadata, out)
     export(model, out, format=args.format, metadata=metadata)
     diff = verify(model, out, args.format)
     also = "".join(f" + {p.name}" for p in companions(out))
@@ -39,4 +50,43 @@ def run(args: argparse.Namespace) -> int:
           f"max |export - pytorch| on a batch of 3 = {diff:.2e}")
     if not diff <= args.atol:
         raise VitkitError(f"{out}: the export differs from PyTorch by {diff:.2e} > --atol {args.atol}")
+    return 0
+
+
+def _export_int8(args: argparse.Namespace, model, metadata: dict, out: Path) -> int:
+    """Calibrate on training images, export quantized, then check top-1 against PyTorch fp32 on held-out images."""
+    import torch
+
+    from vitkit.data import DataSpec
+    from vitkit.data.sources import MissingSplit
+    from vitkit.errors import ConfigError
+    from vitkit.evaluation import calibration_images
+    from vitkit.export import companions, export, runtime_session
+
+    if args.format not in ("onnx", "openvino"):
+        raise ConfigError(f"--precision int8: exports ONNX or OpenVINO IR (quantized by NNCF); not --format {args.format}")
+    c = model.config
+    crop_pct = metadata.get("preprocess", {}).get("crop_pct", 1.0)
+    spec = DataSpec.from_checkpoint(metadata, args.checkpoint, data=args.data)
+    train = spec.open("train", channels=c.in_chans, image_size=c.image_size[0])
+    try:
+        check, split = spec.open("val", channels=c.in_chans, image_size=c.image_size[0]), "val"
+    except MissingSplit:
+        check, split = spec.open("test", channels=c.in_chans, image_size=c.image_size[0]), "test"
+    calibration = calibration_images(train, model, n=args.calibration, crop_pct=crop_pct)
+    export(model, out, format=args.format, metadata=metadata, calibration=calibration)
+    run = runtime_session("onnxruntime" if args.format == "onnx" else "openvino", out, precision="int8")
+    agree = total = 0
+    with torch.inference_mode():
+        for x in calibration_images(check, model, n=args.check_images, crop_pct=crop_pct, seed=1):
+            agree += int((run(x).argmax(-1) == model(x).argmax(-1)).sum())
+            total += len(x)
+    also = "".join(f" + {p.name}" for p in companions(out))
+    n_cal = sum(len(b) for b in calibration)
+    print(f"wrote {out}{also} ({args.format} int8 by NNCF, {n_cal} calibration images of {spec.where} (train), dynamic batch, "
+          f"{len(metadata.get('class_names') or [])} class names); top-1 agreement with PyTorch fp32 on {total} {split} images "
+          f"of {spec.where}: {agree / total:.2%}")
+    if agree / total < args.min_agreement:
+        raise VitkitError(f"{out}: int8 top-1 agrees with PyTorch fp32 on {agree / total:.2%} of {total} {split} images, "
+                          f"under --min-agreement {args.min_agreement:.2%}; calibrate on more images (--calibration) or export fp32")
     return 0
