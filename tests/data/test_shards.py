@@ -181,3 +181,40 @@ def test_parquet_batches_split_across_ranks_and_resume_with_workers(tmp_path):
         assert torch.equal(torch.cat([halves[0][step], halves[1][step]]), x)
     resumed = [y for _, (_, y) in zip(range(3), make(workers=2).iterate(0, 3))]
     assert all(torch.equal(a, b) for a, b in zip(resumed, [y for _, y in one[3:]]))
+
+
+@pytest.mark.parametrize("fmt", [tarfile.USTAR_FORMAT, tarfile.GNU_FORMAT, tarfile.PAX_FORMAT])
+def test_tar_headers_are_read_as_tarfile_reads_them(tmp_path, fmt):
+    """The quick header reader finds the same files at the same offsets as tarfile: long names (ustar prefix,
+    GNU long-name members, pax records), non-ASCII names, directories and links left out; a cut shard too."""
+    from vitkit.data.shards import _index_tar, _tar_files, _tarfile_members
+
+    names = ["a.jpg", "a.cls", "dir/b.png", "dir/b.json", "d" * 120 + "/c.jpg", "d" * 120 + "/c.cls"]
+    if fmt != tarfile.USTAR_FORMAT:
+        names += ["ünï/ç.jpg", "ünï/ç.cls", "x" * 150 + ".png", "x" * 150 + ".cls"]
+    path = tmp_path / "s.tar"
+    with tarfile.open(path, "w", format=fmt) as tar:
+        folder = tarfile.TarInfo("dir")
+        folder.type = tarfile.DIRTYPE
+        tar.addfile(folder)
+        for i, name in enumerate(names):
+            payload = b'{"label": 1}' if name.endswith(".json") else b"2" if name.endswith(".cls") else bytes([i]) * (700 * i + 3)
+            info = tarfile.TarInfo(name)
+            info.size = len(payload)
+            tar.addfile(info, io.BytesIO(payload))
+        link = tarfile.TarInfo("link.jpg")
+        link.type, link.linkname = tarfile.SYMTYPE, "a.jpg"
+        tar.addfile(link)
+    with open(path, "rb") as f:
+        found = [m[:3] for m in _tar_files(f, path)]
+    assert found == [m[:3] for m in _tarfile_members(path)] and [m[0] for m in found] == names
+    images, labels, keys = _index_tar(path)
+    assert len(images) == len(names) // 2 and labels == ["2", "1", "2", "2", "2"][: len(images)]
+    assert all(m.read() == bytes([names.index(m.name)]) * (700 * names.index(m.name) + 3) for m in images)
+    whole = path.read_bytes()
+    cut = tmp_path / "cut.tar"
+    cut.write_bytes(whole[: images[-1].offset + 100])  # inside the last image's data
+    with pytest.raises(tarfile.ReadError, match="unexpected end of data"):
+        list(_tarfile_members(cut))
+    with pytest.raises(DataError, match=r"cut\.tar: not a readable uncompressed tar shard \(unexpected end of data\)"):
+        _index_tar(cut)
