@@ -154,7 +154,8 @@ def test_an_int8_export_is_quantized_by_nncf_and_stays_close_to_pytorch(model, t
     else:
         assert "FakeQuantize" in path.read_text()
         info = read_sidecar(path)
-    assert info["precision"] == "int8 (NNCF post-training quantization, 10 calibration images)" and info["input_size"] == [3, 16, 20]
+    assert info["precision"] == "int8 (NNCF post-training quantization, transformer preset, 10 calibration images)"
+    assert info["input_size"] == [3, 16, 20]
     x = torch.randn(32, 3, 16, 20)
     with torch.no_grad():
         ref = model(x)
@@ -189,9 +190,10 @@ def test_cli_int8_export_is_calibrated_on_training_images_and_checked_on_held_ou
     base = ("export", tmp_path / "ckpt", "--format", "onnx", "--precision", "int8", "--data", tmp_path / "data", "--calibration", 8)
     result = vitkit_cmd(*base, "--out", tmp_path / "m.onnx", "--min-agreement", 0)
     assert result.returncode == 0, result.stderr
-    assert "onnx int8 by NNCF, 8 calibration images of" in result.stdout and "on 12 val images of" in result.stdout
+    assert "onnx int8 by NNCF, transformer preset, 8 calibration images of" in result.stdout and "on 12 val images of" in result.stdout
     assert (tmp_path / "m.onnx").is_file()
     refused = vitkit_cmd(*base, "--out", tmp_path / "n.onnx", "--min-agreement", 1.01)  # no export can agree on 101%
     assert refused.returncode != 0 and len(refused.stderr.strip().splitlines()) == 1 and "under --min-agreement" in refused.stderr
+    assert "transformer preset" in refused.stderr and "default preset" in refused.stderr  # both NNCF flows were tried
     wrong = vitkit_cmd("export", tmp_path / "ckpt", "--format", "torchscript", "--precision", "int8", "--data", tmp_path / "data")
     assert wrong.returncode == 2 and "--precision int8: exports ONNX or OpenVINO IR" in wrong.stderr

@@ -1,6 +1,6 @@
 """Compute (paper Fig. 5): three sizes of each family, test accuracy against counted training FLOPs.
 
-    python benchmarks/paper/compute.py --out runs/paper/compute                # CPU default (~40 CPU-minutes, 2 cores)
+    python benchmarks/paper/compute.py --out runs/paper/compute                # CPU default: 500 steps of 256 a run, ~40 min (RESULTS.md)
     python benchmarks/paper/compute.py --out DIR --steps 5000 --device cuda
 
 Every model trains on the whole training split for the same number of steps; its training compute is the

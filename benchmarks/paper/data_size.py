@@ -1,6 +1,6 @@
 """Data size (paper Fig. 3 and 4): ViT, BiT ResNet and hybrid of similar compute on nested training subsets.
 
-    python benchmarks/paper/data_size.py --out runs/paper/data_size            # CPU default (~40 CPU-minutes, 2 cores)
+    python benchmarks/paper/data_size.py --out runs/paper/data_size            # CPU default: 500 steps of 256 a run, ~40 min (RESULTS.md)
     python benchmarks/paper/data_size.py --out DIR --sizes 1000,5000,20000,60000 --steps 4000 --device cuda
 
 Each family trains for the same number of steps on the first n images of one seeded permutation of the

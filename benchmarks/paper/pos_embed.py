@@ -1,6 +1,6 @@
 """Position embeddings (paper App. D.4): the five variants of the demo ViT, same recipe, several seeds.
 
-    python benchmarks/paper/pos_embed.py --out runs/paper/pos_embed            # CPU default (~40 CPU-minutes, 2 cores)
+    python benchmarks/paper/pos_embed.py --out runs/paper/pos_embed            # CPU default: 500 steps of 256 a run, ~40 min (RESULTS.md)
     python benchmarks/paper/pos_embed.py --out DIR --seeds 5 --steps 4000 --device cuda
 
 Variants (model.pos_embed): none, learned (1D), learned_2d (row + column), relative (attention biases per

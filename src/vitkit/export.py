@@ -41,12 +41,12 @@ def preprocessing(model: VisionTransformer, metadata: dict | None = None) -> dic
 
 
 def export(model: VisionTransformer, path: str | os.PathLike, *, format: str, metadata: dict | None = None,
-           calibration: list[torch.Tensor] | None = None) -> Path:
+           calibration: list[torch.Tensor] | None = None, preset: str = "transformer") -> Path:
     """Write `model` (eval mode, CPU) to `path` in `format`, with a dynamic batch dimension.
 
     Class names and preprocessing go into the file where the format has a place (ONNX metadata_props),
     else into PATH.json beside it. With `calibration` (normalised image batches) an ONNX or OpenVINO export is
-    quantized to int8 by NNCF (`quantize_int8`), its activation ranges measured on those images."""
+    quantized to int8 by NNCF (`quantize_int8`, with its `preset`), its activation ranges measured on those images."""
     if format not in FORMATS:
         raise ConfigError(f"format: expected one of {', '.join(FORMATS)}, got {format!r}")
     if calibration is not None and format not in ("onnx", "openvino"):
@@ -58,7 +58,12 @@ def export(model: VisionTransformer, path: str | os.PathLike, *, format: str, me
     x = _example(model, 2)
     batch = torch.export.Dim("batch", min=1, max=4096)
     info = preprocessing(model, metadata)
-    info["precision"] = "fp32" if calibration is None else f"int8 (NNCF post-training quantization, {sum(len(b) for b in calibration)} calibration images)"
+    if calibration is not None:
+        n = sum(len(b) for b in calibration)
+        info["precision"] = f"int8 (NNCF post-training quantization, {preset} preset, {n} calibration images)"
+        calibration = (calibration, preset)
+    else:
+        info["precision"] = "fp32"
     if format == "onnx":
         _export_onnx(model, x, path, batch, info, calibration)
         return path
@@ -90,7 +95,7 @@ ONNX_SINGLE_FILE_LIMIT = 2**31 - 2**26  # protobuf's 2 GB limit, with room for t
 
 
 def _export_onnx(model: VisionTransformer, x: torch.Tensor, path: Path, batch: torch.export.Dim, info: dict,
-                 calibration: list[torch.Tensor] | None = None) -> None:
+                 calibration: tuple[list[torch.Tensor], str] | None = None) -> None:
     """One .onnx file holding graph, weights and metadata_props (class names, preprocessing); a model over
     protobuf's 2 GB keeps its weights in PATH.<id>.data beside it, a name no earlier export used.
 
@@ -113,7 +118,7 @@ def _export_onnx(model: VisionTransformer, x: torch.Tensor, path: Path, batch: t
         for produced in list(Path(scratch).iterdir()):
             produced.unlink()
         if calibration is not None:
-            proto = quantize_int8(proto, calibration, input_name="images")
+            proto = quantize_int8(proto, *calibration, input_name="images")
             del proto.metadata_props[:]
         for key, value in info.items():
             proto.metadata_props.add(key=key, value=json.dumps(value))
@@ -128,7 +133,7 @@ def _export_onnx(model: VisionTransformer, x: torch.Tensor, path: Path, batch: t
 
 
 def _export_openvino(model: VisionTransformer, x: torch.Tensor, path: Path, batch: torch.export.Dim, info: dict,
-                     calibration: list[torch.Tensor] | None = None) -> None:
+                     calibration: tuple[list[torch.Tensor], str] | None = None) -> None:
     """OpenVINO IR (path .xml + its .bin weights) converted from vitkit's ONNX export, weights kept in fp32 (or
     quantized to int8 by NNCF, given `calibration`); class names, preprocessing and the .bin's sha256 in PATH.json beside it.
 
@@ -145,17 +150,23 @@ def _export_openvino(model: VisionTransformer, x: torch.Tensor, path: Path, batc
         xml = Path(scratch) / path.name
         converted = ov.convert_model(str(onnx_path))
         if calibration is not None:
-            converted = quantize_int8(converted, calibration)
+            converted = quantize_int8(converted, *calibration)
         ov.save_model(converted, str(xml), compress_to_fp16=False)
         os.replace(xml.with_suffix(".bin"), path.with_suffix(".bin"))
         os.replace(xml, path)
     write_json(sidecar_path(path), {**info, "weights_sha256": sha256(path.with_suffix(".bin"))})
 
 
-def quantize_int8(graph, calibration: list[torch.Tensor], *, input_name: str | None = None):
-    """An ONNX ModelProto or OpenVINO model quantized to int8 by NNCF's post-training flow (its transformer preset:
-    SmoothQuant, int8 matmuls, sensitive ops left in float), its activation ranges measured on the normalised image
-    batches `calibration`, fed one image at a time. ONNX graphs take named inputs (`input_name`)."""
+INT8_PRESETS = ("transformer", "default")
+
+
+def quantize_int8(graph, calibration: list[torch.Tensor], preset: str = "transformer", *, input_name: str | None = None):
+    """An ONNX ModelProto or OpenVINO model quantized to int8 by NNCF's post-training flow, its activation ranges
+    measured on the normalised image batches `calibration`, fed one image at a time. preset "transformer": NNCF's
+    model type for transformers (SmoothQuant, int8 matmuls, sensitive ops left in float); "default": NNCF's plain
+    flow. ONNX graphs take named inputs (`input_name`)."""
+    if preset not in INT8_PRESETS:
+        raise ConfigError(f"int8 preset: expected one of {', '.join(INT8_PRESETS)}, got {preset!r}")
     os.environ.setdefault("NNCF_CI", "1")  # NNCF's switch for its usage telemetry: vitkit sends nothing over the network
     try:
         import nncf
@@ -167,7 +178,8 @@ def quantize_int8(graph, calibration: list[torch.Tensor], *, input_name: str | N
         raise ConfigError("int8 export: no calibration images")
     items = [{input_name: image} for image in images] if input_name else images
     with _quiet_progress():
-        return nncf.quantize(graph, nncf.Dataset(items), model_type=nncf.ModelType.TRANSFORMER, subset_size=len(items))
+        kind = {"model_type": nncf.ModelType.TRANSFORMER} if preset == "transformer" else {}
+        return nncf.quantize(graph, nncf.Dataset(items), subset_size=len(items), **kind)
 
 
 @contextlib.contextmanager
