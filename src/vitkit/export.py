@@ -58,17 +58,14 @@ def export(model: VisionTransformer, path: str | os.PathLike, *, format: str, me
     x = _example(model, 2)
     batch = torch.export.Dim("batch", min=1, max=4096)
     info = preprocessing(model, metadata)
-    if calibration is not None:
-        n = sum(len(b) for b in calibration)
-        info["precision"] = f"int8 (NNCF post-training quantization, {preset} preset, {n} calibration images)"
-        calibration = (calibration, preset)
-    else:
-        info["precision"] = "fp32"
+    int8 = None if calibration is None else (calibration, preset)  # what quantize_int8 takes
+    n = 0 if calibration is None else sum(len(b) for b in calibration)
+    info["precision"] = "fp32" if int8 is None else f"int8 (NNCF post-training quantization, {preset} preset, {n} calibration images)"
     if format == "onnx":
-        _export_onnx(model, x, path, batch, info, calibration)
+        _export_onnx(model, x, path, batch, info, int8)
         return path
     if format == "openvino":
-        _export_openvino(model, x, path, batch, info, calibration)
+        _export_openvino(model, x, path, batch, info, int8)
         return path
     with atomic_path(path) as tmp, torch.no_grad():
         if format == "torchscript":
@@ -95,7 +92,7 @@ ONNX_SINGLE_FILE_LIMIT = 2**31 - 2**26  # protobuf's 2 GB limit, with room for t
 
 
 def _export_onnx(model: VisionTransformer, x: torch.Tensor, path: Path, batch: torch.export.Dim, info: dict,
-                 calibration: tuple[list[torch.Tensor], str] | None = None) -> None:
+                 int8: tuple[list[torch.Tensor], str] | None = None) -> None:
     """One .onnx file holding graph, weights and metadata_props (class names, preprocessing); a model over
     protobuf's 2 GB keeps its weights in PATH.<id>.data beside it, a name no earlier export used.
 
@@ -117,8 +114,8 @@ def _export_onnx(model: VisionTransformer, x: torch.Tensor, path: Path, batch: t
         proto = onnx.load(str(graph))  # with the external weights, if the exporter wrote any
         for produced in list(Path(scratch).iterdir()):
             produced.unlink()
-        if calibration is not None:
-            proto = quantize_int8(proto, *calibration, input_name="images")
+        if int8 is not None:
+            proto = quantize_int8(proto, *int8, input_name="images")
             del proto.metadata_props[:]
         for key, value in info.items():
             proto.metadata_props.add(key=key, value=json.dumps(value))
@@ -133,9 +130,9 @@ def _export_onnx(model: VisionTransformer, x: torch.Tensor, path: Path, batch: t
 
 
 def _export_openvino(model: VisionTransformer, x: torch.Tensor, path: Path, batch: torch.export.Dim, info: dict,
-                     calibration: tuple[list[torch.Tensor], str] | None = None) -> None:
+                     int8: tuple[list[torch.Tensor], str] | None = None) -> None:
     """OpenVINO IR (path .xml + its .bin weights) converted from vitkit's ONNX export, weights kept in fp32 (or
-    quantized to int8 by NNCF, given `calibration`); class names, preprocessing and the .bin's sha256 in PATH.json beside it.
+    quantized to int8 by NNCF, given `int8`: (calibration batches, preset)); class names, preprocessing and the .bin's sha256 in PATH.json beside it.
 
     The format ties the two names together (PATH.xml reads PATH.bin), so no order of renames replaces an IR at
     once: a kill between them leaves a new .bin beside an old .xml and sidecar. The sidecar, written last,
@@ -149,8 +146,8 @@ def _export_openvino(model: VisionTransformer, x: torch.Tensor, path: Path, batc
         _export_onnx(model, x, onnx_path, batch, info)
         xml = Path(scratch) / path.name
         converted = ov.convert_model(str(onnx_path))
-        if calibration is not None:
-            converted = quantize_int8(converted, *calibration)
+        if int8 is not None:
+            converted = quantize_int8(converted, *int8)
         ov.save_model(converted, str(xml), compress_to_fp16=False)
         os.replace(xml.with_suffix(".bin"), path.with_suffix(".bin"))
         os.replace(xml, path)

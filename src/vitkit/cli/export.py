@@ -65,6 +65,8 @@ def _export_int8(args: argparse.Namespace, model, metadata: dict, out: Path) -> 
 
     if args.format not in ("onnx", "openvino"):
         raise ConfigError(f"--precision int8: exports ONNX or OpenVINO IR (quantized by NNCF); not --format {args.format}")
+    if args.calibration <= 0 or args.check_images <= 0:
+        raise ConfigError("--calibration and --check-images: expected positive image counts")
     c = model.config
     crop_pct = metadata.get("preprocess", {}).get("crop_pct", 1.0)
     spec = DataSpec.from_checkpoint(metadata, args.checkpoint, data=args.data)
