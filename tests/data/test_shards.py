@@ -218,3 +218,24 @@ def test_tar_headers_are_read_as_tarfile_reads_them(tmp_path, fmt):
         list(_tarfile_members(cut))
     with pytest.raises(DataError, match=r"cut\.tar: not a readable uncompressed tar shard \(unexpected end of data\)"):
         _index_tar(cut)
+
+
+def test_a_header_only_tarfile_reads_is_read_once(tmp_path):
+    """A base-256 size field (GNU, for members over 8 GB) hands the rest of the shard to tarfile: no member twice."""
+    from vitkit.data.shards import _tar_files, _tarfile_members
+
+    path = tmp_path / "s.tar"
+    with tarfile.open(path, "w", format=tarfile.GNU_FORMAT) as tar:
+        for i in range(3):
+            info = tarfile.TarInfo(f"{i}.jpg")
+            info.size = 10 + i
+            tar.addfile(info, io.BytesIO(bytes(info.size)))
+    data = bytearray(path.read_bytes())
+    second = 1024  # the second member's header: 512 + one data block after the first
+    data[second + 124 : second + 136] = b"\x80" + (11).to_bytes(11, "big")  # the same size, base-256
+    data[second + 148 : second + 156] = b" " * 8
+    data[second + 148 : second + 155] = b"%06o\0" % sum(data[second : second + 512])
+    path.write_bytes(bytes(data))
+    with open(path, "rb") as f:
+        found = [m[:3] for m in _tar_files(f, path)]
+    assert found == [m[:3] for m in _tarfile_members(path)] == [("0.jpg", 512, 10), ("1.jpg", 1536, 11), ("2.jpg", 2560, 12)]

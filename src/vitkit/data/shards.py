@@ -194,7 +194,8 @@ def _tar_files(f, path: Path):
         except ValueError:
             if position == 0 and not header[257:262] == b"ustar":
                 raise tarfile.ReadError("no tar header at the start (bad checksum)") from None
-            yield from _tarfile_members(path)  # an exotic header: the standard library's reader decides
+            # an exotic header: the standard library's reader decides, from here on (members before it are out)
+            yield from (m for m in _tarfile_members(path) if m[1] > position)
             return
         data = position + 512
         position = data + -(-size // 512) * 512
