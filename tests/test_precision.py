@@ -45,7 +45,9 @@ def test_bf16_agrees_with_fp32(model):
     x = torch.randn(16, 3, 16, 16)
     runner = precision.prepare(model, "bf16", compile=False)
     out, ref = runner(x), model(x).detach()
-    assert out.dtype == torch.float32 and "bf16 autocast" in runner.description
+    assert out.dtype == torch.float32 and "bf16 weights and activations" in runner.description
+    assert next(runner.forward.parameters()).dtype == torch.bfloat16  # a bf16 copy runs, no autocast casts per op
+    assert next(model.parameters()).dtype == torch.float32  # the caller's model is left as it was
     assert (out - ref).abs().max() < 0.1 * ref.abs().max()
     assert (out.argmax(1) == ref.argmax(1)).float().mean() >= 0.9
 

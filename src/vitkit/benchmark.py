@@ -8,6 +8,7 @@ round. Ratios and MFU are computed per round and reported as medians.
 from __future__ import annotations
 
 import dataclasses
+import multiprocessing
 import os
 import platform
 import statistics
@@ -43,6 +44,7 @@ class Setup:
     grad_checkpointing: bool = False
     rounds: int = 5
     warmup: int = 2
+    process_memory: bool = False  # also each candidate's resident memory, built again in a fresh process
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
@@ -168,22 +170,26 @@ def build_reference(name: str, config: ViTConfig, device: str) -> torch.nn.Modul
     raise ConfigError(f"--compare: unknown reference {name!r}; choose from {', '.join(REFERENCES)}")
 
 
+def _backend_file(name: str, precision_: str, folder: str) -> str:
+    if precision_ == "int8":
+        return os.path.join(folder, "int8.onnx" if name == "onnxruntime" else "int8.xml")
+    return os.path.join(folder, "model.onnx")
+
+
 def build_backend(name: str, model: torch.nn.Module, setup: Setup, precision_: str, folder: str) -> Callable[[torch.Tensor], Any]:
     """`model` exported by vitkit to ONNX in `folder` and loaded into a deployment runtime at `precision_`, its threads
     pinned to torch's count (see export.runtime_session for spinning): a function of a batch."""
     from vitkit.export import export, runtime_session
 
-    if precision_ == "int8":  # quantized by NNCF on one random batch, as vitkit int8 is calibrated here: speed only
-        c = model.config
-        calibration = [torch.randn(setup.batch_size, c.in_chans, *c.image_size, generator=torch.Generator().manual_seed(0))]
-        path = os.path.join(folder, "int8.onnx" if name == "onnxruntime" else "int8.xml")
-        if not os.path.exists(path):
+    path = _backend_file(name, precision_, folder)
+    if not os.path.exists(path):
+        if precision_ == "int8":  # quantized by NNCF on one random batch, as vitkit int8 is calibrated here: speed only
+            c = model.config
+            calibration = [torch.randn(setup.batch_size, c.in_chans, *c.image_size, generator=torch.Generator().manual_seed(0))]
             export(model, path, format="onnx" if name == "onnxruntime" else "openvino", calibration=calibration)
-        return runtime_session(name, path, precision="int8", threads=torch.get_num_threads())
-    onnx_path = os.path.join(folder, "model.onnx")
-    if not os.path.exists(onnx_path):
-        export(model, onnx_path, format="onnx")
-    return runtime_session(name, onnx_path, precision=precision_, threads=torch.get_num_threads())
+        else:
+            export(model, path, format="onnx")
+    return runtime_session(name, path, precision=precision_, threads=torch.get_num_threads())
 
 
 def parse_candidates(compare: list[str] | tuple[str, ...], setup: Setup) -> list[tuple[str, str, str]]:
@@ -266,17 +272,44 @@ def peak_memory_mb(step: Callable[[], Any], device: str) -> float:
     return peak / 2**20
 
 
-def process_peak_memory_mb(step: Callable[[], Any], device: str) -> float:
-    """For runtimes outside torch's allocator: how far one step raises the process's resident-set high-water mark
-    above the resident set before it (Linux: /proc/self/clear_refs resets the mark)."""
+def resident_memory_mb(setup: Setup, name: str, precision_: str, folder: str) -> dict[str, float]:
+    """One candidate built and run (warm-up and two steps) in a fresh process, every candidate alike whoever allocates
+    its memory (torch, ONNX Runtime, OpenVINO): "rss_mb", its resident set after the steps, and "peak_rss_mb", the
+    high-water mark while building and running it, both above the resident set just before (torch, the runtime's
+    library and vitkit imported). A deployment runtime loads the file `run` exported into `folder`."""
+    ctx = multiprocessing.get_context("spawn")
+    receive, send = ctx.Pipe(duplex=False)
+    child = ctx.Process(target=_memory_child, args=(setup, name, precision_, folder, torch.get_num_threads(), send))
+    child.start()
+    send.close()
     try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        before = _status_kb("VmRSS")
+        result = receive.recv()
+    except EOFError:
+        result = {"rss_mb": float("nan"), "peak_rss_mb": float("nan")}  # the child died (e.g. out of memory)
+    child.join()
+    return result
+
+
+def _memory_child(setup: Setup, name: str, precision_: str, folder: str, threads: int, send) -> None:
+    torch.set_num_threads(threads)
+    if name in BACKENDS:
+        from vitkit.export import _import_runtime, runtime_session
+
+        _import_runtime(name)
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # the high-water mark restarts from the resident set now
+    base = _status_kb("VmRSS")
+    if name == "vitkit":
+        model = build_vitkit(dataclasses.replace(setup, dtype=precision_))
+    elif name in BACKENDS:
+        model = runtime_session(name, _backend_file(name, precision_, folder), precision=precision_, threads=threads)
+    else:
+        model = build_reference(name, setup.config, setup.device)
+        model = torch.compile(model) if setup.compile else model
+    step = _step(model, setup, setup.batch_size)
+    for _ in range(setup.warmup + 2):
         step()
-        return max(_status_kb("VmHWM") - before, 0) / 1024
-    except OSError:
-        return float("nan")
+    send.send({"rss_mb": (_status_kb("VmRSS") - base) / 1024, "peak_rss_mb": (_status_kb("VmHWM") - base) / 1024})
 
 
 def _status_kb(key: str) -> int:
@@ -362,14 +395,16 @@ def run(setup: Setup, compare: list[str] | tuple[str, ...] = ()) -> dict[str, An
                 "img_per_s": setup.batch_size / statistics.median(ts),
                 "tflops": flops / statistics.median(ts) / 1e12,
                 "mfu": statistics.median(flops / t / p for t, p in zip(ts, peak)),  # against the same round's peak
-                "peak_memory_mb": (process_peak_memory_mb if external else peak_memory_mb)(steps[name], setup.device),
+                # torch's allocator only: a runtime's own arenas are seen by resident_memory_mb alone
+                "peak_memory_mb": None if external else peak_memory_mb(steps[name], setup.device),
             }
-            if external:
-                results[name]["peak_memory_method"] = "process resident-set high-water mark during one step"
             if not train:
                 one = _step(models[name], setup, 1)
                 lat = interleaved_times({name: one}, device=setup.device, rounds=setup.rounds, warmup=1)[name]
                 results[name]["latency_ms_batch1"] = 1e3 * statistics.median(lat)
+        if setup.process_memory:
+            for label, name, prec in [("vitkit", "vitkit", setup.dtype), *candidates]:
+                results[label].update(resident_memory_mb(setup, name, prec, folder))
     ratios = {
         f"vitkit/{name}": statistics.median(r / v for r, v in zip(times[name], times["vitkit"])) for name in models if name != "vitkit"
     }
@@ -412,11 +447,14 @@ def format_table(report: dict[str, Any]) -> str:
         f"{report['gflops_per_image']:.2f} GFLOPs per image (model FLOPs, for every MFU){_executed_note(report)}\n"
         f"measured matmul peak {report['peak_tflops'] * 1e3:.1f} GFLOP/s\n"
     )
-    cols = ["img/s", "ms/batch", "GFLOP/s", "MFU", "latency b1 ms", "peak mem MB"]
-    lines = [f"{'':14}" + "".join(f"{c:>15}" for c in cols)]
+    resident = any("rss_mb" in r for r in report["results"].values())
+    cols = ["img/s", "ms/batch", "GFLOP/s", "MFU", "latency b1 ms", "step mem MB"] + (["RSS MB", "peak RSS MB"] if resident else [])
+    lines = [f"{'':16}" + "".join(f"{c:>15}" for c in cols)]
     for name, r in report["results"].items():
-        values = [r["img_per_s"], r["ms_per_batch"], r["tflops"] * 1e3, 100 * r["mfu"], r.get("latency_ms_batch1", float("nan")), r["peak_memory_mb"]]
-        lines.append(f"{name:14}" + "".join(f"{v:>14.1f}" + ("%" if i == 3 else " ") for i, v in enumerate(values)))
+        values = [r["img_per_s"], r["ms_per_batch"], r["tflops"] * 1e3, 100 * r["mfu"], r.get("latency_ms_batch1", float("nan")),
+                  r["peak_memory_mb"]] + ([r.get("rss_mb"), r.get("peak_rss_mb")] if resident else [])
+        cells = [f"{'-':>14} " if v is None else f"{v:>14.1f}" + ("%" if i == 3 else " ") for i, v in enumerate(values)]
+        lines.append(f"{name:16}" + "".join(cells))
     for name, ratio in report["speedup"].items():
         lines.append(f"speed-up {name}: {ratio:.2f}x (median of per-round ratios)")
     return head + "\n".join(lines)

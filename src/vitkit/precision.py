@@ -7,9 +7,11 @@
 fp32   the model as it is; torch.compile with frozen weights (packed GEMMs, fused bias + GELU) when the
        job is long enough to earn the compilation back (`compile=None`: decided after timing the first
        batch eagerly, see `worth_compiling`).
-bf16   the model under bf16 autocast (matmuls in bf16, LayerNorm and softmax sums in fp32). On the CPU
-       only where it has native bf16 instructions (AVX512_BF16 or AMX, read from /proc/cpuinfo); elsewhere
-       bf16 would be emulated and slower than fp32, so it is refused with a message.
+bf16   on the CPU, a bf16 copy of the model (weights and activations in bf16; LayerNorm, softmax and GEMM
+       sums accumulated in fp32): no casts between ops and half the memory traffic, 1.05-1.12x faster than
+       autocast (benchmarks/RESULTS.md). Only where the CPU has native bf16 instructions (AVX512_BF16 or
+       AMX, read from /proc/cpuinfo); elsewhere bf16 would be emulated and slower than fp32, so it is refused
+       with a message. On a GPU, bf16 autocast of the model itself.
 int8   PyTorch's PT2E flow with the x86 inductor quantizer (from torchao): static int8 activations and
        per-channel int8 weights, observers calibrated on the caller's images, then compiled (the
        quantized graph only runs fast once inductor fuses it into int8 GEMMs). CPU only.
@@ -71,7 +73,7 @@ def check(precision: str, device: torch.device | str = "cpu") -> str:
         if isa is None:
             raise ConfigError("--precision bf16: this CPU has no native bf16 (no avx512_bf16 or amx_bf16 in /proc/cpuinfo), "
                               "so bf16 would be emulated and slower than fp32; use --precision fp32 or int8")
-        return f"bf16 autocast ({isa})"
+        return f"bf16 ({isa}, bf16 weights and activations)"
     if device.type != "cpu":
         raise ConfigError(f"--precision int8: runs on the CPU only (x86 inductor quantizer); use --device cpu or --precision bf16")
     try:
@@ -131,6 +133,9 @@ class Runner:
         self.precision, self.device = precision, torch.device(device)
         self.description = check(precision, self.device)
         self.forward = _Forward(model.eval(), pre_logits)
+        self._cast = precision == "bf16" and self.device.type == "cpu"  # a bf16 copy; the caller's model stays fp32
+        if self._cast:
+            self.forward = _Forward(copy.deepcopy(model).to(torch.bfloat16), pre_logits)
         self.batch_size: int | None = None
         self._batches_left = batches
         self._compile = compile if compile is not None or precision != "int8" else True  # int8 only pays compiled
@@ -175,6 +180,8 @@ class Runner:
         return torch.cat([x, x[-1:].expand(short, *x.shape[1:])]) if short > 0 else x
 
     def _run(self, x: torch.Tensor) -> torch.Tensor:
+        if self._cast:
+            return self._fn(x.to(torch.bfloat16)).float()
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.precision == "bf16"):
             return self._fn(x).float()
 

@@ -49,6 +49,6 @@ def test_reduced_precision_reports_its_cost_against_fp32(tmp_path, capsys):
     assert main(["eval", str(ckpt), "--data", str(tmp_path / "data"), "--precision", "bf16", "--compare-fp32", "--json"]) == 0
     out = capsys.readouterr().out
     result = json.loads(out.strip().splitlines()[-1])
-    assert result["precision"].startswith("bf16 autocast (") and result["n"] == 4
+    assert result["precision"].startswith("bf16 (") and result["n"] == 4
     assert result["top1_delta"] == pytest.approx(result["top1"] - result["reference_top1"])
     assert 0.5 <= result["agreement"] <= 1.0 and "same prediction on" in out

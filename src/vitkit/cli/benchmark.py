@@ -38,6 +38,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    "transformers,timm ('all': those installed), deployment runtimes onnxruntime,openvino (fed vitkit's "
                    "ONNX export; same thread count, ONNX Runtime not spinning; :int8 quantizes that export with NNCF) and vitkit "
                    "itself, e.g. vitkit:fp32,openvino:bf16,openvino:int8")
+    p.add_argument("--process-memory", action="store_true",
+                   help="also build and run every candidate again in a fresh process and report its resident memory "
+                   "(RSS after warm-up and its high-water mark, above the bare process): the one memory figure that "
+                   "compares torch with ONNX Runtime and OpenVINO, whose arenas torch's allocator does not see")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores available)")
     p.add_argument("--json", type=Path, default=None, help="also write the report as JSON to this file")
@@ -65,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     for mode in modes:
         setup = benchmark.Setup(config=config, batch_size=args.batch, dtype=dtype, device=device, mode=mode,
                                 compile=args.compile != "off", kernels=args.kernels, rounds=args.rounds,
-                                grad_checkpointing=args.grad_checkpointing)
+                                grad_checkpointing=args.grad_checkpointing, process_memory=args.process_memory)
         report = benchmark.run(setup, compare)
         report["model"] = args.model
         reports.append(report)
