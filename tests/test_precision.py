@@ -56,9 +56,12 @@ def test_bf16_agrees_with_fp32(model):
 def test_int8_is_calibrated_and_close_to_fp32(model):
     pytest.importorskip("torchao")
     calibration = [torch.randn(8, 3, 16, 16) for _ in range(4)]
+    before = {k: v.clone() for k, v in model.state_dict().items()}
     runner = precision.prepare(model, "int8", compile=False, calibration=calibration)
     x = torch.randn(8, 3, 16, 16)
     out, ref = runner(x), model(x).detach()
+    after = model.state_dict()  # quantizing works on an exported graph sharing the weights: they must stay fp32 and untouched
+    assert all(torch.equal(before[k], after[k]) and after[k].dtype == before[k].dtype for k in before)
     assert "32 calibration images" in runner.description and "int8" in runner.description
     assert not torch.equal(out, ref)  # it really is quantized
     assert (out - ref).abs().max() < 0.1 * ref.abs().max()

@@ -175,7 +175,7 @@ class Runner:
         quantizer.set_global(xiq.get_default_x86_inductor_quantization_config())
         with torch.no_grad():
             batch = torch.export.Dim("batch", min=1, max=4096)  # one quantized graph for every batch size
-            graph = torch.export.export(copy.deepcopy(self.forward), (x,), dynamic_shapes={"x": {0: batch}}).module()
+            graph = torch.export.export(self.forward, (x,), dynamic_shapes={"x": {0: batch}}).module()
             observed = prepare_pt2e(graph, quantizer)
             seen = 0
             for images in self._calibration if self._calibration is not None else [x]:
