@@ -170,18 +170,12 @@ def build_reference(name: str, config: ViTConfig, device: str) -> torch.nn.Modul
     raise ConfigError(f"--compare: unknown reference {name!r}; choose from {', '.join(REFERENCES)}")
 
 
-def _backend_file(name: str, precision_: str, folder: str) -> str:
-    if precision_ == "int8":
-        return os.path.join(folder, "int8.onnx" if name == "onnxruntime" else "int8.xml")
-    return os.path.join(folder, "model.onnx")
-
-
 def build_backend(name: str, model: torch.nn.Module, setup: Setup, precision_: str, folder: str) -> Callable[[torch.Tensor], Any]:
     """`model` exported by vitkit to ONNX in `folder` and loaded into a deployment runtime at `precision_`, its threads
     pinned to torch's count (see export.runtime_session for spinning): a function of a batch."""
     from vitkit.export import export, runtime_session
 
-    path = _backend_file(name, precision_, folder)
+    path = os.path.join(folder, ("int8.onnx" if name == "onnxruntime" else "int8.xml") if precision_ == "int8" else "model.onnx")
     if not os.path.exists(path):
         if precision_ == "int8":  # quantized by NNCF on one random batch, as vitkit int8 is calibrated here: speed only
             c = model.config
@@ -190,6 +184,18 @@ def build_backend(name: str, model: torch.nn.Module, setup: Setup, precision_: s
         else:
             export(model, path, format="onnx")
     return runtime_session(name, path, precision=precision_, threads=torch.get_num_threads())
+
+
+def build_candidate(name: str, precision_: str, setup: Setup, folder: str, exported_from: torch.nn.Module | None = None):
+    """One --compare candidate: vitkit at `precision_`, a deployment runtime on the file exported into `folder` (from
+    `exported_from` if it is not there yet), or a reference library, compiled when vitkit is (library against library,
+    both at their best)."""
+    if name == "vitkit":
+        return build_vitkit(dataclasses.replace(setup, dtype=precision_))
+    if name in BACKENDS:
+        return build_backend(name, exported_from, setup, precision_, folder)
+    reference = build_reference(name, setup.config, setup.device)
+    return torch.compile(reference) if setup.compile else reference
 
 
 def parse_candidates(compare: list[str] | tuple[str, ...], setup: Setup) -> list[tuple[str, str, str]]:
@@ -293,20 +299,13 @@ def resident_memory_mb(setup: Setup, name: str, precision_: str, folder: str) ->
 def _memory_child(setup: Setup, name: str, precision_: str, folder: str, threads: int, send) -> None:
     torch.set_num_threads(threads)
     if name in BACKENDS:
-        from vitkit.export import _import_runtime, runtime_session
+        from vitkit.export import _import_runtime
 
-        _import_runtime(name)
+        _import_runtime(name)  # the library is part of the baseline, like torch
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")  # the high-water mark restarts from the resident set now
     base = _status_kb("VmRSS")
-    if name == "vitkit":
-        model = build_vitkit(dataclasses.replace(setup, dtype=precision_))
-    elif name in BACKENDS:
-        model = runtime_session(name, _backend_file(name, precision_, folder), precision=precision_, threads=threads)
-    else:
-        model = build_reference(name, setup.config, setup.device)
-        model = torch.compile(model) if setup.compile else model
-    step = _step(model, setup, setup.batch_size)
+    step = _step(build_candidate(name, precision_, setup, folder), setup, setup.batch_size)
     for _ in range(setup.warmup + 2):
         step()
     send.send({"rss_mb": (_status_kb("VmRSS") - base) / 1024, "peak_rss_mb": (_status_kb("VmHWM") - base) / 1024})
@@ -375,13 +374,7 @@ def run(setup: Setup, compare: list[str] | tuple[str, ...] = ()) -> dict[str, An
     candidates = parse_candidates(compare, setup)
     with tempfile.TemporaryDirectory(prefix="vitkit-bench-") as folder:
         for label, name, prec in candidates:
-            if name == "vitkit":
-                models[label] = build_vitkit(dataclasses.replace(setup, dtype=prec))
-            elif name in BACKENDS:
-                models[label] = build_backend(name, _plain(models["vitkit"]), setup, prec, folder)
-            else:  # compiled when vitkit is: the comparison is library against library, both at their best
-                reference = build_reference(name, setup.config, setup.device)
-                models[label] = torch.compile(reference) if setup.compile else reference
+            models[label] = build_candidate(name, prec, setup, folder, _plain(models["vitkit"]))
         steps = {name: _step(model, setup, setup.batch_size) for name, model in models.items()}
         peak_step, peak_flops = _matmul(setup)
         times = interleaved_times({"matmul": peak_step, **steps}, device=setup.device, rounds=setup.rounds, warmup=setup.warmup)

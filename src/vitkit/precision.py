@@ -141,11 +141,10 @@ class Runner:
                  batches: int | None = None):
         self.precision, self.device = precision, torch.device(device)
         self.description = check(precision, self.device)
-        self.forward = _Forward(model.eval(), pre_logits)
         self._cast = precision == "bf16" and self.device.type == "cpu"  # a bf16 copy; the caller's model stays fp32
         self._autocast = (precision == "bf16" and not self._cast) or (precision == "int8" and int8_mixed_bf16())
-        if self._cast:
-            self.forward = _Forward(copy.deepcopy(model).to(torch.bfloat16), pre_logits)
+        model.eval()
+        self.forward = _Forward(copy.deepcopy(model).to(torch.bfloat16) if self._cast else model, pre_logits)
         self.batch_size: int | None = None
         self._batches_left = batches
         self._compile = compile if compile is not None or precision != "int8" else True  # int8 only pays compiled
