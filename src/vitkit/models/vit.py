@@ -156,7 +156,9 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor, *, class_token_only: bool = False) -> torch.Tensor:
         if class_token_only:  # the last layer when only z_L^0 is read (Eq. 4): the same sums for one row
-            x = x[:, :1] + self.drop_path(self.attn(self.norm1(x), queries=1))  # (2), (B, 1, D)
+            # contiguous: compiled int8 fuses this sum into the GEMM, writing into the residual's buffer, and
+            # gets a strided one wrong (torch 2.13; tests/test_precision.py)
+            x = x[:, :1].contiguous() + self.drop_path(self.attn(self.norm1(x), queries=1))  # (2), (B, 1, D)
         else:
             x = x + self.drop_path(self.attn(self.norm1(x)))  # (2)
         x = x + self.drop_path(self.mlp(self.norm2(x)))  # (3)
