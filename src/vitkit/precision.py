@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import copy
 import time
+import warnings
 from typing import Callable, Iterable
 
 import torch
@@ -37,10 +38,12 @@ from vitkit.errors import ConfigError
 PRECISIONS = ("fp32", "bf16", "int8")
 CALIBRATION_IMAGES = 256  # images the int8 observers see by default: a few hundred of the user's own
 # Compilation (inductor, frozen weights) costs about COMPILE_SECONDS once: ViT-S/16 took 140-280 s on the shared,
-# heavily loaded 2-core machine of benchmarks/RESULTS.md ("Reduced-precision CPU inference"); a job compiles when
-# the first batch's time shows that its remaining batches, each COMPILED_SPEEDUP times faster, save more than that.
+# heavily loaded 2-core machine of benchmarks/RESULTS.md ("Reduced-precision CPU inference"), 10-20 s cold on an idle
+# one (benchmarks/compile_payoff.py); a job compiles when the first batch's time shows that its remaining batches,
+# each COMPILED_SPEEDUP times faster, save more than that. The loaded machine's cost is kept: a wrong "no" loses
+# at most the speedup, a wrong "yes" minutes of compiling.
 COMPILE_SECONDS = 150.0
-COMPILED_SPEEDUP = 1.2  # assumed gain of compiled over eager; not yet measured apart from the compile cost
+COMPILED_SPEEDUP = 1.2  # compiled over eager, ViT-S/16 batch 64: fp32 1.01-1.16x, bf16 1.24-1.27x (compile_payoff.py)
 
 
 def cpu_flags() -> set[str]:
@@ -115,6 +118,12 @@ def worth_compiling(first_batch_seconds: float, batches_left: int) -> bool:
     return batches_left * first_batch_seconds * (1 - 1 / COMPILED_SPEEDUP) > COMPILE_SECONDS
 
 
+def _quiet_torch_internals() -> None:
+    """Silence two notices torch's own quantization and compilation code print about itself (nothing a user can act on)."""
+    warnings.filterwarnings("ignore", message="To copy construct from a tensor", category=UserWarning, module=r"torch\._inductor")
+    warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning)
+
+
 def _freeze_for_inference() -> None:
     import torch._inductor.config as inductor_config
 
@@ -154,6 +163,7 @@ class Runner:
 
     def _build(self, x: torch.Tensor) -> None:
         """The callable for batches shaped like x (the first batch)."""
+        _quiet_torch_internals()
         if self.precision == "int8":
             n = self._quantize(x)
             self.description += f", {n} calibration images"
