@@ -7,13 +7,16 @@ Generates JPEGs like ImageNet's photos (sizes drawn around 500x375, both orienta
 then measures in one process with one thread (img/s per core), the candidates in turns, round after
 round, and reports medians of per-round ratios to the plain reference:
 
-  decode only      Pillow (open + convert("RGB")) and simplejpeg, whole images from bytes in memory
+  decode only      Pillow (open + convert("RGB")), simplejpeg and vitkit's libjpeg helper, whole images from
+                   bytes in memory
   reference        Pillow open/convert, random-resized crop + bilinear resize with Pillow, to a float
                    tensor (the textbook torchvision-style CPU pipeline)
   vitkit folder    vitkit's training loader (Batches, workers=0) over the image folder: the Inception
-                   crop from the whole image, DCT-scaled JPEG decode, uint8 batches
+                   crop drawn on the whole image, only its box decoded (libjpeg, DCT-scaled where the
+                   crop allows), uint8 batches
   vitkit shards    the same over the tar shards
-  ... with Pillow  the vitkit rows again with VITKIT_JPEG_DECODER=pillow
+  ... simplejpeg   the vitkit rows again with VITKIT_JPEG_DECODER=simplejpeg (whole-image decode)
+  ... with Pillow  and with VITKIT_JPEG_DECODER=pillow
 
 Flips, RandAugment and normalisation run on the training device in vitkit and are not counted here.
 """
@@ -39,6 +42,7 @@ from PIL import Image
 from vitkit.data import Batches
 from vitkit.data.shards import open_sharded, write_tar_shards
 from vitkit.data.sources import open_split
+from vitkit.kernels import jpeg_region
 
 SIZE = 224
 
@@ -115,6 +119,15 @@ def decode_simplejpeg(blobs: list[bytes]) -> int:
     return len(blobs)
 
 
+def decode_libjpeg(blobs: list[bytes]) -> int:
+    from vitkit.kernels import jpeg_region
+
+    for data in blobs:
+        width, height, _ = jpeg_region.info(data)
+        jpeg_region.decode(data, (0, 0, width, height), width=width)
+    return len(blobs)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--images", type=int, default=256)
@@ -135,12 +148,17 @@ def main() -> None:
         candidates = {
             "decode only: Pillow": lambda: decode_pillow(blobs),
             "decode only: simplejpeg": lambda: decode_simplejpeg(blobs),
+            "decode only: libjpeg (vitkit's helper, whole image)": lambda: decode_libjpeg(blobs),
             "reference (Pillow RandomResizedCrop + ToTensor)": lambda: reference(paths, random.Random(0)),
-            "vitkit loader, folder": lambda: vitkit_loader(folder, "simplejpeg"),
-            "vitkit loader, tar shards": lambda: vitkit_loader(shards, "simplejpeg"),
+            "vitkit loader, folder": lambda: vitkit_loader(folder, "libjpeg"),
+            "vitkit loader, tar shards": lambda: vitkit_loader(shards, "libjpeg"),
+            "vitkit loader, folder, simplejpeg decoder": lambda: vitkit_loader(folder, "simplejpeg"),
+            "vitkit loader, tar shards, simplejpeg decoder": lambda: vitkit_loader(shards, "simplejpeg"),
             "vitkit loader, folder, Pillow decoder": lambda: vitkit_loader(folder, "pillow"),
             "vitkit loader, tar shards, Pillow decoder": lambda: vitkit_loader(shards, "pillow"),
         }
+        if not jpeg_region.load():
+            sys.exit(f"vitkit's libjpeg helper cannot be built here ({jpeg_region.unavailable()}): its rows would measure a fallback")
         rates: dict[str, list[float]] = {name: [] for name in candidates}
         counts: dict[str, int] = {}
         for _ in range(args.rounds):

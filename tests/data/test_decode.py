@@ -104,11 +104,23 @@ def test_cropped_batches_resume_exactly_with_several_workers(tmp_path):
         assert torch.equal(torch.cat([halves[0][step], halves[1][step]]), straight[step])
 
 
+def needs_decoder(name: str) -> None:
+    """Skip where `name` cannot run here (simplejpeg not installed, vitkit's libjpeg helper not buildable)."""
+    from vitkit.kernels import jpeg_region
+
+    if name == "simplejpeg":
+        pytest.importorskip("simplejpeg")
+    if name == "libjpeg" and not jpeg_region.load():
+        pytest.skip(f"vitkit's libjpeg helper cannot be built here: {jpeg_region.unavailable()}")
+
+
 @pytest.mark.parametrize("orientation", range(1, 9))
-def test_simplejpeg_and_pillow_give_the_same_pixels(tmp_path, monkeypatch, orientation):
-    """The faster decoder is a pure speed choice: the same upright pixels, whole or DCT-scaled, as Pillow's."""
-    pytest.importorskip("simplejpeg")
-    from vitkit.data.images import open_image
+def test_every_decoder_gives_pillows_pixels(tmp_path, monkeypatch, orientation):
+    """The faster decoders are a pure speed choice: the same upright pixels, whole, DCT-scaled or cropped, as Pillow's."""
+    from vitkit.data.images import jpeg_decoder, open_image
+
+    for decoder in ("simplejpeg", "libjpeg"):
+        needs_decoder(decoder)
 
     rng = np.random.default_rng(orientation)
     image = Image.fromarray(np.asarray(Image.fromarray(rng.integers(0, 255, (9, 13, 3), dtype=np.uint8)).resize((260, 180), Image.BICUBIC)))
@@ -117,18 +129,67 @@ def test_simplejpeg_and_pillow_give_the_same_pixels(tmp_path, monkeypatch, orien
     path = tmp_path / "p.jpg"
     image.save(path, quality=90, exif=exif)
     results = {}
-    for decoder in ("pillow", "simplejpeg"):
+    for decoder in ("pillow", "simplejpeg", "libjpeg"):
         monkeypatch.setenv("VITKIT_JPEG_DECODER", decoder)
+        assert jpeg_decoder() == decoder
         whole = np.asarray(open_image(path, 3))
         crops = [inception_crop(path, 3, (24, 24), crop_draws(0, 0, slot), SCALE, RATIO) for slot in range(8)]
         gray = inception_crop(path, 1, (24, 24), crop_draws(0, 0, 0), SCALE, RATIO)
         results[decoder] = (whole, crops, gray)
-    (a, crops_a, gray_a), (b, crops_b, gray_b) = results["pillow"], results["simplejpeg"]
+    a, crops_a, gray_a = results["pillow"]
     assert a.shape == ((260, 180, 3) if orientation >= 5 else (180, 260, 3))  # upright
-    np.testing.assert_array_equal(a, b)
-    for x, y in zip(crops_a, crops_b):
-        np.testing.assert_array_equal(x, y)
-    np.testing.assert_array_equal(gray_a, gray_b)
+    for decoder in ("simplejpeg", "libjpeg"):
+        b, crops_b, gray_b = results[decoder]
+        np.testing.assert_array_equal(a, b)
+        for x, y in zip(crops_a, crops_b):
+            np.testing.assert_array_equal(x, y)
+        np.testing.assert_array_equal(gray_a, gray_b)
+
+
+@pytest.mark.parametrize("orientation", [1, 3, 6, 7])
+@pytest.mark.parametrize("kind", ["4:4:4", "4:2:2", "4:2:0 progressive", "gray"])
+def test_libjpeg_decodes_any_box_as_the_whole_image_has_it(tmp_path, monkeypatch, kind, orientation):
+    """Boxes anywhere (edges, one pixel, iMCU boundaries), at every DCT scale: exactly the whole decode's pixels there."""
+    from vitkit.data.images import load_pixels
+
+    needs_decoder("libjpeg")
+    monkeypatch.setenv("VITKIT_JPEG_DECODER", "libjpeg")
+    rng = np.random.default_rng(7)
+    image = Image.fromarray(rng.integers(0, 255, (12, 17, 3), dtype=np.uint8)).resize((331, 203), Image.BICUBIC)
+    image = Image.fromarray(np.clip(np.asarray(image) + rng.normal(0, 12, (203, 331, 3)), 0, 255).astype(np.uint8))
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    path = tmp_path / "p.jpg"
+    sampling = {"4:4:4": 0, "4:2:2": 1}.get(kind, 2)
+    (image.convert("L") if kind == "gray" else image).save(path, quality=90, subsampling=sampling, progressive="progressive" in kind, exif=exif)
+    channels = 1 if kind == "gray" else 3
+    for need in (None, (160, 100), (80, 50), (40, 25)):  # whole, 1/2, 1/4, 1/8
+        draft = None if need is None else (lambda w, h, need=need: need if w > h else need[::-1])
+        whole = load_pixels(path, channels, draft=draft)
+        h, w = whole.shape[:2]
+        boxes = [b for b in [(0, 0, w, h), (0, 0, 1, 1), (w - 1, h - 1, w, h), (16, 8, 33, 9), (15, 0, 17, h), (1, 3, w - 1, h - 2)]
+                 if b[2] <= w and b[3] <= h]
+        boxes += [tuple(int(v) for v in (x0, y0, x0 + rng.integers(1, w - x0 + 1), y0 + rng.integers(1, h - y0 + 1)))
+                  for x0, y0 in zip(rng.integers(0, w, 12), rng.integers(0, h, 12))]
+        for box in boxes:
+            got = load_pixels(path, channels, draft=draft, crop=lambda width, height, box=box: box)
+            left, top, right, bottom = box
+            np.testing.assert_array_equal(got, whole[top:bottom, left:right], err_msg=f"{kind}, need {need}, box {box}")
+
+
+def test_a_truncated_jpeg_fails_whatever_its_crop(tmp_path, monkeypatch):
+    """Decoding only the top of a file must not let a file cut short below it through: every crop is one clear error."""
+    from vitkit.data.images import load_pixels
+    from vitkit.errors import DataError
+
+    needs_decoder("libjpeg")
+    monkeypatch.setenv("VITKIT_JPEG_DECODER", "libjpeg")
+    rng = np.random.default_rng(0)
+    path = tmp_path / "cut.jpg"
+    Image.fromarray(rng.integers(0, 255, (240, 320, 3), dtype=np.uint8)).save(path, quality=90)
+    path.write_bytes(path.read_bytes()[: path.stat().st_size * 2 // 3])
+    with pytest.raises(DataError, match=r"cut\.jpg: .*truncated"):
+        load_pixels(path, 3, crop=lambda w, h: (0, 0, 10, 10))  # the top corner: its rows are all in the file
 
 
 def test_an_unknown_decoder_is_one_clear_error(tmp_path, monkeypatch):
@@ -136,5 +197,5 @@ def test_an_unknown_decoder_is_one_clear_error(tmp_path, monkeypatch):
     from vitkit.errors import DataError
 
     monkeypatch.setenv("VITKIT_JPEG_DECODER", "libjpeg9")
-    with pytest.raises(DataError, match=r"VITKIT_JPEG_DECODER: expected one of simplejpeg, pillow"):
+    with pytest.raises(DataError, match=r"VITKIT_JPEG_DECODER: expected one of libjpeg, simplejpeg, pillow"):
         jpeg_decoder()

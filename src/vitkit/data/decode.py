@@ -8,7 +8,8 @@ resized or centre-cropped copy, so every part of a non-square photo can be seen.
 A JPEG is decoded with the decoder's DCT scaling (1/2, 1/4 or 1/8, Pillow's `draft`) at the smallest
 size that still gives the box at least the output's pixels each way: the final resize only shrinks
 (or keeps) it, as it would from the full decode, and small crops are never upsampled from a reduced
-copy. Every random number is a function of (seed, batch number, place in the batch), so an image's
+copy. Where libjpeg decodes (vitkit.kernels.jpeg_region), only the box's rows and columns are decoded,
+with the same pixels as the whole image's. Every random number is a function of (seed, batch number, place in the batch), so an image's
 crop is the same in any process, DataLoader worker or resumed run.
 """
 
@@ -56,7 +57,7 @@ def inception_box(width: int, height: int, draws: np.ndarray, scale, ratio) -> t
 
 
 def inception_crop(source, channels: int, size: tuple[int, int], draws: np.ndarray, scale, ratio, *, name: str | None = None) -> np.ndarray:
-    """(C, *size) uint8: the Inception crop of one encoded image (a path, or bytes named `name`)."""
+    """(C, *size) uint8, a new array: the Inception crop of one encoded image (a path, or bytes named `name`)."""
     out_h, out_w = size
     fraction: list[float] = []
 
@@ -66,14 +67,17 @@ def inception_crop(source, channels: int, size: tuple[int, int], draws: np.ndarr
         fraction[:] = [left / width, top / height, right / width, bottom / height]
         return math.ceil(out_w * width / (right - left)), math.ceil(out_h * height / (bottom - top))
 
-    pixels = torch.from_numpy(load_pixels(source, channels, name=name, draft=needed))  # (H, W, C), maybe DCT-scaled
-    h, w = pixels.shape[:2]
-    left, right = _pixel_span(fraction[0], fraction[2], w)
-    top, bottom = _pixel_span(fraction[1], fraction[3], h)
-    box = pixels[top:bottom, left:right].permute(2, 0, 1)[None].contiguous(memory_format=torch.channels_last)  # (1, C, h, w)
+    def box(width: int, height: int) -> tuple[int, int, int, int]:
+        """The box in whole pixels of the decoded (maybe DCT-scaled) width x height image."""
+        left, right = _pixel_span(fraction[0], fraction[2], width)
+        top, bottom = _pixel_span(fraction[1], fraction[3], height)
+        return left, top, right, bottom
+
+    pixels = torch.from_numpy(load_pixels(source, channels, name=name, draft=needed, crop=box))  # (h, w, C): the box alone
+    region = pixels.permute(2, 0, 1)[None].contiguous(memory_format=torch.channels_last)  # (1, C, h, w)
     # antialiased bilinear on channels-last uint8: torch's vectorised path, 4-5x Pillow's box resize here (benchmarks/RESULTS.md)
-    out = F.interpolate(box, size=(out_h, out_w), mode="bilinear", antialias=True, align_corners=False)
-    return out[0].contiguous().numpy()
+    out = F.interpolate(region, size=(out_h, out_w), mode="bilinear", antialias=True, align_corners=False)
+    return out[0].numpy()  # (C, H, W) over channels-last memory: the batch's torch.stack does the one layout copy
 
 
 def _pixel_span(start: float, stop: float, length: int) -> tuple[int, int]:

@@ -22,6 +22,7 @@ import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from vitkit.errors import DataError, first_line
+from vitkit.kernels import jpeg_region
 
 MAX_PIXELS = 89_478_485  # larger images are refused before decoding (a decompression bomb); Pillow's own default
 _BOMB = "a decompression bomb, or an image far too large to train on; downscale it"
@@ -58,16 +59,19 @@ def spread_over_folders(paths: list[Path]) -> list[Path]:
     return [column[i] for i in range(max(map(len, columns), default=0)) for column in columns if i < len(column)]
 
 
-JPEG_DECODERS = ("simplejpeg", "pillow")
+JPEG_DECODERS = ("libjpeg", "simplejpeg", "pillow")
 
 
 def jpeg_decoder() -> str:
-    """The JPEG decoder in use: simplejpeg where installed (vitkit[jpeg]; the same pixels as Pillow's, about
-    1.7x faster, benchmarks/RESULTS.md), else Pillow; $VITKIT_JPEG_DECODER=pillow picks Pillow."""
-    wanted = os.environ.get("VITKIT_JPEG_DECODER", "simplejpeg")
+    """The JPEG decoder in use, the first that works of: "libjpeg" (the system's libjpeg-turbo through vitkit's C
+    helper, kernels/jpeg_region.c: decodes only a crop's box), "simplejpeg" (vitkit[jpeg]), "pillow". All give the
+    same pixels (tests/data/test_decode.py); $VITKIT_JPEG_DECODER starts the list further down."""
+    wanted = os.environ.get("VITKIT_JPEG_DECODER", JPEG_DECODERS[0])
     if wanted not in JPEG_DECODERS:
         raise DataError(f"$VITKIT_JPEG_DECODER: expected one of {', '.join(JPEG_DECODERS)}, got {wanted!r}")
-    return wanted if wanted == "pillow" or _installed("simplejpeg") else "pillow"
+    if wanted == "libjpeg" and jpeg_region.load():
+        return wanted
+    return "simplejpeg" if wanted != "pillow" and _installed("simplejpeg") else "pillow"
 
 
 @functools.lru_cache(maxsize=None)
@@ -75,14 +79,17 @@ def _installed(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
+def _dct_scale(size: tuple[int, int], need: tuple[int, int] | None) -> int:
+    """The DCT scaling Pillow's `draft` picks for `need`: the largest of 1/2, 1/4, 1/8 that keeps at least `need`."""
+    most = max(1, min(size[0] // need[0], size[1] // need[1])) if need else 1
+    return next(s for s in (8, 4, 2, 1) if most >= s)
+
+
 def _simplejpeg(data: bytes, size: tuple[int, int], need: tuple[int, int] | None, gray: bool) -> np.ndarray | None:
-    """A JPEG decoded by simplejpeg at the DCT scale Pillow's `draft` would pick for `need` (the largest of
-    1/2, 1/4, 1/8 that keeps at least `need`); None where simplejpeg cannot (CMYK, damaged data)."""
+    """A JPEG decoded by simplejpeg at `_dct_scale`; None where simplejpeg cannot (CMYK, damaged data)."""
     import simplejpeg
 
-    w, h = size
-    most = max(1, min(w // need[0], h // need[1])) if need else 1
-    scale = next(s for s in (8, 4, 2, 1) if most >= s)
+    (w, h), scale = size, _dct_scale(size, need)
     try:
         array = simplejpeg.decode_jpeg(data, colorspace="GRAY" if gray else "RGB", min_width=-(-w // scale), min_height=-(-h // scale))
     except ValueError:
@@ -99,13 +106,18 @@ def _needed(draft, width: int, height: int, orientation: int) -> tuple[int, int]
     return need[::-1] if turned else need
 
 
-def _fast_jpeg(data: bytes, path: Path, channels: int, max_pixels: int, draft) -> np.ndarray | None:
-    """(H, W, channels) pixels of a JPEG by simplejpeg (header, EXIF orientation and pixels without Pillow);
-    None where it cannot (CMYK, damaged data, RGB pixels wanted as Pillow's luminance)."""
-    import simplejpeg
-
+def _fast_jpeg(data: bytes, path: Path, channels: int, max_pixels: int, draft, crop) -> np.ndarray | None:
+    """(H, W, channels) pixels of a JPEG by libjpeg or simplejpeg (header, EXIF orientation and pixels without
+    Pillow), only `crop`'s box where one is given; None where neither can (CMYK, damaged data, RGB pixels wanted as
+    Pillow's luminance): Pillow then decodes the file, and says what is wrong with it."""
+    libjpeg = jpeg_decoder() == "libjpeg"
     try:
-        h, w, colorspace, _ = simplejpeg.decode_jpeg_header(data)
+        if libjpeg:
+            w, h, colorspace = jpeg_region.info(data)
+        else:
+            import simplejpeg
+
+            h, w, colorspace, _ = simplejpeg.decode_jpeg_header(data)
     except ValueError:
         return None
     if colorspace not in ("Gray", "YCbCr", "RGB"):
@@ -117,11 +129,51 @@ def _fast_jpeg(data: bytes, path: Path, channels: int, max_pixels: int, draft) -
     gray = colorspace == "Gray" or (channels == 1 and need is not None)  # with DCT scaling Pillow's draft decodes luminance too
     if channels == 1 and not gray:
         return None
-    pixels = _simplejpeg(data, (w, h), need, gray)
+    if libjpeg:
+        pixels = _libjpeg(data, (w, h), need, gray, orientation, crop)
+    else:
+        pixels = _simplejpeg(data, (w, h), need, gray)
+        pixels = None if pixels is None else _cut(_upright(pixels, orientation), crop)
     if pixels is None:
         return None
-    pixels = _upright(pixels, orientation)
     return np.repeat(pixels, 3, axis=2) if channels == 3 and gray else pixels
+
+
+def _libjpeg(data: bytes, size: tuple[int, int], need, gray: bool, orientation: int, crop) -> np.ndarray | None:
+    """The upright box `crop` asks for (all of the image without one), decoded by libjpeg at `_dct_scale`; None on
+    damaged data. A file that does not end in an end-of-image marker is decoded whole, so that a truncated file
+    fails whatever its crop."""
+    scale = _dct_scale(size, need)
+    sw, sh = jpeg_region.scaled(size[0], scale), jpeg_region.scaled(size[1], scale)
+    turned = orientation in (5, 6, 7, 8)
+    upright = (sh, sw) if turned else (sw, sh)
+    box = crop(*upright) if crop is not None else (0, 0, *upright)
+    stored = _stored_box(box, orientation, sw, sh) if data.endswith(b"\xff\xd9") else (0, 0, sw, sh)
+    try:
+        pixels = jpeg_region.decode(data, stored, width=size[0], scale=scale, gray=gray)
+    except jpeg_region.JpegError:
+        return None
+    if stored == (0, 0, sw, sh) and crop is not None:
+        return _cut(_upright(pixels, orientation), crop)
+    return _upright(pixels, orientation)
+
+
+def _stored_box(box: tuple[int, int, int, int], orientation: int, width: int, height: int) -> tuple[int, int, int, int]:
+    """The (left, top, right, bottom) box of the stored width x height image that `_upright` turns into `box`."""
+    l, t, r, b = box
+    return {1: (l, t, r, b), 2: (width - r, t, width - l, b), 3: (width - r, height - b, width - l, height - t),
+            4: (l, height - b, r, height - t), 5: (t, l, b, r), 6: (t, height - r, b, height - l),
+            7: (width - b, height - r, width - t, height - l), 8: (width - b, l, width - t, r)}.get(orientation, (l, t, r, b))
+
+
+def _cut(pixels, crop):
+    """The box `crop(width, height)` of an (H, W, C) array or a PIL image; all of it without `crop`."""
+    if crop is None:
+        return pixels
+    if isinstance(pixels, Image.Image):
+        return pixels.crop(crop(*pixels.size))
+    left, top, right, bottom = crop(pixels.shape[1], pixels.shape[0])
+    return pixels[top:bottom, left:right]
 
 
 def _exif_orientation(data: bytes) -> int:
@@ -220,20 +272,23 @@ def open_image(source, channels: int, *, max_pixels: int = MAX_PIXELS, name: str
     JPEG is then decoded with DCT scaling at the smallest scale that still gives at least that size.
     Raises DataError naming the file for anything but a readable image of at most `max_pixels` pixels.
     """
-    image = _decode(source, channels, max_pixels, name, draft)
+    image = _decode(source, channels, max_pixels, name, draft, None)
     return image if isinstance(image, Image.Image) else Image.fromarray(image[..., 0] if channels == 1 else image)
 
 
-def load_pixels(source, channels: int, *, max_pixels: int = MAX_PIXELS, name: str | None = None, draft=None) -> np.ndarray:
-    """`open_image`'s pixels as an (H, W, channels) uint8 array (without a copy through PIL where simplejpeg decodes)."""
-    image = _decode(source, channels, max_pixels, name, draft)
+def load_pixels(source, channels: int, *, max_pixels: int = MAX_PIXELS, name: str | None = None, draft=None,
+                crop=None) -> np.ndarray:
+    """`open_image`'s pixels as an (H, W, channels) uint8 array (without a copy through PIL where libjpeg or simplejpeg
+    decodes). `crop(width, height)`, given the decoded upright size, returns the (left, top, right, bottom) box to
+    keep: only that box is returned, and libjpeg decodes little more than it."""
+    image = _decode(source, channels, max_pixels, name, draft, crop)
     if isinstance(image, Image.Image):
         image = np.array(image)  # writable (torch.from_numpy wants that)
         return image[..., None] if image.ndim == 2 else image
     return image
 
 
-def _decode(source, channels: int, max_pixels: int, name: str | None, draft) -> Image.Image | np.ndarray:
+def _decode(source, channels: int, max_pixels: int, name: str | None, draft, crop) -> Image.Image | np.ndarray:
     path = Path(name or str(source))
     try:
         if isinstance(source, Record):  # a member of a shard: its bytes
@@ -241,10 +296,10 @@ def _decode(source, channels: int, max_pixels: int, name: str | None, draft) -> 
         in_memory = isinstance(source, (bytes, bytearray, memoryview))
         if (len(source) if in_memory else path.stat().st_size) == 0:
             raise DataError(f"{path}: empty file (0 bytes); remove it or replace it with the image")
-        if jpeg_decoder() == "simplejpeg":
+        if jpeg_decoder() != "pillow":
             source, in_memory = (source if in_memory else path.read_bytes()), True
             if source[:2] == b"\xff\xd8":
-                fast = _fast_jpeg(source, path, channels, max_pixels, draft)
+                fast = _fast_jpeg(source, path, channels, max_pixels, draft, crop)
                 if fast is not None:  # else Pillow decodes it (and says what is wrong)
                     return fast
         with warnings.catch_warnings():
@@ -259,7 +314,7 @@ def _decode(source, channels: int, max_pixels: int, name: str | None, draft) -> 
             if need is not None and image.format == "JPEG":
                 image.draft("L" if gray else "RGB", need)
             image.load()
-            return to_channels(ImageOps.exif_transpose(image), channels)
+            return _cut(to_channels(ImageOps.exif_transpose(image), channels), crop)
     except DataError:
         raise
     except Image.DecompressionBombError:

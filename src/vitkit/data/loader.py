@@ -102,13 +102,13 @@ class FileImages(Dataset):
         i, batch, slot = item if self.crop is not None else (item, 0, 0)
         try:
             if self.crop is None:
-                pixels = load_image(self.paths[i], self.channels, self.size, self.crop_pct)
+                pixels = np.array(load_image(self.paths[i], self.channels, self.size, self.crop_pct), copy=True)  # writable
             else:
                 draws = crop_draws(self.seed, batch, slot)
-                pixels = inception_crop(self.paths[i], self.channels, (self.size, self.size), draws, *self.crop)
+                pixels = inception_crop(self.paths[i], self.channels, (self.size, self.size), draws, *self.crop)  # a new array
         except DataError as err:
             return None, self.labels[i], (i, str(self.paths[i]), str(err))
-        return torch.from_numpy(np.array(pixels, copy=True)), self.labels[i], None
+        return torch.from_numpy(pixels), self.labels[i], None
 
 
 def collate(items: list) -> tuple[torch.Tensor | None, torch.Tensor | None, list[tuple[int, str, str]]]:

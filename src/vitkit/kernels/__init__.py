@@ -1,1 +1,35 @@
-"""Hand-written kernels for paths where torch's general ones leave speed on the table (compiled on first use)."""
+"""Native code vitkit compiles on the user's machine at first use, with the system compiler, into a cache
+directory ($VITKIT_CACHE, else ~/.cache/vitkit): cpu_inference (C++ transformer-block kernels for torch) and
+jpeg_region (C, decoding one box of a JPEG with the system's libjpeg-turbo)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("VITKIT_CACHE") or os.path.join(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"), "vitkit")
+    return Path(root) / "kernels"
+
+
+def build_library(source: Path, compiler: str, flags: list[str], link: list[str], *, key: list[str] = ()) -> Path:
+    """The shared library `compiler flags source -o lib link` in the cache, built once per source, flags and `key`;
+    raises RuntimeError (no compiler) or subprocess.SubprocessError (the compiler's first error line)."""
+    from vitkit.checkpoint.io import atomic_path
+
+    if shutil.which(compiler) is None:
+        raise RuntimeError(f"no C/C++ compiler ({compiler!r} not found; install gcc and g++, or set CC / CXX)")
+    digest = hashlib.sha256("\n".join([source.read_text(), compiler, *flags, *link, *key]).encode()).hexdigest()[:16]
+    target = cache_dir() / f"{source.stem}-{digest}.so"
+    if target.exists():
+        return target
+    with atomic_path(target) as tmp:  # built aside, then renamed: never half a file
+        done = subprocess.run([compiler, *flags, str(source), "-o", str(tmp), *link], capture_output=True, text=True)
+        if done.returncode != 0:
+            errors = [line for line in done.stderr.splitlines() if "error" in line] or [f"exit code {done.returncode}"]
+            raise subprocess.SubprocessError(f"{compiler} failed: {errors[0].strip()}")
+    return target

@@ -15,17 +15,14 @@ torch's own ops inside these functions.
 
 from __future__ import annotations
 
-import hashlib
 import os
-import shutil
-import subprocess
 import warnings
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from vitkit.checkpoint.io import atomic_path
+from vitkit.kernels import build_library, cache_dir  # noqa: F401 (cache_dir: where the library lands)
 
 SOURCE = Path(__file__).with_name("cpu_inference.cpp")
 MAX_TOKENS = 800  # measured against SDPA: 7% faster at 577 tokens, level at 785, 1-6% slower at 1025-1445 (scores outgrow L2)
@@ -81,17 +78,9 @@ def _attention_shape(qkv: torch.Tensor, bias: torch.Tensor, heads: int, scale: f
     return qkv.new_empty(qkv.shape[0], qkv.shape[1], qkv.shape[2] // 3)
 
 
-def cache_dir() -> Path:
-    root = os.environ.get("VITKIT_CACHE") or os.path.join(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"), "vitkit")
-    return Path(root) / "kernels"
-
-
 def _build() -> Path:
     from torch.utils import cpp_extension
 
-    cxx = os.environ.get("CXX", "c++")
-    if shutil.which(cxx) is None:
-        raise RuntimeError(f"no C++ compiler ({cxx!r} not found; install g++ or set CXX)")
     lib_dir = Path(torch.__file__).parent / "lib"
     flags = [
         "-O3", "-std=c++20", "-shared", "-fPIC", "-fopenmp",
@@ -99,14 +88,5 @@ def _build() -> Path:
         *_ISA_FLAGS.get(torch.backends.cpu.get_cpu_capability(), []),
         *(f"-I{p}" for p in cpp_extension.include_paths()),
     ]
-    key = hashlib.sha256("\n".join([SOURCE.read_text(), torch.__version__, cxx, *flags]).encode()).hexdigest()[:16]
-    target = cache_dir() / f"cpu_inference-{key}.so"
-    if target.exists():
-        return target
-    with atomic_path(target) as tmp:  # built aside, then renamed: never half a file
-        cmd = [cxx, *flags, str(SOURCE), "-o", str(tmp), f"-L{lib_dir}", "-lc10", "-ltorch_cpu", f"-Wl,-rpath,{lib_dir}"]
-        done = subprocess.run(cmd, capture_output=True, text=True)
-        if done.returncode != 0:
-            errors = [line for line in done.stderr.splitlines() if "error" in line] or [f"exit code {done.returncode}"]
-            raise subprocess.SubprocessError(f"{cxx} failed: {errors[0].strip()}")
-    return target
+    link = [f"-L{lib_dir}", "-lc10", "-ltorch_cpu", f"-Wl,-rpath,{lib_dir}"]
+    return build_library(SOURCE, os.environ.get("CXX", "c++"), flags, link, key=[torch.__version__])
