@@ -82,18 +82,55 @@ def test_compile_only_when_the_job_pays_for_it():
     assert not precision.worth_compiling(1.0, 0)
 
 
+def _sdpa_nodes(runner) -> int:
+    return sum(n.target is torch.ops.aten.scaled_dot_product_attention.default for n in runner.forward.graph.nodes)
+
+
 def test_int8_runs_its_float_parts_in_bf16_only_where_the_cpu_has_amx(monkeypatch, model):
     pytest.importorskip("torchao")
-    monkeypatch.setattr(precision, "cpu_flags", lambda: {"avx512_vnni", "avx512_bf16"})  # AMD Zen 4: plain int8 measured faster
+    calibration = [torch.randn(8, 3, 16, 16) for _ in range(4)]
+    monkeypatch.setattr(precision, "cpu_flags", lambda: {"avx512_vnni"})  # no bf16 at all: int8 + fp32
     assert precision.check("int8", "cpu") == "int8 (PT2E static, x86 inductor quantizer, AVX512_VNNI)"
-    assert not precision.prepare(model, "int8", compile=False)._autocast
+    plain = precision.prepare(model, "int8", compile=False, calibration=calibration)
+    plain(torch.randn(8, 3, 16, 16))
+    assert not plain._autocast and _sdpa_nodes(plain) == model.config.depth
+    monkeypatch.setattr(precision, "cpu_flags", lambda: {"avx512_vnni", "avx512_bf16"})  # AMD Zen 4: attention alone in bf16
+    assert precision.check("int8", "cpu") == "int8 (PT2E static, x86 inductor quantizer, AVX512_VNNI, attention in bf16)"
+    amd = precision.prepare(model, "int8", compile=False, calibration=calibration)
+    x = torch.randn(8, 3, 16, 16)
+    out, ref = amd(x), model(x).detach()
+    assert not amd._autocast and _sdpa_nodes(amd) == 0
+    assert (out - ref).abs().max() < 0.1 * ref.abs().max()
     monkeypatch.setattr(precision, "cpu_flags", lambda: {"amx_int8", "amx_bf16", "avx512_bf16"})
     assert precision.check("int8", "cpu").endswith("AMX, bf16 between the int8 GEMMs)")
-    runner = precision.prepare(model, "int8", compile=False, calibration=[torch.randn(8, 3, 16, 16) for _ in range(4)])
-    x = torch.randn(8, 3, 16, 16)
-    out, ref = runner(x), model(x).detach()
-    assert runner._autocast and out.dtype == torch.float32
+    runner = precision.prepare(model, "int8", compile=False, calibration=calibration)
+    out = runner(x)
+    assert runner._autocast and out.dtype == torch.float32 and _sdpa_nodes(runner) == model.config.depth
     assert (out - ref).abs().max() < 0.1 * ref.abs().max()
+
+
+def test_bf16_attention_computes_sdpa():
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, n, 16, generator=g) for n in (1, 9, 9))  # one query: the class-token-only last layer
+    mask = torch.randn(3, 1, 9, generator=g)
+    for kwargs in ({}, {"attn_mask": mask}, {"scale": 0.3}):
+        want = torch.nn.functional.scaled_dot_product_attention(q, k, v, **kwargs)
+        got = precision._attention_bf16(q, k, v, **kwargs)
+        assert got.dtype == torch.float32 and got.shape == want.shape
+        torch.testing.assert_close(got, want, atol=0.05, rtol=0.05)  # bf16: 8 bits of mantissa
+        assert not torch.equal(got, want)
+
+
+def test_every_linear_of_a_class_token_model_is_quantized(model):
+    """The last layer projects its one query and the keys and values with slices of the fused Q/K/V weight; the
+    quantizer only takes linears on parameters, so the slices are made parameters first (else they ran in fp32)."""
+    pytest.importorskip("torchao")
+    assert model.config.classifier == "token"
+    runner = precision.prepare(model, "int8", compile=False, calibration=[torch.randn(8, 3, 16, 16)])
+    runner(torch.randn(8, 3, 16, 16))
+    linears = [n for n in runner.forward.graph.nodes if n.target is torch.ops.aten.linear.default]
+    assert len(linears) == 4 * model.config.depth + 1 + 1  # qkv (the last layer: q and kv), proj, fc1, fc2; the head
+    assert all("dequantize" in str(n.args[1].target) for n in linears), [str(n.args[1].target) for n in linears]
 
 
 def test_compiled_int8_computes_what_the_quantized_graph_says(model):

@@ -14,10 +14,13 @@ bf16   on the CPU, a bf16 copy of the model (weights and activations in bf16; La
        with a message. On a GPU, bf16 autocast of the model itself.
 int8   PyTorch's PT2E flow with the x86 inductor quantizer (from torchao): static int8 activations and
        per-channel int8 weights, observers calibrated on the caller's images, then compiled (the
-       quantized graph only runs fast once inductor fuses it into int8 GEMMs). CPU only. On a CPU with AMX,
-       what runs between the int8 GEMMs (attention, LayerNorm, GELU) runs under bf16 autocast ("int8-mixed-bf16"):
-       1.34x plain int8 for ViT-S/16 on an AMX Xeon, where attention on AMX bf16 is far quicker than in fp32; on
-       AVX512_BF16 without AMX (AMD Zen 4) it was 7% slower than plain int8, so there int8 stays int8 + fp32.
+       quantized graph only runs fast once inductor fuses it into int8 GEMMs). CPU only. Attention, the largest
+       float part, runs in bf16 where the CPU has it: on a CPU with AMX everything between the int8 GEMMs
+       (attention, LayerNorm, GELU) runs under bf16 autocast ("int8-mixed-bf16"; 1.34x plain int8 for ViT-S/16 on
+       an AMX Xeon); on AVX512_BF16 without AMX (AMD Zen 4), where that autocast was 7% slower than plain int8 and
+       torch's flash attention is no faster in bf16 than in fp32, attention alone runs as explicit bf16 matmuls
+       and softmax (1.19x / 1.09x plain int8 for ViT-S/16 / ViT-B/16 there). Every linear is quantized, also
+       the class-token-only last layer's Q and K/V projections (slices of the fused weight).
 
 Every runner pads a short last batch up to the batch size it was built for, so one compiled graph
 serves a whole dataset.
@@ -26,6 +29,7 @@ serves a whole dataset.
 from __future__ import annotations
 
 import copy
+import functools
 import time
 import warnings
 from typing import Callable, Iterable
@@ -87,13 +91,19 @@ def check(precision: str, device: torch.device | str = "cpu") -> str:
     except ImportError:
         raise ConfigError("--precision int8: needs torchao; install the int8 extra (pip install 'vitkit[int8]')") from None
     vnni = "AMX" if "amx_int8" in cpu_flags() else "AVX512_VNNI" if "avx512_vnni" in cpu_flags() else "no VNNI"
-    mixed = ", bf16 between the int8 GEMMs" if int8_mixed_bf16() else ""
+    mixed = ", bf16 between the int8 GEMMs" if int8_mixed_bf16() else ", attention in bf16" if int8_bf16_attention() else ""
     return f"int8 (PT2E static, x86 inductor quantizer, {vnni}{mixed})"
 
 
 def int8_mixed_bf16() -> bool:
     """Whether int8 runs its float parts in bf16: only where the CPU has AMX (see the module docstring)."""
     return "amx_bf16" in cpu_flags()
+
+
+def int8_bf16_attention() -> bool:
+    """Whether int8 runs attention's two matmuls and softmax in bf16: where the CPU has AVX512_BF16 but no AMX (there
+    the int8 graph otherwise stays fp32 between its GEMMs; see the module docstring)."""
+    return native_bf16() == "AVX512_BF16"
 
 
 def _import_torchao():
@@ -180,11 +190,12 @@ class Runner:
         from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
         from torchao.quantization.pt2e.quantizer import x86_inductor_quantizer as xiq
 
-        quantizer = xiq.X86InductorQuantizer()
+        quantizer = _quantizer_class()()
         quantizer.set_global(xiq.get_default_x86_inductor_quantization_config())
         with torch.no_grad():
             batch = torch.export.Dim("batch", min=1, max=4096)  # one quantized graph for every batch size
             graph = torch.export.export(self.forward, (x,), dynamic_shapes={"x": {0: batch}}).module()
+            _fold_weight_slices(graph)
             observed = prepare_pt2e(graph, quantizer)
             seen = 0
             for images in self._calibration if self._calibration is not None else [x]:
@@ -192,6 +203,8 @@ class Runner:
                     observed(self._pad(chunk.to(self.device, torch.float32)))
                     seen += len(chunk)
             self.forward = convert_pt2e(observed)
+            if int8_bf16_attention():
+                _attention_in_bf16(self.forward)
         return seen
 
     def _pad(self, x: torch.Tensor) -> torch.Tensor:
@@ -230,6 +243,65 @@ class Runner:
         if len(x) > self.batch_size:
             return torch.cat([self(part) for part in x.split(self.batch_size)])
         return self._run(self._pad(x))[: len(x)]
+
+
+def _quantizer_class():
+    """The x86 inductor quantizer, also covering linears it does not find by itself (`_Quantizer.annotate`)."""
+    from torchao.quantization.pt2e.quantizer import x86_inductor_quantizer as xiq
+
+    class _Quantizer(xiq.X86InductorQuantizer):
+        def annotate(self, model: torch.fx.GraphModule) -> torch.fx.GraphModule:
+            """As the x86 quantizer, and also every F.linear on a parameter called inside another module: it finds
+            linears by their nn.Linear module, and the class-token-only last layer projects its one query and its
+            keys and values with F.linear on slices of the fused Q/K/V weight (made parameters by
+            `_fold_weight_slices`), which otherwise stayed fp32 (6% of ViT-B/16's int8 time on an AMD EPYC)."""
+            super().annotate(model)
+            for node in model.graph.nodes:
+                if (node.target is torch.ops.aten.linear.default and xiq.QUANT_ANNOTATION_KEY not in node.meta
+                        and getattr(node.args[1], "op", None) == "get_attr"):
+                    self._annotate_linear_node_helper(node, True, self.global_config)
+            return model
+
+    return _Quantizer
+
+
+def _fold_weight_slices(graph: torch.fx.GraphModule) -> None:
+    """Make every slice of a parameter that feeds a linear layer a parameter of its own (the class-token-only last
+    layer's Q and K/V projections, see `_quantizer_class`), so that the quantizer can quantize it as a weight."""
+    aten = torch.ops.aten
+    for node in list(graph.graph.nodes):
+        source = node.args[0] if node.op == "call_function" and node.target is aten.slice.Tensor else None
+        if getattr(source, "op", None) != "get_attr" or not all(user.target is aten.linear.default for user in node.users):
+            continue
+        name = f"{source.target.replace('.', '_')}_slice_{node.name}"
+        weight = functools.reduce(getattr, source.target.split("."), graph)
+        sliced = aten.slice.Tensor(weight, *node.args[1:]).detach().clone()
+        graph.register_parameter(name, nn.Parameter(sliced, requires_grad=False))
+        with graph.graph.inserting_before(node):
+            constant = graph.graph.get_attr(name)
+            constant.meta = dict(node.meta)  # "val" and the module stack, which the quantizer reads
+            node.replace_all_uses_with(constant)
+        graph.graph.erase_node(node)
+    graph.graph.lint()
+    graph.recompile()
+
+
+def _attention_bf16(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None, enable_gqa=False):
+    """scaled_dot_product_attention (inference: no dropout, no causal mask) with its matmuls and softmax in bf16."""
+    q, k, v = q.to(torch.bfloat16), k.to(torch.bfloat16), v.to(torch.bfloat16)
+    scores = (q * (q.shape[-1] ** -0.5 if scale is None else scale)) @ k.transpose(-2, -1)
+    if attn_mask is not None:
+        scores = scores + attn_mask.to(torch.bfloat16)
+    return (scores.softmax(-1) @ v).float()
+
+
+def _attention_in_bf16(graph: torch.fx.GraphModule) -> None:
+    """Every scaled_dot_product_attention of a quantized graph as `_attention_bf16`: on AVX512_BF16 without AMX,
+    explicit bf16 matmuls run attention 1.2x faster than torch's fp32 (or bf16) flash kernel (benchmarks/RESULTS.md)."""
+    for node in graph.graph.nodes:
+        if node.op == "call_function" and node.target is torch.ops.aten.scaled_dot_product_attention.default:
+            node.target = _attention_bf16
+    graph.recompile()
 
 
 def prepare(model: nn.Module, precision: str = "fp32", *, device: torch.device | str = "cpu", pre_logits: bool = False,
