@@ -106,11 +106,11 @@ def _needed(draft, width: int, height: int, orientation: int) -> tuple[int, int]
     return need[::-1] if turned else need
 
 
-def _fast_jpeg(data: bytes, path: Path, channels: int, max_pixels: int, draft, crop) -> np.ndarray | None:
-    """(H, W, channels) pixels of a JPEG by libjpeg or simplejpeg (header, EXIF orientation and pixels without
-    Pillow), only `crop`'s box where one is given; None where neither can (CMYK, damaged data, RGB pixels wanted as
-    Pillow's luminance): Pillow then decodes the file, and says what is wrong with it."""
-    libjpeg = jpeg_decoder() == "libjpeg"
+def _fast_jpeg(data: bytes, path: Path, channels: int, max_pixels: int, draft, crop, decoder: str) -> np.ndarray | None:
+    """(H, W, channels) pixels of a JPEG by `decoder`, libjpeg or simplejpeg (header, EXIF orientation and pixels
+    without Pillow), only `crop`'s box where one is given; None where it cannot (CMYK, damaged data, RGB pixels wanted
+    as Pillow's luminance): Pillow then decodes the file, and says what is wrong with it."""
+    libjpeg = decoder == "libjpeg"
     try:
         if libjpeg:
             w, h, colorspace = jpeg_region.info(data)
@@ -145,25 +145,28 @@ def _libjpeg(data: bytes, size: tuple[int, int], need, gray: bool, orientation: 
     fails whatever its crop."""
     scale = _dct_scale(size, need)
     sw, sh = jpeg_region.scaled(size[0], scale), jpeg_region.scaled(size[1], scale)
-    turned = orientation in (5, 6, 7, 8)
-    upright = (sh, sw) if turned else (sw, sh)
-    box = crop(*upright) if crop is not None else (0, 0, *upright)
-    stored = _stored_box(box, orientation, sw, sh) if data.endswith(b"\xff\xd9") else (0, 0, sw, sh)
+    upright = (sh, sw) if orientation in (5, 6, 7, 8) else (sw, sh)
+    whole = crop is None or not data.endswith(b"\xff\xd9")
+    stored = (0, 0, sw, sh) if whole else _STORED_BOX[orientation](*crop(*upright), sw, sh)
     try:
-        pixels = jpeg_region.decode(data, stored, width=size[0], scale=scale, gray=gray)
+        pixels = _upright(jpeg_region.decode(data, stored, width=sw, scale=scale, gray=gray), orientation)
     except jpeg_region.JpegError:
         return None
-    if stored == (0, 0, sw, sh) and crop is not None:
-        return _cut(_upright(pixels, orientation), crop)
-    return _upright(pixels, orientation)
+    return _cut(pixels, crop) if whole else pixels
 
 
-def _stored_box(box: tuple[int, int, int, int], orientation: int, width: int, height: int) -> tuple[int, int, int, int]:
-    """The (left, top, right, bottom) box of the stored width x height image that `_upright` turns into `box`."""
-    l, t, r, b = box
-    return {1: (l, t, r, b), 2: (width - r, t, width - l, b), 3: (width - r, height - b, width - l, height - t),
-            4: (l, height - b, r, height - t), 5: (t, l, b, r), 6: (t, height - r, b, height - l),
-            7: (width - b, height - r, width - t, height - l), 8: (width - b, l, width - t, r)}.get(orientation, (l, t, r, b))
+# The (left, top, right, bottom) box of the stored width x height image that `_upright` turns into the upright box
+# (l, t, r, b), by EXIF orientation.
+_STORED_BOX = {
+    1: lambda l, t, r, b, width, height: (l, t, r, b),
+    2: lambda l, t, r, b, width, height: (width - r, t, width - l, b),
+    3: lambda l, t, r, b, width, height: (width - r, height - b, width - l, height - t),
+    4: lambda l, t, r, b, width, height: (l, height - b, r, height - t),
+    5: lambda l, t, r, b, width, height: (t, l, b, r),
+    6: lambda l, t, r, b, width, height: (t, height - r, b, height - l),
+    7: lambda l, t, r, b, width, height: (width - b, height - r, width - t, height - l),
+    8: lambda l, t, r, b, width, height: (width - b, l, width - t, r),
+}
 
 
 def _cut(pixels, crop):
@@ -296,10 +299,11 @@ def _decode(source, channels: int, max_pixels: int, name: str | None, draft, cro
         in_memory = isinstance(source, (bytes, bytearray, memoryview))
         if (len(source) if in_memory else path.stat().st_size) == 0:
             raise DataError(f"{path}: empty file (0 bytes); remove it or replace it with the image")
-        if jpeg_decoder() != "pillow":
+        decoder = jpeg_decoder()
+        if decoder != "pillow":
             source, in_memory = (source if in_memory else path.read_bytes()), True
             if source[:2] == b"\xff\xd8":
-                fast = _fast_jpeg(source, path, channels, max_pixels, draft, crop)
+                fast = _fast_jpeg(source, path, channels, max_pixels, draft, crop, decoder)
                 if fast is not None:  # else Pillow decodes it (and says what is wrong)
                     return fast
         with warnings.catch_warnings():

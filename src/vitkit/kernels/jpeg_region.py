@@ -2,7 +2,7 @@
 
     if jpeg_region.load():
         width, height, colorspace = jpeg_region.info(data)
-        pixels = jpeg_region.decode(data, box=(left, top, right, bottom), scale=2, gray=False)  # (h, w, C) uint8
+        pixels = jpeg_region.decode(data, (left, top, right, bottom), width=jpeg_region.scaled(width, 2), scale=2)  # (h, w, 3) uint8
 
 An Inception crop covers about half of a photo on average: libjpeg-turbo's jpeg_crop_scanline and
 jpeg_skip_scanlines leave out the IDCT, upsampling and colour conversion of the columns and rows outside the box,
@@ -79,9 +79,8 @@ def scaled(size: int, scale: int) -> int:
 
 def decode(data: bytes, box: tuple[int, int, int, int], *, width: int, scale: int = 1, gray: bool = False) -> np.ndarray:
     """(bottom - top, right - left, 1 or 3) uint8: the box (left, top, right, bottom), in pixels of the image decoded
-    at 1/scale, of a JPEG as stored (no EXIF orientation; `width`: the stored width, from `info`); JpegError on bad data."""
+    at 1/scale, of a JPEG as stored (no EXIF orientation; `width`: that decoded image's width); JpegError on bad data."""
     left, top, right, bottom = box
-    width = scaled(width, scale)
     start, stop = max(0, left - 1), min(width, right + 1)  # the margin column that keeps the edges exact
     if stop - start < MIN_SPAN:  # libjpeg upsamples a region only 1-2 chroma columns wide without its fancy filter
         stop = min(width, start + MIN_SPAN)
