@@ -55,6 +55,15 @@ def test_unknown_key_in_file_names_it(tmp_path):
         load_run_config(path)
 
 
+@pytest.mark.parametrize("name", ["null", "3", "[vit_b16]"])
+def test_a_model_name_that_is_not_a_string_is_one_clear_error(tmp_path, name):
+    """Found by tests/test_input_fuzz.py: `model: {name: null}` ended in an AttributeError inside the registry."""
+    path = tmp_path / "bad.yaml"
+    path.write_text(f"model:\n  name: {name}\n")
+    with pytest.raises(ConfigError, match=r"bad\.yaml: model\.name: expected a model name"):
+        load_run_config(path)
+
+
 def test_shipped_configs_load():
     from pathlib import Path
 

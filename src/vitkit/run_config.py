@@ -253,6 +253,8 @@ def from_dict(data: dict[str, Any], where: str = "config") -> RunConfig:
         raise ConfigError(f"{where}: model: expected a mapping of keys (name, width, ...), got {shown(data['model'])}")
     model = dict(data.get("model") or {})
     model.setdefault("name", "vit_mini4_28")
+    if not isinstance(model["name"], str):
+        raise ConfigError(f"{where}: model.name: expected a model name (e.g. vit_b16), got {shown(model['name'])}")
     try:
         family = type(get_config(model["name"]))  # a ViT's fields, or a BiT ResNet's
     except TypeError as err:
