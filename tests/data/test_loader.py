@@ -53,3 +53,18 @@ def test_the_parent_can_still_terminate_its_workers(tmp_path):
             w.join(timeout=30)
             assert not w.is_alive()
         stream.close()
+
+
+def test_a_batch_of_channels_last_crops_keeps_their_pixels_and_layout():
+    from vitkit.data.loader import collate
+
+    g = torch.Generator().manual_seed(0)
+    hwc = [torch.randint(0, 256, (5, 7, 3), dtype=torch.uint8, generator=g) for _ in range(4)]
+    crops = [x.permute(2, 0, 1) for x in hwc]  # (C, H, W) views over (H, W, C) memory, as inception_crop returns
+    planar = [x.contiguous() for x in crops]  # load_image's (C, H, W) arrays
+    labels = [torch.tensor(i) for i in range(4)]
+    batch, y, errors = collate([(x, t, None) for x, t in zip(crops, labels)])
+    assert batch.shape == (4, 3, 5, 7) and torch.equal(batch, torch.stack(planar)) and errors == []
+    assert batch.is_contiguous(memory_format=torch.channels_last) and torch.equal(y, torch.arange(4))
+    batch, _, _ = collate([(x, t, None) for x, t in zip(planar, labels)])
+    assert batch.is_contiguous() and torch.equal(batch, torch.stack(planar))
