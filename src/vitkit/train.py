@@ -649,8 +649,8 @@ def _plan(config: RunConfig, model: VisionTransformer, data: _Data, env: _Setup,
     threads = torch.get_num_threads()
     lines.append(f"training   steps {step + 1}-{last} of {t.steps}, batch {t.batch_size}, lr {t.lr:g} ({t.optimizer}, {t.decay}): "
                  f"{images:,} images ({epochs:.3g} epochs) on {env.device}, {threads} thread{'s' * (threads > 1)}")
-    if t.warmup_steps >= t.steps:
-        lines.append(f"warning    train.warmup_steps={t.warmup_steps} is not below train.steps={t.steps}: the learning rate only warms up "
+    if t.warmup_steps > t.steps:
+        lines.append(f"warning    train.warmup_steps={t.warmup_steps} is more than train.steps={t.steps}: the learning rate only warms up "
                      f"(to {t.lr * t.steps / t.warmup_steps:.3g} at the last step) and never reaches {t.lr:g}; lower train.warmup_steps")
     if env.world.size == 1:
         seconds = _time_step(model, env.micro, env.device) * env.accum * (last - step)

@@ -188,7 +188,7 @@ def test_train_on_a_folder_fits_the_model_to_the_images_and_states_the_plan(own,
     assert "scanned 30 of 30 images: median" in out and "colour -> 24x24 px, 3 channels" in out  # odd sizes 17..40 px, mixed modes
     for line in ("model      ViT at 24x24, 3 channels", "width 96, depth 6", "GFLOPs/image", f"data       {data}: 3 classes (ankle boot, bag, coat)",
                  f"train         30 images  {data / 'train'} (all)", "on cpu, 1 thread", "estimated  0:0", "step 1/2: loss ",
-                 "warning    train.warmup_steps=4 is not below train.steps=2: the learning rate only warms up (to 0.0015 at the last step)"):
+                 "warning    train.warmup_steps=4 is more than train.steps=2: the learning rate only warms up (to 0.0015 at the last step)"):
         assert line in out, (line, out)
     assert json.loads((tmp_path / "fit" / "final" / "config.json").read_text())["model"]["in_chans"] == 3
     gray = tmp_path / "gray"

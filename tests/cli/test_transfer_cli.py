@@ -108,7 +108,7 @@ def test_finetune_at_a_higher_resolution_then_eval(run_cli, vitkit_cmd, checkpoi
                    "train.threads=1", "augment.crop=pad", "data.val_fraction=0.05")
     result = last_json(done)
     assert f"== learning rate 0.03 (run 1 of 1): {out / 'lr_0.03'}" in done.stdout  # each run's lines say whose they are
-    assert "lr 0.03 (sgd, cosine)" in done.stdout and "warning    train.warmup_steps" not in done.stdout  # 1 < 2 steps
+    assert "lr 0.03 (sgd, cosine)" in done.stdout and "warning    train.warmup_steps" not in done.stdout  # warmup 1 of 2 steps
     assert [r["run"] for r in result["runs"]] == ["lr_0.03"] and result["image_size"] == [32, 32]
     config = json.loads((out / "final" / "config.json").read_text())
     assert config["model"]["image_size"] == [32, 32] and config["model"]["representation_size"] is None  # pre-logits dropped
