@@ -191,6 +191,10 @@ def test_train_on_a_folder_fits_the_model_to_the_images_and_states_the_plan(own,
                  "warning    train.warmup_steps=4 is more than train.steps=2: the learning rate only warms up (to 0.0015 at the last step)"):
         assert line in out, (line, out)
     assert json.loads((tmp_path / "fit" / "final" / "config.json").read_text())["model"]["in_chans"] == 3
+    preview = vitkit_cmd("data", data, "--samples", "4", "--out", tmp_path / "preview")  # what that model sees: its size and channels
+    assert preview.returncode == 0, preview.stderr
+    assert "vitkit data: no model given, so fitted to the data" in preview.stdout
+    assert np.load(tmp_path / "preview" / "samples.npy").shape == (4, 3, 24, 24)
     gray = tmp_path / "gray"
     shutil.copytree(data, gray)
     for png in gray.rglob("*.png"):

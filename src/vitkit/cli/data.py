@@ -55,6 +55,10 @@ def run(args: argparse.Namespace) -> int:
     if args.path and "=" in args.path and not Path(args.path).exists():  # no PATH given, a KEY=VALUE in its place
         args.overrides, args.path = [args.path, *args.overrides], None
     overrides = list(args.overrides) + ([f"data.path={args.path}"] if args.path else [])
+    if args.samples and args.path and not (args.config or any(o.startswith("model.") for o in args.overrides)):
+        from .train import fit_to_data
+
+        overrides = [*fit_to_data(args.path, "data"), *overrides]  # the model `vitkit train --data PATH` would fit: its pixels
     config = load_run_config(args.config, overrides)
     d, shape = config.data, config.model_config()
     opened = {}

@@ -58,8 +58,8 @@ def _interrupt(signum, frame):
     raise KeyboardInterrupt  # the CLI says "interrupted" and exits 130
 
 
-def fit_to_data(path: str) -> list[str]:
-    """The default recipe for the images at `path`, from a short scan of its training split (reported)."""
+def fit_to_data(path: str, command: str = "train") -> list[str]:
+    """The default recipe for the images at `path`, from a short scan of its training split (reported by `command`)."""
     from vitkit.data import DataSpec
     from vitkit.data.scan import scan
     from vitkit.data.spec import absolute
@@ -67,7 +67,7 @@ def fit_to_data(path: str) -> list[str]:
 
     train = DataSpec(path=absolute(path)).open("train", channels=3, image_size=32, flag="data.train_split", hold_out="data.val_fraction")
     overrides, note = fitted_to_data(scan(train), len(train))
-    print(f"vitkit train: {note}", flush=True)
+    print(f"vitkit {command}: {note}", flush=True)
     return overrides
 
 
