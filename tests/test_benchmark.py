@@ -94,6 +94,9 @@ def test_candidates_name_a_library_and_a_precision():
         benchmark.parse_candidates(["transformers:bf16"], setup)
     with pytest.raises(Exception, match="only run inference"):
         benchmark.parse_candidates(["openvino"], benchmark.Setup(config=get_config("vit_test"), mode="train"))
+    assert benchmark.parse_candidates(["vitkit:int8-dynamic"], setup) == [("vitkit:int8-dynamic", "vitkit", "int8-dynamic")]
+    with pytest.raises(Exception, match="the runtimes' int8 is NNCF's static quantization; use openvino:int8"):
+        benchmark.parse_candidates(["openvino:int8-dynamic"], setup)
 
 
 def test_cli_benchmark_against_deployment_runtimes(vitkit_cmd, tmp_path):

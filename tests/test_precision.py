@@ -36,7 +36,7 @@ def test_bf16_needs_native_bf16(monkeypatch):
     monkeypatch.setattr(precision, "native_bf16", lambda: None)
     with pytest.raises(ConfigError, match="no native bf16"):
         precision.check("bf16", "cpu")
-    with pytest.raises(ConfigError, match="expected one of fp32, bf16, int8"):
+    with pytest.raises(ConfigError, match="expected one of fp32, bf16, int8, int8-dynamic"):
         precision.check("fp8", "cpu")
 
 
@@ -65,6 +65,24 @@ def test_int8_is_calibrated_and_close_to_fp32(model):
     assert "32 calibration images" in runner.description and "int8" in runner.description
     assert not torch.equal(out, ref)  # it really is quantized
     assert (out - ref).abs().max() < 0.1 * ref.abs().max()
+
+
+@pytest.mark.parametrize("compile", [False, True])
+def test_int8_dynamic_quantizes_a_copy_without_calibration(model, compile):
+    pytest.importorskip("torchao")
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    runner = precision.prepare(model, "int8-dynamic", compile=compile)
+    x = torch.randn(8, 3, 16, 16)
+    out, ref = runner(x), model(x).detach()
+    assert "int8 dynamic" in runner.description and "calibration" not in runner.description
+    assert runner.compiled is compile
+    after = model.state_dict()  # the caller's model stays fp32 and untouched
+    assert all(torch.equal(before[k], after[k]) and after[k].dtype == before[k].dtype for k in before)
+    assert not torch.equal(out, ref)  # it really is quantized
+    assert (out - ref).abs().max() < 0.1 * ref.abs().max()
+    assert (out.argmax(1) == ref.argmax(1)).float().mean() >= 0.9
+    with pytest.raises(ConfigError, match="int8-dynamic: runs on the CPU only"):
+        precision.check("int8-dynamic", "cuda")
 
 
 def test_evaluate_reports_the_cost_against_a_reference(model):

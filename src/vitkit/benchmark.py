@@ -27,7 +27,7 @@ from vitkit.kernels import cpu_inference
 from vitkit.models import ViTConfig, VisionTransformer
 from vitkit.models.summary import count_flops
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "int8": torch.float32}
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "int8": torch.float32, "int8-dynamic": torch.float32}
 REFERENCES = ("transformers", "timm")
 BACKENDS = ("onnxruntime", "openvino")  # deployment runtimes, fed vitkit's own ONNX export
 
@@ -61,7 +61,7 @@ class Setup:
 
 # -- what one step is ------------------------------------------------------------------------
 def _autocast(setup: Setup):
-    if setup.dtype in ("fp32", "int8"):
+    if DTYPES[setup.dtype] == torch.float32:  # fp32, or int8 whose runner keeps its own precision
         return nullcontext()
     return torch.autocast(device_type=torch.device(setup.device).type, dtype=DTYPES[setup.dtype])
 
@@ -211,6 +211,8 @@ def parse_candidates(compare: list[str] | tuple[str, ...], setup: Setup) -> list
             raise ConfigError(f"--compare {entry}: unknown precision {prec!r}; choose from {', '.join(DTYPES)}")
         if name in REFERENCES and prec != setup.dtype:
             raise ConfigError(f"--compare {entry}: references run at the benchmark's --precision ({setup.dtype})")
+        if name in BACKENDS and prec == "int8-dynamic":
+            raise ConfigError(f"--compare {entry}: the runtimes' int8 is NNCF's static quantization; use {name}:int8")
         if name in BACKENDS and setup.mode != "inference":
             raise ConfigError(f"--compare {name}: deployment runtimes only run inference; use --mode inference")
         out.append((entry if ":" in entry else name, name, prec))

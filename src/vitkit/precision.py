@@ -22,6 +22,11 @@ int8   PyTorch's PT2E flow with the x86 inductor quantizer (from torchao): stati
        and softmax (1.19x / 1.09x plain int8 for ViT-S/16 / ViT-B/16 there). Every linear is quantized, also
        the class-token-only last layer's Q and K/V projections (slices of the fused weight).
 
+int8-dynamic  torchao's dynamic int8: per-channel int8 weights, activations quantized per token as each batch comes
+       (no calibration), then compiled. CPU only. Slower than static int8 (0.67-0.80x on an AMD EPYC) and closer to
+       fp32: on a ViT-S/16 where every static int8 (vitkit's, OpenVINO's, ONNX Runtime's) agreed with fp32 on 99.4% of
+       the test images, it agreed on 99.6% (benchmarks/RESULTS.md).
+
 Every runner pads a short last batch up to the batch size it was built for, so one compiled graph
 serves a whole dataset.
 """
@@ -39,7 +44,7 @@ from torch import nn
 
 from vitkit.errors import ConfigError
 
-PRECISIONS = ("fp32", "bf16", "int8")
+PRECISIONS = ("fp32", "bf16", "int8", "int8-dynamic")
 CALIBRATION_IMAGES = 256  # images the int8 observers see by default: a few hundred of the user's own
 # Compilation (inductor, frozen weights) costs about COMPILE_SECONDS once: ViT-S/16 took 140-280 s on the shared,
 # heavily loaded 2-core machine of benchmarks/RESULTS.md ("Reduced-precision CPU inference"), 10-20 s cold on an idle
@@ -85,12 +90,14 @@ def check(precision: str, device: torch.device | str = "cpu") -> str:
                               "so bf16 would be emulated and slower than fp32; use --precision fp32 or int8")
         return f"bf16 ({isa}, bf16 weights and activations)"
     if device.type != "cpu":
-        raise ConfigError(f"--precision int8: runs on the CPU only (x86 inductor quantizer); use --device cpu or --precision bf16")
+        raise ConfigError(f"--precision {precision}: runs on the CPU only (x86 int8 GEMMs); use --device cpu or --precision bf16")
     try:
         _import_torchao()
     except ImportError:
-        raise ConfigError("--precision int8: needs torchao; install the int8 extra (pip install 'vitkit[int8]')") from None
+        raise ConfigError(f"--precision {precision}: needs torchao; install the int8 extra (pip install 'vitkit[int8]')") from None
     vnni = "AMX" if "amx_int8" in cpu_flags() else "AVX512_VNNI" if "avx512_vnni" in cpu_flags() else "no VNNI"
+    if precision == "int8-dynamic":
+        return f"int8 dynamic (torchao: activations quantized per token as they come, per-channel int8 weights, {vnni})"
     mixed = ", bf16 between the int8 GEMMs" if int8_mixed_bf16() else ", attention in bf16" if int8_bf16_attention() else ""
     return f"int8 (PT2E static, x86 inductor quantizer, {vnni}{mixed})"
 
@@ -166,7 +173,7 @@ class Runner:
         self.forward = _Forward(copy.deepcopy(model).to(torch.bfloat16) if self._cast else model, pre_logits)
         self.batch_size: int | None = None
         self._batches_left = batches
-        self._compile = compile if compile is not None or precision != "int8" else True  # int8 only pays compiled
+        self._compile = compile if compile is not None or not precision.startswith("int8") else True  # int8 only pays compiled
         self._fn: Callable[[torch.Tensor], torch.Tensor] | None = None
         self._calibration = calibration
         self.compiled = False
@@ -177,6 +184,8 @@ class Runner:
         if self.precision == "int8":
             n = self._quantize(x)
             self.description += f", {n} calibration images"
+        elif self.precision == "int8-dynamic":
+            self._quantize_dynamic()
         self._fn = self._compiled() if self._compile else self.forward
         self.compiled = bool(self._compile)
 
@@ -206,6 +215,15 @@ class Runner:
             if int8_bf16_attention():
                 _attention_in_bf16(self.forward)
         return seen
+
+    def _quantize_dynamic(self) -> None:
+        """Every linear layer of a copy of the model with int8 weights (per channel) and int8 activations, quantized per
+        token as they come (torchao): no calibration, more exact than static int8 and slower (benchmarks/RESULTS.md)."""
+        from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_
+
+        model = copy.deepcopy(self.forward.model)  # the caller's model stays fp32
+        quantize_(model, Int8DynamicActivationInt8WeightConfig())
+        self.forward = _Forward(model, self.forward.pre_logits)
 
     def _pad(self, x: torch.Tensor) -> torch.Tensor:
         short = self.batch_size - len(x)

@@ -22,7 +22,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch", type=int, default=8, help="batch size (default 8)")
     p.add_argument("--image-size", type=int, default=None, help="resolution (default: the model's)")
     p.add_argument("--num-classes", type=int, default=1000)
-    p.add_argument("--precision", "--dtype", dest="dtype", choices=["fp32", "bf16", "fp16", "int8"], default=None,
+    p.add_argument("--precision", "--dtype", dest="dtype", choices=["fp32", "bf16", "fp16", "int8", "int8-dynamic"], default=None,
                    help="vitkit's precision, as in eval and predict (default fp32 on CPU, bf16 on GPU); bf16 on the CPU "
                    "needs AVX512_BF16/AMX, int8 the int8 extra (its observers calibrated on random images: speed only)")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present)")
@@ -34,7 +34,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    "torch: always torch's scaled_dot_product_attention and GELU")
     p.add_argument("--grad-checkpointing", action="store_true", help="train with activation checkpointing per block")
     p.add_argument("--compare", default="",
-                   help="comma-separated candidates, each optionally :fp32/:bf16/:int8 (default: --precision): references "
+                   help="comma-separated candidates, each optionally :fp32/:bf16/:int8/:int8-dynamic (default: --precision): references "
                    "transformers,timm ('all': those installed), deployment runtimes onnxruntime,openvino (fed vitkit's "
                    "ONNX export; same thread count, ONNX Runtime not spinning; :int8 quantizes that export with NNCF) and vitkit "
                    "itself, e.g. vitkit:fp32,openvino:bf16,openvino:int8")
