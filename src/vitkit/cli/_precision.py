@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 
+from vitkit.precision import PRECISIONS
+
 
 def add_precision(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--precision", choices=["fp32", "bf16", "int8", "int8-dynamic"], default="fp32",
+    p.add_argument("--precision", choices=PRECISIONS, default="fp32",
                    help="fp32 (default), bf16 (CPUs with AVX512_BF16/AMX, and GPUs), int8 (CPU, static PT2E quantization "
                    "calibrated on --calibration training images; needs the int8 extra) or int8-dynamic (CPU, torchao's "
                    "per-token dynamic int8: no calibration, closer to fp32 than int8, slower)")

@@ -9,6 +9,7 @@ from pathlib import Path
 from vitkit.checkpoint.io import write_json
 from vitkit.errors import ConfigError
 from vitkit.models import ViTConfig, get_config
+from vitkit.precision import PRECISIONS
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -22,7 +23,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch", type=int, default=8, help="batch size (default 8)")
     p.add_argument("--image-size", type=int, default=None, help="resolution (default: the model's)")
     p.add_argument("--num-classes", type=int, default=1000)
-    p.add_argument("--precision", "--dtype", dest="dtype", choices=["fp32", "bf16", "fp16", "int8", "int8-dynamic"], default=None,
+    p.add_argument("--precision", "--dtype", dest="dtype", choices=[*PRECISIONS, "fp16"], default=None,
                    help="vitkit's precision, as in eval and predict (default fp32 on CPU, bf16 on GPU); bf16 on the CPU "
                    "needs AVX512_BF16/AMX, int8 the int8 extra (its observers calibrated on random images: speed only)")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present)")

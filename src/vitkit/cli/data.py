@@ -28,7 +28,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted run-config overrides, e.g. model.image_size=224")
     p.add_argument("--config", metavar="YAML", help="run config whose data/augment/model settings apply (as in vitkit train)")
     p.add_argument("--split", default="train", choices=("train", "val", "test"), help="split for sizes, samples and shards (default train)")
-    p.add_argument("--samples", type=int, default=0, metavar="N", help="write the first N images of the first training batch")
+    p.add_argument("--samples", type=int, default=0, metavar="N", help="write the first N images of the first training batch (with a PATH and no "
+                   "model.* key or --config: of the model `vitkit train --data PATH` fits to the images)")
     p.add_argument("--out", metavar="DIR", help="where samples.png and samples.npy go (required with --samples)")
     p.add_argument("--to-shards", metavar="DIR", help="write the split's images as tar shards DIR/shard-NNNNNN.tar + classes.txt")
     p.add_argument("--per-shard", type=int, default=1000, metavar="N", help="images per shard (default 1000)")
@@ -55,10 +56,10 @@ def run(args: argparse.Namespace) -> int:
     if args.path and "=" in args.path and not Path(args.path).exists():  # no PATH given, a KEY=VALUE in its place
         args.overrides, args.path = [args.path, *args.overrides], None
     overrides = list(args.overrides) + ([f"data.path={args.path}"] if args.path else [])
-    if args.samples and args.path and not (args.config or any(o.startswith("model.") for o in args.overrides)):
-        from .train import fit_to_data
+    if args.samples:  # the pixels of the model `vitkit train --data PATH` would fit
+        from .train import fitted_unless_named
 
-        overrides = [*fit_to_data(args.path, "data"), *overrides]  # the model `vitkit train --data PATH` would fit: its pixels
+        overrides = [*fitted_unless_named(args.path, bool(args.config), args.overrides, "data"), *overrides]
     config = load_run_config(args.config, overrides)
     d, shape = config.data, config.model_config()
     opened = {}

@@ -58,6 +58,14 @@ def _interrupt(signum, frame):
     raise KeyboardInterrupt  # the CLI says "interrupted" and exits 130
 
 
+def fitted_unless_named(path: str | None, named: bool, overrides: list[str], command: str) -> list[str]:
+    """`fit_to_data(path)` where a PATH is given and nothing names the model (`named`: a --config or resumed run, or a
+    model.* override among `overrides`); else no overrides."""
+    if not path or named or any(o.startswith("model.") for o in overrides):
+        return []
+    return fit_to_data(path, command)
+
+
 def fit_to_data(path: str, command: str = "train") -> list[str]:
     """The default recipe for the images at `path`, from a short scan of its training split (reported by `command`)."""
     from vitkit.data import DataSpec
@@ -87,8 +95,7 @@ def _run(args: argparse.Namespace) -> int:
     from vitkit.train import resume_config, train
 
     overrides = list(args.overrides)
-    if args.data and not (args.config or args.resume or any(o.startswith("model.") for o in overrides)):
-        overrides = [*fit_to_data(args.data), *overrides]  # user overrides come last and win
+    overrides = [*fitted_unless_named(args.data, bool(args.config or args.resume), overrides, "train"), *overrides]  # user's win
     if args.data:
         overrides.append(("data.path", args.data))  # a path as given, never parsed
     if args.no_progress:
