@@ -1,7 +1,8 @@
-"""Accuracy cost of every CPU inference path on real data: vitkit fp32 / bf16 / int8 and the deployment runtimes
-(ONNX Runtime fp32, OpenVINO fp32 and bf16, fed vitkit's ONNX export; both in int8 as NNCF quantizes that export) on a checkpoint and a dataset split.
+"""Accuracy cost of every CPU inference path on real data: vitkit fp32 / bf16 / int8 / int8-dynamic and the deployment
+runtimes (ONNX Runtime fp32, OpenVINO fp32 and bf16, fed vitkit's ONNX export; both in int8 as NNCF quantizes that
+export) on a checkpoint and a dataset split.
 
-    python benchmarks/cpu_precision.py runs/demo --split test [--threads 2]
+    python benchmarks/cpu_precision.py runs/demo --split test [--threads 2] [--paths "vitkit bf16,openvino bf16"]
 
 Every candidate sees the same images; its top-1 and its agreement with vitkit fp32 (same predicted class) are
 printed as a Markdown table and one JSON line. The speed side is `vitkit benchmark --compare ...` (RESULTS.md).
@@ -26,6 +27,10 @@ from vitkit.precision import native_bf16, prepare
 from vitkit.train import find_checkpoint
 
 
+PATHS = ("vitkit fp32", "vitkit bf16", "vitkit int8", "vitkit int8-dynamic", "onnxruntime fp32", "openvino fp32", "openvino bf16",
+         "onnxruntime int8 (NNCF)", "openvino int8 (NNCF)")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("checkpoint")
@@ -35,7 +40,15 @@ def main() -> None:
     p.add_argument("--calibration", type=int, default=256, help="int8: training images its observers see")
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--no-nncf", action="store_true", help="leave out the int8 exports NNCF quantizes for ONNX Runtime and OpenVINO")
+    p.add_argument("--paths", help="comma-separated: only these paths (names as in the table; vitkit fp32, the reference, always runs)")
     args = p.parse_args()
+    only = None if args.paths is None else {"vitkit fp32", *(name.strip() for name in args.paths.split(","))}
+    if only is not None and only - set(PATHS):
+        p.error(f"--paths: no such path: {', '.join(sorted(only - set(PATHS)))} (paths: {', '.join(PATHS)})")
+
+    def wanted(name: str) -> bool:
+        return only is None or name in only
+
     if args.threads:
         torch.set_num_threads(args.threads)
     folder = find_checkpoint(args.checkpoint)
@@ -51,21 +64,26 @@ def main() -> None:
     test = split(args.split)
     n_batches = -(-len(test) // args.batch_size)
     candidates = {"vitkit fp32": prepare(model, "fp32", batches=n_batches)}
-    if native_bf16():
+    if native_bf16() and wanted("vitkit bf16"):
         candidates["vitkit bf16"] = prepare(model, "bf16", batches=n_batches)
     calibration = calibration_images(split("train"), model, n=args.calibration, crop_pct=crop)
-    candidates["vitkit int8"] = prepare(model, "int8", calibration=calibration)
+    if wanted("vitkit int8"):
+        candidates["vitkit int8"] = prepare(model, "int8", calibration=calibration)
+    if wanted("vitkit int8-dynamic"):
+        candidates["vitkit int8-dynamic"] = prepare(model, "int8-dynamic")
     scratch = tempfile.TemporaryDirectory(prefix="vitkit-acc-")
     onnx = export(model, Path(scratch.name) / "model.onnx", format="onnx")
     threads = torch.get_num_threads()
-    candidates["onnxruntime fp32"] = runtime_session("onnxruntime", onnx, threads=threads)
-    candidates["openvino fp32"] = runtime_session("openvino", onnx, threads=threads)
-    if native_bf16():
-        candidates["openvino bf16"] = runtime_session("openvino", onnx, precision="bf16", threads=threads)
+    for runtime, precision in (("onnxruntime", "fp32"), ("openvino", "fp32"), ("openvino", "bf16")):
+        if wanted(f"{runtime} {precision}") and (precision == "fp32" or native_bf16()):
+            candidates[f"{runtime} {precision}"] = runtime_session(runtime, onnx, precision=precision, threads=threads)
     if not args.no_nncf:  # the same calibration images as vitkit int8
         for runtime, fmt, name in (("onnxruntime", "onnx", "int8.onnx"), ("openvino", "openvino", "int8.xml")):
-            quantized = export(model, Path(scratch.name) / name, format=fmt, calibration=calibration)
-            candidates[f"{runtime} int8 (NNCF)"] = runtime_session(runtime, quantized, precision="int8", threads=threads)
+            if wanted(f"{runtime} int8 (NNCF)"):
+                quantized = export(model, Path(scratch.name) / name, format=fmt, calibration=calibration)
+                candidates[f"{runtime} int8 (NNCF)"] = runtime_session(runtime, quantized, precision="int8", threads=threads)
+    if only is not None and set(candidates) != only:
+        p.error(f"--paths: not available here: {', '.join(sorted(only - set(candidates)))} (no native bf16, or --no-nncf)")
     preds = {name: [] for name in candidates}
     seconds = dict.fromkeys(candidates, 0.0)
     labels = []
@@ -85,7 +103,8 @@ def main() -> None:
         rows[name] = {"top1": float((p_ == labels).double().mean()), "agreement_with_vitkit_fp32": float((p_ == ref).double().mean()),
                       "seconds": seconds[name]}
     base = rows["vitkit fp32"]["top1"]
-    print(f"{folder} on {args.split} ({len(labels)} images), {threads} threads; int8: {candidates['vitkit int8'].description}")
+    int8 = candidates.get("vitkit int8")
+    print(f"{folder} on {args.split} ({len(labels)} images), {threads} threads" + (f"; int8: {int8.description}" if int8 else ""))
     print("| path | top-1 | difference vs vitkit fp32 (points) | agreement with vitkit fp32 | seconds (incl. first-batch build) |")
     print("|---|---|---|---|---|")
     for name, r in rows.items():
