@@ -1,3 +1,5 @@
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -22,7 +24,7 @@ def _batches(n=3, size=8):
 
 
 def test_fp32_runner_is_the_model_and_pads_a_short_last_batch(model):
-    runner = precision.prepare(model, "fp32", compile=False)
+    runner = precision.prepare(model, "fp32", compile=False, kernels=False)
     x = torch.randn(8, 3, 16, 16)
     assert torch.equal(runner(x), model(x).detach())
     short = runner(x[:3])  # padded to the first batch's size, cut back
@@ -30,6 +32,41 @@ def test_fp32_runner_is_the_model_and_pads_a_short_last_batch(model):
     assert runner(torch.randn(20, 3, 16, 16)).shape == (20, 10)  # larger batches run in parts
     features = precision.prepare(model, "fp32", compile=False, pre_logits=True)(x)
     assert features.shape == (8, model.config.width)
+
+
+@pytest.mark.parametrize("compile", [False, True])
+def test_fp32_runner_uses_vitkits_cpu_kernels_while_it_runs(model, monkeypatch, compile):
+    from vitkit.kernels import cpu_inference
+
+    if not cpu_inference.load():
+        pytest.skip("vitkit's CPU kernels do not build here")
+    cpu = torch.device("cpu")
+    assert precision._cpu_kernels(model, "fp32", cpu) is cpu_inference  # fp32 on the CPU only
+    assert precision._cpu_kernels(model, "bf16", cpu) is None and precision._cpu_kernels(model, "fp32", torch.device("meta")) is None
+    calls = []
+
+    def spy(name):
+        def call(*args):
+            calls.append(name)
+            return getattr(cpu_inference, name)(*args)
+
+        return call
+
+    monkeypatch.setattr(precision, "_cpu_kernels", lambda *a: SimpleNamespace(attention=spy("attention"), bias_gelu_=spy("bias_gelu_")))
+    runner = precision.prepare(model, "fp32", compile=compile)
+    x = torch.randn(4, 3, 16, 16)
+    with torch.inference_mode():
+        want = model(x)  # torch's ops
+        got = runner(x)
+    assert sorted(set(calls)) == ["attention", "bias_gelu_"] and "kernels" in runner.description
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    assert all(block.attn.kernel is None and block.mlp.kernel is None for block in model.blocks)  # left as it was
+    calls.clear()
+    with torch.inference_mode():
+        model(x)
+    assert calls == []
+    plain = precision.prepare(model, "fp32", compile=False, kernels=False)
+    assert "kernels" not in plain.description and torch.equal(plain(x), want)
 
 
 def test_bf16_needs_native_bf16(monkeypatch):

@@ -110,10 +110,9 @@ def _matmul(setup: Setup) -> tuple[Callable[[], Any], int]:
 def build_vitkit(setup: Setup) -> torch.nn.Module:
     model = VisionTransformer(setup.config).to(setup.device)
     model.set_grad_checkpointing(setup.grad_checkpointing)
-    if inference_kernels(setup) != "torch":
-        model.set_inference_kernels(cpu_inference)
-    if setup.mode == "inference" and setup.dtype != "fp16":  # what eval and predict run (vitkit.precision)
-        return _Prepared(precision.prepare(model, setup.dtype, device=setup.device, compile=setup.compile), model)
+    if setup.mode == "inference" and setup.dtype != "fp16":  # what eval and predict run (vitkit.precision, with its kernels)
+        runner = precision.prepare(model, setup.dtype, device=setup.device, compile=setup.compile, kernels=setup.kernels != "torch")
+        return _Prepared(runner, model)
     if setup.compile:
         model = torch.compile(model)
     return model

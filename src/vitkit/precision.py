@@ -6,7 +6,9 @@
 
 fp32   the model as it is; torch.compile with frozen weights (packed GEMMs, fused bias + GELU) when the
        job is long enough to earn the compilation back (`compile=None`: decided after timing the first
-       batch eagerly, see `worth_compiling`).
+       batch eagerly, see `worth_compiling`). On the CPU, a ViT's attention and bias + GELU run through
+       vitkit's C++ kernels (vitkit.kernels.cpu_inference) where they build, as `vitkit benchmark` measures
+       them (`kernels=False`: torch's ops), set on the model only while the runner runs.
 bf16   on the CPU, a bf16 copy of the model (weights and activations in bf16; LayerNorm, softmax and GEMM
        sums accumulated in fp32): no casts between ops and half the memory traffic, 1.05-1.12x faster than
        autocast (benchmarks/RESULTS.md). Only where the CPU has native bf16 instructions (AVX512_BF16 or
@@ -33,6 +35,7 @@ serves a whole dataset.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import time
@@ -164,9 +167,12 @@ class Runner:
 
     def __init__(self, model: nn.Module, precision: str, *, device: torch.device, pre_logits: bool = False,
                  compile: bool | None = None, calibration: Iterable[torch.Tensor] | None = None,
-                 batches: int | None = None):
+                 batches: int | None = None, kernels: bool | None = None):
         self.precision, self.device = precision, torch.device(device)
         self.description = check(precision, self.device)
+        self._kernels = _cpu_kernels(model, precision, self.device) if kernels is not False else None
+        if self._kernels is not None:
+            self.description += ", vitkit's attention and bias + GELU kernels"
         self._cast = precision == "bf16" and self.device.type == "cpu"  # a bf16 copy; the caller's model stays fp32
         self._autocast = (precision == "bf16" and not self._cast) or (precision == "int8" and int8_mixed_bf16())
         model.eval()
@@ -232,8 +238,12 @@ class Runner:
     def _run(self, x: torch.Tensor) -> torch.Tensor:
         if self._cast:
             return self._fn(x.to(torch.bfloat16)).float()
-        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self._autocast):
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self._autocast), self._with_kernels():
             return self._fn(x).float()
+
+    def _with_kernels(self):
+        """vitkit's fp32 CPU kernels on the model for one call; afterwards the caller's model is as it was."""
+        return contextlib.nullcontext() if self._kernels is None else self.forward.model.using_inference_kernels(self._kernels)
 
     @torch.inference_mode()
     def run_batch(self, x: torch.Tensor) -> torch.Tensor:
@@ -261,6 +271,18 @@ class Runner:
         if len(x) > self.batch_size:
             return torch.cat([self(part) for part in x.split(self.batch_size)])
         return self._run(self._pad(x))[: len(x)]
+
+
+def _cpu_kernels(model: nn.Module, precision: str, device: torch.device):
+    """vitkit.kernels.cpu_inference where it serves this runner (fp32, CPU, a model that takes them, the library
+    builds: once per machine and torch version, ~12 s on a 2-core AMD EPYC), else None."""
+    if precision != "fp32" or device.type != "cpu" or not hasattr(model, "using_inference_kernels"):
+        return None
+    from vitkit.kernels import cpu_inference
+
+    with warnings.catch_warnings():  # where they cannot build (no compiler), torch's ops run, as they do without them
+        warnings.simplefilter("ignore")
+        return cpu_inference if cpu_inference.load() else None
 
 
 def _quantizer_class():
@@ -324,11 +346,12 @@ def _attention_in_bf16(graph: torch.fx.GraphModule) -> None:
 
 def prepare(model: nn.Module, precision: str = "fp32", *, device: torch.device | str = "cpu", pre_logits: bool = False,
             compile: bool | None = None, calibration: Iterable[torch.Tensor] | None = None,
-            batches: int | None = None) -> Runner:
+            batches: int | None = None, kernels: bool | None = None) -> Runner:
     """`model` ready for inference at `precision` (see the module docstring).
 
     compile: True / False, or None to decide after the first batch from its time and `batches` (how many the job has).
     calibration: normalised image batches for int8's observers (default: the first batch it is called on).
+    kernels: False keeps torch's attention and GELU in fp32 on the CPU (default: vitkit's kernels where they build).
     """
     return Runner(model.to(device), precision, device=torch.device(device), pre_logits=pre_logits, compile=compile,
-                  calibration=calibration, batches=batches)
+                  calibration=calibration, batches=batches, kernels=kernels)

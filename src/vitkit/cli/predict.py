@@ -51,7 +51,8 @@ def run(args: argparse.Namespace) -> int:
     def training_split():  # int8's calibration images: the data the checkpoint was trained on
         return DataSpec.from_checkpoint(meta, args.checkpoint).open("train", channels=c.in_chans, image_size=c.image_size[0])
 
-    runner = prepare(model, args.precision, compile=False,  # one image at a time: compiling never pays here
+    # one image at a time: neither compiling nor building vitkit's fp32 kernels (once per machine) pays here
+    runner = prepare(model, args.precision, compile=False, kernels=False,
                      calibration=calibration(args, model, training_split, crop_pct=crop_pct))
     failed = 0
     for path in paths:

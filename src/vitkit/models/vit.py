@@ -17,6 +17,7 @@ For inference, faster kernels can stand in for attention and the MLP's bias + GE
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Callable, Protocol
 
@@ -355,6 +356,17 @@ class VisionTransformer(nn.Module):
         for block in self.blocks:  # the functions, not `kernels` itself: a model with them still deep-copies
             block.attn.kernel = None if kernels is None else kernels.attention
             block.mlp.kernel = None if kernels is None else kernels.bias_gelu_
+
+    @contextlib.contextmanager
+    def using_inference_kernels(self, kernels: InferenceKernels | None):
+        """`set_inference_kernels(kernels)` inside a with block; afterwards the model has what it had before."""
+        before = [(block.attn.kernel, block.mlp.kernel) for block in self.blocks]
+        self.set_inference_kernels(kernels)
+        try:
+            yield self
+        finally:
+            for block, (attention, bias_gelu) in zip(self.blocks, before):
+                block.attn.kernel, block.mlp.kernel = attention, bias_gelu
 
     def no_weight_decay(self) -> set[str]:
         """Parameter names that take no weight decay besides norms and biases."""
