@@ -4,6 +4,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -16,6 +17,23 @@ os.environ["VITKIT_CACHE"] = tempfile.mkdtemp(prefix="vitkit-cache-")
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+@pytest.fixture
+def kernel_spy():
+    """vitkit's CPU inference kernels behind a recorder: (kernels to hand a model, the names of the kernels called)."""
+    from vitkit.kernels import cpu_inference
+
+    calls: list[str] = []
+
+    def spy(name):
+        def call(*args):
+            calls.append(name)
+            return getattr(cpu_inference, name)(*args)
+
+        return call
+
+    return SimpleNamespace(attention=spy("attention"), bias_gelu_=spy("bias_gelu_")), calls
 
 
 def _vitkit_command() -> list[str]:

@@ -1,5 +1,3 @@
-from types import SimpleNamespace
-
 import pytest
 import torch
 
@@ -35,7 +33,7 @@ def test_fp32_runner_is_the_model_and_pads_a_short_last_batch(model):
 
 
 @pytest.mark.parametrize("compile", [False, True])
-def test_fp32_runner_uses_vitkits_cpu_kernels_while_it_runs(model, monkeypatch, compile):
+def test_fp32_runner_uses_vitkits_cpu_kernels_while_it_runs(model, monkeypatch, kernel_spy, compile):
     from vitkit.kernels import cpu_inference
 
     if not cpu_inference.load():
@@ -43,16 +41,8 @@ def test_fp32_runner_uses_vitkits_cpu_kernels_while_it_runs(model, monkeypatch, 
     cpu = torch.device("cpu")
     assert precision._cpu_kernels(model, "fp32", cpu) is cpu_inference  # fp32 on the CPU only
     assert precision._cpu_kernels(model, "bf16", cpu) is None and precision._cpu_kernels(model, "fp32", torch.device("meta")) is None
-    calls = []
-
-    def spy(name):
-        def call(*args):
-            calls.append(name)
-            return getattr(cpu_inference, name)(*args)
-
-        return call
-
-    monkeypatch.setattr(precision, "_cpu_kernels", lambda *a: SimpleNamespace(attention=spy("attention"), bias_gelu_=spy("bias_gelu_")))
+    spy, calls = kernel_spy
+    monkeypatch.setattr(precision, "_cpu_kernels", lambda *a: spy)
     runner = precision.prepare(model, "fp32", compile=compile)
     x = torch.randn(4, 3, 16, 16)
     with torch.inference_mode():
