@@ -167,10 +167,10 @@ class Runner:
 
     def __init__(self, model: nn.Module, precision: str, *, device: torch.device, pre_logits: bool = False,
                  compile: bool | None = None, calibration: Iterable[torch.Tensor] | None = None,
-                 batches: int | None = None, kernels: bool | None = None):
+                 batches: int | None = None, kernels: bool = True):
         self.precision, self.device = precision, torch.device(device)
         self.description = check(precision, self.device)
-        self._kernels = _cpu_kernels(model, precision, self.device) if kernels is not False else None
+        self._kernels = _cpu_kernels(model, precision, self.device) if kernels else None
         if self._kernels is not None:
             self.description += ", vitkit's attention and bias + GELU kernels"
         self._cast = precision == "bf16" and self.device.type == "cpu"  # a bf16 copy; the caller's model stays fp32
@@ -346,12 +346,12 @@ def _attention_in_bf16(graph: torch.fx.GraphModule) -> None:
 
 def prepare(model: nn.Module, precision: str = "fp32", *, device: torch.device | str = "cpu", pre_logits: bool = False,
             compile: bool | None = None, calibration: Iterable[torch.Tensor] | None = None,
-            batches: int | None = None, kernels: bool | None = None) -> Runner:
+            batches: int | None = None, kernels: bool = True) -> Runner:
     """`model` ready for inference at `precision` (see the module docstring).
 
     compile: True / False, or None to decide after the first batch from its time and `batches` (how many the job has).
     calibration: normalised image batches for int8's observers (default: the first batch it is called on).
-    kernels: False keeps torch's attention and GELU in fp32 on the CPU (default: vitkit's kernels where they build).
+    kernels: fp32 on the CPU runs vitkit's attention and bias + GELU kernels where they build; False keeps torch's.
     """
     return Runner(model.to(device), precision, device=torch.device(device), pre_logits=pre_logits, compile=compile,
                   calibration=calibration, batches=batches, kernels=kernels)
