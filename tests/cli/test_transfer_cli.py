@@ -54,7 +54,7 @@ def test_fewshot_and_random_init_baseline(run_cli, vitkit_cmd, checkpoint, tmp_p
                                     "--random-init", "3", "--threads", "1"))
     assert baseline["random_init"] == 3 and (checkpoint / "vit.fewshot_random3" / "fewshot.md").is_file()  # default --out: beside the model, never in it
     assert baseline["shots"]["5"] != result["shots"]["5"]  # other weights, other features
-    assert result["precision"] == "fp32"
+    assert result["precision"].startswith("fp32")  # with vitkit's kernels where they build
 
 
 def test_knn_in_bf16_is_close_to_fp32(run_cli, vitkit_cmd, checkpoint, tmp_path):
@@ -71,7 +71,7 @@ def test_knn_in_bf16_is_close_to_fp32(run_cli, vitkit_cmd, checkpoint, tmp_path)
     args = ("knn", checkpoint / "vit", "--data", tmp_path / "data", "--k", "5", "--threads", "1")
     fp32 = last_json(run_cli(*args, "--out", tmp_path / "fp32"))  # the console script
     bf16 = last_json(vitkit_cmd(*args, "--out", tmp_path / "bf16", "--precision", "bf16"))
-    assert bf16["precision"].startswith("bf16 (") and fp32["precision"] == "fp32" and bf16["n_test"] == 24
+    assert bf16["precision"].startswith("bf16 (") and fp32["precision"].startswith("fp32") and bf16["n_test"] == 24
     assert abs(bf16["top1"]["5"] - fp32["top1"]["5"]) <= 1 / 24
 
 
