@@ -23,7 +23,6 @@ import torch.nn.functional as F
 
 from vitkit.errors import ConfigError
 from vitkit import precision
-from vitkit.kernels import cpu_inference
 from vitkit.models import ViTConfig, VisionTransformer
 from vitkit.models.summary import count_flops
 
@@ -134,12 +133,10 @@ def _plain(model: torch.nn.Module) -> torch.nn.Module:
     return model.model if isinstance(model, _Prepared) else getattr(model, "_orig_mod", model)
 
 
-def inference_kernels(setup: Setup) -> str:
-    """Which attention and GELU vitkit runs: its C++ kernels for fp32 CPU inference where they build, else torch's."""
-    fp32_cpu_inference = setup.device == "cpu" and setup.dtype == "fp32" and setup.mode == "inference"
-    if setup.kernels == "auto" and fp32_cpu_inference and cpu_inference.load():
-        return "vitkit-cpu"
-    return "torch"
+def inference_kernels(model: torch.nn.Module) -> str:
+    """Which attention and GELU a built vitkit candidate runs: "vitkit-cpu" where its runner chose vitkit's C++ kernels
+    (fp32 CPU inference, `Setup.kernels` auto, the library builds; see `precision.prepare`), else "torch"."""
+    return "vitkit-cpu" if isinstance(model, _Prepared) and model.runner.uses_kernels else "torch"
 
 
 def build_reference(name: str, config: ViTConfig, device: str) -> torch.nn.Module:
@@ -412,7 +409,7 @@ def run(setup: Setup, compare: list[str] | tuple[str, ...] = ()) -> dict[str, An
         "batch_size": setup.batch_size,
         "image_size": list(c.image_size),
         "compile": setup.compile,
-        "kernels": inference_kernels(setup),
+        "kernels": inference_kernels(models["vitkit"]),
         "precision": models["vitkit"].runner.description if isinstance(models["vitkit"], _Prepared) else setup.dtype,
         "candidates": {label: f"{name} {prec}" for label, name, prec in [("vitkit", "vitkit", setup.dtype), *candidates]},
         "grad_checkpointing": setup.grad_checkpointing,

@@ -171,7 +171,8 @@ class Runner:
         self.precision, self.device = precision, torch.device(device)
         self.description = check(precision, self.device)
         self._kernels = _cpu_kernels(model, precision, self.device) if kernels else None
-        if self._kernels is not None:
+        self.uses_kernels = self._kernels is not None
+        if self.uses_kernels:
             self.description += ", vitkit's attention and bias + GELU kernels"
         self._cast = precision == "bf16" and self.device.type == "cpu"  # a bf16 copy; the caller's model stays fp32
         self._autocast = (precision == "bf16" and not self._cast) or (precision == "int8" and int8_mixed_bf16())
