@@ -74,7 +74,9 @@ def inception_crop(source, channels: int, size: tuple[int, int], draws: np.ndarr
         return left, top, right, bottom
 
     pixels = torch.from_numpy(load_pixels(source, channels, name=name, draft=needed, crop=box))  # (h, w, C): the box alone
-    region = pixels.permute(2, 0, 1)[None].contiguous(memory_format=torch.channels_last)  # (1, C, h, w)
+    # (1, C, h, w) with channels-last strides in every dimension: a (C, h, w) view with [None] put in front gets a batch
+    # stride of 1-3, and torch then takes its planar uint8 resize path, 1.5-2x slower (benchmarks/RESULTS.md)
+    region = pixels[None].permute(0, 3, 1, 2)
     # antialiased bilinear on channels-last uint8: torch's vectorised path, 4-5x Pillow's box resize here (benchmarks/RESULTS.md)
     out = F.interpolate(region, size=(out_h, out_w), mode="bilinear", antialias=True, align_corners=False)
     return out[0].numpy()  # (C, H, W) over channels-last memory: the batch's torch.stack does the one layout copy

@@ -297,15 +297,15 @@ def _decode(source, channels: int, max_pixels: int, name: str | None, draft, cro
         if isinstance(source, Record):  # a member of a shard: its bytes
             source = source.read()
         in_memory = isinstance(source, (bytes, bytearray, memoryview))
+        decoder = jpeg_decoder()
+        if decoder != "pillow" and not in_memory:  # read once, checked and decoded from memory
+            source, in_memory = path.read_bytes(), True
         if (len(source) if in_memory else path.stat().st_size) == 0:
             raise DataError(f"{path}: empty file (0 bytes); remove it or replace it with the image")
-        decoder = jpeg_decoder()
-        if decoder != "pillow":
-            source, in_memory = (source if in_memory else path.read_bytes()), True
-            if source[:2] == b"\xff\xd8":
-                fast = _fast_jpeg(source, path, channels, max_pixels, draft, crop, decoder)
-                if fast is not None:  # else Pillow decodes it (and says what is wrong)
-                    return fast
+        if decoder != "pillow" and source[:2] == b"\xff\xd8":
+            fast = _fast_jpeg(source, path, channels, max_pixels, draft, crop, decoder)
+            if fast is not None:  # else Pillow decodes it (and says what is wrong)
+                return fast
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # the limit below is ours
             image = Image.open(io.BytesIO(source) if in_memory else path)
