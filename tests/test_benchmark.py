@@ -44,6 +44,22 @@ def test_training_flops_are_about_three_forwards():
     assert 2.9 < ratio < 3.1
 
 
+
+@pytest.mark.parametrize("onednn", [True, False])
+def test_the_peak_matmul_multiplies_with_the_library_compiled_fp32_uses(monkeypatch, onednn):
+    import torch
+
+    from vitkit import precision
+
+    monkeypatch.setattr(precision, "onednn_fp32_gemms", lambda: onednn)
+    torch.manual_seed(0)
+    step, flops = benchmark._matmul(benchmark.Setup(config=get_config("vit_test"), batch_size=2))
+    torch.manual_seed(0)  # the same operands again
+    n = 2048
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    assert flops == 2 * n**3
+    torch.testing.assert_close(step(), a @ b, atol=1e-3, rtol=1e-4)
+
 def test_setup_rejects_unknown_kernels():
     with pytest.raises(Exception, match="kernels: expected auto or torch"):
         benchmark.Setup(config=get_config("vit_test"), kernels="flash")

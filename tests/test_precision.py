@@ -59,6 +59,29 @@ def test_fp32_runner_uses_vitkits_cpu_kernels_while_it_runs(model, monkeypatch, 
     assert "kernels" not in plain.description and torch.equal(plain(x), want)
 
 
+
+def test_compiled_fp32_gemms_are_onednns_on_cpus_not_made_by_intel(monkeypatch):
+    for vendor, onednn in (("AuthenticAMD", True), ("HygonGenuine", True), ("GenuineIntel", False), ("", False)):
+        monkeypatch.setattr(precision, "_cpuinfo", lambda field, v=vendor: v if field == "vendor_id" else "")
+        assert precision.onednn_fp32_gemms() is onednn
+
+
+@pytest.mark.parametrize("onednn", [True, False])
+def test_compiled_fp32_runs_its_gemms_through_the_library_chosen_for_the_cpu(model, monkeypatch, onednn):
+    from torch._inductor.utils import run_and_get_code
+
+    monkeypatch.setattr(precision, "onednn_fp32_gemms", lambda: onednn)
+    runner = precision.prepare(model, "fp32", compile=True)
+    x = torch.randn(4, 3, 16, 16)
+    with torch.inference_mode():
+        got, code = run_and_get_code(runner, x)  # the source inductor generated for the graph
+        want = model(x)
+    source = "\n".join(code)
+    assert ("mkldnn._linear_pointwise" in source, "mkl._mkl_linear" in source) == (onednn, not onednn)
+    assert ("oneDNN GEMMs" in runner.description) is onednn
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(runner(x[:3]), want[:3], atol=1e-5, rtol=1e-5)  # a short batch, padded
+
 def test_bf16_needs_native_bf16(monkeypatch):
     monkeypatch.setattr(precision, "native_bf16", lambda: None)
     with pytest.raises(ConfigError, match="no native bf16"):

@@ -6,7 +6,8 @@
 
 fp32   the model as it is; torch.compile with frozen weights (packed GEMMs, fused bias + GELU) when the
        job is long enough to earn the compilation back (`compile=None`: decided after timing the first
-       batch eagerly, see `worth_compiling`). On the CPU, a ViT's attention and bias + GELU run through
+       batch eagerly, see `worth_compiling`); the GEMMs are MKL's on Intel CPUs, oneDNN's on others
+       (`onednn_fp32_gemms`). On the CPU, a ViT's attention and bias + GELU run through
        vitkit's C++ kernels (vitkit.kernels.cpu_inference) where they build, as `vitkit benchmark` measures
        them (`kernels=False`: torch's ops), set on the model only while the runner runs.
 bf16   on the CPU, a bf16 copy of the model (weights and activations in bf16; LayerNorm, softmax and GEMM
@@ -58,13 +59,27 @@ COMPILE_SECONDS = 150.0
 COMPILED_SPEEDUP = 1.2  # compiled over eager, ViT-S/16 batch 64: fp32 1.01-1.16x, bf16 1.24-1.27x (compile_payoff.py)
 
 
-def cpu_flags() -> set[str]:
+def _cpuinfo(field: str) -> str:
+    """The value of the first `field` line of /proc/cpuinfo ("" where there is none)."""
     try:
         with open("/proc/cpuinfo") as f:
-            line = next((line for line in f if line.startswith("flags")), "")
+            line = next((line for line in f if line.split(":", 1)[0].strip() == field), "")
     except OSError:
-        return set()
-    return set(line.split(":", 1)[-1].split())
+        return ""
+    return line.split(":", 1)[-1].strip()
+
+
+def cpu_flags() -> set[str]:
+    return set(_cpuinfo("flags").split())
+
+
+def onednn_fp32_gemms() -> bool:
+    """Whether compiled fp32 runs its linear layers through oneDNN instead of MKL: on x86 CPUs not made by Intel.
+
+    MKL chooses its code path by CPU vendor: on an AMD EPYC (Zen 4) its fp32 GEMMs of ViT-B/16's shapes ran at 70-98
+    GFLOP/s where oneDNN's ran at 105-108 (2 threads), and compiled ViT-S/16 and ViT-B/16 ran 1.11x faster through
+    oneDNN (benchmarks/RESULTS.md). On Intel CPUs MKL's path, the one measured there, stays."""
+    return _cpuinfo("vendor_id") not in ("", "GenuineIntel")
 
 
 def native_bf16() -> str | None:
@@ -197,10 +212,16 @@ class Runner:
         self.compiled = bool(self._compile)
 
     def _compiled(self) -> Callable[[torch.Tensor], torch.Tensor]:
+        dynamic = None
         if self.device.type == "cpu":
             _freeze_for_inference()
+            if self.precision == "fp32" and onednn_fp32_gemms():
+                # with frozen weights inductor packs fp32 linear layers for MKL when every shape is static, for oneDNN
+                # when the batch size is symbolic
+                dynamic = True
+                self.description += ", oneDNN GEMMs"
         self.description += ", compiled"
-        return torch.compile(self.forward)
+        return torch.compile(self.forward, dynamic=dynamic)
 
     def _quantize(self, x: torch.Tensor) -> int:
         from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
