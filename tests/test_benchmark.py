@@ -44,7 +44,6 @@ def test_training_flops_are_about_three_forwards():
     assert 2.9 < ratio < 3.1
 
 
-
 @pytest.mark.parametrize("onednn", [True, False])
 def test_the_peak_matmul_multiplies_with_the_library_compiled_fp32_uses(monkeypatch, onednn):
     import torch
@@ -59,6 +58,7 @@ def test_the_peak_matmul_multiplies_with_the_library_compiled_fp32_uses(monkeypa
     a, b = torch.randn(n, n), torch.randn(n, n)
     assert flops == 2 * n**3
     torch.testing.assert_close(step(), a @ b, atol=1e-3, rtol=1e-4)
+
 
 def test_setup_rejects_unknown_kernels():
     with pytest.raises(Exception, match="kernels: expected auto or torch"):

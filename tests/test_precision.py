@@ -59,7 +59,6 @@ def test_fp32_runner_uses_vitkits_cpu_kernels_while_it_runs(model, monkeypatch, 
     assert "kernels" not in plain.description and torch.equal(plain(x), want)
 
 
-
 def test_compiled_fp32_gemms_are_onednns_on_cpus_not_made_by_intel(monkeypatch):
     for vendor, onednn in (("AuthenticAMD", True), ("HygonGenuine", True), ("GenuineIntel", False), ("", False)):
         monkeypatch.setattr(precision, "_cpuinfo", lambda field, v=vendor: v if field == "vendor_id" else "")
@@ -81,6 +80,7 @@ def test_compiled_fp32_runs_its_gemms_through_the_library_chosen_for_the_cpu(mod
     assert ("oneDNN GEMMs" in runner.description) is onednn
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(runner(x[:3]), want[:3], atol=1e-5, rtol=1e-5)  # a short batch, padded
+
 
 def test_bf16_needs_native_bf16(monkeypatch):
     monkeypatch.setattr(precision, "native_bf16", lambda: None)

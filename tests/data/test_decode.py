@@ -79,7 +79,6 @@ def test_a_jpeg_is_decoded_small_only_when_the_crop_allows_and_matches_the_full_
     assert big.shape == (3, 300, 300)
 
 
-
 @pytest.mark.parametrize("suffix", [".png", ".jpg"])
 def test_a_crop_is_resized_and_returned_channels_last(tmp_path, suffix):
     """torch's vectorised uint8 resize runs on a (1, C, h, w) input with channels-last strides in every dimension (the
@@ -88,6 +87,7 @@ def test_a_crop_is_resized_and_returned_channels_last(tmp_path, suffix):
     banded().save(path, quality=95)
     crop = inception_crop(path, 3, (16, 20), crop_draws(1, 0, 3), SCALE, RATIO)
     assert crop.shape == (3, 16, 20) and crop.strides == (1, 20 * 3, 3)
+
 
 def folder(root, n=12, size=(40, 24)):
     rng = np.random.default_rng(0)
