@@ -254,6 +254,38 @@ def test_a_file_renamed_away_under_a_read_is_missing_not_damage(tmp_path):
     assert read_stable(target, read) == "new" and len(calls) == 2
 
 
+
+def test_a_read_that_found_no_directory_while_a_replacement_ended_is_read_again(tmp_path, monkeypatch):
+    """The read starts between a writer's two renames (no directory) and fails; the writer's second rename lands
+    while the reader looks at what happened. The reader must read the new directory, not report it missing (1 in
+    ~20,000 reads of a directory replaced in a loop did, in tests/cli/test_reliability_cli.py's race)."""
+    target = tmp_path / "final"
+    tmp, old = staging(target)
+    tmp.mkdir()
+    (tmp / "x").write_text("new")
+    old.mkdir()  # the old directory moved aside, the new one not yet in place
+    between = io.between_renames
+
+    def second_rename_lands_first(path):
+        if tmp.exists():
+            os.replace(tmp, target)
+            shutil.rmtree(old)
+        return between(path)
+
+    monkeypatch.setattr(io, "between_renames", second_rename_lands_first)
+    assert read_stable(target, lambda p: (p / "x").read_text()) == "new"
+
+
+def test_a_directory_whose_inode_number_a_new_one_reuses_still_counts_as_replaced(tmp_path):
+    """ext4 gives a new directory the inode number of one just removed: the number alone would take a read spanning
+    two replacements for a read of one directory."""
+    target = tmp_path / "final"
+    target.mkdir()
+    before = io._identity(target)
+    shutil.rmtree(target)
+    target.mkdir()
+    assert io._identity(target) != before
+
 def test_one_writer_per_directory(tmp_path):
     with exclusive(tmp_path / "run"):
         with pytest.raises(CheckpointError, match=rf"in use by another vitkit process \(pid {os.getpid()}\)"):

@@ -143,12 +143,22 @@ def finish_replacement(target: Path, wait_s: float = 5.0) -> bool:
     return True
 
 
-def _identity(path: Path) -> tuple[int, int] | None:
+def _identity(path: Path) -> tuple[int, int, int] | None:
+    """Which directory `path` is now; with its ctime, as a replaced directory's inode number can be reused by a later one."""
     try:
         stat = path.stat()
     except OSError:
         return None
-    return stat.st_dev, stat.st_ino
+    return stat.st_dev, stat.st_ino, stat.st_ctime_ns
+
+
+def _replaced_since(path: Path, before: tuple[int, int, int] | None) -> bool:
+    """Whether `path` may have been replaced since its identity was `before`: it is another directory now, or it was
+    missing then and a replacement is between its renames or has ended since (looked at in that order, so a rename
+    in between is seen by one of the two)."""
+    if before is not None:
+        return _identity(path) != before
+    return between_renames(path) or _identity(path) is not None
 
 
 def read_stable(path: str | os.PathLike, read, tries: int = 20):
@@ -167,7 +177,7 @@ def read_stable(path: str | os.PathLike, read, tries: int = 20):
         try:
             result = read(path)
         except (CheckpointError, FileNotFoundError):  # a file renamed away under the reader is missing, not damaged
-            if _identity(path) == before and not (before is None and between_renames(path)):
+            if not _replaced_since(path, before):
                 raise
         else:
             if _identity(path) == before:
