@@ -80,6 +80,10 @@ def test_compiled_fp32_runs_its_gemms_through_the_library_chosen_for_the_cpu(mod
     assert ("oneDNN GEMMs" in runner.description) is onednn
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(runner(x[:3]), want[:3], atol=1e-5, rtol=1e-5)  # a short batch, padded
+    with torch.inference_mode():
+        one, code = run_and_get_code(runner.run_batch, x[:1])  # a batch of one, compiled once more
+    assert ("mkldnn._linear_pointwise" in "\n".join(code)) is onednn  # (a few small GEMMs whose sizes are constants stay MKL's)
+    torch.testing.assert_close(one, want[:1], atol=1e-5, rtol=1e-5)
 
 
 def test_bf16_needs_native_bf16(monkeypatch):
