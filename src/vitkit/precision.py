@@ -44,7 +44,6 @@ import warnings
 from typing import Callable, Iterable
 
 import torch
-import torch.fx.experimental._config  # noqa: F401 (_size_oblivious)
 from torch import nn
 
 from vitkit.errors import ConfigError
@@ -301,10 +300,11 @@ def _size_oblivious() -> contextlib.AbstractContextManager:
     """Dynamo traces a batch of one like any other batch size, not as the constant 1, so that its graph's GEMMs are
     packed for oneDNN too (batch-1 ViT-S/16 57.8 -> 46.9 ms on an AMD EPYC, benchmarks/RESULTS.md). A switch of torch's
     own (torch.fx.experimental._config, pinned torch); where a torch lacks it, sizes of one stay constants."""
-    config = getattr(torch.fx.experimental, "_config", None)
-    if config is None or not hasattr(config, "backed_size_oblivious"):
+    try:
+        from torch.fx.experimental import _config as config
+    except ImportError:
         return contextlib.nullcontext()
-    return config.patch(backed_size_oblivious=True)
+    return config.patch(backed_size_oblivious=True) if hasattr(config, "backed_size_oblivious") else contextlib.nullcontext()
 
 
 def _cpu_kernels(model: nn.Module, precision: str, device: torch.device):
