@@ -61,7 +61,7 @@ def test_fp32_runner_uses_vitkits_cpu_kernels_while_it_runs(model, monkeypatch, 
 
 def test_compiled_fp32_gemms_are_onednns_on_cpus_not_made_by_intel(monkeypatch):
     for vendor, onednn in (("AuthenticAMD", True), ("HygonGenuine", True), ("GenuineIntel", False), ("", False)):
-        monkeypatch.setattr(precision, "_cpuinfo", lambda field, v=vendor: v if field == "vendor_id" else "")
+        monkeypatch.setattr(precision, "cpuinfo", lambda field, v=vendor: v if field == "vendor_id" else "")
         assert precision.onednn_fp32_gemms() is onednn
 
 

@@ -356,12 +356,7 @@ def activation_memory_mb(model: torch.nn.Module, x: torch.Tensor) -> float:
 def device_name(device: str) -> str:
     if device.startswith("cuda"):
         return torch.cuda.get_device_name(device)
-    name = platform.processor() or "cpu"
-    try:
-        with open("/proc/cpuinfo") as f:
-            name = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
+    name = precision.cpuinfo("model name") or platform.processor() or "cpu"
     return f"{name}, {torch.get_num_threads()} threads"
 
 

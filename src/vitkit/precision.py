@@ -59,7 +59,7 @@ COMPILE_SECONDS = 150.0
 COMPILED_SPEEDUP = 1.2  # compiled over eager, ViT-S/16 batch 64: fp32 1.01-1.16x, bf16 1.24-1.27x (compile_payoff.py)
 
 
-def _cpuinfo(field: str) -> str:
+def cpuinfo(field: str) -> str:
     """The value of the first `field` line of /proc/cpuinfo ("" where there is none)."""
     try:
         with open("/proc/cpuinfo") as f:
@@ -70,7 +70,7 @@ def _cpuinfo(field: str) -> str:
 
 
 def cpu_flags() -> set[str]:
-    return set(_cpuinfo("flags").split())
+    return set(cpuinfo("flags").split())
 
 
 def onednn_fp32_gemms() -> bool:
@@ -79,7 +79,7 @@ def onednn_fp32_gemms() -> bool:
     MKL chooses its code path by CPU vendor: on an AMD EPYC (Zen 4) its fp32 GEMMs of ViT-B/16's shapes ran at 70-98
     GFLOP/s where oneDNN's ran at 105-108 (2 threads), and compiled ViT-S/16 and ViT-B/16 ran 1.11x faster through
     oneDNN (benchmarks/RESULTS.md). On Intel CPUs MKL's path, the one measured there, stays."""
-    return _cpuinfo("vendor_id") not in ("", "GenuineIntel")
+    return cpuinfo("vendor_id") not in ("", "GenuineIntel")
 
 
 def native_bf16() -> str | None:
