@@ -24,7 +24,7 @@ def _batches(n=3, size=8):
 def test_fp32_runner_is_the_model_and_pads_a_short_last_batch(model):
     runner = precision.prepare(model, "fp32", compile=False, kernels=False)
     x = torch.randn(8, 3, 16, 16)
-    assert torch.equal(runner(x), model(x).detach())
+    torch.testing.assert_close(runner(x), model(x).detach(), atol=1e-5, rtol=1e-5)  # (oneDNN's GEMMs on some CPUs)
     short = runner(x[:3])  # padded to the first batch's size, cut back
     assert short.shape == (3, 10) and torch.allclose(short, model(x[:3]).detach(), atol=1e-5)
     assert runner(torch.randn(20, 3, 16, 16)).shape == (20, 10)  # larger batches run in parts
@@ -56,7 +56,8 @@ def test_fp32_runner_uses_vitkits_cpu_kernels_while_it_runs(model, monkeypatch, 
         model(x)
     assert calls == []
     plain = precision.prepare(model, "fp32", compile=False, kernels=False)
-    assert "kernels" not in plain.description and torch.equal(plain(x), want)
+    assert "kernels" not in plain.description
+    torch.testing.assert_close(plain(x), want, atol=1e-5, rtol=1e-5)
 
 
 def test_compiled_fp32_gemms_are_onednns_on_cpus_not_made_by_intel(monkeypatch):
@@ -84,6 +85,40 @@ def test_compiled_fp32_runs_its_gemms_through_the_library_chosen_for_the_cpu(mod
         one, code = run_and_get_code(runner.run_batch, x[:1])  # a batch of one, compiled once more
     assert ("mkldnn._linear_pointwise" in "\n".join(code)) is onednn  # (a few small GEMMs whose sizes are constants stay MKL's)
     torch.testing.assert_close(one, want[:1], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("onednn", [True, False])
+def test_eager_fp32_runs_its_gemms_through_the_library_chosen_for_the_cpu(model, monkeypatch, onednn):
+    monkeypatch.setattr(precision, "onednn_fp32_gemms", lambda: onednn)
+    runner = precision.prepare(model, "fp32", compile=False, kernels=False)
+    x = torch.randn(4, 3, 16, 16)
+    with torch.inference_mode():
+        want = model(x)
+        with torch.profiler.profile() as prof:
+            got = runner(x)
+    ops = {event.name for event in prof.events()}
+    assert ("mkldnn::_linear_pointwise" in ops, "aten::addmm" in ops) == (onednn, not onednn)
+    assert ("oneDNN GEMMs" in runner.description) is onednn and not runner.compiled
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    with torch.inference_mode():
+        want = model(x)  # outside the runner: torch's own GEMMs again
+    torch.testing.assert_close(runner.run_batch(x[:1]), want[:1], atol=1e-5, rtol=1e-5)  # a batch of one, same packs
+
+
+def test_eager_onednn_gemms_pack_a_weight_again_once_it_is_written(model, monkeypatch):
+    monkeypatch.setattr(precision, "onednn_fp32_gemms", lambda: True)
+    runner = precision.prepare(model, "fp32", compile=False, kernels=False)
+    x = torch.randn(4, 3, 16, 16)
+    before = runner(x)
+    with torch.no_grad():  # in place, as an optimizer step or load_state_dict writes them
+        model.head.weight.mul_(2.0)
+        model.blocks[0].attn.qkv.weight.add_(0.05)
+        model.blocks[-1].attn.qkv.weight.mul_(0.5)  # the class-token layer reads slices of it
+    with torch.inference_mode():
+        want = model(x)
+    got = runner(x)
+    assert not torch.allclose(got, before, atol=1e-3)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
 def test_bf16_needs_native_bf16(monkeypatch):

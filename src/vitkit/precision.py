@@ -7,7 +7,7 @@
 fp32   the model as it is; torch.compile with frozen weights (packed GEMMs, fused bias + GELU) when the
        job is long enough to earn the compilation back (`compile=None`: decided after timing the first
        batch eagerly, see `worth_compiling`); the GEMMs are MKL's on Intel CPUs, oneDNN's on others
-       (`onednn_fp32_gemms`). On the CPU, a ViT's attention and bias + GELU run through
+       (`onednn_fp32_gemms`; eager too, with weights packed once, `_OneDNNLinears`). On the CPU, a ViT's attention and bias + GELU run through
        vitkit's C++ kernels (vitkit.kernels.cpu_inference) where they build, as `vitkit benchmark` measures
        them (`kernels=False`: torch's ops), set on the model only while the runner runs.
 bf16   on the CPU, a bf16 copy of the model (weights and activations in bf16; LayerNorm, softmax and GEMM
@@ -74,12 +74,12 @@ def cpu_flags() -> set[str]:
 
 
 def onednn_fp32_gemms() -> bool:
-    """Whether compiled fp32 runs its linear layers through oneDNN instead of MKL: on x86 CPUs not made by Intel.
+    """Whether fp32 runs its linear layers through oneDNN instead of MKL: on x86 CPUs not made by Intel.
 
     MKL chooses its code path by CPU vendor: on an AMD EPYC (Zen 4) its fp32 GEMMs of ViT-B/16's shapes ran at 70-98
     GFLOP/s where oneDNN's ran at 105-108 (2 threads), and compiled ViT-S/16 and ViT-B/16 ran 1.11x faster through
     oneDNN (benchmarks/RESULTS.md). On Intel CPUs MKL's path, the one measured there, stays."""
-    return cpuinfo("vendor_id") not in ("", "GenuineIntel")
+    return cpuinfo("vendor_id") not in ("", "GenuineIntel") and torch.backends.mkldnn.is_available()
 
 
 def native_bf16() -> str | None:
@@ -198,6 +198,10 @@ class Runner:
         self._compile = compile if compile is not None or not precision.startswith("int8") else True  # int8 only pays compiled
         self._fn: Callable[[torch.Tensor], torch.Tensor] | None = None
         self._shapes: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext  # how dynamo sees sizes
+        # fp32 GEMMs through oneDNN where MKL is slow (`onednn_fp32_gemms`): compiled, inductor packs them; eager, this mode
+        self._onednn = _OneDNNLinears() if precision == "fp32" and self.device.type == "cpu" and onednn_fp32_gemms() else None
+        if self._onednn is not None:
+            self.description += ", oneDNN GEMMs"
         self._calibration = calibration
         self.compiled = False
 
@@ -216,11 +220,10 @@ class Runner:
         dynamic = None
         if self.device.type == "cpu":
             _freeze_for_inference()
-            if self.precision == "fp32" and onednn_fp32_gemms():
+            if self._onednn is not None:
                 # with frozen weights inductor packs fp32 linear layers for MKL when every shape is static, for oneDNN
                 # when the batch size is symbolic
                 dynamic, self._shapes = True, _size_oblivious
-                self.description += ", oneDNN GEMMs"
         self.description += ", compiled"
         return torch.compile(self.forward, dynamic=dynamic)
 
@@ -261,7 +264,9 @@ class Runner:
     def _run(self, x: torch.Tensor) -> torch.Tensor:
         if self._cast:
             return self._fn(x.to(torch.bfloat16)).float()
-        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self._autocast), self._with_kernels(), self._shapes():
+        eager_onednn = self._onednn if self._onednn is not None and not self.compiled else contextlib.nullcontext()
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self._autocast), self._with_kernels(), self._shapes(), \
+                eager_onednn:
             return self._fn(x).float()
 
     def _with_kernels(self):
@@ -294,6 +299,37 @@ class Runner:
         if len(x) > self.batch_size:
             return torch.cat([self(part) for part in x.split(self.batch_size)])
         return self._run(self._pad(x))[: len(x)]
+
+
+class _OneDNNLinears(torch.overrides.TorchFunctionMode):
+    """Inside it, F.linear on fp32 CPU tensors without gradients runs oneDNN's GEMM on a weight packed for it once.
+
+    Eager fp32 on CPUs where MKL is slow (`onednn_fp32_gemms`): ViT-S/16 batch 8 1.17x faster on an AMD EPYC
+    (benchmarks/RESULTS.md). A packed weight is reused while its source tensor's version counter is unchanged, so a
+    weight written in place (an optimizer step, load_state_dict) is packed again; the packs hold their sources alive."""
+
+    def __init__(self):
+        super().__init__()
+        self._packed: dict[tuple, tuple[torch.Tensor, int, torch.Tensor]] = {}  # (ptr, shape, strides) -> source, version, pack
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.nn.functional.linear and not torch.is_grad_enabled():
+            x, weight, *rest = args
+            bias = rest[0] if rest else kwargs.get("bias")
+            if all(t is None or (t.dtype == torch.float32 and t.device.type == "cpu") for t in (x, weight, bias)) and weight.dim() == 2:
+                rows = x.reshape(-1, x.shape[-1])
+                out = torch.ops.mkldnn._linear_pointwise(rows, self._pack(weight, len(rows)), bias, "none", [], "")
+                return out.view(*x.shape[:-1], out.shape[-1])
+        return func(*args, **kwargs)
+
+    def _pack(self, weight: torch.Tensor, rows: int) -> torch.Tensor:
+        key = (weight.data_ptr(), tuple(weight.shape), weight.stride())
+        source = weight if weight._base is None else weight._base  # a slice of a fused weight is a new view each call
+        hit = self._packed.get(key)
+        if hit is None or hit[0] is not source or hit[1] != weight._version:
+            hit = self._packed[key] = (source, weight._version, torch.ops.mkldnn._reorder_linear_weight(weight.contiguous(), rows))
+        return hit[2]
 
 
 def _size_oblivious() -> contextlib.AbstractContextManager:
