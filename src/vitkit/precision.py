@@ -14,7 +14,9 @@ bf16   on the CPU, a bf16 copy of the model (weights and activations in bf16; La
        sums accumulated in fp32): no casts between ops and half the memory traffic, 1.05-1.12x faster than
        autocast (benchmarks/RESULTS.md). Only where the CPU has native bf16 instructions (AVX512_BF16 or
        AMX, read from /proc/cpuinfo); elsewhere bf16 would be emulated and slower than fp32, so it is refused
-       with a message. On a GPU, bf16 autocast of the model itself.
+       with a message. With AVX512_BF16 but no AMX (AMD Zen 4), attention runs as explicit bf16 matmuls and
+       softmax instead of torch's flash kernel, which is slow there (`explicit_bf16_attention`). On a GPU, bf16
+       autocast of the model itself.
 int8   PyTorch's PT2E flow with the x86 inductor quantizer (from torchao): static int8 activations and
        per-channel int8 weights, observers calibrated on the caller's images, then compiled (the
        quantized graph only runs fast once inductor fuses it into int8 GEMMs). CPU only. Attention, the largest
@@ -116,7 +118,7 @@ def check(precision: str, device: torch.device | str = "cpu") -> str:
     vnni = "AMX" if "amx_int8" in cpu_flags() else "AVX512_VNNI" if "avx512_vnni" in cpu_flags() else "no VNNI"
     if precision == "int8-dynamic":
         return f"int8 dynamic (torchao: activations quantized per token as they come, per-channel int8 weights, {vnni})"
-    mixed = ", bf16 between the int8 GEMMs" if int8_mixed_bf16() else ", attention in bf16" if int8_bf16_attention() else ""
+    mixed = ", bf16 between the int8 GEMMs" if int8_mixed_bf16() else ", attention in bf16" if explicit_bf16_attention() else ""
     return f"int8 (PT2E static, x86 inductor quantizer, {vnni}{mixed})"
 
 
@@ -125,9 +127,12 @@ def int8_mixed_bf16() -> bool:
     return "amx_bf16" in cpu_flags()
 
 
-def int8_bf16_attention() -> bool:
-    """Whether int8 runs attention's two matmuls and softmax in bf16: where the CPU has AVX512_BF16 but no AMX (there
-    the int8 graph otherwise stays fp32 between its GEMMs; see the module docstring)."""
+def explicit_bf16_attention() -> bool:
+    """Whether attention runs as explicit bf16 matmuls and softmax (`_softmax_attention`), in int8's graph (which
+    otherwise stays fp32 between its GEMMs) and in the bf16 model (instead of torch's flash kernel): where the CPU has
+    AVX512_BF16 but no AMX. There the flash kernel ran no faster in bf16 than in fp32, and the explicit form ran the
+    bf16 ViT-S/16 1.12x and ViT-B/16 1.02x faster compiled (benchmarks/RESULTS.md); with AMX the flash kernel's
+    bf16 GEMMs are AMX's."""
     return native_bf16() == "AVX512_BF16"
 
 
@@ -193,6 +198,9 @@ class Runner:
         self._autocast = (precision == "bf16" and not self._cast) or (precision == "int8" and int8_mixed_bf16())
         model.eval()
         self.forward = _Forward(copy.deepcopy(model).to(torch.bfloat16) if self._cast else model, pre_logits)
+        if self._cast and explicit_bf16_attention() and hasattr(model, "set_inference_kernels"):
+            self.forward.model.set_inference_kernels(_ExplicitAttention)  # on the runner's bf16 copy only
+            self.description += ", attention as bf16 matmuls and softmax"
         self.batch_size: int | None = None
         self._batches_left = batches
         self._compile = compile if compile is not None or not precision.startswith("int8") else True  # int8 only pays compiled
@@ -244,7 +252,7 @@ class Runner:
                     observed(self._pad(chunk.to(self.device, torch.float32)))
                     seen += len(chunk)
             self.forward = convert_pt2e(observed)
-            if int8_bf16_attention():
+            if explicit_bf16_attention():
                 _attention_in_bf16(self.forward)
         return seen
 
@@ -396,13 +404,30 @@ def _fold_weight_slices(graph: torch.fx.GraphModule) -> None:
     graph.recompile()
 
 
-def _attention_bf16(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None, enable_gqa=False):
-    """scaled_dot_product_attention (inference: no dropout, no causal mask) with its matmuls and softmax in bf16."""
-    q, k, v = q.to(torch.bfloat16), k.to(torch.bfloat16), v.to(torch.bfloat16)
+def _softmax_attention(q, k, v, attn_mask=None, scale=None):
+    """softmax(scale q k^T + attn_mask) v, written out (two matmuls and a softmax, in q's dtype)."""
     scores = (q * (q.shape[-1] ** -0.5 if scale is None else scale)) @ k.transpose(-2, -1)
     if attn_mask is not None:
-        scores = scores + attn_mask.to(torch.bfloat16)
-    return (scores.softmax(-1) @ v).float()
+        scores = scores + attn_mask.to(scores.dtype)
+    return scores.softmax(-1) @ v
+
+
+def _attention_bf16(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None, enable_gqa=False):
+    """scaled_dot_product_attention (inference: no dropout, no causal mask) with its matmuls and softmax in bf16."""
+    return _softmax_attention(q.to(torch.bfloat16), k.to(torch.bfloat16), v.to(torch.bfloat16), attn_mask, scale).float()
+
+
+class _ExplicitAttention:
+    """Inference kernels (vitkit.models.vit.InferenceKernels) for the bf16 model where `explicit_bf16_attention`:
+    attention written out in the model's dtype; the MLP keeps torch's ops (no `bias_gelu_`)."""
+
+    bias_gelu_ = None
+
+    @staticmethod
+    def attention(qkv: torch.Tensor, bias: torch.Tensor, num_heads: int) -> torch.Tensor:
+        B, T, three_d = qkv.shape
+        q, k, v = (qkv + bias).view(B, T, 3, num_heads, three_d // 3 // num_heads).permute(2, 0, 3, 1, 4).unbind(0)
+        return _softmax_attention(q, k, v).transpose(1, 2).reshape(B, T, three_d // 3)
 
 
 def _attention_in_bf16(graph: torch.fx.GraphModule) -> None:

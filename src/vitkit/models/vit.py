@@ -40,7 +40,7 @@ class InferenceKernels(Protocol):
         ...
 
     def bias_gelu_(self, h: torch.Tensor, bias: torch.Tensor, approximate: bool) -> torch.Tensor:
-        """GELU(h + bias), the tanh form if `approximate`; may write over h."""
+        """GELU(h + bias), the tanh form if `approximate`; may write over h. None: the MLP keeps torch's ops."""
         ...
 
 
