@@ -187,6 +187,19 @@ def test_compile_only_when_the_job_pays_for_it():
     assert not precision.worth_compiling(0.01, 10)
     assert precision.worth_compiling(1.0, 10_000)
     assert not precision.worth_compiling(1.0, 0)
+    assert not precision.worth_compiling(1.0, 1_000, speedup=1.03) and precision.worth_compiling(1.0, 1_000)
+
+
+def test_fp32_with_onednn_eager_gemms_compiles_only_very_long_jobs(model, monkeypatch):
+    """Eager fp32 through oneDNN runs about as fast as compiled there: a job that would compile elsewhere stays eager."""
+    for onednn, compiles in ((False, True), (True, False)):
+        monkeypatch.setattr(precision, "onednn_fp32_gemms", lambda o=onednn: o)
+        runner = precision.prepare(model, "fp32", kernels=False, batches=2_000)  # compile=None: decided on the first batch
+        monkeypatch.setattr(precision.Runner, "_compiled", lambda self: self.forward)  # what would compile, not compiled
+        monkeypatch.setattr(precision.time, "perf_counter", iter([0.0, 1.0] * 4).__next__)  # the first batch: 1 s
+        runner(torch.randn(4, 3, 16, 16))
+        monkeypatch.undo()
+        assert runner.compiled is compiles
 
 
 def _sdpa_nodes(runner) -> int:

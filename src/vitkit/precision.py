@@ -59,6 +59,9 @@ CALIBRATION_IMAGES = 256  # images the int8 observers see by default: a few hund
 # at most the speedup, a wrong "yes" minutes of compiling.
 COMPILE_SECONDS = 150.0
 COMPILED_SPEEDUP = 1.2  # compiled over eager, ViT-S/16 batch 64: fp32 1.01-1.16x, bf16 1.24-1.27x (compile_payoff.py)
+# fp32 whose eager GEMMs are oneDNN's too (`_OneDNNLinears`): compiled over eager on an AMD EPYC, ViT-S/16 batch 64 1.00x,
+# batch 8 1.07x, ViT-B/16 batch 8 1.02x (benchmarks/RESULTS.md): compiling such a job does not pay back
+ONEDNN_FP32_COMPILED_SPEEDUP = 1.03
 
 
 def cpuinfo(field: str) -> str:
@@ -153,9 +156,9 @@ def _import_torchao():
             log.setLevel(level)
 
 
-def worth_compiling(first_batch_seconds: float, batches_left: int) -> bool:
-    """Whether compiling saves more time over the remaining batches than it costs."""
-    return batches_left * first_batch_seconds * (1 - 1 / COMPILED_SPEEDUP) > COMPILE_SECONDS
+def worth_compiling(first_batch_seconds: float, batches_left: int, speedup: float = COMPILED_SPEEDUP) -> bool:
+    """Whether compiling saves more time over the remaining batches, each `speedup` times faster, than it costs."""
+    return batches_left * first_batch_seconds * (1 - 1 / speedup) > COMPILE_SECONDS
 
 
 def _quiet_torch_internals() -> None:
@@ -298,7 +301,8 @@ class Runner:
                 start = time.perf_counter()
                 out = self._run(x)
                 left = (self._batches_left or 1) - 1
-                self._compile = worth_compiling(time.perf_counter() - start, left)
+                speedup = COMPILED_SPEEDUP if self._onednn is None else ONEDNN_FP32_COMPILED_SPEEDUP
+                self._compile = worth_compiling(time.perf_counter() - start, left, speedup)
                 if self._compile:
                     self._fn = None
                     self._build(x)
