@@ -329,7 +329,8 @@ class _OneDNNLinears(torch.overrides.TorchFunctionMode):
         if func is torch.nn.functional.linear and not torch.is_grad_enabled():
             x, weight, *rest = args
             bias = rest[0] if rest else kwargs.get("bias")
-            if all(t is None or (t.dtype == torch.float32 and t.device.type == "cpu") for t in (x, weight, bias)) and weight.dim() == 2:
+            if (all(t is None or (t.dtype == torch.float32 and t.device.type == "cpu") for t in (x, weight, bias))
+                    and weight.dim() == 2 and x.numel() > 0):
                 rows = x.reshape(-1, x.shape[-1])
                 out = torch.ops.mkldnn._linear_pointwise(rows, self._pack(weight, len(rows)), bias, "none", [], "")
                 return out.view(*x.shape[:-1], out.shape[-1])
