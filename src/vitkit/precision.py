@@ -7,9 +7,10 @@
 fp32   the model as it is; torch.compile with frozen weights (packed GEMMs, fused bias + GELU) when the
        job is long enough to earn the compilation back (`compile=None`: decided after timing the first
        batch eagerly, see `worth_compiling`); the GEMMs are MKL's on Intel CPUs, oneDNN's on others
-       (`onednn_fp32_gemms`; eager too, with weights packed once, `_OneDNNLinears`). On the CPU, a ViT's attention and bias + GELU run through
-       vitkit's C++ kernels (vitkit.kernels.cpu_inference) where they build, as `vitkit benchmark` measures
-       them (`kernels=False`: torch's ops), set on the model only while the runner runs.
+       (`onednn_fp32_gemms`; eager too, with weights packed once, `_OneDNNLinears`). On the CPU, a ViT's
+       attention and bias + GELU run through vitkit's C++ kernels (vitkit.kernels.cpu_inference) where they
+       build, as `vitkit benchmark` measures them (`kernels=False`: torch's ops), set on the model only while
+       the runner runs.
 bf16   on the CPU, a bf16 copy of the model (weights and activations in bf16; LayerNorm, softmax and GEMM
        sums accumulated in fp32): no casts between ops and half the memory traffic, 1.05-1.12x faster than
        autocast (benchmarks/RESULTS.md). Only where the CPU has native bf16 instructions (AVX512_BF16 or
@@ -316,9 +317,10 @@ class Runner:
 class _OneDNNLinears(torch.overrides.TorchFunctionMode):
     """Inside it, F.linear on fp32 CPU tensors without gradients runs oneDNN's GEMM on a weight packed for it once.
 
-    Eager fp32 on CPUs where MKL is slow (`onednn_fp32_gemms`): ViT-S/16 batch 8 1.17x faster on an AMD EPYC
-    (benchmarks/RESULTS.md). A packed weight is reused while its source tensor's version counter is unchanged, so a
-    weight written in place (an optimizer step, load_state_dict) is packed again; the packs hold their sources alive."""
+    Eager fp32 on CPUs where MKL is slow (`onednn_fp32_gemms`): ViT-S/16 / ViT-B/16 at batch 8 1.11x / 1.17x faster on
+    an AMD EPYC (benchmarks/RESULTS.md). A packed weight is reused while its source tensor's version counter is
+    unchanged, so a weight written in place (an optimizer step, load_state_dict) is packed again; the packs hold their
+    sources alive. Inference tensors (made under torch.inference_mode) have no version counter and keep torch's GEMM."""
 
     def __init__(self):
         super().__init__()
@@ -330,7 +332,7 @@ class _OneDNNLinears(torch.overrides.TorchFunctionMode):
             x, weight, *rest = args
             bias = rest[0] if rest else kwargs.get("bias")
             if (all(t is None or (t.dtype == torch.float32 and t.device.type == "cpu") for t in (x, weight, bias))
-                    and weight.dim() == 2 and x.numel() > 0):
+                    and weight.dim() == 2 and x.numel() > 0 and not weight.is_inference()):
                 rows = x.reshape(-1, x.shape[-1])
                 out = torch.ops.mkldnn._linear_pointwise(rows, self._pack(weight, len(rows)), bias, "none", [], "")
                 return out.view(*x.shape[:-1], out.shape[-1])
