@@ -121,6 +121,16 @@ def test_eager_onednn_gemms_pack_a_weight_again_once_it_is_written(model, monkey
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
+def test_eager_onednn_gemms_take_a_model_made_under_inference_mode(monkeypatch):
+    monkeypatch.setattr(precision, "onednn_fp32_gemms", lambda: True)
+    with torch.inference_mode():  # its weights are inference tensors, which have no version counter to watch
+        model = vitkit.create_model("vit_test", num_classes=10).eval()
+        torch.nn.init.normal_(model.head.weight)
+        x = torch.randn(2, 3, 16, 16)
+        want = model(x)
+    torch.testing.assert_close(precision.prepare(model, "fp32", compile=False, kernels=False)(x), want, atol=1e-5, rtol=1e-5)
+
+
 def test_bf16_needs_native_bf16(monkeypatch):
     monkeypatch.setattr(precision, "native_bf16", lambda: None)
     with pytest.raises(ConfigError, match="no native bf16"):
