@@ -87,8 +87,15 @@ def test_compiled_fp32_runs_its_gemms_through_the_library_chosen_for_the_cpu(mod
     torch.testing.assert_close(one, want[:1], atol=1e-5, rtol=1e-5)
 
 
+@pytest.fixture
+def small_gemms_to_onednn(monkeypatch):
+    """The test model's GEMMs are far below the sizes where eager oneDNN pays; here they go to it all the same."""
+    monkeypatch.setattr(precision._OneDNNLinears, "MIN_MACS", 0)
+    monkeypatch.setattr(precision._OneDNNLinears, "MIN_WEIGHTS", 0)
+
+
 @pytest.mark.parametrize("onednn", [True, False])
-def test_eager_fp32_runs_its_gemms_through_the_library_chosen_for_the_cpu(model, monkeypatch, onednn):
+def test_eager_fp32_runs_its_gemms_through_the_library_chosen_for_the_cpu(model, monkeypatch, small_gemms_to_onednn, onednn):
     monkeypatch.setattr(precision, "onednn_fp32_gemms", lambda: onednn)
     runner = precision.prepare(model, "fp32", compile=False, kernels=False)
     x = torch.randn(4, 3, 16, 16)
@@ -105,7 +112,25 @@ def test_eager_fp32_runs_its_gemms_through_the_library_chosen_for_the_cpu(model,
     torch.testing.assert_close(runner.run_batch(x[:1]), want[:1], atol=1e-5, rtol=1e-5)  # a batch of one, same packs
 
 
-def test_eager_onednn_gemms_pack_a_weight_again_once_it_is_written(model, monkeypatch):
+def test_eager_oneDNN_is_left_out_for_small_models_and_small_gemms(model, monkeypatch):
+    """Below the sizes where it pays (each oneDNN call costs more than MKL's, the mode a little on every op)."""
+    monkeypatch.setattr(precision, "onednn_fp32_gemms", lambda: True)
+    assert not precision._OneDNNLinears.worth_it(model)  # the test model: far below ViT-Ti's 5.5M linear weights
+    runner = precision.prepare(model, "fp32", compile=False, kernels=False)
+    assert runner._eager_linears is None and "oneDNN" not in runner.description
+    mode = precision._OneDNNLinears()
+    small, large = torch.randn(8, 64), torch.randn(4096, 512)
+    w_small, w_large = torch.randn(64, 64), torch.randn(512, 512)  # 32K and 1,074M multiply-adds
+    with torch.inference_mode(), torch.profiler.profile() as prof, mode:
+        torch.nn.functional.linear(small, w_small)
+    assert "mkldnn::_linear_pointwise" not in {e.name for e in prof.events()}
+    with torch.inference_mode(), torch.profiler.profile() as prof, mode:
+        out = torch.nn.functional.linear(large, w_large)
+    assert "mkldnn::_linear_pointwise" in {e.name for e in prof.events()}
+    torch.testing.assert_close(out, large @ w_large.T, atol=1e-4, rtol=1e-4)
+
+
+def test_eager_onednn_gemms_pack_a_weight_again_once_it_is_written(model, monkeypatch, small_gemms_to_onednn):
     monkeypatch.setattr(precision, "onednn_fp32_gemms", lambda: True)
     runner = precision.prepare(model, "fp32", compile=False, kernels=False)
     x = torch.randn(4, 3, 16, 16)
@@ -121,7 +146,7 @@ def test_eager_onednn_gemms_pack_a_weight_again_once_it_is_written(model, monkey
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
-def test_eager_onednn_gemms_take_a_model_made_under_inference_mode(monkeypatch):
+def test_eager_onednn_gemms_take_a_model_made_under_inference_mode(monkeypatch, small_gemms_to_onednn):
     monkeypatch.setattr(precision, "onednn_fp32_gemms", lambda: True)
     with torch.inference_mode():  # its weights are inference tensors, which have no version counter to watch
         model = vitkit.create_model("vit_test", num_classes=10).eval()
@@ -200,15 +225,15 @@ def test_compile_only_when_the_job_pays_for_it():
     assert not precision.worth_compiling(1.0, 1_000, speedup=1.03) and precision.worth_compiling(1.0, 1_000)
 
 
-def test_fp32_with_onednn_eager_gemms_compiles_only_very_long_jobs(model, monkeypatch):
+def test_fp32_with_onednn_eager_gemms_compiles_only_very_long_jobs(model, monkeypatch, small_gemms_to_onednn):
     """Eager fp32 through oneDNN runs about as fast as compiled there: a job that would compile elsewhere stays eager."""
     for onednn, compiles in ((False, True), (True, False)):
         monkeypatch.setattr(precision, "onednn_fp32_gemms", lambda o=onednn: o)
         runner = precision.prepare(model, "fp32", kernels=False, batches=2_000)  # compile=None: decided on the first batch
-        monkeypatch.setattr(precision.Runner, "_compiled", lambda self: self.forward)  # what would compile, not compiled
-        monkeypatch.setattr(precision.time, "perf_counter", iter([0.0, 1.0] * 4).__next__)  # the first batch: 1 s
-        runner(torch.randn(4, 3, 16, 16))
-        monkeypatch.undo()
+        with monkeypatch.context() as timed:
+            timed.setattr(precision.Runner, "_compiled", lambda self: self.forward)  # what would compile, not compiled
+            timed.setattr(precision.time, "perf_counter", iter([0.0, 1.0] * 4).__next__)  # the first batch: 1 s
+            runner(torch.randn(4, 3, 16, 16))
         assert runner.compiled is compiles
 
 

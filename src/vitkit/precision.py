@@ -210,9 +210,11 @@ class Runner:
         self._compile = compile if compile is not None or not precision.startswith("int8") else True  # int8 only pays compiled
         self._fn: Callable[[torch.Tensor], torch.Tensor] | None = None
         self._shapes: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext  # how dynamo sees sizes
-        # fp32 GEMMs through oneDNN where MKL is slow (`onednn_fp32_gemms`): compiled, inductor packs them; eager, this mode
-        self._onednn = _OneDNNLinears() if precision == "fp32" and self.device.type == "cpu" and onednn_fp32_gemms() else None
-        if self._onednn is not None:
+        # fp32 GEMMs through oneDNN where MKL is slow (`onednn_fp32_gemms`): compiled, inductor packs them; eager, this
+        # mode does, for models large enough to gain from it (`_OneDNNLinears.MIN_WEIGHTS`)
+        self._onednn = precision == "fp32" and self.device.type == "cpu" and onednn_fp32_gemms()
+        self._eager_linears = _OneDNNLinears() if self._onednn and _OneDNNLinears.worth_it(model) else None
+        if self._eager_linears is not None:
             self.description += ", oneDNN GEMMs"
         self._calibration = calibration
         self.compiled = False
@@ -232,10 +234,12 @@ class Runner:
         dynamic = None
         if self.device.type == "cpu":
             _freeze_for_inference()
-            if self._onednn is not None:
+            if self._onednn:
                 # with frozen weights inductor packs fp32 linear layers for MKL when every shape is static, for oneDNN
                 # when the batch size is symbolic
                 dynamic, self._shapes = True, _size_oblivious
+                if "oneDNN" not in self.description:
+                    self.description += ", oneDNN GEMMs"
         self.description += ", compiled"
         return torch.compile(self.forward, dynamic=dynamic)
 
@@ -276,7 +280,7 @@ class Runner:
     def _run(self, x: torch.Tensor) -> torch.Tensor:
         if self._cast:
             return self._fn(x.to(torch.bfloat16)).float()
-        eager_onednn = self._onednn if self._onednn is not None and not self.compiled else contextlib.nullcontext()
+        eager_onednn = contextlib.nullcontext() if self._eager_linears is None or self.compiled else self._eager_linears
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self._autocast), self._with_kernels(), self._shapes(), \
                 eager_onednn:
             return self._fn(x).float()
@@ -302,7 +306,7 @@ class Runner:
                 start = time.perf_counter()
                 out = self._run(x)
                 left = (self._batches_left or 1) - 1
-                speedup = COMPILED_SPEEDUP if self._onednn is None else ONEDNN_FP32_COMPILED_SPEEDUP
+                speedup = COMPILED_SPEEDUP if self._eager_linears is None else ONEDNN_FP32_COMPILED_SPEEDUP
                 self._compile = worth_compiling(time.perf_counter() - start, left, speedup)
                 if self._compile:
                     self._fn = None
@@ -320,7 +324,18 @@ class _OneDNNLinears(torch.overrides.TorchFunctionMode):
     Eager fp32 on CPUs where MKL is slow (`onednn_fp32_gemms`): ViT-S/16 / ViT-B/16 at batch 8 1.11x / 1.17x faster on
     an AMD EPYC (benchmarks/RESULTS.md). A packed weight is reused while its source tensor's version counter is
     unchanged, so a weight written in place (an optimizer step, load_state_dict) is packed again; the packs hold their
-    sources alive. Inference tensors (made under torch.inference_mode) have no version counter and keep torch's GEMM."""
+    sources alive. Inference tensors (made under torch.inference_mode) have no version counter and keep torch's GEMM.
+
+    Each call to oneDNN costs ~55 us more than MKL's and the mode ~3.5 us on every torch function: the demo model
+    (0.45M weights) ran batch 1 1.84x slower through it (benchmarks/RESULTS.md). So only GEMMs of at least MIN_MACS
+    go to oneDNN, and runners use the mode only for models with at least MIN_WEIGHTS linear weights (ViT-Ti: 5.5M)."""
+
+    MIN_MACS = 16_000_000  # rows x inputs x outputs: ViT-S/16's smallest at batch 1 (197 x 384 x 384) is 29M
+    MIN_WEIGHTS = 4_000_000
+
+    @classmethod
+    def worth_it(cls, model: nn.Module) -> bool:
+        return sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear)) >= cls.MIN_WEIGHTS
 
     def __init__(self):
         super().__init__()
@@ -332,7 +347,7 @@ class _OneDNNLinears(torch.overrides.TorchFunctionMode):
             x, weight, *rest = args
             bias = rest[0] if rest else kwargs.get("bias")
             if (all(t is None or (t.dtype == torch.float32 and t.device.type == "cpu") for t in (x, weight, bias))
-                    and weight.dim() == 2 and x.numel() > 0 and not weight.is_inference()):
+                    and weight.dim() == 2 and x.numel() * weight.shape[0] >= self.MIN_MACS and not weight.is_inference()):
                 rows = x.reshape(-1, x.shape[-1])
                 out = torch.ops.mkldnn._linear_pointwise(rows, self._pack(weight, len(rows)), bias, "none", [], "")
                 return out.view(*x.shape[:-1], out.shape[-1])
