@@ -90,8 +90,8 @@ def test_compiled_fp32_runs_its_gemms_through_the_library_chosen_for_the_cpu(mod
 @pytest.fixture
 def small_gemms_to_onednn(monkeypatch):
     """The test model's GEMMs are far below the sizes where eager oneDNN pays; here they go to it all the same."""
-    monkeypatch.setattr(precision._OneDNNLinears, "MIN_MACS", 0)
-    monkeypatch.setattr(precision._OneDNNLinears, "MIN_WEIGHTS", 0)
+    monkeypatch.setattr(precision.OneDNNLinears, "MIN_MACS", 0)
+    monkeypatch.setattr(precision.OneDNNLinears, "MIN_WEIGHTS", 0)
 
 
 @pytest.mark.parametrize("onednn", [True, False])
@@ -115,10 +115,10 @@ def test_eager_fp32_runs_its_gemms_through_the_library_chosen_for_the_cpu(model,
 def test_eager_oneDNN_is_left_out_for_small_models_and_small_gemms(model, monkeypatch):
     """Below the sizes where it pays (each oneDNN call costs more than MKL's, the mode a little on every op)."""
     monkeypatch.setattr(precision, "onednn_fp32_gemms", lambda: True)
-    assert not precision._OneDNNLinears.worth_it(model)  # the test model: far below ViT-Ti's 5.5M linear weights
+    assert not precision.OneDNNLinears.worth_it(model)  # the test model: far below ViT-Ti's 5.5M linear weights
     runner = precision.prepare(model, "fp32", compile=False, kernels=False)
     assert runner._eager_linears is None and "oneDNN" not in runner.description
-    mode = precision._OneDNNLinears()
+    mode = precision.OneDNNLinears()
     small, large = torch.randn(8, 64), torch.randn(4096, 512)
     w_small, w_large = torch.randn(64, 64), torch.randn(512, 512)  # 32K and 1,074M multiply-adds
     with torch.inference_mode(), torch.profiler.profile() as prof, mode:

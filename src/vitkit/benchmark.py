@@ -103,9 +103,9 @@ def _matmul(setup: Setup) -> tuple[Callable[[], Any], int]:
     a = torch.randn(n, n, device=setup.device).to(dtype)
     b = torch.randn(n, n, device=setup.device).to(dtype)
     if torch.device(setup.device).type == "cpu" and dtype == torch.float32 and precision.onednn_fp32_gemms():
-        # the GEMM compiled fp32 runs on this CPU: oneDNN's with a packed weight (torch.mm would be MKL's slower path here)
-        packed = torch.ops.mkldnn._reorder_linear_weight(b.t().contiguous(), n)
-        return (lambda: torch.ops.mkldnn._linear_pointwise(a, packed, None, "none", [], "")), 2 * n**3
+        # the GEMM fp32 runs on this CPU: oneDNN's with a packed weight (torch.mm would be MKL's slower path here)
+        weight, gemm = b.t().contiguous(), precision.OneDNNLinears()
+        return (lambda: gemm.linear(a, weight)), 2 * n**3
     return (lambda: torch.mm(a, b)), 2 * n**3
 
 

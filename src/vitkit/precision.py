@@ -7,7 +7,7 @@
 fp32   the model as it is; torch.compile with frozen weights (packed GEMMs, fused bias + GELU) when the
        job is long enough to earn the compilation back (`compile=None`: decided after timing the first
        batch eagerly, see `worth_compiling`); the GEMMs are MKL's on Intel CPUs, oneDNN's on others
-       (`onednn_fp32_gemms`; eager too, with weights packed once, `_OneDNNLinears`). On the CPU, a ViT's
+       (`onednn_fp32_gemms`; eager too, with weights packed once, `OneDNNLinears`). On the CPU, a ViT's
        attention and bias + GELU run through vitkit's C++ kernels (vitkit.kernels.cpu_inference) where they
        build, as `vitkit benchmark` measures them (`kernels=False`: torch's ops), set on the model only while
        the runner runs.
@@ -60,7 +60,7 @@ CALIBRATION_IMAGES = 256  # images the int8 observers see by default: a few hund
 # at most the speedup, a wrong "yes" minutes of compiling.
 COMPILE_SECONDS = 150.0
 COMPILED_SPEEDUP = 1.2  # compiled over eager, ViT-S/16 batch 64: fp32 1.01-1.16x, bf16 1.24-1.27x (compile_payoff.py)
-# fp32 whose eager GEMMs are oneDNN's too (`_OneDNNLinears`): compiled over eager on an AMD EPYC, ViT-S/16 batch 64 1.00x,
+# fp32 whose eager GEMMs are oneDNN's too (`OneDNNLinears`): compiled over eager on an AMD EPYC, ViT-S/16 batch 64 1.00x,
 # batch 8 1.07x, ViT-B/16 batch 8 1.02x (benchmarks/RESULTS.md): compiling such a job does not pay back
 ONEDNN_FP32_COMPILED_SPEEDUP = 1.03
 
@@ -209,11 +209,10 @@ class Runner:
         self._batches_left = batches
         self._compile = compile if compile is not None or not precision.startswith("int8") else True  # int8 only pays compiled
         self._fn: Callable[[torch.Tensor], torch.Tensor] | None = None
-        self._shapes: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext  # how dynamo sees sizes
         # fp32 GEMMs through oneDNN where MKL is slow (`onednn_fp32_gemms`): compiled, inductor packs them; eager, this
-        # mode does, for models large enough to gain from it (`_OneDNNLinears.MIN_WEIGHTS`)
+        # mode does, for models large enough to gain from it (`OneDNNLinears.MIN_WEIGHTS`)
         self._onednn = precision == "fp32" and self.device.type == "cpu" and onednn_fp32_gemms()
-        self._eager_linears = _OneDNNLinears() if self._onednn and _OneDNNLinears.worth_it(model) else None
+        self._eager_linears = OneDNNLinears() if self._onednn and OneDNNLinears.worth_it(model) else None
         if self._eager_linears is not None:
             self.description += ", oneDNN GEMMs"
         self._calibration = calibration
@@ -237,7 +236,7 @@ class Runner:
             if self._onednn:
                 # with frozen weights inductor packs fp32 linear layers for MKL when every shape is static, for oneDNN
                 # when the batch size is symbolic
-                dynamic, self._shapes = True, _size_oblivious
+                dynamic = True
                 if "oneDNN" not in self.description:
                     self.description += ", oneDNN GEMMs"
         self.description += ", compiled"
@@ -280,9 +279,11 @@ class Runner:
     def _run(self, x: torch.Tensor) -> torch.Tensor:
         if self._cast:
             return self._fn(x.to(torch.bfloat16)).float()
-        eager_onednn = contextlib.nullcontext() if self._eager_linears is None or self.compiled else self._eager_linears
-        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self._autocast), self._with_kernels(), self._shapes(), \
-                eager_onednn:
+        if self.compiled:  # how dynamo sees batch sizes; eager, which library multiplies
+            gemms = _size_oblivious() if self._onednn else contextlib.nullcontext()
+        else:
+            gemms = self._eager_linears or contextlib.nullcontext()
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self._autocast), self._with_kernels(), gemms:
             return self._fn(x).float()
 
     def _with_kernels(self):
@@ -318,7 +319,7 @@ class Runner:
         return self._run(self._pad(x))[: len(x)]
 
 
-class _OneDNNLinears(torch.overrides.TorchFunctionMode):
+class OneDNNLinears(torch.overrides.TorchFunctionMode):
     """Inside it, F.linear on fp32 CPU tensors without gradients runs oneDNN's GEMM on a weight packed for it once.
 
     Eager fp32 on CPUs where MKL is slow (`onednn_fp32_gemms`): ViT-S/16 / ViT-B/16 at batch 8 1.11x / 1.17x faster on
@@ -348,10 +349,14 @@ class _OneDNNLinears(torch.overrides.TorchFunctionMode):
             bias = rest[0] if rest else kwargs.get("bias")
             if (all(t is None or (t.dtype == torch.float32 and t.device.type == "cpu") for t in (x, weight, bias))
                     and weight.dim() == 2 and x.numel() * weight.shape[0] >= self.MIN_MACS and not weight.is_inference()):
-                rows = x.reshape(-1, x.shape[-1])
-                out = torch.ops.mkldnn._linear_pointwise(rows, self._pack(weight, len(rows)), bias, "none", [], "")
-                return out.view(*x.shape[:-1], out.shape[-1])
+                return self.linear(x, weight, bias)
         return func(*args, **kwargs)
+
+    def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        """F.linear(x, weight, bias) by oneDNN's GEMM, `weight` packed on first use (fp32 CPU tensors)."""
+        rows = x.reshape(-1, x.shape[-1])
+        out = torch.ops.mkldnn._linear_pointwise(rows, self._pack(weight, len(rows)), bias, "none", [], "")
+        return out.view(*x.shape[:-1], out.shape[-1])
 
     def _pack(self, weight: torch.Tensor, rows: int) -> torch.Tensor:
         key = (weight.data_ptr(), tuple(weight.shape), weight.stride())
