@@ -158,7 +158,8 @@ def _bench(out: Path, name: str, mode: str, batch: int, timeout: float, extra=()
 
 
 def part_train(out: Path, args) -> dict:
-    return {name: _bench(out, name, "train", batch, 240) for name, batch in (("vit_s16", 256), ("vit_b16", 256), ("vit_l16", 128))}
+    models = (("vit_s16", 256), ("vit_b16", 256), ("vit_l16", 128))
+    return {name: _bench(out, name, "train", batch, 240) for name, batch in models if name in args.train_models.split(",")}
 
 
 def part_infer(out: Path, args) -> dict:
@@ -294,8 +295,10 @@ def part_loop(out: Path, args) -> dict:
 def part_jpeg(out: Path, args) -> dict:
     folder = Path("/tmp/vitkit-jpegs")
     make_jpegs(folder, classes=10, per_class=400)
-    results = {}
-    for workers in (6, 14):
+    from vitkit.data.images import jpeg_decoder
+
+    results = {"decoder": jpeg_decoder()}
+    for workers in (int(w) for w in args.jpeg_workers.split(",")):
         run = out / f"jpeg-w{workers}"
         with GpuSampler() as gpu:
             start = time.perf_counter()
@@ -344,6 +347,8 @@ def main() -> None:
     parser.add_argument("--fmnist", default="/usr/share/datasets/fashion-mnist", help="Fashion-MNIST IDX folder")
     parser.add_argument("--seconds", type=float, default=270, help="training time the Fashion-MNIST run's steps are sized to")
     parser.add_argument("--part-timeout", type=float, default=240)
+    parser.add_argument("--train-models", default="vit_s16,vit_b16,vit_l16", help="train: which of the three models")
+    parser.add_argument("--jpeg-workers", default="6,14", help="jpeg: the DataLoader worker counts to run")
     parser.add_argument("--compare-batch", nargs=2, action="append", default=[], metavar=("BATCH", "LR"),
                         help="fmnist: also probe img/s at this batch and learning rate")
     args = parser.parse_args()

@@ -18,6 +18,10 @@ round, and reports medians of per-round ratios to the plain reference:
   vitkit shards    the same over the tar shards
   ... simplejpeg   the vitkit rows again with VITKIT_JPEG_DECODER=simplejpeg (whole-image decode)
   ... with Pillow  and with VITKIT_JPEG_DECODER=pillow
+  torchvision      where it is installed (not a vitkit dependency): its transforms.v2 RandomResizedCrop(224,
+                   antialias) + ToImage + ToDtype on Pillow images, and on tensors from torchvision.io.decode_jpeg;
+                   with a CUDA device, torchvision.io.decode_jpeg on the GPU (nvJPEG) in batches of 32 with the
+                   crop and resize on the GPU: img/s of one host thread and the GPU, not per core of work
 
 Flips, RandAugment and normalisation run on the training device in vitkit and are not counted here.
 """
@@ -108,6 +112,41 @@ def vitkit_loader(split, decoder: str) -> int:
     return n
 
 
+def torchvision_rows(paths: list[Path]) -> dict:
+    """The torchvision candidates (module docstring); {} where torchvision does not import."""
+    try:
+        import torchvision
+        from torchvision.transforms import v2
+    except ImportError:
+        return {}
+    crop = v2.RandomResizedCrop(SIZE, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3), antialias=True)
+    to_float = v2.Compose([v2.ToImage(), v2.ToDtype(torch.float32, scale=True)])
+
+    def on_pillow() -> int:
+        for path in paths:
+            to_float(crop(Image.open(path).convert("RGB")))
+        return len(paths)
+
+    def on_tensors() -> int:
+        for path in paths:
+            to_float(crop(torchvision.io.decode_jpeg(torchvision.io.read_file(str(path)), mode=torchvision.io.ImageReadMode.RGB)))
+        return len(paths)
+
+    rows = {f"torchvision {torchvision.__version__}: Pillow decode + v2 RandomResizedCrop + ToDtype": on_pillow,
+            "torchvision: io.decode_jpeg (CPU) + v2 RandomResizedCrop + ToDtype": on_tensors}
+    if torch.cuda.is_available():
+        def on_gpu() -> int:
+            for i in range(0, len(paths), 32):
+                data = [torchvision.io.read_file(str(p)) for p in paths[i:i + 32]]
+                images = torchvision.io.decode_jpeg(data, mode=torchvision.io.ImageReadMode.RGB, device="cuda")
+                torch.stack([crop(image) for image in images]).float().div_(255)
+            torch.cuda.synchronize()
+            return len(paths)
+
+        rows[f"torchvision: io.decode_jpeg on {torch.cuda.get_device_name()} (nvJPEG, batches of 32) + crop on the GPU, 1 host thread"] = on_gpu
+    return rows
+
+
 def decode_pillow(blobs: list[bytes]) -> int:
     for data in blobs:
         np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
@@ -161,6 +200,7 @@ def main() -> None:
             "vitkit loader, tar shards, simplejpeg decoder": lambda: vitkit_loader(shards, "simplejpeg"),
             "vitkit loader, folder, Pillow decoder": lambda: vitkit_loader(folder, "pillow"),
             "vitkit loader, tar shards, Pillow decoder": lambda: vitkit_loader(shards, "pillow"),
+            **torchvision_rows(paths),
         }
         if not jpeg_region.load():
             sys.exit(f"vitkit's libjpeg helper cannot be built here ({jpeg_region.unavailable()}): its rows would measure a fallback")
@@ -179,7 +219,8 @@ def main() -> None:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     meta = {"images": args.images, "mean_kib": sum(map(len, blobs)) / len(blobs) / 1024, "median_size": [float(np.median([s[0] for s in sizes])),
             float(np.median([s[1] for s in sizes]))], "rounds": args.rounds, "output": SIZE, "cpu": platform.processor() or platform.machine(),
-            "load_average_1min": load, "python": sys.version.split()[0], "torch": torch.__version__, "pillow": Image.__version__}
+            "load_average_1min": load, "python": sys.version.split()[0], "torch": torch.__version__, "pillow": Image.__version__,
+            "cuda_device": torch.cuda.get_device_name() if torch.cuda.is_available() else None}
     print(f"{args.images} generated JPEGs (mean {meta['mean_kib']:.0f} KiB, median {meta['median_size'][0]:.0f}x{meta['median_size'][1]:.0f}), "
           f"{SIZE}-px crops, 1 process x 1 thread, medians of {args.rounds} rounds; 1-min load average {load:.1f}")
     print(f"| pipeline | img/s per core | vs reference |\n|---|---|---|")

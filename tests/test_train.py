@@ -109,3 +109,24 @@ def test_the_plan_names_a_hybrid_and_its_resnet(tmp_path, capsys):
     train(config, tmp_path / "run")
     model_line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("model "))
     assert "hybrid ViT at 16x16" in model_line and "ResNet stem (width 32), patch 1 (16 tokens)" in model_line, model_line
+
+
+def test_the_time_estimate_probes_a_gpu_with_a_real_batch_and_the_runs_precision(monkeypatch):
+    """A 1-image fp32 probe on a GPU measured kernel launches, not work: the plan block estimated 5:55 for a
+    ViT-B/16 run that trained in 9 s on an H200."""
+    from vitkit.models import get_config
+    from vitkit.train import _time_step, probe_images
+
+    vit_b = get_config("vit_b16")
+    assert probe_images(vit_b, 256, torch.device("cpu")) == 1  # ~2e10 FLOPs on a CPU: one image of ViT-B/16
+    assert probe_images(vit_b, 256, torch.device("cuda")) == 64  # a GPU takes a real batch
+    assert probe_images(vit_b, 16, torch.device("cuda")) == 16  # never more than the run's micro-batch
+    model = create_model("vit_test")
+    seen = []
+    forward = model.forward
+    monkeypatch.setattr(model, "forward", lambda x: seen.append(torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else None) or forward(x))
+    assert _time_step(model, 8, torch.device("cpu"), torch.bfloat16) > 0
+    assert seen == [torch.bfloat16] * 3  # the probe runs in the run's autocast dtype
+    assert all(p.grad is None for p in model.parameters())  # and leaves no gradients behind
+    _time_step(model, 8, torch.device("cpu"), None)
+    assert seen[3:] == [None] * 3

@@ -653,7 +653,7 @@ def _plan(config: RunConfig, model: VisionTransformer, data: _Data, env: _Setup,
         lines.append(f"warning    train.warmup_steps={t.warmup_steps} is more than train.steps={t.steps}: the learning rate only warms up "
                      f"(to {t.lr * t.steps / t.warmup_steps:.3g} at the last step) and never reaches {t.lr:g}; lower train.warmup_steps")
     if env.world.size == 1:
-        seconds = _time_step(model, env.micro, env.device) * env.accum * (last - step)
+        seconds = _time_step(model, env.micro, env.device, env.amp_dtype) * env.accum * (last - step)
         lines.append(f"estimated  {_clock(seconds)} (forward + backward timed on this machine; data loading and evaluation come on top)")
     if resumed_from is not None:
         lines.insert(0, f"resuming from step {step} ({resumed_from})")
@@ -674,26 +674,37 @@ def _model_name(name: str | None, c) -> str:
     return name if same else family
 
 
-PROBE_FLOPS = 2e10  # the timed pass's size: large enough for per-batch overheads not to dominate, quick everywhere
+PROBE_FLOPS = 2e10  # the timed pass's size on a CPU: large enough for per-batch overheads not to dominate, quick everywhere
+GPU_PROBE_FLOPS = 2e13  # on a GPU: tens of ms of bf16 work, so that kernel launches do not dominate (a 1-image pass did:
+# ViT-B/16 at batch 256 on an H200 was estimated at 5:55 for 120 steps that took 9 s)
 
 
-def _time_step(model: VisionTransformer, micro: int, device) -> float:
-    """Seconds of one forward + backward pass of a micro-batch, from a pass of up to 64 images (fewer for a large
-    model: about PROBE_FLOPS of work) scaled to `micro`. A pass of a few images costs more per image than a
-    full batch does, so the probe is as large as that budget allows.
+def probe_images(config, micro: int, device: torch.device) -> int:
+    """Images in the timed pass: up to 64 (never more than the micro-batch), fewer where that exceeds the device's
+    budget of work (forward + backward: about 3x the forward's FLOPs)."""
+    from vitkit.models.summary import count_flops
+
+    budget = GPU_PROBE_FLOPS if device.type == "cuda" else PROBE_FLOPS
+    return max(1, min(micro, 64, int(budget / (3 * count_flops(config)))))
+
+
+def _time_step(model: VisionTransformer, micro: int, device: torch.device, amp_dtype: torch.dtype | None) -> float:
+    """Seconds of one forward + backward pass of a micro-batch, from a pass of `probe_images` images in the run's
+    autocast dtype, scaled to `micro`. A pass of a few images costs more per image than a full batch does, so the
+    probe is as large as the budget allows. (Eager: a compiled run's steps are somewhat quicker.)
 
     Runs on the model itself (no copy: memory stays as it is) with the RNG state restored and the gradients
     cleared afterwards, so the run's weights, data order and random draws are untouched."""
-    from vitkit.models.summary import count_flops
-
     c = model.config
-    probe = max(1, min(micro, 64, int(PROBE_FLOPS / (3 * count_flops(c)))))  # forward + backward: about 3x the forward
+    probe = probe_images(c, micro, device)
     x = torch.zeros(probe, c.in_chans, *c.image_size, device=device)
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         times = []
         for _ in range(3):  # the first pass warms up; the quicker of the other two
             start = time.perf_counter()
-            model(x).float().logsumexp(-1).mean().backward()
+            with torch.autocast(device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
+                loss = model(x).float().logsumexp(-1).mean()
+            loss.backward()
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             times.append(time.perf_counter() - start)
