@@ -15,9 +15,10 @@ bf16   on the CPU, a bf16 copy of the model (weights and activations in bf16; La
        sums accumulated in fp32): no casts between ops and half the memory traffic, 1.05-1.12x faster than
        autocast (benchmarks/RESULTS.md). Only where the CPU has native bf16 instructions (AVX512_BF16 or
        AMX, read from /proc/cpuinfo); elsewhere bf16 would be emulated and slower than fp32, so it is refused
-       with a message. With AVX512_BF16 but no AMX (AMD Zen 4), attention runs as explicit bf16 matmuls and
-       softmax instead of torch's flash kernel, which is slow there (`explicit_bf16_attention`). On a GPU, bf16
-       autocast of the model itself.
+       with a message. With AVX512_BF16 but no AMX (AMD Zen 4), torch's flash kernel is slow, and attention
+       instead runs through vitkit's bf16 attention kernel (vitkit.kernels.cpu_inference.attention_bf16: fp32 scores and
+       softmax, head sizes 32-128). For other head sizes it runs as explicit bf16 matmuls and softmax, whose
+       scores are rounded to bf16 (`explicit_bf16_attention`). On a GPU, bf16 autocast of the model itself.
 int8   PyTorch's PT2E flow with the x86 inductor quantizer (from torchao): static int8 activations and
        per-channel int8 weights, observers calibrated on the caller's images, then compiled (the
        quantized graph only runs fast once inductor fuses it into int8 GEMMs). CPU only. Attention, the largest
@@ -132,11 +133,15 @@ def int8_mixed_bf16() -> bool:
 
 
 def explicit_bf16_attention() -> bool:
-    """Whether attention runs as explicit bf16 matmuls and softmax (`_softmax_attention`), in int8's graph (which
-    otherwise stays fp32 between its GEMMs) and in the bf16 model (instead of torch's flash kernel): where the CPU has
-    AVX512_BF16 but no AMX. There the flash kernel ran no faster in bf16 than in fp32, and the explicit form ran the
-    bf16 ViT-S/16 1.12x and ViT-B/16 1.02x faster compiled (benchmarks/RESULTS.md); with AMX the flash kernel's
-    bf16 GEMMs are AMX's."""
+    """Whether attention leaves torch's flash kernel for bf16 matmuls where the CPU has AVX512_BF16 but no AMX. On
+    such a CPU the flash kernel ran no faster in bf16 than in fp32; with AMX, its bf16 GEMMs are AMX's.
+    - In int8's graph (otherwise fp32 between its GEMMs), attention runs as explicit bf16 matmuls and softmax
+      (`_attention_bf16`).
+    - In the bf16 model, it runs through vitkit's bf16 attention kernel (`_ExplicitAttention`), which keeps the
+      scores in fp32.
+    Measured on an AMD EPYC, compiled, against the flash kernel: ViT-S/16 1.21x, ViT-B/16 1.15x. Written out, with
+    the scores rounded to bf16, the same models ran 1.14x and 1.05x. On a ViT-S/16 the rounded scores agreed with
+    fp32 on 99.49% of the test images, against 99.78% with the kernel (benchmarks/RESULTS.md)."""
     return native_bf16() == "AVX512_BF16"
 
 
@@ -203,8 +208,11 @@ class Runner:
         model.eval()
         self.forward = _Forward(copy.deepcopy(model).to(torch.bfloat16) if self._cast else model, pre_logits)
         if self._cast and explicit_bf16_attention() and hasattr(model, "set_inference_kernels"):
+            from vitkit.kernels import cpu_inference
+
             self.forward.model.set_inference_kernels(_ExplicitAttention)  # on the runner's bf16 copy only
-            self.description += ", attention as bf16 matmuls and softmax"
+            self.description += (", attention in vitkit's bf16 kernel (fp32 scores)" if cpu_inference.load_bf16()
+                                 else ", attention as bf16 matmuls and softmax")
         self.batch_size: int | None = None
         self._batches_left = batches
         self._compile = compile if compile is not None or not precision.startswith("int8") else True  # int8 only pays compiled
@@ -446,12 +454,19 @@ def _attention_bf16(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, *, 
 
 class _ExplicitAttention:
     """Inference kernels (vitkit.models.vit.InferenceKernels) for the bf16 model where `explicit_bf16_attention`:
-    attention written out in the model's dtype; the MLP keeps torch's ops (no `bias_gelu_`)."""
+    vitkit's bf16 attention kernel (vitkit.kernels.cpu_inference.attention_bf16: fp32 scores and softmax) where it
+    builds and covers the input, else attention written out in the model's dtype; the MLP keeps torch's ops (no
+    `bias_gelu_`)."""
 
     bias_gelu_ = None
 
     @staticmethod
     def attention(qkv: torch.Tensor, bias: torch.Tensor, num_heads: int) -> torch.Tensor:
+        from vitkit.kernels import cpu_inference
+
+        out = cpu_inference.attention_bf16(qkv, bias, num_heads)
+        if out is not None:
+            return out
         B, T, three_d = qkv.shape
         q, k, v = (qkv + bias).view(B, T, 3, num_heads, three_d // 3 // num_heads).permute(2, 0, 3, 1, 4).unbind(0)
         return _softmax_attention(q, k, v).transpose(1, 2).reshape(B, T, three_d // 3)

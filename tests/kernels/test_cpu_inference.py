@@ -50,6 +50,45 @@ def test_attention_wrapper_hands_what_the_kernel_does_not_cover_to_sdpa(monkeypa
     torch.testing.assert_close(cpu_inference.attention(qkv, bias, 2), sdpa_reference(qkv, bias, 2))
 
 
+needs_bf16_kernel = pytest.mark.skipif(not cpu_inference.load_bf16(), reason="the CPU has no AVX512_BF16 (or the bf16 kernel did not build)")
+
+
+def attention_f64(qkv: torch.Tensor, bias: torch.Tensor, heads: int) -> torch.Tensor:
+    return sdpa_reference(qkv.double(), bias.double(), heads)
+
+
+@needs_bf16_kernel
+@pytest.mark.parametrize("B, T, heads, head_dim", [(2, 197, 6, 64), (1, 17, 4, 80), (3, 50, 2, 32), (1, 5, 3, 128), (2, 33, 2, 48), (1, 1, 2, 96)])
+def test_bf16_attention_kernel_keeps_its_scores_in_fp32(B, T, heads, head_dim):
+    """Against float64 on the same bf16 inputs: closer than attention whose scores are rounded to bf16 (the written-out
+    bf16 matmuls), and within what rounding the output to bf16 allows. Odd lengths take the tiles' padding."""
+    g = torch.Generator().manual_seed(T)
+    qkv = (torch.randn(B, T, 3 * heads * head_dim, generator=g) * 2).bfloat16()
+    bias = torch.randn(3 * heads * head_dim, generator=g).bfloat16()
+    with torch.inference_mode():
+        got = cpu_inference.attention_bf16(qkv, bias, heads)
+    want = attention_f64(qkv, bias, heads)
+    q, k, v = (qkv + bias).view(B, T, 3, heads, head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+    rounded_scores = (((q * head_dim**-0.5) @ k.transpose(-2, -1)).softmax(-1) @ v).transpose(1, 2).reshape(B, T, -1)
+    assert got.dtype == torch.bfloat16 and got.shape == (B, T, heads * head_dim)
+    err, err_rounded = ((x.double() - want).abs().mean().item() for x in (got, rounded_scores))
+    assert err <= err_rounded, (err, err_rounded)
+    assert (got.double() - want).abs().max() <= 2**-6 * want.abs().max()  # a few bf16 roundings of the largest output
+
+
+@needs_bf16_kernel
+def test_bf16_attention_kernel_leaves_what_it_does_not_cover_to_the_caller():
+    qkv, bias = torch.randn(1, 9, 3 * 2 * 40).bfloat16(), torch.randn(3 * 2 * 40).bfloat16()
+    assert cpu_inference.attention_bf16(qkv, bias, 2) is None  # head size 40
+    assert cpu_inference.attention_bf16(qkv.float(), bias.float(), 3) is None  # not bf16
+    assert cpu_inference.attention_bf16(qkv.requires_grad_(), bias, 3) is None  # training
+    assert cpu_inference.attention_bf16(torch.randn(1, cpu_inference.MAX_TOKENS + 1, 3 * 64).bfloat16(), torch.randn(3 * 64).bfloat16(), 1) is None
+    strided = torch.randn(1, 3 * 64, 9).bfloat16().transpose(1, 2)  # made contiguous for the kernel
+    with torch.inference_mode():
+        got, want = cpu_inference.attention_bf16(strided, bias[:3 * 64], 1).double(), attention_f64(strided, bias[:3 * 64], 1)
+    assert (got - want).abs().max() <= 2**-6 * want.abs().max()
+
+
 def test_long_sequences_go_to_sdpa(monkeypatch):
     """Past MAX_TOKENS a head's scores outgrow the cache and torch's flash kernel is as fast: SDPA runs."""
     qkv, bias = torch.randn(1, 9, 3 * 16), torch.randn(3 * 16)

@@ -1,4 +1,5 @@
-"""fp32 CPU inference kernels for the transformer block (cpu_inference.cpp): attention and bias + GELU.
+"""fp32 CPU inference kernels for the transformer block (cpu_inference.cpp): attention and bias + GELU; and a bf16
+attention for CPUs with AVX512_BF16 (cpu_attention_bf16.cpp, `attention_bf16`).
 
     if cpu_inference.load():
         model.set_inference_kernels(cpu_inference)   # eval + no_grad only; training keeps torch's ops
@@ -31,6 +32,10 @@ _ISA_FLAGS = {  # torch's own CPU capability (ATEN_CPU_CAPABILITY overrides it) 
     "AVX2": ["-mavx2", "-mfma", "-DCPU_CAPABILITY_AVX2"],
 }
 _loaded: bool | None = None  # None: not tried yet
+BF16_SOURCE = Path(__file__).with_name("cpu_attention_bf16.cpp")
+HEADER = Path(__file__).with_name("cpu_exp_row.h")  # included by both sources
+BF16_HEAD_SIZES = (32, 48, 64, 80, 96, 128)  # the head sizes the bf16 kernel is instantiated for
+_bf16_loaded: bool | None = None
 
 
 def _covered(t: torch.Tensor) -> bool:
@@ -59,6 +64,17 @@ def bias_gelu_(h: torch.Tensor, bias: torch.Tensor, approximate: bool = False) -
     return F.gelu(h + bias, approximate="tanh" if approximate else "none")
 
 
+def attention_bf16(qkv: torch.Tensor, bias: torch.Tensor, num_heads: int) -> torch.Tensor | None:
+    """The bf16 twin of `attention` (scores and softmax in fp32 inside, bf16 in and out), or None where it does not
+    cover the input (not loaded, not bf16 on the CPU, gradients, longer than MAX_TOKENS, another head size)."""
+    B, T, three_d = qkv.shape
+    head_dim = three_d // 3 // num_heads
+    if (_bf16_loaded and qkv.device.type == "cpu" and qkv.dtype == bias.dtype == torch.bfloat16 and not qkv.requires_grad
+            and T <= MAX_TOKENS and head_dim in BF16_HEAD_SIZES):
+        return torch.ops.vitkit_bf16.attention(qkv.contiguous(), bias.contiguous(), num_heads, head_dim**-0.5)
+    return None
+
+
 def load() -> bool:
     """Build (or find in the cache) and register torch.ops.vitkit.*; False, with a warning, if impossible."""
     global _loaded
@@ -74,19 +90,36 @@ def load() -> bool:
     return _loaded
 
 
+def load_bf16() -> bool:
+    """Build (or find in the cache) and register torch.ops.vitkit_bf16.attention: only on CPUs with AVX512_BF16
+    (as torch detects it); False elsewhere, and with a warning where it cannot be built."""
+    global _bf16_loaded
+    if _bf16_loaded is None:
+        _bf16_loaded = False
+        if getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)():
+            try:
+                torch.ops.load_library(str(_build(BF16_SOURCE, ["-mavx512bf16", *_ISA_FLAGS["AVX512"]])))
+                torch.library.register_fake("vitkit_bf16::attention")(_attention_shape)
+                _bf16_loaded = True
+            except Exception as e:
+                warnings.warn(f"vitkit's bf16 attention kernel is unavailable ({e}); using bf16 matmuls", stacklevel=2)
+    return _bf16_loaded
+
+
 def _attention_shape(qkv: torch.Tensor, bias: torch.Tensor, heads: int, scale: float) -> torch.Tensor:
     return qkv.new_empty(qkv.shape[0], qkv.shape[1], qkv.shape[2] // 3)
 
 
-def _build() -> Path:
+def _build(source: Path = SOURCE, isa: list[str] | None = None) -> Path:
+    """The library of `source` compiled for torch's CPU capability (or the `isa` flags given)."""
     from torch.utils import cpp_extension
 
     lib_dir = Path(torch.__file__).parent / "lib"
     flags = [
         "-O3", "-std=c++20", "-shared", "-fPIC", "-fopenmp",
         f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
-        *_ISA_FLAGS.get(torch.backends.cpu.get_cpu_capability(), []),
+        *(isa if isa is not None else _ISA_FLAGS.get(torch.backends.cpu.get_cpu_capability(), [])),
         *(f"-I{p}" for p in cpp_extension.include_paths()),
     ]
     link = [f"-L{lib_dir}", "-lc10", "-ltorch_cpu", f"-Wl,-rpath,{lib_dir}"]
-    return build_library(SOURCE, os.environ.get("CXX", "c++"), flags, link, key=[torch.__version__])
+    return build_library(source, os.environ.get("CXX", "c++"), flags, link, key=[torch.__version__, HEADER.read_text()])
