@@ -290,11 +290,26 @@ def test_bf16_attention_is_written_out_where_the_cpu_has_bf16_but_no_amx(model, 
         got = runner(x)
     explicit = isa == "AVX512_BF16"
     assert len(calls) == (model.config.depth - 1 if explicit else 0)  # the class-token-only last layer keeps SDPA
-    kernel = cpu_inference.load_bf16()  # vitkit's bf16 attention kernel where it builds, else the written-out matmuls
+    c = model.config  # vitkit's bf16 attention kernel where it builds and covers the heads, else the written-out matmuls
+    kernel = cpu_inference.load_bf16() and c.width // c.num_heads in cpu_inference.BF16_HEAD_SIZES
     assert (("attention in vitkit's bf16 kernel" if kernel else "attention as bf16 matmuls") in runner.description) is explicit
     assert all(block.attn.kernel is None and block.mlp.kernel is None for block in model.blocks)  # the caller's model
     assert all(block.mlp.kernel is None for block in runner.forward.model.blocks)  # the MLP keeps torch's ops
     assert got.dtype == torch.float32 and (got - want).abs().max() < 0.05 * want.abs().max()
+
+
+@pytest.mark.skipif(not cpu_inference.load_bf16(), reason="the CPU has no AVX512_BF16 (or the bf16 kernel did not build)")
+@pytest.mark.parametrize("heads, kernel", [(2, True), (4, False)])  # head size 32: the kernel; 16: the written-out matmuls
+def test_bf16_runner_says_whether_its_attention_ran_in_the_kernel(monkeypatch, heads, kernel):
+    monkeypatch.setattr(precision, "native_bf16", lambda: "AVX512_BF16")
+    model = vitkit.create_model("vit_test", num_classes=10, width=64, num_heads=heads).eval()
+    runner = precision.prepare(model, "bf16", compile=False)
+    with torch.inference_mode(), torch.profiler.profile() as prof:
+        runner(torch.randn(2, 3, 16, 16))
+    ran = {e.name for e in prof.events()}
+    assert ("vitkit_bf16::attention" in ran) is kernel, sorted(ran)
+    assert ("attention in vitkit's bf16 kernel" in runner.description) is kernel, runner.description
+    assert ("attention as bf16 matmuls" in runner.description) is not kernel
 
 
 def test_written_out_attention_computes_sdpa_in_the_inputs_dtype():

@@ -211,8 +211,9 @@ class Runner:
             from vitkit.kernels import cpu_inference
 
             self.forward.model.set_inference_kernels(_ExplicitAttention)  # on the runner's bf16 copy only
-            self.description += (", attention in vitkit's bf16 kernel (fp32 scores)" if cpu_inference.load_bf16()
-                                 else ", attention as bf16 matmuls and softmax")
+            c = model.config  # the kernel where it builds and covers the model's heads, else the written-out matmuls
+            kernel = cpu_inference.load_bf16() and cpu_inference.bf16_covers(c.width // c.num_heads, c.num_patches + c.num_prefix_tokens)
+            self.description += ", attention in vitkit's bf16 kernel (fp32 scores)" if kernel else ", attention as bf16 matmuls and softmax"
         self.batch_size: int | None = None
         self._batches_left = batches
         self._compile = compile if compile is not None or not precision.startswith("int8") else True  # int8 only pays compiled

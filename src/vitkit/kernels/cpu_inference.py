@@ -69,10 +69,15 @@ def attention_bf16(qkv: torch.Tensor, bias: torch.Tensor, num_heads: int) -> tor
     cover the input (not loaded, not bf16 on the CPU, gradients, longer than MAX_TOKENS, another head size)."""
     B, T, three_d = qkv.shape
     head_dim = three_d // 3 // num_heads
-    if (_bf16_loaded and qkv.device.type == "cpu" and qkv.dtype == bias.dtype == torch.bfloat16 and not qkv.requires_grad
-            and T <= MAX_TOKENS and head_dim in BF16_HEAD_SIZES):
+    if (qkv.device.type == "cpu" and qkv.dtype == bias.dtype == torch.bfloat16 and not qkv.requires_grad
+            and bf16_covers(head_dim, T)):
         return torch.ops.vitkit_bf16.attention(qkv.contiguous(), bias.contiguous(), num_heads, head_dim**-0.5)
     return None
+
+
+def bf16_covers(head_dim: int, tokens: int) -> bool:
+    """Whether `attention_bf16` runs the kernel for this head size and sequence length (once `load_bf16()` succeeded)."""
+    return bool(_bf16_loaded) and tokens <= MAX_TOKENS and head_dim in BF16_HEAD_SIZES
 
 
 def load() -> bool:
