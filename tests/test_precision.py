@@ -281,8 +281,8 @@ def test_bf16_attention_computes_sdpa():
 def test_bf16_attention_is_written_out_where_the_cpu_has_bf16_but_no_amx(model, monkeypatch, isa):
     monkeypatch.setattr(precision, "native_bf16", lambda: isa)
     calls = []
-    written_out = precision._ExplicitAttention.attention
-    monkeypatch.setattr(precision._ExplicitAttention, "attention", staticmethod(lambda *a: calls.append(1) or written_out(*a)))
+    written_out = precision._Bf16Attention.attention
+    monkeypatch.setattr(precision._Bf16Attention, "attention", staticmethod(lambda *a: calls.append(1) or written_out(*a)))
     runner = precision.prepare(model, "bf16", compile=False)
     x = torch.randn(4, 3, 16, 16)
     with torch.inference_mode():
@@ -316,7 +316,7 @@ def test_written_out_attention_computes_sdpa_in_the_inputs_dtype():
     g = torch.Generator().manual_seed(0)
     qkv, bias = torch.randn(2, 5, 48, generator=g).bfloat16(), torch.randn(48, generator=g).bfloat16()
     q, k, v = (qkv + bias).view(2, 5, 3, 4, 4).permute(2, 0, 3, 1, 4).unbind(0)
-    got = precision._ExplicitAttention.attention(qkv, bias, 4)
+    got = precision._Bf16Attention.attention(qkv, bias, 4)
     want = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float()).transpose(1, 2).reshape(2, 5, 16)
     assert got.dtype == torch.bfloat16 and got.shape == (2, 5, 16)
     torch.testing.assert_close(got.float(), want, atol=0.05, rtol=0.05)

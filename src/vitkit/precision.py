@@ -51,6 +51,7 @@ import torch
 from torch import nn
 
 from vitkit.errors import ConfigError
+from vitkit.kernels import cpu_inference  # imports only torch; its libraries build on first use
 
 PRECISIONS = ("fp32", "bf16", "int8", "int8-dynamic")
 CALIBRATION_IMAGES = 256  # images the int8 observers see by default: a few hundred of the user's own
@@ -137,7 +138,7 @@ def explicit_bf16_attention() -> bool:
     such a CPU the flash kernel ran no faster in bf16 than in fp32; with AMX, its bf16 GEMMs are AMX's.
     - In int8's graph (otherwise fp32 between its GEMMs), attention runs as explicit bf16 matmuls and softmax
       (`_attention_bf16`).
-    - In the bf16 model, it runs through vitkit's bf16 attention kernel (`_ExplicitAttention`), which keeps the
+    - In the bf16 model, it runs through vitkit's bf16 attention kernel (`_Bf16Attention`), which keeps the
       scores in fp32.
     Measured on an AMD EPYC, compiled, against the flash kernel: ViT-S/16 1.21x, ViT-B/16 1.15x. Written out, with
     the scores rounded to bf16, the same models ran 1.14x and 1.05x. On a ViT-S/16 the rounded scores agreed with
@@ -208,9 +209,7 @@ class Runner:
         model.eval()
         self.forward = _Forward(copy.deepcopy(model).to(torch.bfloat16) if self._cast else model, pre_logits)
         if self._cast and explicit_bf16_attention() and hasattr(model, "set_inference_kernels"):
-            from vitkit.kernels import cpu_inference
-
-            self.forward.model.set_inference_kernels(_ExplicitAttention)  # on the runner's bf16 copy only
+            self.forward.model.set_inference_kernels(_Bf16Attention)  # on the runner's bf16 copy only
             c = model.config  # the kernel where it builds and covers the model's heads, else the written-out matmuls
             kernel = cpu_inference.load_bf16() and cpu_inference.bf16_covers(c.width // c.num_heads, c.num_patches + c.num_prefix_tokens)
             self.description += ", attention in vitkit's bf16 kernel (fp32 scores)" if kernel else ", attention as bf16 matmuls and softmax"
@@ -246,7 +245,7 @@ class Runner:
                 # with frozen weights inductor packs fp32 linear layers for MKL when every shape is static, for oneDNN
                 # when the batch size is symbolic
                 dynamic = True
-                if "oneDNN" not in self.description:
+                if self._eager_linears is None:  # else the description says so already
                     self.description += ", oneDNN GEMMs"
         self.description += ", compiled"
         return torch.compile(self.forward, dynamic=dynamic)
@@ -392,8 +391,6 @@ def _cpu_kernels(model: nn.Module, precision: str, device: torch.device):
     builds: once per machine and torch version, ~12 s on a 2-core AMD EPYC), else None."""
     if precision != "fp32" or device.type != "cpu" or not hasattr(model, "using_inference_kernels"):
         return None
-    from vitkit.kernels import cpu_inference
-
     with warnings.catch_warnings():  # where they cannot build (no compiler), torch's ops run, as they do without them
         warnings.simplefilter("ignore")
         return cpu_inference if cpu_inference.load() else None
@@ -453,7 +450,7 @@ def _attention_bf16(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, *, 
     return _softmax_attention(q.to(torch.bfloat16), k.to(torch.bfloat16), v.to(torch.bfloat16), attn_mask, scale).float()
 
 
-class _ExplicitAttention:
+class _Bf16Attention:
     """Inference kernels (vitkit.models.vit.InferenceKernels) for the bf16 model where `explicit_bf16_attention`:
     vitkit's bf16 attention kernel (vitkit.kernels.cpu_inference.attention_bf16: fp32 scores and softmax) where it
     builds and covers the input, else attention written out in the model's dtype; the MLP keeps torch's ops (no
@@ -463,8 +460,6 @@ class _ExplicitAttention:
 
     @staticmethod
     def attention(qkv: torch.Tensor, bias: torch.Tensor, num_heads: int) -> torch.Tensor:
-        from vitkit.kernels import cpu_inference
-
         out = cpu_inference.attention_bf16(qkv, bias, num_heads)
         if out is not None:
             return out
