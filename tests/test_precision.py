@@ -238,6 +238,33 @@ def test_fp32_with_onednn_eager_gemms_compiles_only_very_long_jobs(model, monkey
         assert runner.compiled is compiles
 
 
+
+@pytest.mark.parametrize("compiled_seconds, stays_compiled", [(3.0, False), (0.5, True)])
+def test_a_runner_that_compiled_by_itself_goes_back_to_eager_when_compiled_is_slower(model, monkeypatch, compiled_seconds, stays_compiled):
+    """Auto mode times one eager batch (1 s here); the first compiled batch after compilation must beat it."""
+    clock = [0.0]
+    runner = precision.prepare(model, "fp32", kernels=False, batches=10_000)  # compile=None: decided on the first batch
+    monkeypatch.setattr(precision, "onednn_fp32_gemms", lambda: False)
+    monkeypatch.setattr(precision.time, "perf_counter", lambda: clock[0])
+
+    def eager(self, x, forward=precision._Forward.forward):
+        clock[0] += 1.0
+        return forward(self, x)
+
+    def compiled(x):
+        clock[0] += compiled_seconds
+        return runner.forward.model(x)
+
+    monkeypatch.setattr(precision._Forward, "forward", eager)
+    monkeypatch.setattr(precision.Runner, "_compiled", lambda self: compiled)
+    x = torch.randn(4, 3, 16, 16)
+    expected = model(x).detach()
+    for _ in range(4):  # eager (decides), compiled (compiles), compiled (checked), then whichever won
+        assert torch.allclose(runner(x), expected, atol=1e-5)
+    assert runner.compiled is stays_compiled
+    assert ("compiled ran slower here: 3000 against 1000 ms" in runner.description) is not stays_compiled
+    assert runner._fn is (compiled if stays_compiled else runner.forward)
+
 def _sdpa_nodes(runner) -> int:
     return sum(n.target is torch.ops.aten.scaled_dot_product_attention.default for n in runner.forward.graph.nodes)
 

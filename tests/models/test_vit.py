@@ -247,3 +247,24 @@ def test_corrupt_hook_replaces_patch_embeddings_before_position_embeddings():
     torch.testing.assert_close(tokens[:, 1], model.pos_embed[:, 1].expand(2, -1))  # only E_pos is left
     torch.testing.assert_close(model.embed(x, lambda p: p), model.embed(x))
     assert model.forward_features(x, zero_first_patch).shape == (2, 17, 32)
+
+
+@pytest.mark.parametrize("name", ["vit_b16", "r50_vit_b16"])
+def test_bf16_cpu_inference_embeds_patches_with_one_gemm_that_matches_the_convolution(name):
+    model = tiny(name, in_chans=1 if name == "vit_b16" else 3).to(torch.bfloat16).eval()
+    c = model.config
+    x = torch.randn(2, c.in_chans, *c.image_size).to(torch.bfloat16)
+    conv = model.patch_embed
+    calls = []
+    handle = conv.register_forward_hook(lambda *_: calls.append(1))
+    with torch.no_grad():
+        features = model.backbone(x) if model.backbone is not None else x
+        got = model.patch_tokens(features)
+        fp32 = torch.nn.functional.conv2d(features.float(), conv.weight.float(), conv.bias.float(), stride=conv.stride)
+        expected = fp32.flatten(2).transpose(1, 2)
+    assert not calls, "bf16 CPU inference should not run the convolution"
+    assert got.shape == expected.shape == (2, c.grid_size[0] * c.grid_size[1], c.width)
+    assert (got.float() - expected).abs().max() < 0.03 * expected.abs().max()
+    with torch.enable_grad():  # training, and any other dtype, keeps the convolution
+        model.patch_tokens(features)
+    assert calls
