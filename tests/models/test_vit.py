@@ -268,3 +268,51 @@ def test_bf16_cpu_inference_embeds_patches_with_one_gemm_that_matches_the_convol
     with torch.enable_grad():  # training, and any other dtype, keeps the convolution
         model.patch_tokens(features)
     assert calls
+
+
+@pytest.mark.parametrize("pos_embed, class_token_only", [("learned", False), ("relative", False), ("learned", True)])
+def test_short_sequences_train_with_attention_written_out_and_the_same_gradients(monkeypatch, pos_embed, class_token_only):
+    """fp32 CPU training of a short sequence skips torch's fused kernel; logits and gradients stay the fused ones."""
+    from vitkit.models import vit
+
+    model = vitkit.create_model("vit_test", pos_embed=pos_embed, num_classes=5)
+    torch.nn.init.normal_(model.head.weight)
+    x = torch.randn(3, 3, 16, 16)
+    fused_calls = []
+    fused = torch.nn.functional.scaled_dot_product_attention
+    monkeypatch.setattr(vit.F, "scaled_dot_product_attention", lambda *a, **k: fused_calls.append(1) or fused(*a, **k))
+
+    def logits_and_grads():
+        model.zero_grad()
+        out = model.forward_head(model.forward_features(x, class_token_only=class_token_only))
+        out.square().sum().backward()
+        return out.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None]
+
+    written, written_grads = logits_and_grads()
+    assert not fused_calls
+    monkeypatch.setattr(vit, "WRITTEN_OUT_MAX_TOKENS", 0)  # the fused kernel
+    reference, reference_grads = logits_and_grads()
+    assert len(fused_calls) == model.config.depth
+    torch.testing.assert_close(written, reference, atol=1e-5, rtol=1e-5)
+    assert len(written_grads) == len(reference_grads)
+    for got, expected in zip(written_grads, reference_grads):
+        assert (got - expected).abs().max() <= 1e-5 * expected.abs().max()  # fp32 summation order, nothing more
+
+
+def test_attention_keeps_the_fused_kernel_where_written_out_is_not_faster():
+    from vitkit.models.vit import WRITTEN_OUT_MAX_SCORES, WRITTEN_OUT_MAX_TOKENS, _written_out_is_faster
+
+    def qk(batch, tokens, dtype=torch.float32, grad=True):
+        q = torch.randn(batch, 2, tokens, 8, dtype=dtype, requires_grad=grad)
+        return q, q.detach()
+
+    assert _written_out_is_faster(*qk(4, 17))
+    assert not _written_out_is_faster(*qk(4, WRITTEN_OUT_MAX_TOKENS + 1))  # long sequences
+    assert not _written_out_is_faster(*qk(WRITTEN_OUT_MAX_SCORES // (2 * 17 * 17) + 1, 17))  # too many scores to keep
+    assert not _written_out_is_faster(*qk(4, 17, torch.bfloat16))
+    assert not _written_out_is_faster(*qk(4, 17, grad=False))  # inference: the fused kernel
+    with torch.no_grad():
+        assert not _written_out_is_faster(*qk(4, 17))
+    model = vitkit.create_model("vit_test").train()
+    graph = torch.export.export(model, (torch.randn(2, 3, 16, 16),)).graph  # export (and compile) keep the fused op
+    assert any("scaled_dot_product" in str(node.target) for node in graph.nodes)

@@ -5,8 +5,9 @@
     z_l  = MLP(LN(z'_l)) + z'_l                               (3)  Block.forward, second line
     y    = LN(z_L^0)                                          (4)  forward_features + forward_head
 
-Attention has one fast path (torch's fused scaled_dot_product_attention) and one explicit path
-that also returns the attention probabilities (`forward_explicit`), used only for inspection.
+Attention has one fast path (torch's fused scaled_dot_product_attention; for short sequences trained in fp32 on
+the CPU, the same sums written out, which run faster there) and one explicit path that also returns the attention
+probabilities (`forward_explicit`), used only for inspection.
 
 Position embeddings (App. D.4, `pos_embed`): "learned" E_pos of Eq. 1; "learned_2d", a row and a column
 embedding of D/2 each, concatenated; "relative", a learned bias per head and layer for every 2D offset
@@ -48,6 +49,26 @@ def _inference(module: nn.Module) -> bool:
     return not (module.training or torch.is_grad_enabled())
 
 
+# Short sequences train faster with attention written out than through torch's fused CPU kernel, whose backward
+# works block by block: forward + backward in fp32 on an AMD EPYC (2 threads), written out ran 2.9-3.7x faster for
+# the demo model's 16 tokens (head size 24), 1.2-2.0x for 17-65 tokens (head size 64), 1.2-1.3x at 101, 1.05-1.34x
+# at 129 and 0.56-1.13x at 197 (benchmarks/cpu_short_attention.py, RESULTS.md): the rule stays well inside the
+# winning region. The probabilities it keeps for backward are capped (16 MB a layer). Inference keeps the fused
+# kernel: there the written-out form was not reliably faster.
+WRITTEN_OUT_MAX_TOKENS = 100
+WRITTEN_OUT_MAX_SCORES = 4_000_000
+
+
+def _written_out_is_faster(q: torch.Tensor, k: torch.Tensor) -> bool:
+    """Whether attention over q (B, nh, Tq, hd) and k (B, nh, T, hd) runs written out: fp32 on the CPU with
+    gradients, short sequences, never while torch.compile or torch.export trace the model (they keep the fused op)."""
+    B, nh, Tq, _ = q.shape
+    T = k.shape[2]
+    return (q.device.type == "cpu" and q.dtype == torch.float32 and q.requires_grad and torch.is_grad_enabled()
+            and T <= WRITTEN_OUT_MAX_TOKENS and B * nh * Tq * T <= WRITTEN_OUT_MAX_SCORES
+            and not torch.compiler.is_compiling())
+
+
 class Attention(nn.Module):
     """Multi-head self-attention: softmax(Q K^T / sqrt(d_head)) V per head, heads projected back to D."""
 
@@ -86,7 +107,11 @@ class Attention(nn.Module):
         else:
             q, k, v = self._qkv_first(x, queries)
             bias = None if bias is None else bias[:, :queries]
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=self.attn_dropout if self.training else 0.0)
+        dropout = self.attn_dropout if self.training else 0.0
+        if _written_out_is_faster(q, k):
+            y = F.dropout(self._probabilities(q, k, bias), dropout, self.training) @ v
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout)
         return self._out(y)
 
     def _qkv_first(self, x: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -101,12 +126,18 @@ class Attention(nn.Module):
     def forward_explicit(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The same attention written out; also returns the probabilities (B, nh, T, T)."""
         q, k, v = self._qkv(x)
-        logits = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)  # (B, nh, T, T)
-        if self.position_bias is not None:
-            logits = logits + self.position_bias()
-        probs = self.softmax(logits)
+        bias = None if self.position_bias is None else self.position_bias()
+        probs = self._probabilities(q, k, bias, self.softmax)  # (B, nh, T, T)
         y = F.dropout(probs, self.attn_dropout, self.training) @ v  # (B, nh, T, hd)
         return self._out(y), probs
+
+    def _probabilities(self, q: torch.Tensor, k: torch.Tensor, bias: torch.Tensor | None,
+                       softmax: Callable[[torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
+        """softmax(Q K^T / sqrt(d_head) + bias) per head, (B, nh, Tq, T)."""
+        logits = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)
+        if bias is not None:
+            logits = logits + bias
+        return softmax(logits) if softmax is not None else logits.softmax(-1)
 
 
 class Mlp(nn.Module):
