@@ -1,5 +1,7 @@
 """Google .npz checkpoints: parity with a NumPy forward of the official Flax model in every layout, round trips."""
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -112,6 +114,21 @@ def test_npz_writing_warns_about_exact_gelu_and_refuses_hybrids(make_model, tmp_
         save_checkpoint(hybrid, tmp_path / "h.npz", "npz")
     assert not (tmp_path / "h.npz").exists()
 
+
+
+def test_npz_round_trip_keeps_exact_gelu_and_eps_in_the_sidecar(make_model, tmp_path):
+    """The release layout implies tanh-GELU and eps 1e-6; a model with others comes back as it was written."""
+    model = make_model(mlp_act="gelu", layer_norm_eps=1e-5)
+    with pytest.warns(UserWarning, match="vitkit reads them back"):
+        save_checkpoint(model, tmp_path / "m.npz", "npz")
+    assert json.loads((tmp_path / "m.npz.json").read_text())["model"] == {"mlp_act": "gelu", "layer_norm_eps": 1e-5}
+    back = vitkit.load_pretrained(tmp_path / "m.npz")
+    assert back.config == model.config
+    x = torch.randn(2, 3, *model.config.image_size)
+    assert torch.equal(back.eval()(x), model.eval()(x))
+    (tmp_path / "m.npz.json").write_text(json.dumps({"model": {"mlp_act": "relu"}}))
+    with pytest.raises(vitkit.CheckpointError, match=r"m\.npz\.json: its 'model' entry is not valid: .*mlp_act"):
+        vitkit.load_pretrained(tmp_path / "m.npz")
 
 def test_canonical_layout_reports_the_keys_of_the_file(tmp_path):
     arrays = official_arrays(prefix="opt/target/")

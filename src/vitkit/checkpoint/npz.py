@@ -202,6 +202,9 @@ def _dense(ours: str, theirs: str, n_in: int, n_out: int) -> list[Rule]:
     return [kernel(f"{ours}.weight", f"{theirs}/kernel", (n_in, n_out)), same(f"{ours}.bias", f"{theirs}/bias", (n_out,))]
 
 
+NOT_IN_THE_ARRAYS = ("mlp_act", "layer_norm_eps")  # the release layout implies tanh-GELU and eps 1e-6
+
+
 def read(path: str | os.PathLike, *, image_size=None) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
     """(config, vitkit state dict) of an .npz in any of the layouts above, or of a BiT ResNet release file."""
     arrays = read_npz(path)
@@ -209,6 +212,12 @@ def read(path: str | os.PathLike, *, image_size=None) -> tuple[ModelConfig, dict
         return bit.read_npz(arrays, image_size=image_size, source=path)
     tensors, shown = canonical(arrays, source=path)
     config = config_from_npz(tensors, image_size=image_size, source=path, shown=shown)
+    stored = read_sidecar(path).get("model") or {}
+    if stored:  # what the release layout cannot say: a model vitkit wrote with exact GELU or another LayerNorm eps
+        try:
+            config = config.replace(**{key: stored[key] for key in NOT_IN_THE_ARRAYS if key in stored})
+        except ConfigError as err:
+            raise CheckpointError(f"{path}.json: its 'model' entry is not valid: {err}") from None
     return config, to_vitkit(npz_rules(config), tensors, source=path, shown=shown)
 
 
@@ -235,14 +244,17 @@ def write(model: VisionTransformer, path: str | os.PathLike, *, metadata: dict |
         raise CheckpointError(f"{path}: writing hybrid models to .npz is not supported; save as vitkit, timm or hf")
     if c.pos_embed != "learned":
         raise CheckpointError(f"{path}: the .npz format holds learned position embeddings only; this model uses {c.pos_embed!r}")
+    sidecar = {"vitkit": metadata} if metadata else {}
     if c.mlp_act != "gelu_tanh" or c.layer_norm_eps != 1e-6:
+        sidecar["model"] = {key: getattr(c, key) for key in NOT_IN_THE_ARRAYS}  # vitkit reads them back
         warnings.warn(
             f"{path}: the official Flax model uses tanh-GELU and LayerNorm eps 1e-6; this model has mlp_act={c.mlp_act!r}, "
-            f"layer_norm_eps={c.layer_norm_eps:g}, so its outputs will differ slightly when loaded from the .npz",
+            f"layer_norm_eps={c.layer_norm_eps:g}. vitkit reads them back from {path.name}.json; other readers of the .npz "
+            "(vit_jax, timm) assume the official ones, so its outputs there differ slightly",
             stacklevel=2,
         )
     arrays = to_release_layout(from_vitkit(npz_rules(c), model.state_dict()))
-    write_with_sidecar(path, lambda fresh: write_npz(fresh, arrays), {"vitkit": metadata} if metadata else None)
+    write_with_sidecar(path, lambda fresh: write_npz(fresh, arrays), sidecar or None)
     return path
 
 
