@@ -116,12 +116,13 @@ def test_npz_writing_warns_about_exact_gelu_and_refuses_hybrids(make_model, tmp_
 
 
 
-def test_npz_round_trip_keeps_exact_gelu_and_eps_in_the_sidecar(make_model, tmp_path):
-    """The release layout implies tanh-GELU and eps 1e-6; a model with others comes back as it was written."""
-    model = make_model(mlp_act="gelu", layer_norm_eps=1e-5)
+def test_npz_round_trip_keeps_what_the_arrays_cannot_say_in_the_sidecar(make_model, tmp_path):
+    """The release layout implies tanh-GELU, eps 1e-6 and [-1, 1] inputs; a model with others comes back as written."""
+    model = make_model(mlp_act="gelu", layer_norm_eps=1e-5, mean=(0.4, 0.5, 0.6))
     with pytest.warns(UserWarning, match="vitkit reads them back"):
         save_checkpoint(model, tmp_path / "m.npz", "npz")
-    assert json.loads((tmp_path / "m.npz.json").read_text())["model"] == {"mlp_act": "gelu", "layer_norm_eps": 1e-5}
+    stored = json.loads((tmp_path / "m.npz.json").read_text())["model"]
+    assert stored == {"mlp_act": "gelu", "layer_norm_eps": 1e-5, "mean": [0.4, 0.5, 0.6]}  # std is the arrays' own
     back = vitkit.load_pretrained(tmp_path / "m.npz")
     assert back.config == model.config
     x = torch.randn(2, 3, *model.config.image_size)

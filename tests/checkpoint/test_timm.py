@@ -112,7 +112,8 @@ def test_timm_hybrid_matches_the_official_forward(layers, tmp_path):
 
 
 @pytest.mark.parametrize("suffix", [".safetensors", ".pth"])
-@pytest.mark.parametrize("overrides", [dict(), dict(classifier="gap", representation_size=16), dict(backbone={"layers": (1, 1), "width": 32}, patch_size=1, image_size=32)])
+@pytest.mark.parametrize("overrides", [dict(), dict(classifier="gap", representation_size=16), dict(backbone={"layers": (1, 1), "width": 32}, patch_size=1, image_size=32),
+                                       dict(mlp_act="gelu_tanh", layer_norm_eps=1e-5)])  # what the tensors cannot say
 def test_timm_round_trip_is_bit_exact(suffix, overrides, make_model, tmp_path):
     model = make_model(**overrides)
     save_checkpoint(model, tmp_path / f"m{suffix}", "timm")
@@ -137,7 +138,9 @@ def test_timm_heads_come_from_vitkit_metadata_or_a_clear_error(make_model, tmp_p
     model = make_model(width=48, num_heads=4, mlp_dim=96)  # not a named size: a state dict alone cannot say 4 heads
     save_checkpoint(model, tmp_path / "m.safetensors", "timm")
     assert vitkit.load_pretrained(tmp_path / "m.safetensors").config.num_heads == 4
-    save_checkpoint(model, tmp_path / "m.pth", "timm")
+    save_checkpoint(model, tmp_path / "m.pth", "timm")  # the config goes to m.pth.json beside it
+    assert vitkit.load_pretrained(tmp_path / "m.pth").config.num_heads == 4
+    (tmp_path / "m.pth.json").unlink()  # a .pth as timm writes it: the tensors alone
     with pytest.raises(vitkit.CheckpointError, match="number of heads"):
         vitkit.load_pretrained(tmp_path / "m.pth")
 

@@ -202,7 +202,7 @@ def _dense(ours: str, theirs: str, n_in: int, n_out: int) -> list[Rule]:
     return [kernel(f"{ours}.weight", f"{theirs}/kernel", (n_in, n_out)), same(f"{ours}.bias", f"{theirs}/bias", (n_out,))]
 
 
-NOT_IN_THE_ARRAYS = ("mlp_act", "layer_norm_eps")  # the release layout implies tanh-GELU and eps 1e-6
+NOT_IN_THE_ARRAYS = ("mlp_act", "layer_norm_eps", "mean", "std")  # the release layout implies tanh-GELU, eps 1e-6, [-1, 1] inputs
 
 
 def read(path: str | os.PathLike, *, image_size=None) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
@@ -245,8 +245,11 @@ def write(model: VisionTransformer, path: str | os.PathLike, *, metadata: dict |
     if c.pos_embed != "learned":
         raise CheckpointError(f"{path}: the .npz format holds learned position embeddings only; this model uses {c.pos_embed!r}")
     sidecar = {"vitkit": metadata} if metadata else {}
+    implied = ViTConfig(in_chans=c.in_chans, mlp_act="gelu_tanh", layer_norm_eps=1e-6)  # what a reader of the arrays assumes
+    kept = {key: getattr(c, key) for key in NOT_IN_THE_ARRAYS if getattr(c, key) != getattr(implied, key)}
+    if kept:
+        sidecar["model"] = kept  # vitkit reads them back
     if c.mlp_act != "gelu_tanh" or c.layer_norm_eps != 1e-6:
-        sidecar["model"] = {key: getattr(c, key) for key in NOT_IN_THE_ARRAYS}  # vitkit reads them back
         warnings.warn(
             f"{path}: the official Flax model uses tanh-GELU and LayerNorm eps 1e-6; this model has mlp_act={c.mlp_act!r}, "
             f"layer_norm_eps={c.layer_norm_eps:g}. vitkit reads them back from {path.name}.json; other readers of the .npz "

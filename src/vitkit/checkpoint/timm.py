@@ -153,8 +153,9 @@ def read(path: str | os.PathLike, *, image_size=None) -> tuple[ModelConfig, dict
     path = Path(path)
     if is_safetensors(path):
         state, stored = read_safetensors(path), _stored(path)
-    else:
-        state, stored = _unwrap(read_torch(path), path), None
+    else:  # the config vitkit wrote beside it, if any (a .pth written elsewhere has none)
+        state, stored = _unwrap(read_torch(path), path), read_sidecar(path).get(METADATA_KEY)
+        stored = stored if isinstance(stored, dict) else None
     if bit.is_bit_timm(state):  # timm's resnetv2_*_bit
         return bit.read_timm(state, image_size=image_size, source=path, stored=stored)
     config = config_from_timm(state, image_size=image_size, source=path, stored=stored)
@@ -163,7 +164,7 @@ def read(path: str | os.PathLike, *, image_size=None) -> tuple[ModelConfig, dict
 
 def write(model: VisionTransformer, path: str | os.PathLike, *, metadata: dict | None = None) -> Path:
     """Write the timm state dict: .safetensors (vitkit's config, `metadata` and timm's pretrained_cfg in its
-    metadata) or, for any other suffix, a .pth (those two in FILE.pth.json beside it)."""
+    metadata) or, for any other suffix, a .pth (those three in FILE.pth.json beside it)."""
     metadata = metadata or {}
     path = Path(path)
     c = model.config
@@ -178,7 +179,7 @@ def write(model: VisionTransformer, path: str | os.PathLike, *, metadata: dict |
         write_safetensors(path, tensors, metadata={"format": "pt", METADATA_KEY: json.dumps(c.to_dict()), EXTRA_KEY: json.dumps(metadata),
                                                    **{k: json.dumps(v) for k, v in timm_cfg.items()}})
     else:
-        write_with_sidecar(path, lambda fresh: write_torch(fresh, tensors), {**timm_cfg, "vitkit": metadata})
+        write_with_sidecar(path, lambda fresh: write_torch(fresh, tensors), {**timm_cfg, "vitkit": metadata, METADATA_KEY: c.to_dict()})
     return path
 
 
