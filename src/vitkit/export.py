@@ -21,6 +21,7 @@ import torch
 from vitkit.checkpoint.io import atomic_path, read_sidecar, sha256, sidecar_path, write_json
 from vitkit.errors import ConfigError
 from vitkit.models import VisionTransformer
+from vitkit.precision import quiet_torch_internals
 
 FORMATS = {"onnx": ".onnx", "openvino": ".xml", "torchscript": ".pt", "exported-program": ".pt2"}
 RUNTIMES = {"onnxruntime": "onnx", "openvino": "openvino"}  # runtime -> the extra that installs it
@@ -104,6 +105,7 @@ def _export_onnx(model: VisionTransformer, x: torch.Tensor, path: Path, batch: t
     except ImportError:
         raise ConfigError("format onnx: install the onnx extra (pip install 'vitkit[onnx]')") from None
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)  # it lists the torchvision ops it skips
+    quiet_torch_internals()  # torch.export's notices about its own internals
     path.parent.mkdir(parents=True, exist_ok=True)
     import onnx
 

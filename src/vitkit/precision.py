@@ -168,7 +168,7 @@ def worth_compiling(first_batch_seconds: float, batches_left: int, speedup: floa
     return batches_left * first_batch_seconds * (1 - 1 / speedup) > COMPILE_SECONDS
 
 
-def _quiet_torch_internals() -> None:
+def quiet_torch_internals() -> None:
     """Silence two notices torch's own quantization and compilation code print about itself (nothing a user can act on)."""
     warnings.filterwarnings("ignore", message="To copy construct from a tensor", category=UserWarning, module=r"torch\._inductor")
     warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning)
@@ -231,7 +231,7 @@ class Runner:
 
     def _build(self, x: torch.Tensor) -> None:
         """The callable for batches shaped like x (the first batch)."""
-        _quiet_torch_internals()
+        quiet_torch_internals()
         if self.precision == "int8":
             n = self._quantize(x)
             self.description += f", {n} calibration images"
