@@ -81,7 +81,7 @@ def pos_embed_figure(similarity: torch.Tensor) -> Figure:
     return fig
 
 
-def distance_figure(distance: torch.Tensor, *, uniform: float | None = None) -> Figure:
+def distance_figure(distance: torch.Tensor, *, uniform: float | None = None, caption: str | None = None) -> Figure:
     """Fig. 7 right: (layers, heads) mean attention distance against depth, one dot per head."""
     layers, heads = distance.shape
     fig = Figure(figsize=(4.2, 3.4), layout="constrained")
@@ -97,10 +97,12 @@ def distance_figure(distance: torch.Tensor, *, uniform: float | None = None) -> 
     ax.set_xticks(depth if layers <= 16 else depth[::2])
     ax.set_ylim(bottom=0)
     ax.legend(fontsize=6, ncol=2 if heads > 6 else 1, loc="lower right")
+    if caption:
+        fig.suptitle(caption, fontsize=6, wrap=True)
     return fig
 
 
-def rollout_figure(pixels: torch.Tensor, rollout: torch.Tensor, titles: list[str] | None = None) -> Figure:
+def rollout_figure(pixels: torch.Tensor, rollout: torch.Tensor, titles: list[str] | None = None, caption: str | None = None) -> Figure:
     """Fig. 6 style: the images (top, titled e.g. with true and predicted label) and the output token's attention
     rollout over them (bottom), with a colour bar for the rollout's scale."""
     from matplotlib.cm import ScalarMappable
@@ -120,11 +122,11 @@ def rollout_figure(pixels: torch.Tensor, rollout: torch.Tensor, titles: list[str
     bar = fig.colorbar(ScalarMappable(Normalize(0, 1), _cmap("inferno")), ax=axes[1, :].tolist(), shrink=0.9)
     bar.set_label("rollout / its maximum", fontsize=7)
     bar.ax.tick_params(labelsize=6)
-    fig.suptitle("Attention rollout from the output token", fontsize=9)
+    fig.suptitle("Attention rollout from the output token" + _shown(n, caption), fontsize=9)
     return fig
 
 
-def last_layer_figure(pixels: torch.Tensor, maps: torch.Tensor) -> Figure:
+def last_layer_figure(pixels: torch.Tensor, maps: torch.Tensor, caption: str | None = None) -> Figure:
     """The last layer's raw attention from the output token, one column per head, one row per image."""
     n, heads = maps.shape[:2]
     fig = Figure(figsize=(1.2 * (heads + 1) + 0.4, 1.2 * n + 0.5), layout="constrained")
@@ -136,8 +138,13 @@ def last_layer_figure(pixels: torch.Tensor, maps: torch.Tensor) -> Figure:
             _show_image(axes[i, h + 1], pixels[i], heat[h])
     for h in range(heads):
         axes[0, h + 1].set_title(f"head {h + 1}", fontsize=8)
-    fig.suptitle("Last layer: attention from the output token to the patches", fontsize=9)
+    fig.suptitle("Last layer: attention from the output token to the patches" + _shown(n, caption), fontsize=9)
     return fig
+
+
+def _shown(n: int, caption: str | None) -> str:
+    """A figure title's second line: which images, of what (`caption`)."""
+    return f"\n{n} shown of {caption}" if caption else ""
 
 
 def save_figure(fig: Figure, path: str | os.PathLike, *, dpi: int = 150) -> Path:
@@ -148,12 +155,13 @@ def save_figure(fig: Figure, path: str | os.PathLike, *, dpi: int = 150) -> Path
 
 
 def write_report(results: dict[str, torch.Tensor], pixels: torch.Tensor, out_dir: str | os.PathLike, *, info: dict[str, Any],
-                 titles: list[str] | None = None) -> list[Path]:
+                 titles: list[str] | None = None, caption: str | None = None) -> list[Path]:
     """Write every figure `results` (from `inspection.inspect_model`) allows, plus inspection.npz and .json.
 
     `pixels` are the shown images in [0, 1]; `info` (model config, image count, ...) goes into the
     JSON, which also says which figures were skipped and why; `titles` label the shown images (e.g. true
-    and predicted class). Returns the written paths.
+    and predicted class); `caption` (which images, how many, how many the model trained on) goes under the title of
+    every figure drawn from the images. Returns the written paths.
     """
     out = Path(out_dir)
     written: list[Path] = []
@@ -170,10 +178,10 @@ def write_report(results: dict[str, torch.Tensor], pixels: torch.Tensor, out_dir
     else:
         skipped["pos_embed"] = "the model has no position embeddings"
     uniform = float(results["uniform_attention_distance"])
-    written.append(save_figure(distance_figure(results["mean_attention_distance"], uniform=uniform), out / FIGURES["distance"]))
+    written.append(save_figure(distance_figure(results["mean_attention_distance"], uniform=uniform, caption=caption), out / FIGURES["distance"]))
     shown = pixels[: len(results["rollout"])]
-    written.append(save_figure(rollout_figure(shown, results["rollout"], titles), out / FIGURES["rollout"]))
-    written.append(save_figure(last_layer_figure(shown, results["last_layer_attention"]), out / FIGURES["last_layer"]))
+    written.append(save_figure(rollout_figure(shown, results["rollout"], titles, caption), out / FIGURES["rollout"]))
+    written.append(save_figure(last_layer_figure(shown, results["last_layer_attention"], caption), out / FIGURES["last_layer"]))
 
     with atomic_path(out / "inspection.npz") as tmp, open(tmp, "wb") as f:
         np.savez(f, **{k: v.numpy() for k, v in results.items()})

@@ -70,3 +70,31 @@ def test_help_names_every_output(capsys):
     text = capsys.readouterr().out
     for name in ("CKPT", "--images", "--out", "mean_attention_distance.png", "attention_rollout.png", "inspection.npz"):
         assert name in text
+
+
+def test_inspect_says_how_many_images_the_model_trained_on(image_dir, tmp_path, capsys):
+    """The figures and the printed line name the images and count those of the run's training split."""
+    rng = np.random.default_rng(0)
+    for split, n in (("train", 6), ("val", 3)):
+        for name, base in (("dark", 0), ("light", 150)):
+            (tmp_path / "data" / split / name).mkdir(parents=True)
+            for i in range(n):
+                pixels = rng.integers(0, 60, (16, 16, 3)) + base
+                Image.fromarray(pixels.astype(np.uint8)).save(tmp_path / "data" / split / name / f"{i}.png")
+    run = tmp_path / "run"
+    assert main(["train", "--data", str(tmp_path / "data"), "--out", str(run), "--no-progress", "train.steps=2", "model.name=vit_test",
+                 "model.depth=1", "train.batch_size=4", "train.threads=1", "augment.crop=pad", "train.eval_every=2"]) == 0
+    capsys.readouterr()
+    out = tmp_path / "out"
+    shown = [str(tmp_path / "data" / "train" / "dark"), str(tmp_path / "data" / "val")]
+    assert main(["inspect", str(run), "--images", *shown, "--out", str(out), "--show", "2"]) == 0
+    line = capsys.readouterr().out.splitlines()[0]
+    assert line.startswith(f"inspected 12 images from {shown[0]}, {shown[1]}; 6 of them in this model's training data")
+    assert f"training data: {tmp_path / 'data'}, split train" in line
+    summary = json.loads((out / "inspection.json").read_text())
+    assert summary["in_training_data"] == 6 and summary["images"] == shown and summary["num_images"] == 12
+    # a checkpoint that records no training data: said, not guessed
+    assert main(["inspect", str(vitkit.save_pretrained(vitkit.create_model("vit_test"), tmp_path / "bare")), "--images",
+                 str(image_dir), "--out", str(tmp_path / "out2")]) == 0
+    assert "3 images from" in (line := capsys.readouterr().out.splitlines()[0]) and "not checked against its training data" in line
+    assert json.loads((tmp_path / "out2" / "inspection.json").read_text())["in_training_data"] is None

@@ -13,7 +13,8 @@ Look inside a trained ViT (paper §4.5, App. D.7-D.8). Writes to DIR:
                                folders, each with its true (folder) and predicted label, and a colour bar
   last_layer_attention.png     the last layer's raw attention per head over the same images
   inspection.npz, inspection.json  the numbers behind every figure
-Images are resized to the model's resolution (or --image-size) and normalised with its mean and std.
+Images are resized to the model's resolution (or --image-size) and normalised with its mean and std. The figures,
+the printed line and inspection.json say which images, how many, and how many of them the model trained on.
 """
 
 
@@ -69,22 +70,44 @@ def run(args: argparse.Namespace) -> int:
     x = normalize(pixels, config)
     results = inspect_model(model, x, num_show=args.show, num_components=args.components, batch_size=args.batch_size)
     titles = _titles(model, x[: args.show], files[: args.show], metadata.get("class_names"))
+    trained, training_data = _training_images(metadata, args.checkpoint, files, config.in_chans)
+    where = ", ".join(str(p) for p in args.images[:3]) + (f" and {len(args.images) - 3} more" if len(args.images) > 3 else "")
+    caption = f"{len(pixels)} images from {where}; " + (
+        f"{trained or 'none'} of them in this model's training data" if trained is not None else "not checked against its training data")
     info = {
         "checkpoint": str(args.checkpoint),
+        "images": [str(p) for p in args.images],
         "num_images": len(pixels),
+        "in_training_data": trained,  # None: not checked (see training_data)
+        "training_data": training_data,
         "image_size": list(config.image_size),
         "grid_size": list(config.grid_size),
         "patch_size_pixels": list(config.total_patch_size),
         "hybrid": config.backbone is not None,
         "shown": [{"image": str(f), "label": t} for f, t in zip(files[: args.show], titles or [""] * args.show)],
     }
-    written = write_report(results, pixels, args.out, info=info, titles=titles)
+    written = write_report(results, pixels, args.out, info=info, titles=titles, caption=caption)
     distance = results["mean_attention_distance"].mean(dim=1)
-    print(f"inspected {len(pixels)} images at {config.image_size[0]}x{config.image_size[1]} ({config.grid_size[0]}x{config.grid_size[1]} patches)")
+    print(f"inspected {caption} ({training_data}), at {config.image_size[0]}x{config.image_size[1]} "
+          f"({config.grid_size[0]}x{config.grid_size[1]} patches)")
     print("mean attention distance per layer (px): " + " ".join(f"{d:.1f}" for d in distance.tolist()))
     for path in written:
         print(f"wrote {path}")
     return 0
+
+
+def _training_images(metadata: dict, checkpoint, files, channels: int) -> tuple[int | None, str]:
+    """(how many of `files` the checkpoint trained on, its training data in words); None where that cannot be told."""
+    from vitkit.data.spec import DataSpec
+    from vitkit.errors import DataError
+
+    try:
+        spec = DataSpec.from_checkpoint(metadata, checkpoint)
+        trained = spec.training_images_among(files, channels=channels)
+    except DataError as err:  # no record (not trained by vitkit train), or the data has moved
+        return None, f"training data unknown: {err}"
+    where = f"training data: {spec.where}, split {spec.train_split}"
+    return trained, where if trained is not None else f"{where}, not file by file"
 
 
 def _titles(model, x, files, class_names: list[str] | None) -> list[str] | None:
