@@ -28,13 +28,21 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
+def _title(ax, title: str, *lines: str | None) -> None:
+    """A figure's title with the data it was drawn from in smaller type beneath it."""
+    below = [line for line in lines if line]
+    ax.set_title(title + "".join(f"\n{line}" for line in below), fontsize=9 if below else None)
+
+
 def _series(rows: Sequence[dict], key: str) -> tuple[list[float], list[float]]:
     points = [(r["step"], r[key]) for r in rows if r.get(key) is not None]
     return [p[0] for p in points], [p[1] for p in points]
 
 
-def plot_run(rows: Sequence[dict], directory: str | os.PathLike) -> list[Path]:
-    """loss.png, accuracy.png and lr.png from metrics rows ({"step", "loss" | "val_loss" | "val_top1" | "lr"})."""
+def plot_run(rows: Sequence[dict], directory: str | os.PathLike, *, train_data: str | None = None,
+             val_data: str | None = None) -> list[Path]:
+    """loss.png, accuracy.png and lr.png from metrics rows ({"step", "loss" | "val_loss" | "val_top1" | "lr"});
+    `train_data` / `val_data` (which images, how many) go under the titles of the figures drawn from them."""
     plt = _pyplot()
     directory = Path(directory)
     train_rows = [r for r in rows if r.get("kind") == "train"]
@@ -44,14 +52,16 @@ def plot_run(rows: Sequence[dict], directory: str | os.PathLike) -> list[Path]:
     fig, ax = plt.subplots(figsize=(6, 4))
     ax.plot(*_series(train_rows, "loss"), ".-" if len(train_rows) < 30 else "-", label="train loss (smoothed / mixed targets)")
     ax.plot(*_series(val_rows, "val_loss"), "o-", label="validation loss")
-    ax.set(xlabel="step", ylabel="cross-entropy", title="Loss")
+    ax.set(xlabel="step", ylabel="cross-entropy")
+    _title(ax, "Loss", f"train: {train_data}" if train_data else None, f"validation: {val_data}" if val_data else None)
     ax.legend()
     written.append(_save(fig, directory / "loss.png"))
 
     fig, ax = plt.subplots(figsize=(6, 4))
     ax.plot(*_series(val_rows, "val_top1"), "o-", label="validation top-1")
     ax.plot(*_series(val_rows, "val_top5"), "s--", label="validation top-5")
-    ax.set(xlabel="step", ylabel="accuracy", title="Accuracy", ylim=(0, 1))
+    ax.set(xlabel="step", ylabel="accuracy", ylim=(0, 1))
+    _title(ax, "Accuracy", f"validation: {val_data}" if val_data else None)
     ax.legend()
     written.append(_save(fig, directory / "accuracy.png"))
 
@@ -62,8 +72,10 @@ def plot_run(rows: Sequence[dict], directory: str | os.PathLike) -> list[Path]:
     return written
 
 
-def plot_confusion(confusion: Sequence[Sequence[int]], class_names: Sequence[str], path: str | os.PathLike) -> Path:
-    """A row-normalised confusion matrix (rows: true class, columns: predicted), counts in the cells."""
+def plot_confusion(confusion: Sequence[Sequence[int]], class_names: Sequence[str], path: str | os.PathLike, *,
+                   data: str | None = None) -> Path:
+    """A row-normalised confusion matrix (rows: true class, columns: predicted), counts in the cells; `data` (which
+    images, how many) under the title."""
     import numpy as np
 
     plt = _pyplot()
@@ -78,6 +90,7 @@ def plot_confusion(confusion: Sequence[Sequence[int]], class_names: Sequence[str
         for i in range(k):
             for j in range(k):
                 ax.text(j, i, int(cm[i, j]), ha="center", va="center", fontsize=7, color="white" if rates[i, j] > 0.5 else "black")
-    ax.set(xlabel="predicted", ylabel="true", title="Confusion matrix")
+    ax.set(xlabel="predicted", ylabel="true")
+    _title(ax, "Confusion matrix", data)
     fig.colorbar(im, ax=ax, fraction=0.046)
     return _save(fig, Path(path))

@@ -621,7 +621,10 @@ def _finish(config: RunConfig, out: Path, env: _Setup, data: _Data, run: _State,
     write_json(out / "summary.json", summary)
     from vitkit.plots import plot_run  # matplotlib only when a run ends
 
-    plot_run(rows, out)
+    splits = data.record.get("splits", {})
+    described = {name: f"{split['n']:,} images, {split['source']}" + (f" ({split['selection']})" if split.get("selection", "all") != "all" else "")
+                 for name, split in splits.items()}
+    plot_run(rows, out, train_data=described.get(config.data.train_split), val_data=described.get(config.data.val_split))
     return summary
 
 

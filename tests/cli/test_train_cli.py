@@ -31,14 +31,34 @@ def make_folder(root, size=16):
             Image.fromarray(pixels.astype(np.uint8)).save(root / name / f"{i}.png")
 
 
-def test_image_folder_end_to_end(tmp_path, capsys):
+def test_training_curves_name_the_images_they_were_drawn_from(tmp_path, monkeypatch):
+    from vitkit import plots
+
+    make_folder(tmp_path / "data")
+    titles = {}
+    save = plots._save
+    monkeypatch.setattr(plots, "_save", lambda fig, path: titles.setdefault(path.name, fig.axes[0].get_title()) and save(fig, path))
+    assert main(["train", "--data", str(tmp_path / "data"), "--out", str(tmp_path / "run"), "train.steps=2", "data.val_fraction=0.25",
+                 "--no-progress", *FAST]) == 0
+    data = tmp_path / "data"
+    train, val = f"18 images, {data} (all but the 0.25 held out (seed 0))", f"6 images, {data} (0.25 held out (seed 0))"
+    assert titles["loss.png"] == f"Loss\ntrain: {train}\nvalidation: {val}"
+    assert titles["accuracy.png"] == f"Accuracy\nvalidation: {val}"
+
+def test_image_folder_end_to_end(tmp_path, capsys, monkeypatch):
+    from vitkit import plots
+
     make_folder(tmp_path / "data")
     out = tmp_path / "run"
+    titles = {}  # every figure says which images it was drawn from, and how many
+    save = plots._save
+    monkeypatch.setattr(plots, "_save", lambda fig, path: titles.setdefault(path.name, fig.axes[0].get_title()) and save(fig, path))
     done = vitkit("train", "--data", tmp_path / "data", "--out", out, "train.steps=8", "data.val_fraction=0.25", "--no-progress",
                   *FAST, "train.lr=3e-3", "augment.hflip=0")
     assert done.returncode == 0, done.stderr
     # eval and predict in-process through the same entry point (a new interpreter per call costs seconds)
     assert main(["eval", str(out), "--data", str(tmp_path / "data"), "--split", "val", "--json"]) == 0
+    assert titles["confusion_val.png"] == f"Confusion matrix\nval of {tmp_path / 'data'}: 6 images"
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["n"] == 6 and 0.0 <= result["top1"] <= result["top5"] == 1.0
     assert set(result["per_class"]) == {"circle", "square"}

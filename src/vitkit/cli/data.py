@@ -88,13 +88,13 @@ def run(args: argparse.Namespace) -> int:
         with atomic_path(out / "samples.npy") as tmp:
             with open(tmp, "wb") as f:
                 np.save(f, pixels.numpy())
+        which = (f"the first {len(pixels)} images of the first training batch of {summary['splits'][args.split]['source']} "
+                 f"(seed {config.train.seed}), as training augments them before normalisation")
         with atomic_path(out / "samples.png") as tmp:
-            sample_grid(pixels.numpy(), [names[int(y)] for y in labels]).save(tmp, format="PNG")
+            sample_grid(pixels.numpy(), [names[int(y)] for y in labels], title=which[0].upper() + which[1:]).save(tmp, format="PNG")
         summary["samples"] = {"png": str(out / "samples.png"), "npy": str(out / "samples.npy"), "images": len(pixels),
                               "shape": list(pixels.shape), "seed": config.train.seed}
-        print(f"samples: {out / 'samples.png'} and {out / 'samples.npy'} {tuple(pixels.shape)} uint8: the first {len(pixels)} images of "
-              f"the first training batch of {summary['splits'][args.split]['source']} (seed {config.train.seed}), "
-              "as training augments them before normalisation")
+        print(f"samples: {out / 'samples.png'} and {out / 'samples.npy'} {tuple(pixels.shape)} uint8: {which}")
     if args.json:
         print(json.dumps(summary))
     return 0

@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     reference = prepare(model, "fp32", device=device, batches=count) if args.compare_fp32 else None
     metrics = evaluate(model.to(device), batches, crop_pct=crop_pct, runner=runner, reference=reference)
     png = Path(args.confusion) if args.confusion else report_dir(args.checkpoint, "eval") / f"confusion_{args.split}.png"
-    plot_confusion(metrics["confusion"], class_names, png)
+    plot_confusion(metrics["confusion"], class_names, png, data=f"{args.split} of {spec.where}: {metrics['n']} images")
     result = {
         "checkpoint": str(args.checkpoint),
         "data": spec.where,

@@ -84,19 +84,26 @@ def describe(splits: dict[str, Split | str], sizes_of: str, path=None, name: str
             "class_names": names, "splits": rows, "sizes": {"split": sizes_of, **image_sizes(opened[sizes_of])}}
 
 
-def sample_grid(pixels: np.ndarray, labels: list[str], columns: int = 8, tile: int = 112) -> Image.Image:
-    """(N, C, H, W) uint8 images as one PNG-ready grid, each tile scaled to `tile` px with its label below."""
+def sample_grid(pixels: np.ndarray, labels: list[str], columns: int = 8, tile: int = 112, title: str | None = None) -> Image.Image:
+    """(N, C, H, W) uint8 images as one PNG-ready grid, each tile scaled to `tile` px with its label below; `title`
+    (which images these are) across the top."""
+    import textwrap
+
     n, c, h, w = pixels.shape
     scale = max(1, tile // max(h, w))
     cols = min(columns, n)
     rows = -(-n // cols)
     tw, th, caption = w * scale, h * scale, 14
-    grid = Image.new("RGB", (cols * tw, rows * (th + caption)), "white")
+    header = textwrap.wrap(title, max(20, cols * tw // 6)) if title else []
+    top = 14 * len(header) + (4 if header else 0)
+    grid = Image.new("RGB", (cols * tw, top + rows * (th + caption)), "white")
     draw = ImageDraw.Draw(grid)
+    for i, line in enumerate(header):
+        draw.text((2, 2 + 14 * i), line, fill="black")
     for i in range(n):
         image = pixels[i].transpose(1, 2, 0)
         image = Image.fromarray(image[..., 0] if c == 1 else image).convert("RGB").resize((tw, th), Image.NEAREST)
-        x, y = (i % cols) * tw, (i // cols) * (th + caption)
+        x, y = (i % cols) * tw, top + (i // cols) * (th + caption)
         grid.paste(image, (x, y))
         draw.text((x + 2, y + th + 1), labels[i][: max(4, tw // 7)], fill="black")
     return grid
