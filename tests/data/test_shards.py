@@ -239,3 +239,18 @@ def test_a_header_only_tarfile_reads_is_read_once(tmp_path):
     with open(path, "rb") as f:
         found = [m[:3] for m in _tar_files(f, path)]
     assert found == [m[:3] for m in _tarfile_members(path)] == [("0.jpg", 512, 10), ("1.jpg", 1536, 11), ("2.jpg", 2560, 12)]
+
+
+def test_which_shown_images_a_model_trained_on_is_told_for_files_only(tmp_path):
+    """inspect counts images against the training split file by file; shard records and Parquet rows are not files."""
+    from vitkit.data.spec import DataSpec
+
+    folder = make_folder(tmp_path / "photos")
+    files = sorted(folder.rglob("*.jpg"))
+    spec = DataSpec(path=str(folder), val_fraction=0.25)
+    assert spec.training_images_among(files, channels=3) == 18  # 24 images, 6 held out
+    write_tar_shards(open_split(folder, "train", channels=3, val_fraction=0.0), tmp_path / "shards", per_shard=7)
+    (tmp_path / "pq").mkdir()
+    make_parquet(tmp_path / "pq" / "train-00000-of-00001.parquet", [0, 1, 2], [jpeg(i) for i in range(3)])
+    for sharded in (tmp_path / "shards", tmp_path / "pq"):
+        assert DataSpec(path=str(sharded)).training_images_among(files, channels=3) is None

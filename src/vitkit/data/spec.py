@@ -93,7 +93,7 @@ class DataSpec:
         if self.name == "synthetic":
             return None
         split = self.open(self.train_split, channels=channels, image_size=0)  # image_size: synthetic data's only
-        if split.paths is None:
+        if split.paths is None or not all(isinstance(p, (str, os.PathLike)) for p in split.paths):  # arrays, shard records
             return None
         trained = {Path(p).resolve() for p in split.paths}
         return sum(Path(f).resolve() in trained for f in files)
