@@ -441,7 +441,7 @@ def format_table(report: dict[str, Any]) -> str:
     cols = ["img/s", "ms/batch", "GFLOP/s", "MFU", "latency b1 ms", "step mem MB"] + (["RSS MB", "peak RSS MB"] if resident else [])
     lines = [f"{'':16}" + "".join(f"{c:>15}" for c in cols)]
     for name, r in report["results"].items():
-        values = [r["img_per_s"], r["ms_per_batch"], r["tflops"] * 1e3, 100 * r["mfu"], r.get("latency_ms_batch1", float("nan")),
+        values = [r["img_per_s"], r["ms_per_batch"], r["tflops"] * 1e3, 100 * r["mfu"], r.get("latency_ms_batch1"),  # none in training
                   r["peak_memory_mb"]] + ([r.get("rss_mb"), r.get("peak_rss_mb")] if resident else [])
         cells = [f"{'-':>14} " if v is None else f"{v:>14.1f}" + ("%" if i == 3 else " ") for i, v in enumerate(values)]
         lines.append(f"{name:16}" + "".join(cells))
