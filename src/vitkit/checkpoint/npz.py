@@ -215,6 +215,8 @@ def read(path: str | os.PathLike, *, image_size=None) -> tuple[ModelConfig, dict
     stored = read_sidecar(path).get("model") or {}
     if stored:  # what the release layout cannot say: a model vitkit wrote with exact GELU or another LayerNorm eps
         try:
+            if not isinstance(stored, dict):
+                raise ConfigError(f"expected an object, got {type(stored).__name__}")
             config = config.replace(**{key: stored[key] for key in NOT_IN_THE_ARRAYS if key in stored})
         except ConfigError as err:
             raise CheckpointError(f"{path}.json: its 'model' entry is not valid: {err}") from None

@@ -4,6 +4,7 @@ channels (`describe`), and a labelled grid of images (`sample_grid`)."""
 from __future__ import annotations
 
 import io
+import textwrap
 from collections import Counter
 from pathlib import Path
 
@@ -87,8 +88,6 @@ def describe(splits: dict[str, Split | str], sizes_of: str, path=None, name: str
 def sample_grid(pixels: np.ndarray, labels: list[str], columns: int = 8, tile: int = 112, title: str | None = None) -> Image.Image:
     """(N, C, H, W) uint8 images as one PNG-ready grid, each tile scaled to `tile` px with its label below; `title`
     (which images these are) across the top."""
-    import textwrap
-
     n, c, h, w = pixels.shape
     scale = max(1, tile // max(h, w))
     cols = min(columns, n)
