@@ -365,7 +365,8 @@ def linear_probe_eval(
     best = max(range(len(runs)), key=lambda i: runs[i]["val_top1"])
     test_top1 = float((linear_probe_predict(probes[best], test_x) == test_y).float().mean())
     return {"evaluation": "linear_probe", "precision": features["runner"].description, "runs": runs, "best_l2": runs[best]["l2"], "val_top1": runs[best]["val_top1"],
-            "test_top1": test_top1, "n_train": len(train_y), "n_val": len(val_y), "n_test": len(test_y), "feature_dim": train_x.shape[1]}
+            "test_top1": test_top1, "n_train": len(train_y), "n_val": len(val_y), "n_test": len(test_y), "feature_dim": train_x.shape[1],
+            "fitted_on": train_split.describe(), "picked_on": val_split.describe()}
 
 
 def knn_eval(
@@ -405,13 +406,20 @@ def report_markdown(result: dict, title: str) -> str:
         note = f"Regularised least squares (l2 {result['l2_reg']:g}) on {result['feature_dim']}-d pre-logits features, {result['n_test']} test images."
     elif kind == "linear_probe":
         rows = [[f"{r['l2']:g}", r["val_top1"], result["test_top1"] if r["l2"] == result["best_l2"] else None] for r in result["runs"]]
-        table = markdown_table(["l2", "val top-1", "test top-1"], rows)
-        note = f"Logistic regression on {result['feature_dim']}-d features; l2 {result['best_l2']:g} picked on val."
+        table = markdown_table(["l2", "top-1 (picking)", f"top-1 ({result.get('test_split', 'test')})"], rows)
+        fit, pick = (_images(result, key) for key in ("fitted_on", "picked_on"))
+        note = f"Logistic regression on {result['feature_dim']}-d features, fitted on {fit}; l2 {result['best_l2']:g} picked on {pick}."
     else:
-        t = result["temperature"]
-        table = markdown_table(["k", "top-1"], [[k, v] for k, v in result["top1"].items()])
+        t, n = result["temperature"], result["n_train"]
+        table = markdown_table(["k", "top-1"], [[k if int(k) <= n else f"{k} (all {n})", v] for k, v in result["top1"].items()])
         note = f"Cosine k-NN, {'uniform votes' if t is None else f'votes exp(sim / {t:g})'}, {result['n_train']} training features."
     return f"{title}\n\n{note}\n\n{table}"
+
+
+def _images(result: dict, key: str) -> str:
+    """"N images (source, selection)" of a split a result describes (an older result without it: "val")."""
+    d = result.get(key)
+    return "val" if d is None else f"{d['n']:,} images ({d['source']}, {d['selection']})"
 
 
 def write_report(out: str | os.PathLike, name: str, result: dict, markdown: str) -> tuple[Path, Path]:

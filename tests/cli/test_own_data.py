@@ -78,6 +78,18 @@ def test_linear_probe_refuses_test_and_scores_val(own, vitkit_cmd, tmp_path):
     one_line_error(vitkit_cmd("linear-probe", run, "--threads", "1", "--out", tmp_path / "a"), "test", "--test-split val")
     result = last_json(vitkit_cmd("linear-probe", run, "--test-split", "val", "--l2", "1e-2", "--threads", "1", "--out", tmp_path / "b"))
     assert (result["data"], result["split"], result["n"]) == (str(data), "val", 12)
+    # l2 is not picked on the val images it is scored on, but on a held-out share of train/ (10% of 30)
+    assert result["picked_on"] == {"source": str(data / "train"), "selection": "0.1 held out (seed 0)", "n": 3}
+    assert result["fitted_on"] == {"source": str(data / "train"), "selection": "all but the 0.1 held out (seed 0)", "n": 27}
+    assert "fitted on 27 images" in (tmp_path / "b" / "linear_probe.md").read_text()
+
+
+def test_knn_says_when_k_is_more_than_the_training_features(own, vitkit_cmd, tmp_path):
+    _, run, _ = own
+    result = last_json(vitkit_cmd("knn", run, "--test-split", "val", "--k", "3,50", "--threads", "1", "--out", tmp_path))
+    assert set(result["top1"]) == {"3", "50"} and result["n_train"] == 30
+    table = (tmp_path / "knn.md").read_text()
+    assert "| 50 (all 30) |" in table and "| 3 |" in table
 
 
 def test_the_checkpoint_records_exactly_which_images_trained_it(own):

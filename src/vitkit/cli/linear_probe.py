@@ -8,8 +8,9 @@ from ._frozen import add_common, finish, numbers, setup
 
 EPILOG = """\
 Features are the pre-logits features, standardised with the training mean and std. One probe per --l2 is
-fitted on the training split minus a held-out --val-fraction (full-batch L-BFGS, a convex problem); the
-one with the best validation accuracy is scored on --test-split.
+fitted on the training split (full-batch L-BFGS, a convex problem); the one with the best accuracy on the
+validation split is scored on --test-split. With --test-split val, l2 is picked on a held-out --val-fraction
+of the training split instead, never on the images it is scored on.
 
 examples:
   vitkit linear-probe runs/demo
@@ -22,7 +23,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "linear-probe",
         help="linear probe: logistic regression on a checkpoint's frozen features",
         description="Linear probe: multinomial logistic regression on frozen pre-logits features, l2 picked on "
-                    "held-out training data. Writes linear_probe.json and linear_probe.md.",
+                    "validation data that is never the scored split. Writes linear_probe.json and linear_probe.md.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -37,8 +38,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from vitkit.evaluation import linear_probe_eval
 
+    from vitkit.data.sources import hold_out
+
     model, features, open_split = setup(args)
-    train, val, test = open_split("train"), open_split("val", "--val-fraction"), open_split(args.test_split, "--test-split")
+    train, test = open_split("train"), open_split(args.test_split, "--test-split")
+    if args.test_split == "val":  # l2 is never picked on the images it is scored on: a share of train picks it
+        train, val = hold_out(train, args.spec.val_fraction or 0.1, args.spec.split_seed)
+    else:
+        val = open_split("val", "--val-fraction")
     result = linear_probe_eval(model, train, val, test, l2s=args.l2, max_iter=args.max_iter, **features)
     finish(args, "linear_probe", {"split": args.test_split, "n": len(test), "test_split": args.test_split, **result},
            f"Linear probe of {args.checkpoint}", test)

@@ -153,11 +153,17 @@ def _held_out(full: Split, split: str, val_fraction: float, seed: int) -> Split:
         return full
     if not 0.0 < val_fraction < 1.0:
         raise MissingSplit(f"{full.source}: has no separate {split!r} split; set data.val_fraction in (0, 1) to hold one out", ["train"])
-    train, val = seeded_split(len(full), val_fraction, seed)
-    part = f"{val_fraction:g} held out (seed {seed})"
-    chosen = full.subset(train if split == "train" else val)
-    chosen.selection = part if split == "val" else f"all but the {part}"
-    return chosen
+    rest, held = hold_out(full, val_fraction, seed)
+    return held if split == "val" else rest
+
+
+def hold_out(split: Split, fraction: float, seed: int) -> tuple[Split, Split]:
+    """(the rest, the held-out part) of `split`: a seeded cut of `fraction` of its images, each part's
+    `selection` saying which it is (within what `split` already was)."""
+    rest, held = (split.subset(index) for index in seeded_split(len(split), fraction, seed))
+    part = f"{fraction:g} held out (seed {seed})" + ("" if split.selection == "all" else f" of {split.selection}")
+    held.selection, rest.selection = part, f"all but the {part}"
+    return rest, held
 
 
 def _idx_split(root: Path, split: str, channels: int, val_fraction: float, seed: int) -> Split:
