@@ -92,6 +92,23 @@ def test_knn_says_when_k_is_more_than_the_training_features(own, vitkit_cmd, tmp
     assert "| 50 (all 30) |" in table and "| 3 |" in table
 
 
+def test_a_figure_on_the_images_that_picked_a_sweeps_model_says_so(own, vitkit_cmd, tmp_path):
+    data, run, _ = own
+    sweep = tmp_path / "sweep"
+    last_json(vitkit_cmd("finetune", "--from", run, "--lr", "0.003,0.01", "--steps", "2", "--batch-size", "8", "--out", sweep,
+                         "--no-progress", "train.threads=1", "train.warmup_steps=1", "train.eval_batch_size=64"))
+    picked = json.loads((sweep / "sweep.json").read_text())["best"]["run"]
+    other = ({"lr_0.003", "lr_0.01"} - {picked}).pop()
+    for checkpoint, split, warned in [(sweep, "val", True), (sweep / picked, "val", True), (sweep, "train", False), (sweep / other, "val", False)]:
+        done = vitkit_cmd("eval", checkpoint, "--split", split, "--json", "--threads", "1")
+        assert last_json(done)["picked_on_this_split"] is warned, (checkpoint, split)
+        assert ("note: these val images picked this model's learning rate among 2 runs" in done.stdout) is warned
+    scored = last_json(vitkit_cmd("knn", sweep, "--test-split", "val", "--k", "3", "--threads", "1", "--out", tmp_path / "knn"))
+    assert scored["picked_on_this_split"] and "Note: these val images picked" in (tmp_path / "knn" / "knn.md").read_text()
+    baseline = last_json(vitkit_cmd("knn", sweep, "--test-split", "val", "--k", "3", "--random-init", "0", "--threads", "1", "--out", tmp_path / "r"))
+    assert not baseline["picked_on_this_split"]  # random weights: nothing was picked
+
+
 def test_the_checkpoint_records_exactly_which_images_trained_it(own):
     data, run, _ = own
     recorded = json.loads((run / "final" / "config.json").read_text())["data"]

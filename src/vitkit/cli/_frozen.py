@@ -65,6 +65,7 @@ def setup(args: argparse.Namespace):
     c = model.config
     features = {"batch_size": args.batch_size, "device": pick_device(args.device), "crop_pct": meta.get("preprocess", {}).get("crop_pct", 1.0),
                 "precision": args.precision, "calibration": args.calibration}
+    args.meta = meta
     args.spec = DataSpec.from_checkpoint(meta, args.checkpoint, data=args.data, val_fraction=args.val_fraction)
 
     def open_split(split: str, flag: str = "--train-split"):
@@ -79,11 +80,17 @@ def finish(args: argparse.Namespace, name: str, result: dict, title: str, scored
 
     from vitkit.checkpoint.runs import report_dir
     from vitkit.evaluation import report_markdown, write_report
+    from vitkit.transfer import picked_on
 
     result = {"checkpoint": str(args.checkpoint), "random_init": args.random_init, "data": args.spec.where, **result}
     title += f" on {result['split']} of {args.spec.where} ({len(scored)} images: {scored.source}, {scored.selection})"
     if args.random_init is not None:
         title += f" (its architecture, randomly initialised with seed {args.random_init})"
+    warning = picked_on(args.checkpoint, result["split"], scored, args.meta)
+    warning = None if args.random_init is not None else warning  # random weights: nothing was picked
+    result["picked_on_this_split"] = warning is not None
+    if warning:
+        title += f"\n\n{warning[0].upper()}{warning[1:]}."
     markdown = report_markdown(result, title)
     folder = name if args.random_init is None else f"{name}_random{args.random_init}"  # never over a trained model's report
     paths = write_report(args.out or report_dir(args.checkpoint, folder), name, result, markdown)

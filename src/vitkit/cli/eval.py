@@ -44,6 +44,7 @@ def run(args: argparse.Namespace) -> int:
     from vitkit.evaluation import evaluate
     from vitkit.precision import prepare
     from vitkit.plots import plot_confusion
+    from vitkit.transfer import picked_on
     from vitkit.devices import pick_device
 
     if args.threads:
@@ -82,6 +83,8 @@ def run(args: argparse.Namespace) -> int:
     }
     if reference is not None:
         result.update({k: metrics[k] for k in ("reference_top1", "top1_delta", "agreement")})
+    warning = picked_on(args.checkpoint, args.split, split, meta)
+    result["picked_on_this_split"] = warning is not None
     width = max(len(n) for n in class_names)
     print(f"{args.checkpoint} on {args.split} of {spec.where} ({metrics['n']} images: {split.source}, {split.selection}; "
           f"{runner.description}): top-1 {metrics['top1']:.4f}  top-5 {metrics['top5']:.4f}")
@@ -91,6 +94,8 @@ def run(args: argparse.Namespace) -> int:
     for name, acc in result["per_class"].items():
         print(f"  {name:<{width}}  {acc:.4f}")
     print(f"confusion matrix: {png}")
+    if warning:
+        print(warning)
     if args.json:
         print(json.dumps(result))
     return 0
