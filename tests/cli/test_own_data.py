@@ -107,6 +107,10 @@ def test_a_figure_on_the_images_that_picked_a_sweeps_model_says_so(own, vitkit_c
     assert scored["picked_on_this_split"] and "Note: these val images picked" in (tmp_path / "knn" / "knn.md").read_text()
     baseline = last_json(vitkit_cmd("knn", sweep, "--test-split", "val", "--k", "3", "--random-init", "0", "--threads", "1", "--out", tmp_path / "r"))
     assert not baseline["picked_on_this_split"]  # random weights: nothing was picked
+    unfinished = tmp_path / "unfinished"  # a sweep cut before its first run finished holds only its plan
+    unfinished.mkdir()
+    shutil.copy(sweep / "finetune.json", unfinished)
+    one_line_error(vitkit_cmd("eval", unfinished, "--split", "val"), "a fine-tuning sweep that has not finished", "vitkit finetune")
 
 
 def test_the_checkpoint_records_exactly_which_images_trained_it(own):
