@@ -106,13 +106,28 @@ def test_npz_writes_the_release_layout(make_model, tmp_path):
     assert _rel_err(_logits(model, x), want) < 1e-4
 
 
-def test_npz_writing_warns_about_exact_gelu_and_refuses_hybrids(make_model, tmp_path):
+def test_npz_writing_warns_about_exact_gelu(make_model, tmp_path):
     with pytest.warns(UserWarning, match="tanh-GELU"):
         save_checkpoint(make_model(), tmp_path / "exact.npz", "npz")
-    hybrid = vitkit.create_model("vit_test", backbone={"layers": (1,), "width": 32}, patch_size=1, image_size=16)
-    with pytest.raises(vitkit.CheckpointError, match="hybrid"):
-        save_checkpoint(hybrid, tmp_path / "h.npz", "npz")
-    assert not (tmp_path / "h.npz").exists()
+
+
+@pytest.mark.parametrize("layers", [(1,), (2, 1), ()])
+def test_a_hybrid_is_written_in_the_release_layout_and_read_back_exactly(layers, make_model, tmp_path):
+    """R50+ViT-B_16.npz's layout: conv_root, gn_root, blockS/unitU/{conv,gn}{1,2,3,_proj}; the official forward agrees."""
+    stride = 4 * 2 ** max(len(layers) - 1, 0)
+    hybrid = make_model(backbone={"layers": layers, "width": 32}, patch_size=1, image_size=4 * stride, mlp_act="gelu_tanh", num_classes=5)
+    save_checkpoint(hybrid, tmp_path / "h.npz", "npz")
+    written = np.load(tmp_path / "h.npz")
+    expected = official_arrays(resnet=(layers, 32), patch=1, grid=(4, 4))
+    assert sorted(written.files) == sorted(expected)
+    for key in expected:
+        assert written[key].shape == expected[key].shape and written[key].dtype == np.float32, key
+    x = np.random.default_rng(0).uniform(-1, 1, (2, 4 * stride, 4 * stride, 3)).astype(np.float32)
+    assert _rel_err(_logits(hybrid, x), forward(dict(written), x, num_heads=2, names=PRE_LINEN)) < 1e-4
+    back = vitkit.load_pretrained(tmp_path / "h.npz")
+    assert back.config == hybrid.config
+    for key, value in hybrid.state_dict().items():
+        assert torch.equal(back.state_dict()[key], value), key
 
 
 

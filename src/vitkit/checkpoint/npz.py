@@ -235,15 +235,13 @@ def to_release_layout(tensors: dict[str, torch.Tensor]) -> dict[str, np.ndarray]
 
 
 def write(model: VisionTransformer, path: str | os.PathLike, *, metadata: dict | None = None) -> Path:
-    """Write a plain ViT (or a BiT ResNet) as an .npz in the official release layout (what vit_jax, big_transfer and
-    timm read); `metadata` (class names, preprocessing) goes to FILE.npz.json beside it, as the release layout has no
+    """Write a ViT, a hybrid (R50+ViT-B_16.npz's layout) or a BiT ResNet as an .npz in the official release layout
+    (what vit_jax, big_transfer and timm read); `metadata` (class names, preprocessing) goes to FILE.npz.json beside it, as the release layout has no
     place for it."""
     c, path = model.config, Path(path)
     if isinstance(model, ResNetV2):
         write_with_sidecar(path, lambda fresh: bit.write_npz_file(model, fresh), {"vitkit": metadata} if metadata else None)
         return path
-    if c.backbone is not None:
-        raise CheckpointError(f"{path}: writing hybrid models to .npz is not supported; save as vitkit, timm or hf")
     if c.pos_embed != "learned":
         raise CheckpointError(f"{path}: the .npz format holds learned position embeddings only; this model uses {c.pos_embed!r}")
     sidecar = {"vitkit": metadata} if metadata else {}
