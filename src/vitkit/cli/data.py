@@ -110,7 +110,7 @@ def _print(s: dict) -> None:
             print(f"{split:<8} none ({row['missing']})")
             continue
         counts = list(row["per_class"].values())
-        spread = f"{min(counts)}-{max(counts)} per class" if counts else ""
+        spread = "" if not counts else f"{min(counts)} per class" if min(counts) == max(counts) else f"{min(counts)}-{max(counts)} per class"
         print(f"{split:<8} {row['images']} images, {spread} ({row['source']})")
     z = s["sizes"]
     sample = f"all {z['images']}" if z["images"] == z["of"] else f"{z['images']} of {z['of']}, a seeded sample"
