@@ -59,6 +59,33 @@ def test_list_files(tmp_path, kind):
     assert all(p.is_file() for p in split.paths)
 
 
+@pytest.mark.parametrize("header, line", [
+    ("", "{p},{label},x"), ("path,label", "{p},{label}"), ("Filename,Class", "{p},{label}"), ("label,image,split", "{label},{p},x"),
+    ("file_name,category,label", "{p},other,{label}"),  # "label" is the label column, before "category"
+])
+def test_a_csv_list_s_header_names_its_columns_and_never_becomes_a_class(tmp_path, header, line):
+    make_folder(tmp_path / "img")
+    lines = [line.format(p=f"img/{c}/{i}.png", label=c) for c in ("cat", "dog") for i in range(5)]
+    (tmp_path / "list.csv").write_text("\n".join(([header] if header else []) + lines) + "\n")
+    split = open_split(tmp_path / "list.csv", "train", channels=3, val_fraction=0.0)
+    assert split.class_names == ["cat", "dog"] and len(split) == 10 and all(p.is_file() for p in split.paths)
+
+
+def test_a_csv_header_of_unknown_names_is_one_error_not_a_class(tmp_path):
+    make_folder(tmp_path / "img")
+    (tmp_path / "list.csv").write_text("foo,bar\n" + "".join(f"img/cat/{i}.png,cat\n" for i in range(5)))
+    with pytest.raises(DataError, match=r"list.csv:1: 'foo,bar' reads as a header.*'path'.*'label'"):
+        open_split(tmp_path / "list.csv", "train", channels=3, val_fraction=0.0)
+
+
+def test_a_jsonl_list_takes_hugging_face_s_file_name(tmp_path):
+    make_folder(tmp_path / "img")
+    (tmp_path / "metadata.jsonl").write_text("".join(json.dumps({"file_name": f"img/dog/{i}.png", "label": "dog", "caption": "x"}) + "\n"
+                                                     for i in range(5)))
+    split = open_split(tmp_path / "metadata.jsonl", "train", channels=3, val_fraction=0.0)
+    assert split.class_names == ["dog"] and len(split) == 5 and all(p.is_file() for p in split.paths)
+
+
 def test_bad_list_line_names_line(tmp_path):
     (tmp_path / "list.jsonl").write_text('{"path": "a.png", "label": 1}\n{"oops": 1}\n')
     with pytest.raises(DataError, match=r"list.jsonl:2"):

@@ -240,6 +240,7 @@ def _read_list(path: Path) -> Split:
     except (OSError, UnicodeDecodeError) as err:
         raise DataError(f"{path}: cannot read the list ({first_line(err)})") from None
     if suffix in (".jsonl", ".ndjson"):
+        keys: tuple[str, str] | None = None
         for line_no, line in enumerate(text.splitlines(), 1):
             if not line.strip():
                 continue
@@ -247,22 +248,30 @@ def _read_list(path: Path) -> Split:
                 row = json.loads(line)
             except (json.JSONDecodeError, RecursionError):
                 row = None
-            if not isinstance(row, dict) or not isinstance(row.get("path"), str) or not _is_label(row.get("label")):
-                raise DataError(f"{path}:{line_no}: expected a JSON object with \"path\" (text) and \"label\" (text or integer)")
-            rows.append((row["path"], str(row["label"])))
+            if keys is None and isinstance(row, dict) and (found := _columns(list(row))) is not None:
+                keys = tuple(list(row)[i] for i in found)  # the first object's names hold for every line
+            if keys is None or not isinstance(row, dict) or not isinstance(row.get(keys[0]), str) or not _is_label(row.get(keys[1])):
+                raise DataError(f"{path}:{line_no}: expected a JSON object with {_COLUMN_NAMES}")
+            rows.append((row[keys[0]], str(row[keys[1]])))
     elif suffix in (".csv", ".tsv", ".txt"):
-        reader = csv.reader(text.splitlines(), delimiter="\t" if suffix == ".tsv" else ",")
-        line_no = 0
+        reader, table = csv.reader(text.splitlines(), delimiter="\t" if suffix == ".tsv" else ","), []
         try:
-            for line_no, row in enumerate(reader, 1):
-                if not row or (line_no == 1 and [c.strip().lower() for c in row[:2]] == ["path", "label"]):
-                    continue
-                if len(row) < 2 or not row[0].strip() or not _is_label(row[1].strip()):
-                    shown = repr(row) if len(repr(row)) < 80 else repr(row)[:77] + "..."
-                    raise DataError(f"{path}:{line_no}: expected 'path,label' (a label of at most {MAX_LABEL} characters), got {shown}")
-                rows.append((row[0].strip(), row[1].strip()))
+            table += [(line_no, row) for line_no, row in enumerate(reader, 1) if row]
         except csv.Error as err:  # a field over csv's size limit, a NUL byte, an unclosed quote
-            raise DataError(f"{path}:{line_no + 1}: not a valid CSV line ({first_line(err)})") from None
+            raise DataError(f"{path}:{reader.line_num}: not a valid CSV line ({first_line(err)})") from None
+        columns = (0, 1)
+        if table and _csv_header(path, table):
+            columns = _columns(table[0][1])
+            if columns is None:
+                header = ",".join(c.strip() for c in table[0][1])
+                raise DataError(f"{path}:1: {header[:60]!r} reads as a header, but names no path and label columns; name them "
+                                f"{_COLUMN_NAMES}, or remove the line")
+            table = table[1:]
+        for line_no, row in table:
+            if len(row) <= max(columns) or not row[columns[0]].strip() or not _is_label(row[columns[1]].strip()):
+                shown = repr(row) if len(repr(row)) < 80 else repr(row)[:77] + "..."
+                raise DataError(f"{path}:{line_no}: expected 'path,label' (a label of at most {MAX_LABEL} characters), got {shown}")
+            rows.append((row[columns[0]].strip(), row[columns[1]].strip()))
     else:
         raise DataError(f"{path}: unknown list format {suffix!r}; use .csv (path,label) or .jsonl")
     if not rows:
@@ -272,6 +281,29 @@ def _read_list(path: Path) -> Split:
     paths = [(path.parent / p) if not os.path.isabs(p) else Path(p) for p, _ in rows]
     labels = torch.tensor([index[label] for _, label in rows], dtype=torch.long)
     return Split(labels=labels, class_names=names, paths=paths, source=str(path))
+
+
+PATH_COLUMNS = ("path", "file_name", "filename", "file", "filepath", "file_path", "image", "image_path", "img", "img_path")
+LABEL_COLUMNS = ("label", "class", "class_name", "category", "target", "y")
+_COLUMN_NAMES = "'path' (or file_name, filename, image ...) and 'label' (or class, category, target; text or integer)"
+
+
+def _columns(names: list) -> tuple[int, int] | None:
+    """(path column, label column) named in a CSV header or a JSON object's keys (any case), None unless both are."""
+    lowered = [str(n).strip().lower() for n in names]
+    found = tuple(next((lowered.index(n) for n in group if n in lowered), None) for group in (PATH_COLUMNS, LABEL_COLUMNS))
+    return None if None in found else found
+
+
+def _csv_header(path: Path, table: list[tuple[int, list[str]]]) -> bool:
+    """Whether a CSV list's first line is a header: it names known columns, or its first field is no file and its
+    second is a label no other line has (a header of unknown names, which would otherwise become a class)."""
+    first = table[0][1]
+    if (path.parent / first[0].strip()).is_file():
+        return False
+    if _columns(first) is not None:
+        return True
+    return len(first) >= 2 and len(table) > 1 and all(len(row) < 2 or row[1].strip() != first[1].strip() for _, row in table[1:])
 
 
 MAX_LABEL = 1000  # characters in a class name
