@@ -38,7 +38,7 @@ from vitkit.devices import pick_device
 from vitkit.checkpoint.io import (abort_replacement, atomic_path, begin_replacement, commit_replacement, exclusive, LOCK_NAME,
                                   read_json, read_torch, remove_dir, staging, update_checksums, write_json, WriteError)
 from vitkit.checkpoint.runs import STATE_JSON, resolve, step_checkpoints
-from vitkit.checkpoint.native import is_native, load_native, load_state_dict_strict, write_pretrained
+from vitkit.checkpoint.native import is_native, load_native, load_state_dict_strict, read_native_config, write_pretrained
 from vitkit.data.spec import absolute
 from vitkit.data import Batches, DataSpec, check_compatible, eval_batches, fits_in_memory, load_into_memory, mix, soft_targets, train_transform
 from vitkit.errors import CheckpointError, ConfigError, DataError
@@ -443,6 +443,20 @@ def _build(config: RunConfig, out: Path, env: _Setup, data: _Data) -> _State:
     return run
 
 
+def _check_same_images(saved: dict | None, now: dict, newest: Path) -> None:
+    """An exact resume needs the images the checkpoint was trained on: each split's source, cut and count as recorded
+    (DataSpec.record). A checkpoint without a record (written before vitkit kept one) is not checked."""
+    if not isinstance(saved, dict) or not isinstance(saved.get("splits"), dict):
+        return
+    for name, split in now["splits"].items():
+        before = saved["splits"].get(name)
+        if before != split:
+            was = "none" if not isinstance(before, dict) else f"{before.get('n')} images ({before.get('source')}, {before.get('selection')})"
+            raise DataError(f"{split['source']}: the {name} split changed since {newest} was written ({was} then, {split['n']} images "
+                            f"({split['selection']}) now); an exact resume needs the same images: put them back as they were, or train "
+                            f"on them in a new run that starts from this checkpoint (model.init={newest})")
+
+
 def _restore(config: RunConfig, out: Path, env: _Setup, data: _Data) -> _State:
     """A resumed run: the model, optimizer, scaler, EMA and RNG state of the newest complete checkpoint."""
     t, world, newest = config.train, env.world, env.checkpoints[-1]
@@ -450,6 +464,7 @@ def _restore(config: RunConfig, out: Path, env: _Setup, data: _Data) -> _State:
         faults.remove_partial_checkpoints(out, STATE_JSON)
     distributed.barrier(world)
     model, progress, tensors = load_checkpoint(newest)
+    _check_same_images(read_native_config(newest)[1].get("data"), data.record, newest)
     for key, saved, now in (("train.seed", progress["seed"], t.seed), ("train.micro_batch", progress["micro_batch"], env.micro)):
         if saved != now:
             raise ConfigError(f"{key}: the run was checkpointed with {saved}, not {now}; an exact resume needs the same data order")

@@ -113,6 +113,20 @@ def test_a_figure_on_the_images_that_picked_a_sweeps_model_says_so(own, vitkit_c
     one_line_error(vitkit_cmd("eval", unfinished, "--split", "val"), "a fine-tuning sweep that has not finished", "vitkit finetune")
 
 
+def test_resume_refuses_data_that_changed_since_the_checkpoint(own, vitkit_cmd, tmp_path):
+    data, _, _ = own
+    shutil.copytree(data, tmp_path / "data")
+    args = [a for a in TRAIN_ARGS if not a.startswith("train.steps=")]
+    last_json(vitkit_cmd("train", "--data", tmp_path / "data", "--out", tmp_path / "run", *args, "train.steps=6"))
+    added = tmp_path / "data" / "train" / "bag" / "extra.png"
+    shutil.copy(next((tmp_path / "data" / "train" / "bag").glob("*.png")), added)
+    line = one_line_error(vitkit_cmd("train", "--resume", tmp_path / "run", "train.steps=12", "--no-progress"),
+                          "the train split changed", "30 images", "31 images", "model.init=")
+    assert str(tmp_path / "data" / "train") in line
+    added.unlink()  # as it was: the resume goes on
+    assert last_json(vitkit_cmd("train", "--resume", tmp_path / "run", "train.steps=12", "--no-progress"))["steps"] == 12
+
+
 def test_the_checkpoint_records_exactly_which_images_trained_it(own):
     data, run, _ = own
     recorded = json.loads((run / "final" / "config.json").read_text())["data"]
