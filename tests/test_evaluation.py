@@ -25,3 +25,5 @@ def test_evaluate_counts_and_per_class():
     assert result["per_class"] == [0.0, 1.0, 0.0]
     assert result["top5"] == 1.0  # 3 classes: everything is in the top 5
     assert result["confusion"][0] == [0, 2, 0]
+    absent = evaluate(model, [(images[:4], labels[:4])])  # class 1 alone: no image of 0 or 2
+    assert absent["per_class"] == [None, 1.0, None] and absent["top1"] == 1.0

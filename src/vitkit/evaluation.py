@@ -73,7 +73,7 @@ def evaluate(
     n = int(cm.sum())
     if n == 0:
         return {"n": 0, "top1": float("nan"), "top5": float("nan"), "loss": float("nan"), "per_class": [], "confusion": cm.tolist()}
-    per_class = (cm.diag().double() / cm.sum(1).clamp(min=1).double()).tolist()
+    per_class = [None if n == 0 else hit / n for hit, n in zip(cm.diag().tolist(), cm.sum(1).tolist())]  # None: no image of it
     result = {
         "n": n,
         "top1": float(cm.diag().sum()) / n,

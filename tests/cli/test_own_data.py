@@ -127,6 +127,20 @@ def test_resume_refuses_data_that_changed_since_the_checkpoint(own, vitkit_cmd, 
     assert last_json(vitkit_cmd("train", "--resume", tmp_path / "run", "train.steps=12", "--no-progress"))["steps"] == 12
 
 
+def test_eval_scores_other_data_by_class_name_and_refuses_classes_the_model_lacks(own, vitkit_cmd, tmp_path):
+    data, run, _ = own
+    shutil.copytree(data / "val" / "coat", tmp_path / "coats" / "val" / "coat")  # one class of three, the model's last
+    shutil.copytree(data / "train" / "coat", tmp_path / "coats" / "train" / "coat")
+    by_name = last_json(vitkit_cmd("eval", run, "--data", tmp_path / "coats", "--split", "val", "--json", "--threads", "1"))
+    wanted = last_json(vitkit_cmd("eval", run, "--split", "val", "--json", "--threads", "1"))["per_class"]["coat"]
+    assert by_name["n"] == 4 and by_name["top1"] == wanted  # label 0 of that folder is the model's class 2
+    assert by_name["per_class"] == {"ankle boot": None, "bag": None, "coat": wanted}
+    shutil.copytree(data / "val" / "bag", tmp_path / "other" / "val" / "handbag")
+    shutil.copytree(data / "train" / "bag", tmp_path / "other" / "train" / "handbag")
+    one_line_error(vitkit_cmd("eval", run, "--data", tmp_path / "other", "--split", "val"), "'handbag'", "ankle boot, bag, coat", "--labels-by-index")
+    assert last_json(vitkit_cmd("eval", run, "--data", tmp_path / "other", "--split", "val", "--labels-by-index", "--json"))["n"] == 4
+
+
 def test_the_checkpoint_records_exactly_which_images_trained_it(own):
     data, run, _ = own
     recorded = json.loads((run / "final" / "config.json").read_text())["data"]

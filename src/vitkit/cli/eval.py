@@ -28,6 +28,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=int, default=0, help="CPU threads (default: torch's choice; 1 is faster on a busy machine)")
     p.add_argument("--confusion", metavar="PNG", help="where to write the confusion-matrix PNG (default: RUN/eval/confusion_<split>.png, beside the model)")
     p.add_argument("--json", action="store_true", help="print the metrics as one JSON object on the last line")
+    p.add_argument("--labels-by-index", action="store_true",
+                   help="score label i as the model's class i even where the data names its classes otherwise (default: by name)")
     add_precision(p)
     p.add_argument("--compare-fp32", action="store_true",
                    help="also run the model in fp32 on the same images: report the top-1 difference and agreement")
@@ -57,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
     if len(split) and int(split.labels.max()) >= c.num_classes:
         raise DataError(f"{split.source}: labels go up to {int(split.labels.max())} but {args.checkpoint} has {c.num_classes} classes; "
                         "evaluate it on the dataset it was trained for")
+    split = _model_labels(split, meta.get("class_names"), args)
     class_names = meta.get("class_names") or split.class_names
     crop_pct = meta.get("preprocess", {}).get("crop_pct", 1.0)
     batches = eval_batches(split, args.batch_size, device, channels=c.in_chans, size=c.image_size[0], crop_pct=crop_pct)
@@ -92,10 +95,33 @@ def run(args: argparse.Namespace) -> int:
         print(f"against fp32 on the same {metrics['n']} {args.split} images: fp32 top-1 {metrics['reference_top1']:.4f}, "
               f"difference {100 * metrics['top1_delta']:+.2f} points, same prediction on {100 * metrics['agreement']:.2f}%")
     for name, acc in result["per_class"].items():
-        print(f"  {name:<{width}}  {acc:.4f}")
+        print(f"  {name:<{width}}  {'-       (no images)' if acc is None else f'{acc:.4f}'}")
     print(f"confusion matrix: {png}")
     if warning:
         print(warning)
     if args.json:
         print(json.dumps(result))
     return 0
+
+
+def _model_labels(split, names: list[str] | None, args: argparse.Namespace):
+    """`split` with labels numbered as the model's classes `names`, matched by name (a val/ or --data folder that
+    lacks some classes, or orders them otherwise, is still scored right); DataError where a class of the data is
+    not the model's. A checkpoint without class names, or --labels-by-index, takes labels as they are."""
+    from dataclasses import replace
+
+    import torch
+
+    from vitkit.errors import DataError
+
+    if not names or args.labels_by_index or list(split.class_names) == list(names):
+        return split
+    unknown = [n for n in split.class_names if n not in names]
+    if unknown:
+        shown = ", ".join(names[:8]) + (" ..." if len(names) > 8 else "")
+        raise DataError(f"{split.source}: class {unknown[0]!r}{f' (and {len(unknown) - 1} more)' if len(unknown) > 1 else ''} is not one of "
+                        f"{args.checkpoint}'s classes ({shown}); evaluate it on data of its classes, or pass --labels-by-index if the "
+                        "data names the same classes otherwise, in the same order")
+    to_model = torch.tensor([names.index(n) for n in split.class_names], dtype=torch.long)
+    return replace(split, labels=to_model[split.labels], class_names=list(names))
+
