@@ -39,6 +39,7 @@ COMMANDS = {
 # number flags: every int is >= 0 and every float finite; these must be >= 1 too ("--batch-size 0" is no batch)
 POSITIVE_FLAGS = {"batch_size", "micro_batch", "top", "steps", "image_size", "num_images", "components", "max_iter",
                   "rounds", "batch", "seeds", "per_shard"}
+FRACTION_FLAGS = {"val_fraction"}  # shares of a split: below 1 too
 MAX_INT = 2**31 - 1
 NARGS_AT_MOST = {"image_size": 2}  # --image-size H [W]
 
@@ -53,7 +54,7 @@ class Parser(argparse.ArgumentParser):
         kind = kwargs.get("type")
         if kind in (int, float):
             dest = kwargs.get("dest") or next((n for n in names if n.startswith("--")), names[0]).lstrip("-").replace("-", "_")
-            kwargs["type"] = _checked_int(dest) if kind is int else _finite_float
+            kwargs["type"] = _checked_int(dest) if kind is int else _fraction if dest in FRACTION_FLAGS else _finite_float
         action = super().add_argument(*names, **kwargs)
         if action.dest in NARGS_AT_MOST and action.nargs == "+":
             action.at_most = NARGS_AT_MOST[action.dest]
@@ -92,6 +93,13 @@ def _finite_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
     if not math.isfinite(value) or value < 0:
         raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
+    return value
+
+
+def _fraction(text: str) -> float:
+    value = _finite_float(text)
+    if value >= 1:
+        raise argparse.ArgumentTypeError(f"expected a share from 0 to below 1, got {text!r}")
     return value
 
 
