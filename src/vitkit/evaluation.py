@@ -324,7 +324,7 @@ def fewshot_eval(
     shots = list(shots)
     draws = {(n, s): fewshot_indices(train_split.labels, n, s) for n in shots for s in range(seeds)}
     used = torch.unique(torch.cat(list(draws.values())))  # sorted
-    train_split = train_split.subset(used.numpy())
+    drawn_from, train_split = train_split.describe(), train_split.subset(used.numpy())
     features = with_feature_runner(model, [train_split, test_split], features)
     train_x, train_y = split_features(model, train_split, **features)
     test_x, test_y = split_features(model, test_split, **features)
@@ -337,7 +337,7 @@ def fewshot_eval(
             accs.append(lsr_accuracy(train_x[local], train_y[local], test_x, test_y, l2_reg=l2_reg, num_classes=K))
         table[str(n)] = _mean_std(accs)
     return {"evaluation": "fewshot_lsr", "precision": features["runner"].description, "shots": table, "seeds": seeds, "l2_reg": l2_reg, "n_test": len(test_y),
-            "feature_dim": train_x.shape[1], "n_train_features": len(used)}
+            "feature_dim": train_x.shape[1], "n_train_features": len(used), "shots_from": drawn_from}
 
 
 def linear_probe_eval(
@@ -384,7 +384,7 @@ def knn_eval(
     test_x, test_y = split_features(model, test_split, **features)
     top1 = {str(k): float((knn_predict(train_x, train_y, test_x, k=k, temperature=temperature) == test_y).float().mean()) for k in ks}
     return {"evaluation": "knn", "precision": features["runner"].description, "top1": top1, "temperature": temperature, "n_train": len(train_y), "n_test": len(test_y),
-            "feature_dim": train_x.shape[1]}
+            "feature_dim": train_x.shape[1], "memory_bank": train_split.describe()}
 
 
 # -- reports ---------------------------------------------------------------------------------
@@ -403,7 +403,8 @@ def report_markdown(result: dict, title: str) -> str:
     if kind == "fewshot_lsr":
         rows = [[n, r["mean"], r["std"], " ".join(f"{a:.4f}" for a in r["per_seed"])] for n, r in result["shots"].items()]
         table = markdown_table(["shots per class", "mean top-1", "std (seeds)", "per seed"], rows)
-        note = f"Regularised least squares (l2 {result['l2_reg']:g}) on {result['feature_dim']}-d pre-logits features, {result['n_test']} test images."
+        note = (f"Regularised least squares (l2 {result['l2_reg']:g}) on {result['feature_dim']}-d pre-logits features of the shots, drawn "
+                f"per seed from {_images(result, 'shots_from')}; {result['n_test']} test images.")
     elif kind == "linear_probe":
         rows = [[f"{r['l2']:g}", r["val_top1"], result["test_top1"] if r["l2"] == result["best_l2"] else None] for r in result["runs"]]
         table = markdown_table(["l2", "top-1 (picking)", f"top-1 ({result.get('test_split', 'test')})"], rows)
@@ -412,12 +413,13 @@ def report_markdown(result: dict, title: str) -> str:
     else:
         t, n = result["temperature"], result["n_train"]
         table = markdown_table(["k", "top-1"], [[k if int(k) <= n else f"{k} (all {n})", v] for k, v in result["top1"].items()])
-        note = f"Cosine k-NN, {'uniform votes' if t is None else f'votes exp(sim / {t:g})'}, {result['n_train']} training features."
+        note = (f"Cosine k-NN, {'uniform votes' if t is None else f'votes exp(sim / {t:g})'}, against the features of "
+                f"{_images(result, 'memory_bank') if 'memory_bank' in result else str(n) + ' training images'}.")
     return f"{title}\n\n{note}\n\n{table}"
 
 
 def _images(result: dict, key: str) -> str:
-    """"N images (source, selection)" of a split a result describes (an older result without it: "val")."""
+    """"N images (source, selection)" of a split a result describes (an older linear-probe result without it: "val")."""
     d = result.get(key)
     return "val" if d is None else f"{d['n']:,} images ({d['source']}, {d['selection']})"
 

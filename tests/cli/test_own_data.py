@@ -160,6 +160,9 @@ def test_frozen_feature_commands_default_to_the_checkpoints_data(own, vitkit_cmd
                    "has no 'test' split (it has train)", "--val-fraction 0.1", "--test-split val")
     result = last_json(vitkit_cmd(command, run, *extra, "--test-split", "val", "--threads", "1", "--out", tmp_path / "b"))
     assert (result["data"], result["split"], result["n"]) == (str(data), "val", 12)
+    train = {"source": str(data / "train"), "selection": "all", "n": 30}  # the images it fits on (or votes among) are named too
+    assert result["shots_from" if command == "fewshot" else "memory_bank"] == train
+    assert f"30 images ({data / 'train'}, all)" in (tmp_path / "b" / f"{command}.md").read_text()
 
 
 # -- 4. relative data paths, moved data ---------------------------------------------------------
