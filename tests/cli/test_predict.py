@@ -53,6 +53,20 @@ def test_json_lines_for_the_good_files(checkpoint, images, capsys):
     assert err.strip().startswith(f"vitkit predict: error: {broken}:") and len(err.strip().splitlines()) == 1
 
 
+def test_batches_give_each_image_what_it_gets_alone(checkpoint, images, capsys):
+    good, broken, also_good, *_ = images
+    files = [str(good), str(broken), str(also_good), str(good), str(also_good)]
+    answers = {}
+    for size in ("1", "2", "32"):
+        assert main(["predict", str(checkpoint), *files, "--json", "--batch-size", size]) == 2  # the broken one
+        answers[size] = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["image"] for r in answers["2"]] == [str(good), str(also_good), str(good), str(also_good)]  # in order, around the bad file
+    for size in ("2", "32"):
+        for alone, batched in zip(answers["1"], answers[size]):
+            assert [t["label"] for t in alone["top"]] == [t["label"] for t in batched["top"]]
+            assert max(abs(a["prob"] - b["prob"]) for a, b in zip(alone["top"], batched["top"])) < 1e-5
+
+
 def test_all_good_exits_0(checkpoint, images, capsys):
     assert main(["predict", str(checkpoint), str(images[0])]) == 0
     assert capsys.readouterr().err == ""

@@ -26,6 +26,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--top", type=int, default=5, help="how many classes per image (default 5)")
     p.add_argument("--json", action="store_true", help="one JSON object per image instead of text")
     p.add_argument("--threads", type=int, default=0, help="CPU threads (default: torch's choice; 1 is faster on a busy machine)")
+    p.add_argument("--batch-size", type=int, default=32, help="images per forward pass (default 32)")
+    p.add_argument("--device", default="auto", help="auto, cpu or cuda (default auto)")
     add_precision(p)
     p.set_defaults(run=run)
 
@@ -38,6 +40,7 @@ def run(args: argparse.Namespace) -> int:
     from vitkit.errors import DataError
     from vitkit.evaluation import predict
     from vitkit.data import DataSpec
+    from vitkit.devices import pick_device
     from vitkit.precision import prepare
 
     if args.threads:
@@ -51,24 +54,33 @@ def run(args: argparse.Namespace) -> int:
     def training_split():  # int8's calibration images: the data the checkpoint was trained on
         return DataSpec.from_checkpoint(meta, args.checkpoint).open("train", channels=c.in_chans, image_size=c.image_size[0])
 
-    # one image at a time: neither compiling nor building vitkit's fp32 kernels (once per machine) pays here
-    runner = prepare(model, args.precision, compile=False, kernels=False,
+    # neither compiling nor building vitkit's fp32 kernels (once per machine) pays for a few images
+    device = pick_device(args.device)
+    runner = prepare(model.to(device), args.precision, device=device, compile=False, kernels=False,
                      calibration=calibration(args, model, training_split, crop_pct=crop_pct))
-    failed = 0
+
+    def answer(batch: list[tuple[str, torch.Tensor]]) -> None:
+        probs, index = predict(model, torch.stack([pixels for _, pixels in batch]).to(device), k=args.top, runner=runner)
+        for (path, _), p, i in zip(batch, probs.tolist(), index.tolist()):
+            top = [(names[c], prob) for prob, c in zip(p, i)]
+            if args.json:
+                print(json.dumps({"image": path, "top": [{"label": n, "prob": prob} for n, prob in top]}))
+            else:
+                print(path)
+                for name, prob in top:
+                    print(f"  {prob:7.2%}  {name}")
+        sys.stdout.flush()
+
+    failed, batch = 0, []
     for path in paths:
         try:
-            pixels = torch.from_numpy(load_image(path, c.in_chans, c.image_size[0], crop_pct).copy())[None]
+            batch.append((path, torch.from_numpy(load_image(path, c.in_chans, c.image_size[0], crop_pct).copy())))
         except DataError as err:  # one line naming the file; the other images still get their answer
             print(f"vitkit predict: error: {err}", file=sys.stderr, flush=True)
             failed += 1
-            continue
-        probs, index = predict(model, pixels, k=args.top, runner=runner)
-        top = [(names[i], float(p)) for p, i in zip(probs[0].tolist(), index[0].tolist())]
-        if args.json:
-            print(json.dumps({"image": path, "top": [{"label": n, "prob": p} for n, p in top]}))
-        else:
-            print(path)
-            for name, prob in top:
-                print(f"  {prob:7.2%}  {name}")
-        sys.stdout.flush()
+        if len(batch) == args.batch_size:
+            answer(batch)
+            batch = []
+    if batch:
+        answer(batch)
     return 2 if failed else 0
