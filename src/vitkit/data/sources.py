@@ -22,7 +22,7 @@ import torch
 from vitkit.errors import DataError, first_line
 
 from . import idx
-from .images import is_image_file
+from .images import IMAGE_SUFFIXES, is_image_file
 
 SPLITS = ("train", "val", "test")
 
@@ -296,13 +296,16 @@ def _columns(names: list) -> tuple[int, int] | None:
 
 
 def _csv_header(path: Path, table: list[tuple[int, list[str]]]) -> bool:
-    """Whether a CSV list's first line is a header: it names known columns, or its first field is no file and its
-    second is a label no other line has (a header of unknown names, which would otherwise become a class)."""
+    """Whether a CSV list's first line is a header: it names known columns, or its first field is no file and not an
+    image's name and its second is a label no other line has (a header of unknown names, which would otherwise become
+    a class)."""
     first = table[0][1]
     if (path.parent / first[0].strip()).is_file():
         return False
     if _columns(first) is not None:
         return True
+    if Path(first[0].strip()).suffix.lower() in IMAGE_SUFFIXES:  # a line of a missing image: found missing later, by name
+        return False
     return len(first) >= 2 and len(table) > 1 and all(len(row) < 2 or row[1].strip() != first[1].strip() for _, row in table[1:])
 
 
