@@ -87,8 +87,9 @@ def npz_rules(c: BiTConfig) -> list[Rule]:
     return rules
 
 
-def read_npz(arrays: dict[str, np.ndarray], *, image_size=None, source) -> tuple[BiTConfig, dict[str, torch.Tensor]]:
-    """(config, vitkit state dict) of a release .npz; GroupNorm parameters may be (C,) or (1, 1, 1, C)."""
+def read_npz(arrays: dict[str, np.ndarray], *, image_size=None, source, stored: dict | None = None) -> tuple[BiTConfig, dict[str, torch.Tensor]]:
+    """(config, vitkit state dict) of a release .npz; GroupNorm parameters may be (C,) or (1, 1, 1, C). `stored`: what
+    vitkit kept beside a file it wrote (image size, mean, std: not in the arrays)."""
     tensors = {}
     for key, value in arrays.items():
         if key.endswith(("/gamma", "/beta")) and value.ndim == 4 and value.shape[:3] == (1, 1, 1):
@@ -109,7 +110,7 @@ def read_npz(arrays: dict[str, np.ndarray], *, image_size=None, source) -> tuple
     k, _, in_chans, root = _shape(tensors, NPZ_ROOT, 4, source)
     num_classes = _shape(tensors, "resnet/head/conv2d/kernel", 4, source)[-1] if "resnet/head/conv2d/kernel" in tensors else 0
     config = _config(root=root, in_chans=in_chans, kernel_size=k, layers=tuple(layers), num_classes=num_classes,
-                     image_size=image_size, stored=None, source=source)  # fmt: skip
+                     image_size=image_size, stored=stored, source=source)  # fmt: skip
     return config, to_vitkit(npz_rules(config), tensors, source=source)
 
 

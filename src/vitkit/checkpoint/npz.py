@@ -209,14 +209,16 @@ def read(path: str | os.PathLike, *, image_size=None) -> tuple[ModelConfig, dict
     """(config, vitkit state dict) of an .npz in any of the layouts above, or of a BiT ResNet release file."""
     arrays = read_npz(path)
     if bit.is_bit_npz(arrays):
-        return bit.read_npz(arrays, image_size=image_size, source=path)
+        stored = read_sidecar(path).get("model")
+        return bit.read_npz(arrays, image_size=image_size, source=path, stored=stored if isinstance(stored, dict) else None)
     tensors, shown = canonical(arrays, source=path)
-    config = config_from_npz(tensors, image_size=image_size, source=path, shown=shown)
     stored = read_sidecar(path).get("model") or {}
+    if not isinstance(stored, dict):
+        raise CheckpointError(f"{path}.json: its 'model' entry is not valid: expected an object, got {type(stored).__name__}")
+    grid = None if image_size is not None else stored.get("image_size")  # a non-square grid the arrays leave open
+    config = config_from_npz(tensors, image_size=image_size if grid is None else grid, source=path, shown=shown)
     if stored:  # what the release layout cannot say: a model vitkit wrote with exact GELU or another LayerNorm eps
         try:
-            if not isinstance(stored, dict):
-                raise ConfigError(f"expected an object, got {type(stored).__name__}")
             config = config.replace(**{key: stored[key] for key in NOT_IN_THE_ARRAYS if key in stored})
         except ConfigError as err:
             raise CheckpointError(f"{path}.json: its 'model' entry is not valid: {err}") from None
@@ -239,14 +241,17 @@ def write(model: VisionTransformer, path: str | os.PathLike, *, metadata: dict |
     (what vit_jax, big_transfer and timm read); `metadata` (class names, preprocessing) goes to FILE.npz.json beside it, as the release layout has no
     place for it."""
     c, path = model.config, Path(path)
-    if isinstance(model, ResNetV2):
-        write_with_sidecar(path, lambda fresh: bit.write_npz_file(model, fresh), {"vitkit": metadata} if metadata else None)
+    if isinstance(model, ResNetV2):  # the arrays say nothing of the resolution and input scaling: vitkit keeps them beside
+        sidecar = {**({"vitkit": metadata} if metadata else {}), "model": {k: getattr(c, k) for k in ("image_size", "mean", "std")}}
+        write_with_sidecar(path, lambda fresh: bit.write_npz_file(model, fresh), sidecar)
         return path
     if c.pos_embed != "learned":
         raise CheckpointError(f"{path}: the .npz format holds learned position embeddings only; this model uses {c.pos_embed!r}")
     sidecar = {"vitkit": metadata} if metadata else {}
     implied = ViTConfig(in_chans=c.in_chans, mlp_act="gelu_tanh", layer_norm_eps=1e-6)  # what a reader of the arrays assumes
     kept = {key: getattr(c, key) for key in NOT_IN_THE_ARRAYS if getattr(c, key) != getattr(implied, key)}
+    if c.grid_size[0] != c.grid_size[1]:  # the position embedding's length alone does not say which grid
+        kept["image_size"] = list(c.image_size)
     if kept:
         sidecar["model"] = kept  # vitkit reads them back
     if c.mlp_act != "gelu_tanh" or c.layer_norm_eps != 1e-6:

@@ -117,7 +117,8 @@ def config_from_timm(state: dict[str, torch.Tensor], *, image_size=None, source,
     num_classes = shape("head.weight")[0] if "head.weight" in state else 0
     stride = backbone.stride if backbone else 1
     num_patches = shape("pos_embed")[1] - (classifier == "token")
-    image = infer_image_size(num_patches, (ph * stride, pw * stride), image_size=image_size, key="pos_embed", source=source)
+    grid = stored.get("image_size") if stored and image_size is None else None  # a non-square grid vitkit wrote
+    image = infer_image_size(num_patches, (ph * stride, pw * stride), image_size=image_size or grid, key="pos_embed", source=source)
     fields = dict(
         image_size=image, patch_size=(ph, pw), in_chans=in_chans, num_classes=num_classes, width=width, depth=depth,
         mlp_dim=mlp_dim, num_heads=num_heads, classifier=classifier, representation_size=representation_size, backbone=backbone,
