@@ -81,3 +81,11 @@ def test_vit_b16_is_about_35_gflops():
 def test_timm_names_are_aliases_of_the_same_architectures(timm_name, ours, image_size):
     assert get_config(timm_name) == get_config(ours, image_size=image_size)
     assert get_config(timm_name, image_size=448, num_classes=10) == get_config(ours, image_size=448, num_classes=10)  # keywords win
+
+
+@pytest.mark.parametrize("name, ours", [
+    ("BiT-M-R50x1", "bit_r50x1"), ("BiT-S-R101x3", "bit_r101x3"), ("BiT-L-R152x4", "bit_r152x4"), ("BiT-R152x2", "bit_r152x2"),
+    ("resnetv2_50x1_bit.goog_in21k", "bit_r50x1"), ("resnetv2_101x3_bit", "bit_r101x3"),
+])
+def test_bit_release_and_timm_names_are_aliases(name, ours):
+    assert get_config(name) == get_config(ours)

@@ -94,6 +94,8 @@ _PLAIN = re.compile(r"vit_(test|mini|ti|s|b|l|h)(\d+)")
 # (vit_base_patch16_384 = ViT-B/16 at 384 px). A pretrained tag after a dot (".augreg_in21k") is ignored.
 _TIMM_PLAIN = re.compile(r"vit_(tiny|small|base|large|huge)_patch(\d+)_(\d+)")
 _TIMM_SIZES = {"tiny": "ti", "small": "s", "base": "b", "large": "l", "huge": "h"}
+_TIMM_BIT = re.compile(r"resnetv2_(\d+x\d+)_bit")  # resnetv2_50x1_bit(.goog_in21k): BiT-M R50x1
+_BIT_RELEASE = re.compile(r"bit_[sml]_(r\d+x\d+)")  # BiT-M-R50x1 (the release's file names): the upstream data, then the size
 _TIMM_HYBRIDS = {"vit_tiny_r_s16_p8": "r_vit_ti16", "vit_base_r50_s16": "r50_vit_b16", "vit_base_r26_s32": "r26_vit_b32",
                  "vit_large_r50_s32": "r50_vit_l32"}
 
@@ -104,6 +106,8 @@ def timm_alias(name: str) -> tuple[str, dict[str, Any]] | None:
     if match := _TIMM_PLAIN.fullmatch(key):
         size, patch, image = match.groups()
         return f"vit_{_TIMM_SIZES[size]}{patch}", {"image_size": int(image)}
+    if match := _TIMM_BIT.fullmatch(key):
+        return f"bit_r{match.group(1)}", {}
     base, _, image = key.rpartition("_")
     if base in _TIMM_HYBRIDS and image.isdigit():
         return _TIMM_HYBRIDS[base], {"image_size": int(image)}
@@ -125,13 +129,15 @@ def get_config(name: str, **overrides: Any) -> ModelConfig:
         key, implied = alias
         return get_config(key, **{**implied, **overrides})
     key = canonical_name(name)
+    if match := _BIT_RELEASE.fullmatch(key):
+        key = f"bit_{match.group(1)}"
     if key in MODELS:
         config = MODELS[key]
     elif match := _PLAIN.fullmatch(key):
         config = _size(match.group(1), int(match.group(2)))
     else:
         raise ConfigError(f"model.name: unknown model {name!r}; known models: {', '.join(MODELS)}, any vit_<size><patch>, "
-                      "and timm's names (vit_base_patch16_224, vit_base_r50_s16_384, ...)")
+                      "the release's BiT-M-R50x1 ..., and timm's names (vit_base_patch16_224, vit_base_r50_s16_384, resnetv2_50x1_bit, ...)")
     return config.replace(**overrides)
 
 
