@@ -619,6 +619,7 @@ def _finish(config: RunConfig, out: Path, env: _Setup, data: _Data, run: _State,
         "best_val_top1": progress["best_val_top1"],
         "best_step": progress["best_step"],
         "val_split": config.data.val_split,
+        "val_images": data.record.get("splits", {}).get(config.data.val_split),  # which images those figures are on
         "steps": t.steps,
         "images_seen": t.steps * t.batch_size,
         "wall_time_s": progress["elapsed_s"],

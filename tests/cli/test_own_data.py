@@ -148,6 +148,8 @@ def test_the_checkpoint_records_exactly_which_images_trained_it(own):
     assert (recorded["train_split"], recorded["val_split"], recorded["split_seed"]) == ("train", "val", 0)
     assert recorded["splits"]["train"] == {"source": str(data / "train"), "selection": "all", "n": 30}
     assert recorded["splits"]["val"] == {"source": str(data / "val"), "selection": "all", "n": 12}
+    summary = json.loads((run / "summary.json").read_text())  # the run's final figures say which images they are on
+    assert summary["val_images"] == recorded["splits"]["val"] and summary["val_split"] == "val"
 
 
 # -- 2. the checkpoint's data is every evaluation's default -------------------------------------
