@@ -300,7 +300,10 @@ def _csv_header(path: Path, table: list[tuple[int, list[str]]]) -> bool:
     image's name and its second is a label no other line has (a header of unknown names, which would otherwise become
     a class)."""
     first = table[0][1]
-    if (path.parent / first[0].strip()).is_file():
+    try:
+        if (path.parent / first[0].strip()).is_file():
+            return False
+    except (OSError, ValueError):  # a name too long for the file system, a NUL byte: no file, and no header name either
         return False
     if _columns(first) is not None:
         return True
