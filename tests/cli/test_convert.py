@@ -124,3 +124,15 @@ def _tiny_official_arrays():
     shapes |= {f"{b}MlpBlock_3/Dense_0/kernel": (32, 64), f"{b}MlpBlock_3/Dense_0/bias": (64,)}
     shapes |= {f"{b}MlpBlock_3/Dense_1/kernel": (64, 32), f"{b}MlpBlock_3/Dense_1/bias": (32,)}
     return {k: rng.standard_normal(s).astype(np.float32) for k, s in shapes.items()}
+
+
+def test_vitkit_s_own_warnings_are_one_line_each(tmp_path):
+    """An .npz of a model with exact GELU warns that other readers assume tanh-GELU: one line, not Python's two."""
+    torch.manual_seed(0)
+    vitkit.save_pretrained(vitkit.create_model("vit_test"), tmp_path / "src")  # vitkit's default: exact GELU
+    done = subprocess.run([sys.executable, "-m", "vitkit", "convert", str(tmp_path / "src"), str(tmp_path / "m.npz")],
+                          capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "default"})
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("vitkit convert: warning: ") and "tanh-GELU" in lines[0], done.stderr
+    assert ".py:" not in done.stderr

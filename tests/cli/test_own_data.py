@@ -113,6 +113,13 @@ def test_a_figure_on_the_images_that_picked_a_sweeps_model_says_so(own, vitkit_c
     one_line_error(vitkit_cmd("eval", unfinished, "--split", "val"), "a fine-tuning sweep that has not finished", "vitkit finetune")
 
 
+def test_a_data_path_given_through_dot_dot_is_recorded_without_it(own, vitkit_cmd, tmp_path):
+    data, _, _ = own
+    last_json(vitkit_cmd("train", "--data", f"../{data.parent.name}/data", "--out", tmp_path / "run", *TRAIN_ARGS, cwd=data.parent))
+    recorded = json.loads((tmp_path / "run" / "final" / "config.json").read_text())["data"]["path"]
+    assert recorded == str(data) and ".." not in recorded  # it holds without the directory it was given from
+
+
 def test_resume_refuses_data_that_changed_since_the_checkpoint(own, vitkit_cmd, tmp_path):
     data, _, _ = own
     shutil.copytree(data, tmp_path / "data")

@@ -13,6 +13,7 @@ import importlib
 import math
 import os
 import sys
+import warnings
 
 from vitkit import __version__
 from vitkit.errors import VitkitError
@@ -119,6 +120,24 @@ def main(argv: list[str] | None = None) -> int:
         if not hasattr(args, "overrides") or any(e.startswith("-") for e in extra):
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         args.overrides = [*args.overrides, *extra]
+    with warnings.catch_warnings():  # put back when the command returns (tests call main() in one process)
+        warnings.showwarning = _one_line_warnings(args.command, warnings.showwarning)
+        return _run(args)
+
+
+def _one_line_warnings(command: str, show):
+    """A showwarning that prints vitkit's own warnings as its errors are printed, one line each; others as `show` does."""
+
+    def one_line(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, UserWarning) and f"{os.sep}vitkit{os.sep}" in str(filename):
+            print(f"vitkit {command}: warning: {message}", file=sys.stderr)
+        else:
+            show(message, category, filename, lineno, file, line)
+
+    return one_line
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         code = int(args.run(args) or 0)
         sys.stdout.flush()  # a closed pipe shows here, not in Python's own flush at exit

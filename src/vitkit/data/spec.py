@@ -23,8 +23,9 @@ from .sources import MissingSplit, Split, open_split, synthetic
 
 
 def absolute(path: str | os.PathLike | None) -> str | None:
-    """`path` made absolute (~ expanded), so a checkpoint's record holds wherever it is read from."""
-    return None if path is None else str(Path(path).expanduser().absolute())
+    """`path` made absolute (~ expanded, `..` folded in), so a checkpoint's record holds wherever it is read from, also
+    once the directory it was given from is gone (a kept `cwd/../data` needs `cwd`). Symbolic links are kept as named."""
+    return None if path is None else os.path.abspath(Path(path).expanduser())
 
 
 @dataclass(frozen=True)
