@@ -194,6 +194,10 @@ def test_cli_pretrains_on_a_folder_without_labels(tmp_path, run_cli, vitkit_cmd)
     assert summary["objective"] == "masked_patch" and summary["steps"] == 3
     assert json.loads((out / "final" / "config.json").read_text())["class_names"] == ["unlabeled"]
     assert vitkit.load_pretrained(out / "final").config.depth == 1
+    for command in (["eval", out, "--split", "val"], ["predict", out, folder / "0.png"]):  # its head never trained: no figure
+        told = vitkit_cmd(*command)
+        assert told.returncode == 2 and "classification head never trained" in told.stderr and "vitkit finetune" in told.stderr
+        assert len(told.stderr.strip().splitlines()) == 1 and told.stdout == ""
     refused = vitkit_cmd("train", "--data", folder, "--out", tmp_path / "cls", "model.name=vit_test", "train.steps=1")  # classification
     assert refused.returncode == 2 and "train.objective=masked_patch" in refused.stderr and not (tmp_path / "cls").exists()
 

@@ -332,6 +332,8 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
     run = _restore(config, out, env, data) if resume else _build(config, out, env, data)
     extra = {"class_names": data.class_names, "preprocess": {"crop_pct": a.eval_crop_pct},
              "data": data.record}  # every evaluation command reads the same splits
+    if t.objective == "masked_patch":  # its classification head never trained: eval and predict say so (untrained_head)
+        extra["objective"] = t.objective
 
     # data order: micro-batch number m is batch (m % per_epoch) of epoch (m // per_epoch), seeded by train.seed
     batches = data.batches

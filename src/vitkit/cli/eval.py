@@ -39,7 +39,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from vitkit.checkpoint import load_with_metadata
+    from vitkit.checkpoint import load_with_metadata, refuse_untrained_head
     from vitkit.checkpoint.runs import report_dir
     from vitkit.data import DataSpec, eval_batches
     from vitkit.errors import DataError
@@ -52,6 +52,7 @@ def run(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     model, meta = load_with_metadata(args.checkpoint)
+    refuse_untrained_head(meta, args.checkpoint)
     c = model.config
     device = pick_device(args.device)
     spec = DataSpec.from_checkpoint(meta, args.checkpoint, data=args.data, val_fraction=args.val_fraction)

@@ -35,7 +35,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from vitkit.checkpoint import load_with_metadata
+    from vitkit.checkpoint import load_with_metadata, refuse_untrained_head
     from vitkit.data.images import find_images, load_image
     from vitkit.errors import DataError
     from vitkit.evaluation import predict
@@ -46,6 +46,7 @@ def run(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     model, meta = load_with_metadata(args.checkpoint)
+    refuse_untrained_head(meta, args.checkpoint)
     c = model.config
     names = meta.get("class_names") or [str(i) for i in range(c.num_classes)]
     crop_pct = meta.get("preprocess", {}).get("crop_pct", 1.0)
