@@ -20,6 +20,7 @@ from torch import nn
 from vitkit.checkpoint.io import atomic_path, write_json
 from vitkit.data import Split, eval_batches
 from vitkit.data.augment import eval_transform
+from vitkit.data.sources import described
 
 
 def topk_correct(logits: torch.Tensor, labels: torch.Tensor, k: int) -> torch.Tensor:
@@ -73,7 +74,7 @@ def evaluate(
     n = int(cm.sum())
     if n == 0:
         return {"n": 0, "top1": float("nan"), "top5": float("nan"), "loss": float("nan"), "per_class": [], "confusion": cm.tolist()}
-    per_class = [None if n == 0 else hit / n for hit, n in zip(cm.diag().tolist(), cm.sum(1).tolist())]  # None: no image of it
+    per_class = [None if count == 0 else hit / count for hit, count in zip(cm.diag().tolist(), cm.sum(1).tolist())]  # None: no image
     result = {
         "n": n,
         "top1": float(cm.diag().sum()) / n,
@@ -414,14 +415,13 @@ def report_markdown(result: dict, title: str) -> str:
         t, n = result["temperature"], result["n_train"]
         table = markdown_table(["k", "top-1"], [[k if int(k) <= n else f"{k} (all {n})", v] for k, v in result["top1"].items()])
         note = (f"Cosine k-NN, {'uniform votes' if t is None else f'votes exp(sim / {t:g})'}, against the features of "
-                f"{_images(result, 'memory_bank') if 'memory_bank' in result else str(n) + ' training images'}.")
+                f"{_images(result, 'memory_bank', f'{n} training images')}.")
     return f"{title}\n\n{note}\n\n{table}"
 
 
-def _images(result: dict, key: str) -> str:
-    """"N images (source, selection)" of a split a result describes (an older linear-probe result without it: "val")."""
-    d = result.get(key)
-    return "val" if d is None else f"{d['n']:,} images ({d['source']}, {d['selection']})"
+def _images(result: dict, key: str, otherwise: str = "val") -> str:
+    """The images a result's `key` record describes; `otherwise` for an older result without it."""
+    return described(result[key]) if result.get(key) else otherwise
 
 
 def write_report(out: str | os.PathLike, name: str, result: dict, markdown: str) -> tuple[Path, Path]:

@@ -39,6 +39,7 @@ from vitkit.checkpoint.io import (abort_replacement, atomic_path, begin_replacem
                                   read_json, read_torch, remove_dir, staging, update_checksums, write_json, WriteError)
 from vitkit.checkpoint.runs import STATE_JSON, resolve, step_checkpoints
 from vitkit.checkpoint.native import is_native, load_native, load_state_dict_strict, read_native_config, write_pretrained
+from vitkit.data.sources import described
 from vitkit.data.spec import absolute
 from vitkit.data import Batches, DataSpec, check_compatible, eval_batches, fits_in_memory, load_into_memory, mix, soft_targets, train_transform
 from vitkit.errors import CheckpointError, ConfigError, DataError
@@ -453,8 +454,8 @@ def _check_same_images(saved: dict | None, now: dict, newest: Path) -> None:
     for name, split in now["splits"].items():
         before = saved["splits"].get(name)
         if before != split:
-            was = "none" if not isinstance(before, dict) else f"{before.get('n')} images ({before.get('source')}, {before.get('selection')})"
-            raise DataError(f"{split['source']}: the {name} split changed since {newest} was written ({was} then, {split['n']} images "
+            was = described(before) if isinstance(before, dict) and {"n", "source", "selection"} <= set(before) else "none"
+            raise DataError(f"{split['source']}: the {name} split changed since {newest} was written ({was} then, {split['n']:,} images "
                             f"({split['selection']}) now); an exact resume needs the same images: put them back as they were, or train "
                             f"on them in a new run that starts from this checkpoint (model.init={newest})")
 
@@ -640,9 +641,9 @@ def _finish(config: RunConfig, out: Path, env: _Setup, data: _Data, run: _State,
     from vitkit.plots import plot_run  # matplotlib only when a run ends
 
     splits = data.record.get("splits", {})
-    described = {name: f"{split['n']:,} images, {split['source']}" + (f" ({split['selection']})" if split.get("selection", "all") != "all" else "")
-                 for name, split in splits.items()}
-    plot_run(rows, out, train_data=described.get(config.data.train_split), val_data=described.get(config.data.val_split))
+    captions = {name: f"{split['n']:,} images, {split['source']}" + (f" ({split['selection']})" if split.get("selection", "all") != "all" else "")
+                for name, split in splits.items()}
+    plot_run(rows, out, train_data=captions.get(config.data.train_split), val_data=captions.get(config.data.val_split))
     return summary
 
 

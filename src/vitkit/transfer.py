@@ -31,7 +31,7 @@ from vitkit.checkpoint.io import read_json, write_json
 from vitkit.checkpoint.native import is_native, read_native_config
 from vitkit.checkpoint.runs import resolve
 from vitkit.data import DataSpec
-from vitkit.errors import ConfigError
+from vitkit.errors import ConfigError, VitkitError
 from vitkit.evaluation import markdown_table, write_report
 from vitkit.models import BiTConfig, ModelConfig, VisionTransformer, build_model
 from vitkit.models.registry import MODELS
@@ -160,7 +160,7 @@ def picked_on(checkpoint: str | os.PathLike, name: str, split, extra: dict) -> s
     try:
         run = Path(os.path.realpath(resolve(checkpoint))).parent  # DIR/lr_X/final -> DIR/lr_X
         sweep = read_json(run.parent / "sweep.json")
-    except Exception:  # not a sweep's model, or no readable sweep.json: nothing to say
+    except (OSError, ValueError, VitkitError):  # not a sweep's model, or no readable sweep.json: nothing to say
         return None
     if not (same_data and isinstance(sweep, dict) and sweep.get("val_split") == name and (sweep.get("best") or {}).get("run") == run.name):
         return None

@@ -165,13 +165,14 @@ def save_checkpoint(model: VisionTransformer, path: str | os.PathLike, format: s
     return FORMATS[format].write(model, path, metadata=metadata or {})
 
 
-__all__ = ["FORMATS", "detect_format", "load_pretrained", "load_with_metadata", "read_checkpoint", "read_metadata", "save_checkpoint",
-           "save_pretrained"]
-
-
 def refuse_untrained_head(meta: dict, checkpoint) -> None:
     """A CheckpointError for a model whose classification head never trained (masked patch pre-training writes the
     ViT with its zero head): its predictions and accuracy would mean nothing. Its features are fine (fewshot, knn)."""
     if meta.get("objective") == "masked_patch":
         raise CheckpointError(f"{checkpoint}: pre-trained with masked patch prediction, so its classification head never trained; "
                               f"fine-tune it first (vitkit finetune --from {checkpoint}), or read its features (vitkit fewshot / knn / linear-probe)")
+
+
+__all__ = ["FORMATS", "detect_format", "load_pretrained", "load_with_metadata", "read_checkpoint", "read_metadata", "refuse_untrained_head", "save_checkpoint",
+           "save_pretrained"]
+

@@ -57,10 +57,10 @@ def run(args: argparse.Namespace) -> int:
     device = pick_device(args.device)
     spec = DataSpec.from_checkpoint(meta, args.checkpoint, data=args.data, val_fraction=args.val_fraction)
     split = spec.open(args.split, channels=c.in_chans, image_size=c.image_size[0])
-    if len(split) and int(split.labels.max()) >= c.num_classes:
+    split = _model_labels(split, meta.get("class_names"), args)  # by name where the checkpoint names its classes
+    if len(split) and int(split.labels.max()) >= c.num_classes:  # by position: more classes than the model has
         raise DataError(f"{split.source}: labels go up to {int(split.labels.max())} but {args.checkpoint} has {c.num_classes} classes; "
                         "evaluate it on the dataset it was trained for")
-    split = _model_labels(split, meta.get("class_names"), args)
     class_names = meta.get("class_names") or split.class_names
     crop_pct = meta.get("preprocess", {}).get("crop_pct", 1.0)
     batches = eval_batches(split, args.batch_size, device, channels=c.in_chans, size=c.image_size[0], crop_pct=crop_pct)
@@ -125,4 +125,3 @@ def _model_labels(split, names: list[str] | None, args: argparse.Namespace):
                         "data names the same classes otherwise, in the same order")
     to_model = torch.tensor([names.index(n) for n in split.class_names], dtype=torch.long)
     return replace(split, labels=to_model[split.labels], class_names=list(names))
-

@@ -36,9 +36,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from vitkit.evaluation import linear_probe_eval
-
     from vitkit.data.sources import hold_out
+    from vitkit.evaluation import linear_probe_eval
 
     model, features, open_split = setup(args)
     train, test = open_split("train"), open_split(args.test_split, "--test-split")

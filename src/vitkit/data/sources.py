@@ -58,6 +58,11 @@ class Split:
         )
 
 
+def described(record: dict) -> str:
+    """"N images (source, selection)": a split's `describe()` record as reports and errors print it."""
+    return f"{record['n']:,} images ({record['source']}, {record['selection']})"
+
+
 def seeded_split(n: int, val_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """(train, val) indices: a seeded permutation of range(n), the last val_fraction of it for val."""
     order = np.random.default_rng(seed).permutation(n)
