@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -93,8 +94,12 @@ def test_inspect_says_how_many_images_the_model_trained_on(image_dir, tmp_path, 
     assert f"training data: {tmp_path / 'data'}, split train" in line
     summary = json.loads((out / "inspection.json").read_text())
     assert summary["in_training_data"] == 6 and summary["images"] == shown and summary["num_images"] == 12
+    # each shown image says whether the model trained on it, in the JSON and in its title
+    marks = [(f"{os.sep}train{os.sep}" in s["image"], s["in_training_data"], s["label"].endswith("\ntrained on")) for s in summary["shown"]]
+    assert {m[0] for m in marks} == {True, False} and all(a == b == c for a, b, c in marks)
     # a checkpoint that records no training data: said, not guessed
     assert main(["inspect", str(vitkit.save_pretrained(vitkit.create_model("vit_test"), tmp_path / "bare")), "--images",
                  str(image_dir), "--out", str(tmp_path / "out2")]) == 0
     assert "3 images from" in (line := capsys.readouterr().out.splitlines()[0]) and "not checked against its training data" in line
-    assert json.loads((tmp_path / "out2" / "inspection.json").read_text())["in_training_data"] is None
+    bare = json.loads((tmp_path / "out2" / "inspection.json").read_text())
+    assert bare["in_training_data"] is None and all(s["in_training_data"] is None for s in bare["shown"])

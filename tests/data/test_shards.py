@@ -248,7 +248,7 @@ def test_which_shown_images_a_model_trained_on_is_told_for_files_only(tmp_path):
     folder = make_folder(tmp_path / "photos")
     files = sorted(folder.rglob("*.jpg"))
     spec = DataSpec(path=str(folder), val_fraction=0.25)
-    assert spec.training_images_among(files, channels=3) == 18  # 24 images, 6 held out
+    assert sum(spec.training_images_among(files, channels=3)) == 18  # 24 images, 6 held out
     write_tar_shards(open_split(folder, "train", channels=3, val_fraction=0.0), tmp_path / "shards", per_shard=7)
     (tmp_path / "pq").mkdir()
     make_parquet(tmp_path / "pq" / "train-00000-of-00001.parquet", [0, 1, 2], [jpeg(i) for i in range(3)])

@@ -10,7 +10,8 @@ Look inside a trained ViT (paper §4.5, App. D.7-D.8). Writes to DIR:
   pos_embed_similarity.png     cosine similarity of each position embedding to all others (Fig. 7 centre)
   mean_attention_distance.png  attention distance in pixels per head against depth (Fig. 7 right)
   attention_rollout.png        attention rollout from the output token over --show images spread over the class
-                               folders, each with its true (folder) and predicted label, and a colour bar
+                               folders, each with its true (folder) and predicted label, "trained on" where
+                               it is one of the model's training images, and a colour bar
   last_layer_attention.png     the last layer's raw attention per head over the same images
   inspection.npz, inspection.json  the numbers behind every figure
 Images are resized to the model's resolution (or --image-size) and normalised with its mean and std. The figures,
@@ -69,8 +70,9 @@ def run(args: argparse.Namespace) -> int:
     pixels = load_images(files, config)
     x = normalize(pixels, config)
     results = inspect_model(model, x, num_show=args.show, num_components=args.components, batch_size=args.batch_size)
-    titles = _titles(model, x[: args.show], files[: args.show], metadata.get("class_names"))
-    trained, training_data = _training_images(metadata, args.checkpoint, files, config.in_chans)
+    seen, training_data = _training_images(metadata, args.checkpoint, files, config.in_chans)
+    trained = None if seen is None else sum(seen)
+    titles = _titles(model, x[: args.show], files[: args.show], metadata.get("class_names"), seen)
     where = ", ".join(str(p) for p in args.images[:3]) + (f" and {len(args.images) - 3} more" if len(args.images) > 3 else "")
     caption = f"{len(pixels)} images from {where}; " + (
         f"{trained or 'none'} of them in this model's training data" if trained is not None else "not checked against its training data")
@@ -84,7 +86,8 @@ def run(args: argparse.Namespace) -> int:
         "grid_size": list(config.grid_size),
         "patch_size_pixels": list(config.total_patch_size),
         "hybrid": config.backbone is not None,
-        "shown": [{"image": str(f), "label": t} for f, t in zip(files[: args.show], titles or [""] * args.show)],
+        "shown": [{"image": str(f), "label": t, "in_training_data": None if seen is None else seen[i]}
+                  for i, (f, t) in enumerate(zip(files[: args.show], titles or [""] * args.show))],
     }
     written = write_report(results, pixels, args.out, info=info, titles=titles, caption=caption)
     distance = results["mean_attention_distance"].mean(dim=1)
@@ -96,8 +99,8 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _training_images(metadata: dict, checkpoint, files, channels: int) -> tuple[int | None, str]:
-    """(how many of `files` the checkpoint trained on, its training data in words); None where that cannot be told."""
+def _training_images(metadata: dict, checkpoint, files, channels: int) -> tuple[list[bool] | None, str]:
+    """(which of `files` the checkpoint trained on, its training data in words); None where that cannot be told."""
     from vitkit.data.spec import DataSpec
     from vitkit.errors import DataError
 
@@ -110,8 +113,9 @@ def _training_images(metadata: dict, checkpoint, files, channels: int) -> tuple[
     return trained, where if trained is not None else f"{where}, not file by file"
 
 
-def _titles(model, x, files, class_names: list[str] | None) -> list[str] | None:
-    """'true: FOLDER / pred: CLASS' for each shown image (true: the class folder it is in, where that names a class)."""
+def _titles(model, x, files, class_names: list[str] | None, seen: list[bool] | None) -> list[str] | None:
+    """'true: FOLDER / pred: CLASS' for each shown image (true: the class folder it is in, where that names a class),
+    with a third line 'trained on' for an image of the model's training split (`seen`, where that is known)."""
     import torch
 
     if not model.config.num_classes:
@@ -119,4 +123,5 @@ def _titles(model, x, files, class_names: list[str] | None) -> list[str] | None:
     names = class_names or [str(i) for i in range(model.config.num_classes)]
     with torch.no_grad():
         predicted = model(x.to(next(model.parameters()).device)).argmax(dim=1).tolist()
-    return [f"true: {f.parent.name if f.parent.name in names else '?'}\npred: {names[p]}" for f, p in zip(files, predicted)]
+    marks = ["\ntrained on" if seen is not None and seen[i] else "" for i in range(len(files))]
+    return [f"true: {f.parent.name if f.parent.name in names else '?'}\npred: {names[p]}{m}" for f, p, m in zip(files, predicted, marks)]

@@ -88,8 +88,8 @@ class DataSpec:
             raise DataError(f"{err}; hold part of train out as 'val' with {hold_out} 0.1"
                             + (f" and choose it with {flag} val" if split != "val" else "")) from None
 
-    def training_images_among(self, files: list[Path], *, channels: int) -> int | None:
-        """How many of `files` are images of this spec's training split (None where the split is not file by file:
+    def training_images_among(self, files: list[Path], *, channels: int) -> list[bool] | None:
+        """Which of `files` are images of this spec's training split (None where the split is not file by file:
         IDX arrays, tar shards, Parquet, synthetic)."""
         if self.name == "synthetic":
             return None
@@ -97,7 +97,7 @@ class DataSpec:
         if split.paths is None or not all(isinstance(p, (str, os.PathLike)) for p in split.paths):  # arrays, shard records
             return None
         trained = {Path(p).resolve() for p in split.paths}
-        return sum(Path(f).resolve() in trained for f in files)
+        return [Path(f).resolve() in trained for f in files]
 
     def record(self, splits: dict[str, Split]) -> dict:
         """What a checkpoint stores: this spec and exactly which images each split held."""
