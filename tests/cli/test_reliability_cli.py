@@ -128,6 +128,9 @@ def test_bad_values_are_one_line_naming_the_key(tmp_path, capsys, override, key)
     (["predict", "{ck}", "{img}", "--top", "-3"], "--top"), (["convert", "{ck}", "{tmp}/o", "--image-size", "1", "2", "3"], "--image-size"),
     (["eval", "{ck}", "--val-fraction", "nan"], "--val-fraction"), (["knn", "{ck}", "--temperature", "inf"], "--temperature"),
     (["eval", "{ck}", "--val-fraction", "1.5"], "expected a share from 0 to below 1"), (["knn", "{ck}", "--val-fraction", "1"], "--val-fraction"),
+    # a flag the command lacks is named with the command, not as the top-level parser's
+    (["fewshot", "{ck}", "--no-progress"], "vitkit fewshot: error: unrecognized arguments: --no-progress (see vitkit fewshot --help)"),
+    (["train", "--bogus"], "vitkit train: error: unrecognized arguments: --bogus"),
 ])
 def test_bad_flags_are_one_line(tmp_path, capsys, ckpt, argv, words):
     names = {"ck": ckpt, "img": ckpt.parent / "x.png", "tmp": tmp_path}

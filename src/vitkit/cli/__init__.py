@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = parser.parse_known_args(argv)
     if extra:  # KEY=VALUE overrides may come before, between or after options
         if not hasattr(args, "overrides") or any(e.startswith("-") for e in extra):
-            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+            parser.exit(2, f"vitkit {args.command}: error: unrecognized arguments: {' '.join(extra)} (see vitkit {args.command} --help)\n")
         args.overrides = [*args.overrides, *extra]
     with warnings.catch_warnings():  # put back when the command returns (tests call main() in one process)
         warnings.showwarning = _one_line_warnings(args.command, warnings.showwarning)
