@@ -119,3 +119,26 @@ def test_config_errors_come_before_any_work(tmp_path, vitkit_cmd):
     done = vitkit_cmd("train", "--out", tmp_path / "run", "data.name=synthetic", "model.name=vit_test", "model.num_heads=5")
     assert done.returncode == 2 and "num_heads: 5 heads do not divide width 32" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and not (tmp_path / "run").exists()
+
+
+def test_the_training_length_is_steps_or_epochs_and_a_later_layer_replaces_the_earlier_one(tmp_path):
+    from vitkit.transfer import finetune_recipe
+
+    path = tmp_path / "run.yaml"
+    path.write_text("train: {steps: 10, batch_size: 32}\n")
+    config = load_run_config(path, ["train.epochs=3"])  # the overrides replace the file's length
+    assert config.train.epochs == 3.0 and "steps" not in config.to_dict()["train"]
+    assert config.with_steps_for(100).train.steps == 10  # ceil(3 x 100 / 32)
+    assert config.with_steps_for(1).train.steps == 1
+    assert load_run_config(None, ["train.steps=7"]).with_steps_for(100).train.steps == 7  # no epochs: as given
+    again = tmp_path / "again.yaml"
+    again.write_text(dump_run_config(config))
+    assert load_run_config(again) == config and load_run_config(again, ["train.steps=4"]).train.epochs is None
+    path.write_text("train: {steps: 10, epochs: 2}\n")
+    with pytest.raises(ConfigError, match="run.yaml: train.steps=10 and train.epochs=2 both set the training length"):
+        load_run_config(path)
+    # fine-tuning: the recipe's 10,000 steps give way to a length in epochs
+    recipe = finetune_recipe(None, ["train.epochs=1"])
+    assert recipe.train.epochs == 1.0 and recipe.with_steps_for(5120).train.steps == 10  # batch 512
+    path.write_text("train: {epochs: 2}\n")
+    assert finetune_recipe(path).train.epochs == 2.0

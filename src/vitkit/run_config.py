@@ -46,6 +46,9 @@ class DataConfig:
 @dataclass(frozen=True)
 class TrainConfig:
     steps: int = 1000  # optimizer steps
+    # the length in passes over the training split instead (the paper's unit, Table 3): steps = ceil(epochs x training
+    # images / batch_size), set once the data is read; a layer of the config that sets one of the two drops the other
+    epochs: float | None = None
     objective: str = "classification"  # classification | masked_patch (self-supervised, paper §4.6; labels unused)
     batch_size: int = 128  # logical batch (the paper's 4096 runs as micro_batch x accumulation)
     micro_batch: int | None = None  # per forward pass; None = batch_size (no accumulation)
@@ -101,7 +104,7 @@ INTERVALS = {
     "augment.eval_crop_pct": "(0, 1]", "augment.rrc_scale": "(0, 1]", "augment.rrc_ratio": "(0, inf)",
     "augment.erase": "[0, 1]", "augment.erase_scale": "(0, 1]", "augment.erase_ratio": "(0, inf)",
     "augment.randaugment_magnitude": "[0, 10]", "train.lr": "[0, inf)", "train.momentum": "[0, 1)", "train.betas": "[0, 1)",
-    "train.end_lr_ratio": "[0, 1]", "train.ema": "(0, 1)", "train.clip_norm": "(0, inf)", "train.keep_checkpoints": "[1, inf)",
+    "train.epochs": "(0, inf)", "train.end_lr_ratio": "[0, 1]", "train.ema": "(0, 1)", "train.clip_norm": "(0, inf)", "train.keep_checkpoints": "[1, inf)",
 }
 
 
@@ -140,10 +143,18 @@ class RunConfig:
     train: TrainConfig = TrainConfig()
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "model": dict(self.model),
-            **{name: _plain(dataclasses.asdict(getattr(self, name))) for name in SECTIONS},
-        }
+        sections = {name: _plain(dataclasses.asdict(getattr(self, name))) for name in SECTIONS}
+        if self.train.epochs is not None:  # the length is given in epochs: steps follow from the data (`with_steps_for`)
+            del sections["train"]["steps"]
+        return {"model": dict(self.model), **sections}
+
+    def with_steps_for(self, train_images: int) -> "RunConfig":
+        """This config with train.steps set from train.epochs for a training split of `train_images` (unchanged
+        without train.epochs)."""
+        t = self.train
+        if t.epochs is None:
+            return self
+        return dataclasses.replace(self, train=dataclasses.replace(t, steps=max(math.ceil(t.epochs * train_images / t.batch_size), 1)))
 
     def model_config(self, **fixed: Any) -> ModelConfig:
         """The ViTConfig of model.name with the model.* overrides (and `fixed`, e.g. num_classes from the data)."""
@@ -181,10 +192,11 @@ def load_run_config(path: str | os.PathLike | None = None, overrides: list[str] 
             raise ConfigError(f"{path}: not valid YAML ({first_line(err)})") from None
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: expected a mapping of sections (model, data, augment, train)")
+    given: dict[str, dict[str, Any]] = {}  # the overrides, by section: the last of a key wins
     for item in overrides:
         if isinstance(item, tuple):  # (key, value) from a CLI flag such as --data: the value as given, never parsed
             section, name = item[0].split(".", 1)
-            data.setdefault(section, {})[name] = item[1]
+            given.setdefault(section, {})[name] = item[1]
             continue
         key, sep, text = item.partition("=")
         if not sep or "." not in key:
@@ -193,8 +205,34 @@ def load_run_config(path: str | os.PathLike | None = None, overrides: list[str] 
         data.setdefault(section, {})
         if not isinstance(data[section], dict):
             raise ConfigError(f"{section}: expected a mapping")
-        data[section][name] = override_value(section, name.strip(), text)
-    return from_dict(data, where=str(path) if path else "config")
+        given.setdefault(section, {})[name.strip()] = override_value(section, name.strip(), text)
+    where = str(path) if path else "config"
+    for section, values in given.items():
+        merge_layer(data, section, values, "overrides")
+    return from_dict(data, where=where)
+
+
+LENGTH_KEYS = ("steps", "epochs")  # train.steps or train.epochs: the training length
+
+
+def merge_layer(data: dict[str, Any], section: str, values: dict[str, Any], where: str) -> None:
+    """`values` (one layer of a config: defaults, a YAML file, the overrides) over `data[section]`. A layer that sets
+    train.steps or train.epochs replaces the other one of the layers before it; one layer may not set both."""
+    if not isinstance(data.setdefault(section, {}), dict):
+        raise ConfigError(f"{section}: expected a mapping")
+    if section == "train" and _length_set(values, where):
+        for key in LENGTH_KEYS:
+            data[section].pop(key, None)
+    data[section].update(values)
+
+
+def _length_set(train: Any, where: str) -> bool:
+    """Whether a layer's train section sets train.steps or train.epochs; a ConfigError where it sets both."""
+    given = [k for k in LENGTH_KEYS if isinstance(train, dict) and train.get(k) is not None]
+    if len(given) == 2:
+        raise ConfigError(f"{where}: train.steps={train['steps']} and train.epochs={train['epochs']} both set the training length; "
+                          "keep one (steps: optimizer steps; epochs: passes over the training split)")
+    return bool(given)
 
 
 class _NoAliasLoader(yaml.SafeLoader):
@@ -272,6 +310,7 @@ def from_dict(data: dict[str, Any], where: str = "config") -> RunConfig:
         raise ConfigError(f"model.{err}" if not str(err).startswith("model") else str(err)) from None
     except (TypeError, ValueError) as err:
         raise ConfigError(f"model: bad value ({err})") from None
+    _length_set(data.get("train"), where)
     sections = {name: _section(cls, data.get(name) or {}, name) for name, cls in SECTIONS.items()}
     for key in ("rrc_scale", "rrc_ratio", "erase_scale", "erase_ratio"):
         low, high = getattr(sections["augment"], key)
@@ -358,23 +397,29 @@ def dump_run_config(config: RunConfig) -> str:
     return yaml.safe_dump(config.to_dict(), sort_keys=False)
 
 
-def fitted_to_data(scan: ImageScan, n_train: int) -> tuple[list[str], str]:
+def fitted_to_data(scan: ImageScan, n_train: int, epochs: float | None = None) -> tuple[list[str], str]:
     """The default recipe for a dataset of one's own (`vitkit train --data FOLDER` with no model given), as overrides.
 
     The image size follows the images (median shorter side, to a multiple of 8 in 16..64 px) and so do the
     channels; a 4x4 grid of patches and the demo's small ViT (width 96, 6 layers, average pooling) keep a
-    step cheap, and ~30 epochs (200..3000 steps of up to 64 images) end in minutes on a laptop CPU.
+    step cheap, and ~30 epochs (200..3000 steps of up to 64 images) end in minutes on a laptop CPU; `epochs` (the
+    user's train.epochs) sets the length instead, and warmup, logging and evaluation follow it.
     Returns (overrides, one line saying what was chosen and why)."""
     side = min(scan.height, scan.width) or 32
     size = int(min(max(round(side / 8) * 8, 16), 64))
     batch = max(min(64, n_train), 1)
-    steps = int(min(max(-(-30 * n_train // batch), 200), 3000))
+    if epochs is None:
+        steps, length = int(min(max(-(-30 * n_train // batch), 200), 3000)), ""
+    else:
+        steps = max(math.ceil(epochs * n_train / batch), 1)
+        length = f"{epochs:g} epochs = "
     overrides = ["model.name=vit_mini4_32", f"model.image_size={size}", f"model.patch_size={size // 4}", f"model.in_chans={scan.channels}",
                  "model.width=96", "model.mlp_dim=192", "model.num_heads=4", "model.depth=6", "model.classifier=gap",
-                 f"train.batch_size={batch}", f"train.steps={steps}", f"train.warmup_steps={steps // 10}", "train.lr=3e-3",
+                 f"train.batch_size={batch}", f"train.epochs={epochs}" if epochs is not None else f"train.steps={steps}",
+                 f"train.warmup_steps={steps // 10}", "train.lr=3e-3",
                  f"train.log_every={max(steps // 20, 1)}", f"train.eval_every={max(steps // 4, 1)}", "augment.crop=pad",
                  f"augment.pad={max(size // 16, 1)}", "augment.hflip=0.5", "augment.label_smoothing=0.1"]
     note = (f"no model given, so fitted to the data: {scan} -> {size}x{size} px, {scan.channels} channel{'s' * (scan.channels > 1)}, "
-            f"patch {size // 4} (a 4x4 grid), width 96, depth 6; {steps} steps of {batch} images (KEY=VALUE overrides or --config "
+            f"patch {size // 4} (a 4x4 grid), width 96, depth 6; {length}{steps} steps of {batch} images (KEY=VALUE overrides or --config "
             "change any of it)")
     return overrides, note

@@ -327,9 +327,10 @@ def _main_process() -> bool:
 
 
 def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, started: float) -> dict:
-    t, a = config.train, config.augment
     env = _setup(config, out, resume)
     data = _prepare_data(config, out, resume, env)
+    config = config.with_steps_for(len(data.train))  # train.epochs -> train.steps, now that the split's size is known
+    t, a = config.train, config.augment
     run = _restore(config, out, env, data) if resume else _build(config, out, env, data)
     extra = {"class_names": data.class_names, "preprocess": {"crop_pct": a.eval_crop_pct},
              "data": data.record}  # every evaluation command reads the same splits
@@ -669,7 +670,8 @@ def _plan(config: RunConfig, model: VisionTransformer, data: _Data, env: _Setup,
     images = (last - step) * t.batch_size
     epochs = images / max(len(data.train), 1)
     threads = torch.get_num_threads()
-    lines.append(f"training   steps {step + 1}-{last} of {t.steps}, batch {t.batch_size}, lr {t.lr:g} ({t.optimizer}, {t.decay}): "
+    length = f" (train.epochs={t.epochs:g})" if t.epochs is not None else ""
+    lines.append(f"training   steps {step + 1}-{last} of {t.steps}{length}, batch {t.batch_size}, lr {t.lr:g} ({t.optimizer}, {t.decay}): "
                  f"{images:,} images ({epochs:.3g} epochs) on {env.device}, {threads} thread{'s' * (threads > 1)}")
     if t.warmup_steps > t.steps:
         lines.append(f"warning    train.warmup_steps={t.warmup_steps} is more than train.steps={t.steps}: the learning rate only warms up "

@@ -35,7 +35,7 @@ from vitkit.errors import ConfigError, VitkitError
 from vitkit.evaluation import markdown_table, write_report
 from vitkit.models import BiTConfig, ModelConfig, VisionTransformer, build_model
 from vitkit.models.registry import MODELS
-from vitkit.run_config import RunConfig, from_dict, load_run_config
+from vitkit.run_config import RunConfig, from_dict, load_run_config, merge_layer
 from vitkit.train import step_checkpoints, train
 
 # The paper's fine-tuning recipe (App. B; warmup 500 steps and the Inception crop [official]); a
@@ -59,7 +59,7 @@ def finetune_recipe(path: str | os.PathLike | None = None, overrides: list[str] 
         explicit = yaml.safe_load(Path(path).read_text()) or {}
     base = {section: dict(values) for section, values in FINETUNE_DEFAULTS.items()}
     for section, values in explicit.items():
-        base.setdefault(section, {}).update(values or {})
+        merge_layer(base, section, values or {}, str(path))
     return load_run_config(None, list(overrides), base=base)
 
 

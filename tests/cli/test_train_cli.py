@@ -85,9 +85,35 @@ def test_resume_through_cli(tmp_path, capsys):
     assert (out / "checkpoints" / "step_0000006").is_dir()
 
 
+def test_a_length_in_epochs_follows_the_training_images_and_is_kept_on_resume(tmp_path, capsys):
+    """train.epochs sets the steps from the split's size (24 images, 6 held out: 18; 18 x 2.5 / 16 -> 3 steps), run.yaml
+    keeps the epochs, not the steps, and a later layer's train.steps replaces them."""
+    make_folder(tmp_path / "data")
+    out = tmp_path / "run"
+    fast = [o for o in FAST if not o.startswith("train.eval_every")]
+    assert main(["train", "--data", str(tmp_path / "data"), "--out", str(out), "train.epochs=2.5", "data.val_fraction=0.25",
+                 "--no-progress", *fast]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["steps"] == 3
+    recorded = (out / "run.yaml").read_text()
+    assert "epochs: 2.5" in recorded and "\n  steps:" not in recorded
+    assert main(["train", "--resume", str(out), "train.epochs=5", "--no-progress"]) == 0  # 18 x 5 / 16 -> 6
+    assert "steps 4-6 of 6 (train.epochs=5), batch 16" in capsys.readouterr().out
+    assert main(["train", "--resume", str(out), "train.steps=8", "--no-progress"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["steps"] == 8
+    assert "epochs: null" in (out / "run.yaml").read_text()
+    # fitted to the data (no model given): the fitted recipe takes the user's length, warmup a tenth of it
+    assert main(["train", "--data", str(tmp_path / "data"), "--out", str(tmp_path / "fitted"), "train.epochs=4", "--no-progress",
+                 "train.threads=1", "train.checkpoint_every=100"]) == 0
+    printed = capsys.readouterr().out
+    assert "4 epochs = 4 steps of 22 images" in printed and json.loads(printed.strip().splitlines()[-1])["steps"] == 4  # 2 held out
+    assert "warning" not in printed
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
+        (["train", "--out", "{tmp}/x", "train.epochs=2", "train.steps=5"], "train.steps=5 and train.epochs=2.0 both set the training length"),
+        (["train", "--out", "{tmp}/x", "train.epochs=0"], "train.epochs: expected a value in (0, inf)"),
         (["train", "--out", "{tmp}/x", "train.lrr=1"], "train.lrr: unknown key"),
         (["train", "--out", "{tmp}/x", "train.steps=abc"], "train.steps: expected int"),
         (["train", "--out", "{tmp}/x", "--data", "{tmp}/missing"], "no such file"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shlex
 
@@ -15,6 +16,7 @@ examples:
   vitkit train --data ~/pictures/pets --out runs/pets model.name=vit_s16 model.image_size=224
   vitkit train --resume runs/demo                  continue exactly where it stopped
   vitkit train --resume runs/demo train.steps=6000  extend a run (the lr schedule is recomputed for 6000 steps)
+  vitkit train --data ~/photos --out runs/p train.epochs=10   the length in passes over the training images instead
   torchrun --nproc_per_node=8 -m vitkit train --config configs/imagenet_vit_b16.yaml --out runs/b16
                                                    data-parallel (DDP); add train.strategy=fsdp to shard
   vitkit train --config configs/pretrain_masked_patch.yaml --out runs/mpp    self-supervised, labels unused
@@ -60,13 +62,20 @@ def _interrupt(signum, frame):
 
 def fitted_unless_named(path: str | None, named: bool, overrides: list[str], command: str) -> list[str]:
     """`fit_to_data(path)` where a PATH is given and nothing names the model (`named`: a --config or resumed run, or a
-    model.* override among `overrides`); else no overrides."""
+    model.* override among `overrides`); else no overrides. A train.epochs override sets the fitted recipe's length."""
     if not path or named or any(o.startswith("model.") for o in overrides):
         return []
-    return fit_to_data(path, command)
+    given = [o.partition("=")[2] for o in overrides if isinstance(o, str) and o.startswith("train.epochs=")]
+    try:
+        epochs = float(given[-1]) if given else None
+    except ValueError:
+        epochs = None
+    fitted = fit_to_data(path, command, epochs=epochs if epochs is not None and 0 < epochs < math.inf else None)
+    # the user's length replaces the fitted one (a bad train.epochs is refused when the config is read, naming the key)
+    return [o for o in fitted if not (given and o.startswith("train.steps="))]
 
 
-def fit_to_data(path: str, command: str = "train") -> list[str]:
+def fit_to_data(path: str, command: str = "train", epochs: float | None = None) -> list[str]:
     """The default recipe for the images at `path`, from a short scan of its training split (reported by `command`)."""
     from vitkit.data import DataSpec
     from vitkit.data.scan import scan
@@ -74,7 +83,7 @@ def fit_to_data(path: str, command: str = "train") -> list[str]:
     from vitkit.run_config import fitted_to_data
 
     train = DataSpec(path=absolute(path)).open("train", channels=3, image_size=32, flag="data.train_split", hold_out="data.val_fraction")
-    overrides, note = fitted_to_data(scan(train), len(train))
+    overrides, note = fitted_to_data(scan(train), len(train), epochs=epochs)
     print(f"vitkit {command}: {note}", flush=True)
     return overrides
 
