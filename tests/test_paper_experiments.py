@@ -12,10 +12,17 @@ import torch
 PAPER = Path(__file__).resolve().parents[1] / "benchmarks" / "paper"
 
 
+@pytest.fixture(scope="module", autouse=True)
+def scripts_importable():
+    """The scripts import their shared `common` module from their own folder."""
+    sys.path.insert(0, str(PAPER))
+    yield
+    sys.path.remove(str(PAPER))
+
+
 @pytest.fixture(scope="module")
 def idx_data(tmp_path_factory):
     """A 10-class IDX dataset of 28x28 images whose brightness gives the class (200 train, 60 test)."""
-    sys.path.insert(0, str(PAPER))
     from common import write_idx
 
     root = tmp_path_factory.mktemp("idx")
@@ -24,8 +31,7 @@ def idx_data(tmp_path_factory):
         labels = g.integers(0, 10, n).astype(np.uint8)
         write_idx(root / f"{split}-images-idx3-ubyte", g.integers(0, 60, (n, 28, 28)) + labels[:, None, None] * 19)
         write_idx(root / f"{split}-labels-idx1-ubyte", labels)
-    yield root
-    sys.path.remove(str(PAPER))
+    return root
 
 
 def run(script, *args, monkeypatch):
@@ -50,10 +56,40 @@ def test_data_size(idx_data, tmp_path, monkeypatch):
     rows = result["rows"]
     assert [(r["family"], r["subset"]) for r in rows] == [(f, n) for n in (50, 100) for f in ("ViT", "BiT", "hybrid")]
     assert all(0 <= r["test_top1"] <= 1 and 0 <= r["fewshot10"] <= 1 and r["test_images"] == 40 for r in rows)
-    assert [r["train_images"] for r in rows[::3]] == [48, 95]  # 5% of each subset held out for validation
-    small = set(np.fromfile(tmp_path / "data" / "train50" / "train-images-idx3-ubyte", np.uint8)[16:].reshape(-1, 784).sum(1))
-    large = set(np.fromfile(tmp_path / "data" / "train100" / "train-images-idx3-ubyte", np.uint8)[16:].reshape(-1, 784).sum(1))
-    assert small <= large  # nested subsets
+    # n images train: cut from the 190 left once 5% of the 200 are held out for validation
+    assert [r["train_images"] for r in rows[::3]] == [50, 100]
+    assert rows[0]["train_selection"] == "first 50 of a seeded order (seed 0) of all but the 0.05 held out (seed 0)"
+
+
+def test_data_size_on_a_folder_of_ones_own_photos(tmp_path, monkeypatch, capsys):
+    """A folder with only train/ and val/ of RGB and grayscale photos of odd sizes: the families are built at the size
+    vitkit train would fit (their median shorter side to a multiple of 8: 40 px), 3 channels, scored on val."""
+    from PIL import Image
+
+    g = np.random.default_rng(0)
+    for split, n in (("train", 16), ("val", 4)):
+        for c, name in enumerate(("dark", "light")):
+            (tmp_path / "photos" / split / name).mkdir(parents=True)
+            for i in range(n):
+                h, w = int(g.integers(36, 44)), int(g.integers(40, 60))
+                image = Image.fromarray((g.integers(0, 60, (h, w, 3)) + 150 * c).astype(np.uint8))
+                (image.convert("L") if i % 3 == 0 else image).save(tmp_path / "photos" / split / name / f"{i}.{'png' if i % 2 else 'jpg'}")
+    out = tmp_path / "out"
+    run("data_size.py", "--data", tmp_path / "photos", "--test-split", "val", "--out", out, "--sizes", "8,20", "--families", "ViT,hybrid",
+        "--batch-size", "4", monkeypatch=monkeypatch)
+    result = json.loads((out / "data_size.json").read_text())
+    h = result["header"]
+    assert (h["image_size"], h["channels"], h["test_split"]) == (40, 3, "val")
+    assert "scored on its val split (test images: 8)" in (out / "data_size.md").read_text()
+    assert [(r["family"], r["train_images"], r["test_images"]) for r in result["rows"]] == [("ViT", 8, 8), ("hybrid", 8, 8), ("ViT", 20, 8), ("hybrid", 20, 8)]
+    config = json.loads((out / "runs" / "hybrid_8" / "final" / "config.json").read_text())
+    assert config["model"]["image_size"] == [40, 40] and config["model"]["in_chans"] == 3 and config["data"]["val_split"] == "val"
+    # more images than the folder holds, a family that is not one: one line each
+    for args, words in ((["--sizes", "33"], "--sizes: 33 is more than the training split holds: 32 images ("), (["--families", "vit"], "'vit': expected one of")):
+        monkeypatch.setattr(sys, "argv", ["data_size.py", "--ci", "--data", str(tmp_path / "photos"), "--test-split", "val", "--out", str(out), *args])
+        with pytest.raises(SystemExit) as done:
+            runpy.run_path(str(PAPER / "data_size.py"), run_name="__main__")
+        assert done.value.code == 2 and words in capsys.readouterr().err
 
 
 def test_compute(idx_data, tmp_path, monkeypatch):

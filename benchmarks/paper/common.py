@@ -1,8 +1,12 @@
-"""What the paper's experiments share: nested training subsets, one training run, its evaluation, FLOP counts, reports.
+"""What the paper's experiments share: the data, nested training subsets, one training run, its evaluation, FLOP
+counts, reports.
 
-Every run is an ordinary `vitkit train` run (vitkit.train.train with a run config) in OUT/runs/<name>; the test
-split is only read after training. Training FLOPs are counted on the meta device (forward + backward of one
-image, times the images seen), never timed.
+Every run is an ordinary `vitkit train` run (vitkit.train.train with a run config) in OUT/runs/<name>, on any data
+vitkit reads (IDX files, an image folder, a CSV/JSONL list, tar shards, Parquet; default Fashion-MNIST); a data-size
+run trains on `data.train_images` of it. Validation is the data's val split (a val/ folder, else 5% of the training
+split held out before any subset is cut); the scoring split (`--test-split`, default test) is only read after
+training. Training FLOPs are counted on the meta device (forward + backward of one image, times the images seen),
+never timed.
 """
 
 from __future__ import annotations
@@ -20,12 +24,16 @@ import numpy as np
 import torch
 
 from vitkit.checkpoint.native import load_native
-from vitkit.data import open_dataset
-from vitkit.data.idx import default_dir, find_idx, load_idx_split
+from vitkit.data import DataSpec
+from vitkit.data.idx import default_dir
 from vitkit.data.loader import eval_batches
+from vitkit.data.scan import scan
+from vitkit.data.sources import described
+from vitkit.data.spec import absolute
+from vitkit.errors import VitkitError
 from vitkit.evaluation import evaluate, fewshot_eval, markdown_table
 from vitkit.models.summary import count_flops
-from vitkit.run_config import from_dict
+from vitkit.run_config import fitted_size, from_dict
 from vitkit.train import train
 
 # The demo's recipe (configs/fashion_mnist.yaml) for every family: AdamW, warmup + cosine, 1-pixel shifts, flips,
@@ -36,20 +44,51 @@ RECIPE = {
     "data": {"val_fraction": 0.05},
 }
 
-# Three families at about the same cost per image on 28x28 Fashion-MNIST (forward MFLOPs, `vitkit models`):
-# the demo ViT (7x7 patches, 16 tokens), a BiT ResNet-v2 (the release's 7x7/2 stem and max-pool, three stages),
-# and a hybrid (the ViT release's ResNet stem, stride 4, under 1x1 patches: 49 tokens).
-FAMILIES = {
-    "ViT": {"name": "vit_mini4_28", "patch_size": 7, "width": 96, "mlp_dim": 192, "num_heads": 4, "depth": 6, "classifier": "gap"},
-    "BiT": {"name": "bit_r11_28", "stem": "bit", "layers": [1, 1, 1], "width": 32},
-    "hybrid": {"name": "vit_mini4_28", "backbone": {"layers": [], "width": 32}, "patch_size": 1, "width": 96, "mlp_dim": 192,
-               "num_heads": 4, "depth": 2, "classifier": "gap"},
-}
+
+def families(size: int = 28, channels: int = 1) -> dict[str, dict]:
+    """Three families at about the same cost per image on 28x28 Fashion-MNIST (forward MFLOPs, `vitkit models`),
+    as model sections for `size` px and `channels`: the demo ViT (a 4x4 grid of patches: 7 px at 28, 16 tokens), a
+    BiT ResNet-v2 (the release's 7x7/2 stem and max-pool, three stages), and a hybrid (the ViT release's ResNet
+    stem, stride 4, under patches of the feature map: 1x1 at 28, 49 tokens; about a 7x7 grid at other sizes)."""
+    if size % 4:
+        fail(f"--image-size: {size} px does not split into a 4x4 grid of patches; give a multiple of 4")
+    stem = size // 4  # the hybrid's feature map, after the stride-4 stem
+    patch = max(p for p in range(1, max(size // 28, 1) + 1) if stem % p == 0)
+    shape = {"image_size": size, "in_chans": channels}
+    return {
+        "ViT": {"name": "vit_mini4_28", **shape, "patch_size": size // 4, "width": 96, "mlp_dim": 192, "num_heads": 4, "depth": 6,
+                "classifier": "gap"},
+        "BiT": {"name": "bit_r11_28", **shape, "stem": "bit", "layers": [1, 1, 1], "width": 32},
+        "hybrid": {"name": "vit_mini4_28", **shape, "backbone": {"layers": [], "width": 32}, "patch_size": patch, "width": 96,
+                   "mlp_dim": 192, "num_heads": 4, "depth": 2, "classifier": "gap"},
+    }
+
+
+FAMILIES = families()  # at Fashion-MNIST's 28x28 grayscale
+
+
+def fail(message: str) -> None:
+    """A user's mistake: one line on stderr, exit code 2 (as vitkit's commands)."""
+    print(f"{Path(sys.argv[0]).name}: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def chosen(text: str, known) -> list[str]:
+    """The comma-separated names of `text`, each one of `known` (else the script exits naming it)."""
+    names = text.split(",")
+    for name in names:
+        if name not in known:
+            fail(f"{name!r}: expected one of {', '.join(known)}")
+    return names
 
 
 def parser(doc: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--data", default=None, help="IDX directory (default: Fashion-MNIST from $VITKIT_DATA or /usr/share/datasets/fashion-mnist)")
+    p.add_argument("--data", default=None, help="the dataset, as for vitkit train --data: IDX folder, image folder, CSV/JSONL list, "
+                                                "tar shards or Parquet (default: Fashion-MNIST from $VITKIT_DATA or /usr/share/datasets/fashion-mnist)")
+    p.add_argument("--test-split", default="test", help="the split every model is scored on (default test; val for data that has none)")
+    p.add_argument("--image-size", type=int, default=None, help="px (default: IDX data's own size; for image files, their median "
+                                                                "shorter side to a multiple of 8 in 16-64, as vitkit train --data fits)")
     p.add_argument("--out", required=True, help="output directory: runs/, NAME.json, NAME.md, NAME.png")
     p.add_argument("--steps", type=int, default=None, help="optimizer steps per run")
     p.add_argument("--batch-size", type=int, default=None)
@@ -66,35 +105,18 @@ def write_idx(path: Path, array: np.ndarray) -> None:
     path.write_bytes(header + np.ascontiguousarray(array, dtype=np.uint8).tobytes())
 
 
-def nested_subsets(data: Path, sizes: list[int], out: Path, seed: int = 0) -> dict[int, Path]:
-    """IDX directories holding the first n images of one seeded permutation of the training split (so each
-    subset contains the smaller ones) and the whole test split."""
-    images, labels = load_idx_split(data, "train")
-    order = np.random.default_rng(seed).permutation(len(labels))
-    dirs = {}
-    for n in sizes:
-        if n > len(labels):
-            sys.exit(f"--sizes: {n} is more than the {len(labels)} training images in {data}")
-        d = out / "data" / f"train{n}"
-        d.mkdir(parents=True, exist_ok=True)
-        pick = np.sort(order[:n])
-        write_idx(d / "train-images-idx3-ubyte", images[pick])
-        write_idx(d / "train-labels-idx1-ubyte", labels[pick])
-        for kind in ("images", "labels"):
-            link = d / find_idx(data, "test", kind).name
-            if not link.exists():
-                link.symlink_to(find_idx(data, "test", kind).resolve())
-        dirs[n] = d
-    return dirs
+def spec(args, train_images: int | None = None) -> DataSpec:
+    """The data of every run: `args.data` cut as RECIPE says, only `train_images` of its training split where given."""
+    return DataSpec(path=str(args.data), val_fraction=RECIPE["data"]["val_fraction"], train_images=train_images)
 
 
-def run_one(name: str, model: dict, data: Path, out: Path, args, *, seed: int = 0, fewshot: tuple[int, ...] = ()) -> dict:
+def run_one(name: str, model: dict, args, *, seed: int = 0, train_images: int | None = None, fewshot: tuple[int, ...] = ()) -> dict:
     """Train `model` (a run config's model section) or reuse its finished run, then score it on the test split."""
-    run_dir = out / "runs" / name
+    run_dir = args.out / "runs" / name
     steps = args.steps
     config = from_dict({
         "model": model,
-        "data": {**RECIPE["data"], "path": str(data)},
+        "data": {**RECIPE["data"], "path": str(args.data), "train_images": train_images},
         "augment": RECIPE["augment"],
         "train": {**RECIPE["train"], "steps": steps, "batch_size": args.batch_size, "warmup_steps": max(steps // 20, 1),
                   "eval_every": steps, "checkpoint_every": steps, "log_every": max(steps // 10, 1), "seed": seed,
@@ -102,26 +124,27 @@ def run_one(name: str, model: dict, data: Path, out: Path, args, *, seed: int = 
     })  # fmt: skip
     started = time.perf_counter()
     if not (run_dir / "summary.json").is_file():
-        print(f"[{name}] training {args.steps} steps of {args.batch_size} on {data}", file=sys.stderr, flush=True)
+        print(f"[{name}] training {args.steps} steps of {args.batch_size} on {args.data}"
+              + (f" ({train_images:,} training images)" if train_images else ""), file=sys.stderr, flush=True)
         train(config, run_dir)
     summary = json.loads((run_dir / "summary.json").read_text())
-    model, _ = load_native(run_dir / "final")
+    model, extra = load_native(run_dir / "final")
     c = model.config
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else "cpu" if args.device == "auto" else args.device)
-    test = open_dataset("auto", data, "test", channels=c.in_chans, image_size=c.image_size[0])
+    test = spec(args).open(args.test_split, channels=c.in_chans, image_size=c.image_size[0])
     if args.test_images:
         test = test.subset(np.arange(min(args.test_images, len(test))))
     model.to(device)
     result = evaluate(model, eval_batches(test, 500, device, channels=c.in_chans, size=c.image_size[0], crop_pct=1.0))
-    train_split = open_dataset("auto", data, "train", channels=c.in_chans, image_size=c.image_size[0], val_fraction=RECIPE["data"]["val_fraction"])
+    trained_on = extra["data"]["splits"]["train"]  # exactly which images the run trained on, as its checkpoint records
     row = {
-        "name": name, "train_images": len(train_split), "steps": args.steps, "batch_size": args.batch_size,
-        "params": summary["params"], "train_flops": count_flops(c, backward=True) * args.steps * args.batch_size,
-        "test_top1": result["top1"], "test_images": result["n"], "val_top1": summary["final_val_top1"],
+        "name": name, "train_images": trained_on["n"], "train_selection": trained_on["selection"], "steps": args.steps,
+        "batch_size": args.batch_size, "params": summary["params"], "train_flops": count_flops(c, backward=True) * args.steps * args.batch_size,
+        "test_top1": result["top1"], "test_images": result["n"], "test_split": args.test_split, "val_top1": summary["final_val_top1"],
         "train_wall_s": summary["wall_time_s"], "seconds": time.perf_counter() - started,
     }  # fmt: skip
     if fewshot:
-        full = open_dataset("auto", args.data, "train", channels=c.in_chans, image_size=c.image_size[0])  # the whole split
+        full = DataSpec(path=str(args.data)).open("train", channels=c.in_chans, image_size=c.image_size[0])  # no subset
         fs = fewshot_eval(model, full, test, shots=fewshot, seeds=2, device=device)  # the official least-squares evaluator
         row.update({f"fewshot{k}": v["mean"] for k, v in fs["shots"].items()})
     print(json.dumps(row), file=sys.stderr, flush=True)
@@ -129,13 +152,25 @@ def run_one(name: str, model: dict, data: Path, out: Path, args, *, seed: int = 
 
 
 def defaults(args, *, full: dict, ci: dict) -> None:
-    """Fill unset arguments from the CPU-sized `full` preset, or the tiny `ci` one."""
+    """Fill unset arguments from the CPU-sized `full` preset, or the tiny `ci` one; read the data's image size and
+    channels (`args.image_size`, `args.channels`), checking that it has a training split and the scoring split."""
     for key, value in (ci if args.ci else full).items():
         if getattr(args, key, None) is None:
             setattr(args, key, value)
-    args.data = Path(args.data) if args.data else default_dir()
-    if find_idx(args.data, "train", "images") is None:
-        sys.exit(f"{args.data}: no IDX training images (Fashion-MNIST: apt-get install dataset-fashion-mnist, or --data DIR)")
+    args.data = Path(absolute(args.data)) if args.data else default_dir()
+    try:
+        train_split = spec(args).open("train", channels=3, image_size=args.image_size or 32)
+        args.test_count = len(spec(args).open(args.test_split, channels=3, image_size=args.image_size or 32, flag="--test-split"))
+    except VitkitError as err:
+        hint = " (Fashion-MNIST: apt-get install dataset-fashion-mnist, or --data PATH)" if args.data == default_dir() else ""
+        fail(f"{err}{hint}")
+    args.train_count, args.train_described = len(train_split), described(train_split.describe())
+    if train_split.images is not None:  # IDX arrays: their own size and channels
+        args.channels, native = train_split.images.shape[1], train_split.images.shape[-1]
+        args.image_size = args.image_size or native
+    else:
+        found = scan(train_split)
+        args.channels, args.image_size = found.channels, args.image_size or fitted_size(found)
     args.out = Path(args.out)
     args.out.mkdir(parents=True, exist_ok=True)
     if args.threads:
@@ -145,8 +180,9 @@ def defaults(args, *, full: dict, ci: dict) -> None:
 def header(args, command: str) -> dict:
     return {
         "command": command, "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": machine(),
-        "torch": torch.__version__, "threads": torch.get_num_threads(), "data": str(args.data),
-        "test_images": args.test_images or "all", "steps": args.steps, "batch_size": args.batch_size,
+        "torch": torch.__version__, "threads": torch.get_num_threads(), "data": str(args.data), "test_split": args.test_split,
+        "image_size": args.image_size, "channels": args.channels, "test_images": min(args.test_images, args.test_count) if args.test_images else f"all {args.test_count:,}", "steps": args.steps,
+        "batch_size": args.batch_size,
     }  # fmt: skip
 
 
@@ -164,8 +200,9 @@ def report(out: Path, name: str, result: dict, table: tuple[list[str], list[list
     """NAME.json, NAME.md (the table with its command, data and machine) and print the Markdown."""
     (out / f"{name}.json").write_text(json.dumps(result, indent=1) + "\n")
     h = result["header"]
-    text = (f"`{h['command']}`\n\n{h['date']}, {h['machine']}, torch {h['torch']}; data {h['data']} "
-            f"(test images: {h['test_images']}); {h['steps']} steps of {h['batch_size']} per run.\n\n"
+    text = (f"`{h['command']}`\n\n{h['date']}, {h['machine']}, torch {h['torch']}; data {h['data']} at {h['image_size']} px, "
+            f"{h['channels']} channel(s), scored on its {h['test_split']} split (test images: {h['test_images']}); "
+            f"{h['steps']} steps of {h['batch_size']} per run.\n\n"
             + markdown_table(*table) + ("\n\n" + notes if notes else "") + "\n")
     (out / f"{name}.md").write_text(text)
     print(text)
@@ -191,6 +228,7 @@ def lines(ax, series: dict[str, tuple[list, list]], **labels) -> None:
 
 def save_figure(fig, path: Path, h: dict, runs: str = "per run") -> None:
     """The PNG, titled with the data, the length of every run and how many test images scored it."""
-    fig.suptitle(f"{h['data']}: {h['steps']} steps x {h['batch_size']} {runs}; test images: {h['test_images']}", fontsize=8)
+    fig.suptitle(f"{h['data']} at {h['image_size']} px: {h['steps']} steps x {h['batch_size']} {runs}; scored on {h['test_split']}, "
+                 f"test images: {h['test_images']}", fontsize=8)
     fig.savefig(path, dpi=110, bbox_inches="tight")
     pyplot().close(fig)

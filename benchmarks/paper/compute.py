@@ -2,6 +2,7 @@
 
     python benchmarks/paper/compute.py --out runs/paper/compute                # CPU default: 500 steps of 256 a run, ~40 min (RESULTS.md)
     python benchmarks/paper/compute.py --out DIR --steps 5000 --device cuda
+    python benchmarks/paper/compute.py --out DIR --data ~/photos --test-split val             # your own images
 
 Every model trains on the whole training split for the same number of steps; its training compute is the
 FLOPs of one forward and backward pass (counted on the meta device: matmuls, convolutions, attention; a
@@ -14,15 +15,18 @@ from __future__ import annotations
 
 import sys
 
-from common import FAMILIES, defaults, header, lines, parser, pyplot, report, run_one, save_figure
+from common import FAMILIES, chosen, defaults, families, header, lines, parser, pyplot, report, run_one, save_figure
 
-VIT, BIT, HYBRID = FAMILIES["ViT"], FAMILIES["BiT"], FAMILIES["hybrid"]
-# (label, model section): small, the shared size of data_size.py, large
-SIZES = {
-    "ViT": [("w64 d4", {**VIT, "width": 64, "mlp_dim": 128, "depth": 4}), ("w96 d6", VIT), ("w128 d8", {**VIT, "width": 128, "mlp_dim": 256, "depth": 8})],
-    "BiT": [("R11x1", BIT), ("R20x1", {**BIT, "layers": [2, 2, 2]}), ("R20x2", {**BIT, "layers": [2, 2, 2], "width_factor": 2})],
-    "hybrid": [("d1", {**HYBRID, "depth": 1}), ("d2", HYBRID), ("d4", {**HYBRID, "depth": 4})],
-}
+
+def sizes(image_size: int, channels: int) -> dict[str, list[tuple[str, dict]]]:
+    """(label, model section) per family: small, the shared size of data_size.py, large."""
+    f = families(image_size, channels)
+    vit, bit, hybrid = f["ViT"], f["BiT"], f["hybrid"]
+    return {
+        "ViT": [("w64 d4", {**vit, "width": 64, "mlp_dim": 128, "depth": 4}), ("w96 d6", vit), ("w128 d8", {**vit, "width": 128, "mlp_dim": 256, "depth": 8})],
+        "BiT": [("R11x1", bit), ("R20x1", {**bit, "layers": [2, 2, 2]}), ("R20x2", {**bit, "layers": [2, 2, 2], "width_factor": 2})],
+        "hybrid": [("d1", {**hybrid, "depth": 1}), ("d2", hybrid), ("d4", {**hybrid, "depth": 4})],
+    }
 FULL = {"steps": 500, "batch_size": 256, "test_images": None}
 CI = {"steps": 2, "batch_size": 16, "test_images": 40}
 
@@ -33,25 +37,26 @@ def main() -> int:
     p.add_argument("--sizes-per-family", type=int, default=3, help="the first N sizes of each family (CI: fewer)")
     args = p.parse_args()
     defaults(args, full=FULL, ci=CI)
-    families = args.families.split(",")
+    names = chosen(args.families, FAMILIES)
+    models = sizes(args.image_size, args.channels)
     rows = []
-    for family in families:
-        for label, model in SIZES[family][: args.sizes_per_family]:
+    for family in names:
+        for label, model in models[family][: args.sizes_per_family]:
             name = f"{family}_{label.replace(' ', '_')}"
-            rows.append({"family": family, "size": label, **run_one(name, model, args.data, args.out, args)})
+            rows.append({"family": family, "size": label, **run_one(name, model, args)})
     result = {"header": header(args, " ".join(["python", *sys.argv])), "rows": rows}
     table = (["family", "size", "params", "training FLOPs", "test top-1"],
              [[r["family"], r["size"], r["params"], f"{r['train_flops']:.3g}", r["test_top1"]] for r in rows])
     report(args.out, "compute", result, table, "Paper (Fig. 5): ViT reaches an accuracy with 2-4x less compute than BiT; "
            "hybrids lead at small compute.")
-    plot(rows, families, args.out / "compute.png", result["header"])
+    plot(rows, names, args.out / "compute.png", result["header"])
     return 0
 
 
-def plot(rows, families, path, h) -> None:
+def plot(rows, names, path, h) -> None:
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
-    ordered = {f: sorted((r for r in rows if r["family"] == f), key=lambda r: r["train_flops"]) for f in families}
+    ordered = {f: sorted((r for r in rows if r["family"] == f), key=lambda r: r["train_flops"]) for f in names}
     lines(ax, {f: ([r["train_flops"] for r in mine], [r["test_top1"] for r in mine]) for f, mine in ordered.items()},
           xlabel="training FLOPs (counted)", ylabel="test top-1", title="Accuracy against compute (Fig. 5)")
     for r in rows:

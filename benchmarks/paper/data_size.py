@@ -1,10 +1,13 @@
 """Data size (paper Fig. 3 and 4): ViT, BiT ResNet and hybrid of similar compute on nested training subsets.
 
     python benchmarks/paper/data_size.py --out runs/paper/data_size            # CPU default: 500 steps of 256 a run, ~40 min (RESULTS.md)
-    python benchmarks/paper/data_size.py --out DIR --sizes 1000,5000,20000,60000 --steps 4000 --device cuda
+    python benchmarks/paper/data_size.py --out DIR --sizes 1000,5000,20000,57000 --steps 4000 --device cuda
+    python benchmarks/paper/data_size.py --out DIR --data ~/photos --test-split val --sizes 100,300,1000   # your own images
 
 Each family trains for the same number of steps on the first n images of one seeded permutation of the
-training split (so every subset holds the smaller ones): the same compute, n varies. Scores: test top-1
+training split (`data.train_images`: every subset holds the smaller ones; validation images are held out before,
+so n images train): the same compute, n varies. Any data vitkit reads works (`--data`, `--test-split val` for
+a folder with only train/ and val/). Scores: test top-1
 (Fig. 3 fine-tunes, here the model is trained on the target task directly) and 10-shot linear accuracy of the
 frozen features (Fig. 4: the official least-squares few-shot evaluator, 10 images per class drawn from the full
 training split, mean of 2 draws). Writes data_size.json, data_size.md and data_size.png (accuracy against n).
@@ -15,30 +18,32 @@ from __future__ import annotations
 
 import sys
 
-from common import FAMILIES, defaults, header, lines, nested_subsets, parser, pyplot, report, run_one, save_figure
+from common import FAMILIES, chosen, defaults, fail, families, header, lines, parser, pyplot, report, run_one, save_figure
 
-FULL = {"sizes": "1000,5000,20000,60000", "steps": 500, "batch_size": 256, "test_images": None}
+FULL = {"sizes": "1000,5000,20000,57000", "steps": 500, "batch_size": 256, "test_images": None}
 CI = {"sizes": "60,120", "steps": 2, "batch_size": 16, "test_images": 40}
 
 
 def main() -> int:
     p = parser(__doc__)
-    p.add_argument("--sizes", default=None, help="training subset sizes, comma-separated (default 1000,5000,20000,60000)")
+    p.add_argument("--sizes", default=None, help="training subset sizes, comma-separated (default 1000,5000,20000,57000: all of Fashion-MNIST's after 5%% validate)")
     p.add_argument("--families", default="ViT,BiT,hybrid")
     args = p.parse_args()
     defaults(args, full=FULL, ci=CI)
+    names = chosen(args.families, FAMILIES)
     sizes = sorted(int(n) for n in args.sizes.split(","))
-    families = args.families.split(",")
-    dirs = nested_subsets(args.data, sizes, args.out)
+    if sizes[-1] > args.train_count:
+        fail(f"--sizes: {sizes[-1]:,} is more than the training split holds: {args.train_described}")
+    models = families(args.image_size, args.channels)
     rows = []
     for n in sizes:
-        for family in families:
-            rows.append({"family": family, "subset": n, **run_one(f"{family}_{n}", FAMILIES[family], dirs[n], args.out, args, fewshot=(10,))})
+        for family in names:
+            rows.append({"family": family, "subset": n, **run_one(f"{family}_{n}", models[family], args, train_images=n, fewshot=(10,))})
     result = {"header": header(args, " ".join(["python", *sys.argv])), "rows": rows}
-    table = (["training images", *[f"{f} test top-1" for f in families], *[f"{f} 10-shot" for f in families]],
-             [[n, *[_get(rows, f, n, "test_top1") for f in families], *[_get(rows, f, n, "fewshot10") for f in families]] for n in sizes])
+    table = (["training images", *[f"{f} test top-1" for f in names], *[f"{f} 10-shot" for f in names]],
+             [[n, *[_get(rows, f, n, "test_top1") for f in names], *[_get(rows, f, n, "fewshot10") for f in names]] for n in sizes])
     report(args.out, "data_size", result, table, "Paper (Fig. 3, 4): ResNets win on small data, ViT overtakes with more.")
-    plot(rows, families, sizes, args.out / "data_size.png", result["header"])
+    plot(rows, names, sizes, args.out / "data_size.png", result["header"])
     return 0
 
 

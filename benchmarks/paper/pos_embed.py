@@ -2,6 +2,7 @@
 
     python benchmarks/paper/pos_embed.py --out runs/paper/pos_embed            # CPU default: 500 steps of 256 a run, ~40 min (RESULTS.md)
     python benchmarks/paper/pos_embed.py --out DIR --seeds 5 --steps 4000 --device cuda
+    python benchmarks/paper/pos_embed.py --out DIR --data ~/photos --test-split val           # your own images
 
 Variants (model.pos_embed): none, learned (1D), learned_2d (row + column), relative (attention biases per
 2D offset), sincos2d. Each seed changes the initial weights and the data order. Writes pos_embed.json,
@@ -15,7 +16,7 @@ from __future__ import annotations
 import math
 import sys
 
-from common import FAMILIES, defaults, header, parser, pyplot, report, run_one, save_figure
+from common import chosen, defaults, families, header, parser, pyplot, report, run_one, save_figure
 
 VARIANTS = ["none", "learned", "learned_2d", "relative", "sincos2d"]
 FULL = {"steps": 500, "batch_size": 256, "test_images": None, "seeds": 3}
@@ -28,11 +29,12 @@ def main() -> int:
     p.add_argument("--variants", default=",".join(VARIANTS))
     args = p.parse_args()
     defaults(args, full=FULL, ci=CI)
-    variants = args.variants.split(",")
+    variants = chosen(args.variants, VARIANTS)
+    vit = families(args.image_size, args.channels)["ViT"]
     rows = []
     for seed in range(args.seeds):  # seed-major: an interrupted run still has every variant at the lower seeds
         for v in variants:
-            rows.append({"variant": v, "seed": seed, **run_one(f"{v}_seed{seed}", {**FAMILIES["ViT"], "pos_embed": v}, args.data, args.out, args, seed=seed)})
+            rows.append({"variant": v, "seed": seed, **run_one(f"{v}_seed{seed}", {**vit, "pos_embed": v}, args, seed=seed)})
     stats = {v: _stats([r["test_top1"] for r in rows if r["variant"] == v]) for v in variants}
     base = stats.get("none")
     for v, s in stats.items():

@@ -35,6 +35,9 @@ class DataConfig:
     val_split: str = "val"  # split validated during training (a "val" folder, else held out of train with val_fraction)
     val_fraction: float = 0.1  # share of train held out as "val" when the source has no val split on disk
     split_seed: int = 0
+    # train on only the first N images of a seeded order (split_seed) of the training split, after any val hold-out:
+    # for one seed a smaller N is a subset of a larger one (the paper's data-size experiments, Fig. 3-4); None: all
+    train_images: int | None = None
     memory_mb: float = 4096.0  # image files up to this size are decoded once and kept on the device (not with augment.crop=rrc)
     load_size: int | None = None  # square size files are kept at for augment.crop=pad|none (None: image size); rrc crops the whole image
     workers: int = 2  # DataLoader workers for streamed image files
@@ -94,7 +97,7 @@ CHOICES = {
     "train.precision": ("auto", "fp32", "bf16", "fp16"),
     "train.strategy": ("auto", "ddp", "fsdp"),
 }
-POSITIVE = {"train.steps", "train.batch_size", "train.micro_batch", "train.log_every", "train.eval_every",
+POSITIVE = {"data.train_images", "train.steps", "train.batch_size", "train.micro_batch", "train.log_every", "train.eval_every",
             "train.checkpoint_every", "train.eval_batch_size", "train.max_nonfinite_steps", "data.synthetic_size", "data.synthetic_classes",
             "data.memory_mb", "data.load_size", "augment.eval_crop_pct"}
 
@@ -397,6 +400,12 @@ def dump_run_config(config: RunConfig) -> str:
     return yaml.safe_dump(config.to_dict(), sort_keys=False)
 
 
+def fitted_size(scan: ImageScan) -> int:
+    """The image size `fitted_to_data` trains at: the images' median shorter side, to a multiple of 8 in 16..64 px."""
+    side = min(scan.height, scan.width) or 32
+    return int(min(max(round(side / 8) * 8, 16), 64))
+
+
 def fitted_to_data(scan: ImageScan, n_train: int, epochs: float | None = None) -> tuple[list[str], str]:
     """The default recipe for a dataset of one's own (`vitkit train --data FOLDER` with no model given), as overrides.
 
@@ -405,8 +414,7 @@ def fitted_to_data(scan: ImageScan, n_train: int, epochs: float | None = None) -
     step cheap, and ~30 epochs (200..3000 steps of up to 64 images) end in minutes on a laptop CPU; `epochs` (the
     user's train.epochs) sets the length instead, and warmup, logging and evaluation follow it.
     Returns (overrides, one line saying what was chosen and why)."""
-    side = min(scan.height, scan.width) or 32
-    size = int(min(max(round(side / 8) * 8, 16), 64))
+    size = fitted_size(scan)
     batch = max(min(64, n_train), 1)
     if epochs is None:
         steps, length = int(min(max(-(-30 * n_train // batch), 200), 3000)), ""

@@ -109,9 +109,26 @@ def test_a_length_in_epochs_follows_the_training_images_and_is_kept_on_resume(tm
     assert "warning" not in printed
 
 
+def test_a_run_on_a_subset_of_the_training_images_records_it_and_the_fitted_recipe_fits_it(tmp_path, capsys):
+    """data.train_images=10 of the 18 training images: the fitted recipe's batch fits the 10, the checkpoint records them,
+    and `vitkit data` shows the same cut."""
+    make_folder(tmp_path / "data")
+    out = tmp_path / "run"
+    assert main(["train", "--data", str(tmp_path / "data"), "--out", str(out), "data.train_images=10", "data.val_fraction=0.25",
+                 "train.steps=2", "--no-progress", "train.threads=1"]) == 0
+    printed = capsys.readouterr().out
+    assert "scanned 10 of 10 images" in printed and "2 steps of 10 images" not in printed  # train.steps=2 is the user's
+    assert "10 images  " + str(tmp_path / "data") + " (first 10 of a seeded order (seed 0) of all but the 0.25 held out (seed 0))" in printed
+    record = json.loads((out / "final" / "config.json").read_text())["data"]
+    assert record["train_images"] == 10 and record["splits"]["train"]["n"] == 10 and record["splits"]["val"]["n"] == 6
+    assert main(["data", str(tmp_path / "data"), "data.train_images=10", "data.val_fraction=0.25"]) == 0
+    assert "train    10 images, " in (text := capsys.readouterr().out) and "first 10 of a seeded order" in text
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
+        (["train", "--out", "{tmp}/x", "data.train_images=0"], "data.train_images"),
         (["train", "--out", "{tmp}/x", "train.epochs=2", "train.steps=5"], "train.steps=5 and train.epochs=2.0 both set the training length"),
         (["train", "--out", "{tmp}/x", "train.epochs=0"], "train.epochs: expected a value in (0, inf)"),
         (["train", "--out", "{tmp}/x", "train.lrr=1"], "train.lrr: unknown key"),

@@ -28,6 +28,27 @@ def test_image_folder_with_seeded_split(tmp_path):
     assert again.paths == val.paths
 
 
+def test_train_images_are_nested_seeded_subsets_of_the_training_part_only(tmp_path):
+    """data.train_images: the first N of one seeded order of the training split (after the val hold-out), so a smaller N
+    lies inside a larger one, no held-out image is ever among them, and the split says which images they are."""
+    from vitkit.data import DataSpec
+
+    make_folder(tmp_path, per_class=20)
+    spec = DataSpec(path=str(tmp_path), val_fraction=0.25, split_seed=3)
+    subsets = {n: DataSpec(**{**spec.__dict__, "train_images": n}).open("train", channels=3, image_size=8) for n in (5, 12, 30)}
+    paths = {n: set(map(str, split.paths)) for n, split in subsets.items()}
+    assert {n: len(p) for n, p in paths.items()} == {5: 5, 12: 12, 30: 30}
+    assert paths[5] < paths[12] < paths[30] == set(map(str, spec.open("train", channels=3, image_size=8).paths))
+    held = set(map(str, DataSpec(**{**spec.__dict__, "train_images": 5}).open("val", channels=3, image_size=8).paths))
+    assert len(held) == 10 and not held & paths[30]
+    assert subsets[12].selection == "first 12 of a seeded order (seed 3) of all but the 0.25 held out (seed 3)"
+    assert [str(p) for p in subsets[12].paths] == sorted(map(str, subsets[12].paths))  # in the split's own order
+    other_seed = DataSpec(**{**spec.__dict__, "train_images": 12, "split_seed": 4}).open("train", channels=3, image_size=8)
+    assert set(map(str, other_seed.paths)) != paths[12]
+    with pytest.raises(DataError, match="data.train_images: 31 is more than the training split holds .*give at most 30"):
+        DataSpec(**{**spec.__dict__, "train_images": 31}).open("train", channels=3, image_size=8)
+
+
 def test_image_folder_with_split_dirs(tmp_path):
     make_folder(tmp_path / "train")
     make_folder(tmp_path / "val", per_class=2)

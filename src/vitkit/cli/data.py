@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     import numpy as np
 
     from vitkit.checkpoint.io import atomic_path
-    from vitkit.data import SPLITS, open_dataset
+    from vitkit.data import SPLITS, DataSpec
     from vitkit.data.shards import write_tar_shards
     from vitkit.data.summary import describe, sample_grid
     from vitkit.errors import ConfigError, DataError
@@ -62,12 +62,11 @@ def run(args: argparse.Namespace) -> int:
         overrides = [*fitted_unless_named(args.path, bool(args.config), args.overrides, "data"), *overrides]
     config = load_run_config(args.config, overrides)
     d, shape = config.data, config.model_config()
+    spec = DataSpec.from_config(d)  # as training reads it (data.train_images too)
     opened = {}
     for split in SPLITS:
         try:
-            opened[split] = open_dataset(d.name, d.path, split, channels=shape.in_chans, image_size=shape.image_size[0],
-                                         val_fraction=d.val_fraction, seed=d.split_seed, synthetic_size=d.synthetic_size,
-                                         synthetic_classes=d.synthetic_classes)
+            opened[split] = spec.open(split, channels=shape.in_chans, image_size=shape.image_size[0])
         except DataError as err:
             opened[split] = str(err)
     summary = describe(opened, args.split, d.path, d.name)
@@ -111,7 +110,8 @@ def _print(s: dict) -> None:
             continue
         counts = list(row["per_class"].values())
         spread = "" if not counts else f"{min(counts)} per class" if min(counts) == max(counts) else f"{min(counts)}-{max(counts)} per class"
-        print(f"{split:<8} {row['images']} images, {spread} ({row['source']})")
+        part = "" if row.get("selection", "all") == "all" else f", {row['selection']}"
+        print(f"{split:<8} {row['images']} images, {spread} ({row['source']}{part})")
     z = s["sizes"]
     sample = f"all {z['images']}" if z["images"] == z["of"] else f"{z['images']} of {z['of']}, a seeded sample"
     print(f"sizes    {s['sizes']['split']} split, {sample} images: width {z['width'][0]}/{z['width'][1]:g}/{z['width'][2]}, "

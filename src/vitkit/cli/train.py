@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import shlex
 
@@ -62,27 +61,25 @@ def _interrupt(signum, frame):
 
 def fitted_unless_named(path: str | None, named: bool, overrides: list[str], command: str) -> list[str]:
     """`fit_to_data(path)` where a PATH is given and nothing names the model (`named`: a --config or resumed run, or a
-    model.* override among `overrides`); else no overrides. A train.epochs override sets the fitted recipe's length."""
+    model.* override among `overrides`); else no overrides. The fit reads the training split as the data.* overrides
+    cut it (data.train_images, data.val_fraction, ...), and a train.epochs override sets its length."""
     if not path or named or any(o.startswith("model.") for o in overrides):
         return []
-    given = [o.partition("=")[2] for o in overrides if isinstance(o, str) and o.startswith("train.epochs=")]
-    try:
-        epochs = float(given[-1]) if given else None
-    except ValueError:
-        epochs = None
-    fitted = fit_to_data(path, command, epochs=epochs if epochs is not None and 0 < epochs < math.inf else None)
-    # the user's length replaces the fitted one (a bad train.epochs is refused when the config is read, naming the key)
-    return [o for o in fitted if not (given and o.startswith("train.steps="))]
+    from vitkit.run_config import load_run_config
+
+    user = load_run_config(None, [o for o in overrides if o.startswith(("data.", "train.epochs="))] + [("data.path", path)])
+    fitted = fit_to_data(user.data, command, epochs=user.train.epochs)
+    return [o for o in fitted if not (user.train.epochs is not None and o.startswith("train.steps="))]  # the user's length wins
 
 
-def fit_to_data(path: str, command: str = "train", epochs: float | None = None) -> list[str]:
-    """The default recipe for the images at `path`, from a short scan of its training split (reported by `command`)."""
+def fit_to_data(data, command: str = "train", epochs: float | None = None) -> list[str]:
+    """The default recipe for the training split of a run config's `data` section, from a short scan of its images
+    (reported by `command`)."""
     from vitkit.data import DataSpec
     from vitkit.data.scan import scan
-    from vitkit.data.spec import absolute
     from vitkit.run_config import fitted_to_data
 
-    train = DataSpec(path=absolute(path)).open("train", channels=3, image_size=32, flag="data.train_split", hold_out="data.val_fraction")
+    train = DataSpec.from_config(data).open(data.train_split, channels=3, image_size=32, flag="data.train_split", hold_out="data.val_fraction")
     overrides, note = fitted_to_data(scan(train), len(train), epochs=epochs)
     print(f"vitkit {command}: {note}", flush=True)
     return overrides

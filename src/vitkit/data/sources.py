@@ -171,6 +171,18 @@ def hold_out(split: Split, fraction: float, seed: int) -> tuple[Split, Split]:
     return rest, held
 
 
+def first_of(split: Split, n: int, seed: int) -> Split:
+    """The first `n` images of a seeded order of `split`: for one seed, a smaller n is a subset of a larger one (the
+    nested training sets of the paper's Fig. 3-4); kept in the split's order. `selection` says which they are."""
+    if n > len(split):
+        raise DataError(f"data.train_images: {n:,} is more than the training split holds ({described(split.describe())}); "
+                        f"give at most {len(split):,}")
+    order = np.random.default_rng([seed, 1]).permutation(len(split))  # not hold_out's order: a cut within its part
+    part = split.subset(np.sort(order[:n]))
+    part.selection = f"first {n:,} of a seeded order (seed {seed})" + ("" if split.selection == "all" else f" of {split.selection}")
+    return part
+
+
 def _idx_split(root: Path, split: str, channels: int, val_fraction: float, seed: int) -> Split:
     on_disk = "test" if split == "test" or (split == "val" and val_fraction == 0.0) else "train"
     images, labels = idx.load_idx_split(root, on_disk)

@@ -4,7 +4,7 @@ A `DataSpec` is the dataset's absolute path and how its splits are cut (which sp
 validates, the held-out `val_fraction` and its seed). Training records it in the checkpoint, with the
 exact images of each split; every evaluation command starts from that record (`from_checkpoint`), so
 `eval`, `fewshot`, `knn`, `linear-probe` and `finetune` read the images training meant, and `--data`
-only replaces the path. `open` refuses a split the data does not have ("test" of a folder with only
+only replaces the path. `train_images` trains on a nested subset of the training split (paper Fig. 3-4). `open` refuses a split the data does not have ("test" of a folder with only
 train/ and val/), naming the splits it has and the flag that picks one.
 """
 
@@ -19,7 +19,7 @@ from typing import Any
 from vitkit.errors import DataError
 
 from . import idx
-from .sources import MissingSplit, Split, open_split, synthetic
+from .sources import MissingSplit, Split, first_of, open_split, synthetic
 
 
 def absolute(path: str | os.PathLike | None) -> str | None:
@@ -36,6 +36,7 @@ class DataSpec:
     val_split: str = "val"
     val_fraction: float = 0.1  # share of the training images held out as "val" where the data has no val split
     split_seed: int = 0
+    train_images: int | None = None  # only the first N of a seeded order of the training split (nested across N)
     synthetic_size: int = 512
     synthetic_classes: int = 10
 
@@ -77,6 +78,12 @@ class DataSpec:
     def open(self, split: str, *, channels: int, image_size: int, flag: str = "--split", hold_out: str = "--val-fraction") -> Split:
         """One split. A split the data lacks is a DataError naming the splits it has, `flag` (the option that
         picks another) and `hold_out` (the option that holds part of train out as "val")."""
+        opened = self._open(split, channels=channels, image_size=image_size, flag=flag, hold_out=hold_out)
+        if split == self.train_split and self.train_images is not None:
+            return first_of(opened, self.train_images, self.split_seed)
+        return opened
+
+    def _open(self, split: str, *, channels: int, image_size: int, flag: str, hold_out: str) -> Split:
         if self.name == "synthetic":
             size = self.synthetic_size if split == "train" else max(self.synthetic_size // 4, self.synthetic_classes)
             return synthetic(self.synthetic_classes, size, channels, image_size, self.split_seed, split)

@@ -79,7 +79,7 @@ def describe(splits: dict[str, Split | str], sizes_of: str, path=None, name: str
             rows[s] = {"missing": splits[s]}
             continue
         counts = np.bincount(splits[s].labels.numpy(), minlength=len(splits[s].class_names))
-        rows[s] = {"images": len(splits[s]), "source": splits[s].source,
+        rows[s] = {"images": len(splits[s]), "source": splits[s].source, "selection": splits[s].selection,
                    "per_class": {n: int(c) for n, c in zip(splits[s].class_names, counts)}}
     return {"path": None if path is None else str(path), "format": data_format(path, name), "classes": len(names),
             "class_names": names, "splits": rows, "sizes": {"split": sizes_of, **image_sizes(opened[sizes_of])}}
