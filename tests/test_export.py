@@ -7,7 +7,7 @@ import torch
 
 import vitkit
 from vitkit.checkpoint import save_pretrained
-from vitkit.errors import ConfigError
+from vitkit.errors import CheckpointError, ConfigError
 from vitkit.export import export, run_exported, verify
 
 
@@ -30,6 +30,11 @@ def test_export_matches_pytorch_on_another_batch_size(model, tmp_path, fmt):
     assert verify(model, path, fmt, batch_size=5) < 1e-4
     out = run_exported(path, fmt, torch.randn(1, 3, 16, 20))
     assert out.shape == (1, 10)
+    # given where a checkpoint is asked for, an export is named for what it is (TorchScript's zip was taken for a
+    # pickled state dict, "truncated or corrupt"; an IR's .bin for one holding Python objects)
+    for exported in [path, *([path.with_suffix(".bin")] if fmt == "openvino" else [])]:
+        with pytest.raises(CheckpointError, match=f"{exported.name}: .*a deployment file .* give the one it was exported from"):
+            vitkit.load_pretrained(exported)
 
 
 def test_unknown_format(model, tmp_path):

@@ -29,6 +29,25 @@ FORMATS: dict[str, ModuleType] = {"vitkit": native, "npz": npz, "timm": timm, "h
 _SUFFIXES = {".npz": "npz", ".safetensors": "timm", ".pth": "timm", ".pt": "timm", ".bin": "timm"}
 
 
+def _export_kind(path: Path) -> tuple[str, str] | None:
+    """(what deployment file `path` is, what runs it) for ONNX, OpenVINO IR, TorchScript and ExportedProgram files, else
+    None: files no checkpoint reader can take, told apart by suffix and by the zip entries PyTorch writes in its two."""
+    if path.suffix == ".onnx":
+        return "an ONNX model", "ONNX Runtime"
+    if path.suffix == ".xml" or path.suffix == ".bin" and path.with_suffix(".xml").is_file():
+        return ("an OpenVINO IR" if path.suffix == ".xml" else f"the weights of the OpenVINO IR {path.with_suffix('.xml').name}"), "OpenVINO"
+    try:
+        with zipfile.ZipFile(path) as archive:
+            entries = {name.split("/", 1)[-1] for name in archive.namelist()}
+    except Exception:  # not a zip, or a damaged one: the checks below say what it is
+        return None
+    if "archive_format" in entries:
+        return "a torch.export ExportedProgram", "torch.export.load"
+    if "constants.pkl" in entries or any(e.startswith("code/") for e in entries):
+        return "a TorchScript program", "torch.jit.load"
+    return None
+
+
 def detect_format(path: str | os.PathLike) -> str:
     """The format of `path` from its content: a directory's config.json, a file's magic bytes (then its suffix)."""
     path = Path(path)
@@ -46,6 +65,11 @@ def detect_format(path: str | os.PathLike) -> str:
         )
     if not path.is_file():
         raise CheckpointError(f"{path}: no such file or directory")
+    export = _export_kind(path)
+    if export is not None:
+        kind, runtime = export
+        raise CheckpointError(f"{path}: {kind}, a deployment file (vitkit export writes them), not a checkpoint; vitkit's commands "
+                              f"read checkpoints: give the one it was exported from (the file itself runs in {runtime})")
     if is_safetensors(path):
         return "timm"  # vitkit's and HF's safetensors live in directories, handled above
     with open(path, "rb") as f:
