@@ -49,6 +49,34 @@ def test_train_images_are_nested_seeded_subsets_of_the_training_part_only(tmp_pa
         DataSpec(**{**spec.__dict__, "train_images": 31}).open("train", channels=3, image_size=8)
 
 
+def test_a_folder_of_lists_by_split_reads_each_split_from_its_own_list(tmp_path):
+    """train.csv / val.jsonl / test.csv beside the images: each split its list, val and test labelled by train's class
+    names (val here lacks 'bird' and lists 'dog' first), a class train lacks is one error, no val list holds val out."""
+    from vitkit.data import DataSpec
+    from vitkit.data.summary import data_format
+
+    make_folder(tmp_path / "images", classes=("bird", "cat", "dog"), per_class=4)
+    rows = [(f"images/{c}/{i}.png", c) for c in ("bird", "cat", "dog") for i in range(3)]
+    (tmp_path / "train.csv").write_text("file_name,label\n" + "".join(f"{p},{c}\n" for p, c in rows))
+    (tmp_path / "val.jsonl").write_text("".join(json.dumps({"path": f"images/{c}/3.png", "label": c}) + "\n" for c in ("dog", "cat")))
+    spec = DataSpec(path=str(tmp_path))
+    train, val = (spec.open(s, channels=3, image_size=8) for s in ("train", "val"))
+    assert train.class_names == val.class_names == ["bird", "cat", "dog"] and len(train) == 9
+    assert val.labels.tolist() == [2, 1] and [p.parent.name for p in val.paths] == ["dog", "cat"]
+    assert data_format(tmp_path) == "lists by split (train.csv, val.jsonl)"
+    with pytest.raises(DataError, match=r"has no 'test' split \(it has train, val\)"):
+        spec.open("test", channels=3, image_size=8)
+    (tmp_path / "test.csv").write_text("images/cat/3.png,cat\nimages/bird/3.png,emu\n")
+    with pytest.raises(DataError, match=r"test.csv: class 'emu' is not one of the 3 classes of .*train.csv"):
+        spec.open("test", channels=3, image_size=8)
+    (tmp_path / "val.jsonl").unlink()  # no val list: val is held out of train, as for one list
+    held = DataSpec(path=str(tmp_path), val_fraction=0.25).open("val", channels=3, image_size=8)
+    assert len(held) == 2 and held.source == str(tmp_path / "train.csv") and held.selection == "0.25 held out (seed 0)"
+    (tmp_path / "train.jsonl").write_text("")
+    with pytest.raises(DataError, match="train.csv and train.jsonl both list the train split"):
+        spec.open("train", channels=3, image_size=8)
+
+
 def test_image_folder_with_split_dirs(tmp_path):
     make_folder(tmp_path / "train")
     make_folder(tmp_path / "val", per_class=2)

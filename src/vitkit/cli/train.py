@@ -49,7 +49,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--config", metavar="YAML", help="run config file (default: built-in defaults, vit_mini4_28 on Fashion-MNIST; "
                                                      "with --data and no model.* key, a small ViT fitted to the data's size and channels)")
     p.add_argument("--out", metavar="DIR", help="run directory to create (required unless --resume)")
-    p.add_argument("--data", metavar="PATH", help="dataset: IDX folder, image folder (root/<class>/...), or .csv/.jsonl list (= data.path)")
+    p.add_argument("--data", metavar="PATH", help="dataset: IDX folder, image folder (root/<class>/...), .csv/.jsonl list or a folder of them by "
+                                              "split (train.csv, val.csv ...), tar shards or Parquet (= data.path)")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its newest checkpoint")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (= train.progress=false)")
     p.set_defaults(run=run)

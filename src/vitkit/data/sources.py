@@ -96,6 +96,8 @@ def available_splits(path: str | os.PathLike | None, val_fraction: float) -> lis
     if root.is_dir() and idx.is_idx_dir(root):
         return ["train", "val", "test"]
     on_disk = [s for s in SPLITS if root.is_dir() and (root / s).is_dir()]
+    if not on_disk and root.is_dir() and "train" in (lists := split_lists(root)):
+        on_disk = list(lists)
     if not on_disk:
         return ["train", *held_out]
     if "train" in on_disk and "val" not in on_disk:
@@ -142,11 +144,48 @@ def open_split(
         if "train" in split_dirs and split != "test":
             return _held_out(_read_folder(split_dirs["train"]), split, val_fraction, seed)
         raise _missing(root, split, val_fraction)
+    lists = split_lists(root)
+    if "train" in lists:
+        return _listed_split(lists, split, val_fraction, seed)
     if path is None:
         raise DataError(idx.missing_message(root))
     if split == "test":  # a flat folder or a list has no images kept apart for testing
         raise _missing(root, split, val_fraction)
     return _held_out(_read_folder(root), split, val_fraction, seed)
+
+
+LIST_SUFFIXES = (".csv", ".jsonl", ".ndjson", ".tsv", ".txt")
+
+
+def split_lists(root: Path) -> dict[str, Path]:
+    """A folder's lists named by split (train.csv, val.jsonl, test.csv ...), in SPLITS order: a dataset held as one list
+    per split. Folders of images named train/, val/, test/ come first (open_split)."""
+    found = {}
+    for split in SPLITS:
+        named = [root / f"{split}{suffix}" for suffix in LIST_SUFFIXES if (root / f"{split}{suffix}").is_file()]
+        if len(named) > 1:
+            raise DataError(f"{root}: {named[0].name} and {named[1].name} both list the {split} split; keep one")
+        if named:
+            found[split] = named[0]
+    return found
+
+
+def _listed_split(lists: dict[str, Path], split: str, val_fraction: float, seed: int) -> Split:
+    """`split` of a dataset held as one list per split: train.csv (val held out of it where there is no val list)
+    and, for val and test, their lists with labels numbered by train's classes (a class train lacks is an error)."""
+    train = _read_list(lists["train"])
+    if split == "train" and "val" in lists:
+        return train
+    if split == "train" or split == "val" and "val" not in lists:
+        return _held_out(train, split, val_fraction, seed)
+    if split not in lists:
+        raise _missing(lists["train"].parent, split, val_fraction)
+    listed = _read_list(lists[split])
+    unknown = [name for name in listed.class_names if name not in train.class_names]
+    if unknown:
+        raise DataError(f"{listed.source}: class {unknown[0]!r} is not one of the {len(train.class_names)} classes of {train.source}")
+    number = torch.tensor([train.class_names.index(name) for name in listed.class_names], dtype=torch.long)
+    return Split(labels=number[listed.labels], class_names=train.class_names, paths=listed.paths, source=listed.source)
 
 
 def _held_out(full: Split, split: str, val_fraction: float, seed: int) -> Split:

@@ -15,7 +15,7 @@ from vitkit.errors import DataError
 
 from . import idx, shards
 from .images import Record
-from .sources import SPLITS, Split
+from .sources import SPLITS, Split, split_lists
 
 SIZE_SAMPLE = 1000  # image headers read for the size and channel figures (a seeded choice beyond that)
 
@@ -34,6 +34,8 @@ def data_format(path, name: str = "auto") -> str:
         return f"{p.suffix.lstrip('.').upper()} list"
     if idx.is_idx_dir(p):
         return "IDX"
+    if not any((p / s).is_dir() for s in SPLITS) and "train" in (lists := split_lists(p)):
+        return "lists by split (" + ", ".join(f.name for f in lists.values()) + ")"
     return "image folder"
 
 
