@@ -20,6 +20,7 @@ import torch
 from vitkit.errors import CheckpointError, ConfigError, first_line
 from vitkit.limits import check_room
 from vitkit.models import ModelConfig, VisionTransformer, build_model
+from vitkit.paths import local_path, missing
 
 from . import hf, native, npz, runs, timm
 from .io import finish_replacement, is_safetensors, read_stable
@@ -94,8 +95,12 @@ def detect_format(path: str | os.PathLike) -> str:
     )
 
 
-def _resolve(path: Path, format: str | None) -> tuple[Path, str]:
-    """A run directory stands for its model, a weights file inside a vitkit or HF directory for its directory."""
+def _resolve(given: str | os.PathLike, format: str | None) -> tuple[Path, str]:
+    """A run directory stands for its model, a weights file inside a vitkit or HF directory for its directory. A URL or
+    a path that is not there is an error as given (a hub name like owner/name gets a hint), not as Path folds it."""
+    path = local_path(given, CheckpointError)
+    if not path.exists():
+        raise CheckpointError(missing(given))
     if format in (None, "vitkit", "hf"):
         path = runs.resolve(path)
     if format is None:
@@ -114,10 +119,10 @@ def read_checkpoint(
 
     `image_size` only decides the grid when the position embeddings are not square.
     """
-    path = Path(path)
+    given, path = path, local_path(path, CheckpointError)
     if not path.exists() and os.access(path.parent, os.W_OK):
         finish_replacement(path)  # a replacement cut by a kill between its two renames
-    path, format = _resolve(path, format)
+    path, format = _resolve(given, format)
     try:
         config, state = read_stable(path, lambda p: FORMATS[format].read(p, image_size=image_size))
     except CheckpointError:
@@ -160,7 +165,7 @@ def load_pretrained(
 def read_metadata(path: str | os.PathLike, *, format: str | None = None) -> dict:
     """What travels with the weights besides the architecture: `class_names`, `preprocess` (crop_pct) and the
     `data` the model was trained on, as far as the checkpoint holds them ({} when it holds none)."""
-    path, format = _resolve(Path(path), format)
+    path, format = _resolve(path, format)
     metadata = read_stable(path, FORMATS[format].read_metadata)
     native.check_extra(metadata, None, path)  # the same checks as config.json's, for every format's record
     return metadata
@@ -170,7 +175,7 @@ def load_with_metadata(
     path: str | os.PathLike, *, image_size: int | tuple[int, int] | None = None, format: str | None = None
 ) -> tuple[VisionTransformer, dict]:
     """(model, metadata) of any checkpoint: `load_pretrained` and `read_metadata` of the same resolved path."""
-    path, format = _resolve(Path(path), format)
+    path, format = _resolve(path, format)
     model = load_pretrained(path, image_size=image_size, format=format)
     metadata = read_stable(path, FORMATS[format].read_metadata)
     native.check_extra(metadata, model.config, path)  # the same checks as config.json's, for every format's record

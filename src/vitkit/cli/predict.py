@@ -36,11 +36,12 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from vitkit.checkpoint import load_with_metadata, refuse_untrained_head
+    from vitkit.data import DataSpec
     from vitkit.data.images import find_images, load_image
+    from vitkit.devices import pick_device
     from vitkit.errors import DataError
     from vitkit.evaluation import predict
-    from vitkit.data import DataSpec
-    from vitkit.devices import pick_device
+    from vitkit.paths import local_path
     from vitkit.precision import prepare
 
     if args.threads:
@@ -50,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     c = model.config
     names = meta.get("class_names") or [str(i) for i in range(c.num_classes)]
     crop_pct = meta.get("preprocess", {}).get("crop_pct", 1.0)
-    paths = [str(p) for arg in args.images for p in (find_images([arg]) if Path(arg).is_dir() else [arg])]
+    paths = [str(p) for arg in args.images for p in (find_images([arg]) if local_path(arg, DataError).is_dir() else [arg])]
 
     def training_split():  # int8's calibration images: the data the checkpoint was trained on
         return DataSpec.from_checkpoint(meta, args.checkpoint).open("train", channels=c.in_chans, image_size=c.image_size[0])

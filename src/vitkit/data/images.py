@@ -22,6 +22,7 @@ import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from vitkit.errors import DataError, first_line
+from vitkit.paths import local_path
 from vitkit.kernels import jpeg_region
 
 MAX_PIXELS = 89_478_485  # larger images are refused before decoding (a decompression bomb); Pillow's own default
@@ -37,7 +38,7 @@ def is_image_file(path: Path) -> bool:
 def find_images(paths: Sequence[str | os.PathLike]) -> list[Path]:
     """Image files named by `paths`: files as given, folders searched recursively in sorted order."""
     found: list[Path] = []
-    for path in map(Path, paths):
+    for path in (local_path(p, DataError) for p in paths):
         if path.is_dir():
             found += sorted(p for p in path.rglob("*") if is_image_file(p) and p.is_file())
         elif path.is_file():

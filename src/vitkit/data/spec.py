@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from vitkit.errors import DataError
+from vitkit.paths import local_path
 
 from . import idx
 from .sources import MissingSplit, Split, first_of, open_split, synthetic
@@ -25,7 +26,7 @@ from .sources import MissingSplit, Split, first_of, open_split, synthetic
 def absolute(path: str | os.PathLike | None) -> str | None:
     """`path` made absolute (~ expanded, `..` folded in), so a checkpoint's record holds wherever it is read from, also
     once the directory it was given from is gone (a kept `cwd/../data` needs `cwd`). Symbolic links are kept as named."""
-    return None if path is None else os.path.abspath(Path(path).expanduser())
+    return None if path is None else os.path.abspath(local_path(path, DataError).expanduser())
 
 
 @dataclass(frozen=True)
