@@ -628,7 +628,7 @@ def _finish(config: RunConfig, out: Path, env: _Setup, data: _Data, run: _State,
         "images_seen": t.steps * t.batch_size,
         "wall_time_s": progress["elapsed_s"],
         "img_s": sum(r.get("img_s", 0.0) for r in train_rows if _number(r.get("img_s", 0.0))) / max(len(train_rows), 1),
-        "model": config.model.get("name"),
+        "model": _model_name(config.model.get("name"), run.model.config),  # the name where the architecture is that model's
         "objective": t.objective,  # masked_patch: the val_* figures are the colour-prediction accuracy and loss
         "params": sum(p.numel() for p in run.model.parameters()),
         "device": str(env.device),
