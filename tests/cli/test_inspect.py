@@ -103,3 +103,23 @@ def test_inspect_says_how_many_images_the_model_trained_on(image_dir, tmp_path, 
     assert "3 images from" in (line := capsys.readouterr().out.splitlines()[0]) and "not checked against its training data" in line
     bare = json.loads((tmp_path / "out2" / "inspection.json").read_text())
     assert bare["in_training_data"] is None and all(s["in_training_data"] is None for s in bare["shown"])
+
+
+def test_inspect_without_images_reads_a_held_out_split_of_the_checkpoints_data(tmp_path, capsys):
+    """No --images: the test split of the recorded data (arrays here, as IDX files are), else val; --split train is
+    all training images; a class is shown before any repeats."""
+    run = tmp_path / "run"
+    assert main(["train", "--out", str(run), "--no-progress", "data.name=synthetic", "data.synthetic_size=64", "train.steps=2",
+                 "model.name=vit_test", "model.depth=1", "train.batch_size=8", "train.threads=1", "train.eval_every=2"]) == 0
+    capsys.readouterr()
+    assert main(["inspect", str(run), "--out", str(tmp_path / "out"), "--num-images", "12", "--show", "10"]) == 0
+    line = capsys.readouterr().out.splitlines()[0]
+    assert line.startswith("inspected 12 images from the test split of synthetic; none of them in this model's training data")
+    summary = json.loads((tmp_path / "out" / "inspection.json").read_text())
+    truths = [s["label"].splitlines()[0] for s in summary["shown"]]
+    assert truths == [f"true: class_{k}" for k in range(10)]  # one of each class first
+    assert all(s["in_training_data"] is False for s in summary["shown"]) and summary["images"] == ["the test split of synthetic"]
+    assert main(["inspect", str(run), "--out", str(tmp_path / "out2"), "--num-images", "12", "--split", "train"]) == 0
+    assert "12 of them in this model's training data" in capsys.readouterr().out
+    assert main(["inspect", str(run), "--out", str(tmp_path / "out3"), "--images", str(tmp_path), "--split", "val"]) == 2
+    assert "--split and --data choose the images when --images is not given" in capsys.readouterr().err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 DESCRIPTION = """\
 Look inside a trained ViT (paper §4.5, App. D.7-D.8). Writes to DIR:
@@ -14,7 +15,9 @@ Look inside a trained ViT (paper §4.5, App. D.7-D.8). Writes to DIR:
                                it is one of the model's training images, and a colour bar
   last_layer_attention.png     the last layer's raw attention per head over the same images
   inspection.npz, inspection.json  the numbers behind every figure
-Images are resized to the model's resolution (or --image-size) and normalised with its mean and std. The figures,
+Without --images, the images are a split of the data the checkpoint records (test where it has one, else val; any
+format vitkit reads, also IDX files and shards), taken in turn from each class and read as `vitkit eval` reads
+them. Images are resized to the model's resolution (or --image-size) and normalised with its mean and std. The figures,
 the printed line and inspection.json say which images, how many, and how many of them the model trained on.
 """
 
@@ -27,7 +30,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("checkpoint", metavar="CKPT", help="run directory, its final/, a step checkpoint, or a checkpoint file of any format")
-    p.add_argument("--images", nargs="+", required=True, metavar="PATH", help="image files and/or folders (searched recursively, sorted)")
+    p.add_argument("--images", nargs="+", metavar="PATH", help="image files and/or folders (searched recursively, sorted); default: "
+                                                               "a split of the data the checkpoint records (--split)")
+    p.add_argument("--split", choices=("train", "val", "test"), default=None,
+                   help="without --images: the split of the checkpoint's data (default test where the data has one, else val)")
+    p.add_argument("--data", metavar="PATH", help="without --images: this data instead of the data the checkpoint records")
     p.add_argument("--out", required=True, metavar="DIR", help="folder for the figures and numbers (created; files in it are replaced)")
     p.add_argument("--num-images", type=int, default=128, metavar="N", help="images averaged for the attention distance (default 128, as in the paper)")
     p.add_argument("--show", type=int, default=8, metavar="N", help="images drawn with their attention maps (default 8)")
@@ -66,19 +73,27 @@ def run(args: argparse.Namespace) -> int:
     if not hasattr(model, "forward_features_explicit"):
         raise ConfigError(f"{args.checkpoint}: a {type(model).__name__} has no attention or position embeddings to inspect; "
                           "vitkit inspect reads Vision Transformers")
-    files = spread_over_folders(find_images(args.images))[: args.num_images]  # the shown images cover the classes
-    pixels = load_images(files, config)
+    if args.images:
+        if args.split or args.data:
+            raise ConfigError("--split and --data choose the images when --images is not given; drop them or --images")
+        files = spread_over_folders(find_images(args.images))[: args.num_images]  # the shown images cover the classes
+        pixels = load_images(files, config)
+        names = metadata.get("class_names") or [str(i) for i in range(config.num_classes)]
+        truth = [f.parent.name if f.parent.name in names else "?" for f in files]
+        seen, training_data = _training_images(metadata, args.checkpoint, files, config.in_chans)
+        shown = [str(f) for f in files]
+        where = ", ".join(str(p) for p in args.images[:3]) + (f" and {len(args.images) - 3} more" if len(args.images) > 3 else "")
+    else:
+        pixels, truth, seen, shown, where, training_data = _recorded_images(args, metadata, config)
     x = normalize(pixels, config)
     results = inspect_model(model, x, num_show=args.show, num_components=args.components, batch_size=args.batch_size)
-    seen, training_data = _training_images(metadata, args.checkpoint, files, config.in_chans)
     trained = None if seen is None else sum(seen)
-    titles = _titles(model, x[: args.show], files[: args.show], metadata.get("class_names"), seen)
-    where = ", ".join(str(p) for p in args.images[:3]) + (f" and {len(args.images) - 3} more" if len(args.images) > 3 else "")
+    titles = _titles(model, x[: args.show], truth[: args.show], metadata.get("class_names"), seen)
     caption = f"{len(pixels)} images from {where}; " + (
         f"{trained or 'none'} of them in this model's training data" if trained is not None else "not checked against its training data")
     info = {
         "checkpoint": str(args.checkpoint),
-        "images": [str(p) for p in args.images],
+        "images": [str(p) for p in args.images] if args.images else [where],
         "num_images": len(pixels),
         "in_training_data": trained,  # None: not checked (see training_data)
         "training_data": training_data,
@@ -86,8 +101,8 @@ def run(args: argparse.Namespace) -> int:
         "grid_size": list(config.grid_size),
         "patch_size_pixels": list(config.total_patch_size),
         "hybrid": config.backbone is not None,
-        "shown": [{"image": str(f), "label": t, "in_training_data": None if seen is None else seen[i]}
-                  for i, (f, t) in enumerate(zip(files[: args.show], titles or [""] * args.show))],
+        "shown": [{"image": f, "label": t, "in_training_data": None if seen is None else seen[i]}
+                  for i, (f, t) in enumerate(zip(shown[: args.show], titles or [""] * args.show))],
     }
     written = write_report(results, pixels, args.out, info=info, titles=titles, caption=caption)
     distance = results["mean_attention_distance"].mean(dim=1)
@@ -113,9 +128,47 @@ def _training_images(metadata: dict, checkpoint, files, channels: int) -> tuple[
     return trained, where if trained is not None else f"{where}, not file by file"
 
 
-def _titles(model, x, files, class_names: list[str] | None, seen: list[bool] | None) -> list[str] | None:
-    """'true: FOLDER / pred: CLASS' for each shown image (true: the class folder it is in, where that names a class),
-    with a third line 'trained on' for an image of the model's training split (`seen`, where that is known)."""
+def _recorded_images(args, metadata: dict, config):
+    """(pixels in [0, 1], true class names, which the model trained on, what each is, where they are from, the training
+    data in words) for `--num-images` images of a split of the checkpoint's data (`--split`, `--data`), taken in turn
+    from each class and read as `vitkit eval` reads them (the checkpoint's crop_pct)."""
+    import numpy as np
+    import torch
+
+    from vitkit.data import DataSpec, eval_batches
+    from vitkit.data.augment import resize_center_crop
+    from vitkit.errors import DataError
+
+    spec = DataSpec.from_checkpoint(metadata, args.checkpoint, data=args.data)
+    size = config.image_size[0]
+    if args.split is None:
+        try:
+            name, split = "test", spec.open("test", channels=config.in_chans, image_size=size)
+        except DataError:  # no test split: val, where the data has one (else its error says what there is)
+            name, split = "val", spec.open("val", channels=config.in_chans, image_size=size)
+    else:
+        name, split = args.split, spec.open(args.split, channels=config.in_chans, image_size=size)
+    labels = split.labels.numpy()
+    by_class = [np.flatnonzero(labels == k) for k in range(len(split.class_names))]
+    order = [c[i] for i in range(max(map(len, by_class), default=0)) for c in by_class if i < len(c)][: args.num_images]
+    part = split.subset(np.array(order, dtype=np.int64))
+    crop_pct = (metadata.get("preprocess") or {}).get("crop_pct", 1.0)
+    batches = eval_batches(part, args.batch_size, torch.device("cpu"), channels=config.in_chans, size=size, crop_pct=crop_pct)
+    pixels = torch.cat([resize_center_crop(x.float() / 255.0, config.image_size, crop_pct) for x, _ in batches])
+    truth = [split.class_names[int(k)] for k in part.labels]
+    files = part.paths is not None and all(isinstance(p, (str, os.PathLike)) for p in part.paths)
+    shown = [str(p) for p in part.paths] if files else [f"{name} image {i}" for i in order]
+    where = f"the {name} split of {spec.where}"
+    training = f"training data: {spec.where}, split {spec.train_split}"
+    if args.data is None:  # the checkpoint's own data: its record says which split trained
+        return pixels, truth, [name == spec.train_split] * len(truth), shown, where, training
+    seen = spec.training_images_among(part.paths, channels=config.in_chans) if files else None
+    return pixels, truth, seen, shown, where, training if seen is not None else f"{training}, not file by file"
+
+
+def _titles(model, x, truth: list[str], class_names: list[str] | None, seen: list[bool] | None) -> list[str] | None:
+    """'true: CLASS / pred: CLASS' for each shown image (true: its label, or the class folder it is in, '?' where that
+    names no class), with a third line 'trained on' for an image of the model's training split (`seen`, where known)."""
     import torch
 
     if not model.config.num_classes:
@@ -123,5 +176,5 @@ def _titles(model, x, files, class_names: list[str] | None, seen: list[bool] | N
     names = class_names or [str(i) for i in range(model.config.num_classes)]
     with torch.no_grad():
         predicted = model(x.to(next(model.parameters()).device)).argmax(dim=1).tolist()
-    marks = ["\ntrained on" if seen is not None and seen[i] else "" for i in range(len(files))]
-    return [f"true: {f.parent.name if f.parent.name in names else '?'}\npred: {names[p]}{m}" for f, p, m in zip(files, predicted, marks)]
+    marks = ["\ntrained on" if seen is not None and seen[i] else "" for i in range(len(truth))]
+    return [f"true: {t}\npred: {names[p]}{m}" for t, p, m in zip(truth, predicted, marks)]
