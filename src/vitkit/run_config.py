@@ -157,7 +157,7 @@ class RunConfig:
         t = self.train
         if t.epochs is None:
             return self
-        return dataclasses.replace(self, train=dataclasses.replace(t, steps=max(math.ceil(t.epochs * train_images / t.batch_size), 1)))
+        return dataclasses.replace(self, train=dataclasses.replace(t, steps=steps_for(t.epochs, train_images, t.batch_size)))
 
     def model_config(self, **fixed: Any) -> ModelConfig:
         """The ViTConfig of model.name with the model.* overrides (and `fixed`, e.g. num_classes from the data)."""
@@ -205,9 +205,6 @@ def load_run_config(path: str | os.PathLike | None = None, overrides: list[str] 
         if not sep or "." not in key:
             raise ConfigError(f"override {shown(item)}: expected section.key=value, e.g. train.lr=1e-3")
         section, _, name = key.strip().partition(".")
-        data.setdefault(section, {})
-        if not isinstance(data[section], dict):
-            raise ConfigError(f"{section}: expected a mapping")
         given.setdefault(section, {})[name.strip()] = override_value(section, name.strip(), text)
     where = str(path) if path else "config"
     for section, values in given.items():
@@ -216,6 +213,11 @@ def load_run_config(path: str | os.PathLike | None = None, overrides: list[str] 
 
 
 LENGTH_KEYS = ("steps", "epochs")  # train.steps or train.epochs: the training length
+
+
+def steps_for(epochs: float, train_images: int, batch_size: int) -> int:
+    """Optimizer steps that pass over `train_images` `epochs` times in batches of `batch_size` (at least one)."""
+    return max(math.ceil(epochs * train_images / batch_size), 1)
 
 
 def merge_layer(data: dict[str, Any], section: str, values: dict[str, Any], where: str) -> None:
@@ -419,8 +421,7 @@ def fitted_to_data(scan: ImageScan, n_train: int, epochs: float | None = None) -
     if epochs is None:
         steps, length = int(min(max(-(-30 * n_train // batch), 200), 3000)), ""
     else:
-        steps = max(math.ceil(epochs * n_train / batch), 1)
-        length = f"{epochs:g} epochs = "
+        steps, length = steps_for(epochs, n_train, batch), f"{epochs:g} epochs = "
     overrides = ["model.name=vit_mini4_32", f"model.image_size={size}", f"model.patch_size={size // 4}", f"model.in_chans={scan.channels}",
                  "model.width=96", "model.mlp_dim=192", "model.num_heads=4", "model.depth=6", "model.classifier=gap",
                  f"train.batch_size={batch}", f"train.epochs={epochs}" if epochs is not None else f"train.steps={steps}",

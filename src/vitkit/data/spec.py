@@ -4,8 +4,9 @@ A `DataSpec` is the dataset's absolute path and how its splits are cut (which sp
 validates, the held-out `val_fraction` and its seed). Training records it in the checkpoint, with the
 exact images of each split; every evaluation command starts from that record (`from_checkpoint`), so
 `eval`, `fewshot`, `knn`, `linear-probe` and `finetune` read the images training meant, and `--data`
-only replaces the path. `train_images` trains on a nested subset of the training split (paper Fig. 3-4). `open` refuses a split the data does not have ("test" of a folder with only
-train/ and val/), naming the splits it has and the flag that picks one.
+only replaces the path. `train_images` trains on a nested subset of the training split (paper Fig. 3-4).
+`open` refuses a split the data does not have ("test" of a folder with only train/ and val/), naming the
+splits it has and the flag that picks one.
 """
 
 from __future__ import annotations
