@@ -49,11 +49,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from vitkit.checkpoint import load_with_metadata
-    from vitkit.data.images import find_images, spread_over_folders
     from vitkit.devices import pick_device
     from vitkit.errors import ConfigError
     from vitkit.figures import write_report
-    from vitkit.inspection import inspect_model, load_images, normalize
+    from vitkit.inspection import inspect_model, normalize
 
     import torch
 
@@ -73,18 +72,10 @@ def run(args: argparse.Namespace) -> int:
     if not hasattr(model, "forward_features_explicit"):
         raise ConfigError(f"{args.checkpoint}: a {type(model).__name__} has no attention or position embeddings to inspect; "
                           "vitkit inspect reads Vision Transformers")
-    if args.images:
-        if args.split or args.data:
-            raise ConfigError("--split and --data choose the images when --images is not given; drop them or --images")
-        files = spread_over_folders(find_images(args.images))[: args.num_images]  # the shown images cover the classes
-        pixels = load_images(files, config)
-        names = metadata.get("class_names") or [str(i) for i in range(config.num_classes)]
-        truth = [f.parent.name if f.parent.name in names else "?" for f in files]
-        seen, training_data = _training_images(metadata, args.checkpoint, files, config.in_chans)
-        shown = [str(f) for f in files]
-        where = ", ".join(str(p) for p in args.images[:3]) + (f" and {len(args.images) - 3} more" if len(args.images) > 3 else "")
-    else:
-        pixels, truth, seen, shown, where, training_data = _recorded_images(args, metadata, config)
+    if args.images and (args.split or args.data):
+        raise ConfigError("--split and --data choose the images when --images is not given; drop them or --images")
+    read = _given_images if args.images else _recorded_images
+    pixels, truth, seen, shown, where, training_data = read(args, metadata, config)
     x = normalize(pixels, config)
     results = inspect_model(model, x, num_show=args.show, num_components=args.components, batch_size=args.batch_size)
     trained = None if seen is None else sum(seen)
@@ -112,6 +103,20 @@ def run(args: argparse.Namespace) -> int:
     for path in written:
         print(f"wrote {path}")
     return 0
+
+
+def _given_images(args, metadata: dict, config):
+    """As `_recorded_images`, for the files and folders of --images (true class: the folder an image is in, where that
+    names one of the model's classes)."""
+    from vitkit.data.images import find_images, spread_over_folders
+    from vitkit.inspection import load_images
+
+    files = spread_over_folders(find_images(args.images))[: args.num_images]  # the shown images cover the classes
+    names = metadata.get("class_names") or [str(i) for i in range(config.num_classes)]
+    truth = [f.parent.name if f.parent.name in names else "?" for f in files]
+    seen, training_data = _training_images(metadata, args.checkpoint, files, config.in_chans)
+    where = ", ".join(str(p) for p in args.images[:3]) + (f" and {len(args.images) - 3} more" if len(args.images) > 3 else "")
+    return load_images(files, config), truth, seen, [str(f) for f in files], where, training_data
 
 
 def _training_images(metadata: dict, checkpoint, files, channels: int) -> tuple[list[bool] | None, str]:
