@@ -159,7 +159,7 @@ def defaults(args, *, full: dict, ci: dict) -> None:
             setattr(args, key, value)
     args.data = Path(absolute(args.data)) if args.data else default_dir()
     try:
-        train_split = spec(args).open("train", channels=3, image_size=args.image_size or 32)
+        train_split = spec(args).open("train", channels=1, image_size=args.image_size or 32)  # arrays as stored (IDX: gray)
         args.test_count = len(spec(args).open(args.test_split, channels=3, image_size=args.image_size or 32, flag="--test-split"))
     except VitkitError as err:
         hint = " (Fashion-MNIST: apt-get install dataset-fashion-mnist, or --data PATH)" if args.data == default_dir() else ""
