@@ -64,6 +64,10 @@ def test_a_folder_written_as_tar_shards_reads_back_the_same(tmp_path):
     by_bytes = {p.read_bytes(): int(y) for p, y in zip(folder.paths, folder.labels)}
     assert {r.read(): int(y) for r, y in zip(read.paths, read.labels)} == by_bytes
     assert str(read.paths[0]).startswith(str(shards[0]) + ":")
+    # classes.txt saved again by an editor that adds a byte-order mark: the first class is still "cat"
+    names = tmp_path / "shards" / "classes.txt"
+    names.write_bytes(b"\xef\xbb\xbf" + names.read_bytes())
+    assert open_sharded(pattern, "train", val_fraction=0.0).class_names == list(CLASSES)
 
 
 def test_parquet_files_as_hugging_face_writes_them(tmp_path):

@@ -120,6 +120,18 @@ def test_a_csv_list_s_header_names_its_columns_and_never_becomes_a_class(tmp_pat
     assert split.class_names == ["cat", "dog"] and len(split) == 10 and all(p.is_file() for p in split.paths)
 
 
+@pytest.mark.parametrize("name, text", [
+    ("list.csv", "filename,label\r\n" + "".join(f"img/{c}/{i}.png,{c}\r\n" for c in ("cat", "dog") for i in range(5))),
+    ("list.jsonl", "".join(json.dumps({"file_name": f"img/{c}/{i}.png", "label": c}) + "\r\n" for c in ("cat", "dog") for i in range(5))),
+])
+def test_a_list_saved_with_a_byte_order_mark_and_windows_line_ends_reads_as_without(tmp_path, name, text):
+    """Excel's "CSV UTF-8" starts the file with a byte-order mark, which made the header '\ufefffilename' unknown."""
+    make_folder(tmp_path / "img")
+    (tmp_path / name).write_bytes(b"\xef\xbb\xbf" + text.encode())
+    split = open_split(tmp_path / name, "train", channels=3, val_fraction=0.0)
+    assert split.class_names == ["cat", "dog"] and len(split) == 10 and all(p.is_file() for p in split.paths)
+
+
 def test_a_csv_header_of_unknown_names_is_one_error_not_a_class(tmp_path):
     make_folder(tmp_path / "img")
     (tmp_path / "list.csv").write_text("foo,bar\n" + "".join(f"img/cat/{i}.png,cat\n" for i in range(5)))

@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from vitkit.errors import DataError
+from vitkit.errors import DataError, first_line
 
 from .images import IMAGE_SUFFIXES, Record
 from .sources import MissingSplit, Split, _held_out, _label_order
@@ -276,7 +276,10 @@ def _read_tars(files: list[Path]) -> tuple[list, list[str], list[str]]:
         records += found
         raw += ["" if label is None else label for label in labels]
     names_file = files[0].parent / "classes.txt"
-    known = names_file.read_text().splitlines() if names_file.is_file() else None
+    try:  # UTF-8 whatever the locale; a byte-order mark (a file saved by Excel or Notepad) is not part of the first name
+        known = names_file.read_text(encoding="utf-8-sig").splitlines() if names_file.is_file() else None
+    except (OSError, UnicodeDecodeError) as err:
+        raise DataError(f"{names_file}: cannot read the class names ({first_line(err)}); one UTF-8 name a line") from None
     return records, raw, known
 
 
@@ -435,7 +438,7 @@ def write_tar_shards(split: Split, out: str | os.PathLike, per_shard: int = 1000
                     tar.addfile(info, io.BytesIO(payload))
         os.replace(tmp, target)
         written.append(target)
-    (out / "classes.txt").write_text("".join(f"{name}\n" for name in split.class_names))
+    (out / "classes.txt").write_text("".join(f"{name}\n" for name in split.class_names), encoding="utf-8")
     return written
 
 

@@ -292,7 +292,7 @@ def _read_list(path: Path) -> Split:
     try:
         if path.stat().st_size > MAX_LIST_BYTES:
             raise DataError(f"{path}: {path.stat().st_size:,} bytes; a list of images is at most {MAX_LIST_BYTES:,} bytes")
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a byte-order mark (Excel's "CSV UTF-8") is not part of the header
     except (OSError, UnicodeDecodeError) as err:
         raise DataError(f"{path}: cannot read the list ({first_line(err)})") from None
     if suffix in (".jsonl", ".ndjson"):
