@@ -77,6 +77,22 @@ def test_a_folder_of_lists_by_split_reads_each_split_from_its_own_list(tmp_path)
         spec.open("train", channels=3, image_size=8)
 
 
+def test_what_macs_and_notebooks_leave_in_a_folder_is_not_data(tmp_path):
+    """A zip made on a Mac carries __MACOSX/ (it became a class) and ._x.png resource forks; Jupyter keeps copies in
+    .ipynb_checkpoints/ (they became duplicate training images); upper-case suffixes are images."""
+    from vitkit.data.images import find_images
+
+    make_folder(tmp_path / "train")
+    for junk in (tmp_path / "train" / "__MACOSX", tmp_path / "train" / "cat" / ".ipynb_checkpoints"):
+        junk.mkdir()
+        Image.new("RGB", (12, 10)).save(junk / "copy.png")
+    (tmp_path / "train" / "cat" / "._0.png").write_bytes(b"\x00\x05\x16\x07 resource fork")
+    Image.new("RGB", (12, 10)).save(tmp_path / "train" / "cat" / "UPPER.PNG")
+    split = open_split(tmp_path, "train", channels=3, val_fraction=0.0)
+    assert split.class_names == ["cat", "dog"] and len(split) == 11
+    assert len(find_images([tmp_path / "train"])) == 11
+
+
 def test_image_folder_with_split_dirs(tmp_path):
     make_folder(tmp_path / "train")
     make_folder(tmp_path / "val", per_class=2)

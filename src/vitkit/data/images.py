@@ -35,12 +35,25 @@ def is_image_file(path: Path) -> bool:
     return path.suffix.lower() in IMAGE_SUFFIXES and not path.name.startswith(".")
 
 
+def is_hidden(name: str) -> bool:
+    """A file or folder name no dataset means: hidden (.ipynb_checkpoints/, macOS's ._x.jpg resource forks) or the
+    __MACOSX/ folder a zip made on a Mac carries."""
+    return name.startswith(".") or name == "__MACOSX"
+
+
+def image_files(folder: Path) -> list[Path]:
+    """The image files under `folder`, recursively, in sorted order; nothing inside hidden folders (`is_hidden`), such
+    as Jupyter's checkpoint copies, which would be duplicates."""
+    return sorted(p for p in folder.rglob("*") if is_image_file(p) and not any(map(is_hidden, p.relative_to(folder).parts))
+                  and p.is_file())
+
+
 def find_images(paths: Sequence[str | os.PathLike]) -> list[Path]:
     """Image files named by `paths`: files as given, folders searched recursively in sorted order."""
     found: list[Path] = []
     for path in (local_path(p, DataError) for p in paths):
         if path.is_dir():
-            found += sorted(p for p in path.rglob("*") if is_image_file(p) and p.is_file())
+            found += image_files(path)
         elif path.is_file():
             found.append(path)
         else:

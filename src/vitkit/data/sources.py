@@ -22,7 +22,7 @@ import torch
 from vitkit.errors import DataError, first_line
 
 from . import idx
-from .images import IMAGE_SUFFIXES, is_image_file
+from .images import IMAGE_SUFFIXES, image_files, is_hidden, is_image_file
 
 SPLITS = ("train", "val", "test")
 
@@ -238,7 +238,7 @@ def _idx_split(root: Path, split: str, channels: int, val_fraction: float, seed:
 
 
 def _class_dirs(root: Path) -> list[str]:
-    return sorted(d.name for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
+    return sorted(d.name for d in root.iterdir() if d.is_dir() and not is_hidden(d.name))
 
 
 def _read_folder(root: Path, classes: list[str] | None = None) -> Split:
@@ -257,7 +257,7 @@ def _read_folder(root: Path, classes: list[str] | None = None) -> Split:
         raise DataError(f"{root}: {what}; every split needs the same class folders (labels follow their sorted names)")
     paths, labels, empty = [], [], []
     for label, name in enumerate(found):
-        files = sorted(p for p in (root / name).rglob("*") if p.is_file() and is_image_file(p))
+        files = image_files(root / name)
         empty += [] if files else [name]
         paths += files
         labels += [label] * len(files)
