@@ -111,7 +111,7 @@ def _print(s: dict) -> None:
         counts = list(row["per_class"].values())
         spread = "" if not counts else f"{min(counts)} per class" if min(counts) == max(counts) else f"{min(counts)}-{max(counts)} per class"
         part = "" if row.get("selection", "all") == "all" else f", {row['selection']}"
-        print(f"{split:<8} {row['images']} images, {spread} ({row['source']}{part})")
+        print(f"{split:<8} {row['images']:,} image{'s' * (row['images'] != 1)}, {spread} ({row['source']}{part})")
     z = s["sizes"]
     sample = f"all {z['images']}" if z["images"] == z["of"] else f"{z['images']} of {z['of']}, a seeded sample"
     print(f"sizes    {s['sizes']['split']} split, {sample} images: width {z['width'][0]}/{z['width'][1]:g}/{z['width'][2]}, "
