@@ -148,6 +148,17 @@ def test_eval_scores_other_data_by_class_name_and_refuses_classes_the_model_lack
     assert last_json(vitkit_cmd("eval", run, "--data", tmp_path / "other", "--split", "val", "--labels-by-index", "--json"))["n"] == 4
 
 
+def test_eval_of_a_folder_without_splits_scores_every_image_in_it(own, vitkit_cmd, tmp_path):
+    """--data of one folder of class folders (someone's own held-out photos): all of its images by default, not the 10%
+    slice "val" holds out of it, nor an error that it has no test split; --split val still means that slice."""
+    data, run, _ = own
+    every = last_json(vitkit_cmd("eval", run, "--data", data / "val", "--json", "--threads", "1"))
+    assert (every["split"], every["n"], every["images"]["selection"]) == ("all", 12, "all")
+    assert every["top1"] == last_json(vitkit_cmd("eval", run, "--split", "val", "--json", "--threads", "1"))["top1"]  # the same 12
+    assert last_json(vitkit_cmd("eval", run, "--data", data / "val", "--split", "val", "--json", "--threads", "1"))["n"] == 1
+    one_line_error(vitkit_cmd("eval", run, "--data", data, "--split", "all"), "--split all:", "has splits")
+
+
 def test_the_checkpoint_records_exactly_which_images_trained_it(own):
     data, run, _ = own
     recorded = json.loads((run / "final" / "config.json").read_text())["data"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -18,9 +19,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         epilog="example: vitkit eval runs/demo --data /usr/share/datasets/fashion-mnist --split test --json",
     )
     p.add_argument("checkpoint", metavar="CKPT", help="run directory, its final/, a step checkpoint, or a checkpoint file of any format")
-    p.add_argument("--data", metavar="PATH", help="IDX folder, image folder or .csv/.jsonl list (default: the data the checkpoint was trained on)")
-    p.add_argument("--split", default="test", choices=("train", "val", "test"),
-                   help="split to evaluate (default: test; only data kept apart from training is ever 'test')")
+    p.add_argument("--data", metavar="PATH", help="any data vitkit reads: IDX folder, image folder, .csv/.jsonl list, shards ... "
+                                              "(default: the data the checkpoint was trained on)")
+    p.add_argument("--split", default=None, choices=("train", "val", "test", "all"),
+                   help="split to evaluate (default: test; only data kept apart from training is ever 'test'); 'all': every "
+                        "image of a --data folder or list without splits of its own, its default")
     p.add_argument("--val-fraction", type=float, default=None,
                    help="held-out share for 'val' when the data has no val split (default: as in training, else 0.1)")
     p.add_argument("--batch-size", type=int, default=256, help="images per forward pass (default 256)")
@@ -42,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
     from vitkit.checkpoint import load_with_metadata, refuse_untrained_head
     from vitkit.checkpoint.runs import report_dir
     from vitkit.data import DataSpec, eval_batches
+    from vitkit.data.sources import is_flat
     from vitkit.errors import DataError
     from vitkit.evaluation import evaluate
     from vitkit.precision import prepare
@@ -56,7 +60,14 @@ def run(args: argparse.Namespace) -> int:
     c = model.config
     device = pick_device(args.device)
     spec = DataSpec.from_checkpoint(meta, args.checkpoint, data=args.data, val_fraction=args.val_fraction)
-    split = spec.open(args.split, channels=c.in_chans, image_size=c.image_size[0])
+    flat = args.data is not None and is_flat(spec.path)
+    name = args.split or ("all" if flat else "test")
+    if name == "all" and not flat:
+        raise DataError(f"--split all: takes every image of a --data folder or list without splits of its own; {spec.where} "
+                        "has splits: choose one with --split")
+    whole = dataclasses.replace(spec, val_fraction=0.0, train_images=None)  # "all": the folder or list as one set
+    split = (whole.open("train", channels=c.in_chans, image_size=c.image_size[0]) if name == "all"
+             else spec.open(name, channels=c.in_chans, image_size=c.image_size[0]))
     split = _model_labels(split, meta.get("class_names"), args)  # by name where the checkpoint names its classes
     if len(split) and int(split.labels.max()) >= c.num_classes:  # by position: more classes than the model has
         raise DataError(f"{split.source}: labels go up to {int(split.labels.max())} but {args.checkpoint} has {c.num_classes} classes; "
@@ -65,17 +76,19 @@ def run(args: argparse.Namespace) -> int:
     crop_pct = meta.get("preprocess", {}).get("crop_pct", 1.0)
     batches = eval_batches(split, args.batch_size, device, channels=c.in_chans, size=c.image_size[0], crop_pct=crop_pct)
     count = math.ceil(len(split) / args.batch_size)
-    images = calibration(args, model, lambda: split if args.split == "train" else spec.open("train", channels=c.in_chans, image_size=c.image_size[0]),
+    # int8's calibration images: training images, never the ones scored (for "all", those the checkpoint records)
+    trained = DataSpec.from_checkpoint(meta, args.checkpoint) if name == "all" else spec
+    images = calibration(args, model, lambda: split if name == "train" else trained.open("train", channels=c.in_chans, image_size=c.image_size[0]),
                          crop_pct=crop_pct)
     runner = prepare(model, args.precision, device=device, batches=count, calibration=images)
     reference = prepare(model, "fp32", device=device, batches=count) if args.compare_fp32 else None
     metrics = evaluate(model.to(device), batches, crop_pct=crop_pct, runner=runner, reference=reference)
-    png = Path(args.confusion) if args.confusion else report_dir(args.checkpoint, "eval") / f"confusion_{args.split}.png"
-    plot_confusion(metrics["confusion"], class_names, png, data=f"{args.split} of {spec.where}: {metrics['n']} images")
+    png = Path(args.confusion) if args.confusion else report_dir(args.checkpoint, "eval") / f"confusion_{name}.png"
+    plot_confusion(metrics["confusion"], class_names, png, data=f"{name} of {spec.where}: {metrics['n']} images")
     result = {
         "checkpoint": str(args.checkpoint),
         "data": spec.where,
-        "split": args.split,
+        "split": name,
         "images": split.describe(),
         "n": metrics["n"],
         "top1": metrics["top1"],
@@ -87,13 +100,13 @@ def run(args: argparse.Namespace) -> int:
     }
     if reference is not None:
         result.update({k: metrics[k] for k in ("reference_top1", "top1_delta", "agreement")})
-    warning = picked_on(args.checkpoint, args.split, split, meta)
+    warning = picked_on(args.checkpoint, name, split, meta)
     result["picked_on_this_split"] = warning is not None
     width = max(len(n) for n in class_names)
-    print(f"{args.checkpoint} on {args.split} of {spec.where} ({metrics['n']} images: {split.source}, {split.selection}; "
+    print(f"{args.checkpoint} on {name} of {spec.where} ({metrics['n']} images: {split.source}, {split.selection}; "
           f"{runner.description}): top-1 {metrics['top1']:.4f}  top-5 {metrics['top5']:.4f}")
     if reference is not None:
-        print(f"against fp32 on the same {metrics['n']} {args.split} images: fp32 top-1 {metrics['reference_top1']:.4f}, "
+        print(f"against fp32 on the same {metrics['n']} {name} images: fp32 top-1 {metrics['reference_top1']:.4f}, "
               f"difference {100 * metrics['top1_delta']:+.2f} points, same prediction on {100 * metrics['agreement']:.2f}%")
     for name, acc in result["per_class"].items():
         print(f"  {name:<{width}}  {'-       (no images)' if acc is None else f'{acc:.4f}'}")

@@ -105,6 +105,19 @@ def available_splits(path: str | os.PathLike | None, val_fraction: float) -> lis
     return [s for s in SPLITS if s in on_disk]
 
 
+def is_flat(path: str | os.PathLike) -> bool:
+    """Whether the data at `path` is one set of images without splits of its own: a list file, or a folder with no
+    split folders, lists by split or IDX files (tar shards and Parquet files are never taken as flat)."""
+    from .shards import is_sharded
+
+    root = Path(path)
+    if is_sharded(root):
+        return False
+    if root.is_file():
+        return True
+    return root.is_dir() and not idx.is_idx_dir(root) and not any((root / s).is_dir() for s in SPLITS) and "train" not in split_lists(root)
+
+
 def _missing(root: Path, split: str, val_fraction: float) -> MissingSplit:
     available = available_splits(root, val_fraction)
     return MissingSplit(f"{root}: has no {split!r} split (it has {', '.join(available)})", available)
