@@ -155,16 +155,19 @@ def finetune(
 def picked_on(checkpoint: str | os.PathLike, name: str, split, extra: dict) -> str | None:
     """A warning where the images of `split` (named `name`) picked `checkpoint` in a fine-tuning sweep: it is a
     sweep's DIR/final (or the lr_X run final links to), and `split` holds exactly the images its record
-    (`extra["data"]["splits"]`) names for the sweep's validation split. A figure on them is optimistic. Else None."""
-    same_data = ((extra.get("data") or {}).get("splits") or {}).get(name) == split.describe()
+    (`extra["data"]["splits"]`) names for the sweep's validation split, whatever it is called here (eval's "all" of
+    that folder too). A figure on them is optimistic. Else None."""
     try:
         run = Path(os.path.realpath(resolve(checkpoint))).parent  # DIR/lr_X/final -> DIR/lr_X
         sweep = read_json(run.parent / "sweep.json")
     except (OSError, ValueError, VitkitError):  # not a sweep's model, or no readable sweep.json: nothing to say
         return None
-    if not (same_data and isinstance(sweep, dict) and sweep.get("val_split") == name and (sweep.get("best") or {}).get("run") == run.name):
+    if not isinstance(sweep, dict) or (sweep.get("best") or {}).get("run") != run.name:
         return None
-    return (f"note: these {name} images picked this model's learning rate among {len(sweep.get('runs', []))} runs "
+    if ((extra.get("data") or {}).get("splits") or {}).get(sweep.get("val_split")) != split.describe():
+        return None
+    these = "these images" if name == "all" else f"these {name} images"
+    return (f"note: {these} picked this model's learning rate among {len(sweep.get('runs', []))} runs "
             f"({run.parent / 'sweep.json'}), so a figure on them is optimistic; keep images out of both for an unbiased one (a test split)")
 
 

@@ -103,6 +103,8 @@ def test_a_figure_on_the_images_that_picked_a_sweeps_model_says_so(own, vitkit_c
         done = vitkit_cmd("eval", checkpoint, "--split", split, "--json", "--threads", "1")
         assert last_json(done)["picked_on_this_split"] is warned, (checkpoint, split)
         assert ("note: these val images picked this model's learning rate among 2 runs" in done.stdout) is warned
+    done = vitkit_cmd("eval", sweep, "--data", data / "val", "--json", "--threads", "1")  # the same images as one folder: "all"
+    assert last_json(done)["picked_on_this_split"] and "note: these images picked this model's learning rate" in done.stdout
     scored = last_json(vitkit_cmd("knn", sweep, "--test-split", "val", "--k", "3", "--threads", "1", "--out", tmp_path / "knn"))
     assert scored["picked_on_this_split"] and "Note: these val images picked" in (tmp_path / "knn" / "knn.md").read_text()
     baseline = last_json(vitkit_cmd("knn", sweep, "--test-split", "val", "--k", "3", "--random-init", "0", "--threads", "1", "--out", tmp_path / "r"))
