@@ -31,6 +31,7 @@ from vitkit.checkpoint.io import read_json, write_json
 from vitkit.checkpoint.native import is_native, read_native_config
 from vitkit.checkpoint.runs import resolve
 from vitkit.data import DataSpec
+from vitkit.data.sources import described
 from vitkit.errors import ConfigError, VitkitError
 from vitkit.evaluation import markdown_table, write_report
 from vitkit.models import BiTConfig, ModelConfig, VisionTransformer, build_model
@@ -142,12 +143,13 @@ def finetune(
         else:
             summary = train(config, run_dir, resume=bool(step_checkpoints(run_dir)))
         runs.append({"lr": lr, "run": run_dir.name, **{k: summary.get(k) for k in
-                     ("final_val_top1", "final_val_top5", "best_val_top1", "best_step", "steps", "wall_time_s")}})
+                     ("final_val_top1", "final_val_top5", "best_val_top1", "best_step", "steps", "wall_time_s", "val_images")}})
 
     best = pick_best(runs)
     _link(out / "final", Path(best["run"]) / "final")
     result = {"checkpoint": str(checkpoint), "image_size": list(config.model_config().image_size),
-              "val_split": recipe.data.val_split, "picked_by": "final_val_top1", "runs": runs, "best": best}
+              "val_split": recipe.data.val_split, "val_images": best.get("val_images"), "picked_by": "final_val_top1",
+              "runs": runs, "best": best}
     write_report(out, "sweep", result, sweep_markdown(result))
     return result
 
@@ -214,6 +216,8 @@ def _link(link: Path, target: Path) -> None:
 def sweep_markdown(result: dict) -> str:
     rows = [[("**" + f"{r['lr']:g}" + "**") if r is result["best"] else f"{r['lr']:g}", r["final_val_top1"], r["best_val_top1"],
              r["best_step"], r["steps"], r["wall_time_s"]] for r in result["runs"]]
+    images = result.get("val_images")  # which images, how many (None: runs written before their summaries said)
     title = (f"Fine-tuning {result['checkpoint']} at {result['image_size'][0]}x{result['image_size'][1]}; "
-             f"picked lr {result['best']['lr']:g} by final top-1 on the {result['val_split']} split.\n\n")
+             f"picked lr {result['best']['lr']:g} by final top-1 on the {result['val_split']} split"
+             + (f": {described(images)}" if images else "") + ".\n\n")
     return title + markdown_table(["lr", "final val top-1", "best val top-1", "best step", "steps", "wall time (s)"], rows)

@@ -98,6 +98,7 @@ def test_a_figure_on_the_images_that_picked_a_sweeps_model_says_so(own, vitkit_c
     last_json(vitkit_cmd("finetune", "--from", run, "--lr", "0.003,0.01", "--steps", "2", "--batch-size", "8", "--out", sweep,
                          "--no-progress", "train.threads=1", "train.warmup_steps=1", "train.eval_batch_size=64"))
     picked = json.loads((sweep / "sweep.json").read_text())["best"]["run"]
+    assert f"by final top-1 on the val split: 12 images ({data / 'val'}, all)." in (sweep / "sweep.md").read_text()  # which, how many
     other = ({"lr_0.003", "lr_0.01"} - {picked}).pop()
     for checkpoint, split, warned in [(sweep, "val", True), (sweep / picked, "val", True), (sweep, "train", False), (sweep / other, "val", False)]:
         done = vitkit_cmd("eval", checkpoint, "--split", split, "--json", "--threads", "1")
