@@ -93,6 +93,22 @@ def test_what_macs_and_notebooks_leave_in_a_folder_is_not_data(tmp_path):
     assert len(find_images([tmp_path / "train"])) == 11
 
 
+def test_which_data_is_one_set_without_splits_of_its_own(tmp_path):
+    """eval scores all of such data by default (--split all): a list, a folder of class folders, shards named for no split."""
+    from vitkit.data.shards import write_tar_shards
+    from vitkit.data.sources import is_flat
+
+    make_folder(tmp_path / "flat")
+    (tmp_path / "list.csv").write_text("flat/cat/0.png,cat\n")
+    make_folder(tmp_path / "split" / "train")
+    (tmp_path / "lists").mkdir()
+    (tmp_path / "lists" / "train.csv").write_text("../flat/cat/0.png,cat\n")
+    write_tar_shards(open_split(tmp_path / "flat", "train", channels=3, val_fraction=0.0), tmp_path / "shards", per_shard=4)
+    write_tar_shards(open_split(tmp_path / "flat", "train", channels=3, val_fraction=0.0), tmp_path / "named" / "test", per_shard=4)
+    assert [is_flat(tmp_path / p) for p in ("flat", "list.csv", "shards")] == [True, True, True]
+    assert [is_flat(tmp_path / p) for p in ("split", "lists", "named")] == [False, False, False]
+
+
 def test_image_folder_with_split_dirs(tmp_path):
     make_folder(tmp_path / "train")
     make_folder(tmp_path / "val", per_class=2)

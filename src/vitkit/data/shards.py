@@ -87,6 +87,11 @@ def _split_of(path: Path) -> str | None:
     return None
 
 
+def names_splits(path: str | os.PathLike) -> bool:
+    """Whether the shards at `path` say which split they belong to (by folder or name prefix), else they are one set."""
+    return any(_split_of(f) for f in shard_files(path))
+
+
 def shard_files(path: str | os.PathLike) -> list[Path]:
     text = str(path)
     if "{" in text or "*" in text:

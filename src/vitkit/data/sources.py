@@ -106,13 +106,13 @@ def available_splits(path: str | os.PathLike | None, val_fraction: float) -> lis
 
 
 def is_flat(path: str | os.PathLike) -> bool:
-    """Whether the data at `path` is one set of images without splits of its own: a list file, or a folder with no
-    split folders, lists by split or IDX files (tar shards and Parquet files are never taken as flat)."""
-    from .shards import is_sharded
+    """Whether the data at `path` is one set of images without splits of its own: a list file, a folder with no split
+    folders, lists by split or IDX files, or shards none of which is named for a split."""
+    from .shards import is_sharded, names_splits
 
     root = Path(path)
-    if is_sharded(root):
-        return False
+    if is_sharded(path):
+        return not names_splits(path)
     if root.is_file():
         return True
     return root.is_dir() and not idx.is_idx_dir(root) and not any((root / s).is_dir() for s in SPLITS) and "train" not in split_lists(root)
