@@ -61,13 +61,14 @@ def run(args: argparse.Namespace) -> int:
     device = pick_device(args.device)
     spec = DataSpec.from_checkpoint(meta, args.checkpoint, data=args.data, val_fraction=args.val_fraction)
     flat = args.data is not None and is_flat(spec.path)
-    name = args.split or ("all" if flat else "test")
-    if name == "all" and not flat:
+    which = args.split or ("all" if flat else "test")
+    if which == "all" and not flat:
         raise DataError(f"--split all: takes every image of a --data folder or list without splits of its own; {spec.where} "
                         "has splits: choose one with --split")
-    whole = dataclasses.replace(spec, val_fraction=0.0, train_images=None)  # "all": the folder or list as one set
-    split = (whole.open("train", channels=c.in_chans, image_size=c.image_size[0]) if name == "all"
-             else spec.open(name, channels=c.in_chans, image_size=c.image_size[0]))
+    if which == "all":  # the folder, list or shards as one set
+        split = dataclasses.replace(spec, val_fraction=0.0, train_images=None).open("train", channels=c.in_chans, image_size=c.image_size[0])
+    else:
+        split = spec.open(which, channels=c.in_chans, image_size=c.image_size[0])
     split = _model_labels(split, meta.get("class_names"), args)  # by name where the checkpoint names its classes
     if len(split) and int(split.labels.max()) >= c.num_classes:  # by position: more classes than the model has
         raise DataError(f"{split.source}: labels go up to {int(split.labels.max())} but {args.checkpoint} has {c.num_classes} classes; "
@@ -77,18 +78,18 @@ def run(args: argparse.Namespace) -> int:
     batches = eval_batches(split, args.batch_size, device, channels=c.in_chans, size=c.image_size[0], crop_pct=crop_pct)
     count = math.ceil(len(split) / args.batch_size)
     # int8's calibration images: training images, never the ones scored (for "all", those the checkpoint records)
-    trained = DataSpec.from_checkpoint(meta, args.checkpoint) if name == "all" else spec
-    images = calibration(args, model, lambda: split if name == "train" else trained.open("train", channels=c.in_chans, image_size=c.image_size[0]),
+    trained = DataSpec.from_checkpoint(meta, args.checkpoint) if which == "all" else spec
+    images = calibration(args, model, lambda: split if which == "train" else trained.open("train", channels=c.in_chans, image_size=c.image_size[0]),
                          crop_pct=crop_pct)
     runner = prepare(model, args.precision, device=device, batches=count, calibration=images)
     reference = prepare(model, "fp32", device=device, batches=count) if args.compare_fp32 else None
     metrics = evaluate(model.to(device), batches, crop_pct=crop_pct, runner=runner, reference=reference)
-    png = Path(args.confusion) if args.confusion else report_dir(args.checkpoint, "eval") / f"confusion_{name}.png"
-    plot_confusion(metrics["confusion"], class_names, png, data=f"{name} of {spec.where}: {metrics['n']} images")
+    png = Path(args.confusion) if args.confusion else report_dir(args.checkpoint, "eval") / f"confusion_{which}.png"
+    plot_confusion(metrics["confusion"], class_names, png, data=f"{which} of {spec.where}: {metrics['n']} images")
     result = {
         "checkpoint": str(args.checkpoint),
         "data": spec.where,
-        "split": name,
+        "split": which,
         "images": split.describe(),
         "n": metrics["n"],
         "top1": metrics["top1"],
@@ -100,13 +101,13 @@ def run(args: argparse.Namespace) -> int:
     }
     if reference is not None:
         result.update({k: metrics[k] for k in ("reference_top1", "top1_delta", "agreement")})
-    warning = picked_on(args.checkpoint, name, split, meta)
+    warning = picked_on(args.checkpoint, which, split, meta)
     result["picked_on_this_split"] = warning is not None
     width = max(len(n) for n in class_names)
-    print(f"{args.checkpoint} on {name} of {spec.where} ({metrics['n']} images: {split.source}, {split.selection}; "
+    print(f"{args.checkpoint} on {which} of {spec.where} ({metrics['n']} images: {split.source}, {split.selection}; "
           f"{runner.description}): top-1 {metrics['top1']:.4f}  top-5 {metrics['top5']:.4f}")
     if reference is not None:
-        print(f"against fp32 on the same {metrics['n']} {name} images: fp32 top-1 {metrics['reference_top1']:.4f}, "
+        print(f"against fp32 on the same {metrics['n']} {which} images: fp32 top-1 {metrics['reference_top1']:.4f}, "
               f"difference {100 * metrics['top1_delta']:+.2f} points, same prediction on {100 * metrics['agreement']:.2f}%")
     for name, acc in result["per_class"].items():
         print(f"  {name:<{width}}  {'-       (no images)' if acc is None else f'{acc:.4f}'}")

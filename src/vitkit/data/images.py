@@ -22,8 +22,8 @@ import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from vitkit.errors import DataError, first_line
-from vitkit.paths import local_path
 from vitkit.kernels import jpeg_region
+from vitkit.paths import local_path
 
 MAX_PIXELS = 89_478_485  # larger images are refused before decoding (a decompression bomb); Pillow's own default
 _BOMB = "a decompression bomb, or an image far too large to train on; downscale it"
