@@ -86,7 +86,7 @@ def parser(doc: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", default=None, help="the dataset, as for vitkit train --data: IDX folder, image folder, CSV/JSONL list, "
                                                 "tar shards or Parquet (default: Fashion-MNIST from $VITKIT_DATA or /usr/share/datasets/fashion-mnist)")
-    p.add_argument("--test-split", default="test", help="the split every model is scored on (default test; val for data that has none)")
+    p.add_argument("--test-split", default="test", choices=("test", "val"), help="the split every model is scored on (default test; val for data that has none)")
     p.add_argument("--image-size", type=int, default=None, help="px (default: IDX data's own size; for image files, their median "
                                                                 "shorter side to a multiple of 8 in 16-64, as vitkit train --data fits)")
     p.add_argument("--out", required=True, help="output directory: runs/, NAME.json, NAME.md, NAME.png")
