@@ -82,7 +82,7 @@ def test_data_size_on_a_folder_of_ones_own_photos(tmp_path, monkeypatch, capsys)
     result = json.loads((out / "data_size.json").read_text())
     h = result["header"]
     assert (h["image_size"], h["channels"], h["test_split"]) == (40, 3, "val")
-    assert "scored on its val split (test images: 8)" in (out / "data_size.md").read_text()
+    assert "scored on its val split (test images: 8)" in (text := (out / "data_size.md").read_text()) and "| ViT val top-1 |" in text
     assert [(r["family"], r["train_images"], r["test_images"]) for r in result["rows"]] == [("ViT", 8, 8), ("hybrid", 8, 8), ("ViT", 20, 8), ("hybrid", 20, 8)]
     config = json.loads((out / "runs" / "hybrid_8" / "final" / "config.json").read_text())
     assert config["model"]["image_size"] == [40, 40] and config["model"]["in_chans"] == 3 and config["data"]["val_split"] == "val"

@@ -45,7 +45,7 @@ def main() -> int:
             name = f"{family}_{label.replace(' ', '_')}"
             rows.append({"family": family, "size": label, **run_one(name, model, args)})
     result = {"header": header(args, " ".join(["python", *sys.argv])), "rows": rows}
-    table = (["family", "size", "params", "training FLOPs", "test top-1"],
+    table = (["family", "size", "params", "training FLOPs", f"{args.test_split} top-1"],
              [[r["family"], r["size"], r["params"], f"{r['train_flops']:.3g}", r["test_top1"]] for r in rows])
     report(args.out, "compute", result, table, "Paper (Fig. 5): ViT reaches an accuracy with 2-4x less compute than BiT; "
            "hybrids lead at small compute.")
@@ -58,7 +58,7 @@ def plot(rows, names, path, h) -> None:
     fig, ax = plt.subplots(figsize=(6, 4))
     ordered = {f: sorted((r for r in rows if r["family"] == f), key=lambda r: r["train_flops"]) for f in names}
     lines(ax, {f: ([r["train_flops"] for r in mine], [r["test_top1"] for r in mine]) for f, mine in ordered.items()},
-          xlabel="training FLOPs (counted)", ylabel="test top-1", title="Accuracy against compute (Fig. 5)")
+          xlabel="training FLOPs (counted)", ylabel=f"{h['test_split']} top-1", title="Accuracy against compute (Fig. 5)")
     for r in rows:
         ax.annotate(r["size"], (r["train_flops"], r["test_top1"]), fontsize=7, xytext=(3, 3), textcoords="offset points")
     save_figure(fig, path, h, "per model")

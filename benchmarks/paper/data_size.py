@@ -40,7 +40,7 @@ def main() -> int:
         for family in names:
             rows.append({"family": family, "subset": n, **run_one(f"{family}_{n}", models[family], args, train_images=n, fewshot=(10,))})
     result = {"header": header(args, " ".join(["python", *sys.argv])), "rows": rows}
-    table = (["training images", *[f"{f} test top-1" for f in names], *[f"{f} 10-shot" for f in names]],
+    table = (["training images", *[f"{f} {args.test_split} top-1" for f in names], *[f"{f} 10-shot" for f in names]],
              [[n, *[_get(rows, f, n, "test_top1") for f in names], *[_get(rows, f, n, "fewshot10") for f in names]] for n in sizes])
     report(args.out, "data_size", result, table, "Paper (Fig. 3, 4): ResNets win on small data, ViT overtakes with more.")
     plot(rows, names, sizes, args.out / "data_size.png", result["header"])
@@ -51,11 +51,11 @@ def _get(rows: list[dict], family: str, n: int, key: str):
     return next(r[key] for r in rows if r["family"] == family and r["subset"] == n)
 
 
-def plot(rows, families, sizes, path, h) -> None:
+def plot(rows, names, sizes, path, h) -> None:
     plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for ax, key, title in zip(axes, ("test_top1", "fewshot10"), ("Test top-1 (Fig. 3)", "10-shot linear accuracy (Fig. 4)")):
-        series = {f: (sizes, [_get(rows, f, n, key) for n in sizes]) for f in families}
+    for ax, key, title in zip(axes, ("test_top1", "fewshot10"), (f"{h['test_split'].capitalize()} top-1 (Fig. 3)", "10-shot linear accuracy (Fig. 4)")):
+        series = {f: (sizes, [_get(rows, f, n, key) for n in sizes]) for f in names}
         lines(ax, series, xlabel="training images (nested subsets)", ylabel="accuracy", title=title)
         ax.set_xticks(sizes, [str(n) for n in sizes])
         ax.minorticks_off()

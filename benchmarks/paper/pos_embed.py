@@ -42,7 +42,7 @@ def main() -> int:
             s["minus_none"] = s["mean"] - base["mean"]
             s["stderr_of_difference"] = math.sqrt(s["stderr"] ** 2 + base["stderr"] ** 2)
     result = {"header": {**header(args, " ".join(["python", *sys.argv])), "seeds": args.seeds}, "rows": rows, "stats": stats}
-    table = (["pos_embed", "mean test top-1", "std", "per seed", "minus none (± s.e.)"],
+    table = (["pos_embed", f"mean {args.test_split} top-1", "std", "per seed", "minus none (± s.e.)"],
              [[v, s["mean"], s["std"], " ".join(f"{a:.4f}" for a in s["values"]),
                f"{s['minus_none']:+.4f} ± {s['stderr_of_difference']:.4f}" if "minus_none" in s else "-"] for v, s in stats.items()])
     report(args.out, "pos_embed", result, table, f"{args.seeds} seed(s) per variant. Paper (App. D.4, Table 8): "
@@ -65,7 +65,7 @@ def plot(stats, path, h) -> None:
     for i, v in enumerate(names):
         ax.plot([i] * len(stats[v]["values"]), stats[v]["values"], "k.", ms=4)
     low = min(min(s["values"]) for s in stats.values())
-    ax.set(ylabel="test top-1 (bar: mean, line: std, dots: seeds)", title="Position embeddings (App. D.4)", ylim=(max(low - 0.05, 0), None))
+    ax.set(ylabel=f"{h['test_split']} top-1 (bar: mean, line: std, dots: seeds)", title="Position embeddings (App. D.4)", ylim=(max(low - 0.05, 0), None))
     save_figure(fig, path, h, f"per run, {h['seeds']} seed(s)")
 
 
