@@ -107,6 +107,11 @@ def test_a_length_in_epochs_follows_the_training_images_and_is_kept_on_resume(tm
     printed = capsys.readouterr().out
     assert "4 epochs = 4 steps of 22 images" in printed and json.loads(printed.strip().splitlines()[-1])["steps"] == 4  # 2 held out
     assert "warning" not in printed
+    # and the user's batch size: the note counts the steps the run will take
+    assert main(["train", "--data", str(tmp_path / "data"), "--out", str(tmp_path / "fitted11"), "train.epochs=4", "train.batch_size=11",
+                 "--no-progress", "train.threads=1", "train.checkpoint_every=100"]) == 0
+    printed = capsys.readouterr().out
+    assert "4 epochs = 8 steps of 11 images" in printed and json.loads(printed.strip().splitlines()[-1])["steps"] == 8
 
 
 def test_a_run_on_a_subset_of_the_training_images_records_it_and_the_fitted_recipe_fits_it(tmp_path, capsys):
