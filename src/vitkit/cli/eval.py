@@ -123,10 +123,7 @@ def _model_labels(split, names: list[str] | None, args: argparse.Namespace):
     """`split` with labels numbered as the model's classes `names`, matched by name (a val/ or --data folder that
     lacks some classes, or orders them otherwise, is still scored right); DataError where a class of the data is
     not the model's. A checkpoint without class names, or --labels-by-index, takes labels as they are."""
-    from dataclasses import replace
-
-    import torch
-
+    from vitkit.data.sources import on_classes
     from vitkit.errors import DataError
 
     if not names or args.labels_by_index or list(split.class_names) == list(names):
@@ -137,5 +134,4 @@ def _model_labels(split, names: list[str] | None, args: argparse.Namespace):
         raise DataError(f"{split.source}: class {unknown[0]!r}{f' (and {len(unknown) - 1} more)' if len(unknown) > 1 else ''} is not one of "
                         f"{args.checkpoint}'s classes ({shown}); evaluate it on data of its classes, or pass --labels-by-index if the "
                         "data names the same classes otherwise, in the same order")
-    to_model = torch.tensor([names.index(n) for n in split.class_names], dtype=torch.long)
-    return replace(split, labels=to_model[split.labels], class_names=list(names))
+    return on_classes(split, names)

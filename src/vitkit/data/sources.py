@@ -12,7 +12,7 @@ import csv
 import json
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import zip_longest
 from pathlib import Path
 
@@ -96,7 +96,7 @@ def available_splits(path: str | os.PathLike | None, val_fraction: float) -> lis
     if root.is_dir() and idx.is_idx_dir(root):
         return ["train", "val", "test"]
     on_disk = [s for s in SPLITS if root.is_dir() and (root / s).is_dir()]
-    if not on_disk and root.is_dir() and "train" in (lists := split_lists(root)):
+    if not on_disk and (lists := split_lists(root)):
         on_disk = list(lists)
     if not on_disk:
         return ["train", *held_out]
@@ -110,12 +110,10 @@ def is_flat(path: str | os.PathLike) -> bool:
     folders, lists by split or IDX files, or shards none of which is named for a split."""
     from .shards import is_sharded, names_splits
 
-    root = Path(path)
     if is_sharded(path):
         return not names_splits(path)
-    if root.is_file():
-        return True
-    return root.is_dir() and not idx.is_idx_dir(root) and not any((root / s).is_dir() for s in SPLITS) and "train" not in split_lists(root)
+    root = Path(path)
+    return not (root.is_dir() and (idx.is_idx_dir(root) or any((root / s).is_dir() for s in SPLITS) or split_lists(root)))
 
 
 def _missing(root: Path, split: str, val_fraction: float) -> MissingSplit:
@@ -158,7 +156,7 @@ def open_split(
             return _held_out(_read_folder(split_dirs["train"]), split, val_fraction, seed)
         raise _missing(root, split, val_fraction)
     lists = split_lists(root)
-    if "train" in lists:
+    if lists:
         return _listed_split(lists, split, val_fraction, seed)
     if path is None:
         raise DataError(idx.missing_message(root))
@@ -172,7 +170,9 @@ LIST_SUFFIXES = (".csv", ".jsonl", ".ndjson", ".tsv", ".txt")
 
 def split_lists(root: Path) -> dict[str, Path]:
     """A folder's lists named by split (train.csv, val.jsonl, test.csv ...), in SPLITS order: a dataset held as one list
-    per split. Folders of images named train/, val/, test/ come first (open_split)."""
+    per split, where it has a train list and no folders of images named train/, val/, test/ (those come first); else {}."""
+    if not root.is_dir() or any((root / s).is_dir() for s in SPLITS):
+        return {}
     found = {}
     for split in SPLITS:
         named = [root / f"{split}{suffix}" for suffix in LIST_SUFFIXES if (root / f"{split}{suffix}").is_file()]
@@ -180,7 +180,7 @@ def split_lists(root: Path) -> dict[str, Path]:
             raise DataError(f"{root}: {named[0].name} and {named[1].name} both list the {split} split; keep one")
         if named:
             found[split] = named[0]
-    return found
+    return found if "train" in found else {}
 
 
 def _listed_split(lists: dict[str, Path], split: str, val_fraction: float, seed: int) -> Split:
@@ -197,8 +197,14 @@ def _listed_split(lists: dict[str, Path], split: str, val_fraction: float, seed:
     unknown = [name for name in listed.class_names if name not in train.class_names]
     if unknown:
         raise DataError(f"{listed.source}: class {unknown[0]!r} is not one of the {len(train.class_names)} classes of {train.source}")
-    number = torch.tensor([train.class_names.index(name) for name in listed.class_names], dtype=torch.long)
-    return Split(labels=number[listed.labels], class_names=train.class_names, paths=listed.paths, source=listed.source)
+    return on_classes(listed, train.class_names)
+
+
+def on_classes(split: Split, names: list[str]) -> Split:
+    """`split` with its labels numbered as the classes `names` (which hold every class of `split`), matched by name: a
+    split that lacks some classes, or orders them otherwise, keeps each image's class."""
+    number = torch.tensor([names.index(name) for name in split.class_names], dtype=torch.long)
+    return replace(split, labels=number[split.labels], class_names=list(names))
 
 
 def _held_out(full: Split, split: str, val_fraction: float, seed: int) -> Split:

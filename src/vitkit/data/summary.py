@@ -34,7 +34,7 @@ def data_format(path, name: str = "auto") -> str:
         return f"{p.suffix.lstrip('.').upper()} list"
     if idx.is_idx_dir(p):
         return "IDX"
-    if not any((p / s).is_dir() for s in SPLITS) and "train" in (lists := split_lists(p)):
+    if lists := split_lists(p):
         return "lists by split (" + ", ".join(f.name for f in lists.values()) + ")"
     return "image folder"
 
