@@ -1,6 +1,8 @@
+import dataclasses
 import json
 
 import pytest
+import torch
 
 from vitkit import benchmark
 from vitkit.models import get_config
@@ -26,9 +28,35 @@ def test_report_is_well_formed(mode):
     assert report["kernels"] == ("vitkit-cpu" if mode == "inference" else "torch")
 
 
-def test_cpu_peak_memory_counts_what_a_step_holds_at_once():
-    import torch
+@pytest.mark.parametrize("compiled_seconds, compiled", [(3.0, False), (0.5, True)])
+def test_compile_auto_times_vitkit_as_a_long_eval_runs_it_back_to_eager_where_compiled_ran_slower(monkeypatch, compiled_seconds, compiled):
+    """On a 16-core Xeon compiled bf16 ViT-S/16 ran 3.5x slower than eager (RESULTS.md): `--compile auto` must time the
+    path eval would take there, not the slow compiled graph. Eager batches take 1 s on this clock, compiled ones less or more."""
+    from vitkit import precision
 
+    clock = [0.0]
+    monkeypatch.setattr(precision.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(precision, "onednn_fp32_gemms", lambda: False)
+
+    def timed(seconds, run):
+        def call(*args):
+            clock[0] += seconds
+            return run(*args)
+        return call
+
+    monkeypatch.setattr(precision._Forward, "forward", timed(1.0, precision._Forward.forward))
+    monkeypatch.setattr(precision.Runner, "_compiled", lambda self: timed(compiled_seconds, self.forward.model))
+    setup = benchmark.Setup(config=get_config("vit_test"), batch_size=2, compile=None, kernels="torch")
+    runner = benchmark.build_vitkit(setup).runner
+    assert runner.compiled is compiled
+    assert ("eager (compiled ran slower here: 3000 against 1000 ms a batch)" in runner.description) is not compiled
+    asked = benchmark.build_vitkit(dataclasses.replace(setup, compile=True)).runner  # --compile on: compiled, as asked
+    for _ in range(4):
+        asked.run_batch(torch.randn(2, 3, *setup.config.image_size))
+    assert asked.compiled
+
+
+def test_cpu_peak_memory_counts_what_a_step_holds_at_once():
     def step():
         a, b = torch.ones(2**21), torch.ones(2**21)  # 8 MiB each, both alive
         del a
@@ -47,7 +75,6 @@ def test_training_flops_are_about_three_forwards():
 
 @pytest.mark.parametrize("onednn", [True, False])
 def test_the_peak_matmul_multiplies_with_the_library_compiled_fp32_uses(monkeypatch, onednn):
-    import torch
 
     from vitkit import precision
 
@@ -85,7 +112,6 @@ def test_cli_benchmark_writes_json(run_cli, tmp_path):
 
 
 def test_activation_memory_shrinks_with_checkpointing():
-    import torch
 
     from vitkit.models import VisionTransformer
 

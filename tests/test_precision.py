@@ -238,7 +238,6 @@ def test_fp32_with_onednn_eager_gemms_compiles_only_very_long_jobs(model, monkey
         assert runner.compiled is compiles
 
 
-
 @pytest.mark.parametrize("compiled_seconds, stays_compiled", [(3.0, False), (0.5, True)])
 def test_a_runner_that_compiled_by_itself_goes_back_to_eager_when_compiled_is_slower(model, monkeypatch, compiled_seconds, stays_compiled):
     """Auto mode times one eager batch (1 s here); the first compiled batch after compilation must beat it."""
@@ -267,6 +266,7 @@ def test_a_runner_that_compiled_by_itself_goes_back_to_eager_when_compiled_is_sl
     else:
         assert runner.description == "fp32, eager (compiled ran slower here: 3000 against 1000 ms a batch)"
     assert runner._fn is (compiled if stays_compiled else runner.forward)
+
 
 def _sdpa_nodes(runner) -> int:
     return sum(n.target is torch.ops.aten.scaled_dot_product_attention.default for n in runner.forward.graph.nodes)

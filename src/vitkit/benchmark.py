@@ -29,6 +29,7 @@ from vitkit.models.summary import count_flops
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "int8": torch.float32, "int8-dynamic": torch.float32}
 REFERENCES = ("transformers", "timm")
 BACKENDS = ("onnxruntime", "openvino")  # deployment runtimes, fed vitkit's own ONNX export
+LONG_JOB = 1_000_000  # batches: `--compile auto` times vitkit as a long eval runs it (compiled, checked against eager)
 
 
 @dataclasses.dataclass
@@ -38,7 +39,7 @@ class Setup:
     dtype: str = "fp32"
     device: str = "cpu"
     mode: str = "inference"  # inference | train
-    compile: bool = False
+    compile: bool | None = False  # None (auto): compiled, and for CPU/GPU inference back to eager where that ran faster
     kernels: str = "auto"  # auto: vitkit's CPU inference kernels where they apply | torch
     grad_checkpointing: bool = False
     rounds: int = 5
@@ -114,9 +115,12 @@ def build_vitkit(setup: Setup) -> torch.nn.Module:
     model = VisionTransformer(setup.config).to(setup.device)
     model.set_grad_checkpointing(setup.grad_checkpointing)
     if setup.mode == "inference" and setup.dtype != "fp16":  # what eval and predict run (vitkit.precision, with its kernels)
-        runner = precision.prepare(model, setup.dtype, device=setup.device, compile=setup.compile, kernels=setup.kernels != "torch")
+        runner = precision.prepare(model, setup.dtype, device=setup.device, compile=setup.compile, kernels=setup.kernels != "torch",
+                                   batches=LONG_JOB)
+        if setup.compile is None:
+            runner.settle(torch.randn(setup.batch_size, setup.config.in_chans, *setup.config.image_size, device=setup.device))
         return _Prepared(runner, model)
-    if setup.compile:
+    if setup.compile is not False:
         model = torch.compile(model)
     return model
 
@@ -195,7 +199,7 @@ def build_candidate(name: str, precision_: str, setup: Setup, folder: str, expor
     if name in BACKENDS:
         return build_backend(name, exported_from, setup, precision_, folder)
     reference = build_reference(name, setup.config, setup.device)
-    return torch.compile(reference) if setup.compile else reference
+    return torch.compile(reference) if setup.compile is not False else reference
 
 
 def parse_candidates(compare: list[str] | tuple[str, ...], setup: Setup) -> list[tuple[str, str, str]]:
@@ -407,7 +411,7 @@ def run(setup: Setup, compare: list[str] | tuple[str, ...] = ()) -> dict[str, An
         "dtype": setup.dtype,
         "batch_size": setup.batch_size,
         "image_size": list(c.image_size),
-        "compile": setup.compile,
+        "compile": models["vitkit"].runner.compiled if isinstance(models["vitkit"], _Prepared) else setup.compile is not False,
         "kernels": inference_kernels(models["vitkit"]),
         "precision": models["vitkit"].runner.description if isinstance(models["vitkit"], _Prepared) else setup.dtype,
         "candidates": {label: f"{name} {prec}" for label, name, prec in [("vitkit", "vitkit", setup.dtype), *candidates]},

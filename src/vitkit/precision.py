@@ -302,6 +302,14 @@ class Runner:
         return contextlib.nullcontext() if self._kernels is None else self.forward.model.using_inference_kernels(self._kernels)
 
     @torch.inference_mode()
+    def settle(self, x: torch.Tensor) -> None:
+        """Run batches like x until the runner has chosen its path for good: where it decides by itself, eager, or
+        compiled and checked against eager (what a long `eval` runs; `vitkit benchmark --compile auto` times this)."""
+        self(x)
+        while self._eager_seconds is not None:
+            self(x)
+
+    @torch.inference_mode()
     def run_batch(self, x: torch.Tensor) -> torch.Tensor:
         """One batch of any size as it is, unpadded (a compiled runner compiles once more for a new size)."""
         if self._fn is None:
@@ -317,9 +325,9 @@ class Runner:
                 self._fn = self.forward
                 start = time.perf_counter()
                 out = self._run(x)
+                eager_seconds = self._seconds_since(start)
                 left = (self._batches_left or 1) - 1
                 speedup = COMPILED_SPEEDUP if self._eager_linears is None else ONEDNN_FP32_COMPILED_SPEEDUP
-                eager_seconds = time.perf_counter() - start
                 self._compile = worth_compiling(eager_seconds, left, speedup)
                 if self._compile:
                     self._fn, eager_description = None, self.description
@@ -333,13 +341,20 @@ class Runner:
             return self._run_checked(self._pad(x))[: len(x)]
         return self._run(self._pad(x))[: len(x)]
 
+    def _seconds_since(self, start: float) -> float:
+        """Time since `start` with the batch finished: a GPU runs it after the call returns."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return time.perf_counter() - start
+
     def _run_checked(self, x: torch.Tensor) -> torch.Tensor:
         """A batch of a runner that chose to compile by itself: the faster of its two compiled batches after the one
         that compiled must beat the eager batch it was chosen on, else the runner goes back to eager. On a 16-core Xeon
-        with AMX, compiled bf16 ViT-S/16 ran 3.3x slower than eager at 16 threads (benchmarks/RESULTS.md)."""
+        with AMX, compiled bf16 ViT-S/16 ran 3.3-4.3x slower than eager at 16 threads, from OpenMP's spin-waiting
+        (benchmarks/RESULTS.md)."""
         start = time.perf_counter()
         out = self._run(x)
-        self._compiled_seconds.append(time.perf_counter() - start)
+        self._compiled_seconds.append(self._seconds_since(start))
         if len(self._compiled_seconds) == 3:  # the first of them ran the compiler
             seconds, eager = min(self._compiled_seconds[1:]), self._eager_seconds
             self._eager_seconds = None

@@ -29,7 +29,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present)")
     p.add_argument("--mode", choices=["inference", "train", "both"], default="inference")
     p.add_argument("--compile", choices=["auto", "on", "off"], default="auto",
-                   help="torch.compile vitkit (auto: on; CPU inference also freezes weights into packed GEMMs)")
+                   help="torch.compile vitkit (CPU inference also freezes weights into packed GEMMs). auto: as a long eval runs it, "
+                   "compiled, and for inference back to eager where compiled ran slower on this machine (the precision line says so)")
     p.add_argument("--kernels", choices=["auto", "torch"], default="auto",
                    help="auto: vitkit's C++ attention and bias+GELU kernels for fp32 CPU inference (built on first use); "
                    "torch: always torch's scaled_dot_product_attention and GELU")
@@ -69,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     reports = []
     for mode in modes:
         setup = benchmark.Setup(config=config, batch_size=args.batch, dtype=dtype, device=device, mode=mode,
-                                compile=args.compile != "off", kernels=args.kernels, rounds=args.rounds,
+                                compile={"auto": None, "on": True, "off": False}[args.compile], kernels=args.kernels, rounds=args.rounds,
                                 grad_checkpointing=args.grad_checkpointing, process_memory=args.process_memory)
         report = benchmark.run(setup, compare)
         report["model"] = args.model
