@@ -408,21 +408,24 @@ def fitted_size(scan: ImageScan) -> int:
     return int(min(max(round(side / 8) * 8, 16), 64))
 
 
-def fitted_to_data(scan: ImageScan, n_train: int, epochs: float | None = None, batch: int | None = None) -> tuple[list[str], str]:
+def fitted_to_data(scan: ImageScan, n_train: int, epochs: float | None = None, batch: int | None = None,
+                   steps: int | None = None) -> tuple[list[str], str]:
     """The default recipe for a dataset of one's own (`vitkit train --data FOLDER` with no model given), as overrides.
 
     The image size follows the images (median shorter side, to a multiple of 8 in 16..64 px) and so do the
     channels; a 4x4 grid of patches and the demo's small ViT (width 96, 6 layers, average pooling) keep a
-    step cheap, and ~30 epochs (200..3000 steps of up to 64 images) end in minutes on a laptop CPU; `epochs` (the
-    user's train.epochs) sets the length instead, and warmup, logging and evaluation follow it, as they follow `batch`
-    (the user's train.batch_size) where given.
+    step cheap, and ~30 epochs (200..3000 steps of up to 64 images) end in minutes on a laptop CPU; `epochs` or
+    `steps` (the user's train.epochs or train.steps) set the length instead, and warmup, logging and evaluation
+    follow it, as they follow `batch` (the user's train.batch_size) where given.
     Returns (overrides, one line saying what was chosen and why)."""
     size = fitted_size(scan)
     batch = batch or max(min(64, n_train), 1)
-    if epochs is None:
+    if epochs is not None:
+        steps, length = steps_for(epochs, n_train, batch), f"{epochs:g} epochs = "
+    elif steps is None:
         steps, length = int(min(max(-(-30 * n_train // batch), 200), 3000)), ""
     else:
-        steps, length = steps_for(epochs, n_train, batch), f"{epochs:g} epochs = "
+        length = ""
     overrides = ["model.name=vit_mini4_32", f"model.image_size={size}", f"model.patch_size={size // 4}", f"model.in_chans={scan.channels}",
                  "model.width=96", "model.mlp_dim=192", "model.num_heads=4", "model.depth=6", "model.classifier=gap",
                  f"train.batch_size={batch}", f"train.epochs={epochs}" if epochs is not None else f"train.steps={steps}",

@@ -63,18 +63,22 @@ def _interrupt(signum, frame):
 def fitted_unless_named(path: str | None, named: bool, overrides: list[str], command: str) -> list[str]:
     """`fit_to_data(path)` where a PATH is given and nothing names the model (`named`: a --config or resumed run, or a
     model.* override among `overrides`); else no overrides. The fit reads the training split as the data.* overrides
-    cut it (data.train_images, data.val_fraction, ...); train.epochs and train.batch_size overrides set its length."""
+    cut it (data.train_images, data.val_fraction, ...); train.epochs or train.steps and train.batch_size overrides
+    set its length, and its warmup, logging and evaluation follow."""
     if not path or named or any(o.startswith("model.") for o in overrides):
         return []
     from vitkit.run_config import load_run_config
 
-    user = load_run_config(None, [o for o in overrides if o.startswith(("data.", "train.epochs=", "train.batch_size="))] + [("data.path", path)])
-    batch = user.train.batch_size if any(o.startswith("train.batch_size=") for o in overrides) else None
-    fitted = fit_to_data(user.data, command, epochs=user.train.epochs, batch=batch)
+    user = load_run_config(None, [o for o in overrides if o.startswith(("data.", "train.epochs=", "train.steps=", "train.batch_size="))]
+                           + [("data.path", path)])
+    named_batch, named_steps = (any(o.startswith(key) for o in overrides) for key in ("train.batch_size=", "train.steps="))
+    fitted = fit_to_data(user.data, command, epochs=user.train.epochs, batch=user.train.batch_size if named_batch else None,
+                         steps=user.train.steps if named_steps else None)
     return [o for o in fitted if not (user.train.epochs is not None and o.startswith("train.steps="))]  # the user's length wins
 
 
-def fit_to_data(data, command: str = "train", epochs: float | None = None, batch: int | None = None) -> list[str]:
+def fit_to_data(data, command: str = "train", epochs: float | None = None, batch: int | None = None,
+                steps: int | None = None) -> list[str]:
     """The default recipe for the training split of a run config's `data` section, from a short scan of its images
     (reported by `command`)."""
     from vitkit.data import DataSpec
@@ -82,7 +86,7 @@ def fit_to_data(data, command: str = "train", epochs: float | None = None, batch
     from vitkit.run_config import fitted_to_data
 
     train = DataSpec.from_config(data).open(data.train_split, channels=3, image_size=32, flag="data.train_split", hold_out="data.val_fraction")
-    overrides, note = fitted_to_data(scan(train), len(train), epochs=epochs, batch=batch)
+    overrides, note = fitted_to_data(scan(train), len(train), epochs=epochs, batch=batch, steps=steps)
     print(f"vitkit {command}: {note}", flush=True)
     return overrides
 
