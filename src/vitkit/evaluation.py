@@ -406,6 +406,9 @@ def report_markdown(result: dict, title: str) -> str:
         table = markdown_table(["shots per class", "mean top-1", "std (seeds)", "per seed"], rows)
         note = (f"Regularised least squares (l2 {result['l2_reg']:g}) on {result['feature_dim']}-d pre-logits features of the shots, drawn "
                 f"per seed from {_images(result, 'shots_from')}; {result['n_test']} test images.")
+        if left_out := result.get("shots_left_out"):
+            note += (f" {', '.join(map(str, left_out))} shots left out: the smallest class has {result['fewest_per_class']} training "
+                     "images.")
     elif kind == "linear_probe":
         rows = [[f"{r['l2']:g}", r["val_top1"], result["test_top1"] if r["l2"] == result["best_l2"] else None] for r in result["runs"]]
         table = markdown_table(["l2", "top-1 (picking)", f"top-1 ({result.get('test_split', 'test')})"], rows)

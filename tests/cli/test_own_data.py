@@ -188,6 +188,19 @@ def test_frozen_feature_commands_default_to_the_checkpoints_data(own, vitkit_cmd
     assert f"30 images ({data / 'train'}, all)" in (tmp_path / "b" / f"{command}.md").read_text()
 
 
+def test_fewshot_runs_the_paper_shots_the_smallest_class_has_images_for(own, vitkit_cmd, tmp_path):
+    """10 training images per class: the default 1/5/10/25 shots run 1, 5 and 10 and say why 25 is left out, where it was
+    one error before ("class 0 has 10 training images"); a count asked for that no class can give is one error naming it."""
+    _, run, _ = own
+    done = vitkit_cmd("fewshot", run, "--test-split", "val", "--seeds", "1", "--threads", "1", "--out", tmp_path / "d")
+    result = last_json(done)
+    assert list(result["shots"]) == ["1", "5", "10"] and (result["shots_left_out"], result["fewest_per_class"]) == ([25], 10)
+    assert "vitkit fewshot: 25 shots left out: class 'ankle boot' has 10 images in " in done.stdout
+    assert "25 shots left out: the smallest class has 10 training images." in (tmp_path / "d" / "fewshot.md").read_text()
+    one_line_error(vitkit_cmd("fewshot", run, "--test-split", "val", "--shots", "5,11", "--threads", "1", "--out", tmp_path / "e"),
+                   "class 'ankle boot' has 10 images in ", "fewer than 11 shots", "--shots")
+
+
 # -- 4. relative data paths, moved data ---------------------------------------------------------
 def test_eval_from_another_directory_and_after_the_data_moved(own, vitkit_cmd, tmp_path):
     data, run, _ = own

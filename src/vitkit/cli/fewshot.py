@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import argparse
 
+import numpy as np
+
 from ._frozen import add_common, add_splits, finish, numbers, setup
 
+DEFAULT_SHOTS = (1, 5, 10, 25)  # the paper's (Fig. 3-4, Table 5)
 EPILOG = """\
 The evaluator: pre-logits features of `shots` training images per class (drawn per seed), standardised with
 their mean and population std + 1e-5, a constant bias feature of 100 appended, targets 2*onehot-1, ridge
@@ -29,7 +32,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_common(p, "fewshot")
-    p.add_argument("--shots", type=numbers(int), default=[1, 5, 10, 25], help="training images per class, comma-separated (default 1,5,10,25)")
+    p.add_argument("--shots", type=numbers(int), default=None,
+                   help="training images per class, comma-separated (default 1,5,10,25: those the smallest class has images for)")
     p.add_argument("--seeds", type=int, default=3, help="draws per shot count, seeds 0..N-1 (default 3)")
     p.add_argument("--l2", type=float, default=2.0**10, help="ridge regularisation lambda (default 2^10 = 1024)")
     add_splits(p, "split the shots come from")
@@ -44,10 +48,18 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--seeds: expected at least 1, got {args.seeds}")
     model, features, open_split = setup(args)
     train, test = open_split(args.train_split), open_split(args.test_split, "--test-split")
-    try:
-        result = fewshot_eval(model, train, test, shots=args.shots, seeds=args.seeds, l2_reg=args.l2, **features)
-    except ValueError as err:  # a class with fewer images than shots
-        raise DataError(f"{train.source} ({args.train_split}): {err}; ask for fewer --shots") from None
+    counts = np.bincount(np.asarray(train.labels), minlength=len(train.class_names))
+    smallest = int(counts.argmin())
+    have = int(counts[smallest])
+    fewest = f"class {train.class_names[smallest]!r} has {have} image{'s' * (have != 1)} in {train.source} ({args.train_split})"
+    shots = args.shots or [n for n in DEFAULT_SHOTS if n <= have]
+    if not shots or max(shots) > have:
+        raise DataError(f"{fewest}, fewer than {max(args.shots or DEFAULT_SHOTS[:1])} shots; ask for fewer --shots")
+    left_out = [n for n in DEFAULT_SHOTS if n not in shots] if args.shots is None else []
+    if left_out:
+        print(f"vitkit fewshot: {', '.join(map(str, left_out))} shots left out: {fewest}", flush=True)
+    result = fewshot_eval(model, train, test, shots=shots, seeds=args.seeds, l2_reg=args.l2, **features)
     finish(args, "fewshot", {"split": args.test_split, "n": len(test), "train_split": args.train_split, "test_split": args.test_split,
-                             **result}, f"Few-shot linear accuracy of {args.checkpoint}", test)
+                             **result, **({"shots_left_out": left_out, "fewest_per_class": have} if left_out else {})},
+           f"Few-shot linear accuracy of {args.checkpoint}", test)
     return 0
