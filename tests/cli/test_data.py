@@ -70,15 +70,42 @@ def test_the_summary_counts_classes_splits_sizes_and_channels(tmp_path, run_cli)
     assert "width" in done.stdout and "channels" in done.stdout
 
 
-def test_to_shards_writes_a_dataset_that_trains_the_same(tmp_path, vitkit_cmd):
+def test_to_shards_writes_every_image_of_a_folder_without_splits(tmp_path, vitkit_cmd):
+    """A folder of class folders is one set: all 18 images as shard-*.tar, not the 14 left after data.val_fraction's hold-out."""
+    from vitkit.data.shards import open_sharded
+
     root = photos(tmp_path / "photos")
     done = vitkit_cmd("data", root, "--to-shards", tmp_path / "shards", "--per-shard", "5", "data.val_fraction=0.25")
     assert done.returncode == 0, done.stderr
-    assert sorted(p.name for p in (tmp_path / "shards").iterdir())[:2] == ["classes.txt", "shard-000000.tar"]
+    assert sorted(p.name for p in (tmp_path / "shards").iterdir()) == ["classes.txt", *(f"shard-00000{i}.tar" for i in range(4))]
+    again = open_sharded(tmp_path / "shards", "train", val_fraction=0.0)
+    assert len(again) == 18 and again.class_names == ["ant", "bee", "cat"]
+    assert f"wrote 18 images (all of {root}) as 4 tar shard(s)" in done.stdout
+
+
+def test_to_shards_writes_each_split_a_folder_has_as_that_split_and_never_into_shards(tmp_path, vitkit_cmd):
+    """train/ (6 a class), val/ and test/ (2 a class) become train-*, val-* and test-* shards that read back as the same
+    splits; --split writes one; a folder already holding shards is one error and is left as it was."""
     from vitkit.data.shards import open_sharded
 
-    again = open_sharded(tmp_path / "shards", "train", val_fraction=0.0)
-    assert len(again) == 14 and again.class_names == ["ant", "bee", "cat"]  # the train split, written
+    root = tmp_path / "photos"
+    photos(root / "train")
+    photos(root / "val", per_class=2)
+    photos(root / "test", per_class=2)
+    done = vitkit_cmd("data", root, "--to-shards", tmp_path / "shards", "--json")
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in (tmp_path / "shards").iterdir()) == ["classes.txt", "test-000000.tar", "train-000000.tar", "val-000000.tar"]
+    sets = json.loads(done.stdout.strip().splitlines()[-1])["shards"]["sets"]
+    assert {k: v["images"] for k, v in sets.items()} == {"train": 18, "val": 6, "test": 6}
+    for split, n in (("train", 18), ("val", 6), ("test", 6)):
+        again = open_sharded(tmp_path / "shards", split, val_fraction=0.1)  # a val of their own: nothing held out of train
+        assert len(again) == n and again.class_names == ["ant", "bee", "cat"]
+    assert vitkit_cmd("data", root, "--split", "val", "--to-shards", tmp_path / "val").returncode == 0
+    assert sorted(p.name for p in (tmp_path / "val").iterdir()) == ["classes.txt", "val-000000.tar"]
+    before = (tmp_path / "shards" / "train-000000.tar").read_bytes()
+    refused = vitkit_cmd("data", tmp_path / "shards", "--to-shards", tmp_path / "shards")
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1 and "already holds shards (test-000000.tar" in refused.stderr
+    assert (tmp_path / "shards" / "train-000000.tar").read_bytes() == before
 
 
 def test_samples_without_out_is_one_clear_error(capsys):

@@ -10,7 +10,7 @@ EPILOG = """examples:
   vitkit data ~/photos                                          format, classes, images per class and split, sizes
   vitkit data ~/photos --config configs/finetune_cifar10.yaml --samples 16 --out preview/   the first training batch
   vitkit data 'shards/shard-{000000..000009}.tar' model.image_size=224 --samples 8 --out preview/
-  vitkit data ~/photos --to-shards shards/ --per-shard 1000     write the train split as tar shards
+  vitkit data ~/photos --to-shards shards/ --per-shard 1000     every split as tar shards (train-NNNNNN.tar, val-..., test-...)
 """
 
 
@@ -27,11 +27,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("path", nargs="?", metavar="PATH", help="the dataset (= data.path): folder, list, IDX, tar shards or Parquet")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted run-config overrides, e.g. model.image_size=224")
     p.add_argument("--config", metavar="YAML", help="run config whose data/augment/model settings apply (as in vitkit train)")
-    p.add_argument("--split", default="train", choices=("train", "val", "test"), help="split for sizes, samples and shards (default train)")
+    p.add_argument("--split", choices=("train", "val", "test"),
+                   help="split for sizes and samples (default train), and for --to-shards the one split to write")
     p.add_argument("--samples", type=int, default=0, metavar="N", help="write the first N images of the first training batch (with a PATH and no "
                    "model.* key or --config: of the model `vitkit train --data PATH` fits to the images)")
     p.add_argument("--out", metavar="DIR", help="where samples.png and samples.npy go (required with --samples)")
-    p.add_argument("--to-shards", metavar="DIR", help="write the split's images as tar shards DIR/shard-NNNNNN.tar + classes.txt")
+    p.add_argument("--to-shards", metavar="DIR", help="write the images as tar shards + DIR/classes.txt into a folder holding none: "
+                   "each split the data has of its own, whole, as DIR/SPLIT-NNNNNN.tar (data without splits: all of it as "
+                   "DIR/shard-NNNNNN.tar), or only --split SPLIT as the run config cuts it")
     p.add_argument("--per-shard", type=int, default=1000, metavar="N", help="images per shard (default 1000)")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object on the last line")
     p.set_defaults(run=run)
@@ -44,7 +47,6 @@ def run(args: argparse.Namespace) -> int:
 
     from vitkit.checkpoint.io import atomic_path
     from vitkit.data import SPLITS, DataSpec
-    from vitkit.data.shards import write_tar_shards
     from vitkit.data.summary import describe, sample_grid
     from vitkit.errors import ConfigError, DataError
     from vitkit.run_config import load_run_config
@@ -53,6 +55,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--samples and --per-shard: expected positive numbers")
     if args.samples and not args.out:
         raise ConfigError("--samples: say where to write samples.png and samples.npy with --out DIR")
+    if args.to_shards:
+        _refuse_shards_in(Path(args.to_shards))  # before reading anything
     if args.path and "=" in args.path and not Path(args.path).exists():  # no PATH given, a KEY=VALUE in its place
         args.overrides, args.path = [args.path, *args.overrides], None
     overrides = list(args.overrides) + ([f"data.path={args.path}"] if args.path else [])
@@ -69,25 +73,24 @@ def run(args: argparse.Namespace) -> int:
             opened[split] = spec.open(split, channels=shape.in_chans, image_size=shape.image_size[0])
         except DataError as err:
             opened[split] = str(err)
-    summary = describe(opened, args.split, d.path, d.name)
+    split = args.split or "train"
+    summary = describe(opened, split, d.path, d.name)
     _print(summary)
 
     if args.to_shards:
-        written = write_tar_shards(opened[args.split], args.to_shards, per_shard=args.per_shard, seed=d.split_seed)
-        summary["shards"] = {"dir": args.to_shards, "files": len(written), "images": len(opened[args.split])}
-        print(f"wrote {len(opened[args.split])} images of the {args.split} split ({summary['splits'][args.split]['source']}) as "
-              f"{len(written)} tar shard(s): {args.to_shards}/shard-{{000000..{len(written) - 1:06d}}}.tar (+ classes.txt)")
+        sets = {args.split: opened[args.split]} if args.split else _whole_splits(config, shape)
+        summary["shards"] = _to_shards(sets, Path(args.to_shards), args.per_shard, d.split_seed)
 
     if args.samples:
         from vitkit.train import first_batch_pixels
 
-        preview = dataclasses.replace(config, data=dataclasses.replace(d, train_split=args.split))
+        preview = dataclasses.replace(config, data=dataclasses.replace(d, train_split=split))
         pixels, labels, names = first_batch_pixels(preview, args.samples)
         out = Path(args.out)
         with atomic_path(out / "samples.npy") as tmp:
             with open(tmp, "wb") as f:
                 np.save(f, pixels.numpy())
-        which = (f"the first {len(pixels)} images of the first training batch of {summary['splits'][args.split]['source']} "
+        which = (f"the first {len(pixels)} images of the first training batch of {summary['splits'][split]['source']} "
                  f"(seed {config.train.seed}), as training augments them before normalisation")
         with atomic_path(out / "samples.png") as tmp:
             sample_grid(pixels.numpy(), [names[int(y)] for y in labels], title=which[0].upper() + which[1:]).save(tmp, format="PNG")
@@ -118,3 +121,54 @@ def _print(s: dict) -> None:
           f"height {z['height'][0]}/{z['height'][1]:g}/{z['height'][2]} (min/median/max)"
           + (f", {z['unreadable']} unreadable" if z.get("unreadable") else ""))
     print(f"channels {', '.join(f'{mode} {n}' for mode, n in sorted(z['modes'].items(), key=lambda kv: -kv[1]))} (PIL modes of those images)")
+
+
+def _whole_splits(config, shape) -> dict:
+    """The splits the data holds of its own, each whole (nothing held out of train), by name; data without splits of
+    its own: all of its images, under None."""
+    import dataclasses
+
+    from vitkit.data import SPLITS, DataSpec
+    from vitkit.data.sources import is_flat
+    from vitkit.errors import DataError
+
+    spec = DataSpec.from_config(dataclasses.replace(config.data, val_fraction=0.0))
+    whole = {}
+    for split in SPLITS:
+        try:
+            whole[split] = spec.open(split, channels=shape.in_chans, image_size=shape.image_size[0])
+        except DataError:
+            continue  # a split this data does not have
+    return {None: whole["train"]} if config.data.path and is_flat(config.data.path) else whole
+
+
+def _refuse_shards_in(out: Path) -> None:
+    from vitkit.errors import DataError
+
+    if out.is_dir() and (held := sorted(p.name for p in out.iterdir() if p.suffix in (".tar", ".parquet"))):
+        raise DataError(f"--to-shards {out}: the folder already holds shards ({', '.join(held[:3])}{', ...' * (len(held) > 3)}); "
+                        "write to an empty or new folder")
+
+
+def _to_shards(sets: dict, out: Path, per_shard: int, seed: int) -> dict:
+    """Write each set as tar shards into `out` (SPLIT-NNNNNN.tar; a set without a split: shard-NNNNNN.tar) + classes.txt,
+    printing a line per set; refuses a folder that already holds shards (they would mix with the new ones)."""
+    from vitkit.data.shards import write_tar_shards
+    from vitkit.errors import DataError
+
+    _refuse_shards_in(out)
+    names = {tuple(images.class_names) for images in sets.values()}
+    if len(names) > 1:
+        raise DataError(f"--to-shards: the splits name different classes ({'; '.join(', '.join(n) for n in sorted(names))}); "
+                        "write one with --split")
+    written = {}
+    for split, images in sets.items():
+        prefix = split or "shard"
+        files = write_tar_shards(images, out, per_shard=per_shard, seed=seed, prefix=prefix)
+        written[prefix] = {"files": len(files), "images": len(images), "source": images.source, "selection": images.selection}
+        what = f"of the {split} split ({images.source}, {images.selection})" if split else f"(all of {images.source})"
+        print(f"wrote {len(images):,} images {what} as {len(files)} tar shard(s): "
+              f"{out}/{prefix}-{{000000..{len(files) - 1:06d}}}.tar")
+    print(f"wrote {out / 'classes.txt'}: {len(next(iter(names)))} class names")
+    return {"dir": str(out), "files": sum(w["files"] for w in written.values()), "images": sum(w["images"] for w in written.values()),
+            "sets": written}

@@ -419,9 +419,10 @@ def blocks(split: Split) -> np.ndarray | None:
 
 
 # -- writing shards -------------------------------------------------------------------------------
-def write_tar_shards(split: Split, out: str | os.PathLike, per_shard: int = 1000, seed: int = 0) -> list[Path]:
-    """Write the image files of `split` as tar shards out/shard-NNNNNN.tar (samples shuffled with `seed`,
-    labels as KEY.cls class indices) plus out/classes.txt; returns the shard paths."""
+def write_tar_shards(split: Split, out: str | os.PathLike, per_shard: int = 1000, seed: int = 0, prefix: str = "shard") -> list[Path]:
+    """Write the image files of `split` as tar shards out/PREFIX-NNNNNN.tar (samples shuffled with `seed`, labels as
+    KEY.cls class indices) plus out/classes.txt; returns the shard paths. A split's name as `prefix` (train, val,
+    test) makes the files that split when read back."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     if split.paths is None:
@@ -429,7 +430,7 @@ def write_tar_shards(split: Split, out: str | os.PathLike, per_shard: int = 1000
     order = np.random.default_rng(seed).permutation(len(split))
     written = []
     for number, start in enumerate(range(0, len(order), per_shard)):
-        target = out / f"shard-{number:06d}.tar"
+        target = out / f"{prefix}-{number:06d}.tar"
         tmp = target.with_name(f".{target.name}.tmp")
         with tarfile.open(tmp, "w") as tar:
             for i in order[start : start + per_shard]:
