@@ -98,10 +98,14 @@ def test_hf_pytorch_model_bin_is_read_with_weights_only(tmp_path, make_images):
 
 
 def test_hf_cannot_hold_gap_hybrid_or_prelogits_under_a_head(make_model, tmp_path):
-    for overrides, what in [(dict(classifier="gap"), "classifier"), (dict(representation_size=16), "pre-logits")]:
+    """Each refusal names the formats that do hold the model: a GAP model goes to npz and timm as well as vitkit."""
+    for overrides, what in [(dict(classifier="gap"), "classifier 'gap' .*; save as vitkit, npz or timm"),
+                            (dict(representation_size=16), "pre-logits .*; save as vitkit instead")]:
         with pytest.raises(vitkit.CheckpointError, match=what):
             save_checkpoint(make_model(**overrides), tmp_path / "x", "hf")
     assert not (tmp_path / "x").exists()
+    for fmt, name in (("npz", "gap.npz"), ("timm", "gap.safetensors")):
+        assert save_checkpoint(make_model(classifier="gap"), tmp_path / name, fmt).exists()
 
 
 def test_hf_sharded_checkpoint_is_read_through_its_index(tmp_path, make_images):

@@ -172,15 +172,15 @@ def write(model: VisionTransformer, directory: str | os.PathLike, *, metadata: d
     if not isinstance(model, VisionTransformer):
         raise CheckpointError(f"{directory}: the Hugging Face format here is ViT's; save a BiT ResNet as vitkit, npz or timm")
     class_names = metadata.get("class_names")
-    problems = [
-        (c.backbone is not None, "hybrid (ResNet) models"),
-        (c.classifier != "token", f"classifier {c.classifier!r} (HF ViT pools the class token)"),
-        (c.pos_embed != "learned", f"pos_embed {c.pos_embed!r}"),
-        (bool(c.num_classes and c.representation_size), "a pre-logits layer under a head (ViTForImageClassification has none)"),
+    problems = [  # (the model has it, what, the formats that hold it)
+        (c.backbone is not None, "hybrid (ResNet) models", "vitkit"),
+        (c.classifier != "token", f"classifier {c.classifier!r} (HF ViT pools the class token)", "vitkit, npz or timm (.safetensors)"),
+        (c.pos_embed != "learned", f"pos_embed {c.pos_embed!r}", "vitkit"),
+        (bool(c.num_classes and c.representation_size), "a pre-logits layer under a head (ViTForImageClassification has none)", "vitkit"),
     ]
-    for bad, what in problems:
+    for bad, what, holds in problems:
         if bad:
-            raise CheckpointError(f"{directory}: Hugging Face ViT cannot hold {what}; save as vitkit instead")
+            raise CheckpointError(f"{directory}: Hugging Face ViT cannot hold {what}; save as {holds} instead")
     classify = c.num_classes > 0
     prefix = "vit." if classify else ""
     tensors = from_vitkit(hf_rules(c, prefix=prefix), model.state_dict())
