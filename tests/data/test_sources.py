@@ -77,6 +77,35 @@ def test_a_folder_of_lists_by_split_reads_each_split_from_its_own_list(tmp_path)
         spec.open("train", channels=3, image_size=8)
 
 
+def test_split_folders_labelled_by_a_metadata_list_as_hugging_face_s_imagefolder_writes_them(tmp_path):
+    """train/ and val/ each hold their images and a metadata.csv / metadata.jsonl (file_name,label): labelled by it, val by
+    train's class names; before, the images of each folder were one class, "unlabeled"."""
+    from vitkit.data import DataSpec
+    from vitkit.data.summary import data_format
+
+    for split, n in (("train", 6), ("val", 2)):
+        (tmp_path / split).mkdir()
+        for i in range(n):
+            Image.new("RGB", (12, 10), (40 * (i % 3), i, 0)).save(tmp_path / split / f"{i}.png")
+    (tmp_path / "train" / "metadata.csv").write_text("file_name,label\n" + "".join(f"{i}.png,{'abc'[i % 3]}\n" for i in range(6)))
+    (tmp_path / "val" / "metadata.jsonl").write_text('{"file_name": "0.png", "label": "c"}\n{"file_name": "1.png", "label": "b"}\n')
+    spec = DataSpec(path=str(tmp_path))
+    train, val = (spec.open(split, channels=3, image_size=8) for split in ("train", "val"))
+    assert train.class_names == val.class_names == ["a", "b", "c"] and train.labels.tolist() == [0, 1, 2, 0, 1, 2]
+    assert val.labels.tolist() == [2, 1] and val.source == str(tmp_path / "val" / "metadata.jsonl")
+    assert data_format(tmp_path) == "image folder (labels in metadata.csv, metadata.jsonl)"
+    (tmp_path / "val" / "metadata.jsonl").write_text('{"file_name": "0.png", "label": "zebra"}\n')
+    with pytest.raises(DataError, match=r"metadata.jsonl: class 'zebra' is not one of the 3 classes of .*train"):
+        spec.open("val", channels=3, image_size=8)
+    (tmp_path / "val" / "metadata.csv").write_text("file_name,label\n0.png,a\n")
+    with pytest.raises(DataError, match="metadata.csv and metadata.jsonl both label its images; keep one"):
+        spec.open("val", channels=3, image_size=8)
+    for name in ("metadata.csv", "metadata.jsonl"):
+        (tmp_path / "val" / name).unlink()
+    with pytest.raises(DataError, match=r"val: images without class folders, where .*train has classes a, b, c; .*metadata.csv"):
+        spec.open("val", channels=3, image_size=8)  # before: a class "unlabeled" that train lacks
+
+
 def test_what_macs_and_notebooks_leave_in_a_folder_is_not_data(tmp_path):
     """A zip made on a Mac carries __MACOSX/ (it became a class) and ._x.png resource forks; Jupyter keeps copies in
     .ipynb_checkpoints/ (they became duplicate training images); upper-case suffixes are images."""

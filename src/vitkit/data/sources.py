@@ -151,7 +151,7 @@ def open_split(
         holds_out = "train" in split_dirs and "val" not in split_dirs and val_fraction > 0.0
         if split in split_dirs and not (split == "train" and holds_out):
             reference = split_dirs.get("train") if split != "train" else None  # val/test must hold train's classes
-            return _read_folder(split_dirs[split], classes=_class_dirs(reference) if reference else None)
+            return _read_folder(split_dirs[split], classes=_folder_classes(reference) if reference else None)
         if "train" in split_dirs and split != "test":
             return _held_out(_read_folder(split_dirs["train"]), split, val_fraction, seed)
         raise _missing(root, split, val_fraction)
@@ -193,11 +193,15 @@ def _listed_split(lists: dict[str, Path], split: str, val_fraction: float, seed:
         return _held_out(train, split, val_fraction, seed)
     if split not in lists:
         raise _missing(lists["train"].parent, split, val_fraction)
-    listed = _read_list(lists[split])
-    unknown = [name for name in listed.class_names if name not in train.class_names]
+    return _on_train_classes(_read_list(lists[split]), train.class_names, train.source)
+
+
+def _on_train_classes(listed: Split, names: list[str], train_source: str) -> Split:
+    """A listed val or test split labelled by train's classes `names`; a class train lacks is an error."""
+    unknown = [name for name in listed.class_names if name not in names]
     if unknown:
-        raise DataError(f"{listed.source}: class {unknown[0]!r} is not one of the {len(train.class_names)} classes of {train.source}")
-    return on_classes(listed, train.class_names)
+        raise DataError(f"{listed.source}: class {unknown[0]!r} is not one of the {len(names)} classes of {train_source}")
+    return on_classes(listed, names)
 
 
 def on_classes(split: Split, names: list[str]) -> Split:
@@ -260,14 +264,39 @@ def _class_dirs(root: Path) -> list[str]:
     return sorted(d.name for d in root.iterdir() if d.is_dir() and not is_hidden(d.name))
 
 
+METADATA_LISTS = ("metadata.csv", "metadata.jsonl")  # Hugging Face's imagefolder: a split's images and their labels beside them
+
+
+def metadata_list(root: Path) -> Path | None:
+    """A folder's metadata.csv or metadata.jsonl (file_name,label), where it has no class folders; else None."""
+    found = [root / name for name in METADATA_LISTS if (root / name).is_file()]
+    if len(found) > 1:
+        raise DataError(f"{root}: {found[0].name} and {found[1].name} both label its images; keep one")
+    return found[0] if found and not _class_dirs(root) else None
+
+
+def _folder_classes(root: Path) -> list[str]:
+    """The classes of a training folder: its class folders, or the labels of its metadata list."""
+    metadata = metadata_list(root)
+    return _read_list(metadata).class_names if metadata else _class_dirs(root)
+
+
 def _read_folder(root: Path, classes: list[str] | None = None) -> Split:
     """root/<class>/**/<image>; classes in sorted order. `classes` (train's) must be exactly the folders found.
 
-    Images directly in root, without class folders, are one class "unlabeled" (self-supervised
-    pre-training, train.objective=masked_patch, needs no labels)."""
+    Images directly in root, without class folders, are labelled by a metadata.csv or metadata.jsonl beside them
+    (file_name,label: Hugging Face's imagefolder), else are one class "unlabeled" (self-supervised pre-training,
+    train.objective=masked_patch, needs no labels)."""
     found = _class_dirs(root)
+    if metadata := metadata_list(root):
+        listed = _read_list(metadata)
+        return listed if classes is None else _on_train_classes(listed, classes, str(root.parent / "train"))
     if not found:
         loose = sorted(p for p in root.iterdir() if p.is_file() and is_image_file(p))
+        if loose and classes:
+            raise DataError(f"{root}: images without class folders, where {root.parent / 'train'} has classes "
+                            f"{', '.join(classes[:3])}{', ...' * (len(classes) > 3)}; put them in class folders, or label them in "
+                            f"{root / 'metadata.csv'} (file_name,label)")
         if loose:
             return Split(labels=torch.zeros(len(loose), dtype=torch.long), class_names=["unlabeled"], paths=loose, source=str(root))
     if classes is not None and found != classes:

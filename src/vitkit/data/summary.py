@@ -15,7 +15,7 @@ from vitkit.errors import DataError
 
 from . import idx, shards
 from .images import Record
-from .sources import SPLITS, Split, split_lists
+from .sources import SPLITS, Split, metadata_list, split_lists
 
 SIZE_SAMPLE = 1000  # image headers read for the size and channel figures (a seeded choice beyond that)
 
@@ -36,7 +36,8 @@ def data_format(path, name: str = "auto") -> str:
         return "IDX"
     if lists := split_lists(p):
         return "lists by split (" + ", ".join(f.name for f in lists.values()) + ")"
-    return "image folder"
+    labelled = {m.name for d in (p, *(p / s for s in SPLITS)) if d.is_dir() and (m := metadata_list(d))}
+    return "image folder" + (f" (labels in {', '.join(sorted(labelled))})" if labelled else "")
 
 
 def _header(item) -> tuple[int, int, str]:
