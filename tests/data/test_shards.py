@@ -104,6 +104,31 @@ def test_a_bad_tar_shard_is_one_clear_error(tmp_path):
         open_sharded(str(tmp_path / "s-{000..001}.tar"), "train")
 
 
+def test_a_tar_or_archive_of_an_image_folder_is_one_error_saying_to_unpack_it(tmp_path):
+    """`tar -cf photos.tar train val` of class folders was read as shards of one class, "unlabeled", its val images
+    trained on; a zip or .tar.gz was "cannot read the list (utf-8 codec ...)". Unlabeled shards of plain keys (or keys
+    in one folder) stay one class, for masked-patch pre-training."""
+    import shutil
+
+    from vitkit.data.sources import open_split
+
+    make_folder(tmp_path / "photos" / "train")
+    with tarfile.open(tmp_path / "photos.tar", "w") as tar:
+        tar.add(tmp_path / "photos" / "train", arcname="train")
+    with pytest.raises(DataError, match=r"photos\.tar: a tar of images in folders \(train/.*without .cls or .json labels: unpack it"):
+        open_sharded(tmp_path / "photos.tar", "train")
+    for fmt, what in (("zip", "a zip archive"), ("gztar", "a gzip-compressed file")):
+        archive = shutil.make_archive(str(tmp_path / "photos"), fmt, tmp_path / "photos")
+        with pytest.raises(DataError, match=f"{what}, which vitkit does not read; unpack it"):
+            open_split(archive, "train", channels=3)
+    with tarfile.open(tmp_path / "plain.tar", "w") as tar:
+        for key in ("images/0", "images/1"):
+            info = tarfile.TarInfo(key + ".jpg")
+            info.size = len(data := jpeg(1))
+            tar.addfile(info, io.BytesIO(data))
+    assert open_sharded(tmp_path / "plain.tar", "train", val_fraction=0.0).class_names == ["unlabeled"]
+
+
 # -- training on shards: bad records, exact resume with workers and ranks ---------------------------
 TRAIN = ["model.name=vit_test", "model.depth=1", "model.image_size=8", "train.batch_size=8", "train.threads=1", "train.progress=false",
          "train.log_every=1", "train.eval_every=1000", "train.checkpoint_every=2", "train.warmup_steps=0", "train.decay=constant",

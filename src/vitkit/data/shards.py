@@ -278,6 +278,11 @@ def _read_tars(files: list[Path]) -> tuple[list, list[str], list[str]]:
         unlabeled = [k for k, label in zip(keys, labels) if label is None]
         if unlabeled and len(unlabeled) < len(keys):
             raise DataError(f"{path}: sample {unlabeled[0]!r} has no .cls or .json label; every sample needs one (or none has)")
+        folders = {k.rsplit("/", 1)[0] for k in unlabeled if "/" in k}
+        if len(folders) > 1:  # a tar of an image folder (class/, train/class/), not shards: its folders would be lost
+            raise DataError(f"{path}: a tar of images in folders ({', '.join(sorted(folders)[:2])}, ...) without .cls or .json "
+                            f"labels: unpack it (tar -xf {path} -C DIR) and give DIR, whose folders are the classes, or write "
+                            "labelled shards from DIR with vitkit data DIR --to-shards SHARDS")
         records += found
         raw += ["" if label is None else label for label in labels]
     names_file = files[0].parent / "classes.txt"

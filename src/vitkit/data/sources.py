@@ -140,6 +140,7 @@ def open_split(
     if not root.exists():
         raise DataError(idx.missing_message(root) if path is None else f"{root}: no such file or directory (data.path)")
     if root.is_file():
+        _refuse_archive(root)
         if split == "test":
             raise _missing(root, split, val_fraction)
         return _held_out(_read_list(root), split, val_fraction, seed)
@@ -166,6 +167,27 @@ def open_split(
 
 
 LIST_SUFFIXES = (".csv", ".jsonl", ".ndjson", ".tsv", ".txt")
+ARCHIVES = (  # (first bytes, what, how to unpack it): archives of an image folder, which vitkit reads unpacked
+    (b"PK\x03\x04", "a zip archive", "unzip {path} -d DIR"),
+    (b"\x1f\x8b", "a gzip-compressed file", "tar -xzf {path} -C DIR"),
+    (b"BZh", "a bzip2-compressed file", "tar -xjf {path} -C DIR"),
+    (b"\xfd7zXZ\x00", "an xz-compressed file", "tar -xJf {path} -C DIR"),
+    (b"(\xb5/\xfd", "a zstd-compressed file", "tar --zstd -xf {path} -C DIR"),
+    (b"7z\xbc\xaf\x27\x1c", "a 7-Zip archive", "7z x {path} -oDIR"),
+)
+
+
+def _refuse_archive(path: Path) -> None:
+    """One error for an archive given as data (before: "cannot read the list (utf-8 codec ...)")."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(8)
+    except OSError:
+        return  # reading it as a list says why
+    for magic, what, unpack in ARCHIVES:
+        if head.startswith(magic):
+            raise DataError(f"{path}: {what}, which vitkit does not read; unpack it ({unpack.format(path=path)}) and give the "
+                            "folder, or write tar shards from that folder with vitkit data DIR --to-shards SHARDS")
 
 
 def split_lists(root: Path) -> dict[str, Path]:
