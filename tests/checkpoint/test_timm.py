@@ -153,3 +153,33 @@ def test_timm_fc_norm_gap_is_refused(make_model, tmp_path):
     save_file(state, tmp_path / "fc_norm.safetensors")
     with pytest.raises(vitkit.CheckpointError, match="fc_norm"):
         vitkit.load_pretrained(tmp_path / "fc_norm.safetensors")
+
+
+@pytest.mark.parametrize("weights", ["model.safetensors", "pytorch_model.bin"])
+def test_a_timm_hub_directory_loads_with_its_class_names_mean_std_and_input_size(weights, make_model, make_images, tmp_path):
+    """What `huggingface-cli download timm/NAME` leaves: config.json ("architecture", "label_names", "pretrained_cfg")
+    beside the bare tensors. It was "unknown checkpoint format"; its weights file stands for the directory."""
+    import json
+
+    from vitkit.checkpoint import detect_format, load_with_metadata
+
+    model = make_model(num_classes=3, mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
+    save_checkpoint(model, tmp_path / "m.pth", "timm")
+    state = torch.load(tmp_path / "m.pth", weights_only=True)  # the tensors alone, as timm writes them
+    hub = tmp_path / "hub"
+    hub.mkdir()
+    save_file(state, hub / weights) if weights.endswith(".safetensors") else torch.save(state, hub / weights)
+    (hub / "config.json").write_text(json.dumps({
+        "architecture": "vit_test_patch4_16", "num_classes": 3, "num_features": 32, "label_names": ["cat", "dog", "emu"],
+        "pretrained_cfg": {"input_size": [3, 16, 16], "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225],
+                           "crop_pct": 0.875, "interpolation": "bicubic", "num_classes": 3}}))
+    assert detect_format(hub) == "timm"
+    for given in (hub, hub / weights):
+        loaded, meta = load_with_metadata(given)
+        assert meta["class_names"] == ["cat", "dog", "emu"] and meta["preprocess"] == {"crop_pct": 0.875}
+        assert tuple(loaded.config.mean) == (0.485, 0.456, 0.406) and tuple(loaded.config.std) == (0.229, 0.224, 0.225)
+        x = make_images(loaded.config)
+        with torch.no_grad():
+            assert torch.allclose(loaded(x), model(x), atol=1e-5)
+    (hub / "config.json").write_text(json.dumps({"label_names": {"0": "cat", "2": "emu", "1": "dog"}, "architecture": "x"}))
+    assert load_with_metadata(hub)[1]["class_names"] == ["cat", "dog", "emu"]  # timm's {index: name} form

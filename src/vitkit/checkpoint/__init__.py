@@ -57,12 +57,15 @@ def detect_format(path: str | os.PathLike) -> str:
             return "vitkit"
         if hf.is_hf(path):
             return "hf"
+        if timm.is_timm_dir(path):
+            return "timm"
         if (path / "finetune.json").is_file():  # transfer.finetune's claim on its directory, written first
             raise CheckpointError(f"{path}: a fine-tuning sweep that has not finished (no final/ yet); run the same vitkit finetune "
                                   "command again to continue it, or name one of its lr_*/ runs")
         raise CheckpointError(
             f"{path}: unknown checkpoint format: neither a vitkit checkpoint or run directory (config.json with "
-            "\"format\": \"vitkit\"; run.yaml, final/) nor a Hugging Face one (\"model_type\": \"vit\")"
+            "\"format\": \"vitkit\"; run.yaml, final/), a Hugging Face one (\"model_type\": \"vit\") nor timm's "
+            "(\"architecture\" beside model.safetensors or pytorch_model.bin)"
         )
     if not path.is_file():
         raise CheckpointError(f"{path}: no such file or directory")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from vitkit.errors import CheckpointError
 
-from . import hf, native
+from . import hf, native, timm
 
 STATE_JSON = "train_state.json"  # written last into a step checkpoint: its presence marks it complete
 _STEP_DIR = re.compile(r"step_(\d+)")
@@ -47,7 +47,7 @@ def resolve(path: str | os.PathLike) -> Path:
         raise CheckpointError(f"{path}: a run directory without a model yet (no final/ and no complete checkpoints/step_N/); "
                               f"finish it with vitkit train --resume {path}")
     if path.is_file() and path.name in (native.WEIGHTS_NAME, *hf.WEIGHTS_NAMES):
-        if native.is_native(path.parent) or hf.is_hf(path.parent):
+        if native.is_native(path.parent) or hf.is_hf(path.parent) or timm.is_timm_dir(path.parent):
             return path.parent
     return path
 

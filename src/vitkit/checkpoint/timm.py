@@ -6,6 +6,10 @@ keep the BiT ResNet under patch_embed.backbone as stem.{conv,norm} and stages.S.
 vitkit reads it from the vitkit config it stores in safetensors metadata when it wrote the file, else
 takes the head count of the named size with that width (Table 1; 64-wide heads otherwise).
 
+A timm Hub directory (what `huggingface-cli download timm/NAME` or timm's save_for_hf leaves: config.json with
+"architecture", "label_names" and "pretrained_cfg", beside model.safetensors or pytorch_model.bin) is read as its
+weights file, with the head count of its architecture's name, its mean, std and input size, and its class names.
+
 Not representable, and refused with the key named: timm's fc_norm (LayerNorm after average pooling,
 where the official GAP model pools after the final LayerNorm), register tokens and the like.
 Numerics: timm's hybrid StdConv2dSame normalises with sqrt(var + 1e-8), vitkit (like the official
@@ -26,12 +30,41 @@ from vitkit.models import ModelConfig, ResNetConfig, ResNetV2, ViTConfig, Vision
 from vitkit.models.registry import SIZES
 
 from . import bit
-from .io import is_safetensors, read_safetensors, read_sidecar, read_torch, write_safetensors, write_torch, write_with_sidecar
+from .io import (is_safetensors, read_json, read_safetensors, read_sidecar, read_torch, write_safetensors, write_torch,
+                 write_with_sidecar)
 from .keymap import Rule, count_indexed, from_vitkit, infer_image_size, same, to_vitkit
 
 METADATA_KEY = "vitkit_config"
 EXTRA_KEY = "vitkit_metadata"  # class names, preprocessing, training data
 _HEADS_BY_WIDTH = {width: heads for _, width, _, heads in SIZES.values()}
+HUB_CONFIG = "config.json"
+HUB_WEIGHTS = ("model.safetensors", "pytorch_model.bin")  # the safe one first, as timm picks
+
+
+def _hub_config(directory: Path) -> dict | None:
+    """A timm Hub directory's config.json (one that names an "architecture", not a transformers "model_type"), else None."""
+    if not (directory / HUB_CONFIG).is_file() or not any((directory / name).is_file() for name in HUB_WEIGHTS):
+        return None
+    config = read_json(directory / HUB_CONFIG)
+    return config if isinstance(config, dict) and isinstance(config.get("architecture"), str) and "model_type" not in config else None
+
+
+def is_timm_dir(path: str | os.PathLike) -> bool:
+    return Path(path).is_dir() and _hub_config(Path(path)) is not None
+
+
+def _hub_stored(config: dict) -> dict:
+    """What a timm Hub config.json tells beyond the tensors, in the keys of vitkit's stored config: mean, std and input
+    size (the head count follows the width, as for any timm file)."""
+    stored = {}
+    cfg = config.get("pretrained_cfg") if isinstance(config.get("pretrained_cfg"), dict) else {}
+    for key in ("mean", "std"):
+        if isinstance(cfg.get(key), list) and all(isinstance(v, (int, float)) for v in cfg[key]):
+            stored[key] = tuple(float(v) for v in cfg[key])
+    size = cfg.get("input_size")
+    if isinstance(size, list) and len(size) == 3 and all(isinstance(v, int) and v > 0 for v in size):
+        stored["image_size"] = size[1:]
+    return stored
 
 
 def _backbone_names(c: ViTConfig) -> list[tuple[str, str]]:
@@ -152,7 +185,16 @@ def pretrained_cfg(c: ModelConfig, metadata: dict) -> dict:
 def read(path: str | os.PathLike, *, image_size=None) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
     """(config, vitkit state dict) of a timm checkpoint (.safetensors preferred; .pth/.bin read with weights_only)."""
     path = Path(path)
-    if is_safetensors(path):
+    if path.is_dir():  # a timm Hub directory
+        config = _hub_config(path)
+        if config is None:
+            raise CheckpointError(f"{path}: not a timm Hub directory (config.json with \"architecture\", model.safetensors or "
+                                  "pytorch_model.bin)")
+        weights = next(path / name for name in HUB_WEIGHTS if (path / name).is_file())
+        state = read_safetensors(weights) if is_safetensors(weights) else _unwrap(read_torch(weights), weights)
+        own = _stored(weights) if is_safetensors(weights) else None  # the config vitkit wrote into the file, if it did
+        stored = {**_hub_stored(config), **(own or {})}
+    elif is_safetensors(path):
         state, stored = read_safetensors(path), _stored(path)
     else:  # the config vitkit wrote beside it, if any (a .pth written elsewhere has none)
         state, stored = _unwrap(read_torch(path), path), read_sidecar(path).get(METADATA_KEY)
@@ -187,13 +229,23 @@ def write(model: VisionTransformer, path: str | os.PathLike, *, metadata: dict |
 def read_metadata(path: str | os.PathLike) -> dict:
     """Class names and preprocessing: vitkit's own record, else timm's label_names and pretrained_cfg."""
     path = Path(path)
-    found = {"vitkit": _stored(path, EXTRA_KEY), "label_names": _stored(path, "label_names"),
-             "pretrained_cfg": _stored(path, "pretrained_cfg")} if is_safetensors(path) else read_sidecar(path)
+    if path.is_dir():
+        weights = next((path / name for name in HUB_WEIGHTS if (path / name).is_file()), path)
+        own = _stored(weights, EXTRA_KEY) if is_safetensors(weights) else None
+        found = {"vitkit": own, **(_hub_config(path) or {})}
+    elif is_safetensors(path):
+        found = {"vitkit": _stored(path, EXTRA_KEY), "label_names": _stored(path, "label_names"),
+                 "pretrained_cfg": _stored(path, "pretrained_cfg")}
+    else:
+        found = read_sidecar(path)
     if found.get("vitkit"):
         return found["vitkit"]
     metadata = {}
-    if isinstance(found.get("label_names"), list):
-        metadata["class_names"] = [str(n) for n in found["label_names"]]
+    names = found.get("label_names")
+    if isinstance(names, dict):  # timm's {class index: name}, where indices may have gaps
+        names = [names.get(str(i), names.get(i, "")) for i in range(1 + max((int(k) for k in names if str(k).isdigit()), default=-1))]
+    if isinstance(names, list):
+        metadata["class_names"] = [str(n) for n in names]
     if isinstance(found.get("pretrained_cfg"), dict) and "crop_pct" in found["pretrained_cfg"]:
         metadata["preprocess"] = {"crop_pct": float(found["pretrained_cfg"]["crop_pct"])}
     return metadata
