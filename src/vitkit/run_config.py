@@ -419,7 +419,7 @@ def fitted_to_data(scan: ImageScan, n_train: int, epochs: float | None = None, b
     follow it, as they follow `batch` (the user's train.batch_size) where given.
     Returns (overrides, one line saying what was chosen and why)."""
     size = fitted_size(scan)
-    batch = batch or max(min(64, n_train), 1)
+    batch = batch or max(min(64, n_train - scan.unreadable), 1)  # a batch the readable images fill
     if epochs is not None:
         steps, length = steps_for(epochs, n_train, batch), f"{epochs:g} epochs = "
     elif steps is None:

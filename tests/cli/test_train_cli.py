@@ -133,6 +133,23 @@ def test_a_run_on_a_subset_of_the_training_images_records_it_and_the_fitted_reci
     assert "train    10 images, " in (text := capsys.readouterr().out) and "first 10 of a seeded order" in text
 
 
+def test_a_decompression_bomb_in_ones_own_folder_is_skipped_by_the_fitted_recipe_and_named_by_vitkit_data(tmp_path, capsys, monkeypatch):
+    """An image over Pillow's pixel limit (here lowered to 2,000 so that 60x60 is over it) made the fitted recipe's scan end in
+    a traceback; now the scan counts it, the batch is one the 24 readable images fill, and training skips and lists it."""
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)
+    for split in ("train", "val"):
+        make_folder(tmp_path / "data" / split)
+    Image.new("RGB", (60, 60)).save(tmp_path / "data" / "train" / "circle" / "bomb.png")
+    assert main(["train", "--data", str(tmp_path / "data"), "--out", str(tmp_path / "run"), "train.steps=2", "--no-progress",
+                 "train.threads=1"]) == 0
+    printed = capsys.readouterr().out
+    assert "scanned 24 of 25 images (1 unreadable)" in printed and "2 steps of 24 images" in printed
+    bad = json.loads((tmp_path / "run" / "bad_files.json").read_text())
+    assert bad["count"] == 1 and bad["files"][0]["path"].endswith("bomb.png")
+    assert main(["data", str(tmp_path / "data")]) == 0
+    assert "all 25 images: " in (printed := capsys.readouterr().out) and "; 1 unreadable, first " in printed and "bomb.png: " in printed
+
+
 @pytest.mark.parametrize(
     "args, message",
     [

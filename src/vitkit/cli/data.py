@@ -116,10 +116,11 @@ def _print(s: dict) -> None:
         part = "" if row.get("selection", "all") == "all" else f", {row['selection']}"
         print(f"{split:<8} {row['images']:,} image{'s' * (row['images'] != 1)}, {spread} ({row['source']}{part})")
     z = s["sizes"]
-    sample = f"all {z['images']}" if z["images"] == z["of"] else f"{z['images']} of {z['of']}, a seeded sample"
-    print(f"sizes    {s['sizes']['split']} split, {sample} images: width {z['width'][0]}/{z['width'][1]:g}/{z['width'][2]}, "
-          f"height {z['height'][0]}/{z['height'][1]:g}/{z['height'][2]} (min/median/max)"
-          + (f", {z['unreadable']} unreadable" if z.get("unreadable") else ""))
+    looked = z["images"] + z.get("unreadable", 0)
+    sample = f"all {looked:,} images" if looked == z["of"] else f"{looked:,} of {z['of']:,} images (a seeded sample)"
+    unread = f"; {z['unreadable']:,} unreadable, first {z['first_unreadable']}" if z.get("unreadable") else ""
+    print(f"sizes    {s['sizes']['split']} split, {sample}: width {z['width'][0]}/{z['width'][1]:g}/{z['width'][2]}, "
+          f"height {z['height'][0]}/{z['height'][1]:g}/{z['height'][2]} (min/median/max){unread}")
     print(f"channels {', '.join(f'{mode} {n}' for mode, n in sorted(z['modes'].items(), key=lambda kv: -kv[1]))} (PIL modes of those images)")
 
 

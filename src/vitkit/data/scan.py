@@ -22,10 +22,12 @@ class ImageScan:
     height: int  # median height, pixels
     width: int  # median width
     channels: int  # 3 if any scanned image has colour, else 1
+    unreadable: int = 0  # images looked at that could not be read (training skips them under data.on_error=skip)
 
     def __str__(self) -> str:
         kind = "colour" if self.channels == 3 else "grayscale"
-        return f"scanned {self.scanned} of {self.total} images: median {self.width}x{self.height} px, {kind}"
+        bad = f" ({self.unreadable} unreadable)" if self.unreadable else ""
+        return f"scanned {self.scanned} of {self.total} images{bad}: median {self.width}x{self.height} px, {kind}"
 
 
 def scan(split: Split, limit: int = 64) -> ImageScan:
@@ -40,12 +42,12 @@ def scan(split: Split, limit: int = 64) -> ImageScan:
             with Image.open(split.paths[i]) as image:
                 sizes.append(image.size)
                 colour = colour or _has_colour(image)
-        except OSError:  # unreadable files are the training run's business (data.on_error)
+        except Exception:  # unreadable files (damaged, a decompression bomb) are the training run's business (data.on_error)
             continue
     if not sizes:
-        return ImageScan(0, len(split), 0, 0, 3)
+        return ImageScan(0, len(split), 0, 0, 3, unreadable=len(pick))
     w, h = np.median(np.array(sizes), axis=0)
-    return ImageScan(len(sizes), len(split), int(h), int(w), 3 if colour else 1)
+    return ImageScan(len(sizes), len(split), int(h), int(w), 3 if colour else 1, unreadable=len(pick) - len(sizes))
 
 
 def _has_colour(image: Image.Image) -> bool:

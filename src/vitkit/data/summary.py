@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw
 
-from vitkit.errors import DataError
+from vitkit.errors import DataError, first_line
 
 from . import idx, shards
 from .images import Record
@@ -52,12 +52,13 @@ def image_sizes(split: Split, sample: int = SIZE_SAMPLE) -> dict:
         n, c, h, w = split.images.shape
         return {"images": n, "of": n, "width": [w, w, w], "height": [h, h, h], "modes": {("L" if c == 1 else "RGB"): n}}
     chosen = np.sort(np.random.default_rng(0).permutation(len(split))[:sample])
-    sizes, modes, unreadable = [], Counter(), 0
+    sizes, modes, unreadable, first = [], Counter(), 0, None
     for i in chosen:
         try:
             w, h, mode = _header(split.paths[i])
-        except Exception:  # an unreadable file: counted, training's data.on_error deals with it
+        except Exception as err:  # an unreadable file: counted and the first named, training's data.on_error deals with it
             unreadable += 1
+            first = first or f"{split.paths[i]}: {first_line(err)}"
             continue
         sizes.append((w, h))
         modes[mode] += 1
@@ -65,7 +66,8 @@ def image_sizes(split: Split, sample: int = SIZE_SAMPLE) -> dict:
         raise DataError(f"{split.source}: none of the {len(chosen)} images looked at could be read")
     w, h = np.array(sizes).T
     stats = lambda v: [int(v.min()), float(np.median(v)), int(v.max())]
-    return {"images": len(sizes), "of": len(split), "width": stats(w), "height": stats(h), "modes": dict(modes), "unreadable": unreadable}
+    return {"images": len(sizes), "of": len(split), "width": stats(w), "height": stats(h), "modes": dict(modes), "unreadable": unreadable,
+            **({"first_unreadable": first} if first else {})}
 
 
 def describe(splits: dict[str, Split | str], sizes_of: str, path=None, name: str = "auto") -> dict:
