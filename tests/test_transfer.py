@@ -37,6 +37,18 @@ def test_recipe_is_the_papers_under_files_and_overrides(tmp_path):
         finetune_recipe(None, ["train.bogus=1"])
 
 
+def test_a_shorter_fine_tuning_run_warms_up_for_the_papers_share_of_it(tmp_path):
+    """500 warmup steps of the paper's 10k (CIFAR); Pets' 500 steps warmed up for all 500 and never decayed (a warning
+    said so). A warmup given in the file or the overrides, and a length in epochs, keep theirs."""
+    steps = lambda *o: (finetune_recipe(None, list(o)).train.steps, finetune_recipe(None, list(o)).train.warmup_steps)
+    assert steps() == (10_000, 500) and steps("train.steps=20000") == (20_000, 500)
+    assert steps("train.steps=500") == (500, 25) and steps("train.steps=9") == (9, 0)
+    assert steps("train.steps=500", "train.warmup_steps=100") == (500, 100)
+    (tmp_path / "r.yaml").write_text("train:\n  steps: 500\n  warmup_steps: 50\n")
+    assert finetune_recipe(tmp_path / "r.yaml").train.warmup_steps == 50
+    assert finetune_recipe(None, ["train.epochs=3"]).train.warmup_steps == 500
+
+
 @pytest.mark.parametrize("keep", [False, True])
 def test_head_rules(tmp_path, keep):
     source, path = pretrained(tmp_path, representation_size=12, num_classes=10)

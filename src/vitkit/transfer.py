@@ -19,6 +19,7 @@ Output directory:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -40,7 +41,8 @@ from vitkit.run_config import RunConfig, from_dict, load_run_config, merge_layer
 from vitkit.train import step_checkpoints, train
 
 # The paper's fine-tuning recipe (App. B; warmup 500 steps and the Inception crop [official]); a
-# recipe file (configs/finetune_*.yaml) and KEY=VALUE overrides are applied on top of it.
+# recipe file (configs/finetune_*.yaml) and KEY=VALUE overrides are applied on top of it. A run shorter than
+# 10k steps warms up for a twentieth of its steps (500 of CIFAR's 10k), unless the warmup is given.
 FINETUNE_DEFAULTS: dict[str, dict[str, Any]] = {
     "train": {"optimizer": "sgd", "momentum": 0.9, "weight_decay": 0.0, "clip_norm": 1.0, "lr": 0.01,
               "batch_size": 512, "warmup_steps": 500, "decay": "cosine", "steps": 10_000},
@@ -61,7 +63,12 @@ def finetune_recipe(path: str | os.PathLike | None = None, overrides: list[str] 
     base = {section: dict(values) for section, values in FINETUNE_DEFAULTS.items()}
     for section, values in explicit.items():
         merge_layer(base, section, values or {}, str(path))
-    return load_run_config(None, list(overrides), base=base)
+    config = load_run_config(None, list(overrides), base=base)
+    named = "warmup_steps" in (explicit.get("train") or {}) or any(str(o).startswith("train.warmup_steps=") for o in overrides)
+    t = config.train
+    if not named and t.epochs is None and t.steps < 20 * t.warmup_steps:  # a shorter run than the paper's 10k (CIFAR) warms up
+        config = dataclasses.replace(config, train=dataclasses.replace(t, warmup_steps=t.steps // 20))  # for the same share
+    return config
 
 
 def prepare_for_finetuning(model: VisionTransformer, num_classes: int, *, keep_pre_logits: bool = False, **tunable) -> VisionTransformer:

@@ -8,7 +8,7 @@ from ._frozen import DATA_HELP, numbers
 
 EPILOG = """\
 The recipe (paper App. B), the default under any --config: SGD momentum 0.9, no weight decay, global-norm
-clipping at 1, 500 warmup steps then cosine decay, logical batch 512 (set --micro-batch to accumulate),
+clipping at 1, 500 warmup steps (a twentieth of a run shorter than 10k) then cosine decay, logical batch 512 (set --micro-batch to accumulate),
 Inception crop + flip, validation on a held-out 10% of train. The model: the checkpoint at --image-size
 (position embeddings 2D-interpolated, same patch size, longer sequence), a zero-initialised head for the
 data's classes, the pre-logits layer dropped (official rule) unless --keep-pre-logits.
