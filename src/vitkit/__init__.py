@@ -1,6 +1,7 @@
 """vitkit: the Vision Transformer of "An Image is Worth 16x16 Words" as a PyTorch toolkit."""
 
 from vitkit.checkpoint import load_pretrained, save_pretrained
+from vitkit.classifier import Classifier
 from vitkit.errors import CheckpointError, ConfigError, DataError, TrainingError, VitkitError
 from vitkit.models import (
     ResNetConfig,
@@ -16,6 +17,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "CheckpointError",
+    "Classifier",
     "ConfigError",
     "DataError",
     "ResNetConfig",

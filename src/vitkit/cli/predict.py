@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 from ._precision import add_precision, calibration
 
@@ -36,35 +35,29 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from vitkit.checkpoint import load_with_metadata, refuse_untrained_head
+    from vitkit.classifier import Classifier
     from vitkit.data import DataSpec
-    from vitkit.data.images import find_images, load_image
+    from vitkit.data.images import find_images
     from vitkit.devices import pick_device
     from vitkit.errors import DataError
-    from vitkit.evaluation import predict
     from vitkit.paths import local_path
-    from vitkit.precision import prepare
 
     if args.threads:
         torch.set_num_threads(args.threads)
     model, meta = load_with_metadata(args.checkpoint)
     refuse_untrained_head(meta, args.checkpoint)
     c = model.config
-    names = meta.get("class_names") or [str(i) for i in range(c.num_classes)]
     crop_pct = meta.get("preprocess", {}).get("crop_pct", 1.0)
     paths = [str(p) for arg in args.images for p in (find_images([arg]) if local_path(arg, DataError).is_dir() else [arg])]
 
     def training_split():  # int8's calibration images: the data the checkpoint was trained on
         return DataSpec.from_checkpoint(meta, args.checkpoint).open("train", channels=c.in_chans, image_size=c.image_size[0])
 
-    # neither compiling nor building vitkit's fp32 kernels (once per machine) pays for a few images
-    device = pick_device(args.device)
-    runner = prepare(model.to(device), args.precision, device=device, compile=False, kernels=False,
-                     calibration=calibration(args, model, training_split, crop_pct=crop_pct))
+    classifier = Classifier(model, meta.get("class_names"), crop_pct=crop_pct, precision=args.precision, device=pick_device(args.device),
+                            calibration=calibration(args, model, training_split, crop_pct=crop_pct))
 
     def answer(batch: list[tuple[str, torch.Tensor]]) -> None:
-        probs, index = predict(model, torch.stack([pixels for _, pixels in batch]).to(device), k=args.top, runner=runner)
-        for (path, _), p, i in zip(batch, probs.tolist(), index.tolist()):
-            top = [(names[c], prob) for prob, c in zip(p, i)]
+        for (path, _), top in zip(batch, classifier.top(torch.stack([pixels for _, pixels in batch]), k=args.top)):
             if args.json:
                 print(json.dumps({"image": path, "top": [{"label": n, "prob": prob} for n, prob in top]}))
             else:
@@ -76,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     failed, batch = 0, []
     for path in paths:
         try:
-            batch.append((path, torch.from_numpy(load_image(path, c.in_chans, c.image_size[0], crop_pct).copy())))
+            batch.append((path, classifier.pixels(path)))
         except DataError as err:  # one line naming the file; the other images still get their answer
             print(f"vitkit predict: error: {err}", file=sys.stderr, flush=True)
             failed += 1

@@ -353,11 +353,19 @@ def load_image(
     path: str | os.PathLike, channels: int, size: int | None = None, crop_pct: float = 1.0, *, max_pixels: int = MAX_PIXELS
 ) -> np.ndarray:
     """(C, H, W) uint8 pixels of one file; resized and centre-cropped to size x size when `size` is given."""
-    image = open_image(path, channels, max_pixels=max_pixels)
+    return image_pixels(open_image(path, channels, max_pixels=max_pixels), channels, size, crop_pct, max_pixels=max_pixels, name=path)
+
+
+def image_pixels(image: Image.Image, channels: int, size: int | None = None, crop_pct: float = 1.0, *, max_pixels: int = MAX_PIXELS,
+                 name="image") -> np.ndarray:
+    """(C, H, W) uint8 pixels of a PIL image of any mode (`name` says which in errors), as `load_image` makes them."""
+    if image.width * image.height > max_pixels:
+        raise DataError(f"{name}: {image.width}x{image.height} pixels is over the limit of {max_pixels:,} ({_BOMB})")
+    image = to_channels(image, channels)
     if size is not None:
         w, h = scaled_size(*image.size, size, crop_pct)
         if w * h > max_pixels:  # a thin image (1 x 5,000,000) grows with its shorter side: refused before resizing
-            raise DataError(f"{path}: {image.size[0]}x{image.size[1]} pixels would become {w}x{h} when its shorter side is "
+            raise DataError(f"{name}: {image.size[0]}x{image.size[1]} pixels would become {w}x{h} when its shorter side is "
                             f"scaled to {max(size, round(size / crop_pct))}, over the limit of {max_pixels:,} pixels; crop it to a "
                             "less extreme aspect ratio")
         image = resize_center_crop(image, size, crop_pct)

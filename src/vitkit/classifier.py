@@ -1,0 +1,84 @@
+"""A checkpoint as an image classifier: `vitkit predict` in Python.
+
+    clf = vitkit.Classifier.load("runs/clothes")                  # any checkpoint: its class names and preprocessing
+    clf.predict(["shirt.png", Image.open("boot.jpg")], top=3)     # [[("shirt", 0.91), ("t-shirt", 0.05), ...], ...]
+
+Images are files, PIL images of any mode, or uint8 arrays (H, W) / (H, W, C); each is converted to the model's
+channels, resized and centre-cropped as the checkpoint's preprocessing says (its crop_pct), exactly as `vitkit
+eval` and `vitkit predict` read files.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Iterable, Sequence, Union
+
+import numpy as np
+import torch
+from PIL import Image
+
+from vitkit.checkpoint import load_with_metadata, refuse_untrained_head
+from vitkit.data.images import image_pixels, load_image
+from vitkit.devices import pick_device
+from vitkit.errors import DataError
+from vitkit.evaluation import calibration_images, predict
+from vitkit.precision import prepare
+
+ImageLike = Union[str, os.PathLike, Image.Image, np.ndarray]
+
+
+class Classifier:
+    """A model with its class names and preprocessing, run at a precision (`vitkit.precision`) on a device."""
+
+    def __init__(self, model: torch.nn.Module, class_names: Sequence[str] | None = None, *, crop_pct: float = 1.0,
+                 precision: str = "fp32", device: str | torch.device = "cpu", calibration: Iterable[torch.Tensor] | None = None):
+        c = model.config
+        self.class_names = list(class_names) if class_names else [str(i) for i in range(c.num_classes)]
+        if len(self.class_names) != c.num_classes:
+            raise DataError(f"class_names: {len(self.class_names)} names for a model of {c.num_classes} classes")
+        self.crop_pct, self.device = crop_pct, torch.device(device)
+        self.model = model.to(self.device).eval()
+        # neither compiling nor building vitkit's fp32 kernels (once per machine) pays for a few images
+        self.runner = prepare(self.model, precision, device=self.device, compile=False, kernels=False, calibration=calibration)
+
+    @classmethod
+    def load(cls, checkpoint: str | os.PathLike, *, precision: str = "fp32", device: str = "auto", calibration: int = 256) -> Classifier:
+        """Any checkpoint (run directory, vitkit, .npz, timm, Hugging Face) with the class names and crop_pct it holds;
+        int8 calibrates on `calibration` images of the data the checkpoint records it was trained on."""
+        model, meta = load_with_metadata(checkpoint)
+        refuse_untrained_head(meta, checkpoint)
+        crop_pct = meta.get("preprocess", {}).get("crop_pct", 1.0)
+        images = None
+        if precision == "int8":
+            from vitkit.data import DataSpec
+
+            c = model.config
+            train = DataSpec.from_checkpoint(meta, checkpoint).open("train", channels=c.in_chans, image_size=c.image_size[0])
+            images = calibration_images(train, model, n=calibration, crop_pct=crop_pct)
+        return cls(model, meta.get("class_names"), crop_pct=crop_pct, precision=precision, device=pick_device(device),
+                   calibration=images)
+
+    def pixels(self, image: ImageLike) -> torch.Tensor:
+        """(C, H, W) uint8: the model's input before normalisation. A file that cannot be read is a DataError naming it."""
+        c = self.model.config
+        if isinstance(image, np.ndarray):
+            if image.dtype != np.uint8 or image.ndim not in (2, 3) or (image.ndim == 3 and image.shape[2] not in (1, 3, 4)):
+                raise DataError(f"image array: expected uint8 (H, W) or (H, W, 1|3|4), got {image.dtype} {image.shape}")
+            image = Image.fromarray(image[..., 0] if image.ndim == 3 and image.shape[2] == 1 else image)
+        if isinstance(image, Image.Image):
+            return torch.from_numpy(image_pixels(image, c.in_chans, c.image_size[0], self.crop_pct).copy())
+        return torch.from_numpy(load_image(image, c.in_chans, c.image_size[0], self.crop_pct).copy())
+
+    def top(self, pixels: torch.Tensor, k: int = 5) -> list[list[tuple[str, float]]]:
+        """The `k` likeliest (class name, probability) of each image of a uint8 (B, C, H, W) batch of `pixels`."""
+        probs, index = predict(self.model, pixels.to(self.device), k=k, crop_pct=self.crop_pct, runner=self.runner)
+        return [[(self.class_names[i], p) for p, i in zip(ps, ix)] for ps, ix in zip(probs.tolist(), index.tolist())]
+
+    def predict(self, images: ImageLike | Sequence[ImageLike], top: int = 5, batch_size: int = 32) -> list[list[tuple[str, float]]]:
+        """The `top` likeliest (class name, probability) of each image, in order; one image gives a list of one."""
+        if isinstance(images, (str, os.PathLike, Image.Image, np.ndarray)):
+            images = [images]
+        answers = []
+        for start in range(0, len(images), batch_size):
+            answers += self.top(torch.stack([self.pixels(image) for image in images[start : start + batch_size]]), top)
+        return answers

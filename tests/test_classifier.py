@@ -1,0 +1,51 @@
+"""vitkit.Classifier: a checkpoint's model, class names and preprocessing in Python, as `vitkit predict` runs them."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import vitkit
+from vitkit.checkpoint import save_checkpoint
+
+NAMES = ["ant", "bee", "cat"]
+
+
+@pytest.fixture
+def checkpoint(tmp_path):
+    torch.manual_seed(0)
+    model = vitkit.create_model("vit_test", num_classes=3)
+    with torch.no_grad():
+        model.head.weight.normal_()  # a head that tells the images apart
+    save_checkpoint(model, tmp_path / "ck", "vitkit", metadata={"class_names": NAMES, "preprocess": {"crop_pct": 0.875}})
+    return tmp_path / "ck"
+
+
+def test_a_file_a_pil_image_and_an_array_of_one_picture_get_the_answer_vitkit_predict_prints(checkpoint, tmp_path, vitkit_cmd):
+    rng = np.random.default_rng(0)
+    Image.fromarray(rng.integers(0, 255, (37, 53, 3), dtype=np.uint8)).save(tmp_path / "a.png")
+    Image.fromarray(rng.integers(0, 255, (20, 20), dtype=np.uint8)).save(tmp_path / "gray.png")
+    clf = vitkit.Classifier.load(checkpoint)
+    assert clf.class_names == NAMES and clf.crop_pct == 0.875
+    with Image.open(tmp_path / "a.png") as image:
+        answers = clf.predict([tmp_path / "a.png", image, np.asarray(image), str(tmp_path / "gray.png")], top=2)
+    assert len(answers) == 4 and answers[0] == answers[1] == answers[2] and answers[0] != answers[3]
+    for top in answers:
+        assert [name for name, _ in top][0] in NAMES and len(top) == 2 and 1 >= top[0][1] >= top[1][1] > 0
+    printed = vitkit_cmd("predict", checkpoint, tmp_path / "a.png", "--top", "2", "--json")
+    assert printed.returncode == 0, printed.stderr
+    cli = json.loads(printed.stdout)["top"]
+    assert [(t["label"], pytest.approx(t["prob"], abs=1e-6)) for t in cli] == answers[0]
+    assert clf.predict(tmp_path / "a.png", top=2) == answers[:1]  # one image: a list of one
+
+
+def test_images_it_cannot_read_are_one_clear_error(checkpoint, tmp_path):
+    clf = vitkit.Classifier.load(checkpoint)
+    with pytest.raises(vitkit.DataError, match="image array: expected uint8"):
+        clf.predict(np.zeros((8, 8, 3), np.float32))
+    with pytest.raises(vitkit.DataError, match="no-such.png"):
+        clf.predict(tmp_path / "no-such.png")
+    with pytest.raises(vitkit.DataError, match="2 names for a model of 3 classes"):
+        vitkit.Classifier(vitkit.create_model("vit_test", num_classes=3), ["a", "b"])
