@@ -162,6 +162,17 @@ def test_eval_of_a_folder_without_splits_scores_every_image_in_it(own, vitkit_cm
     one_line_error(vitkit_cmd("eval", run, "--data", data, "--split", "all"), "--split all:", "has splits")
 
 
+def test_eval_stops_at_an_unreadable_image_or_scores_without_it_saying_so(own, vitkit_cmd, tmp_path):
+    _, run, _ = own
+    make_images(tmp_path / "held" / "photos", per_class=2, seed=3)
+    (tmp_path / "held" / "photos" / "bag" / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n not really")
+    one_line_error(vitkit_cmd("eval", run, "--data", tmp_path / "held" / "photos"), "broken.png", "--skip-unreadable")
+    done = vitkit_cmd("eval", run, "--data", tmp_path / "held" / "photos", "--skip-unreadable", "--json", "--threads", "1")
+    result = last_json(done)
+    assert (result["n"], result["images"]["n"]) == (6, 7) and result["unreadable"][0]["path"].endswith("broken.png")
+    assert "(6 images: " in done.stdout and ", 1 unreadable skipped; " in done.stdout
+
+
 def test_the_checkpoint_records_exactly_which_images_trained_it(own):
     data, run, _ = own
     recorded = json.loads((run / "final" / "config.json").read_text())["data"]

@@ -36,6 +36,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_precision(p)
     p.add_argument("--compare-fp32", action="store_true",
                    help="also run the model in fp32 on the same images: report the top-1 difference and agreement")
+    p.add_argument("--skip-unreadable", action="store_true",
+                   help="score without image files that cannot be read (damaged, over the pixel limit), naming them and saying "
+                   "how many images were scored; without it the first such file stops the evaluation")
     p.set_defaults(run=run)
 
 
@@ -44,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
 
     from vitkit.checkpoint import load_with_metadata, refuse_untrained_head
     from vitkit.checkpoint.runs import report_dir
-    from vitkit.data import DataSpec, eval_batches
+    from vitkit.data import BadFiles, DataSpec, eval_batches
     from vitkit.data.sources import is_flat
     from vitkit.errors import DataError
     from vitkit.evaluation import evaluate
@@ -75,7 +78,8 @@ def run(args: argparse.Namespace) -> int:
                         "evaluate it on the dataset it was trained for")
     class_names = meta.get("class_names") or split.class_names
     crop_pct = meta.get("preprocess", {}).get("crop_pct", 1.0)
-    batches = eval_batches(split, args.batch_size, device, channels=c.in_chans, size=c.image_size[0], crop_pct=crop_pct)
+    bad = BadFiles("skip" if args.skip_unreadable else "fail", hint="; --skip-unreadable scores without such files")
+    batches = eval_batches(split, args.batch_size, device, channels=c.in_chans, size=c.image_size[0], crop_pct=crop_pct, bad=bad)
     count = math.ceil(len(split) / args.batch_size)
     # int8's calibration images: training images, never the ones scored (for "all", those the checkpoint records)
     trained = DataSpec.from_checkpoint(meta, args.checkpoint) if which == "all" else spec
@@ -85,7 +89,8 @@ def run(args: argparse.Namespace) -> int:
     reference = prepare(model, "fp32", device=device, batches=count) if args.compare_fp32 else None
     metrics = evaluate(model.to(device), batches, crop_pct=crop_pct, runner=runner, reference=reference)
     png = Path(args.confusion) if args.confusion else report_dir(args.checkpoint, "eval") / f"confusion_{which}.png"
-    plot_confusion(metrics["confusion"], class_names, png, data=f"{which} of {spec.where}: {metrics['n']} images")
+    skipped = f", {len(bad)} unreadable skipped" if len(bad) else ""
+    plot_confusion(metrics["confusion"], class_names, png, data=f"{which} of {spec.where}: {metrics['n']} images{skipped}")
     result = {
         "checkpoint": str(args.checkpoint),
         "data": spec.where,
@@ -98,13 +103,14 @@ def run(args: argparse.Namespace) -> int:
         "per_class": dict(zip(class_names, metrics["per_class"])),
         "confusion_png": str(png),
         "precision": runner.description,
+        **({"unreadable": [{"path": p, "error": e} for p, e in bad.files.items()]} if len(bad) else {}),
     }
     if reference is not None:
         result.update({k: metrics[k] for k in ("reference_top1", "top1_delta", "agreement")})
     warning = picked_on(args.checkpoint, which, split, meta)
     result["picked_on_this_split"] = warning is not None
     width = max(len(n) for n in class_names)
-    print(f"{args.checkpoint} on {which} of {spec.where} ({metrics['n']} images: {split.source}, {split.selection}; "
+    print(f"{args.checkpoint} on {which} of {spec.where} ({metrics['n']} images: {split.source}, {split.selection}{skipped}; "
           f"{runner.description}): top-1 {metrics['top1']:.4f}  top-5 {metrics['top5']:.4f}")
     if reference is not None:
         print(f"against fp32 on the same {metrics['n']} {which} images: fp32 top-1 {metrics['reference_top1']:.4f}, "
