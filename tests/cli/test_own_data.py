@@ -173,6 +173,20 @@ def test_eval_stops_at_an_unreadable_image_or_scores_without_it_saying_so(own, v
     assert "(6 images: " in done.stdout and ", 1 unreadable skipped; " in done.stdout
 
 
+@pytest.mark.parametrize("target", [None, "m.safetensors", "m.npz"])
+def test_info_shows_the_class_names_and_the_images_a_checkpoint_was_trained_on(own, vitkit_cmd, tmp_path, target):
+    data, run, _ = own
+    path = run
+    if target:
+        assert vitkit_cmd("convert", run, tmp_path / target).returncode == 0
+        path = tmp_path / target
+    done = vitkit_cmd("info", path)
+    assert done.returncode == 0, done.stderr
+    assert "class_names          3: ankle boot, bag, coat" in done.stdout
+    assert f"train images         30 images ({data / 'train'}, all)" in done.stdout
+    assert json.loads(vitkit_cmd("info", path, "--json").stdout)["metadata"]["data"]["splits"]["val"]["n"] == 12
+
+
 def test_the_checkpoint_records_exactly_which_images_trained_it(own):
     data, run, _ = own
     recorded = json.loads((run / "final" / "config.json").read_text())["data"]

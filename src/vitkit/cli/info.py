@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from vitkit.checkpoint import FORMATS, read_checkpoint
+from vitkit.checkpoint import FORMATS, read_checkpoint, read_metadata
 
 from .convert import image_size_arg
 
@@ -13,9 +13,10 @@ from .convert import image_size_arg
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "info",
-        help="show a checkpoint's format, inferred model config and parameter count",
+        help="show a checkpoint's format, inferred model config, parameter count, class names and training data",
         description="Read CKPT (any format vitkit loads) without building the model and print its format, the "
-        "complete model config vitkit infers from it, and the number of parameters. vitkit checkpoints are checked "
+        "complete model config vitkit infers from it, the number of parameters, and what it records: class names, "
+        "preprocessing and the images of each split it was trained and validated on. vitkit checkpoints are checked "
         "against their checksums.json; a truncated, corrupt or foreign file is one line naming it, exit code 2.",
     )
     p.add_argument("ckpt", metavar="CKPT", help="checkpoint file or directory")
@@ -27,11 +28,32 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     config, state, format = read_checkpoint(args.ckpt, format=args.src_format, image_size=image_size_arg(args.image_size))
+    meta = read_metadata(args.ckpt, format=format)
     params = sum(t.numel() for t in state.values())
     if args.json:
-        print(json.dumps({"path": args.ckpt, "format": format, "parameters": params, "config": config.to_dict()}))
+        print(json.dumps({"path": args.ckpt, "format": format, "parameters": params, "config": config.to_dict(), "metadata": meta}))
         return 0
-    rows = {"path": args.ckpt, "format": format, "parameters": f"{params:,}", **config.to_dict()}
+    rows = {"path": args.ckpt, "format": format, "parameters": f"{params:,}", **config.to_dict(), **_held(meta)}
     for key, value in rows.items():
         print(f"{key:<20} {value}")
     return 0
+
+
+def _held(meta: dict) -> dict[str, str]:
+    """What the checkpoint holds beyond its config, in rows: class names, preprocessing, the data it was trained on."""
+    from vitkit.data.sources import described
+
+    rows = {}
+    if names := meta.get("class_names"):
+        rows["class_names"] = f"{len(names)}: {', '.join(names[:8])}{' ...' if len(names) > 8 else ''}"
+    if "crop_pct" in meta.get("preprocess", {}):
+        rows["crop_pct"] = f"{meta['preprocess']['crop_pct']:g}"
+    if meta.get("objective"):
+        rows["objective"] = meta["objective"]
+    data = meta.get("data") or {}
+    for split, record in (data.get("splits") or {}).items():
+        if isinstance(record, dict) and {"source", "selection", "n"} <= record.keys():
+            rows[f"{split} images"] = described(record)
+    if not data.get("splits") and data:
+        rows["data"] = str(data.get("path") or data.get("name"))
+    return rows
