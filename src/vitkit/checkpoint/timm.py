@@ -8,7 +8,7 @@ takes the head count of the named size with that width (Table 1; 64-wide heads o
 
 A timm Hub directory (what `huggingface-cli download timm/NAME` or timm's save_for_hf leaves: config.json with
 "architecture", "label_names" and "pretrained_cfg", beside model.safetensors or pytorch_model.bin) is read as its
-weights file, with the head count of its architecture's name, its mean, std and input size, and its class names.
+weights file (the head count following the width, as above), with its mean, std, input size and class names.
 
 Not representable, and refused with the key named: timm's fc_norm (LayerNorm after average pooling,
 where the official GAP model pools after the final LayerNorm), register tokens and the like.

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from ._precision import add_precision, calibration
+from ._precision import add_precision
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -34,27 +34,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from vitkit.checkpoint import load_with_metadata, refuse_untrained_head
     from vitkit.classifier import Classifier
-    from vitkit.data import DataSpec
     from vitkit.data.images import find_images
-    from vitkit.devices import pick_device
     from vitkit.errors import DataError
     from vitkit.paths import local_path
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    model, meta = load_with_metadata(args.checkpoint)
-    refuse_untrained_head(meta, args.checkpoint)
-    c = model.config
-    crop_pct = meta.get("preprocess", {}).get("crop_pct", 1.0)
+    classifier = Classifier.load(args.checkpoint, precision=args.precision, device=args.device, calibration=args.calibration)
     paths = [str(p) for arg in args.images for p in (find_images([arg]) if local_path(arg, DataError).is_dir() else [arg])]
-
-    def training_split():  # int8's calibration images: the data the checkpoint was trained on
-        return DataSpec.from_checkpoint(meta, args.checkpoint).open("train", channels=c.in_chans, image_size=c.image_size[0])
-
-    classifier = Classifier(model, meta.get("class_names"), crop_pct=crop_pct, precision=args.precision, device=pick_device(args.device),
-                            calibration=calibration(args, model, training_split, crop_pct=crop_pct))
 
     def answer(batch: list[tuple[str, torch.Tensor]]) -> None:
         for (path, _), top in zip(batch, classifier.top(torch.stack([pixels for _, pixels in batch]), k=args.top)):
