@@ -192,6 +192,16 @@ def test_int8_is_calibrated_and_close_to_fp32(model):
     assert (out - ref).abs().max() < 0.1 * ref.abs().max()
 
 
+def test_int8_built_on_a_batch_of_one_image_runs_every_batch_size(model):
+    """`vitkit predict one.png --precision int8` and Classifier.predict(one image) exported the graph on a batch of one,
+    which torch.export cannot keep dynamic: a traceback ("Constraints violated (batch)")."""
+    pytest.importorskip("torchao")
+    runner = precision.prepare(model, "int8", compile=False, calibration=[torch.randn(4, 3, 16, 16)])
+    one, three = torch.randn(1, 3, 16, 16), torch.randn(3, 3, 16, 16)
+    assert runner(one).shape == (1, model.config.num_classes) and runner.run_batch(three).shape == (3, model.config.num_classes)
+    assert torch.allclose(runner.run_batch(torch.cat([one, three])), torch.cat([runner(one), runner(three)]), atol=1e-5)
+
+
 @pytest.mark.parametrize("compile", [False, True])
 def test_int8_dynamic_quantizes_a_copy_without_calibration(model, compile):
     pytest.importorskip("torchao")

@@ -261,7 +261,8 @@ class Runner:
         quantizer.set_global(xiq.get_default_x86_inductor_quantization_config())
         with torch.no_grad():
             batch = torch.export.Dim("batch", min=1, max=4096)  # one quantized graph for every batch size
-            graph = torch.export.export(self.forward, (x,), dynamic_shapes={"x": {0: batch}}).module()
+            example = x if len(x) > 1 else x.expand(2, *x.shape[1:])  # a batch of one would fix the batch size at 1
+            graph = torch.export.export(self.forward, (example,), dynamic_shapes={"x": {0: batch}}).module()
             _fold_weight_slices(graph)
             observed = prepare_pt2e(graph, quantizer)
             seen = 0
