@@ -1,3 +1,9 @@
+# The four device calls of 2026-11-26 12:32-12:44 UTC, as run from the repository root on the H200 machine's host.
+# .dev/ was a local, untracked folder carried to the device: .dev/fault.py is fault.py beside this file (before its
+# docstring was added), and .dev/install.sh unpacked the carried wheels (openvino, onnx, torchao) into /tmp/site.
+# The fourth call: python3 -m vitkit benchmark --device cpu --threads 16 --batch 8 --model vit_s16 --precision bf16
+#   --compile off --rounds 5 --compare openvino:bf16,vitkit:int8-dynamic --json $OUT/s16e.json
+
 #!/bin/bash
 # 2026-11-26 lease: compiled bf16 ViT-S/16 fault at 16 threads; one variant per process, results to $OUT/fault.txt as they come
 source .dev/install.sh; export PYTHONPATH=src:$S CUDA_VISIBLE_DEVICES=
