@@ -41,9 +41,14 @@ HUB_CONFIG = "config.json"
 HUB_WEIGHTS = ("model.safetensors", "pytorch_model.bin")  # the safe one first, as timm picks
 
 
+def _hub_weights(directory: Path) -> Path | None:
+    """A Hub directory's weights file, the safe one where both are there."""
+    return next((directory / name for name in HUB_WEIGHTS if (directory / name).is_file()), None)
+
+
 def _hub_config(directory: Path) -> dict | None:
     """A timm Hub directory's config.json (one that names an "architecture", not a transformers "model_type"), else None."""
-    if not (directory / HUB_CONFIG).is_file() or not any((directory / name).is_file() for name in HUB_WEIGHTS):
+    if not (directory / HUB_CONFIG).is_file() or _hub_weights(directory) is None:
         return None
     config = read_json(directory / HUB_CONFIG)
     return config if isinstance(config, dict) and isinstance(config.get("architecture"), str) and "model_type" not in config else None
@@ -190,7 +195,7 @@ def read(path: str | os.PathLike, *, image_size=None) -> tuple[ModelConfig, dict
         if config is None:
             raise CheckpointError(f"{path}: not a timm Hub directory (config.json with \"architecture\", model.safetensors or "
                                   "pytorch_model.bin)")
-        weights = next(path / name for name in HUB_WEIGHTS if (path / name).is_file())
+        weights = _hub_weights(path)
         state = read_safetensors(weights) if is_safetensors(weights) else _unwrap(read_torch(weights), weights)
         own = _stored(weights) if is_safetensors(weights) else None  # the config vitkit wrote into the file, if it did
         stored = {**_hub_stored(config), **(own or {})}
@@ -230,8 +235,8 @@ def read_metadata(path: str | os.PathLike) -> dict:
     """Class names and preprocessing: vitkit's own record, else timm's label_names and pretrained_cfg."""
     path = Path(path)
     if path.is_dir():
-        weights = next((path / name for name in HUB_WEIGHTS if (path / name).is_file()), path)
-        own = _stored(weights, EXTRA_KEY) if is_safetensors(weights) else None
+        weights = _hub_weights(path)
+        own = _stored(weights, EXTRA_KEY) if weights is not None and is_safetensors(weights) else None
         found = {"vitkit": own, **(_hub_config(path) or {})}
     elif is_safetensors(path):
         found = {"vitkit": _stored(path, EXTRA_KEY), "label_names": _stored(path, "label_names"),

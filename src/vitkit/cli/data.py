@@ -46,9 +46,9 @@ def run(args: argparse.Namespace) -> int:
     import numpy as np
 
     from vitkit.checkpoint.io import atomic_path
-    from vitkit.data import SPLITS, DataSpec
+    from vitkit.data import DataSpec
     from vitkit.data.summary import describe, sample_grid
-    from vitkit.errors import ConfigError, DataError
+    from vitkit.errors import ConfigError
     from vitkit.run_config import load_run_config
 
     if args.samples < 0 or args.per_shard < 1:
@@ -66,13 +66,7 @@ def run(args: argparse.Namespace) -> int:
         overrides = [*fitted_unless_named(args.path, bool(args.config), args.overrides, "data"), *overrides]
     config = load_run_config(args.config, overrides)
     d, shape = config.data, config.model_config()
-    spec = DataSpec.from_config(d)  # as training reads it (data.train_images too)
-    opened = {}
-    for split in SPLITS:
-        try:
-            opened[split] = spec.open(split, channels=shape.in_chans, image_size=shape.image_size[0])
-        except DataError as err:
-            opened[split] = str(err)
+    opened = _open_splits(DataSpec.from_config(d), shape)  # as training reads them (data.train_images too)
     split = args.split or "train"
     summary = describe(opened, split, d.path, d.name)
     _print(summary)
@@ -124,26 +118,35 @@ def _print(s: dict) -> None:
     print(f"channels {', '.join(f'{mode} {n}' for mode, n in sorted(z['modes'].items(), key=lambda kv: -kv[1]))} (PIL modes of those images)")
 
 
+def _open_splits(spec, shape) -> dict:
+    """Every split of `spec` by name, opened for a model of `shape`; a split the data lacks: the reason, a string."""
+    from vitkit.data import SPLITS
+    from vitkit.errors import DataError
+
+    opened = {}
+    for split in SPLITS:
+        try:
+            opened[split] = spec.open(split, channels=shape.in_chans, image_size=shape.image_size[0])
+        except DataError as err:
+            opened[split] = str(err)
+    return opened
+
+
 def _whole_splits(config, shape) -> dict:
     """The splits the data holds of its own, each whole (nothing held out of train), by name; data without splits of
     its own: all of its images, under None."""
     import dataclasses
 
-    from vitkit.data import SPLITS, DataSpec
+    from vitkit.data import DataSpec
     from vitkit.data.sources import is_flat
-    from vitkit.errors import DataError
 
-    spec = DataSpec.from_config(dataclasses.replace(config.data, val_fraction=0.0))
-    whole = {}
-    for split in SPLITS:
-        try:
-            whole[split] = spec.open(split, channels=shape.in_chans, image_size=shape.image_size[0])
-        except DataError:
-            continue  # a split this data does not have
+    opened = _open_splits(DataSpec.from_config(dataclasses.replace(config.data, val_fraction=0.0)), shape)
+    whole = {split: images for split, images in opened.items() if not isinstance(images, str)}
     return {None: whole["train"]} if config.data.path and is_flat(config.data.path) else whole
 
 
 def _refuse_shards_in(out: Path) -> None:
+    """A folder that already holds shards is refused: old and new shards would mix, and the source could be overwritten."""
     from vitkit.errors import DataError
 
     if out.is_dir() and (held := sorted(p.name for p in out.iterdir() if p.suffix in (".tar", ".parquet"))):
@@ -153,11 +156,10 @@ def _refuse_shards_in(out: Path) -> None:
 
 def _to_shards(sets: dict, out: Path, per_shard: int, seed: int) -> dict:
     """Write each set as tar shards into `out` (SPLIT-NNNNNN.tar; a set without a split: shard-NNNNNN.tar) + classes.txt,
-    printing a line per set; refuses a folder that already holds shards (they would mix with the new ones)."""
+    printing a line per set (`run` has refused a folder that already holds shards, before reading anything)."""
     from vitkit.data.shards import write_tar_shards
     from vitkit.errors import DataError
 
-    _refuse_shards_in(out)
     names = {tuple(images.class_names) for images in sets.values()}
     if len(names) > 1:
         raise DataError(f"--to-shards: the splits name different classes ({'; '.join(', '.join(n) for n in sorted(names))}); "

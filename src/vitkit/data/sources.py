@@ -291,10 +291,14 @@ METADATA_LISTS = ("metadata.csv", "metadata.jsonl")  # Hugging Face's imagefolde
 
 def metadata_list(root: Path) -> Path | None:
     """A folder's metadata.csv or metadata.jsonl (file_name,label), where it has no class folders; else None."""
+    return None if _class_dirs(root) else _metadata_file(root)
+
+
+def _metadata_file(root: Path) -> Path | None:
     found = [root / name for name in METADATA_LISTS if (root / name).is_file()]
     if len(found) > 1:
         raise DataError(f"{root}: {found[0].name} and {found[1].name} both label its images; keep one")
-    return found[0] if found and not _class_dirs(root) else None
+    return found[0] if found else None
 
 
 def _folder_classes(root: Path) -> list[str]:
@@ -310,7 +314,7 @@ def _read_folder(root: Path, classes: list[str] | None = None) -> Split:
     (file_name,label: Hugging Face's imagefolder), else are one class "unlabeled" (self-supervised pre-training,
     train.objective=masked_patch, needs no labels)."""
     found = _class_dirs(root)
-    if metadata := metadata_list(root):
+    if not found and (metadata := _metadata_file(root)):
         listed = _read_list(metadata)
         return listed if classes is None else _on_train_classes(listed, classes, str(root.parent / "train"))
     if not found:
