@@ -156,3 +156,24 @@ def test_torchrun_on_one_gpu_trains_under_nccl(tmp_path, strategy):
     assert r.returncode == 0, r.stderr[-3000:]
     assert all(math.isfinite(row["loss"]) for row in _train_rows(out))
     load_native(out / "final")
+
+
+def test_a_runner_choosing_its_path_on_cuda_times_finished_batches(monkeypatch):
+    """eval's runner times an eager batch, compiles, and keeps the compiled graph only where two batches of it beat that
+    eager one: on a GPU each of those timings must wait for the batch to finish, not only for its launch."""
+    from vitkit import precision
+    from vitkit.models import create_model
+
+    synced = []
+    synchronize = torch.cuda.synchronize
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: (synced.append(device), synchronize(device))[1])
+    model = create_model("vit_test").eval()
+    x = torch.randn(8, 3, *model.config.image_size)
+    expected = model(x).float()
+    runner = precision.prepare(model, "bf16", device="cuda", batches=10**9)  # decides on its first batch: compiles
+    runner.settle(x)
+    out = runner(x).float().cpu()
+    timed = [d for d in synced if d is not None]  # inductor's own benchmarking synchronises too, with no device
+    assert timed == [torch.device("cuda")] * 4  # the eager batch, the compiling one, the two compared
+    assert runner.compiled or "compiled ran slower" in runner.description
+    torch.testing.assert_close(out, expected, atol=5e-2, rtol=5e-2)

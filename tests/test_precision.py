@@ -384,3 +384,23 @@ def test_compiled_int8_computes_what_the_quantized_graph_says(model):
     eager = precision.prepare(model, "int8", compile=False, calibration=calibration)(x)
     compiled = precision.prepare(model, "int8", compile=True, calibration=calibration)(x)
     assert (compiled - eager).abs().max() < 0.1 * eager.abs().max()
+
+
+@pytest.mark.parametrize("isa, name, packed", [("AMX", "bf16", False), ("AVX512_BF16", "bf16", True), ("AMX", "fp32", True)])
+def test_compiled_bf16_on_an_amx_cpu_keeps_torchs_gemms_unpacked(model, monkeypatch, isa, name, packed):
+    """On a 16-core AMX Xeon, ViT-S/16's oneDNN-packed bf16 linears ran 3-5x slower in the whole model (RESULTS.md).
+    The settings must be the runner's whenever its graph runs (inductor reads them as it compiles), also after
+    another runner in the process set its own."""
+    import torch._inductor.config as inductor_config
+
+    monkeypatch.setattr(precision, "native_bf16", lambda: isa)
+    seen = []
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: lambda x: seen.append(
+        (inductor_config.freezing, inductor_config.cpp_wrapper, inductor_config.cpp.weight_prepack)) or fn(x))
+    runner = precision.prepare(model, name, compile=True, kernels=False)
+    other = precision.prepare(model, "bf16" if name == "fp32" else "fp32", compile=True, kernels=False)
+    x = torch.randn(2, 3, 16, 16)
+    other(x), runner(x), other(x), runner(x)
+    assert seen[1::2] == [(True, True, packed)] * 2
+    assert ("GEMMs unpacked" in runner.description) is not packed
+    assert inductor_config.cpp.weight_prepack and not inductor_config.freezing  # the process's own settings, as they were

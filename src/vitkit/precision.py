@@ -18,7 +18,8 @@ bf16   on the CPU, a bf16 copy of the model (weights and activations in bf16; La
        with a message. With AVX512_BF16 but no AMX (AMD Zen 4), torch's flash kernel is slow, and attention
        instead runs through vitkit's bf16 attention kernel (vitkit.kernels.cpu_inference.attention_bf16: fp32 scores and
        softmax, head sizes 32-128). For other head sizes it runs as explicit bf16 matmuls and softmax, whose
-       scores are rounded to bf16 (`explicit_bf16_attention`). On a GPU, bf16 autocast of the model itself.
+       scores are rounded to bf16 (`explicit_bf16_attention`). Compiled on a CPU with AMX, its GEMMs stay
+       torch's, not packed for oneDNN (`_inference_settings`). On a GPU, bf16 autocast of the model itself.
 int8   PyTorch's PT2E flow with the x86 inductor quantizer (from torchao): static int8 activations and
        per-channel int8 weights, observers calibrated on the caller's images, then compiled (the
        quantized graph only runs fast once inductor fuses it into int8 GEMMs). CPU only. Attention, the largest
@@ -48,6 +49,7 @@ import warnings
 from typing import Callable, Iterable
 
 import torch
+import torch._inductor.config as inductor_config
 from torch import nn
 
 from vitkit.errors import ConfigError
@@ -174,11 +176,16 @@ def quiet_torch_internals() -> None:
     warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning)
 
 
-def _freeze_for_inference() -> None:
-    import torch._inductor.config as inductor_config
+def _inference_settings(precision: str) -> dict[str, bool]:
+    """Inductor's settings for a CPU inference graph: weights frozen into constants (GEMMs packed for oneDNN, with bias
+    and GELU fused into them) and the graph's kernel calls made from C++, not Python.
 
-    inductor_config.freezing = True  # weights become constants: packed GEMMs with fused bias/GELU
-    inductor_config.cpp_wrapper = True  # the graph's kernel calls from C++, not Python
+    Except bf16 on a CPU with AMX, whose linears stay torch's GEMMs, unpacked: on a 16-core Xeon with AMX, ViT-S/16
+    with packed bf16 linears ran at 116-157 ms a batch of 8 at 16 threads, compiled or eager, where its eager bf16 ran
+    at 30-40 ms, and compiled without packing at 25 ms (benchmarks/RESULTS.md); every packed GEMM alone ran 1.3-1.9x
+    faster than torch's, so the loss comes from OpenMP's waiting threads between them. int8's GEMMs need the packing."""
+    packed = not (precision == "bf16" and native_bf16() == "AMX")
+    return {"freezing": True, "cpp_wrapper": True, "cpp.weight_prepack": packed}
 
 
 class _Forward(nn.Module):
@@ -241,17 +248,26 @@ class Runner:
         self.compiled = bool(self._compile)
 
     def _compiled(self) -> Callable[[torch.Tensor], torch.Tensor]:
-        dynamic = None
+        dynamic, settings = None, {}
         if self.device.type == "cpu":
-            _freeze_for_inference()
+            settings = _inference_settings(self.precision)
             if self._onednn:
                 # with frozen weights inductor packs fp32 linear layers for MKL when every shape is static, for oneDNN
                 # when the batch size is symbolic
                 dynamic = True
                 if self._eager_linears is None:  # else the description says so already
                     self.description += ", oneDNN GEMMs"
-        self.description += ", compiled"
-        return torch.compile(self.forward, dynamic=dynamic)
+        self.description += ", compiled" if settings.get("cpp.weight_prepack", True) else ", compiled (GEMMs unpacked)"
+        compiled = torch.compile(self.forward, dynamic=dynamic)
+
+        def run(x: torch.Tensor) -> torch.Tensor:
+            # inductor reads its settings when the first batch compiles, and on every recompilation: they are this
+            # runner's while its graph runs, whatever other runners in the process set (torch.compile's own options
+            # argument does not reach the freezing pass)
+            with inductor_config.patch(settings):
+                return compiled(x)
+
+        return run
 
     def _quantize(self, x: torch.Tensor) -> int:
         from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
@@ -351,8 +367,8 @@ class Runner:
     def _run_checked(self, x: torch.Tensor) -> torch.Tensor:
         """A batch of a runner that chose to compile by itself: the faster of its two compiled batches after the one
         that compiled must beat the eager batch it was chosen on, else the runner goes back to eager. On a 16-core Xeon
-        with AMX, compiled bf16 ViT-S/16 ran 3.3-4.3x slower than eager at 16 threads, from OpenMP's spin-waiting
-        (benchmarks/RESULTS.md)."""
+        with AMX, compiled bf16 ViT-S/16 ran 3.3-4.3x slower than eager at 16 threads, from oneDNN's packed GEMMs between
+        OpenMP's spinning threads (benchmarks/RESULTS.md; now left unpacked there, `_inference_settings`)."""
         start = time.perf_counter()
         out = self._run(x)
         self._compiled_seconds.append(self._seconds_since(start))
