@@ -225,11 +225,13 @@ class Runner:
         self._compile = compile if compile is not None or not precision.startswith("int8") else True  # int8 only pays compiled
         self._fn: Callable[[torch.Tensor], torch.Tensor] | None = None
         # fp32 GEMMs through oneDNN where MKL is slow (`onednn_fp32_gemms`): compiled, inductor packs them; eager, this
-        # mode does, for models large enough to gain from it (`OneDNNLinears.MIN_WEIGHTS`)
+        # mode does, for models large enough to gain from it (`OneDNNLinears.MIN_WEIGHTS`). Eager bf16 packs them too
+        # where the CPU has AVX512_BF16 but no AMX (with AMX, packed bf16 GEMMs stall: `_inference_settings`)
         self._onednn = precision == "fp32" and self.device.type == "cpu" and onednn_fp32_gemms()
-        self._eager_linears = OneDNNLinears() if self._onednn and OneDNNLinears.worth_it(model) else None
+        packs = self._onednn or (self._cast and native_bf16() == "AVX512_BF16")
+        self._eager_linears = OneDNNLinears(torch.bfloat16 if self._cast else torch.float32) if packs and OneDNNLinears.worth_it(model) else None
         if self._eager_linears is not None:
-            self.description += ", oneDNN GEMMs"
+            self.description += ", oneDNN GEMMs" if self._onednn else ", eager GEMMs packed for oneDNN"
         self._calibration = calibration
         self.compiled = False
         self._eager_seconds: float | None = None  # auto mode's eager batch, until compiled has been timed against it
@@ -306,7 +308,8 @@ class Runner:
 
     def _run(self, x: torch.Tensor) -> torch.Tensor:
         if self._cast:
-            return self._fn(x.to(torch.bfloat16)).float()
+            with self._eager_linears if self._eager_linears and not self.compiled else contextlib.nullcontext():
+                return self._fn(x.to(torch.bfloat16)).float()
         if self.compiled:  # how dynamo sees batch sizes; eager, which library multiplies
             gemms = _size_oblivious() if self._onednn else contextlib.nullcontext()
         else:
@@ -344,7 +347,7 @@ class Runner:
                 out = self._run(x)
                 eager_seconds = self._seconds_since(start)
                 left = (self._batches_left or 1) - 1
-                speedup = COMPILED_SPEEDUP if self._eager_linears is None else ONEDNN_FP32_COMPILED_SPEEDUP
+                speedup = ONEDNN_FP32_COMPILED_SPEEDUP if self._onednn and self._eager_linears else COMPILED_SPEEDUP
                 self._compile = worth_compiling(eager_seconds, left, speedup)
                 if self._compile:
                     self._fn, eager_description = None, self.description
@@ -383,7 +386,8 @@ class Runner:
 
 
 class OneDNNLinears(torch.overrides.TorchFunctionMode):
-    """Inside it, F.linear on fp32 CPU tensors without gradients runs oneDNN's GEMM on a weight packed for it once.
+    """Inside it, F.linear on CPU tensors of its dtype (fp32, or bf16) without gradients runs oneDNN's GEMM on a weight
+    packed for it once.
 
     Eager fp32 on CPUs where MKL is slow (`onednn_fp32_gemms`): ViT-S/16 / ViT-B/16 at batch 8 1.11x / 1.17x faster on
     an AMD EPYC (benchmarks/RESULTS.md). A packed weight is reused while its source tensor's version counter is
@@ -401,8 +405,9 @@ class OneDNNLinears(torch.overrides.TorchFunctionMode):
     def worth_it(cls, model: nn.Module) -> bool:
         return sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear)) >= cls.MIN_WEIGHTS
 
-    def __init__(self):
+    def __init__(self, dtype: torch.dtype = torch.float32):
         super().__init__()
+        self.dtype = dtype  # the GEMMs it takes: fp32, or bf16 (a bf16 model's)
         self._packed: dict[tuple, tuple[torch.Tensor, int, torch.Tensor]] = {}  # (ptr, shape, strides) -> source, version, pack
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -410,13 +415,13 @@ class OneDNNLinears(torch.overrides.TorchFunctionMode):
         if func is torch.nn.functional.linear and not torch.is_grad_enabled():
             x, weight, *rest = args
             bias = rest[0] if rest else kwargs.get("bias")
-            if (all(t is None or (t.dtype == torch.float32 and t.device.type == "cpu") for t in (x, weight, bias))
+            if (all(t is None or (t.dtype == self.dtype and t.device.type == "cpu") for t in (x, weight, bias))
                     and weight.dim() == 2 and x.numel() * weight.shape[0] >= self.MIN_MACS and not weight.is_inference()):
                 return self.linear(x, weight, bias)
         return func(*args, **kwargs)
 
     def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-        """F.linear(x, weight, bias) by oneDNN's GEMM, `weight` packed on first use (fp32 CPU tensors)."""
+        """F.linear(x, weight, bias) by oneDNN's GEMM, `weight` packed on first use (CPU tensors of the mode's dtype)."""
         rows = x.reshape(-1, x.shape[-1])
         out = torch.ops.mkldnn._linear_pointwise(rows, self._pack(weight, len(rows)), bias, "none", [], "")
         return out.view(*x.shape[:-1], out.shape[-1])
