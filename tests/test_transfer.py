@@ -18,7 +18,7 @@ TINY = ["data.name=synthetic", "data.synthetic_size=48", "data.synthetic_classes
 
 
 def pretrained(tmp_path, **overrides):
-    model = create_model("vit_test", image_size=8, depth=1, mlp_act="gelu_tanh", **overrides)
+    model = create_model("vit_test", **{"image_size": 8, "depth": 1, "mlp_act": "gelu_tanh", **overrides})
     with torch.no_grad():
         model.head.weight.normal_()
     vitkit.save_pretrained(model, tmp_path / "pre")
@@ -115,3 +115,24 @@ def test_registered_name():
     assert registered_name(create_model("vit_b16").config) == "vit_b16"
     assert registered_name(create_model("vit_test", image_size=8).config) == "vit_test"
     assert registered_name(create_model("vit_mini4_28", width=64, mlp_dim=128, num_heads=4).config) == "vit_mini4_28"  # same patches
+
+
+def test_the_checkpoints_patch_size_decides_which_sizes_it_fine_tunes_at(tmp_path):
+    """A patch-3 checkpoint at 9 px (not a multiple of the recipe's placeholder model's patch of 4), by --image-size
+    and by model.image_size alike; a size its patches do not divide is one error, and --out stays free for the
+    corrected command."""
+    _, path = pretrained(tmp_path, image_size=6, patch_size=3)
+    for i, (overrides, size) in enumerate([([], 9), (["model.image_size=9"], None)]):
+        finetune(finetune_recipe(None, [*TINY, *overrides]), path, tmp_path / f"ft{i}", image_size=size)
+        init, _ = load_native(tmp_path / f"ft{i}" / "init")
+        assert init.config.image_size == (9, 9) and init.config.patch_size == (3, 3)
+        assert "patch_size" not in json.loads((tmp_path / f"ft{i}" / "finetune.json").read_text())["recipe"]["model"]
+    out = tmp_path / "refused"
+    with pytest.raises(ConfigError, match=r"at 8 px: .*not divisible by the patch size 3"):
+        finetune(finetune_recipe(None, TINY), path, out, image_size=8)
+    assert not out.exists()
+    finetune(finetune_recipe(None, TINY), path, out, image_size=12)  # the corrected command, the same --out
+    assert load_native(out / "init")[0].config.image_size == (12, 12)
+    for key in ("model.patch_size=4", "model.name=vit_b16"):
+        with pytest.raises(ConfigError, match=f"{key.split('=')[0]}: fine-tuning takes the architecture from the checkpoint"):
+            finetune_recipe(None, [*TINY, key])

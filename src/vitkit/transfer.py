@@ -23,7 +23,7 @@ import dataclasses
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import yaml
 
@@ -58,17 +58,39 @@ def finetune_recipe(path: str | os.PathLike | None = None, overrides: list[str] 
     """FINETUNE_DEFAULTS, then the YAML file at `path`, then `section.key=value` overrides; all validated."""
     explicit: dict[str, Any] = {}
     if path is not None:
-        load_run_config(path)  # says what is wrong with the file, naming it
+        load_run_config(path, [ANY_SIZE])  # says what is wrong with the file, naming it
         explicit = yaml.safe_load(Path(path).read_text()) or {}
+    set_here = set((explicit.get("model") or {})) | {str(o).partition("=")[0].strip()[len("model."):]
+                                                     for o in overrides if str(o).startswith("model.")}
+    _architecture_from_checkpoint(set_here)
     base = {section: dict(values) for section, values in FINETUNE_DEFAULTS.items()}
     for section, values in explicit.items():
         merge_layer(base, section, values or {}, str(path))
-    config = load_run_config(None, list(overrides), base=base)
+    config = _any_size_dropped(load_run_config(None, [*overrides, ANY_SIZE], base=base))
     named = "warmup_steps" in (explicit.get("train") or {}) or any(str(o).startswith("train.warmup_steps=") for o in overrides)
     t = config.train
     if not named and t.epochs is None and t.steps < 20 * t.warmup_steps:  # a shorter run than the paper's 10k (CIFAR) warms up
         config = dataclasses.replace(config, train=dataclasses.replace(t, warmup_steps=t.steps // 20))  # for the same share
     return config
+
+
+# The architecture, its patch size included, comes from the checkpoint. A recipe's model section (image size, dropout)
+# is validated as if its patches were one pixel, which divides any image size; the checkpoint's own patch size is
+# checked when it is loaded at that size, in `_starting_model` (before, the recipe's placeholder model's patch size of 4
+# refused a patch-7 checkpoint at 49 px).
+ANY_SIZE = ("model.patch_size", 1)
+
+
+def _any_size_dropped(recipe: RunConfig) -> RunConfig:
+    return dataclasses.replace(recipe, model={k: v for k, v in recipe.model.items() if k != "patch_size"})
+
+
+def _architecture_from_checkpoint(keys: Iterable[str]) -> None:
+    """Refuses a recipe's model keys other than TUNABLE (a model.name too: the checkpoint names the model)."""
+    unknown = sorted(set(keys) - {"init", *TUNABLE})
+    if unknown:
+        raise ConfigError(f"model.{unknown[0]}: fine-tuning takes the architecture from the checkpoint; "
+                          f"a recipe may only set model.{', model.'.join(TUNABLE)}")
 
 
 def prepare_for_finetuning(model: VisionTransformer, num_classes: int, *, keep_pre_logits: bool = False, **tunable) -> VisionTransformer:
@@ -118,20 +140,18 @@ def finetune(
     """
     out = Path(out)
     if image_size is not None:
-        recipe = from_dict({**recipe.to_dict(), "model": {**recipe.model, "image_size": image_size}})
+        recipe = _any_size_dropped(from_dict({**recipe.to_dict(), "model": {**recipe.model, "image_size": image_size, "patch_size": 1}}))
     lrs = [float(lr) for lr in (lrs or [recipe.train.lr])]
     if len(set(lrs)) != len(lrs):
         raise ConfigError(f"--lr: each learning rate once, got {lrs}")
-    unknown = sorted(set(recipe.model) - {"name", "init", *TUNABLE})
-    if unknown:
-        raise ConfigError(f"model.{unknown[0]}: fine-tuning takes the architecture from the checkpoint; "
-                          f"a recipe may only set model.{', model.'.join(TUNABLE)}")
+    _architecture_from_checkpoint(key for key in recipe.model if key != "name")  # the name: the recipe's placeholder
     plan = {"checkpoint": str(checkpoint), "lrs": lrs, "keep_pre_logits": keep_pre_logits, "recipe": recipe.to_dict()}
-    _claim(out, plan)
-
     init = out / "init"
-    if not is_native(init):
-        _write_init(recipe, checkpoint, init, keep_pre_logits)
+    # a checkpoint, size or data that cannot work is refused before --out holds anything a corrected command would refuse
+    start = None if is_native(init) else _starting_model(recipe, checkpoint, keep_pre_logits)
+    _claim(out, plan)
+    if start is not None:
+        save_pretrained(start[0], init, extra=start[1])  # once, atomically, in vitkit's format
     start, _ = read_native_config(init)
     model_section = {**start.to_dict(), "name": registered_name(start), "init": str(init)}
     model_section.pop("num_classes")
@@ -180,16 +200,24 @@ def picked_on(checkpoint: str | os.PathLike, name: str, split, extra: dict) -> s
             f"({run.parent / 'sweep.json'}), so a figure on them is optimistic; keep images out of both for an unbiased one (a test split)")
 
 
-def _write_init(recipe: RunConfig, checkpoint: str | os.PathLike, init: Path, keep_pre_logits: bool) -> None:
-    """The starting model of every run, written once (atomically) in vitkit's format."""
+def _starting_model(recipe: RunConfig, checkpoint: str | os.PathLike, keep_pre_logits: bool) -> tuple[VisionTransformer, dict]:
+    """The starting model of every run (the checkpoint at the recipe's size, a new head for the data's classes) and the
+    record saved with it."""
     source = resolve(checkpoint)
-    model, _ = load_with_metadata(source, image_size=recipe.model.get("image_size"))  # position embeddings resampled
+    size = recipe.model.get("image_size")
+    try:
+        model, _ = load_with_metadata(source, image_size=size)  # position embeddings resampled
+    except ConfigError as err:
+        if size is None:
+            raise
+        shown_size = size if isinstance(size, int) else "x".join(map(str, size))
+        raise ConfigError(f"fine-tuning {checkpoint} at {shown_size} px: {err}") from None
     d = recipe.data
     classes = DataSpec.from_config(d).open(d.train_split, channels=model.config.in_chans, image_size=model.config.image_size[0],
                                            flag="data.train_split", hold_out="data.val_fraction").class_names
     tunable = {k: recipe.model[k] for k in TUNABLE if k in recipe.model and k != "image_size"}
     model = prepare_for_finetuning(model, len(classes), keep_pre_logits=keep_pre_logits, **tunable)
-    save_pretrained(model, init, extra={"source": str(source), "class_names": classes})
+    return model, {"source": str(source), "class_names": classes}
 
 
 def pick_best(runs: list[dict]) -> dict:
