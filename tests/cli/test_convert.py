@@ -39,6 +39,17 @@ def test_convert_to_every_format_and_back(target, source, tmp_path, capsys):
         assert torch.equal(back.state_dict()[key], value), key
 
 
+def test_dst_may_be_given_as_out_as_export_takes_it(source, tmp_path, capsys):
+    model, src = source
+    assert main(["convert", str(src), "--out", str(tmp_path / "m.npz")]) == 0
+    torch.testing.assert_close(vitkit.load_pretrained(tmp_path / "m.npz").state_dict(), model.state_dict())
+    for args, error in (([str(tmp_path / "a.npz"), "--out", str(tmp_path / "b.npz")], "given twice"), ([], "where to write is missing")):
+        capsys.readouterr()
+        assert main(["convert", str(src), *args]) == 2
+        assert error in capsys.readouterr().err
+        assert not (tmp_path / "a.npz").exists() and not (tmp_path / "b.npz").exists()
+
+
 MODELS = {  # each with what its format's arrays cannot say set away from that format's defaults
     "vit": dict(name="vit_test", mlp_act="gelu", layer_norm_eps=1e-5, mean=(0.4, 0.45, 0.5), std=(0.2, 0.25, 0.3), image_size=(16, 24)),
     "hybrid": dict(name="vit_test", backbone={"layers": (1,), "width": 32}, patch_size=1, image_size=(20, 20), mlp_act="gelu"),

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from vitkit.checkpoint import FORMATS, load_with_metadata, save_checkpoint
 from vitkit.checkpoint.native import model_shapes
-from vitkit.errors import CheckpointError
+from vitkit.errors import CheckpointError, ConfigError
 from vitkit.limits import check_room
 from vitkit.models.summary import count_parameters
 
@@ -24,7 +24,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "travel with the weights: vitkit and HF config.json, safetensors metadata, else FILE.json beside the file.",
     )
     p.add_argument("src", metavar="SRC", help="checkpoint file or directory to read (a run directory: its final/ model)")
-    p.add_argument("dst", metavar="DST", help="file or directory to write (an existing one is replaced as a whole: a kill or a full disk leaves the old or the new)")
+    p.add_argument("dst", metavar="DST", nargs="?", help="file or directory to write (an existing one is replaced as a whole: a kill or a full disk leaves the old or the new)")
+    p.add_argument("--out", metavar="DST", default=None, help="DST given as an option, as `vitkit export` takes it")
     p.add_argument("--from", dest="src_format", choices=list(FORMATS), default=None, help="source format (default: detected)")
     p.add_argument("--to", dest="dst_format", choices=list(FORMATS), default=None, help="target format (default: from DST)")
     p.add_argument("--image-size", type=int, nargs="+", metavar="PX", default=None,
@@ -44,6 +45,11 @@ def image_size_arg(values: list[int] | None) -> int | tuple[int, int] | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.dst is not None and args.out is not None and args.dst != args.out:
+        raise ConfigError(f"DST: given twice ({args.dst} and --out {args.out}); give one")
+    args.dst = args.dst or args.out
+    if args.dst is None:
+        raise ConfigError("DST: where to write is missing; e.g. vitkit convert SRC model.npz (or --out model.npz)")
     model, metadata = load_with_metadata(args.src, format=args.src_format, image_size=image_size_arg(args.image_size))
     if args.num_classes is not None and args.num_classes != model.config.num_classes:
         head = model.config.replace(num_classes=args.num_classes)
