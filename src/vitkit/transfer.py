@@ -148,10 +148,11 @@ def finetune(
     plan = {"checkpoint": str(checkpoint), "lrs": lrs, "keep_pre_logits": keep_pre_logits, "recipe": recipe.to_dict()}
     init = out / "init"
     # a checkpoint, size or data that cannot work is refused before --out holds anything a corrected command would refuse
-    start = None if is_native(init) else _starting_model(recipe, checkpoint, keep_pre_logits)
+    starting = None if is_native(init) else _starting_model(recipe, checkpoint, keep_pre_logits)
     _claim(out, plan)
-    if start is not None:
-        save_pretrained(start[0], init, extra=start[1])  # once, atomically, in vitkit's format
+    if starting is not None:
+        model, record = starting
+        save_pretrained(model, init, extra=record)  # once, atomically, in vitkit's format
     start, _ = read_native_config(init)
     model_section = {**start.to_dict(), "name": registered_name(start), "init": str(init)}
     model_section.pop("num_classes")
