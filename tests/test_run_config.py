@@ -81,7 +81,7 @@ def test_defaults_are_valid():
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        (["model.name=vit_test", "model.patch_size=5"], r"patch_size: image height 16 is not divisible by the patch size 5"),
+        (["model.name=vit_test", "model.patch_size=5"], r"patch_size: image height 16 is not divisible by the patch size 5; .* e\.g\. 15 or 20$"),
         (["model.name=vit_test", "model.num_heads=3"], r"num_heads: 3 heads do not divide width 32"),
         (["model.width=wide"], r"width: expected a positive integer, got 'wide'"),
         (["train.lr=-0.1"], r"train\.lr: expected a number >= 0"),

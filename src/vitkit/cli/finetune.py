@@ -19,9 +19,9 @@ Running the same command again continues an interrupted sweep.
 
 examples:
   vitkit finetune --from ViT-B_16.npz --data ~/cifar10 --image-size 384 --out runs/c10 --config configs/finetune_cifar10.yaml
-  vitkit finetune --from runs/demo --config configs/finetune_fashion_mnist.yaml --image-size 40 --lr 0.003,0.01,0.03 --out runs/ft40
+  vitkit finetune --from runs/demo --config configs/finetune_fashion_mnist.yaml --image-size 42 --lr 0.003,0.01,0.03 --out runs/ft42
   vitkit finetune --from hf-vit/ --data ~/pets --lr 0.001,0.003,0.01,0.03 --steps 500 --micro-batch 64 --out runs/pets
-  vitkit eval runs/ft40 --split test                   the picked model
+  vitkit eval runs/ft42 --split test                   the picked model
 """
 
 

@@ -161,7 +161,8 @@ class ViTConfig:
                 raise ConfigError(
                     f"patch_size: image {name} {size} is not divisible by the patch size {step}"
                     + (" (backbone stride x patch size)" if self.backbone else "")
-                    + "; choose an image_size that is a multiple of it"
+                    + f"; choose an image_size that is a multiple of it, e.g. "
+                    + " or ".join(str(m) for m in (size // step * step, size // step * step + step) if m > 0)
                 )
 
     @property
