@@ -307,10 +307,17 @@ def test_resume_never_unpickles_the_train_state(tmp_path):
     assert not marker.exists()
 
 
-def test_init_from_another_architecture_names_the_file_and_key(tmp_path, vitkit_cmd):
+def test_init_from_another_architecture_names_the_file_and_the_settings_that_match_it(tmp_path, vitkit_cmd):
     import vitkit
 
-    other = vitkit.save_pretrained(vitkit.create_model("vit_test", depth=1, width=48, num_heads=4, image_size=8), tmp_path / "other")
+    other = vitkit.save_pretrained(vitkit.create_model("vit_test", depth=1, width=48, num_heads=4, image_size=8, patch_size=2), tmp_path / "other")
     done = vitkit_cmd("train", "--out", tmp_path / "run", *TINY, "train.steps=2", f"model.init={other}")
     assert done.returncode == 2 and "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
-    assert f"{other}: 'cls_token' has shape (1, 1, 48), the model expects (1, 1, 32)" in done.stderr
+    assert f"model.init={other}: its model differs from this run's in patch_size, width" in done.stderr
+    assert "model.patch_size=2 model.width=48" in done.stderr and f"vitkit finetune --from {other}" in done.stderr
+    assert not (tmp_path / "run").exists()
+    config = vitkit.load_pretrained(other).config  # with the settings it names, the run starts from those weights
+    matched = vitkit_cmd("train", "--out", tmp_path / "run", *TINY, "train.steps=2", f"model.init={other}",
+                         *done.stderr.split("start it with ")[1].split(", or fine-tune")[0].split())
+    assert matched.returncode == 0, matched.stderr
+    assert vitkit.load_pretrained(tmp_path / "run").config.width == config.width == 48

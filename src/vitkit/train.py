@@ -791,12 +791,36 @@ def _validate(model, ema, batches, amp_dtype, crop_pct, objective=None) -> dict:
         model.load_state_dict(live)
 
 
+# model fields a model.init checkpoint may differ in: resampled (image_size), a new head (num_classes), or not weights
+INIT_FREE = ("image_size", "num_classes", "dropout", "attn_dropout", "drop_path", "layer_norm_eps", "mlp_act", "mean", "std")
+
+
 def _init_from(model: VisionTransformer, path: Path) -> None:
-    """Start from a checkpoint (fine-tuning): every weight but a head of another shape; position embeddings resampled."""
+    """Start from a checkpoint (fine-tuning): every weight but a head of another shape; position embeddings resampled.
+    A checkpoint of another architecture is one error naming the model.* settings that would match it."""
     from vitkit.checkpoint import load_pretrained
 
     source = load_pretrained(find_checkpoint(path), image_size=model.config.image_size, num_classes=model.config.num_classes)
-    load_state_dict_strict(model, source.state_dict(), source=path)  # faults: another architecture is one clear error
+    theirs, ours = source.config, model.config
+    if type(theirs) is not type(ours):
+        raise ConfigError(f"model.init={path}: holds a {type(source).__name__}, and this run builds a {type(model).__name__}; "
+                          f"give this run that kind of model (model.name), or another checkpoint")
+    differ = [f.name for f in dataclasses.fields(ours) if f.name not in INIT_FREE and getattr(theirs, f.name) != getattr(ours, f.name)]
+    if differ:
+        settings = " ".join(f"model.{k}={_as_override(getattr(theirs, k))}" for k in differ)
+        raise ConfigError(f"model.init={path}: its model differs from this run's in {', '.join(differ)} "
+                          f"({', '.join(f'{k} {_as_override(getattr(ours, k))}' for k in differ)} here); start it with {settings}, "
+                          f"or fine-tune with `vitkit finetune --from {path}`, which takes the architecture from the checkpoint")
+    load_state_dict_strict(model, source.state_dict(), source=path)  # faults: any other mismatch is one clear error
+
+
+def _as_override(value: Any) -> str:
+    """A model setting as KEY=VALUE text takes it: (4, 4) as 4, other sequences and mappings as JSON, None as null."""
+    if isinstance(value, (tuple, list)) and len(set(value)) == 1 and all(isinstance(v, int) for v in value):
+        return str(value[0])
+    if dataclasses.is_dataclass(value):
+        value = dataclasses.asdict(value)
+    return json.dumps(value, separators=(",", ":")) if isinstance(value, (tuple, list, dict)) or value is None else str(value)
 
 
 # -- masked patch prediction (paper §4.6) ------------------------------------------
