@@ -24,6 +24,8 @@ def test_report_is_well_formed(mode):
     assert report["speedup"]["vitkit/transformers"] > 0
     table = benchmark.format_table(report)
     assert "speed-up vitkit/transformers" in table and "nan" not in table  # no batch-1 latency in training: "-"
+    unit = "batch" if mode == "inference" else "step"  # what the figures came from: random data, how many rounds
+    assert f"random images and random weights (speed only); each figure a median over 2 rounds of one {unit}" in table
     # fp32 CPU inference runs vitkit's kernels; training always torch's ops
     assert report["kernels"] == ("vitkit-cpu" if mode == "inference" else "torch")
 

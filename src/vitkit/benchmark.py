@@ -438,6 +438,8 @@ def format_table(report: dict[str, Any]) -> str:
         f"{report['mode']} {report['dtype']} batch {report['batch_size']} at {report['image_size'][0]}x{report['image_size'][1]}"
         f" on {report['device']} ({report['date']}, torch {report['torch']}, compile={report['compile']},"
         f" kernels={report['kernels']})\n"
+        f"random images and random weights (speed only); each figure a median over {report['rounds']} rounds of one"
+        f" {'batch' if report['mode'] == 'inference' else 'step'} per candidate\n"
         f"{report['gflops_per_image']:.2f} GFLOPs per image (model FLOPs, for every MFU){_executed_note(report)}\n"
         f"measured matmul peak {report['peak_tflops'] * 1e3:.1f} GFLOP/s\n"
     )
