@@ -41,6 +41,20 @@ def test_a_file_a_pil_image_and_an_array_of_one_picture_get_the_answer_vitkit_pr
     assert clf.predict(tmp_path / "a.png", top=2) == answers[:1]  # one image: a list of one
 
 
+def test_uint8_tensors_as_torchvision_reads_them_get_the_answer_of_the_same_picture(checkpoint):
+    rng = np.random.default_rng(1)
+    pictures = [rng.integers(0, 255, (37, 53, 3), dtype=np.uint8), rng.integers(0, 255, (37, 53, 3), dtype=np.uint8)]
+    clf = vitkit.Classifier.load(checkpoint)
+    want = clf.predict(pictures, top=3)
+    chw = [torch.from_numpy(p).permute(2, 0, 1) for p in pictures]  # (C, H, W), torchvision.io.read_image's layout
+    assert clf.predict(chw, top=3) == want and clf.predict(chw[1], top=3) == want[1:]
+    assert clf.predict(torch.stack(chw), top=3) == want  # a (B, C, H, W) batch
+    gray = rng.integers(0, 255, (20, 20), dtype=np.uint8)
+    assert clf.predict(torch.from_numpy(gray)[None], top=3) == clf.predict(gray, top=3)
+    with pytest.raises(vitkit.DataError, match=r"image tensor: expected uint8 .* got float32 \(3, 37, 53\)"):
+        clf.predict(chw[0].float())
+
+
 def test_images_it_cannot_read_are_one_clear_error(checkpoint, tmp_path):
     clf = vitkit.Classifier.load(checkpoint)
     with pytest.raises(vitkit.DataError, match="image array: expected uint8"):

@@ -3,7 +3,8 @@
     clf = vitkit.Classifier.load("runs/clothes")                  # any checkpoint: its class names and preprocessing
     clf.predict(["shirt.png", Image.open("boot.jpg")], top=3)     # [[("shirt", 0.91), ("t-shirt", 0.05), ...], ...]
 
-Images are files, PIL images of any mode, or uint8 arrays (H, W) / (H, W, C); each is converted to the model's
+Images are files, PIL images of any mode, uint8 arrays (H, W) / (H, W, C) or uint8 tensors (H, W) / (C, H, W) as
+torchvision.io.read_image gives them (a (B, C, H, W) tensor is a batch of them); each is converted to the model's
 channels, resized and centre-cropped as the checkpoint's preprocessing says (its crop_pct), exactly as `vitkit
 eval` and `vitkit predict` read files.
 """
@@ -24,7 +25,7 @@ from vitkit.errors import DataError
 from vitkit.evaluation import calibration_images, predict
 from vitkit.precision import prepare
 
-ImageLike = Union[str, os.PathLike, Image.Image, np.ndarray]
+ImageLike = Union[str, os.PathLike, Image.Image, np.ndarray, torch.Tensor]
 
 
 class Classifier:
@@ -61,6 +62,12 @@ class Classifier:
     def pixels(self, image: ImageLike) -> torch.Tensor:
         """(C, H, W) uint8: the model's input before normalisation. A file that cannot be read is a DataError naming it."""
         c = self.model.config
+        if isinstance(image, torch.Tensor):
+            if image.dtype != torch.uint8 or image.ndim not in (2, 3) or (image.ndim == 3 and image.shape[0] not in (1, 3, 4)):
+                raise DataError(f"image tensor: expected uint8 (H, W) or (C, H, W) with C 1, 3 or 4, as torchvision.io.read_image "
+                                f"gives them, got {str(image.dtype).replace('torch.', '')} {tuple(image.shape)}")
+            image = image.cpu().numpy()
+            image = image if image.ndim == 2 else image.transpose(1, 2, 0)
         if isinstance(image, np.ndarray):
             if image.dtype != np.uint8 or image.ndim not in (2, 3) or (image.ndim == 3 and image.shape[2] not in (1, 3, 4)):
                 raise DataError(f"image array: expected uint8 (H, W) or (H, W, 1|3|4), got {image.dtype} {image.shape}")
@@ -76,8 +83,8 @@ class Classifier:
 
     def predict(self, images: ImageLike | Sequence[ImageLike], top: int = 5, batch_size: int = 32) -> list[list[tuple[str, float]]]:
         """The `top` likeliest (class name, probability) of each image, in order; one image gives a list of one."""
-        if isinstance(images, (str, os.PathLike, Image.Image, np.ndarray)):
-            images = [images]
+        if isinstance(images, (str, os.PathLike, Image.Image, np.ndarray)) or (isinstance(images, torch.Tensor) and images.ndim < 4):
+            images = [images]  # one image; a (B, C, H, W) tensor is B of them
         answers = []
         for start in range(0, len(images), batch_size):
             answers += self.top(torch.stack([self.pixels(image) for image in images[start : start + batch_size]]), top)
