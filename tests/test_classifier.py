@@ -61,5 +61,16 @@ def test_images_it_cannot_read_are_one_clear_error(checkpoint, tmp_path):
         clf.predict(np.zeros((8, 8, 3), np.float32))
     with pytest.raises(vitkit.DataError, match="no-such.png"):
         clf.predict(tmp_path / "no-such.png")
+    with pytest.raises(vitkit.DataError, match=f"{tmp_path}: is a folder; pass its images"):
+        clf.predict([tmp_path])
+
+
+def test_images_come_from_any_iterable(checkpoint, tmp_path):
+    rng = np.random.default_rng(2)
+    for i in range(3):
+        Image.fromarray(rng.integers(0, 255, (30, 40, 3), dtype=np.uint8)).save(tmp_path / f"{i}.png")
+    clf = vitkit.Classifier.load(checkpoint)
+    files = sorted(tmp_path.glob("*.png"))
+    assert clf.predict(iter(files), top=2) == clf.predict(files, top=2) and len(clf.predict(tmp_path.glob("*.png"))) == 3
     with pytest.raises(vitkit.DataError, match="2 names for a model of 3 classes"):
         vitkit.Classifier(vitkit.create_model("vit_test", num_classes=3), ["a", "b"])

@@ -85,6 +85,12 @@ class Classifier:
         """The `top` likeliest (class name, probability) of each image, in order; one image gives a list of one."""
         if isinstance(images, (str, os.PathLike, Image.Image, np.ndarray)) or (isinstance(images, torch.Tensor) and images.ndim < 4):
             images = [images]  # one image; a (B, C, H, W) tensor is B of them
+        elif not isinstance(images, (Sequence, torch.Tensor)):
+            images = list(images)  # any iterable: a generator, Path.glob(...)
+        for image in images:
+            if isinstance(image, (str, os.PathLike)) and os.path.isdir(image):  # one answer per image given: a folder is none
+                raise DataError(f"{image}: is a folder; pass its images (e.g. sorted(Path(folder).glob('*.jpg'))), or run "
+                                f"`vitkit predict CHECKPOINT {image}`, which names each image it answers for")
         answers = []
         for start in range(0, len(images), batch_size):
             answers += self.top(torch.stack([self.pixels(image) for image in images[start : start + batch_size]]), top)
