@@ -108,6 +108,37 @@ def test_to_shards_writes_each_split_a_folder_has_as_that_split_and_never_into_s
     assert (tmp_path / "shards" / "train-000000.tar").read_bytes() == before
 
 
+def test_shards_of_a_stopped_to_shards_are_not_read_and_running_it_again_starts_afresh(tmp_path, monkeypatch, capsys):
+    """Stopped after the train split, the folder would read as train shards with a val held out of them: it is refused
+    until the command, run again, has written every split."""
+    from vitkit.cli import main
+    from vitkit.data import shards
+    from vitkit.errors import DataError
+
+    root = tmp_path / "photos"
+    photos(root / "train")
+    photos(root / "val", per_class=2)
+    real = shards.write_tar_shards
+
+    def stopped_at_val(split, out, **kw):
+        if kw.get("prefix") == "val":
+            raise KeyboardInterrupt
+        return real(split, out, **kw)
+
+    monkeypatch.setattr(shards, "write_tar_shards", stopped_at_val)
+    assert main(["data", str(root), "--to-shards", str(tmp_path / "shards")]) == 130  # "vitkit data: interrupted"
+    assert (tmp_path / "shards" / "train-000000.tar").is_file() and not (tmp_path / "shards" / "val-000000.tar").exists()
+    capsys.readouterr()
+    assert main(["data", str(tmp_path / "shards")]) == 2
+    assert "its shards are incomplete" in capsys.readouterr().err
+    with pytest.raises(DataError, match="run that command again"):
+        shards.open_sharded(tmp_path / "shards", "train")
+    monkeypatch.setattr(shards, "write_tar_shards", real)
+    assert main(["data", str(root), "--to-shards", str(tmp_path / "shards")]) == 0  # its own unfinished folder: afresh
+    assert sorted(p.name for p in (tmp_path / "shards").iterdir()) == ["classes.txt", "train-000000.tar", "val-000000.tar"]
+    assert len(shards.open_sharded(tmp_path / "shards", "val")) == 6
+
+
 def test_samples_without_out_is_one_clear_error(capsys):
     from vitkit.cli import main
 

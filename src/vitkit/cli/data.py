@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 
 EPILOG = """examples:
@@ -146,9 +147,16 @@ def _whole_splits(config, shape) -> dict:
 
 
 def _refuse_shards_in(out: Path) -> None:
-    """A folder that already holds shards is refused: old and new shards would mix, and the source could be overwritten."""
+    """A folder that already holds shards is refused: old and new shards would mix, and the source could be overwritten.
+    Except shards this command left unfinished (the folder still marked, `shards.WRITING`): they are removed, and it
+    starts afresh."""
+    from vitkit.data.shards import WRITING
     from vitkit.errors import DataError
 
+    if (out / WRITING).is_file():
+        for stale in out.iterdir():
+            if re.fullmatch(r"\.?(train|val|test|shard)-\d{6}\.tar(\.tmp)?|classes\.txt", stale.name):
+                stale.unlink()
     if out.is_dir() and (held := sorted(p.name for p in out.iterdir() if p.suffix in (".tar", ".parquet"))):
         raise DataError(f"--to-shards {out}: the folder already holds shards ({', '.join(held[:3])}{', ...' * (len(held) > 3)}); "
                         "write to an empty or new folder")
@@ -157,7 +165,7 @@ def _refuse_shards_in(out: Path) -> None:
 def _to_shards(sets: dict, out: Path, per_shard: int, seed: int) -> dict:
     """Write each set as tar shards into `out` (SPLIT-NNNNNN.tar; a set without a split: shard-NNNNNN.tar) + classes.txt,
     printing a line per set (`run` has refused a folder that already holds shards, before reading anything)."""
-    from vitkit.data.shards import write_tar_shards
+    from vitkit.data.shards import finish_writing, write_tar_shards
     from vitkit.errors import DataError
 
     names = {tuple(images.class_names) for images in sets.values()}
@@ -167,11 +175,12 @@ def _to_shards(sets: dict, out: Path, per_shard: int, seed: int) -> dict:
     written = {}
     for split, images in sets.items():
         prefix = split or "shard"
-        files = write_tar_shards(images, out, per_shard=per_shard, seed=seed, prefix=prefix)
+        files = write_tar_shards(images, out, per_shard=per_shard, seed=seed, prefix=prefix, finish=False)
         written[prefix] = {"files": len(files), "images": len(images), "source": images.source, "selection": images.selection}
         what = f"of the {split} split ({images.source}, {images.selection})" if split else f"(all of {images.source})"
         print(f"wrote {len(images):,} images {what} as {len(files)} tar shard(s): "
               f"{out}/{prefix}-{{000000..{len(files) - 1:06d}}}.tar")
+    finish_writing(out)  # every split is in place: the folder reads as data from now on
     print(f"wrote {out / 'classes.txt'}: {len(next(iter(names)))} class names")
     return {"dir": str(out), "files": sum(w["files"] for w in written.values()), "images": sum(w["images"] for w in written.values()),
             "sets": written}

@@ -99,9 +99,23 @@ def shard_files(path: str | os.PathLike) -> list[Path]:
         missing = [f for f in files if not f.is_file()]
         if missing:
             raise DataError(f"{missing[0]}: no such shard ({len(missing)} of the {len(files)} files of {text} are missing)")
-        return files
-    p = Path(text)
-    return [p] if p.is_file() else _shard_files(p)
+    else:
+        p = Path(text)
+        files = [p] if p.is_file() else _shard_files(p)
+    for folder in sorted({f.parent for f in files}):
+        refuse_unfinished(folder)
+    return files
+
+
+# A folder `write_tar_shards` is writing into holds this file until its last shard and classes.txt are in place: shards
+# of a writer that was stopped are not read as if they were all the images.
+WRITING = ".vitkit-writing"
+
+
+def refuse_unfinished(folder: Path) -> None:
+    if (folder / WRITING).exists():
+        raise DataError(f"{folder}: its shards are incomplete: `vitkit data --to-shards` was writing them and did not finish "
+                        f"({folder / WRITING} is still there); run that command again, which starts the folder afresh")
 
 
 # -- records: one image inside a shard --------------------------------------------------------------
@@ -424,14 +438,17 @@ def blocks(split: Split) -> np.ndarray | None:
 
 
 # -- writing shards -------------------------------------------------------------------------------
-def write_tar_shards(split: Split, out: str | os.PathLike, per_shard: int = 1000, seed: int = 0, prefix: str = "shard") -> list[Path]:
+def write_tar_shards(split: Split, out: str | os.PathLike, per_shard: int = 1000, seed: int = 0, prefix: str = "shard",
+                     finish: bool = True) -> list[Path]:
     """Write the image files of `split` as tar shards out/PREFIX-NNNNNN.tar (samples shuffled with `seed`, labels as
     KEY.cls class indices) plus out/classes.txt; returns the shard paths. A split's name as `prefix` (train, val,
-    test) makes the files that split when read back."""
+    test) makes the files that split when read back. Until they are all written the folder is marked unfinished
+    (`WRITING`); `finish=False` leaves the mark for a caller writing more splits, who calls `finish_writing` after the last."""
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     if split.paths is None:
         raise DataError(f"{split.source}: only image files can be written as shards (this data is held as tensors)")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / WRITING).touch()
     order = np.random.default_rng(seed).permutation(len(split))
     written = []
     for number, start in enumerate(range(0, len(order), per_shard)):
@@ -450,7 +467,14 @@ def write_tar_shards(split: Split, out: str | os.PathLike, per_shard: int = 1000
         os.replace(tmp, target)
         written.append(target)
     (out / "classes.txt").write_text("".join(f"{name}\n" for name in split.class_names), encoding="utf-8")
+    if finish:
+        finish_writing(out)
     return written
+
+
+def finish_writing(out: str | os.PathLike) -> None:
+    """The shards in `out` are complete: readers may take them (`write_tar_shards` marked the folder unfinished)."""
+    (Path(out) / WRITING).unlink(missing_ok=True)
 
 
 def _suffix(data: bytes, name: str) -> str:
