@@ -307,13 +307,11 @@ class Runner:
         return torch.cat([x, x[-1:].expand(short, *x.shape[1:])]) if short > 0 else x
 
     def _run(self, x: torch.Tensor) -> torch.Tensor:
-        if self._cast:
-            with self._eager_linears if self._eager_linears and not self.compiled else contextlib.nullcontext():
-                return self._fn(x.to(torch.bfloat16)).float()
         if self.compiled:  # how dynamo sees batch sizes; eager, which library multiplies
             gemms = _size_oblivious() if self._onednn else contextlib.nullcontext()
         else:
             gemms = self._eager_linears or contextlib.nullcontext()
+        x = x.to(torch.bfloat16) if self._cast else x  # a bf16 copy of the model takes bf16 images
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self._autocast), self._with_kernels(), gemms:
             return self._fn(x).float()
 

@@ -66,7 +66,7 @@ def finetune_recipe(path: str | os.PathLike | None = None, overrides: list[str] 
     base = {section: dict(values) for section, values in FINETUNE_DEFAULTS.items()}
     for section, values in explicit.items():
         merge_layer(base, section, values or {}, str(path))
-    config = _any_size_dropped(load_run_config(None, [*overrides, ANY_SIZE], base=base))
+    config = _recipe(base, overrides)
     named = "warmup_steps" in (explicit.get("train") or {}) or any(str(o).startswith("train.warmup_steps=") for o in overrides)
     t = config.train
     if not named and t.epochs is None and t.steps < 20 * t.warmup_steps:  # a shorter run than the paper's 10k (CIFAR) warms up
@@ -81,7 +81,9 @@ def finetune_recipe(path: str | os.PathLike | None = None, overrides: list[str] 
 ANY_SIZE = ("model.patch_size", 1)
 
 
-def _any_size_dropped(recipe: RunConfig) -> RunConfig:
+def _recipe(base: dict, overrides: Iterable) -> RunConfig:
+    """`base` with `overrides`, validated as a fine-tuning recipe (`ANY_SIZE`)."""
+    recipe = load_run_config(None, [*overrides, ANY_SIZE], base=base)
     return dataclasses.replace(recipe, model={k: v for k, v in recipe.model.items() if k != "patch_size"})
 
 
@@ -140,7 +142,7 @@ def finetune(
     """
     out = Path(out)
     if image_size is not None:
-        recipe = _any_size_dropped(from_dict({**recipe.to_dict(), "model": {**recipe.model, "image_size": image_size, "patch_size": 1}}))
+        recipe = _recipe(recipe.to_dict(), [("model.image_size", image_size)])
     lrs = [float(lr) for lr in (lrs or [recipe.train.lr])]
     if len(set(lrs)) != len(lrs):
         raise ConfigError(f"--lr: each learning rate once, got {lrs}")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 from pathlib import Path
 
 EPILOG = """examples:
@@ -148,15 +147,11 @@ def _whole_splits(config, shape) -> dict:
 
 def _refuse_shards_in(out: Path) -> None:
     """A folder that already holds shards is refused: old and new shards would mix, and the source could be overwritten.
-    Except shards this command left unfinished (the folder still marked, `shards.WRITING`): they are removed, and it
-    starts afresh."""
-    from vitkit.data.shards import WRITING
+    Except shards this command left unfinished (the folder still marked): they are removed, and it starts afresh."""
+    from vitkit.data.shards import clear_unfinished
     from vitkit.errors import DataError
 
-    if (out / WRITING).is_file():
-        for stale in out.iterdir():
-            if re.fullmatch(r"\.?(train|val|test|shard)-\d{6}\.tar(\.tmp)?|classes\.txt", stale.name):
-                stale.unlink()
+    clear_unfinished(out)
     if out.is_dir() and (held := sorted(p.name for p in out.iterdir() if p.suffix in (".tar", ".parquet"))):
         raise DataError(f"--to-shards {out}: the folder already holds shards ({', '.join(held[:3])}{', ...' * (len(held) > 3)}); "
                         "write to an empty or new folder")

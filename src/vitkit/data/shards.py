@@ -477,6 +477,18 @@ def finish_writing(out: str | os.PathLike) -> None:
     (Path(out) / WRITING).unlink(missing_ok=True)
 
 
+def clear_unfinished(out: str | os.PathLike) -> None:
+    """Where `out` is still marked unfinished, remove what `write_tar_shards` had written there (shards, their
+    temporary files, classes.txt, the mark), so that writing can start afresh; a folder without the mark is left alone."""
+    out = Path(out)
+    if not (out / WRITING).is_file():
+        return
+    for stale in out.iterdir():
+        if re.fullmatch(r"\.?\w+-\d{6}\.tar(\.tmp)?|classes\.txt", stale.name):
+            stale.unlink()
+    finish_writing(out)
+
+
 def _suffix(data: bytes, name: str) -> str:
     """The member suffix of an image: its file's, else from its first bytes (Parquet rows have no name)."""
     suffix = Path(name).suffix.lower()
