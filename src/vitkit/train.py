@@ -39,7 +39,7 @@ from vitkit.checkpoint.io import (abort_replacement, atomic_path, begin_replacem
                                   read_json, read_torch, remove_dir, staging, update_checksums, write_json, WriteError)
 from vitkit.checkpoint.runs import STATE_JSON, resolve, step_checkpoints
 from vitkit.checkpoint.native import is_native, load_native, load_state_dict_strict, read_native_config, write_pretrained
-from vitkit.data.sources import described
+from vitkit.data.sources import described, same_images
 from vitkit.data.spec import absolute
 from vitkit.data import Batches, DataSpec, check_compatible, eval_batches, fits_in_memory, load_into_memory, mix, soft_targets, train_transform
 from vitkit.errors import CheckpointError, ConfigError, DataError
@@ -454,7 +454,7 @@ def _check_same_images(saved: dict | None, now: dict, newest: Path) -> None:
         return
     for name, split in now["splits"].items():
         before = saved["splits"].get(name)
-        if before != split:
+        if not same_images(before, split):
             was = described(before) if isinstance(before, dict) and {"n", "source", "selection"} <= set(before) else "none"
             raise DataError(f"{split['source']}: the {name} split changed since {newest} was written ({was} then, {split['n']:,} images "
                             f"({split['selection']}) now); an exact resume needs the same images: put them back as they were, or train "

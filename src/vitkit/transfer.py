@@ -32,7 +32,7 @@ from vitkit.checkpoint.io import read_json, write_json
 from vitkit.checkpoint.native import is_native, read_native_config
 from vitkit.checkpoint.runs import resolve
 from vitkit.data import DataSpec
-from vitkit.data.sources import described
+from vitkit.data.sources import described, same_images
 from vitkit.errors import ConfigError, VitkitError
 from vitkit.evaluation import markdown_table, write_report
 from vitkit.models import BiTConfig, ModelConfig, VisionTransformer, build_model
@@ -196,7 +196,7 @@ def picked_on(checkpoint: str | os.PathLike, name: str, split, extra: dict) -> s
         return None
     if not isinstance(sweep, dict) or (sweep.get("best") or {}).get("run") != run.name:
         return None
-    if ((extra.get("data") or {}).get("splits") or {}).get(sweep.get("val_split")) != split.describe():
+    if not same_images(((extra.get("data") or {}).get("splits") or {}).get(sweep.get("val_split")), split.describe()):
         return None
     these = "these images" if name == "all" else f"these {name} images"
     return (f"note: {these} picked this model's learning rate among {len(sweep.get('runs', []))} runs "

@@ -13,6 +13,7 @@ import os
 import signal
 import sys
 import threading
+from dataclasses import replace
 from typing import Callable, Iterator
 
 import numpy as np
@@ -184,7 +185,7 @@ def load_into_memory(
         if not len(split):
             raise DataError(f"{split.source}: none of the image files could be read (see the messages above)")
     images = torch.cat(chunks) if chunks else torch.empty(0, channels, size, size, dtype=torch.uint8)
-    return Split(labels=split.labels, class_names=split.class_names, images=images, source=split.source)
+    return replace(split, images=images, paths=None)  # the same images, cut and selection, now decoded
 
 
 def fits_in_memory(split: Split, channels: int, size: int, memory_mb: float) -> bool:

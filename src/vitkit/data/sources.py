@@ -9,6 +9,7 @@ the source keeps apart (IDX test files, a test/ folder): a source without one ra
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import os
 import re
@@ -38,10 +39,25 @@ class Split:
     paths: list[Path] | None = None
     source: str = ""
     selection: str = "all"  # which of the source's images: "all", or the part of a seeded held-out cut
+    held_out: bool = False  # the part of a seeded cut kept apart as "val" (not "all", not "the rest")
 
     def describe(self) -> dict:
-        """Exactly which images these are: where from, which part, how many."""
-        return {"source": self.source, "selection": self.selection, "n": len(self)}
+        """Exactly which images these are: where from, which part, how many, and a digest of the images themselves."""
+        return {"source": self.source, "selection": self.selection, "n": len(self), "digest": self.digest()}
+
+    def digest(self) -> str:
+        """A fingerprint of these images and their classes: the files' names below `source` (so the same data moved
+        elsewhere matches), or the pixels where they are in memory. Two cuts of a folder that changed differ."""
+        h = hashlib.blake2b(digest_size=8)
+        h.update("\n".join(self.class_names).encode(errors="surrogateescape") + b"\0")
+        h.update(self.labels.numpy().astype("<i8").tobytes())
+        if self.images is not None:
+            h.update(self.images.numpy().tobytes())
+        elif self.paths is not None:
+            prefix = self.source.rstrip(os.sep) + os.sep
+            names = (n[len(prefix):] if n.startswith(prefix) else n for n in map(str, self.paths))
+            h.update("\n".join(names).encode(errors="surrogateescape"))
+        return h.hexdigest()
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -55,12 +71,22 @@ class Split:
             paths=None if self.paths is None else [self.paths[i] for i in index],
             source=self.source,
             selection=self.selection,
+            held_out=self.held_out,
         )
 
 
 def described(record: dict) -> str:
     """"N images (source, selection)": a split's `describe()` record as reports and errors print it."""
     return f"{record['n']:,} images ({record['source']}, {record['selection']})"
+
+
+def same_images(before, now: dict) -> bool:
+    """Whether a recorded `describe()` and today's name the same images: source, cut and count, and the digest where
+    both have one (records written before vitkit kept digests have none)."""
+    if not isinstance(before, dict):
+        return False
+    keys = ("source", "selection", "n") + (("digest",) if "digest" in before and "digest" in now else ())
+    return all(before.get(k) == now.get(k) for k in keys)
 
 
 def seeded_split(n: int, val_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -252,6 +278,7 @@ def hold_out(split: Split, fraction: float, seed: int) -> tuple[Split, Split]:
     rest, held = (split.subset(index) for index in seeded_split(len(split), fraction, seed))
     part = f"{fraction:g} held out (seed {seed})" + ("" if split.selection == "all" else f" of {split.selection}")
     held.selection, rest.selection = part, f"all but the {part}"
+    held.held_out = True
     return rest, held
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ from vitkit.errors import DataError
 from vitkit.paths import local_path
 
 from . import idx
-from .sources import MissingSplit, Split, first_of, open_split, synthetic
+from .sources import MissingSplit, Split, described, first_of, open_split, same_images, synthetic
 
 
 def absolute(path: str | os.PathLike | None) -> str | None:
@@ -41,6 +41,9 @@ class DataSpec:
     train_images: int | None = None  # only the first N of a seeded order of the training split (nested across N)
     synthetic_size: int = 512
     synthetic_classes: int = 10
+    # (checkpoint, its record of each split's images, its val_fraction) where this is the data it trained on: a
+    # held-out split is then checked against the cut training kept apart (`open`)
+    trained: tuple[str, dict, float] | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def from_config(cls, data: Any) -> "DataSpec":
@@ -61,8 +64,10 @@ class DataSpec:
         recorded = extra.get("data")
         if data is None and not isinstance(recorded, dict):
             raise DataError(f"{source}: records no training data (not trained by vitkit train); name the data with --data PATH")
-        known = {f.name for f in dataclasses.fields(cls)}
+        known = {f.name for f in dataclasses.fields(cls)} - {"trained"}
         fields = {k: v for k, v in (recorded or {}).items() if k in known}
+        if isinstance(recorded, dict) and isinstance(recorded.get("splits"), dict) and (data is None or absolute(data) == fields.get("path")):
+            fields["trained"] = (str(source), recorded["splits"], fields.get("val_fraction", cls.val_fraction))
         if data is not None:
             fields["path"] = absolute(data)
         elif fields.get("path") is not None and not Path(fields["path"]).exists():
@@ -81,6 +86,8 @@ class DataSpec:
         """One split. A split the data lacks is a DataError naming the splits it has, `flag` (the option that
         picks another) and `hold_out` (the option that holds part of train out as "val")."""
         opened = self._open(split, channels=channels, image_size=image_size, flag=flag, hold_out=hold_out)
+        if opened.held_out and self.trained is not None:
+            self._check_held_out(split, opened, hold_out)
         if split == self.train_split and self.train_images is not None:
             return first_of(opened, self.train_images, self.split_seed)
         return opened
@@ -97,6 +104,19 @@ class DataSpec:
             raise DataError(f"{err}; hold part of train out as 'val' with {hold_out} 0.1"
                             + (f" and choose it with {flag} val" if split != "val" else "")) from None
 
+    def _check_held_out(self, name: str, split: Split, hold_out: str) -> None:
+        """A split held out of the training images must be the part the checkpoint was trained without: cut again from
+        a folder that gained or lost images since, or with another fraction, it holds images the model trained on."""
+        checkpoint, splits, fraction = self.trained
+        now, before = split.describe(), splits.get(name)
+        if before is None or same_images(before, now):
+            return
+        was = described(before) if isinstance(before, dict) and {"n", "source", "selection"} <= before.keys() else "not recorded"
+        back = "put the data back as it was" + (f" and {hold_out} at {fraction:g}" if fraction != self.val_fraction else "")
+        raise DataError(f"{split.source}: the {name} split is cut from the training images, and this cut is not the one {checkpoint} "
+                        f"was trained without ({was} then, {described(now)} now), so it holds images the model trained on; "
+                        f"{back}, or evaluate on images kept apart on disk (--data DIR with val/ or test/)")
+
     def training_images_among(self, files: list[Path], *, channels: int) -> list[bool] | None:
         """Which of `files` are images of this spec's training split (None where the split is not file by file:
         IDX arrays, tar shards, Parquet, synthetic)."""
@@ -110,4 +130,5 @@ class DataSpec:
 
     def record(self, splits: dict[str, Split]) -> dict:
         """What a checkpoint stores: this spec and exactly which images each split held."""
-        return {**dataclasses.asdict(self), "splits": {name: split.describe() for name, split in splits.items()}}
+        spec = {k: v for k, v in dataclasses.asdict(self).items() if k != "trained"}
+        return {**spec, "splits": {name: split.describe() for name, split in splits.items()}}
