@@ -50,6 +50,33 @@ def test_dst_may_be_given_as_out_as_export_takes_it(source, tmp_path, capsys):
         assert not (tmp_path / "a.npz").exists() and not (tmp_path / "b.npz").exists()
 
 
+@pytest.mark.parametrize("target", ["vitkit", "hf", "npz"])
+def test_dst_that_is_src_or_holds_other_files_is_refused_and_left_as_it_was(target, source, tmp_path, capsys):
+    """Writing replaces DST as a whole: `convert hf_dir hf_dir` replaced the user's HF folder by a vitkit one, and a DST
+    folder holding notes (or a git clone's .git) lost them. Both are one error now, with nothing changed."""
+    _, src = source
+    to = ["--to", target]
+    first = tmp_path / TARGETS[target]
+    assert main(["convert", str(src), str(first), *to]) == 0
+    before = {p.name: p.read_bytes() for p in ([first] if first.is_file() else first.iterdir())}
+    for dst in (first, first / "inner") if first.is_dir() else (first,):
+        capsys.readouterr()
+        assert main(["convert", str(first), str(dst), *to]) == 2
+        assert "writing it would replace the checkpoint being read" in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in ([first] if first.is_file() else first.iterdir())} == before
+    if target == "npz":
+        return
+    mine = tmp_path / "mine"
+    (mine / ".git").mkdir(parents=True)
+    (mine / "notes.txt").write_text("precious")
+    capsys.readouterr()
+    assert main(["convert", str(src), str(mine), *to]) == 2
+    err = capsys.readouterr().err
+    assert ".git and 1 more, which is not part of a checkpoint" in err and "nothing was changed" in err
+    assert (mine / "notes.txt").read_text() == "precious" and (mine / ".git").is_dir()
+    assert main(["convert", str(src), str(first), *to]) == 0  # a checkpoint of its own is still replaced as documented
+
+
 MODELS = {  # each with what its format's arrays cannot say set away from that format's defaults
     "vit": dict(name="vit_test", mlp_act="gelu", layer_norm_eps=1e-5, mean=(0.4, 0.45, 0.5), std=(0.2, 0.25, 0.3), image_size=(16, 24)),
     "hybrid": dict(name="vit_test", backbone={"layers": (1,), "width": 32}, patch_size=1, image_size=(20, 20), mlp_act="gelu"),

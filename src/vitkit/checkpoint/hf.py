@@ -24,7 +24,7 @@ import torch
 from vitkit.errors import CheckpointError, ConfigError
 from vitkit.models import ViTConfig, VisionTransformer
 
-from .io import atomic_dir, config_says, read_json, read_safetensors, read_torch, write_json, write_safetensors
+from .io import atomic_dir, config_says, refuse_foreign, read_json, read_safetensors, read_torch, write_json, write_safetensors
 from .keymap import Rule, from_vitkit, fused, infer_image_size, same, to_vitkit
 
 CONFIG_NAME = "config.json"
@@ -188,6 +188,7 @@ def write(model: VisionTransformer, directory: str | os.PathLike, *, metadata: d
         kernel = f"{prefix}embeddings.patch_embeddings.projection.weight"
         tensors[kernel] = tensors[kernel] * torch.tensor(LUMA).view(1, 3, 1, 1)
     hf, preprocessor = _hf_config(c, metadata, class_names), _preprocessor_config(c)
+    refuse_foreign(directory)
     with atomic_dir(directory) as tmp:  # replaces an older directory as a whole
         write_safetensors(tmp / WEIGHTS_NAMES[0], tensors, metadata={"format": "pt"})
         write_json(tmp / PREPROCESSOR_NAME, preprocessor)

@@ -227,6 +227,25 @@ def begin_replacement(target: Path) -> tuple[Path, int]:
     return tmp, fd
 
 
+CHECKPOINT_SUFFIXES = (".json", ".safetensors", ".pt")  # what vitkit's and Hugging Face's checkpoint directories hold
+CHECKPOINT_DIRS = ("sharded",)  # an FSDP run's step checkpoint
+
+
+def refuse_foreign(target: Path) -> None:
+    """A CheckpointError where `target` is a directory holding more than a checkpoint: the checkpoint writers replace
+    their directory as a whole (`atomic_dir`), so someone's notes, a git clone's .git or a README there would be lost."""
+    target = Path(target)
+    try:
+        entries = sorted(target.iterdir()) if target.is_dir() else []
+    except OSError:
+        return  # unreadable: the write says why
+    foreign = [e for e in entries if not (e.name in CHECKPOINT_DIRS and e.is_dir() or e.is_file() and e.suffix in CHECKPOINT_SUFFIXES)]
+    if foreign:
+        raise CheckpointError(f"{target}: holds {foreign[0].name}{f' and {len(foreign) - 1} more' if len(foreign) > 1 else ''}, "
+                              "which is not part of a checkpoint, and writing here replaces the whole directory; write to a new "
+                              "or empty directory (nothing was changed)")
+
+
 def commit_replacement(target: Path, tmp: Path, fd: int) -> None:
     """Rename the complete `tmp` over `target` (the old one moved aside first, then removed); releases the lock."""
     target = Path(target)

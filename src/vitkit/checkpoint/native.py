@@ -14,7 +14,7 @@ from torch import nn
 from vitkit.errors import CheckpointError, ConfigError
 from vitkit.models import ModelConfig, VisionTransformer, build_model, config_from_dict
 
-from .io import atomic_dir, config_says, read_json, read_stable, read_safetensors, verify_checksums, write_checksums, write_json, write_safetensors
+from .io import atomic_dir, config_says, refuse_foreign, read_json, read_stable, read_safetensors, verify_checksums, write_checksums, write_json, write_safetensors
 
 FORMAT = "vitkit"
 VERSION = 1
@@ -31,6 +31,7 @@ def save_pretrained(model: VisionTransformer, directory: str | os.PathLike, *, e
 
     `extra` (e.g. {"class_names": [...]}) goes into config.json.
     """
+    refuse_foreign(directory)
     with atomic_dir(directory) as tmp:
         write_pretrained(model, tmp, extra=extra)
     return Path(directory)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from vitkit.checkpoint import FORMATS, load_with_metadata, save_checkpoint
@@ -24,15 +25,25 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "travel with the weights: vitkit and HF config.json, safetensors metadata, else FILE.json beside the file.",
     )
     p.add_argument("src", metavar="SRC", help="checkpoint file or directory to read (a run directory: its final/ model)")
-    p.add_argument("dst", metavar="DST", nargs="?", help="file or directory to write (an existing one is replaced as a whole: a kill or a full disk leaves the old or the new)")
+    p.add_argument("dst", metavar="DST", nargs="?", help="file or directory to write, not SRC (an existing checkpoint there is replaced as a whole: a kill or a full disk leaves the "
+                   "old or the new; a directory holding anything else is refused)")
     p.add_argument("--out", metavar="DST", default=None, help="DST given as an option, as `vitkit export` takes it")
     p.add_argument("--from", dest="src_format", choices=list(FORMATS), default=None, help="source format (default: detected)")
     p.add_argument("--to", dest="dst_format", choices=list(FORMATS), default=None, help="target format (default: from DST)")
     p.add_argument("--image-size", type=int, nargs="+", metavar="PX", default=None,
                    help="resolution H [W]: resample the position embeddings to it, or name the grid of a non-square .npz")
     p.add_argument("--num-classes", type=int, default=None,
-                   help="replace the head by a zero-initialised one with this many classes (drops pre-logits)")
+                   help="replace the head by a zero-initialised one with this many classes, where the checkpoint's has another count "
+                   "(drops pre-logits; its class names go with it)")
     p.set_defaults(run=run)
+
+
+def _refuse_overlap(src: str, dst: str) -> None:
+    """DST may not be SRC, nor hold it or lie inside it: writing replaces DST as a whole, so SRC would be lost."""
+    a, b = (os.path.realpath(os.path.expanduser(p)) for p in (src, dst))
+    if os.path.commonpath([a, b]) in (a, b):
+        what = "is SRC" if a == b else ("lies inside SRC" if os.path.commonpath([a, b]) == a else "holds SRC")
+        raise ConfigError(f"DST: {dst} {what}, and writing it would replace the checkpoint being read; write to another path")
 
 
 def image_size_arg(values: list[int] | None) -> int | tuple[int, int] | None:
@@ -50,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
     args.dst = args.dst or args.out
     if args.dst is None:
         raise ConfigError("DST: where to write is missing; e.g. vitkit convert SRC model.npz (or --out model.npz)")
+    _refuse_overlap(args.src, args.dst)
     model, metadata = load_with_metadata(args.src, format=args.src_format, image_size=image_size_arg(args.image_size))
     if args.num_classes is not None and args.num_classes != model.config.num_classes:
         head = model.config.replace(num_classes=args.num_classes)
