@@ -321,3 +321,36 @@ def test_init_from_another_architecture_names_the_file_and_the_settings_that_mat
                          *done.stderr.split("start it with ")[1].split(", or fine-tune")[0].split())
     assert matched.returncode == 0, matched.stderr
     assert vitkit.load_pretrained(tmp_path / "run").config.width == config.width == 48
+
+
+def test_init_keeps_a_head_only_for_the_same_classes_matched_by_name(tmp_path, vitkit_cmd):
+    """model.init kept the checkpoint's head row by row whenever the class count matched: a head trained on (cat, dog,
+    bird) predicted (bird, cat, dog) for data whose sorted folders are in that order, with exit code 0. Its rows now
+    follow the class names; a head of other classes is replaced by a new one, and the run says which it did."""
+    import vitkit
+
+    torch.manual_seed(0)
+    model = vitkit.create_model("vit_test", depth=1, image_size=8, num_classes=10)
+    with torch.no_grad():
+        model.head.weight.normal_()
+        model.head.bias.normal_()
+    names = [f"class_{i}" for i in range(10)]  # the synthetic data's classes, in its order
+    order = [3, 1, 4, 9, 5, 2, 6, 0, 8, 7]
+    shuffled = vitkit.create_model("vit_test", depth=1, image_size=8, num_classes=10)
+    shuffled.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        shuffled.head.weight.copy_(model.head.weight[order])
+        shuffled.head.bias.copy_(model.head.bias[order])
+    vitkit.save_pretrained(shuffled, tmp_path / "same", extra={"class_names": [names[i] for i in order]})
+    vitkit.save_pretrained(model, tmp_path / "other", extra={"class_names": [f"kind_{i}" for i in range(10)]})
+    for init, kept in (("same", True), ("other", False)):
+        done = vitkit_cmd("train", "--out", tmp_path / f"run_{init}", *TINY, "train.steps=1", "train.lr=0", "train.warmup_steps=0",
+                          f"model.init={tmp_path / init}")
+        assert done.returncode == 0, done.stderr
+        head = vitkit.load_pretrained(tmp_path / f"run_{init}").head
+        if kept:
+            assert "its head scores the same 10 classes (rows put in this data's class order)" in done.stdout
+            assert torch.equal(head.weight, model.head.weight) and torch.equal(head.bias, model.head.bias)
+        else:
+            assert "its head scores classes kind_0, kind_1, kind_2, kind_3, ..., not this data's" in done.stdout
+            assert not head.weight.any() and not head.bias.any()

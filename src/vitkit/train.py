@@ -436,7 +436,9 @@ def _build(config: RunConfig, out: Path, env: _Setup, data: _Data) -> _State:
     torch.manual_seed(config.train.seed)  # the initial weights, then dropout / stochastic depth draws
     model = build_model(config.model_config(num_classes=len(data.class_names)))  # a ViT or a BiT ResNet
     if config.model.get("init"):
-        _init_from(model, Path(config.model["init"]))
+        note = _init_from(model, Path(config.model["init"]), data.class_names)
+        if env.world.main:
+            print(f"model.init: {note}", flush=True)
     run = _assemble(config, env, model, {"step": 0, "elapsed_s": 0.0, "best_val_top1": None, "best_step": None}, None)
     if env.world.main:
         out.mkdir(parents=True, exist_ok=True)
@@ -795,16 +797,26 @@ def _validate(model, ema, batches, amp_dtype, crop_pct, objective=None) -> dict:
 INIT_FREE = ("image_size", "num_classes", "dropout", "attn_dropout", "drop_path", "layer_norm_eps", "mlp_act", "mean", "std")
 
 
-def _init_from(model: VisionTransformer, path: Path) -> None:
-    """Start from a checkpoint (fine-tuning): every weight but a head of another shape; position embeddings resampled.
-    A checkpoint of another architecture is one error naming the model.* settings that would match it."""
-    from vitkit.checkpoint import load_pretrained
+def _init_from(model: VisionTransformer, path: Path, class_names: list[str]) -> str:
+    """Start from a checkpoint (fine-tuning): every weight, position embeddings resampled, and its head where it holds
+    this data's classes, its rows put in the data's order by class name; else a new zero head. A checkpoint of another
+    architecture is one error naming the model.* settings that would match it. Returns what became of the head."""
+    from vitkit.checkpoint import load_with_metadata
 
-    source = load_pretrained(find_checkpoint(path), image_size=model.config.image_size, num_classes=model.config.num_classes)
+    source, meta = load_with_metadata(find_checkpoint(path), image_size=model.config.image_size)
     theirs, ours = source.config, model.config
     if type(theirs) is not type(ours):
         raise ConfigError(f"model.init={path}: holds a {type(source).__name__}, and this run builds a {type(model).__name__}; "
                           f"give this run that kind of model (model.name), or another checkpoint")
+    head, note = _head_for(meta.get("class_names"), theirs.num_classes, class_names)
+    if head is None:
+        source.reset_head(ours.num_classes, keep_pre_logits=False)
+        theirs = source.config
+    elif head != list(range(len(head))):
+        rows = torch.tensor(head)
+        with torch.no_grad():
+            source.head.weight.copy_(source.head.weight[rows])
+            source.head.bias.copy_(source.head.bias[rows])
     differ = [f.name for f in dataclasses.fields(ours) if f.name not in INIT_FREE and getattr(theirs, f.name) != getattr(ours, f.name)]
     if differ:
         settings = " ".join(f"model.{k}={_as_override(getattr(theirs, k))}" for k in differ)
@@ -812,6 +824,21 @@ def _init_from(model: VisionTransformer, path: Path) -> None:
                           f"({', '.join(f'{k} {_as_override(getattr(ours, k))}' for k in differ)} here); start it with {settings}, "
                           f"or fine-tune with `vitkit finetune --from {path}`, which takes the architecture from the checkpoint")
     load_state_dict_strict(model, source.state_dict(), source=path)  # faults: any other mismatch is one clear error
+    return f"every weight from {path}; {note}"
+
+
+def _head_for(theirs: list[str] | None, count: int, ours: list[str]) -> tuple[list[int] | None, str]:
+    """(for each of `ours` classes, the row of a checkpoint's head that scores it, or None for a new head; what it says)."""
+    shown = ", ".join(ours[:4]) + (", ..." if len(ours) > 4 else "")
+    if theirs is not None and sorted(theirs) == sorted(ours) and len(set(ours)) == len(ours):
+        moved = theirs != ours
+        return [theirs.index(name) for name in ours], f"its head scores the same {len(ours)} classes" + (
+            " (rows put in this data's class order)" if moved else "")
+    if theirs is None and count == len(ours):
+        return list(range(count)), (f"its head has no class names, so its {count} outputs are kept in order as this data's "
+                                    f"classes ({shown})")
+    what = f"classes {', '.join(theirs[:4])}{', ...' if len(theirs) > 4 else ''}" if theirs else f"{count} unnamed classes"
+    return None, f"its head scores {what}, not this data's ({shown}): a new zero-initialised head"
 
 
 def _as_override(value: Any) -> str:
