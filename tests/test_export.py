@@ -53,6 +53,23 @@ def test_cli_export(run_cli, model, tmp_path):
         assert result.returncode == 0 and "Warning" not in result.stderr, result.stderr
 
 
+def test_export_to_a_folder_is_refused_first_and_a_backbone_exports_its_features(run_cli, model, tmp_path):
+    """--out DIR failed after the whole export with ".DIR.x1y2z3/DIR -> DIR: Is a directory"; a model without a head
+    was exported with its features named "logits"."""
+    save_pretrained(model, tmp_path / "ckpt")
+    (tmp_path / "folder").mkdir()
+    done = run_cli("export", tmp_path / "ckpt", "--format", "exported-program", "--out", tmp_path / "folder")
+    assert done.returncode == 2 and "is a folder; name the file to write in it, e.g." in done.stderr
+    assert list((tmp_path / "folder").iterdir()) == [] and not list(tmp_path.glob(".folder*"))
+    if importlib.util.find_spec("onnxscript") and importlib.util.find_spec("onnxruntime"):
+        import onnx
+
+        save_pretrained(vitkit.create_model("vit_test", num_classes=0), tmp_path / "backbone")
+        done = run_cli("export", tmp_path / "backbone", "--out", tmp_path / "b.onnx")
+        assert done.returncode == 0 and "no classification head" in done.stdout, done.stderr
+        assert [o.name for o in onnx.load(str(tmp_path / "b.onnx")).graph.output] == ["features"]
+
+
 def test_onnx_export_is_one_file_with_class_names_and_preprocessing(model, tmp_path):
     onnx = pytest.importorskip("onnx")
     pytest.importorskip("onnxscript")

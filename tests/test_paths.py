@@ -30,7 +30,9 @@ def test_a_model_hub_name_gets_a_download_hint_a_local_path_does_not(tmp_path, m
 def test_predict_refuses_a_url_image_in_one_line(tmp_path, capsys):
     import vitkit
 
-    ckpt = vitkit.save_pretrained(vitkit.create_model("vit_test"), tmp_path / "ckpt")
+    model = vitkit.create_model("vit_test")
+    model.head.bias.data[0] = 1.0  # a new all-zero head is refused as never trained
+    ckpt = vitkit.save_pretrained(model, tmp_path / "ckpt")
     assert main(["predict", str(ckpt), "https://example.com/cat.jpg"]) == 2
     assert capsys.readouterr().err.strip() == ("vitkit predict: error: https://example.com/cat.jpg: a URL; vitkit reads local files and "
                                                "never downloads: save the file and pass its path")

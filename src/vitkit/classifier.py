@@ -47,7 +47,7 @@ class Classifier:
         """Any checkpoint (run directory, vitkit, .npz, timm, Hugging Face) with the class names and crop_pct it holds;
         int8 calibrates on `calibration` images of the data the checkpoint records it was trained on."""
         model, meta = load_with_metadata(checkpoint)
-        refuse_untrained_head(meta, checkpoint)
+        refuse_untrained_head(meta, checkpoint, model)
         crop_pct = meta.get("preprocess", {}).get("crop_pct", 1.0)
         images = None
         if precision == "int8":

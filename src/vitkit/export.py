@@ -41,6 +41,17 @@ def preprocessing(model: VisionTransformer, metadata: dict | None = None) -> dic
             "channels": "grayscale (ITU-R 601 luma)" if c.in_chans == 1 else "RGB"}
 
 
+def refuse_folder(path: Path, format: str) -> None:
+    """An export is a file (with companions beside it): a folder given as its path is one error, before any work."""
+    if path.is_dir():
+        raise ConfigError(f"--out {path}: is a folder; name the file to write in it, e.g. {path / ('model' + FORMATS[format])}")
+
+
+def output_name(model: torch.nn.Module) -> str:
+    """What the exported graph's output is: "logits", or "features" for a model without a classification head."""
+    return "features" if model.config.num_classes == 0 else "logits"
+
+
 def export(model: VisionTransformer, path: str | os.PathLike, *, format: str, metadata: dict | None = None,
            calibration: list[torch.Tensor] | None = None, preset: str = "transformer") -> Path:
     """Write `model` (eval mode, CPU) to `path` in `format`, with a dynamic batch dimension.
@@ -56,6 +67,7 @@ def export(model: VisionTransformer, path: str | os.PathLike, *, format: str, me
     if isinstance(model, VisionTransformer):
         model.set_inference_kernels(None)  # torch's own ops: what every runtime knows
     path = Path(path)
+    refuse_folder(path, format)
     x = _example(model, 2)
     batch = torch.export.Dim("batch", min=1, max=4096)
     info = preprocessing(model, metadata)
@@ -112,7 +124,7 @@ def _export_onnx(model: VisionTransformer, x: torch.Tensor, path: Path, batch: t
     with tempfile.TemporaryDirectory(dir=path.parent, prefix=f".{path.name}.") as scratch, torch.no_grad():
         graph = Path(scratch) / path.name
         torch.onnx.export(model, (x,), str(graph), dynamo=True, dynamic_shapes={"x": {0: batch}},
-                          input_names=["images"], output_names=["logits"], verbose=False)
+                          input_names=["images"], output_names=[output_name(model)], verbose=False)
         proto = onnx.load(str(graph))  # with the external weights, if the exporter wrote any
         for produced in list(Path(scratch).iterdir()):
             produced.unlink()

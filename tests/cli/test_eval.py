@@ -14,8 +14,15 @@ def _folder(root, classes):
             Image.new("RGB", (16, 16), (40 * i, 0, 0)).save(root / c / f"{i}.png")
 
 
+def _trained(num_classes):
+    """A model whose head is not the new all-zero one (which eval refuses as never trained)."""
+    model = vitkit.create_model("vit_test", num_classes=num_classes)
+    model.head.bias.data[0] = 1.0
+    return model
+
+
 def test_more_classes_than_the_checkpoint(tmp_path, capsys):
-    ckpt = vitkit.save_pretrained(vitkit.create_model("vit_test", num_classes=2), tmp_path / "ckpt")
+    ckpt = vitkit.save_pretrained(_trained(2), tmp_path / "ckpt")
     _folder(tmp_path / "data" / "test", ["a", "b", "c"])
     assert main(["eval", str(ckpt), "--data", str(tmp_path / "data"), "--split", "test"]) == 2
     err = capsys.readouterr().err.strip()
@@ -23,7 +30,7 @@ def test_more_classes_than_the_checkpoint(tmp_path, capsys):
 
 
 def test_a_broken_image_is_named(tmp_path, capsys):
-    ckpt = vitkit.save_pretrained(vitkit.create_model("vit_test", num_classes=2), tmp_path / "ckpt")
+    ckpt = vitkit.save_pretrained(_trained(2), tmp_path / "ckpt")
     _folder(tmp_path / "data" / "test", ["a", "b"])
     broken = tmp_path / "data" / "test" / "b" / "1.png"
     broken.write_bytes(np.arange(40, dtype=np.uint8).tobytes())

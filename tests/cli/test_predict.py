@@ -4,6 +4,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
 import vitkit
@@ -13,6 +14,7 @@ from vitkit.cli import main
 @pytest.fixture
 def checkpoint(tmp_path):
     model = vitkit.create_model("vit_test", num_classes=3)
+    torch.nn.init.normal_(model.head.weight)  # a trained head: a new one is all zeros, and refused
     return vitkit.save_pretrained(model, tmp_path / "ckpt", extra={"class_names": ["ant", "bee", "cat"]})
 
 
@@ -84,3 +86,18 @@ def test_predict_at_reduced_precision_says_the_same(checkpoint, images, capsys):
     bf16 = json.loads(capsys.readouterr().out)
     assert [t["label"] for t in bf16["top"]][:1] == [t["label"] for t in fp32["top"]][:1]
     assert abs(bf16["top"][0]["prob"] - fp32["top"][0]["prob"]) < 0.05
+
+
+def test_a_model_without_a_trained_head_is_refused_in_one_line(checkpoint, images, tmp_path, run_cli):
+    """A Hugging Face ViTModel (no head) gave predict and Classifier.load an IndexError traceback; a head that
+    `convert --num-classes` made new printed the same probability for every class, exit 0."""
+    good, *_ = images
+    backbone = vitkit.save_pretrained(vitkit.create_model("vit_test", num_classes=0), tmp_path / "backbone")
+    assert run_cli("convert", checkpoint, tmp_path / "five", "--num-classes", "5").returncode == 0
+    for path, why in ((backbone, "has no classification head"), (tmp_path / "five", "its classification head is all zeros")):
+        for command in (["predict", path, good], ["eval", path, "--data", tmp_path]):
+            done = run_cli(*command)
+            assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+            assert len(done.stderr.strip().splitlines()) == 1 and why in done.stderr and "vitkit finetune --from" in done.stderr
+        with pytest.raises(vitkit.CheckpointError, match=why):
+            vitkit.Classifier.load(path)

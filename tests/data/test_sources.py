@@ -77,6 +77,41 @@ def test_a_folder_of_lists_by_split_reads_each_split_from_its_own_list(tmp_path)
         spec.open("train", channels=3, image_size=8)
 
 
+@pytest.mark.parametrize("train, val", [("Train", "Val"), ("train", "validation"), ("TRAIN", "Validation"), ("train", "valid")])
+def test_split_folders_are_found_in_any_case_and_by_hugging_face_s_validation_name(tmp_path, train, val):
+    """Train/ and Val/ were read as two classes named "Train" and "Val" (exit 0, a 2-class model); a validation/ folder
+    was ignored, and 10% of train/ held out in its place."""
+    make_folder(tmp_path / train, per_class=4)
+    make_folder(tmp_path / val, per_class=2)
+    trained, held = (open_split(tmp_path, s, channels=3) for s in ("train", "val"))
+    assert trained.class_names == held.class_names == ["cat", "dog"]
+    assert (len(trained), trained.source, trained.selection) == (8, str(tmp_path / train), "all")
+    assert (len(held), held.source, held.selection) == (4, str(tmp_path / val), "all")
+    make_folder(tmp_path / "val" if val != "val" else tmp_path / "validation", per_class=1)
+    with pytest.raises(DataError, match=r"are both the val split; keep one"):
+        open_split(tmp_path, "val", channels=3)
+
+
+def test_an_image_listed_twice_or_in_both_train_and_val_lists_is_one_error(tmp_path):
+    """Both were read as given: a val list sharing images with train.csv, and inspect then said of them "none of them in
+    this model's training data"; an image listed twice (or with two labels) could fall on both sides of a held-out cut."""
+    from vitkit.data import DataSpec
+
+    make_folder(tmp_path / "images", classes=("cat", "dog"), per_class=4)
+    rows = [f"images/{c}/{i}.png,{c}\n" for c in ("cat", "dog") for i in range(3)]
+    (tmp_path / "train.csv").write_text("path,label\n" + "".join(rows))
+    (tmp_path / "val.csv").write_text("path,label\nimages/cat/3.png,cat\nimages/dog/3.png,dog\n./images/dog/1.png,dog\n")
+    spec = DataSpec(path=str(tmp_path))
+    assert len(spec.open("train", channels=3, image_size=8)) == 6
+    with pytest.raises(DataError, match=r"val.csv: 1 of its 3 images are also in train.csv \(e.g. .*dog/1.png\); the val split must"):
+        spec.open("val", channels=3, image_size=8)
+    (tmp_path / "val.csv").write_text("path,label\nimages/cat/3.png,cat\nimages/dog/3.png,dog\n")
+    assert len(spec.open("val", channels=3, image_size=8)) == 2
+    (tmp_path / "train.csv").write_text("path,label\n" + "".join(rows) + "images/cat/../cat/0.png,dog\n")
+    with pytest.raises(DataError, match=r"train.csv:8: .*cat/0.png is listed again \(first on line 2\); list each image once"):
+        spec.open("train", channels=3, image_size=8)
+
+
 def test_split_folders_labelled_by_a_metadata_list_as_hugging_face_s_imagefolder_writes_them(tmp_path):
     """train/ and val/ each hold their images and a metadata.csv / metadata.jsonl (file_name,label): labelled by it, val by
     train's class names; before, the images of each folder were one class, "unlabeled"."""

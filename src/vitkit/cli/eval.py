@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     model, meta = load_with_metadata(args.checkpoint)
-    refuse_untrained_head(meta, args.checkpoint)
+    refuse_untrained_head(meta, args.checkpoint, model)
     c = model.config
     device = pick_device(args.device)
     spec = DataSpec.from_checkpoint(meta, args.checkpoint, data=args.data, val_fraction=args.val_fraction)

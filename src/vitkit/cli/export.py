@@ -35,18 +35,21 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from vitkit.checkpoint import load_with_metadata
-    from vitkit.export import FORMATS, companions, export, verify
+    from vitkit.export import FORMATS, companions, export, refuse_folder, verify
 
     if args.threads:
         torch.set_num_threads(args.threads)
     model, metadata = load_with_metadata(args.checkpoint)
     out = args.out or args.checkpoint.with_name(args.checkpoint.name.rstrip("/") + FORMATS[args.format])
+    refuse_folder(Path(out), args.format)
     if args.precision == "int8":
         return _export_int8(args, model, metadata, out)
     export(model, out, format=args.format, metadata=metadata)
     diff = verify(model, out, args.format)
     also = "".join(f" + {p.name}" for p in companions(out))
-    print(f"wrote {out}{also} ({args.format}, dynamic batch, {len(metadata.get('class_names') or [])} class names); "
+    outputs = (f"{len(metadata.get('class_names') or [])} class names" if model.config.num_classes else
+               "no classification head: its output \"features\" are the image features")
+    print(f"wrote {out}{also} ({args.format}, dynamic batch, {outputs}); "
           f"max |export - pytorch| on a batch of 3 = {diff:.2e}")
     if not diff <= args.atol:
         raise VitkitError(f"{out}: the export differs from PyTorch by {diff:.2e} > --atol {args.atol}")

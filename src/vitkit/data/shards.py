@@ -34,10 +34,9 @@ import torch
 from vitkit.errors import DataError, first_line
 
 from .images import IMAGE_SUFFIXES, Record
-from .sources import MissingSplit, Split, _held_out, _label_order
+from .sources import SPLIT_NAMES, MissingSplit, Split, _held_out, _label_order, split_folders
 
 SHARD_SUFFIXES = (".tar", ".parquet")
-SPLIT_NAMES = {"train": ("train",), "val": ("val", "validation", "valid", "dev"), "test": ("test",)}
 LABEL_SUFFIXES = (".cls", ".json")
 ROW_GROUP_WINDOW = 16  # Parquet row groups whose samples are shuffled together (and cached per worker)
 
@@ -73,7 +72,7 @@ def is_sharded(path: str | os.PathLike) -> bool:
 def _shard_files(root: Path) -> list[Path]:
     """Shard files of a folder: directly in it, in data/, or in split folders (train/, val/, test/ ...)."""
     found = []
-    for folder in [root, root / "data", *(root / name for names in SPLIT_NAMES.values() for name in names)]:
+    for folder in [root, root / "data", *split_folders(root).values()]:
         if folder.is_dir():
             found += sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in SHARD_SUFFIXES)
     return found

@@ -26,6 +26,7 @@ from . import idx
 from .images import IMAGE_SUFFIXES, image_files, is_hidden, is_image_file
 
 SPLITS = ("train", "val", "test")
+SPLIT_NAMES = {"train": ("train",), "val": ("val", "validation", "valid", "dev"), "test": ("test",)}  # folders, files; any case
 
 
 @dataclass
@@ -115,13 +116,30 @@ class MissingSplit(DataError):
         self.available = available
 
 
+def split_folders(root: Path) -> dict[str, Path]:
+    """root's folders named for a split, by split in SPLITS order: train/, val/ (or validation/, Hugging Face's name,
+    valid/, dev/), test/, each in lower case, Capitalised or UPPER case (Train/ is the train split, not a class). Two
+    folders for one split are one error."""
+    found: dict[str, Path] = {}
+    if not root.is_dir():
+        return found
+    for split, names in SPLIT_NAMES.items():
+        folders = [root / n for name in names for n in dict.fromkeys((name, name.capitalize(), name.upper())) if (root / n).is_dir()]
+        folders = list({os.path.normcase(os.path.realpath(f)): f for f in folders}.values())  # one folder on a case-blind disk
+        if len(folders) > 1:
+            raise DataError(f"{root}: {folders[0].name}/ and {folders[1].name}/ are both the {split} split; keep one")
+        if folders:
+            found[split] = folders[0]
+    return found
+
+
 def available_splits(path: str | os.PathLike | None, val_fraction: float) -> list[str]:
     """The splits `open_split` can open for the data at `path`, in SPLITS order."""
     root = idx.default_dir() if path is None else Path(path)
     held_out = ["val"] if val_fraction > 0.0 else []
     if root.is_dir() and idx.is_idx_dir(root):
         return ["train", "val", "test"]
-    on_disk = [s for s in SPLITS if root.is_dir() and (root / s).is_dir()]
+    on_disk = list(split_folders(root))
     if not on_disk and (lists := split_lists(root)):
         on_disk = list(lists)
     if not on_disk:
@@ -139,7 +157,7 @@ def is_flat(path: str | os.PathLike) -> bool:
     if is_sharded(path):
         return not names_splits(path)
     root = Path(path)
-    return not (root.is_dir() and (idx.is_idx_dir(root) or any((root / s).is_dir() for s in SPLITS) or split_lists(root)))
+    return not (root.is_dir() and (idx.is_idx_dir(root) or split_folders(root) or split_lists(root)))
 
 
 def _missing(root: Path, split: str, val_fraction: float) -> MissingSplit:
@@ -172,7 +190,7 @@ def open_split(
         return _held_out(_read_list(root), split, val_fraction, seed)
     if idx.is_idx_dir(root):
         return _idx_split(root, split, channels, val_fraction, seed)
-    split_dirs = {s: root / s for s in SPLITS if (root / s).is_dir()}
+    split_dirs = split_folders(root)
     if split_dirs:
         # without a val/ folder, val is held out of train/ and "train" is the rest, as for IDX files
         holds_out = "train" in split_dirs and "val" not in split_dirs and val_fraction > 0.0
@@ -219,7 +237,7 @@ def _refuse_archive(path: Path) -> None:
 def split_lists(root: Path) -> dict[str, Path]:
     """A folder's lists named by split (train.csv, val.jsonl, test.csv ...), in SPLITS order: a dataset held as one list
     per split, where it has a train list and no folders of images named train/, val/, test/ (those come first); else {}."""
-    if not root.is_dir() or any((root / s).is_dir() for s in SPLITS):
+    if not root.is_dir() or split_folders(root):
         return {}
     found = {}
     for split in SPLITS:
@@ -241,7 +259,13 @@ def _listed_split(lists: dict[str, Path], split: str, val_fraction: float, seed:
         return _held_out(train, split, val_fraction, seed)
     if split not in lists:
         raise _missing(lists["train"].parent, split, val_fraction)
-    return _on_train_classes(_read_list(lists[split]), train.class_names, train.source)
+    listed = _read_list(lists[split])
+    trained = {os.path.normpath(p) for p in train.paths}
+    shared = [p for p in listed.paths if os.path.normpath(p) in trained]
+    if shared:
+        raise DataError(f"{lists[split]}: {len(shared)} of its {len(listed)} images are also in {lists['train'].name} (e.g. {shared[0]}); "
+                        f"the {split} split must hold images the model does not train on: list each in one of them")
+    return _on_train_classes(listed, train.class_names, train.source)
 
 
 def _on_train_classes(listed: Split, names: list[str], train_source: str) -> Split:
@@ -389,6 +413,7 @@ def check_compatible(train: Split, val: Split) -> None:
 def _read_list(path: Path) -> Split:
     """A CSV (path,label, with or without header) or JSONL ({"path": ..., "label": ...}) list; paths relative to the file."""
     rows: list[tuple[str, str]] = []
+    lines: list[int] = []  # each row's line in the file
     suffix = path.suffix.lower()
     try:
         if path.stat().st_size > MAX_LIST_BYTES:
@@ -410,6 +435,7 @@ def _read_list(path: Path) -> Split:
             if keys is None or not isinstance(row, dict) or not isinstance(row.get(keys[0]), str) or not _is_label(row.get(keys[1])):
                 raise DataError(f"{path}:{line_no}: expected a JSON object with {_COLUMN_NAMES}")
             rows.append((row[keys[0]], str(row[keys[1]])))
+            lines.append(line_no)
     elif suffix in (".csv", ".tsv", ".txt"):
         reader, table = csv.reader(text.splitlines(), delimiter="\t" if suffix == ".tsv" else ","), []
         try:
@@ -429,6 +455,7 @@ def _read_list(path: Path) -> Split:
                 shown = repr(row) if len(repr(row)) < 80 else repr(row)[:77] + "..."
                 raise DataError(f"{path}:{line_no}: expected 'path,label' (a label of at most {MAX_LABEL} characters), got {shown}")
             rows.append((row[columns[0]].strip(), row[columns[1]].strip()))
+            lines.append(line_no)
     else:
         raise DataError(f"{path}: unknown list format {suffix!r}; use .csv (path,label) or .jsonl")
     if not rows:
@@ -436,8 +463,20 @@ def _read_list(path: Path) -> Split:
     names = sorted({label for _, label in rows}, key=_label_order)
     index = {name: i for i, name in enumerate(names)}
     paths = [(path.parent / p) if not os.path.isabs(p) else Path(p) for p, _ in rows]
+    _refuse_repeats(path, paths, lines)
     labels = torch.tensor([index[label] for _, label in rows], dtype=torch.long)
     return Split(labels=labels, class_names=names, paths=paths, source=str(path))
+
+
+def _refuse_repeats(path: Path, paths: list[Path], lines: list[int]) -> None:
+    """An image listed twice is one error naming both lines: a held-out cut could put one copy in train and the other
+    in val, and two labels for one image cannot both be right."""
+    seen: dict[str, int] = {}
+    for file, line in zip(paths, lines):
+        key = os.path.normpath(file)
+        if key in seen:
+            raise DataError(f"{path}:{line}: {file} is listed again (first on line {seen[key]}); list each image once")
+        seen[key] = line
 
 
 PATH_COLUMNS = ("path", "file_name", "filename", "file", "filepath", "file_path", "image", "image_path", "img", "img_path")

@@ -15,7 +15,7 @@ from vitkit.errors import DataError, first_line
 
 from . import idx, shards
 from .images import Record
-from .sources import SPLITS, Split, metadata_list, split_lists
+from .sources import SPLITS, Split, metadata_list, split_folders, split_lists
 
 SIZE_SAMPLE = 1000  # image headers read for the size and channel figures (a seeded choice beyond that)
 
@@ -36,7 +36,7 @@ def data_format(path, name: str = "auto") -> str:
         return "IDX"
     if lists := split_lists(p):
         return "lists by split (" + ", ".join(f.name for f in lists.values()) + ")"
-    labelled = {m.name for d in (p, *(p / s for s in SPLITS)) if d.is_dir() and (m := metadata_list(d))}
+    labelled = {m.name for d in (p, *split_folders(p).values()) if (m := metadata_list(d))}
     return "image folder" + (f" (labels in {', '.join(sorted(labelled))})" if labelled else "")
 
 
@@ -74,7 +74,7 @@ def describe(splits: dict[str, Split | str], sizes_of: str, path=None, name: str
     """The summary of a dataset from its opened splits (a split that cannot be opened: the reason, a string)."""
     opened = {s: v for s, v in splits.items() if isinstance(v, Split)}
     if sizes_of not in opened:
-        raise DataError(f"--split {sizes_of}: {splits.get(sizes_of, 'not opened')}")
+        raise DataError(splits.get(sizes_of, f"the {sizes_of} split: not opened"))  # why it cannot be opened names the data
     names = opened[sizes_of].class_names
     rows = {}
     for s in SPLITS:
