@@ -183,3 +183,25 @@ def test_a_timm_hub_directory_loads_with_its_class_names_mean_std_and_input_size
             assert torch.allclose(loaded(x), model(x), atol=1e-5)
     (hub / "config.json").write_text(json.dumps({"label_names": {"0": "cat", "2": "emu", "1": "dog"}, "architecture": "x"}))
     assert load_with_metadata(hub)[1]["class_names"] == ["cat", "dog", "emu"]  # timm's {index: name} form
+
+
+def test_a_timm_hub_directory_s_model_args_give_the_head_count(make_model, make_images, tmp_path):
+    """timm writes the arguments it built the model with under "model_args"; they were ignored, so a width-64 ViT of 4
+    heads loaded with 64 // 64 = 1 head and gave other outputs without a word."""
+    import json
+
+    from vitkit.checkpoint import load_with_metadata
+
+    model = make_model(width=64, num_heads=4, mlp_dim=128, num_classes=3)
+    save_checkpoint(model, tmp_path / "m.pth", "timm")
+    hub = tmp_path / "hub"
+    hub.mkdir()
+    save_file(torch.load(tmp_path / "m.pth", weights_only=True), hub / "model.safetensors")
+    config = {"architecture": "vit_tiny_patch16_224", "num_classes": 3, "label_names": ["a", "b", "c"],
+              "model_args": {"embed_dim": 64, "depth": model.config.depth, "num_heads": 4, "img_size": 16, "patch_size": 4}}
+    (hub / "config.json").write_text(json.dumps(config))
+    loaded, _ = load_with_metadata(hub)
+    assert loaded.config.num_heads == 4
+    x = make_images(loaded.config)
+    with torch.no_grad():
+        assert torch.allclose(loaded(x), model(x), atol=1e-5)

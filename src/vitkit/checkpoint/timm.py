@@ -59,9 +59,13 @@ def is_timm_dir(path: str | os.PathLike) -> bool:
 
 
 def _hub_stored(config: dict) -> dict:
-    """What a timm Hub config.json tells beyond the tensors, in the keys of vitkit's stored config: mean, std and input
-    size (the head count follows the width, as for any timm file)."""
+    """What a timm Hub config.json tells beyond the tensors, in the keys of vitkit's stored config: mean, std, input size
+    and the head count of its `model_args` (what timm builds the model with; without them the count follows the width,
+    as for any timm file)."""
     stored = {}
+    args = config.get("model_args") if isinstance(config.get("model_args"), dict) else {}
+    if isinstance(args.get("num_heads"), int) and not isinstance(args["num_heads"], bool) and args["num_heads"] > 0:
+        stored["num_heads"] = args["num_heads"]
     cfg = config.get("pretrained_cfg") if isinstance(config.get("pretrained_cfg"), dict) else {}
     for key in ("mean", "std"):
         if isinstance(cfg.get(key), list) and all(isinstance(v, (int, float)) for v in cfg[key]):
