@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -33,7 +34,7 @@ from vitkit.checkpoint.native import is_native, read_native_config
 from vitkit.checkpoint.runs import resolve
 from vitkit.data import DataSpec
 from vitkit.data.sources import described, same_images
-from vitkit.errors import ConfigError, VitkitError
+from vitkit.errors import ConfigError, DataError, VitkitError
 from vitkit.evaluation import markdown_table, write_report
 from vitkit.models import BiTConfig, ModelConfig, VisionTransformer, build_model
 from vitkit.models.registry import MODELS
@@ -151,7 +152,23 @@ def finetune(
     init = out / "init"
     # a checkpoint, size or data that cannot work is refused before --out holds anything a corrected command would refuse
     starting = None if is_native(init) else _starting_model(recipe, checkpoint, keep_pre_logits)
+    fresh, existed = not (out / "finetune.json").is_file(), out.exists()
     _claim(out, plan)
+    try:
+        return _sweep(recipe, checkpoint, out, starting, lrs)
+    except (ConfigError, DataError):
+        # refused before any step trained (one class, too few images for a batch, a val split that does not fit): what
+        # this command put in --out goes, so that the corrected command is not refused as "other arguments"
+        runs = [run for run in out.iterdir() if run.is_dir() and run.name != "init"]
+        if fresh and not any(step_checkpoints(run) or (run / "final").exists() for run in runs):
+            for made in out.iterdir() if existed else [out]:
+                shutil.rmtree(made, ignore_errors=True) if made.is_dir() and not made.is_symlink() else made.unlink()
+        raise
+
+
+def _sweep(recipe: RunConfig, checkpoint, out: Path, starting: tuple | None, lrs: list[float]) -> dict:
+    """The runs of `finetune` in a claimed --out: the starting model saved once, a run per learning rate, the best."""
+    init = out / "init"
     if starting is not None:
         model, record = starting
         save_pretrained(model, init, extra=record)  # once, atomically, in vitkit's format

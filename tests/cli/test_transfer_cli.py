@@ -129,3 +129,25 @@ def test_user_errors_are_one_line(vitkit_cmd, checkpoint, tmp_path):
     assert done.returncode == 2 and "choose another --out" in done.stderr
     done = vitkit_cmd("fewshot", checkpoint / "vit", "--data", "synthetic-does-not-exist")
     assert done.returncode == 2 and "no such file or directory" in done.stderr
+
+
+def test_a_finetune_refused_before_any_step_leaves_no_out_behind(vitkit_cmd, checkpoint, tmp_path):
+    """A folder of one class passed finetune's own checks and was refused by the first run, leaving finetune.json and
+    init/ in --out: the corrected command was then refused as "a fine-tuning run with other arguments"."""
+    for split, count in (("train", 8), ("val", 2)):
+        (tmp_path / "data" / split / "only").mkdir(parents=True)
+        for i in range(count):
+            Image.new("L", (28, 28), 20 * i).save(tmp_path / "data" / split / "only" / f"{i}.png")
+    args = ("--from", checkpoint / "vit", "--steps", "1", "--batch-size", "4", "--no-progress", "train.threads=1")
+    for out in (tmp_path / "new", tmp_path / "empty"):  # one the command makes, one that was there, empty
+        if out.name == "empty":
+            out.mkdir()
+        done = vitkit_cmd("finetune", *args, "--data", tmp_path / "data", "--out", out)
+        assert done.returncode == 2 and "one class ('only')" in done.stderr and "Traceback" not in done.stderr
+        assert out.exists() == (out.name == "empty") and not (out.exists() and any(out.iterdir()))
+    (tmp_path / "data" / "train" / "other").mkdir()
+    for i in range(4):
+        Image.new("L", (28, 28), 200).save(tmp_path / "data" / "train" / "other" / f"{i}.png")
+    (tmp_path / "data" / "val" / "other").mkdir()
+    Image.new("L", (28, 28), 200).save(tmp_path / "data" / "val" / "other" / "0.png")
+    assert last_json(vitkit_cmd("finetune", *args, "--data", tmp_path / "data", "--out", tmp_path / "new"))["runs"]
