@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from vitkit.checkpoint.io import atomic_path, write_json
-from vitkit.data import Split, eval_batches
+from vitkit.data import BadFiles, Split, eval_batches
 from vitkit.data.augment import eval_transform
 from vitkit.data.sources import described
 
@@ -276,12 +276,21 @@ def split_features(
     crop_pct: float = 1.0,
     autocast_dtype: torch.dtype | None = None,
     runner: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    bad: BadFiles | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Pre-logits features and labels of every image of `split` (read at the model's size, centre-cropped)."""
+    """Pre-logits features and labels of every image of `split` (read at the model's size, centre-cropped); of every
+    readable one where `bad` skips unreadable files (`readable` says which they are)."""
     c = model.config
     model.to(device)
-    batches = eval_batches(split, batch_size, torch.device(device), channels=c.in_chans, size=c.image_size[0], crop_pct=crop_pct)
+    batches = eval_batches(split, batch_size, torch.device(device), channels=c.in_chans, size=c.image_size[0], crop_pct=crop_pct, bad=bad)
     return extract_features(model, batches, crop_pct=crop_pct, autocast_dtype=autocast_dtype, runner=runner)
+
+
+def readable(split: Split, bad: BadFiles | None) -> torch.Tensor:
+    """(N,) bool: which images of `split` gave features, where `bad` skipped the files it lists."""
+    if bad is None or not len(bad) or split.paths is None:
+        return torch.ones(len(split), dtype=torch.bool)
+    return torch.tensor([str(p) not in bad.files for p in split.paths], dtype=torch.bool)
 
 
 def with_feature_runner(model: nn.Module, splits: list[Split], features: dict[str, Any]) -> dict[str, Any]:
@@ -329,12 +338,15 @@ def fewshot_eval(
     features = with_feature_runner(model, [train_split, test_split], features)
     train_x, train_y = split_features(model, train_split, **features)
     test_x, test_y = split_features(model, test_split, **features)
+    kept = readable(train_split, features.get("bad"))  # an unreadable image drawn is left out of its draws
+    row = torch.cumsum(kept.long(), 0) - 1  # each drawn image's row of train_x
     K = len(train_split.class_names)
     table = {}
     for n in shots:
         accs = []
         for s in range(seeds):
             local = torch.searchsorted(used, draws[n, s])
+            local = row[local[kept[local]]]
             accs.append(lsr_accuracy(train_x[local], train_y[local], test_x, test_y, l2_reg=l2_reg, num_classes=K))
         table[str(n)] = _mean_std(accs)
     return {"evaluation": "fewshot_lsr", "precision": features["runner"].description, "shots": table, "seeds": seeds, "l2_reg": l2_reg, "n_test": len(test_y),
@@ -412,19 +424,23 @@ def report_markdown(result: dict, title: str) -> str:
     elif kind == "linear_probe":
         rows = [[f"{r['l2']:g}", r["val_top1"], result["test_top1"] if r["l2"] == result["best_l2"] else None] for r in result["runs"]]
         table = markdown_table(["l2", "top-1 (picking)", f"top-1 ({result.get('test_split', 'test')})"], rows)
-        fit, pick = (_images(result, key) for key in ("fitted_on", "picked_on"))
+        fit, pick = (_images(result, key, read=result.get(n)) for key, n in (("fitted_on", "n_train"), ("picked_on", "n_val")))
         note = f"Logistic regression on {result['feature_dim']}-d features, fitted on {fit}; l2 {result['best_l2']:g} picked on {pick}."
     else:
         t, n = result["temperature"], result["n_train"]
         table = markdown_table(["k", "top-1"], [[k if int(k) <= n else f"{k} (all {n})", v] for k, v in result["top1"].items()])
         note = (f"Cosine k-NN, {'uniform votes' if t is None else f'votes exp(sim / {t:g})'}, against the features of "
-                f"{_images(result, 'memory_bank', f'{n} training images')}.")
+                f"{_images(result, 'memory_bank', f'{n} training images', read=n)}.")
     return f"{title}\n\n{note}\n\n{table}"
 
 
-def _images(result: dict, key: str, otherwise: str = "val") -> str:
-    """The images a result's `key` record describes; `otherwise` for an older result without it."""
-    return described(result[key]) if result.get(key) else otherwise
+def _images(result: dict, key: str, otherwise: str = "val", read: int | None = None) -> str:
+    """The images a result's `key` record describes (`read` of them where unreadable files were left out); `otherwise`
+    for an older result without it."""
+    if not result.get(key):
+        return otherwise
+    record = result[key]
+    return described(record) if read is None or read == record["n"] else f"the {read:,} readable of {described(record)}"
 
 
 def write_report(out: str | os.PathLike, name: str, result: dict, markdown: str) -> tuple[Path, Path]:

@@ -204,6 +204,25 @@ def test_eval_stops_at_an_unreadable_image_or_scores_without_it_saying_so(own, v
     assert "(6 images: " in done.stdout and ", 1 unreadable skipped; " in done.stdout
 
 
+@pytest.mark.parametrize("command", ["knn", "fewshot", "linear-probe"])
+def test_frozen_feature_commands_skip_unreadable_images_when_asked_and_say_so(own, vitkit_cmd, tmp_path, command):
+    """One broken file stopped fewshot, knn and linear-probe with no way round it (train skips such files by default)."""
+    data, run, _ = own
+    shutil.copytree(data, tmp_path / "data")
+    (tmp_path / "data" / "train" / "bag" / "000.png").write_bytes(b"\x89PNG\r\n\x1a\n not really")  # 10 a class, one broken
+    extra = {"knn": ("--k", "3"), "fewshot": ("--shots", "10", "--seeds", "1"), "linear-probe": ("--l2", "1e-2")}[command]
+    args = (command, run, "--data", tmp_path / "data", "--test-split", "val", *extra, "--threads", "1")
+    one_line_error(vitkit_cmd(*args, "--out", tmp_path / "a"), "000.png", "--skip-unreadable leaves such files out")
+    result = last_json(vitkit_cmd(*args, "--skip-unreadable", "--out", tmp_path / "b"))
+    assert [u["path"] for u in result["unreadable"]] == [str(tmp_path / "data" / "train" / "bag" / "000.png")]
+    report = (tmp_path / "b" / f"{command.replace('-', '_')}.md").read_text()
+    assert "1 unreadable files left out" in report
+    if command == "knn":
+        assert result["n_train"] == 29 and "the 29 readable of 30 images" in report
+    if command == "fewshot":  # 10 shots of 10 images a class: the broken one is drawn, and left out of its draw
+        assert result["n_train_features"] == 30 and 0 <= result["shots"]["10"]["mean"] <= 1
+
+
 @pytest.mark.parametrize("target", [None, "m.safetensors", "m.npz"])
 def test_info_shows_the_class_names_and_the_images_a_checkpoint_was_trained_on(own, vitkit_cmd, tmp_path, target):
     data, run, _ = own

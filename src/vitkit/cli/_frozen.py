@@ -39,6 +39,8 @@ def add_common(p: argparse.ArgumentParser, name: str) -> None:
     add_precision(p)
     p.add_argument("--val-fraction", type=float, default=None,
                    help="share of train held out as 'val' where the data has no val split (default: as in training, else 0.1)")
+    p.add_argument("--skip-unreadable", action="store_true",
+                   help="leave out image files that cannot be read (listed in the report) instead of stopping at the first")
 
 
 def add_splits(p: argparse.ArgumentParser, train_help: str) -> None:
@@ -51,7 +53,7 @@ def setup(args: argparse.Namespace):
     import torch
 
     from vitkit.checkpoint import load_with_metadata
-    from vitkit.data import DataSpec
+    from vitkit.data import BadFiles, DataSpec
     from vitkit.models import build_model
     from vitkit.devices import pick_device
 
@@ -63,8 +65,9 @@ def setup(args: argparse.Namespace):
         torch.manual_seed(args.random_init)
         model = build_model(model.config).eval()
     c = model.config
+    args.bad = BadFiles("skip" if args.skip_unreadable else "fail", hint="; --skip-unreadable leaves such files out")
     features = {"batch_size": args.batch_size, "device": pick_device(args.device), "crop_pct": meta.get("preprocess", {}).get("crop_pct", 1.0),
-                "precision": args.precision, "calibration": args.calibration}
+                "precision": args.precision, "calibration": args.calibration, "bad": args.bad}
     args.meta = meta
     args.spec = DataSpec.from_checkpoint(meta, args.checkpoint, data=args.data, val_fraction=args.val_fraction)
 
@@ -83,7 +86,10 @@ def finish(args: argparse.Namespace, name: str, result: dict, title: str, scored
     from vitkit.transfer import picked_on
 
     result = {"checkpoint": str(args.checkpoint), "random_init": args.random_init, "data": args.spec.where, **result}
-    title += f" on {result['split']} of {args.spec.where} ({len(scored)} images: {scored.source}, {scored.selection})"
+    skipped = f"; {len(args.bad)} unreadable files left out" if len(args.bad) else ""
+    if len(args.bad):
+        result["unreadable"] = [{"path": p, "error": e} for p, e in args.bad.files.items()]
+    title += f" on {result['split']} of {args.spec.where} ({len(scored)} images: {scored.source}, {scored.selection}{skipped})"
     if args.random_init is not None:
         title += f" (its architecture, randomly initialised with seed {args.random_init})"
     warning = picked_on(args.checkpoint, result["split"], scored, args.meta)
