@@ -402,6 +402,10 @@ def _setup(config: RunConfig, out: Path, resume: bool) -> _Setup:
         raise CheckpointError(f"{out}: no checkpoint to resume from (expected {out}/checkpoints/step_*/)")
     if not resume and (checkpoints or (out / "final").exists()):
         raise ConfigError(f"--out {out}: already holds a run; continue it with --resume {out} or choose another --out")
+    theirs = [name for name in RUN_FILES if (out / name).exists()]
+    if not resume and theirs and not (out / "run.yaml").is_file():  # not a run stopped before its first checkpoint
+        raise ConfigError(f"--out {out}: holds {theirs[0]}, which a run writes, and is not a vitkit run; choose a new or "
+                          "empty --out (nothing was changed)")
     return _Setup(device, world, autocast_dtype(t.precision, device), micro, t.batch_size // micro, checkpoints)
 
 
@@ -447,6 +451,11 @@ def _build(config: RunConfig, out: Path, env: _Setup, data: _Data) -> _State:
         (out / "metrics.jsonl").unlink(missing_ok=True)
     distributed.barrier(env.world)
     return run
+
+
+# what a run writes into --out besides run.yaml, checkpoints/ and final/: a folder holding any without a run.yaml is
+# someone else's, whose files the run would replace
+RUN_FILES = ("summary.json", "metrics.jsonl", "bad_files.json", "accuracy.png", "loss.png", "lr.png", "eval")
 
 
 def _check_same_images(saved: dict | None, now: dict, newest: Path) -> None:

@@ -106,6 +106,14 @@ def test_to_shards_writes_each_split_a_folder_has_as_that_split_and_never_into_s
     refused = vitkit_cmd("data", tmp_path / "shards", "--to-shards", tmp_path / "shards")
     assert refused.returncode == 2 and refused.stderr.count("\n") == 1 and "already holds shards (test-000000.tar" in refused.stderr
     assert (tmp_path / "shards" / "train-000000.tar").read_bytes() == before
+    (tmp_path / "mine").mkdir()  # someone's own classes.txt was replaced by the shards' names, exit 0
+    (tmp_path / "mine" / "classes.txt").write_text("my\nown\n")
+    refused = vitkit_cmd("data", root, "--to-shards", tmp_path / "mine")
+    assert refused.returncode == 2 and "already holds classes.txt" in refused.stderr
+    assert sorted(p.name for p in (tmp_path / "mine").iterdir()) == ["classes.txt"] and "own" in (tmp_path / "mine" / "classes.txt").read_text()
+    (tmp_path / "a file").write_text("")  # was: the whole summary printed, then "File exists"
+    refused = vitkit_cmd("data", root, "--to-shards", tmp_path / "a file")
+    assert refused.returncode == 2 and refused.stdout == "" and "is a file; name a new or empty folder" in refused.stderr
 
 
 def test_shards_of_a_stopped_to_shards_are_not_read_and_running_it_again_starts_afresh(tmp_path, monkeypatch, capsys):

@@ -73,6 +73,17 @@ def test_image_folder_end_to_end(tmp_path, capsys, monkeypatch):
     assert "square" in text and "%" in text
 
 
+def test_a_new_run_into_a_folder_holding_a_run_s_file_names_is_refused(tmp_path, capsys):
+    """--out a folder of one's own holding a summary.json: the run replaced it, exit 0."""
+    make_folder(tmp_path / "data")
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "summary.json").write_text('{"mine": 1}')
+    assert main(["train", "--data", str(tmp_path / "data"), "--out", str(tmp_path / "mine"), "train.steps=1", "--no-progress",
+                 "train.threads=1"]) == 2
+    assert "holds summary.json, which a run writes, and is not a vitkit run" in capsys.readouterr().err
+    assert (tmp_path / "mine" / "summary.json").read_text() == '{"mine": 1}' and not (tmp_path / "mine" / "run.yaml").exists()
+
+
 def test_resume_through_cli(tmp_path, capsys):
     out = tmp_path / "run"
     assert main(["train", "--out", str(out), "data.name=synthetic", "train.steps=4", "--no-progress", *FAST]) == 0

@@ -151,10 +151,15 @@ def _refuse_shards_in(out: Path) -> None:
     from vitkit.data.shards import clear_unfinished
     from vitkit.errors import DataError
 
+    if out.exists() and not out.is_dir():
+        raise DataError(f"--to-shards {out}: is a file; name a new or empty folder to write the shards into")
     clear_unfinished(out)
     if out.is_dir() and (held := sorted(p.name for p in out.iterdir() if p.suffix in (".tar", ".parquet"))):
         raise DataError(f"--to-shards {out}: the folder already holds shards ({', '.join(held[:3])}{', ...' * (len(held) > 3)}); "
                         "write to an empty or new folder")
+    if (out / "classes.txt").exists():  # someone's own list of names, which the shards' would replace
+        raise DataError(f"--to-shards {out}: the folder already holds classes.txt, which the shards' class names would "
+                        "replace; write to an empty or new folder")
 
 
 def _to_shards(sets: dict, out: Path, per_shard: int, seed: int) -> dict:
