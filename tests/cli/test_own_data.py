@@ -173,8 +173,11 @@ def test_eval_scores_other_data_by_class_name_and_refuses_classes_the_model_lack
     shutil.copytree(data / "val" / "coat", tmp_path / "coats" / "val" / "coat")  # one class of three, the model's last
     shutil.copytree(data / "train" / "coat", tmp_path / "coats" / "train" / "coat")
     by_name = last_json(vitkit_cmd("eval", run, "--data", tmp_path / "coats", "--split", "val", "--json", "--threads", "1"))
-    wanted = last_json(vitkit_cmd("eval", run, "--split", "val", "--json", "--threads", "1"))["per_class"]["coat"]
+    own = last_json(vitkit_cmd("eval", run, "--split", "val", "--json", "--threads", "1"))
+    wanted = own["per_class"]["coat"]
     assert by_name["n"] == 4 and by_name["top1"] == wanted  # label 0 of that folder is the model's class 2
+    # the run's own val figure is not replaced by one of other data (it was: both RUN/eval/confusion_val.png)
+    assert Path(own["confusion_png"]).name == "confusion_val.png" and Path(by_name["confusion_png"]).name.startswith("confusion_val_coats_")
     assert by_name["per_class"] == {"ankle boot": None, "bag": None, "coat": wanted}
     shutil.copytree(data / "val" / "bag", tmp_path / "other" / "val" / "handbag")
     shutil.copytree(data / "train" / "bag", tmp_path / "other" / "train" / "handbag")

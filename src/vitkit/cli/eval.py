@@ -42,6 +42,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
+def _confusion_name(which: str, spec, meta: dict) -> str:
+    """confusion_SPLIT.png for the data the checkpoint trained on; for other data (--data) the folder's name and a
+    digest of its path come too, so that the run's own figure is not replaced by one of other images."""
+    import hashlib
+    import re
+
+    trained = (meta.get("data") or {}).get("path")
+    if spec.path is None or spec.path == trained:
+        return f"confusion_{which}.png"
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(spec.path).name)[:40] or "data"
+    return f"confusion_{which}_{name}_{hashlib.blake2b(spec.path.encode(), digest_size=3).hexdigest()}.png"
+
+
 def run(args: argparse.Namespace) -> int:
     import torch
 
@@ -88,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
     runner = prepare(model, args.precision, device=device, batches=count, calibration=images)
     reference = prepare(model, "fp32", device=device, batches=count) if args.compare_fp32 else None
     metrics = evaluate(model.to(device), batches, crop_pct=crop_pct, runner=runner, reference=reference)
-    png = Path(args.confusion) if args.confusion else report_dir(args.checkpoint, "eval") / f"confusion_{which}.png"
+    png = Path(args.confusion) if args.confusion else report_dir(args.checkpoint, "eval") / _confusion_name(which, spec, meta)
     skipped = f", {len(bad)} unreadable skipped" if len(bad) else ""
     plot_confusion(metrics["confusion"], class_names, png, data=f"{which} of {spec.where}: {metrics['n']} images{skipped}")
     result = {
