@@ -678,6 +678,9 @@ def _plan(config: RunConfig, model: VisionTransformer, data: _Data, env: _Setup,
              f"data       {record['name'] if record['name'] == 'synthetic' else record['path']}: {len(names)} classes ({shown})"]
     for name, split in record["splits"].items():
         lines.append(f"  {name:<8} {split['n']:>7,} images  {split['source']} ({split['selection']})")
+    if len(data.bad):  # found while loading the data into memory; a streamed run finds its own as it reads
+        lines.append(f"  skipped  {len(data.bad):>7,} unreadable (data.on_error=skip, listed in bad_files.json): "
+                     f"{len(data.train):,} training images are read")
     images = (last - step) * t.batch_size
     epochs = images / max(len(data.train), 1)
     threads = torch.get_num_threads()
