@@ -363,3 +363,16 @@ def test_unreadable_files_come_back_from_loader_workers_as_one_line(tmp_path):
     assert str(caught.value).startswith(broken) and "\n" not in str(caught.value)
     skipping = BadFiles("skip")
     assert sum(len(y) for _, y in run(skipping)) == 5 and list(skipping.files) == [broken]
+
+
+def test_class_folders_named_in_nfd_are_the_classes_named_in_nfc(tmp_path):
+    """macOS writes folder names decomposed (NFD): 'blü café' in val/ was not the class 'blü café' of train/ (NFC), nor of
+    a checkpoint, in an error that showed two names alike."""
+    import unicodedata
+
+    name = "blü café"
+    make_folder(tmp_path / "train", classes=(unicodedata.normalize("NFC", name), "bz"), per_class=3)
+    make_folder(tmp_path / "val", classes=(unicodedata.normalize("NFD", name), "bz"), per_class=1)  # NFD sorts "bu" before "bz"
+    train, val = (open_split(tmp_path, s, channels=3) for s in ("train", "val"))
+    assert train.class_names == val.class_names == ["bz", unicodedata.normalize("NFC", name)]
+    assert len(val) == 2 and all(p.is_file() for p in val.paths)

@@ -142,11 +142,12 @@ def _model_labels(split, names: list[str] | None, args: argparse.Namespace):
     """`split` with labels numbered as the model's classes `names`, matched by name (a val/ or --data folder that
     lacks some classes, or orders them otherwise, is still scored right); DataError where a class of the data is
     not the model's. A checkpoint without class names, or --labels-by-index, takes labels as they are."""
-    from vitkit.data.sources import on_classes
+    from vitkit.data.sources import class_name, on_classes
     from vitkit.errors import DataError
 
     if not names or args.labels_by_index or list(split.class_names) == list(names):
         return split
+    names = [class_name(n) for n in names]  # a checkpoint of an older vitkit may hold a folder's NFD names
     unknown = [n for n in split.class_names if n not in names]
     if unknown:
         shown = ", ".join(names[:8]) + (" ..." if len(names) > 8 else "")

@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import re
+import unicodedata
 from dataclasses import dataclass, replace
 from itertools import zip_longest
 from pathlib import Path
@@ -333,8 +334,15 @@ def _idx_split(root: Path, split: str, channels: int, val_fraction: float, seed:
     return full
 
 
+def class_name(text: str) -> str:
+    """A class name as vitkit keeps it: Unicode NFC, so that a folder macOS named in NFD ("blu\u0308") is the class
+    a checkpoint or another split names in NFC ("bl\u00fc")."""
+    return unicodedata.normalize("NFC", text)
+
+
 def _class_dirs(root: Path) -> list[str]:
-    return sorted(d.name for d in root.iterdir() if d.is_dir() and not is_hidden(d.name))
+    """The class folders' names as on disk, in the order of their NFC names (one order whichever form a disk keeps)."""
+    return sorted((d.name for d in root.iterdir() if d.is_dir() and not is_hidden(d.name)), key=lambda n: (class_name(n), n))
 
 
 METADATA_LISTS = ("metadata.csv", "metadata.jsonl")  # Hugging Face's imagefolder: a split's images and their labels beside them
@@ -355,7 +363,7 @@ def _metadata_file(root: Path) -> Path | None:
 def _folder_classes(root: Path) -> list[str]:
     """The classes of a training folder: its class folders, or the labels of its metadata list."""
     metadata = metadata_list(root)
-    return _read_list(metadata).class_names if metadata else _class_dirs(root)
+    return _read_list(metadata).class_names if metadata else [class_name(n) for n in _class_dirs(root)]
 
 
 def _read_folder(root: Path, classes: list[str] | None = None) -> Split:
@@ -376,8 +384,9 @@ def _read_folder(root: Path, classes: list[str] | None = None) -> Split:
                             f"{root / 'metadata.csv'} (file_name,label)")
         if loose:
             return Split(labels=torch.zeros(len(loose), dtype=torch.long), class_names=["unlabeled"], paths=loose, source=str(root))
-    if classes is not None and found != classes:
-        extra, missing = sorted(set(found) - set(classes)), sorted(set(classes) - set(found))
+    names = [class_name(n) for n in found]
+    if classes is not None and names != classes:
+        extra, missing = sorted(set(names) - set(classes)), sorted(set(classes) - set(names))
         what = f"class {missing[0]!r} of train/ is missing here" if missing else f"class {extra[0]!r} is not in train/"
         raise DataError(f"{root}: {what}; every split needs the same class folders (labels follow their sorted names)")
     paths, labels, empty = [], [], []
@@ -390,7 +399,7 @@ def _read_folder(root: Path, classes: list[str] | None = None) -> Split:
         raise DataError(f"{root}: no images found; expected root/<class>/<image>.jpg|png|webp ... (or IDX files, or a .csv/.jsonl list)")
     if empty and classes is None:  # an empty training class could never be learned (in val it is only unscored)
         raise DataError(f"{root / empty[0]}: empty class folder (no image files); add images or remove the folder")
-    return Split(labels=torch.tensor(labels, dtype=torch.long), class_names=found, paths=paths, source=str(root))
+    return Split(labels=torch.tensor(labels, dtype=torch.long), class_names=names, paths=paths, source=str(root))
 
 
 def check_compatible(train: Split, val: Split) -> None:
@@ -460,6 +469,7 @@ def _read_list(path: Path) -> Split:
         raise DataError(f"{path}: unknown list format {suffix!r}; use .csv (path,label) or .jsonl")
     if not rows:
         raise DataError(f"{path}: the list is empty")
+    rows = [(p, class_name(label)) for p, label in rows]
     names = sorted({label for _, label in rows}, key=_label_order)
     index = {name: i for i, name in enumerate(names)}
     paths = [(path.parent / p) if not os.path.isabs(p) else Path(p) for p, _ in rows]
