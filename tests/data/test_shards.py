@@ -88,6 +88,23 @@ def test_parquet_files_as_hugging_face_writes_them(tmp_path):
         open_split(tmp_path / "other", "train", channels=3, val_fraction=0.5)
 
 
+def test_an_unlabelled_hugging_face_test_split_leaves_the_others_usable_and_a_null_label_is_named(tmp_path):
+    """Hugging Face writes an unlabelled test split with label -1: the whole dataset was refused ("labels run from -1 to
+    2"), training included. A null label became a class with an empty name."""
+    images = [jpeg(i) for i in range(12)]
+    make_parquet(tmp_path / "train-00000-of-00001.parquet", [i % 3 for i in range(12)], images)
+    make_parquet(tmp_path / "test-00000-of-00001.parquet", [-1, -1, -1], images[:3])
+    train_split = open_split(tmp_path, "train", channels=3, val_fraction=0.25)
+    assert train_split.class_names == list(CLASSES) and len(train_split) == 9
+    with pytest.raises(DataError, match=r"the test split has no labels \(every label is -1 or null.*e.g. --split val"):
+        open_split(tmp_path, "test", channels=3)
+    nulls = tmp_path / "nulls"
+    nulls.mkdir()
+    make_parquet(nulls / "train-00000-of-00001.parquet", [0, 1, None, 2, 0, 1], images[:6])
+    with pytest.raises(DataError, match=r"train-00000-of-00001.parquet:row 2: has no label \(-1 or null; 1 of the 6"):
+        open_split(nulls, "train", channels=3, val_fraction=0.0)
+
+
 def test_row_group_windows_keep_an_order_that_depends_only_on_seed_and_epoch():
     blocks = np.repeat(np.arange(40), 5)
     a, b = block_order(blocks, 3, 1, window=4), block_order(blocks, 3, 1, window=4)

@@ -38,6 +38,7 @@ from .sources import SPLIT_NAMES, MissingSplit, Split, _held_out, _label_order, 
 
 SHARD_SUFFIXES = (".tar", ".parquet")
 LABEL_SUFFIXES = (".cls", ".json")
+NO_LABEL = "-1"  # a sample without a label, as Hugging Face writes an unlabelled split
 ROW_GROUP_WINDOW = 16  # Parquet row groups whose samples are shuffled together (and cached per worker)
 
 
@@ -355,7 +356,8 @@ def _read_parquet(files: list[Path]) -> tuple[list, list[str], list[str] | None]
             for row in range(file.metadata.row_group(group).num_rows):
                 records.append(ParquetRow(str(path), group, row, index))
                 index += 1
-        raw += ["" if v is None else str(v) for v in values]
+        # no label column: images alone ("" for all); a null in a label column: no label, as Hugging Face's -1
+        raw += ["" if not label else NO_LABEL if v is None else str(v) for v in values]
     return records, raw, names
 
 
@@ -381,10 +383,11 @@ def _labels(raw: list[str], known: list[str] | None, source: str) -> tuple[torch
         return torch.zeros(len(raw), dtype=torch.long), ["unlabeled"]
     if all(r.lstrip("-").isdigit() for r in raw):
         values = [int(r) for r in raw]
-        count = max(values) + 1
+        given = [v for v in values if v != -1]  # -1: no label (a Hugging Face test split's), refused where it is used
+        count = max(given, default=-1) + 1
         names = list(known) if known else [str(i) for i in range(count)]
-        if min(values) < 0 or count > len(names):
-            raise DataError(f"{source}: labels run from {min(values)} to {max(values)} but there are {len(names)} class names; "
+        if given and (min(given) < 0 or count > len(names)):
+            raise DataError(f"{source}: labels run from {min(given)} to {max(given)} but there are {len(names)} class names; "
                             "labels must be 0 .. classes - 1")
         return torch.tensor(values, dtype=torch.long), names
     names = sorted(set(raw), key=_label_order)
@@ -400,11 +403,30 @@ def open_sharded(path: str | os.PathLike, split: str, *, val_fraction: float = 0
     kinds = {f.suffix.lower() for f in files}
     if len(kinds) > 1:
         raise DataError(f"{path}: holds both tar and Parquet shards; point data.path at one kind")
-    by_split = {s: [f for f in files if _split_of(f) == s] for s in SPLIT_NAMES}
-    named = {s: fs for s, fs in by_split.items() if fs}
     read = _read_parquet if ".parquet" in kinds else _read_tars
     records, raw, known = read(files)  # every file, so that the classes are the same in every split
     labels, names = _labels(raw, known, str(path))
+    return _labelled(_open_split(path, split, files, records, labels, names, val_fraction, seed), split)
+
+
+def _labelled(part: Split, split: str) -> Split:
+    """`part` where every sample has a label; an unlabelled split (Hugging Face's -1, or null, for every row of a
+    test split) or an unlabelled sample is one error naming it."""
+    missing = (part.labels < 0).nonzero().flatten()
+    if not len(missing):
+        return part
+    if len(missing) == len(part):
+        raise DataError(f"{part.source}: the {split} split has no labels (every label is -1 or null, as Hugging Face writes an "
+                        "unlabelled test split); score a labelled split (e.g. --split val)")
+    raise DataError(f"{part.paths[int(missing[0])]}: has no label (-1 or null; {len(missing)} of the {len(part)} samples of the "
+                    f"{split} split); label them, or leave them out of the files")
+
+
+def _open_split(path, split: str, files: list[Path], records: list, labels: torch.Tensor, names: list[str],
+                val_fraction: float, seed: int) -> Split:
+    """`split` of the samples `records` of shard `files`, cut by their file names, folders or a held-out part."""
+    by_split = {s: [f for f in files if _split_of(f) == s] for s in SPLIT_NAMES}
+    named = {s: fs for s, fs in by_split.items() if fs}
     owner = np.array([str(Path(r.shard if isinstance(r, TarMember) else r.file)) for r in records])
     source = str(path)
     full = Split(labels=labels, class_names=names, paths=records, source=source)
