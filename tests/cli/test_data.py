@@ -1,6 +1,7 @@
 """`vitkit data`: the dataset summary, the training-batch preview (equal to what training consumes) and --to-shards."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -114,6 +115,27 @@ def test_to_shards_writes_each_split_a_folder_has_as_that_split_and_never_into_s
     (tmp_path / "a file").write_text("")  # was: the whole summary printed, then "File exists"
     refused = vitkit_cmd("data", root, "--to-shards", tmp_path / "a file")
     assert refused.returncode == 2 and refused.stdout == "" and "is a file; name a new or empty folder" in refused.stderr
+
+
+def test_to_shards_leaves_unreadable_files_out_and_names_them(tmp_path, vitkit_cmd):
+    """An empty and a truncated JPEG were copied into the shards, where they surfaced at training time as
+    "train-000001.tar:000000009.jpg: empty file", their own names lost."""
+    from vitkit.data.shards import open_sharded
+
+    root = photos(tmp_path / "photos")
+    (root / "ant" / "empty.jpg").write_bytes(b"")
+    jpeg = tmp_path / "whole.jpg"
+    Image.new("RGB", (64, 48), (200, 30, 30)).save(jpeg, quality=90)
+    (root / "bee" / "cut.jpg").write_bytes(jpeg.read_bytes()[:300])
+    done = vitkit_cmd("data", root, "--to-shards", tmp_path / "shards", "--json")
+    assert done.returncode == 0, done.stderr
+    shards = json.loads(done.stdout.strip().splitlines()[-1])["shards"]
+    assert sorted(Path(u["path"]).name for u in shards["unreadable"]) == ["cut.jpg", "empty.jpg"]
+    assert f"skipping a bad image: {root / 'ant' / 'empty.jpg'}: empty file" in done.stderr and "(2 unreadable left out)" in done.stdout
+    assert len(open_sharded(tmp_path / "shards", "train", val_fraction=0.0)) == shards["images"] == 18
+    refused = vitkit_cmd("data", root, "--to-shards", tmp_path / "strict", "data.on_error=fail")
+    assert refused.returncode == 2 and ("empty.jpg: empty file (0 bytes)" in refused.stderr or "cut.jpg: cannot read" in refused.stderr)
+    assert not list((tmp_path / "strict").glob("*.tar*")) and not list((tmp_path / "strict").glob(".*.tmp"))
 
 
 def test_shards_of_a_stopped_to_shards_are_not_read_and_running_it_again_starts_afresh(tmp_path, monkeypatch, capsys):

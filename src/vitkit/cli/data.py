@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 EPILOG = """examples:
@@ -73,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.to_shards:
         sets = {args.split: opened[args.split]} if args.split else _whole_splits(config, shape)
-        summary["shards"] = _to_shards(sets, Path(args.to_shards), args.per_shard, d.split_seed)
+        summary["shards"] = _to_shards(sets, Path(args.to_shards), args.per_shard, d.split_seed, d.on_error)
 
     if args.samples:
         from vitkit.train import first_batch_pixels
@@ -162,7 +163,7 @@ def _refuse_shards_in(out: Path) -> None:
                         "replace; write to an empty or new folder")
 
 
-def _to_shards(sets: dict, out: Path, per_shard: int, seed: int) -> dict:
+def _to_shards(sets: dict, out: Path, per_shard: int, seed: int, on_error: str = "skip") -> dict:
     """Write each set as tar shards into `out` (SPLIT-NNNNNN.tar; a set without a split: shard-NNNNNN.tar) + classes.txt,
     printing a line per set (`run` has refused a folder that already holds shards, before reading anything)."""
     from vitkit.data.shards import finish_writing, write_tar_shards
@@ -172,15 +173,23 @@ def _to_shards(sets: dict, out: Path, per_shard: int, seed: int) -> dict:
     if len(names) > 1:
         raise DataError(f"--to-shards: the splits name different classes ({'; '.join(', '.join(n) for n in sorted(names))}); "
                         "write one with --split")
-    written = {}
+    written, skipped = {}, {}
     for split, images in sets.items():
         prefix = split or "shard"
-        files = write_tar_shards(images, out, per_shard=per_shard, seed=seed, prefix=prefix, finish=False)
-        written[prefix] = {"files": len(files), "images": len(images), "source": images.source, "selection": images.selection}
+        left_out = {} if on_error == "skip" else None  # data.on_error=fail: the first unreadable file stops it
+        files = write_tar_shards(images, out, per_shard=per_shard, seed=seed, prefix=prefix, finish=False, skipped=left_out)
+        for path, why in (left_out or {}).items():
+            print(f"vitkit: skipping a bad image: {path}: {why}", file=sys.stderr)
+        skipped.update(left_out or {})
+        count = len(images) - len(left_out or {})
+        written[prefix] = {"files": len(files), "images": count, "source": images.source, "selection": images.selection,
+                           "unreadable_left_out": len(left_out or {})}
         what = f"of the {split} split ({images.source}, {images.selection})" if split else f"(all of {images.source})"
-        print(f"wrote {len(images):,} images {what} as {len(files)} tar shard(s): "
+        unread = f" ({len(left_out)} unreadable left out)" if left_out else ""
+        print(f"wrote {count:,} images {what}{unread} as {len(files)} tar shard(s): "
               f"{out}/{prefix}-{{000000..{len(files) - 1:06d}}}.tar")
     finish_writing(out)  # every split is in place: the folder reads as data from now on
     print(f"wrote {out / 'classes.txt'}: {len(next(iter(names)))} class names")
     return {"dir": str(out), "files": sum(w["files"] for w in written.values()), "images": sum(w["images"] for w in written.values()),
+            **({"unreadable": [{"path": p, "error": e} for p, e in skipped.items()]} if skipped else {}),
             "sets": written}

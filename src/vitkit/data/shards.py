@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from PIL import Image
 
 from vitkit.errors import DataError, first_line
 
@@ -460,11 +461,13 @@ def blocks(split: Split) -> np.ndarray | None:
 
 # -- writing shards -------------------------------------------------------------------------------
 def write_tar_shards(split: Split, out: str | os.PathLike, per_shard: int = 1000, seed: int = 0, prefix: str = "shard",
-                     finish: bool = True) -> list[Path]:
+                     finish: bool = True, skipped: dict[str, str] | None = None) -> list[Path]:
     """Write the image files of `split` as tar shards out/PREFIX-NNNNNN.tar (samples shuffled with `seed`, labels as
     KEY.cls class indices) plus out/classes.txt; returns the shard paths. A split's name as `prefix` (train, val,
     test) makes the files that split when read back. Until they are all written the folder is marked unfinished
-    (`WRITING`); `finish=False` leaves the mark for a caller writing more splits, who calls `finish_writing` after the last."""
+    (`WRITING`); `finish=False` leaves the mark for a caller writing more splits, who calls `finish_writing` after the last.
+    A file that is no readable image is left out (in a shard it would lose its name): a DataError naming it, or, given
+    a `skipped` dict, recorded there (path -> why) and written without."""
     out = Path(out)
     if split.paths is None:
         raise DataError(f"{split.source}: only image files can be written as shards (this data is held as tensors)")
@@ -475,22 +478,47 @@ def write_tar_shards(split: Split, out: str | os.PathLike, per_shard: int = 1000
     for number, start in enumerate(range(0, len(order), per_shard)):
         target = out / f"{prefix}-{number:06d}.tar"
         tmp = target.with_name(f".{target.name}.tmp")
-        with tarfile.open(tmp, "w") as tar:
-            for i in order[start : start + per_shard]:
-                record = split.paths[i]
-                data = record.read() if isinstance(record, Record) else Path(record).read_bytes()
-                suffix = _suffix(data, str(record))
-                key = f"{i:09d}"
-                for name, payload in ((key + suffix, data), (key + ".cls", str(int(split.labels[i])).encode())):
-                    info = tarfile.TarInfo(name)
-                    info.size = len(payload)
-                    tar.addfile(info, io.BytesIO(payload))
+        try:
+            with tarfile.open(tmp, "w") as tar:
+                for i in order[start : start + per_shard]:
+                    record = split.paths[i]
+                    data = record.read() if isinstance(record, Record) else Path(record).read_bytes()
+                    if (why := _unreadable(data)) is not None:
+                        if skipped is None:
+                            raise DataError(f"{record}: {why}; remove or replace it, or skip such files (data.on_error=skip)")
+                        skipped[str(record)] = why
+                        continue
+                    suffix = _suffix(data, str(record))
+                    key = f"{i:09d}"
+                    for name, payload in ((key + suffix, data), (key + ".cls", str(int(split.labels[i])).encode())):
+                        info = tarfile.TarInfo(name)
+                        info.size = len(payload)
+                        tar.addfile(info, io.BytesIO(payload))
+        except BaseException:
+            tmp.unlink(missing_ok=True)  # a refused file or a kill: no half shard left (the folder stays marked)
+            raise
         os.replace(tmp, target)
         written.append(target)
     (out / "classes.txt").write_text("".join(f"{name}\n" for name in split.class_names), encoding="utf-8")
     if finish:
         finish_writing(out)
     return written
+
+
+def _unreadable(data: bytes) -> str | None:
+    """Why `data` is no readable image (None if it is): empty, not an image Pillow knows, damaged; a JPEG is decoded
+    only where it does not end in its end-of-image marker (a truncated file, or one with data after its image)."""
+    if not data:
+        return "empty file (0 bytes)"
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            if image.format == "JPEG" and not data.rstrip(b"\0").endswith(b"\xff\xd9"):
+                image.load()
+            else:
+                image.verify()
+    except Exception as err:  # Pillow's errors: UnidentifiedImageError, OSError (truncated), SyntaxError (bad PNG) ...
+        return f"cannot read the image ({first_line(err) or type(err).__name__})"
+    return None
 
 
 def finish_writing(out: str | os.PathLike) -> None:
