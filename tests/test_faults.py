@@ -346,7 +346,10 @@ def test_init_keeps_a_head_only_for_the_same_classes_matched_by_name(tmp_path, v
         shuffled.head.bias.copy_(model.head.bias[order])
     vitkit.save_pretrained(shuffled, tmp_path / "same", extra={"class_names": [names[i] for i in order]})
     vitkit.save_pretrained(model, tmp_path / "other", extra={"class_names": [f"kind_{i}" for i in range(10)]})
-    for init, kept in (("same", True), ("other", False)):
+    from vitkit.checkpoint import save_checkpoint  # any format a checkpoint is read in (was: vitkit's own only)
+
+    save_checkpoint(shuffled, tmp_path / "same.safetensors", "timm", metadata={"class_names": [names[i] for i in order]})
+    for init, kept in (("same", True), ("other", False), ("same.safetensors", True)):
         done = vitkit_cmd("train", "--out", tmp_path / f"run_{init}", *TINY, "train.steps=1", "train.lr=0", "train.warmup_steps=0",
                           f"model.init={tmp_path / init}")
         assert done.returncode == 0, done.stderr

@@ -815,7 +815,7 @@ def _init_from(model: VisionTransformer, path: Path, class_names: list[str]) -> 
     architecture is one error naming the model.* settings that would match it. Returns what became of the head."""
     from vitkit.checkpoint import load_with_metadata
 
-    source, meta = load_with_metadata(find_checkpoint(path), image_size=model.config.image_size)
+    source, meta = load_with_metadata(resolve(path))  # any format; at its own size until its architecture is checked
     theirs, ours = source.config, model.config
     if type(theirs) is not type(ours):
         raise ConfigError(f"model.init={path}: holds a {type(source).__name__}, and this run builds a {type(model).__name__}; "
@@ -835,6 +835,8 @@ def _init_from(model: VisionTransformer, path: Path, class_names: list[str]) -> 
         raise ConfigError(f"model.init={path}: its model differs from this run's in {', '.join(differ)} "
                           f"({', '.join(f'{k} {_as_override(getattr(ours, k))}' for k in differ)} here); start it with {settings}, "
                           f"or fine-tune with `vitkit finetune --from {path}`, which takes the architecture from the checkpoint")
+    if theirs.image_size != ours.image_size:
+        source.set_image_size(ours.image_size)  # position embeddings resampled (paper §3.2)
     load_state_dict_strict(model, source.state_dict(), source=path)  # faults: any other mismatch is one clear error
     return f"every weight from {path}; {note}"
 
