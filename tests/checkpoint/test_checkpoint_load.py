@@ -114,6 +114,15 @@ def test_pickled_objects_are_never_executed(tmp_path):
     with pytest.raises(vitkit.CheckpointError, match="evil.pth"):
         vitkit.load_pretrained(tmp_path / "evil.pth")
     assert not marker.exists()
+    import pickle
+    import warnings
+
+    (tmp_path / "evil.pkl").write_bytes(pickle.dumps({"w": Exploit()}, protocol=4))  # a plain pickle, not torch.save's
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # torch's two-line notice about the protocol came before the one-line error
+        with pytest.raises(vitkit.CheckpointError, match="evil.pkl: holds Python objects other than tensors"):
+            vitkit.load_pretrained(tmp_path / "evil.pkl", format="timm")
+    assert not marker.exists()
     np.save(tmp_path / "obj.npy", np.array([Exploit()], dtype=object), allow_pickle=True)
     with pytest.raises(vitkit.CheckpointError):
         vitkit.load_pretrained(tmp_path / "obj.npy", format="npz")

@@ -11,6 +11,7 @@ import pickle
 import shutil
 import tempfile
 import time
+import warnings
 import zipfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -444,7 +445,9 @@ def read_torch(path: str | os.PathLike) -> Any:
     """torch.load with weights_only=True: tensors and plain containers only, never arbitrary objects."""
     path = Path(path)
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch's notice about a pickle protocol it may not read: the error below says it
+            warnings.filterwarnings("ignore", message="Detected pickle protocol", category=UserWarning)
+            return torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
         raise CheckpointError(f"{path}: file not found") from None
     except pickle.UnpicklingError:
