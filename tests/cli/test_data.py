@@ -69,6 +69,15 @@ def test_the_summary_counts_classes_splits_sizes_and_channels(tmp_path, run_cli)
     assert sizes["images"] == train["images"] and sizes["width"][0] >= 30 and sizes["width"][2] <= 65
     assert set(sizes["modes"]) <= {"RGB", "L"} and sum(sizes["modes"].values()) == train["images"]
     assert "width" in done.stdout and "channels" in done.stdout
+    for name in list((root / "ant").iterdir()) + list((root / "bee").iterdir()) + list((root / "cat").iterdir()):
+        name.unlink()
+    exif = Image.Exif()
+    exif[0x0112] = 6  # stored on its side: decoded upright as 20 x 300
+    Image.new("RGB", (300, 20), (90, 20, 20)).save(root / "cat" / "turned.jpg", exif=exif)
+    Image.new("RGB", (20, 300), (90, 20, 20)).save(root / "ant" / "tall.jpg")
+    Image.new("RGB", (20, 300), (90, 20, 20)).save(root / "bee" / "tall.jpg")
+    sizes = json.loads(run_cli("data", root, "--json", "data.val_fraction=0").stdout.strip().splitlines()[-1])["sizes"]
+    assert (sizes["width"], sizes["height"]) == ([20, 20.0, 20], [300, 300.0, 300])  # as training decodes them
 
 
 def test_to_shards_writes_every_image_of_a_folder_without_splits(tmp_path, vitkit_cmd):

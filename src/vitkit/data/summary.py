@@ -14,7 +14,7 @@ from PIL import Image, ImageDraw
 from vitkit.errors import DataError, first_line
 
 from . import idx, shards
-from .images import Record
+from .images import ORIENTATION, Record
 from .sources import SPLITS, Split, metadata_list, split_folders, split_lists
 
 SIZE_SAMPLE = 1000  # image headers read for the size and channel figures (a seeded choice beyond that)
@@ -41,9 +41,11 @@ def data_format(path, name: str = "auto") -> str:
 
 
 def _header(item) -> tuple[int, int, str]:
-    """(width, height, PIL mode) from an image's header, without decoding its pixels."""
+    """(width, height, PIL mode) from an image's header, without decoding its pixels; upright, as it is decoded (an EXIF
+    orientation of 5-8 stores the image on its side)."""
     with Image.open(io.BytesIO(item.read()) if isinstance(item, Record) else item) as image:
-        return image.width, image.height, image.mode
+        turned = image.getexif().get(ORIENTATION, 1) in (5, 6, 7, 8)
+        return (image.height, image.width, image.mode) if turned else (image.width, image.height, image.mode)
 
 
 def image_sizes(split: Split, sample: int = SIZE_SAMPLE) -> dict:
