@@ -184,3 +184,12 @@ def test_samples_without_out_is_one_clear_error(capsys):
     assert main(["data", "--samples", "4", "data.name=synthetic"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--out DIR" in err
+
+
+def test_sample_labels_are_drawn_beyond_ascii():
+    """Pillow's default font drew 'blü café' with a missing-glyph box where each 'ü' and 'é' should be."""
+    from vitkit.data.summary import sample_grid
+
+    pixels = np.zeros((1, 3, 16, 16), np.uint8)
+    drawn = {label: np.asarray(sample_grid(pixels, [label])) for label in ("blü", "bl\u0378", "blu")}  # U+0378: no character
+    assert not np.array_equal(drawn["blü"], drawn["bl\u0378"]) and not np.array_equal(drawn["blü"], drawn["blu"])

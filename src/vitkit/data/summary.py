@@ -104,12 +104,26 @@ def sample_grid(pixels: np.ndarray, labels: list[str], columns: int = 8, tile: i
     top = 14 * len(header) + (4 if header else 0)
     grid = Image.new("RGB", (cols * tw, top + rows * (th + caption)), "white")
     draw = ImageDraw.Draw(grid)
+    font = _font()
     for i, line in enumerate(header):
-        draw.text((2, 2 + 14 * i), line, fill="black")
+        draw.text((2, 2 + 14 * i), line, fill="black", font=font)
     for i in range(n):
         image = pixels[i].transpose(1, 2, 0)
         image = Image.fromarray(image[..., 0] if c == 1 else image).convert("RGB").resize((tw, th), Image.NEAREST)
         x, y = (i % cols) * tw, top + (i // cols) * (th + caption)
         grid.paste(image, (x, y))
-        draw.text((x + 2, y + th + 1), labels[i][: max(4, tw // 7)], fill="black")
+        draw.text((x + 2, y + th + 1), labels[i][: max(4, tw // 7)], fill="black", font=font)
     return grid
+
+
+def _font():
+    """A font with more than ASCII (class names such as "blü café"; Pillow's built-in bitmap font drew "bl? caf?"):
+    matplotlib's DejaVu Sans, else Pillow's own scalable one."""
+    from PIL import ImageFont
+
+    try:
+        from matplotlib import font_manager
+
+        return ImageFont.truetype(font_manager.findfont("DejaVu Sans", fallback_to_default=True), 11)
+    except Exception:  # no matplotlib font, no FreeType: Pillow's default
+        return ImageFont.load_default()
