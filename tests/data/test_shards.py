@@ -105,6 +105,16 @@ def test_an_unlabelled_hugging_face_test_split_leaves_the_others_usable_and_a_nu
         open_split(nulls, "train", channels=3, val_fraction=0.0)
 
 
+def test_parquet_files_one_folder_down_are_named_in_the_error(tmp_path):
+    """The Hub keeps a dataset's config in a folder of its own (cifar10/plain_text/train-*.parquet): the error said only
+    "no images found; expected root/<class>/<image>.jpg", never the Parquet files a folder below holds."""
+    (tmp_path / "plain_text").mkdir()
+    make_parquet(tmp_path / "plain_text" / "train-00000-of-00001.parquet", [0, 1, 2], [jpeg(i) for i in range(3)])
+    with pytest.raises(DataError, match=r"no images found.*Parquet files\); .*plain_text holds tar or Parquet shards: give that folder"):
+        open_split(tmp_path, "train", channels=3)
+    assert len(open_split(tmp_path / "plain_text", "train", channels=3, val_fraction=0.0)) == 3
+
+
 def test_row_group_windows_keep_an_order_that_depends_only_on_seed_and_epoch():
     blocks = np.repeat(np.arange(40), 5)
     a, b = block_order(blocks, 3, 1, window=4), block_order(blocks, 3, 1, window=4)

@@ -396,7 +396,12 @@ def _read_folder(root: Path, classes: list[str] | None = None) -> Split:
         paths += files
         labels += [label] * len(files)
     if not paths:
-        raise DataError(f"{root}: no images found; expected root/<class>/<image>.jpg|png|webp ... (or IDX files, or a .csv/.jsonl list)")
+        from .shards import is_sharded  # a dataset one folder down, as the Hugging Face Hub lays out a config's files
+
+        inner = next((root / name for name in found if is_sharded(root / name)), None)
+        hint = f"; {inner} holds tar or Parquet shards: give that folder" if inner else ""
+        raise DataError(f"{root}: no images found; expected root/<class>/<image>.jpg|png|webp ... (or IDX files, a .csv/.jsonl "
+                        f"list, tar shards or Parquet files){hint}")
     if empty and classes is None:  # an empty training class could never be learned (in val it is only unscored)
         raise DataError(f"{root / empty[0]}: empty class folder (no image files); add images or remove the folder")
     return Split(labels=torch.tensor(labels, dtype=torch.long), class_names=names, paths=paths, source=str(root))
