@@ -68,6 +68,11 @@ def test_a_folder_written_as_tar_shards_reads_back_the_same(tmp_path):
     names = tmp_path / "shards" / "classes.txt"
     names.write_bytes(b"\xef\xbb\xbf" + names.read_bytes())
     assert open_sharded(pattern, "train", val_fraction=0.0).class_names == list(CLASSES)
+    # shards in split folders, classes.txt above them (where it was ignored: the classes became 0, 1, 2)
+    (tmp_path / "shards" / "train").mkdir()
+    for shard in shards:
+        shard.rename(tmp_path / "shards" / "train" / shard.name)
+    assert open_sharded(tmp_path / "shards", "train", val_fraction=0.0).class_names == list(CLASSES)
 
 
 def test_parquet_files_as_hugging_face_writes_them(tmp_path):

@@ -300,7 +300,10 @@ def _read_tars(files: list[Path]) -> tuple[list, list[str], list[str]]:
                             "labelled shards from DIR with vitkit data DIR --to-shards SHARDS")
         records += found
         raw += ["" if label is None else label for label in labels]
-    names_file = files[0].parent / "classes.txt"
+    # beside the shards, or above their split folders (train/, validation/ ...)
+    beside = files[0].parent / "classes.txt"
+    in_split_folder = any(files[0].parent.name.lower() in names for names in SPLIT_NAMES.values())
+    names_file = files[0].parent.parent / "classes.txt" if in_split_folder and not beside.is_file() else beside
     try:  # UTF-8 whatever the locale; a byte-order mark (a file saved by Excel or Notepad) is not part of the first name
         known = names_file.read_text(encoding="utf-8-sig").splitlines() if names_file.is_file() else None
     except (OSError, UnicodeDecodeError) as err:
