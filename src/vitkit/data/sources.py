@@ -446,6 +446,7 @@ def _read_list(path: Path) -> Split:
                 row = None
             if keys is None and isinstance(row, dict) and (found := _columns(list(row))) is not None:
                 keys = tuple(list(row)[i] for i in found)  # the first object's names hold for every line
+                _refuse_split_column(path, list(row))
             if keys is None or not isinstance(row, dict) or not isinstance(row.get(keys[0]), str) or not _is_label(row.get(keys[1])):
                 raise DataError(f"{path}:{line_no}: expected a JSON object with {_COLUMN_NAMES}")
             rows.append((row[keys[0]], str(row[keys[1]])))
@@ -459,6 +460,7 @@ def _read_list(path: Path) -> Split:
         columns = (0, 1)
         if table and _csv_header(path, table):
             columns = _columns(table[0][1])
+            _refuse_split_column(path, table[0][1])
             if columns is None:
                 header = ",".join(c.strip() for c in table[0][1])
                 raise DataError(f"{path}:1: {header[:60]!r} reads as a header, but names no path and label columns; name them "
@@ -492,6 +494,15 @@ def _refuse_repeats(path: Path, paths: list[Path], lines: list[int]) -> None:
         if key in seen:
             raise DataError(f"{path}:{line}: {file} is listed again (first on line {seen[key]}); list each image once")
         seen[key] = line
+
+
+def _refuse_split_column(path: Path, names: list) -> None:
+    """A list saying which split each image is in would be read as one set, its val and test images trained on: one
+    error saying how vitkit takes splits from lists."""
+    if any(str(n).strip().lower() in ("split", "subset", "fold") for n in names):
+        raise DataError(f"{path}: has a split column, which vitkit does not read (its val and test images would be trained on); "
+                        "write one list per split (train.csv, val.csv, test.csv) in a folder and give the folder, or drop the "
+                        "column to hold val out of all of the images (data.val_fraction)")
 
 
 PATH_COLUMNS = ("path", "file_name", "filename", "file", "filepath", "file_path", "image", "image_path", "img", "img_path")
