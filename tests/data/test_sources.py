@@ -217,7 +217,7 @@ def test_list_files(tmp_path, kind):
 
 
 @pytest.mark.parametrize("header, line", [
-    ("", "{p},{label},x"), ("path,label", "{p},{label}"), ("Filename,Class", "{p},{label}"), ("label,image,split", "{label},{p},x"),
+    ("", "{p},{label},x"), ("path,label", "{p},{label}"), ("Filename,Class", "{p},{label}"), ("label,image,source", "{label},{p},x"),
     ("file_name,category,label", "{p},other,{label}"),  # "label" is the label column, before "category"
 ])
 def test_a_csv_list_s_header_names_its_columns_and_never_becomes_a_class(tmp_path, header, line):
