@@ -50,7 +50,7 @@ def test_samples_are_exactly_what_training_consumes(tmp_path, vitkit_cmd, monkey
     assert samples.dtype == np.uint8 and samples.shape == (5, 3, args[-1].endswith("16") and 16 or 32, samples.shape[-1])
     with Image.open(tmp_path / "preview" / "samples.png") as png:  # a header line says which images these are
         header = np.asarray(png.convert("L"))[:14]
-    assert (header > 250).mean() > 0.8 and header.min() < 128 and "the first 5 images of the first training batch of" in done.stdout
+    assert (header > 250).mean() > 0.6 and header.min() < 128 and "the first 5 images of the first training batch of" in done.stdout
     consumed = what_training_consumes(load_run_config(None, args), monkeypatch, tmp_path / "run")[:5]
     assert np.abs(consumed - samples).max() <= 0.5 + 1e-3  # the same pixels, rounded to uint8
     assert samples.std() > 10
