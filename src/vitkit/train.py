@@ -590,7 +590,8 @@ def _validate_and_log(log, bar, env: _Setup, data: _Data, run: _State, config: R
     if progress["best_val_top1"] is None or metrics["top1"] > progress["best_val_top1"]:
         progress["best_val_top1"], progress["best_step"] = metrics["top1"], step
     if env.world.main:
-        bar.write(f"step {step}: val top-1 {metrics['top1']:.4f}  top-5 {metrics['top5']:.4f}  loss {metrics['loss']:.4f}")
+        top5 = f"  top-5 {metrics['top5']:.4f}" if run.objective is not None or len(data.class_names) > 5 else ""  # else always 1
+        bar.write(f"step {step}: val top-1 {metrics['top1']:.4f}{top5}  loss {metrics['loss']:.4f}")
     return metrics
 
 

@@ -205,6 +205,7 @@ def test_eval_stops_at_an_unreadable_image_or_scores_without_it_saying_so(own, v
     result = last_json(done)
     assert (result["n"], result["images"]["n"]) == (6, 7) and result["unreadable"][0]["path"].endswith("broken.png")
     assert "(6 images: " in done.stdout and ", 1 unreadable skipped; " in done.stdout
+    assert "top-5" not in done.stdout  # 3 classes: top-5 is 1 whatever the model does, so it is not printed
 
 
 @pytest.mark.parametrize("command", ["knn", "fewshot", "linear-probe"])
