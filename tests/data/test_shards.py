@@ -110,6 +110,20 @@ def test_an_unlabelled_hugging_face_test_split_leaves_the_others_usable_and_a_nu
         open_split(nulls, "train", channels=3, val_fraction=0.0)
 
 
+def test_compressed_tar_shards_are_one_error_saying_to_decompress_them(tmp_path):
+    """A folder of .tar.gz shards said "no images found; expected root/<class>/..."; a brace pattern naming them said
+    "no such file or directory" though the files were there."""
+    import gzip
+
+    folder = open_split(make_folder(tmp_path / "photos"), "train", channels=3, val_fraction=0.0)
+    tar = write_tar_shards(folder, tmp_path / "plain", per_shard=100)[0]
+    (tmp_path / "packed").mkdir()
+    (tmp_path / "packed" / "shard-000000.tar.gz").write_bytes(gzip.compress(tar.read_bytes()))
+    for given in (tmp_path / "packed", str(tmp_path / "packed" / "shard-{000000..000000}.tar.gz")):
+        with pytest.raises(DataError, match=r"compressed tar shards \(shard-000000.tar.gz\).*gunzip"):
+            open_split(given, "train", channels=3)
+
+
 def test_parquet_files_one_folder_down_are_named_in_the_error(tmp_path):
     """The Hub keeps a dataset's config in a folder of its own (cifar10/plain_text/train-*.parquet): the error said only
     "no images found; expected root/<class>/<image>.jpg", never the Parquet files a folder below holds."""

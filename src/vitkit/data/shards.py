@@ -60,6 +60,25 @@ def expand_braces(pattern: str) -> list[str]:
     return [name for option in options for name in expand_braces(head + option + tail)]
 
 
+COMPRESSED_SHARDS = (".tar.gz", ".tgz", ".tar.zst", ".tar.xz", ".tar.bz2")
+
+
+def refuse_compressed(path: str | os.PathLike) -> None:
+    """A DataError for compressed tar shards (a pattern naming them, or a folder holding them and no others): vitkit
+    reads a sample by seeking into a plain tar, which a compressed one does not allow."""
+    text = str(path)
+    if "{" in text or "*" in text:
+        names = expand_braces(text)
+    elif Path(text).is_dir() and not _shard_files(Path(text)):
+        names = [str(f) for f in Path(text).iterdir() if f.is_file()]
+    else:
+        return
+    packed = [n for n in names if n.lower().endswith(COMPRESSED_SHARDS)]
+    if packed:
+        raise DataError(f"{path}: compressed tar shards ({Path(packed[0]).name}{', ...' * (len(packed) > 1)}), which vitkit does not "
+                        "read (it seeks to each sample); decompress them in place (e.g. gunzip *.tar.gz) and give the .tar files")
+
+
 def is_sharded(path: str | os.PathLike) -> bool:
     """Whether `path` names shards: a brace pattern or glob, a .tar / .parquet file, or a folder of them."""
     text = str(path)

@@ -177,10 +177,12 @@ def open_split(
     """Open `split` ("train", "val" or "test") of the dataset at `path` (None: Fashion-MNIST's default place)."""
     if split not in SPLITS:
         raise DataError(f"data split {split!r}: expected one of {', '.join(SPLITS)}")
-    from .shards import is_sharded, open_sharded  # tar shards and Parquet files
+    from .shards import is_sharded, open_sharded, refuse_compressed  # tar shards and Parquet files
 
     if path is not None and is_sharded(path):
         return open_sharded(path, split, val_fraction=val_fraction, seed=seed)
+    if path is not None:
+        refuse_compressed(path)
     root = idx.default_dir() if path is None else Path(path)
     if not root.exists():
         raise DataError(idx.missing_message(root) if path is None else f"{root}: no such file or directory (data.path)")
