@@ -110,6 +110,15 @@ def test_an_unlabelled_hugging_face_test_split_leaves_the_others_usable_and_a_nu
         open_split(nulls, "train", channels=3, val_fraction=0.0)
 
 
+def test_the_summary_names_a_record_that_is_no_image_without_pillow_s_internals(tmp_path):
+    """The sizes line said "cannot identify image file <_io.BytesIO object at 0x7f...>" of a Parquet row."""
+    from vitkit.data.summary import image_sizes
+
+    make_parquet(tmp_path / "train-00000-of-00001.parquet", [0, 1, 2], [jpeg(0), b"not an image", jpeg(2)])
+    sizes = image_sizes(open_split(tmp_path, "train", channels=3, val_fraction=0.0))
+    assert sizes["unreadable"] == 1 and sizes["first_unreadable"].endswith("parquet:row 1: not an image Pillow reads")
+
+
 def test_compressed_tar_shards_are_one_error_saying_to_decompress_them(tmp_path):
     """A folder of .tar.gz shards said "no images found; expected root/<class>/..."; a brace pattern naming them said
     "no such file or directory" though the files were there."""

@@ -9,7 +9,7 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
-from PIL import Image, ImageDraw
+from PIL import Image, ImageDraw, UnidentifiedImageError
 
 from vitkit.errors import DataError, first_line
 
@@ -60,7 +60,8 @@ def image_sizes(split: Split, sample: int = SIZE_SAMPLE) -> dict:
             w, h, mode = _header(split.paths[i])
         except Exception as err:  # an unreadable file: counted and the first named, training's data.on_error deals with it
             unreadable += 1
-            first = first or f"{split.paths[i]}: {first_line(err)}"
+            why = "not an image Pillow reads" if isinstance(err, UnidentifiedImageError) else first_line(err)  # not its BytesIO
+            first = first or f"{split.paths[i]}: {why}"
             continue
         sizes.append((w, h))
         modes[mode] += 1
