@@ -119,6 +119,21 @@ def test_the_summary_names_a_record_that_is_no_image_without_pillow_s_internals(
     assert sizes["unreadable"] == 1 and sizes["first_unreadable"].endswith("parquet:row 1: not an image Pillow reads")
 
 
+def test_shards_whose_keys_hold_dots_are_one_error_saying_why_no_image_was_found(tmp_path):
+    """img.0.v1.jpg is key "img" with extension "0.v1.jpg" (WebDataset's reading): the shards read as no images, and
+    `vitkit data` said "none of the 0 images looked at could be read"."""
+    import tarfile
+
+    with tarfile.open(tmp_path / "shard-000000.tar", "w") as tar:
+        for i in range(3):
+            for name, payload in ((f"img.{i}.v1.jpg", jpeg(i)), (f"img.{i}.v1.cls", b"0")):
+                info = tarfile.TarInfo(name)
+                info.size = len(payload)
+                tar.addfile(info, io.BytesIO(payload))
+    with pytest.raises(DataError, match=r"shard-000000.tar: no images .* up to the first dot.*rename such members"):
+        open_split(tmp_path, "train", channels=3)
+
+
 def test_compressed_tar_shards_are_one_error_saying_to_decompress_them(tmp_path):
     """A folder of .tar.gz shards said "no images found; expected root/<class>/..."; a brace pattern naming them said
     "no such file or directory" though the files were there."""

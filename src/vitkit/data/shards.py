@@ -319,6 +319,10 @@ def _read_tars(files: list[Path]) -> tuple[list, list[str], list[str]]:
                             "labelled shards from DIR with vitkit data DIR --to-shards SHARDS")
         records += found
         raw += ["" if label is None else label for label in labels]
+    if not records:
+        raise DataError(f"{files[0]}{' ...' * (len(files) > 1)}: no images (members KEY.jpg|jpeg|png|webp with KEY.cls or KEY.json); "
+                        "a sample's key is its name up to the first dot, as WebDataset reads it, so a name like img.0.v1.jpg has "
+                        "the extension 0.v1.jpg: rename such members without dots in their keys (img_0_v1.jpg)")
     # beside the shards, or above their split folders (train/, validation/ ...)
     beside = files[0].parent / "classes.txt"
     in_split_folder = any(files[0].parent.name.lower() in names for names in SPLIT_NAMES.values())
