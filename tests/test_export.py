@@ -70,6 +70,23 @@ def test_export_to_a_folder_is_refused_first_and_a_backbone_exports_its_features
         assert [o.name for o in onnx.load(str(tmp_path / "b.onnx")).graph.output] == ["features"]
 
 
+def test_an_openvino_export_says_what_openvino_runs_it_at_by_default(run_cli, model, tmp_path):
+    """The check runs the IR with an f32 hint; a plain compile_model on a CPU with bf16 runs it in bf16, 1e-3 away."""
+    pytest.importorskip("onnxscript")
+    pytest.importorskip("openvino")
+    from vitkit.export import openvino_default
+
+    save_pretrained(model, tmp_path / "ckpt")
+    done = run_cli("export", tmp_path / "ckpt", "--format", "openvino", "--out", tmp_path / "m.xml")
+    assert done.returncode == 0, done.stderr
+    default = openvino_default(model, tmp_path / "m.xml")
+    if default is None:  # a CPU without bf16: f32 is OpenVINO's default
+        assert "note: OpenVINO runs" not in done.stdout
+    else:
+        assert f"note: OpenVINO runs this IR in {default[0]} on this CPU unless compiled with INFERENCE_PRECISION_HINT=f32" in done.stdout
+        assert default[1] > 0
+
+
 def test_onnx_export_is_one_file_with_class_names_and_preprocessing(model, tmp_path):
     onnx = pytest.importorskip("onnx")
     pytest.importorskip("onnxscript")

@@ -259,6 +259,22 @@ def run_exported(path: str | os.PathLike, format: str, x: torch.Tensor) -> torch
     return runtime_session("onnxruntime" if format == "onnx" else "openvino", path)(x)
 
 
+def openvino_default(model: VisionTransformer, path: str | os.PathLike, *, batch_size: int = 3) -> tuple[str, float] | None:
+    """(the precision OpenVINO runs an IR at when compiled without a hint, its largest difference from PyTorch) where
+    that is not f32 (bf16 on a CPU with AVX512_BF16 or AMX): what a user's plain compile_model gets. None where f32."""
+    ov = _import_runtime("openvino")
+    compiled = ov.Core().compile_model(str(path), "CPU")
+    precision = str(compiled.get_property("INFERENCE_PRECISION_HINT"))
+    if precision in ("f32", "<Type: 'float32'>"):
+        return None
+    model = model.eval().cpu()
+    x = _example(model, batch_size)
+    with torch.no_grad():
+        expected = model(x)
+    got = torch.from_numpy(compiled([x.numpy()])[0].copy())
+    return precision.replace("<Type: '", "").replace("'>", ""), (got - expected).abs().max().item()
+
+
 def verify(model: VisionTransformer, path: str | os.PathLike, format: str, *, batch_size: int = 3) -> float:
     """Largest absolute difference between the export and the PyTorch model on a fresh batch size."""
     model = model.eval().cpu()

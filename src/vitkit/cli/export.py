@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from vitkit.checkpoint import load_with_metadata
-    from vitkit.export import FORMATS, companions, export, refuse_folder, verify
+    from vitkit.export import FORMATS, companions, export, openvino_default, refuse_folder, verify
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -53,6 +53,9 @@ def run(args: argparse.Namespace) -> int:
           f"max |export - pytorch| on a batch of 3 = {diff:.2e}")
     if not diff <= args.atol:
         raise VitkitError(f"{out}: the export differs from PyTorch by {diff:.2e} > --atol {args.atol}")
+    if args.format == "openvino" and (default := openvino_default(model, out)) is not None:
+        print(f"note: OpenVINO runs this IR in {default[0]} on this CPU unless compiled with INFERENCE_PRECISION_HINT=f32 "
+              f"(the check above): max |export - pytorch| = {default[1]:.2e} then")
     return 0
 
 
