@@ -137,6 +137,17 @@ def test_errors_are_one_line_and_exit_2(tmp_path, vitkit_cmd):
         assert str(tmp_path) in lines[0]
 
 
+@pytest.mark.parametrize("dst, to, words", [
+    ("m.onnx", [], "vitkit export SRC --format onnx --out"), ("m.bin", [], "reads as a file"),
+    ("m", ["--to", "timm"], "name it"),
+])
+def test_a_dst_convert_cannot_write_as_named_is_refused(source, tmp_path, capsys, dst, to, words):
+    """m.onnx and m.bin became vitkit directories of those names; --to timm without a suffix wrote a pickle named m."""
+    _, src = source
+    assert main(["convert", str(src), str(tmp_path / dst), *to]) == 2
+    assert words in capsys.readouterr().err and not (tmp_path / dst).exists()
+
+
 def test_info_text_output(tmp_path, vitkit_cmd):
     np.savez(tmp_path / "ViT.npz", **_tiny_official_arrays())
     done = vitkit_cmd("info", tmp_path / "ViT.npz")

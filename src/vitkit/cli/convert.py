@@ -38,6 +38,24 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
+_DEPLOYMENT = {".onnx": "onnx", ".xml": "openvino", ".pt2": "exported-program"}  # what `vitkit export` writes
+
+
+def _target(dst: str, given: str | None) -> str:
+    """The format DST is written in: --to, else its suffix (.npz, .safetensors / .pth / .pt), else a vitkit directory.
+    A file-like name that is none of these is refused, rather than made a directory of that name."""
+    suffix = Path(dst).suffix.lower()
+    if suffix in _DEPLOYMENT:
+        raise ConfigError(f"DST: {dst} names an {_DEPLOYMENT[suffix]} file, which vitkit export writes: vitkit export SRC "
+                          f"--format {_DEPLOYMENT[suffix]} --out {dst}")
+    if given == "timm" and suffix not in (".safetensors", ".pth", ".pt"):
+        raise ConfigError(f"DST: a timm checkpoint is a .safetensors or .pth file; name it {dst}.safetensors")
+    if given is None and suffix in (".bin", ".ckpt", ".h5", ".pkl", ".msgpack"):
+        raise ConfigError(f"DST: {dst} reads as a file, and convert writes .npz, .safetensors, .pth or a directory (vitkit, or "
+                          "--to hf); give one of those")
+    return given or _BY_SUFFIX.get(suffix, "vitkit")
+
+
 def _refuse_overlap(src: str, dst: str) -> None:
     """DST may not be SRC, nor hold it or lie inside it: writing replaces DST as a whole, so SRC would be lost."""
     a, b = (os.path.realpath(os.path.expanduser(p)) for p in (src, dst))
@@ -69,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
         check_room(args.dst, nbytes, f"a model with {args.num_classes:,} classes", CheckpointError, memory=True)
         model.reset_head(args.num_classes)
         metadata = {k: v for k, v in metadata.items() if k != "class_names"}  # a new head has no names yet
-    target = args.dst_format or _BY_SUFFIX.get(Path(args.dst).suffix, "vitkit")
+    target = _target(args.dst, args.dst_format)
     save_checkpoint(model, args.dst, target, metadata=metadata)
     names = metadata.get("class_names")
     labels = f", class names {', '.join(names[:3])}{' ...' if len(names) > 3 else ''}" if names else ", no class names"
