@@ -97,6 +97,15 @@ def test_inspect_says_how_many_images_the_model_trained_on(image_dir, tmp_path, 
     # each shown image says whether the model trained on it, in the JSON and in its title
     marks = [(f"{os.sep}train{os.sep}" in s["image"], s["in_training_data"], s["label"].endswith("\ntrained on")) for s in summary["shown"]]
     assert {m[0] for m in marks} == {True, False} and all(a == b == c for a, b, c in marks)
+    # --data of other images: checked against the run's own training images, not that data's train split (which called the
+    # run's held-out val images, copied into a folder's train/, "trained on")
+    import shutil
+
+    shutil.copytree(tmp_path / "data" / "val", tmp_path / "other" / "train")
+    assert main(["inspect", str(run), "--data", str(tmp_path / "other"), "--split", "train", "--out", str(tmp_path / "o3")]) == 0
+    line = capsys.readouterr().out.splitlines()[0]
+    assert "images from the train split of" in line and "none of them in this model's training data" in line
+    assert f"training data: {tmp_path / 'data'}, split train" in line
     # a checkpoint that records no training data: said, not guessed
     assert main(["inspect", str(vitkit.save_pretrained(vitkit.create_model("vit_test"), tmp_path / "bare")), "--images",
                  str(image_dir), "--out", str(tmp_path / "out2")]) == 0

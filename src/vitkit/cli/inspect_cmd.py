@@ -167,8 +167,12 @@ def _recorded_images(args, metadata: dict, config):
     training = f"training data: {spec.where}, split {spec.train_split}"
     if args.data is None:  # the checkpoint's own data: its record says which split trained
         return pixels, truth, [name == spec.train_split] * len(truth), shown, where, training
-    seen = spec.training_images_among(part.paths, channels=config.in_chans) if files else None
-    return pixels, truth, seen, shown, where, training if seen is not None else f"{training}, not file by file"
+    if not files:
+        return pixels, truth, None, shown, where, f"{training}, not file by file"
+    # other data (--data): its images checked against the training images the checkpoint records, not against that
+    # data's own train split (which said of a model's held-out images that it had trained on them)
+    seen, training = _training_images(metadata, args.checkpoint, part.paths, config.in_chans)
+    return pixels, truth, seen, shown, where, training
 
 
 def _titles(model, x, truth: list[str], class_names: list[str] | None, seen: list[bool] | None) -> list[str] | None:
