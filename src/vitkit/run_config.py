@@ -433,6 +433,6 @@ def fitted_to_data(scan: ImageScan, n_train: int, epochs: float | None = None, b
                  f"train.log_every={max(steps // 20, 1)}", f"train.eval_every={max(steps // 4, 1)}", "augment.crop=pad",
                  f"augment.pad={max(size // 16, 1)}", "augment.hflip=0.5", "augment.label_smoothing=0.1"]
     note = (f"no model given, so fitted to the data: {scan} -> {size}x{size} px, {scan.channels} channel{'s' * (scan.channels > 1)}, "
-            f"patch {size // 4} (a 4x4 grid), width 96, depth 6; {length}{steps} steps of {batch} images (KEY=VALUE overrides or --config "
-            "change any of it)")
+            f"patch {size // 4} (a 4x4 grid), width 96, depth 6; {length}{steps} steps of {batch} images (KEY=VALUE overrides change any of "
+            "it; model.name, model.init or --config replace it)")
     return overrides, note

@@ -73,6 +73,19 @@ def test_image_folder_end_to_end(tmp_path, capsys, monkeypatch):
     assert "square" in text and "%" in text
 
 
+def test_a_model_override_changes_the_recipe_fitted_to_a_folder_instead_of_discarding_it(tmp_path, capsys):
+    """model.depth=1 with --data gave the built-in 28-px default (patch 4, width 192, batch 128, lr 1e-3), not the
+    fitted model one block deep; model.name still replaces the fit."""
+    make_folder(tmp_path / "data")
+    assert main(["train", "--data", str(tmp_path / "data"), "--out", str(tmp_path / "a"), "train.steps=1", "--no-progress",
+                 "train.threads=1", "model.depth=1"]) == 0
+    printed = capsys.readouterr().out
+    assert "fitted to the data" in printed and "width 96, depth 1:" in printed
+    assert main(["train", "--data", str(tmp_path / "data"), "--out", str(tmp_path / "b"), "train.steps=1", "--no-progress",
+                 "train.threads=1", "model.name=vit_test", "model.depth=1", "train.batch_size=8"]) == 0
+    assert "fitted to the data" not in capsys.readouterr().out
+
+
 def test_a_new_run_into_a_folder_holding_a_run_s_file_names_is_refused(tmp_path, capsys):
     """--out a folder of one's own holding a summary.json: the run replaced it, exit 0."""
     make_folder(tmp_path / "data")

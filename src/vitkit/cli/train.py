@@ -47,7 +47,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted overrides, e.g. train.lr=1e-3 model.name=vit_s16")
     p.add_argument("--config", metavar="YAML", help="run config file (default: built-in defaults, vit_mini4_28 on Fashion-MNIST; "
-                                                     "with --data and no model.* key, a small ViT fitted to the data's size and channels)")
+                                                     "with --data and no model.name or model.init key, a small ViT fitted to the data's size and channels, "
+                                                     "which other model.* keys change)")
     p.add_argument("--out", metavar="DIR", help="run directory to create (required unless --resume)")
     p.add_argument("--data", metavar="PATH", help="dataset: IDX folder, image folder (root/<class>/...), .csv/.jsonl list or a folder of them by "
                                               "split (train.csv, val.csv ...), tar shards or Parquet (= data.path)")
@@ -62,10 +63,12 @@ def _interrupt(signum, frame):
 
 def fitted_unless_named(path: str | None, named: bool, overrides: list[str], command: str) -> list[str]:
     """`fit_to_data(path)` where a PATH is given and nothing names the model (`named`: a --config or resumed run, or a
-    model.* override among `overrides`); else no overrides. The fit reads the training split as the data.* overrides
-    cut it (data.train_images, data.val_fraction, ...); train.epochs or train.steps and train.batch_size overrides
-    set its length, and its warmup, logging and evaluation follow."""
-    if not path or named or any(o.startswith("model.") for o in overrides):
+    model.name or model.init override among `overrides`); else no overrides. Other model.* overrides change the fitted
+    model (they come after it: model.depth=1 is the fitted model one block deep, where it was the built-in default's).
+    The fit reads the training split as the data.* overrides cut it (data.train_images, data.val_fraction, ...);
+    train.epochs or train.steps and train.batch_size overrides set its length, and its warmup, logging and evaluation
+    follow."""
+    if not path or named or any(o.startswith(("model.name=", "model.init=")) for o in overrides):
         return []
     from vitkit.run_config import load_run_config
 
