@@ -845,7 +845,7 @@ def _init_from(model: VisionTransformer, path: Path, class_names: list[str]) -> 
 def _head_for(theirs: list[str] | None, count: int, ours: list[str]) -> tuple[list[int] | None, str]:
     """(for each of `ours` classes, the row of a checkpoint's head that scores it, or None for a new head; what it says)."""
     shown = ", ".join(ours[:4]) + (", ..." if len(ours) > 4 else "")
-    if theirs is not None and sorted(theirs) == sorted(ours) and len(set(ours)) == len(ours):
+    if theirs is not None and len(theirs) == count and sorted(theirs) == sorted(ours) and len(set(ours)) == len(ours):
         moved = theirs != ours
         return [theirs.index(name) for name in ours], f"its head scores the same {len(ours)} classes" + (
             " (rows put in this data's class order)" if moved else "")
