@@ -58,3 +58,18 @@ def test_tile_lays_maps_out_row_major_with_gaps():
     np.testing.assert_array_equal(mosaic[0:2, 4:7], maps[1])
     np.testing.assert_array_equal(mosaic[6:8, 0:3], maps[4])
     assert np.isnan(mosaic[2]).all() and np.isnan(mosaic[6:8, 4:7]).all()
+
+
+def test_a_narrow_figure_s_title_is_wrapped_to_its_width():
+    """With 2 heads the last-layer figure is 3 columns wide: its title's second line (which images, how many, how many
+    trained on) was cut at both edges."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    caption = "128 images from clothes/train/bag, clothes/val/trouser/0001.png; 127 of them in this model's training data"
+    for fig in (figures.last_layer_figure(torch.rand(2, 3, 16, 16), torch.rand(2, 2, 4, 4), caption),
+                figures.rollout_figure(torch.rand(2, 3, 16, 16), torch.rand(2, 4, 4), None, caption)):
+        canvas = FigureCanvasAgg(fig)
+        canvas.draw()
+        box = fig._suptitle.get_window_extent(canvas.get_renderer())
+        assert box.x0 >= 0 and box.x1 <= fig.bbox.width, (box, fig.bbox.width)
+        assert "127 of them in this model's training data" in fig._suptitle.get_text().replace("\n", " ")

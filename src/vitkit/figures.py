@@ -122,7 +122,7 @@ def rollout_figure(pixels: torch.Tensor, rollout: torch.Tensor, titles: list[str
     bar = fig.colorbar(ScalarMappable(Normalize(0, 1), _cmap("inferno")), ax=axes[1, :].tolist(), shrink=0.9)
     bar.set_label("rollout / its maximum", fontsize=7)
     bar.ax.tick_params(labelsize=6)
-    fig.suptitle("Attention rollout from the output token" + _shown(n, caption), fontsize=9)
+    fig.suptitle(_fitted("Attention rollout from the output token" + _shown(n, caption), fig, 9), fontsize=9)
     return fig
 
 
@@ -138,8 +138,17 @@ def last_layer_figure(pixels: torch.Tensor, maps: torch.Tensor, caption: str | N
             _show_image(axes[i, h + 1], pixels[i], heat[h])
     for h in range(heads):
         axes[0, h + 1].set_title(f"head {h + 1}", fontsize=8)
-    fig.suptitle("Last layer: attention from the output token to the patches" + _shown(n, caption), fontsize=9)
+    fig.suptitle(_fitted("Last layer: attention from the output token to the patches" + _shown(n, caption), fig, 9), fontsize=9)
     return fig
+
+
+def _fitted(title: str, fig: Figure, fontsize: float) -> str:
+    """`title` wrapped to the figure's width: a narrow figure (few heads, few images) cut a long second line at both
+    edges, and with it the count of images and of those the model trained on."""
+    import textwrap
+
+    chars = max(20, int(fig.get_figwidth() * 72 / (0.55 * fontsize)))  # an average character is ~0.55 em wide
+    return "\n".join(wrapped for line in title.split("\n") for wrapped in (textwrap.wrap(line, chars) or [""]))
 
 
 def _shown(n: int, caption: str | None) -> str:
