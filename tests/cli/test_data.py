@@ -193,3 +193,14 @@ def test_sample_labels_are_drawn_beyond_ascii():
     pixels = np.zeros((1, 3, 16, 16), np.uint8)
     drawn = {label: np.asarray(sample_grid(pixels, [label])) for label in ("blü", "bl\u0378", "blu")}  # U+0378: no character
     assert not np.array_equal(drawn["blü"], drawn["bl\u0378"]) and not np.array_equal(drawn["blü"], drawn["blu"])
+
+
+def test_samples_of_a_split_smaller_than_a_batch_are_drawn_from_one_batch_of_all_of_it(tmp_path, vitkit_cmd):
+    """--split val --samples 4 of a 6-image val split failed: "6 training images are fewer than one batch of 8"."""
+    photos(tmp_path / "data" / "train", per_class=6)
+    photos(tmp_path / "data" / "val", per_class=2)
+    done = vitkit_cmd("data", tmp_path / "data", "--split", "val", "--samples", "4", "--out", tmp_path / "preview",
+                      "train.batch_size=8")
+    assert done.returncode == 0, done.stderr
+    assert "a batch of all 6 (the split holds fewer than train.batch_size=8)" in done.stdout
+    assert np.load(tmp_path / "preview" / "samples.npy").shape[0] == 4

@@ -80,13 +80,18 @@ def run(args: argparse.Namespace) -> int:
         from vitkit.train import first_batch_pixels
 
         preview = dataclasses.replace(config, data=dataclasses.replace(d, train_split=split))
+        t, held = config.train, summary["splits"][split].get("images")
+        smaller = ""
+        if held is not None and held < (t.micro_batch or t.batch_size):  # a small (val) split: one batch of all of it
+            preview = dataclasses.replace(preview, train=dataclasses.replace(t, batch_size=held, micro_batch=None))
+            smaller = f", a batch of all {held} (the split holds fewer than train.batch_size={t.batch_size})"
         pixels, labels, names = first_batch_pixels(preview, args.samples)
         out = Path(args.out)
         with atomic_path(out / "samples.npy") as tmp:
             with open(tmp, "wb") as f:
                 np.save(f, pixels.numpy())
         which = (f"the first {len(pixels)} images of the first training batch of {summary['splits'][split]['source']} "
-                 f"(seed {config.train.seed}), as training augments them before normalisation")
+                 f"(seed {config.train.seed}{smaller}), as training augments them before normalisation")
         with atomic_path(out / "samples.png") as tmp:
             sample_grid(pixels.numpy(), [names[int(y)] for y in labels], title=which[0].upper() + which[1:]).save(tmp, format="PNG")
         summary["samples"] = {"png": str(out / "samples.png"), "npy": str(out / "samples.npy"), "images": len(pixels),
