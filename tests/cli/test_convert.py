@@ -185,3 +185,14 @@ def test_vitkit_s_own_warnings_are_one_line_each(tmp_path):
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("vitkit convert: warning: ") and "tanh-GELU" in lines[0], done.stderr
     assert ".py:" not in done.stderr
+
+
+def test_info_refuses_an_image_size_that_is_not_the_checkpoint_s(source, tmp_path, capsys):
+    """--image-size names the grid of a non-square checkpoint; on a square one it was ignored, 50 px on a 16-px model
+    included, exit 0."""
+    model, src = source
+    size = model.config.image_size[0]
+    assert main(["info", str(src), "--image-size", str(size)]) == 0
+    capsys.readouterr()
+    assert main(["info", str(src), "--image-size", "50"]) == 2
+    assert f"is a {size}x{size} model" in capsys.readouterr().err

@@ -6,6 +6,7 @@ import argparse
 import json
 
 from vitkit.checkpoint import FORMATS, read_checkpoint, read_metadata
+from vitkit.errors import ConfigError
 
 from .convert import image_size_arg
 
@@ -27,7 +28,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    config, state, format = read_checkpoint(args.ckpt, format=args.src_format, image_size=image_size_arg(args.image_size))
+    asked = image_size_arg(args.image_size)
+    config, state, format = read_checkpoint(args.ckpt, format=args.src_format, image_size=asked)
+    if asked is not None and tuple(config.image_size) != ((asked, asked) if isinstance(asked, int) else tuple(asked)):
+        shown = "x".join(map(str, config.image_size))
+        raise ConfigError(f"--image-size: {args.ckpt} is a {shown} model (its position embeddings say so); --image-size only names "
+                          f"the grid of a non-square one; to run it at another size, convert it with --image-size")
     meta = read_metadata(args.ckpt, format=format)
     params = sum(t.numel() for t in state.values())
     if args.json:
