@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 EPILOG = """examples:
@@ -171,6 +170,7 @@ def _refuse_shards_in(out: Path) -> None:
 def _to_shards(sets: dict, out: Path, per_shard: int, seed: int, on_error: str = "skip") -> dict:
     """Write each set as tar shards into `out` (SPLIT-NNNNNN.tar; a set without a split: shard-NNNNNN.tar) + classes.txt,
     printing a line per set (`run` has refused a folder that already holds shards, before reading anything)."""
+    from vitkit.data import BadFiles
     from vitkit.data.shards import finish_writing, write_tar_shards
     from vitkit.errors import DataError
 
@@ -178,23 +178,20 @@ def _to_shards(sets: dict, out: Path, per_shard: int, seed: int, on_error: str =
     if len(names) > 1:
         raise DataError(f"--to-shards: the splits name different classes ({'; '.join(', '.join(n) for n in sorted(names))}); "
                         "write one with --split")
-    written, skipped = {}, {}
+    written, bad = {}, BadFiles(on_error, hint="; remove or replace it, or skip such files (data.on_error=skip)")
     for split, images in sets.items():
         prefix = split or "shard"
-        left_out = {} if on_error == "skip" else None  # data.on_error=fail: the first unreadable file stops it
-        files = write_tar_shards(images, out, per_shard=per_shard, seed=seed, prefix=prefix, finish=False, skipped=left_out)
-        for path, why in (left_out or {}).items():
-            print(f"vitkit: skipping a bad image: {path}: {why}", file=sys.stderr)
-        skipped.update(left_out or {})
-        count = len(images) - len(left_out or {})
-        written[prefix] = {"files": len(files), "images": count, "source": images.source, "selection": images.selection,
-                           "unreadable_left_out": len(left_out or {})}
+        before = len(bad)
+        files = write_tar_shards(images, out, per_shard=per_shard, seed=seed, prefix=prefix, finish=False, bad=bad)
+        left_out = len(bad) - before
+        written[prefix] = {"files": len(files), "images": len(images) - left_out, "source": images.source,
+                           "selection": images.selection, "unreadable_left_out": left_out}
         what = f"of the {split} split ({images.source}, {images.selection})" if split else f"(all of {images.source})"
-        unread = f" ({len(left_out)} unreadable left out)" if left_out else ""
-        print(f"wrote {count:,} images {what}{unread} as {len(files)} tar shard(s): "
+        unread = f" ({left_out} unreadable left out)" if left_out else ""
+        print(f"wrote {len(images) - left_out:,} images {what}{unread} as {len(files)} tar shard(s): "
               f"{out}/{prefix}-{{000000..{len(files) - 1:06d}}}.tar")
     finish_writing(out)  # every split is in place: the folder reads as data from now on
     print(f"wrote {out / 'classes.txt'}: {len(next(iter(names)))} class names")
     return {"dir": str(out), "files": sum(w["files"] for w in written.values()), "images": sum(w["images"] for w in written.values()),
-            **({"unreadable": [{"path": p, "error": e} for p, e in skipped.items()]} if skipped else {}),
+            **({"unreadable": [{"path": p, "error": e} for p, e in bad.files.items()]} if len(bad) else {}),
             "sets": written}

@@ -26,6 +26,7 @@ import os
 import re
 import tarfile
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +37,9 @@ from vitkit.errors import DataError, first_line
 
 from .images import IMAGE_SUFFIXES, Record
 from .sources import SPLIT_NAMES, MissingSplit, Split, _held_out, _label_order, split_folders
+
+if TYPE_CHECKING:  # loader.py imports this module
+    from .loader import BadFiles
 
 SHARD_SUFFIXES = (".tar", ".parquet")
 LABEL_SUFFIXES = (".cls", ".json")
@@ -487,13 +491,13 @@ def blocks(split: Split) -> np.ndarray | None:
 
 # -- writing shards -------------------------------------------------------------------------------
 def write_tar_shards(split: Split, out: str | os.PathLike, per_shard: int = 1000, seed: int = 0, prefix: str = "shard",
-                     finish: bool = True, skipped: dict[str, str] | None = None) -> list[Path]:
+                     finish: bool = True, bad: BadFiles | None = None) -> list[Path]:
     """Write the image files of `split` as tar shards out/PREFIX-NNNNNN.tar (samples shuffled with `seed`, labels as
     KEY.cls class indices) plus out/classes.txt; returns the shard paths. A split's name as `prefix` (train, val,
     test) makes the files that split when read back. Until they are all written the folder is marked unfinished
     (`WRITING`); `finish=False` leaves the mark for a caller writing more splits, who calls `finish_writing` after the last.
-    A file that is no readable image is left out (in a shard it would lose its name): a DataError naming it, or, given
-    a `skipped` dict, recorded there (path -> why) and written without."""
+    A file that is no readable image is never written (in a shard it would lose its name): `bad` (a loader.BadFiles, as
+    data.on_error says) stops at it or skips it and lists it; without one, a DataError names it."""
     out = Path(out)
     if split.paths is None:
         raise DataError(f"{split.source}: only image files can be written as shards (this data is held as tensors)")
@@ -510,9 +514,9 @@ def write_tar_shards(split: Split, out: str | os.PathLike, per_shard: int = 1000
                     record = split.paths[i]
                     data = record.read() if isinstance(record, Record) else Path(record).read_bytes()
                     if (why := _unreadable(data)) is not None:
-                        if skipped is None:
-                            raise DataError(f"{record}: {why}; remove or replace it, or skip such files (data.on_error=skip)")
-                        skipped[str(record)] = why
+                        if bad is None:
+                            raise DataError(f"{record}: {why}; remove or replace it")
+                        bad.report([(int(i), str(record), f"{record}: {why}")])  # raises on "fail"
                         continue
                     suffix = _suffix(data, str(record))
                     key = f"{i:09d}"
