@@ -103,8 +103,10 @@ def main() -> None:
         rows[name] = {"top1": float((p_ == labels).double().mean()), "agreement_with_vitkit_fp32": float((p_ == ref).double().mean()),
                       "seconds": seconds[name]}
     base = rows["vitkit fp32"]["top1"]
-    int8 = candidates.get("vitkit int8")
-    print(f"{folder} on {args.split} ({len(labels)} images), {threads} threads" + (f"; int8: {int8.description}" if int8 else ""))
+    print(f"{folder} on {args.split} ({len(labels)} images), {threads} threads")
+    for name, run in candidates.items():  # what each of vitkit's runners ran (kernels, GEMMs, compiled or not)
+        if name.startswith("vitkit"):
+            print(f"- {name}: {run.description}")
     print("| path | top-1 | difference vs vitkit fp32 (points) | agreement with vitkit fp32 | seconds (incl. first-batch build) |")
     print("|---|---|---|---|---|")
     for name, r in rows.items():

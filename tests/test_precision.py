@@ -371,6 +371,45 @@ def test_bf16_runner_says_whether_its_attention_ran_in_the_kernel(monkeypatch, h
     assert ("attention as bf16 matmuls" in runner.description) is not kernel
 
 
+@pytest.mark.parametrize("bf16_attention, heads, compile", [(True, 2, False), (True, 2, True), (True, 4, False), (False, 2, False)])
+def test_int8_dynamic_runs_attention_and_gelu_through_vitkits_kernels(monkeypatch, bf16_attention, heads, compile):
+    """Left to inductor, int8-dynamic's GELU computed erf twice an element and attention ran torch's fp32 flash kernel."""
+    pytest.importorskip("torchao")
+    if not cpu_inference.load():
+        pytest.skip("vitkit's CPU kernels do not build here")
+    monkeypatch.setattr(precision, "explicit_bf16_attention", lambda: bf16_attention)
+    torch.manual_seed(0)
+    model = vitkit.create_model("vit_test", num_classes=10, width=64, num_heads=heads).eval()
+    torch.nn.init.normal_(model.head.weight)
+    kernels = precision._cpu_kernels(model, "int8-dynamic", torch.device("cpu"))
+    assert kernels is (precision._Int8DynamicKernels if bf16_attention and cpu_inference.load_bf16() else cpu_inference)
+    bf16 = bf16_attention and cpu_inference.load_bf16() and heads == 2
+    runner = precision.prepare(model, "int8-dynamic", compile=compile)  # head size 32: the bf16 kernel's; 16: not
+    plain = precision.prepare(model, "int8-dynamic", compile=False, kernels=False)
+    x = torch.randn(32, 3, 16, 16)
+    with torch.inference_mode(), torch.profiler.profile() as prof:
+        got = runner(x)
+    ran = {e.name for e in prof.events()}
+    assert "vitkit::bias_gelu_" in ran and ("vitkit_bf16::attention" in ran) is bf16 and ("vitkit::attention" in ran) is not bf16
+    assert ("attention in vitkit's bf16 kernel" in runner.description) is bf16 and "kernel" not in plain.description
+    want, fp32 = plain(x), model(x).detach()
+    assert not torch.equal(got, want)
+    # the same model within int8's noise: a random tiny model's logits lie close, so a few top classes may swap
+    assert (got - want).abs().max() < 0.05 * fp32.abs().max() and (got.argmax(1) == want.argmax(1)).float().mean() >= 0.8
+    assert all(block.attn.kernel is None and block.mlp.kernel is None for block in model.blocks)  # the caller's model
+
+
+def test_int8_dynamic_attention_computes_fp32_attention_within_bf16_rounding():
+    g = torch.Generator().manual_seed(0)
+    for head_size in (32, 16):  # the bf16 kernel's head size, and one it leaves to the fp32 kernel
+        qkv, bias = torch.randn(2, 9, 3 * 2 * head_size, generator=g), torch.randn(3 * 2 * head_size, generator=g)
+        q, k, v = (qkv + bias).view(2, 9, 3, 2, head_size).permute(2, 0, 3, 1, 4).unbind(0)
+        want = torch.nn.functional.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(2, 9, 2 * head_size)
+        got = precision._Int8DynamicKernels.attention(qkv, bias, 2)
+        assert got.dtype == torch.float32 and got.shape == want.shape
+        torch.testing.assert_close(got, want, atol=0.05, rtol=0.05)
+
+
 def test_written_out_attention_computes_sdpa_in_the_inputs_dtype():
     g = torch.Generator().manual_seed(0)
     qkv, bias = torch.randn(2, 5, 48, generator=g).bfloat16(), torch.randn(48, generator=g).bfloat16()

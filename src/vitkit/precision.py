@@ -31,9 +31,11 @@ int8   PyTorch's PT2E flow with the x86 inductor quantizer (from torchao): stati
        the class-token-only last layer's Q and K/V projections (slices of the fused weight).
 
 int8-dynamic  torchao's dynamic int8: per-channel int8 weights, activations quantized per token as each batch comes
-       (no calibration), then compiled. CPU only. Slower than static int8 (0.67-0.80x on an AMD EPYC) and closer to
-       fp32: on a ViT-S/16 where every static int8 (vitkit's, OpenVINO's, ONNX Runtime's) agreed with fp32 on 99.4% of
-       the test images, it agreed on 99.6% (benchmarks/RESULTS.md).
+       (no calibration), then compiled. CPU only. Closer to fp32 than static int8: on a ViT-S/16 where every static
+       int8 (vitkit's, OpenVINO's, ONNX Runtime's) agreed with fp32 on 99.4% of the test images, it agreed on 99.6%.
+       Attention and fc1's bias + GELU run through vitkit's kernels, like fp32's; on AVX512_BF16 without AMX,
+       attention in the bf16 kernel (`_Int8DynamicKernels`: 1.27x inductor's own graph for ViT-S/16 on an AMD
+       EPYC, where it runs 1.27x / 1.50x OpenVINO bf16 for ViT-S/16 / ViT-B/16; benchmarks/RESULTS.md).
 
 Every runner pads a short last batch up to the batch size it was built for, so one compiled graph
 serves a whole dataset.
@@ -209,7 +211,10 @@ class Runner:
         self.description = check(precision, self.device)
         self._kernels = _cpu_kernels(model, precision, self.device) if kernels else None
         self.uses_kernels = self._kernels is not None
-        if self.uses_kernels:
+        if self._kernels is _Int8DynamicKernels:
+            self.description += (", attention in vitkit's bf16 kernel (fp32 scores)" if _bf16_kernel_covers(model) else
+                                 ", attention in vitkit's fp32 kernel") + ", bias + GELU in its fp32 kernel"
+        elif self.uses_kernels:
             self.description += ", vitkit's attention and bias + GELU kernels"
         self._cast = precision == "bf16" and self.device.type == "cpu"  # a bf16 copy; the caller's model stays fp32
         self._autocast = (precision == "bf16" and not self._cast) or (precision == "int8" and int8_mixed_bf16())
@@ -217,8 +222,7 @@ class Runner:
         self.forward = _Forward(copy.deepcopy(model).to(torch.bfloat16) if self._cast else model, pre_logits)
         if self._cast and explicit_bf16_attention() and hasattr(model, "set_inference_kernels"):
             self.forward.model.set_inference_kernels(_Bf16Attention)  # on the runner's bf16 copy only
-            c = model.config  # the kernel where it builds and covers the model's heads, else the written-out matmuls
-            kernel = cpu_inference.load_bf16() and cpu_inference.bf16_covers(c.width // c.num_heads, c.num_patches + c.num_prefix_tokens)
+            kernel = _bf16_kernel_covers(model)  # the kernel where it builds and covers the model's heads, else the written-out matmuls
             self.description += ", attention in vitkit's bf16 kernel (fp32 scores)" if kernel else ", attention as bf16 matmuls and softmax"
         self.batch_size: int | None = None
         self._batches_left = batches
@@ -445,13 +449,39 @@ def _size_oblivious() -> contextlib.AbstractContextManager:
 
 
 def _cpu_kernels(model: nn.Module, precision: str, device: torch.device):
-    """vitkit.kernels.cpu_inference where it serves this runner (fp32, CPU, a model that takes them, the library
-    builds: once per machine and torch version, ~12 s on a 2-core AMD EPYC), else None."""
-    if precision != "fp32" or device.type != "cpu" or not hasattr(model, "using_inference_kernels"):
+    """vitkit.kernels.cpu_inference where it serves this runner (fp32 or int8-dynamic, CPU, a model that takes them,
+    the library builds: once per machine and torch version, ~12 s on a 2-core AMD EPYC), else None. int8-dynamic
+    takes `_Int8DynamicKernels` where attention runs in bf16 (`explicit_bf16_attention`)."""
+    if precision not in ("fp32", "int8-dynamic") or device.type != "cpu" or not hasattr(model, "using_inference_kernels"):
         return None
     with warnings.catch_warnings():  # where they cannot build (no compiler), torch's ops run, as they do without them
         warnings.simplefilter("ignore")
-        return cpu_inference if cpu_inference.load() else None
+        if not cpu_inference.load():
+            return None
+        if precision == "int8-dynamic" and explicit_bf16_attention() and cpu_inference.load_bf16():
+            return _Int8DynamicKernels
+        return cpu_inference
+
+
+def _bf16_kernel_covers(model: nn.Module) -> bool:
+    """Whether vitkit's bf16 attention kernel builds and covers this ViT's heads and sequence length."""
+    c = model.config
+    return cpu_inference.load_bf16() and cpu_inference.bf16_covers(c.width // c.num_heads, c.num_patches + c.num_prefix_tokens)
+
+
+class _Int8DynamicKernels:
+    """The float parts between int8-dynamic's GEMMs where the CPU has AVX512_BF16 but no AMX (`explicit_bf16_attention`):
+    attention through vitkit's bf16 kernel (q, k and v rounded to bf16, scores and softmax in fp32; its fp32 kernel
+    where the bf16 one does not cover the heads), fc1's bias + GELU through vitkit's fp32 kernel. Left to inductor,
+    the GELU fused with the per-token quantization that follows it computes erf twice an element, and attention runs
+    torch's fp32 flash kernel: together 1.27x slower for ViT-S/16 on an AMD EPYC (benchmarks/RESULTS.md)."""
+
+    bias_gelu_ = staticmethod(cpu_inference.bias_gelu_)
+
+    @staticmethod
+    def attention(qkv: torch.Tensor, bias: torch.Tensor, num_heads: int) -> torch.Tensor:
+        out = cpu_inference.attention_bf16(qkv.to(torch.bfloat16), bias.to(torch.bfloat16), num_heads)
+        return cpu_inference.attention(qkv, bias, num_heads) if out is None else out.float()
 
 
 def _quantizer_class():

@@ -32,7 +32,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="torch.compile vitkit (CPU inference also freezes weights into packed GEMMs). auto: as a long eval runs it, "
                    "compiled, and for inference back to eager where compiled ran slower on this machine (the precision line says so)")
     p.add_argument("--kernels", choices=["auto", "torch"], default="auto",
-                   help="auto: vitkit's C++ attention and bias+GELU kernels for fp32 CPU inference (built on first use); "
+                   help="auto: vitkit's C++ attention and bias+GELU kernels for fp32 and int8-dynamic CPU inference (built on first use); "
                    "torch: always torch's scaled_dot_product_attention and GELU")
     p.add_argument("--grad-checkpointing", action="store_true", help="train with activation checkpointing per block")
     p.add_argument("--compare", default="",
