@@ -267,20 +267,23 @@ def openvino_default(model: VisionTransformer, path: str | os.PathLike, *, batch
     precision = str(compiled.get_property("INFERENCE_PRECISION_HINT"))
     if precision in ("f32", "<Type: 'float32'>"):
         return None
-    model = model.eval().cpu()
-    x = _example(model, batch_size)
-    with torch.no_grad():
-        expected = model(x)
+    x, expected = _reference(model, batch_size)
     got = torch.from_numpy(compiled([x.numpy()])[0].copy())
     return precision.replace("<Type: '", "").replace("'>", ""), (got - expected).abs().max().item()
 
 
-def verify(model: VisionTransformer, path: str | os.PathLike, format: str, *, batch_size: int = 3) -> float:
-    """Largest absolute difference between the export and the PyTorch model on a fresh batch size."""
+def _reference(model: VisionTransformer, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(a fresh example batch, the PyTorch model's output on it): what an export is checked against."""
     model = model.eval().cpu()
     x = _example(model, batch_size)
     with torch.no_grad():
-        expected = model(x)
+        return x, model(x)
+
+
+def verify(model: VisionTransformer, path: str | os.PathLike, format: str, *, batch_size: int = 3) -> float:
+    """Largest absolute difference between the export and the PyTorch model on a fresh batch size."""
+    x, expected = _reference(model, batch_size)
+    with torch.no_grad():
         got = run_exported(path, format, x)
     if got.shape != expected.shape:
         raise ConfigError(f"{path}: export gives shape {tuple(got.shape)}, PyTorch {tuple(expected.shape)}")

@@ -325,6 +325,22 @@ def from_dict(data: dict[str, Any], where: str = "config") -> RunConfig:
     return RunConfig(model=model, **sections)
 
 
+def check_override_keys(overrides: list[str], model: type = ViTConfig) -> None:
+    """The error `from_dict` would give for an unknown section or key among "section.key=value" `overrides`, raised
+    before slow work that comes first (the scan of a fit to the data); `model`: the config class of the model."""
+    for item in overrides:
+        if isinstance(item, tuple) or "=" not in item or "." not in item.partition("=")[0]:
+            continue  # a flag's pair, or a malformed item that load_run_config names
+        section, _, key = item.partition("=")[0].strip().partition(".")
+        key = key.strip()
+        if section not in ("model", *SECTIONS):
+            raise ConfigError(f"config: unknown section {shown(section)}; sections are model, data, augment, train")
+        known = {f.name for f in dataclasses.fields(model)} | {"name", "init"} if section == "model" else \
+            [f.name for f in dataclasses.fields(SECTIONS[section])]
+        if key not in known:
+            raise ConfigError(f"{section}.{key}: unknown key; known keys are {', '.join(sorted(known) if section == 'model' else known)}")
+
+
 def _section(cls: type, values: dict[str, Any], section: str) -> Any:
     if not isinstance(values, dict):
         raise ConfigError(f"{section}: expected a mapping of keys, got {shown(values)}")

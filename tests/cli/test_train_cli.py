@@ -86,6 +86,16 @@ def test_a_model_override_changes_the_recipe_fitted_to_a_folder_instead_of_disca
     assert "fitted to the data" not in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("override", ["model.bogus=1", "train.bogus=1", "trian.lr=1"])
+def test_a_misspelt_key_with_a_folder_is_one_error_before_the_fit_scans_it(tmp_path, capsys, override):
+    """The fit's scan line was printed before the unknown-key error: two messages for one mistake."""
+    make_folder(tmp_path / "data")
+    assert main(["train", "--data", str(tmp_path / "data"), "--out", str(tmp_path / "a"), override]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "unknown" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "a").exists()
+
+
 def test_a_new_run_into_a_folder_holding_a_run_s_file_names_is_refused(tmp_path, capsys):
     """--out a folder of one's own holding a summary.json: the run replaced it, exit 0."""
     make_folder(tmp_path / "data")

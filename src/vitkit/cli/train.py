@@ -70,7 +70,9 @@ def fitted_unless_named(path: str | None, named: bool, overrides: list[str], com
     follow."""
     if not path or named or any(o.startswith(("model.name=", "model.init=")) for o in overrides):
         return []
-    from vitkit.run_config import load_run_config
+    from vitkit.run_config import check_override_keys, load_run_config
+
+    check_override_keys(overrides)  # a misspelt key is one error before the scan, not after its line
 
     user = load_run_config(None, [o for o in overrides if o.startswith(("data.", "train.epochs=", "train.steps=", "train.batch_size="))]
                            + [("data.path", path)])
