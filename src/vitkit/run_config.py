@@ -335,10 +335,12 @@ def check_override_keys(overrides: list[str], model: type = ViTConfig) -> None:
         key = key.strip()
         if section not in ("model", *SECTIONS):
             raise ConfigError(f"config: unknown section {shown(section)}; sections are model, data, augment, train")
-        known = {f.name for f in dataclasses.fields(model)} | {"name", "init"} if section == "model" else \
-            [f.name for f in dataclasses.fields(SECTIONS[section])]
+        if section == "model":
+            known = sorted({f.name for f in dataclasses.fields(model)} | {"name", "init"})
+        else:
+            known = [f.name for f in dataclasses.fields(SECTIONS[section])]
         if key not in known:
-            raise ConfigError(f"{section}.{key}: unknown key; known keys are {', '.join(sorted(known) if section == 'model' else known)}")
+            raise ConfigError(f"{section}.{key}: unknown key; known keys are {', '.join(known)}")
 
 
 def _section(cls: type, values: dict[str, Any], section: str) -> Any:
