@@ -103,6 +103,28 @@ def test_sweep_continues_and_refuses_other_arguments(tmp_path):
         finetune(finetune_recipe(None, [*TINY, "model.depth=3"]), path, tmp_path / "other")
 
 
+def test_a_sweep_stopped_by_a_signal_picks_nothing_until_every_learning_rate_has_finished(tmp_path, monkeypatch):
+    """SIGINT during the second of two learning rates published a pick (and out/final) from the first alone, exit 0."""
+    import vitkit.transfer as transfer
+
+    _, path = pretrained(tmp_path)
+    out = tmp_path / "ft"
+    recipe = finetune_recipe(None, [*TINY, "train.checkpoint_every=1"])
+    real = transfer.train
+
+    def stopped_in_the_second(config, run_dir, **kwargs):  # as SIGINT at step 2 of lr 0.03 does
+        return real(config, run_dir, **kwargs, **({"stop_at": 2} if run_dir.name == "lr_0.03" else {}))
+
+    monkeypatch.setattr(transfer, "train", stopped_in_the_second)
+    stopped = finetune(recipe, path, out, lrs=[0.01, 0.03])
+    assert stopped == {"stopped": {"lr": 0.03, "run": "lr_0.03", "step": 2, "steps": 3, "runs_finished": 1, "runs": 2}}
+    assert not (out / "final").exists() and not (out / "sweep.json").exists()
+    monkeypatch.setattr(transfer, "train", real)
+    done = finetune(recipe, path, out, lrs=[0.01, 0.03])  # the same command again continues the stopped run
+    assert [r["lr"] for r in done["runs"]] == [0.01, 0.03] and all(r["steps"] == 3 for r in done["runs"])
+    assert (out / "final").exists() and json.loads((out / "sweep.json").read_text())["best"] == done["best"]
+
+
 def test_pick_best_by_final_validation_accuracy():
     runs = [{"lr": 0.001, "final_val_top1": 0.5}, {"lr": 0.003, "final_val_top1": 0.8}, {"lr": 0.01, "final_val_top1": 0.8},
             {"lr": 0.03, "final_val_top1": None}]

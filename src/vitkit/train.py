@@ -479,6 +479,8 @@ def _restore(config: RunConfig, out: Path, env: _Setup, data: _Data) -> _State:
         faults.remove_partial_checkpoints(out, STATE_JSON)
     distributed.barrier(world)
     model, progress, tensors = load_checkpoint(newest)
+    if progress["step"] >= t.steps:
+        _refuse_changes_with_nothing_to_train(config, out, progress["step"])
     _check_same_images(read_native_config(newest)[1].get("data"), data.record, newest)
     for key, saved, now in (("train.seed", progress["seed"], t.seed), ("train.micro_batch", progress["micro_batch"], env.micro)):
         if saved != now:
@@ -505,6 +507,20 @@ def _restore(config: RunConfig, out: Path, env: _Setup, data: _Data) -> _State:
             tmp.write_text(dump_run_config(config))
     distributed.barrier(world)
     return run
+
+
+def _refuse_changes_with_nothing_to_train(config: RunConfig, out: Path, step: int) -> None:
+    """--resume of a finished run with overrides that change it: no step would train, yet run.yaml would keep them for
+    a later resume (train.lr=1e-4 now, train.steps=N later trained at 1e-4). Display settings do not count."""
+    def flat(c: RunConfig) -> dict:
+        return {f"{section}.{key}": value for section, values in c.to_dict().items() for key, value in values.items()}
+
+    saved, now = flat(load_run_config(out / "run.yaml")), flat(config)
+    changed = [k for k in now if now[k] != saved.get(k) and k not in ("train.progress", "train.threads", "train.device")]
+    if changed:
+        raise ConfigError(f"{', '.join(changed)}: {out} already finished at step {step} of {config.train.steps}, so no step would "
+                          f"train with {'it' if len(changed) == 1 else 'them'}; to train longer, give train.steps above {step} as well, "
+                          f"or start a new run from it (model.init={out})")
 
 
 def _assemble(config: RunConfig, env: _Setup, model: VisionTransformer, progress: dict, tensors: dict | None) -> _State:

@@ -138,7 +138,8 @@ def finetune(
     """Fine-tune `checkpoint` with `recipe` once per learning rate (default: recipe's train.lr) into `out`,
     at `image_size` (default: the recipe's model.image_size, else the checkpoint's).
 
-    Returns {"runs": [{lr, final_val_top1, best_val_top1, ...}], "best": {...}}. Running it again on
+    Returns {"runs": [{lr, final_val_top1, best_val_top1, ...}], "best": {...}}, or {"stopped": {lr, run, step, ...}}
+    where SIGTERM/SIGINT stopped a run (a checkpoint saved; nothing picked, no `out/final`). Running it again on
     the same `out` with the same arguments continues: finished runs are kept, interrupted ones resume.
     """
     out = Path(out)
@@ -189,6 +190,9 @@ def _sweep(recipe: RunConfig, checkpoint, out: Path, starting: tuple | None, lrs
             summary = read_json(run_dir / "summary.json")
         else:
             summary = train(config, run_dir, resume=bool(step_checkpoints(run_dir)))
+            if "stopped_at" in summary:  # SIGTERM/SIGINT: no pick and no final/ until every learning rate has finished
+                return {"stopped": {"lr": lr, "run": run_dir.name, "step": summary["stopped_at"], "steps": summary["steps"],
+                                    "runs_finished": len(runs), "runs": len(lrs)}}
         runs.append({"lr": lr, "run": run_dir.name, **{k: summary.get(k) for k in
                      ("final_val_top1", "final_val_top5", "best_val_top1", "best_step", "steps", "wall_time_s", "val_images")}})
 

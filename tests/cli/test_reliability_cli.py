@@ -21,6 +21,7 @@ from PIL import Image
 from vitkit.checkpoint import save_pretrained
 from vitkit.checkpoint.io import write_json
 from vitkit.cli import main
+from vitkit.errors import ConfigError
 from vitkit.models import VisionTransformer, get_config
 from vitkit.run_config import load_run_config
 from vitkit.train import find_checkpoint, resume_config, step_checkpoints, train
@@ -265,6 +266,38 @@ def test_eval_of_a_step_checkpoint_never_writes_into_it(tmp_path, capsys):
     assert main(["eval", str(out), "--data", str(data), "--split", "val", "--val-fraction", "0.5"]) == 0
     assert sorted(p.name for p in step.iterdir()) == before
     assert list(out.glob("**/confusion_val*.png")) and not list(step.glob("*.png"))  # beside the run, not in the step folder
+
+
+def test_resuming_a_finished_run_with_changes_and_no_step_left_is_refused_and_run_yaml_kept(tmp_path):
+    """--resume RUN train.lr=1e-4 of a finished run trained nothing, exit 0, but wrote lr 1e-4 into run.yaml, which a
+    later --resume RUN train.steps=N then trained at."""
+    out = tmp_path / "run"
+    train(load_run_config(None, TINY + ["train.steps=2"]), out)
+    before = (out / "run.yaml").read_text()
+    with pytest.raises(ConfigError, match=r"train.lr: .* already finished at step 2 of 2, so no step would train with it"):
+        train(resume_config(out, ["train.lr=1e-4"]), out, resume=True)
+    assert (out / "run.yaml").read_text() == before
+    train(resume_config(out, ["train.progress=true"]), out, resume=True)  # a display setting, or nothing: finishes as before
+    longer = train(resume_config(out, ["train.lr=1e-4", "train.steps=3"]), out, resume=True)  # with steps left: trains
+    assert longer["steps"] == 3 and "lr: 0.0001" in (out / "run.yaml").read_text()
+
+
+def test_eval_of_a_step_checkpoint_keeps_the_final_models_figure_and_names_the_step(tmp_path, capsys):
+    """eval RUN/checkpoints/step_N wrote RUN/eval/confusion_val.png over the final model's; eval of a run without
+    final/ scored its newest step checkpoint and called the figure RUN's."""
+    out = tmp_path / "run"
+    train(load_run_config(None, TINY + ["train.steps=4", "train.checkpoint_every=2"]), out, stop_at=2)
+    assert main(["eval", str(out), "--split", "val", "--json"]) == 0  # no final/ yet: step 2 stands in
+    printed = capsys.readouterr().out
+    assert f"{out} (step_0000002: no final/ yet) on val" in printed and '"step_checkpoint": "step_0000002"' in printed
+    assert (out / "eval" / "confusion_val_step_0000002.png").is_file()
+    train(resume_config(out, []), out, resume=True)
+    assert main(["eval", str(out), "--split", "val"]) == 0
+    final = (out / "eval" / "confusion_val.png").read_bytes()
+    assert f"{out} on val" in capsys.readouterr().out
+    assert main(["eval", str(step_checkpoints(out)[0]), "--split", "val"]) == 0
+    assert (out / "eval" / "confusion_val.png").read_bytes() == final
+    assert (out / "eval" / "confusion_val_step_0000002.png").is_file()
 
 
 def test_loads_racing_a_replacement_never_report_corrupt(tmp_path):

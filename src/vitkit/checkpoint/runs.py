@@ -62,6 +62,18 @@ def run_dir(checkpoint: str | os.PathLike) -> Path | None:
     return None
 
 
+def step_of(checkpoint: str | os.PathLike) -> str | None:
+    """"step_N" where `checkpoint` names a run's step checkpoint (directly, or a run directory without final/), else None."""
+    resolved = resolve(checkpoint)
+    return resolved.name if _STEP_DIR.fullmatch(resolved.name) and run_dir(resolved) is not None else None
+
+
+def describe(checkpoint: str | os.PathLike) -> str:
+    """`checkpoint` as a figure names it: a run directory without final/ also names the step checkpoint standing in."""
+    step = step_of(checkpoint)
+    return f"{checkpoint} ({step}: no final/ yet)" if step and is_run_dir(checkpoint) else str(checkpoint)
+
+
 def report_dir(checkpoint: str | os.PathLike, name: str) -> Path:
     """Where a command's reports about `checkpoint` go by default: RUN/NAME for a run's model, else beside the
     checkpoint (DIR/NAME for a directory, STEM.NAME/ for a file); never inside a model directory."""

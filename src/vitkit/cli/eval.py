@@ -42,24 +42,26 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
-def _confusion_name(which: str, spec, meta: dict) -> str:
+def _confusion_name(which: str, spec, meta: dict, step: str | None) -> str:
     """confusion_SPLIT.png for the data the checkpoint trained on; for other data (--data) the folder's name and a
-    digest of its path come too, so that the run's own figure is not replaced by one of other images."""
+    digest of its path come too, and for a step checkpoint its step_N, so that the run's own figure of its final model
+    is not replaced by one of other images or another model."""
     import hashlib
     import re
 
     trained = (meta.get("data") or {}).get("path")
+    suffix = f"_{step}" if step else ""
     if spec.path is None or spec.path == trained:
-        return f"confusion_{which}.png"
+        return f"confusion_{which}{suffix}.png"
     name = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(spec.path).name)[:40] or "data"
-    return f"confusion_{which}_{name}_{hashlib.blake2b(spec.path.encode(), digest_size=3).hexdigest()}.png"
+    return f"confusion_{which}_{name}_{hashlib.blake2b(spec.path.encode(), digest_size=3).hexdigest()}{suffix}.png"
 
 
 def run(args: argparse.Namespace) -> int:
     import torch
 
     from vitkit.checkpoint import load_with_metadata, refuse_untrained_head
-    from vitkit.checkpoint.runs import report_dir
+    from vitkit.checkpoint.runs import describe, report_dir, step_of
     from vitkit.data import BadFiles, DataSpec, eval_batches
     from vitkit.data.sources import is_flat
     from vitkit.errors import DataError
@@ -101,11 +103,13 @@ def run(args: argparse.Namespace) -> int:
     runner = prepare(model, args.precision, device=device, batches=count, calibration=images)
     reference = prepare(model, "fp32", device=device, batches=count) if args.compare_fp32 else None
     metrics = evaluate(model.to(device), batches, crop_pct=crop_pct, runner=runner, reference=reference)
-    png = Path(args.confusion) if args.confusion else report_dir(args.checkpoint, "eval") / _confusion_name(which, spec, meta)
+    step = step_of(args.checkpoint)
+    png = Path(args.confusion) if args.confusion else report_dir(args.checkpoint, "eval") / _confusion_name(which, spec, meta, step)
     skipped = f", {len(bad)} unreadable skipped" if len(bad) else ""
     plot_confusion(metrics["confusion"], class_names, png, data=f"{which} of {spec.where}: {metrics['n']} images{skipped}")
     result = {
         "checkpoint": str(args.checkpoint),
+        **({"step_checkpoint": step} if step else {}),
         "data": spec.where,
         "split": which,
         "images": split.describe(),
@@ -123,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
     warning = picked_on(args.checkpoint, which, split, meta)
     result["picked_on_this_split"] = warning is not None
     width = max(len(n) for n in class_names)
-    print(f"{args.checkpoint} on {which} of {spec.where} ({metrics['n']} images: {split.source}, {split.selection}{skipped}; "
+    print(f"{describe(args.checkpoint)} on {which} of {spec.where} ({metrics['n']} images: {split.source}, {split.selection}{skipped}; "
           f"{runner.description}): top-1 {metrics['top1']:.4f}" + (f"  top-5 {metrics['top5']:.4f}" if len(class_names) > 5 else ""))
     if reference is not None:
         print(f"against fp32 on the same {metrics['n']} {which} images: fp32 top-1 {metrics['reference_top1']:.4f}, "

@@ -66,6 +66,12 @@ def run(args: argparse.Namespace) -> int:
     size = None if args.image_size is None else tuple(args.image_size) if len(args.image_size) == 2 else args.image_size[0]
     recipe = finetune_recipe(args.config, overrides)
     result = finetune(recipe, args.checkpoint, args.out, lrs=args.lr, image_size=size, keep_pre_logits=args.keep_pre_logits)
+    if "stopped" in result:  # SIGTERM/SIGINT: a checkpoint was saved at the step boundary, nothing picked
+        s = result["stopped"]
+        print(f"stopped at step {s['step']} of {s['steps']} of lr {s['lr']:g} ({s['runs_finished']} of {s['runs']} learning rates "
+              f"finished), checkpoint saved; nothing picked yet: run the same command again to continue the sweep")
+        print(json.dumps(result))
+        return 0
     print(sweep_markdown(result))
     print(f"picked: {args.out}/final -> {result['best']['run']}/final")
     print(json.dumps(result))
