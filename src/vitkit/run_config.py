@@ -382,11 +382,10 @@ def _check(key: str, value: Any, hint: Any) -> Any:
             raise ConfigError(f"{key}: expected at most {MAX_INT}, got {shown(value)}")
     if key in POSITIVE and converted <= 0:
         raise ConfigError(f"{key}: expected a positive number, got {shown(value)}")
+    if key in INTERVALS and not all(_in_interval(v, INTERVALS[key]) for v in values):  # before the generic bound: the exact one
+        raise ConfigError(f"{key}: expected a value in {INTERVALS[key]}, got {shown(value)}")
     if isinstance(converted, (int, float)) and not isinstance(converted, bool) and converted < 0:
         raise ConfigError(f"{key}: expected a number >= 0, got {shown(value)}")
-    values = converted if isinstance(converted, tuple) else (converted,)
-    if key in INTERVALS and not all(_in_interval(v, INTERVALS[key]) for v in values):
-        raise ConfigError(f"{key}: expected a value in {INTERVALS[key]}, got {shown(value)}")
     return converted
 
 

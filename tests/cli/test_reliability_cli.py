@@ -93,6 +93,8 @@ def test_out_naming_a_file(tmp_path, capsys):
     (tmp_path / "file").write_text("keep")
     assert "is a file" in _one_line_exit_2(capsys, "train", "--out", tmp_path / "file", *TINY)
     assert (tmp_path / "file").read_text() == "keep"
+    # a folder below the file: the error names the file, not the folder that does not exist
+    assert _one_line_exit_2(capsys, "train", "--out", tmp_path / "file" / "sub", *TINY).startswith(f"vitkit train: error: {tmp_path / 'file'}: is a file")
 
 
 # -- CLI values are what they say -----------------------------------------------------------------

@@ -96,6 +96,19 @@ def test_a_misspelt_key_with_a_folder_is_one_error_before_the_fit_scans_it(tmp_p
     assert not (tmp_path / "a").exists()
 
 
+def test_the_fit_to_a_folder_is_reported_by_rank_0_only(tmp_path, capsys, monkeypatch):
+    """Under torchrun every process printed the fit's line."""
+    from vitkit.cli.train import fit_to_data
+    from vitkit.run_config import load_run_config
+
+    make_folder(tmp_path / "data")
+    data = load_run_config(None, [("data.path", str(tmp_path / "data"))]).data
+    for rank, said in (("1", False), ("0", True)):
+        monkeypatch.setenv("RANK", rank)
+        fitted = fit_to_data(data)
+        assert ("fitted to the data" in capsys.readouterr().out) is said and "model.name=vit_mini4_32" in fitted
+
+
 def test_a_new_run_into_a_folder_holding_a_run_s_file_names_is_refused(tmp_path, capsys):
     """--out a folder of one's own holding a summary.json: the run replaced it, exit 0."""
     make_folder(tmp_path / "data")

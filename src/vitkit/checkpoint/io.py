@@ -79,7 +79,8 @@ def _mkdir(directory: Path) -> None:
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):
-        raise CheckpointError(f"{directory}: is a file, not a directory; remove it or choose another name") from None
+        blocking = next((p for p in (directory, *directory.parents) if p.exists() and not p.is_dir()), directory)
+        raise CheckpointError(f"{blocking}: is a file, not a directory; remove it or choose another name") from None
 
 
 # -- whole directories: built under a temporary name, then renamed into place -----------------------

@@ -92,7 +92,8 @@ def fit_to_data(data, command: str = "train", epochs: float | None = None, batch
 
     train = DataSpec.from_config(data).open(data.train_split, channels=3, image_size=32, flag="data.train_split", hold_out="data.val_fraction")
     overrides, note = fitted_to_data(scan(train), len(train), epochs=epochs, batch=batch, steps=steps)
-    print(f"vitkit {command}: {note}", flush=True)
+    if int(os.environ.get("RANK", "0")) == 0:  # under torchrun every rank fits (the same way); rank 0 says so
+        print(f"vitkit {command}: {note}", flush=True)
     return overrides
 
 
