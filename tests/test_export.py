@@ -235,8 +235,12 @@ def test_cli_int8_export_is_calibrated_on_training_images_and_checked_on_held_ou
     assert result.returncode == 0, result.stderr
     assert "onnx int8 by NNCF, transformer preset, 8 calibration images of" in result.stdout and "on 12 val images of" in result.stdout
     assert (tmp_path / "m.onnx").is_file()
-    refused = vitkit_cmd(*base, "--out", tmp_path / "n.onnx", "--min-agreement", 1.01)  # no export can agree on 101%
+    good, files = (tmp_path / "m.onnx").read_bytes(), sorted(p.name for p in tmp_path.iterdir())
+    refused = vitkit_cmd(*base, "--out", tmp_path / "m.onnx", "--min-agreement", 1.01)  # no export can agree on 101%
     assert refused.returncode != 0 and len(refused.stderr.strip().splitlines()) == 1 and "under --min-agreement" in refused.stderr
     assert "transformer preset" in refused.stderr and "default preset" in refused.stderr  # both NNCF flows were tried
+    # a rejected export is not written: the good file at --out stays, nothing is left beside it, no "wrote" line
+    assert (tmp_path / "m.onnx").read_bytes() == good and "wrote" not in refused.stdout and "not written" in refused.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == files
     wrong = vitkit_cmd("export", tmp_path / "ckpt", "--format", "torchscript", "--precision", "int8", "--data", tmp_path / "data")
     assert wrong.returncode == 2 and "--precision int8: exports ONNX or OpenVINO IR" in wrong.stderr

@@ -410,6 +410,19 @@ def test_int8_dynamic_attention_computes_fp32_attention_within_bf16_rounding():
         torch.testing.assert_close(got, want, atol=0.05, rtol=0.05)
 
 
+def test_int8_says_attention_in_bf16_only_where_the_model_has_attention(monkeypatch):
+    """A BiT ResNet's int8 description claimed "attention in bf16" (it has no attention)."""
+    pytest.importorskip("torchao")
+    monkeypatch.setattr(precision, "explicit_bf16_attention", lambda: True)
+    monkeypatch.setattr(precision, "int8_mixed_bf16", lambda: False)
+    for name, attention in (("bit_test", False), ("vit_test", True)):
+        model = vitkit.create_model(name, num_classes=3).eval()
+        x = torch.randn(2, model.config.in_chans, *model.config.image_size)
+        runner = precision.prepare(model, "int8", compile=False, calibration=[x])
+        runner(x)
+        assert ("attention in bf16" in runner.description) is attention, runner.description
+
+
 def test_written_out_attention_computes_sdpa_in_the_inputs_dtype():
     g = torch.Generator().manual_seed(0)
     qkv, bias = torch.randn(2, 5, 48, generator=g).bfloat16(), torch.randn(48, generator=g).bfloat16()

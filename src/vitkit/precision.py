@@ -293,8 +293,8 @@ class Runner:
                     observed(self._pad(chunk.to(self.device, torch.float32)))
                     seen += len(chunk)
             self.forward = convert_pt2e(observed)
-            if explicit_bf16_attention():
-                _attention_in_bf16(self.forward)
+            if explicit_bf16_attention() and not _attention_in_bf16(self.forward):  # a model without attention (BiT)
+                self.description = self.description.replace(", attention in bf16", "")
         return seen
 
     def _quantize_dynamic(self) -> None:
@@ -556,13 +556,15 @@ class _Bf16Attention:
         return _softmax_attention(q, k, v).transpose(1, 2).reshape(B, T, three_d // 3)
 
 
-def _attention_in_bf16(graph: torch.fx.GraphModule) -> None:
-    """Every scaled_dot_product_attention of a quantized graph as `_attention_bf16`: on AVX512_BF16 without AMX,
-    explicit bf16 matmuls run attention 1.2x faster than torch's fp32 (or bf16) flash kernel (benchmarks/RESULTS.md)."""
-    for node in graph.graph.nodes:
-        if node.op == "call_function" and node.target is torch.ops.aten.scaled_dot_product_attention.default:
-            node.target = _attention_bf16
+def _attention_in_bf16(graph: torch.fx.GraphModule) -> int:
+    """Every scaled_dot_product_attention of a quantized graph as `_attention_bf16` (returns how many): on AVX512_BF16
+    without AMX, explicit bf16 matmuls run attention 1.2x faster than torch's fp32 (or bf16) flash kernel (benchmarks/RESULTS.md)."""
+    found = [node for node in graph.graph.nodes
+             if node.op == "call_function" and node.target is torch.ops.aten.scaled_dot_product_attention.default]
+    for node in found:
+        node.target = _attention_bf16
     graph.recompile()
+    return len(found)
 
 
 def prepare(model: nn.Module, precision: str = "fp32", *, device: torch.device | str = "cpu", pre_logits: bool = False,

@@ -42,7 +42,7 @@ def test_bad_files_exit_2_one_line_each_good_files_still_print(checkpoint, image
     for line, path, why in zip(lines, (broken, text, missing), ("truncated or corrupt", "not an image", "not found")):
         assert line.startswith(f"vitkit predict: error: {path}:") and why in line
     printed = [line for line in done.stdout.splitlines() if not line.startswith(" ")]
-    assert printed == [str(good), str(also_good)]
+    assert printed == [str(good), str(also_good), "(2 images; fp32)"]  # the last: how many, and what ran
     assert done.stdout.count("%") == 6  # top 3 of 3 classes for each good image
 
 
@@ -52,6 +52,7 @@ def test_json_lines_for_the_good_files(checkpoint, images, capsys):
     out, err = capsys.readouterr()
     rows = [json.loads(line) for line in out.splitlines()]
     assert [r["image"] for r in rows] == [str(good)] and abs(sum(t["prob"] for t in rows[0]["top"]) - 1) < 1e-5
+    assert rows[0]["precision"] == "fp32"  # what ran
     assert err.strip().startswith(f"vitkit predict: error: {broken}:") and len(err.strip().splitlines()) == 1
 
 

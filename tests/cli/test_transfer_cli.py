@@ -73,6 +73,9 @@ def test_knn_in_bf16_is_close_to_fp32(run_cli, vitkit_cmd, checkpoint, tmp_path)
     bf16 = last_json(vitkit_cmd(*args, "--out", tmp_path / "bf16", "--precision", "bf16"))
     assert bf16["precision"].startswith("bf16 (") and fp32["precision"].startswith("fp32") and bf16["n_test"] == 24
     assert abs(bf16["top1"]["5"] - fp32["top1"]["5"]) <= 1 / 24
+    assert "Features read at bf16 (" in (tmp_path / "bf16" / "knn.md").read_text()  # the report says what read them
+    last_json(vitkit_cmd(*args, "--precision", "bf16"))  # default --out: a folder of its own, never over the fp32 report
+    assert "Features read at bf16 (" in (checkpoint / "vit.knn_bf16" / "knn.md").read_text()
 
 
 def image_folder(root):

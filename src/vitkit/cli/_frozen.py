@@ -95,10 +95,14 @@ def finish(args: argparse.Namespace, name: str, result: dict, title: str, scored
     warning = picked_on(args.checkpoint, result["split"], scored, args.meta)
     warning = None if args.random_init is not None else warning  # random weights: nothing was picked
     result["picked_on_this_split"] = warning is not None
+    if "precision" in result:  # what read the features
+        title += f"\n\nFeatures read at {result['precision']}."
     if warning:
         title += f"\n\n{warning[0].upper()}{warning[1:]}."
     markdown = report_markdown(result, title)
     folder = name if args.random_init is None else f"{name}_random{args.random_init}"  # never over a trained model's report
+    if getattr(args, "precision", "fp32") != "fp32":  # nor over its fp32 report
+        folder += f"_{args.precision}"
     paths = write_report(args.out or report_dir(args.checkpoint, folder), name, result, markdown)
     print(markdown)
     print(f"wrote {paths[0]} and {paths[1]}")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+import tempfile
 from pathlib import Path
 
 from vitkit.errors import VitkitError
@@ -86,21 +88,28 @@ def _export_int8(args: argparse.Namespace, model, metadata: dict, out: Path) -> 
     with torch.inference_mode():
         expected = [model(x).argmax(-1) for x in checks]
     tried = []
-    for preset in INT8_PRESETS:  # NNCF's transformer preset first; its plain flow where that one fails the check
-        export(model, out, format=args.format, metadata=metadata, calibration=calibration, preset=preset)
-        run = runtime_session("onnxruntime" if args.format == "onnx" else "openvino", out, precision="int8")
-        with torch.inference_mode():
-            agree = sum(int((run(x).argmax(-1) == y).sum()) for x, y in zip(checks, expected))
-        total = sum(len(x) for x in checks)
-        tried.append(f"{preset} preset {agree / total:.2%}")
-        if agree / total >= args.min_agreement:
-            break
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # built and checked in a folder of its own beside --out: a rejected export never replaces what --out holds
+    with tempfile.TemporaryDirectory(prefix=f".{out.name}.", dir=out.parent) as scratch:
+        staged = Path(scratch) / out.name
+        for preset in INT8_PRESETS:  # NNCF's transformer preset first; its plain flow where that one fails the check
+            export(model, staged, format=args.format, metadata=metadata, calibration=calibration, preset=preset)
+            run = runtime_session("onnxruntime" if args.format == "onnx" else "openvino", staged, precision="int8")
+            with torch.inference_mode():
+                agree = sum(int((run(x).argmax(-1) == y).sum()) for x, y in zip(checks, expected))
+            total = sum(len(x) for x in checks)
+            tried.append(f"{preset} preset {agree / total:.2%}")
+            if agree / total >= args.min_agreement:
+                break
+        if agree / total < args.min_agreement:
+            raise VitkitError(f"{out}: not written: int8 top-1 agrees with PyTorch fp32 on too few of {total} {split} images of "
+                              f"{spec.where} ({'; '.join(tried)}), under --min-agreement {args.min_agreement:.2%}; calibrate on more "
+                              "images (--calibration) or export fp32")
+        for made in sorted(Path(scratch).iterdir(), key=lambda p: p == staged):  # the file named --out last
+            os.replace(made, out.parent / made.name)
     also = "".join(f" + {p.name}" for p in companions(out))
     n_cal = sum(len(b) for b in calibration)
     print(f"wrote {out}{also} ({args.format} int8 by NNCF, {preset} preset, {n_cal} calibration images of {spec.where} (train), "
           f"dynamic batch, {len(metadata.get('class_names') or [])} class names); top-1 agreement with PyTorch fp32 on {total} "
           f"{split} images of {spec.where}: {agree / total:.2%}" + (f" (tried: {'; '.join(tried)})" if len(tried) > 1 else ""))
-    if agree / total < args.min_agreement:
-        raise VitkitError(f"{out}: int8 top-1 agrees with PyTorch fp32 on too few of {total} {split} images ({'; '.join(tried)}), "
-                          f"under --min-agreement {args.min_agreement:.2%}; calibrate on more images (--calibration) or export fp32")
     return 0

@@ -47,7 +47,8 @@ def run(args: argparse.Namespace) -> int:
     def answer(batch: list[tuple[str, torch.Tensor]]) -> None:
         for (path, _), top in zip(batch, classifier.top(torch.stack([pixels for _, pixels in batch]), k=args.top)):
             if args.json:
-                print(json.dumps({"image": path, "top": [{"label": n, "prob": prob} for n, prob in top]}))
+                print(json.dumps({"image": path, "top": [{"label": n, "prob": prob} for n, prob in top],
+                                  "precision": classifier.runner.description}))
             else:
                 print(path)
                 for name, prob in top:
@@ -66,4 +67,6 @@ def run(args: argparse.Namespace) -> int:
             batch = []
     if batch:
         answer(batch)
+    if not args.json and len(paths) > failed:  # what ran: complete once the first batch has built it
+        print(f"({len(paths) - failed} image{'s' * (len(paths) - failed != 1)}; {classifier.runner.description})")
     return 2 if failed else 0
