@@ -179,6 +179,9 @@ def test_eval_scores_other_data_by_class_name_and_refuses_classes_the_model_lack
     # the run's own val figure is not replaced by one of other data (it was: both RUN/eval/confusion_val.png)
     assert Path(own["confusion_png"]).name == "confusion_val.png" and Path(by_name["confusion_png"]).name.startswith("confusion_val_coats_")
     assert by_name["per_class"] == {"ankle boot": None, "bag": None, "coat": wanted}
+    assert by_name["per_class_n"] == {"ankle boot": 0, "bag": 0, "coat": 4} and sum(own["per_class_n"].values()) == own["n"]
+    text = vitkit_cmd("eval", run, "--data", tmp_path / "coats", "--split", "val", "--threads", "1").stdout
+    assert f"  coat        {wanted:.4f}  (4 images)" in text and "  bag         -       (no images)" in text  # each figure: how many
     shutil.copytree(data / "val" / "bag", tmp_path / "other" / "val" / "handbag")
     shutil.copytree(data / "train" / "bag", tmp_path / "other" / "train" / "handbag")
     one_line_error(vitkit_cmd("eval", run, "--data", tmp_path / "other", "--split", "val"), "'handbag'", "ankle boot, bag, coat", "--labels-by-index")

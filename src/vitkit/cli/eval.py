@@ -118,6 +118,7 @@ def run(args: argparse.Namespace) -> int:
         "top5": metrics["top5"],
         "loss": metrics["loss"],
         "per_class": dict(zip(class_names, metrics["per_class"])),
+        "per_class_n": (counts := dict(zip(class_names, [sum(row) for row in metrics["confusion"]]))),
         "confusion_png": str(png),
         "precision": runner.description,
         **({"unreadable": [{"path": p, "error": e} for p, e in bad.files.items()]} if len(bad) else {}),
@@ -133,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"against fp32 on the same {metrics['n']} {which} images: fp32 top-1 {metrics['reference_top1']:.4f}, "
               f"difference {100 * metrics['top1_delta']:+.2f} points, same prediction on {100 * metrics['agreement']:.2f}%")
     for name, acc in result["per_class"].items():
-        print(f"  {name:<{width}}  {'-       (no images)' if acc is None else f'{acc:.4f}'}")
+        print(f"  {name:<{width}}  {'-       (no images)' if acc is None else f'{acc:.4f}  ({counts[name]:,} images)'}")
     print(f"confusion matrix: {png}")
     if warning:
         print(warning)
