@@ -302,10 +302,8 @@ def from_dict(data: dict[str, Any], where: str = "config") -> RunConfig:
         family = type(get_config(model["name"]))  # a ViT's fields, or a BiT ResNet's
     except TypeError as err:
         raise ConfigError(f"model: bad value ({err})") from None
-    known = {f.name for f in dataclasses.fields(family)} | {"name", "init"}
     for key in model:
-        if key not in known:
-            raise ConfigError(f"model.{key}: unknown key; known keys are {', '.join(sorted(known))}")
+        _known_key("model", key, _model_keys(family))
     for key in ("name", "init"):
         if key in model and not (isinstance(model[key], str) or key == "init" and model[key] is None):
             raise ConfigError(f"model.{key}: expected text, got {shown(model[key])}")
@@ -335,12 +333,17 @@ def check_override_keys(overrides: list[str], model: type = ViTConfig) -> None:
         key = key.strip()
         if section not in ("model", *SECTIONS):
             raise ConfigError(f"config: unknown section {shown(section)}; sections are model, data, augment, train")
-        if section == "model":
-            known = sorted({f.name for f in dataclasses.fields(model)} | {"name", "init"})
-        else:
-            known = [f.name for f in dataclasses.fields(SECTIONS[section])]
-        if key not in known:
-            raise ConfigError(f"{section}.{key}: unknown key; known keys are {', '.join(known)}")
+        _known_key(section, key, _model_keys(model) if section == "model" else [f.name for f in dataclasses.fields(SECTIONS[section])])
+
+
+def _model_keys(family: type) -> list[str]:
+    """The keys a model section takes: its config class's fields, and name and init."""
+    return sorted({f.name for f in dataclasses.fields(family)} | {"name", "init"})
+
+
+def _known_key(section: str, key: str, known: list[str]) -> None:
+    if key not in known:
+        raise ConfigError(f"{section}.{key}: unknown key; known keys are {', '.join(known)}")
 
 
 def _section(cls: type, values: dict[str, Any], section: str) -> Any:
@@ -350,8 +353,7 @@ def _section(cls: type, values: dict[str, Any], section: str) -> Any:
     names = [f.name for f in dataclasses.fields(cls)]
     checked = {}
     for key, value in values.items():
-        if key not in names:
-            raise ConfigError(f"{section}.{key}: unknown key; known keys are {', '.join(names)}")
+        _known_key(section, key, names)
         checked[key] = _check(f"{section}.{key}", value, hints[key])
     return cls(**checked)
 

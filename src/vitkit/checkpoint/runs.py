@@ -68,9 +68,9 @@ def step_of(checkpoint: str | os.PathLike) -> str | None:
     return resolved.name if _STEP_DIR.fullmatch(resolved.name) and run_dir(resolved) is not None else None
 
 
-def describe(checkpoint: str | os.PathLike) -> str:
-    """`checkpoint` as a figure names it: a run directory without final/ also names the step checkpoint standing in."""
-    step = step_of(checkpoint)
+def describe(checkpoint: str | os.PathLike, step: str | None) -> str:
+    """`checkpoint` as a figure names it: a run directory without final/ also names the step checkpoint standing in
+    (`step`, from `step_of`)."""
     return f"{checkpoint} ({step}: no final/ yet)" if step and is_run_dir(checkpoint) else str(checkpoint)
 
 

@@ -101,7 +101,7 @@ def finish(args: argparse.Namespace, name: str, result: dict, title: str, scored
         title += f"\n\n{warning[0].upper()}{warning[1:]}."
     markdown = report_markdown(result, title)
     folder = name if args.random_init is None else f"{name}_random{args.random_init}"  # never over a trained model's report
-    if getattr(args, "precision", "fp32") != "fp32":  # nor over its fp32 report
+    if args.precision != "fp32":  # nor over its fp32 report
         folder += f"_{args.precision}"
     paths = write_report(args.out or report_dir(args.checkpoint, folder), name, result, markdown)
     print(markdown)

@@ -128,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
     warning = picked_on(args.checkpoint, which, split, meta)
     result["picked_on_this_split"] = warning is not None
     width = max(len(n) for n in class_names)
-    print(f"{describe(args.checkpoint)} on {which} of {spec.where} ({metrics['n']} images: {split.source}, {split.selection}{skipped}; "
+    print(f"{describe(args.checkpoint, step)} on {which} of {spec.where} ({metrics['n']} images: {split.source}, {split.selection}{skipped}; "
           f"{runner.description}): top-1 {metrics['top1']:.4f}" + (f"  top-5 {metrics['top5']:.4f}" if len(class_names) > 5 else ""))
     if reference is not None:
         print(f"against fp32 on the same {metrics['n']} {which} images: fp32 top-1 {metrics['reference_top1']:.4f}, "
