@@ -15,7 +15,8 @@ data's classes, the pre-logits layer dropped (official rule) unless --keep-pre-l
 
 --lr with several values runs one fine-tune per value (DIR/lr_<value>/) and picks the best final
 validation top-1; DIR/final points at the picked model, DIR/sweep.json and sweep.md list every run.
-Running the same command again continues an interrupted sweep.
+Running the same command again continues an interrupted sweep; a sweep stopped by Ctrl-C or SIGTERM picks
+nothing (no DIR/final) until every learning rate has finished.
 
 examples:
   vitkit finetune --from ViT-B_16.npz --data ~/cifar10 --image-size 384 --out runs/c10 --config configs/finetune_cifar10.yaml

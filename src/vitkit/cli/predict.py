@@ -23,7 +23,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("images", nargs="+", metavar="IMAGE", help="image files or folders (searched recursively, sorted); any mode: "
                                                              "grayscale, RGB(A), palette, 16-bit")
     p.add_argument("--top", type=int, default=5, help="how many classes per image (default 5)")
-    p.add_argument("--json", action="store_true", help="one JSON object per image instead of text")
+    p.add_argument("--json", action="store_true", help="one JSON object per image (image, top, precision) instead of text, which ends with how many images and what ran")
     p.add_argument("--threads", type=int, default=0, help="CPU threads (default: torch's choice; 1 is faster on a busy machine)")
     p.add_argument("--batch-size", type=int, default=32, help="images per forward pass (default 32)")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda (default auto)")
