@@ -43,9 +43,11 @@ class Classifier:
         self.runner = prepare(self.model, precision, device=self.device, compile=False, kernels=False, calibration=calibration)
 
     @classmethod
-    def load(cls, checkpoint: str | os.PathLike, *, precision: str = "fp32", device: str = "auto", calibration: int = 256) -> Classifier:
+    def load(cls, checkpoint: str | os.PathLike, *, precision: str = "fp32", device: str = "auto", calibration: int = 256,
+             calibration_data: str | os.PathLike | None = None, data_flag: str = "calibration_data=PATH") -> Classifier:
         """Any checkpoint (run directory, vitkit, .npz, timm, Hugging Face) with the class names and crop_pct it holds;
-        int8 calibrates on `calibration` images of the data the checkpoint records it was trained on."""
+        int8 calibrates on `calibration` training images of `calibration_data` (any data vitkit reads; default: the
+        data the checkpoint records it was trained on). `data_flag`: how errors name `calibration_data`."""
         model, meta = load_with_metadata(checkpoint)
         refuse_untrained_head(meta, checkpoint, model)
         crop_pct = meta.get("preprocess", {}).get("crop_pct", 1.0)
@@ -54,7 +56,8 @@ class Classifier:
             from vitkit.data import DataSpec
 
             c = model.config
-            train = DataSpec.from_checkpoint(meta, checkpoint).open("train", channels=c.in_chans, image_size=c.image_size[0])
+            spec = DataSpec.from_checkpoint(meta, checkpoint, data=calibration_data, flag=f"{data_flag} (int8 calibrates on its training images)")
+            train = spec.open("train", channels=c.in_chans, image_size=c.image_size[0])
             images = calibration_images(train, model, n=calibration, crop_pct=crop_pct)
         return cls(model, meta.get("class_names"), crop_pct=crop_pct, precision=precision, device=pick_device(device),
                    calibration=images)

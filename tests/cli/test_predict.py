@@ -89,6 +89,26 @@ def test_predict_at_reduced_precision_says_the_same(checkpoint, images, capsys):
     assert abs(bf16["top"][0]["prob"] - fp32["top"][0]["prob"]) < 0.05
 
 
+def test_int8_calibrates_on_calibration_data_where_the_checkpoint_records_none(checkpoint, images, tmp_path, capsys):
+    """predict --precision int8 of a checkpoint without (or with moved) training data said to pass --data, a flag
+    predict does not have; --calibration-data names the images to calibrate on."""
+    pytest.importorskip("torchao")
+    good = str(images[0])
+    assert main(["predict", str(checkpoint), good, "--precision", "int8"]) == 2
+    assert "--calibration-data PATH" in capsys.readouterr().err
+    assert main(["predict", str(checkpoint), good, "--calibration-data", str(tmp_path)]) == 2  # fp32 calibrates nothing
+    assert "--precision int8" in capsys.readouterr().err
+    rng = np.random.default_rng(1)
+    for name in ("ant", "bee", "cat"):
+        (tmp_path / "calib" / name).mkdir(parents=True)
+        for i in range(4):
+            Image.fromarray(rng.integers(0, 255, (20, 20, 3), dtype=np.uint8)).save(tmp_path / "calib" / name / f"{i}.png")
+    assert main(["predict", str(checkpoint), good, "--json", "--precision", "int8", "--calibration", "8",
+                 "--calibration-data", str(tmp_path / "calib")]) == 0
+    answer = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert answer["precision"].startswith("int8") and "8 calibration images" in answer["precision"]
+
+
 def test_a_model_without_a_trained_head_is_refused_in_one_line(checkpoint, images, tmp_path, run_cli):
     """A Hugging Face ViTModel (no head) gave predict and Classifier.load an IndexError traceback; a head that
     `convert --num-classes` made new printed the same probability for every class, exit 0."""

@@ -302,6 +302,32 @@ def test_eval_of_a_step_checkpoint_keeps_the_final_models_figure_and_names_the_s
     assert (out / "eval" / "confusion_val_step_0000002.png").is_file()
 
 
+def test_eval_at_another_precision_keeps_the_fp32_figure_and_an_unwritable_folder_fails_before_scoring(tmp_path, capsys, monkeypatch):
+    """eval --precision int8-dynamic wrote RUN/eval/confusion_val.png over the fp32 one, and a run whose eval/ could not
+    be written was scored in full before the PNG failed, with no hint to write it elsewhere."""
+    from vitkit import evaluation, plots
+
+    out = tmp_path / "run"
+    train(load_run_config(None, TINY + ["train.steps=2"]), out)
+    titles = {}
+    save = plots._save
+    monkeypatch.setattr(plots, "_save", lambda fig, path: titles.setdefault(path.name, fig.axes[0].get_title()) and save(fig, path))
+    assert main(["eval", str(out), "--split", "val"]) == 0
+    fp32 = (out / "eval" / "confusion_val.png").read_bytes()
+    assert main(["eval", str(out), "--split", "val", "--precision", "int8-dynamic", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert (out / "eval" / "confusion_val.png").read_bytes() == fp32
+    assert Path(result["confusion_png"]) == out / "eval" / "confusion_val_int8-dynamic.png" and Path(result["confusion_png"]).is_file()
+    assert "images; fp32" in titles["confusion_val.png"]  # the figure says what computed it
+    assert titles["confusion_val_int8-dynamic.png"].endswith(f"images; {result['precision']}")
+    shutil.rmtree(out / "eval")
+    (out / "eval").write_text("")  # stands for a folder that cannot be written (tests run as root, for whom modes do not)
+    scored = []
+    monkeypatch.setattr(evaluation, "evaluate", lambda *a, **k: scored.append(1))
+    line = _one_line_exit_2(capsys, "eval", str(out), "--split", "val")
+    assert "confusion matrix" in line and "--confusion PATH" in line and not scored
+
+
 def test_loads_racing_a_replacement_never_report_corrupt(tmp_path):
     out = tmp_path / "run"
     train(load_run_config(None, TINY + ["train.steps=2"]), out)
@@ -354,6 +380,28 @@ def test_a_late_second_sigterm_exits_130(tmp_path):
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 130, result.stderr
     assert "interrupted" in result.stderr and step_checkpoints(tmp_path / "run")
+
+
+def test_a_second_sigterm_after_the_command_returned_exits_130(tmp_path):
+    """A second SIGTERM that came while the interpreter shut down (0.5-1 s after the first: DataLoader workers, threads)
+    met the default handler and ended the process with 143, where docs/reliability.md says 130."""
+    script = (
+        "import os, signal, sys, vitkit.faults as f\n"
+        "skip = f.NonFinite.skip\n"
+        "def first(self, *a):\n"
+        "    if not f.stop_requested():\n"
+        "        os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    return skip(self, *a)\n"
+        "f.NonFinite.skip = first\n"
+        "from vitkit.cli import main\n"
+        "code = main()\n"  # the process's own command line, as the `vitkit` script calls it
+        "os.kill(os.getpid(), signal.SIGTERM)\n"  # second: main() has returned, the process is ending
+        "sys.exit(code)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script, "train", "--out", str(tmp_path / "run"), *TINY, "train.steps=50"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 130, (result.returncode, result.stderr)
+    assert "stopped at step" in result.stdout and "interrupted" in result.stderr and step_checkpoints(tmp_path / "run")
 
 
 @pytest.mark.parametrize("name, text, words", [

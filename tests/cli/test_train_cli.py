@@ -58,8 +58,8 @@ def test_image_folder_end_to_end(tmp_path, capsys, monkeypatch):
     assert done.returncode == 0, done.stderr
     # eval and predict in-process through the same entry point (a new interpreter per call costs seconds)
     assert main(["eval", str(out), "--data", str(tmp_path / "data"), "--split", "val", "--json"]) == 0
-    assert titles["confusion_val.png"] == f"Confusion matrix\nval of {tmp_path / 'data'}: 6 images"
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert titles["confusion_val.png"] == f"Confusion matrix\nval of {tmp_path / 'data'}: 6 images; {result['precision']}"
     assert result["n"] == 6 and 0.0 <= result["top1"] <= result["top5"] == 1.0
     assert set(result["per_class"]) == {"circle", "square"}
     assert Path(result["confusion_png"]).is_file()

@@ -75,6 +75,19 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         raise
 
 
+def writable(path: str | os.PathLike, what: str, then: str) -> None:
+    """A CheckpointError naming `what` and saying `then` where `path` cannot be written (its folder cannot be made, is
+    read-only, `path` is a folder): checked before a long job, so that it does not fail at its last step."""
+    path = Path(path)
+    try:
+        _not_a_directory(path)
+        _mkdir(path.parent)
+        tempfile.TemporaryFile(dir=path.parent).close()
+    except (CheckpointError, OSError) as err:
+        reason = err.strerror if isinstance(err, OSError) and err.strerror else first_line(err)
+        raise CheckpointError(f"{path}: cannot write {what} there ({reason}); {then}") from None
+
+
 def _mkdir(directory: Path) -> None:
     try:
         directory.mkdir(parents=True, exist_ok=True)

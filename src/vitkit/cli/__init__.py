@@ -120,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         if not hasattr(args, "overrides") or any(e.startswith("-") for e in extra):
             parser.exit(2, f"vitkit {args.command}: error: unrecognized arguments: {' '.join(extra)} (see vitkit {args.command} --help)\n")
         args.overrides = [*args.overrides, *extra]
+    args.whole_process = argv is None  # the program's own command line, not a caller in a longer-lived process (tests)
     with warnings.catch_warnings():  # put back when the command returns (tests call main() in one process)
         warnings.showwarning = _one_line_warnings(args.command, warnings.showwarning)
         return _run(args)

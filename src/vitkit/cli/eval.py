@@ -29,7 +29,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-size", type=int, default=256, help="images per forward pass (default 256)")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda (default auto)")
     p.add_argument("--threads", type=int, default=0, help="CPU threads (default: torch's choice; 1 is faster on a busy machine)")
-    p.add_argument("--confusion", metavar="PNG", help="where to write the confusion-matrix PNG (default: RUN/eval/confusion_<split>.png, beside the model)")
+    p.add_argument("--confusion", metavar="PNG", help="where to write the confusion-matrix PNG (default: RUN/eval/confusion_<split>.png "
+                                                   "beside the model, confusion_<split>_<precision>.png at another precision than fp32)")
     p.add_argument("--json", action="store_true", help="print the metrics as one JSON object on the last line")
     p.add_argument("--labels-by-index", action="store_true",
                    help="score label i as the model's class i even where the data names its classes otherwise (default: by name)")
@@ -42,15 +43,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
-def _confusion_name(which: str, spec, meta: dict, step: str | None) -> str:
+def _confusion_name(which: str, spec, meta: dict, step: str | None, precision: str) -> str:
     """confusion_SPLIT.png for the data the checkpoint trained on; for other data (--data) the folder's name and a
-    digest of its path come too, and for a step checkpoint its step_N, so that the run's own figure of its final model
-    is not replaced by one of other images or another model."""
+    digest of its path come too, for a step checkpoint its step_N, and for another precision than fp32 its name, so
+    that the run's own figure of its final model in fp32 is not replaced by one of other images, another model or
+    other arithmetic."""
     import hashlib
     import re
 
     trained = (meta.get("data") or {}).get("path")
-    suffix = f"_{step}" if step else ""
+    suffix = (f"_{step}" if step else "") + (f"_{precision}" if precision != "fp32" else "")
     if spec.path is None or spec.path == trained:
         return f"confusion_{which}{suffix}.png"
     name = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(spec.path).name)[:40] or "data"
@@ -61,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from vitkit.checkpoint import load_with_metadata, refuse_untrained_head
+    from vitkit.checkpoint.io import writable
     from vitkit.checkpoint.runs import describe, report_dir, step_of
     from vitkit.data import BadFiles, DataSpec, eval_batches
     from vitkit.data.sources import is_flat
@@ -102,11 +105,13 @@ def run(args: argparse.Namespace) -> int:
                          crop_pct=crop_pct)
     runner = prepare(model, args.precision, device=device, batches=count, calibration=images)
     reference = prepare(model, "fp32", device=device, batches=count) if args.compare_fp32 else None
-    metrics = evaluate(model.to(device), batches, crop_pct=crop_pct, runner=runner, reference=reference)
     step = step_of(args.checkpoint)
-    png = Path(args.confusion) if args.confusion else report_dir(args.checkpoint, "eval") / _confusion_name(which, spec, meta, step)
+    png = Path(args.confusion) if args.confusion else report_dir(args.checkpoint, "eval") / _confusion_name(which, spec, meta, step, args.precision)
+    writable(png, "the confusion matrix", "pass --confusion PATH to write it elsewhere")  # before the images are scored
+    metrics = evaluate(model.to(device), batches, crop_pct=crop_pct, runner=runner, reference=reference)
     skipped = f", {len(bad)} unreadable skipped" if len(bad) else ""
-    plot_confusion(metrics["confusion"], class_names, png, data=f"{which} of {spec.where}: {metrics['n']} images{skipped}")
+    plot_confusion(metrics["confusion"], class_names, png,
+                   data=f"{which} of {spec.where}: {metrics['n']} images{skipped}; {runner.description}")
     result = {
         "checkpoint": str(args.checkpoint),
         **({"step_checkpoint": step} if step else {}),

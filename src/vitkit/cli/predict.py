@@ -28,6 +28,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-size", type=int, default=32, help="images per forward pass (default 32)")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda (default auto)")
     add_precision(p)
+    p.add_argument("--calibration-data", metavar="PATH", help="int8: data whose training images calibrate it, any data vitkit reads "
+                                                            "(default: the data the checkpoint was trained on)")
     p.set_defaults(run=run)
 
 
@@ -36,12 +38,16 @@ def run(args: argparse.Namespace) -> int:
 
     from vitkit.classifier import Classifier
     from vitkit.data.images import find_images
-    from vitkit.errors import DataError
+    from vitkit.errors import ConfigError, DataError
     from vitkit.paths import local_path
 
+    if args.calibration_data is not None and args.precision != "int8":
+        raise ConfigError(f"--calibration-data: only --precision int8 calibrates (this is --precision {args.precision}); "
+                          "leave it out, or add --precision int8")
     if args.threads:
         torch.set_num_threads(args.threads)
-    classifier = Classifier.load(args.checkpoint, precision=args.precision, device=args.device, calibration=args.calibration)
+    classifier = Classifier.load(args.checkpoint, precision=args.precision, device=args.device, calibration=args.calibration,
+                                 calibration_data=args.calibration_data, data_flag="--calibration-data PATH")
     paths = [str(p) for arg in args.images for p in (find_images([arg]) if local_path(arg, DataError).is_dir() else [arg])]
 
     def answer(batch: list[tuple[str, torch.Tensor]]) -> None:

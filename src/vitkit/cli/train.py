@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import shlex
+import sys
 
 EPILOG = """\
 examples:
@@ -61,6 +62,14 @@ def _interrupt(signum, frame):
     raise KeyboardInterrupt  # the CLI says "interrupted" and exits 130
 
 
+def _exit_interrupted(signum, frame):
+    """SIGTERM once the command has returned, while the interpreter shuts down (DataLoader workers, threads): every file
+    is written and every line printed by then; exit 130 as any second signal does, not 143."""
+    sys.stdout.flush()
+    print("vitkit train: interrupted", file=sys.stderr, flush=True)
+    os._exit(130)
+
+
 def fitted_unless_named(path: str | None, named: bool, overrides: list[str], command: str) -> list[str]:
     """`fit_to_data(path)` where a PATH is given and nothing names the model (`named`: a --config or resumed run, or a
     model.name or model.init override among `overrides`); else no overrides. Other model.* overrides change the fitted
@@ -103,8 +112,8 @@ def run(args: argparse.Namespace) -> int:
     previous = signal.signal(signal.SIGTERM, _interrupt)  # outside the loop's own handling (a second SIGTERM as it ends): 130
     try:
         return _run(args)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    finally:  # in vitkit's own process, to the end of it; a caller of main() gets its handler back
+        signal.signal(signal.SIGTERM, _exit_interrupted if getattr(args, "whole_process", False) else previous)
 
 
 def _run(args: argparse.Namespace) -> int:

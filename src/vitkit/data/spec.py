@@ -56,14 +56,14 @@ class DataSpec:
 
     @classmethod
     def from_checkpoint(cls, extra: dict, source: str | os.PathLike, *, data: str | os.PathLike | None = None,
-                        val_fraction: float | None = None) -> "DataSpec":
+                        val_fraction: float | None = None, flag: str = "--data PATH") -> "DataSpec":
         """The data a checkpoint's record (`extra["data"]`) names; `data` replaces its path, `val_fraction` its cut.
 
         A checkpoint that records no data needs `data`; recorded data that is gone is an error naming
-        the path, never a silent switch to another dataset."""
+        the path and `flag` (how the caller passes `data`), never a silent switch to another dataset."""
         recorded = extra.get("data")
         if data is None and not isinstance(recorded, dict):
-            raise DataError(f"{source}: records no training data (not trained by vitkit train); name the data with --data PATH")
+            raise DataError(f"{source}: records no training data (not trained by vitkit train); name the data with {flag}")
         known = {f.name for f in dataclasses.fields(cls)} - {"trained"}
         fields = {k: v for k, v in (recorded or {}).items() if k in known}
         if isinstance(recorded, dict) and isinstance(recorded.get("splits"), dict) and (data is None or absolute(data) == fields.get("path")):
@@ -72,7 +72,7 @@ class DataSpec:
             fields["path"] = absolute(data)
         elif fields.get("path") is not None and not Path(fields["path"]).exists():
             raise DataError(f"{fields['path']}: the data {source} was trained on is not there (moved, or another machine); "
-                            "pass --data PATH")
+                            f"pass {flag}")
         if val_fraction is not None:
             fields["val_fraction"] = val_fraction
         return cls(**fields)
