@@ -87,6 +87,18 @@ def test_interrupted_and_resumed_equals_straight(tmp_path, extra):
         assert math.isclose(x, y, rel_tol=1e-5)
 
 
+def test_summary_says_where_each_stretch_of_a_resumed_run_ran(tmp_path):
+    """summary.json's device, processes and threads were those of the last stretch alone; segments lists each one."""
+    from vitkit.train import resume_config
+
+    out = tmp_path / "run"
+    train(load_run_config(None, TINY + ["train.steps=4"]), out, stop_at=2)
+    summary = train(resume_config(out, ["train.threads=2"]), out, resume=True)
+    assert summary["segments"] == [{"steps": [0, 2], "device": "cpu", "processes": 1, "threads": 1},
+                                   {"steps": [2, 4], "device": "cpu", "processes": 1, "threads": 2}]
+    assert json.loads((out / "summary.json").read_text())["segments"] == summary["segments"] and summary["threads"] == 2
+
+
 def test_refuses_to_overwrite_a_run_and_to_resume_nothing(tmp_path):
     config = load_run_config(None, TINY + ["train.steps=2"])
     train(config, tmp_path / "run")

@@ -199,6 +199,7 @@ TRAIN_STATE = {
     "elapsed_s": (True, _number), "best_val_top1": (True, lambda v: v is None or _number(v)),
     "best_step": (True, lambda v: v is None or _count(v)), "skipped_steps": (False, _count), "nonfinite_in_a_row": (False, _count),
     "window": (False, lambda v: isinstance(v, dict) and _number(v.get("loss", 0.0)) and _count(v.get("steps", 0))),
+    "segments": (False, lambda v: isinstance(v, list) and all(isinstance(s, dict) and _count(s.get("from_step")) for s in v)),
 }
 
 
@@ -340,6 +341,9 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
     # data order: micro-batch number m is batch (m % per_epoch) of epoch (m // per_epoch), seeded by train.seed
     batches = data.batches
     step, elapsed_before = run.progress["step"], run.progress["elapsed_s"]
+    # where each stretch of a resumed run ran (summary.json): its device, processes and threads may differ
+    segment = {"from_step": step, "device": str(env.device), "processes": env.world.size, "threads": torch.get_num_threads()}
+    run.progress["segments"] = [*run.progress.get("segments", []), segment]
     stream = batches.iterate(*divmod(step * env.accum, batches.per_epoch))
     last = min(t.steps, stop_at) if stop_at is not None else t.steps
     if env.world.main:
@@ -659,9 +663,10 @@ def _finish(config: RunConfig, out: Path, env: _Setup, data: _Data, run: _State,
         "model": _model_name(config.model.get("name"), run.model.config),  # the name where the architecture is that model's
         "objective": t.objective,  # masked_patch: the val_* figures are the colour-prediction accuracy and loss
         "params": sum(p.numel() for p in run.model.parameters()),
-        "device": str(env.device),
+        "device": str(env.device),  # these three: the last stretch of the run; "segments" has every one
         "processes": world.size,
         "threads": torch.get_num_threads(),
+        "segments": _segments(progress.get("segments", []), t.steps),
         "checkpoint": str(out / "final"),
         "skipped_steps": progress["skipped_steps"],  # faults: non-finite steps
         "bad_files": len(data.bad),
@@ -674,6 +679,13 @@ def _finish(config: RunConfig, out: Path, env: _Setup, data: _Data, run: _State,
                 for name, split in splits.items()}
     plot_run(rows, out, train_data=captions.get(config.data.train_split), val_data=captions.get(config.data.val_split))
     return summary
+
+
+def _segments(segments: list[dict], steps: int) -> list[dict]:
+    """Each stretch of the run with the steps it trained: [from_step, to_step). A stretch stopped before its first
+    checkpoint is not among them (its steps were trained again by the next)."""
+    ends = [s["from_step"] for s in segments[1:]] + [steps]
+    return [{"steps": [s["from_step"], end], **{k: v for k, v in s.items() if k != "from_step"}} for s, end in zip(segments, ends)]
 
 
 def _plan(config: RunConfig, model: VisionTransformer, data: _Data, env: _Setup, step: int, last: int, resumed_from: Path | None) -> str:
