@@ -24,6 +24,11 @@ def test_report_is_well_formed(mode):
     assert report["speedup"]["vitkit/transformers"] > 0
     table = benchmark.format_table(report)
     assert "speed-up vitkit/transformers" in table and "nan" not in table  # no batch-1 latency in training: "-"
+    # a tiny model's figures keep three significant digits ("0.00 GFLOPs" and "0.0" MB were printed), columns line up
+    assert f"{report['gflops_per_image']:.3g} GFLOPs per image" in table and " 0.0\n" not in table + "\n"
+    header = next(line for line in table.splitlines() if "img/s" in line)
+    rows = [line for line in table.splitlines() if line.startswith(("vitkit ", "transformers "))]
+    assert len(rows) == 2 and all(len(row) == len(header) for row in rows), table
     unit = "batch" if mode == "inference" else "step"  # what the figures came from: random data, how many rounds
     assert f"random images and random weights (speed only); each figure a median over 2 rounds of one {unit}" in table
     # fp32 CPU inference runs vitkit's kernels; training always torch's ops
@@ -153,7 +158,8 @@ def test_cli_benchmark_against_deployment_runtimes(vitkit_cmd, tmp_path):
                      "--compare", "onnxruntime,openvino", "--threads", "1", "--process-memory", "--json", out)
     assert result.returncode == 0, result.stderr
     report = json.loads(out.read_text())
-    assert report["candidates"] == {"vitkit": "vitkit fp32", "onnxruntime": "onnxruntime fp32", "openvino": "openvino fp32"}
+    assert report["candidates"] == {"vitkit": f"vitkit {report['precision']}", "onnxruntime": "onnxruntime fp32", "openvino": "openvino fp32"}
+    assert report["precision"].startswith("fp32") and "onnxruntime: onnxruntime fp32" in result.stdout  # what ran, said
     for name in ("onnxruntime", "openvino"):
         r = report["results"][name]
         assert r["img_per_s"] > 0 and r["latency_ms_batch1"] > 0 and r["peak_memory_mb"] is None  # not torch's allocator
@@ -173,3 +179,10 @@ def test_resident_memory_sees_the_weights_of_a_larger_model(tmp_path):
     weights_mb = 22.05e6 * 4 / 2**20
     assert b["rss_mb"] - a["rss_mb"] > 0.9 * weights_mb
     assert b["peak_rss_mb"] >= b["rss_mb"]
+
+
+def test_the_device_line_counts_threads_in_words(monkeypatch):
+    monkeypatch.setattr(benchmark.torch, "get_num_threads", lambda: 1)
+    assert benchmark.device_name("cpu").endswith(", 1 thread")
+    monkeypatch.setattr(benchmark.torch, "get_num_threads", lambda: 4)
+    assert benchmark.device_name("cpu").endswith(", 4 threads")

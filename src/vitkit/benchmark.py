@@ -361,7 +361,8 @@ def device_name(device: str) -> str:
     if device.startswith("cuda"):
         return torch.cuda.get_device_name(device)
     name = precision.cpuinfo("model name") or platform.processor() or "cpu"
-    return f"{name}, {torch.get_num_threads()} threads"
+    threads = torch.get_num_threads()
+    return f"{name}, {threads} thread{'s' * (threads != 1)}"
 
 
 def run(setup: Setup, compare: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
@@ -414,7 +415,7 @@ def run(setup: Setup, compare: list[str] | tuple[str, ...] = ()) -> dict[str, An
         "compile": models["vitkit"].runner.compiled if isinstance(models["vitkit"], _Prepared) else setup.compile is not False,
         "kernels": inference_kernels(models["vitkit"]),
         "precision": models["vitkit"].runner.description if isinstance(models["vitkit"], _Prepared) else setup.dtype,
-        "candidates": {label: f"{name} {prec}" for label, name, prec in [("vitkit", "vitkit", setup.dtype), *candidates]},
+        "candidates": {label: _what_ran(models[label], name, prec) for label, name, prec in [("vitkit", "vitkit", setup.dtype), *candidates]},
         "grad_checkpointing": setup.grad_checkpointing,
         "rounds": setup.rounds,
         "gflops_per_image": flops / setup.batch_size / 1e9,
@@ -425,11 +426,24 @@ def run(setup: Setup, compare: list[str] | tuple[str, ...] = ()) -> dict[str, An
     }
 
 
+def _what_ran(model, name: str, precision_: str) -> str:
+    """A candidate's description: a vitkit runner's own (precision, kernels, compiled), else library and precision."""
+    return f"vitkit {model.runner.description}" if isinstance(model, _Prepared) else f"{name} {precision_}"
+
+
 def _executed_note(report: dict[str, Any]) -> str:
     executed = report["vitkit_executed_gflops_per_image"]
     if abs(executed - report["gflops_per_image"]) < 1e-9:
         return ""
-    return f"; vitkit executes {executed:.2f}: its class-token model skips the last layer's unread tokens"
+    return f"; vitkit executes {executed:.3g}: its class-token model skips the last layer's unread tokens"
+
+
+def _cell(value: float | None, unit: str = " ") -> str:
+    """A table cell 15 characters wide: one decimal from 10 up, three significant digits below (a small model's
+    0.0234 MB is not 0.0)."""
+    if value is None:
+        return f"{'-':>14} "
+    return (f"{value:>14.1f}" if abs(value) >= 10 or value == 0 else f"{value:>14.3g}") + unit
 
 
 def format_table(report: dict[str, Any]) -> str:
@@ -440,19 +454,20 @@ def format_table(report: dict[str, Any]) -> str:
         f" kernels={report['kernels']})\n"
         f"random images and random weights (speed only); each figure a median over {report['rounds']} rounds of one"
         f" {'batch' if report['mode'] == 'inference' else 'step'} per candidate\n"
-        f"{report['gflops_per_image']:.2f} GFLOPs per image (model FLOPs, for every MFU){_executed_note(report)}\n"
+        f"{report['gflops_per_image']:.3g} GFLOPs per image (model FLOPs, for every MFU){_executed_note(report)}\n"
         f"measured matmul peak {report['peak_tflops'] * 1e3:.1f} GFLOP/s\n"
     )
     resident = any("rss_mb" in r for r in report["results"].values())
     cols = ["img/s", "ms/batch", "GFLOP/s", "MFU", "latency b1 ms", "step mem MB"] + (["RSS MB", "peak RSS MB"] if resident else [])
-    lines = [f"{'':16}" + "".join(f"{c:>15}" for c in cols)]
+    width = max(16, *(len(name) + 2 for name in report["results"]))
+    lines = [(f"{'':{width}}" + "".join(f"{c:>14} " for c in cols)).rstrip()]
     for name, r in report["results"].items():
         values = [r["img_per_s"], r["ms_per_batch"], r["tflops"] * 1e3, 100 * r["mfu"], r.get("latency_ms_batch1"),  # none in training
                   r["peak_memory_mb"]] + ([r.get("rss_mb"), r.get("peak_rss_mb")] if resident else [])
-        cells = [f"{'-':>14} " if v is None else f"{v:>14.1f}" + ("%" if i == 3 else " ") for i, v in enumerate(values)]
-        lines.append(f"{name:16}" + "".join(cells))
+        lines.append(f"{name:{width}}" + "".join(_cell(v, "%" if i == 3 else " ") for i, v in enumerate(values)).rstrip())
     for name, ratio in report["speedup"].items():
         lines.append(f"speed-up {name}: {ratio:.2f}x (median of per-round ratios)")
+    lines += [f"{label}: {what}" for label, what in report.get("candidates", {}).items()]
     return head + "\n".join(lines)
 
 
