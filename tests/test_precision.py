@@ -423,6 +423,21 @@ def test_int8_says_attention_in_bf16_only_where_the_model_has_attention(monkeypa
         assert ("attention in bf16" in runner.description) is attention, runner.description
 
 
+def test_int8_of_a_hybrid_prints_no_quantizer_notice_about_its_stem():
+    """torchao's quantizer warned on stderr that a hybrid's max-pool input (after the float stem convolution) is not
+    quantized: a notice about its own choice that nobody can act on."""
+    pytest.importorskip("torchao")
+    import warnings
+
+    model = vitkit.create_model("r_vit_ti16", num_classes=3, image_size=32).eval()
+    x = torch.randn(2, 3, 32, 32)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        runner = precision.prepare(model, "int8", compile=False, calibration=[x])
+        assert runner(x).shape == (2, 3)
+    assert not [w for w in seen if "maxpool2d" in str(w.message)]
+
+
 def test_written_out_attention_computes_sdpa_in_the_inputs_dtype():
     g = torch.Generator().manual_seed(0)
     qkv, bias = torch.randn(2, 5, 48, generator=g).bfloat16(), torch.randn(48, generator=g).bfloat16()

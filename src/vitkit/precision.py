@@ -176,6 +176,8 @@ def quiet_torch_internals() -> None:
     """Silence two notices torch's own quantization and compilation code print about itself (nothing a user can act on)."""
     warnings.filterwarnings("ignore", message="To copy construct from a tensor", category=UserWarning, module=r"torch\._inductor")
     warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning)
+    # the quantizer leaves a max-pool whose input is fp32 (a hybrid's ResNet stem, after its float convolution) in fp32, as it should
+    warnings.filterwarnings("ignore", message="The input of maxpool2d is not quantized", category=UserWarning)
 
 
 def _inference_settings(precision: str) -> dict[str, bool]:
