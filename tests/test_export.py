@@ -231,10 +231,11 @@ def test_cli_int8_export_is_calibrated_on_training_images_and_checked_on_held_ou
     save_pretrained(m, tmp_path / "ckpt", extra={"class_names": ["dark", "light"]})
     _class_folders(tmp_path / "data")
     base = ("export", tmp_path / "ckpt", "--format", "onnx", "--precision", "int8", "--data", tmp_path / "data", "--calibration", 8)
-    result = vitkit_cmd(*base, "--out", tmp_path / "m.onnx", "--min-agreement", 0)
+    result = vitkit_cmd(*base, "--min-agreement", 0)  # without --out: beside the checkpoint, never over its fp32 export's name
     assert result.returncode == 0, result.stderr
     assert "onnx int8 by NNCF, transformer preset, 8 calibration images of" in result.stdout and "on 12 val images of" in result.stdout
-    assert (tmp_path / "m.onnx").is_file()
+    assert (tmp_path / "ckpt.int8.onnx").is_file() and not (tmp_path / "ckpt.onnx").exists()
+    (tmp_path / "ckpt.int8.onnx").rename(tmp_path / "m.onnx")
     good, files = (tmp_path / "m.onnx").read_bytes(), sorted(p.name for p in tmp_path.iterdir())
     refused = vitkit_cmd(*base, "--out", tmp_path / "m.onnx", "--min-agreement", 1.01)  # no export can agree on 101%
     assert refused.returncode != 0 and len(refused.stderr.strip().splitlines()) == 1 and "under --min-agreement" in refused.stderr

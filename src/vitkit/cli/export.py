@@ -18,7 +18,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--format", choices=["onnx", "openvino", "torchscript", "exported-program"],
                    help="onnx (ONNX Runtime), openvino (IR .xml + .bin, from the ONNX export; needs the openvino extra), "
                    "torchscript or exported-program (default onnx)", default="onnx")
-    p.add_argument("--out", type=Path, default=None, help="output file (default: beside the checkpoint)")
+    p.add_argument("--out", type=Path, default=None, help="output file (default: beside the checkpoint, CKPT.onnx, CKPT.int8.onnx, ...)")
     p.add_argument("--atol", type=float, default=1e-4, help="largest allowed difference from PyTorch (default 1e-4)")
     p.add_argument("--threads", type=int, default=0, help="CPU threads (default: torch's choice)")
     p.add_argument("--precision", choices=["fp32", "int8"], default="fp32",
@@ -42,7 +42,8 @@ def run(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     model, metadata = load_with_metadata(args.checkpoint)
-    out = args.out or args.checkpoint.with_name(args.checkpoint.name.rstrip("/") + FORMATS[args.format])
+    precision = ".int8" if args.precision == "int8" else ""  # an int8 export never takes its fp32 export's default name
+    out = args.out or args.checkpoint.with_name(args.checkpoint.name.rstrip("/") + precision + FORMATS[args.format])
     refuse_folder(Path(out), args.format)
     if args.precision == "int8":
         return _export_int8(args, model, metadata, out)
