@@ -53,6 +53,26 @@ def test_handlers_are_installed_only_while_training(sig):
     assert signal.getsignal(sig) is before and faults.stop_requested() is None
 
 
+def test_under_torchrun_its_forwarded_copy_of_the_signal_is_not_a_second_request(monkeypatch):
+    """Ctrl-C under torchrun reaches every worker twice: from the terminal and from torchrun, which forwards the SIGINT it
+    got. Unless the kernel merged the two, the copy stopped the workers at once, without their checkpoint."""
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "none")
+    clock = [100.0]
+    monkeypatch.setattr(faults.time, "monotonic", lambda: clock[0])
+    with faults.stop_on_signals():
+        os.kill(os.getpid(), signal.SIGINT)
+        clock[0] += 0.05
+        os.kill(os.getpid(), signal.SIGINT)  # torchrun's copy: still one request
+        assert faults.stop_requested() == "SIGINT"
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGTERM)  # another signal is a second request
+    with faults.stop_on_signals():
+        os.kill(os.getpid(), signal.SIGINT)
+        clock[0] += faults.FORWARDED_WITHIN_S
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)  # pressed again, later: stop now
+
+
 def test_forked_workers_leave_the_signal_to_the_main_process():
     """DataLoader workers are forked with the handler installed; Ctrl-C reaches them too, and they must ignore it."""
     with faults.stop_on_signals():

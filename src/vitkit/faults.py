@@ -3,7 +3,8 @@
 - SIGTERM / SIGINT (preemption, Ctrl-C): `stop_on_signals()` (installed only while train() runs,
   the previous handlers restored after) records the signal; the loop saves an ordinary step
   checkpoint at the next step boundary and returns, so `vitkit train --resume RUN` continues
-  exactly. A second signal stops at once (KeyboardInterrupt).
+  exactly. A second signal stops at once (KeyboardInterrupt); under torchrun, not the copy torchrun forwards of the
+  signal every worker already got.
 - A non-finite loss or gradient: `NonFinite.skip()` says the step must not change anything (the
   gradients are dropped, so the optimizer leaves weights and moments alone); skipped steps are
   counted in the train state, and `limit` of them in a row stop the run with a TrainingError.
@@ -20,6 +21,7 @@ import shutil
 import signal
 import sys
 import threading
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -32,6 +34,9 @@ from vitkit.errors import CheckpointError, TrainingError
 
 BAD_FILES_NAME = "bad_files.json"
 _caught: list[str] = []  # names of the signals received while train() runs
+# torchrun forwards the SIGINT or SIGTERM it gets to every worker, which a Ctrl-C (or a scheduler signalling the process
+# group) has already reached: under torchrun the same signal again this soon is that copy, not a second request
+FORWARDED_WITHIN_S = 5.0
 
 
 @contextmanager
@@ -42,14 +47,19 @@ def stop_on_signals(signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT)) 
         return
 
     owner = os.getpid()
+    torchrun = "TORCHELASTIC_RUN_ID" in os.environ
+    first = [0.0]
 
     def handler(signum, frame):
         if os.getpid() != owner:
             return  # a forked DataLoader worker inherited the handler: the main process decides (Ctrl-C reaches all)
         name = signal.Signals(signum).name
+        if _caught and torchrun and name == _caught[0] and time.monotonic() - first[0] < FORWARDED_WITHIN_S:
+            return  # torchrun's copy of the signal that already stopped the run
         if _caught:
             raise KeyboardInterrupt  # asked twice: stop now
         _caught.append(name)
+        first[0] = time.monotonic()
         print(f"vitkit: {name} received: saving a checkpoint after this step, then stopping (send it again to stop at once)",
               file=sys.stderr, flush=True)
 
