@@ -142,12 +142,18 @@ def test_written_hf_directory_works_in_transformers_pipeline_with_its_class_name
     hf_config = json.loads((tmp_path / "hf" / "config.json").read_text())
     assert hf_config["id2label"]["1"] == "bag" and hf_config["label2id"]["coat"] == 2
     image = tmp_path / "x.png"
-    Image.fromarray(np.random.default_rng(0).integers(0, 256, (16, 16, 3), dtype=np.uint8)).save(image)  # colour, at the model's size
+    # colour, and not square: vitkit resizes the shorter side and cuts the centre; HF's ViTImageProcessor stretched it
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (33, 20, 3), dtype=np.uint8)).save(image)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         classify = transformers.pipeline("image-classification", model=str(tmp_path / "hf"), device="cpu")
         got = classify(Image.open(image), top_k=5)
-    probs, index = predict(model, torch.from_numpy(load_image(image, in_chans, 16).copy())[None], k=5)
+        seen = transformers.AutoImageProcessor.from_pretrained(str(tmp_path / "hf"))(Image.open(image).convert("RGB"), return_tensors="pt")
+    pixels = torch.from_numpy(load_image(image, in_chans, 16).copy())[None]
+    ours = (pixels.float() / 255 - torch.tensor(model.config.mean).view(1, -1, 1, 1)) / torch.tensor(model.config.std).view(1, -1, 1, 1)
+    if in_chans == 3:  # the same pixels in HF's pipeline as in vitkit's
+        torch.testing.assert_close(seen["pixel_values"], ours, atol=1e-5, rtol=0)
+    probs, index = predict(model, pixels, k=5)
     assert [g["label"] for g in got] == [names[i] for i in index[0].tolist()]
     tol = 2e-3 if in_chans == 3 else 1e-2  # grayscale: vitkit rounds PIL's luma to integers, the fold does not
     assert np.allclose([g["score"] for g in got], probs[0].tolist(), atol=tol)

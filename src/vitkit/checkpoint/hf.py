@@ -187,7 +187,8 @@ def write(model: VisionTransformer, directory: str | os.PathLike, *, metadata: d
     if c.in_chans == 1:  # HF's pipeline feeds RGB: the patch embedding of a grayscale model reads luma from RGB instead
         kernel = f"{prefix}embeddings.patch_embeddings.projection.weight"
         tensors[kernel] = tensors[kernel] * torch.tensor(LUMA).view(1, 3, 1, 1)
-    hf, preprocessor = _hf_config(c, metadata, class_names), _preprocessor_config(c)
+    crop_pct = (metadata.get("preprocess") or {}).get("crop_pct", 1.0)
+    hf, preprocessor = _hf_config(c, metadata, class_names), _preprocessor_config(c, crop_pct)
     refuse_foreign(directory)
     with atomic_dir(directory) as tmp:  # replaces an older directory as a whole
         write_safetensors(tmp / WEIGHTS_NAMES[0], tensors, metadata={"format": "pt"})
@@ -231,12 +232,23 @@ def _hf_config(c: ViTConfig, metadata: dict, class_names: list[str] | None) -> d
     return hf
 
 
-def _preprocessor_config(c: ViTConfig) -> dict:
-    """preprocessor_config.json: HF's ViTImageProcessor with the model's size, mean and std (3 channels: RGB in)."""
+# HF's ConvNextImageProcessor resizes the shorter side to size / crop_pct and cuts the centre square, as vitkit does,
+# below this size; from it on, it resizes the whole image to the square (as ViTImageProcessor always does)
+CROPS_BELOW = 384
+
+
+def _preprocessor_config(c: ViTConfig, crop_pct: float = 1.0) -> dict:
+    """preprocessor_config.json with the model's size, mean and std (3 channels: RGB in): HF's ConvNextImageProcessor,
+    whose resize and centre crop give the pixels vitkit's do, for a square model under CROPS_BELOW pixels; else
+    ViTImageProcessor, which resizes the whole image to the model's size, its aspect ratio lost."""
+    size = c.image_size[0]
+    if c.image_size[0] == c.image_size[1] and size < CROPS_BELOW:
+        resize = {"image_processor_type": "ConvNextImageProcessor", "do_resize": True, "size": {"shortest_edge": size}, "crop_pct": crop_pct}
+    else:
+        resize = {"image_processor_type": "ViTImageProcessor", "do_resize": True, "size": {"height": c.image_size[0], "width": c.image_size[1]}}
     return {
-        "image_processor_type": "ViTImageProcessor",
-        "do_resize": True,
-        "size": {"height": c.image_size[0], "width": c.image_size[1]},
+        **resize,
+        "resample": 2,  # bilinear, as vitkit's resize
         "do_rescale": True,
         "rescale_factor": 1 / 255,
         "do_normalize": True,
