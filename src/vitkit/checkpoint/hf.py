@@ -232,20 +232,17 @@ def _hf_config(c: ViTConfig, metadata: dict, class_names: list[str] | None) -> d
     return hf
 
 
-# HF's ConvNextImageProcessor resizes the shorter side to size / crop_pct and cuts the centre square, as vitkit does,
-# below this size; from it on, it resizes the whole image to the square (as ViTImageProcessor always does)
-CROPS_BELOW = 384
-
-
 def _preprocessor_config(c: ViTConfig, crop_pct: float = 1.0) -> dict:
-    """preprocessor_config.json with the model's size, mean and std (3 channels: RGB in): HF's ConvNextImageProcessor,
-    whose resize and centre crop give the pixels vitkit's do, for a square model under CROPS_BELOW pixels; else
-    ViTImageProcessor, which resizes the whole image to the model's size, its aspect ratio lost."""
-    size = c.image_size[0]
-    if c.image_size[0] == c.image_size[1] and size < CROPS_BELOW:
-        resize = {"image_processor_type": "ConvNextImageProcessor", "do_resize": True, "size": {"shortest_edge": size}, "crop_pct": crop_pct}
+    """preprocessor_config.json with the model's size, mean and std (3 channels: RGB in). A square model gets HF's
+    CLIPImageProcessor, which resizes the shorter side to size / crop_pct and cuts the centre square, as vitkit does;
+    a non-square one ViTImageProcessor, which resizes the whole image to the model's size."""
+    h, w = c.image_size
+    if h == w:
+        shorter = max(h, round(h / crop_pct))  # as vitkit.data.images.scaled_size
+        resize = {"image_processor_type": "CLIPImageProcessor", "do_resize": True, "size": {"shortest_edge": shorter},
+                  "do_center_crop": True, "crop_size": {"height": h, "width": w}, "do_convert_rgb": True}
     else:
-        resize = {"image_processor_type": "ViTImageProcessor", "do_resize": True, "size": {"height": c.image_size[0], "width": c.image_size[1]}}
+        resize = {"image_processor_type": "ViTImageProcessor", "do_resize": True, "size": {"height": h, "width": w}}
     return {
         **resize,
         "resample": 2,  # bilinear, as vitkit's resize
