@@ -19,6 +19,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from .images import scaled_size
+
 
 @dataclass(frozen=True)
 class AugmentConfig:
@@ -225,12 +227,11 @@ def train_transform(images: torch.Tensor, size: tuple[int, int], cfg: AugmentCon
 
 
 def resize_center_crop(x: torch.Tensor, size: tuple[int, int], crop_pct: float) -> torch.Tensor:
-    """Resize the shorter side to size / crop_pct (antialiased), then cut the central window."""
+    """Resize the shorter side to size / crop_pct (antialiased; sides rounded as `images.scaled_size` rounds them),
+    then cut the central window. Images already at `size` are taken as cropped (loaded into memory by `load_image`)."""
     H, W = x.shape[-2:]
-    target = max(size) / crop_pct
     if (H, W) != tuple(size):
-        ratio = target / min(H, W)
-        new = (max(size[0], round(H * ratio)), max(size[1], round(W * ratio)))
+        new = scaled_size(W, H, max(size), crop_pct)[::-1]
         if new != (H, W):
             x = F.interpolate(x, size=new, mode="bilinear", antialias=True, align_corners=False)
     H, W = x.shape[-2:]

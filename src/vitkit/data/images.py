@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import io
+import math
 import os
 import warnings
 from pathlib import Path
@@ -264,12 +265,19 @@ def to_channels(image: Image.Image, channels: int) -> Image.Image:
 
 
 def scaled_size(width: int, height: int, size: int, crop_pct: float = 1.0) -> tuple[int, int]:
-    """(w, h) of an image once its shorter side is resized to size / crop_pct (before the centre crop)."""
-    scale_to = max(size, round(size / crop_pct))
+    """(w, h) of an image once its shorter side is resized to size / crop_pct (before the centre crop), both rounded
+    down as timm's and torchvision's Resize and Hugging Face's image processors round them."""
+    scale_to = shorter_side(size, crop_pct)
     if min(width, height) == scale_to:
         return width, height
-    ratio = scale_to / min(width, height)
-    return max(scale_to, round(width * ratio)), max(scale_to, round(height * ratio))
+    if width <= height:
+        return scale_to, max(scale_to, int(scale_to * height / width))
+    return max(scale_to, int(scale_to * width / height)), scale_to
+
+
+def shorter_side(size: int, crop_pct: float) -> int:
+    """The shorter side an image is resized to before its centre size x size crop (timm: floor(size / crop_pct))."""
+    return max(size, math.floor(size / crop_pct))
 
 
 def resize_center_crop(image: Image.Image, size: int, crop_pct: float = 1.0) -> Image.Image:
