@@ -211,6 +211,16 @@ def test_int8_is_calibrated_and_close_to_fp32(model):
     assert (out - ref).abs().max() < 0.1 * ref.abs().max()
 
 
+def test_int8_without_calibration_images_says_it_calibrates_on_its_first_batch_before_and_after_it_runs(model):
+    """prepare(model, "int8") without calibration= quantizes on the first batch it runs; its description said nothing
+    of it until then, so a report written before that batch claimed no calibration at all."""
+    pytest.importorskip("torchao")
+    runner = precision.prepare(model, "int8", compile=False)
+    assert "calibrated on its first batch" in runner.description
+    runner(torch.randn(6, 3, 16, 16))
+    assert "calibrated on its first batch (6 images)" in runner.description and "no calibration images" not in runner.description
+
+
 def test_int8_built_on_a_batch_of_one_image_runs_every_batch_size(model):
     """`vitkit predict one.png --precision int8` and Classifier.predict(one image) exported the graph on a batch of one,
     which torch.export cannot keep dynamic: a traceback ("Constraints violated (batch)")."""

@@ -203,6 +203,9 @@ class _Forward(nn.Module):
         return self.model(x, pre_logits=True) if self.pre_logits else self.model(x)
 
 
+FIRST_BATCH_CALIBRATION = ", calibrated on its first batch (no calibration images given)"
+
+
 class Runner:
     """A model prepared for inference at one precision: call it on normalised images, get float32 outputs."""
 
@@ -239,6 +242,8 @@ class Runner:
         if self._eager_linears is not None:
             self.description += ", oneDNN GEMMs" if self._onednn else ", eager GEMMs packed for oneDNN"
         self._calibration = calibration
+        if precision == "int8" and calibration is None:  # said before the first batch runs, so that no report leaves it out
+            self.description += FIRST_BATCH_CALIBRATION
         self.compiled = False
         self._eager_seconds: float | None = None  # auto mode's eager batch, until compiled has been timed against it
         self._eager_description = self.description
@@ -249,7 +254,8 @@ class Runner:
         quiet_torch_internals()
         if self.precision == "int8":
             n = self._quantize(x)
-            self.description += f", {n} calibration images"
+            self.description = self.description.replace(FIRST_BATCH_CALIBRATION, "") + (
+                f", {n} calibration images" if self._calibration is not None else f", calibrated on its first batch ({n} images)")
         elif self.precision == "int8-dynamic":
             self._quantize_dynamic()
         self._fn = self._compiled() if self._compile else self.forward
