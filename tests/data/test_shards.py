@@ -93,6 +93,41 @@ def test_parquet_files_as_hugging_face_writes_them(tmp_path):
         open_split(tmp_path / "other", "train", channels=3, val_fraction=0.5)
 
 
+def _tar(path, samples: dict[str, str | None]):
+    """A WebDataset tar: KEY.jpg and, unless its label is None, KEY.cls."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(path, "w") as tar:
+        for i, (key, label) in enumerate(samples.items()):
+            for name, data in [(f"{key}.jpg", jpeg(i))] + ([(f"{key}.cls", label.encode())] if label is not None else []):
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+
+
+@pytest.mark.parametrize("labels, classes_txt, words", [
+    # indices and names mixed with classes.txt: each read against it (they became classes "0", "1", "cat", "dog")
+    (["0", "dog", "2", "cat"], True, None),
+    (["0", "dog", "2", "cat"], False, "mix class indices ('0' at"),
+    (["0", "1", "7", "2"], True, "label class index 7, outside 0 .. 2 the 3 classes of classes.txt"),
+    (["cat", "dog", "owl", "emu"], True, "label class 'owl', not one of the 3 classes of classes.txt (cat, dog, emu)"),
+    (["cat", "dog", None, None], False, "has no .cls or .json label, where other samples have one"),  # a shard without labels
+])
+def test_shard_labels_are_read_against_classes_txt_and_a_label_that_fits_no_class_is_named(tmp_path, labels, classes_txt, words):
+    """Labels that mixed indices and names, named a class classes.txt lacks, or were missing from one shard among labelled
+    ones, each became a class of their own ("0" next to "cat", "owl", ""), silently, and a model trained on them."""
+    _tar(tmp_path / "s" / "shard-000000.tar", {f"a{i}": label for i, label in enumerate(labels[:2])})
+    _tar(tmp_path / "s" / "shard-000001.tar", {f"b{i}": label for i, label in enumerate(labels[2:])})
+    if classes_txt:
+        (tmp_path / "s" / "classes.txt").write_text("\n".join(CLASSES) + "\n")
+    if words is None:
+        split = open_sharded(tmp_path / "s", "train", val_fraction=0.0)
+        assert split.class_names == list(CLASSES) and sorted(split.labels.tolist()) == [0, 0, 1, 2]
+        return
+    with pytest.raises(DataError, match=r"\.tar") as err:  # the sample's shard, and what is wrong with its label
+        open_sharded(tmp_path / "s", "train", val_fraction=0.0)
+    assert words in str(err.value), str(err.value)
+
+
 def test_an_unlabelled_hugging_face_test_split_leaves_the_others_usable_and_a_null_label_is_named(tmp_path):
     """Hugging Face writes an unlabelled test split with label -1: the whole dataset was refused ("labels run from -1 to
     2"), training included. A null label became a class with an empty name."""

@@ -4,8 +4,9 @@
     data.path=/data/cifar10/                                 train-*.parquet, test-*.parquet (or train/, data/ ...)
 
 A tar shard holds samples as members `KEY.jpg|jpeg|png|webp` + `KEY.cls` (the label: a class index or
-name) or `KEY.json` ({"label": ...}); class names come from `classes.txt` (one a line) beside the shards
-when integer labels are used, else from the label names (sorted). Tars are indexed once (member offsets
+name) or `KEY.json` ({"label": ...}); class names come from `classes.txt` (one a line) beside the shards,
+where an index counts in it and a name must be in it; without it indices are named by their numbers, names are
+sorted, and the two kinds do not mix. Tars are indexed once (member offsets
 from the headers), so any sample is read with one seek: the data order, its exact resume, the split
 across torchrun ranks and DataLoader workers and `data.on_error` are those of image folders. Parquet
 files are read through pyarrow (`pip install vitkit[parquet]`): an image column of {bytes, path}
@@ -408,19 +409,33 @@ def _row_group_images(file: str, group: int) -> list[tuple[bytes | None, str | N
 
 
 # -- the split ------------------------------------------------------------------------------------
-def _labels(raw: list[str], known: list[str] | None, source: str) -> tuple[torch.Tensor, list[str]]:
-    """Class indices and names: integer labels are indices (names from `known`, else the numbers); names are sorted."""
+def _labels(raw: list[str], known: list[str] | None, source: str, records: list) -> tuple[torch.Tensor, list[str]]:
+    """Class indices and names. With `known` (classes.txt) an integer label is an index into it and a name one of its
+    names; without it integer labels are indices named by their numbers, and names are sorted. A label that fits
+    neither, labels that mix indices and names with no classes.txt, or a sample without a label among labelled ones,
+    is one error naming the sample (`records[i]`)."""
     if all(r == "" for r in raw):
         return torch.zeros(len(raw), dtype=torch.long), ["unlabeled"]
-    if all(r.lstrip("-").isdigit() for r in raw):
-        values = [int(r) for r in raw]
-        given = [v for v in values if v != -1]  # -1: no label (a Hugging Face test split's), refused where it is used
-        count = max(given, default=-1) + 1
-        names = list(known) if known else [str(i) for i in range(count)]
-        if given and (min(given) < 0 or count > len(names)):
-            raise DataError(f"{source}: labels run from {min(given)} to {max(given)} but there are {len(names)} class names; "
-                            "labels must be 0 .. classes - 1")
+    if "" in raw:  # one shard without labels among labelled ones
+        raise DataError(f"{records[raw.index('')]}: has no .cls or .json label, where other samples have one; every sample "
+                        "needs one (or none has)")
+    numeric = [r.lstrip("-").isdigit() for r in raw]
+    if all(numeric) or known:
+        names = list(known) if known else [str(i) for i in range(max(int(r) for r in raw) + 1)]
+        index = {name: i for i, name in enumerate(names)}
+        values = [int(r) if number else index.get(r, -2) for r, number in zip(raw, numeric)]
+        bad = next((i for i, v in enumerate(values) if v < -1 or v >= len(names)), None)  # -1: no label (Hugging Face's)
+        if bad is not None:
+            shown = ", ".join(names[:8]) + (" ..." if len(names) > 8 else "")
+            what = f"class index {raw[bad]}, outside 0 .. {len(names) - 1}" if numeric[bad] else f"class {raw[bad]!r}, not one of"
+            raise DataError(f"{records[bad]}: label {what} the {len(names)} classes{' of classes.txt' if known else ''} ({shown}); "
+                            "fix the label" + ("" if known else ", or list the class names in classes.txt beside the shards"))
         return torch.tensor(values, dtype=torch.long), names
+    if any(numeric):
+        i, j = numeric.index(True), numeric.index(False)
+        raise DataError(f"{source}: labels mix class indices ({raw[i]!r} at {records[i]}) and class names ({raw[j]!r} at "
+                        f"{records[j]}); use one kind, or list the class names in classes.txt beside the shards (an index "
+                        "then counts in it)")
     names = sorted(set(raw), key=_label_order)
     index = {name: i for i, name in enumerate(names)}
     return torch.tensor([index[r] for r in raw], dtype=torch.long), names
@@ -436,7 +451,7 @@ def open_sharded(path: str | os.PathLike, split: str, *, val_fraction: float = 0
         raise DataError(f"{path}: holds both tar and Parquet shards; point data.path at one kind")
     read = _read_parquet if ".parquet" in kinds else _read_tars
     records, raw, known = read(files)  # every file, so that the classes are the same in every split
-    labels, names = _labels(raw, known, str(path))
+    labels, names = _labels(raw, known, str(path), records)
     return _labelled(_open_split(path, split, files, records, labels, names, val_fraction, seed), split)
 
 
