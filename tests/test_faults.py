@@ -300,7 +300,39 @@ def test_bad_image_files_are_skipped_counted_and_listed(tmp_path, memory_mb, cap
     assert "skipping a bad image" in printed.err
     assert summary["steps"] == 4 and (out / "final" / "model.safetensors").is_file()
     if memory_mb > 1:  # found before training: the plan says how many images are read (it counted the unreadable ones)
-        assert re.search(r"skipped +\d+ unreadable \(data.on_error=skip, listed in bad_files.json\): \d+ training images", printed.out)
+        assert re.search(r"skipped +\d+ unreadable \(data.on_error=skip, listed in bad_files.json\): \d+ of train, \d+ of val; "
+                         r"\d+ training images", printed.out)
+
+
+@pytest.mark.parametrize("memory_mb", [4096, 0.0001])
+def test_unreadable_validation_images_are_not_counted_as_scored_nor_blamed_on_training(tmp_path, memory_mb, capfd, monkeypatch):
+    """Three unreadable files in val.csv: the plan said "val 15 images" and "120 training images are read", and the
+    accuracy figure and summary.json said validation was 15 images, where 12 were scored."""
+    from vitkit import plots
+
+    rng = np.random.default_rng(0)
+    rows = {"train": [], "val": []}
+    for split, n in (("train", 16), ("val", 12)):
+        for i in range(n):
+            path = tmp_path / "img" / f"{split}{i}.png"
+            path.parent.mkdir(exist_ok=True)
+            Image.fromarray(rng.integers(0, 255, (10, 12, 3), dtype=np.uint8)).save(path)
+            rows[split].append(f"{path},{'ab'[i % 2]}")
+    (tmp_path / "img" / "cut.png").write_bytes((tmp_path / "img" / "val0.png").read_bytes()[:30])
+    (tmp_path / "img" / "notes.png").write_text("not an image")
+    rows["val"] += [f"{tmp_path / 'img' / 'cut.png'},a", f"{tmp_path / 'img' / 'notes.png'},b", f"{tmp_path / 'img' / 'gone.png'},a"]
+    for split, lines in rows.items():
+        (tmp_path / "data" / f"{split}.csv").parent.mkdir(exist_ok=True)
+        (tmp_path / "data" / f"{split}.csv").write_text("\n".join(lines) + "\n")
+    titles = {}
+    save = plots._save
+    monkeypatch.setattr(plots, "_save", lambda fig, path: titles.setdefault(path.name, fig.axes[0].get_title()) and save(fig, path))
+    summary = train(load_run_config(None, FOLDER + [f"data.path={tmp_path / 'data'}", f"data.memory_mb={memory_mb}"]), tmp_path / "run")
+    assert summary["unreadable"] == {"train": 0, "val": 3} and summary["val_images"]["n"] == 15
+    assert "validation: 12 of 15 images (3 unreadable skipped)" in titles["accuracy.png"]
+    printed = capfd.readouterr().out
+    if memory_mb > 1:  # found before training (streamed, they are found as validation reads them)
+        assert "3 unreadable skipped, 12 read" in printed and "0 of train, 3 of val; 16 training images are read" in printed
 
 
 def test_on_error_fail_names_the_file(tmp_path):

@@ -297,14 +297,25 @@ class _Data:
     batches: Any  # the training batches in their reproducible order (a Batches)
     augment: Any  # what the device does to them (an AugmentConfig: no crop where the loader cut it)
     record: dict  # the data spec and exactly which images each split holds (DataSpec.record), kept in the checkpoint
+    val_files: frozenset = frozenset()  # the validation split's files, to tell which split an unreadable file is of
 
     @property
     def size(self) -> int:
         return self.shape.image_size[0]
 
+    def unreadable(self, train_split: str, val_split: str) -> dict[str, int]:
+        """How many unreadable files each split has had skipped so far (data.on_error=skip): its figures count the others."""
+        val = sum(1 for path in self.bad.files if path in self.val_files)
+        return {train_split: len(self.bad) - val, val_split: val}
+
     @property
     def channels(self) -> int:
         return self.shape.in_chans
+
+
+def _images(split: dict, unreadable: int) -> str:
+    """A split's images for a figure: "120 images", or "117 of 120 images (3 unreadable skipped)"."""
+    return f"{split['n'] - unreadable:,} of {split['n']:,} images ({unreadable:,} unreadable skipped)" if unreadable else f"{split['n']:,} images"
 
 
 @dataclass
@@ -425,6 +436,7 @@ def _prepare_data(config: RunConfig, out: Path, resume: bool, env: _Setup) -> _D
     check_compatible(train_split, val_split)  # faults: the same classes, labels in range, before any work
     record = spec.record({d.train_split: train_split, d.val_split: val_split})
     bad = faults.bad_files(out, d.on_error, resume, writer=env.world.main)  # faults: unreadable image files, as data.on_error says
+    val_files = frozenset(str(path) for path in val_split.paths) if val_split.paths is not None else frozenset()
     if fits_in_memory(val_split, channels, size, d.memory_mb):
         val_split = load_into_memory(val_split, channels, size, a.eval_crop_pct, workers=d.workers, bad=bad)
     class_names = train_split.class_names
@@ -436,7 +448,7 @@ def _prepare_data(config: RunConfig, out: Path, resume: bool, env: _Setup) -> _D
     if len(train_split) < env.micro:
         raise DataError(f"{train_split.source}: {len(train_split)} training images, fewer than one batch of {env.micro}; lower train.batch_size")
     batches, augment = training_batches(config, train_split, env.micro, env.device, bad, env.world)
-    return _Data(batches.split, val_split, class_names, bad, shape, batches, augment, record)
+    return _Data(batches.split, val_split, class_names, bad, shape, batches, augment, record, val_files)
 
 
 def _build(config: RunConfig, out: Path, env: _Setup, data: _Data) -> _State:
@@ -670,12 +682,14 @@ def _finish(config: RunConfig, out: Path, env: _Setup, data: _Data, run: _State,
         "checkpoint": str(out / "final"),
         "skipped_steps": progress["skipped_steps"],  # faults: non-finite steps
         "bad_files": len(data.bad),
+        "unreadable": data.unreadable(config.data.train_split, config.data.val_split),  # of each split: its figures count the rest
     }
     write_json(out / "summary.json", summary)
     from vitkit.plots import plot_run  # matplotlib only when a run ends
 
     splits = data.record.get("splits", {})
-    captions = {name: f"{split['n']:,} images, {split['source']}" + (f" ({split['selection']})" if split.get("selection", "all") != "all" else "")
+    skipped = data.unreadable(config.data.train_split, config.data.val_split)
+    captions = {name: f"{_images(split, skipped.get(name, 0))}, {split['source']}" + (f" ({split['selection']})" if split.get("selection", "all") != "all" else "")
                 for name, split in splits.items()}
     plot_run(rows, out, train_data=captions.get(config.data.train_split), val_data=captions.get(config.data.val_split))
     return summary
@@ -705,11 +719,14 @@ def _plan(config: RunConfig, model: VisionTransformer, data: _Data, env: _Setup,
     lines = [f"model      {_model_name(config.model.get('name'), c)} at {c.image_size[0]}x{c.image_size[1]}, "
              f"{c.in_chans} channel{'s' * (c.in_chans > 1)}, {shape}: {params:,} parameters, {count_flops(c) / 1e9:.3g} GFLOPs/image",
              f"data       {record['name'] if record['name'] == 'synthetic' else record['path']}: {len(names)} classes ({shown})"]
+    skipped = data.unreadable(t_split := config.data.train_split, config.data.val_split)
     for name, split in record["splits"].items():
-        lines.append(f"  {name:<8} {split['n']:>7,} images  {split['source']} ({split['selection']})")
-    if len(data.bad):  # found while loading the data into memory; a streamed run finds its own as it reads
+        lines.append(f"  {name:<8} {split['n']:>7,} images  {split['source']} ({split['selection']})"
+                     + (f": {skipped[name]:,} unreadable skipped, {split['n'] - skipped[name]:,} read" if skipped.get(name) else ""))
+    if len(data.bad):  # found while loading the data into memory, or listed by an earlier segment; a streamed run finds its own as it reads
         lines.append(f"  skipped  {len(data.bad):>7,} unreadable (data.on_error=skip, listed in bad_files.json): "
-                     f"{len(data.train):,} training images are read")
+                     + ", ".join(f"{k:,} of {name}" for name, k in skipped.items())
+                     + f"; {len(data.train) - (0 if data.train.images is not None else skipped[t_split]):,} training images are read")
     images = (last - step) * t.batch_size
     epochs = images / max(len(data.train), 1)
     threads = torch.get_num_threads()
