@@ -20,6 +20,7 @@ import dataclasses
 import json
 import math
 import os
+import shlex
 import shutil
 import sys
 import time
@@ -253,10 +254,12 @@ def train(config: RunConfig, out: str | os.PathLike, *, resume: bool = False, st
     started = time.perf_counter()
     if config.data.path is not None:  # a relative data.path would mean other data from another directory
         config = dataclasses.replace(config, data=dataclasses.replace(config.data, path=absolute(config.data.path)))
+    out = Path(out)
+    if not resume and (out / "config.json").is_file() and not (out / "run.yaml").is_file():  # eval OUT would read that model
+        raise ConfigError(f"--out {out}: holds a model (config.json), not a run; {_train_from(out)}")  # before its lock file
     threads_before = torch.get_num_threads()
     if config.train.threads:
         torch.set_num_threads(config.train.threads)
-    out = Path(out)
     created = not out.exists()
     writer = exclusive(out, advice="wait for it to end, or choose another --out") if _main_process() else nullcontext()
     try:
@@ -939,5 +942,11 @@ def resume_config(out: str | os.PathLike, overrides: list[str] = ()) -> RunConfi
     """The run config of an existing run directory, with `overrides` (e.g. train.steps=... to extend it)."""
     path = Path(out) / "run.yaml"
     if not path.is_file():
+        if Path(out).is_file() or (Path(out) / "config.json").is_file():  # a checkpoint: trained from, never into
+            raise CheckpointError(f"{out}: a model, not a vitkit run directory (no run.yaml); {_train_from(out)}")
         raise CheckpointError(f"{out}: not a vitkit run directory (no run.yaml); start it with vitkit train --out {out}")
     return load_run_config(path, overrides)
+
+
+def _train_from(model: str | os.PathLike) -> str:
+    return f"to train from it, start a run in a new folder: vitkit train --out NEW_DIR model.init={shlex.quote(str(model))}"

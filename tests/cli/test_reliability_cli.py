@@ -97,6 +97,17 @@ def test_out_naming_a_file(tmp_path, capsys):
     assert _one_line_exit_2(capsys, "train", "--out", tmp_path / "file" / "sub", *TINY).startswith(f"vitkit train: error: {tmp_path / 'file'}: is a file")
 
 
+def test_out_naming_a_model_directory_is_refused_and_resume_of_a_model_says_how_to_train_from_it(tmp_path, capsys):
+    """train --out DIR of a converted model wrote the run around it; `eval DIR` then scored the old model, not the run's."""
+    model = save_pretrained(VisionTransformer(get_config("vit_test", depth=1, image_size=8)), tmp_path / "model")
+    before = sorted(p.name for p in model.iterdir())
+    line = _one_line_exit_2(capsys, "train", "--out", model, *TINY, "train.steps=2")
+    assert "holds a model (config.json), not a run" in line and f"model.init={model}" in line
+    assert sorted(p.name for p in model.iterdir()) == before
+    line = _one_line_exit_2(capsys, "train", "--resume", model)
+    assert "a model, not a vitkit run directory" in line and "--out NEW_DIR" in line and f"--out {model}" not in line
+
+
 # -- CLI values are what they say -----------------------------------------------------------------
 @pytest.mark.parametrize("value", ["#hash", "x #y", "1e3", "[a, b]", "{a: 1}", "yes", "a: b"])
 def test_text_values_are_never_yaml(value):
