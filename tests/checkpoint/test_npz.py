@@ -160,3 +160,23 @@ def test_pre_linen_names_are_mapped(tmp_path):
     tensors, shown = npz.canonical(official_arrays(), source="x.npz")
     assert "Transformer/encoderblock_0/MultiHeadDotProductAttention_0/query/kernel" in tensors
     assert shown("Transformer/encoderblock_0/MlpBlock_0/Dense_0/kernel") == "Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel"
+
+
+@pytest.mark.parametrize("name, fmt", [("m.npz", "npz"), ("m.pth", "timm")])
+def test_a_sidecar_copied_beside_other_weights_is_not_read_as_theirs(make_model, tmp_path, name, fmt):
+    """m.npz.json of one model copied beside another model's m.npz gave that model its class names and data record."""
+    import shutil
+    import warnings
+
+    from vitkit.checkpoint import load_with_metadata
+
+    for folder, seed, names in (("a", 0, ["ant", "bee", "cat"]), ("b", 1, ["dog", "emu", "fox"])):
+        save_checkpoint(make_model(seed=seed, num_classes=3), tmp_path / folder / name, fmt, metadata={"class_names": names})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # its own sidecar: read, no warning
+        assert load_with_metadata(tmp_path / "b" / name)[1]["class_names"] == ["dog", "emu", "fox"]
+    shutil.copy(tmp_path / "a" / f"{name}.json", tmp_path / "b" / f"{name}.json")
+    with pytest.warns(UserWarning, match="written for other weights"):
+        _, meta = load_with_metadata(tmp_path / "b" / name)
+    assert "class_names" not in meta
+

@@ -554,6 +554,8 @@ def write_with_sidecar(path: str | os.PathLike, write_weights, sidecar: dict | N
     fresh = path.with_name(f".{path.name}.new")
     try:
         write_weights(fresh)
+        if sidecar is not None:  # which weights it describes: a copy left beside other weights is not read as theirs
+            sidecar = {**sidecar, SIDECAR_WEIGHTS: fingerprint(fresh)}
         write_json(_staged_sidecar(path), {"weights_sha256": sha256(fresh), "sidecar": sidecar})
         os.replace(fresh, path)
     finally:
@@ -591,5 +593,28 @@ def settle_sidecar(path: str | os.PathLike) -> dict | None:
 
 
 def read_sidecar(path: str | os.PathLike) -> dict:
-    """The sidecar JSON of a weights file, {} when there is none (a replacement cut short is settled first)."""
-    return settle_sidecar(path)
+    """The sidecar JSON of a weights file, {} when there is none (a replacement cut short is settled first), or when it
+    was written for other weights (copied beside another file): then a warning says it is not used."""
+    data = settle_sidecar(path)
+    recorded = data.get(SIDECAR_WEIGHTS)
+    if recorded is not None and Path(path).is_file() and recorded != fingerprint(Path(path)):
+        warnings.warn(f"{sidecar_path(path)}: written for other weights than {path} (copied beside it, or the weights replaced "
+                      "since): its class names, preprocessing and data record are not used; remove it, or convert the model again")
+        return {}
+    return data
+
+
+SIDECAR_WEIGHTS = "weights_fingerprint"  # the key of `fingerprint(weights)` in a sidecar
+
+
+def fingerprint(path: Path) -> str:
+    """Which weights file this is, cheaply for a large one: its size and a digest of its first and last MiB (another
+    model's weights differ in both, as a file of other tensors does)."""
+    size = path.stat().st_size
+    digest = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as f:
+        digest.update(f.read(1 << 20))
+        if size > 2 << 20:
+            f.seek(-(1 << 20), os.SEEK_END)
+            digest.update(f.read(1 << 20))
+    return f"{size}:{digest.hexdigest()}"
