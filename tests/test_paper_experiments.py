@@ -34,13 +34,13 @@ def idx_data(tmp_path_factory):
     return root
 
 
-def run(script, *args, monkeypatch):
+def run(script, *args, monkeypatch, code=0):
     threads = torch.get_num_threads()
     monkeypatch.setattr(sys, "argv", [str(PAPER / script), "--ci", "--threads", "1", *map(str, args)])
     with pytest.raises(SystemExit) as done:
         runpy.run_path(str(PAPER / script), run_name="__main__")
     torch.set_num_threads(threads)
-    assert done.value.code == 0
+    assert done.value.code == code
 
 
 def outputs(out: Path, name: str) -> dict:
@@ -109,3 +109,26 @@ def test_pos_embed(idx_data, tmp_path, monkeypatch):
     result = outputs(tmp_path, "pos_embed")
     assert set(result["stats"]) == {"none", "learned", "learned_2d", "relative", "sincos2d"}
     assert "minus_none" in result["stats"]["relative"] and "minus_none" not in result["stats"]["none"]
+
+
+def test_a_stopped_experiment_continues_and_a_rerun_with_other_settings_is_refused(idx_data, tmp_path, monkeypatch, capsys):
+    """A run of an earlier command was reused whatever its settings (a table of 20-step runs captioned "5 steps"); one
+    stopped by Ctrl-C ended in a traceback, and the same command then failed on it every time."""
+    import common
+
+    real, calls = common.train, []
+
+    def stopped_once(config, out, **kw):  # the first run is stopped after its first step, as SIGINT would stop it
+        calls.append(kw.get("resume", False))
+        return real(config, out, **kw, **({"stop_at": 1} if len(calls) == 1 else {}))
+
+    monkeypatch.setattr(common, "train", stopped_once)
+    args = ("pos_embed.py", "--data", idx_data, "--out", tmp_path, "--variants", "none", "--seeds", "1")
+    run(*args, monkeypatch=monkeypatch)
+    assert "stopped at step 1 of 2" in capsys.readouterr().err and not (tmp_path / "pos_embed.json").exists()
+    run(*args, monkeypatch=monkeypatch)  # the same command: continues the stopped run
+    assert calls == [False, True] and json.loads((tmp_path / "runs" / "none_seed0" / "summary.json").read_text())["steps"] == 2
+    assert (tmp_path / "pos_embed.json").is_file()
+    run(*args, "--steps", "3", monkeypatch=monkeypatch, code=2)  # other settings: never reported as this command's
+    assert "trained with other settings (train.checkpoint_every, train.eval_every, train.steps differ" in capsys.readouterr().err
+

@@ -33,8 +33,8 @@ from vitkit.data.spec import absolute
 from vitkit.errors import VitkitError
 from vitkit.evaluation import evaluate, fewshot_eval, markdown_table
 from vitkit.models.summary import count_flops
-from vitkit.run_config import fitted_size, from_dict
-from vitkit.train import train
+from vitkit.run_config import changed_settings, fitted_size, from_dict, load_run_config
+from vitkit.train import step_checkpoints, train
 
 # The demo's recipe (configs/fashion_mnist.yaml) for every family: AdamW, warmup + cosine, 1-pixel shifts, flips,
 # label smoothing; only the model and the length change.
@@ -105,6 +105,11 @@ def write_idx(path: Path, array: np.ndarray) -> None:
     path.write_bytes(header + np.ascontiguousarray(array, dtype=np.uint8).tobytes())
 
 
+def fewshot_pool(args, channels: int, size: int):
+    """The images few-shot evaluation draws its shots from: the data's whole training split (no subset)."""
+    return DataSpec(path=str(args.data)).open("train", channels=channels, image_size=size)
+
+
 def spec(args, train_images: int | None = None) -> DataSpec:
     """The data of every run: `args.data` cut as RECIPE says, only `train_images` of its training split where given."""
     return DataSpec(path=str(args.data), val_fraction=RECIPE["data"]["val_fraction"], train_images=train_images)
@@ -123,10 +128,23 @@ def run_one(name: str, model: dict, args, *, seed: int = 0, train_images: int | 
                   "device": args.device, "threads": args.threads, "keep_checkpoints": 1},
     })  # fmt: skip
     started = time.perf_counter()
+    if (run_dir / "run.yaml").is_file():  # a run of an earlier command: reused (or continued) only with the same settings
+        changed = changed_settings(load_run_config(run_dir / "run.yaml"), config)
+        if changed:
+            fail(f"{run_dir}: trained with other settings ({', '.join(changed)} differ from this command's); give another "
+                 f"--out, or remove {run_dir} to train it again")
     if not (run_dir / "summary.json").is_file():
-        print(f"[{name}] training {args.steps} steps of {args.batch_size} on {args.data}"
+        resume = bool(step_checkpoints(run_dir))  # stopped part way by an earlier command: continued where it stopped
+        print(f"[{name}] {'continuing' if resume else 'training'} {args.steps} steps of {args.batch_size} on {args.data}"
               + (f" ({train_images:,} training images)" if train_images else ""), file=sys.stderr, flush=True)
-        train(config, run_dir)
+        try:
+            result = train(config, run_dir, resume=resume)
+        except VitkitError as err:
+            fail(str(err))
+        if "stopped_at" in result:  # SIGINT / SIGTERM: a checkpoint, and nothing reported from a half-trained model
+            print(f"{Path(sys.argv[0]).name}: stopped at step {result['stopped_at']} of {result['steps']} of {run_dir}, checkpoint "
+                  "saved; nothing reported yet: run the same command again to continue", file=sys.stderr, flush=True)
+            raise SystemExit(0)
     summary = json.loads((run_dir / "summary.json").read_text())
     model, extra = load_native(run_dir / "final")
     c = model.config
@@ -144,7 +162,7 @@ def run_one(name: str, model: dict, args, *, seed: int = 0, train_images: int | 
         "train_wall_s": summary["wall_time_s"], "seconds": time.perf_counter() - started,
     }  # fmt: skip
     if fewshot:
-        full = DataSpec(path=str(args.data)).open("train", channels=c.in_chans, image_size=c.image_size[0])  # no subset
+        full = fewshot_pool(args, c.in_chans, c.image_size[0])
         fs = fewshot_eval(model, full, test, shots=fewshot, seeds=2, device=device)  # the official least-squares evaluator
         row.update({f"fewshot{k}": v["mean"] for k, v in fs["shots"].items()})
     print(json.dumps(row), file=sys.stderr, flush=True)

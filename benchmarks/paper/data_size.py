@@ -18,10 +18,20 @@ from __future__ import annotations
 
 import sys
 
-from common import FAMILIES, chosen, defaults, fail, families, header, lines, parser, pyplot, report, run_one, save_figure
+import numpy as np
+
+from common import FAMILIES, chosen, defaults, fail, families, header, lines, parser, pyplot, report, run_one, save_figure, fewshot_pool
 
 FULL = {"sizes": "1000,5000,20000,57000", "steps": 500, "batch_size": 256, "test_images": None}
 CI = {"sizes": "60,120", "steps": 2, "batch_size": 16, "test_images": 40}
+
+
+def few_per_class(args) -> tuple[str, int] | None:
+    """(name, count) of a class with fewer than 10 images in the training split (what the 10-shot column draws from)."""
+    train = fewshot_pool(args, args.channels, args.image_size)
+    counts = np.bincount(train.labels.numpy(), minlength=len(train.class_names))
+    k = int(counts.argmin())
+    return (train.class_names[k], int(counts[k])) if counts[k] < 10 else None
 
 
 def main() -> int:
@@ -34,6 +44,12 @@ def main() -> int:
     sizes = sorted(int(n) for n in args.sizes.split(","))
     if sizes[-1] > args.train_count:
         fail(f"--sizes: {sizes[-1]:,} is more than the training split holds: {args.train_described}")
+    if sizes[0] < args.batch_size:  # checked before any run trains, not after the first
+        fail(f"--sizes: {sizes[0]:,} training images are fewer than one batch of {args.batch_size}; lower --batch-size or raise --sizes")
+    fewest = few_per_class(args)
+    if fewest is not None:
+        fail(f"the 10-shot column draws 10 training images of every class, and class {fewest[0]!r} has {fewest[1]}; "
+             "use data with 10 or more images of each class")
     models = families(args.image_size, args.channels)
     rows = []
     for n in sizes:

@@ -417,6 +417,18 @@ def _convert(value: Any, option: Any) -> Any:
     return _BAD
 
 
+DISPLAY_KEYS = ("train.progress", "train.threads", "train.device")  # how a run is shown or where it runs, not what it trains
+
+
+def changed_settings(saved: RunConfig, now: RunConfig) -> list[str]:
+    """The keys (section.key) whose values differ between two run configs, display settings left out."""
+    def flat(c: RunConfig) -> dict:
+        return {f"{section}.{key}": value for section, values in c.to_dict().items() for key, value in values.items()}
+
+    a, b = flat(saved), flat(now)
+    return [k for k in sorted(a.keys() | b.keys()) if a.get(k) != b.get(k) and k not in DISPLAY_KEYS]
+
+
 def dump_run_config(config: RunConfig) -> str:
     return yaml.safe_dump(config.to_dict(), sort_keys=False)
 

@@ -48,7 +48,7 @@ from vitkit import faults
 from vitkit.evaluation import evaluate
 from vitkit.models import BiTConfig, ModelConfig, VisionTransformer, build_model
 from vitkit.pretrain import MaskedPatchPrediction, evaluate_masked_patch
-from vitkit.run_config import RunConfig, dump_run_config, load_run_config
+from vitkit.run_config import RunConfig, changed_settings, dump_run_config, load_run_config
 
 STATE_TENSORS, SHARDED = "train_state.pt", "sharded"
 
@@ -531,11 +531,7 @@ def _restore(config: RunConfig, out: Path, env: _Setup, data: _Data) -> _State:
 def _refuse_changes_with_nothing_to_train(config: RunConfig, out: Path, step: int) -> None:
     """--resume of a finished run with overrides that change it: no step would train, yet run.yaml would keep them for
     a later resume (train.lr=1e-4 now, train.steps=N later trained at 1e-4). Display settings do not count."""
-    def flat(c: RunConfig) -> dict:
-        return {f"{section}.{key}": value for section, values in c.to_dict().items() for key, value in values.items()}
-
-    saved, now = flat(load_run_config(out / "run.yaml")), flat(config)
-    changed = [k for k in now if now[k] != saved.get(k) and k not in ("train.progress", "train.threads", "train.device")]
+    changed = changed_settings(load_run_config(out / "run.yaml"), config)
     if changed:
         raise ConfigError(f"{', '.join(changed)}: {out} already finished at step {step} of {config.train.steps}, so no step would "
                           f"train with {'it' if len(changed) == 1 else 'them'}; to train longer, give train.steps above {step} as well, "
