@@ -230,6 +230,19 @@ def test_frozen_feature_commands_skip_unreadable_images_when_asked_and_say_so(ow
         assert result["n_train_features"] == 30 and 0 <= result["shots"]["10"]["mean"] <= 1
 
 
+def test_a_report_on_other_data_is_written_beside_the_one_on_the_runs_own_data(own, vitkit_cmd, tmp_path):
+    """knn (fewshot, linear-probe) with --data of other images replaced RUN/knn/, the report on the run's own data."""
+    data, run, _ = own
+    shutil.copytree(run, tmp_path / "run")
+    shutil.copytree(data, tmp_path / "other")
+    args = ("--test-split", "val", "--k", "3", "--threads", "1")
+    last_json(vitkit_cmd("knn", tmp_path / "run", *args))
+    first = (tmp_path / "run" / "knn" / "knn.json").read_text()
+    assert last_json(vitkit_cmd("knn", tmp_path / "run", "--data", tmp_path / "other", *args))["data"] == str(tmp_path / "other")
+    assert (tmp_path / "run" / "knn" / "knn.json").read_text() == first
+    assert [p.parent.name.startswith("knn_other_") for p in (tmp_path / "run").glob("knn_*/knn.json")] == [True]
+
+
 @pytest.mark.parametrize("target", [None, "m.safetensors", "m.npz"])
 def test_info_shows_the_class_names_and_the_images_a_checkpoint_was_trained_on(own, vitkit_cmd, tmp_path, target):
     data, run, _ = own

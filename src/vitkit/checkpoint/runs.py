@@ -74,6 +74,19 @@ def describe(checkpoint: str | os.PathLike, step: str | None) -> str:
     return f"{checkpoint} ({step}: no final/ yet)" if step and is_run_dir(checkpoint) else str(checkpoint)
 
 
+def data_tag(path: str | None, meta: dict) -> str:
+    """"" for the data a checkpoint records it trained on (and where it records none); for other data "_NAME_DIGEST"
+    (the folder's name and a digest of its path): a report name with it is never that of the run's own data's report."""
+    import hashlib
+    import re
+
+    trained = (meta.get("data") or {}).get("path")
+    if path is None or trained is None or path == trained:
+        return ""
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(path).name)[:40] or "data"
+    return f"_{name}_{hashlib.blake2b(str(path).encode(), digest_size=3).hexdigest()}"
+
+
 def report_dir(checkpoint: str | os.PathLike, name: str) -> Path:
     """Where a command's reports about `checkpoint` go by default: RUN/NAME for a run's model, else beside the
     checkpoint (DIR/NAME for a directory, STEM.NAME/ for a file); never inside a model directory."""

@@ -81,7 +81,7 @@ def finish(args: argparse.Namespace, name: str, result: dict, title: str, scored
     """Write NAME.json and NAME.md, print the table and the result as JSON on the last line."""
     import json
 
-    from vitkit.checkpoint.runs import report_dir
+    from vitkit.checkpoint.runs import data_tag, report_dir
     from vitkit.evaluation import report_markdown, write_report
     from vitkit.transfer import picked_on
 
@@ -100,7 +100,8 @@ def finish(args: argparse.Namespace, name: str, result: dict, title: str, scored
     if warning:
         title += f"\n\n{warning[0].upper()}{warning[1:]}."
     markdown = report_markdown(result, title)
-    folder = name if args.random_init is None else f"{name}_random{args.random_init}"  # never over a trained model's report
+    # never over the report of the run's own data, nor over a trained model's
+    folder = name + data_tag(args.spec.path, args.meta) + ("" if args.random_init is None else f"_random{args.random_init}")
     if args.precision != "fp32":  # nor over its fp32 report
         folder += f"_{args.precision}"
     paths = write_report(args.out or report_dir(args.checkpoint, folder), name, result, markdown)

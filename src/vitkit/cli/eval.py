@@ -48,15 +48,9 @@ def _confusion_name(which: str, spec, meta: dict, step: str | None, precision: s
     digest of its path come too, for a step checkpoint its step_N, and for another precision than fp32 its name, so
     that the run's own figure of its final model in fp32 is not replaced by one of other images, another model or
     other arithmetic."""
-    import hashlib
-    import re
+    from vitkit.checkpoint.runs import data_tag
 
-    trained = (meta.get("data") or {}).get("path")
-    suffix = (f"_{step}" if step else "") + (f"_{precision}" if precision != "fp32" else "")
-    if spec.path is None or spec.path == trained:
-        return f"confusion_{which}{suffix}.png"
-    name = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(spec.path).name)[:40] or "data"
-    return f"confusion_{which}_{name}_{hashlib.blake2b(spec.path.encode(), digest_size=3).hexdigest()}{suffix}.png"
+    return f"confusion_{which}{data_tag(spec.path, meta)}" + (f"_{step}" if step else "") + (f"_{precision}" if precision != "fp32" else "") + ".png"
 
 
 def run(args: argparse.Namespace) -> int:
