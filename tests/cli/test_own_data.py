@@ -88,6 +88,11 @@ def test_linear_probe_refuses_test_and_scores_val(own, vitkit_cmd, tmp_path):
     assert named(result["picked_on"]) == {"source": str(data / "train"), "selection": "0.1 held out (seed 0)", "n": 3}
     assert named(result["fitted_on"]) == {"source": str(data / "train"), "selection": "all but the 0.1 held out (seed 0)", "n": 27}
     assert "fitted on 27 images" in (tmp_path / "b" / "linear_probe.md").read_text()
+    # a share that holds out no image (a traceback from the solver), or none at all (silently 0.1): one error each
+    one_line_error(vitkit_cmd("linear-probe", run, "--test-split", "val", "--val-fraction", "0.005", "--threads", "1", "--out", tmp_path / "c"),
+                   "no images to pick l2 on", "raise --val-fraction")
+    one_line_error(vitkit_cmd("linear-probe", run, "--test-split", "val", "--val-fraction", "0", "--threads", "1", "--out", tmp_path / "c"),
+                   "--val-fraction 0", "above 0")
 
 
 def test_knn_says_when_k_is_more_than_the_training_features(own, vitkit_cmd, tmp_path):
