@@ -42,6 +42,21 @@ def test_inspect_writes_every_figure_and_the_numbers(checkpoint, image_dir, tmp_
     assert "mean attention distance per layer" in capsys.readouterr().out
 
 
+def test_a_head_that_never_trained_predicts_nothing_in_the_figures(image_dir, tmp_path):
+    """inspect of a masked-patch checkpoint labelled every image "pred: <class 0>", from a head that never trained
+    (eval and predict refuse it)."""
+    model = vitkit.create_model("vit_test", num_classes=3)
+    torch.nn.init.normal_(model.head.weight)
+    labels = {}
+    for objective in ("classification", "masked_patch"):
+        extra = {"class_names": ["ant", "bee", "cat"], **({"objective": objective} if objective == "masked_patch" else {})}
+        ckpt = vitkit.save_pretrained(model, tmp_path / objective, extra=extra)
+        assert main(["inspect", str(ckpt), "--images", str(image_dir), "--out", str(tmp_path / f"o_{objective}"), "--show", "2"]) == 0
+        labels[objective] = [s["label"] for s in json.loads((tmp_path / f"o_{objective}" / "inspection.json").read_text())["shown"]]
+    assert all("pred: " in label for label in labels["classification"])
+    assert labels["masked_patch"] and not any("pred" in label for label in labels["masked_patch"])
+
+
 def test_inspect_at_a_higher_resolution_interpolates_the_position_embeddings(checkpoint, image_dir, tmp_path):
     out = tmp_path / "out"
     assert main(["inspect", str(checkpoint), "--images", str(image_dir), "--out", str(out), "--image-size", "16", "24"]) == 0

@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     x = normalize(pixels, config)
     results = inspect_model(model, x, num_show=args.show, num_components=args.components, batch_size=args.batch_size)
     trained = None if seen is None else sum(seen)
-    titles = _titles(model, x[: args.show], truth[: args.show], metadata.get("class_names"), seen)
+    titles = _titles(model, x[: args.show], truth[: args.show], metadata.get("class_names"), seen, _trained_head(model, metadata, args.checkpoint))
     caption = f"{len(pixels)} images from {where}; " + (
         f"{trained or 'none'} of them in this model's training data" if trained is not None else "not checked against its training data")
     info = {
@@ -175,15 +175,30 @@ def _recorded_images(args, metadata: dict, config):
     return pixels, truth, seen, shown, where, training
 
 
-def _titles(model, x, truth: list[str], class_names: list[str] | None, seen: list[bool] | None) -> list[str] | None:
+def _trained_head(model, metadata: dict, checkpoint) -> bool:
+    """Whether the model's classification head trained (not masked patch pre-training, a backbone or a new zero head)."""
+    from vitkit.checkpoint import refuse_untrained_head
+    from vitkit.errors import CheckpointError
+
+    try:
+        refuse_untrained_head(metadata, checkpoint, model)
+    except CheckpointError:
+        return False
+    return True
+
+
+def _titles(model, x, truth: list[str], class_names: list[str] | None, seen: list[bool] | None, trained_head: bool) -> list[str] | None:
     """'true: CLASS / pred: CLASS' for each shown image (true: its label, or the class folder it is in, '?' where that
-    names no class), with a third line 'trained on' for an image of the model's training split (`seen`, where known)."""
+    names no class; no prediction from a head that never trained), with a third line 'trained on' for an image of the
+    model's training split (`seen`, where known)."""
     import torch
 
     if not model.config.num_classes:
         return None
+    marks = ["\ntrained on" if seen is not None and seen[i] else "" for i in range(len(truth))]
+    if not trained_head:  # masked patch pre-training, a new zero head: its argmax is class 0, not a prediction
+        return [f"true: {t}{m}" for t, m in zip(truth, marks)]
     names = class_names or [str(i) for i in range(model.config.num_classes)]
     with torch.no_grad():
         predicted = model(x.to(next(model.parameters()).device)).argmax(dim=1).tolist()
-    marks = ["\ntrained on" if seen is not None and seen[i] else "" for i in range(len(truth))]
     return [f"true: {t}\npred: {names[p]}{m}" for t, p, m in zip(truth, predicted, marks)]
