@@ -95,6 +95,14 @@ def test_linear_probe_refuses_test_and_scores_val(own, vitkit_cmd, tmp_path):
                    "--val-fraction 0", "above 0")
 
 
+@pytest.mark.parametrize("command", ["knn", "fewshot"])
+def test_features_fitted_and_scored_on_one_split_are_refused(own, vitkit_cmd, tmp_path, command):
+    """fewshot --train-split val --test-split val drew its shots from the very images it scored, and said nothing."""
+    _, run, _ = own
+    one_line_error(vitkit_cmd(command, run, "--train-split", "val", "--test-split", "val", "--out", tmp_path),
+                   "--train-split and --test-split are both val", "choose two splits")
+
+
 def test_knn_says_when_k_is_more_than_the_training_features(own, vitkit_cmd, tmp_path):
     _, run, _ = own
     result = last_json(vitkit_cmd("knn", run, "--test-split", "val", "--k", "3,50", "--threads", "1", "--out", tmp_path))

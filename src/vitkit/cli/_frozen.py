@@ -52,6 +52,13 @@ def setup(args: argparse.Namespace):
     """(model, split_features options, open_split(name)) for the command's arguments."""
     import torch
 
+    from vitkit.errors import ConfigError
+
+    if getattr(args, "train_split", None) is not None and args.train_split == args.test_split:
+        raise ConfigError(f"--train-split and --test-split are both {args.test_split}: the images the classifier is built from "
+                          "would be the images it is scored on, a figure that says nothing; choose two splits (e.g. --train-split "
+                          f"train --test-split {args.test_split if args.test_split != 'train' else 'val'})")
+
     from vitkit.checkpoint import load_with_metadata
     from vitkit.data import BadFiles, DataSpec
     from vitkit.models import build_model
