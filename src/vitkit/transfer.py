@@ -30,7 +30,7 @@ import yaml
 
 from vitkit.checkpoint import load_with_metadata, save_pretrained
 from vitkit.checkpoint.io import read_json, write_json
-from vitkit.checkpoint.native import is_native, read_native_config
+from vitkit.checkpoint.native import is_native, load_native, read_native_config
 from vitkit.checkpoint.runs import resolve
 from vitkit.data import DataSpec
 from vitkit.data.sources import described, same_images
@@ -197,6 +197,9 @@ def _sweep(recipe: RunConfig, checkpoint, out: Path, starting: tuple | None, lrs
                      ("final_val_top1", "final_val_top5", "best_val_top1", "best_step", "steps", "wall_time_s", "val_images")}})
 
     best = pick_best(runs)
+    if len(runs) > 1:  # the model carries its pick, into a converted or copied file too: its figures on these images are optimistic
+        _record_pick(out / best["run"] / "final", {"split": recipe.data.val_split, "images": best.get("val_images"),
+                                                   "among": len(runs), "sweep": str((out / "sweep.json").absolute())})
     _link(out / "final", Path(best["run"]) / "final")
     result = {"checkpoint": str(checkpoint), "image_size": list(config.model_config().image_size),
               "val_split": recipe.data.val_split, "val_images": best.get("val_images"), "picked_by": "final_val_top1",
@@ -205,23 +208,38 @@ def _sweep(recipe: RunConfig, checkpoint, out: Path, starting: tuple | None, lrs
     return result
 
 
+def _record_pick(final: Path, pick: dict) -> None:
+    """Add `pick` (which images picked the model, among how many runs) to the picked run's model record."""
+    model, extra = load_native(final)
+    if extra.get("picked") != pick:
+        save_pretrained(model, final, extra={**extra, "picked": pick})  # replaced as a whole
+
+
 def picked_on(checkpoint: str | os.PathLike, name: str, split, extra: dict) -> str | None:
-    """A warning where the images of `split` (named `name`) picked `checkpoint` in a fine-tuning sweep: it is a
-    sweep's DIR/final (or the lr_X run final links to), and `split` holds exactly the images its record
-    (`extra["data"]["splits"]`) names for the sweep's validation split, whatever it is called here (eval's "all" of
-    that folder too). A figure on them is optimistic. Else None."""
+    """A warning where the images of `split` (named `name`) picked `checkpoint` in a fine-tuning sweep of several
+    learning rates: its record says so (`extra["picked"]`, kept by every convert and copy), or, for a model picked
+    before records said so, it is a sweep's DIR/final (or the lr_X run final links to) and `split` holds exactly the
+    images its record (`extra["data"]["splits"]`) names for the sweep's validation split, whatever it is called here
+    (eval's "all" of that folder too). A figure on them is optimistic. Else None."""
+    pick = extra.get("picked")
+    if isinstance(pick, dict):
+        return _pick_note(name, pick.get("among"), pick.get("sweep")) if same_images(pick.get("images"), split.describe()) else None
     try:
         run = Path(os.path.realpath(resolve(checkpoint))).parent  # DIR/lr_X/final -> DIR/lr_X
         sweep = read_json(run.parent / "sweep.json")
     except (OSError, ValueError, VitkitError):  # not a sweep's model, or no readable sweep.json: nothing to say
         return None
-    if not isinstance(sweep, dict) or (sweep.get("best") or {}).get("run") != run.name:
-        return None
+    if not isinstance(sweep, dict) or (sweep.get("best") or {}).get("run") != run.name or len(sweep.get("runs", [])) < 2:
+        return None  # not the picked run; or a sweep of one learning rate, which picked nothing
     if not same_images(((extra.get("data") or {}).get("splits") or {}).get(sweep.get("val_split")), split.describe()):
         return None
+    return _pick_note(name, len(sweep["runs"]), run.parent / "sweep.json")
+
+
+def _pick_note(name: str, among, sweep) -> str:
     these = "these images" if name == "all" else f"these {name} images"
-    return (f"note: {these} picked this model's learning rate among {len(sweep.get('runs', []))} runs "
-            f"({run.parent / 'sweep.json'}), so a figure on them is optimistic; keep images out of both for an unbiased one (a test split)")
+    return (f"note: {these} picked this model's learning rate among {among} runs ({sweep}), so a figure on them is "
+            "optimistic; keep images out of both for an unbiased one (a test split)")
 
 
 def _starting_model(recipe: RunConfig, checkpoint: str | os.PathLike, keep_pre_logits: bool) -> tuple[VisionTransformer, dict]:

@@ -129,6 +129,12 @@ def test_a_figure_on_the_images_that_picked_a_sweeps_model_says_so(own, vitkit_c
     assert scored["picked_on_this_split"] and "Note: these val images picked" in (tmp_path / "knn" / "knn.md").read_text()
     baseline = last_json(vitkit_cmd("knn", sweep, "--test-split", "val", "--k", "3", "--random-init", "0", "--threads", "1", "--out", tmp_path / "r"))
     assert not baseline["picked_on_this_split"]  # random weights: nothing was picked
+    # the picked model converted, or copied out of the sweep, still says so (it said nothing: the pick lived in sweep.json)
+    assert vitkit_cmd("convert", sweep, tmp_path / "picked.safetensors").returncode == 0
+    shutil.copytree(sweep / picked / "final", tmp_path / "copied")
+    for checkpoint in (tmp_path / "picked.safetensors", tmp_path / "copied"):
+        done = vitkit_cmd("eval", checkpoint, "--split", "val", "--json", "--threads", "1")
+        assert last_json(done)["picked_on_this_split"] and "picked this model's learning rate among 2 runs" in done.stdout
     unfinished = tmp_path / "unfinished"  # a sweep cut before its first run finished holds only its plan
     unfinished.mkdir()
     shutil.copy(sweep / "finetune.json", unfinished)
