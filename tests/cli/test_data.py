@@ -145,6 +145,14 @@ def test_to_shards_leaves_unreadable_files_out_and_names_them(tmp_path, vitkit_c
     refused = vitkit_cmd("data", root, "--to-shards", tmp_path / "strict", "data.on_error=fail")
     assert refused.returncode == 2 and ("empty.jpg: empty file (0 bytes)" in refused.stderr or "cut.jpg: cannot read" in refused.stderr)
     assert not list((tmp_path / "strict").glob("*.tar*")) and not list((tmp_path / "strict").glob(".*.tmp"))
+    # a list naming a file that is gone (it stopped the command, a half shard left) and one that is no image
+    (tmp_path / "notes.jpg").write_text("not a photo")
+    rows = [f"{p},{p.parent.name}" for p in sorted(root.rglob("?.jpg"))] + [f"{tmp_path / 'gone.jpg'},ant", f"{tmp_path / 'notes.jpg'},bee"]
+    (tmp_path / "list.csv").write_text("\n".join(rows) + "\n")
+    done = vitkit_cmd("data", tmp_path / "list.csv", "--to-shards", tmp_path / "listed", "--json")
+    assert done.returncode == 0, done.stderr
+    assert f"{tmp_path / 'gone.jpg'}: image file not found" in done.stderr
+    assert f"{tmp_path / 'notes.jpg'}: not an image (or in a format Pillow cannot read)" in done.stderr and "BytesIO" not in done.stderr
 
 
 def test_shards_of_a_stopped_to_shards_are_not_read_and_running_it_again_starts_afresh(tmp_path, monkeypatch, capsys):

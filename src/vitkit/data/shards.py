@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from PIL import Image
+from PIL import Image, UnidentifiedImageError
 
 from vitkit.errors import DataError, first_line
 
@@ -527,8 +527,11 @@ def write_tar_shards(split: Split, out: str | os.PathLike, per_shard: int = 1000
             with tarfile.open(tmp, "w") as tar:
                 for i in order[start : start + per_shard]:
                     record = split.paths[i]
-                    data = record.read() if isinstance(record, Record) else Path(record).read_bytes()
-                    if (why := _unreadable(data)) is not None:
+                    try:
+                        data = record.read() if isinstance(record, Record) else Path(record).read_bytes()
+                    except OSError as err:  # a listed file that is gone or unreadable: as data.on_error says, as training does
+                        data, why = None, "image file not found" if isinstance(err, FileNotFoundError) else err.strerror or type(err).__name__
+                    if data is None or (why := _unreadable(data)) is not None:
                         if bad is None:
                             raise DataError(f"{record}: {why}; remove or replace it")
                         bad.report([(int(i), str(record), f"{record}: {why}")])  # raises on "fail"
@@ -561,8 +564,12 @@ def _unreadable(data: bytes) -> str | None:
                 image.load()
             else:
                 image.verify()
-    except Exception as err:  # Pillow's errors: UnidentifiedImageError, OSError (truncated), SyntaxError (bad PNG) ...
-        return f"cannot read the image ({first_line(err) or type(err).__name__})"
+    except UnidentifiedImageError:
+        return "not an image (or in a format Pillow cannot read)"
+    except Image.DecompressionBombError:
+        return f"more pixels than Pillow's limit of {2 * Image.MAX_IMAGE_PIXELS:,}"
+    except Exception as err:  # Pillow's errors: OSError (truncated), SyntaxError (bad PNG) ...
+        return f"cannot read the image ({first_line(err) or type(err).__name__}); the file is truncated or corrupt"
     return None
 
 
