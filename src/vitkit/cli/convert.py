@@ -50,6 +50,10 @@ def _target(dst: str, given: str | None) -> str:
                           f"--format {_DEPLOYMENT[suffix]} --out {dst}")
     if given == "timm" and suffix not in (".safetensors", ".pth", ".pt"):
         raise ConfigError(f"DST: a timm checkpoint is a .safetensors or .pth file; name it {dst}.safetensors")
+    if given == "npz" and suffix != ".npz":  # an .npz named .safetensors is a zip no safetensors reader opens
+        raise ConfigError(f"DST: an npz checkpoint is a .npz file; name it {Path(dst).with_suffix('.npz') if suffix in _BY_SUFFIX else f'{dst}.npz'}")
+    if given in ("vitkit", "hf") and suffix in _BY_SUFFIX:  # a directory named like a file would read as that file's format
+        raise ConfigError(f"DST: a {given} checkpoint is a directory; give it a name without the {suffix} suffix")
     if given is None and suffix in (".bin", ".ckpt", ".h5", ".pkl", ".msgpack"):
         raise ConfigError(f"DST: {dst} reads as a file, and convert writes .npz, .safetensors, .pth or a directory (vitkit, or "
                           "--to hf); give one of those")
