@@ -140,7 +140,7 @@ def test_errors_are_one_line_and_exit_2(tmp_path, vitkit_cmd):
 @pytest.mark.parametrize("dst, to, words", [
     ("m.onnx", [], "vitkit export SRC --format onnx --out"), ("m.bin", [], "reads as a file"),
     ("m", ["--to", "timm"], "name it"),
-    ("m.safetensors", ["--to", "npz"], "name it m.npz"),  # an npz zip named .safetensors, which no safetensors reader opens
+    ("m.safetensors", ["--to", "npz"], "m.npz"),  # an npz zip named .safetensors, which no safetensors reader opens
     ("m.npz", ["--to", "hf"], "a hf checkpoint is a directory"),
 ])
 def test_a_dst_convert_cannot_write_as_named_is_refused(source, tmp_path, capsys, dst, to, words):
