@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -55,6 +56,18 @@ def test_a_head_that_never_trained_predicts_nothing_in_the_figures(image_dir, tm
         labels[objective] = [s["label"] for s in json.loads((tmp_path / f"o_{objective}" / "inspection.json").read_text())["shown"]]
     assert all("pred: " in label for label in labels["classification"])
     assert labels["masked_patch"] and not any("pred" in label for label in labels["masked_patch"])
+
+
+def test_an_unreadable_image_stops_inspect_naming_the_way_round_or_is_left_out_and_named(checkpoint, image_dir, tmp_path, capsys):
+    """A truncated image among a run's images stopped inspect with no way to leave it out (eval has --skip-unreadable)."""
+    (image_dir / "cut.png").write_bytes((image_dir / "0.png").read_bytes()[:40])
+    assert main(["inspect", str(checkpoint), "--images", str(image_dir), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "cut.png" in err and "--skip-unreadable" in err and len(err.strip().splitlines()) == 1
+    assert main(["inspect", str(checkpoint), "--images", str(image_dir), "--out", str(tmp_path / "o"), "--skip-unreadable"]) == 0
+    summary = json.loads((tmp_path / "o" / "inspection.json").read_text())
+    assert summary["num_images"] == 3 and [Path(u["path"]).name for u in summary["unreadable"]] == ["cut.png"]
+    assert "(1 unreadable left out)" in capsys.readouterr().out
 
 
 def test_inspect_at_a_higher_resolution_interpolates_the_position_embeddings(checkpoint, image_dir, tmp_path):

@@ -44,6 +44,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-size", type=int, default=32, help="images per forward pass; lower it to bound memory (default 32)")
     p.add_argument("--device", default="cpu", help="torch device, e.g. cpu or cuda (default cpu)")
     p.add_argument("--threads", type=int, default=0, help="CPU threads (default: torch's choice)")
+    p.add_argument("--skip-unreadable", action="store_true",
+                   help="leave out image files that cannot be read (named in inspection.json, counted in the captions) instead of "
+                   "stopping at the first")
     p.set_defaults(run=run)
 
 
@@ -75,7 +78,9 @@ def run(args: argparse.Namespace) -> int:
     if args.images and (args.split or args.data):
         raise ConfigError("--split and --data choose the images when --images is not given; drop them or --images")
     read = _given_images if args.images else _recorded_images
-    pixels, truth, seen, shown, where, training_data = read(args, metadata, config)
+    pixels, truth, seen, shown, where, training_data, skipped = read(args, metadata, config)
+    if skipped:
+        where += f" ({len(skipped)} unreadable left out)"
     x = normalize(pixels, config)
     results = inspect_model(model, x, num_show=args.show, num_components=args.components, batch_size=args.batch_size)
     trained = None if seen is None else sum(seen)
@@ -94,6 +99,7 @@ def run(args: argparse.Namespace) -> int:
         "hybrid": config.backbone is not None,
         "shown": [{"image": f, "label": t, "in_training_data": None if seen is None else seen[i]}
                   for i, (f, t) in enumerate(zip(shown[: args.show], titles or [""] * args.show))],
+        **({"unreadable": [{"path": path, "error": error} for path, error in skipped]} if skipped else {}),
     }
     written = write_report(results, pixels, args.out, info=info, titles=titles, caption=caption)
     distance = results["mean_attention_distance"].mean(dim=1)
@@ -111,12 +117,36 @@ def _given_images(args, metadata: dict, config):
     from vitkit.data.images import find_images, spread_over_folders
     from vitkit.inspection import load_images
 
-    files = spread_over_folders(find_images(args.images))[: args.num_images]  # the shown images cover the classes
+    candidates = spread_over_folders(find_images(args.images))  # the shown images cover the classes
+    kept, skipped = _readable(candidates, config.in_chans, args.skip_unreadable, args.num_images)
+    files = [candidates[i] for i in kept]
     names = metadata.get("class_names") or [str(i) for i in range(config.num_classes)]
     truth = [f.parent.name if f.parent.name in names else "?" for f in files]
     seen, training_data = _training_images(metadata, args.checkpoint, files, config.in_chans)
     where = ", ".join(str(p) for p in args.images[:3]) + (f" and {len(args.images) - 3} more" if len(args.images) > 3 else "")
-    return load_images(files, config), truth, seen, [str(f) for f in files], where, training_data
+    return load_images(files, config), truth, seen, [str(f) for f in files], where, training_data, skipped
+
+
+def _readable(sources: list, channels: int, skip: bool, limit: int) -> tuple[list[int], list[tuple[str, str]]]:
+    """The indices of the first `limit` of `sources` (files or shard records) that can be read, and (source, error) of
+    those left out on the way with `skip`; without it, the first unreadable one is an error naming --skip-unreadable."""
+    from vitkit.data.images import load_pixels
+    from vitkit.errors import DataError
+
+    kept: list[int] = []
+    skipped: list[tuple[str, str]] = []
+    for i, source in enumerate(sources):
+        if len(kept) == limit:
+            break
+        try:
+            load_pixels(source, channels)
+        except DataError as err:
+            if not skip:
+                raise DataError(f"{err}; --skip-unreadable leaves such files out") from None
+            skipped.append((str(source), str(err)))
+            continue
+        kept.append(i)
+    return kept, skipped
 
 
 def _training_images(metadata: dict, checkpoint, files, channels: int) -> tuple[list[bool] | None, str]:
@@ -135,7 +165,7 @@ def _training_images(metadata: dict, checkpoint, files, channels: int) -> tuple[
 
 def _recorded_images(args, metadata: dict, config):
     """(pixels in [0, 1], true class names, which the model trained on, what each is, where they are from, the training
-    data in words) for `--num-images` images of a split of the checkpoint's data (`--split`, `--data`), taken in turn
+    data in words, the unreadable files left out with --skip-unreadable) for `--num-images` images of a split of the checkpoint's data (`--split`, `--data`), taken in turn
     from each class and read as `vitkit eval` reads them (the checkpoint's crop_pct)."""
     import numpy as np
     import torch
@@ -155,7 +185,13 @@ def _recorded_images(args, metadata: dict, config):
         name, split = args.split, spec.open(args.split, channels=config.in_chans, image_size=size)
     labels = split.labels.numpy()
     by_class = [np.flatnonzero(labels == k) for k in range(len(split.class_names))]
-    order = [c[i] for i in range(max(map(len, by_class), default=0)) for c in by_class if i < len(c)][: args.num_images]
+    order = [c[i] for i in range(max(map(len, by_class), default=0)) for c in by_class if i < len(c)]
+    skipped: list[tuple[str, str]] = []
+    if split.paths is None:  # arrays in memory: nothing to read
+        order = order[: args.num_images]
+    else:
+        kept, skipped = _readable([split.paths[i] for i in order], config.in_chans, args.skip_unreadable, args.num_images)
+        order = [order[i] for i in kept]
     part = split.subset(np.array(order, dtype=np.int64))
     crop_pct = (metadata.get("preprocess") or {}).get("crop_pct", 1.0)
     batches = eval_batches(part, args.batch_size, torch.device("cpu"), channels=config.in_chans, size=size, crop_pct=crop_pct)
@@ -166,13 +202,13 @@ def _recorded_images(args, metadata: dict, config):
     where = f"the {name} split of {spec.where}"
     training = f"training data: {spec.where}, split {spec.train_split}"
     if args.data is None:  # the checkpoint's own data: its record says which split trained
-        return pixels, truth, [name == spec.train_split] * len(truth), shown, where, training
+        return pixels, truth, [name == spec.train_split] * len(truth), shown, where, training, skipped
     if not files:
-        return pixels, truth, None, shown, where, f"{training}, not file by file"
+        return pixels, truth, None, shown, where, f"{training}, not file by file", skipped
     # other data (--data): its images checked against the training images the checkpoint records, not against that
     # data's own train split (which said of a model's held-out images that it had trained on them)
     seen, training = _training_images(metadata, args.checkpoint, part.paths, config.in_chans)
-    return pixels, truth, seen, shown, where, training
+    return pixels, truth, seen, shown, where, training, skipped
 
 
 def _trained_head(model, metadata: dict, checkpoint) -> bool:
