@@ -1,6 +1,7 @@
 """Fine-tuning: head rules, resolution change, the recipe, the learning-rate sweep and its continuation."""
 
 import json
+import os
 
 import pytest
 import torch
@@ -88,7 +89,7 @@ def test_finetune_at_a_new_resolution_resamples_the_grid_and_writes_a_sweep(tmp_
     assert saved["best"]["run"] == best["run"] and "| lr |" in (out / "sweep.md").read_text()
 
 
-def test_sweep_continues_and_refuses_other_arguments(tmp_path):
+def test_sweep_continues_and_refuses_other_arguments(tmp_path, monkeypatch):
     _, path = pretrained(tmp_path)
     out = tmp_path / "ft"
     recipe = finetune_recipe(None, TINY)
@@ -97,8 +98,11 @@ def test_sweep_continues_and_refuses_other_arguments(tmp_path):
     again = finetune(recipe, path, out, lrs=[0.01])  # finished: kept, not retrained
     assert again["runs"] == first["runs"]
     assert (out / "lr_0.01" / "final" / "model.safetensors").stat().st_mtime_ns == before
-    with pytest.raises(ConfigError, match="other arguments"):
+    with pytest.raises(ConfigError, match=r"other arguments \(lrs differ"):  # which ones, said
         finetune(recipe, path, out, lrs=[0.01, 0.03])
+    # the same checkpoint named from another directory is the same sweep (it was "other arguments": paths as typed)
+    monkeypatch.chdir(path.parent)
+    assert finetune(recipe, os.path.relpath(path), out, lrs=[0.01])["runs"] == first["runs"]
     with pytest.raises(ConfigError, match="architecture from the checkpoint"):
         finetune(finetune_recipe(None, [*TINY, "model.depth=3"]), path, tmp_path / "other")
 

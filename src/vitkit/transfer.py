@@ -34,6 +34,7 @@ from vitkit.checkpoint.native import is_native, load_native, read_native_config
 from vitkit.checkpoint.runs import resolve
 from vitkit.data import DataSpec
 from vitkit.data.sources import described, same_images
+from vitkit.data.spec import absolute
 from vitkit.errors import ConfigError, DataError, VitkitError
 from vitkit.evaluation import markdown_table, write_report
 from vitkit.models import BiTConfig, ModelConfig, VisionTransformer, build_model
@@ -272,14 +273,35 @@ def pick_best(runs: list[dict]) -> dict:
 def _claim(out: Path, plan: dict) -> None:
     """Record the plan in out/finetune.json; an existing directory must hold the same plan (then it continues)."""
     marker = out / "finetune.json"
+    plan = _absolute_paths(json.loads(json.dumps(plan)))
     if marker.is_file():
-        if read_json(marker) != json.loads(json.dumps(plan)):
-            raise ConfigError(f"--out {out}: holds a fine-tuning run with other arguments ({marker}); choose another --out")
+        differ = _differing(_absolute_paths(read_json(marker)), plan)  # a plan of an older vitkit may hold paths as typed
+        if differ:
+            raise ConfigError(f"--out {out}: holds a fine-tuning run with other arguments ({', '.join(differ[:4])} differ; "
+                              f"{marker}); run it with those, or choose another --out")
         return
     if out.exists() and any(out.iterdir()):
         raise ConfigError(f"--out {out}: exists and is not a fine-tuning directory; choose another --out")
     out.mkdir(parents=True, exist_ok=True)
     write_json(marker, plan)
+
+
+def _absolute_paths(plan: dict) -> dict:
+    """The plan with its checkpoint and data paths absolute, so that the same sweep continues from any directory."""
+    plan = dict(plan)
+    if plan.get("checkpoint"):
+        plan["checkpoint"] = str(absolute(plan["checkpoint"]))
+    data = (plan.get("recipe") or {}).get("data")
+    if isinstance(data, dict) and data.get("path"):
+        plan["recipe"] = {**plan["recipe"], "data": {**data, "path": str(absolute(data["path"]))}}
+    return plan
+
+
+def _differing(a, b, prefix: str = "") -> list[str]:
+    """The keys (dotted) whose values differ between two JSON objects."""
+    if not (isinstance(a, dict) and isinstance(b, dict)):
+        return [] if a == b else [prefix or "the plan"]
+    return [k for key in sorted(a.keys() | b.keys()) for k in _differing(a.get(key), b.get(key), f"{prefix}{key}" if not prefix else f"{prefix}.{key}")]
 
 
 def _link(link: Path, target: Path) -> None:
