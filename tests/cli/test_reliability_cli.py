@@ -423,9 +423,13 @@ def test_a_second_sigterm_after_the_command_returned_exits_130(tmp_path):
     ("list.jsonl", '{"path": "a.png", "label": [1, 2]}\n', "list.jsonl:1"),  # a label that is no label
     ("list.jsonl", '{"path": 5, "label": 1}\n', "list.jsonl:1"),
     ("list.csv", "\xff\xfe".encode("latin-1").decode("latin-1") + "a.png,1\n", "cannot read the list"),
+    ("list.jsonl", '{"path": "a.png", "label": 1}\n{"path": "b.png" "label": 2}\n', "list.jsonl:2: not valid JSON"),  # a lost comma
+    # not data at all: one image, a checkpoint (they read as "cannot read the list (utf-8 ...)" and "a zip archive: unzip it")
+    ("photo.jpg", "\xff\xd8\xff\xe0 JFIF", "one image, not data"),
+    ("model.npz", "PK\x03\x04 zip of arrays", "a model checkpoint (.npz), not data"),
 ])
 def test_image_lists_with_odd_labels_huge_fields_or_deep_nesting(tmp_path, capsys, name, text, words):
-    (tmp_path / name).write_bytes(text.encode("latin-1") if "\xff" in text else text.encode())
+    (tmp_path / name).write_bytes(text.encode("latin-1") if "\xff" in text or "\x03" in text else text.encode())
     line = _one_line_exit_2(capsys, "train", "--data", tmp_path / name, "--out", tmp_path / "run", *TINY[:3])
     assert words in line and len(line) < 400
     assert not (tmp_path / "run").exists()

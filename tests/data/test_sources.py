@@ -115,7 +115,7 @@ def test_an_image_listed_twice_or_in_both_train_and_val_lists_is_one_error(tmp_p
     (tmp_path / "val.csv").write_text("path,label\nimages/cat/3.png,cat\nimages/dog/3.png,dog\n./images/dog/1.png,dog\n")
     spec = DataSpec(path=str(tmp_path))
     assert len(spec.open("train", channels=3, image_size=8)) == 6
-    with pytest.raises(DataError, match=r"val.csv: 1 of its 3 images are also in train.csv \(e.g. .*dog/1.png\); the val split must"):
+    with pytest.raises(DataError, match=r"val.csv: 1 of its 3 images is also in train.csv \(e.g. .*dog/1.png\); the val split must"):
         spec.open("val", channels=3, image_size=8)
     (tmp_path / "val.csv").write_text("path,label\nimages/cat/3.png,cat\nimages/dog/3.png,dog\n")
     assert len(spec.open("val", channels=3, image_size=8)) == 2

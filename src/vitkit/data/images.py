@@ -344,7 +344,7 @@ def _decode(source, channels: int, max_pixels: int, name: str | None, draft, cro
     except DataError:
         raise
     except Image.DecompressionBombError:
-        raise DataError(f"{path}: larger than Pillow's limit of {2 * Image.MAX_IMAGE_PIXELS:,} pixels ({_BOMB})") from None
+        raise DataError(f"{path}: more pixels than the limit of {max_pixels:,} ({_BOMB})") from None  # Pillow refused it first
     except FileNotFoundError:
         raise DataError(f"{path}: image file not found") from None
     except IsADirectoryError:

@@ -36,7 +36,7 @@ from PIL import Image, UnidentifiedImageError
 
 from vitkit.errors import DataError, first_line
 
-from .images import IMAGE_SUFFIXES, Record
+from .images import IMAGE_SUFFIXES, MAX_PIXELS, Record
 from .sources import SPLIT_NAMES, MissingSplit, Split, _held_out, _label_order, split_folders
 
 if TYPE_CHECKING:  # loader.py imports this module
@@ -567,7 +567,7 @@ def _unreadable(data: bytes) -> str | None:
     except UnidentifiedImageError:
         return "not an image (or in a format Pillow cannot read)"
     except Image.DecompressionBombError:
-        return f"more pixels than Pillow's limit of {2 * Image.MAX_IMAGE_PIXELS:,}"
+        return f"more pixels than the limit of {MAX_PIXELS:,} (a decompression bomb, or an image far too large to train on)"
     except Exception as err:  # Pillow's errors: OSError (truncated), SyntaxError (bad PNG) ...
         return f"cannot read the image ({first_line(err) or type(err).__name__}); the file is truncated or corrupt"
     return None

@@ -214,6 +214,7 @@ def open_split(
 
 
 LIST_SUFFIXES = (".csv", ".jsonl", ".ndjson", ".tsv", ".txt")
+CHECKPOINT_SUFFIXES = (".npz", ".safetensors", ".pth", ".pt", ".bin", ".ckpt", ".onnx")
 ARCHIVES = (  # (first bytes, what, how to unpack it): archives of an image folder, which vitkit reads unpacked
     (b"PK\x03\x04", "a zip archive", "unzip {path} -d DIR"),
     (b"\x1f\x8b", "a gzip-compressed file", "tar -xzf {path} -C DIR"),
@@ -231,6 +232,11 @@ def _refuse_archive(path: Path) -> None:
             head = f.read(8)
     except OSError:
         return  # reading it as a list says why
+    data = "data is an image folder, a .csv/.jsonl list, tar shards or Parquet files"
+    if path.suffix.lower() in CHECKPOINT_SUFFIXES:  # an .npz is a zip too
+        raise DataError(f"{path}: a model checkpoint ({path.suffix}), not data; {data} (vitkit info reads checkpoints)")
+    if head.startswith((b"\xff\xd8\xff", b"\x89PNG\r\n")) or path.suffix.lower() in IMAGE_SUFFIXES:
+        raise DataError(f"{path}: one image, not data; {data} (vitkit predict classifies one image)")
     for magic, what, unpack in ARCHIVES:
         if head.startswith(magic):
             raise DataError(f"{path}: {what}, which vitkit does not read; unpack it ({unpack.format(path=path)}) and give the "
@@ -266,7 +272,7 @@ def _listed_split(lists: dict[str, Path], split: str, val_fraction: float, seed:
     trained = {os.path.normpath(p) for p in train.paths}
     shared = [p for p in listed.paths if os.path.normpath(p) in trained]
     if shared:
-        raise DataError(f"{lists[split]}: {len(shared)} of its {len(listed)} images are also in {lists['train'].name} (e.g. {shared[0]}); "
+        raise DataError(f"{lists[split]}: {len(shared)} of its {len(listed)} images {'is' if len(shared) == 1 else 'are'} also in {lists['train'].name} (e.g. {shared[0]}); "
                         f"the {split} split must hold images the model does not train on: list each in one of them")
     return _on_train_classes(listed, train.class_names, train.source)
 
@@ -444,7 +450,10 @@ def _read_list(path: Path) -> Split:
                 continue
             try:
                 row = json.loads(line)
-            except (json.JSONDecodeError, RecursionError):
+            except json.JSONDecodeError as err:
+                raise DataError(f"{path}:{line_no}: not valid JSON ({err.msg} at column {err.colno}); each line is one JSON object "
+                                f"with {_COLUMN_NAMES}") from None
+            except RecursionError:
                 row = None
             if keys is None and isinstance(row, dict) and (found := _columns(list(row))) is not None:
                 keys = tuple(list(row)[i] for i in found)  # the first object's names hold for every line
