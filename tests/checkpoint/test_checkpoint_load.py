@@ -126,6 +126,9 @@ def test_pickled_objects_are_never_executed(tmp_path):
     np.save(tmp_path / "obj.npy", np.array([Exploit()], dtype=object), allow_pickle=True)
     with pytest.raises(vitkit.CheckpointError):
         vitkit.load_pretrained(tmp_path / "obj.npy", format="npz")
+    np.savez(tmp_path / "obj.npz", w=np.array([Exploit()], dtype=object))  # named for what it is, not "truncated or corrupt"
+    with pytest.raises(vitkit.CheckpointError, match=r"obj.npz: w.npy holds Python objects \(a pickled array\), which vitkit never loads"):
+        vitkit.load_pretrained(tmp_path / "obj.npz")
     assert not marker.exists()
 
 

@@ -519,6 +519,9 @@ def check_npz_sizes(path: Path) -> None:
                 version = np.lib.format.read_magic(f)
                 read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
                 shape, _, dtype = read_header(f)
+                if dtype.hasobject:  # the member is a pickle: never loaded
+                    raise CheckpointError(f"{path}: {member.filename} holds Python objects (a pickled array), which vitkit never "
+                                          "loads (they can run code); save the weights as numeric arrays")
                 need = f.tell() + math.prod(shape) * dtype.itemsize
             if need != member.file_size:
                 raise CheckpointError(f"{path}: {member.filename} says shape {shape} ({need:,} bytes with its header) but holds "
