@@ -46,7 +46,7 @@ def run(script, *args, monkeypatch, code=0):
 def outputs(out: Path, name: str) -> dict:
     assert (out / f"{name}.png").stat().st_size > 1000
     text = (out / f"{name}.md").read_text()
-    assert "Paper" in text and "test images: 40" in text  # the claim beside the table, and how many images scored it
+    assert "Paper" in text and "test images: the first 40 of 60" in text  # the claim beside the table, and how many images scored it
     return json.loads((out / f"{name}.json").read_text())
 
 
@@ -82,7 +82,7 @@ def test_data_size_on_a_folder_of_ones_own_photos(tmp_path, monkeypatch, capsys)
     result = json.loads((out / "data_size.json").read_text())
     h = result["header"]
     assert (h["image_size"], h["channels"], h["test_split"]) == (40, 3, "val")
-    assert "scored on its val split (test images: 8)" in (text := (out / "data_size.md").read_text()) and "| ViT val top-1 |" in text
+    assert "scored on its val split (val images: all 8)" in (text := (out / "data_size.md").read_text()) and "| ViT val top-1 |" in text
     assert [(r["family"], r["train_images"], r["test_images"]) for r in result["rows"]] == [("ViT", 8, 8), ("hybrid", 8, 8), ("ViT", 20, 8), ("hybrid", 20, 8)]
     config = json.loads((out / "runs" / "hybrid_8" / "final" / "config.json").read_text())
     assert config["model"]["image_size"] == [40, 40] and config["model"]["in_chans"] == 3 and config["data"]["val_split"] == "val"

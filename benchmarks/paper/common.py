@@ -199,7 +199,8 @@ def header(args, command: str) -> dict:
     return {
         "command": command, "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": machine(),
         "torch": torch.__version__, "threads": torch.get_num_threads(), "data": str(args.data), "test_split": args.test_split,
-        "image_size": args.image_size, "channels": args.channels, "test_images": min(args.test_images, args.test_count) if args.test_images else f"all {args.test_count:,}", "steps": args.steps,
+        "image_size": args.image_size, "channels": args.channels, "test_images": (f"the first {args.test_images:,} of {args.test_count:,}" if args.test_images and args.test_images < args.test_count
+                        else f"all {args.test_count:,}"), "steps": args.steps,
         "batch_size": args.batch_size,
     }  # fmt: skip
 
@@ -208,7 +209,8 @@ def machine() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
-                return f"{line.split(':', 1)[1].strip()}, {torch.get_num_threads()} threads"
+                threads = torch.get_num_threads()
+                return f"{line.split(':', 1)[1].strip()}, {threads} thread{'s' * (threads != 1)}"
     except OSError:
         pass
     return platform.machine()
@@ -219,7 +221,7 @@ def report(out: Path, name: str, result: dict, table: tuple[list[str], list[list
     (out / f"{name}.json").write_text(json.dumps(result, indent=1) + "\n")
     h = result["header"]
     text = (f"`{h['command']}`\n\n{h['date']}, {h['machine']}, torch {h['torch']}; data {h['data']} at {h['image_size']} px, "
-            f"{h['channels']} channel(s), scored on its {h['test_split']} split (test images: {h['test_images']}); "
+            f"{h['channels']} channel(s), scored on its {h['test_split']} split ({h['test_split']} images: {h['test_images']}); "
             f"{h['steps']} steps of {h['batch_size']} per run.\n\n"
             + markdown_table(*table) + ("\n\n" + notes if notes else "") + "\n")
     (out / f"{name}.md").write_text(text)
@@ -247,6 +249,6 @@ def lines(ax, series: dict[str, tuple[list, list]], **labels) -> None:
 def save_figure(fig, path: Path, h: dict, runs: str = "per run") -> None:
     """The PNG, titled with the data, the length of every run and how many test images scored it."""
     fig.suptitle(f"{h['data']} at {h['image_size']} px: {h['steps']} steps x {h['batch_size']} {runs}; scored on {h['test_split']}, "
-                 f"test images: {h['test_images']}", fontsize=8)
+                 f"{h['test_split']} images: {h['test_images']}", fontsize=8)
     fig.savefig(path, dpi=110, bbox_inches="tight")
     pyplot().close(fig)
