@@ -96,7 +96,7 @@ def finish(args: argparse.Namespace, name: str, result: dict, title: str, scored
     skipped = f"; {len(args.bad)} unreadable files left out" if len(args.bad) else ""
     if len(args.bad):
         result["unreadable"] = [{"path": p, "error": e} for p, e in args.bad.files.items()]
-    title += f" on {result['split']} of {args.spec.where} ({len(scored)} images: {scored.source}, {scored.selection}{skipped})"
+    title += f" on {result['split']} of {args.spec.where} ({len(scored):,} image{'s' * (len(scored) != 1)}: {scored.source}, {scored.selection}{skipped})"
     if args.random_init is not None:
         title += f" (its architecture, randomly initialised with seed {args.random_init})"
     warning = picked_on(args.checkpoint, result["split"], scored, args.meta)

@@ -133,7 +133,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"against fp32 on the same {metrics['n']} {which} images: fp32 top-1 {metrics['reference_top1']:.4f}, "
               f"difference {100 * metrics['top1_delta']:+.2f} points, same prediction on {100 * metrics['agreement']:.2f}%")
     for name, acc in result["per_class"].items():
-        print(f"  {name:<{width}}  {'-       (no images)' if acc is None else f'{acc:.4f}  ({counts[name]:,} images)'}")
+        images = f"{counts[name]:,} image" + "s" * (counts[name] != 1)
+        print(f"  {name:<{width}}  {'-       (no images)' if acc is None else f'{acc:.4f}  ({images})'}")
     print(f"confusion matrix: {png}")
     if warning:
         print(warning)
