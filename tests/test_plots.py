@@ -27,3 +27,18 @@ def test_every_figure_from_images_names_them_under_its_title(tmp_path, monkeypat
     assert titles["loss.png"] == "Loss\ntrain: 120 images, /data/train\nvalidation: 36 images, /data/val"
     assert titles["accuracy.png"] == "Accuracy\nvalidation: 36 images, /data/val"
     assert titles["cm.png"] == "Confusion matrix\nval of /data: 8 images"
+
+
+def test_top5_is_left_out_of_the_accuracy_figure_for_five_classes_or_fewer(tmp_path, monkeypatch):
+    """accuracy.png drew a top-5 line at 1.0 for a 3-class run, where top-5 says nothing (eval leaves it out too)."""
+    import vitkit.plots as plots
+
+    labels = {}
+    save = plots._save
+    monkeypatch.setattr(plots, "_save", lambda fig, path: labels.setdefault(path.name, [line.get_label() for line in fig.axes[0].lines])
+                        and save(fig, path))
+    rows = [{"kind": "val", "step": 1, "val_top1": 0.5, "val_top5": 1.0, "val_loss": 1.0}, {"kind": "train", "step": 1, "loss": 2.0, "lr": 0.1}]
+    plot_run(rows, tmp_path / "three", classes=3)
+    assert labels.pop("accuracy.png") == ["validation top-1"]
+    plot_run(rows, tmp_path / "ten", classes=10)
+    assert labels["accuracy.png"] == ["validation top-1", "validation top-5"]

@@ -40,9 +40,10 @@ def _series(rows: Sequence[dict], key: str) -> tuple[list[float], list[float]]:
 
 
 def plot_run(rows: Sequence[dict], directory: str | os.PathLike, *, train_data: str | None = None,
-             val_data: str | None = None) -> list[Path]:
+             val_data: str | None = None, classes: int | None = None) -> list[Path]:
     """loss.png, accuracy.png and lr.png from metrics rows ({"step", "loss" | "val_loss" | "val_top1" | "lr"});
-    `train_data` / `val_data` (which images, how many) go under the titles of the figures drawn from them."""
+    `train_data` / `val_data` (which images, how many) go under the titles of the figures drawn from them. Top-5 is
+    left out for 5 classes or fewer (`classes`), where it is 1 whatever the model does."""
     plt = _pyplot()
     directory = Path(directory)
     train_rows = [r for r in rows if r.get("kind") == "train"]
@@ -59,7 +60,8 @@ def plot_run(rows: Sequence[dict], directory: str | os.PathLike, *, train_data: 
 
     fig, ax = plt.subplots(figsize=(6, 4))
     ax.plot(*_series(val_rows, "val_top1"), "o-", label="validation top-1")
-    ax.plot(*_series(val_rows, "val_top5"), "s--", label="validation top-5")
+    if classes is None or classes > 5:
+        ax.plot(*_series(val_rows, "val_top5"), "s--", label="validation top-5")
     ax.set(xlabel="step", ylabel="accuracy", ylim=(0, 1))
     _title(ax, "Accuracy", f"validation: {val_data}" if val_data else None)
     ax.legend()

@@ -690,7 +690,8 @@ def _finish(config: RunConfig, out: Path, env: _Setup, data: _Data, run: _State,
     skipped = data.unreadable(config.data.train_split, config.data.val_split)
     captions = {name: f"{_images(split, skipped.get(name, 0))}, {split['source']}" + (f" ({split['selection']})" if split.get("selection", "all") != "all" else "")
                 for name, split in splits.items()}
-    plot_run(rows, out, train_data=captions.get(config.data.train_split), val_data=captions.get(config.data.val_split))
+    plot_run(rows, out, train_data=captions.get(config.data.train_split), val_data=captions.get(config.data.val_split),
+             classes=len(data.class_names))
     return summary
 
 
