@@ -47,7 +47,7 @@ def main() -> int:
     result = {"header": header(args, " ".join(["python", *sys.argv])), "rows": rows}
     table = (["family", "size", "params", "training FLOPs", f"{args.test_split} top-1"],
              [[r["family"], r["size"], r["params"], f"{r['train_flops']:.3g}", r["test_top1"]] for r in rows])
-    report(args.out, "compute", result, table, "Paper (Fig. 5): ViT reaches an accuracy with 2-4x less compute than BiT; "
+    report(args.out, "compute", result, table, "One run (seed 0) per size. Paper (Fig. 5): ViT reaches an accuracy with 2-4x less compute than BiT; "
            "hybrids lead at small compute.")
     plot(rows, names, args.out / "compute.png", result["header"])
     return 0
