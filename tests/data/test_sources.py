@@ -151,6 +151,9 @@ def test_split_folders_labelled_by_a_metadata_list_as_hugging_face_s_imagefolder
         (tmp_path / "val" / name).unlink()
     with pytest.raises(DataError, match=r"val: images without class folders, where .*train has classes a, b, c; .*metadata.csv"):
         spec.open("val", channels=3, image_size=8)  # before: a class "unlabeled" that train lacks
+    (tmp_path / "val" / "metadata.csv").write_text("file_name,label\n0.png,a\n")  # 1.png unlisted: left out, and said (it was silent)
+    with pytest.warns(UserWarning, match=r"val: 1 image file not in metadata.csv left out \(e.g. 1.png\)"):
+        assert len(spec.open("val", channels=3, image_size=8)) == 1
 
 
 def test_what_macs_and_notebooks_leave_in_a_folder_is_not_data(tmp_path):

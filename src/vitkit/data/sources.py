@@ -14,6 +14,7 @@ import json
 import os
 import re
 import unicodedata
+import warnings
 from dataclasses import dataclass, replace
 from itertools import zip_longest
 from pathlib import Path
@@ -383,6 +384,11 @@ def _read_folder(root: Path, classes: list[str] | None = None) -> Split:
     found = _class_dirs(root)
     if not found and (metadata := _metadata_file(root)):
         listed = _read_list(metadata)
+        named = {os.path.abspath(p) for p in listed.paths}
+        unlisted = [p for p in root.iterdir() if p.is_file() and is_image_file(p) and os.path.abspath(p) not in named]
+        if unlisted:  # as Hugging Face's imagefolder reads it: only what the list labels; said, not silent
+            warnings.warn(f"{root}: {len(unlisted)} image file{'s' * (len(unlisted) != 1)} not in {metadata.name} left out "
+                          f"(e.g. {unlisted[0].name}); label {'them' if len(unlisted) != 1 else 'it'} there to use {'them' if len(unlisted) != 1 else 'it'}")
         return listed if classes is None else _on_train_classes(listed, classes, str(root.parent / "train"))
     if not found:
         loose = sorted(p for p in root.iterdir() if p.is_file() and is_image_file(p))
