@@ -84,6 +84,10 @@ def test_a_model_override_changes_the_recipe_fitted_to_a_folder_instead_of_disca
     assert main(["train", "--data", str(tmp_path / "data"), "--out", str(tmp_path / "b"), "train.steps=1", "--no-progress",
                  "train.threads=1", "model.name=vit_test", "model.depth=1", "train.batch_size=8"]) == 0
     assert "fitted to the data" not in capsys.readouterr().out
+    # data.path=DIR names the data as --data does (docs/data.md's example): the colour photos trained the 28-px grayscale default
+    assert main(["train", f"data.path={tmp_path / 'data'}", "--out", str(tmp_path / "c"), "train.steps=1", "--no-progress",
+                 "train.threads=1", "model.depth=1"]) == 0
+    assert "fitted to the data" in (printed := capsys.readouterr().out) and "3 channels" in printed
 
 
 @pytest.mark.parametrize("override", ["model.bogus=1", "train.bogus=1", "trian.lr=1"])

@@ -122,7 +122,9 @@ def _run(args: argparse.Namespace) -> int:
     from vitkit.train import resume_config, train
 
     overrides = list(args.overrides)
-    overrides = [*fitted_unless_named(args.data, bool(args.config or args.resume), overrides, "train"), *overrides]  # user's win
+    # data.path=PATH names the data as --data does: the model is fitted to it too (it trained the 28-px grayscale default)
+    path = args.data or next((o.split("=", 1)[1] for o in reversed(overrides) if isinstance(o, str) and o.startswith("data.path=")), None)
+    overrides = [*fitted_unless_named(path, bool(args.config or args.resume), overrides, "train"), *overrides]  # user's win
     if args.data:
         overrides.append(("data.path", args.data))  # a path as given, never parsed
     if args.no_progress:
