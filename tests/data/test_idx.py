@@ -80,3 +80,25 @@ def test_negative_labels_are_refused(tmp_path):
     labels.write_bytes(bytes([0, 0, 0x09, 1]) + struct.pack(">I", 3) + np.array([0, -1, 2], dtype=np.int8).tobytes())
     with pytest.raises(DataError, match=r"label -1 at index 1"):
         idx.load_idx_split(tmp_path, "train")
+
+
+def test_the_clothes_idx_set_is_known_by_its_test_labels_in_a_folder_of_any_name(tmp_path, monkeypatch):
+    # (the test's name has no "fashion" in it: its tmp_path must not say so either)
+    """$VITKIT_DATA or a copy in a folder whose name lacks "fashion" gave classes 0-9, so a model trained there could not
+    be scored on the real folder (its class names differed)."""
+    import hashlib
+
+    from vitkit.data import DataSpec
+
+    rng = np.random.default_rng(0)
+    labels = np.arange(10).repeat(2).astype(np.uint8)
+    (tmp_path / "mydata").mkdir()
+    for split in ("train", "t10k"):
+        write_idx(tmp_path / "mydata" / f"{split}-images-idx3-ubyte", rng.integers(0, 255, (20, 4, 4)), False)
+        write_idx(tmp_path / "mydata" / f"{split}-labels-idx1-ubyte", labels, False)
+    open_test = lambda: DataSpec(path=str(tmp_path / "mydata")).open("test", channels=1, image_size=4).class_names
+    assert open_test()[:2] == ["0", "1"]  # other IDX data: numbered classes
+    idx.is_fashion_mnist.cache_clear()
+    monkeypatch.setattr(idx, "FASHION_MNIST_TEST_LABELS", hashlib.blake2b(labels.astype(np.uint8).tobytes(), digest_size=8).hexdigest())
+    assert open_test()[:2] == ["T-shirt/top", "Trouser"]  # these labels are Fashion-MNIST's: its class names
+    idx.is_fashion_mnist.cache_clear()

@@ -335,7 +335,7 @@ def _idx_split(root: Path, split: str, channels: int, val_fraction: float, seed:
     if channels == 3:
         pixels = pixels.expand(-1, 3, -1, -1).contiguous()
     n_classes = int(labels.max()) + 1
-    fashion = n_classes <= 10 and "fashion" in str(root).lower()
+    fashion = n_classes <= 10 and ("fashion" in str(root).lower() or idx.is_fashion_mnist(str(root)))
     names = list(idx.FASHION_MNIST_CLASSES[:n_classes]) if fashion else [str(i) for i in range(n_classes)]
     full = Split(labels=torch.from_numpy(labels), class_names=names, images=pixels, source=str(root))
     if on_disk == "train" and val_fraction > 0.0:
