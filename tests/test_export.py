@@ -53,6 +53,14 @@ def test_cli_export(run_cli, model, tmp_path):
         assert result.returncode == 0 and "Warning" not in result.stderr, result.stderr
 
 
+def test_a_model_whose_head_never_trained_is_not_exported(run_cli, model, tmp_path):
+    """A masked-patch checkpoint exported with exit 0: a file whose outputs are the same for every image (its zero head),
+    with class names in its metadata; eval and predict refuse it."""
+    save_pretrained(model, tmp_path / "ckpt", extra={"objective": "masked_patch", "class_names": [str(i) for i in range(model.config.num_classes)]})
+    done = run_cli("export", tmp_path / "ckpt", "--format", "exported-program", "--out", tmp_path / "m.pt2")
+    assert done.returncode == 2 and "classification head never trained" in done.stderr and not (tmp_path / "m.pt2").exists()
+
+
 def test_export_to_a_folder_is_refused_first_and_a_backbone_exports_its_features(run_cli, model, tmp_path):
     """--out DIR failed after the whole export with ".DIR.x1y2z3/DIR -> DIR: Is a directory"; a model without a head
     was exported with its features named "logits"."""

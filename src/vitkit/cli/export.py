@@ -36,12 +36,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from vitkit.checkpoint import load_with_metadata
+    from vitkit.checkpoint import load_with_metadata, refuse_untrained_head
     from vitkit.export import FORMATS, companions, export, openvino_default, refuse_folder, verify
 
     if args.threads:
         torch.set_num_threads(args.threads)
     model, metadata = load_with_metadata(args.checkpoint)
+    if model.config.num_classes:  # a head that never trained would export as uniform probabilities; a backbone exports features
+        refuse_untrained_head(metadata, args.checkpoint, model)
     precision = ".int8" if args.precision == "int8" else ""  # an int8 export never takes its fp32 export's default name
     out = args.out or args.checkpoint.with_name(args.checkpoint.name.rstrip("/") + precision + FORMATS[args.format])
     refuse_folder(Path(out), args.format)
