@@ -736,7 +736,7 @@ def _plan(config: RunConfig, model: VisionTransformer, data: _Data, env: _Setup,
     if t.warmup_steps > t.steps:
         lines.append(f"warning    train.warmup_steps={t.warmup_steps} is more than train.steps={t.steps}: the learning rate only warms up "
                      f"(to {t.lr * t.steps / t.warmup_steps:.3g} at the last step) and never reaches {t.lr:g}; lower train.warmup_steps")
-    if env.world.size == 1:
+    if env.world.size == 1 and not env.world.sharded:  # one process of FSDP: the wrapped objective, not the model, unshards it
         seconds = _time_step(model, env.micro, env.device, env.amp_dtype) * env.accum * (last - step)
         lines.append(f"estimated  {_clock(seconds)} (forward + backward timed on this machine; data loading and evaluation come on top)")
     if resumed_from is not None:
