@@ -40,10 +40,13 @@ def _series(rows: Sequence[dict], key: str) -> tuple[list[float], list[float]]:
 
 
 def plot_run(rows: Sequence[dict], directory: str | os.PathLike, *, train_data: str | None = None,
-             val_data: str | None = None, classes: int | None = None) -> list[Path]:
+             val_data: str | None = None, classes: int | None = None, objective: str | None = None, ema: bool = False,
+             soft_targets: bool = True) -> list[Path]:
     """loss.png, accuracy.png and lr.png from metrics rows ({"step", "loss" | "val_loss" | "val_top1" | "lr"});
     `train_data` / `val_data` (which images, how many) go under the titles of the figures drawn from them. Top-5 is
-    left out for 5 classes or fewer (`classes`), where it is 1 whatever the model does."""
+    left out for 5 classes or fewer (`classes`), where it is 1 whatever the model does. The labels say what was
+    measured: masked patch prediction's colour accuracy (`objective`), validation through EMA weights (`ema`), a train
+    loss against smoothed or mixed targets (`soft_targets`)."""
     plt = _pyplot()
     directory = Path(directory)
     train_rows = [r for r in rows if r.get("kind") == "train"]
@@ -51,17 +54,20 @@ def plot_run(rows: Sequence[dict], directory: str | os.PathLike, *, train_data: 
     written = []
 
     fig, ax = plt.subplots(figsize=(6, 4))
-    ax.plot(*_series(train_rows, "loss"), ".-" if len(train_rows) < 30 else "-", label="train loss (smoothed / mixed targets)")
-    ax.plot(*_series(val_rows, "val_loss"), "o-", label="validation loss")
+    weights = " (EMA weights)" if ema else ""
+    what = " colour-prediction" if objective == "masked_patch" else ""
+    ax.plot(*_series(train_rows, "loss"), ".-" if len(train_rows) < 30 else "-",
+            label="train loss" + (" (smoothed / mixed targets)" if soft_targets else ""))
+    ax.plot(*_series(val_rows, "val_loss"), "o-", label=f"validation{what} loss{weights}")
     ax.set(xlabel="step", ylabel="cross-entropy")
     _title(ax, "Loss", f"train: {train_data}" if train_data else None, f"validation: {val_data}" if val_data else None)
     ax.legend()
     written.append(_save(fig, directory / "loss.png"))
 
     fig, ax = plt.subplots(figsize=(6, 4))
-    ax.plot(*_series(val_rows, "val_top1"), "o-", label="validation top-1")
-    if classes is None or classes > 5:
-        ax.plot(*_series(val_rows, "val_top5"), "s--", label="validation top-5")
+    ax.plot(*_series(val_rows, "val_top1"), "o-", label=f"validation{what} top-1{weights}")
+    if classes is None or classes > 5 or objective == "masked_patch":
+        ax.plot(*_series(val_rows, "val_top5"), "s--", label=f"validation{what} top-5{weights}")
     ax.set(xlabel="step", ylabel="accuracy", ylim=(0, 1))
     _title(ax, "Accuracy", f"validation: {val_data}" if val_data else None)
     ax.legend()

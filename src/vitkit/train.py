@@ -622,7 +622,9 @@ def _validate_and_log(log, bar, env: _Setup, data: _Data, run: _State, config: R
         progress["best_val_top1"], progress["best_step"] = metrics["top1"], step
     if env.world.main:
         top5 = f"  top-5 {metrics['top5']:.4f}" if run.objective is not None or len(data.class_names) > 5 else ""  # else always 1
-        bar.write(f"step {step}: val top-1 {metrics['top1']:.4f}{top5}  loss {metrics['loss']:.4f}")
+        what = " colour-prediction" if run.objective is not None else ""  # masked patch prediction: of the patches' colours
+        ema = " (EMA weights)" if run.ema is not None else ""
+        bar.write(f"step {step}: val{what} top-1 {metrics['top1']:.4f}{top5}  loss {metrics['loss']:.4f}{ema}")
     return metrics
 
 
@@ -670,9 +672,10 @@ def _finish(config: RunConfig, out: Path, env: _Setup, data: _Data, run: _State,
         "steps": t.steps,
         "images_seen": t.steps * t.batch_size,
         "wall_time_s": progress["elapsed_s"],
-        "img_s": sum(r.get("img_s", 0.0) for r in train_rows if _number(r.get("img_s", 0.0))) / max(len(train_rows), 1),
+        "img_s": _mean_rate(train_rows, t.batch_size),
         "model": _model_name(config.model.get("name"), run.model.config),  # the name where the architecture is that model's
         "objective": t.objective,  # masked_patch: the val_* figures are the colour-prediction accuracy and loss
+        "ema": t.ema,  # a decay: the val_* figures and final/ are of the EMA weights
         "params": sum(p.numel() for p in run.model.parameters()),
         "device": str(env.device),  # these three: the last stretch of the run; "segments" has every one
         "processes": world.size,
@@ -690,9 +693,24 @@ def _finish(config: RunConfig, out: Path, env: _Setup, data: _Data, run: _State,
     skipped = data.unreadable(config.data.train_split, config.data.val_split)
     captions = {name: f"{_images(split, skipped.get(name, 0))}, {split['source']}" + (f" ({split['selection']})" if split.get("selection", "all") != "all" else "")
                 for name, split in splits.items()}
+    a = config.augment
     plot_run(rows, out, train_data=captions.get(config.data.train_split), val_data=captions.get(config.data.val_split),
-             classes=len(data.class_names))
+             classes=len(data.class_names), objective=t.objective if t.objective != "classification" else None, ema=t.ema is not None,
+             soft_targets=bool(a.label_smoothing or a.mixup or a.cutmix))
     return summary
+
+
+def _mean_rate(train_rows: list[dict], batch_size: int) -> float | None:
+    """Training images a second over the logged windows: their images over their time (an average of the windows'
+    rates weighed a short last window as much as a long one)."""
+    images = seconds = 0.0
+    previous = 0
+    for row in train_rows:
+        n = (row["step"] - previous) * batch_size
+        previous = row["step"]
+        if _number(row.get("img_s")) and row["img_s"] > 0:
+            images, seconds = images + n, seconds + n / row["img_s"]
+    return images / seconds if seconds else None
 
 
 def _segments(segments: list[dict], steps: int) -> list[dict]:
