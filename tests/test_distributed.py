@@ -50,7 +50,8 @@ def single(tmp_path_factory):
 def test_two_ddp_processes_match_one_process(single, tmp_path):
     """Two FSDP processes are held to one process by the resume test below and to DDP by the masked-patch test."""
     out = tmp_path / "ddp"
-    vitkit_train("--out", str(out), "train.steps=6", "train.strategy=ddp", *COMMON, nproc=2)
+    done = vitkit_train("--out", str(out), "train.steps=6", "train.strategy=ddp", *COMMON, nproc=2)
+    assert "on cpu, 2 processes x 1 thread" in done.stdout  # the plan said "on cpu, 1 thread"
     one, two = train_losses(single), train_losses(out)
     assert list(two) == [1, 2, 3, 4, 5, 6] and len(set(one.values())) > 1
     for step in one:

@@ -750,7 +750,8 @@ def _plan(config: RunConfig, model: VisionTransformer, data: _Data, env: _Setup,
     threads = torch.get_num_threads()
     length = f" (train.epochs={t.epochs:g})" if t.epochs is not None else ""
     lines.append(f"training   steps {step + 1}-{last} of {t.steps}{length}, batch {t.batch_size}, lr {t.lr:g} ({t.optimizer}, {t.decay}): "
-                 f"{images:,} images ({epochs:.3g} epochs) on {env.device}, {threads} thread{'s' * (threads > 1)}")
+                 f"{images:,} images ({epochs:.3g} epochs) on {env.device}, "
+                 + (f"{env.world.size} processes x " if env.world.size > 1 else "") + f"{threads} thread{'s' * (threads > 1)}")
     if t.warmup_steps > t.steps:
         lines.append(f"warning    train.warmup_steps={t.warmup_steps} is more than train.steps={t.steps}: the learning rate only warms up "
                      f"(to {t.lr * t.steps / t.warmup_steps:.3g} at the last step) and never reaches {t.lr:g}; lower train.warmup_steps")

@@ -147,7 +147,9 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     print(f"run directory: {out}")
     if "stopped_at" in summary:  # SIGTERM/SIGINT: a checkpoint was saved at the step boundary
+        world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))  # processes on this machine: --nproc_per_node
+        launch = f"torchrun --nproc_per_node={world} -m vitkit train" if "TORCHELASTIC_RUN_ID" in os.environ else "vitkit train"
         print(f"stopped at step {summary['stopped_at']} of {summary['steps']}, checkpoint saved; "
-              f"continue with: vitkit train --resume {shlex.quote(str(out))}")
+              f"continue with: {launch} --resume {shlex.quote(str(out))}")
     print(json.dumps(summary))
     return 0
