@@ -142,3 +142,18 @@ def test_the_time_estimate_probes_a_gpu_with_a_real_batch_and_the_runs_precision
     assert all(p.grad is None for p in model.parameters())  # and leaves no gradients behind
     _time_step(model, 8, torch.device("cpu"), None)
     assert seen[3:] == [None] * 3
+
+
+def test_init_from_a_head_that_never_trained_says_so(tmp_path):
+    """finetune's start (init/, a new zero head for the data's classes) was announced as "its head scores the same 3
+    classes", as if a trained head were kept."""
+    from vitkit.checkpoint import save_pretrained
+    from vitkit.train import _init_from
+
+    names = ["ant", "bee", "cat"]
+    save_pretrained(create_model("vit_test", num_classes=3), tmp_path / "zero", extra={"class_names": names})
+    assert "all zeros (not trained yet)" in _init_from(create_model("vit_test", num_classes=3), tmp_path / "zero", names)
+    trained = create_model("vit_test", num_classes=3)
+    torch.nn.init.normal_(trained.head.weight)
+    save_pretrained(trained, tmp_path / "trained", extra={"class_names": names})
+    assert "its head scores the same 3 classes" in _init_from(create_model("vit_test", num_classes=3), tmp_path / "trained", names)

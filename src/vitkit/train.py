@@ -886,6 +886,9 @@ def _init_from(model: VisionTransformer, path: Path, class_names: list[str]) -> 
         raise ConfigError(f"model.init={path}: holds a {type(source).__name__}, and this run builds a {type(model).__name__}; "
                           f"give this run that kind of model (model.name), or another checkpoint")
     head, note = _head_for(meta.get("class_names"), theirs.num_classes, class_names)
+    untrained = getattr(source, "head", None) is not None and isinstance(source.head, torch.nn.Linear) and not source.head.weight.any()
+    if head is not None and untrained:  # finetune's start (init/): its classes, and a head that has not trained yet
+        note = f"its head, all zeros (not trained yet), for the same {len(class_names)} classes"
     if head is None:
         source.reset_head(ours.num_classes, keep_pre_logits=False)
         theirs = source.config
