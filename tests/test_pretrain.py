@@ -198,6 +198,10 @@ def test_cli_pretrains_on_a_folder_without_labels(tmp_path, run_cli, vitkit_cmd)
         told = vitkit_cmd(*command)
         assert told.returncode == 2 and "classification head never trained" in told.stderr and "vitkit finetune" in told.stderr
         assert len(told.stderr.strip().splitlines()) == 1 and told.stdout == ""
+    # fine-tuning it on its own unlabelled images: said to need --data (it said "one class ('unlabeled') ... use
+    # train.objective=masked_patch" after announcing a learning rate)
+    told = vitkit_cmd("finetune", "--from", out, "--out", tmp_path / "ft", "--steps", "2")
+    assert told.returncode == 2 and "images without the labels fine-tuning needs; give labelled data with --data" in told.stderr
     refused = vitkit_cmd("train", "--data", folder, "--out", tmp_path / "cls", "model.name=vit_test", "train.steps=1")  # classification
     assert refused.returncode == 2 and "train.objective=masked_patch" in refused.stderr and not (tmp_path / "cls").exists()
 

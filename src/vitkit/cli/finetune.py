@@ -98,7 +98,13 @@ def _checkpoint_data(checkpoint: str) -> str | None:
     """The absolute data path a checkpoint records (announced), else None (the recipe's default)."""
     from vitkit.checkpoint import read_metadata
 
-    path = (read_metadata(checkpoint).get("data") or {}).get("path")
+    from vitkit.errors import DataError
+
+    meta = read_metadata(checkpoint)
+    path = (meta.get("data") or {}).get("path")
+    if path and meta.get("class_names") == ["unlabeled"]:  # pre-trained on images without labels: nothing to fine-tune on
+        raise DataError(f"{checkpoint}: pre-trained on {path}, images without the labels fine-tuning needs; give labelled "
+                        "data with --data PATH")
     if path:
         print(f"vitkit finetune: data {path} (what {checkpoint} was trained on; --data to change)", flush=True)
     return path
