@@ -145,3 +145,12 @@ def test_the_training_length_is_steps_or_epochs_and_a_later_layer_replaces_the_e
     assert recipe.train.epochs == 1.0 and recipe.with_steps_for(5120).train.steps == 10  # batch 512
     path.write_text("train: {epochs: 2}\n")
     assert finetune_recipe(path).train.epochs == 2.0
+
+
+def test_a_shipped_recipe_named_from_another_directory_is_pointed_to(tmp_path, monkeypatch):
+    """`vitkit train --config configs/fashion_mnist.yaml` from outside the repository said only "config file not found"."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=r"config file not found; the recipe of that name is .*configs/fashion_mnist.yaml"):
+        load_run_config("configs/fashion_mnist.yaml")
+    with pytest.raises(ConfigError, match=r"nothing.yaml: config file not found$"):
+        load_run_config("configs/nothing.yaml")

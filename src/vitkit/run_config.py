@@ -186,7 +186,10 @@ def load_run_config(path: str | os.PathLike | None = None, overrides: list[str] 
                 raise ConfigError(f"{path}: {path.stat().st_size:,} bytes; a run config is a small YAML file (at most {MAX_CONFIG_BYTES:,})")
             data = yaml.load(path.read_text(encoding="utf-8"), Loader=_NoAliasLoader) or {}
         except FileNotFoundError:
-            raise ConfigError(f"{path}: config file not found") from None
+            shipped = Path(__file__).resolve().parents[2] / "configs" / path.name  # the repository's recipes (a source checkout)
+            hint = f"; the recipe of that name is {shipped} (configs/ paths in the docs are from the repository's root)" if (
+                not path.is_absolute() and shipped.is_file()) else ""
+            raise ConfigError(f"{path}: config file not found{hint}") from None
         except IsADirectoryError:
             raise ConfigError(f"{path}: is a folder; --config takes a YAML file (e.g. configs/fashion_mnist.yaml)") from None
         except UnicodeDecodeError as err:
