@@ -73,6 +73,16 @@ def test_under_torchrun_its_forwarded_copy_of_the_signal_is_not_a_second_request
             os.kill(os.getpid(), signal.SIGINT)  # pressed again, later: stop now
 
 
+def test_under_torchrun_only_rank_0_announces_the_stop(monkeypatch, capsys):
+    """Every rank printed "SIGTERM received: saving a checkpoint ...": the same line once per process."""
+    for rank, said in (("1", False), ("0", True)):
+        monkeypatch.setenv("RANK", rank)
+        with faults.stop_on_signals():
+            os.kill(os.getpid(), signal.SIGTERM)
+            assert faults.stop_requested() == "SIGTERM"  # every rank stops
+        assert ("SIGTERM received" in capsys.readouterr().err) is said
+
+
 def test_forked_workers_leave_the_signal_to_the_main_process():
     """DataLoader workers are forked with the handler installed; Ctrl-C reaches them too, and they must ignore it."""
     with faults.stop_on_signals():

@@ -60,8 +60,9 @@ def stop_on_signals(signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT)) 
             raise KeyboardInterrupt  # asked twice: stop now
         _caught.append(name)
         first[0] = time.monotonic()
-        print(f"vitkit: {name} received: saving a checkpoint after this step, then stopping (send it again to stop at once)",
-              file=sys.stderr, flush=True)
+        if os.environ.get("RANK", "0") == "0":  # under torchrun every rank stops; rank 0 says so
+            print(f"vitkit: {name} received: saving a checkpoint after this step, then stopping (send it again to stop at once)",
+                  file=sys.stderr, flush=True)
 
     previous = {s: signal.getsignal(s) for s in signals}
     _caught.clear()

@@ -736,7 +736,7 @@ def _plan(config: RunConfig, model: VisionTransformer, data: _Data, env: _Setup,
         shape = f"{stem}patch {c.patch_size[0]} ({c.num_patches} tokens), width {c.width}, depth {c.depth}"
     lines = [f"model      {_model_name(config.model.get('name'), c)} at {c.image_size[0]}x{c.image_size[1]}, "
              f"{c.in_chans} channel{'s' * (c.in_chans > 1)}, {shape}: {params:,} parameters, {count_flops(c) / 1e9:.3g} GFLOPs/image",
-             f"data       {record['name'] if record['name'] == 'synthetic' else record['path']}: {len(names)} classes ({shown})"]
+             f"data       {record['name'] if record['name'] == 'synthetic' else record['path']}: {len(names)} class{'es' * (len(names) != 1)} ({shown})"]
     skipped = data.unreadable(t_split := config.data.train_split, config.data.val_split)
     for name, split in record["splits"].items():
         lines.append(f"  {name:<8} {split['n']:>7,} images  {split['source']} ({split['selection']})"

@@ -173,7 +173,7 @@ def write(model: VisionTransformer, directory: str | os.PathLike, *, metadata: d
         raise CheckpointError(f"{directory}: the Hugging Face format here is ViT's; save a BiT ResNet as vitkit, npz or timm")
     class_names = metadata.get("class_names")
     problems = [  # (the model has it, what, the formats that hold it)
-        (c.backbone is not None, "hybrid (ResNet) models", "vitkit"),
+        (c.backbone is not None, "hybrid (ResNet) models", "vitkit, npz or timm (.safetensors)"),
         (c.classifier != "token", f"classifier {c.classifier!r} (HF ViT pools the class token)", "vitkit, npz or timm (.safetensors)"),
         (c.pos_embed != "learned", f"pos_embed {c.pos_embed!r}", "vitkit"),
         (bool(c.num_classes and c.representation_size), "a pre-logits layer under a head (ViTForImageClassification has none)", "vitkit"),

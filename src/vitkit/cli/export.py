@@ -52,7 +52,8 @@ def run(args: argparse.Namespace) -> int:
     export(model, out, format=args.format, metadata=metadata)
     diff = verify(model, out, args.format)
     also = "".join(f" + {p.name}" for p in companions(out))
-    outputs = (f"{len(metadata.get('class_names') or [])} class names" if model.config.num_classes else
+    named = len(metadata.get("class_names") or [])
+    outputs = (f"{named} class name{'s' * (named != 1)}" if model.config.num_classes else
                "no classification head: its output \"features\" are the image features")
     print(f"wrote {out}{also} ({args.format}, dynamic batch, {outputs}); "
           f"max |export - pytorch| on a batch of 3 = {diff:.2e}")
