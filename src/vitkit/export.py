@@ -14,6 +14,7 @@ import os
 import re
 import tempfile
 import uuid
+import warnings
 from pathlib import Path
 
 import torch
@@ -82,7 +83,9 @@ def export(model: VisionTransformer, path: str | os.PathLike, *, format: str, me
         return path
     with atomic_path(path) as tmp, torch.no_grad():
         if format == "torchscript":
-            torch.jit.save(torch.jit.trace(model, x), str(tmp))
+            with warnings.catch_warnings():  # shape checks read as Python values: the trace is checked on another batch size after
+                warnings.simplefilter("ignore", torch.jit.TracerWarning)
+                torch.jit.save(torch.jit.trace(model, x), str(tmp))
         else:
             program = torch.export.export(model, (x,), dynamic_shapes={"x": {0: batch}})
             torch.export.save(program, str(tmp))

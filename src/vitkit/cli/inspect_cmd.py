@@ -104,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
     written = write_report(results, pixels, args.out, info=info, titles=titles, caption=caption)
     distance = results["mean_attention_distance"].mean(dim=1)
     print(f"inspected {caption} ({training_data}), at {config.image_size[0]}x{config.image_size[1]} "
-          f"({config.grid_size[0]}x{config.grid_size[1]} patches)")
+          f"(a {config.grid_size[0]}x{config.grid_size[1]} grid of {config.total_patch_size[0]}x{config.total_patch_size[1]}-px patches)")
     print("mean attention distance per layer (px): " + " ".join(f"{d:.1f}" for d in distance.tolist()))
     for path in written:
         print(f"wrote {path}")
