@@ -93,6 +93,23 @@ def test_to_shards_writes_every_image_of_a_folder_without_splits(tmp_path, vitki
     assert f"wrote 18 images (all of {root}) as 4 tar shard(s)" in done.stdout
 
 
+def test_copies_of_training_images_in_val_or_test_are_named(tmp_path, vitkit_cmd):
+    """Splits are kept apart by folder: a copy of a training image in test/ was scored as an unseen image, unsaid."""
+    root = tmp_path / "photos"
+    photos(root / "train")
+    photos(root / "test", per_class=2)  # the same seed: test/ant/0-1 are copies of train/ant/0-1
+    rng = np.random.default_rng(9)
+    for name in ("ant", "bee", "cat"):
+        (root / "val" / name).mkdir(parents=True)
+        Image.fromarray(rng.integers(0, 255, (20, 30, 3), dtype=np.uint8)).save(root / "val" / name / "new.jpg", quality=90)
+    done = vitkit_cmd("data", root, "--json")
+    assert done.returncode == 0, done.stderr
+    copies = json.loads(done.stdout.strip().splitlines()[-1])["copies_of_training_images"]
+    assert list(copies) == ["test"] and copies["test"]["images"] == 2
+    assert Path(copies["test"]["example"][1]).read_bytes() == Path(copies["test"]["example"][0]).read_bytes()
+    assert "warning  2 test images are byte-identical to training images" in done.stdout
+
+
 def test_to_shards_writes_each_split_a_folder_has_as_that_split_and_never_into_shards(tmp_path, vitkit_cmd):
     """train/ (6 a class), val/ and test/ (2 a class) become train-*, val-* and test-* shards that read back as the same
     splits; --split writes one; a folder already holding shards is one error and is left as it was."""

@@ -70,6 +70,11 @@ def run(args: argparse.Namespace) -> int:
     split = args.split or "train"
     summary = describe(opened, split, d.path, d.name)
     _print(summary)
+    for name, copies in (summary["copies_of_training_images"] or {}).items():  # kept apart by folder: a copy counts as unseen
+        n = copies["images"]
+        print(f"warning  {n:,} {name} image{'s' * (n != 1)} {'are' if n != 1 else 'is'} byte-identical to training images "
+              f"(e.g. {copies['example'][0]} = {copies['example'][1]}): a figure on {name} scores {'them' if n != 1 else 'it'} "
+              "as unseen; remove such copies")
 
     if args.to_shards:
         sets = {args.split: opened[args.split]} if args.split else _whole_splits(config, shape)

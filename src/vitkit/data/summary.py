@@ -3,7 +3,10 @@ channels (`describe`), and a labelled grid of images (`sample_grid`)."""
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import io
+import os
 import textwrap
 from collections import Counter
 from pathlib import Path
@@ -90,7 +93,52 @@ def describe(splits: dict[str, Split | str], sizes_of: str, path=None, name: str
         rows[s] = {"images": len(splits[s]), "source": splits[s].source, "selection": splits[s].selection,
                    "per_class": {n: int(c) for n, c in zip(splits[s].class_names, counts)}}
     return {"path": None if path is None else str(path), "format": data_format(path, name), "classes": len(names),
-            "class_names": names, "splits": rows, "sizes": {"split": sizes_of, **image_sizes(opened[sizes_of])}}
+            "class_names": names, "splits": rows, "sizes": {"split": sizes_of, **image_sizes(opened[sizes_of])},
+            "copies_of_training_images": copies_of_training_images(opened)}
+
+
+COPY_CHECK_FILES = 200_000  # training files looked at (a stat each) for copies in val and test; beyond: not checked
+
+
+def copies_of_training_images(splits: dict[str, Split]) -> dict[str, dict] | None:
+    """{split: {"images": n, "example": [its file, the training file]}} for val and test files byte-identical to a
+    training file: splits are kept apart by folder or list, so such a copy is scored as unseen. Files only (not arrays
+    or shard members); a file is read only where a training file has its size. None: not checked (more than
+    COPY_CHECK_FILES training files)."""
+    def files(split) -> list[str]:
+        return [str(p) for p in split.paths if isinstance(p, (str, os.PathLike))] if isinstance(split, Split) and split.paths is not None else []
+
+    def size(path: str) -> int | None:
+        try:
+            return os.stat(path).st_size
+        except OSError:  # a missing file: training's data.on_error deals with it
+            return None
+
+    @functools.lru_cache(maxsize=None)
+    def digest(path: str) -> str | None:
+        try:
+            return hashlib.blake2b(Path(path).read_bytes(), digest_size=16).hexdigest()
+        except OSError:
+            return None
+
+    training = files(splits.get("train"))
+    if len(training) > COPY_CHECK_FILES:
+        return None
+    by_size: dict[int | None, list[str]] = {}
+    for path in training:
+        by_size.setdefault(size(path), []).append(path)
+    found = {}
+    for name in ("val", "test"):
+        copies = []
+        for path in files(splits.get(name)):
+            same_size = by_size.get(size(path), [])
+            if same_size and digest(path) is not None:
+                twin = next((t for t in same_size if digest(t) == digest(path)), None)
+                if twin is not None:
+                    copies.append((path, twin))
+        if copies:
+            found[name] = {"images": len(copies), "example": list(copies[0])}
+    return found
 
 
 def sample_grid(pixels: np.ndarray, labels: list[str], columns: int = 8, tile: int = 112, title: str | None = None) -> Image.Image:
