@@ -339,6 +339,8 @@ def test_unreadable_validation_images_are_not_counted_as_scored_nor_blamed_on_tr
     monkeypatch.setattr(plots, "_save", lambda fig, path: titles.setdefault(path.name, fig.axes[0].get_title()) and save(fig, path))
     summary = train(load_run_config(None, FOLDER + [f"data.path={tmp_path / 'data'}", f"data.memory_mb={memory_mb}"]), tmp_path / "run")
     assert summary["unreadable"] == {"train": 0, "val": 3} and summary["val_images"]["n"] == 15
+    listed = json.loads((tmp_path / "run" / "bad_files.json").read_text())["files"]
+    assert len(listed) == 3 and {row["split"] for row in listed} == {"val"}  # which split each file is of
     assert "validation: 12 of 15 images (3 unreadable skipped)" in titles["accuracy.png"]
     printed = capfd.readouterr().out
     if memory_mb > 1:  # found before training (streamed, they are found as validation reads them)

@@ -141,8 +141,9 @@ def check_finite_weights(model: torch.nn.Module, step: int, out: Path, world) ->
         )
 
 
-def bad_files(out: Path, policy: str, resume: bool, *, writer: bool = True) -> BadFiles:
-    """data.on_error for a run: skipped files are listed in RUN/bad_files.json (kept across --resume).
+def bad_files(out: Path, policy: str, resume: bool, *, writer: bool = True, split_of=None) -> BadFiles:
+    """data.on_error for a run: skipped files are listed in RUN/bad_files.json (kept across --resume), each with the
+    split it is of where `split_of(path)` says.
 
     Under torch.distributed only rank 0 is the `writer`; the other ranks' files reach the list
     through `merge_bad_files` at every checkpoint and at the end.
@@ -159,7 +160,8 @@ def bad_files(out: Path, policy: str, resume: bool, *, writer: bool = True) -> B
         known = {row["path"]: row["error"] for row in rows}
 
     def save(files: dict[str, str]) -> None:
-        write_json(path, {"count": len(files), "files": [{"path": p, "error": e} for p, e in files.items()]})
+        write_json(path, {"count": len(files), "files": [{"path": p, **({"split": split_of(p)} if split_of else {}), "error": e}
+                                                          for p, e in files.items()]})
 
     return BadFiles(policy, save=save if writer else None, known=known, hint=" (data.on_error=fail; data.on_error=skip trains without such files)")
 

@@ -438,8 +438,9 @@ def _prepare_data(config: RunConfig, out: Path, resume: bool, env: _Setup) -> _D
     val_split = spec.open(d.val_split, channels=channels, image_size=size, flag="data.val_split", hold_out="data.val_fraction")
     check_compatible(train_split, val_split)  # faults: the same classes, labels in range, before any work
     record = spec.record({d.train_split: train_split, d.val_split: val_split})
-    bad = faults.bad_files(out, d.on_error, resume, writer=env.world.main)  # faults: unreadable image files, as data.on_error says
     val_files = frozenset(str(path) for path in val_split.paths) if val_split.paths is not None else frozenset()
+    bad = faults.bad_files(out, d.on_error, resume, writer=env.world.main,  # faults: unreadable image files, as data.on_error says
+                           split_of=lambda path: d.val_split if path in val_files else d.train_split)
     if fits_in_memory(val_split, channels, size, d.memory_mb):
         val_split = load_into_memory(val_split, channels, size, a.eval_crop_pct, workers=d.workers, bad=bad)
     class_names = train_split.class_names

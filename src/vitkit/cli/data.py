@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     _print(summary)
     for name, copies in (summary["copies_of_training_images"] or {}).items():  # kept apart by folder: a copy counts as unseen
         n = copies["images"]
-        print(f"warning  {n:,} {name} image{'s' * (n != 1)} {'are' if n != 1 else 'is'} byte-identical to training images "
+        print(f"warning  {n:,} {name} image{'s' * (n != 1)} {'are byte-identical to training images' if n != 1 else 'is byte-identical to a training image'} "
               f"(e.g. {copies['example'][0]} = {copies['example'][1]}): a figure on {name} scores {'them' if n != 1 else 'it'} "
               "as unseen; remove such copies")
 
