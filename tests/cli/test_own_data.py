@@ -262,6 +262,21 @@ def test_a_report_on_other_data_is_written_beside_the_one_on_the_runs_own_data(o
     assert [p.parent.name.startswith("knn_other_") for p in (tmp_path / "run").glob("knn_*/knn.json")] == [True]
 
 
+def test_eval_says_which_scored_images_are_copies_of_training_images(own, vitkit_cmd, tmp_path):
+    """A copy of a training image in test/ was scored as unseen, unsaid (splits are kept apart by folder)."""
+    data, run, _ = own
+    for folder in sorted((data / "train").iterdir()):
+        (tmp_path / "d" / "test" / folder.name).mkdir(parents=True)
+        first = sorted(folder.iterdir())[0]
+        shutil.copy(first, tmp_path / "d" / "test" / folder.name / f"copy{first.suffix}")
+    shutil.copytree(data / "train", tmp_path / "d" / "train")
+    done = vitkit_cmd("eval", run, "--data", tmp_path / "d", "--split", "test", "--json", "--threads", "1")
+    assert last_json(done)["copies_of_training_images"] == 3
+    assert "note: 3 of these test images are byte-identical to images the model trained on" in done.stdout
+    clean = last_json(vitkit_cmd("eval", run, "--split", "val", "--json", "--threads", "1"))
+    assert "copies_of_training_images" not in clean
+
+
 @pytest.mark.parametrize("target", [None, "m.safetensors", "m.npz"])
 def test_info_shows_the_class_names_and_the_images_a_checkpoint_was_trained_on(own, vitkit_cmd, tmp_path, target):
     data, run, _ = own
