@@ -127,8 +127,8 @@ def test_hf_sharded_checkpoint_is_read_through_its_index(tmp_path, make_images):
         assert _max_rel(model(x), hf(pixel_values=x).logits) < 1e-5
 
 
-@pytest.mark.parametrize("in_chans", [1, 3])
-def test_written_hf_directory_works_in_transformers_pipeline_with_its_class_names(in_chans, make_model, tmp_path):
+@pytest.mark.parametrize("in_chans, crop_pct", [(1, 0.875), (3, 0.875), (3, 0.9)])  # 0.9: 16 / 0.9 rounds up, floors down
+def test_written_hf_directory_works_in_transformers_pipeline_with_its_class_names(in_chans, crop_pct, make_model, tmp_path):
     """pipeline("image-classification") feeds RGB; a grayscale model reads luma through its folded patch embedding."""
     import numpy as np
     from PIL import Image
@@ -138,7 +138,7 @@ def test_written_hf_directory_works_in_transformers_pipeline_with_its_class_name
 
     names = ["ankle boot", "bag", "coat", "dress", "shirt"]
     model = make_model(in_chans=in_chans, num_classes=5)
-    save_checkpoint(model, tmp_path / "hf", "hf", metadata={"class_names": names, "preprocess": {"crop_pct": 0.875}})
+    save_checkpoint(model, tmp_path / "hf", "hf", metadata={"class_names": names, "preprocess": {"crop_pct": crop_pct}})
     hf_config = json.loads((tmp_path / "hf" / "config.json").read_text())
     assert hf_config["id2label"]["1"] == "bag" and hf_config["label2id"]["coat"] == 2
     image = tmp_path / "x.png"
@@ -149,7 +149,7 @@ def test_written_hf_directory_works_in_transformers_pipeline_with_its_class_name
         classify = transformers.pipeline("image-classification", model=str(tmp_path / "hf"), device="cpu")
         got = classify(Image.open(image), top_k=5)
         seen = transformers.AutoImageProcessor.from_pretrained(str(tmp_path / "hf"))(Image.open(image).convert("RGB"), return_tensors="pt")
-    pixels = torch.from_numpy(load_image(image, in_chans, 16, crop_pct=0.875).copy())[None]
+    pixels = torch.from_numpy(load_image(image, in_chans, 16, crop_pct=crop_pct).copy())[None]
     ours = (pixels.float() / 255 - torch.tensor(model.config.mean).view(1, -1, 1, 1)) / torch.tensor(model.config.std).view(1, -1, 1, 1)
     if in_chans == 3:  # the same pixels in HF's pipeline as in vitkit's
         torch.testing.assert_close(seen["pixel_values"], ours, atol=1e-5, rtol=0)

@@ -16,6 +16,7 @@ ViTForImageClassification has no pre-logits layer: other models cannot be writte
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
@@ -238,7 +239,7 @@ def _preprocessor_config(c: ViTConfig, crop_pct: float = 1.0) -> dict:
     a non-square one ViTImageProcessor, which resizes the whole image to the model's size."""
     h, w = c.image_size
     if h == w:
-        shorter = max(h, round(h / crop_pct))  # as vitkit.data.images.scaled_size
+        shorter = max(h, math.floor(h / crop_pct))  # as vitkit.data.images.shorter_side (timm: floor)
         resize = {"image_processor_type": "CLIPImageProcessor", "do_resize": True, "size": {"shortest_edge": shorter},
                   "do_center_crop": True, "crop_size": {"height": h, "width": w}, "do_convert_rgb": True}
     else:
