@@ -36,6 +36,7 @@ from torch import nn
 
 from vitkit import distributed
 from vitkit.devices import pick_device
+from vitkit.checkpoint import untrained_head
 from vitkit.checkpoint.io import (abort_replacement, atomic_path, begin_replacement, commit_replacement, exclusive, LOCK_NAME,
                                   read_json, read_torch, remove_dir, staging, update_checksums, write_json, WriteError)
 from vitkit.checkpoint.runs import STATE_JSON, resolve, step_checkpoints
@@ -685,13 +686,12 @@ def _finish(config: RunConfig, out: Path, env: _Setup, data: _Data, run: _State,
         "checkpoint": str(out / "final"),
         "skipped_steps": progress["skipped_steps"],  # faults: non-finite steps
         "bad_files": len(data.bad),
-        "unreadable": data.unreadable(config.data.train_split, config.data.val_split),  # of each split: its figures count the rest
+        "unreadable": (skipped := data.unreadable(config.data.train_split, config.data.val_split)),  # of each split: its figures count the rest
     }
     write_json(out / "summary.json", summary)
     from vitkit.plots import plot_run  # matplotlib only when a run ends
 
     splits = data.record.get("splits", {})
-    skipped = data.unreadable(config.data.train_split, config.data.val_split)
     captions = {name: f"{_images(split, skipped.get(name, 0))}, {split['source']}" + (f" ({split['selection']})" if split.get("selection", "all") != "all" else "")
                 for name, split in splits.items()}
     a = config.augment
@@ -887,8 +887,7 @@ def _init_from(model: VisionTransformer, path: Path, class_names: list[str]) -> 
         raise ConfigError(f"model.init={path}: holds a {type(source).__name__}, and this run builds a {type(model).__name__}; "
                           f"give this run that kind of model (model.name), or another checkpoint")
     head, note = _head_for(meta.get("class_names"), theirs.num_classes, class_names)
-    untrained = getattr(source, "head", None) is not None and isinstance(source.head, torch.nn.Linear) and not source.head.weight.any()
-    if head is not None and untrained:  # finetune's start (init/): its classes, and a head that has not trained yet
+    if head is not None and untrained_head({}, path, source) is not None:  # finetune's start (init/): a head not trained yet
         note = f"its head, all zeros (not trained yet), for the same {len(class_names)} classes"
     if head is None:
         source.reset_head(ours.num_classes, keep_pre_logits=False)

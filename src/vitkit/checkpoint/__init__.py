@@ -197,22 +197,31 @@ def save_checkpoint(model: VisionTransformer, path: str | os.PathLike, format: s
     return FORMATS[format].write(model, path, metadata=metadata or {})
 
 
-def refuse_untrained_head(meta: dict, checkpoint, model: torch.nn.Module | None = None) -> None:
-    """A CheckpointError for a model whose classification head never trained, so that its predictions and accuracy
-    would mean nothing: masked patch pre-training writes the ViT with its zero head, a backbone has none (a Hugging Face
-    ViTModel, num_classes 0), and a new head is all zeros (`convert --num-classes`). Its features are fine."""
+def untrained_head(meta: dict, checkpoint, model: torch.nn.Module | None = None) -> str | None:
+    """Why the model's classification head never trained, so that its predictions and accuracy would mean nothing
+    (an error message naming `checkpoint`), else None: masked patch pre-training writes the ViT with its zero head, a
+    backbone has none (a Hugging Face ViTModel, num_classes 0), and a new head is all zeros (`convert --num-classes`).
+    Its features are fine."""
     then = (f"fine-tune it first (vitkit finetune --from {checkpoint}), or read its features (vitkit fewshot / knn / "
             "linear-probe)")
     if meta.get("objective") == "masked_patch":
-        raise CheckpointError(f"{checkpoint}: pre-trained with masked patch prediction, so its classification head never trained; {then}")
+        return f"{checkpoint}: pre-trained with masked patch prediction, so its classification head never trained; {then}"
     if model is not None and model.config.num_classes == 0:
-        raise CheckpointError(f"{checkpoint}: has no classification head (a backbone: its outputs are features); {then}")
+        return f"{checkpoint}: has no classification head (a backbone: its outputs are features); {then}"
     head = getattr(model, "head", None)
     if isinstance(head, torch.nn.Linear) and not head.weight.any() and not (head.bias is not None and head.bias.any()):
-        raise CheckpointError(f"{checkpoint}: its classification head is all zeros (a new head that never trained, as "
-                              f"convert --num-classes writes), so it scores every class alike; {then}")
+        return (f"{checkpoint}: its classification head is all zeros (a new head that never trained, as convert --num-classes "
+                f"writes), so it scores every class alike; {then}")
+    return None
 
 
-__all__ = ["FORMATS", "detect_format", "load_pretrained", "load_with_metadata", "read_checkpoint", "read_metadata", "refuse_untrained_head", "save_checkpoint",
+def refuse_untrained_head(meta: dict, checkpoint, model: torch.nn.Module | None = None) -> None:
+    """A CheckpointError where `untrained_head` says why the head never trained."""
+    reason = untrained_head(meta, checkpoint, model)
+    if reason is not None:
+        raise CheckpointError(reason)
+
+
+__all__ = ["FORMATS", "detect_format", "load_pretrained", "load_with_metadata", "read_checkpoint", "read_metadata", "refuse_untrained_head", "save_checkpoint", "untrained_head",
            "save_pretrained"]
 

@@ -158,7 +158,7 @@ def _copies_of_training_images(meta: dict, checkpoint, which: str, split, config
     from vitkit.data.summary import copies_of_training_images
     from vitkit.errors import DataError
 
-    if which == "train":
+    if which == "train" or split.paths is None:  # arrays in memory: no files to compare
         return None
     try:
         trained = DataSpec.from_checkpoint(meta, checkpoint).open("train", channels=config.in_chans, image_size=config.image_size[0])

@@ -51,7 +51,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from vitkit.checkpoint import load_with_metadata
+    from vitkit.checkpoint import load_with_metadata, untrained_head
     from vitkit.devices import pick_device
     from vitkit.errors import ConfigError
     from vitkit.figures import write_report
@@ -84,7 +84,8 @@ def run(args: argparse.Namespace) -> int:
     x = normalize(pixels, config)
     results = inspect_model(model, x, num_show=args.show, num_components=args.components, batch_size=args.batch_size)
     trained = None if seen is None else sum(seen)
-    titles = _titles(model, x[: args.show], truth[: args.show], metadata.get("class_names"), seen, _trained_head(model, metadata, args.checkpoint))
+    titles = _titles(model, x[: args.show], truth[: args.show], metadata.get("class_names"), seen,
+                     untrained_head(metadata, args.checkpoint, model) is None)
     caption = f"{len(pixels)} images from {where}; " + (
         f"{trained or 'none'} of them in this model's training data" if trained is not None else "not checked against its training data")
     info = {
@@ -209,18 +210,6 @@ def _recorded_images(args, metadata: dict, config):
     # data's own train split (which said of a model's held-out images that it had trained on them)
     seen, training = _training_images(metadata, args.checkpoint, part.paths, config.in_chans)
     return pixels, truth, seen, shown, where, training, skipped
-
-
-def _trained_head(model, metadata: dict, checkpoint) -> bool:
-    """Whether the model's classification head trained (not masked patch pre-training, a backbone or a new zero head)."""
-    from vitkit.checkpoint import refuse_untrained_head
-    from vitkit.errors import CheckpointError
-
-    try:
-        refuse_untrained_head(metadata, checkpoint, model)
-    except CheckpointError:
-        return False
-    return True
 
 
 def _titles(model, x, truth: list[str], class_names: list[str] | None, seen: list[bool] | None, trained_head: bool) -> list[str] | None:

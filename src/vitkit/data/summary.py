@@ -121,16 +121,20 @@ def copies_of_training_images(splits: dict[str, Split]) -> dict[str, dict] | Non
         except OSError:
             return None
 
+    held = {name: files(splits.get(name)) for name in ("val", "test")}
+    if not any(held.values()):  # nothing to compare: no training file is looked at
+        return {}
     training = files(splits.get("train"))
     if len(training) > COPY_CHECK_FILES:
         return None
-    by_size: dict[int | None, list[str]] = {}
+    by_size: dict[int, list[str]] = {}
     for path in training:
-        by_size.setdefault(size(path), []).append(path)
+        if (n := size(path)) is not None:
+            by_size.setdefault(n, []).append(path)
     found = {}
     for name in ("val", "test"):
         copies = []
-        for path in files(splits.get(name)):
+        for path in held[name]:
             same_size = by_size.get(size(path), [])
             if same_size and digest(path) is not None:
                 twin = next((t for t in same_size if digest(t) == digest(path)), None)
