@@ -101,15 +101,19 @@ def test_help_names_every_output(capsys):
         assert name in text
 
 
+def _dark_and_light(root: Path, per_class: dict[str, int], seed: int) -> None:
+    """root/SPLIT/{dark,light}/I.png: 16x16 noise images, per_class[SPLIT] of each class."""
+    rng = np.random.default_rng(seed)
+    for split, n in per_class.items():
+        for name, base in (("dark", 0), ("light", 150)):
+            (root / split / name).mkdir(parents=True)
+            for i in range(n):
+                Image.fromarray((rng.integers(0, 60, (16, 16, 3)) + base).astype(np.uint8)).save(root / split / name / f"{i}.png")
+
+
 def test_inspect_says_how_many_images_the_model_trained_on(image_dir, tmp_path, capsys):
     """The figures and the printed line name the images and count those of the run's training split."""
-    rng = np.random.default_rng(0)
-    for split, n in (("train", 6), ("val", 3)):
-        for name, base in (("dark", 0), ("light", 150)):
-            (tmp_path / "data" / split / name).mkdir(parents=True)
-            for i in range(n):
-                pixels = rng.integers(0, 60, (16, 16, 3)) + base
-                Image.fromarray(pixels.astype(np.uint8)).save(tmp_path / "data" / split / name / f"{i}.png")
+    _dark_and_light(tmp_path / "data", {"train": 6, "val": 3}, seed=0)
     run = tmp_path / "run"
     assert main(["train", "--data", str(tmp_path / "data"), "--out", str(run), "--no-progress", "train.steps=2", "model.name=vit_test",
                  "model.depth=1", "train.batch_size=4", "train.threads=1", "augment.crop=pad", "train.eval_every=2"]) == 0
@@ -140,6 +144,32 @@ def test_inspect_says_how_many_images_the_model_trained_on(image_dir, tmp_path, 
     assert "3 images from" in (line := capsys.readouterr().out.splitlines()[0]) and "not checked against its training data" in line
     bare = json.loads((tmp_path / "out2" / "inspection.json").read_text())
     assert bare["in_training_data"] is None and all(s["in_training_data"] is None for s in bare["shown"])
+
+
+def test_inspect_marks_copies_of_training_images_as_trained_on(tmp_path, capsys):
+    """inspect marked "trained on" by file path: a training image copied into val/ (or into a folder given with
+    --images) was shown as unseen, where eval and `vitkit data` name such copies."""
+    import shutil
+
+    _dark_and_light(tmp_path / "data", {"train": 4, "val": 2}, seed=1)
+    shutil.copy(tmp_path / "data" / "train" / "dark" / "0.png", tmp_path / "data" / "val" / "dark" / "copy.png")
+    run = tmp_path / "run"
+    assert main(["train", "--data", str(tmp_path / "data"), "--out", str(run), "--no-progress", "train.steps=2", "model.name=vit_test",
+                 "model.depth=1", "train.batch_size=4", "train.threads=1", "augment.crop=pad", "train.eval_every=2"]) == 0
+    capsys.readouterr()
+    assert main(["inspect", str(run), "--split", "val", "--out", str(tmp_path / "o1"), "--show", "5"]) == 0
+    assert "5 images from the val split of" in (line := capsys.readouterr().out.splitlines()[0])
+    assert "1 of them in this model's training data" in line
+    shown = json.loads((tmp_path / "o1" / "inspection.json").read_text())["shown"]
+    assert [s["image"].endswith("copy.png") for s in shown] == [s["in_training_data"] for s in shown]
+    given = tmp_path / "given"
+    given.mkdir()
+    shutil.copy(tmp_path / "data" / "train" / "light" / "1.png", given / "a.png")
+    shutil.copy(tmp_path / "data" / "val" / "light" / "1.png", given / "b.png")
+    assert main(["inspect", str(run), "--images", str(given), "--out", str(tmp_path / "o2")]) == 0
+    assert "2 images from" in (line := capsys.readouterr().out.splitlines()[0]) and "1 of them in this model's training data" in line
+    shown = json.loads((tmp_path / "o2" / "inspection.json").read_text())["shown"]
+    assert [(Path(s["image"]).name, s["in_training_data"]) for s in shown] == [("a.png", True), ("b.png", False)]
 
 
 def test_inspect_without_images_reads_a_held_out_split_of_the_checkpoints_data(tmp_path, capsys):

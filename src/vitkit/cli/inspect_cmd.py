@@ -202,14 +202,18 @@ def _recorded_images(args, metadata: dict, config):
     shown = [str(p) for p in part.paths] if files else [f"{name} image {i}" for i in order]
     where = f"the {name} split of {spec.where}"
     training = f"training data: {spec.where}, split {spec.train_split}"
-    if args.data is None:  # the checkpoint's own data: its record says which split trained
-        return pixels, truth, [name == spec.train_split] * len(truth), shown, where, training, skipped
+    by_split = [name == spec.train_split] * len(truth)
+    if args.data is None and (name == spec.train_split or not files):  # the checkpoint's own data: its record says which split trained
+        return pixels, truth, by_split, shown, where, training, skipped
     if not files:
         return pixels, truth, None, shown, where, f"{training}, not file by file", skipped
-    # other data (--data): its images checked against the training images the checkpoint records, not against that
-    # data's own train split (which said of a model's held-out images that it had trained on them)
-    seen, training = _training_images(metadata, args.checkpoint, part.paths, config.in_chans)
-    return pixels, truth, seen, shown, where, training, skipped
+    # the images checked against the training images the checkpoint records, by path and by content (a copy of a
+    # training image in test/ was seen in training); for other data (--data), not against that data's own train split
+    # (which said of a model's held-out images that it had trained on them)
+    seen, described = _training_images(metadata, args.checkpoint, part.paths, config.in_chans)
+    if seen is None and args.data is None:  # too many training files to compare: the split is all that is known
+        return pixels, truth, by_split, shown, where, f"{training}, copies not checked", skipped
+    return pixels, truth, seen, shown, where, described, skipped
 
 
 def _titles(model, x, truth: list[str], class_names: list[str] | None, seen: list[bool] | None, trained_head: bool) -> list[str] | None:

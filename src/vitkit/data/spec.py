@@ -21,6 +21,7 @@ from vitkit.errors import DataError
 from vitkit.paths import local_path
 
 from . import idx
+from .copies import training_twins
 from .sources import MissingSplit, Split, described, first_of, open_split, same_images, synthetic
 
 
@@ -118,15 +119,15 @@ class DataSpec:
                         f"{back}, or evaluate on images kept apart on disk (--data DIR with val/ or test/)")
 
     def training_images_among(self, files: list[Path], *, channels: int) -> list[bool] | None:
-        """Which of `files` are images of this spec's training split (None where the split is not file by file:
-        IDX arrays, tar shards, Parquet, synthetic)."""
+        """Which of `files` are images of this spec's training split, or byte-identical copies of one (None where
+        the split is not file by file: IDX arrays, tar shards, Parquet, synthetic; or too large to check)."""
         if self.name == "synthetic":
             return None
         split = self.open(self.train_split, channels=channels, image_size=0)  # image_size: synthetic data's only
         if split.paths is None or not all(isinstance(p, (str, os.PathLike)) for p in split.paths):  # arrays, shard records
             return None
-        trained = {Path(p).resolve() for p in split.paths}
-        return [Path(f).resolve() in trained for f in files]
+        twins = training_twins([str(p) for p in split.paths], [str(f) for f in files])
+        return None if twins is None else [t is not None for t in twins]
 
     def record(self, splits: dict[str, Split]) -> dict:
         """What a checkpoint stores: this spec and exactly which images each split held."""

@@ -3,8 +3,6 @@ channels (`describe`), and a labelled grid of images (`sample_grid`)."""
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import io
 import os
 import textwrap
@@ -17,6 +15,7 @@ from PIL import Image, ImageDraw, UnidentifiedImageError
 from vitkit.errors import DataError, first_line
 
 from . import idx, shards
+from .copies import training_twins
 from .images import ORIENTATION, Record
 from .sources import SPLITS, Split, metadata_list, split_folders, split_lists
 
@@ -97,49 +96,23 @@ def describe(splits: dict[str, Split | str], sizes_of: str, path=None, name: str
             "copies_of_training_images": copies_of_training_images(opened)}
 
 
-COPY_CHECK_FILES = 200_000  # training files looked at (a stat each) for copies in val and test; beyond: not checked
-
-
 def copies_of_training_images(splits: dict[str, Split]) -> dict[str, dict] | None:
     """{split: {"images": n, "example": [its file, the training file]}} for val and test files byte-identical to a
-    training file: splits are kept apart by folder or list, so such a copy is scored as unseen. Files only (not arrays
-    or shard members); a file is read only where a training file has its size. None: not checked (more than
-    COPY_CHECK_FILES training files)."""
+    training file (`copies.training_twins`): splits are kept apart by folder or list, so such a copy is scored as
+    unseen. Files only (not arrays or shard members). None: not checked (too many training files)."""
     def files(split) -> list[str]:
         return [str(p) for p in split.paths if isinstance(p, (str, os.PathLike))] if isinstance(split, Split) and split.paths is not None else []
-
-    def size(path: str) -> int | None:
-        try:
-            return os.stat(path).st_size
-        except OSError:  # a missing file: training's data.on_error deals with it
-            return None
-
-    @functools.lru_cache(maxsize=None)
-    def digest(path: str) -> str | None:
-        try:
-            return hashlib.blake2b(Path(path).read_bytes(), digest_size=16).hexdigest()
-        except OSError:
-            return None
 
     held = {name: files(splits.get(name)) for name in ("val", "test")}
     if not any(held.values()):  # nothing to compare: no training file is looked at
         return {}
     training = files(splits.get("train"))
-    if len(training) > COPY_CHECK_FILES:
-        return None
-    by_size: dict[int, list[str]] = {}
-    for path in training:
-        if (n := size(path)) is not None:
-            by_size.setdefault(n, []).append(path)
     found = {}
     for name in ("val", "test"):
-        copies = []
-        for path in held[name]:
-            same_size = by_size.get(size(path), [])
-            if same_size and digest(path) is not None:
-                twin = next((t for t in same_size if digest(t) == digest(path)), None)
-                if twin is not None:
-                    copies.append((path, twin))
+        twins = training_twins(training, held[name])
+        if twins is None:
+            return None
+        copies = [(path, twin) for path, twin in zip(held[name], twins) if twin is not None]
         if copies:
             found[name] = {"images": len(copies), "example": list(copies[0])}
     return found
