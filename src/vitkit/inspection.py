@@ -222,21 +222,24 @@ def inspect_model(
 
 
 # -- images --------------------------------------------------------------------------------
-def load_images(paths: Sequence[str | os.PathLike], config: ViTConfig, *, limit: int | None = None) -> torch.Tensor:
-    """(N, C, H, W) pixels in [0, 1]: the images resized to config.image_size with config.in_chans channels."""
-    from PIL import Image
+def load_images(paths: Sequence[str | os.PathLike], config: ViTConfig, *, limit: int | None = None, crop_pct: float = 1.0) -> torch.Tensor:
+    """(N, C, H, W) pixels in [0, 1] of the images under `paths` (files and folders, sorted), each read by `image_input`."""
+    from vitkit.data.images import find_images
 
-    from vitkit.data.images import find_images, open_image
+    return torch.stack([image_input(path, config, crop_pct) for path in find_images(paths)[:limit]])
+
+
+def image_input(source, config: ViTConfig, crop_pct: float = 1.0) -> torch.Tensor:
+    """(C, H, W) pixels in [0, 1] of one image (a path or a shard record) read as `vitkit predict` and `vitkit eval`
+    read it: config.in_chans channels, the shorter side resized to the input size / crop_pct, the centre cut out."""
+    from vitkit.data.augment import resize_center_crop
+    from vitkit.data.images import load_image
 
     if config.in_chans not in (1, 3):
         raise ConfigError(f"in_chans: images can be read as 1 (grayscale) or 3 (RGB) channels, the model has {config.in_chans}")
     h, w = config.image_size
-    pixels = []
-    for path in find_images(paths)[:limit]:
-        im = open_image(path, config.in_chans).resize((w, h), Image.Resampling.BILINEAR)
-        t = torch.frombuffer(bytearray(im.tobytes()), dtype=torch.uint8).reshape(h, w, config.in_chans)
-        pixels.append(t.permute(2, 0, 1).float() / 255.0)
-    return torch.stack(pixels)
+    x = torch.from_numpy(load_image(source, config.in_chans, h if h == w else None, crop_pct).copy()).float() / 255.0
+    return x if h == w else resize_center_crop(x[None], (h, w), crop_pct)[0]  # a non-square input: from the whole image
 
 
 def normalize(pixels: torch.Tensor, config: ViTConfig) -> torch.Tensor:

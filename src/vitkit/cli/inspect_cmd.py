@@ -116,38 +116,47 @@ def _given_images(args, metadata: dict, config):
     """As `_recorded_images`, for the files and folders of --images (true class: the folder an image is in, where that
     names one of the model's classes)."""
     from vitkit.data.images import find_images, spread_over_folders
-    from vitkit.inspection import load_images
 
     candidates = spread_over_folders(find_images(args.images))  # the shown images cover the classes
-    kept, skipped = _readable(candidates, config.in_chans, args.skip_unreadable, args.num_images)
+    kept, pixels, skipped = _readable(candidates, config, _crop_pct(metadata), args.skip_unreadable, args.num_images)
     files = [candidates[i] for i in kept]
     names = metadata.get("class_names") or [str(i) for i in range(config.num_classes)]
     truth = [f.parent.name if f.parent.name in names else "?" for f in files]
     seen, training_data = _training_images(metadata, args.checkpoint, files, config.in_chans)
     where = ", ".join(str(p) for p in args.images[:3]) + (f" and {len(args.images) - 3} more" if len(args.images) > 3 else "")
-    return load_images(files, config), truth, seen, [str(f) for f in files], where, training_data, skipped
+    return pixels, truth, seen, [str(f) for f in files], where, training_data, skipped
 
 
-def _readable(sources: list, channels: int, skip: bool, limit: int) -> tuple[list[int], list[tuple[str, str]]]:
-    """The indices of the first `limit` of `sources` (files or shard records) that can be read, and (source, error) of
-    those left out on the way with `skip`; without it, the first unreadable one is an error naming --skip-unreadable."""
-    from vitkit.data.images import load_pixels
+def _crop_pct(metadata: dict) -> float:
+    return (metadata.get("preprocess") or {}).get("crop_pct", 1.0)
+
+
+def _readable(sources: list, config, crop_pct: float, skip: bool, limit: int):
+    """(the indices of the first `limit` of `sources` (files or shard records) that can be read, their pixels in [0, 1]
+    read as eval and predict read them (N, C, H, W), (source, error) of those left out on the way with `skip`); without
+    it, the first unreadable one is an error naming --skip-unreadable."""
+    import torch
+
     from vitkit.errors import DataError
+    from vitkit.inspection import image_input
 
     kept: list[int] = []
+    pixels: list = []
     skipped: list[tuple[str, str]] = []
     for i, source in enumerate(sources):
         if len(kept) == limit:
             break
         try:
-            load_pixels(source, channels)
+            pixels.append(image_input(source, config, crop_pct))
         except DataError as err:
             if not skip:
                 raise DataError(f"{err}; --skip-unreadable leaves such files out") from None
             skipped.append((str(source), str(err)))
             continue
         kept.append(i)
-    return kept, skipped
+    if not kept:
+        raise DataError(f"none of the {len(sources)} images could be read ({skipped[0][1]} ...)" if skipped else "no images to inspect")
+    return kept, torch.stack(pixels), skipped
 
 
 def _training_images(metadata: dict, checkpoint, files, channels: int) -> tuple[list[bool] | None, str]:
@@ -188,15 +197,16 @@ def _recorded_images(args, metadata: dict, config):
     by_class = [np.flatnonzero(labels == k) for k in range(len(split.class_names))]
     order = [c[i] for i in range(max(map(len, by_class), default=0)) for c in by_class if i < len(c)]
     skipped: list[tuple[str, str]] = []
-    if split.paths is None:  # arrays in memory: nothing to read
+    crop_pct = _crop_pct(metadata)
+    if split.paths is None:  # arrays in memory: read as eval reads them
         order = order[: args.num_images]
-    else:
-        kept, skipped = _readable([split.paths[i] for i in order], config.in_chans, args.skip_unreadable, args.num_images)
+        part = split.subset(np.array(order, dtype=np.int64))
+        batches = eval_batches(part, args.batch_size, torch.device("cpu"), channels=config.in_chans, size=size, crop_pct=crop_pct)
+        pixels = torch.cat([resize_center_crop(x.float() / 255.0, config.image_size, crop_pct) for x, _ in batches])
+    else:  # files and shard records, each read once
+        kept, pixels, skipped = _readable([split.paths[i] for i in order], config, crop_pct, args.skip_unreadable, args.num_images)
         order = [order[i] for i in kept]
-    part = split.subset(np.array(order, dtype=np.int64))
-    crop_pct = (metadata.get("preprocess") or {}).get("crop_pct", 1.0)
-    batches = eval_batches(part, args.batch_size, torch.device("cpu"), channels=config.in_chans, size=size, crop_pct=crop_pct)
-    pixels = torch.cat([resize_center_crop(x.float() / 255.0, config.image_size, crop_pct) for x, _ in batches])
+        part = split.subset(np.array(order, dtype=np.int64))
     truth = [split.class_names[int(k)] for k in part.labels]
     files = part.paths is not None and all(isinstance(p, (str, os.PathLike)) for p in part.paths)
     shown = [str(p) for p in part.paths] if files else [f"{name} image {i}" for i in order]
