@@ -112,8 +112,8 @@ def _export_int8(args: argparse.Namespace, model, metadata: dict, out: Path) -> 
         for made in sorted(Path(scratch).iterdir(), key=lambda p: p == staged):  # the file named --out last
             os.replace(made, out.parent / made.name)
     also = "".join(f" + {p.name}" for p in companions(out))
-    n_cal = sum(len(b) for b in calibration)
+    n_cal, n_names = sum(len(b) for b in calibration), len(metadata.get("class_names") or [])
     print(f"wrote {out}{also} ({args.format} int8 by NNCF, {preset} preset, {n_cal} calibration images of {spec.where} (train), "
-          f"dynamic batch, {len(metadata.get('class_names') or [])} class names); top-1 agreement with PyTorch fp32 on {total} "
+          f"dynamic batch, {n_names} class name{'s' * (n_names != 1)}); top-1 agreement with PyTorch fp32 on {total} "
           f"{split} images of {spec.where}: {agree / total:.2%}" + (f" (tried: {'; '.join(tried)})" if len(tried) > 1 else ""))
     return 0
