@@ -215,6 +215,28 @@ def test_a_full_disk_while_saving_keeps_the_previous_checkpoint(tmp_path):
     assert not list((out / "checkpoints").glob(".*"))  # and the partial directory is gone
 
 
+def test_a_run_directory_removed_while_training_is_not_written_again(tmp_path, monkeypatch):
+    """rm -rf of the run directory mid-run: the next checkpoint made a new folder there (no run.yaml, metrics or lock),
+    the run ended with exit 0, and neither --resume nor a new run would take that folder."""
+    import shutil
+
+    import vitkit.train as training
+
+    out = tmp_path / "run"
+    real, saves = training._save_step, []
+
+    def removed_first(out_dir, *args, **kwargs):
+        saves.append(out_dir)
+        if len(saves) == 2:  # after the first checkpoint
+            shutil.rmtree(out_dir)
+        return real(out_dir, *args, **kwargs)
+
+    monkeypatch.setattr(training, "_save_step", removed_first)
+    with pytest.raises(TrainingError, match=r"run: the run directory was removed or moved while training \(its run.yaml is gone\)"):
+        train(load_run_config(None, TINY + ["train.steps=6", "train.checkpoint_every=2"]), out)
+    assert not out.exists()
+
+
 def test_a_damaged_checkpoint_is_named_on_resume(tmp_path):
     out = tmp_path / "run"
     config = load_run_config(None, TINY + ["train.steps=6"])

@@ -141,6 +141,17 @@ def check_finite_weights(model: torch.nn.Module, step: int, out: Path, world) ->
         )
 
 
+def check_run_directory(out: Path, world) -> None:
+    """A TrainingError, before anything is written, when the run directory was removed or moved while training: the
+    checkpoint would make a new folder there without run.yaml, metrics or lock, a run that could not be resumed."""
+    from vitkit import distributed
+
+    if distributed.any_rank(world.main and not (out / "run.yaml").is_file(), world):
+        raise TrainingError(f"{out}: the run directory was removed or moved while training (its run.yaml is gone); stopped "
+                            "without writing into it again. Move it back and --resume it, or start a new run with "
+                            f"vitkit train --out {out}")
+
+
 def bad_files(out: Path, policy: str, resume: bool, *, writer: bool = True, split_of=None) -> BadFiles:
     """data.on_error for a run: skipped files are listed in RUN/bad_files.json (kept across --resume), each with the
     split it is of where `split_of(path)` says.

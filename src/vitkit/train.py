@@ -634,6 +634,7 @@ def _save_step(out: Path, config: RunConfig, env: _Setup, data: _Data, run: _Sta
                elapsed: float, window: dict, extra: dict) -> None:
     """checkpoints/step_N: the model and everything an exact resume needs (data order, optimizer, RNG, EMA)."""
     world = env.world
+    faults.check_run_directory(out, world)
     faults.check_finite_weights(run.model, step, out, world)  # never a checkpoint of unusable weights
     faults.merge_bad_files(data.bad, distributed.gather_objects(data.bad.files, world))  # each rank streams its own files
     epoch, position = divmod(step * env.accum, batches.per_epoch)
@@ -654,6 +655,7 @@ def _save_step(out: Path, config: RunConfig, env: _Setup, data: _Data, run: _Sta
 def _finish(config: RunConfig, out: Path, env: _Setup, data: _Data, run: _State, val_metrics: dict, extra: dict) -> dict:
     """final/ (the EMA weights when kept), summary.json and the run's plots."""
     t, world, progress = config.train, env.world, run.progress
+    faults.check_run_directory(out, world)
     if run.ema is None:
         export = _whole_model(run.model, world)
     else:  # the average, not the live weights: no need to gather those too
