@@ -1,6 +1,8 @@
 import importlib.util
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -53,6 +55,47 @@ def test_cli_export(run_cli, model, tmp_path):
     if importlib.util.find_spec("onnxscript"):  # the ONNX path through torch.export: torch's notices stay out of the output
         result = run_cli("export", tmp_path / "ckpt", "--out", tmp_path / "m.onnx")
         assert result.returncode == 0 and "Warning" not in result.stderr, result.stderr
+
+
+def test_an_export_never_replaces_its_checkpoint_nor_a_good_export_with_a_rejected_one(vitkit_cmd, model, tmp_path, monkeypatch):
+    """export --out of the checkpoint's own file replaced its weights with ONNX (exit 0); --format onnx --out x.pt2
+    wrote ONNX under ExportedProgram's suffix; an export over --atol had already replaced the previous export."""
+    save_pretrained(model, tmp_path / "ckpt")
+    weights = tmp_path / "ckpt" / "model.safetensors"
+    before = weights.read_bytes()
+    for out in (weights, tmp_path / "x.safetensors"):
+        done = vitkit_cmd("export", weights, "--out", out)
+        assert done.returncode == 2 and "--out" in done.stderr and weights.read_bytes() == before and not (tmp_path / "x.safetensors").exists()
+    done = vitkit_cmd("export", weights, "--format", "onnx", "--out", tmp_path / "x.pt2")
+    assert done.returncode == 2 and "onnx exports are .onnx files; name it x.onnx" in done.stderr and not (tmp_path / "x.pt2").exists()
+    done = vitkit_cmd("export", tmp_path / "ckpt", "--out", tmp_path / "m.pt2")  # the suffix names the format
+    assert done.returncode == 0 and "(exported-program, dynamic batch" in done.stdout, done.stderr
+    good, files = (tmp_path / "m.pt2").read_bytes(), sorted(p.name for p in tmp_path.iterdir())
+    import vitkit.cli.export  # noqa: F401
+
+    monkeypatch.setattr("vitkit.export.verify", lambda *args, **kwargs: 0.5)  # an export that fails its check
+    done = vitkit_cmd("export", tmp_path / "ckpt", "--out", tmp_path / "m.pt2")
+    assert done.returncode == 2 and "m.pt2: not written: the export differs from PyTorch by 5.00e-01" in done.stderr
+    assert "wrote" not in done.stdout and (tmp_path / "m.pt2").read_bytes() == good and sorted(p.name for p in tmp_path.iterdir()) == files
+
+
+@pytest.mark.parametrize("fmt", ["torchscript", "exported-program"])
+def test_an_export_that_meets_a_full_disk_is_one_error_and_leaves_nothing(model, tmp_path, fmt):
+    """torch's C++ file writer aborted the process on a full disk (exit 134, a native backtrace, a .tmp file left)."""
+    import resource
+
+    save_pretrained(model, tmp_path / "ckpt")
+    out = tmp_path / "out" / ("m.pt" if fmt == "torchscript" else "m.pt2")
+    out.parent.mkdir()
+
+    def small_files():  # every write past 20 kB fails with EFBIG, as on a full disk
+        resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+
+    done = subprocess.run([sys.executable, "-m", "vitkit", "export", str(tmp_path / "ckpt"), "--format", fmt, "--out", str(out)],
+                          capture_output=True, text=True, preexec_fn=small_files, timeout=300)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [done.stderr.strip()] and f"{out}: cannot be written (" in done.stderr
+    assert "the export as it was is intact" in done.stderr and list(out.parent.iterdir()) == []
 
 
 def test_a_model_whose_head_never_trained_is_not_exported(run_cli, model, tmp_path):
@@ -233,7 +276,7 @@ def _class_folders(root, n=6):
                 Image.new("RGB", (16, 16), (200 * k + 5 * i, 30, 30)).save(root / split / name / f"{i}.png")
 
 
-def test_cli_int8_export_is_calibrated_on_training_images_and_checked_on_held_out_ones(vitkit_cmd, tmp_path):
+def test_cli_int8_export_is_calibrated_on_training_images_and_checked_on_held_out_ones(vitkit_cmd, tmp_path, monkeypatch, capsys):
     pytest.importorskip("nncf")
     pytest.importorskip("onnxruntime")
     m = vitkit.create_model("vit_test", num_classes=2).eval()
@@ -247,11 +290,20 @@ def test_cli_int8_export_is_calibrated_on_training_images_and_checked_on_held_ou
     assert (tmp_path / "ckpt.int8.onnx").is_file() and not (tmp_path / "ckpt.onnx").exists()
     (tmp_path / "ckpt.int8.onnx").rename(tmp_path / "m.onnx")
     good, files = (tmp_path / "m.onnx").read_bytes(), sorted(p.name for p in tmp_path.iterdir())
-    refused = vitkit_cmd(*base, "--out", tmp_path / "m.onnx", "--min-agreement", 1.01)  # no export can agree on 101%
-    assert refused.returncode != 0 and len(refused.stderr.strip().splitlines()) == 1 and "under --min-agreement" in refused.stderr
-    assert "transformer preset" in refused.stderr and "default preset" in refused.stderr  # both NNCF flows were tried
+    impossible = vitkit_cmd(*base, "--out", tmp_path / "m.onnx", "--min-agreement", 1.01)  # refused before any work
+    assert impossible.returncode == 2 and "--min-agreement: expected a fraction from 0 to 1" in impossible.stderr
+    from vitkit import export as exporting
+    from vitkit.cli import main
+
+    real = exporting.runtime_session  # a runtime whose every answer is another class: no preset can pass
+    monkeypatch.setattr(exporting, "runtime_session", lambda *a, **k: (lambda x, run=real(*a, **k): -run(x)))
+    capsys.readouterr()
+    assert main([str(v) for v in (*base, "--out", tmp_path / "m.onnx", "--min-agreement", 0.5)]) == 2
+    refused = capsys.readouterr()
+    assert len(refused.err.strip().splitlines()) == 1 and "under --min-agreement" in refused.err
+    assert "transformer preset" in refused.err and "default preset" in refused.err  # both NNCF flows were tried
     # a rejected export is not written: the good file at --out stays, nothing is left beside it, no "wrote" line
-    assert (tmp_path / "m.onnx").read_bytes() == good and "wrote" not in refused.stdout and "not written" in refused.stderr
+    assert (tmp_path / "m.onnx").read_bytes() == good and "wrote" not in refused.out and "not written" in refused.err
     assert sorted(p.name for p in tmp_path.iterdir()) == files
     wrong = vitkit_cmd("export", tmp_path / "ckpt", "--format", "torchscript", "--precision", "int8", "--data", tmp_path / "data")
     assert wrong.returncode == 2 and "--precision int8: exports ONNX or OpenVINO IR" in wrong.stderr

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import io
 import json
 import logging
 import os
@@ -16,11 +17,12 @@ import tempfile
 import uuid
 import warnings
 from pathlib import Path
+from typing import Iterator
 
 import torch
 
-from vitkit.checkpoint.io import atomic_path, read_sidecar, sha256, sidecar_path, write_json
-from vitkit.errors import ConfigError
+from vitkit.checkpoint.io import WriteError, atomic_path, read_sidecar, sha256, sidecar_path, write_json
+from vitkit.errors import ConfigError, first_line
 from vitkit.models import VisionTransformer
 from vitkit.precision import quiet_torch_internals
 
@@ -46,6 +48,40 @@ def refuse_folder(path: Path, format: str) -> None:
     """An export is a file (with companions beside it): a folder given as its path is one error, before any work."""
     if path.is_dir():
         raise ConfigError(f"--out {path}: is a folder; name the file to write in it, e.g. {path / ('model' + FORMATS[format])}")
+
+
+def format_of(path: Path, format: str | None) -> str:
+    """The export format `path` names by its suffix (FORMATS), which `format`, where given, must be: an ONNX graph
+    written as x.pt2 (or a model's weights file replaced by an export) is refused before any work."""
+    named = next((f for f, suffix in FORMATS.items() if path.suffix.lower() == suffix), None)
+    if format is None and named is None:
+        raise ConfigError(f"--out {path}: name the file by its format ({', '.join(f'{s} {f}' for f, s in FORMATS.items())}), or give --format")
+    if format is not None and named != format:
+        raise ConfigError(f"--out {path}: {format} exports are {FORMATS[format]} files; name it {path.stem}{FORMATS[format]}")
+    return named
+
+
+@contextlib.contextmanager
+def staged(out: Path) -> Iterator[Path]:
+    """A path to build an export at, in a scratch folder beside `out`; when the block ends without an error, its files
+    are moved into place (companions first, `out` last). An error or a rejected check leaves what `out` held as it
+    was, and a write that fails (a full disk) is one WriteError naming `out`."""
+    kept = "the export as it was is intact"
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix=f".{out.name}.", dir=out.parent) as scratch:
+            path = Path(scratch) / out.name
+            yield path
+            moved = sorted(Path(scratch).iterdir(), key=lambda p: p == path)
+            for made in moved:
+                os.replace(made, out.parent / made.name)
+    except WriteError as err:
+        raise WriteError(out, err.reason, then="export again", kept=kept) from None
+    except OSError as err:
+        raise WriteError(out, err.strerror or first_line(err) or type(err).__name__, then="export again", kept=kept) from None
+    for stale in _external_weights(out):  # an earlier, larger export's weights that the new graph does not name
+        if stale.name not in {m.name for m in moved}:
+            stale.unlink(missing_ok=True)
 
 
 def output_name(model: torch.nn.Module) -> str:
@@ -81,14 +117,16 @@ def export(model: VisionTransformer, path: str | os.PathLike, *, format: str, me
     if format == "openvino":
         _export_openvino(model, x, path, batch, info, int8)
         return path
-    with atomic_path(path) as tmp, torch.no_grad():
+    buffer = io.BytesIO()  # torch's C++ file writer aborts the process on a full disk: the file is written from Python
+    with torch.no_grad():
         if format == "torchscript":
             with warnings.catch_warnings():  # shape checks read as Python values: the trace is checked on another batch size after
                 warnings.simplefilter("ignore", torch.jit.TracerWarning)
-                torch.jit.save(torch.jit.trace(model, x), str(tmp))
+                torch.jit.save(torch.jit.trace(model, x), buffer)
         else:
-            program = torch.export.export(model, (x,), dynamic_shapes={"x": {0: batch}})
-            torch.export.save(program, str(tmp))
+            torch.export.save(torch.export.export(model, (x,), dynamic_shapes={"x": {0: batch}}), buffer)
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(buffer.getbuffer())
     write_json(sidecar_path(path), info)
     return path
 

@@ -29,12 +29,10 @@ from vitkit.limits import check_expansion
 class WriteError(CheckpointError):
     """A write failed (full disk, quota, file-size limit); nothing was replaced."""
 
-    def __init__(self, path: Path, reason: str, then: str = "run the command again"):
+    def __init__(self, path: Path, reason: str, then: str = "run the command again",
+                 kept: str = "the file as it was and earlier checkpoints are intact"):
         self.path, self.reason = path, reason
-        super().__init__(
-            f"{path}: cannot be written ({reason}; is the disk full?); nothing was replaced: the file as it was and "
-            f"earlier checkpoints are intact; free some space, then {then}"
-        )
+        super().__init__(f"{path}: cannot be written ({reason}; is the disk full?); nothing was replaced: {kept}; free some space, then {then}")
 
 
 def _not_a_directory(path: str | os.PathLike) -> Path:
