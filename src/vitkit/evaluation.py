@@ -21,6 +21,7 @@ from vitkit.checkpoint.io import atomic_path, write_json
 from vitkit.data import BadFiles, Split, eval_batches
 from vitkit.data.augment import eval_transform
 from vitkit.data.sources import described
+from vitkit.errors import ConfigError
 
 
 def topk_correct(logits: torch.Tensor, labels: torch.Tensor, k: int) -> torch.Tensor:
@@ -91,6 +92,8 @@ def evaluate(
 def calibration_images(split: Split, model: nn.Module, *, n: int, crop_pct: float = 1.0, batch_size: int = 256,
                        seed: int = 0) -> list[torch.Tensor]:
     """`n` images of `split` drawn with `seed`, normalised as the model reads them: what int8 observers calibrate on."""
+    if n <= 0:  # observers that saw nothing quantize every activation to one value
+        raise ConfigError(f"calibration: int8 needs a positive number of calibration images (--calibration N), got {n}")
     c = model.config
     pick = torch.randperm(len(split), generator=torch.Generator().manual_seed(seed))[:n].sort().values
     batches = eval_batches(split.subset(pick.numpy()), batch_size, torch.device("cpu"), channels=c.in_chans,

@@ -107,6 +107,10 @@ def test_int8_calibrates_on_calibration_data_where_the_checkpoint_records_none(c
                  "--calibration-data", str(tmp_path / "calib")]) == 0
     answer = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert answer["precision"].startswith("int8") and "8 calibration images" in answer["precision"]
+    # no calibration images: every observer empty, every image called the same class at equal odds, exit 0
+    assert main(["predict", str(checkpoint), good, "--precision", "int8", "--calibration", "0",
+                 "--calibration-data", str(tmp_path / "calib")]) == 2
+    assert "calibration: int8 needs a positive number of calibration images (--calibration N), got 0" in capsys.readouterr().err
 
 
 def test_a_model_without_a_trained_head_is_refused_in_one_line(checkpoint, images, tmp_path, run_cli):
