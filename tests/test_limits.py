@@ -107,3 +107,39 @@ def test_a_config_with_billions_of_input_channels_is_refused_before_sizing_anyth
     for value in ("22337203685", str(2**63)):  # found by the run-config fuzzer: per-channel means sized by it
         status, detail = under_memory_limit(lambda: load_run_config(None, [f"model.in_chans={value}"]).model_config(), mb=256)
         assert status == "error" and "ConfigError" in detail and "in_chans" in detail, (status, detail)
+
+
+def test_a_checkpoint_config_of_absurd_depth_or_width_is_refused_before_building_the_model(tmp_path, under_memory_limit):
+    """A 30-byte edit of config.json ("depth": 10000000) built ten million blocks (2.4 GB, 90 s, then a MemoryError
+    traceback); "width": 10**9 overflowed torch's storage size."""
+    import json
+
+    import vitkit
+    from vitkit.checkpoint import load_with_metadata
+
+    path = vitkit.save_pretrained(vitkit.create_model("vit_test"), tmp_path / "ckpt")
+    stored = json.loads((path / "config.json").read_text())
+    for key, value, words in (("depth", 10_000_000, ("depth", "over the limit of 1,000")), ("width", 10**9, ("width", "weights, over the limit"))):
+        edited = tmp_path / key
+        edited.mkdir()
+        (edited / "model.safetensors").write_bytes((path / "model.safetensors").read_bytes())
+        (edited / "config.json").write_text(json.dumps({**stored, "model": {**stored["model"], key: value}} if "model" in stored else {**stored, key: value}))
+        _refused(under_memory_limit(lambda: load_with_metadata(edited), mb=512), *words)
+
+
+def test_weights_of_an_integer_dtype_are_refused(tmp_path):
+    """A head re-saved as int64 (every weight truncated to 0) loaded silently: equal odds for every class, exit 0."""
+    import vitkit
+    from safetensors.torch import load_file, save_file
+
+    from vitkit.checkpoint import load_with_metadata
+    from vitkit.errors import CheckpointError
+
+    from vitkit.checkpoint import timm
+
+    path = timm.write(vitkit.create_model("vit_test", num_classes=3), tmp_path / "m.safetensors")
+    state = load_file(path)
+    load_with_metadata(path)
+    save_file({**state, "head.weight": state["head.weight"].long()}, path)
+    with pytest.raises(CheckpointError, match="'head.weight' has dtype int64, expected a floating-point tensor"):
+        load_with_metadata(path)

@@ -144,6 +144,9 @@ def check_state(expected: dict, state: dict, *, source: str | os.PathLike) -> No
     for key, value in expected.items():
         if tuple(state[key].shape) != tuple(value.shape):
             raise CheckpointError(f"{source}: {key!r} has shape {tuple(state[key].shape)}, the model expects {tuple(value.shape)}")
+        if value.is_floating_point() and not state[key].is_floating_point():  # an int64 head truncates every weight to 0
+            raise CheckpointError(f"{source}: {key!r} has dtype {str(state[key].dtype).replace('torch.', '')}, expected a floating-point "
+                                  "tensor; the file is damaged or not this model's weights")
     for key, value in state.items():
         if value.is_floating_point() and not bool(torch.isfinite(value).all()):
             bad = int((~torch.isfinite(value)).sum())

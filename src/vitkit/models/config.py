@@ -91,6 +91,10 @@ class ResNetConfig:
         return 4 * self.width * 2 ** (len(self.layers) - 1)
 
 
+MAX_DEPTH = 1_000  # layers; ViT-22B has 48
+MAX_WEIGHTS = 10**11  # about 4x ViT-22B
+
+
 @dataclass(frozen=True)
 class ViTConfig:
     """Everything that defines a VisionTransformer, its input and its preprocessing."""
@@ -129,6 +133,13 @@ class ViTConfig:
                 raise ConfigError(f"{key}: expected a positive integer, got {shown(value)}")
         if not _is_int(self.num_classes) or self.num_classes < 0:
             raise ConfigError(f"num_classes: expected an integer >= 0, got {shown(self.num_classes)}")
+        if self.depth > MAX_DEPTH:
+            raise ConfigError(f"depth: {self.depth} layers is over the limit of {MAX_DEPTH:,} (the paper's largest ViT has 32); "
+                              "the config is damaged or not a ViT's")
+        weights = self.depth * (4 * self.width**2 + 2 * self.width * self.mlp_dim) + self.num_classes * self.width
+        if weights > MAX_WEIGHTS:  # built before any weight is read: memory for what no real ViT needs
+            raise ConfigError(f"width {self.width}, mlp_dim {self.mlp_dim}, depth {self.depth} and num_classes {self.num_classes} make a "
+                              f"model of about {weights:.2g} weights, over the limit of {MAX_WEIGHTS:.0e}; the config is damaged or not a ViT's")
         if self.width % self.num_heads:
             raise ConfigError(f"num_heads: {self.num_heads} heads do not divide width {self.width}")
         if self.representation_size is not None and (not _is_int(self.representation_size) or self.representation_size <= 0):
