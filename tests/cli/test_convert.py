@@ -65,6 +65,10 @@ def test_dst_that_is_src_or_holds_other_files_is_refused_and_left_as_it_was(targ
         assert "writing it would replace the checkpoint being read" in capsys.readouterr().err
     assert {p.name: p.read_bytes() for p in ([first] if first.is_file() else first.iterdir())} == before
     if target == "npz":
+        for name in ("notes.npz", "notes.pth", "notes.safetensors"):  # a file that holds no checkpoint was written over
+            (tmp_path / name).write_text("precious")
+            assert main(["convert", str(src), str(tmp_path / name)]) == 2
+            assert "holds no checkpoint" in capsys.readouterr().err and (tmp_path / name).read_text() == "precious"
         return
     mine = tmp_path / "mine"
     (mine / ".git").mkdir(parents=True)

@@ -68,6 +68,21 @@ def _refuse_overlap(src: str, dst: str) -> None:
         raise ConfigError(f"DST: {dst} {what}, and writing it would replace the checkpoint being read; write to another path")
 
 
+def _refuse_other_files(dst: str) -> None:
+    """An existing file at DST is replaced only where it holds a checkpoint (a zip as .npz and torch write, a pickle,
+    a safetensors header) or nothing: someone's notes.pth or a text file named .safetensors is not written over."""
+    path = Path(dst)
+    if not path.is_file():
+        return
+    with open(path, "rb") as f:
+        head = f.read(9)
+    size = path.stat().st_size
+    safetensors = len(head) == 9 and int.from_bytes(head[:8], "little") < size and head[8:] == b"{"
+    if head and not (head.startswith(b"PK\x03\x04") or head[:1] == b"\x80" or safetensors):
+        raise ConfigError(f"DST: {dst} is a file that holds no checkpoint (not a zip, pickle or safetensors file), and writing "
+                          "would replace it; write to another path, or remove it first (nothing was changed)")
+
+
 def image_size_arg(values: list[int] | None) -> int | tuple[int, int] | None:
     """--image-size H [W] as load_pretrained wants it."""
     if values is None:
@@ -84,6 +99,7 @@ def run(args: argparse.Namespace) -> int:
     if args.dst is None:
         raise ConfigError("DST: where to write is missing; e.g. vitkit convert SRC model.npz (or --out model.npz)")
     _refuse_overlap(args.src, args.dst)
+    _refuse_other_files(args.dst)
     model, metadata = load_with_metadata(args.src, format=args.src_format, image_size=image_size_arg(args.image_size))
     if args.num_classes is not None and args.num_classes != model.config.num_classes:
         head = model.config.replace(num_classes=args.num_classes)
