@@ -18,7 +18,7 @@ from PIL import Image
 
 from vitkit import faults
 from vitkit.checkpoint.io import read_safetensors, verify_checksums
-from vitkit.errors import CheckpointError, DataError, TrainingError
+from vitkit.errors import CheckpointError, ConfigError, DataError, TrainingError
 from vitkit.run_config import load_run_config
 from vitkit.train import find_checkpoint, load_checkpoint, resume_config, step_checkpoints, train
 
@@ -446,3 +446,16 @@ def test_init_keeps_a_head_only_for_the_same_classes_matched_by_name(tmp_path, v
         else:
             assert "its head scores classes kind_0, kind_1, kind_2, kind_3, ..., not this data's" in done.stdout
             assert not head.weight.any() and not head.bias.any()
+
+
+def test_resume_with_another_model_is_refused_and_run_yaml_kept(tmp_path):
+    """--resume model.depth=4 trained on the checkpoint's 1-layer model, exit 0, and run.yaml then recorded depth 4."""
+    out = tmp_path / "run"
+    config = load_run_config(None, TINY + ["train.steps=4"])
+    train(config, out, stop_at=2)
+    before = (out / "run.yaml").read_text()
+    with pytest.raises(ConfigError, match=r"model.depth=1 \(now 2\): .* a resumed run keeps its model"):
+        train(resume_config(out, ["model.depth=2"]), out, resume=True)
+    assert (out / "run.yaml").read_text() == before
+    train(resume_config(out, []), out, resume=True)  # as it was: it goes on
+    assert json.loads((out / "summary.json").read_text())["steps"] == 4

@@ -500,6 +500,7 @@ def _restore(config: RunConfig, out: Path, env: _Setup, data: _Data) -> _State:
         faults.remove_partial_checkpoints(out, STATE_JSON)
     distributed.barrier(world)
     model, progress, tensors = load_checkpoint(newest)
+    _refuse_another_model(model.config, config.model_config(num_classes=len(data.class_names)), newest)
     if progress["step"] >= t.steps:
         _refuse_changes_with_nothing_to_train(config, out, progress["step"])
     _check_same_images(read_native_config(newest)[1].get("data"), data.record, newest)
@@ -528,6 +529,17 @@ def _restore(config: RunConfig, out: Path, env: _Setup, data: _Data) -> _State:
             tmp.write_text(dump_run_config(config))
     distributed.barrier(world)
     return run
+
+
+def _refuse_another_model(saved, now, newest: Path) -> None:
+    """--resume with model.* overrides (or a run.yaml edited to another model): the checkpoint's model trains on,
+    so run.yaml would record a model the run never had."""
+    changed = [f.name for f in dataclasses.fields(saved) if getattr(saved, f.name) != getattr(now, f.name, None)]
+    if changed:
+        shown = ", ".join(f"model.{k}={getattr(saved, k)!r} (now {getattr(now, k)!r})" for k in changed[:3])
+        raise ConfigError(f"{shown}{' ...' if len(changed) > 3 else ''}: {newest} was trained with {'that' if len(changed) == 1 else 'those'}, "
+                          "and a resumed run keeps its model; drop the change (and undo it in run.yaml), or start a new run from it "
+                          f"(vitkit train model.init={newest} ...)")
 
 
 def _refuse_changes_with_nothing_to_train(config: RunConfig, out: Path, step: int) -> None:
