@@ -433,3 +433,23 @@ def test_image_lists_with_odd_labels_huge_fields_or_deep_nesting(tmp_path, capsy
     line = _one_line_exit_2(capsys, "train", "--data", tmp_path / name, "--out", tmp_path / "run", *TINY[:3])
     assert words in line and len(line) < 400
     assert not (tmp_path / "run").exists()
+
+
+def test_eval_prints_its_scores_when_the_confusion_png_meets_a_full_disk(tmp_path, capsys, monkeypatch):
+    """A full disk at the confusion PNG, after every image was scored: no score was printed, only the error."""
+    from vitkit import plots
+    from vitkit.checkpoint.io import WriteError
+
+    out = tmp_path / "run"
+    train(load_run_config(None, TINY + ["train.steps=2"]), out)
+
+    def full(fig, path):
+        raise WriteError(path, "No space left on device")
+
+    monkeypatch.setattr(plots, "_save", full)
+    assert main(["eval", str(out), "--split", "val", "--json"]) == 2
+    printed = capsys.readouterr()
+    result = json.loads(printed.out.strip().splitlines()[-1])
+    assert result["n"] > 0 and result["top1"] is not None and result["confusion_png"] is None
+    assert "confusion matrix: not written" in printed.out
+    assert len(printed.err.strip().splitlines()) == 1 and "the scores above are complete" in printed.err and "--confusion PATH" in printed.err

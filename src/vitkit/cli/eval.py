@@ -57,11 +57,11 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from vitkit.checkpoint import load_with_metadata, refuse_untrained_head
-    from vitkit.checkpoint.io import writable
+    from vitkit.checkpoint.io import WriteError, writable
     from vitkit.checkpoint.runs import describe, report_dir, step_of
     from vitkit.data import BadFiles, DataSpec, eval_batches
     from vitkit.data.sources import is_flat
-    from vitkit.errors import DataError
+    from vitkit.errors import CheckpointError, DataError, first_line
     from vitkit.evaluation import evaluate
     from vitkit.precision import prepare
     from vitkit.plots import plot_confusion
@@ -104,8 +104,12 @@ def run(args: argparse.Namespace) -> int:
     writable(png, "the confusion matrix", "pass --confusion PATH to write it elsewhere")  # before the images are scored
     metrics = evaluate(model.to(device), batches, crop_pct=crop_pct, runner=runner, reference=reference)
     skipped = f", {len(bad)} unreadable skipped" if len(bad) else ""
-    plot_confusion(metrics["confusion"], class_names, png,
-                   data=f"{which} of {spec.where}: {metrics['n']} images{skipped}; {runner.description}")
+    try:  # a full disk now: the scores are still printed, then the error
+        plot_confusion(metrics["confusion"], class_names, png,
+                       data=f"{which} of {spec.where}: {metrics['n']} images{skipped}; {runner.description}")
+        unwritten = None
+    except (WriteError, OSError) as err:
+        unwritten = err.reason if isinstance(err, WriteError) else (err.strerror or first_line(err))
     result = {
         "checkpoint": str(args.checkpoint),
         **({"step_checkpoint": step} if step else {}),
@@ -118,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
         "loss": metrics["loss"],
         "per_class": dict(zip(class_names, metrics["per_class"])),
         "per_class_n": (counts := dict(zip(class_names, [sum(row) for row in metrics["confusion"]]))),
-        "confusion_png": str(png),
+        "confusion_png": None if unwritten else str(png),
         "precision": runner.description,
         **({"unreadable": [{"path": p, "error": e} for p, e in bad.files.items()]} if len(bad) else {}),
     }
@@ -138,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
     for name, acc in result["per_class"].items():
         images = f"{counts[name]:,} image" + "s" * (counts[name] != 1)
         print(f"  {name:<{width}}  {'-       (no images)' if acc is None else f'{acc:.4f}  ({images})'}")
-    print(f"confusion matrix: {png}")
+    print(f"confusion matrix: {png}" if not unwritten else f"confusion matrix: not written ({png}: {unwritten})")
     if warning:
         print(warning)
     if copies is not None:
@@ -148,6 +152,9 @@ def run(args: argparse.Namespace) -> int:
               "unseen in the figures above")
     if args.json:
         print(json.dumps(result))
+    if unwritten:
+        raise CheckpointError(f"{png}: the confusion matrix cannot be written ({unwritten}; is the disk full?); the scores above "
+                              "are complete; free some space or pass --confusion PATH to write it elsewhere")
     return 0
 
 
@@ -156,7 +163,7 @@ def _copies_of_training_images(meta: dict, checkpoint, which: str, split, config
     records it trained on (splits are kept apart by folder, not by content); None where none are, or it cannot be told."""
     from vitkit.data import DataSpec
     from vitkit.data.summary import copies_of_training_images
-    from vitkit.errors import DataError
+    from vitkit.errors import CheckpointError, DataError, first_line
 
     if which == "train" or split.paths is None:  # arrays in memory: no files to compare
         return None
@@ -172,7 +179,7 @@ def _model_labels(split, names: list[str] | None, args: argparse.Namespace):
     lacks some classes, or orders them otherwise, is still scored right); DataError where a class of the data is
     not the model's. A checkpoint without class names, or --labels-by-index, takes labels as they are."""
     from vitkit.data.sources import class_name, on_classes
-    from vitkit.errors import DataError
+    from vitkit.errors import CheckpointError, DataError, first_line
 
     if not names or args.labels_by_index or list(split.class_names) == list(names):
         return split
