@@ -143,3 +143,23 @@ def test_weights_of_an_integer_dtype_are_refused(tmp_path):
     save_file({**state, "head.weight": state["head.weight"].long()}, path)
     with pytest.raises(CheckpointError, match="'head.weight' has dtype int64, expected a floating-point tensor"):
         load_with_metadata(path)
+
+
+def test_an_image_file_larger_than_any_image_needs_is_refused_before_reading(tmp_path, under_memory_limit):
+    """A small PNG with 3 GB appended (a sparse file: little on disk) was read whole into memory by predict and train,
+    folder and tar shard alike (3.46 GB)."""
+    import tarfile
+
+    from vitkit.data.shards import TarMember
+
+    path = tmp_path / "big.png"
+    Image.new("RGB", (8, 8)).save(path)
+    with open(path, "r+b") as f:
+        f.truncate(3 << 30)
+    _refused(under_memory_limit(lambda: load_image(path, 3), mb=512), "big.png", "bytes is over the limit of")
+    with tarfile.open(tmp_path / "shard.tar", "w") as tar:  # a member whose header says 3 GB (only the header is read)
+        info = tarfile.TarInfo("x.png")
+        info.size = 3 << 30
+        tar.addfile(info)
+    member = TarMember(str(tmp_path / "shard.tar"), "x.png", 512, info.size)  # the data follows its 512-byte header
+    _refused(under_memory_limit(lambda: member.read(), mb=512), "x.png", "bytes is over the limit of")

@@ -128,6 +128,29 @@ def test_shard_labels_are_read_against_classes_txt_and_a_label_that_fits_no_clas
     assert words in str(err.value), str(err.value)
 
 
+@pytest.mark.parametrize("label, words", [
+    ("7" * 5000, "class index 77777777777777777777... is over the limit of 1,000,000"),  # int() refused it: a traceback
+    ("1000000000", "class index 1000000000 is over the limit"),  # a list of a billion class names was made
+    ("x" * 70_000, "a label of over 65,536 bytes"),
+])
+def test_a_label_no_dataset_can_have_is_one_error_not_a_traceback_or_a_billion_classes(tmp_path, under_memory_limit, label, words):
+    _tar(tmp_path / "s" / "shard-000000.tar", {"a": "0", "b": label})
+    status, detail = under_memory_limit(lambda: open_sharded(tmp_path / "s", "train", val_fraction=0.0), mb=512)
+    assert status == "error" and "DataError" in detail and words in detail, (status, detail)
+
+
+def test_a_json_label_nested_thousands_deep_is_one_error(tmp_path):
+    path = tmp_path / "s" / "shard-000000.tar"
+    path.parent.mkdir()
+    with tarfile.open(path, "w") as tar:
+        for name, data in (("a.jpg", jpeg(0)), ("a.json", b'{"label": ' + b"[" * 20_000 + b"]" * 20_000 + b"}")):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    with pytest.raises(DataError, match=r"a\.json: expected a JSON object"):
+        open_sharded(tmp_path / "s", "train", val_fraction=0.0)
+
+
 def test_an_unlabelled_hugging_face_test_split_leaves_the_others_usable_and_a_null_label_is_named(tmp_path):
     """Hugging Face writes an unlabelled test split with label -1: the whole dataset was refused ("labels run from -1 to
     2"), training included. A null label became a class with an empty name."""

@@ -27,6 +27,7 @@ from vitkit.kernels import jpeg_region
 from vitkit.paths import local_path
 
 MAX_PIXELS = 89_478_485  # larger images are refused before decoding (a decompression bomb); Pillow's own default
+MAX_FILE_BYTES = 1 << 30  # larger image files are refused before reading: MAX_PIXELS at 8 bytes a pixel (16-bit RGBA) fit
 _BOMB = "a decompression bomb, or an image far too large to train on; downscale it"
 ORIENTATION = 0x0112  # the EXIF tag
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff", ".ppm", ".pgm")
@@ -289,6 +290,20 @@ def resize_center_crop(image: Image.Image, size: int, crop_pct: float = 1.0) -> 
     return image.crop((left, top, left + size, top + size))
 
 
+def read_image_file(path: Path) -> bytes:
+    """The bytes of an image file, refused (DataError) before reading where it is larger than any image vitkit reads
+    can need: a 3 GB file (a sparse one, or a small image with gigabytes appended) was read whole into memory."""
+    with open(path, "rb") as f:
+        check_file_size(path, os.fstat(f.fileno()).st_size)
+        return f.read()
+
+
+def check_file_size(name, size: int) -> None:
+    if size > MAX_FILE_BYTES:
+        raise DataError(f"{name}: {size:,} bytes is over the limit of {MAX_FILE_BYTES:,} for one image (the largest image "
+                        f"vitkit reads, {MAX_PIXELS:,} pixels, needs less); remove it or check that it is an image")
+
+
 def open_image(source, channels: int, *, max_pixels: int = MAX_PIXELS, name: str | None = None, draft=None) -> Image.Image:
     """The decoded image of a file (a path, or its bytes named `name`) as L (channels=1) or RGB (channels=3),
     upright by its EXIF tag.
@@ -321,7 +336,7 @@ def _decode(source, channels: int, max_pixels: int, name: str | None, draft, cro
         in_memory = isinstance(source, (bytes, bytearray, memoryview))
         decoder = jpeg_decoder()
         if decoder != "pillow" and not in_memory:  # read once, checked and decoded from memory
-            source, in_memory = path.read_bytes(), True
+            source, in_memory = read_image_file(path), True
         if (len(source) if in_memory else path.stat().st_size) == 0:
             raise DataError(f"{path}: empty file (0 bytes); remove it or replace it with the image")
         if decoder != "pillow" and source[:2] == b"\xff\xd8":

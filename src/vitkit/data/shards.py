@@ -36,7 +36,7 @@ from PIL import Image, UnidentifiedImageError
 
 from vitkit.errors import DataError, first_line
 
-from .images import IMAGE_SUFFIXES, MAX_PIXELS, Record
+from .images import IMAGE_SUFFIXES, MAX_PIXELS, Record, check_file_size, read_image_file
 from .sources import SPLIT_NAMES, MissingSplit, Split, _held_out, _label_order, split_folders
 
 if TYPE_CHECKING:  # loader.py imports this module
@@ -155,6 +155,7 @@ class TarMember(Record):
         return f"{self.shard}:{self.name}"
 
     def read(self) -> bytes:
+        check_file_size(self, self.size)  # from the tar header, before reading
         with open(self.shard, "rb") as f:
             f.seek(self.offset)
             data = f.read(self.size)
@@ -177,7 +178,7 @@ class ParquetRow(Record):
         images = _row_group_images(self.file, self.row_group)
         data, path = images[self.row]
         if data is None and path:  # an image stored as a path, relative to the file
-            return (Path(self.file).parent / path).read_bytes()
+            return read_image_file(Path(self.file).parent / path)
         if data is None:
             raise DataError(f"{self}: the image is empty (no bytes and no path)")
         return data
@@ -201,7 +202,7 @@ def _index_tar(path: Path) -> tuple[list[TarMember], list[str | None], list[str]
                 elif ext in LABEL_SUFFIXES:
                     if len(head) < size:
                         f.seek(offset)
-                        head = f.read(size)
+                        head = f.read(min(size, MAX_LABEL_BYTES + 1))  # a larger one is refused, not read
                     labels[key] = _parse_label(head[:size], ext, f"{path}:{name}")
     except tarfile.ReadError as err:
         raise DataError(f"{path}: not a readable uncompressed tar shard ({err}); shards must be plain .tar files") from None
@@ -296,18 +297,29 @@ def _tarfile_members(path: Path):
                 yield m.name, m.offset_data, m.size, b""
 
 
+MAX_LABEL_BYTES = 64 << 10  # a .cls or .json label member; larger ones are refused unread
+MAX_CLASS_INDEX = 10**6  # class indices above it are refused (a class list is made up to the largest index)
+
+
 def _parse_label(data: bytes, ext: str, name: str) -> str:
+    what = 'a JSON object with "label": a class index or name' if ext == ".json" else "a class index or name"
+    if len(data) > MAX_LABEL_BYTES:
+        raise DataError(f"{name}: a label of over {MAX_LABEL_BYTES:,} bytes; expected {what}")
     try:
         if ext == ".cls":
-            return data.decode().strip()
-        value = json.loads(data)
-        label = value.get("label", value.get("cls")) if isinstance(value, dict) else value
-        if label is None or isinstance(label, (dict, list, float)):
-            raise ValueError
-        return str(label)
-    except (ValueError, UnicodeDecodeError):
-        what = 'a JSON object with "label": a class index or name' if ext == ".json" else "a class index or name"
+            label = data.decode().strip()
+        else:
+            value = json.loads(data)
+            label = value.get("label", value.get("cls")) if isinstance(value, dict) else value
+            if label is None or isinstance(label, (dict, list, float)):
+                raise ValueError
+            label = str(label)
+    except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: JSON nested thousands deep
         raise DataError(f"{name}: expected {what}") from None
+    if label.lstrip("-").isdigit() and (len(label) > 7 or int(label) > MAX_CLASS_INDEX):
+        raise DataError(f"{name}: class index {label[:20]}{'...' if len(label) > 20 else ''} is over the limit of {MAX_CLASS_INDEX:,}; "
+                        "expected a class index or name")
+    return label
 
 
 def _read_tars(files: list[Path]) -> tuple[list, list[str], list[str]]:
