@@ -154,7 +154,11 @@ def build_reference(name: str, config: ViTConfig, device: str) -> torch.nn.Modul
     if config.image_size[0] != config.image_size[1] or config.patch_size[0] != config.patch_size[1]:
         raise ConfigError(f"--compare {name}: only square images and patches compare")
     if name == "transformers":
-        import transformers
+        try:
+            import transformers
+        except ImportError as err:
+            raise ConfigError(f"--compare transformers: transformers does not import here ({err}); install it (pip install "
+                              "transformers) or leave it out") from None
 
         hf = transformers.ViTConfig(
             hidden_size=config.width, num_hidden_layers=config.depth, num_attention_heads=config.num_heads,
@@ -164,7 +168,11 @@ def build_reference(name: str, config: ViTConfig, device: str) -> torch.nn.Modul
         )
         return transformers.ViTForImageClassification(hf).to(device)
     if name == "timm":
-        from timm.models.vision_transformer import VisionTransformer as TimmViT
+        try:
+            from timm.models.vision_transformer import VisionTransformer as TimmViT
+        except ImportError as err:
+            raise ConfigError(f"--compare timm: timm does not import here ({err}); install timm (pip install timm, which needs "
+                              "torchvision) or leave timm out") from None
 
         return TimmViT(
             img_size=config.image_size[0], patch_size=config.patch_size[0], in_chans=config.in_chans,
@@ -438,6 +446,11 @@ def _executed_note(report: dict[str, Any]) -> str:
     return f"; vitkit executes {executed:.3g}: its class-token model skips the last layer's unread tokens"
 
 
+def _peak_dtype(dtype: str) -> str:
+    """The dtype `_matmul` measures the peak in, for a benchmark run in `dtype`."""
+    return str(DTYPES[dtype]).replace("torch.", "").replace("float32", "fp32").replace("bfloat16", "bf16").replace("float16", "fp16")
+
+
 def _cell(value: float | None, unit: str = " ") -> str:
     """A table cell 15 characters wide: one decimal from 10 up, three significant digits below (a small model's
     0.0234 MB is not 0.0)."""
@@ -452,10 +465,11 @@ def format_table(report: dict[str, Any]) -> str:
         f"{report['mode']} {report['dtype']} batch {report['batch_size']} at {report['image_size'][0]}x{report['image_size'][1]}"
         f" on {report['device']} ({report['date']}, torch {report['torch']}, compile={report['compile']},"
         f" kernels={report['kernels']})\n"
-        f"random images and random weights (speed only); each figure a median over {report['rounds']} rounds of one"
+        f"random images and random weights (speed only); each figure a median over {report['rounds']} round{'s' * (report['rounds'] != 1)} of one"
         f" {'batch' if report['mode'] == 'inference' else 'step'} per candidate\n"
         f"{report['gflops_per_image']:.3g} GFLOPs per image (model FLOPs, for every MFU){_executed_note(report)}\n"
-        f"measured matmul peak {report['peak_tflops'] * 1e3:.1f} GFLOP/s\n"
+        f"measured {_peak_dtype(report['dtype'])} matmul peak {report['peak_tflops'] * 1e3:.1f} GFLOP/s (every candidate's MFU is of it: "
+        f"over 100% for one in a faster precision)\n"
     )
     resident = any("rss_mb" in r for r in report["results"].values())
     cols = ["img/s", "ms/batch", "GFLOP/s", "MFU", "latency b1 ms", "step mem MB"] + (["RSS MB", "peak RSS MB"] if resident else [])
