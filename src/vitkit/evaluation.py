@@ -98,7 +98,15 @@ def calibration_images(split: Split, model: nn.Module, *, n: int, crop_pct: floa
     pick = torch.randperm(len(split), generator=torch.Generator().manual_seed(seed))[:n].sort().values
     batches = eval_batches(split.subset(pick.numpy()), batch_size, torch.device("cpu"), channels=c.in_chans,
                            size=c.image_size[0], crop_pct=crop_pct)
-    return [eval_transform(images, c.image_size, crop_pct, c.mean, c.std) for images, _ in batches]
+    return CalibrationImages([eval_transform(images, c.image_size, crop_pct, c.mean, c.std) for images, _ in batches], split.source)
+
+
+class CalibrationImages(list):
+    """Normalised image batches, and `where` they were drawn from (said wherever a figure reports int8)."""
+
+    def __init__(self, batches: list[torch.Tensor], where: str):
+        super().__init__(batches)
+        self.where = where
 
 
 @torch.no_grad()

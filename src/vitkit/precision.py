@@ -255,7 +255,7 @@ class Runner:
         if self.precision == "int8":
             n = self._quantize(x)
             self.description = self.description.replace(FIRST_BATCH_CALIBRATION, "") + (
-                f", {n} calibration images" if self._calibration is not None else f", calibrated on its first batch ({n} images)")
+                f", {n} calibration images{_of(self._calibration)}" if self._calibration is not None else f", calibrated on its first batch ({n} images)")
         elif self.precision == "int8-dynamic":
             self._quantize_dynamic()
         self._fn = self._compiled() if self._compile else self.forward
@@ -573,6 +573,12 @@ def _attention_in_bf16(graph: torch.fx.GraphModule) -> int:
         node.target = _attention_bf16
     graph.recompile()
     return len(found)
+
+
+def _of(calibration) -> str:
+    """' of WHERE' for calibration batches that say where they come from (evaluation.CalibrationImages)."""
+    where = getattr(calibration, "where", "")
+    return f" of {where}" if where else ""
 
 
 def prepare(model: nn.Module, precision: str = "fp32", *, device: torch.device | str = "cpu", pre_logits: bool = False,

@@ -106,7 +106,7 @@ def test_int8_calibrates_on_calibration_data_where_the_checkpoint_records_none(c
     assert main(["predict", str(checkpoint), good, "--json", "--precision", "int8", "--calibration", "8",
                  "--calibration-data", str(tmp_path / "calib")]) == 0
     answer = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert answer["precision"].startswith("int8") and "8 calibration images" in answer["precision"]
+    assert answer["precision"].startswith("int8") and f"8 calibration images of {tmp_path / 'calib'}" in answer["precision"], answer
     # no calibration images: every observer empty, every image called the same class at equal odds, exit 0
     assert main(["predict", str(checkpoint), good, "--precision", "int8", "--calibration", "0",
                  "--calibration-data", str(tmp_path / "calib")]) == 2
