@@ -76,8 +76,8 @@ class Classifier:
                 raise DataError(f"image array: expected uint8 (H, W) or (H, W, 1|3|4), got {image.dtype} {image.shape}")
             image = Image.fromarray(image[..., 0] if image.ndim == 3 and image.shape[2] == 1 else image)
         if isinstance(image, Image.Image):
-            return torch.from_numpy(image_pixels(image, c.in_chans, c.image_size[0], self.crop_pct).copy())
-        return torch.from_numpy(load_image(image, c.in_chans, c.image_size[0], self.crop_pct).copy())
+            return torch.from_numpy(image_pixels(image, c.in_chans, c.image_size, self.crop_pct).copy())
+        return torch.from_numpy(load_image(image, c.in_chans, c.image_size, self.crop_pct).copy())
 
     def top(self, pixels: torch.Tensor, k: int = 5) -> list[list[tuple[str, float]]]:
         """The `k` likeliest (class name, probability) of each image of a uint8 (B, C, H, W) batch of `pixels`."""

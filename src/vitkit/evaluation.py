@@ -97,7 +97,7 @@ def calibration_images(split: Split, model: nn.Module, *, n: int, crop_pct: floa
     c = model.config
     pick = torch.randperm(len(split), generator=torch.Generator().manual_seed(seed))[:n].sort().values
     batches = eval_batches(split.subset(pick.numpy()), batch_size, torch.device("cpu"), channels=c.in_chans,
-                           size=c.image_size[0], crop_pct=crop_pct)
+                           size=c.image_size, crop_pct=crop_pct)
     return CalibrationImages([eval_transform(images, c.image_size, crop_pct, c.mean, c.std) for images, _ in batches], split.source)
 
 
@@ -293,7 +293,7 @@ def split_features(
     readable one where `bad` skips unreadable files (`readable` says which they are)."""
     c = model.config
     model.to(device)
-    batches = eval_batches(split, batch_size, torch.device(device), channels=c.in_chans, size=c.image_size[0], crop_pct=crop_pct, bad=bad)
+    batches = eval_batches(split, batch_size, torch.device(device), channels=c.in_chans, size=c.image_size, crop_pct=crop_pct, bad=bad)
     return extract_features(model, batches, crop_pct=crop_pct, autocast_dtype=autocast_dtype, runner=runner)
 
 

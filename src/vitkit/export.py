@@ -40,7 +40,7 @@ def preprocessing(model: VisionTransformer, metadata: dict | None = None) -> dic
     c, metadata = model.config, metadata or {}
     return {"class_names": metadata.get("class_names") or [str(i) for i in range(c.num_classes)],
             "input_size": [c.in_chans, *c.image_size], "mean": list(c.mean), "std": list(c.std), "rescale": 1 / 255,
-            "resize": "shorter side to size / crop_pct (bilinear), then a centre crop", "crop_pct": metadata.get("preprocess", {}).get("crop_pct", 1.0),
+            "resize": "keeping the aspect ratio, to cover input_size / crop_pct (bilinear; for a square input: the shorter side to size / crop_pct), then a centre crop of input_size", "crop_pct": metadata.get("preprocess", {}).get("crop_pct", 1.0),
             "channels": "grayscale (ITU-R 601 luma)" if c.in_chans == 1 else "RGB"}
 
 

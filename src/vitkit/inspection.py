@@ -232,14 +232,11 @@ def load_images(paths: Sequence[str | os.PathLike], config: ViTConfig, *, limit:
 def image_input(source, config: ViTConfig, crop_pct: float = 1.0) -> torch.Tensor:
     """(C, H, W) pixels in [0, 1] of one image (a path or a shard record) read as `vitkit predict` and `vitkit eval`
     read it: config.in_chans channels, the shorter side resized to the input size / crop_pct, the centre cut out."""
-    from vitkit.data.augment import resize_center_crop
     from vitkit.data.images import load_image
 
     if config.in_chans not in (1, 3):
         raise ConfigError(f"in_chans: images can be read as 1 (grayscale) or 3 (RGB) channels, the model has {config.in_chans}")
-    h, w = config.image_size
-    x = torch.from_numpy(load_image(source, config.in_chans, h if h == w else None, crop_pct).copy()).float() / 255.0
-    return x if h == w else resize_center_crop(x[None], (h, w), crop_pct)[0]  # a non-square input: from the whole image
+    return torch.from_numpy(load_image(source, config.in_chans, config.image_size, crop_pct).copy()).float() / 255.0
 
 
 def normalize(pixels: torch.Tensor, config: ViTConfig) -> torch.Tensor:

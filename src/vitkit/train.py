@@ -303,10 +303,6 @@ class _Data:
     record: dict  # the data spec and exactly which images each split holds (DataSpec.record), kept in the checkpoint
     val_files: frozenset = frozenset()  # the validation split's files, to tell which split an unreadable file is of
 
-    @property
-    def size(self) -> int:
-        return self.shape.image_size[0]
-
     def unreadable(self, train_split: str, val_split: str) -> dict[str, int]:
         """How many unreadable files each split has had skipped so far (data.on_error=skip): its figures count the others."""
         val = sum(1 for path in self.bad.files if path in self.val_files)
@@ -442,8 +438,8 @@ def _prepare_data(config: RunConfig, out: Path, resume: bool, env: _Setup) -> _D
     val_files = frozenset(str(path) for path in val_split.paths) if val_split.paths is not None else frozenset()
     bad = faults.bad_files(out, d.on_error, resume, writer=env.world.main,  # faults: unreadable image files, as data.on_error says
                            split_of=lambda path: d.val_split if path in val_files else d.train_split)
-    if fits_in_memory(val_split, channels, size, d.memory_mb):
-        val_split = load_into_memory(val_split, channels, size, a.eval_crop_pct, workers=d.workers, bad=bad)
+    if fits_in_memory(val_split, channels, shape.image_size, d.memory_mb):  # read as vitkit eval reads it: at (H, W)
+        val_split = load_into_memory(val_split, channels, shape.image_size, a.eval_crop_pct, workers=d.workers, bad=bad)
     class_names = train_split.class_names
     if "num_classes" in config.model and config.model["num_classes"] != len(class_names):
         raise ConfigError(f"model.num_classes: {config.model['num_classes']} given but the data has {len(class_names)} classes")
@@ -620,7 +616,7 @@ def _log_train(log, bar, window: dict, step: int, epoch: float, lr: float, grad_
 
 
 def _val_data(config: RunConfig, env: _Setup, data: _Data):
-    return eval_batches(data.val, config.train.eval_batch_size, env.device, channels=data.channels, size=data.size,
+    return eval_batches(data.val, config.train.eval_batch_size, env.device, channels=data.channels, size=data.shape.image_size,
                         crop_pct=config.augment.eval_crop_pct, workers=config.data.workers, bad=data.bad)
 
 

@@ -150,3 +150,36 @@ def test_images_smaller_than_the_crop_are_upscaled(tmp_path, size):
     out = load_image(path, 3, size=16, crop_pct=0.875)
     assert out.shape == (3, 16, 16)
     np.testing.assert_array_equal(out[:, 8, 8], (9, 8, 7))
+
+
+def test_a_non_square_input_is_cut_from_the_image_resized_to_cover_it(tmp_path):
+    """For a model input of (H, W) = (12, 16), eval and predict read a 12x12 centre square, scaled it up to 16x16 and
+    cut rows: the image's sides were lost and the pixels matched no reading of the exported preprocessing."""
+    import torch
+
+    import vitkit
+    from vitkit.data.augment import resize_center_crop
+    from vitkit.data.images import scaled_size
+
+    rng = np.random.default_rng(0)
+    Image.fromarray(rng.integers(0, 256, (30, 60, 3), dtype=np.uint8)).save(tmp_path / "wide.png")
+    Image.fromarray(rng.integers(0, 256, (50, 21, 3), dtype=np.uint8)).save(tmp_path / "tall.png")
+    for name, crop_pct in (("wide.png", 1.0), ("tall.png", 0.875)):
+        image = Image.open(tmp_path / name).convert("RGB")
+        w, h = image.size
+        box_h, box_w = int(12 / crop_pct), int(16 / crop_pct)  # the box the image must cover, aspect ratio kept
+        scale = max(box_h / h, box_w / w)
+        new = scaled_size(w, h, (12, 16), crop_pct)
+        assert min(new[0] - box_w, new[1] - box_h) == 0 and abs(new[0] / new[1] - w / h) < 0.1 and max(abs(new[0] - w * scale), abs(new[1] - h * scale)) < 1
+        resized = image.resize(new, Image.BILINEAR, reducing_gap=None)
+        left, top = (new[0] - 16) // 2, (new[1] - 12) // 2
+        expected = np.asarray(resized.crop((left, top, left + 16, top + 12))).transpose(2, 0, 1)
+        assert np.array_equal(load_image(tmp_path / name, 3, (12, 16), crop_pct), expected)
+        model = vitkit.create_model("vit_test", image_size=(12, 16), num_classes=2)
+        classifier = vitkit.Classifier(model, ["a", "b"], crop_pct=crop_pct)
+        assert np.array_equal(classifier.pixels(tmp_path / name).numpy(), expected)
+        full = torch.from_numpy(np.asarray(image).transpose(2, 0, 1).copy())[None].float()
+        assert resize_center_crop(full, (12, 16), crop_pct).shape[-2:] == (12, 16)  # the tensor path cuts the same window
+    for w, h, side, crop_pct in ((60, 30, 16, 1.0), (21, 50, 16, 0.875), (16, 16, 16, 0.9), (100, 7, 8, 0.875)):  # square: unchanged
+        assert scaled_size(w, h, side, crop_pct) == scaled_size(w, h, (side, side), crop_pct)
+        assert min(scaled_size(w, h, side, crop_pct)) == max(side, int(side / crop_pct))

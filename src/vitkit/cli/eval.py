@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
     class_names = meta.get("class_names") or split.class_names
     crop_pct = meta.get("preprocess", {}).get("crop_pct", 1.0)
     bad = BadFiles("skip" if args.skip_unreadable else "fail", hint="; --skip-unreadable scores without such files")
-    batches = eval_batches(split, args.batch_size, device, channels=c.in_chans, size=c.image_size[0], crop_pct=crop_pct, bad=bad)
+    batches = eval_batches(split, args.batch_size, device, channels=c.in_chans, size=c.image_size, crop_pct=crop_pct, bad=bad)
     count = math.ceil(len(split) / args.batch_size)
     # int8's calibration images: training images, never the ones scored (for "all", those the checkpoint records)
     trained = DataSpec.from_checkpoint(meta, args.checkpoint) if which == "all" else spec

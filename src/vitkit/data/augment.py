@@ -227,11 +227,11 @@ def train_transform(images: torch.Tensor, size: tuple[int, int], cfg: AugmentCon
 
 
 def resize_center_crop(x: torch.Tensor, size: tuple[int, int], crop_pct: float) -> torch.Tensor:
-    """Resize the shorter side to size / crop_pct (antialiased; sides rounded as `images.scaled_size` rounds them),
-    then cut the central window. Images already at `size` are taken as cropped (loaded into memory by `load_image`)."""
+    """Resize to cover size / crop_pct, keeping the aspect ratio (antialiased; sides as `images.scaled_size` makes them;
+    the shorter side to size / crop_pct for a square size), then cut the central window. Images already at `size` are taken as cropped (loaded into memory by `load_image`)."""
     H, W = x.shape[-2:]
     if (H, W) != tuple(size):
-        new = scaled_size(W, H, max(size), crop_pct)[::-1]
+        new = scaled_size(W, H, size, crop_pct)[::-1]
         if new != (H, W):
             x = F.interpolate(x, size=new, mode="bilinear", antialias=True, align_corners=False)
     H, W = x.shape[-2:]

@@ -265,15 +265,19 @@ def to_channels(image: Image.Image, channels: int) -> Image.Image:
     raise DataError(f"model.in_chans: images can be read with 1 or 3 channels, not {channels}")
 
 
-def scaled_size(width: int, height: int, size: int, crop_pct: float = 1.0) -> tuple[int, int]:
-    """(w, h) of an image once its shorter side is resized to size / crop_pct (before the centre crop), both rounded
-    down as timm's and torchvision's Resize and Hugging Face's image processors round them."""
-    scale_to = shorter_side(size, crop_pct)
-    if min(width, height) == scale_to:
-        return width, height
-    if width <= height:
-        return scale_to, max(scale_to, int(scale_to * height / width))
-    return max(scale_to, int(scale_to * width / height)), scale_to
+def as_hw(size: int | tuple[int, int]) -> tuple[int, int]:
+    """(height, width) of a model input size given as one side or as (H, W)."""
+    return (size, size) if isinstance(size, int) else (int(size[0]), int(size[1]))
+
+
+def scaled_size(width: int, height: int, size: int | tuple[int, int], crop_pct: float = 1.0) -> tuple[int, int]:
+    """(w, h) of an image resized, keeping its aspect ratio, to cover the box `size` / crop_pct (before the centre crop
+    of `size`): for a square `size`, its shorter side to size / crop_pct. Both sides rounded down, as timm's and
+    torchvision's Resize and Hugging Face's image processors round them."""
+    box_h, box_w = (shorter_side(side, crop_pct) for side in as_hw(size))
+    if width * box_h >= height * box_w:  # wider than the box: the height decides
+        return (width, height) if height == box_h else (max(box_w, int(box_h * width / height)), box_h)
+    return (width, height) if width == box_w else (box_w, max(box_h, int(box_w * height / width)))
 
 
 def shorter_side(size: int, crop_pct: float) -> int:
@@ -281,13 +285,14 @@ def shorter_side(size: int, crop_pct: float) -> int:
     return max(size, math.floor(size / crop_pct))
 
 
-def resize_center_crop(image: Image.Image, size: int, crop_pct: float = 1.0) -> Image.Image:
-    """Resize the shorter side to size / crop_pct, then cut the central size x size square."""
+def resize_center_crop(image: Image.Image, size: int | tuple[int, int], crop_pct: float = 1.0) -> Image.Image:
+    """Resize the image to cover `size` / crop_pct (the shorter side to it, for a square size), then cut the central
+    `size` (one side, or (H, W))."""
     if scaled_size(*image.size, size, crop_pct) != image.size:
         image = image.resize(scaled_size(*image.size, size, crop_pct), Image.BILINEAR, reducing_gap=None)
-    w, h = image.size
-    left, top = (w - size) // 2, (h - size) // 2
-    return image.crop((left, top, left + size, top + size))
+    (height, width), (w, h) = as_hw(size), image.size
+    left, top = (w - width) // 2, (h - height) // 2
+    return image.crop((left, top, left + width, top + height))
 
 
 def read_image_file(path: Path) -> bytes:
@@ -373,13 +378,14 @@ def _decode(source, channels: int, max_pixels: int, name: str | None, draft, cro
 
 
 def load_image(
-    path: str | os.PathLike, channels: int, size: int | None = None, crop_pct: float = 1.0, *, max_pixels: int = MAX_PIXELS
+    path: str | os.PathLike, channels: int, size: int | tuple[int, int] | None = None, crop_pct: float = 1.0, *,
+    max_pixels: int = MAX_PIXELS
 ) -> np.ndarray:
-    """(C, H, W) uint8 pixels of one file; resized and centre-cropped to size x size when `size` is given."""
+    """(C, H, W) uint8 pixels of one file; resized and centre-cropped to `size` (one side, or (H, W)) when given."""
     return image_pixels(open_image(path, channels, max_pixels=max_pixels), channels, size, crop_pct, max_pixels=max_pixels, name=path)
 
 
-def image_pixels(image: Image.Image, channels: int, size: int | None = None, crop_pct: float = 1.0, *, max_pixels: int = MAX_PIXELS,
+def image_pixels(image: Image.Image, channels: int, size: int | tuple[int, int] | None = None, crop_pct: float = 1.0, *, max_pixels: int = MAX_PIXELS,
                  name="image") -> np.ndarray:
     """(C, H, W) uint8 pixels of a PIL image of any mode (`name` says which in errors), as `load_image` makes them."""
     if image.width * image.height > max_pixels:
@@ -388,8 +394,8 @@ def image_pixels(image: Image.Image, channels: int, size: int | None = None, cro
     if size is not None:
         w, h = scaled_size(*image.size, size, crop_pct)
         if w * h > max_pixels:  # a thin image (1 x 5,000,000) grows with its shorter side: refused before resizing
-            raise DataError(f"{name}: {image.size[0]}x{image.size[1]} pixels would become {w}x{h} when its shorter side is "
-                            f"scaled to {max(size, round(size / crop_pct))}, over the limit of {max_pixels:,} pixels; crop it to a "
+            raise DataError(f"{name}: {image.size[0]}x{image.size[1]} pixels would become {w}x{h} when resized for the model's "
+                            f"{'x'.join(map(str, as_hw(size)[::-1]))} input, over the limit of {max_pixels:,} pixels; crop it to a "
                             "less extreme aspect ratio")
         image = resize_center_crop(image, size, crop_pct)
     array = np.asarray(image, dtype=np.uint8)

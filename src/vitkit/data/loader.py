@@ -9,6 +9,7 @@ same order and takes its contiguous share of each batch, so N processes see what
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import sys
@@ -23,7 +24,7 @@ from torch.utils.data import DataLoader, Dataset
 from vitkit.errors import DataError
 
 from .decode import crop_draws, inception_crop
-from .images import load_image
+from .images import as_hw, load_image
 from . import shards
 from .sources import Split
 
@@ -171,9 +172,10 @@ def _file_batches(split: Split, channels: int, size: int, crop_pct: float, bad: 
 
 
 def load_into_memory(
-    split: Split, channels: int, size: int, crop_pct: float = 1.0, workers: int = 0, bad: BadFiles | None = None
+    split: Split, channels: int, size: int | tuple[int, int], crop_pct: float = 1.0, workers: int = 0, bad: BadFiles | None = None
 ) -> Split:
-    """Decode every file of `split` once into a (N, C, size, size) uint8 tensor; files `bad` skips are left out."""
+    """Decode every file of `split` once into a (N, C, H, W) uint8 tensor at `size` (one side, or (H, W)); files `bad`
+    skips are left out."""
     if split.images is not None:
         return split
     chunks, dropped = [], set()
@@ -184,12 +186,12 @@ def load_into_memory(
         split = split.subset(np.array([i for i in range(len(split)) if i not in dropped], dtype=np.int64))
         if not len(split):
             raise DataError(f"{split.source}: none of the image files could be read (see the messages above)")
-    images = torch.cat(chunks) if chunks else torch.empty(0, channels, size, size, dtype=torch.uint8)
+    images = torch.cat(chunks) if chunks else torch.empty(0, channels, *as_hw(size), dtype=torch.uint8)
     return replace(split, images=images, paths=None)  # the same images, cut and selection, now decoded
 
 
-def fits_in_memory(split: Split, channels: int, size: int, memory_mb: float) -> bool:
-    return split.images is not None or len(split) * channels * size * size <= memory_mb * 2**20
+def fits_in_memory(split: Split, channels: int, size: int | tuple[int, int], memory_mb: float) -> bool:
+    return split.images is not None or len(split) * channels * math.prod(as_hw(size)) <= memory_mb * 2**20
 
 
 class Batches:
@@ -248,7 +250,7 @@ class Batches:
             epoch, position = epoch + 1, 0
 
 
-def eval_batches(split: Split, batch_size: int, device: torch.device, *, channels: int, size: int, crop_pct: float, workers: int = 0,
+def eval_batches(split: Split, batch_size: int, device: torch.device, *, channels: int, size: int | tuple[int, int], crop_pct: float, workers: int = 0,
                  bad: BadFiles | None = None):
     """Every image of `split` once, in order, as (uint8 images, labels) on `device` (files `bad` skips left out)."""
     if split.images is not None:
