@@ -459,3 +459,20 @@ def test_resume_with_another_model_is_refused_and_run_yaml_kept(tmp_path):
     assert (out / "run.yaml").read_text() == before
     train(resume_config(out, []), out, resume=True)  # as it was: it goes on
     assert json.loads((out / "summary.json").read_text())["steps"] == 4
+
+
+def test_a_signal_while_the_command_starts_is_one_line_and_exit_130(monkeypatch, capsys):
+    """Ctrl-C while vitkit imported torch (before any handler of its own) printed a 60-line KeyboardInterrupt traceback,
+    exit 1, and SIGTERM then killed it (exit 143) where the docs say 130."""
+    from vitkit import cli
+
+    done = subprocess.run([sys.executable, "-c", "import sys, vitkit.cli; print('torch' in sys.modules)"], capture_output=True, text=True)
+    assert done.stdout.strip() == "False", done.stderr  # torch loads inside the command, where its interrupt is handled
+    monkeypatch.setattr(sys, "argv", ["vitkit", "models"])
+    monkeypatch.setattr(cli, "build_parser", lambda: os.kill(os.getpid(), signal.SIGTERM))  # SIGTERM as the command starts
+    previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        assert cli.main() == 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert capsys.readouterr().err == "vitkit: interrupted\n"

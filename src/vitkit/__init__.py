@@ -1,17 +1,29 @@
 """vitkit: the Vision Transformer of "An Image is Worth 16x16 Words" as a PyTorch toolkit."""
 
-from vitkit.checkpoint import load_pretrained, save_pretrained
-from vitkit.classifier import Classifier
+import importlib
+
 from vitkit.errors import CheckpointError, ConfigError, DataError, TrainingError, VitkitError
-from vitkit.models import (
-    ResNetConfig,
-    ViTConfig,
-    VisionTransformer,
-    create_model,
-    get_config,
-    list_models,
-    resample_pos_embed,
-)
+
+# The rest is imported on first use (PEP 562): `import vitkit.cli` then loads no torch, so the command line answers
+# --help at once and a Ctrl-C while torch loads is vitkit's one line, not a traceback from the import.
+_LAZY = {
+    "load_pretrained": "vitkit.checkpoint", "save_pretrained": "vitkit.checkpoint", "Classifier": "vitkit.classifier",
+    **{name: "vitkit.models" for name in ("ResNetConfig", "ViTConfig", "VisionTransformer", "create_model", "get_config",
+                                          "list_models", "resample_pos_embed")},
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'vitkit' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])
+
 
 __version__ = "0.1.0"
 

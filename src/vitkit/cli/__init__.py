@@ -12,6 +12,7 @@ import errno
 import importlib
 import math
 import os
+import signal
 import sys
 import warnings
 
@@ -114,6 +115,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv is None and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:  # the program itself: SIGTERM while it starts
+        signal.signal(signal.SIGTERM, _interrupted)  # (before train's own handlers, or after them) exits 130 as Ctrl-C does
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:  # while argparse or an import ran, before _run's own handling
+        print("vitkit: interrupted", file=sys.stderr)
+        return 130
+
+
+def _interrupted(signum, frame):
+    raise KeyboardInterrupt
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra:  # KEY=VALUE overrides may come before, between or after options
