@@ -391,6 +391,8 @@ def test_a_late_second_sigterm_exits_130(tmp_path):
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 130, result.stderr
     assert "interrupted" in result.stderr and step_checkpoints(tmp_path / "run")
+    # the first signal's checkpoint is there: the line says how to go on from it
+    assert f"interrupted; continue from its last checkpoint with vitkit train --resume {tmp_path / 'run'}" in result.stderr
 
 
 def test_a_second_sigterm_after_the_command_returned_exits_130(tmp_path):

@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 import warnings
+from pathlib import Path
 
 from vitkit import __version__
 from vitkit.errors import VitkitError
@@ -165,7 +166,10 @@ def _run(args: argparse.Namespace) -> int:
         print(f"vitkit {args.command}: error: {err}", file=sys.stderr)
         return err.exit_code
     except KeyboardInterrupt:
-        print(f"vitkit {args.command}: interrupted", file=sys.stderr)
+        run = getattr(args, "resume", None) or getattr(args, "out", None) if args.command == "train" else None
+        kept = run is not None and any(Path(run, "checkpoints").glob("step_*"))  # a second Ctrl-C: what the first one saved
+        print(f"vitkit {args.command}: interrupted" + (f"; continue from its last checkpoint with vitkit train --resume {run}" if kept else ""),
+              file=sys.stderr)
         return 130
     except OSError as err:  # a file vitkit reads or writes: permission, full disk, a folder for a file, ...
         print(f"vitkit {args.command}: error: {os_error_line(err)}"
