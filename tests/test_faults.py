@@ -456,6 +456,9 @@ def test_resume_with_another_model_is_refused_and_run_yaml_kept(tmp_path):
     before = (out / "run.yaml").read_text()
     with pytest.raises(ConfigError, match=r"model.depth=1 \(now 2\): .* a resumed run keeps its model"):
         train(resume_config(out, ["model.depth=2"]), out, resume=True)
+    # another batch size: named as the key that was changed (it said train.micro_batch, a key the user never set)
+    with pytest.raises(ConfigError, match=r"^train.batch_size: the run was checkpointed with 16, not 8; .* \(model.init="):
+        train(resume_config(out, ["train.batch_size=8"]), out, resume=True)
     assert (out / "run.yaml").read_text() == before
     train(resume_config(out, []), out, resume=True)  # as it was: it goes on
     assert json.loads((out / "summary.json").read_text())["steps"] == 4

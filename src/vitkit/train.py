@@ -500,9 +500,11 @@ def _restore(config: RunConfig, out: Path, env: _Setup, data: _Data) -> _State:
     if progress["step"] >= t.steps:
         _refuse_changes_with_nothing_to_train(config, out, progress["step"])
     _check_same_images(read_native_config(newest)[1].get("data"), data.record, newest)
-    for key, saved, now in (("train.seed", progress["seed"], t.seed), ("train.micro_batch", progress["micro_batch"], env.micro)):
+    batch = "train.micro_batch" if t.micro_batch else "train.batch_size"  # the key the user set: a micro-batch is the batch unless split
+    for key, saved, now in (("train.seed", progress["seed"], t.seed), (batch, progress["micro_batch"], env.micro)):
         if saved != now:
-            raise ConfigError(f"{key}: the run was checkpointed with {saved}, not {now}; an exact resume needs the same data order")
+            raise ConfigError(f"{key}: the run was checkpointed with {saved}, not {now}; an exact resume needs the same data "
+                              f"order: put it back (in run.yaml too), or start a new run from it (model.init={newest})")
     run = _assemble(config, env, model, progress, tensors)
     if world.sharded:
         if not (newest / SHARDED).is_dir():
