@@ -545,7 +545,8 @@ def _refuse_changes_with_nothing_to_train(config: RunConfig, out: Path, step: in
     a later resume (train.lr=1e-4 now, train.steps=N later trained at 1e-4). Display settings do not count."""
     changed = changed_settings(load_run_config(out / "run.yaml"), config)
     if changed:
-        raise ConfigError(f"{', '.join(changed)}: {out} already finished at step {step} of {config.train.steps}, so no step would "
+        where = f"already finished at step {step} of {step}" if config.train.steps == step else f"is at step {step}, past train.steps={config.train.steps}"
+        raise ConfigError(f"{', '.join(changed)}: {out} {where}, so no step would "
                           f"train with {'it' if len(changed) == 1 else 'them'}; to train longer, give train.steps above {step} as well, "
                           f"or start a new run from it (model.init={out})")
 

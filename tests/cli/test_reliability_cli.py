@@ -290,6 +290,8 @@ def test_resuming_a_finished_run_with_changes_and_no_step_left_is_refused_and_ru
     with pytest.raises(ConfigError, match=r"train.lr: .* already finished at step 2 of 2, so no step would train with it"):
         train(resume_config(out, ["train.lr=1e-4"]), out, resume=True)
     assert (out / "run.yaml").read_text() == before
+    with pytest.raises(ConfigError, match=r"train.steps: .* is at step 2, past train.steps=1, so no step would train"):
+        train(resume_config(out, ["train.steps=1"]), out, resume=True)  # it said "already finished at step 2 of 1"
     train(resume_config(out, ["train.progress=true"]), out, resume=True)  # a display setting, or nothing: finishes as before
     longer = train(resume_config(out, ["train.lr=1e-4", "train.steps=3"]), out, resume=True)  # with steps left: trains
     assert longer["steps"] == 3 and "lr: 0.0001" in (out / "run.yaml").read_text()
