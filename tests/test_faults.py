@@ -242,10 +242,16 @@ def test_a_damaged_checkpoint_is_named_on_resume(tmp_path):
     config = load_run_config(None, TINY + ["train.steps=6"])
     train(config, out, stop_at=4)
     state = step_checkpoints(out)[-1] / "train_state.pt"
-    data = bytearray(state.read_bytes())
+    good = state.read_bytes()
+    data = bytearray(good)
     data[len(data) // 2] ^= 0xFF
     state.write_bytes(bytes(data))
     with pytest.raises(CheckpointError, match=r"step_0000004/train_state\.pt: corrupt .*remove this checkpoint directory"):
+        train(config, out, resume=True)
+    state.write_bytes(good)
+    text = step_checkpoints(out)[-1] / "train_state.json"  # truncated: it said only "damaged or not a config"
+    text.write_text(text.read_text()[:20])
+    with pytest.raises(CheckpointError, match=r"train_state\.json: not valid JSON .*; the checkpoint is damaged; remove its directory"):
         train(config, out, resume=True)
 
 

@@ -184,7 +184,8 @@ def _whole_model(model: VisionTransformer, world: distributed.Dist) -> VisionTra
 
 def load_checkpoint(folder: Path) -> tuple[VisionTransformer, dict, dict]:
     model, _ = load_native(folder)
-    return model, check_train_state(read_json(folder / STATE_JSON), folder / STATE_JSON), read_torch(folder / STATE_TENSORS)
+    state = read_json(folder / STATE_JSON, damaged=DAMAGED)  # truncated or damaged: an older checkpoint can take over
+    return model, check_train_state(state, folder / STATE_JSON), read_torch(folder / STATE_TENSORS)
 
 
 def _count(v) -> bool:
@@ -205,9 +206,12 @@ TRAIN_STATE = {
 }
 
 
+DAMAGED = "the checkpoint is damaged; remove its directory to resume from an older one"
+
+
 def check_train_state(state, path: Path) -> dict:
     """train_state.json as a resume needs it, or a CheckpointError naming the file and the key."""
-    advice = "the checkpoint is damaged; remove its directory to resume from an older one"
+    advice = DAMAGED
     if not isinstance(state, dict):
         raise CheckpointError(f"{path}: expected a JSON object of the run's state; {advice}")
     for key, (required, ok) in TRAIN_STATE.items():

@@ -424,7 +424,8 @@ def write_json(path: str | os.PathLike, data: Any) -> None:
 MAX_JSON_BYTES = 256 << 20  # config.json, train_state.json, checksums.json, bad_files.json: far smaller when intact
 
 
-def read_json(path: str | os.PathLike) -> Any:
+def read_json(path: str | os.PathLike, *, damaged: str = "the file is damaged or not a config") -> Any:
+    """The JSON in `path`; a CheckpointError naming it, ending in `damaged` (what to do), where it is too large or bad."""
     path = Path(path)
     try:
         if path.stat().st_size > MAX_JSON_BYTES:
@@ -434,7 +435,7 @@ def read_json(path: str | os.PathLike) -> Any:
     except FileNotFoundError:
         raise CheckpointError(f"{path}: file not found") from None
     except (ValueError, RecursionError) as err:  # bad JSON, bad UTF-8, nesting too deep for the parser
-        raise CheckpointError(f"{path}: not valid JSON ({first_line(err)}); the file is damaged or not a config") from None
+        raise CheckpointError(f"{path}: not valid JSON ({first_line(err)}); {damaged}") from None
 
 
 def write_safetensors(path: str | os.PathLike, tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None) -> None:
