@@ -485,3 +485,22 @@ def test_a_signal_while_the_command_starts_is_one_line_and_exit_130(monkeypatch,
     finally:
         signal.signal(signal.SIGTERM, previous)
     assert capsys.readouterr().err == "vitkit: interrupted\n"
+
+
+def test_resuming_a_run_that_trained_to_its_end_only_writes_what_is_left(tmp_path, capsys):
+    """A run killed after its last checkpoint, before final/ and its figures: the resume said "steps 5-4 of 4" and
+    recorded an empty [4, 4] stretch in summary.json's segments."""
+    import shutil
+
+    out = tmp_path / "run"
+    config = load_run_config(None, TINY + ["train.steps=4"])
+    train(config, out)
+    shutil.rmtree(out / "final")
+    (out / "summary.json").unlink()
+    capsys.readouterr()
+    train(resume_config(out, []), out, resume=True)
+    printed = capsys.readouterr().out
+    assert "training   all 4 steps done; writing the final model and figures" in printed and "steps 5-4" not in printed
+    assert "estimated" not in printed  # of no step
+    summary = json.loads((out / "summary.json").read_text())
+    assert [s["steps"] for s in summary["segments"]] == [[0, 4]] and (out / "final").is_dir()

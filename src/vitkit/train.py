@@ -358,7 +358,8 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
     step, elapsed_before = run.progress["step"], run.progress["elapsed_s"]
     # where each stretch of a resumed run ran (summary.json): its device, processes and threads may differ
     segment = {"from_step": step, "device": str(env.device), "processes": env.world.size, "threads": torch.get_num_threads()}
-    run.progress["segments"] = [*run.progress.get("segments", []), segment]
+    if step < t.steps:  # a run resumed only to write its figures trains no stretch
+        run.progress["segments"] = [*run.progress.get("segments", []), segment]
     stream = batches.iterate(*divmod(step * env.accum, batches.per_epoch))
     last = min(t.steps, stop_at) if stop_at is not None else t.steps
     if env.world.main:
@@ -767,13 +768,16 @@ def _plan(config: RunConfig, model: VisionTransformer, data: _Data, env: _Setup,
     epochs = images / max(len(data.train), 1)
     threads = torch.get_num_threads()
     length = f" (train.epochs={t.epochs:g})" if t.epochs is not None else ""
-    lines.append(f"training   steps {step + 1}-{last} of {t.steps}{length}, batch {t.batch_size}, lr {t.lr:g} ({t.optimizer}, {t.decay}): "
-                 f"{images:,} images ({epochs:.3g} epochs) on {env.device}, "
-                 + (f"{env.world.size} processes x " if env.world.size > 1 else "") + f"{threads} thread{'s' * (threads > 1)}")
+    if step >= last:  # trained to its end before it stopped: only the final model and figures are left to write
+        lines.append(f"training   all {t.steps} steps done; writing the final model and figures")
+    else:
+        lines.append(f"training   steps {step + 1}-{last} of {t.steps}{length}, batch {t.batch_size}, lr {t.lr:g} ({t.optimizer}, {t.decay}): "
+                     f"{images:,} images ({epochs:.3g} epochs) on {env.device}, "
+                     + (f"{env.world.size} processes x " if env.world.size > 1 else "") + f"{threads} thread{'s' * (threads > 1)}")
     if t.warmup_steps > t.steps:
         lines.append(f"warning    train.warmup_steps={t.warmup_steps} is more than train.steps={t.steps}: the learning rate only warms up "
                      f"(to {t.lr * t.steps / t.warmup_steps:.3g} at the last step) and never reaches {t.lr:g}; lower train.warmup_steps")
-    if env.world.size == 1 and not env.world.sharded:  # one process of FSDP: the wrapped objective, not the model, unshards it
+    if env.world.size == 1 and not env.world.sharded and step < last:  # one process of FSDP: the wrapped objective, not the model, unshards it
         seconds = _time_step(model, env.micro, env.device, env.amp_dtype) * env.accum * (last - step)
         lines.append(f"estimated  {_clock(seconds)} (forward + backward timed on this machine; data loading and evaluation come on top)")
     if resumed_from is not None:
