@@ -125,3 +125,25 @@ def test_idx_headers(tmp_path_factory, under_memory_limit, kind, zero, dims, bod
     path = tmp_path_factory.mktemp("i") / ("x.gz" if compress else "x")
     path.write_bytes(gzip.compress(data) if compress else data)
     _in_child(under_memory_limit, lambda: read_idx(path))
+
+
+def test_class_names_with_control_characters_or_twice_the_same_are_refused(tmp_path):
+    """A class folder or a checkpoint's class name "b\\na\\x1b[31mg" was printed raw (a newline, a terminal colour
+    code) by vitkit data and predict; ["a", "a", "b"] was accepted and predict printed "a" for two classes."""
+    from PIL import Image
+
+    import vitkit
+    from vitkit.checkpoint import load_with_metadata
+    from vitkit.errors import CheckpointError, DataError
+
+    for name in ("ok", "b\na\x1b[31mg"):
+        (tmp_path / "data" / name).mkdir(parents=True)
+        Image.new("RGB", (8, 8)).save(tmp_path / "data" / name / "0.png")
+    with pytest.raises(DataError, match=r"class name 'b\\na\\x1b\[31mg' holds control characters"):
+        open_split(tmp_path / "data", "train", channels=3, val_fraction=0.0)
+    model = vitkit.create_model("vit_test", num_classes=3)
+    for names, words in ((["a", "a", "b"], "distinct"), (["a", "b\x1b[2J", "c"], "terminal escapes")):
+        path = vitkit.save_pretrained(model, tmp_path / f"ckpt{len(words)}", extra={"class_names": names})
+        with pytest.raises(CheckpointError, match="class_names must be a list of one distinct name per class .* got") as err:
+            load_with_metadata(path)
+        assert repr(names) in str(err.value) and words in str(err.value)

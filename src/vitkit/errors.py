@@ -40,3 +40,11 @@ def first_line(err: BaseException) -> str:
     """The first line of an exception's message (its type name when the message is empty): for one-line errors."""
     text = str(err).strip()
     return text.splitlines()[0] if text else type(err).__name__
+
+
+def has_control_characters(text: str) -> bool:
+    """Whether `text` holds a newline, tab, NUL or terminal escape (Unicode category Cc): names read from files (class
+    names) must not, as every figure and line prints them."""
+    import unicodedata
+
+    return any(unicodedata.category(ch) == "Cc" for ch in text)

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from vitkit.errors import CheckpointError, ConfigError
+from vitkit.errors import CheckpointError, ConfigError, has_control_characters
 from vitkit.models import ModelConfig, VisionTransformer, build_model, config_from_dict
 
 from .io import atomic_dir, config_says, refuse_foreign, read_json, read_stable, read_safetensors, verify_checksums, write_checksums, write_json, write_safetensors
@@ -76,8 +76,9 @@ def _seed(value: Any) -> bool:
 
 # config.json entries beside the model config: key -> (check, what it must be); one check for every reader
 EXTRA_CHECKS = {
-    "class_names": (lambda v, c: isinstance(v, list) and all(isinstance(n, str) for n in v) and (c is None or not c.num_classes or len(v) == c.num_classes),
-                    "a list of one name (text) per class of the head"),
+    "class_names": (lambda v, c: isinstance(v, list) and all(isinstance(n, str) and not has_control_characters(n) for n in v)
+                    and len(set(v)) == len(v) and (c is None or not c.num_classes or len(v) == c.num_classes),
+                    "a list of one distinct name per class of the head (text without newlines or terminal escapes)"),
     "preprocess": (lambda v, c: isinstance(v, dict) and (v.get("crop_pct") is None or _number(v["crop_pct"]) and 0 < v["crop_pct"] <= 1),
                    "a mapping whose crop_pct is a number in (0, 1]"),
     "data": (lambda v, c: isinstance(v, dict) and (v.get("path") is None or isinstance(v["path"], str))

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from vitkit.errors import DataError, first_line
+from vitkit.errors import DataError, first_line, has_control_characters
 
 from . import idx
 from .images import IMAGE_SUFFIXES, image_files, is_hidden, is_image_file
@@ -43,6 +43,12 @@ class Split:
     source: str = ""
     selection: str = "all"  # which of the source's images: "all", or the part of a seeded held-out cut
     held_out: bool = False  # the part of a seeded cut kept apart as "val" (not "all", not "the rest")
+
+    def __post_init__(self) -> None:
+        bad = next((name for name in self.class_names if has_control_characters(name)), None)
+        if bad is not None:  # printed raw, a folder named "a\x1b[31mb" recoloured the terminal and a newline split lines
+            raise DataError(f"{self.source or 'the data'}: class name {bad!r} holds control characters (a newline, tab or "
+                            "terminal escape); rename it")
 
     def describe(self) -> dict:
         """Exactly which images these are: where from, which part, how many, and a digest of the images themselves."""
