@@ -124,6 +124,13 @@ def test_a_reference_that_does_not_import_is_one_error(monkeypatch):
         benchmark.build_reference("timm", get_config("vit_test"), "cpu")
 
 
+def test_a_json_report_that_cannot_be_written_is_refused_before_the_benchmark_runs(vitkit_cmd, tmp_path):
+    """--json into a folder that cannot hold it failed after the whole benchmark, naming a temporary file."""
+    (tmp_path / "afile").write_text("")
+    done = vitkit_cmd("benchmark", "--model", "vit_test", "--rounds", "1", "--json", tmp_path / "afile" / "b.json")
+    assert done.returncode == 2 and done.stdout == "" and "cannot write the JSON report there" in done.stderr and ".tmp" not in done.stderr
+
+
 def test_cli_benchmark_writes_json(run_cli, tmp_path):
     out = tmp_path / "bench.json"
     result = run_cli(  # the console script

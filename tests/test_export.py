@@ -66,6 +66,9 @@ def test_an_export_never_replaces_its_checkpoint_nor_a_good_export_with_a_reject
     for out in (weights, tmp_path / "x.safetensors"):
         done = vitkit_cmd("export", weights, "--out", out)
         assert done.returncode == 2 and "--out" in done.stderr and weights.read_bytes() == before and not (tmp_path / "x.safetensors").exists()
+    (tmp_path / "afile").write_text("")  # a folder --out cannot be made in: said before the export is built
+    done = vitkit_cmd("export", weights, "--out", tmp_path / "afile" / "x.onnx")
+    assert done.returncode == 2 and "cannot write the export there (" in done.stderr and "choose another --out" in done.stderr
     done = vitkit_cmd("export", weights, "--format", "onnx", "--out", tmp_path / "x.pt2")
     assert done.returncode == 2 and "onnx exports are .onnx files; name it x.onnx" in done.stderr and not (tmp_path / "x.pt2").exists()
     done = vitkit_cmd("export", tmp_path / "ckpt", "--out", tmp_path / "m.pt2")  # the suffix names the format

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import errno
 import io
 import json
 import logging
@@ -78,7 +79,10 @@ def staged(out: Path) -> Iterator[Path]:
     except WriteError as err:
         raise WriteError(out, err.reason, then="export again", kept=kept) from None
     except OSError as err:
-        raise WriteError(out, err.strerror or first_line(err) or type(err).__name__, then="export again", kept=kept) from None
+        reason = err.strerror or first_line(err) or type(err).__name__
+        if err.errno is not None and err.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):  # not space: a folder that cannot hold it
+            raise ConfigError(f"{out}: cannot be written ({reason}); {kept}; choose another --out") from None
+        raise WriteError(out, reason, then="export again", kept=kept) from None
     for stale in _external_weights(out):  # an earlier, larger export's weights that the new graph does not name
         if stale.name not in {m.name for m in moved}:
             stale.unlink(missing_ok=True)

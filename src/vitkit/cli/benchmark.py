@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from vitkit.checkpoint.io import write_json
+from vitkit.checkpoint.io import writable, write_json
 from vitkit.errors import ConfigError
 from vitkit.models import ViTConfig, get_config
 from vitkit.precision import PRECISIONS
@@ -65,6 +65,8 @@ def run(args: argparse.Namespace) -> int:
     if not isinstance(config, ViTConfig):
         raise ConfigError(f"--model {args.model}: vitkit benchmark measures Vision Transformers (its kernels, MFU and references "
                           "are ViT's); a BiT ResNet's size and GFLOPs are in `vitkit models`")
+    if args.json:
+        writable(args.json, "the JSON report", "choose another --json")  # before the benchmark runs, not after
     compare = benchmark.available_references() if args.compare == "all" else [c for c in args.compare.split(",") if c]
     modes = ["inference", "train"] if args.mode == "both" else [args.mode]
     reports = []

@@ -35,6 +35,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from vitkit.checkpoint import load_with_metadata, refuse_untrained_head
+    from vitkit.checkpoint.io import writable
     from vitkit.errors import ConfigError
     from vitkit.export import FORMATS, companions, export, format_of, openvino_default, refuse_folder, staged, verify
 
@@ -54,6 +55,7 @@ def run(args: argparse.Namespace) -> int:
     precision = ".int8" if args.precision == "int8" else ""  # an int8 export never takes its fp32 export's default name
     out = args.out or args.checkpoint.with_name(args.checkpoint.name.rstrip("/") + precision + FORMATS[args.format])
     refuse_folder(Path(out), args.format)
+    writable(out, "the export", "choose another --out")  # before the work, not at its end
     if args.precision == "int8":
         return _export_int8(args, model, metadata, out)
     with staged(out) as path:  # checked before it replaces an earlier export
