@@ -110,6 +110,28 @@ def test_copies_of_training_images_in_val_or_test_are_named(tmp_path, vitkit_cmd
     assert "warning  2 test images are byte-identical to training images" in done.stdout
 
 
+def test_an_image_over_the_pixel_limit_is_named_with_training_s_limit_and_header_counts_say_what_they_are(tmp_path, vitkit_cmd):
+    """vitkit data quoted Pillow's own limit (178,956,970 pixels, "could be decompression bomb DOS attack") where
+    training says 89,478,485, and called its header count "unreadable" where training finds more (damaged bodies)."""
+    import struct
+    import zlib
+
+    root = tmp_path / "photos"
+    photos(root / "train")
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    for side in (12_000, 20_000):  # over vitkit's limit; over Pillow's own (twice it): headers only, a few bytes
+        ihdr = struct.pack(">IIBBBBB", side, side, 8, 2, 0, 0, 0)
+        png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"")) + chunk(b"IEND", b"")
+        (root / "train" / "ant" / f"bomb{side}.png").write_bytes(png)
+    done = vitkit_cmd("data", root)
+    assert done.returncode == 0, done.stderr
+    line = next(line for line in done.stdout.splitlines() if line.startswith("sizes"))
+    assert "2 unreadable from their header" in line and "pixels is over the limit of 89,478,485" in line
+    assert "178956970" not in done.stdout and "DOS" not in done.stdout
+
+
 def test_to_shards_writes_each_split_a_folder_has_as_that_split_and_never_into_shards(tmp_path, vitkit_cmd):
     """train/ (6 a class), val/ and test/ (2 a class) become train-*, val-* and test-* shards that read back as the same
     splits; --split writes one; a folder already holding shards is one error and is left as it was."""

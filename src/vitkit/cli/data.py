@@ -124,7 +124,8 @@ def _print(s: dict) -> None:
     sample = f"all {looked:,} images" if looked == z["of"] else f"{looked:,} of {z['of']:,} images (a seeded sample)"
     if z.get("unreadable"):  # the figures are of the readable ones
         sample = f"the {z['images']:,} readable of {sample}"
-    unread = f"; {z['unreadable']:,} unreadable, first {z['first_unreadable']}" if z.get("unreadable") else ""
+    unread = (f"; {z['unreadable']:,} unreadable from their header (first {z['first_unreadable']}; a file damaged past its header "
+              "is found when training reads it)" if z.get("unreadable") else "")
     print(f"sizes    {s['sizes']['split']} split, {sample}: width {z['width'][0]}/{z['width'][1]:g}/{z['width'][2]}, "
           f"height {z['height'][0]}/{z['height'][1]:g}/{z['height'][2]} (min/median/max){unread}")
     print(f"channels {', '.join(f'{mode} {n}' for mode, n in sorted(z['modes'].items(), key=lambda kv: -kv[1]))} (PIL modes of those images)")

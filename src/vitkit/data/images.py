@@ -28,7 +28,7 @@ from vitkit.paths import local_path
 
 MAX_PIXELS = 89_478_485  # larger images are refused before decoding (a decompression bomb); Pillow's own default
 MAX_FILE_BYTES = 1 << 30  # larger image files are refused before reading: MAX_PIXELS at 8 bytes a pixel (16-bit RGBA) fit
-_BOMB = "a decompression bomb, or an image far too large to train on; downscale it"
+BOMB_ADVICE = "a decompression bomb, or an image far too large to train on; downscale it"
 ORIENTATION = 0x0112  # the EXIF tag
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff", ".ppm", ".pgm")
 
@@ -139,7 +139,7 @@ def _fast_jpeg(data: bytes, path: Path, channels: int, max_pixels: int, draft, c
     if colorspace not in ("Gray", "YCbCr", "RGB"):
         return None
     if w * h > max_pixels:  # checked on the header, before any pixel is decoded
-        raise DataError(f"{path}: {w}x{h} pixels is over the limit of {max_pixels:,} ({_BOMB})")
+        raise DataError(f"{path}: {w}x{h} pixels is over the limit of {max_pixels:,} ({BOMB_ADVICE})")
     orientation = _exif_orientation(data)
     need = _needed(draft, w, h, orientation)
     gray = colorspace == "Gray" or (channels == 1 and need is not None)  # with DCT scaling Pillow's draft decodes luminance too
@@ -354,7 +354,7 @@ def _decode(source, channels: int, max_pixels: int, name: str | None, draft, cro
         with image:
             w, h = image.size
             if w * h > max_pixels:  # checked on the header, before any pixel is decoded
-                raise DataError(f"{path}: {w}x{h} pixels is over the limit of {max_pixels:,} ({_BOMB})")
+                raise DataError(f"{path}: {w}x{h} pixels is over the limit of {max_pixels:,} ({BOMB_ADVICE})")
             need = _needed(draft, w, h, image.getexif().get(ORIENTATION, 1))
             gray = image.mode == "L" or (channels == 1 and need is not None)
             if need is not None and image.format == "JPEG":
@@ -364,7 +364,7 @@ def _decode(source, channels: int, max_pixels: int, name: str | None, draft, cro
     except DataError:
         raise
     except Image.DecompressionBombError:
-        raise DataError(f"{path}: more pixels than the limit of {max_pixels:,} ({_BOMB})") from None  # Pillow refused it first
+        raise DataError(f"{path}: more pixels than the limit of {max_pixels:,} ({BOMB_ADVICE})") from None  # Pillow refused it first
     except FileNotFoundError:
         raise DataError(f"{path}: image file not found") from None
     except IsADirectoryError:
@@ -389,7 +389,7 @@ def image_pixels(image: Image.Image, channels: int, size: int | tuple[int, int] 
                  name="image") -> np.ndarray:
     """(C, H, W) uint8 pixels of a PIL image of any mode (`name` says which in errors), as `load_image` makes them."""
     if image.width * image.height > max_pixels:
-        raise DataError(f"{name}: {image.width}x{image.height} pixels is over the limit of {max_pixels:,} ({_BOMB})")
+        raise DataError(f"{name}: {image.width}x{image.height} pixels is over the limit of {max_pixels:,} ({BOMB_ADVICE})")
     image = to_channels(image, channels)
     if size is not None:
         w, h = scaled_size(*image.size, size, crop_pct)

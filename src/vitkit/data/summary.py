@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import os
 import textwrap
+import warnings
 from collections import Counter
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from vitkit.errors import DataError, first_line
 
 from . import idx, shards
 from .copies import training_twins
-from .images import ORIENTATION, Record
+from .images import BOMB_ADVICE, MAX_PIXELS, ORIENTATION, Record
 from .sources import SPLITS, Split, metadata_list, split_folders, split_lists
 
 SIZE_SAMPLE = 1000  # image headers read for the size and channel figures (a seeded choice beyond that)
@@ -45,7 +46,15 @@ def data_format(path, name: str = "auto") -> str:
 def _header(item) -> tuple[int, int, str]:
     """(width, height, PIL mode) from an image's header, without decoding its pixels; upright, as it is decoded (an EXIF
     orientation of 5-8 stores the image on its side)."""
-    with Image.open(io.BytesIO(item.read()) if isinstance(item, Record) else item) as image:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # the limit below is vitkit's, as training's
+            image = Image.open(io.BytesIO(item.read()) if isinstance(item, Record) else item)
+    except Image.DecompressionBombError:
+        raise DataError(f"more pixels than the limit of {MAX_PIXELS:,} ({BOMB_ADVICE})") from None
+    with image:
+        if image.width * image.height > MAX_PIXELS:
+            raise DataError(f"{image.width}x{image.height} pixels is over the limit of {MAX_PIXELS:,} ({BOMB_ADVICE})")
         turned = image.getexif().get(ORIENTATION, 1) in (5, 6, 7, 8)
         return (image.height, image.width, image.mode) if turned else (image.width, image.height, image.mode)
 
