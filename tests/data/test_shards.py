@@ -168,6 +168,13 @@ def test_an_unlabelled_hugging_face_test_split_leaves_the_others_usable_and_a_nu
         open_split(nulls, "train", channels=3, val_fraction=0.0)
 
 
+def test_a_parquet_label_outside_its_class_label_names_says_where_the_names_come_from(tmp_path):
+    """It said "the 3 classes of classes.txt" where no classes.txt exists: the names are the schema's ClassLabel."""
+    make_parquet(tmp_path / "train-00000-of-00001.parquet", [0, 1, 7], [jpeg(0), jpeg(1), jpeg(2)])
+    with pytest.raises(DataError, match=r"row 2: label class index 7, outside 0 .. 2 the 3 classes of the Parquet schema's class names"):
+        open_sharded(tmp_path, "train", val_fraction=0.0)
+
+
 def test_the_summary_names_a_record_that_is_no_image_without_pillow_s_internals(tmp_path):
     """The sizes line said "cannot identify image file <_io.BytesIO object at 0x7f...>" of a Parquet row."""
     from vitkit.data.summary import image_sizes

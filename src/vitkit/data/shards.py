@@ -421,7 +421,7 @@ def _row_group_images(file: str, group: int) -> list[tuple[bytes | None, str | N
 
 
 # -- the split ------------------------------------------------------------------------------------
-def _labels(raw: list[str], known: list[str] | None, source: str, records: list) -> tuple[torch.Tensor, list[str]]:
+def _labels(raw: list[str], known: list[str] | None, source: str, records: list, origin: str = "classes.txt") -> tuple[torch.Tensor, list[str]]:
     """Class indices and names. With `known` (classes.txt) an integer label is an index into it and a name one of its
     names; without it integer labels are indices named by their numbers, and names are sorted. A label that fits
     neither, labels that mix indices and names with no classes.txt, or a sample without a label among labelled ones,
@@ -440,7 +440,7 @@ def _labels(raw: list[str], known: list[str] | None, source: str, records: list)
         if bad is not None:
             shown = ", ".join(names[:8]) + (" ..." if len(names) > 8 else "")
             what = f"class index {raw[bad]}, outside 0 .. {len(names) - 1}" if numeric[bad] else f"class {raw[bad]!r}, not one of"
-            raise DataError(f"{records[bad]}: label {what} the {len(names)} classes{' of classes.txt' if known else ''} ({shown}); "
+            raise DataError(f"{records[bad]}: label {what} the {len(names)} classes{f' of {origin}' if known else ''} ({shown}); "
                             "fix the label" + ("" if known else ", or list the class names in classes.txt beside the shards"))
         return torch.tensor(values, dtype=torch.long), names
     if any(numeric):
@@ -463,7 +463,8 @@ def open_sharded(path: str | os.PathLike, split: str, *, val_fraction: float = 0
         raise DataError(f"{path}: holds both tar and Parquet shards; point data.path at one kind")
     read = _read_parquet if ".parquet" in kinds else _read_tars
     records, raw, known = read(files)  # every file, so that the classes are the same in every split
-    labels, names = _labels(raw, known, str(path), records)
+    origin = "the Parquet schema's class names (ClassLabel)" if read is _read_parquet else "classes.txt"
+    labels, names = _labels(raw, known, str(path), records, origin)
     return _labelled(_open_split(path, split, files, records, labels, names, val_fraction, seed), split)
 
 
