@@ -763,7 +763,8 @@ def _plan(config: RunConfig, model: VisionTransformer, data: _Data, env: _Setup,
     if len(data.bad):  # found while loading the data into memory, or listed by an earlier segment; a streamed run finds its own as it reads
         lines.append(f"  skipped  {len(data.bad):>7,} unreadable (data.on_error=skip, listed in bad_files.json): "
                      + ", ".join(f"{k:,} of {name}" for name, k in skipped.items())
-                     + f"; {len(data.train) - (0 if data.train.images is not None else skipped[t_split]):,} training images are read")
+                     + f"; {(read := len(data.train) - (0 if data.train.images is not None else skipped[t_split])):,} training "
+                     + ("image is" if read == 1 else "images are") + " read")
     images = (last - step) * t.batch_size
     epochs = images / max(len(data.train), 1)
     threads = torch.get_num_threads()

@@ -184,6 +184,28 @@ def test_the_summary_names_a_record_that_is_no_image_without_pillow_s_internals(
     assert sizes["unreadable"] == 1 and sizes["first_unreadable"].endswith("parquet:row 1: not an image Pillow reads")
 
 
+def test_the_summary_names_an_unreadable_record_once():
+    """A Parquet row whose image is empty was named twice: "f.parquet:row 0: f.parquet:row 0: the image is empty"."""
+    from vitkit.data.images import Record
+    from vitkit.data.sources import Split
+    from vitkit.data.summary import image_sizes
+
+    class Row(Record):
+        def __init__(self, index, data):
+            self.index, self.data = index, data
+
+        def __str__(self):
+            return f"f.parquet:row {self.index}"
+
+        def read(self):
+            if self.data is None:
+                raise DataError(f"{self}: the image is empty (no bytes and no path)")
+            return self.data
+
+    split = Split(torch.zeros(2, dtype=torch.long), ["a"], paths=[Row(0, None), Row(1, jpeg(1))], source="f.parquet")
+    assert image_sizes(split)["first_unreadable"] == "f.parquet:row 0: the image is empty (no bytes and no path)"
+
+
 def test_shards_whose_keys_hold_dots_are_one_error_saying_why_no_image_was_found(tmp_path):
     """img.0.v1.jpg is key "img" with extension "0.v1.jpg" (WebDataset's reading): the shards read as no images, and
     `vitkit data` said "none of the 0 images looked at could be read"."""

@@ -72,7 +72,7 @@ def image_sizes(split: Split, sample: int = SIZE_SAMPLE) -> dict:
         except Exception as err:  # an unreadable file: counted and the first named, training's data.on_error deals with it
             unreadable += 1
             why = "not an image Pillow reads" if isinstance(err, UnidentifiedImageError) else first_line(err)  # not its BytesIO
-            first = first or f"{split.paths[i]}: {why}"
+            first = first or (why if why.startswith(f"{split.paths[i]}:") else f"{split.paths[i]}: {why}")  # a record names itself
             continue
         sizes.append((w, h))
         modes[mode] += 1
