@@ -205,3 +205,17 @@ def test_a_timm_hub_directory_s_model_args_give_the_head_count(make_model, make_
     x = make_images(loaded.config)
     with torch.no_grad():
         assert torch.allclose(loaded(x), model(x), atol=1e-5)
+
+
+def test_a_damaged_safetensors_file_is_named_as_one(tmp_path):
+    """An empty .safetensors (or one whose header length is 2**60) was called "a PyTorch weights file"."""
+    import struct
+
+    from vitkit.checkpoint import load_with_metadata
+    from vitkit.errors import CheckpointError
+
+    (tmp_path / "empty.safetensors").write_bytes(b"")
+    (tmp_path / "huge.safetensors").write_bytes(struct.pack("<Q", 2**60) + b"{}")
+    for name in ("empty.safetensors", "huge.safetensors"):
+        with pytest.raises(CheckpointError, match=f"{name}: cannot read safetensors .*header too (small|large)"):
+            load_with_metadata(tmp_path / name)

@@ -203,7 +203,7 @@ def read(path: str | os.PathLike, *, image_size=None) -> tuple[ModelConfig, dict
         state = read_safetensors(weights) if is_safetensors(weights) else _unwrap(read_torch(weights), weights)
         own = _stored(weights) if is_safetensors(weights) else None  # the config vitkit wrote into the file, if it did
         stored = {**_hub_stored(config), **(own or {})}
-    elif is_safetensors(path):
+    elif is_safetensors(path) or path.suffix.lower() == ".safetensors":  # a damaged one: safetensors says what is wrong
         state, stored = read_safetensors(path), _stored(path)
     else:  # the config vitkit wrote beside it, if any (a .pth written elsewhere has none)
         state, stored = _unwrap(read_torch(path), path), read_sidecar(path).get(METADATA_KEY)
