@@ -184,6 +184,19 @@ def test_the_summary_names_a_record_that_is_no_image_without_pillow_s_internals(
     assert sizes["unreadable"] == 1 and sizes["first_unreadable"].endswith("parquet:row 1: not an image Pillow reads")
 
 
+def test_a_sample_key_twice_in_a_shard_is_one_error(tmp_path):
+    """000000027.png twice with different labels: the first was dropped without a word (lists refuse duplicates)."""
+    path = tmp_path / "s" / "shard-000000.tar"
+    path.parent.mkdir()
+    with tarfile.open(path, "w") as tar:
+        for name, data in (("a.jpg", jpeg(0)), ("a.cls", b"0"), ("b.jpg", jpeg(1)), ("b.cls", b"1"), ("a.jpg", jpeg(2)), ("a.cls", b"1")):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    with pytest.raises(DataError, match=r"shard-000000.tar: sample 'a' has two images \(a.jpg and a.jpg\)"):
+        open_sharded(tmp_path / "s", "train", val_fraction=0.0)
+
+
 def test_the_summary_names_an_unreadable_record_once():
     """A Parquet row whose image is empty was named twice: "f.parquet:row 0: f.parquet:row 0: the image is empty"."""
     from vitkit.data.images import Record

@@ -189,6 +189,7 @@ def _index_tar(path: Path) -> tuple[list[TarMember], list[str | None], list[str]
     """(images, their raw labels, keys) of one tar shard, from its headers; labels None where a sample has none."""
     images: dict[str, TarMember] = {}
     labels: dict[str, str] = {}
+    seen_labels: set[tuple[str, str]] = set()
     try:
         with open(path, "rb") as f:
             for name, offset, size, head in _tar_files(f, path):
@@ -198,8 +199,14 @@ def _index_tar(path: Path) -> tuple[list[TarMember], list[str | None], list[str]
                 key, _, ext = base.partition(".")
                 key, ext = f"{folder}/{key}" if folder else key, "." + ext.lower()
                 if ext in IMAGE_SUFFIXES:
+                    if key in images:  # a second image of one sample: which one was meant cannot be told
+                        raise DataError(f"{path}: sample {key!r} has two images ({images[key].name} and {name}); a sample is one "
+                                        "image with its label: give each its own key")
                     images[key] = TarMember(str(path), name, offset, size)
                 elif ext in LABEL_SUFFIXES:
+                    if (key, ext) in seen_labels:  # the same label member twice (a .cls beside a .json is read as before)
+                        raise DataError(f"{path}: sample {key!r} has two {ext} labels; give each sample one")
+                    seen_labels.add((key, ext))
                     if len(head) < size:
                         f.seek(offset)
                         head = f.read(min(size, MAX_LABEL_BYTES + 1))  # a larger one is refused, not read
