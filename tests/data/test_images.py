@@ -183,3 +183,18 @@ def test_a_non_square_input_is_cut_from_the_image_resized_to_cover_it(tmp_path):
     for w, h, side, crop_pct in ((60, 30, 16, 1.0), (21, 50, 16, 0.875), (16, 16, 16, 0.9), (100, 7, 8, 0.875)):  # square: unchanged
         assert scaled_size(w, h, side, crop_pct) == scaled_size(w, h, (side, side), crop_pct)
         assert min(scaled_size(w, h, side, crop_pct)) == max(side, int(side / crop_pct))
+
+
+def test_image_links_that_point_nowhere_are_listed_and_say_so(tmp_path):
+    """A symbolic link named as an image whose target is gone (or that loops) was left out without a word: the figures
+    counted fewer images than the folder holds; a loop was called "truncated or corrupt"."""
+    from vitkit.data.images import image_files
+
+    Image.new("RGB", (8, 8)).save(tmp_path / "real.png")
+    (tmp_path / "gone.png").symlink_to(tmp_path / "moved-away.png")
+    (tmp_path / "loop.png").symlink_to(tmp_path / "loop.png")
+    assert [p.name for p in image_files(tmp_path)] == ["gone.png", "loop.png", "real.png"]
+    with pytest.raises(DataError, match=r"gone.png: image file not found \(a symbolic link to a file that is gone\)"):
+        load_image(tmp_path / "gone.png", 3)
+    with pytest.raises(DataError, match=r"loop.png: a symbolic link that loops"):
+        load_image(tmp_path / "loop.png", 3)

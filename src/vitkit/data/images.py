@@ -10,6 +10,7 @@ scaled down to 8 bits by their range; float images are read as [0, 1] (or [0, 25
 
 from __future__ import annotations
 
+import errno
 import functools
 import importlib.util
 import io
@@ -45,9 +46,10 @@ def is_hidden(name: str) -> bool:
 
 def image_files(folder: Path) -> list[Path]:
     """The image files under `folder`, recursively, in sorted order; nothing inside hidden folders (`is_hidden`), such
-    as Jupyter's checkpoint copies, which would be duplicates."""
+    as Jupyter's checkpoint copies, which would be duplicates. A symbolic link named as an image is one of them even
+    where it points nowhere: reading it fails, and data.on_error counts and lists it (it was left out unsaid)."""
     return sorted(p for p in folder.rglob("*") if is_image_file(p) and not any(map(is_hidden, p.relative_to(folder).parts))
-                  and p.is_file())
+                  and (p.is_file() or p.is_symlink()))
 
 
 def find_images(paths: Sequence[str | os.PathLike]) -> list[Path]:
@@ -366,7 +368,7 @@ def _decode(source, channels: int, max_pixels: int, name: str | None, draft, cro
     except Image.DecompressionBombError:
         raise DataError(f"{path}: more pixels than the limit of {max_pixels:,} ({BOMB_ADVICE})") from None  # Pillow refused it first
     except FileNotFoundError:
-        raise DataError(f"{path}: image file not found") from None
+        raise DataError(f"{path}: image file not found" + (" (a symbolic link to a file that is gone)" if path.is_symlink() else "")) from None
     except IsADirectoryError:
         raise DataError(f"{path}: is a folder, not an image file") from None
     except PermissionError:
@@ -374,6 +376,8 @@ def _decode(source, channels: int, max_pixels: int, name: str | None, draft, cro
     except UnidentifiedImageError:
         raise DataError(f"{path}: not an image (or in a format Pillow cannot read); remove it or convert it") from None
     except Exception as err:  # Pillow's decoders raise many types (OSError, SyntaxError, struct.error ...) on damaged files
+        if isinstance(err, OSError) and err.errno == errno.ELOOP:
+            raise DataError(f"{path}: a symbolic link that loops; remove it or point it at the image") from None
         raise DataError(f"{path}: cannot decode the image ({first_line(err)}); the file is truncated or corrupt") from None
 
 
