@@ -53,6 +53,19 @@ def test_handlers_are_installed_only_while_training(sig):
     assert signal.getsignal(sig) is before and faults.stop_requested() is None
 
 
+def test_a_stop_signal_after_the_last_step_says_the_run_is_finishing(capfd):
+    """SIGTERM while final/ and the figures were written said "saving a checkpoint after this step", then the run
+    finished with exit 0: it says now that the steps are done and what it writes before stopping."""
+    with faults.stop_on_signals():
+        faults.steps_done()
+        os.kill(os.getpid(), signal.SIGTERM)
+    err = capfd.readouterr().err
+    assert "SIGTERM received: the steps are done: writing the final model and figures, then stopping" in err and "after this step" not in err
+    with faults.stop_on_signals():  # a new run starts with steps to train
+        os.kill(os.getpid(), signal.SIGTERM)
+    assert "saving a checkpoint after this step" in capfd.readouterr().err
+
+
 def test_under_torchrun_its_forwarded_copy_of_the_signal_is_not_a_second_request(monkeypatch):
     """Ctrl-C under torchrun reaches every worker twice: from the terminal and from torchrun, which forwards the SIGINT it
     got. Unless the kernel merged the two, the copy stopped the workers at once, without their checkpoint."""

@@ -34,6 +34,7 @@ from vitkit.errors import CheckpointError, TrainingError
 
 BAD_FILES_NAME = "bad_files.json"
 _caught: list[str] = []  # names of the signals received while train() runs
+_finishing: list[bool] = []  # non-empty once the run's steps are done (`steps_done`)
 # torchrun forwards the SIGINT or SIGTERM it gets to every worker, which a Ctrl-C (or a scheduler signalling the process
 # group) has already reached: under torchrun the same signal again this soon is that copy, not a second request
 FORWARDED_WITHIN_S = 5.0
@@ -61,11 +62,13 @@ def stop_on_signals(signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT)) 
         _caught.append(name)
         first[0] = time.monotonic()
         if os.environ.get("RANK", "0") == "0":  # under torchrun every rank stops; rank 0 says so
-            print(f"vitkit: {name} received: saving a checkpoint after this step, then stopping (send it again to stop at once)",
-                  file=sys.stderr, flush=True)
+            doing = ("the steps are done: writing the final model and figures, then stopping" if _finishing else
+                     "saving a checkpoint after this step, then stopping")
+            print(f"vitkit: {name} received: {doing} (send it again to stop at once)", file=sys.stderr, flush=True)
 
     previous = {s: signal.getsignal(s) for s in signals}
     _caught.clear()
+    _finishing.clear()
     try:
         for s in signals:
             signal.signal(s, handler)
@@ -74,6 +77,12 @@ def stop_on_signals(signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT)) 
         for s, h in previous.items():
             signal.signal(s, h)
         _caught.clear()
+        _finishing.clear()
+
+
+def steps_done() -> None:
+    """The run has trained its last step: a stop signal now lets it write final/ and its figures (said so)."""
+    _finishing.append(True)
 
 
 def stop_requested() -> str | None:

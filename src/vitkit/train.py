@@ -671,6 +671,7 @@ def _save_step(out: Path, config: RunConfig, env: _Setup, data: _Data, run: _Sta
 def _finish(config: RunConfig, out: Path, env: _Setup, data: _Data, run: _State, val_metrics: dict, extra: dict) -> dict:
     """final/ (the EMA weights when kept), summary.json and the run's plots."""
     t, world, progress = config.train, env.world, run.progress
+    faults.steps_done()
     faults.check_run_directory(out, world)
     if run.ema is None:
         export = _whole_model(run.model, world)
