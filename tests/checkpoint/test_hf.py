@@ -162,3 +162,34 @@ def test_written_hf_directory_works_in_transformers_pipeline_with_its_class_name
     x = torch.rand(2, in_chans, 16, 16) * 2 - 1
     with torch.no_grad():
         torch.testing.assert_close(back(x), model(x), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("processor, crop_pct", [
+    ({"image_processor_type": "DeiTImageProcessor", "do_resize": True, "size": {"height": 18, "width": 18},
+      "do_center_crop": True, "crop_size": {"height": 16, "width": 16}}, 16 / 18),
+    ({"image_processor_type": "CLIPImageProcessor", "do_resize": True, "size": {"shortest_edge": 19},
+      "do_center_crop": True, "crop_size": {"height": 16, "width": 16}}, 16 / 19),
+    ({"image_processor_type": "ConvNextImageProcessor", "size": {"shortest_edge": 16}, "crop_pct": 0.875}, 0.875),
+    ({"image_processor_type": "ViTImageProcessor", "do_resize": True, "size": {"height": 16, "width": 16}}, None),
+])
+def test_the_crop_of_an_hf_checkpoint_s_image_processor_is_read_and_kept(processor, crop_pct, make_model, tmp_path):
+    """An HF checkpoint without vitkit's record: its processor's resize-then-crop was ignored (crop_pct 1.0), so
+    predict disagreed with the HF pipeline, and HF -> vitkit -> HF lost the crop."""
+    import math
+
+    from vitkit.checkpoint.hf import crop_pct_of
+
+    save_checkpoint(make_model(num_classes=3), tmp_path / "hf", "hf")
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    config.pop("vitkit", None)  # as transformers' own save_pretrained writes it
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(config))
+    (tmp_path / "hf" / "preprocessor_config.json").write_text(json.dumps(processor))
+    _, meta = vitkit.checkpoint.load_with_metadata(tmp_path / "hf")
+    got = meta.get("preprocess", {}).get("crop_pct")
+    assert got == pytest.approx(crop_pct) if crop_pct else got is None
+    if crop_pct and "crop_size" in processor:  # vitkit resizes to exactly the processor's size
+        resized = processor["size"].get("shortest_edge", processor["size"].get("height"))
+        assert math.floor(16 / crop_pct_of(processor)) == resized
+    save_checkpoint(vitkit.checkpoint.load_pretrained(tmp_path / "hf"), tmp_path / "back", "hf", metadata=meta)
+    _, again = vitkit.checkpoint.load_with_metadata(tmp_path / "back")
+    assert again.get("preprocess", {}).get("crop_pct", 1.0) == (got or 1.0)  # HF -> vitkit -> HF keeps it

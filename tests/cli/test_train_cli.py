@@ -198,7 +198,7 @@ def test_a_decompression_bomb_in_ones_own_folder_is_skipped_by_the_fitted_recipe
     bad = json.loads((tmp_path / "run" / "bad_files.json").read_text())
     assert bad["count"] == 1 and bad["files"][0]["path"].endswith("bomb.png")
     assert main(["data", str(tmp_path / "data")]) == 0
-    assert "the 24 readable of all 25 images: " in (printed := capsys.readouterr().out) and "; 1 unreadable, first " in printed and "bomb.png: " in printed
+    assert "the 24 readable of all 25 images: " in (printed := capsys.readouterr().out) and "; 1 unreadable from their header (first " in printed and "bomb.png: " in printed
 
 
 @pytest.mark.parametrize(

@@ -256,10 +256,38 @@ def _preprocessor_config(c: ViTConfig, crop_pct: float = 1.0) -> dict:
 
 
 def read_metadata(path: str | os.PathLike) -> dict:
-    """vitkit's record in config.json, else the class names of id2label (unless HF's placeholders LABEL_i)."""
+    """vitkit's record in config.json, else the class names of id2label (unless HF's placeholders LABEL_i) and the crop
+    of preprocessor_config.json (`crop_pct_of`)."""
     hf = read_json(Path(path) / CONFIG_NAME)
     if isinstance(hf.get("vitkit"), dict) and hf["vitkit"]:
         return hf["vitkit"]
     labels = hf.get("id2label") or {}
     names = [str(labels.get(str(i), "")) for i in range(len(labels))]
-    return {"class_names": names} if names and names != [f"LABEL_{i}" for i in range(len(names))] else {}
+    metadata = {"class_names": names} if names and names != [f"LABEL_{i}" for i in range(len(names))] else {}
+    processor = Path(path) / PREPROCESSOR_NAME
+    crop_pct = crop_pct_of(read_json(processor)) if processor.is_file() else None
+    return {**metadata, "preprocess": {"crop_pct": crop_pct}} if crop_pct is not None else metadata
+
+
+def crop_pct_of(processor) -> float | None:
+    """The crop_pct of an HF image processor that resizes, then cuts a centre crop: its own crop_pct (ConvNeXt's), else
+    crop size / resized size (CLIP's shortest_edge, DeiT's height: 256 -> 224 is 0.875); None where it cuts none."""
+    if not isinstance(processor, dict):
+        return None
+    pct = processor.get("crop_pct")
+    if isinstance(pct, (int, float)) and not isinstance(pct, bool) and 0 < pct <= 1:
+        return float(pct)
+    if not processor.get("do_center_crop"):
+        return None
+
+    def side(value, key: str) -> int | None:
+        value = value.get(key, value.get("height")) if isinstance(value, dict) else value
+        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+    crop, size = side(processor.get("crop_size"), "height"), side(processor.get("size"), "shortest_edge")
+    if crop is None or size is None or crop > size:
+        return None
+    pct = crop / size
+    while math.floor(crop / pct) < size:  # as vitkit resizes (floor(size / crop_pct)), to exactly the processor's size
+        pct = math.nextafter(pct, 0.0)
+    return pct
