@@ -101,6 +101,18 @@ def test_linear_probe_and_knn(vitkit_cmd, checkpoint, tmp_path):
     assert set(knn["top1"]) == {"1", "5"} and knn["n_train"] == 54 and knn["temperature"] is None  # 10% of train/ held out as val
     assert all(v > 0.9 for v in knn["top1"].values())
     assert json.loads((tmp_path / "knn" / "knn.json").read_text())["top1"] == knn["top1"]
+    # --image-size: its own report beside the one at the model's resolution (it replaced it, unsaid), the size said
+    import shutil
+
+    shutil.copytree(checkpoint / "vit", tmp_path / "mine")
+    reports = {}
+    for extra in ([], ["--image-size", "32"]):
+        done = last_json(vitkit_cmd("knn", tmp_path / "mine", "--data", data, "--k", "1", *extra))
+        reports[done["image_size"][0]] = sorted(tmp_path.glob("mine.knn*"))
+    assert len(reports[32]) == 2 and len(reports[28]) == 1 and reports[28][0] in reports[32]
+    new = next(p for p in reports[32] if p != reports[28][0])
+    assert new.name.endswith("_32px") and "at 32x32 px" in (new / "knn.md").read_text()
+    assert "at 28x28 px" in (reports[28][0] / "knn.md").read_text()
 
 
 @needs_fashion_mnist
@@ -154,3 +166,28 @@ def test_a_finetune_refused_before_any_step_leaves_no_out_behind(vitkit_cmd, che
     (tmp_path / "data" / "val" / "other").mkdir()
     Image.new("L", (28, 28), 200).save(tmp_path / "data" / "val" / "other" / "0.png")
     assert last_json(vitkit_cmd("finetune", *args, "--data", tmp_path / "data", "--out", tmp_path / "new"))["runs"]
+
+
+def test_finetune_on_the_checkpoint_s_own_data_keeps_its_held_out_cut(vitkit_cmd, tmp_path):
+    """A run trained on a list without a val split, 25% held out with seed 7: finetune cut its own 10% with seed 0, so
+    it picked the lr on images the checkpoint had trained on (23 of 28 in a user's run)."""
+    rng = np.random.default_rng(0)
+    rows = []
+    for k, name in enumerate(("dark", "light")):
+        for i in range(24):
+            path = tmp_path / "imgs" / f"{name}{i}.png"
+            path.parent.mkdir(exist_ok=True)
+            Image.fromarray((rng.integers(0, 60, (12, 12, 3)) + 150 * k).astype(np.uint8)).save(path)
+            rows.append(f"{path},{name}")
+    (tmp_path / "all.csv").write_text("path,label\n" + "\n".join(rows) + "\n")
+    run = tmp_path / "run"
+    done = vitkit_cmd("train", "--data", tmp_path / "all.csv", "--out", run, "--no-progress", "train.steps=2", "model.name=vit_test",
+                      "model.depth=1", "model.image_size=12", "model.patch_size=4", "train.batch_size=8", "train.threads=1",
+                      "augment.crop=pad", "data.val_fraction=0.25", "data.split_seed=7")
+    assert done.returncode == 0, done.stderr
+    done = vitkit_cmd("finetune", "--from", run, "--image-size", "16", "--lr", "0.01", "--out", tmp_path / "ft", "--steps", "2",
+                      "--batch-size", "8", "--no-progress", "train.warmup_steps=1", "train.threads=1", "augment.crop=pad")
+    assert done.returncode == 0, done.stderr
+    assert "held out as it was: val_fraction 0.25, split_seed 7" in done.stdout
+    held_out = [json.loads((where / "final" / "config.json").read_text())["data"]["splits"]["val"] for where in (run, tmp_path / "ft" / "lr_0.01")]
+    assert held_out[0]["n"] == 12 and held_out[0] == held_out[1]  # the very same images

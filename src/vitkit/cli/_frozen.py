@@ -72,6 +72,7 @@ def setup(args: argparse.Namespace):
         torch.manual_seed(args.random_init)
         model = build_model(model.config).eval()
     c = model.config
+    args.input_size = list(c.image_size)  # said in every report: --image-size reads the features at another resolution
     args.bad = BadFiles("skip" if args.skip_unreadable else "fail", hint="; --skip-unreadable leaves such files out")
     features = {"batch_size": args.batch_size, "device": pick_device(args.device), "crop_pct": meta.get("preprocess", {}).get("crop_pct", 1.0),
                 "precision": args.precision, "calibration": args.calibration, "bad": args.bad}
@@ -92,7 +93,8 @@ def finish(args: argparse.Namespace, name: str, result: dict, title: str, scored
     from vitkit.evaluation import report_markdown, write_report
     from vitkit.transfer import picked_on
 
-    result = {"checkpoint": str(args.checkpoint), "random_init": args.random_init, "data": args.spec.where, **result}
+    result = {"checkpoint": str(args.checkpoint), "random_init": args.random_init, "data": args.spec.where,
+              "image_size": args.input_size, **result}
     skipped = f"; {len(args.bad)} unreadable files left out" if len(args.bad) else ""
     if len(args.bad):
         result["unreadable"] = [{"path": p, "error": e} for p, e in args.bad.files.items()]
@@ -102,8 +104,9 @@ def finish(args: argparse.Namespace, name: str, result: dict, title: str, scored
     warning = picked_on(args.checkpoint, result["split"], scored, args.meta)
     warning = None if args.random_init is not None else warning  # random weights: nothing was picked
     result["picked_on_this_split"] = warning is not None
-    if "precision" in result:  # what read the features
-        title += f"\n\nFeatures read at {result['precision']}."
+    h, w = args.input_size
+    if "precision" in result:  # what read the features, at which resolution
+        title += f"\n\nFeatures read at {result['precision']}, at {h}x{w} px."
     if warning:
         title += f"\n\n{warning[0].upper()}{warning[1:]}."
     markdown = report_markdown(result, title)
@@ -111,6 +114,8 @@ def finish(args: argparse.Namespace, name: str, result: dict, title: str, scored
     folder = name + data_tag(args.spec.path, args.meta) + ("" if args.random_init is None else f"_random{args.random_init}")
     if args.precision != "fp32":  # nor over its fp32 report
         folder += f"_{args.precision}"
+    if args.image_size is not None:  # nor over the report at the model's own resolution
+        folder += f"_{h}px" if h == w else f"_{h}x{w}px"
     paths = write_report(args.out or report_dir(args.checkpoint, folder), name, result, markdown)
     print(markdown)
     print(f"wrote {paths[0]} and {paths[1]}")

@@ -58,7 +58,10 @@ def run(args: argparse.Namespace) -> int:
 
     overrides = list(args.overrides)
     if args.data is None and not any(o.startswith(("data.path=", "data.name=")) for o in overrides) and not _names_data(args.config):
-        args.data = _checkpoint_data(args.checkpoint)  # the data the checkpoint was trained on, as for every other command
+        # the data the checkpoint was trained on, as for every other command, cut as it was: another held-out cut would
+        # score the lr sweep on images the checkpoint trained on
+        args.data, cut = _checkpoint_data(args.checkpoint)
+        overrides += [(key, value) for key, value in cut.items() if not any(str(o).startswith(f"{key}=") for o in overrides)]
     for flag, key in (("data", "data.path"), ("steps", "train.steps"), ("batch_size", "train.batch_size"), ("micro_batch", "train.micro_batch")):
         if getattr(args, flag) is not None:
             overrides.append((key, getattr(args, flag)))  # already typed by argparse: never parsed again
@@ -94,17 +97,25 @@ def _names_data(config: str | None) -> bool:
     return "path" in data or "name" in data
 
 
-def _checkpoint_data(checkpoint: str) -> str | None:
-    """The absolute data path a checkpoint records (announced), else None (the recipe's default)."""
+CUT_KEYS = ("train_split", "val_split", "val_fraction", "split_seed")  # how a checkpoint's data was split into train and val
+
+
+def _checkpoint_data(checkpoint: str) -> tuple[str | None, dict]:
+    """The absolute data path a checkpoint records (announced; None: the recipe's default, Fashion-MNIST) and the
+    data.* overrides of its held-out cut ({} where it records none)."""
     from vitkit.checkpoint import read_metadata
 
     from vitkit.errors import DataError
 
     meta = read_metadata(checkpoint)
-    path = (meta.get("data") or {}).get("path")
+    record = meta.get("data") if isinstance(meta.get("data"), dict) else {}
+    path = record.get("path")
     if path and meta.get("class_names") == ["unlabeled"]:  # pre-trained on images without labels: nothing to fine-tune on
         raise DataError(f"{checkpoint}: pre-trained on {path}, images without the labels fine-tuning needs; give labelled "
                         "data with --data PATH")
-    if path:
-        print(f"vitkit finetune: data {path} (what {checkpoint} was trained on; --data to change)", flush=True)
-    return path
+    cut = {f"data.{key}": record[key] for key in CUT_KEYS if record.get(key) is not None} if record.get("name", "auto") == "auto" else {}
+    if path or cut:
+        split = f", held out as it was: val_fraction {cut['data.val_fraction']:g}, split_seed {cut['data.split_seed']}" if {
+            "data.val_fraction", "data.split_seed"} <= set(cut) else ""
+        print(f"vitkit finetune: data {path or 'Fashion-MNIST'} (what {checkpoint} was trained on{split}; --data to change)", flush=True)
+    return path, cut
