@@ -316,7 +316,9 @@ def sweep_markdown(result: dict) -> str:
     rows = [[("**" + f"{r['lr']:g}" + "**") if r is result["best"] else f"{r['lr']:g}", r["final_val_top1"], r["best_val_top1"],
              r["best_step"], r["steps"], r["wall_time_s"]] for r in result["runs"]]
     images = result.get("val_images")  # which images, how many (None: runs written before their summaries said)
+    picked = len(result["runs"]) > 1  # one learning rate: nothing was picked, so no figure on val is optimistic
     title = (f"Fine-tuning {result['checkpoint']} at {result['image_size'][0]}x{result['image_size'][1]}; "
-             f"picked lr {result['best']['lr']:g} by final top-1 on the {result['val_split']} split"
+             + (f"picked lr {result['best']['lr']:g} by final top-1 on the {result['val_split']} split" if picked else
+                f"one learning rate ({result['best']['lr']:g}), nothing picked; final top-1 on the {result['val_split']} split")
              + (f": {described(images)}" if images else "") + ".\n\n")
     return title + markdown_table(["lr", "final val top-1", "best val top-1", "best step", "steps", "wall time (s)"], rows)

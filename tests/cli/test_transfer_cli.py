@@ -189,5 +189,8 @@ def test_finetune_on_the_checkpoint_s_own_data_keeps_its_held_out_cut(vitkit_cmd
                       "--batch-size", "8", "--no-progress", "train.warmup_steps=1", "train.threads=1", "augment.crop=pad")
     assert done.returncode == 0, done.stderr
     assert "held out as it was: val_fraction 0.25, split_seed 7" in done.stdout
+    # one learning rate picks nothing, and says so (it printed "picked lr 0.01" and "picked: ...")
+    said = "\n".join(line for line in done.stdout.splitlines() if not line.startswith("{"))  # the JSON keeps its keys
+    assert "one learning rate (0.01), nothing picked" in said and "picked" not in said.replace("nothing picked", ""), said
     held_out = [json.loads((where / "final" / "config.json").read_text())["data"]["splits"]["val"] for where in (run, tmp_path / "ft" / "lr_0.01")]
     assert held_out[0]["n"] == 12 and held_out[0] == held_out[1]  # the very same images

@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(result))
         return 0
     print(sweep_markdown(result))
-    print(f"picked: {args.out}/final -> {result['best']['run']}/final")
+    print(f"{'picked' if len(result['runs']) > 1 else 'final'}: {args.out}/final -> {result['best']['run']}/final")
     print(json.dumps(result))
     return 0
 

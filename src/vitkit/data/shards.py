@@ -483,7 +483,7 @@ def _labelled(part: Split, split: str) -> Split:
         return part
     if len(missing) == len(part):
         raise DataError(f"{part.source}: the {split} split has no labels (every label is -1 or null, as Hugging Face writes an "
-                        "unlabelled test split); score a labelled split (e.g. --split val)")
+                        "unlabelled test split); score a labelled split instead (eval: --split val; fewshot, knn, linear-probe: --test-split val)")
     raise DataError(f"{part.paths[int(missing[0])]}: has no label (-1 or null; {len(missing)} of the {len(part)} samples of the "
                     f"{split} split); label them, or leave them out of the files")
 
