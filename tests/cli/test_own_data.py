@@ -275,6 +275,15 @@ def test_eval_says_which_scored_images_are_copies_of_training_images(own, vitkit
     assert "note: 3 of these test images are byte-identical to images the model trained on" in done.stdout
     clean = last_json(vitkit_cmd("eval", run, "--split", "val", "--json", "--threads", "1"))
     assert "copies_of_training_images" not in clean
+    # the frozen-feature commands scored them unsaid
+    for command in (["knn", "--k", "1"], ["fewshot", "--shots", "1", "--seeds", "1"]):
+        done = vitkit_cmd(*command[:1], run, "--data", tmp_path / "d", "--test-split", "test", "--threads", "1", *command[1:])
+        assert last_json(done)["copies_of_training_images"] == 3 and "3 of these test images are byte-identical" in done.stdout
+    done = vitkit_cmd("knn", run, "--data", data, "--test-split", "val", "--k", "1", "--threads", "1")
+    assert "copies_of_training_images" not in last_json(done)
+    from vitkit.cli._copies import copies_note  # a scored file that is itself a training image: named once ("x = x" before)
+
+    assert "(e.g. a/x.png, itself a training image)" in copies_note({"images": 1, "example": ["a/x.png", "a/x.png"]}, "val")
 
 
 @pytest.mark.parametrize("target", [None, "m.safetensors", "m.npz"])

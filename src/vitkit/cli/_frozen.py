@@ -71,7 +71,7 @@ def setup(args: argparse.Namespace):
     if args.random_init is not None:
         torch.manual_seed(args.random_init)
         model = build_model(model.config).eval()
-    c = model.config
+    c = args.model_config = model.config
     args.input_size = list(c.image_size)  # said in every report: --image-size reads the features at another resolution
     args.bad = BadFiles("skip" if args.skip_unreadable else "fail", hint="; --skip-unreadable leaves such files out")
     features = {"batch_size": args.batch_size, "device": pick_device(args.device), "crop_pct": meta.get("preprocess", {}).get("crop_pct", 1.0),
@@ -91,6 +91,8 @@ def finish(args: argparse.Namespace, name: str, result: dict, title: str, scored
 
     from vitkit.checkpoint.runs import data_tag, report_dir
     from vitkit.evaluation import report_markdown, write_report
+
+    from ._copies import copies_note, copies_of_training_images
     from vitkit.transfer import picked_on
 
     result = {"checkpoint": str(args.checkpoint), "random_init": args.random_init, "data": args.spec.where,
@@ -109,6 +111,10 @@ def finish(args: argparse.Namespace, name: str, result: dict, title: str, scored
         title += f"\n\nFeatures read at {result['precision']}, at {h}x{w} px."
     if warning:
         title += f"\n\n{warning[0].upper()}{warning[1:]}."
+    copies = copies_of_training_images(args.meta, args.checkpoint, result["split"], scored, args.model_config) if args.random_init is None else None
+    if copies is not None:  # the features of images the backbone trained on, scored as held out
+        result["copies_of_training_images"] = copies["images"]
+        title += f"\n\n{copies_note(copies, result['split'])[len('note: '):]}."
     markdown = report_markdown(result, title)
     # never over the report of the run's own data, nor over a trained model's
     folder = name + data_tag(args.spec.path, args.meta) + ("" if args.random_init is None else f"_random{args.random_init}")

@@ -8,6 +8,7 @@ import json
 import math
 from pathlib import Path
 
+from ._copies import copies_note, copies_of_training_images
 from ._precision import add_precision, calibration
 
 
@@ -130,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
         result.update({k: metrics[k] for k in ("reference_top1", "top1_delta", "agreement")})
     warning = picked_on(args.checkpoint, which, split, meta)
     result["picked_on_this_split"] = warning is not None
-    copies = _copies_of_training_images(meta, args.checkpoint, which, split, c)
+    copies = copies_of_training_images(meta, args.checkpoint, which, split, c)
     if copies is not None:
         result["copies_of_training_images"] = copies["images"]
     width = max(len(n) for n in class_names)
@@ -146,32 +147,13 @@ def run(args: argparse.Namespace) -> int:
     if warning:
         print(warning)
     if copies is not None:
-        n = copies["images"]
-        print(f"note: {n:,} of these {which} images {'are byte-identical to images' if n != 1 else 'is byte-identical to an image'} the "
-              f"model trained on (e.g. {copies['example'][0]} = {copies['example'][1]}), and {'count' if n != 1 else 'counts'} as "
-              "unseen in the figures above")
+        print(copies_note(copies, which))
     if args.json:
         print(json.dumps(result))
     if unwritten:
         raise CheckpointError(f"{png}: the confusion matrix cannot be written ({unwritten}; is the disk full?); the scores above "
                               "are complete; free some space or pass --confusion PATH to write it elsewhere")
     return 0
-
-
-def _copies_of_training_images(meta: dict, checkpoint, which: str, split, config) -> dict | None:
-    """{"images": n, "example": [...]} where files of the scored split are byte-identical to files the checkpoint
-    records it trained on (splits are kept apart by folder, not by content); None where none are, or it cannot be told."""
-    from vitkit.data import DataSpec
-    from vitkit.data.summary import copies_of_training_images
-    from vitkit.errors import CheckpointError, DataError, first_line
-
-    if which == "train" or split.paths is None:  # arrays in memory: no files to compare
-        return None
-    try:
-        trained = DataSpec.from_checkpoint(meta, checkpoint).open("train", channels=config.in_chans, image_size=config.image_size[0])
-    except DataError:  # no record, or the data has moved: nothing to compare with
-        return None
-    return (copies_of_training_images({"train": trained, "test": split}) or {}).get("test")
 
 
 def _model_labels(split, names: list[str] | None, args: argparse.Namespace):
