@@ -143,3 +143,28 @@ def test_saving_over_a_checkpoint_keeps_it_readable(make_model, tmp_path):
         save_checkpoint(second, tmp_path / name, format)
         assert torch.equal(vitkit.load_pretrained(tmp_path / name).pos_embed, second.pos_embed)
     assert not [p for p in tmp_path.rglob("*.tmp")]
+
+
+def test_a_wrong_from_format_or_a_file_of_no_weights_says_what_the_file_is(tmp_path, recwarn):
+    """--from timm on an .npz leaked torch's internals ('Expected hasRecord("version")... report an enhancement request
+    to PyTorch') and called it corrupt; a text file named .pth was 'cannot load (101)'; the .npz warning listed an eps
+    that was already the official one."""
+    import warnings
+
+    import vitkit
+    from vitkit.checkpoint import load_with_metadata, save_checkpoint
+    from vitkit.errors import CheckpointError
+
+    model = vitkit.create_model("vit_test", num_classes=2)  # gelu, eps 1e-6: only the activation differs from Flax's
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        save_checkpoint(model, tmp_path / "a.npz", "npz")
+    said = " ".join(str(w.message) for w in caught)
+    assert "this model has mlp_act='gelu'." in said and "layer_norm_eps" not in said.split("this model has")[1]
+    for forced, words in (("timm", "an npz checkpoint, not a timm one"), ("hf", "an npz checkpoint, not an hf one"),
+                          ("vitkit", "an npz checkpoint, not a vitkit one")):
+        with pytest.raises(CheckpointError, match=f"a.npz: its content is {words}; drop --from"):
+            load_with_metadata(tmp_path / "a.npz", format=forced)
+    (tmp_path / "notes.pth").write_text("hello")
+    with pytest.raises(CheckpointError, match=r"notes.pth: not a PyTorch weights file \(neither the zip archive"):
+        load_with_metadata(tmp_path / "notes.pth")

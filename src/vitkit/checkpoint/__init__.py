@@ -17,7 +17,7 @@ from types import ModuleType
 
 import torch
 
-from vitkit.errors import CheckpointError, ConfigError, first_line
+from vitkit.errors import CheckpointError, ConfigError, VitkitError, first_line
 from vitkit.limits import check_room
 from vitkit.models import ModelConfig, VisionTransformer, build_model
 from vitkit.paths import local_path, missing
@@ -112,6 +112,14 @@ def _resolve(given: str | os.PathLike, format: str | None) -> tuple[Path, str]:
         raise CheckpointError(f"format: unknown format {format!r}; choose one of {', '.join(FORMATS)}")
     if not path.exists():
         raise CheckpointError(f"{path}: no such file or directory")
+    try:
+        found = detect_format(path)
+    except VitkitError:  # content of no known format: the forced reader says what is wrong with it
+        return path, format
+    if found != format and (path.is_dir() != (format in ("vitkit", "hf")) or found == "npz" or format == "npz"):
+        an = {"npz": "an npz", "hf": "an hf"}
+        raise CheckpointError(f"{path}: its content is {an.get(found, f'a {found}')} checkpoint, not {an.get(format, f'a {format}')} "
+                              "one; drop --from (the format is detected from the content)")
     return path, format
 
 

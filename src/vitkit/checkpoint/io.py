@@ -458,9 +458,16 @@ def read_torch(path: str | os.PathLike) -> Any:
     """torch.load with weights_only=True: tensors and plain containers only, never arbitrary objects."""
     path = Path(path)
     try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+        if head and not (head.startswith(b"PK\x03\x04") or head[:1] == b"\x80"):  # torch.save writes a zip, older ones a pickle
+            raise CheckpointError(f"{path}: not a PyTorch weights file (neither the zip archive torch.save writes nor a pickle); "
+                                  "check the file, or give the checkpoint itself")
         with warnings.catch_warnings():  # torch's notice about a pickle protocol it may not read: the error below says it
             warnings.filterwarnings("ignore", message="Detected pickle protocol", category=UserWarning)
             return torch.load(path, map_location="cpu", weights_only=True)
+    except CheckpointError:
+        raise
     except FileNotFoundError:
         raise CheckpointError(f"{path}: file not found") from None
     except pickle.UnpicklingError:

@@ -254,10 +254,11 @@ def write(model: VisionTransformer, path: str | os.PathLike, *, metadata: dict |
         kept["image_size"] = list(c.image_size)
     if kept:
         sidecar["model"] = kept  # vitkit reads them back
-    if c.mlp_act != "gelu_tanh" or c.layer_norm_eps != 1e-6:
+    differ = [f"{key}={getattr(c, key)!r}" for key in ("mlp_act", "layer_norm_eps") if getattr(c, key) != getattr(implied, key)]
+    if differ:
         warnings.warn(
-            f"{path}: the official Flax model uses tanh-GELU and LayerNorm eps 1e-6; this model has mlp_act={c.mlp_act!r}, "
-            f"layer_norm_eps={c.layer_norm_eps:g}. vitkit reads them back from {path.name}.json; other readers of the .npz "
+            f"{path}: the official Flax model uses tanh-GELU and LayerNorm eps 1e-6; this model has {' and '.join(differ)}. "
+            f"vitkit reads {'it' if len(differ) == 1 else 'them'} back from {path.name}.json; other readers of the .npz "
             "(vit_jax, timm) assume the official ones, so its outputs there differ slightly",
             stacklevel=2,
         )
