@@ -144,7 +144,9 @@ def check_state(expected: dict, state: dict, *, source: str | os.PathLike) -> No
         raise CheckpointError(f"{source}: unexpected key {unexpected[0]!r} ({len(unexpected)} unexpected); the file does not hold this architecture")
     for key, value in expected.items():
         if tuple(state[key].shape) != tuple(value.shape):
-            raise CheckpointError(f"{source}: {key!r} has shape {tuple(state[key].shape)}, the model expects {tuple(value.shape)}")
+            raise CheckpointError(f"{source}: {key!r} has shape {tuple(state[key].shape)}, the model expects {tuple(value.shape)} (the "
+                                  "model as the file's config, or where it has none its other tensors, describe it: this tensor "
+                                  "or one of those is damaged)")
         if value.is_floating_point() and not state[key].is_floating_point():  # an int64 head truncates every weight to 0
             raise CheckpointError(f"{source}: {key!r} has dtype {str(state[key].dtype).replace('torch.', '')}, expected a floating-point "
                                   "tensor; the file is damaged or not this model's weights")
