@@ -193,3 +193,18 @@ def test_the_crop_of_an_hf_checkpoint_s_image_processor_is_read_and_kept(process
     save_checkpoint(vitkit.checkpoint.load_pretrained(tmp_path / "hf"), tmp_path / "back", "hf", metadata=meta)
     _, again = vitkit.checkpoint.load_with_metadata(tmp_path / "back")
     assert again.get("preprocess", {}).get("crop_pct", 1.0) == (got or 1.0)  # HF -> vitkit -> HF keeps it
+
+
+def test_a_pre_logits_model_refused_by_hf_is_pointed_to_every_format_that_holds_it(tmp_path):
+    """The refusal said "save as vitkit instead"; .npz and timm hold a pre-logits layer too (checked here)."""
+    from vitkit.errors import CheckpointError
+
+    model = vitkit.create_model("vit_test", num_classes=3, representation_size=16).eval()
+    with pytest.raises(CheckpointError, match=r"pre-logits layer under a head .*; save as vitkit, npz or timm \(.safetensors\) instead"):
+        save_checkpoint(model, tmp_path / "hf", "hf")
+    x = torch.rand(2, 3, 16, 16)
+    for name, fmt in (("m.npz", "npz"), ("m.safetensors", "timm")):
+        save_checkpoint(model, tmp_path / name, fmt)
+        back = vitkit.checkpoint.load_pretrained(tmp_path / name).eval()
+        with torch.no_grad():
+            torch.testing.assert_close(back(x), model(x))

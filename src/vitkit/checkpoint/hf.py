@@ -177,7 +177,8 @@ def write(model: VisionTransformer, directory: str | os.PathLike, *, metadata: d
         (c.backbone is not None, "hybrid (ResNet) models", "vitkit, npz or timm (.safetensors)"),
         (c.classifier != "token", f"classifier {c.classifier!r} (HF ViT pools the class token)", "vitkit, npz or timm (.safetensors)"),
         (c.pos_embed != "learned", f"pos_embed {c.pos_embed!r}", "vitkit"),
-        (bool(c.num_classes and c.representation_size), "a pre-logits layer under a head (ViTForImageClassification has none)", "vitkit"),
+        (bool(c.num_classes and c.representation_size), "a pre-logits layer under a head (ViTForImageClassification has none)",
+         "vitkit, npz or timm (.safetensors)"),
     ]
     for bad, what, holds in problems:
         if bad:
