@@ -159,7 +159,7 @@ def test_an_unlabelled_hugging_face_test_split_leaves_the_others_usable_and_a_nu
     make_parquet(tmp_path / "test-00000-of-00001.parquet", [-1, -1, -1], images[:3])
     train_split = open_split(tmp_path, "train", channels=3, val_fraction=0.25)
     assert train_split.class_names == list(CLASSES) and len(train_split) == 9
-    with pytest.raises(DataError, match=r"the test split has no labels \(every label is -1 or null.*e.g. --split val"):
+    with pytest.raises(DataError, match=r"the test split has no labels \(every label is -1 or null.*eval: --split val; fewshot, knn, linear-probe: --test-split val"):
         open_split(tmp_path, "test", channels=3)
     nulls = tmp_path / "nulls"
     nulls.mkdir()
@@ -453,3 +453,35 @@ def test_which_shown_images_a_model_trained_on_is_told_for_files_only(tmp_path):
     make_parquet(tmp_path / "pq" / "train-00000-of-00001.parquet", [0, 1, 2], [jpeg(i) for i in range(3)])
     for sharded in (tmp_path / "shards", tmp_path / "pq"):
         assert DataSpec(path=str(sharded)).training_images_among(files, channels=3) is None
+
+
+def test_an_unreadable_parquet_row_group_is_read_once_and_warned_about_once(tmp_path, monkeypatch, capsys):
+    """A row group pyarrow cannot read (a 1 GB row past memory) was read again for each of its rows, and each row printed
+    its own copy of the same warning (90 lines)."""
+    from vitkit.data import BadFiles
+    from vitkit.data import shards as sharding
+    from vitkit.data.images import load_pixels
+
+    make_parquet(tmp_path / "train-00000-of-00001.parquet", [0, 1, 2, 0, 1, 2], [jpeg(i) for i in range(6)], row_group_size=3)
+    split = open_sharded(tmp_path, "train", val_fraction=0.0)
+    reads = []
+
+    class Broken:
+        def __init__(self, path):
+            reads.append(path)
+            raise OSError("malloc of size 1073786432 failed")
+
+    sharding._read_row_group.cache_clear()
+    monkeypatch.setattr(sharding._pyarrow(), "ParquetFile", Broken)
+    bad = BadFiles("skip")
+    errors = []
+    for i, record in enumerate(split.paths[:3]):  # the rows of the first row group
+        try:
+            load_pixels(record, 3)
+        except DataError as err:
+            errors.append((i, str(record), str(err)))
+    bad.report(errors)
+    sharding._read_row_group.cache_clear()
+    assert len(errors) == 3 and len(reads) == 1 and len(bad) == 3
+    warned = [line for line in capsys.readouterr().err.splitlines() if "skipping a bad image" in line]
+    assert len(warned) == 1 and "cannot read row group 0 (malloc of size 1073786432 failed)" in warned[0]

@@ -50,7 +50,7 @@ def block_order(blocks: np.ndarray, seed: int, epoch: int, window: int = shards.
 class BadFiles:
     """What to do with image files that cannot be decoded: "fail" (stop, naming the file) or "skip".
 
-    Skipped files are counted, warned about once each on stderr, and handed to `save` (e.g. to be
+    Skipped files are counted, warned about once each on stderr (once for those that share one message), and handed to `save` (e.g. to be
     written to the run directory) whenever the list grows. Files go bad the same way every time they
     are read, so skipping keeps the data order, and with it an exact resume, reproducible.
     """
@@ -66,6 +66,7 @@ class BadFiles:
             raise DataError(f"data.on_error: expected one of {', '.join(ON_ERROR)}, got {policy!r}")
         self.policy, self.save, self.hint = policy, save, hint  # hint: appended to the error on "fail"
         self.files: dict[str, str] = dict(known or {})  # path -> the error message
+        self._said: set[str] = set(self.files.values())  # messages warned about (or known from an earlier segment)
 
     def __len__(self) -> int:
         return len(self.files)
@@ -78,8 +79,10 @@ class BadFiles:
             raise DataError(errors[0][2] + self.hint)
         new = [(path, message) for _, path, message in errors if path not in self.files]
         for path, message in new:
+            if message not in self._said:  # the rows of one unreadable Parquet row group share one message
+                print(f"vitkit: skipping a bad image: {message}", file=sys.stderr)
+                self._said.add(message)
             self.files[path] = message
-            print(f"vitkit: skipping a bad image: {message}", file=sys.stderr)
         if new and self.save is not None:
             self.save(self.files)
 

@@ -412,18 +412,26 @@ def _read_parquet(files: list[Path]) -> tuple[list, list[str], list[str] | None]
     return records, raw, names
 
 
-@functools.lru_cache(maxsize=ROW_GROUP_WINDOW)
 def _row_group_images(file: str, group: int) -> list[tuple[bytes | None, str | None]]:
-    """(bytes, path) of every image of one row group; a few row groups are kept per process."""
+    """(bytes, path) of every image of one row group; a few row groups are kept per process, and so is a row group that
+    cannot be read: its every row fails with its error, read once (each row read it again, a 1 GB one 90 times)."""
+    images = _read_row_group(file, group)
+    if isinstance(images, str):
+        raise DataError(images)
+    return images
+
+
+@functools.lru_cache(maxsize=ROW_GROUP_WINDOW)
+def _read_row_group(file: str, group: int) -> list[tuple[bytes | None, str | None]] | str:
     pq = _pyarrow()
     try:
         handle = pq.ParquetFile(file)
         image = _columns(handle, Path(file))[0]
         column = handle.read_row_group(group, columns=[image]).column(0).to_pylist()
-    except DataError:
-        raise
+    except DataError as err:
+        return str(err)
     except Exception as err:
-        raise DataError(f"{file}: cannot read row group {group} ({str(err).splitlines()[0]})") from None
+        return f"{file}: cannot read row group {group} ({str(err).splitlines()[0]})"
     return [(v.get("bytes"), v.get("path")) if isinstance(v, dict) else (v, None) for v in column]
 
 
