@@ -759,7 +759,8 @@ def _plan(config: RunConfig, model: VisionTransformer, data: _Data, env: _Setup,
              f"data       {record['name'] if record['name'] == 'synthetic' else record['path']}: {len(names)} class{'es' * (len(names) != 1)} ({shown})"]
     skipped = data.unreadable(t_split := config.data.train_split, config.data.val_split)
     for name, split in record["splits"].items():
-        lines.append(f"  {name:<8} {split['n']:>7,} images  {split['source']} ({split['selection']})"
+        source, selection = split["source"], split["selection"]  # a shard source names its split already: "DIR (train)"
+        lines.append(f"  {name:<8} {split['n']:>7,} images  " + (f"{source[:-1]}, {selection})" if source.endswith(")") else f"{source} ({selection})")
                      + (f": {skipped[name]:,} unreadable skipped, {split['n'] - skipped[name]:,} read" if skipped.get(name) else ""))
     if len(data.bad):  # found while loading the data into memory, or listed by an earlier segment; a streamed run finds its own as it reads
         lines.append(f"  skipped  {len(data.bad):>7,} unreadable (data.on_error=skip, listed in bad_files.json): "
