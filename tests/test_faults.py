@@ -490,6 +490,9 @@ def test_a_signal_while_the_command_starts_is_one_line_and_exit_130(monkeypatch,
 
     done = subprocess.run([sys.executable, "-c", "import sys, vitkit.cli; print('torch' in sys.modules)"], capture_output=True, text=True)
     assert done.stdout.strip() == "False", done.stderr  # torch loads inside the command, where its interrupt is handled
+    api = "import vitkit; vitkit.checkpoint.load_with_metadata; vitkit.models.get_config; print(vitkit.create_model('vit_test').config.width)"
+    done = subprocess.run([sys.executable, "-c", api], capture_output=True, text=True)  # what `import vitkit` gave before stays
+    assert done.stdout.strip() == "32", done.stderr
     monkeypatch.setattr(sys, "argv", ["vitkit", "models"])
     monkeypatch.setattr(cli, "build_parser", lambda: os.kill(os.getpid(), signal.SIGTERM))  # SIGTERM as the command starts
     previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)

@@ -1,6 +1,7 @@
 """vitkit: the Vision Transformer of "An Image is Worth 16x16 Words" as a PyTorch toolkit."""
 
 import importlib
+import importlib.util
 
 from vitkit.errors import CheckpointError, ConfigError, DataError, TrainingError, VitkitError
 
@@ -16,9 +17,12 @@ _LAZY = {
 def __getattr__(name: str):
     if name in _LAZY:
         value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'vitkit' has no attribute {name!r}")
+    elif importlib.util.find_spec(f"vitkit.{name}") is not None:  # a subpackage, as `import vitkit` made them before: vitkit.checkpoint
+        value = importlib.import_module(f"vitkit.{name}")
+    else:
+        raise AttributeError(f"module 'vitkit' has no attribute {name!r}")
+    globals()[name] = value
+    return value
 
 
 def __dir__() -> list[str]:
