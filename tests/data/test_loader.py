@@ -68,3 +68,11 @@ def test_a_batch_of_channels_last_crops_keeps_their_pixels_and_layout():
     assert batch.is_contiguous(memory_format=torch.channels_last) and torch.equal(y, torch.arange(4))
     batch, _, _ = collate([(x, t, None) for x, t in zip(planar, labels)])
     assert batch.is_contiguous() and torch.equal(batch, torch.stack(planar))
+
+
+def test_a_scan_that_could_read_no_image_does_not_report_a_size():
+    """Every sampled image unreadable: the fit line said "median 0x0 px, colour"."""
+    from vitkit.data.scan import ImageScan
+
+    assert str(ImageScan(0, 90, 0, 0, 3, unreadable=64)) == "none of the 64 of 90 images looked at could be read: size and colour not known"
+    assert str(ImageScan(60, 90, 28, 30, 1, unreadable=4)) == "scanned 60 of 90 images (4 unreadable): median 30x28 px, grayscale"

@@ -27,6 +27,8 @@ class ImageScan:
     def __str__(self) -> str:
         kind = "colour" if self.channels == 3 else "grayscale"
         bad = f" ({self.unreadable} unreadable)" if self.unreadable else ""
+        if not self.scanned:  # nothing to take a size from: the fit falls back to its defaults
+            return f"none of the {self.unreadable} of {self.total} images looked at could be read: size and colour not known"
         return f"scanned {self.scanned} of {self.total} images{bad}: median {self.width}x{self.height} px, {kind}"
 
 
