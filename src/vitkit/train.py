@@ -41,7 +41,7 @@ from vitkit.checkpoint.io import (abort_replacement, atomic_path, begin_replacem
                                   read_json, read_torch, remove_dir, staging, update_checksums, write_json, WriteError)
 from vitkit.checkpoint.runs import STATE_JSON, resolve, step_checkpoints
 from vitkit.checkpoint.native import is_native, load_native, load_state_dict_strict, read_native_config, write_pretrained
-from vitkit.data.sources import described, same_images
+from vitkit.data.sources import described, same_images, where_from
 from vitkit.data.spec import absolute
 from vitkit.data import Batches, DataSpec, check_compatible, eval_batches, fits_in_memory, load_into_memory, mix, soft_targets, train_transform
 from vitkit.errors import CheckpointError, ConfigError, DataError
@@ -211,12 +211,11 @@ DAMAGED = "the checkpoint is damaged; remove its directory to resume from an old
 
 def check_train_state(state, path: Path) -> dict:
     """train_state.json as a resume needs it, or a CheckpointError naming the file and the key."""
-    advice = DAMAGED
     if not isinstance(state, dict):
-        raise CheckpointError(f"{path}: expected a JSON object of the run's state; {advice}")
+        raise CheckpointError(f"{path}: expected a JSON object of the run's state; {DAMAGED}")
     for key, (required, ok) in TRAIN_STATE.items():
         if key not in state and required or key in state and not ok(state[key]):
-            raise CheckpointError(f"{path}: {key!r} is {'missing' if key not in state else repr(state[key])[:40]}; {advice}")
+            raise CheckpointError(f"{path}: {key!r} is {'missing' if key not in state else repr(state[key])[:40]}; {DAMAGED}")
     return state
 
 
@@ -711,8 +710,7 @@ def _finish(config: RunConfig, out: Path, env: _Setup, data: _Data, run: _State,
     from vitkit.plots import plot_run  # matplotlib only when a run ends
 
     splits = data.record.get("splits", {})
-    captions = {name: f"{_images(split, skipped.get(name, 0))}, {split['source']}" + (f" ({split['selection']})" if split.get("selection", "all") != "all" else "")
-                for name, split in splits.items()}
+    captions = {name: f"{_images(split, skipped.get(name, 0))}, {where_from(split, all_said=False)}" for name, split in splits.items()}
     a = config.augment
     plot_run(rows, out, train_data=captions.get(config.data.train_split), val_data=captions.get(config.data.val_split),
              classes=len(data.class_names), objective=t.objective if t.objective != "classification" else None, ema=t.ema is not None,
@@ -759,8 +757,7 @@ def _plan(config: RunConfig, model: VisionTransformer, data: _Data, env: _Setup,
              f"data       {record['name'] if record['name'] == 'synthetic' else record['path']}: {len(names)} class{'es' * (len(names) != 1)} ({shown})"]
     skipped = data.unreadable(t_split := config.data.train_split, config.data.val_split)
     for name, split in record["splits"].items():
-        source, selection = split["source"], split["selection"]  # a shard source names its split already: "DIR (train)"
-        lines.append(f"  {name:<8} {split['n']:>7,} images  " + (f"{source[:-1]}, {selection})" if source.endswith(")") else f"{source} ({selection})")
+        lines.append(f"  {name:<8} {split['n']:>7,} images  {where_from(split)}"
                      + (f": {skipped[name]:,} unreadable skipped, {split['n'] - skipped[name]:,} read" if skipped.get(name) else ""))
     if len(data.bad):  # found while loading the data into memory, or listed by an earlier segment; a streamed run finds its own as it reads
         lines.append(f"  skipped  {len(data.bad):>7,} unreadable (data.on_error=skip, listed in bad_files.json): "

@@ -487,14 +487,19 @@ def test_an_unreadable_parquet_row_group_is_read_once_and_warned_about_once(tmp_
     assert len(warned) == 1 and "cannot read row group 0 (malloc of size 1073786432 failed)" in warned[0]
 
 
-def test_the_training_plan_names_a_parquet_split_s_images_in_one_parenthesis(tmp_path, capsys):
+def test_the_training_plan_names_a_parquet_split_s_images_in_one_parenthesis(tmp_path, capsys, monkeypatch):
     """ "DIR (train) (all but the 0.5 held out (seed 0))" was printed for Parquet files named by their split."""
     from vitkit.run_config import load_run_config
     from vitkit.train import train
 
     (tmp_path / "pq").mkdir()
     make_parquet(tmp_path / "pq" / "train-00000-of-00001.parquet", [i % 3 for i in range(12)], [jpeg(i) for i in range(12)])
+    import vitkit.plots
+
+    captions, plot = {}, vitkit.plots.plot_run
+    monkeypatch.setattr(vitkit.plots, "plot_run", lambda *a, **k: captions.update(k) or plot(*a, **k))
     train(load_run_config(None, [f"data.path={tmp_path / 'pq'}", "data.val_fraction=0.5", "train.steps=1", "model.name=vit_test",
                                  "model.depth=1", "train.batch_size=4", "train.threads=1", "train.progress=false"]), tmp_path / "run")
     printed = capsys.readouterr().out
     assert f"images  {tmp_path / 'pq'} (train, all but the 0.5 held out (seed 0))" in printed and ") (" not in printed
+    assert captions["val_data"] == f"6 images, {tmp_path / 'pq'} (train, 0.5 held out (seed 0))"  # the figures' captions too

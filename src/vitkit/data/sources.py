@@ -84,6 +84,15 @@ class Split:
         )
 
 
+def where_from(record: dict, *, all_said: bool = True) -> str:
+    """"SOURCE (SELECTION)" of a split's `describe()` record, in one parenthesis where the source already ends in one
+    (shards named by their split: "DIR (train)"); just "SOURCE" for all of it unless `all_said`."""
+    source, selection = record["source"], record.get("selection", "all")
+    if selection == "all" and not all_said:
+        return source
+    return f"{source[:-1]}, {selection})" if source.endswith(")") else f"{source} ({selection})"
+
+
 def described(record: dict) -> str:
     """"N images (source, selection)": a split's `describe()` record as reports and errors print it."""
     return f"{record['n']:,} images ({record['source']}, {record['selection']})"
