@@ -458,9 +458,7 @@ def read_torch(path: str | os.PathLike) -> Any:
     """torch.load with weights_only=True: tensors and plain containers only, never arbitrary objects."""
     path = Path(path)
     try:
-        with open(path, "rb") as f:
-            head = f.read(4)
-        if head and not (head.startswith(b"PK\x03\x04") or head[:1] == b"\x80"):  # torch.save writes a zip, older ones a pickle
+        if path.stat().st_size and not is_torch_file(path):
             raise CheckpointError(f"{path}: not a PyTorch weights file (neither the zip archive torch.save writes nor a pickle); "
                                   "check the file, or give the checkpoint itself")
         with warnings.catch_warnings():  # torch's notice about a pickle protocol it may not read: the error below says it
@@ -486,6 +484,13 @@ def is_safetensors(path: str | os.PathLike) -> bool:
     with open(path, "rb") as f:
         head = f.read(9)
     return len(head) == 9 and head[8:9] == b"{" and 2 <= int.from_bytes(head[:8], "little") < 100_000_000
+
+
+def is_torch_file(path: str | os.PathLike) -> bool:
+    """What torch.save writes starts as a zip archive (older versions: a pickle); so does numpy's .npz (a zip)."""
+    with open(path, "rb") as f:
+        head = f.read(4)
+    return head.startswith(b"PK\x03\x04") or head[:1] == b"\x80"
 
 
 def write_torch(path: str | os.PathLike, tensors: dict[str, torch.Tensor]) -> None:

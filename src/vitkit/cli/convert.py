@@ -71,14 +71,10 @@ def _refuse_overlap(src: str, dst: str) -> None:
 def _refuse_other_files(dst: str) -> None:
     """An existing file at DST is replaced only where it holds a checkpoint (a zip as .npz and torch write, a pickle,
     a safetensors header) or nothing: someone's notes.pth or a text file named .safetensors is not written over."""
+    from vitkit.checkpoint.io import is_safetensors, is_torch_file
+
     path = Path(dst)
-    if not path.is_file():
-        return
-    with open(path, "rb") as f:
-        head = f.read(9)
-    size = path.stat().st_size
-    safetensors = len(head) == 9 and int.from_bytes(head[:8], "little") < size and head[8:] == b"{"
-    if head and not (head.startswith(b"PK\x03\x04") or head[:1] == b"\x80" or safetensors):
+    if path.is_file() and path.stat().st_size and not (is_torch_file(path) or is_safetensors(path)):
         raise ConfigError(f"DST: {dst} is a file that holds no checkpoint (not a zip, pickle or safetensors file), and writing "
                           "would replace it; write to another path, or remove it first (nothing was changed)")
 

@@ -46,6 +46,6 @@ def training_twins(training: list[str], files: list[str]) -> list[str | None] | 
             twins.append(path)
             continue
         same_size = by_size.get(size(path), [])
-        found = digest(path) is not None and next((t for t in same_size if digest(t) == digest(path)), None) if same_size else None
-        twins.append(found or None)
+        key = digest(path) if same_size else None  # read only where a training file has its size
+        twins.append(next((t for t in same_size if digest(t) == key), None) if key else None)
     return twins
