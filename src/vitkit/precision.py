@@ -255,7 +255,7 @@ class Runner:
         if self.precision == "int8":
             n = self._quantize(x)
             self.description = self.description.replace(FIRST_BATCH_CALIBRATION, "") + (
-                f", {n} calibration images{_of(self._calibration)}" if self._calibration is not None else f", calibrated on its first batch ({n} images)")
+                f", {n} calibration images{_calibration_source(self._calibration)}" if self._calibration is not None else f", calibrated on its first batch ({n} images)")
         elif self.precision == "int8-dynamic":
             self._quantize_dynamic()
         self._fn = self._compiled() if self._compile else self.forward
@@ -575,7 +575,7 @@ def _attention_in_bf16(graph: torch.fx.GraphModule) -> int:
     return len(found)
 
 
-def _of(calibration) -> str:
+def _calibration_source(calibration) -> str:
     """' of WHERE' for calibration batches that say where they come from (evaluation.CalibrationImages)."""
     where = getattr(calibration, "where", "")
     return f" of {where}" if where else ""

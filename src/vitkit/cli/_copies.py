@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 
-def copies_of_training_images(meta: dict, checkpoint, which: str, split, config) -> dict | None:
+def scored_training_copies(meta: dict, checkpoint, which: str, split, config) -> dict | None:
     """{"images": n, "example": [...]} where files of the scored split are training files of the checkpoint's record, or
     byte-identical to one (splits are kept apart by folder, not by content); None where none are, or it cannot be told."""
     from vitkit.data import DataSpec

@@ -91,9 +91,9 @@ def finish(args: argparse.Namespace, name: str, result: dict, title: str, scored
 
     from vitkit.checkpoint.runs import data_tag, report_dir
     from vitkit.evaluation import report_markdown, write_report
-
-    from ._copies import copies_note, copies_of_training_images
     from vitkit.transfer import picked_on
+
+    from ._copies import copies_note, scored_training_copies
 
     result = {"checkpoint": str(args.checkpoint), "random_init": args.random_init, "data": args.spec.where,
               "image_size": args.input_size, **result}
@@ -111,7 +111,7 @@ def finish(args: argparse.Namespace, name: str, result: dict, title: str, scored
         title += f"\n\nFeatures read at {result['precision']}, at {h}x{w} px."
     if warning:
         title += f"\n\n{warning[0].upper()}{warning[1:]}."
-    copies = copies_of_training_images(args.meta, args.checkpoint, result["split"], scored, args.model_config) if args.random_init is None else None
+    copies = scored_training_copies(args.meta, args.checkpoint, result["split"], scored, args.model_config) if args.random_init is None else None
     if copies is not None:  # the features of images the backbone trained on, scored as held out
         result["copies_of_training_images"] = copies["images"]
         title += f"\n\n{copies_note(copies, result['split'])[len('note: '):]}."

@@ -8,7 +8,7 @@ import json
 import math
 from pathlib import Path
 
-from ._copies import copies_note, copies_of_training_images
+from ._copies import copies_note, scored_training_copies
 from ._precision import add_precision, calibration
 
 
@@ -131,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
         result.update({k: metrics[k] for k in ("reference_top1", "top1_delta", "agreement")})
     warning = picked_on(args.checkpoint, which, split, meta)
     result["picked_on_this_split"] = warning is not None
-    copies = copies_of_training_images(meta, args.checkpoint, which, split, c)
+    copies = scored_training_copies(meta, args.checkpoint, which, split, c)
     if copies is not None:
         result["copies_of_training_images"] = copies["images"]
     width = max(len(n) for n in class_names)
