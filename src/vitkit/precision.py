@@ -187,7 +187,8 @@ def _inference_settings(precision: str) -> dict[str, bool]:
     Except bf16 on a CPU with AMX, whose linears stay torch's GEMMs, unpacked: on a 16-core Xeon with AMX, ViT-S/16
     with packed bf16 linears ran at 116-157 ms a batch of 8 at 16 threads, compiled or eager, where its eager bf16 ran
     at 30-40 ms, and compiled without packing at 25 ms (benchmarks/RESULTS.md); every packed GEMM alone ran 1.3-1.9x
-    faster than torch's, so the loss comes from OpenMP's waiting threads between them. int8's GEMMs need the packing."""
+    faster than torch's, so the loss comes from OpenMP's waiting threads between them. Unpacked is not a cure (a later
+    lease timed it at 116 ms against eager's 57): the runner's fallback to eager still decides. int8's GEMMs need the packing."""
     packed = not (precision == "bf16" and native_bf16() == "AMX")
     return {"freezing": True, "cpp_wrapper": True, "cpp.weight_prepack": packed}
 
