@@ -385,10 +385,11 @@ def linear_probe_eval(
     for l2 in l2s:
         probe = linear_probe(train_x, train_y, l2=l2, max_iter=max_iter, num_classes=K)
         probes.append(probe)
-        runs.append({"l2": l2, "val_top1": float((linear_probe_predict(probe, val_x) == val_y).float().mean())})
-    best = max(range(len(runs)), key=lambda i: runs[i]["val_top1"])
+        # "picking", not "val": with --test-split val the picking images are a share of train, and val is scored
+        runs.append({"l2": l2, "picking_top1": float((linear_probe_predict(probe, val_x) == val_y).float().mean())})
+    best = max(range(len(runs)), key=lambda i: runs[i]["picking_top1"])
     test_top1 = float((linear_probe_predict(probes[best], test_x) == test_y).float().mean())
-    return {"evaluation": "linear_probe", "precision": features["runner"].description, "runs": runs, "best_l2": runs[best]["l2"], "val_top1": runs[best]["val_top1"],
+    return {"evaluation": "linear_probe", "precision": features["runner"].description, "runs": runs, "best_l2": runs[best]["l2"], "picking_top1": runs[best]["picking_top1"],
             "test_top1": test_top1, "n_train": len(train_y), "n_val": len(val_y), "n_test": len(test_y), "feature_dim": train_x.shape[1],
             "fitted_on": train_split.describe(), "picked_on": val_split.describe()}
 
@@ -433,7 +434,7 @@ def report_markdown(result: dict, title: str) -> str:
             note += (f" {', '.join(map(str, left_out))} shots left out: the smallest class has {result['fewest_per_class']} training "
                      "images.")
     elif kind == "linear_probe":
-        rows = [[f"{r['l2']:g}", r["val_top1"], result["test_top1"] if r["l2"] == result["best_l2"] else None] for r in result["runs"]]
+        rows = [[f"{r['l2']:g}", r["picking_top1"], result["test_top1"] if r["l2"] == result["best_l2"] else None] for r in result["runs"]]
         table = markdown_table(["l2", "top-1 (picking)", f"top-1 ({result.get('test_split', 'test')})"], rows)
         fit, pick = (_images(result, key, read=result.get(n)) for key, n in (("fitted_on", "n_train"), ("picked_on", "n_val")))
         note = f"Logistic regression on {result['feature_dim']}-d features, fitted on {fit}; l2 {result['best_l2']:g} picked on {pick}."

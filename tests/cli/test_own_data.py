@@ -88,6 +88,8 @@ def test_linear_probe_refuses_test_and_scores_val(own, vitkit_cmd, tmp_path):
     assert named(result["picked_on"]) == {"source": str(data / "train"), "selection": "0.1 held out (seed 0)", "n": 3}
     assert named(result["fitted_on"]) == {"source": str(data / "train"), "selection": "all but the 0.1 held out (seed 0)", "n": 27}
     assert "fitted on 27 images" in (tmp_path / "b" / "linear_probe.md").read_text()
+    # the accuracy l2 was picked by is not named val_top1 beside "split": "val" (it is of the 3 held-out train images)
+    assert "val_top1" not in json.dumps(result) and 0 <= result["picking_top1"] <= 1 and set(result["runs"][0]) == {"l2", "picking_top1"}
     # a share that holds out no image (a traceback from the solver), or none at all (silently 0.1): one error each
     one_line_error(vitkit_cmd("linear-probe", run, "--test-split", "val", "--val-fraction", "0.005", "--threads", "1", "--out", tmp_path / "c"),
                    "no images to pick l2 on", "raise --val-fraction")
