@@ -440,8 +440,9 @@ def test_a_header_only_tarfile_reads_is_read_once(tmp_path):
     assert found == [m[:3] for m in _tarfile_members(path)] == [("0.jpg", 512, 10), ("1.jpg", 1536, 11), ("2.jpg", 2560, 12)]
 
 
-def test_which_shown_images_a_model_trained_on_is_told_for_files_only(tmp_path):
-    """inspect counts images against the training split file by file; shard records and Parquet rows are not files."""
+def test_which_shown_images_a_model_trained_on_is_told_for_files_and_tar_members(tmp_path):
+    """inspect counts images against the training split image by image: files and tar members (each a copy of a
+    file here: it was told for files only); Parquet rows are not compared by their bytes."""
     from vitkit.data.spec import DataSpec
 
     folder = make_folder(tmp_path / "photos")
@@ -451,8 +452,29 @@ def test_which_shown_images_a_model_trained_on_is_told_for_files_only(tmp_path):
     write_tar_shards(open_split(folder, "train", channels=3, val_fraction=0.0), tmp_path / "shards", per_shard=7)
     (tmp_path / "pq").mkdir()
     make_parquet(tmp_path / "pq" / "train-00000-of-00001.parquet", [0, 1, 2], [jpeg(i) for i in range(3)])
-    for sharded in (tmp_path / "shards", tmp_path / "pq"):
-        assert DataSpec(path=str(sharded)).training_images_among(files, channels=3) is None
+    assert DataSpec(path=str(tmp_path / "shards"), val_fraction=0.0).training_images_among(files, channels=3) == [True] * 24
+    assert DataSpec(path=str(tmp_path / "pq")).training_images_among(files, channels=3) is None
+
+
+def test_copies_of_training_images_among_tar_shards_are_found_by_their_bytes(tmp_path):
+    """Splits of tar shards are kept apart by shard: two test records byte-identical to training records were scored as
+    unseen, unsaid (the check looked at files only)."""
+    from vitkit.data.summary import copies_of_training_images
+
+    folder = make_folder(tmp_path / "photos")
+    write_tar_shards(open_split(folder, "train", channels=3, val_fraction=0.0), tmp_path / "shards" / "train", per_shard=10)
+    held = tmp_path / "held" / "cat"
+    held.mkdir(parents=True)
+    for name in ("0.jpg", "1.jpg"):
+        (held / name).write_bytes((folder / "cat" / name).read_bytes())
+    (held / "new.jpg").write_bytes(jpeg(99))
+    write_tar_shards(open_split(tmp_path / "held", "train", channels=3, val_fraction=0.0), tmp_path / "shards" / "test")
+    splits = {name: open_split(tmp_path / "shards", name, channels=3, val_fraction=0.0) for name in ("train", "test")}
+    assert len(splits["test"]) == 3
+    copies = copies_of_training_images(splits)
+    assert list(copies) == ["test"] and copies["test"]["images"] == 2
+    scored, trained = copies["test"]["example"]
+    assert ".tar:" in scored and ".tar:" in trained and "test" in scored and "train" in trained
 
 
 def test_an_unreadable_parquet_row_group_is_read_once_and_warned_about_once(tmp_path, monkeypatch, capsys):

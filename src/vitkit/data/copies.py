@@ -1,7 +1,9 @@
-"""Byte-identical copies of training images among other files.
+"""Byte-identical copies of training images among other files and tar shard members.
 
-Splits are kept apart by folder or list, not by content: an image copied from train/ into test/ is scored as unseen.
-A file is read (and hashed) only where a training file has its size, so the check costs a `stat` per file.
+Splits are kept apart by folder, list or shard, not by content: an image copied from train/ into test/ is scored as
+unseen. An image is read (and hashed) only where a training image has its size, so the check costs a `stat` per file
+(a tar member's size is in its header). A Parquet row's size is not known without reading its row group: rows match
+only themselves.
 """
 
 from __future__ import annotations
@@ -11,41 +13,71 @@ import hashlib
 import os
 from pathlib import Path
 
+from vitkit.errors import DataError
+
+from .images import Record
+from .shards import TarMember
+
 CHECK_FILES = 200_000  # training files looked at; beyond that, not checked
 
 
-def training_twins(training: list[str], files: list[str]) -> list[str | None] | None:
-    """For each of `files`, a training file byte-identical to it (itself, where it is one), else None; None for all:
-    not checked (more than CHECK_FILES training files). Missing or unreadable files match nothing."""
-    if not files:  # nothing to compare: no training file is looked at
+def training_twins(training: list, files: list) -> list | None:
+    """For each of `files` (paths or shard records), a training image byte-identical to it (itself, where it is one),
+    else None; None for all: not checked (more than CHECK_FILES training images). Missing or unreadable images match
+    nothing."""
+    if not files:  # nothing to compare: no training image is looked at
         return []
     if len(training) > CHECK_FILES:
         return None
 
-    def size(path: str) -> int | None:
-        try:
-            return os.stat(path).st_size
-        except OSError:  # a missing file: training's data.on_error deals with it
-            return None
-
     @functools.lru_cache(maxsize=None)
-    def digest(path: str) -> str | None:
+    def digest(item) -> str | None:
         try:
-            return hashlib.blake2b(Path(path).read_bytes(), digest_size=16).hexdigest()
-        except OSError:
+            data = item.read() if isinstance(item, Record) else Path(item).read_bytes()
+        except (OSError, DataError):  # training's data.on_error deals with it
             return None
+        return hashlib.blake2b(data, digest_size=16).hexdigest()
 
-    by_size: dict[int, list[str]] = {}
-    for path in training:
-        if (n := size(path)) is not None:
-            by_size.setdefault(n, []).append(path)
-    same_path = {os.path.realpath(p) for p in training}
-    twins: list[str | None] = []
-    for path in files:
-        if os.path.realpath(path) in same_path:
-            twins.append(path)
+    by_size: dict[int, list] = {}
+    for item in training:
+        if (n := _size(item)) is not None:
+            by_size.setdefault(n, []).append(item)
+    same = {_identity(item) for item in training}
+    twins: list = []
+    for item in files:
+        if _identity(item) in same:
+            twins.append(item)
             continue
-        same_size = by_size.get(size(path), [])
-        key = digest(path) if same_size else None  # read only where a training file has its size
+        same_size = by_size.get(_size(item), [])
+        key = digest(item) if same_size else None  # read only where a training image has its size
         twins.append(next((t for t in same_size if digest(t) == key), None) if key else None)
     return twins
+
+
+def comparable(item) -> bool:
+    """Whether a copy of `item` can be found by its bytes: a file or a tar member, not a Parquet row."""
+    return isinstance(item, TarMember) or not isinstance(item, Record)
+
+
+def _size(item) -> int | None:
+    """Bytes of an image known without reading it: a file's from stat, a tar member's from its header."""
+    if isinstance(item, TarMember):
+        return item.size
+    if isinstance(item, Record):
+        return None
+    try:
+        return os.stat(item).st_size
+    except OSError:  # a missing file: training's data.on_error deals with it
+        return None
+
+
+def _identity(item):
+    """The same image, however the path to it is spelt."""
+    if isinstance(item, TarMember):
+        return _realpath(item.shard), item.name
+    return item if isinstance(item, Record) else os.path.realpath(item)
+
+
+@functools.lru_cache(maxsize=4096)
+def _realpath(shard: str) -> str:  # one per shard, not one per member
+    return os.path.realpath(shard)

@@ -21,7 +21,8 @@ from vitkit.errors import DataError
 from vitkit.paths import local_path
 
 from . import idx
-from .copies import training_twins
+from .copies import comparable, training_twins
+from .images import Record
 from .sources import MissingSplit, Split, described, first_of, open_split, same_images, synthetic
 
 
@@ -120,13 +121,14 @@ class DataSpec:
 
     def training_images_among(self, files: list[Path], *, channels: int) -> list[bool] | None:
         """Which of `files` are images of this spec's training split, or byte-identical copies of one (None where
-        the split is not file by file: IDX arrays, tar shards, Parquet, synthetic; or too large to check)."""
+        the split holds no images one by one: IDX arrays, synthetic; Parquet rows, whose bytes are not compared;
+        or it is too large to check)."""
         if self.name == "synthetic":
             return None
         split = self.open(self.train_split, channels=channels, image_size=0)  # image_size: synthetic data's only
-        if split.paths is None or not all(isinstance(p, (str, os.PathLike)) for p in split.paths):  # arrays, shard records
+        if split.paths is None or not all(comparable(p) for p in split.paths):  # arrays, Parquet rows
             return None
-        twins = training_twins([str(p) for p in split.paths], [str(f) for f in files])
+        twins = training_twins([p if isinstance(p, Record) else str(p) for p in split.paths], [str(f) for f in files])
         return None if twins is None else [t is not None for t in twins]
 
     def record(self, splits: dict[str, Split]) -> dict:

@@ -106,11 +106,14 @@ def describe(splits: dict[str, Split | str], sizes_of: str, path=None, name: str
 
 
 def copies_of_training_images(splits: dict[str, Split]) -> dict[str, dict] | None:
-    """{split: {"images": n, "example": [its file, the training file]}} for val and test files byte-identical to a
-    training file (`copies.training_twins`): splits are kept apart by folder or list, so such a copy is scored as
-    unseen. Files only (not arrays or shard members). None: not checked (too many training files)."""
-    def files(split) -> list[str]:
-        return [str(p) for p in split.paths if isinstance(p, (str, os.PathLike))] if isinstance(split, Split) and split.paths is not None else []
+    """{split: {"images": n, "example": [its image, the training image]}} for val and test images byte-identical to a
+    training image (`copies.training_twins`): splits are kept apart by folder, list or shard, so such a copy is scored
+    as unseen. Files and tar shard members (not arrays; a Parquet row only where it is itself a training row). None: not
+    checked (too many training images)."""
+    def files(split) -> list:
+        if not isinstance(split, Split) or split.paths is None:
+            return []
+        return [p if isinstance(p, Record) else str(p) for p in split.paths if isinstance(p, (str, os.PathLike, Record))]
 
     held = {name: files(splits.get(name)) for name in ("val", "test")}
     if not any(held.values()):  # nothing to compare: no training file is looked at
@@ -123,7 +126,7 @@ def copies_of_training_images(splits: dict[str, Split]) -> dict[str, dict] | Non
             return None
         copies = [(path, twin) for path, twin in zip(held[name], twins) if twin is not None]
         if copies:
-            found[name] = {"images": len(copies), "example": list(copies[0])}
+            found[name] = {"images": len(copies), "example": [str(image) for image in copies[0]]}
     return found
 
 
