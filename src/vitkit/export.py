@@ -14,7 +14,6 @@ import json
 import logging
 import os
 import re
-import tempfile
 import uuid
 import warnings
 from pathlib import Path
@@ -22,7 +21,7 @@ from typing import Iterator
 
 import torch
 
-from vitkit.checkpoint.io import WriteError, atomic_path, read_sidecar, sha256, sidecar_path, write_json
+from vitkit.checkpoint.io import WriteError, atomic_path, read_sidecar, scratch_folder, sha256, sidecar_path, write_json
 from vitkit.errors import ConfigError, first_line
 from vitkit.models import VisionTransformer
 from vitkit.precision import quiet_torch_internals
@@ -70,10 +69,10 @@ def staged(out: Path) -> Iterator[Path]:
     kept = "the export as it was is intact"
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(prefix=f".{out.name}.", dir=out.parent) as scratch:
-            path = Path(scratch) / out.name
+        with scratch_folder(out) as scratch:
+            path = scratch / out.name
             yield path
-            moved = sorted(Path(scratch).iterdir(), key=lambda p: p == path)
+            moved = sorted(scratch.iterdir(), key=lambda p: p == path)
             for made in moved:
                 os.replace(made, out.parent / made.name)
     except WriteError as err:
@@ -166,12 +165,12 @@ def _export_onnx(model: VisionTransformer, x: torch.Tensor, path: Path, batch: t
     path.parent.mkdir(parents=True, exist_ok=True)
     import onnx
 
-    with tempfile.TemporaryDirectory(dir=path.parent, prefix=f".{path.name}.") as scratch, torch.no_grad():
-        graph = Path(scratch) / path.name
+    with scratch_folder(path) as scratch, torch.no_grad():
+        graph = scratch / path.name
         torch.onnx.export(model, (x,), str(graph), dynamo=True, dynamic_shapes={"x": {0: batch}},
                           input_names=["images"], output_names=[output_name(model)], verbose=False)
         proto = onnx.load(str(graph))  # with the external weights, if the exporter wrote any
-        for produced in list(Path(scratch).iterdir()):
+        for produced in list(scratch.iterdir()):
             produced.unlink()
         if int8 is not None:
             proto = quantize_int8(proto, *int8, input_name="images")
@@ -181,7 +180,7 @@ def _export_onnx(model: VisionTransformer, x: torch.Tensor, path: Path, batch: t
         small = sum(p.numel() * p.element_size() for p in model.parameters()) < ONNX_SINGLE_FILE_LIMIT
         weights = f"{path.name}.{uuid.uuid4().hex[:12]}.data"
         onnx.save_model(proto, str(graph), save_as_external_data=not small, location=weights)
-        for produced in sorted(Path(scratch).iterdir(), key=lambda p: p.name == path.name):  # the graph last
+        for produced in sorted(scratch.iterdir(), key=lambda p: p.name == path.name):  # the graph last
             os.replace(produced, path.parent / produced.name)
     for stale in _external_weights(path):
         if small or stale.name != weights:
@@ -200,10 +199,10 @@ def _export_openvino(model: VisionTransformer, x: torch.Tensor, path: Path, batc
         raise ConfigError(f"{path}: an OpenVINO IR is an .xml file (its weights go beside it in a .bin); name it {path.stem}.xml")
     ov = _import_runtime("openvino")
     path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=path.parent, prefix=f".{path.name}.") as scratch:
-        onnx_path = Path(scratch) / "model.onnx"
+    with scratch_folder(path) as scratch:
+        onnx_path = scratch / "model.onnx"
         _export_onnx(model, x, onnx_path, batch, info)
-        xml = Path(scratch) / path.name
+        xml = scratch / path.name
         converted = ov.convert_model(str(onnx_path))
         if int8 is not None:
             converted = quantize_int8(converted, *int8)

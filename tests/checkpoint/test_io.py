@@ -80,3 +80,49 @@ def test_a_failed_write_replaces_nothing(tmp_path, monkeypatch, writer, patched,
         writer(path, {"x": torch.ones(3)} if writer is not write_json else {"x": 1})
     assert path.read_bytes() == b"the previous version"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file.bin"]  # no temporary file left behind
+
+
+KILLED_MID_WRITE = """
+import os, signal, sys
+from pathlib import Path
+from vitkit.checkpoint.io import atomic_path, scratch_folder
+target = Path(sys.argv[1])
+with scratch_folder(target.with_name("model.onnx")) as scratch:  # an export's scratch folder, half written
+    (scratch / "model.onnx.data").write_bytes(b"w" * 1000)
+    with atomic_path(target) as tmp:
+        tmp.write_bytes(b"x" * 1000)
+        os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_scratch_left_by_a_process_killed_mid_write_is_swept_by_the_next_write(tmp_path):
+    """A kill -9 (or the OOM killer, a preempted job) mid-write left a checkpoint-sized .tmp file, or an export's
+    scratch folder, beside the target for good: every killed write added one. The next write sweeps those of dead
+    processes of this host, and leaves a live process's alone."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from vitkit.checkpoint.io import scratch_folder, scratch_prefix
+
+    folder = tmp_path / "run"
+    folder.mkdir()
+    target, export = folder / "model.pth", folder / "model.onnx"
+    target.write_bytes(b"old")
+    killed = subprocess.run([sys.executable, "-c", KILLED_MID_WRITE, str(target)], capture_output=True)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert target.read_bytes() == b"old" and len(list(folder.iterdir())) == 3  # the file as it was, a .tmp, a scratch folder
+    live = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        theirs = folder / (scratch_prefix(target).replace(f"-{os.getpid()}.", f"-{live.pid}.") + "abc.tmp.pth")
+        theirs.write_bytes(b"still writing")
+        write_json(folder / "other.json", {})  # another file's write sweeps nothing of model.pth's
+        assert len(list(folder.iterdir())) == 5
+        write_torch(target, {"w": torch.zeros(2)})  # sweeps the killed process's .tmp, not the live one's
+        assert [p.name for p in folder.glob(".model.pth.*")] == [theirs.name] and len(list(folder.iterdir())) == 4
+        with scratch_folder(export):  # an export's scratch: the killed one's folder goes
+            pass
+        assert sorted(p.name for p in folder.iterdir()) == sorted(["model.pth", "other.json", theirs.name])
+    finally:
+        live.communicate(b"")

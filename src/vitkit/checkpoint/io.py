@@ -8,11 +8,14 @@ import json
 import math
 import os
 import pickle
+import re
 import shutil
+import socket
 import tempfile
 import time
 import warnings
 import zipfile
+import contextlib
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
@@ -42,6 +45,51 @@ def _not_a_directory(path: str | os.PathLike) -> Path:
     return path
 
 
+def scratch_prefix(path: Path) -> str:
+    """The start of a scratch file's or folder's name beside `path`: ".NAME.HOST-PID.", saying whose it is, so that
+    one left by a process killed mid-write (kill -9, the OOM killer, a preempted job) is swept by the next write."""
+    return f".{path.name}.{_host()}-{os.getpid()}."
+
+
+def sweep_scratch(path: Path) -> None:
+    """Remove the scratch files and folders beside `path` left by processes of this host that are gone. Another host's
+    (a shared file system) and a live process's are left alone: they may still be writing."""
+    mine = re.compile(re.escape(f".{path.name}.{_host()}-") + r"(\d+)\.")
+    try:
+        entries = list(os.scandir(path.parent))
+    except OSError:  # no folder yet, or one that cannot be listed: nothing to sweep
+        return
+    for entry in entries:
+        if (found := mine.match(entry.name)) and not _alive(int(found.group(1))):
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, ignore_errors=True)
+            else:
+                with contextlib.suppress(OSError):
+                    os.unlink(entry.path)
+
+
+@contextmanager
+def scratch_folder(path: Path) -> Iterator[Path]:
+    """A temporary folder beside `path` (removed when the block ends), after sweeping dead processes' ones."""
+    sweep_scratch(path)
+    with tempfile.TemporaryDirectory(prefix=scratch_prefix(path), dir=path.parent) as scratch:
+        yield Path(scratch)
+
+
+def _host() -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", socket.gethostname()) or "host"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: it exists
+        return True
+    return True
+
+
 @contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside `path`; on success fsync it and rename it over `path`.
@@ -51,7 +99,8 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """
     path = _not_a_directory(path)
     _mkdir(path.parent)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=f".tmp{path.suffix}", dir=path.parent)
+    sweep_scratch(path)
+    fd, tmp = tempfile.mkstemp(prefix=scratch_prefix(path), suffix=f".tmp{path.suffix}", dir=path.parent)
     os.close(fd)
     tmp_path = Path(tmp)
     try:
