@@ -493,7 +493,7 @@ def test_an_unreadable_parquet_row_group_is_read_once_and_warned_about_once(tmp_
             reads.append(path)
             raise OSError("malloc of size 1073786432 failed")
 
-    sharding._read_row_group.cache_clear()
+    sharding._ROW_GROUPS.clear()
     monkeypatch.setattr(sharding._pyarrow(), "ParquetFile", Broken)
     bad = BadFiles("skip")
     errors = []
@@ -503,7 +503,7 @@ def test_an_unreadable_parquet_row_group_is_read_once_and_warned_about_once(tmp_
         except DataError as err:
             errors.append((i, str(record), str(err)))
     bad.report(errors)
-    sharding._read_row_group.cache_clear()
+    sharding._ROW_GROUPS.clear()
     assert len(errors) == 3 and len(reads) == 1 and len(bad) == 3
     warned = [line for line in capsys.readouterr().err.splitlines() if "skipping a bad image" in line]
     assert len(warned) == 1 and "cannot read row group 0 (malloc of size 1073786432 failed)" in warned[0]
@@ -525,3 +525,26 @@ def test_the_training_plan_names_a_parquet_split_s_images_in_one_parenthesis(tmp
     printed = capsys.readouterr().out
     assert f"images  {tmp_path / 'pq'} (train, all but the 0.5 held out (seed 0))" in printed and ") (" not in printed
     assert captions["val_data"] == f"6 images, {tmp_path / 'pq'} (train, 0.5 held out (seed 0))"  # the figures' captions too
+
+
+def test_parquet_row_groups_are_kept_by_their_bytes_and_one_too_large_to_read_whole_is_one_error(tmp_path, monkeypatch):
+    """Row groups were kept 16 at a time whatever their size (16 GB of 1 GB ones per worker), and pyarrow's default
+    writer puts up to a million rows in one row group, read whole: memory grew with the file, not with a batch."""
+    from vitkit.data import shards as sharding
+
+    images = [jpeg(i, size=(40, 30)) for i in range(9)]
+    make_parquet(tmp_path / "train-00000-of-00001.parquet", [i % 3 for i in range(9)], images, row_group_size=3)
+    split = open_sharded(tmp_path, "train", val_fraction=0.0)
+    reads = []
+    real = sharding._read_row_group
+    monkeypatch.setattr(sharding, "_read_row_group", lambda file, group: reads.append(group) or real(file, group))
+    sizes = sorted(sum(map(len, images[k : k + 3])) for k in (0, 3, 6))
+    monkeypatch.setattr(sharding, "CACHED_BYTES", sizes[1] + sizes[2])  # room for two row groups, not three
+    sharding._ROW_GROUPS.clear()
+    for i in (0, 3, 1, 6, 4, 0):  # row groups 0, 1, 0, 2, 1, 0
+        assert split.paths[i].read() == images[i]
+    assert reads == [0, 1, 2, 1, 0]  # two kept: 2 pushed out 1 (0 was read since), 1 pushed out 0, 0 pushed out 2
+    sharding._ROW_GROUPS.clear()
+    monkeypatch.setattr(sharding, "MAX_ROW_GROUP_BYTES", 2 * max(map(len, images)))
+    with pytest.raises(DataError, match=r"train-00000-of-00001\.parquet: row group 0 holds .* GiB of images \(3 rows\), over .* row_group_size=100"):
+        open_sharded(tmp_path, "train", val_fraction=0.0)

@@ -19,6 +19,7 @@ split folder, form that split; otherwise a held-out part is cut as for image fol
 
 from __future__ import annotations
 
+import collections
 import functools
 import glob
 import io
@@ -46,6 +47,8 @@ SHARD_SUFFIXES = (".tar", ".parquet")
 LABEL_SUFFIXES = (".cls", ".json")
 NO_LABEL = "-1"  # a sample without a label, as Hugging Face writes an unlabelled split
 ROW_GROUP_WINDOW = 16  # Parquet row groups whose samples are shuffled together (and cached per worker)
+MAX_ROW_GROUP_BYTES = 2 << 30  # a row group's images, uncompressed: read whole, so a read holds this much at most
+CACHED_BYTES = 1 << 30  # images of the row groups kept per process (the one read last is kept whatever its size)
 
 
 # -- finding the shard files ---------------------------------------------------------------------
@@ -404,6 +407,7 @@ def _read_parquet(files: list[Path]) -> tuple[list, list[str], list[str] | None]
         names = names or found
         index = 0
         for group in range(file.metadata.num_row_groups):
+            _check_row_group(path, file.metadata.row_group(group), group, image)
             for row in range(file.metadata.row_group(group).num_rows):
                 records.append(ParquetRow(str(path), group, row, index))
                 index += 1
@@ -412,16 +416,58 @@ def _read_parquet(files: list[Path]) -> tuple[list, list[str], list[str] | None]
     return records, raw, names
 
 
+def _check_row_group(path: Path, group, index: int, image: str) -> None:
+    """One error, before any is read, for a row group whose images are too large to read whole (pyarrow's default
+    writer puts up to a million rows in one)."""
+    held = sum(group.column(i).total_uncompressed_size for i in range(group.num_columns)
+               if group.column(i).path_in_schema == image or group.column(i).path_in_schema.startswith(image + "."))
+    if held > MAX_ROW_GROUP_BYTES:
+        raise DataError(f"{path}: row group {index} holds {held / 2**30:.1f} GiB of images ({group.num_rows:,} rows), over the "
+                        f"{MAX_ROW_GROUP_BYTES / 2**30:g} GiB vitkit reads at once (a row group is read whole); write the file "
+                        "again in smaller row groups, e.g. pyarrow.parquet.write_table(table, path, row_group_size=100), as "
+                        "Hugging Face datasets does for images")
+
+
 def _row_group_images(file: str, group: int) -> list[tuple[bytes | None, str | None]]:
     """(bytes, path) of every image of one row group; a few row groups are kept per process, and so is a row group that
     cannot be read: its every row fails with its error, read once (each row read it again, a 1 GB one 90 times)."""
-    images = _read_row_group(file, group)
+    images = _ROW_GROUPS.get(file, group)
     if isinstance(images, str):
         raise DataError(images)
     return images
 
 
-@functools.lru_cache(maxsize=ROW_GROUP_WINDOW)
+class _RowGroups:
+    """The row groups read last in this process: at most ROW_GROUP_WINDOW of them holding at most CACHED_BYTES of images,
+    the one read last kept whatever its size (a count alone held 16 row groups of any size: 16 GB of 1 GB ones per
+    worker)."""
+
+    def __init__(self) -> None:
+        self._kept: collections.OrderedDict[tuple[str, int], tuple[list | str, int]] = collections.OrderedDict()
+        self._bytes = 0
+
+    def get(self, file: str, group: int) -> list[tuple[bytes | None, str | None]] | str:
+        key = (file, group)
+        if key in self._kept:
+            self._kept.move_to_end(key)
+            return self._kept[key][0]
+        images = _read_row_group(file, group)
+        size = 0 if isinstance(images, str) else sum(len(data or b"") for data, _ in images)
+        self._kept[key] = (images, size)
+        self._bytes += size
+        while len(self._kept) > 1 and (len(self._kept) > ROW_GROUP_WINDOW or self._bytes > CACHED_BYTES):
+            _, (_, gone) = self._kept.popitem(last=False)
+            self._bytes -= gone
+        return images
+
+    def clear(self) -> None:
+        self._kept.clear()
+        self._bytes = 0
+
+
+_ROW_GROUPS = _RowGroups()
+
+
 def _read_row_group(file: str, group: int) -> list[tuple[bytes | None, str | None]] | str:
     pq = _pyarrow()
     try:
