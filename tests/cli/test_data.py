@@ -1,5 +1,6 @@
 """`vitkit data`: the dataset summary, the training-batch preview (equal to what training consumes) and --to-shards."""
 
+import io
 import json
 from pathlib import Path
 
@@ -108,6 +109,36 @@ def test_copies_of_training_images_in_val_or_test_are_named(tmp_path, vitkit_cmd
     assert list(copies) == ["test"] and copies["test"]["images"] == 2
     assert Path(copies["test"]["example"][1]).read_bytes() == Path(copies["test"]["example"][0]).read_bytes()
     assert "warning  2 test images are byte-identical to training images" in done.stdout
+
+
+def test_copies_among_images_in_memory_are_found_by_pixels_and_parquet_is_said_to_be_unchecked(tmp_path, vitkit_cmd):
+    """IDX arrays and Parquet rows were never compared with the training images, and the JSON said
+    "copies_of_training_images": {} of them, which reads as none found."""
+    from vitkit.data import Split
+    from vitkit.data.summary import copies_of_training_images
+
+    rng = np.random.default_rng(0)
+    train = torch.from_numpy(rng.integers(0, 255, (20, 1, 8, 8), dtype=np.uint8))
+    test = torch.cat([torch.from_numpy(rng.integers(0, 255, (3, 1, 8, 8), dtype=np.uint8)), train[[7, 2]]])
+    splits = {name: Split(torch.zeros(len(x), dtype=torch.long), ["a"], images=x) for name, x in (("train", train), ("test", test))}
+    assert copies_of_training_images(splits) == {"test": {"images": 2, "example": ["test image 3", "train image 7"]}}
+    pq = pytest.importorskip("pyarrow.parquet")
+    import pyarrow as pa
+
+    root = tmp_path / "pq"
+    root.mkdir()
+    def png() -> bytes:
+        buffer = io.BytesIO()
+        Image.fromarray(rng.integers(0, 255, (8, 8, 3), dtype=np.uint8)).save(buffer, "PNG")
+        return buffer.getvalue()
+
+    for split in ("train", "test"):
+        pq.write_table(pa.table({"image": [{"bytes": png(), "path": None} for _ in range(4)], "label": [0, 1, 0, 1]}),
+                       root / f"{split}-00000-of-00001.parquet")
+    done = vitkit_cmd("data", root, "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1])["copies_of_training_images"] is None
+    assert "copies   of training images in the other splits: not checked (Parquet rows" in done.stdout
 
 
 def test_an_image_over_the_pixel_limit_is_named_with_training_s_limit_and_header_counts_say_what_they_are(tmp_path, vitkit_cmd):

@@ -172,6 +172,40 @@ def test_inspect_marks_copies_of_training_images_as_trained_on(tmp_path, capsys)
     assert [(Path(s["image"]).name, s["in_training_data"]) for s in shown] == [("a.png", True), ("b.png", False)]
 
 
+def test_inspect_on_shards_marks_copies_and_on_parquet_does_not_claim_none(tmp_path, capsys):
+    """On a model trained on tar shards or Parquet, inspect said "none of them in this model's training data" of a val
+    split holding copies of training images: it compared files only, and took the split's name for the answer."""
+    import shutil
+
+    pq = pytest.importorskip("pyarrow.parquet")
+    import pyarrow as pa
+
+    _dark_and_light(tmp_path / "data", {"train": 4, "val": 2}, seed=1)
+    shutil.copy(tmp_path / "data" / "train" / "dark" / "0.png", tmp_path / "data" / "val" / "dark" / "copy.png")
+    assert main(["data", str(tmp_path / "data"), "--to-shards", str(tmp_path / "shards")]) == 0
+    (tmp_path / "pq").mkdir()
+    for split in ("train", "val"):
+        files = sorted((tmp_path / "data" / split).rglob("*.png"))
+        table = pa.table({"image": [{"bytes": f.read_bytes(), "path": f.name} for f in files],
+                          "label": [int(f.parent.name == "light") for f in files]})
+        features = {"image": {"_type": "Image"}, "label": {"names": ["dark", "light"], "_type": "ClassLabel"}}
+        pq.write_table(table.replace_schema_metadata({"huggingface": json.dumps({"info": {"features": features}})}),
+                       tmp_path / "pq" / f"{split}-00000-of-00001.parquet")
+    lines = {}
+    for kind in ("shards", "pq"):
+        run = tmp_path / f"run_{kind}"
+        assert main(["train", "--data", str(tmp_path / kind), "--out", str(run), "--no-progress", "train.steps=2", "model.name=vit_test",
+                     "model.depth=1", "train.batch_size=4", "train.threads=1", "augment.crop=pad", "train.eval_every=2"]) == 0
+        capsys.readouterr()
+        assert main(["inspect", str(run), "--split", "val", "--out", str(tmp_path / f"o_{kind}"), "--show", "5"]) == 0
+        lines[kind] = capsys.readouterr().out.splitlines()[0]
+        assert "5 images from the val split of" in lines[kind]
+    shown = json.loads((tmp_path / "o_shards" / "inspection.json").read_text())["shown"]
+    assert "1 of them in this model's training data" in lines["shards"] and sum(s["in_training_data"] for s in shown) == 1
+    assert all(".tar:" in s["image"] for s in shown)  # each shown record named by its shard and member
+    assert "none of them from its training split" in lines["pq"] and "copies not checked" in lines["pq"]  # not "in its training data"
+
+
 def test_inspect_reads_given_images_as_predict_does(tmp_path, monkeypatch):
     """inspect --images stretched every image to the model's square input, where predict and eval resize the shorter
     side to size / crop_pct and cut the centre: its "pred:" titles and attention maps were of other pixels than

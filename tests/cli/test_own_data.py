@@ -244,7 +244,7 @@ def test_frozen_feature_commands_skip_unreadable_images_when_asked_and_say_so(ow
     result = last_json(vitkit_cmd(*args, "--skip-unreadable", "--out", tmp_path / "b"))
     assert [u["path"] for u in result["unreadable"]] == [str(tmp_path / "data" / "train" / "bag" / "000.png")]
     report = (tmp_path / "b" / f"{command.replace('-', '_')}.md").read_text()
-    assert "1 unreadable files left out" in report
+    assert "; 1 unreadable image of the other splits it read left out" in report  # of train, not the scored split
     if command == "knn":
         assert result["n_train"] == 29 and "the 29 readable of 30 images" in report
     if command == "fewshot":  # 10 shots of 10 images a class: the broken one is drawn, and left out of its draw
@@ -286,6 +286,29 @@ def test_eval_says_which_scored_images_are_copies_of_training_images(own, vitkit
     from vitkit.cli._copies import copies_note  # a scored file that is itself a training image: named once ("x = x" before)
 
     assert "(e.g. a/x.png, itself a training image)" in copies_note({"images": 1, "example": ["a/x.png", "a/x.png"]}, "val")
+
+
+def test_splits_that_changed_since_training_are_said_and_unreadable_files_are_counted_where_they_are(own, run_cli, vitkit_cmd, tmp_path):
+    """A training image moved into val/ after training was scored as held out with no word (the record's digests said
+    the splits had changed; only --resume looked), and knn put the training split's unreadable files on the scored one."""
+    data, _, _ = own
+    shutil.copytree(data, tmp_path / "data")
+    assert run_cli("train", "--data", "data", "--out", "run", *TRAIN_ARGS, cwd=tmp_path).returncode == 0
+    (tmp_path / "data" / "train" / "bag" / "000.png").rename(tmp_path / "data" / "val" / "bag" / "moved.png")
+    done = vitkit_cmd("eval", tmp_path / "run", "--split", "val", "--json", "--threads", "1")
+    changed = last_json(done)["changed_since_training"]
+    assert sorted(changed) == ["train", "val"] and (changed["train"]["then"]["n"], changed["train"]["now"]["n"]) == (30, 29)
+    assert (f"note: the train split changed since the checkpoint was trained (30 images ({tmp_path / 'data' / 'train'}, all) then, "
+            "29 images") in done.stdout and "note: the val split changed since" in done.stdout
+    done = vitkit_cmd("inspect", tmp_path / "run", "--split", "val", "--out", tmp_path / "insp")  # it said "none of them trained on"
+    assert done.returncode == 0 and "not checked against its training data" in done.stdout.splitlines()[0]
+    assert "changed since the checkpoint was trained" in json.loads((tmp_path / "insp" / "inspection.json").read_text())["training_data"]
+    (tmp_path / "data" / "train" / "bag" / "bad.png").write_bytes(b"not an image")
+    done = vitkit_cmd("knn", tmp_path / "run", "--test-split", "val", "--k", "1", "--threads", "1", "--skip-unreadable", "--out", tmp_path / "knn")
+    assert sorted(last_json(done)["changed_since_training"]) == ["train", "val"]
+    report = (tmp_path / "knn" / "knn.md").read_text()
+    assert f"(13 images: {tmp_path / 'data' / 'val'}, all); 1 unreadable image of the other splits it read left out" in report
+    assert "The train split changed since the checkpoint was trained" in report
 
 
 @pytest.mark.parametrize("target", [None, "m.safetensors", "m.npz"])

@@ -1,22 +1,57 @@
-"""The note every scoring command prints where the scored images include images the model trained on."""
+"""The notes every scoring command prints where the scored images include images the model trained on, or where the
+data changed since it trained."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 
-def scored_training_copies(meta: dict, checkpoint, which: str, split, config) -> dict | None:
-    """{"images": n, "example": [...]} where files of the scored split are training files of the checkpoint's record, or
-    byte-identical to one (splits are kept apart by folder, not by content); None where none are, or it cannot be told."""
+
+@dataclass
+class Against:
+    """What the scored images are, set against the checkpoint's training data."""
+
+    copies: dict | None = None  # {"images": n, "example": [scored, trained]}: scored images the model trained on
+    changed: dict[str, dict] = field(default_factory=dict)  # {split: {"then": record, "now": record}} since it trained
+
+    def record(self, result: dict) -> None:
+        """Into a command's JSON."""
+        if self.copies is not None:
+            result["copies_of_training_images"] = self.copies["images"]
+        if self.changed:
+            result["changed_since_training"] = self.changed
+
+    def notes(self, which: str) -> list[str]:
+        """The lines that say so, under the figures."""
+        from vitkit.data.sources import described
+
+        lines = [copies_note(self.copies, which)] if self.copies is not None else []
+        for name, change in self.changed.items():
+            then, now = described(change["then"]), described(change["now"])
+            other = ", other images" if change["then"]["n"] == change["now"]["n"] else ""
+            lines.append(f"note: the {name} split changed since the checkpoint was trained ({then} then, {now} now{other})" + (
+                ": an image moved out of it is not known to be one the model trained on" if name == "train" else
+                ": these figures are not of the images it was held out with"))
+        return lines
+
+
+def scored_against_training(meta: dict, checkpoint, which: str, split, config) -> Against:
+    """The scored split's copies of training images (files of the checkpoint's training split, or byte-identical to
+    one: splits are kept apart by folder, not by content) and the recorded splits that changed since it trained (the
+    training split, and the scored one where it is of the same data)."""
     from vitkit.data import DataSpec
     from vitkit.data.summary import copies_of_training_images as copies
     from vitkit.errors import DataError
 
-    if which == "train" or split.paths is None:  # arrays in memory: no files to compare
-        return None
     try:
-        trained = DataSpec.from_checkpoint(meta, checkpoint).open("train", channels=config.in_chans, image_size=config.image_size[0])
+        spec = DataSpec.from_checkpoint(meta, checkpoint)
+        trained = spec.open(spec.train_split, channels=config.in_chans, image_size=config.image_size[0])
     except DataError:  # no record, or the data has moved: nothing to compare with
-        return None
-    return (copies({"train": trained, "test": split}) or {}).get("test")
+        return Against()
+    against = Against(copies=None if which == spec.train_split else (copies({"train": trained, "test": split}) or {}).get("test"))
+    for name, now in ((spec.train_split, trained), (which, split)):
+        if name not in against.changed and (change := spec.changed(name, now)) is not None:  # not for --data elsewhere
+            against.changed[name] = dict(zip(("then", "now"), change))
+    return against
 
 
 def copies_note(copies: dict, which: str) -> str:

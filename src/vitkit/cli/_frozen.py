@@ -93,14 +93,18 @@ def finish(args: argparse.Namespace, name: str, result: dict, title: str, scored
     from vitkit.evaluation import report_markdown, write_report
     from vitkit.transfer import picked_on
 
-    from ._copies import copies_note, scored_training_copies
+    from ._copies import Against, scored_against_training
 
     result = {"checkpoint": str(args.checkpoint), "random_init": args.random_init, "data": args.spec.where,
               "image_size": args.input_size, **result}
-    skipped = f"; {len(args.bad)} unreadable files left out" if len(args.bad) else ""
     if len(args.bad):
         result["unreadable"] = [{"path": p, "error": e} for p, e in args.bad.files.items()]
+    names = {str(p) for p in scored.paths} if scored.paths is not None else set()
+    here = sum(path in names for path in args.bad.files)  # of the scored split; the others', of the images fitted on
+    skipped = f"; {here:,} unreadable left out" if here else ""
     title += f" on {result['split']} of {args.spec.where} ({len(scored):,} image{'s' * (len(scored) != 1)}: {scored.source}, {scored.selection}{skipped})"
+    if elsewhere := len(args.bad) - here:
+        title += f"; {elsewhere:,} unreadable image{'s' * (elsewhere != 1)} of the other splits it read left out"
     if args.random_init is not None:
         title += f" (its architecture, randomly initialised with seed {args.random_init})"
     warning = picked_on(args.checkpoint, result["split"], scored, args.meta)
@@ -111,10 +115,12 @@ def finish(args: argparse.Namespace, name: str, result: dict, title: str, scored
         title += f"\n\nFeatures read at {result['precision']}, at {h}x{w} px."
     if warning:
         title += f"\n\n{warning[0].upper()}{warning[1:]}."
-    copies = scored_training_copies(args.meta, args.checkpoint, result["split"], scored, args.model_config) if args.random_init is None else None
-    if copies is not None:  # the features of images the backbone trained on, scored as held out
-        result["copies_of_training_images"] = copies["images"]
-        title += f"\n\n{copies_note(copies, result['split'])[len('note: '):]}."
+    against = Against() if args.random_init is not None else scored_against_training(
+        args.meta, args.checkpoint, result["split"], scored, args.model_config)
+    against.record(result)  # the features of images the backbone trained on, scored as held out; splits changed since
+    for note in against.notes(result["split"]):
+        note = note[len("note: "):]
+        title += f"\n\n{note[0].upper()}{note[1:]}."
     markdown = report_markdown(result, title)
     # never over the report of the run's own data, nor over a trained model's
     folder = name + data_tag(args.spec.path, args.meta) + ("" if args.random_init is None else f"_random{args.random_init}")

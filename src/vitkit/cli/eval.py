@@ -8,7 +8,7 @@ import json
 import math
 from pathlib import Path
 
-from ._copies import copies_note, scored_training_copies
+from ._copies import scored_against_training
 from ._precision import add_precision, calibration
 
 
@@ -131,9 +131,8 @@ def run(args: argparse.Namespace) -> int:
         result.update({k: metrics[k] for k in ("reference_top1", "top1_delta", "agreement")})
     warning = picked_on(args.checkpoint, which, split, meta)
     result["picked_on_this_split"] = warning is not None
-    copies = scored_training_copies(meta, args.checkpoint, which, split, c)
-    if copies is not None:
-        result["copies_of_training_images"] = copies["images"]
+    against = scored_against_training(meta, args.checkpoint, which, split, c)
+    against.record(result)
     width = max(len(n) for n in class_names)
     print(f"{describe(args.checkpoint, step)} on {which} of {spec.where} ({metrics['n']} images: {split.source}, {split.selection}{skipped}; "
           f"{runner.description}): top-1 {metrics['top1']:.4f}" + (f"  top-5 {metrics['top5']:.4f}" if len(class_names) > 5 else ""))
@@ -146,8 +145,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"confusion matrix: {png}" if not unwritten else f"confusion matrix: not written ({png}: {unwritten})")
     if warning:
         print(warning)
-    if copies is not None:
-        print(copies_note(copies, which))
+    for note in against.notes(which):
+        print(note)
     if args.json:
         print(json.dumps(result))
     if unwritten:

@@ -21,6 +21,8 @@ them. Images are resized to the model's resolution (or --image-size) and normali
 the printed line and inspection.json say which images, how many, and how many of them the model trained on.
 """
 
+COPIES_NOT_CHECKED = "copies not checked"  # the split is known, not whether it holds copies of training images
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -86,8 +88,9 @@ def run(args: argparse.Namespace) -> int:
     trained = None if seen is None else sum(seen)
     titles = _titles(model, x[: args.show], truth[: args.show], metadata.get("class_names"), seen,
                      untrained_head(metadata, args.checkpoint, model) is None)
+    counted = "from its training split" if training_data.endswith(COPIES_NOT_CHECKED) else "in this model's training data"
     caption = f"{len(pixels)} images from {where}; " + (
-        f"{trained or 'none'} of them in this model's training data" if trained is not None else "not checked against its training data")
+        f"{trained or 'none'} of them {counted}" if trained is not None else "not checked against its training data")
     info = {
         "checkpoint": str(args.checkpoint),
         "images": [str(p) for p in args.images] if args.images else [where],
@@ -167,10 +170,19 @@ def _training_images(metadata: dict, checkpoint, files, channels: int) -> tuple[
     try:
         spec = DataSpec.from_checkpoint(metadata, checkpoint)
         trained = spec.training_images_among(files, channels=channels)
+        change = None if trained is None else spec.changed(spec.train_split, spec.open(spec.train_split, channels=channels, image_size=0))
     except DataError as err:  # no record (not trained by vitkit train), or the data has moved
         return None, f"training data unknown: {err}"
     where = f"training data: {spec.where}, split {spec.train_split}"
-    return trained, where if trained is not None else f"{where}, not file by file"
+    if change is not None:  # a file moved out of the training split since it trained is not told
+        return None, f"{where}, {changed_note(change)}"
+    return trained, where if trained is not None else f"{where}, not image by image"
+
+
+def changed_note(change: tuple[dict, dict]) -> str:
+    from vitkit.data.sources import described
+
+    return f"changed since the checkpoint was trained ({described(change[0])} then, {described(change[1])} now)"
 
 
 def _recorded_images(args, metadata: dict, config):
@@ -180,7 +192,7 @@ def _recorded_images(args, metadata: dict, config):
     import numpy as np
     import torch
 
-    from vitkit.data import DataSpec, eval_batches
+    from vitkit.data import DataSpec, copies, eval_batches
     from vitkit.data.augment import resize_center_crop
     from vitkit.errors import DataError
 
@@ -209,20 +221,29 @@ def _recorded_images(args, metadata: dict, config):
         part = split.subset(np.array(order, dtype=np.int64))
     truth = [split.class_names[int(k)] for k in part.labels]
     files = part.paths is not None and all(isinstance(p, (str, os.PathLike)) for p in part.paths)
-    shown = [str(p) for p in part.paths] if files else [f"{name} image {i}" for i in order]
+    comparable = part.paths is not None and all(copies.comparable(p) for p in part.paths)  # files and tar members
+    shown = [str(p) for p in part.paths] if files or comparable else [f"{name} image {i}" for i in order]
     where = f"the {name} split of {spec.where}"
     training = f"training data: {spec.where}, split {spec.train_split}"
     by_split = [name == spec.train_split] * len(truth)
-    if args.data is None and (name == spec.train_split or not files):  # the checkpoint's own data: its record says which split trained
-        return pixels, truth, by_split, shown, where, training, skipped
-    if not files:
-        return pixels, truth, None, shown, where, f"{training}, not file by file", skipped
+    if args.data is None:  # the checkpoint's own data: its record says which split trained
+        train = spec.open(spec.train_split, channels=config.in_chans, image_size=size)
+        if (change := spec.changed(spec.train_split, train)) is not None:  # a file moved out of it since: not told
+            return pixels, truth, None, shown, where, f"{training}, {changed_note(change)}", skipped
+        if name == spec.train_split:
+            return pixels, truth, by_split, shown, where, training, skipped
+        if part.images is not None and train.images is not None:  # arrays in memory (IDX): compared by pixels
+            return pixels, truth, [t is not None for t in copies.pixel_twins(train.images, part.images)], shown, where, training, skipped
+        if not comparable:  # Parquet rows: kept apart by split, copies not compared
+            return pixels, truth, by_split, shown, where, f"{training}, {COPIES_NOT_CHECKED}", skipped
+    if not comparable:
+        return pixels, truth, None, shown, where, f"{training}, not image by image", skipped
     # the images checked against the training images the checkpoint records, by path and by content (a copy of a
     # training image in test/ was seen in training); for other data (--data), not against that data's own train split
     # (which said of a model's held-out images that it had trained on them)
     seen, described = _training_images(metadata, args.checkpoint, part.paths, config.in_chans)
     if seen is None and args.data is None:  # too many training files to compare: the split is all that is known
-        return pixels, truth, by_split, shown, where, f"{training}, copies not checked", skipped
+        return pixels, truth, by_split, shown, where, f"{training}, {COPIES_NOT_CHECKED}", skipped
     return pixels, truth, seen, shown, where, described, skipped
 
 

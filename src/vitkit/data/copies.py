@@ -1,4 +1,4 @@
-"""Byte-identical copies of training images among other files and tar shard members.
+"""Byte-identical copies of training images among other files and tar shard members (and in memory, by pixels).
 
 Splits are kept apart by folder, list or shard, not by content: an image copied from train/ into test/ is scored as
 unseen. An image is read (and hashed) only where a training image has its size, so the check costs a `stat` per file
@@ -12,6 +12,8 @@ import functools
 import hashlib
 import os
 from pathlib import Path
+
+import torch
 
 from vitkit.errors import DataError
 
@@ -52,6 +54,16 @@ def training_twins(training: list, files: list) -> list | None:
         key = digest(item) if same_size else None  # read only where a training image has its size
         twins.append(next((t for t in same_size if digest(t) == key), None) if key else None)
     return twins
+
+
+def pixel_twins(training: torch.Tensor, images: torch.Tensor) -> list[int | None]:
+    """For each of `images` (N, ...) in memory, the index of a training image with the same pixels, else None."""
+    def digests(batch: torch.Tensor) -> list[bytes]:
+        rows = batch.reshape(len(batch), -1).contiguous().numpy()
+        return [hashlib.blake2b(row.tobytes(), digest_size=16).digest() for row in rows]
+
+    index = {d: i for i, d in enumerate(digests(training))}
+    return [index.get(d) for d in digests(images)]
 
 
 def comparable(item) -> bool:

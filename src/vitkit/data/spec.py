@@ -119,8 +119,19 @@ class DataSpec:
                         f"was trained without ({was} then, {described(now)} now), so it holds images the model trained on; "
                         f"{back}, or evaluate on images kept apart on disk (--data DIR with val/ or test/)")
 
-    def training_images_among(self, files: list[Path], *, channels: int) -> list[bool] | None:
-        """Which of `files` are images of this spec's training split, or byte-identical copies of one (None where
+    def changed(self, name: str, split: Split) -> tuple[dict, dict] | None:
+        """(recorded, now) where the checkpoint this spec is of recorded split `name` of this data as other images than
+        `split` holds today (a file moved, added or removed since it trained); None where the same, or not recorded."""
+        if self.trained is None:
+            return None
+        before, now = self.trained[1].get(name), split.describe()
+        if not isinstance(before, dict) or before.get("source") != now["source"] or same_images(before, now):
+            return None
+        return before, now
+
+    def training_images_among(self, files: list, *, channels: int) -> list[bool] | None:
+        """Which of `files` (paths, or tar shard members) are images of this spec's training split, or byte-identical
+        copies of one (None where
         the split holds no images one by one: IDX arrays, synthetic; Parquet rows, whose bytes are not compared;
         or it is too large to check)."""
         if self.name == "synthetic":
@@ -128,7 +139,10 @@ class DataSpec:
         split = self.open(self.train_split, channels=channels, image_size=0)  # image_size: synthetic data's only
         if split.paths is None or not all(comparable(p) for p in split.paths):  # arrays, Parquet rows
             return None
-        twins = training_twins([p if isinstance(p, Record) else str(p) for p in split.paths], [str(f) for f in files])
+        def items(images) -> list:
+            return [p if isinstance(p, Record) else str(p) for p in images]
+
+        twins = training_twins(items(split.paths), items(files))
         return None if twins is None else [t is not None for t in twins]
 
     def record(self, splits: dict[str, Split]) -> dict:

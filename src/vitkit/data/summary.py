@@ -4,7 +4,6 @@ channels (`describe`), and a labelled grid of images (`sample_grid`)."""
 from __future__ import annotations
 
 import io
-import os
 import textwrap
 import warnings
 from collections import Counter
@@ -16,7 +15,7 @@ from PIL import Image, ImageDraw, UnidentifiedImageError
 from vitkit.errors import DataError, first_line
 
 from . import idx, shards
-from .copies import training_twins
+from .copies import comparable, pixel_twins, training_twins
 from .images import BOMB_ADVICE, MAX_PIXELS, ORIENTATION, Record
 from .sources import SPLITS, Split, metadata_list, split_folders, split_lists
 
@@ -107,26 +106,28 @@ def describe(splits: dict[str, Split | str], sizes_of: str, path=None, name: str
 
 def copies_of_training_images(splits: dict[str, Split]) -> dict[str, dict] | None:
     """{split: {"images": n, "example": [its image, the training image]}} for val and test images byte-identical to a
-    training image (`copies.training_twins`): splits are kept apart by folder, list or shard, so such a copy is scored
-    as unseen. Files and tar shard members (not arrays; a Parquet row only where it is itself a training row). None: not
-    checked (too many training images)."""
-    def files(split) -> list:
-        if not isinstance(split, Split) or split.paths is None:
-            return []
-        return [p if isinstance(p, Record) else str(p) for p in split.paths if isinstance(p, (str, os.PathLike, Record))]
-
-    held = {name: files(splits.get(name)) for name in ("val", "test")}
-    if not any(held.values()):  # nothing to compare: no training file is looked at
+    training image: splits are kept apart by folder, list, shard or file, so such a copy is scored as unseen. Files
+    and tar shard members by their bytes (`copies.training_twins`), images in memory (IDX) by their pixels
+    (`copies.pixel_twins`). None: not checked (Parquet rows, whose bytes are not compared; too many training images)."""
+    train = splits.get("train")
+    held = {name: split for name in ("val", "test") if isinstance(split := splits.get(name), Split) and len(split)}
+    if not held or not isinstance(train, Split):  # nothing to compare: no training image is looked at
         return {}
-    training = files(splits.get("train"))
     found = {}
-    for name in ("val", "test"):
-        twins = training_twins(training, held[name])
+    for name, split in held.items():
+        if train.images is not None and split.images is not None:
+            twins = pixel_twins(train.images, split.images)
+            copies = [(f"{name} image {i}", f"train image {t}") for i, t in enumerate(twins) if t is not None]
+        elif train.paths is not None and split.paths is not None and all(map(comparable, (*train.paths, *split.paths))):
+            images = [[p if isinstance(p, Record) else str(p) for p in s.paths] for s in (train, split)]
+            twins = training_twins(*images)
+            copies = [] if twins is None else [(str(p), str(t)) for p, t in zip(images[1], twins) if t is not None]
+        else:
+            twins = None
         if twins is None:
             return None
-        copies = [(path, twin) for path, twin in zip(held[name], twins) if twin is not None]
         if copies:
-            found[name] = {"images": len(copies), "example": [str(image) for image in copies[0]]}
+            found[name] = {"images": len(copies), "example": list(copies[0])}
     return found
 
 
