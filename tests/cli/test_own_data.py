@@ -288,6 +288,18 @@ def test_eval_says_which_scored_images_are_copies_of_training_images(own, vitkit
     assert "(e.g. a/x.png, itself a training image)" in copies_note({"images": 1, "example": ["a/x.png", "a/x.png"]}, "val")
 
 
+@pytest.mark.parametrize("command", [["knn", "--k", "1"], ["fewshot", "--shots", "1"], ["linear-probe"], ["finetune", "--lr", "0.01", "--steps", "1"]])
+def test_an_out_that_cannot_hold_the_results_is_refused_before_any_work(own, vitkit_cmd, tmp_path, command):
+    """A file as --out was found after all the feature work ("afile: File exists", 14-48 s later), and finetune printed its
+    data line first ("Not a directory")."""
+    _, run, _ = own
+    (tmp_path / "afile").write_text("mine")
+    args = [command[0], *(["--from"] if command[0] == "finetune" else []), run, *command[1:], "--out", tmp_path / "afile" / "x"]
+    done = vitkit_cmd(*args)
+    assert done.stdout == "" and (tmp_path / "afile").read_text() == "mine"
+    one_line_error(done, f"{tmp_path / 'afile'}: is a file, not a directory", "choose another --out")
+
+
 def test_splits_that_changed_since_training_are_said_and_unreadable_files_are_counted_where_they_are(own, run_cli, vitkit_cmd, tmp_path):
     """A training image moved into val/ after training was scored as held out with no word (the record's digests said
     the splits had changed; only --resume looked), and knn put the training split's unreadable files on the scored one."""
@@ -309,6 +321,14 @@ def test_splits_that_changed_since_training_are_said_and_unreadable_files_are_co
     report = (tmp_path / "knn" / "knn.md").read_text()
     assert f"(13 images: {tmp_path / 'data' / 'val'}, all); 1 unreadable image of the other splits it read left out" in report
     assert "The train split changed since the checkpoint was trained" in report
+    # the data moved away: --data names other images to score (it was refused: "pass --data PATH", with --data given), and
+    # the copy check cannot be done, which is said (it was left out unsaid)
+    (tmp_path / "data").rename(tmp_path / "moved")
+    done = vitkit_cmd("eval", tmp_path / "run", "--data", tmp_path / "moved" / "val", "--json", "--threads", "1")
+    assert last_json(done)["copies_of_training_images"] is None and last_json(done)["n"] == 13
+    assert "note: these images were not checked for copies of the images the model trained on (" in done.stdout
+    done = vitkit_cmd("inspect", tmp_path / "run", "--images", tmp_path / "moved" / "val", "--out", tmp_path / "insp2")
+    assert done.returncode == 0 and "pass --data" not in (tmp_path / "insp2" / "inspection.json").read_text()
 
 
 @pytest.mark.parametrize("target", [None, "m.safetensors", "m.npz"])

@@ -194,3 +194,9 @@ def test_finetune_on_the_checkpoint_s_own_data_keeps_its_held_out_cut(vitkit_cmd
     assert "one learning rate (0.01), nothing picked" in said and "picked" not in said.replace("nothing picked", ""), said
     held_out = [json.loads((where / "final" / "config.json").read_text())["data"]["splits"]["val"] for where in (run, tmp_path / "ft" / "lr_0.01")]
     assert held_out[0]["n"] == 12 and held_out[0] == held_out[1]  # the very same images
+    # a cut given anew: not "held out as it was" (it said so of seed 1 too), and warned of (val overlaps its training images)
+    done = vitkit_cmd("finetune", "--from", run, "--image-size", "16", "--lr", "0.01", "--out", tmp_path / "ft1", "--steps", "1",
+                      "--batch-size", "8", "--no-progress", "train.warmup_steps=1", "train.threads=1", "augment.crop=pad", "data.split_seed=1")
+    assert done.returncode == 0, done.stderr
+    assert "held out as it was" not in done.stdout
+    assert "warning    data.split_seed=1 cuts the data anew" in done.stdout and "trained with data.split_seed=7" in done.stdout

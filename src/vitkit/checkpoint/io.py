@@ -128,11 +128,23 @@ def writable(path: str | os.PathLike, what: str, then: str) -> None:
     path = Path(path)
     try:
         _not_a_directory(path)
-        _mkdir(path.parent)
-        tempfile.TemporaryFile(dir=path.parent).close()
+    except CheckpointError as err:
+        raise CheckpointError(f"{path}: cannot write {what} there ({first_line(err)}); {then}") from None
+    writable_folder(path.parent, what, then, named=path)
+
+
+def writable_folder(folder: str | os.PathLike, what: str, then: str, *, named: str | os.PathLike | None = None) -> None:
+    """As `writable`, for a folder that `what` will be written into. Nothing is made: a missing folder's nearest
+    existing parent must be a folder that takes a file (a refused command leaves no empty --out behind)."""
+    folder = Path(folder).absolute()
+    existing = next(p for p in (folder, *folder.parents) if p.exists())
+    try:
+        if not existing.is_dir():
+            raise CheckpointError(f"{existing}: is a file, not a directory; remove it or choose another name")
+        tempfile.TemporaryFile(dir=existing).close()
     except (CheckpointError, OSError) as err:
         reason = err.strerror if isinstance(err, OSError) and err.strerror else first_line(err)
-        raise CheckpointError(f"{path}: cannot write {what} there ({reason}); {then}") from None
+        raise CheckpointError(f"{named or folder}: cannot write {what} there ({reason}); {then}") from None
 
 
 def _mkdir(directory: Path) -> None:

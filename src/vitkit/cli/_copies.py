@@ -12,6 +12,7 @@ class Against:
 
     copies: dict | None = None  # {"images": n, "example": [scored, trained]}: scored images the model trained on
     changed: dict[str, dict] = field(default_factory=dict)  # {split: {"then": record, "now": record}} since it trained
+    unchecked: str | None = None  # why the scored images could not be checked against recorded training data
 
     def record(self, result: dict) -> None:
         """Into a command's JSON."""
@@ -19,12 +20,16 @@ class Against:
             result["copies_of_training_images"] = self.copies["images"]
         if self.changed:
             result["changed_since_training"] = self.changed
+        if self.unchecked:
+            result["copies_of_training_images"] = None  # not checked
 
     def notes(self, which: str) -> list[str]:
         """The lines that say so, under the figures."""
         from vitkit.data.sources import described
 
         lines = [copies_note(self.copies, which)] if self.copies is not None else []
+        if self.unchecked:
+            lines.append(f"note: {_these(which)} were not checked for copies of the images the model trained on ({self.unchecked})")
         for name, change in self.changed.items():
             then, now = described(change["then"]), described(change["now"])
             other = ", other images" if change["then"]["n"] == change["now"]["n"] else ""
@@ -40,13 +45,15 @@ def scored_against_training(meta: dict, checkpoint, which: str, split, config) -
     training split, and the scored one where it is of the same data)."""
     from vitkit.data import DataSpec
     from vitkit.data.summary import copies_of_training_images as copies
-    from vitkit.errors import DataError
+    from vitkit.errors import DataError, first_line
 
+    if not isinstance(meta.get("data"), dict):  # no record (not trained by vitkit): nothing to compare with
+        return Against()
     try:
         spec = DataSpec.from_checkpoint(meta, checkpoint)
         trained = spec.open(spec.train_split, channels=config.in_chans, image_size=config.image_size[0])
-    except DataError:  # no record, or the data has moved: nothing to compare with
-        return Against()
+    except DataError as err:  # the recorded data has moved, or is on another machine
+        return Against(unchecked=f"{first_line(err).split('; pass ')[0]}")
     against = Against(copies=None if which == spec.train_split else (copies({"train": trained, "test": split}) or {}).get("test"))
     for name, now in ((spec.train_split, trained), (which, split)):
         if name not in against.changed and (change := spec.changed(name, now)) is not None:  # not for --data elsewhere
@@ -58,5 +65,10 @@ def copies_note(copies: dict, which: str) -> str:
     """The line that says so, under the figures."""
     n, (scored, trained) = copies["images"], copies["example"]
     example = f"{scored}, itself a training image" if scored == trained else f"{scored} = {trained}"
-    return (f"note: {n:,} of these {which} images {'are byte-identical to images' if n != 1 else 'is byte-identical to an image'} the "
+    return (f"note: {n:,} of {_these(which)} {'are byte-identical to images' if n != 1 else 'is byte-identical to an image'} the "
             f"model trained on (e.g. {example}), and {'count' if n != 1 else 'counts'} as unseen in the figures above")
+
+
+def _these(which: str) -> str:
+    """'these test images'; 'these images' for --split all (a folder without splits)."""
+    return "these images" if which == "all" else f"these {which} images"

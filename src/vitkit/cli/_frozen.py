@@ -64,6 +64,10 @@ def setup(args: argparse.Namespace):
     from vitkit.models import build_model
     from vitkit.devices import pick_device
 
+    if args.out is not None:  # before the feature work, not after it (a file there: "File exists", minutes later)
+        from vitkit.checkpoint.io import writable_folder
+
+        writable_folder(args.out, "the reports", "choose another --out")
     if args.threads:
         torch.set_num_threads(args.threads)
     size = None if args.image_size is None else tuple(args.image_size) if len(args.image_size) == 2 else args.image_size[0]

@@ -95,9 +95,11 @@ def run(args: argparse.Namespace) -> int:
     batches = eval_batches(split, args.batch_size, device, channels=c.in_chans, size=c.image_size, crop_pct=crop_pct, bad=bad)
     count = math.ceil(len(split) / args.batch_size)
     # int8's calibration images: training images, never the ones scored (for "all", those the checkpoint records)
-    trained = DataSpec.from_checkpoint(meta, args.checkpoint) if which == "all" else spec
-    images = calibration(args, model, lambda: split if which == "train" else trained.open("train", channels=c.in_chans, image_size=c.image_size[0]),
-                         crop_pct=crop_pct)
+    def training_images():  # read only where int8 calibrates: the recorded data may be gone where --data names other data
+        trained = DataSpec.from_checkpoint(meta, args.checkpoint) if which == "all" else spec
+        return split if which == "train" else trained.open("train", channels=c.in_chans, image_size=c.image_size[0])
+
+    images = calibration(args, model, training_images, crop_pct=crop_pct)
     runner = prepare(model, args.precision, device=device, batches=count, calibration=images)
     reference = prepare(model, "fp32", device=device, batches=count) if args.compare_fp32 else None
     step = step_of(args.checkpoint)

@@ -56,11 +56,14 @@ def run(args: argparse.Namespace) -> int:
 
     from vitkit.transfer import finetune, finetune_recipe, sweep_markdown
 
+    from vitkit.checkpoint.io import writable_folder
+
+    writable_folder(args.out, "the fine-tuning runs", "choose another --out")  # before the data line, not after
     overrides = list(args.overrides)
     if args.data is None and not any(o.startswith(("data.path=", "data.name=")) for o in overrides) and not _names_data(args.config):
         # the data the checkpoint was trained on, as for every other command, cut as it was: another held-out cut would
         # score the lr sweep on images the checkpoint trained on
-        args.data, cut = _checkpoint_data(args.checkpoint)
+        args.data, cut = _checkpoint_data(args.checkpoint, overrides)
         overrides += [(key, value) for key, value in cut.items() if not any(str(o).startswith(f"{key}=") for o in overrides)]
     for flag, key in (("data", "data.path"), ("steps", "train.steps"), ("batch_size", "train.batch_size"), ("micro_batch", "train.micro_batch")):
         if getattr(args, flag) is not None:
@@ -100,9 +103,10 @@ def _names_data(config: str | None) -> bool:
 CUT_KEYS = ("train_split", "val_split", "val_fraction", "split_seed")  # how a checkpoint's data was split into train and val
 
 
-def _checkpoint_data(checkpoint: str) -> tuple[str | None, dict]:
+def _checkpoint_data(checkpoint: str, overrides: list) -> tuple[str | None, dict]:
     """The absolute data path a checkpoint records (announced; None: the recipe's default, Fashion-MNIST) and the
-    data.* overrides of its held-out cut ({} where it records none)."""
+    data.* overrides of its held-out cut ({} where it records none). `overrides` that cut it otherwise are warned of:
+    that val holds images the checkpoint trained on."""
     from vitkit.checkpoint import read_metadata
 
     from vitkit.errors import DataError
@@ -114,8 +118,24 @@ def _checkpoint_data(checkpoint: str) -> tuple[str | None, dict]:
         raise DataError(f"{checkpoint}: pre-trained on {path}, images without the labels fine-tuning needs; give labelled "
                         "data with --data PATH")
     cut = {f"data.{key}": record[key] for key in CUT_KEYS if record.get(key) is not None} if record.get("name", "auto") == "auto" else {}
+    cutting = ("data.val_fraction", "data.split_seed")  # another split of train/ into train and val (not another split named)
+    given = dict(str(o).split("=", 1) for o in overrides if str(o).split("=", 1)[0] in cutting and str(o).split("=", 1)[0] in cut)
+    other = {key: value for key, value in given.items() if not _same_value(value, cut[key])}
+    if _same_value(given.get("data.val_fraction", "1"), 0):  # nothing held out: no val to overlap
+        other = {}
     if path or cut:
         split = f", held out as it was: val_fraction {cut['data.val_fraction']:g}, split_seed {cut['data.split_seed']}" if {
-            "data.val_fraction", "data.split_seed"} <= set(cut) else ""
+            "data.val_fraction", "data.split_seed"} <= set(cut) and not other else ""
         print(f"vitkit finetune: data {path or 'Fashion-MNIST'} (what {checkpoint} was trained on{split}; --data to change)", flush=True)
+    if other:
+        was = ", ".join(f"{key}={cut[key]}" for key in other)
+        print(f"warning    {', '.join(f'{k}={v}' for k, v in other.items())} cuts the data anew ({checkpoint} was trained with {was}): "
+              "its val split holds images the checkpoint trained on, and the learning rate is picked on them", flush=True)
     return path, cut
+
+
+def _same_value(given: str, recorded) -> bool:
+    try:
+        return float(given) == float(recorded)
+    except (TypeError, ValueError):
+        return given.strip() == str(recorded)
