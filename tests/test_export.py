@@ -82,6 +82,54 @@ def test_an_export_never_replaces_its_checkpoint_nor_a_good_export_with_a_reject
     assert "wrote" not in done.stdout and (tmp_path / "m.pt2").read_bytes() == good and sorted(p.name for p in tmp_path.iterdir()) == files
 
 
+def test_an_export_replaces_only_an_earlier_export_and_never_writes_into_a_checkpoint_directory(vitkit_cmd, model, tmp_path):
+    """export --out model.pt replaced a timm checkpoint (and its sidecar) with TorchScript, --out notes.onnx a text file,
+    an OpenVINO IR's .bin the HF checkpoint's pytorch_model.bin beside it, and an export into RUN/final/ was deleted by
+    the next `train --resume`; a FIFO as --out was replaced by a file."""
+    import os
+
+    from vitkit.checkpoint import save_checkpoint
+
+    ckpt = save_pretrained(model, tmp_path / "ckpt")
+    save_checkpoint(model, tmp_path / "model.pt", "timm", metadata={"class_names": [str(i) for i in range(model.config.num_classes)]})
+    (tmp_path / "notes.onnx").write_text("my notes")
+    (tmp_path / "hf").mkdir()
+    save_checkpoint(model, tmp_path / "hf", "hf")
+    os.mkfifo(tmp_path / "pipe.onnx")
+    before = {p: p.read_bytes() for p in (tmp_path / "model.pt", tmp_path / "model.pt.json", tmp_path / "notes.onnx")}
+    for out, said in ((tmp_path / "model.pt", "model.pt is there and is not part of an export"),
+                      (tmp_path / "notes.onnx", "notes.onnx is there and is not part of an export"),
+                      (tmp_path / "hf" / "pytorch_model.xml", "is inside the hf checkpoint"),
+                      (ckpt / "model.onnx", "is inside the vitkit checkpoint"),
+                      (tmp_path / "pipe.onnx", "is a FIFO")):
+        done = vitkit_cmd("export", ckpt, "--out", out)
+        assert done.returncode == 2 and said in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert {p: p.read_bytes() for p in before} == before and (tmp_path / "pipe.onnx").is_fifo()
+    assert sorted(p.name for p in ckpt.iterdir()) == ["checksums.json", "config.json", "model.safetensors"]
+    for _ in range(2):  # an earlier export is replaced
+        assert vitkit_cmd("export", ckpt, "--out", tmp_path / "m.xml").returncode == 0
+
+
+def test_a_checkpoint_is_never_written_over_a_device_fifo_or_symbolic_link(vitkit_cmd, model, tmp_path):
+    """convert moved /dev/null aside (as root) and put a checkpoint directory in its place; over a FIFO it hung in
+    rmtree, then left the FIFO replaced; over a symbolic link to a checkpoint it replaced the link."""
+    import os
+
+    ckpt = save_pretrained(model, tmp_path / "ckpt")
+    os.mkfifo(tmp_path / "pipe")
+    os.mkfifo(tmp_path / "pipe.npz")
+    (tmp_path / "link").symlink_to(save_pretrained(model, tmp_path / "real"))
+    for target, said in (("pipe", "is a FIFO"), ("pipe.npz", "is a FIFO"), ("link", "is a symbolic link")):
+        done = vitkit_cmd("convert", ckpt, tmp_path / target)
+        assert done.returncode == 2 and said in done.stderr and "nothing was changed" in done.stderr, done.stderr
+    assert (tmp_path / "pipe").is_fifo() and (tmp_path / "pipe.npz").is_fifo() and (tmp_path / "link").is_symlink()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "link", "pipe", "pipe.npz", "real"]
+    if os.geteuid() == 0:  # a character device, as /dev/null is
+        os.mknod(tmp_path / "null", 0o666 | __import__("stat").S_IFCHR, os.makedev(1, 3))
+        done = vitkit_cmd("convert", ckpt, tmp_path / "null")
+        assert done.returncode == 2 and "is a device" in done.stderr and (tmp_path / "null").is_char_device()
+
+
 @pytest.mark.parametrize("fmt", ["torchscript", "exported-program"])
 def test_an_export_that_meets_a_full_disk_is_one_error_and_leaves_nothing(model, tmp_path, fmt):
     """torch's C++ file writer aborted the process on a full disk (exit 134, a native backtrace, a .tmp file left)."""

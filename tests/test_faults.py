@@ -483,6 +483,22 @@ def test_resume_with_another_model_is_refused_and_run_yaml_kept(tmp_path):
     assert json.loads((out / "summary.json").read_text())["steps"] == 4
 
 
+def test_a_resume_refuses_a_final_folder_holding_a_users_files_before_training(tmp_path):
+    """An export written into RUN/final/ (and the user's notes there) were deleted by the next --resume, which replaces
+    final/ as a whole at its end."""
+    from vitkit.errors import CheckpointError
+
+    out = tmp_path / "run"
+    train(load_run_config(None, TINY + ["train.steps=2"]), out)
+    (out / "final" / "NOTES.txt").write_text("mine")
+    with pytest.raises(CheckpointError, match=r"final: holds NOTES.txt, which is not part of a checkpoint, .* move it out of .*final, then resume"):
+        train(resume_config(out, ["train.steps=4"]), out, resume=True)
+    assert (out / "final" / "NOTES.txt").read_text() == "mine" and json.loads((out / "summary.json").read_text())["steps"] == 2
+    (out / "final" / "NOTES.txt").unlink()
+    train(resume_config(out, ["train.steps=4"]), out, resume=True)
+    assert json.loads((out / "summary.json").read_text())["steps"] == 4
+
+
 def test_a_signal_while_the_command_starts_is_one_line_and_exit_130(monkeypatch, capsys):
     """Ctrl-C while vitkit imported torch (before any handler of its own) printed a 60-line KeyboardInterrupt traceback,
     exit 1, and SIGTERM then killed it (exit 143) where the docs say 130."""

@@ -50,6 +50,45 @@ def refuse_folder(path: Path, format: str) -> None:
         raise ConfigError(f"--out {path}: is a folder; name the file to write in it, e.g. {path / ('model' + FORMATS[format])}")
 
 
+def refuse_replacing(out: Path, format: str) -> None:
+    """An export replaces only an earlier export: `out`, its sidecar or (OpenVINO) its weights file holding anything
+    else (a checkpoint's weights, its sidecar, a user's file) is one error before any work, and so is `out` inside a
+    checkpoint directory, which its writers replace as a whole (`train --resume` replaced final/ with an export in it)."""
+    from vitkit.checkpoint import detect_format, export_kind
+    from vitkit.checkpoint.io import read_json
+
+    out = Path(out)
+    if out.parent.is_dir():
+        try:
+            kind = detect_format(out.parent)
+        except Exception:  # not a checkpoint directory (or a half-made one)
+            kind = None
+        if kind is not None:
+            raise ConfigError(f"--out {out}: is inside the {kind} checkpoint {out.parent}, whose directory is replaced as a whole "
+                              "when it is written again (a resumed run's final/, a convert); write the export beside it")
+    side, weights = sidecar_path(out), out.with_suffix(".bin")
+
+    def an_export(path: Path) -> bool:  # a part of an earlier export, which may be replaced
+        if path == side:
+            try:
+                record = read_json(side)
+            except Exception:
+                return False
+            return isinstance(record, dict) and {"input_size", "resize", "class_names"} <= record.keys()
+        if format == "openvino":  # an IR's .xml names its .bin
+            return path.is_file() and b"<net" in out.read_bytes()[:4096] if out.is_file() else False
+        if format == "onnx":  # a protobuf ModelProto: ir_version, field 1, first
+            return path.is_file() and path.read_bytes()[:1] == b"\x08"
+        return path.is_file() and export_kind(path) is not None
+
+    targets = [out, side, *([weights] if format == "openvino" else [])]
+    foreign = [t for t in targets if os.path.lexists(t) and not an_export(t)]
+    if foreign:
+        raise ConfigError(f"--out {out}: {foreign[0].name} is there and is not part of an export (a checkpoint's weights or "
+                          "sidecar, or another file), and the export would replace it; write the export to another name "
+                          "(nothing was changed)")
+
+
 def format_of(path: Path, format: str | None) -> str:
     """The export format `path` names by its suffix (FORMATS), which `format`, where given, must be: an ONNX graph
     written as x.pt2 (or a model's weights file replaced by an export) is refused before any work."""

@@ -38,7 +38,7 @@ from vitkit import distributed
 from vitkit.devices import pick_device
 from vitkit.checkpoint import untrained_head
 from vitkit.checkpoint.io import (abort_replacement, atomic_path, begin_replacement, commit_replacement, exclusive, LOCK_NAME,
-                                  read_json, read_torch, remove_dir, staging, update_checksums, write_json, WriteError)
+                                  read_json, read_torch, refuse_foreign, remove_dir, staging, update_checksums, write_json, WriteError)
 from vitkit.checkpoint.runs import STATE_JSON, resolve, step_checkpoints
 from vitkit.checkpoint.native import is_native, load_native, load_state_dict_strict, read_native_config, write_pretrained
 from vitkit.data.sources import described, same_images, where_from
@@ -421,6 +421,8 @@ def _setup(config: RunConfig, out: Path, resume: bool) -> _Setup:
         raise CheckpointError(f"{out}: no checkpoint to resume from (expected {out}/checkpoints/step_*/)")
     if not resume and (checkpoints or (out / "final").exists()):
         raise ConfigError(f"--out {out}: already holds a run; continue it with --resume {out} or choose another --out")
+    if resume:  # its end replaces final/ as a whole: a user's file there (an export, notes) is refused now, not lost then
+        refuse_foreign(out / "final", f"move it out of {out / 'final'}, then resume")
     theirs = [name for name in RUN_FILES if (out / name).exists()]
     if not resume and theirs and not (out / "run.yaml").is_file():  # not a run stopped before its first checkpoint
         raise ConfigError(f"--out {out}: holds {theirs[0]}, which a run writes, and is not a vitkit run; choose a new or "

@@ -30,7 +30,7 @@ FORMATS: dict[str, ModuleType] = {"vitkit": native, "npz": npz, "timm": timm, "h
 _SUFFIXES = {".npz": "npz", ".safetensors": "timm", ".pth": "timm", ".pt": "timm", ".bin": "timm"}
 
 
-def _export_kind(path: Path) -> tuple[str, str] | None:
+def export_kind(path: Path) -> tuple[str, str] | None:
     """(what deployment file `path` is, what runs it) for ONNX, OpenVINO IR, TorchScript and ExportedProgram files, else
     None: files no checkpoint reader can take, told apart by suffix and by the zip entries PyTorch writes in its two."""
     if path.suffix == ".onnx":
@@ -69,7 +69,7 @@ def detect_format(path: str | os.PathLike) -> str:
         )
     if not path.is_file():
         raise CheckpointError(f"{path}: no such file or directory")
-    export = _export_kind(path)
+    export = export_kind(path)
     if export is not None:
         kind, runtime = export
         raise CheckpointError(f"{path}: {kind}, a deployment file (vitkit export writes them), not a checkpoint; vitkit's commands "

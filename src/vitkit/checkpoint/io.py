@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -11,11 +12,11 @@ import pickle
 import re
 import shutil
 import socket
+import stat
 import tempfile
 import time
 import warnings
 import zipfile
-import contextlib
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
@@ -42,7 +43,21 @@ def _not_a_directory(path: str | os.PathLike) -> Path:
     path = Path(path)
     if path.is_dir():
         raise CheckpointError(f"{path}: is a directory, and a file would replace it; remove it or write to another name")
+    _refuse_special(path)
     return path
+
+
+def _refuse_special(path: Path) -> None:
+    """A CheckpointError where `path` is a device, FIFO or socket: a write renamed a file over it (as root, over
+    /dev/null), or, for a directory, hung reading a FIFO it meant to remove."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:  # nothing there (or unreadable: the write says why)
+        return
+    kind = ("a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a FIFO" if stat.S_ISFIFO(mode)
+            else "a socket" if stat.S_ISSOCK(mode) else None)
+    if kind:
+        raise CheckpointError(f"{path}: is {kind}, not a file or folder a checkpoint can replace; write to another name (nothing was changed)")
 
 
 def scratch_prefix(path: Path) -> str:
@@ -287,6 +302,10 @@ def begin_replacement(target: Path) -> tuple[Path, int]:
     target = Path(target)
     if target.name in ("", ".", ".."):
         raise CheckpointError(f"{target}: name a new or existing checkpoint directory (e.g. {target / 'model'}), not this folder itself")
+    if target.is_symlink():  # the replacement would put a directory in the link's place, beside what it points to
+        raise CheckpointError(f"{target}: is a symbolic link; write to the directory it points to ({target.resolve()}) or to "
+                              "another name (nothing was changed)")
+    _refuse_special(target)
     if target.is_file():
         raise CheckpointError(f"{target}: is a file, and a directory would replace it; remove it or write to another name")
     _mkdir(target.parent)
@@ -305,7 +324,7 @@ CHECKPOINT_SUFFIXES = (".json", ".safetensors", ".pt")  # what vitkit's and Hugg
 CHECKPOINT_DIRS = ("sharded",)  # an FSDP run's step checkpoint
 
 
-def refuse_foreign(target: Path) -> None:
+def refuse_foreign(target: Path, advice: str = "write to a new or empty directory") -> None:
     """A CheckpointError where `target` is a directory holding more than a checkpoint: the checkpoint writers replace
     their directory as a whole (`atomic_dir`), so someone's notes, a git clone's .git or a README there would be lost."""
     target = Path(target)
@@ -316,8 +335,8 @@ def refuse_foreign(target: Path) -> None:
     foreign = [e for e in entries if not (e.name in CHECKPOINT_DIRS and e.is_dir() or e.is_file() and e.suffix in CHECKPOINT_SUFFIXES)]
     if foreign:
         raise CheckpointError(f"{target}: holds {foreign[0].name}{f' and {len(foreign) - 1} more' if len(foreign) > 1 else ''}, "
-                              "which is not part of a checkpoint, and writing here replaces the whole directory; write to a new "
-                              "or empty directory (nothing was changed)")
+                              f"which is not part of a checkpoint, and writing here replaces the whole directory; {advice} "
+                              "(nothing was changed)")
 
 
 def commit_replacement(target: Path, tmp: Path, fd: int) -> None:

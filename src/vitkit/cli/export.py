@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
     from vitkit.checkpoint import load_with_metadata, refuse_untrained_head
     from vitkit.checkpoint.io import writable
     from vitkit.errors import ConfigError
-    from vitkit.export import FORMATS, companions, export, format_of, openvino_default, refuse_folder, staged, verify
+    from vitkit.export import FORMATS, companions, export, format_of, openvino_default, refuse_folder, refuse_replacing, staged, verify
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -56,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
     out = args.out or args.checkpoint.with_name(args.checkpoint.name.rstrip("/") + precision + FORMATS[args.format])
     refuse_folder(Path(out), args.format)
     writable(out, "the export", "choose another --out")  # before the work, not at its end
+    refuse_replacing(Path(out), args.format)
     if args.precision == "int8":
         return _export_int8(args, model, metadata, out)
     with staged(out) as path:  # checked before it replaces an earlier export
