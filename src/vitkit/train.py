@@ -679,6 +679,11 @@ def _finish(config: RunConfig, out: Path, env: _Setup, data: _Data, run: _State,
     else:  # the average, not the live weights: no need to gather those too
         export = build_model(run.model.config)
         export.load_state_dict(distributed.full_tensors(run.ema))
+    skipped = data.unreadable(config.data.train_split, config.data.val_split)
+    if any(skipped.values()):  # the record says how many of each split's images the model never saw (vitkit info)
+        recorded = {name: {**split, **({"unreadable": skipped[name]} if skipped.get(name) else {})}
+                    for name, split in extra["data"].get("splits", {}).items()}
+        extra = {**extra, "data": {**extra["data"], "splits": recorded}}
     _write_dir(out / "final", lambda tmp: world.main and write_pretrained(export, tmp, extra=extra), world)
     if not world.main:
         return {"rank": world.rank}

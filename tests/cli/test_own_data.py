@@ -300,6 +300,19 @@ def test_an_out_that_cannot_hold_the_results_is_refused_before_any_work(own, vit
     one_line_error(done, f"{tmp_path / 'afile'}: is a file, not a directory", "choose another --out")
 
 
+def test_info_says_how_many_training_images_were_unreadable_and_left_out(own, run_cli, vitkit_cmd, tmp_path):
+    """vitkit info said a model trained on 31 images where one of them could not be read and was skipped (30)."""
+    data, _, _ = own
+    shutil.copytree(data, tmp_path / "data")
+    (tmp_path / "data" / "train" / "bag" / "zz.png").write_bytes(b"not an image")
+    assert run_cli("train", "--data", "data", "--out", "run", *TRAIN_ARGS, cwd=tmp_path).returncode == 0
+    done = vitkit_cmd("info", tmp_path / "run")
+    assert done.returncode == 0, done.stderr
+    line = next(line for line in done.stdout.splitlines() if "train images" in line)
+    assert f"31 images ({tmp_path / 'data' / 'train'}, all); 1 unreadable, left out (30 trained on)" in line, line
+    assert "unreadable" not in next(line for line in done.stdout.splitlines() if "val images" in line)
+
+
 def test_splits_that_changed_since_training_are_said_and_unreadable_files_are_counted_where_they_are(own, run_cli, vitkit_cmd, tmp_path):
     """A training image moved into val/ after training was scored as held out with no word (the record's digests said
     the splits had changed; only --resume looked), and knn put the training split's unreadable files on the scored one."""

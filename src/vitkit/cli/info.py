@@ -59,7 +59,10 @@ def _held(meta: dict) -> dict[str, str]:
     data = meta.get("data") or {}
     for split, record in (data.get("splits") or {}).items():
         if isinstance(record, dict) and {"source", "selection", "n"} <= record.keys():
-            rows[f"{split} images"] = described(record)
+            unread = record.get("unreadable")
+            rows[f"{split} images"] = described(record) + (f"; {unread:,} unreadable, left out ({record['n'] - unread:,} "
+                                                           f"{'trained on' if split == data.get('train_split', 'train') else 'scored'})"
+                                                           if isinstance(unread, int) and unread else "")
     if not data.get("splits") and data:
         rows["data"] = str(data.get("path") or data.get("name"))
     return rows
