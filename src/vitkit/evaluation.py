@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -21,7 +22,7 @@ from vitkit.checkpoint.io import atomic_path, write_json
 from vitkit.data import BadFiles, Split, eval_batches
 from vitkit.data.augment import eval_transform
 from vitkit.data.sources import described
-from vitkit.errors import ConfigError
+from vitkit.errors import ConfigError, DataError
 
 
 def topk_correct(logits: torch.Tensor, labels: torch.Tensor, k: int) -> torch.Tensor:
@@ -343,25 +344,38 @@ def fewshot_eval(
     images per class, `lsr_accuracy`; mean and sample std over seeds. Features are extracted once, only for
     the training images some draw uses. `features`: split_features options (batch_size, device, ...)."""
     shots = list(shots)
-    draws = {(n, s): fewshot_indices(train_split.labels, n, s) for n in shots for s in range(seeds)}
-    used = torch.unique(torch.cat(list(draws.values())))  # sorted
-    drawn_from, train_split = train_split.describe(), train_split.subset(used.numpy())
-    features = with_feature_runner(model, [train_split, test_split], features)
-    train_x, train_y = split_features(model, train_split, **features)
+    labels = train_split.labels.clone()  # an unreadable image's label becomes -1: no draw takes it again
+
+    def draw() -> dict[tuple[int, int], torch.Tensor]:
+        counts = torch.bincount(labels[labels >= 0], minlength=len(train_split.class_names))
+        short = int(counts.argmin())
+        if int(counts[short]) < max(shots):  # unreadable images left a class short
+            raise DataError(f"{train_split.source}: class {train_split.class_names[short]!r} has {int(counts[short])} readable training "
+                            f"images, fewer than {max(shots)} shots; ask for fewer --shots")
+        return {(n, s): fewshot_indices(labels, n, s) for n in shots for s in range(seeds)}
+
+    draws = draw()
+    features = with_feature_runner(model, [train_split.subset(torch.unique(torch.cat(list(draws.values()))).numpy()), test_split], features)
+    found: dict[int, torch.Tensor] = {}  # a drawn image's features
+    while new := [i for i in torch.unique(torch.cat(list(draws.values()))).tolist() if i not in found]:
+        x, _ = split_features(model, part := train_split.subset(np.array(new)), **features)
+        kept = readable(part, features.get("bad"))
+        found.update(zip([i for i, ok in zip(new, kept.tolist()) if ok], x))
+        if kept.all():
+            break
+        labels[torch.tensor(new)[~kept]] = -1  # drawn again without them: every draw has its full shots
+        draws = draw()
     test_x, test_y = split_features(model, test_split, **features)
-    kept = readable(train_split, features.get("bad"))  # an unreadable image drawn is left out of its draws
-    row = torch.cumsum(kept.long(), 0) - 1  # each drawn image's row of train_x
     K = len(train_split.class_names)
     table = {}
     for n in shots:
         accs = []
         for s in range(seeds):
-            local = torch.searchsorted(used, draws[n, s])
-            local = row[local[kept[local]]]
-            accs.append(lsr_accuracy(train_x[local], train_y[local], test_x, test_y, l2_reg=l2_reg, num_classes=K))
+            drawn = draws[n, s].tolist()
+            accs.append(lsr_accuracy(torch.stack([found[i] for i in drawn]), labels[drawn], test_x, test_y, l2_reg=l2_reg, num_classes=K))
         table[str(n)] = _mean_std(accs)
     return {"evaluation": "fewshot_lsr", "precision": features["runner"].description, "shots": table, "seeds": seeds, "l2_reg": l2_reg, "n_test": len(test_y),
-            "feature_dim": train_x.shape[1], "n_train_features": len(used), "shots_from": drawn_from}
+            "feature_dim": test_x.shape[1], "n_train_features": len(found), "shots_from": train_split.describe()}
 
 
 def linear_probe_eval(

@@ -238,7 +238,7 @@ def test_frozen_feature_commands_skip_unreadable_images_when_asked_and_say_so(ow
     data, run, _ = own
     shutil.copytree(data, tmp_path / "data")
     (tmp_path / "data" / "train" / "bag" / "000.png").write_bytes(b"\x89PNG\r\n\x1a\n not really")  # 10 a class, one broken
-    extra = {"knn": ("--k", "3"), "fewshot": ("--shots", "10", "--seeds", "1"), "linear-probe": ("--l2", "1e-2")}[command]
+    extra = {"knn": ("--k", "3"), "fewshot": ("--shots", "9", "--seeds", "1"), "linear-probe": ("--l2", "1e-2")}[command]
     args = (command, run, "--data", tmp_path / "data", "--test-split", "val", *extra, "--threads", "1")
     one_line_error(vitkit_cmd(*args, "--out", tmp_path / "a"), "000.png", "--skip-unreadable leaves such files out")
     result = last_json(vitkit_cmd(*args, "--skip-unreadable", "--out", tmp_path / "b"))
@@ -247,8 +247,8 @@ def test_frozen_feature_commands_skip_unreadable_images_when_asked_and_say_so(ow
     assert "; 1 unreadable image of the other splits it read left out" in report  # of train, not the scored split
     if command == "knn":
         assert result["n_train"] == 29 and "the 29 readable of 30 images" in report
-    if command == "fewshot":  # 10 shots of 10 images a class: the broken one is drawn, and left out of its draw
-        assert result["n_train_features"] == 30 and 0 <= result["shots"]["10"]["mean"] <= 1
+    if command == "fewshot":  # 9 shots of 10 images a class: where the broken one is drawn, bag is drawn again without it
+        assert 27 <= result["n_train_features"] <= 29 and 0 <= result["shots"]["9"]["mean"] <= 1  # readable ones only
 
 
 def test_a_report_on_other_data_is_written_beside_the_one_on_the_runs_own_data(own, vitkit_cmd, tmp_path):
@@ -311,6 +311,20 @@ def test_info_says_how_many_training_images_were_unreadable_and_left_out(own, ru
     line = next(line for line in done.stdout.splitlines() if "train images" in line)
     assert f"31 images ({tmp_path / 'data' / 'train'}, all); 1 unreadable, left out (30 trained on)" in line, line
     assert "unreadable" not in next(line for line in done.stdout.splitlines() if "val images" in line)
+
+
+def test_fewshot_draws_every_shot_from_readable_images(own, vitkit_cmd, tmp_path):
+    """A draw that took an unreadable image scored with one shot fewer for that class (the table still said 9 shots),
+    and n_train_features counted the unreadable image as a feature."""
+    data, run, _ = own
+    shutil.copytree(data, tmp_path / "data")
+    (tmp_path / "data" / "train" / "bag" / "000.png").write_bytes(b"not an image")  # bag: 9 readable of 10
+    args = ("fewshot", run, "--data", tmp_path / "data", "--test-split", "val", "--seeds", "3", "--skip-unreadable", "--threads", "1")
+    result = last_json(vitkit_cmd(*args, "--shots", "9", "--out", tmp_path / "a"))
+    assert result["n_train_features"] == 29  # bag's 9 readable images in every draw, the others' 10 between the seeds
+    done = vitkit_cmd(*args, "--shots", "10", "--out", tmp_path / "b")  # the one warning of the skipped image, then one error
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "class 'bag' has 9 readable training images, fewer than 10 shots; ask for fewer --shots" in done.stderr.strip().splitlines()[-1]
 
 
 def test_splits_that_changed_since_training_are_said_and_unreadable_files_are_counted_where_they_are(own, run_cli, vitkit_cmd, tmp_path):
