@@ -70,6 +70,27 @@ def test_a_batch_of_channels_last_crops_keeps_their_pixels_and_layout():
     assert batch.is_contiguous() and torch.equal(batch, torch.stack(planar))
 
 
+def test_the_scan_measures_images_upright_and_reads_shard_records(tmp_path):
+    """The fit line said "median 40x100 px" of photos stored 40x100 with an EXIF rotation (upright 100x40, as training
+    and the sizes line read them), and a shard record (not a path) was opened as if it were a file."""
+    from vitkit.data import Split
+    from vitkit.data.scan import scan
+    from vitkit.data.shards import open_sharded, write_tar_shards
+
+    paths = []
+    for i in range(3):
+        image = Image.fromarray(np.random.default_rng(i).integers(0, 255, (100, 40, 3), dtype=np.uint8))  # 40 wide, 100 high
+        exif = image.getexif()
+        exif[0x0112] = 6  # shown turned 90 degrees: 100 wide, 40 high
+        image.save(tmp_path / f"{i}.jpg", exif=exif)
+        paths.append(tmp_path / f"{i}.jpg")
+    found = scan(Split(torch.zeros(3, dtype=torch.long), ["a"], paths=paths))
+    assert (found.scanned, found.width, found.height, found.channels) == (3, 100, 40, 3)
+    write_tar_shards(Split(torch.zeros(3, dtype=torch.long), ["a"], paths=paths), tmp_path / "shards")
+    records = open_sharded(tmp_path / "shards", "train", val_fraction=0.0)
+    assert records.images is None and (scan(records).scanned, scan(records).width) == (3, 100)
+
+
 def test_a_scan_that_could_read_no_image_does_not_report_a_size():
     """Every sampled image unreadable: the fit line said "median 0x0 px, colour"."""
     from vitkit.data.scan import ImageScan

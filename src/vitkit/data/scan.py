@@ -7,11 +7,13 @@ colour images are decoded, and only to tell true colour from gray stored as RGB)
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass
 
 import numpy as np
 from PIL import Image
 
+from .images import ORIENTATION, Record
 from .sources import Split
 
 
@@ -40,9 +42,11 @@ def scan(split: Split, limit: int = 64) -> ImageScan:
     pick = np.unique(np.linspace(0, len(split) - 1, min(limit, len(split))).round().astype(int))
     sizes, colour = [], False
     for i in pick:
+        item = split.paths[i]
         try:
-            with Image.open(split.paths[i]) as image:
-                sizes.append(image.size)
+            with Image.open(io.BytesIO(item.read()) if isinstance(item, Record) else item) as image:
+                turned = image.getexif().get(ORIENTATION, 1) in (5, 6, 7, 8)  # shown upright, as training reads it
+                sizes.append(image.size[::-1] if turned else image.size)
                 colour = colour or _has_colour(image)
         except Exception:  # unreadable files (damaged, a decompression bomb) are the training run's business (data.on_error)
             continue
