@@ -391,3 +391,14 @@ def test_class_folders_named_in_nfd_are_the_classes_named_in_nfc(tmp_path):
     train, val = (open_split(tmp_path, s, channels=3) for s in ("train", "val"))
     assert train.class_names == val.class_names == ["bz", unicodedata.normalize("NFC", name)]
     assert len(val) == 2 and all(p.is_file() for p in val.paths)
+
+
+def test_images_beside_the_class_folders_are_said_to_be_left_out(tmp_path):
+    """Images directly in a folder that has class folders belong to no class: they were left out unsaid (a folder of 46
+    photos and one class folder of 6 read as a one-class dataset of 6)."""
+    make_folder(tmp_path / "data" / "train")
+    for i in range(3):
+        Image.new("RGB", (8, 8)).save(tmp_path / "data" / "train" / f"loose{i}.png")
+    with pytest.warns(UserWarning, match=r"train: 3 image files directly in it, in no class folder, left out \(e\.g\. loose0\.png\)"):
+        split = open_split(tmp_path / "data", "train", channels=3, val_fraction=0.0)
+    assert len(split) == 10 and split.class_names == ["cat", "dog"]

@@ -414,6 +414,10 @@ def _read_folder(root: Path, classes: list[str] | None = None) -> Split:
         if loose:
             return Split(labels=torch.zeros(len(loose), dtype=torch.long), class_names=["unlabeled"], paths=loose, source=str(root))
     names = [class_name(n) for n in found]
+    loose = [p for p in root.iterdir() if p.is_file() and is_image_file(p)]
+    if loose:  # beside class folders: in no class, so in no split (left out unsaid, a folder of 46 images read as 5)
+        warnings.warn(f"{root}: {len(loose)} image file{'s' * (len(loose) != 1)} directly in it, in no class folder, left out "
+                      f"(e.g. {sorted(loose)[0].name}); " + ("put them in class folders to use them" if len(loose) != 1 else "put it in a class folder to use it"))
     if classes is not None and names != classes:
         extra, missing = sorted(set(names) - set(classes)), sorted(set(classes) - set(names))
         what = f"class {missing[0]!r} of train/ is missing here" if missing else f"class {extra[0]!r} is not in train/"
