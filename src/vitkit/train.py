@@ -43,6 +43,7 @@ from vitkit.checkpoint.runs import STATE_JSON, resolve, step_checkpoints
 from vitkit.checkpoint.native import is_native, load_native, load_state_dict_strict, read_native_config, write_pretrained
 from vitkit.data.sources import described, same_images, where_from
 from vitkit.data.spec import absolute
+from vitkit.data.summary import copies_of_training_images
 from vitkit.data import Batches, DataSpec, check_compatible, eval_batches, fits_in_memory, load_into_memory, mix, soft_targets, train_transform
 from vitkit.errors import CheckpointError, ConfigError, DataError
 from vitkit import faults
@@ -305,6 +306,7 @@ class _Data:
     augment: Any  # what the device does to them (an AugmentConfig: no crop where the loader cut it)
     record: dict  # the data spec and exactly which images each split holds (DataSpec.record), kept in the checkpoint
     val_files: frozenset = frozenset()  # the validation split's files, to tell which split an unreadable file is of
+    val_copies: dict | None = None  # {"images": n, "example": [...]}: val images byte-identical to training images
 
     def unreadable(self, train_split: str, val_split: str) -> dict[str, int]:
         """How many unreadable files each split has had skipped so far (data.on_error=skip): its figures count the others."""
@@ -440,6 +442,7 @@ def _prepare_data(config: RunConfig, out: Path, resume: bool, env: _Setup) -> _D
     train_split = spec.open(d.train_split, channels=channels, image_size=size, flag="data.train_split", hold_out="data.val_fraction")
     val_split = spec.open(d.val_split, channels=channels, image_size=size, flag="data.val_split", hold_out="data.val_fraction")
     check_compatible(train_split, val_split)  # faults: the same classes, labels in range, before any work
+    val_copies = (copies_of_training_images({"train": train_split, "val": val_split}) or {}).get("val")  # said in the plan
     record = spec.record({d.train_split: train_split, d.val_split: val_split})
     val_files = frozenset(str(path) for path in val_split.paths) if val_split.paths is not None else frozenset()
     bad = faults.bad_files(out, d.on_error, resume, writer=env.world.main,  # faults: unreadable image files, as data.on_error says
@@ -455,7 +458,7 @@ def _prepare_data(config: RunConfig, out: Path, resume: bool, env: _Setup) -> _D
     if len(train_split) < env.micro:
         raise DataError(f"{train_split.source}: {len(train_split)} training images, fewer than one batch of {env.micro}; lower train.batch_size")
     batches, augment = training_batches(config, train_split, env.micro, env.device, bad, env.world)
-    return _Data(batches.split, val_split, class_names, bad, shape, batches, augment, record, val_files)
+    return _Data(batches.split, val_split, class_names, bad, shape, batches, augment, record, val_files, val_copies)
 
 
 def _build(config: RunConfig, out: Path, env: _Setup, data: _Data) -> _State:
@@ -781,6 +784,10 @@ def _plan(config: RunConfig, model: VisionTransformer, data: _Data, env: _Setup,
         lines.append(f"training   steps {step + 1}-{last} of {t.steps}{length}, batch {t.batch_size}, lr {t.lr:g} ({t.optimizer}, {t.decay}): "
                      f"{images:,} images ({epochs:.3g} epochs) on {env.device}, "
                      + (f"{env.world.size} processes x " if env.world.size > 1 else "") + f"{threads} thread{'s' * (threads > 1)}")
+    if data.val_copies:
+        n, (held, trained) = data.val_copies["images"], data.val_copies["example"]
+        lines.append(f"warning    {n:,} val image{'s are' if n != 1 else ' is'} byte-identical to training images (e.g. {held} = {trained}): "
+                     f"the val figures score {'them' if n != 1 else 'it'} as unseen; remove such copies")
     if t.warmup_steps > t.steps:
         lines.append(f"warning    train.warmup_steps={t.warmup_steps} is more than train.steps={t.steps}: the learning rate only warms up "
                      f"(to {t.lr * t.steps / t.warmup_steps:.3g} at the last step) and never reaches {t.lr:g}; lower train.warmup_steps")

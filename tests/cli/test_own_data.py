@@ -327,6 +327,18 @@ def test_fewshot_draws_every_shot_from_readable_images(own, vitkit_cmd, tmp_path
     assert "class 'bag' has 9 readable training images, fewer than 10 shots; ask for fewer --shots" in done.stderr.strip().splitlines()[-1]
 
 
+def test_train_warns_of_val_images_that_are_copies_of_training_images(own, run_cli, tmp_path):
+    """A val/ holding copies of training images (a finetune's lr was picked on one made all of them) trained unsaid,
+    where `vitkit data` warns of it."""
+    data, _, _ = own
+    shutil.copytree(data, tmp_path / "data")
+    shutil.copy(data / "train" / "coat" / "003.png", tmp_path / "data" / "val" / "coat" / "again.png")
+    done = run_cli("train", "--data", "data", "--out", "run", *TRAIN_ARGS, "train.steps=2", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert ("warning    1 val image is byte-identical to training images (e.g. "
+            f"{tmp_path / 'data' / 'val' / 'coat' / 'again.png'} = {tmp_path / 'data' / 'train' / 'coat' / '003.png'})") in done.stdout
+
+
 def test_splits_that_changed_since_training_are_said_and_unreadable_files_are_counted_where_they_are(own, run_cli, vitkit_cmd, tmp_path):
     """A training image moved into val/ after training was scored as held out with no word (the record's digests said
     the splits had changed; only --resume looked), and knn put the training split's unreadable files on the scored one."""
