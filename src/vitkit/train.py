@@ -42,7 +42,7 @@ from vitkit.checkpoint.io import (abort_replacement, atomic_path, begin_replacem
 from vitkit.checkpoint.runs import STATE_JSON, resolve, step_checkpoints
 from vitkit.checkpoint.native import is_native, load_native, load_state_dict_strict, read_native_config, write_pretrained
 from vitkit.data.sources import described, same_images, where_from
-from vitkit.data.spec import absolute
+from vitkit.data.spec import absolute, trained_on
 from vitkit.data.summary import copies_of_training_images
 from vitkit.data import Batches, DataSpec, check_compatible, eval_batches, fits_in_memory, load_into_memory, mix, soft_targets, train_transform
 from vitkit.errors import CheckpointError, ConfigError, DataError
@@ -351,6 +351,8 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
     run = _restore(config, out, env, data) if resume else _build(config, out, env, data)
     extra = {"class_names": data.class_names, "preprocess": {"crop_pct": a.eval_crop_pct},
              "data": data.record}  # every evaluation command reads the same splits
+    if earlier := _pretrained_on(config, env):  # the data its starting weights were trained on: their images are not unseen
+        extra["pretrained_on"] = earlier
     if t.objective == "masked_patch":  # its classification head never trained: eval and predict say so (untrained_head)
         extra["objective"] = t.objective
 
@@ -908,6 +910,17 @@ def _validate(model, ema, batches, amp_dtype, crop_pct, objective=None) -> dict:
 
 # model fields a model.init checkpoint may differ in: resampled (image_size), a new head (num_classes), or not weights
 INIT_FREE = ("image_size", "num_classes", "dropout", "attn_dropout", "drop_path", "layer_norm_eps", "mlp_act", "mean", "std")
+
+
+def _pretrained_on(config: RunConfig, env: _Setup) -> list[dict]:
+    """The data records of model.init (`spec.trained_on`); on a resume, as its newest checkpoint kept them."""
+    from vitkit.checkpoint import read_metadata
+
+    if env.checkpoints:
+        return read_native_config(env.checkpoints[-1])[1].get("pretrained_on") or []
+    if not config.model.get("init"):
+        return []
+    return trained_on(read_metadata(resolve(Path(config.model["init"]))))
 
 
 def _init_from(model: VisionTransformer, path: Path, class_names: list[str]) -> str:

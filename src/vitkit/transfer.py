@@ -34,7 +34,7 @@ from vitkit.checkpoint.native import is_native, load_native, read_native_config
 from vitkit.checkpoint.runs import resolve
 from vitkit.data import DataSpec
 from vitkit.data.sources import described, same_images
-from vitkit.data.spec import absolute
+from vitkit.data.spec import absolute, trained_on
 from vitkit.errors import ConfigError, DataError, VitkitError
 from vitkit.evaluation import markdown_table, write_report
 from vitkit.models import BiTConfig, ModelConfig, VisionTransformer, build_model
@@ -249,7 +249,7 @@ def _starting_model(recipe: RunConfig, checkpoint: str | os.PathLike, keep_pre_l
     source = resolve(checkpoint)
     size = recipe.model.get("image_size")
     try:
-        model, _ = load_with_metadata(source, image_size=size)  # position embeddings resampled
+        model, meta = load_with_metadata(source, image_size=size)  # position embeddings resampled
     except ConfigError as err:
         if size is None:
             raise
@@ -260,7 +260,7 @@ def _starting_model(recipe: RunConfig, checkpoint: str | os.PathLike, keep_pre_l
                                            flag="data.train_split", hold_out="data.val_fraction").class_names
     tunable = {k: recipe.model[k] for k in TUNABLE if k in recipe.model and k != "image_size"}
     model = prepare_for_finetuning(model, len(classes), keep_pre_logits=keep_pre_logits, **tunable)
-    return model, {"source": str(source), "class_names": classes}
+    return model, {"source": str(source), "class_names": classes, "pretrained_on": trained_on(meta)}
 
 
 def pick_best(runs: list[dict]) -> dict:

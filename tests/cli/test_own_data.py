@@ -339,6 +339,25 @@ def test_train_warns_of_val_images_that_are_copies_of_training_images(own, run_c
             f"{tmp_path / 'data' / 'val' / 'coat' / 'again.png'} = {tmp_path / 'data' / 'train' / 'coat' / '003.png'})") in done.stdout
 
 
+def test_a_fine_tuned_model_knows_the_images_it_was_pre_trained_on(own, vitkit_cmd, tmp_path):
+    """A model fine-tuned from a run on data/train scored copies of data/train in its new test/ as unseen: its
+    checkpoint recorded the fine-tuning data alone."""
+    data, run, _ = own
+    make_images(tmp_path / "b" / "train", per_class=8, seed=5)
+    make_images(tmp_path / "b" / "val", per_class=2, seed=6)
+    for folder in sorted((data / "train").iterdir()):  # test/: one image of each class the pre-training saw
+        (tmp_path / "b" / "test" / folder.name).mkdir(parents=True)
+        shutil.copy(sorted(folder.iterdir())[0], tmp_path / "b" / "test" / folder.name / "seen.png")
+    done = vitkit_cmd("finetune", "--from", run, "--data", tmp_path / "b", "--image-size", "16", "--lr", "0.01", "--steps", "1",
+                      "--batch-size", "8", "--out", tmp_path / "ft", "--no-progress", "train.warmup_steps=1", "train.threads=1",
+                      "augment.crop=none")
+    assert done.returncode == 0, done.stderr
+    assert json.loads((tmp_path / "ft" / "final" / "config.json").read_text())["pretrained_on"][0]["path"] == str(data)
+    done = vitkit_cmd("eval", tmp_path / "ft", "--split", "test", "--json", "--threads", "1")
+    assert last_json(done)["copies_of_training_images"] == 3
+    assert "note: 3 of these test images are byte-identical to images the model, or the checkpoint it was fine-tuned from, trained on" in done.stdout
+
+
 def test_splits_that_changed_since_training_are_said_and_unreadable_files_are_counted_where_they_are(own, run_cli, vitkit_cmd, tmp_path):
     """A training image moved into val/ after training was scored as held out with no word (the record's digests said
     the splits had changed; only --resume looked), and knn put the training split's unreadable files on the scored one."""

@@ -41,10 +41,11 @@ class Against:
 
 def scored_against_training(meta: dict, checkpoint, which: str, split, config) -> Against:
     """The scored split's copies of training images (files of the checkpoint's training split, or byte-identical to
-    one: splits are kept apart by folder, not by content) and the recorded splits that changed since it trained (the
-    training split, and the scored one where it is of the same data)."""
+    one: splits are kept apart by folder, not by content), of its own and of the checkpoints it was fine-tuned from
+    (`spec.trained_on`), and the recorded splits that changed since it trained (the training split, and the scored
+    one where it is of the same data)."""
     from vitkit.data import DataSpec
-    from vitkit.data.summary import copies_of_training_images as copies
+    from vitkit.data.summary import held_out_twins
     from vitkit.errors import DataError, first_line
 
     if not isinstance(meta.get("data"), dict):  # no record (not trained by vitkit): nothing to compare with
@@ -54,7 +55,22 @@ def scored_against_training(meta: dict, checkpoint, which: str, split, config) -
         trained = spec.open(spec.train_split, channels=config.in_chans, image_size=config.image_size[0])
     except DataError as err:  # the recorded data has moved, or is on another machine
         return Against(unchecked=f"{first_line(err).split('; pass ')[0]}")
-    against = Against(copies=None if which == spec.train_split else (copies({"train": trained, "test": split}) or {}).get("test"))
+    against = Against()
+    if which != spec.train_split:
+        twins = held_out_twins(trained, split, which)
+        earlier = 0
+        for record in meta.get("pretrained_on") or []:  # a fine-tuned model's pre-training images are not unseen either
+            try:
+                start = DataSpec.from_checkpoint({"data": record}, checkpoint)
+                theirs = held_out_twins(start.open(start.train_split, channels=config.in_chans, image_size=config.image_size[0]), split, which)
+            except DataError as err:  # moved, or on another machine
+                against.unchecked = f"the images it was pre-trained on: {first_line(err).split('; pass ')[0]}"
+                continue
+            for i, pair in enumerate(theirs or []):
+                if pair is not None and twins is not None and twins[i] is None:
+                    twins[i], earlier = pair, earlier + 1
+        if copies := [pair for pair in twins or [] if pair is not None]:
+            against.copies = {"images": len(copies), "example": list(copies[0]), "pretrained": earlier}
     for name, now in ((spec.train_split, trained), (which, split)):
         if name not in against.changed and (change := spec.changed(name, now)) is not None:  # not for --data elsewhere
             against.changed[name] = dict(zip(("then", "now"), change))
@@ -65,8 +81,9 @@ def copies_note(copies: dict, which: str) -> str:
     """The line that says so, under the figures."""
     n, (scored, trained) = copies["images"], copies["example"]
     example = f"{scored}, itself a training image" if scored == trained else f"{scored} = {trained}"
-    return (f"note: {n:,} of {_these(which)} {'are byte-identical to images' if n != 1 else 'is byte-identical to an image'} the "
-            f"model trained on (e.g. {example}), and {'count' if n != 1 else 'counts'} as unseen in the figures above")
+    trained_on = ("the model, or the checkpoint it was fine-tuned from, trained on" if copies.get("pretrained") else "the model trained on")
+    return (f"note: {n:,} of {_these(which)} {'are byte-identical to images' if n != 1 else 'is byte-identical to an image'} "
+            f"{trained_on} (e.g. {example}), and {'count' if n != 1 else 'counts'} as unseen in the figures above")
 
 
 def _these(which: str) -> str:

@@ -26,6 +26,14 @@ from .images import Record
 from .sources import MissingSplit, Split, described, first_of, open_split, same_images, synthetic
 
 
+def trained_on(meta: dict) -> list[dict]:
+    """Every data record a checkpoint's weights were trained on: its own, then those of the checkpoints it was started
+    from (`pretrained_on`, which train and finetune keep), so that a fine-tuned model's pre-training images are known."""
+    own = [meta["data"]] if isinstance(meta.get("data"), dict) and isinstance(meta["data"].get("splits"), dict) else []
+    earlier = meta.get("pretrained_on")
+    return own + [r for r in earlier if isinstance(r, dict)] if isinstance(earlier, list) else own
+
+
 def absolute(path: str | os.PathLike | None) -> str | None:
     """`path` made absolute (~ expanded, `..` folded in), so a checkpoint's record holds wherever it is read from, also
     once the directory it was given from is gone (a kept `cwd/../data` needs `cwd`). Symbolic links are kept as named."""

@@ -115,20 +115,24 @@ def copies_of_training_images(splits: dict[str, Split]) -> dict[str, dict] | Non
         return {}
     found = {}
     for name, split in held.items():
-        if train.images is not None and split.images is not None:
-            twins = pixel_twins(train.images, split.images)
-            copies = [(f"{name} image {i}", f"train image {t}") for i, t in enumerate(twins) if t is not None]
-        elif train.paths is not None and split.paths is not None and all(map(comparable, (*train.paths, *split.paths))):
-            images = [[p if isinstance(p, Record) else str(p) for p in s.paths] for s in (train, split)]
-            twins = training_twins(*images)
-            copies = [] if twins is None else [(str(p), str(t)) for p, t in zip(images[1], twins) if t is not None]
-        else:
-            twins = None
+        twins = held_out_twins(train, split, name)
         if twins is None:
             return None
-        if copies:
+        if copies := [pair for pair in twins if pair is not None]:
             found[name] = {"images": len(copies), "example": list(copies[0])}
     return found
+
+
+def held_out_twins(train: Split, held: Split, name: str = "held-out") -> list[tuple[str, str] | None] | None:
+    """For each image of `held`, (it, the training image it is a copy of), else None; None: not checked (see
+    copies_of_training_images)."""
+    if train.images is not None and held.images is not None:
+        return [None if t is None else (f"{name} image {i}", f"train image {t}") for i, t in enumerate(pixel_twins(train.images, held.images))]
+    if train.paths is None or held.paths is None or not all(map(comparable, (*train.paths, *held.paths))):
+        return None
+    images = [[p if isinstance(p, Record) else str(p) for p in s.paths] for s in (train, held)]
+    twins = training_twins(*images)
+    return None if twins is None else [None if t is None else (str(p), str(t)) for p, t in zip(images[1], twins)]
 
 
 def sample_grid(pixels: np.ndarray, labels: list[str], columns: int = 8, tile: int = 112, title: str | None = None) -> Image.Image:
