@@ -358,3 +358,13 @@ def test_cli_int8_export_is_calibrated_on_training_images_and_checked_on_held_ou
     assert sorted(p.name for p in tmp_path.iterdir()) == files
     wrong = vitkit_cmd("export", tmp_path / "ckpt", "--format", "torchscript", "--precision", "int8", "--data", tmp_path / "data")
     assert wrong.returncode == 2 and "--precision int8: exports ONNX or OpenVINO IR" in wrong.stderr
+
+
+def test_a_file_of_no_checkpoint_format_names_the_commands_that_take_a_format(vitkit_cmd, tmp_path):
+    """export of a PNG said "pass format= (--from)", an option export does not have."""
+    from PIL import Image
+
+    Image.new("RGB", (8, 8)).save(tmp_path / "cat.png")
+    done = vitkit_cmd("export", tmp_path / "cat.png", "--out", tmp_path / "z.onnx")
+    assert done.returncode == 2 and "unknown checkpoint format" in done.stderr
+    assert "(vitkit convert or info --from FORMAT; format= in Python)" in done.stderr and not (tmp_path / "z.onnx").exists()

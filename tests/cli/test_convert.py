@@ -144,6 +144,7 @@ def test_errors_are_one_line_and_exit_2(tmp_path, vitkit_cmd):
 @pytest.mark.parametrize("dst, to, words", [
     ("m.onnx", [], "vitkit export SRC --format onnx --out"), ("m.bin", [], "reads as a file"),
     ("m", ["--to", "timm"], "name it"),
+    ("m.npz", ["--to", "timm"], "/m.safetensors\n"),  # it said "name it .../m.npz.safetensors"
     ("m.safetensors", ["--to", "npz"], "m.npz"),  # an npz zip named .safetensors, which no safetensors reader opens
     ("m.npz", ["--to", "hf"], "a hf checkpoint is a directory"),
 ])

@@ -94,7 +94,8 @@ def detect_format(path: str | os.PathLike) -> str:
         return _SUFFIXES[path.suffix]  # damaged or unusual: the reader says what is wrong
     raise CheckpointError(
         f"{path}: unknown checkpoint format; expected a vitkit or Hugging Face directory, an .npz, or a "
-        "timm .safetensors/.pth state dict; pass format= (--from) if the file is one of them"
+        "timm .safetensors/.pth state dict; if the file is one of them, name its format (vitkit convert or info --from "
+        "FORMAT; format= in Python)"
     )
 
 

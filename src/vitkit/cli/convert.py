@@ -49,7 +49,8 @@ def _target(dst: str, given: str | None) -> str:
         raise ConfigError(f"DST: {dst} names an {_DEPLOYMENT[suffix]} file, which vitkit export writes: vitkit export SRC "
                           f"--format {_DEPLOYMENT[suffix]} --out {dst}")
     if given == "timm" and suffix not in (".safetensors", ".pth", ".pt"):
-        raise ConfigError(f"DST: a timm checkpoint is a .safetensors or .pth file; name it {dst}.safetensors")
+        raise ConfigError("DST: a timm checkpoint is a .safetensors or .pth file; name it "
+                          f"{Path(dst).with_suffix('.safetensors') if suffix in _BY_SUFFIX else f'{dst}.safetensors'}")
     if given == "npz" and suffix != ".npz":  # an .npz named .safetensors is a zip no safetensors reader opens
         raise ConfigError(f"DST: an npz checkpoint is a .npz file; name it {Path(dst).with_suffix('.npz') if suffix in _BY_SUFFIX else f'{dst}.npz'}")
     if given in ("vitkit", "hf") and suffix in _BY_SUFFIX:  # a directory named like a file would read as that file's format
