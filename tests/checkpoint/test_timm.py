@@ -181,6 +181,9 @@ def test_a_timm_hub_directory_loads_with_its_class_names_mean_std_and_input_size
         x = make_images(loaded.config)
         with torch.no_grad():
             assert torch.allclose(loaded(x), model(x), atol=1e-5)
+    from vitkit.checkpoint import read_metadata  # what vitkit info shows: it left the names and crop of the weights file out
+
+    assert read_metadata(hub / weights, format="timm") == read_metadata(hub) == {"class_names": ["cat", "dog", "emu"], "preprocess": {"crop_pct": 0.875}}
     (hub / "config.json").write_text(json.dumps({"label_names": {"0": "cat", "2": "emu", "1": "dog"}, "architecture": "x"}))
     assert load_with_metadata(hub)[1]["class_names"] == ["cat", "dog", "emu"]  # timm's {index: name} form
 

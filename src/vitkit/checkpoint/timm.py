@@ -238,6 +238,8 @@ def write(model: VisionTransformer, path: str | os.PathLike, *, metadata: dict |
 def read_metadata(path: str | os.PathLike) -> dict:
     """Class names and preprocessing: vitkit's own record, else timm's label_names and pretrained_cfg."""
     path = Path(path)
+    if path.is_file() and is_timm_dir(path.parent) and _hub_weights(path.parent) == path:  # the weights of a Hub folder:
+        return read_metadata(path.parent)  # its config.json names the classes and the crop (info left them out)
     if path.is_dir():
         weights = _hub_weights(path)
         own = _stored(weights, EXTRA_KEY) if weights is not None and is_safetensors(weights) else None
