@@ -262,6 +262,10 @@ def train(config: RunConfig, out: str | os.PathLike, *, resume: bool = False, st
     out = Path(out)
     if not resume and (out / "config.json").is_file() and not (out / "run.yaml").is_file():  # eval OUT would read that model
         raise ConfigError(f"--out {out}: holds a model (config.json), not a run; {_train_from(out)}")  # before its lock file
+    data = config.data.path and Path(config.data.path).expanduser()
+    if data and data.is_dir() and Path(os.path.abspath(out)).is_relative_to(os.path.abspath(data)):  # read as a class folder
+        raise ConfigError(f"--out {out}: is inside the data folder {data}, whose folders are read as classes or splits; "
+                          "choose an --out outside it")
     threads_before = torch.get_num_threads()
     if config.train.threads:
         torch.set_num_threads(config.train.threads)

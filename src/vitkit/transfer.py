@@ -224,7 +224,16 @@ def picked_on(checkpoint: str | os.PathLike, name: str, split, extra: dict) -> s
     (eval's "all" of that folder too). A figure on them is optimistic. Else None."""
     pick = extra.get("picked")
     if isinstance(pick, dict):
-        return _pick_note(name, pick.get("among"), pick.get("sweep")) if same_images(pick.get("images"), split.describe()) else None
+        if not same_images(pick.get("images"), split.describe()):
+            return None
+        sweep = pick.get("sweep")
+        if isinstance(sweep, str) and not Path(sweep).is_file():  # the sweep folder moved: its sweep.json where the model is now
+            try:
+                here = Path(os.path.realpath(resolve(checkpoint))).parent.parent / "sweep.json"
+            except (OSError, VitkitError):
+                here = None
+            sweep = here if here is not None and here.is_file() else f"{sweep}, no longer there"
+        return _pick_note(name, pick.get("among"), sweep)
     try:
         run = Path(os.path.realpath(resolve(checkpoint))).parent  # DIR/lr_X/final -> DIR/lr_X
         sweep = read_json(run.parent / "sweep.json")

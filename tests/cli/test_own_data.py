@@ -137,6 +137,16 @@ def test_a_figure_on_the_images_that_picked_a_sweeps_model_says_so(own, vitkit_c
     for checkpoint in (tmp_path / "picked.safetensors", tmp_path / "copied"):
         done = vitkit_cmd("eval", checkpoint, "--split", "val", "--json", "--threads", "1")
         assert last_json(done)["picked_on_this_split"] and "picked this model's learning rate among 2 runs" in done.stdout
+    shutil.copytree(sweep, tmp_path / "kept")
+    sweep.rename(tmp_path / "moved")  # the note names the sweep.json that is there now (it named the old path)
+    done = vitkit_cmd("eval", tmp_path / "moved", "--split", "val", "--json", "--threads", "1")
+    assert f"among 2 runs ({tmp_path / 'moved' / 'sweep.json'})" in done.stdout
+    shutil.rmtree(tmp_path / "moved" / picked)
+    shutil.rmtree(tmp_path / "moved" / other)
+    (tmp_path / "moved" / "sweep.json").unlink()
+    done = vitkit_cmd("eval", tmp_path / "copied", "--split", "val", "--json", "--threads", "1")
+    assert f"among 2 runs ({sweep / 'sweep.json'}, no longer there)" in done.stdout
+    (tmp_path / "kept").rename(sweep)
     unfinished = tmp_path / "unfinished"  # a sweep cut before its first run finished holds only its plan
     unfinished.mkdir()
     shutil.copy(sweep / "finetune.json", unfinished)
@@ -356,6 +366,15 @@ def test_a_fine_tuned_model_knows_the_images_it_was_pre_trained_on(own, vitkit_c
     done = vitkit_cmd("eval", tmp_path / "ft", "--split", "test", "--json", "--threads", "1")
     assert last_json(done)["copies_of_training_images"] == 3
     assert "note: 3 of these test images are byte-identical to images the model, or the checkpoint it was fine-tuned from, trained on" in done.stdout
+
+
+def test_an_out_inside_the_data_folder_is_refused_in_words_that_say_so(own, vitkit_cmd):
+    """train --data DIR --out DIR/run failed with "DIR/run: empty class folder", blaming a folder the user never made."""
+    data, _, _ = own
+    before = sorted(p.name for p in data.iterdir())
+    one_line_error(vitkit_cmd("train", "--data", data, "--out", data / "run", *TRAIN_ARGS), "is inside the data folder",
+                   "choose an --out outside it")
+    assert sorted(p.name for p in data.iterdir()) == before
 
 
 def test_splits_that_changed_since_training_are_said_and_unreadable_files_are_counted_where_they_are(own, run_cli, vitkit_cmd, tmp_path):
