@@ -366,6 +366,9 @@ def test_a_fine_tuned_model_knows_the_images_it_was_pre_trained_on(own, vitkit_c
     done = vitkit_cmd("eval", tmp_path / "ft", "--split", "test", "--json", "--threads", "1")
     assert last_json(done)["copies_of_training_images"] == 3
     assert "note: 3 of these test images are byte-identical to images the model, or the checkpoint it was fine-tuned from, trained on" in done.stdout
+    done = vitkit_cmd("inspect", tmp_path / "ft", "--images", tmp_path / "b" / "test", "--out", tmp_path / "insp")
+    assert done.returncode == 0 and "3 of them in this model's training data" in done.stdout.splitlines()[0]
+    assert f"pre-trained on {data}, split train" in json.loads((tmp_path / "insp" / "inspection.json").read_text())["training_data"]
 
 
 def test_an_out_inside_the_data_folder_is_refused_in_words_that_say_so(own, vitkit_cmd):

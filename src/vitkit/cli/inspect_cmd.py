@@ -177,7 +177,17 @@ def _training_images(metadata: dict, checkpoint, files, channels: int) -> tuple[
     where = f"training data: {spec.where}, split {spec.train_split}"
     if change is not None:  # a file moved out of the training split since it trained is not told
         return None, f"{where}, {changed_note(change)}"
-    return trained, where if trained is not None else f"{where}, not image by image"
+    if trained is None:
+        return None, f"{where}, not image by image"
+    for record in metadata.get("pretrained_on") or []:  # and the images of the checkpoints it was fine-tuned from
+        try:
+            start = DataSpec.from_checkpoint({"data": record}, checkpoint)
+            theirs = start.training_images_among(files, channels=channels)
+        except DataError:  # moved, or on another machine
+            return trained, f"{where}; pre-trained on {record.get('path') or record.get('name')}, not there to check"
+        trained = trained if theirs is None else [a or b for a, b in zip(trained, theirs)]
+        where += f"; pre-trained on {start.where}, split {start.train_split}"
+    return trained, where
 
 
 def changed_note(change: tuple[dict, dict]) -> str:
