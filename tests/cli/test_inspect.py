@@ -204,6 +204,8 @@ def test_inspect_on_shards_marks_copies_and_on_parquet_does_not_claim_none(tmp_p
     assert "1 of them in this model's training data" in lines["shards"] and sum(s["in_training_data"] for s in shown) == 1
     assert all(".tar:" in s["image"] for s in shown)  # each shown record named by its shard and member
     assert "none of them from its training split" in lines["pq"] and "copies not checked" in lines["pq"]  # not "in its training data"
+    assert main(["eval", str(tmp_path / "run_pq"), "--split", "val", "--threads", "1"]) == 0  # eval says it too (it said nothing)
+    assert "note: these val images were not checked for copies of the images the model trained on (" in capsys.readouterr().out
 
 
 def test_inspect_reads_given_images_as_predict_does(tmp_path, monkeypatch):

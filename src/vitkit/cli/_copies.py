@@ -20,7 +20,7 @@ class Against:
             result["copies_of_training_images"] = self.copies["images"]
         if self.changed:
             result["changed_since_training"] = self.changed
-        if self.unchecked:
+        if self.unchecked and self.copies is None:
             result["copies_of_training_images"] = None  # not checked
 
     def notes(self, which: str) -> list[str]:
@@ -58,6 +58,9 @@ def scored_against_training(meta: dict, checkpoint, which: str, split, config) -
     against = Against()
     if which != spec.train_split:
         twins = held_out_twins(trained, split, which)
+        if twins is None:
+            against.unchecked = ("they and its training images are not compared image by image here: Parquet rows, arrays "
+                                 "against files, or over 200,000 training images")
         earlier = 0
         for record in meta.get("pretrained_on") or []:  # a fine-tuned model's pre-training images are not unseen either
             try:
