@@ -43,7 +43,7 @@ from vitkit.checkpoint.runs import STATE_JSON, resolve, step_checkpoints
 from vitkit.checkpoint.native import is_native, load_native, load_state_dict_strict, read_native_config, write_pretrained
 from vitkit.data.sources import described, same_images, where_from
 from vitkit.data.spec import absolute, trained_on
-from vitkit.data.summary import copies_of_training_images
+from vitkit.data.summary import copies_of_training_images, data_format
 from vitkit.data import Batches, DataSpec, check_compatible, eval_batches, fits_in_memory, load_into_memory, mix, soft_targets, train_transform
 from vitkit.errors import CheckpointError, ConfigError, DataError
 from vitkit import faults
@@ -263,7 +263,8 @@ def train(config: RunConfig, out: str | os.PathLike, *, resume: bool = False, st
     if not resume and (out / "config.json").is_file() and not (out / "run.yaml").is_file():  # eval OUT would read that model
         raise ConfigError(f"--out {out}: holds a model (config.json), not a run; {_train_from(out)}")  # before its lock file
     data = config.data.path and Path(config.data.path).expanduser()
-    if data and data.is_dir() and Path(os.path.abspath(out)).is_relative_to(os.path.abspath(data)):  # read as a class folder
+    if (data and data.is_dir() and Path(os.path.abspath(out)).is_relative_to(os.path.abspath(data))
+            and data_format(data).startswith("image folder")):  # its folders are classes (not so beside IDX files or shards)
         raise ConfigError(f"--out {out}: is inside the data folder {data}, whose folders are read as classes or splits; "
                           "choose an --out outside it")
     threads_before = torch.get_num_threads()
