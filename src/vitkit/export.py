@@ -22,7 +22,7 @@ from typing import Iterator
 import torch
 
 from vitkit.checkpoint.io import WriteError, atomic_path, read_sidecar, scratch_folder, sha256, sidecar_path, write_json
-from vitkit.errors import ConfigError, first_line
+from vitkit.errors import ConfigError, VitkitError, first_line
 from vitkit.models import VisionTransformer
 from vitkit.precision import quiet_torch_internals
 
@@ -61,25 +61,31 @@ def refuse_replacing(out: Path, format: str) -> None:
     if out.parent.is_dir():
         try:
             kind = detect_format(out.parent)
-        except Exception:  # not a checkpoint directory (or a half-made one)
+        except (VitkitError, OSError):  # not a checkpoint directory (or a half-made one)
             kind = None
         if kind is not None:
             raise ConfigError(f"--out {out}: is inside the {kind} checkpoint {out.parent}, whose directory is replaced as a whole "
                               "when it is written again (a resumed run's final/, a convert); write the export beside it")
     side, weights = sidecar_path(out), out.with_suffix(".bin")
 
+    def head(path: Path, size: int) -> bytes:  # the first bytes of a file (an export may be gigabytes)
+        with open(path, "rb") as f:
+            return f.read(size)
+
     def an_export(path: Path) -> bool:  # a part of an earlier export, which may be replaced
+        if not path.is_file():
+            return False
         if path == side:
             try:
                 record = read_json(side)
-            except Exception:
+            except (VitkitError, OSError):
                 return False
             return isinstance(record, dict) and {"input_size", "resize", "class_names"} <= record.keys()
         if format == "openvino":  # an IR's .xml names its .bin
-            return path.is_file() and b"<net" in out.read_bytes()[:4096] if out.is_file() else False
+            return out.is_file() and b"<net" in head(out, 4096)
         if format == "onnx":  # a protobuf ModelProto: ir_version, field 1, first
-            return path.is_file() and path.read_bytes()[:1] == b"\x08"
-        return path.is_file() and export_kind(path) is not None
+            return head(path, 1) == b"\x08"
+        return export_kind(path) is not None
 
     targets = [out, side, *([weights] if format == "openvino" else [])]
     foreign = [t for t in targets if os.path.lexists(t) and not an_export(t)]

@@ -43,7 +43,7 @@ from vitkit.checkpoint.runs import STATE_JSON, resolve, step_checkpoints
 from vitkit.checkpoint.native import is_native, load_native, load_state_dict_strict, read_native_config, write_pretrained
 from vitkit.data.sources import described, same_images, where_from
 from vitkit.data.spec import absolute, trained_on
-from vitkit.data.summary import copies_of_training_images, data_format
+from vitkit.data.summary import copies_of_training_images, copies_warning, data_format
 from vitkit.data import Batches, DataSpec, check_compatible, eval_batches, fits_in_memory, load_into_memory, mix, soft_targets, train_transform
 from vitkit.errors import CheckpointError, ConfigError, DataError
 from vitkit import faults
@@ -792,9 +792,7 @@ def _plan(config: RunConfig, model: VisionTransformer, data: _Data, env: _Setup,
                      f"{images:,} images ({epochs:.3g} epochs) on {env.device}, "
                      + (f"{env.world.size} processes x " if env.world.size > 1 else "") + f"{threads} thread{'s' * (threads > 1)}")
     if data.val_copies:
-        n, (held, trained) = data.val_copies["images"], data.val_copies["example"]
-        lines.append(f"warning    {n:,} val image{'s are' if n != 1 else ' is'} byte-identical to training images (e.g. {held} = {trained}): "
-                     f"the val figures score {'them' if n != 1 else 'it'} as unseen; remove such copies")
+        lines.append(f"warning    {copies_warning('val', data.val_copies)}")
     if t.warmup_steps > t.steps:
         lines.append(f"warning    train.warmup_steps={t.warmup_steps} is more than train.steps={t.steps}: the learning rate only warms up "
                      f"(to {t.lr * t.steps / t.warmup_steps:.3g} at the last step) and never reaches {t.lr:g}; lower train.warmup_steps")

@@ -45,8 +45,9 @@ def scored_against_training(meta: dict, checkpoint, which: str, split, config) -
     (`spec.trained_on`), and the recorded splits that changed since it trained (the training split, and the scored
     one where it is of the same data)."""
     from vitkit.data import DataSpec
+    from vitkit.data.spec import without_advice
     from vitkit.data.summary import held_out_twins
-    from vitkit.errors import DataError, first_line
+    from vitkit.errors import DataError
 
     if not isinstance(meta.get("data"), dict):  # no record (not trained by vitkit): nothing to compare with
         return Against()
@@ -54,7 +55,7 @@ def scored_against_training(meta: dict, checkpoint, which: str, split, config) -
         spec = DataSpec.from_checkpoint(meta, checkpoint)
         trained = spec.open(spec.train_split, channels=config.in_chans, image_size=config.image_size[0])
     except DataError as err:  # the recorded data has moved, or is on another machine
-        return Against(unchecked=f"{first_line(err).split('; pass ')[0]}")
+        return Against(unchecked=without_advice(err))
     against = Against()
     if which != spec.train_split:
         twins = held_out_twins(trained, split, which)
@@ -67,7 +68,7 @@ def scored_against_training(meta: dict, checkpoint, which: str, split, config) -
                 start = DataSpec.from_checkpoint({"data": record}, checkpoint)
                 theirs = held_out_twins(start.open(start.train_split, channels=config.in_chans, image_size=config.image_size[0]), split, which)
             except DataError as err:  # moved, or on another machine
-                against.unchecked = f"the images it was pre-trained on: {first_line(err).split('; pass ')[0]}"
+                against.unchecked = f"the images it was pre-trained on: {without_advice(err)}"
                 continue
             for i, pair in enumerate(theirs or []):
                 if pair is not None and twins is not None and twins[i] is None:

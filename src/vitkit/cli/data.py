@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
 
     from vitkit.checkpoint.io import atomic_path
     from vitkit.data import DataSpec
-    from vitkit.data.summary import describe, sample_grid
+    from vitkit.data.summary import copies_warning, describe, sample_grid
     from vitkit.errors import ConfigError
     from vitkit.run_config import load_run_config
 
@@ -74,10 +74,7 @@ def run(args: argparse.Namespace) -> int:
         print("copies   of training images in the other splits: not checked (" + (
             "Parquet rows: their bytes are not compared" if summary["format"].startswith("Parquet") else "over 200,000 training images") + ")")
     for name, copies in (summary["copies_of_training_images"] or {}).items():  # kept apart by folder: a copy counts as unseen
-        n = copies["images"]
-        print(f"warning  {n:,} {name} image{'s' * (n != 1)} {'are byte-identical to training images' if n != 1 else 'is byte-identical to a training image'} "
-              f"(e.g. {copies['example'][0]} = {copies['example'][1]}): a figure on {name} scores {'them' if n != 1 else 'it'} "
-              "as unseen; remove such copies")
+        print(f"warning  {copies_warning(name, copies)}")
 
     if args.to_shards:
         sets = {args.split: opened[args.split]} if args.split else _whole_splits(config, shape)

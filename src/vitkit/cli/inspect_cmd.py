@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import re
 import os
 
 DESCRIPTION = """\
@@ -165,15 +164,15 @@ def _readable(sources: list, config, crop_pct: float, skip: bool, limit: int):
 
 def _training_images(metadata: dict, checkpoint, files, channels: int) -> tuple[list[bool] | None, str]:
     """(which of `files` the checkpoint trained on, its training data in words); None where that cannot be told."""
-    from vitkit.data.spec import DataSpec
-    from vitkit.errors import DataError, first_line
+    from vitkit.data.spec import DataSpec, without_advice
+    from vitkit.errors import DataError
 
     try:
         spec = DataSpec.from_checkpoint(metadata, checkpoint)
         trained = spec.training_images_among(files, channels=channels)
         change = None if trained is None else spec.changed(spec.train_split, spec.open(spec.train_split, channels=channels, image_size=0))
     except DataError as err:  # no record (not trained by vitkit train), or the data has moved
-        return None, f"training data unknown: {re.split('; (pass|name the data with) ', first_line(err))[0]}"
+        return None, f"training data unknown: {without_advice(err)}"
     where = f"training data: {spec.where}, split {spec.train_split}"
     if change is not None:  # a file moved out of the training split since it trained is not told
         return None, f"{where}, {changed_note(change)}"

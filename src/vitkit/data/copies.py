@@ -25,12 +25,13 @@ CHECK_FILES = 200_000  # training files looked at; beyond that, not checked
 
 def training_twins(training: list, files: list) -> list | None:
     """For each of `files` (paths or shard records), a training image byte-identical to it (itself, where it is one),
-    else None; None for all: not checked (more than CHECK_FILES training images). Missing or unreadable images match
-    nothing."""
+    else None; None for all: not checked (more than CHECK_FILES training images, or a Parquet row among them: not
+    `comparable`). Missing or unreadable images match nothing."""
     if not files:  # nothing to compare: no training image is looked at
         return []
-    if len(training) > CHECK_FILES:
+    if len(training) > CHECK_FILES or not all(map(comparable, (*training, *files))):
         return None
+    training, files = ([p if isinstance(p, Record) else str(p) for p in images] for images in (training, files))
 
     @functools.lru_cache(maxsize=None)
     def digest(item) -> str | None:

@@ -13,17 +13,23 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vitkit.errors import DataError
+from vitkit.errors import DataError, first_line
 from vitkit.paths import local_path
 
 from . import idx
-from .copies import comparable, training_twins
-from .images import Record
+from .copies import training_twins
 from .sources import MissingSplit, Split, described, first_of, open_split, same_images, synthetic
+
+
+def without_advice(err: Exception) -> str:
+    """What `DataSpec.from_checkpoint`'s error says is wrong, without its advice to pass --data: for a caller that was
+    given other data already, or that can do without."""
+    return re.split(r"; (?:pass|name the data with) ", first_line(err))[0]
 
 
 def trained_on(meta: dict) -> list[dict]:
@@ -139,18 +145,14 @@ class DataSpec:
 
     def training_images_among(self, files: list, *, channels: int) -> list[bool] | None:
         """Which of `files` (paths, or tar shard members) are images of this spec's training split, or byte-identical
-        copies of one (None where
-        the split holds no images one by one: IDX arrays, synthetic; Parquet rows, whose bytes are not compared;
-        or it is too large to check)."""
+        copies of one (None where the split holds no images one by one: IDX arrays, synthetic; Parquet rows, whose
+        bytes are not compared; or it is too large to check)."""
         if self.name == "synthetic":
             return None
         split = self.open(self.train_split, channels=channels, image_size=0)  # image_size: synthetic data's only
-        if split.paths is None or not all(comparable(p) for p in split.paths):  # arrays, Parquet rows
+        if split.paths is None:  # arrays
             return None
-        def items(images) -> list:
-            return [p if isinstance(p, Record) else str(p) for p in images]
-
-        twins = training_twins(items(split.paths), items(files))
+        twins = training_twins(split.paths, files)
         return None if twins is None else [t is not None for t in twins]
 
     def record(self, splits: dict[str, Split]) -> dict:

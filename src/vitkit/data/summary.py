@@ -15,7 +15,7 @@ from PIL import Image, ImageDraw, UnidentifiedImageError
 from vitkit.errors import DataError, first_line
 
 from . import idx, shards
-from .copies import comparable, pixel_twins, training_twins
+from .copies import pixel_twins, training_twins
 from .images import BOMB_ADVICE, MAX_PIXELS, ORIENTATION, Record
 from .sources import SPLITS, Split, metadata_list, split_folders, split_lists
 
@@ -123,16 +123,22 @@ def copies_of_training_images(splits: dict[str, Split]) -> dict[str, dict] | Non
     return found
 
 
+def copies_warning(name: str, copies: dict) -> str:
+    """The warning `vitkit data` and `train` give of a split's copies of training images (copies_of_training_images)."""
+    n, (held, trained) = copies["images"], copies["example"]
+    return (f"{n:,} {name} image{'s are' if n != 1 else ' is'} byte-identical to training images (e.g. {held} = {trained}): a figure "
+            f"on {name} scores {'them' if n != 1 else 'it'} as unseen; remove such copies")
+
+
 def held_out_twins(train: Split, held: Split, name: str = "held-out") -> list[tuple[str, str] | None] | None:
     """For each image of `held`, (it, the training image it is a copy of), else None; None: not checked (see
     copies_of_training_images)."""
     if train.images is not None and held.images is not None:
         return [None if t is None else (f"{name} image {i}", f"train image {t}") for i, t in enumerate(pixel_twins(train.images, held.images))]
-    if train.paths is None or held.paths is None or not all(map(comparable, (*train.paths, *held.paths))):
+    if train.paths is None or held.paths is None:
         return None
-    images = [[p if isinstance(p, Record) else str(p) for p in s.paths] for s in (train, held)]
-    twins = training_twins(*images)
-    return None if twins is None else [None if t is None else (str(p), str(t)) for p, t in zip(images[1], twins)]
+    twins = training_twins(train.paths, held.paths)
+    return None if twins is None else [None if t is None else (str(p), str(t)) for p, t in zip(held.paths, twins)]
 
 
 def sample_grid(pixels: np.ndarray, labels: list[str], columns: int = 8, tile: int = 112, title: str | None = None) -> Image.Image:
