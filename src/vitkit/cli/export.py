@@ -16,7 +16,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--format", choices=["onnx", "openvino", "torchscript", "exported-program"],
                    help="onnx (ONNX Runtime), openvino (IR .xml + .bin, from the ONNX export; needs the openvino extra), "
                    "torchscript or exported-program (default: what --out's suffix names, else onnx)", default=None)
-    p.add_argument("--out", type=Path, default=None, help="output file (default: beside the checkpoint, CKPT.onnx, CKPT.int8.onnx, ...)")
+    p.add_argument("--out", type=Path, default=None, help="output file (default: beside the checkpoint, CKPT.onnx, CKPT.int8.onnx, ...); it replaces only an "
+                                                           "earlier export, never a checkpoint or another file, and is never inside a checkpoint directory")
     p.add_argument("--atol", type=float, default=1e-4, help="largest allowed difference from PyTorch (default 1e-4)")
     p.add_argument("--threads", type=int, default=0, help="CPU threads (default: torch's choice)")
     p.add_argument("--precision", choices=["fp32", "int8"], default="fp32",
