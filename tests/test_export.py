@@ -82,6 +82,7 @@ def test_an_export_never_replaces_its_checkpoint_nor_a_good_export_with_a_reject
     assert "wrote" not in done.stdout and (tmp_path / "m.pt2").read_bytes() == good and sorted(p.name for p in tmp_path.iterdir()) == files
 
 
+@pytest.mark.openvino
 def test_an_export_replaces_only_an_earlier_export_and_never_writes_into_a_checkpoint_directory(vitkit_cmd, model, tmp_path):
     """export --out model.pt replaced a timm checkpoint (and its sidecar) with TorchScript, --out notes.onnx a text file,
     an OpenVINO IR's .bin the HF checkpoint's pytorch_model.bin beside it, and an export into RUN/final/ was deleted by
@@ -202,6 +203,7 @@ def test_onnx_export_is_one_file_with_class_names_and_preprocessing(model, tmp_p
     assert props["mean"] == [0.5, 0.5, 0.5]
 
 
+@pytest.mark.openvino
 def test_runtimes_run_the_onnx_export_alike(model, tmp_path):
     pytest.importorskip("onnxscript")
     from vitkit.export import runtime_session

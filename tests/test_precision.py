@@ -311,6 +311,23 @@ def _sdpa_nodes(runner) -> int:
     return sum(n.target is torch.ops.aten.scaled_dot_product_attention.default for n in runner.forward.graph.nodes)
 
 
+def test_an_isa_cap_takes_away_what_vitkit_plans_by_and_int8_without_vnni_is_refused(monkeypatch):
+    """ONEDNN_MAX_CPU_ISA limits oneDNN's kernels; vitkit plans bf16 and int8 by the same limit, so a capped run is
+    planned as on a CPU of that kind. Without VNNI oneDNN sums u8 x s8 pairs in saturating 16-bit lanes: refused."""
+    pytest.importorskip("torchao")
+    zen4 = "avx2 avx512f avx512bw avx512_vnni avx512_bf16"
+    monkeypatch.setattr(precision, "cpuinfo", lambda field: zen4 if field == "flags" else "")
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    assert precision.native_bf16() == "AVX512_BF16" and precision.int8_vnni() == "AVX512_VNNI"
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE_VNNI")
+    assert precision.native_bf16() is None and precision.int8_vnni() == "AVX512_VNNI"
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    assert precision.cpu_flags() == {"avx2"} and precision.int8_vnni() is None
+    for name in ("int8", "int8-dynamic"):
+        with pytest.raises(ConfigError, match=f"--precision {name}: this CPU has no VNNI .* use --precision fp32"):
+            precision.check(name, "cpu")
+
+
 def test_int8_runs_its_float_parts_in_bf16_only_where_the_cpu_has_amx(monkeypatch, model):
     pytest.importorskip("torchao")
     calibration = [torch.randn(8, 3, 16, 16) for _ in range(4)]
@@ -458,6 +475,7 @@ def test_written_out_attention_computes_sdpa_in_the_inputs_dtype():
     torch.testing.assert_close(got.float(), want, atol=0.05, rtol=0.05)
 
 
+@pytest.mark.int8
 def test_every_linear_of_a_class_token_model_is_quantized(model):
     """The last layer projects its one query and the keys and values with slices of the fused Q/K/V weight; the
     quantizer only takes linears on parameters, so the slices are made parameters first (else they ran in fp32)."""

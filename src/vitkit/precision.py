@@ -46,6 +46,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import os
 import time
 import warnings
 from typing import Callable, Iterable
@@ -81,8 +82,33 @@ def cpuinfo(field: str) -> str:
     return line.split(":", 1)[-1].strip()
 
 
+# The instruction sets oneDNN may use under each ONEDNN_MAX_CPU_ISA cap, as /proc/cpuinfo names the ones vitkit plans by.
+_ISA_CAPS = {
+    "avx2": set(), "avx2_vnni": {"avx_vnni"}, "avx2_vnni_2": {"avx_vnni"}, "avx512_core": set(),
+    "avx512_core_vnni": {"avx512_vnni"}, "avx512_core_bf16": {"avx512_vnni", "avx512_bf16"},
+    "avx512_core_fp16": {"avx512_vnni", "avx512_bf16"}, "avx10_1_512": {"avx512_vnni", "avx512_bf16"},
+}
+_CAPPED = {"avx_vnni", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8", "amx_tile"}
+
+
 def cpu_flags() -> set[str]:
-    return set(cpuinfo("flags").split())
+    """The CPU's flags as oneDNN may use them: an ONEDNN_MAX_CPU_ISA cap (e.g. AVX2) takes away the instruction sets
+    above it, so that vitkit plans bf16 and int8 as it would on a CPU of that kind."""
+    flags = set(cpuinfo("flags").split())
+    cap = os.environ.get("ONEDNN_MAX_CPU_ISA", "").strip().lower()
+    if cap in _ISA_CAPS or cap in ("sse41", "avx"):
+        flags -= _CAPPED - _ISA_CAPS.get(cap, set())
+        if not cap.startswith("avx512") and not cap.startswith("avx10"):
+            flags = {f for f in flags if not f.startswith("avx512")}
+    return flags
+
+
+def int8_vnni() -> str | None:
+    """The CPU's int8 dot-product instructions ("AMX", "AVX512_VNNI", "AVX_VNNI"); None where oneDNN would sum u8 x s8
+    pairs in saturating 16-bit lanes, which corrupts int8 GEMMs over the full 8-bit range."""
+    flags = cpu_flags()
+    return next((name for flag, name in (("amx_int8", "AMX"), ("avx512_vnni", "AVX512_VNNI"), ("avx_vnni", "AVX_VNNI"))
+                 if flag in flags), None)
 
 
 def onednn_fp32_gemms() -> bool:
@@ -125,7 +151,10 @@ def check(precision: str, device: torch.device | str = "cpu") -> str:
         _import_torchao()
     except ImportError:
         raise ConfigError(f"--precision {precision}: needs torchao; install the int8 extra (pip install 'vitkit[int8]')") from None
-    vnni = "AMX" if "amx_int8" in cpu_flags() else "AVX512_VNNI" if "avx512_vnni" in cpu_flags() else "no VNNI"
+    vnni = int8_vnni()
+    if vnni is None:
+        raise ConfigError(f"--precision {precision}: this CPU has no VNNI (no amx_int8, avx512_vnni or avx_vnni in "
+                          "/proc/cpuinfo, or ONEDNN_MAX_CPU_ISA caps them), so int8 GEMMs would saturate; use --precision fp32")
     if precision == "int8-dynamic":
         return f"int8 dynamic (torchao: activations quantized per token as they come, per-channel int8 weights, {vnni})"
     mixed = ", bf16 between the int8 GEMMs" if int8_mixed_bf16() else ", attention in bf16" if explicit_bf16_attention() else ""

@@ -165,12 +165,14 @@ void bias_gelu_row(const float* h, const float* bias, float* out, int64_t n, boo
     const float k = std::sqrt(2.0 / M_PI);
     at::vec::map2([k](Vec x, Vec b) {
       const Vec y = x + b;
-      return Vec(0.5f) * y * (Vec(1.f) + (Vec(k) * (y + Vec(0.044715f) * y * y * y)).tanh());
+      const Vec g = Vec(0.5f) * y * (Vec(1.f) + (Vec(k) * (y + Vec(0.044715f) * y * y * y)).tanh());
+      return Vec::blendv(g, Vec(0.f), y < Vec(-20.f));  // far left GELU is 0: -inf * 0 would be NaN
     }, out, h, bias, n);
   } else {
     at::vec::map2([](Vec x, Vec b) {
       const Vec y = x + b;
-      return Vec(0.5f) * y * (Vec(1.f) + (y * Vec(static_cast<float>(M_SQRT1_2))).erf());
+      const Vec g = Vec(0.5f) * y * (Vec(1.f) + (y * Vec(static_cast<float>(M_SQRT1_2))).erf());
+      return Vec::blendv(g, Vec(0.f), y < Vec(-20.f));  // far left GELU is 0: -inf * 0 would be NaN
     }, out, h, bias, n);
   }
 }
