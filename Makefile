@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test install data clean
+.PHONY: demo test lint install data clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,11 @@ test: install data
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS)
 	@for cap in $(ISA_CAPS); do echo "numerics-sensitive tests under ONEDNN_MAX_CPU_ISA=$${cap%:*} ATEN_CPU_CAPABILITY=$${cap#*:}"; \
 	  ONEDNN_MAX_CPU_ISA=$${cap%:*} ATEN_CPU_CAPABILITY=$${cap#*:} $(BIN)/python -m pytest -q -n $(TEST_WORKERS) $(NUMERIC_TESTS) || exit 1; done
+
+# ruff (pinned in the dev extra): the lint rules and the formatting of pyproject.toml's [tool.ruff]
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache

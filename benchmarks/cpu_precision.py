@@ -26,7 +26,6 @@ from vitkit.export import export, runtime_session
 from vitkit.precision import native_bf16, prepare
 from vitkit.train import find_checkpoint
 
-
 PATHS = ("vitkit fp32", "vitkit bf16", "vitkit int8", "vitkit int8-dynamic", "onnxruntime fp32", "openvino fp32", "openvino bf16",
          "onnxruntime int8 (NNCF)", "openvino int8 (NNCF)")
 

@@ -24,7 +24,6 @@ import random
 import re
 import resource
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile

@@ -102,7 +102,7 @@ def part_env(out: Path, args) -> dict:
     for name in ("timm", "transformers", "triton", "simplejpeg"):
         try:
             info[name] = __import__(name).__version__
-        except Exception as err:  # noqa: BLE001
+        except Exception as err:
             info[name] = f"missing ({type(err).__name__})"
     info["nvidia_smi"] = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,clocks.max.sm,power.limit",
                                          "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
@@ -358,7 +358,7 @@ def main() -> None:
         start = time.perf_counter()
         try:
             summary[name] = PARTS[name](args.out, args)
-        except Exception as err:  # noqa: BLE001 - one part failing must not lose the others
+        except Exception as err:
             summary[name] = {"error": f"{type(err).__name__}: {err}"}
         summary[name + "_seconds"] = time.perf_counter() - start
         (args.out / f"{name}.json").write_text(json.dumps(summary[name], indent=1, default=str))

@@ -223,7 +223,7 @@ def main() -> None:
             "cuda_device": torch.cuda.get_device_name() if torch.cuda.is_available() else None}
     print(f"{args.images} generated JPEGs (mean {meta['mean_kib']:.0f} KiB, median {meta['median_size'][0]:.0f}x{meta['median_size'][1]:.0f}), "
           f"{SIZE}-px crops, 1 process x 1 thread, medians of {args.rounds} rounds; 1-min load average {load:.1f}")
-    print(f"| pipeline | img/s per core | vs reference |\n|---|---|---|")
+    print("| pipeline | img/s per core | vs reference |\n|---|---|---|")
     for r in rows:
         print(f"| {r['pipeline']} | {r['img_s_per_core']:.0f} | {r['vs_reference']:.2f}x |")
     reference_ms, entropy_ms = (1e3 / float(np.median(rates[name])) for name in (REFERENCE, ENTROPY))

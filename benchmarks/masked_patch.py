@@ -22,7 +22,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
-
 from fashion_mnist import ROOT, cpu_name, vitkit
 
 SHOTS, SEEDS = (5, 10, 25), (0, 1, 2)

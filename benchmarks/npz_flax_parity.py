@@ -17,9 +17,10 @@ from __future__ import annotations
 import platform
 import sys
 import tempfile
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any
 
 import flax
 import jax
@@ -92,8 +93,8 @@ class OfficialViT(nn.Module):
     mlp_dim: int
     heads: int
     classifier: str = "token"
-    representation_size: Optional[int] = None
-    resnet: Optional[Sequence[int]] = None  # units per stage; () = stem only
+    representation_size: int | None = None
+    resnet: Sequence[int] | None = None  # units per stage; () = stem only
     resnet_width: int = 64
 
     @nn.compact

@@ -96,7 +96,7 @@ def main() -> int:
         f"| fine-tuned, sweep pick (lr {lr}) | 40x40 | 30 (512) | {after['top1']:.4f} |",
         f"| fine-tuned, lr {lr}, longer | 40x40 | 120 (512) | {after_long['top1']:.4f} |",
         "",
-        f"Sweep (30 steps each; val = the 10% held out of train): "
+        "Sweep (30 steps each; val = the 10% held out of train): "
         + ", ".join(f"lr {x['lr']:g}: {x['final_val_top1']:.4f}" for x in sweep["runs"])
         + f"; the longer run: val {longer['best']['final_val_top1']:.4f}.",
         "",

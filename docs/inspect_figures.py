@@ -30,6 +30,7 @@ from PIL import Image
 import vitkit
 from vitkit.cli import main as vitkit_main
 
+
 def read_idx(path: Path) -> np.ndarray:
     """An IDX file (.gz) of unsigned bytes as an array: the 4-byte magic gives the number of dimensions."""
     with gzip.open(path, "rb") as f:

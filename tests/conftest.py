@@ -130,7 +130,7 @@ def under_memory_limit():
                 result = ("ok", None)
             except MemoryError:
                 result = ("memory", traceback.format_exc(limit=3))
-            except BaseException as err:  # noqa: BLE001 - reported to the parent
+            except BaseException as err:
                 result = ("error", f"{type(err).__name__}: {err}")
             os.write(write, pickle.dumps(result))
             os._exit(0)

@@ -10,7 +10,7 @@ import torch
 
 import vitkit
 from vitkit import figures, inspection
-from vitkit.models import ResNetConfig, ViTConfig, VisionTransformer
+from vitkit.models import ResNetConfig, VisionTransformer, ViTConfig
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -4,13 +4,12 @@ KEY=VALUE overrides), CSV/JSONL lists and IDX headers. Each example must end in 
 more than the process has), so an input that makes them allocate without bound fails the test."""
 
 import gzip
-import os
 import json
+import os
 import shutil
 import struct
 
 import pytest
-import torch
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st

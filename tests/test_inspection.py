@@ -13,7 +13,7 @@ from PIL import Image
 import vitkit
 from vitkit import inspection as insp
 from vitkit.errors import ConfigError, DataError
-from vitkit.models import ResNetConfig, ViTConfig, VisionTransformer
+from vitkit.models import ResNetConfig, VisionTransformer, ViTConfig
 
 TINY = dict(width=32, depth=2, mlp_dim=64, num_heads=2, num_classes=10)
 HYBRID = ViTConfig(image_size=(32, 48), patch_size=2, backbone=ResNetConfig(layers=(1,), width=32), **TINY)  # stride 4 x 2

@@ -129,13 +129,11 @@ def test_a_checkpoint_config_of_absurd_depth_or_width_is_refused_before_building
 
 def test_weights_of_an_integer_dtype_are_refused(tmp_path):
     """A head re-saved as int64 (every weight truncated to 0) loaded silently: equal odds for every class, exit 0."""
-    import vitkit
     from safetensors.torch import load_file, save_file
 
-    from vitkit.checkpoint import load_with_metadata
+    import vitkit
+    from vitkit.checkpoint import load_with_metadata, timm
     from vitkit.errors import CheckpointError
-
-    from vitkit.checkpoint import timm
 
     path = timm.write(vitkit.create_model("vit_test", num_classes=3), tmp_path / "m.safetensors")
     state = load_file(path)

@@ -3,9 +3,9 @@ import torch
 
 import vitkit
 from vitkit import precision
-from vitkit.kernels import cpu_inference
 from vitkit.errors import ConfigError
 from vitkit.evaluation import evaluate
+from vitkit.kernels import cpu_inference
 
 
 @pytest.fixture

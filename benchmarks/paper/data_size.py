@@ -19,8 +19,21 @@ from __future__ import annotations
 import sys
 
 import numpy as np
-
-from common import FAMILIES, chosen, defaults, fail, families, header, lines, parser, pyplot, report, run_one, save_figure, fewshot_pool
+from common import (
+    FAMILIES,
+    chosen,
+    defaults,
+    fail,
+    families,
+    fewshot_pool,
+    header,
+    lines,
+    parser,
+    pyplot,
+    report,
+    run_one,
+    save_figure,
+)
 
 FULL = {"sizes": "1000,5000,20000,57000", "steps": 500, "batch_size": 256, "test_images": None}
 CI = {"sizes": "60,120", "steps": 2, "batch_size": 16, "test_images": 40}

@@ -14,16 +14,17 @@ import platform
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from contextlib import contextmanager, nullcontext
 from datetime import datetime, timezone
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from vitkit.errors import ConfigError
 from vitkit import precision
-from vitkit.models import ViTConfig, VisionTransformer
+from vitkit.errors import ConfigError
+from vitkit.models import VisionTransformer, ViTConfig
 from vitkit.models.summary import count_flops
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "int8": torch.float32, "int8-dynamic": torch.float32}

@@ -12,7 +12,7 @@ eval` and `vitkit predict` read files.
 from __future__ import annotations
 
 import os
-from typing import Iterable, Sequence, Union
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 import torch
@@ -25,7 +25,7 @@ from vitkit.errors import DataError
 from vitkit.evaluation import calibration_images, predict
 from vitkit.precision import prepare
 
-ImageLike = Union[str, os.PathLike, Image.Image, np.ndarray, torch.Tensor]
+ImageLike = str | os.PathLike | Image.Image | np.ndarray | torch.Tensor
 
 
 class Classifier:

@@ -13,10 +13,11 @@ FSDP checkpoints go through torch.distributed.checkpoint, so a run resumes on an
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import torch
 import torch.distributed as dist

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import numpy as np
 import torch

@@ -16,8 +16,8 @@ import os
 import re
 import uuid
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import torch
 

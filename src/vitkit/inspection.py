@@ -17,16 +17,15 @@ For a hybrid the grid is the CNN feature map and a "patch" is `config.total_patc
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Iterable, Iterator, Sequence
 
 import torch
 import torch.nn.functional as F
 
 from vitkit.errors import ConfigError, DataError
-from vitkit.models import ViTConfig, VisionTransformer
+from vitkit.models import VisionTransformer, ViTConfig
 
 Images = torch.Tensor | Iterable[torch.Tensor]  # (N, C, H, W) normalised, or batches of them
 

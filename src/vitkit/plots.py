@@ -6,8 +6,8 @@ matplotlib is imported inside each function (Agg backend); every PNG is written 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from vitkit.checkpoint.io import atomic_path
 

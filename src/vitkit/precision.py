@@ -49,7 +49,7 @@ import functools
 import os
 import time
 import warnings
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 import torch._inductor.config as inductor_config

@@ -19,8 +19,8 @@ is saved and loaded like any other vitkit model, without the prediction head.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 import torch
 import torch.nn.functional as F
@@ -63,7 +63,7 @@ class Corruption:
     swapped: torch.Tensor  # (B, N) bool: replaced by the embedding of patch `source`
     source: torch.Tensor  # (B, N) int64: flat index in B * N of the replacing patch (never the patch itself)
 
-    def to(self, device: torch.device) -> "Corruption":
+    def to(self, device: torch.device) -> Corruption:
         return Corruption(*(t.to(device) for t in (self.chosen, self.masked, self.swapped, self.source)))
 
 

@@ -126,7 +126,7 @@ def world_size() -> int:
         raise ConfigError(f"WORLD_SIZE: expected a number of processes, got {shown(os.environ['WORLD_SIZE'])}") from None
 
 
-def check_batches(train: "TrainConfig", world: int) -> None:
+def check_batches(train: TrainConfig, world: int) -> None:
     """The logical batch splits into micro-batches, and each micro-batch evenly across the `world` processes."""
     micro = train.micro_batch or train.batch_size
     if train.batch_size % micro:
@@ -151,7 +151,7 @@ class RunConfig:
             del sections["train"]["steps"]
         return {"model": dict(self.model), **sections}
 
-    def with_steps_for(self, train_images: int) -> "RunConfig":
+    def with_steps_for(self, train_images: int) -> RunConfig:
         """This config with train.steps set from train.epochs for a training split of `train_images` (unchanged
         without train.epochs)."""
         t = self.train
@@ -274,7 +274,7 @@ def override_value(section: str, name: str, text: str) -> Any:
     kinds = tuple(o for o in options if o is not type(None))
     if type(None) in options and text.strip().lower() in _NULL:
         return None
-    if kinds == (str,) or hint is None and not text.strip()[:1] in ("[", "{"):
+    if kinds == (str,) or hint is None and text.strip()[:1] not in ("[", "{"):
         return text
     stripped = text.strip()
     if kinds == (bool,):

@@ -34,19 +34,48 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vitkit import distributed
-from vitkit.devices import pick_device
+from vitkit import distributed, faults
 from vitkit.checkpoint import untrained_head
-from vitkit.checkpoint.io import (abort_replacement, atomic_path, begin_replacement, commit_replacement, exclusive, LOCK_NAME,
-                                  read_json, read_torch, refuse_foreign, remove_dir, staging, update_checksums, write_json, WriteError)
+from vitkit.checkpoint.io import (
+    LOCK_NAME,
+    WriteError,
+    abort_replacement,
+    atomic_path,
+    begin_replacement,
+    commit_replacement,
+    exclusive,
+    read_json,
+    read_torch,
+    refuse_foreign,
+    remove_dir,
+    staging,
+    update_checksums,
+    write_json,
+)
+from vitkit.checkpoint.native import (
+    is_native,
+    load_native,
+    load_state_dict_strict,
+    read_native_config,
+    write_pretrained,
+)
 from vitkit.checkpoint.runs import STATE_JSON, resolve, step_checkpoints
-from vitkit.checkpoint.native import is_native, load_native, load_state_dict_strict, read_native_config, write_pretrained
+from vitkit.data import (
+    Batches,
+    DataSpec,
+    check_compatible,
+    eval_batches,
+    fits_in_memory,
+    load_into_memory,
+    mix,
+    soft_targets,
+    train_transform,
+)
 from vitkit.data.sources import described, same_images, where_from
 from vitkit.data.spec import absolute, trained_on
 from vitkit.data.summary import copies_of_training_images, copies_warning, data_format
-from vitkit.data import Batches, DataSpec, check_compatible, eval_batches, fits_in_memory, load_into_memory, mix, soft_targets, train_transform
+from vitkit.devices import pick_device
 from vitkit.errors import CheckpointError, ConfigError, DataError
-from vitkit import faults
 from vitkit.evaluation import evaluate
 from vitkit.models import BiTConfig, ModelConfig, VisionTransformer, build_model
 from vitkit.pretrain import MaskedPatchPrediction, evaluate_masked_patch

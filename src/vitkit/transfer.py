@@ -23,8 +23,9 @@ import dataclasses
 import json
 import os
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import yaml
 
@@ -62,7 +63,7 @@ def finetune_recipe(path: str | os.PathLike | None = None, overrides: list[str] 
     if path is not None:
         load_run_config(path, [ANY_SIZE])  # says what is wrong with the file, naming it
         explicit = yaml.safe_load(Path(path).read_text()) or {}
-    set_here = set((explicit.get("model") or {})) | {str(o).partition("=")[0].strip()[len("model."):]
+    set_here = set(explicit.get("model") or {}) | {str(o).partition("=")[0].strip()[len("model."):]
                                                      for o in overrides if str(o).startswith("model.")}
     _architecture_from_checkpoint(set_here)
     base = {section: dict(values) for section, values in FINETUNE_DEFAULTS.items()}

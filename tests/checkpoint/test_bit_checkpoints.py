@@ -77,7 +77,7 @@ def reference_logits(a, x):
 
 def timm_state(a):
     """The same weights in timm's resnetv2 layout (OIHW kernels, head.fc a 1x1 conv)."""
-    oihw = lambda v: torch.from_numpy(v).permute(3, 2, 0, 1).contiguous()  # noqa: E731
+    oihw = lambda v: torch.from_numpy(v).permute(3, 2, 0, 1).contiguous()
     s = {"stem.conv.weight": oihw(a["resnet/root_block/standardized_conv2d/kernel"])}
     for key, v in a.items():
         parts = key.split("/")

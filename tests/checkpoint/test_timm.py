@@ -39,8 +39,8 @@ def _timm_from_hf(hf_state: dict, depth: int) -> dict:
 
 def _timm_hybrid_from_npz(a: dict, layers: tuple) -> dict:
     """A timm hybrid (ResNetV2 under patch_embed.backbone) state dict from official .npz arrays, by timm's names."""
-    conv = lambda k: torch.from_numpy(a[k]).permute(3, 2, 0, 1).contiguous()  # HWIO -> OIHW  # noqa: E731
-    vec = lambda k: torch.from_numpy(a[k].reshape(-1))  # noqa: E731
+    conv = lambda k: torch.from_numpy(a[k]).permute(3, 2, 0, 1).contiguous()  # HWIO -> OIHW
+    vec = lambda k: torch.from_numpy(a[k].reshape(-1))
     stem = "patch_embed.backbone." + ("stem." if layers else "")
     t = {f"{stem}conv.weight": conv("conv_root/kernel"), f"{stem}norm.weight": vec("gn_root/scale"), f"{stem}norm.bias": vec("gn_root/bias")}
     for s, units in enumerate(layers):
@@ -181,7 +181,9 @@ def test_a_timm_hub_directory_loads_with_its_class_names_mean_std_and_input_size
         x = make_images(loaded.config)
         with torch.no_grad():
             assert torch.allclose(loaded(x), model(x), atol=1e-5)
-    from vitkit.checkpoint import read_metadata  # what vitkit info shows: it left the names and crop of the weights file out
+    from vitkit.checkpoint import (
+        read_metadata,  # what vitkit info shows: it left the names and crop of the weights file out
+    )
 
     assert read_metadata(hub / weights, format="timm") == read_metadata(hub) == {"class_names": ["cat", "dog", "emu"], "preprocess": {"crop_pct": 0.875}}
     (hub / "config.json").write_text(json.dumps({"label_names": {"0": "cat", "2": "emu", "1": "dog"}, "architecture": "x"}))

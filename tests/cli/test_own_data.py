@@ -293,7 +293,9 @@ def test_eval_says_which_scored_images_are_copies_of_training_images(own, vitkit
         assert last_json(done)["copies_of_training_images"] == 3 and "3 of these test images are byte-identical" in done.stdout
     done = vitkit_cmd("knn", run, "--data", data, "--test-split", "val", "--k", "1", "--threads", "1")
     assert "copies_of_training_images" not in last_json(done)
-    from vitkit.cli._copies import copies_note  # a scored file that is itself a training image: named once ("x = x" before)
+    from vitkit.cli._copies import (
+        copies_note,  # a scored file that is itself a training image: named once ("x = x" before)
+    )
 
     assert "(e.g. a/x.png, itself a training image)" in copies_note({"images": 1, "example": ["a/x.png", "a/x.png"]}, "val")
 

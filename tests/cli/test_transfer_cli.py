@@ -1,7 +1,6 @@
 """`vitkit finetune`, `fewshot`, `linear-probe` and `knn` through the CLI (the console script on Fashion-MNIST)."""
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest

@@ -2,8 +2,6 @@
 group) must not kill them, or torch raises in the middle of a step; their parent can still stop them."""
 
 import multiprocessing
-import os
-import signal
 import subprocess
 
 import numpy as np

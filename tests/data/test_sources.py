@@ -349,7 +349,7 @@ def test_splits_with_other_classes_or_labels_out_of_range(tmp_path):
 
 
 def test_idx_test_split_with_an_extra_label_is_refused_before_training(tmp_path):
-    from test_idx import write_idx  # noqa: the IDX writer of the neighbouring test module
+    from test_idx import write_idx  # the IDX writer of the neighbouring test module
 
     write_idx(tmp_path / "train-images-idx3-ubyte", np.zeros((20, 8, 8)), False)
     write_idx(tmp_path / "train-labels-idx1-ubyte", np.arange(20) % 2, False)

@@ -6,7 +6,15 @@ import torch
 
 import vitkit
 from vitkit.errors import ConfigError
-from vitkit.models import MODELS, ResNetConfig, ViTConfig, VisionTransformer, get_config, resample_pos_embed, sincos_2d_pos_embed
+from vitkit.models import (
+    MODELS,
+    ResNetConfig,
+    VisionTransformer,
+    ViTConfig,
+    get_config,
+    resample_pos_embed,
+    sincos_2d_pos_embed,
+)
 
 VITS = [name for name, config in MODELS.items() if isinstance(config, ViTConfig)]  # BiT ResNets: tests/models/test_bit.py
 
@@ -256,7 +264,7 @@ def test_bf16_cpu_inference_embeds_patches_with_one_gemm_that_matches_the_convol
     x = torch.randn(2, c.in_chans, *c.image_size).to(torch.bfloat16)
     conv = model.patch_embed
     calls = []
-    handle = conv.register_forward_hook(lambda *_: calls.append(1))
+    conv.register_forward_hook(lambda *_: calls.append(1))
     with torch.no_grad():
         features = model.backbone(x) if model.backbone is not None else x
         got = model.patch_tokens(features)

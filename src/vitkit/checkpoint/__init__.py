@@ -19,7 +19,7 @@ import torch
 
 from vitkit.errors import CheckpointError, ConfigError, VitkitError, first_line
 from vitkit.limits import check_room
-from vitkit.models import ModelConfig, VisionTransformer, build_model
+from vitkit.models import ModelConfig, VisionTransformer
 from vitkit.paths import local_path, missing
 
 from . import hf, native, npz, runs, timm

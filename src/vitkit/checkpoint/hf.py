@@ -23,9 +23,18 @@ from pathlib import Path
 import torch
 
 from vitkit.errors import CheckpointError, ConfigError
-from vitkit.models import ViTConfig, VisionTransformer
+from vitkit.models import VisionTransformer, ViTConfig
 
-from .io import atomic_dir, config_says, refuse_foreign, read_json, read_safetensors, read_torch, write_json, write_safetensors
+from .io import (
+    atomic_dir,
+    config_says,
+    read_json,
+    read_safetensors,
+    read_torch,
+    refuse_foreign,
+    write_json,
+    write_safetensors,
+)
 from .keymap import Rule, from_vitkit, fused, infer_image_size, same, to_vitkit
 
 CONFIG_NAME = "config.json"

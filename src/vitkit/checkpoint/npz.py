@@ -21,18 +21,29 @@ from __future__ import annotations
 import os
 import re
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import torch
 
 from vitkit.errors import CheckpointError, ConfigError
-from vitkit.models import ModelConfig, ResNetConfig, ResNetV2, ViTConfig, VisionTransformer
+from vitkit.models import ModelConfig, ResNetConfig, ResNetV2, VisionTransformer, ViTConfig
 
 from . import bit
 from .io import read_npz, read_sidecar, write_npz, write_with_sidecar
-from .keymap import Rule, count_indexed, from_vitkit, fused, infer_image_size, kernel, permuted, resnet_units, same, to_vitkit
+from .keymap import (
+    Rule,
+    count_indexed,
+    from_vitkit,
+    fused,
+    infer_image_size,
+    kernel,
+    permuted,
+    resnet_units,
+    same,
+    to_vitkit,
+)
 
 PREFIXES = ("opt/target/", "params/img/", "params/", "")
 PRE_LINEN = {"MultiHeadDotProductAttention_1": "MultiHeadDotProductAttention_0", "LayerNorm_2": "LayerNorm_1", "MlpBlock_3": "MlpBlock_0"}

@@ -26,12 +26,20 @@ import torch
 from safetensors import safe_open
 
 from vitkit.errors import CheckpointError, ConfigError
-from vitkit.models import ModelConfig, ResNetConfig, ResNetV2, ViTConfig, VisionTransformer
+from vitkit.models import ModelConfig, ResNetConfig, ResNetV2, VisionTransformer, ViTConfig
 from vitkit.models.registry import SIZES
 
 from . import bit
-from .io import (is_safetensors, read_json, read_safetensors, read_sidecar, read_torch, write_safetensors, write_torch,
-                 write_with_sidecar)
+from .io import (
+    is_safetensors,
+    read_json,
+    read_safetensors,
+    read_sidecar,
+    read_torch,
+    write_safetensors,
+    write_torch,
+    write_with_sidecar,
+)
 from .keymap import Rule, count_indexed, from_vitkit, infer_image_size, same, to_vitkit
 
 METADATA_KEY = "vitkit_config"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from ._precision import add_precision
 
@@ -61,8 +60,8 @@ def setup(args: argparse.Namespace):
 
     from vitkit.checkpoint import load_with_metadata
     from vitkit.data import BadFiles, DataSpec
-    from vitkit.models import build_model
     from vitkit.devices import pick_device
+    from vitkit.models import build_model
 
     if args.out is not None:  # before the feature work, not after it (a file there: "File exists", minutes later)
         from vitkit.checkpoint.io import writable_folder

@@ -62,12 +62,12 @@ def run(args: argparse.Namespace) -> int:
     from vitkit.checkpoint.runs import describe, report_dir, step_of
     from vitkit.data import BadFiles, DataSpec, eval_batches
     from vitkit.data.sources import is_flat
+    from vitkit.devices import pick_device
     from vitkit.errors import CheckpointError, DataError, first_line
     from vitkit.evaluation import evaluate
-    from vitkit.precision import prepare
     from vitkit.plots import plot_confusion
+    from vitkit.precision import prepare
     from vitkit.transfer import picked_on
-    from vitkit.devices import pick_device
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -162,7 +162,7 @@ def _model_labels(split, names: list[str] | None, args: argparse.Namespace):
     lacks some classes, or orders them otherwise, is still scored right); DataError where a class of the data is
     not the model's. A checkpoint without class names, or --labels-by-index, takes labels as they are."""
     from vitkit.data.sources import class_name, on_classes
-    from vitkit.errors import CheckpointError, DataError, first_line
+    from vitkit.errors import DataError
 
     if not names or args.labels_by_index or list(split.class_names) == list(names):
         return split

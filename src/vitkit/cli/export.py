@@ -38,7 +38,17 @@ def run(args: argparse.Namespace) -> int:
     from vitkit.checkpoint import load_with_metadata, refuse_untrained_head
     from vitkit.checkpoint.io import writable
     from vitkit.errors import ConfigError
-    from vitkit.export import FORMATS, companions, export, format_of, openvino_default, refuse_folder, refuse_replacing, staged, verify
+    from vitkit.export import (
+        FORMATS,
+        companions,
+        export,
+        format_of,
+        openvino_default,
+        refuse_folder,
+        refuse_replacing,
+        staged,
+        verify,
+    )
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -54,9 +54,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import json
 
-    from vitkit.transfer import finetune, finetune_recipe, sweep_markdown
-
     from vitkit.checkpoint.io import writable_folder
+    from vitkit.transfer import finetune, finetune_recipe, sweep_markdown
 
     writable_folder(args.out, "the fine-tuning runs", "choose another --out")  # before the data line, not after
     overrides = list(args.overrides)
@@ -108,7 +107,6 @@ def _checkpoint_data(checkpoint: str, overrides: list) -> tuple[str | None, dict
     data.* overrides of its held-out cut ({} where it records none). `overrides` that cut it otherwise are warned of:
     that val holds images the checkpoint trained on."""
     from vitkit.checkpoint import read_metadata
-
     from vitkit.errors import DataError
 
     meta = read_metadata(checkpoint)

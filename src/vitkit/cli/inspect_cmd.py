@@ -53,13 +53,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import torch
+
     from vitkit.checkpoint import load_with_metadata, untrained_head
     from vitkit.devices import pick_device
     from vitkit.errors import ConfigError
     from vitkit.figures import write_report
     from vitkit.inspection import inspect_model, normalize
-
-    import torch
 
     if args.threads:
         torch.set_num_threads(args.threads)

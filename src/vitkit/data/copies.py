@@ -33,7 +33,7 @@ def training_twins(training: list, files: list) -> list | None:
         return None
     training, files = ([p if isinstance(p, Record) else str(p) for p in images] for images in (training, files))
 
-    @functools.lru_cache(maxsize=None)
+    @functools.cache
     def digest(item) -> str | None:
         try:
             data = item.read() if isinstance(item, Record) else Path(item).read_bytes()

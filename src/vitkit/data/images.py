@@ -17,8 +17,8 @@ import io
 import math
 import os
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
@@ -92,7 +92,7 @@ def jpeg_decoder() -> str:
     return "simplejpeg" if wanted != "pillow" and _installed("simplejpeg") else "pillow"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _installed(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 

@@ -14,8 +14,8 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Callable, Iterator
 from dataclasses import replace
-from typing import Callable, Iterator
 
 import numpy as np
 import torch
@@ -23,9 +23,9 @@ from torch.utils.data import DataLoader, Dataset
 
 from vitkit.errors import DataError
 
+from . import shards
 from .decode import crop_draws, inception_crop
 from .images import as_hw, load_image
-from . import shards
 from .sources import Split
 
 ON_ERROR = ("skip", "fail")

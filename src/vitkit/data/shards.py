@@ -20,7 +20,6 @@ split folder, form that split; otherwise a held-out part is cut as for image fol
 from __future__ import annotations
 
 import collections
-import functools
 import glob
 import io
 import json
@@ -28,8 +27,8 @@ import os
 import re
 import tarfile
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch

@@ -71,7 +71,7 @@ class Split:
     def __len__(self) -> int:
         return len(self.labels)
 
-    def subset(self, index: np.ndarray) -> "Split":
+    def subset(self, index: np.ndarray) -> Split:
         t = torch.as_tensor(index, dtype=torch.long)
         return Split(
             labels=self.labels[t],

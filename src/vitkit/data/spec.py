@@ -62,7 +62,7 @@ class DataSpec:
     trained: tuple[str, dict, float] | None = field(default=None, compare=False, repr=False)
 
     @classmethod
-    def from_config(cls, data: Any) -> "DataSpec":
+    def from_config(cls, data: Any) -> DataSpec:
         """The spec of a run config's `data` section (any object with these fields), its path made absolute."""
         fields = {f.name: getattr(data, f.name) for f in dataclasses.fields(cls) if hasattr(data, f.name)}
         path = fields.get("path")
@@ -72,7 +72,7 @@ class DataSpec:
 
     @classmethod
     def from_checkpoint(cls, extra: dict, source: str | os.PathLike, *, data: str | os.PathLike | None = None,
-                        val_fraction: float | None = None, flag: str = "--data PATH") -> "DataSpec":
+                        val_fraction: float | None = None, flag: str = "--data PATH") -> DataSpec:
         """The data a checkpoint's record (`extra["data"]`) names; `data` replaces its path, `val_fraction` its cut.
 
         A checkpoint that records no data needs `data`; recorded data that is gone is an error naming

@@ -172,7 +172,7 @@ class ViTConfig:
                 raise ConfigError(
                     f"patch_size: image {name} {size} is not divisible by the patch size {step}"
                     + (" (backbone stride x patch size)" if self.backbone else "")
-                    + f"; choose an image_size that is a multiple of it, e.g. "
+                    + "; choose an image_size that is a multiple of it, e.g. "
                     + " or ".join(str(m) for m in (size // step * step, size // step * step + step) if m > 0)
                 )
 
@@ -202,7 +202,7 @@ class ViTConfig:
     def num_prefix_tokens(self) -> int:
         return 1 if self.classifier == "token" else 0
 
-    def replace(self, **changes: Any) -> "ViTConfig":
+    def replace(self, **changes: Any) -> ViTConfig:
         """A copy with some fields changed; unknown keys are an error naming the key."""
         return dataclasses.replace(self, **_known(changes, ViTConfig, "model"))
 
@@ -211,7 +211,7 @@ class ViTConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "ViTConfig":
+    def from_dict(cls, data: dict[str, Any]) -> ViTConfig:
         if not isinstance(data, dict):
             raise ConfigError(f"model config: expected a mapping, got {type(data).__name__}")
         return cls(**_known(data, cls, "model"))
@@ -274,7 +274,7 @@ class BiTConfig:
     def stride(self) -> int:
         return (4 if self.stem == "bit" else 1) * 2 ** (len(self.layers) - 1)
 
-    def replace(self, **changes: Any) -> "BiTConfig":
+    def replace(self, **changes: Any) -> BiTConfig:
         return dataclasses.replace(self, **_known(changes, BiTConfig, "model"))
 
     def to_dict(self) -> dict[str, Any]:
@@ -282,7 +282,7 @@ class BiTConfig:
         return {"arch": self.ARCH, **dataclasses.asdict(self)}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "BiTConfig":
+    def from_dict(cls, data: dict[str, Any]) -> BiTConfig:
         if not isinstance(data, dict):
             raise ConfigError(f"model config: expected a mapping, got {type(data).__name__}")
         return cls(**_known({k: v for k, v in data.items() if k != "arch"}, cls, "model"))

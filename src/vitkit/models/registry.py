@@ -14,9 +14,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from vitkit.errors import ConfigError
-
 from torch import nn
+
+from vitkit.errors import ConfigError
 
 from .bit import ResNetV2
 from .config import BiTConfig, ModelConfig, ResNetConfig, ViTConfig

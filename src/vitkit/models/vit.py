@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import contextlib
 import math
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
