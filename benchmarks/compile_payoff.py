@@ -37,8 +37,10 @@ def main() -> None:
     model = vitkit.create_model(args.model).eval()
     size = model.config.image_size
     x = torch.randn(args.batch, model.config.in_chans, *size)
-    print(f"{args.model} at {size[0]} px, batch {args.batch}, {device_name('cpu')}; "
-          f"vitkit assumes compile {precision.COMPILE_SECONDS:.0f} s, speedup {precision.COMPILED_SPEEDUP:.2f}x")
+    print(
+        f"{args.model} at {size[0]} px, batch {args.batch}, {device_name('cpu')}; "
+        f"vitkit assumes compile {precision.COMPILE_SECONDS:.0f} s, speedup {precision.COMPILED_SPEEDUP:.2f}x"
+    )
     rows = {}
     for prec in args.precision:
         eager = precision.prepare(model, prec, compile=False)
@@ -47,14 +49,23 @@ def main() -> None:
         start = time.perf_counter()
         compiled(x)
         first = time.perf_counter() - start
-        times = interleaved_times({"eager": lambda: eager(x), "compiled": lambda: compiled(x)}, device="cpu",
-                                  rounds=args.rounds, warmup=0)
+        times = interleaved_times(
+            {"eager": lambda: eager(x), "compiled": lambda: compiled(x)}, device="cpu", rounds=args.rounds, warmup=0
+        )
         e, c = statistics.median(times["eager"]), statistics.median(times["compiled"])
         cost = first - c  # the first call minus one ordinary compiled batch
         pays_after = cost / (e - c) if e > c else float("inf")
-        rows[prec] = {"eager_s": e, "compiled_s": c, "speedup": e / c, "compile_s": cost, "pays_after_batches": pays_after}
-        print(f"| {prec} | eager {e:.2f} s/batch | compiled {c:.2f} s/batch | {e / c:.2f}x | compile {cost:.0f} s | "
-              f"pays after {pays_after:.0f} batches ({pays_after * args.batch:.0f} images) |")
+        rows[prec] = {
+            "eager_s": e,
+            "compiled_s": c,
+            "speedup": e / c,
+            "compile_s": cost,
+            "pays_after_batches": pays_after,
+        }
+        print(
+            f"| {prec} | eager {e:.2f} s/batch | compiled {c:.2f} s/batch | {e / c:.2f}x | compile {cost:.0f} s | "
+            f"pays after {pays_after:.0f} batches ({pays_after * args.batch:.0f} images) |"
+        )
     print(json.dumps({"model": args.model, "batch": args.batch, "threads": torch.get_num_threads(), "results": rows}))
 
 

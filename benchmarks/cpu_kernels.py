@@ -32,14 +32,21 @@ def main() -> None:
             setup = benchmark.Setup(config=config, batch_size=args.batch, compile=compiled, kernels=kernels)
             torch.manual_seed(0)
             model = benchmark.build_vitkit(setup)
-            steps[f"{'compiled' if compiled else 'eager'} {benchmark.inference_kernels(model)}"] = benchmark._step(model, setup, args.batch)
+            steps[f"{'compiled' if compiled else 'eager'} {benchmark.inference_kernels(model)}"] = benchmark._step(
+                model, setup, args.batch
+            )
     times = benchmark.interleaved_times(steps, device="cpu", rounds=args.rounds, warmup=2)
-    report = {"model": args.model, "batch": args.batch, "device": benchmark.device_name("cpu"),
-              "ms": {k: 1e3 * statistics.median(v) for k, v in times.items()}}
+    report = {
+        "model": args.model,
+        "batch": args.batch,
+        "device": benchmark.device_name("cpu"),
+        "ms": {k: 1e3 * statistics.median(v) for k, v in times.items()},
+    }
     for mode in ("eager", "compiled"):
         if f"{mode} vitkit-cpu" in times:
             report[f"{mode}: torch ops / kernels"] = statistics.median(
-                t / k for t, k in zip(times[f"{mode} torch"], times[f"{mode} vitkit-cpu"]))
+                t / k for t, k in zip(times[f"{mode} torch"], times[f"{mode} vitkit-cpu"])
+            )
     print(json.dumps(report, indent=1))
 
 

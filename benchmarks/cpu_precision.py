@@ -26,8 +26,17 @@ from vitkit.export import export, runtime_session
 from vitkit.precision import native_bf16, prepare
 from vitkit.train import find_checkpoint
 
-PATHS = ("vitkit fp32", "vitkit bf16", "vitkit int8", "vitkit int8-dynamic", "onnxruntime fp32", "openvino fp32", "openvino bf16",
-         "onnxruntime int8 (NNCF)", "openvino int8 (NNCF)")
+PATHS = (
+    "vitkit fp32",
+    "vitkit bf16",
+    "vitkit int8",
+    "vitkit int8-dynamic",
+    "onnxruntime fp32",
+    "openvino fp32",
+    "openvino bf16",
+    "onnxruntime int8 (NNCF)",
+    "openvino int8 (NNCF)",
+)
 
 
 def main() -> None:
@@ -38,8 +47,13 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--calibration", type=int, default=256, help="int8: training images its observers see")
     p.add_argument("--threads", type=int, default=0)
-    p.add_argument("--no-nncf", action="store_true", help="leave out the int8 exports NNCF quantizes for ONNX Runtime and OpenVINO")
-    p.add_argument("--paths", help="comma-separated: only these paths (names as in the table; vitkit fp32, the reference, always runs)")
+    p.add_argument(
+        "--no-nncf", action="store_true", help="leave out the int8 exports NNCF quantizes for ONNX Runtime and OpenVINO"
+    )
+    p.add_argument(
+        "--paths",
+        help="comma-separated: only these paths (names as in the table; vitkit fp32, the reference, always runs)",
+    )
     args = p.parse_args()
     only = None if args.paths is None else {"vitkit fp32", *(name.strip() for name in args.paths.split(","))}
     if only is not None and only - set(PATHS):
@@ -57,8 +71,15 @@ def main() -> None:
     crop = extra.get("preprocess", {}).get("crop_pct", 1.0)
 
     def split(name):
-        return open_dataset("auto", args.data or trained.get("path"), name, channels=c.in_chans, image_size=c.image_size[0],
-                            val_fraction=trained.get("val_fraction", 0.1), seed=trained.get("split_seed", 0))
+        return open_dataset(
+            "auto",
+            args.data or trained.get("path"),
+            name,
+            channels=c.in_chans,
+            image_size=c.image_size[0],
+            val_fraction=trained.get("val_fraction", 0.1),
+            seed=trained.get("split_seed", 0),
+        )
 
     test = split(args.split)
     n_batches = -(-len(test) // args.batch_size)
@@ -80,13 +101,19 @@ def main() -> None:
         for runtime, fmt, name in (("onnxruntime", "onnx", "int8.onnx"), ("openvino", "openvino", "int8.xml")):
             if wanted(f"{runtime} int8 (NNCF)"):
                 quantized = export(model, Path(scratch.name) / name, format=fmt, calibration=calibration)
-                candidates[f"{runtime} int8 (NNCF)"] = runtime_session(runtime, quantized, precision="int8", threads=threads)
+                candidates[f"{runtime} int8 (NNCF)"] = runtime_session(
+                    runtime, quantized, precision="int8", threads=threads
+                )
     if only is not None and set(candidates) != only:
-        p.error(f"--paths: not available here: {', '.join(sorted(only - set(candidates)))} (no native bf16, or --no-nncf)")
+        p.error(
+            f"--paths: not available here: {', '.join(sorted(only - set(candidates)))} (no native bf16, or --no-nncf)"
+        )
     preds = {name: [] for name in candidates}
     seconds = dict.fromkeys(candidates, 0.0)
     labels = []
-    for images, y in eval_batches(test, args.batch_size, torch.device("cpu"), channels=c.in_chans, size=c.image_size[0], crop_pct=crop):
+    for images, y in eval_batches(
+        test, args.batch_size, torch.device("cpu"), channels=c.in_chans, size=c.image_size[0], crop_pct=crop
+    ):
         x = eval_transform(images, c.image_size, crop, c.mean, c.std)
         labels.append(y)
         for name, run in candidates.items():
@@ -99,18 +126,29 @@ def main() -> None:
     rows = {}
     for name in candidates:
         p_ = torch.cat(preds[name])
-        rows[name] = {"top1": float((p_ == labels).double().mean()), "agreement_with_vitkit_fp32": float((p_ == ref).double().mean()),
-                      "seconds": seconds[name]}
+        rows[name] = {
+            "top1": float((p_ == labels).double().mean()),
+            "agreement_with_vitkit_fp32": float((p_ == ref).double().mean()),
+            "seconds": seconds[name],
+        }
     base = rows["vitkit fp32"]["top1"]
     print(f"{folder} on {args.split} ({len(labels)} images), {threads} threads")
     for name, run in candidates.items():  # what each of vitkit's runners ran (kernels, GEMMs, compiled or not)
         if name.startswith("vitkit"):
             print(f"- {name}: {run.description}")
-    print("| path | top-1 | difference vs vitkit fp32 (points) | agreement with vitkit fp32 | seconds (incl. first-batch build) |")
+    print(
+        "| path | top-1 | difference vs vitkit fp32 (points) | agreement with vitkit fp32 | seconds (incl. first-batch build) |"
+    )
     print("|---|---|---|---|---|")
     for name, r in rows.items():
-        print(f"| {name} | {r['top1']:.4f} | {100 * (r['top1'] - base):+.2f} | {100 * r['agreement_with_vitkit_fp32']:.2f}% | {r['seconds']:.1f} |")
-    print(json.dumps({"checkpoint": str(folder), "split": args.split, "n": len(labels), "threads": threads, "results": rows}))
+        print(
+            f"| {name} | {r['top1']:.4f} | {100 * (r['top1'] - base):+.2f} | {100 * r['agreement_with_vitkit_fp32']:.2f}% | {r['seconds']:.1f} |"
+        )
+    print(
+        json.dumps(
+            {"checkpoint": str(folder), "split": args.split, "n": len(labels), "threads": threads, "results": rows}
+        )
+    )
 
 
 if __name__ == "__main__":

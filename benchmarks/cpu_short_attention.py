@@ -22,8 +22,18 @@ import vitkit
 from vitkit.benchmark import device_name, interleaved_times
 from vitkit.models import vit
 
-SHAPES = [(256, 4, 16, 24), (256, 3, 17, 64), (128, 4, 50, 64), (128, 12, 50, 64), (64, 6, 65, 64), (256, 6, 65, 64),
-          (64, 3, 101, 64), (64, 6, 129, 64), (16, 6, 197, 64), (64, 6, 197, 64)]
+SHAPES = [
+    (256, 4, 16, 24),
+    (256, 3, 17, 64),
+    (128, 4, 50, 64),
+    (128, 12, 50, 64),
+    (64, 6, 65, 64),
+    (256, 6, 65, 64),
+    (64, 3, 101, 64),
+    (64, 6, 129, 64),
+    (16, 6, 197, 64),
+    (64, 6, 197, 64),
+]
 
 
 def written_out(q, k, v):
@@ -37,8 +47,12 @@ def shape_times(shape: tuple[int, int, int, int], rounds: int) -> dict[str, floa
     def step(attention):
         return lambda: attention(q, k, v).backward(grad)
 
-    times = interleaved_times({"fused": step(F.scaled_dot_product_attention), "written_out": step(written_out)},
-                              device="cpu", rounds=rounds, warmup=2)
+    times = interleaved_times(
+        {"fused": step(F.scaled_dot_product_attention), "written_out": step(written_out)},
+        device="cpu",
+        rounds=rounds,
+        warmup=2,
+    )
     fused, out = (1e3 * statistics.median(times[name]) for name in ("fused", "written_out"))
     with torch.enable_grad():
         picked = vit._written_out_is_faster(q, k)
@@ -66,8 +80,11 @@ def demo_steps(rounds: int) -> dict[str, float]:
 
         steps[name] = step
     times = interleaved_times(steps, device="cpu", rounds=rounds, warmup=2)
-    return {"rule_ms": 1e3 * statistics.median(times["rule"]), "fused_ms": 1e3 * statistics.median(times["fused"]),
-            "speedup": statistics.median(f / r for f, r in zip(times["fused"], times["rule"]))}
+    return {
+        "rule_ms": 1e3 * statistics.median(times["rule"]),
+        "fused_ms": 1e3 * statistics.median(times["fused"]),
+        "speedup": statistics.median(f / r for f, r in zip(times["fused"], times["rule"])),
+    }
 
 
 def main() -> None:
@@ -78,14 +95,24 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     print(f"{device_name('cpu')}, torch {torch.__version__}, fp32, forward + backward")
-    report = {"device": device_name("cpu"), "threads": torch.get_num_threads(), "torch": torch.__version__, "shapes": {}}
+    report = {
+        "device": device_name("cpu"),
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "shapes": {},
+    }
     for shape in SHAPES:
         r = report["shapes"][str(shape)] = shape_times(shape, args.rounds)
-        print(f"{str(shape):20s} fused {r['fused_ms']:7.2f} ms  written out {r['written_out_ms']:7.2f} ms  "
-              f"{r['speedup']:.2f}x  rule: {'written out' if r['rule_picks_written_out'] else 'fused'}", flush=True)
+        print(
+            f"{str(shape):20s} fused {r['fused_ms']:7.2f} ms  written out {r['written_out_ms']:7.2f} ms  "
+            f"{r['speedup']:.2f}x  rule: {'written out' if r['rule_picks_written_out'] else 'fused'}",
+            flush=True,
+        )
     d = report["demo"] = demo_steps(args.rounds)
-    print(f"demo model training step, batch 256: {d['rule_ms']:.1f} ms (rule) against {d['fused_ms']:.1f} ms (fused): "
-          f"{d['speedup']:.2f}x")
+    print(
+        f"demo model training step, batch 256: {d['rule_ms']:.1f} ms (rule) against {d['fused_ms']:.1f} ms (fused): "
+        f"{d['speedup']:.2f}x"
+    )
     print(json.dumps(report))
 
 

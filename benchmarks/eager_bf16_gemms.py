@@ -48,8 +48,11 @@ def main():
                 packed_s.append(seconds[id(packed)])
                 plain_s.append(seconds[id(plain)])
                 ratios.append(plain_s[-1] / packed_s[-1])
-            print(f"  batch {batch}: packed {1e3 * statistics.median(packed_s):.1f} ms, torch's {1e3 * statistics.median(plain_s):.1f} ms, "
-                  f"speed-up {statistics.median(ratios):.3f}x (rounds {min(ratios):.3f}-{max(ratios):.3f})", flush=True)
+            print(
+                f"  batch {batch}: packed {1e3 * statistics.median(packed_s):.1f} ms, torch's {1e3 * statistics.median(plain_s):.1f} ms, "
+                f"speed-up {statistics.median(ratios):.3f}x (rounds {min(ratios):.3f}-{max(ratios):.3f})",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

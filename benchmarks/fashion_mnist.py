@@ -105,7 +105,7 @@ def main() -> int:
 
     head, sep, rest = text.partition(header)
     table_end = rest.find("\n\n", rest.find("|---|"))
-    rest = rest + line if table_end < 0 else rest[:table_end + 1] + line + rest[table_end + 1 :]
+    rest = rest + line if table_end < 0 else rest[: table_end + 1] + line + rest[table_end + 1 :]
     with atomic_path(results) as tmp:
         tmp.write_text(head + sep + rest)
     return 0

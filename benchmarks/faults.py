@@ -73,8 +73,10 @@ def kill_every_step(work: Path) -> None:
             counts["faults injected"] += 1
             counts["kills survived"] += seen[-1] != "lost"
             point += 1
-        print(f"kill at every step, {format}: {point - 1} kills, afterwards old {seen.count('old')}, new {seen.count('new')}, "
-              f"lost {seen.count('lost')}")
+        print(
+            f"kill at every step, {format}: {point - 1} kills, afterwards old {seen.count('old')}, new {seen.count('new')}, "
+            f"lost {seen.count('lost')}"
+        )
 
 
 def random_convert_kills(work: Path, n: int) -> None:
@@ -87,15 +89,19 @@ def random_convert_kills(work: Path, n: int) -> None:
     took = time.perf_counter() - started  # kills fall in the last half of a convert's time, where it writes
     for _ in range(n):
         save_checkpoint(_model(0), dst)
-        run = subprocess.Popen([VITKIT, "convert", str(src), str(dst)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        run = subprocess.Popen(
+            [VITKIT, "convert", str(src), str(dst)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         time.sleep(rng.uniform(0.5 * took, 1.05 * took))
         run.kill()
         run.wait()
         counts["faults injected"] += 1
         seen.append(_check(dst, old, new, _size(dst)))
         counts["kills survived"] += seen[-1] != "lost"
-    print(f"SIGKILL of vitkit convert at random moments: {n}, afterwards old {seen.count('old')}, new {seen.count('new')}, "
-          f"lost {seen.count('lost')}")
+    print(
+        f"SIGKILL of vitkit convert at random moments: {n}, afterwards old {seen.count('old')}, new {seen.count('new')}, "
+        f"lost {seen.count('lost')}"
+    )
 
 
 def file_size_limits(work: Path) -> None:
@@ -164,22 +170,42 @@ def tmpfs_full(work: Path) -> None:
         subprocess.run(["umount", str(disk)])
 
 
-TRAIN = ["model.name=vit_test", "model.depth=1", "model.image_size=8", "data.name=synthetic", "data.synthetic_size=64",
-         "train.batch_size=16", "train.warmup_steps=2", "train.log_every=1", "train.eval_every=100", "train.checkpoint_every=1",
-         "train.progress=false", "augment.crop=pad", "augment.pad=1", "train.threads=1", "train.decay=constant", "train.keep_checkpoints=1"]
+TRAIN = [
+    "model.name=vit_test",
+    "model.depth=1",
+    "model.image_size=8",
+    "data.name=synthetic",
+    "data.synthetic_size=64",
+    "train.batch_size=16",
+    "train.warmup_steps=2",
+    "train.log_every=1",
+    "train.eval_every=100",
+    "train.checkpoint_every=1",
+    "train.progress=false",
+    "augment.crop=pad",
+    "augment.pad=1",
+    "train.threads=1",
+    "train.decay=constant",
+    "train.keep_checkpoints=1",
+]
 
 
 def train_kills(work: Path, n: int, steps: int = 40) -> None:
     straight = work / "straight"
     started = time.monotonic()
-    subprocess.run([VITKIT, "train", "--out", str(straight), *TRAIN, f"train.steps={steps}"], check=True, capture_output=True)
+    subprocess.run(
+        [VITKIT, "train", "--out", str(straight), *TRAIN, f"train.steps={steps}"], check=True, capture_output=True
+    )
     took = time.monotonic() - started
     want = read_safetensors(straight / "final" / "model.safetensors")
     rng = random.Random(1)
     for i in range(n):
         out = work / f"killed{i}"
-        run = subprocess.Popen([VITKIT, "train", "--out", str(out), *TRAIN, f"train.steps={steps}"], stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
+        run = subprocess.Popen(
+            [VITKIT, "train", "--out", str(out), *TRAIN, f"train.steps={steps}"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         time.sleep(rng.uniform(0.5, 0.95) * took)  # the later half of a run as long as the straight one, on any machine
         if run.poll() is not None:  # it finished first: nothing was killed, nothing counted
             print(f"SIGKILL of vitkit train {i + 1}/{n}: the run had ended; not counted")
@@ -188,7 +214,9 @@ def train_kills(work: Path, n: int, steps: int = 40) -> None:
         run.wait()
         counts["faults injected"] += 1
         if not (out / "final").is_dir():  # (killed after its final model was written: that model is compared as it is)
-            args = ["--resume", str(out)] if step_checkpoints(out) else ["--out", str(out), *TRAIN, f"train.steps={steps}"]
+            args = (
+                ["--resume", str(out)] if step_checkpoints(out) else ["--out", str(out), *TRAIN, f"train.steps={steps}"]
+            )
             subprocess.run([VITKIT, "train", *args], check=True, capture_output=True)
         got = read_safetensors(out / "final" / "model.safetensors")
         same = all(torch.allclose(got[k], want[k], atol=1e-6, rtol=0) for k in want)
@@ -200,8 +228,13 @@ def train_kills(work: Path, n: int, steps: int = 40) -> None:
 def fuzz(examples: int) -> None:
     files = ["tests/test_input_fuzz.py", "tests/data/test_images_fuzz.py", "tests/checkpoint/test_checkpoint_fuzz.py"]
     env = {**os.environ, "VITKIT_FUZZ_EXAMPLES": str(examples)}
-    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--hypothesis-show-statistics", *files],
-                            cwd=ROOT, env=env, capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--hypothesis-show-statistics", *files],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     phases = re.findall(r"- (\d+) passing, (\d+) failing", result.stdout)  # hypothesis statistics, every phase
     tried, failed = sum(int(p) for p, _ in phases), sum(int(f) for _, f in phases)
     counts["inputs tried"] += tried + failed
@@ -213,7 +246,12 @@ def fuzz(examples: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--fuzz-examples", type=int, default=300, help="hypothesis examples per fuzzer (x_input_fuzz, images, checkpoints)")
+    parser.add_argument(
+        "--fuzz-examples",
+        type=int,
+        default=300,
+        help="hypothesis examples per fuzzer (x_input_fuzz, images, checkpoints)",
+    )
     parser.add_argument("--random-kills", type=int, default=20)
     parser.add_argument("--train-kills", type=int, default=5)
     args = parser.parse_args()
@@ -226,8 +264,10 @@ def main() -> None:
         tmpfs_full(work)
         train_kills(work, args.train_kills)
     fuzz(args.fuzz_examples)
-    print(f"\n{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {time.time() - started:.0f} s, "
-          f"{os.cpu_count()} CPUs, torch {torch.__version__}")
+    print(
+        f"\n{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {time.time() - started:.0f} s, "
+        f"{os.cpu_count()} CPUs, torch {torch.__version__}"
+    )
     print("| inputs tried | faults injected | kills survived | bytes lost | wrong messages |")
     print("|---|---|---|---|---|")
     print("| " + " | ".join(f"{counts[k]:,}" for k in counts) + " |")

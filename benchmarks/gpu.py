@@ -79,8 +79,12 @@ class GpuSampler:
         inside = [(u, m) for t, u, m in self.samples if start <= t <= end]
         if not inside:
             return {"samples": 0}
-        return {"samples": len(inside), "util_mean": statistics.mean(u for u, _ in inside),
-                "util_median": statistics.median(u for u, _ in inside), "mem_max_mib": max(m for _, m in inside)}
+        return {
+            "samples": len(inside),
+            "util_mean": statistics.mean(u for u, _ in inside),
+            "util_median": statistics.median(u for u, _ in inside),
+            "mem_max_mib": max(m for _, m in inside),
+        }
 
 
 def train_rows(run: Path) -> list[dict]:
@@ -97,26 +101,49 @@ def steady_img_s(run: Path, skip: int = 2) -> float:
 def part_env(out: Path, args) -> dict:
     import torch
 
-    info = {"torch": torch.__version__, "cuda": torch.version.cuda, "device": torch.cuda.get_device_name(0),
-            "capability": torch.cuda.get_device_capability(0), "memory_gib": torch.cuda.get_device_properties(0).total_memory / 2**30}
+    info = {
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "device": torch.cuda.get_device_name(0),
+        "capability": torch.cuda.get_device_capability(0),
+        "memory_gib": torch.cuda.get_device_properties(0).total_memory / 2**30,
+    }
     for name in ("timm", "transformers", "triton", "simplejpeg"):
         try:
             info[name] = __import__(name).__version__
         except Exception as err:
             info[name] = f"missing ({type(err).__name__})"
-    info["nvidia_smi"] = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,clocks.max.sm,power.limit",
-                                         "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
+    info["nvidia_smi"] = subprocess.run(
+        ["nvidia-smi", "--query-gpu=name,driver_version,clocks.max.sm,power.limit", "--format=csv,noheader"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     info["cpu_cores"] = len(os.sched_getaffinity(0))
     return info
 
 
 def part_fmnist(out: Path, args) -> dict:
-    base = [*VITKIT, "train", "--config", str(ROOT / "configs" / "fashion_mnist_gpu.yaml"), "--data", args.fmnist, "--no-progress"]
+    base = [
+        *VITKIT,
+        "train",
+        "--config",
+        str(ROOT / "configs" / "fashion_mnist_gpu.yaml"),
+        "--data",
+        args.fmnist,
+        "--no-progress",
+    ]
     probe_args = ["train.steps=300", "train.eval_every=300", "train.checkpoint_every=300"]
     before = {}
-    for batch, lr in args.compare_batch:  # the same probe at another batch, e.g. the one an earlier version was measured at
+    for (
+        batch,
+        lr,
+    ) in args.compare_batch:  # the same probe at another batch, e.g. the one an earlier version was measured at
         other = out / f"fmnist-probe-b{batch}"
-        sh([*base, "--out", str(other), *probe_args, f"train.batch_size={batch}", f"train.lr={lr}"], out / "fmnist.log", 300)
+        sh(
+            [*base, "--out", str(other), *probe_args, f"train.batch_size={batch}", f"train.lr={lr}"],
+            out / "fmnist.log",
+            300,
+        )
         before[f"batch {batch}"] = steady_img_s(other)
     probe = out / "fmnist-probe"
     sh([*base, "--out", str(probe), *probe_args], out / "fmnist.log", 300)
@@ -133,33 +160,76 @@ def part_fmnist(out: Path, args) -> dict:
     found = [line for line in text.splitlines() if line.startswith("{")]
     test = json.loads(found[-1]) if rc_eval == 0 and found else {"error": text[-2000:]}
     summary = json.loads((run / "summary.json").read_text()) if (run / "summary.json").exists() else {}
-    return {"probe_img_s": rate, "other_batches_img_s": before, "steps": steps, "batch": batch, "rc": rc, "command_seconds": end - start, "summary": summary,
-            "gpu": gpu.between(start, end), "test": test}
+    return {
+        "probe_img_s": rate,
+        "other_batches_img_s": before,
+        "steps": steps,
+        "batch": batch,
+        "rc": rc,
+        "command_seconds": end - start,
+        "summary": summary,
+        "gpu": gpu.between(start, end),
+        "test": test,
+    }
 
 
 def part_tests(out: Path, args) -> dict:
-    rc, text = sh([sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", "-rA", str(ROOT / "tests")],
-                  out / "tests.log", args.part_timeout)
+    rc, text = sh(
+        [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", "-rA", str(ROOT / "tests")],
+        out / "tests.log",
+        args.part_timeout,
+    )
     return {"rc": rc, "tail": text[-1500:]}
 
 
 def _bench(out: Path, name: str, mode: str, batch: int, timeout: float, extra=()) -> dict:
     path = out / f"{mode}-{name}-b{batch}.json"
-    rc, text = sh([*VITKIT, "benchmark", "--device", "cuda", "--model", name, "--batch", str(batch), "--mode", mode,
-                   "--compare", "timm", "--rounds", "20", "--json", str(path), *extra], out / f"{mode}.log", timeout)
+    rc, text = sh(
+        [
+            *VITKIT,
+            "benchmark",
+            "--device",
+            "cuda",
+            "--model",
+            name,
+            "--batch",
+            str(batch),
+            "--mode",
+            mode,
+            "--compare",
+            "timm",
+            "--rounds",
+            "20",
+            "--json",
+            str(path),
+            *extra,
+        ],
+        out / f"{mode}.log",
+        timeout,
+    )
     if rc != 0:
         return {"rc": rc, "tail": text[-1500:]}
     report = json.loads(path.read_text())
     r = report["results"]
-    return {"batch": batch, "vitkit_img_s": r["vitkit"]["img_per_s"], "timm_img_s": r["timm"]["img_per_s"],
-            "vitkit_mfu": r["vitkit"]["mfu"], "timm_mfu": r["timm"]["mfu"], "speedup": report["speedup"]["vitkit/timm"],
-            "peak_tflops": report["peak_tflops"], "vitkit_mem_mb": r["vitkit"]["peak_memory_mb"], "timm_mem_mb": r["timm"]["peak_memory_mb"],
-            "gflops_per_image": report["gflops_per_image"]}
+    return {
+        "batch": batch,
+        "vitkit_img_s": r["vitkit"]["img_per_s"],
+        "timm_img_s": r["timm"]["img_per_s"],
+        "vitkit_mfu": r["vitkit"]["mfu"],
+        "timm_mfu": r["timm"]["mfu"],
+        "speedup": report["speedup"]["vitkit/timm"],
+        "peak_tflops": report["peak_tflops"],
+        "vitkit_mem_mb": r["vitkit"]["peak_memory_mb"],
+        "timm_mem_mb": r["timm"]["peak_memory_mb"],
+        "gflops_per_image": report["gflops_per_image"],
+    }
 
 
 def part_train(out: Path, args) -> dict:
     models = (("vit_s16", 256), ("vit_b16", 256), ("vit_l16", 128))
-    return {name: _bench(out, name, "train", batch, 240) for name, batch in models if name in args.train_models.split(",")}
+    return {
+        name: _bench(out, name, "train", batch, 240) for name, batch in models if name in args.train_models.split(",")
+    }
 
 
 def part_infer(out: Path, args) -> dict:
@@ -170,10 +240,22 @@ def part_memory(out: Path, args) -> dict:
     results = {}
     for name in ("vit_l16", "vit_h14"):
         for variant in ("plain", "grad_checkpointing", "fsdp2"):
-            rc, text = sh([sys.executable, __file__, "_memory", name, variant, "--out", str(out)], out / "memory.log", 120,
-                          env={"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29511", "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"})
+            rc, text = sh(
+                [sys.executable, __file__, "_memory", name, variant, "--out", str(out)],
+                out / "memory.log",
+                120,
+                env={
+                    "MASTER_ADDR": "127.0.0.1",
+                    "MASTER_PORT": "29511",
+                    "RANK": "0",
+                    "WORLD_SIZE": "1",
+                    "LOCAL_RANK": "0",
+                },
+            )
             lines = [line for line in text.splitlines() if line.startswith("{")]
-            results[f"{name} {variant}"] = json.loads(lines[-1]) if rc == 0 and lines else {"rc": rc, "tail": text[-800:]}
+            results[f"{name} {variant}"] = (
+                json.loads(lines[-1]) if rc == 0 and lines else {"rc": rc, "tail": text[-800:]}
+            )
     return results
 
 
@@ -227,8 +309,14 @@ def memory_probe(name: str, variant: str) -> dict:
         except torch.cuda.OutOfMemoryError:
             tried.append(-batch)
             batch = int(batch * 0.95)
-    return {"largest_batch": batch, "tries": tried, "mib_per_image": per_image / 2**20, "fixed_gib": fixed / 2**30,
-            "peak_gib": peak / 2**30 if tried and tried[-1] > 0 else None, "device_gib": total / 2**30}
+    return {
+        "largest_batch": batch,
+        "tries": tried,
+        "mib_per_image": per_image / 2**20,
+        "fixed_gib": fixed / 2**30,
+        "peak_gib": peak / 2**30 if tried and tried[-1] > 0 else None,
+        "device_gib": total / 2**30,
+    }
 
 
 def part_profile(out: Path, args) -> dict:
@@ -237,9 +325,13 @@ def part_profile(out: Path, args) -> dict:
     return json.loads(lines[-1]) if rc == 0 and lines else {"rc": rc, "tail": text[-1500:]}
 
 
-FAMILIES = (("gemm", ("gemm", "xmma", "cutlass", "nvjet", "sm90_", "cublas")), ("attention", ("flash", "fmha", "attention", "cudnn")),
-            ("optimizer", ("adam", "multi_tensor", "foreach")), ("triton (fused elementwise, norms)", ("triton",)),
-            ("copies and casts", ("copy", "memcpy", "memset", "cast")))
+FAMILIES = (
+    ("gemm", ("gemm", "xmma", "cutlass", "nvjet", "sm90_", "cublas")),
+    ("attention", ("flash", "fmha", "attention", "cudnn")),
+    ("optimizer", ("adam", "multi_tensor", "foreach")),
+    ("triton (fused elementwise, norms)", ("triton",)),
+    ("copies and casts", ("copy", "memcpy", "memset", "cast")),
+)
 
 
 def profile_step(batch: int = 256) -> dict:
@@ -249,8 +341,14 @@ def profile_step(batch: int = 256) -> dict:
     from vitkit import benchmark
     from vitkit.models import get_config
 
-    setup = benchmark.Setup(config=get_config("vit_b16", num_classes=1000), batch_size=batch, dtype="bf16", device="cuda",
-                            mode="train", compile=True)
+    setup = benchmark.Setup(
+        config=get_config("vit_b16", num_classes=1000),
+        batch_size=batch,
+        dtype="bf16",
+        device="cuda",
+        mode="train",
+        compile=True,
+    )
     step = benchmark._step(benchmark.build_vitkit(setup), setup, batch)
     for _ in range(3):
         step()
@@ -274,22 +372,48 @@ def profile_step(batch: int = 256) -> dict:
         label = next((label for label, keys in FAMILIES if any(k in low for k in keys)), "other")
         families[label] += ms
     top = sorted(kernels.items(), key=lambda kv: -kv[1])[:25]
-    return {"batch": batch, "wall_ms_per_step": wall * 1e3, "gpu_busy_ms_per_step": busy,
-            "families_ms": families, "top_kernels_ms": [[k[:120], v] for k, v in top]}
+    return {
+        "batch": batch,
+        "wall_ms_per_step": wall * 1e3,
+        "gpu_busy_ms_per_step": busy,
+        "families_ms": families,
+        "top_kernels_ms": [[k[:120], v] for k, v in top],
+    }
 
 
 def part_loop(out: Path, args) -> dict:
     """The training loop's own cost: `vitkit train` against the bare compiled step of the same model and batch."""
     run = out / "loop-run"
-    common = ["model.name=vit_b16", "data.name=synthetic", "data.synthetic_size=4096", "data.synthetic_classes=1000",
-              "train.batch_size=256", "train.compile=true", "train.log_every=10", "train.eval_every=100000",
-              "train.checkpoint_every=100000", "augment.crop=pad", "augment.pad=4", "augment.hflip=0.5", "train.warmup_steps=10"]
+    common = [
+        "model.name=vit_b16",
+        "data.name=synthetic",
+        "data.synthetic_size=4096",
+        "data.synthetic_classes=1000",
+        "train.batch_size=256",
+        "train.compile=true",
+        "train.log_every=10",
+        "train.eval_every=100000",
+        "train.checkpoint_every=100000",
+        "augment.crop=pad",
+        "augment.pad=4",
+        "augment.hflip=0.5",
+        "train.warmup_steps=10",
+    ]
     with GpuSampler() as gpu:
         start = time.perf_counter()
-        rc, text = sh([*VITKIT, "train", "--out", str(run), "--no-progress", *common, "train.steps=120"], out / "loop.log", args.part_timeout)
+        rc, text = sh(
+            [*VITKIT, "train", "--out", str(run), "--no-progress", *common, "train.steps=120"],
+            out / "loop.log",
+            args.part_timeout,
+        )
         end = time.perf_counter()
     rows = train_rows(run) if (run / "metrics.jsonl").exists() else []
-    return {"rc": rc, "img_s": steady_img_s(run, skip=3) if rows else None, "gpu": gpu.between(start, end), "tail": text[-600:] if rc else ""}
+    return {
+        "rc": rc,
+        "img_s": steady_img_s(run, skip=3) if rows else None,
+        "gpu": gpu.between(start, end),
+        "tail": text[-600:] if rc else "",
+    }
 
 
 def part_jpeg(out: Path, args) -> dict:
@@ -302,14 +426,37 @@ def part_jpeg(out: Path, args) -> dict:
         run = out / f"jpeg-w{workers}"
         with GpuSampler() as gpu:
             start = time.perf_counter()
-            rc, text = sh([*VITKIT, "train", "--out", str(run), "--data", str(folder), "--no-progress", "model.name=vit_s16",
-                           "augment.crop=rrc", "train.batch_size=256", "train.compile=true", "train.steps=60", "train.log_every=5",
-                           "train.eval_every=100000", "train.checkpoint_every=100000", f"data.workers={workers}",
-                           "data.val_fraction=0.05"], out / "jpeg.log", 150)
+            rc, text = sh(
+                [
+                    *VITKIT,
+                    "train",
+                    "--out",
+                    str(run),
+                    "--data",
+                    str(folder),
+                    "--no-progress",
+                    "model.name=vit_s16",
+                    "augment.crop=rrc",
+                    "train.batch_size=256",
+                    "train.compile=true",
+                    "train.steps=60",
+                    "train.log_every=5",
+                    "train.eval_every=100000",
+                    "train.checkpoint_every=100000",
+                    f"data.workers={workers}",
+                    "data.val_fraction=0.05",
+                ],
+                out / "jpeg.log",
+                150,
+            )
             end = time.perf_counter()
         rows = train_rows(run) if (run / "metrics.jsonl").exists() else []
-        results[f"workers={workers}"] = {"rc": rc, "img_s": steady_img_s(run, skip=3) if rows else None,
-                                         "gpu": gpu.between(start, end), "tail": text[-600:] if rc else ""}
+        results[f"workers={workers}"] = {
+            "rc": rc,
+            "img_s": steady_img_s(run, skip=3) if rows else None,
+            "gpu": gpu.between(start, end),
+            "tail": text[-600:] if rc else "",
+        }
     return results
 
 
@@ -330,8 +477,17 @@ def make_jpegs(folder: Path, classes: int, per_class: int) -> None:
             img.save(folder / "train" / f"class_{c}" / f"{i}.jpg", quality=90)
 
 
-PARTS = {"env": part_env, "fmnist": part_fmnist, "tests": part_tests, "train": part_train, "infer": part_infer,
-         "memory": part_memory, "profile": part_profile, "loop": part_loop, "jpeg": part_jpeg}
+PARTS = {
+    "env": part_env,
+    "fmnist": part_fmnist,
+    "tests": part_tests,
+    "train": part_train,
+    "infer": part_infer,
+    "memory": part_memory,
+    "profile": part_profile,
+    "loop": part_loop,
+    "jpeg": part_jpeg,
+}
 
 
 def main() -> None:
@@ -345,12 +501,20 @@ def main() -> None:
     parser.add_argument("parts", nargs="+", choices=list(PARTS))
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--fmnist", default="/usr/share/datasets/fashion-mnist", help="Fashion-MNIST IDX folder")
-    parser.add_argument("--seconds", type=float, default=270, help="training time the Fashion-MNIST run's steps are sized to")
+    parser.add_argument(
+        "--seconds", type=float, default=270, help="training time the Fashion-MNIST run's steps are sized to"
+    )
     parser.add_argument("--part-timeout", type=float, default=240)
     parser.add_argument("--train-models", default="vit_s16,vit_b16,vit_l16", help="train: which of the three models")
     parser.add_argument("--jpeg-workers", default="6,14", help="jpeg: the DataLoader worker counts to run")
-    parser.add_argument("--compare-batch", nargs=2, action="append", default=[], metavar=("BATCH", "LR"),
-                        help="fmnist: also probe img/s at this batch and learning rate")
+    parser.add_argument(
+        "--compare-batch",
+        nargs=2,
+        action="append",
+        default=[],
+        metavar=("BATCH", "LR"),
+        help="fmnist: also probe img/s at this batch and learning rate",
+    )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     summary = {}
@@ -362,7 +526,10 @@ def main() -> None:
             summary[name] = {"error": f"{type(err).__name__}: {err}"}
         summary[name + "_seconds"] = time.perf_counter() - start
         (args.out / f"{name}.json").write_text(json.dumps(summary[name], indent=1, default=str))
-        print(f"== {name} ({summary[name + '_seconds']:.0f} s): {json.dumps(summary[name], default=str)[:3000]}", flush=True)
+        print(
+            f"== {name} ({summary[name + '_seconds']:.0f} s): {json.dumps(summary[name], default=str)[:3000]}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

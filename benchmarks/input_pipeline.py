@@ -60,7 +60,9 @@ def photo(rng: np.random.Generator, width: int, height: int) -> Image.Image:
     for cells, amplitude in ((4, 90), (16, 50), (64, 35), (256, 25)):
         small = rng.normal(0, 1, (max(2, height * cells // 500), max(2, width * cells // 500), 3))
         small = ((small - small.min()) / (np.ptp(small) + 1e-9) * 255).astype(np.uint8)
-        image += amplitude * np.asarray(Image.fromarray(small).resize((width, height), Image.BICUBIC), dtype=float) / 255
+        image += (
+            amplitude * np.asarray(Image.fromarray(small).resize((width, height), Image.BICUBIC), dtype=float) / 255
+        )
     image += rng.normal(0, 10, image.shape)
     image = (image - image.min()) / (np.ptp(image) + 1e-9) * 255
     return Image.fromarray(image.astype(np.uint8))
@@ -78,7 +80,9 @@ def make_dataset(root: Path, count: int, classes: int = 10, size: tuple[int, int
 
 
 # -- the plain reference pipeline ----------------------------------------------------------------
-def reference_crop(image: Image.Image, rng: random.Random, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3)) -> tuple[int, int, int, int]:
+def reference_crop(
+    image: Image.Image, rng: random.Random, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3)
+) -> tuple[int, int, int, int]:
     """torchvision-style RandomResizedCrop parameters (integer box, 10 tries, then the centre)."""
     width, height = image.size
     area = width * height
@@ -103,7 +107,16 @@ def reference(paths: list[Path], rng: random.Random) -> int:
 
 def vitkit_loader(split, decoder: str) -> int:
     os.environ["VITKIT_JPEG_DECODER"] = decoder
-    batches = Batches(split, 32, seed=0, device=torch.device("cpu"), channels=3, size=SIZE, workers=0, crop=((0.08, 1.0), (3 / 4, 4 / 3)))
+    batches = Batches(
+        split,
+        32,
+        seed=0,
+        device=torch.device("cpu"),
+        channels=3,
+        size=SIZE,
+        workers=0,
+        crop=((0.08, 1.0), (3 / 4, 4 / 3)),
+    )
     stream = batches.iterate(0, 0)
     n = 0
     for _ in range(batches.per_epoch):
@@ -129,21 +142,32 @@ def torchvision_rows(paths: list[Path]) -> dict:
 
     def on_tensors() -> int:
         for path in paths:
-            to_float(crop(torchvision.io.decode_jpeg(torchvision.io.read_file(str(path)), mode=torchvision.io.ImageReadMode.RGB)))
+            to_float(
+                crop(
+                    torchvision.io.decode_jpeg(
+                        torchvision.io.read_file(str(path)), mode=torchvision.io.ImageReadMode.RGB
+                    )
+                )
+            )
         return len(paths)
 
-    rows = {f"torchvision {torchvision.__version__}: Pillow decode + v2 RandomResizedCrop + ToDtype": on_pillow,
-            "torchvision: io.decode_jpeg (CPU) + v2 RandomResizedCrop + ToDtype": on_tensors}
+    rows = {
+        f"torchvision {torchvision.__version__}: Pillow decode + v2 RandomResizedCrop + ToDtype": on_pillow,
+        "torchvision: io.decode_jpeg (CPU) + v2 RandomResizedCrop + ToDtype": on_tensors,
+    }
     if torch.cuda.is_available():
+
         def on_gpu() -> int:
             for i in range(0, len(paths), 32):
-                data = [torchvision.io.read_file(str(p)) for p in paths[i:i + 32]]
+                data = [torchvision.io.read_file(str(p)) for p in paths[i : i + 32]]
                 images = torchvision.io.decode_jpeg(data, mode=torchvision.io.ImageReadMode.RGB, device="cuda")
                 torch.stack([crop(image) for image in images]).float().div_(255)
             torch.cuda.synchronize()
             return len(paths)
 
-        rows[f"torchvision: io.decode_jpeg on {torch.cuda.get_device_name()} (nvJPEG, batches of 32) + crop on the GPU, 1 host thread"] = on_gpu
+        rows[
+            f"torchvision: io.decode_jpeg on {torch.cuda.get_device_name()} (nvJPEG, batches of 32) + crop on the GPU, 1 host thread"
+        ] = on_gpu
     return rows
 
 
@@ -175,7 +199,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--images", type=int, default=256)
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--photo-size", default="500x375", help="typical generated photo, WxH (e.g. 2000x1500 for phone photos)")
+    parser.add_argument(
+        "--photo-size", default="500x375", help="typical generated photo, WxH (e.g. 2000x1500 for phone photos)"
+    )
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -203,7 +229,9 @@ def main() -> None:
             **torchvision_rows(paths),
         }
         if not jpeg_region.load():
-            sys.exit(f"vitkit's libjpeg helper cannot be built here ({jpeg_region.unavailable()}): its rows would measure a fallback")
+            sys.exit(
+                f"vitkit's libjpeg helper cannot be built here ({jpeg_region.unavailable()}): its rows would measure a fallback"
+            )
         rates: dict[str, list[float]] = {name: [] for name in candidates}
         counts: dict[str, int] = {}
         for _ in range(args.rounds):
@@ -215,21 +243,41 @@ def main() -> None:
     rows = []
     for name, values in rates.items():
         ratio = float(np.median([v / r for v, r in zip(values, ref)]))
-        rows.append({"pipeline": name, "img_s_per_core": float(np.median(values)), "vs_reference": ratio, "images": counts[name]})
+        rows.append(
+            {
+                "pipeline": name,
+                "img_s_per_core": float(np.median(values)),
+                "vs_reference": ratio,
+                "images": counts[name],
+            }
+        )
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    meta = {"images": args.images, "mean_kib": sum(map(len, blobs)) / len(blobs) / 1024, "median_size": [float(np.median([s[0] for s in sizes])),
-            float(np.median([s[1] for s in sizes]))], "rounds": args.rounds, "output": SIZE, "cpu": platform.processor() or platform.machine(),
-            "load_average_1min": load, "python": sys.version.split()[0], "torch": torch.__version__, "pillow": Image.__version__,
-            "cuda_device": torch.cuda.get_device_name() if torch.cuda.is_available() else None}
-    print(f"{args.images} generated JPEGs (mean {meta['mean_kib']:.0f} KiB, median {meta['median_size'][0]:.0f}x{meta['median_size'][1]:.0f}), "
-          f"{SIZE}-px crops, 1 process x 1 thread, medians of {args.rounds} rounds; 1-min load average {load:.1f}")
+    meta = {
+        "images": args.images,
+        "mean_kib": sum(map(len, blobs)) / len(blobs) / 1024,
+        "median_size": [float(np.median([s[0] for s in sizes])), float(np.median([s[1] for s in sizes]))],
+        "rounds": args.rounds,
+        "output": SIZE,
+        "cpu": platform.processor() or platform.machine(),
+        "load_average_1min": load,
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+        "pillow": Image.__version__,
+        "cuda_device": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+    }
+    print(
+        f"{args.images} generated JPEGs (mean {meta['mean_kib']:.0f} KiB, median {meta['median_size'][0]:.0f}x{meta['median_size'][1]:.0f}), "
+        f"{SIZE}-px crops, 1 process x 1 thread, medians of {args.rounds} rounds; 1-min load average {load:.1f}"
+    )
     print("| pipeline | img/s per core | vs reference |\n|---|---|---|")
     for r in rows:
         print(f"| {r['pipeline']} | {r['img_s_per_core']:.0f} | {r['vs_reference']:.2f}x |")
     reference_ms, entropy_ms = (1e3 / float(np.median(rates[name])) for name in (REFERENCE, ENTROPY))
-    print(f"Entropy decoding alone: {entropy_ms:.2f} ms per image, {entropy_ms / reference_ms:.0%} of the reference's {reference_ms:.2f} ms; "
-          f"a pipeline 2x the reference has {reference_ms / 2 - entropy_ms:.2f} ms per image for everything else (less where the "
-          "crop lets it stop above the last rows).")
+    print(
+        f"Entropy decoding alone: {entropy_ms:.2f} ms per image, {entropy_ms / reference_ms:.0%} of the reference's {reference_ms:.2f} ms; "
+        f"a pipeline 2x the reference has {reference_ms / 2 - entropy_ms:.2f} ms per image for everything else (less where the "
+        "crop lets it stop above the last rows)."
+    )
     meta.update(reference_ms=reference_ms, entropy_decoding_ms=entropy_ms)
     if args.json:
         Path(args.json).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))

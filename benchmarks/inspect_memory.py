@@ -46,13 +46,16 @@ def main() -> None:
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[16, 4])
     args = parser.parse_args()
 
-    print(f"{args.model} at {args.image_size}px, {args.images} images; {platform.machine()}, "
-          f"{time.strftime('%Y-%m-%d')}")
+    print(
+        f"{args.model} at {args.image_size}px, {args.images} images; {platform.machine()}, {time.strftime('%Y-%m-%d')}"
+    )
     print("| method | batch | peak memory above baseline (MiB) | time (s) |")
     print("|---|---|---|---|")
     for batch in [0, *args.batch_sizes]:
         cmd = [sys.executable, "-c", CHILD, args.model, str(args.image_size), str(args.images), str(batch)]
-        result = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1])
+        result = json.loads(
+            subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
+        )
         method = "all maps kept (forward_features_explicit)" if batch == 0 else "mean_attention_distance"
         print(f"| {method} | {batch or args.images} | {result['peak_mib']:.0f} | {result['seconds']:.1f} |", flush=True)
 

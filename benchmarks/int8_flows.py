@@ -34,7 +34,9 @@ def main() -> None:
     test = open_dataset("auto", None, "test", channels=c.in_chans, image_size=c.image_size[0])
     train = open_dataset("auto", None, "train", channels=c.in_chans, image_size=c.image_size[0], val_fraction=0.1)
     xs, ys = [], []
-    for images, y in eval_batches(test, 256, torch.device("cpu"), channels=c.in_chans, size=c.image_size[0], crop_pct=1.0):
+    for images, y in eval_batches(
+        test, 256, torch.device("cpu"), channels=c.in_chans, size=c.image_size[0], crop_pct=1.0
+    ):
         xs.append(eval_transform(images, c.image_size, 1.0, c.mean, c.std))
         ys.append(y)
     from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_
@@ -61,8 +63,10 @@ def main() -> None:
     print("|---|---|---|---|")
     for name in candidates:
         pred = torch.cat(preds[name])
-        print(f"| {name} | {(pred == y).double().mean():.4f} | {100 * (pred == ref).double().mean():.2f}% "
-              f"| {1e3 * statistics.median(times[name][1:]):.0f} |")
+        print(
+            f"| {name} | {(pred == y).double().mean():.4f} | {100 * (pred == ref).double().mean():.2f}% "
+            f"| {1e3 * statistics.median(times[name][1:]):.0f} |"
+        )
 
 
 if __name__ == "__main__":

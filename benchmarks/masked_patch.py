@@ -48,9 +48,11 @@ def test_top1(run: Path) -> float:
 def ridge_accuracy(train_x, train_y, test_x, test_y, l2_reg: float = 2.0**10) -> float:
     """PAPER.md §4 few-shot evaluator: standardise, bias feature, {-1, 1} targets, closed-form ridge, argmax."""
     mean, std = train_x.mean(0), train_x.std(0, unbiased=False) + 1e-5
+
     def prep(x):
         x = (x.double() - mean) / std
         return torch.cat([x, torch.full((len(x), 1), 100.0, dtype=x.dtype)], dim=1)
+
     X, Z = prep(train_x.double()), prep(test_x.double())
     Y = 2.0 * torch.nn.functional.one_hot(train_y, int(train_y.max()) + 1).double() - 1.0
     if len(X) >= X.shape[1]:  # primal
@@ -101,8 +103,15 @@ def few_shot(models: dict, evaluate) -> dict:
     for name, model in models.items():
         train_f, test_f = features(model, train.images[used]), features(model, test.images)
         for pool in ("token", "gap"):
-            accs = {n: torch.tensor([evaluate(train_f[pool][row[picks[s][n]]], train.labels[picks[s][n]], test_f[pool], test.labels)
-                                     for s in SEEDS]) for n in SHOTS}
+            accs = {
+                n: torch.tensor(
+                    [
+                        evaluate(train_f[pool][row[picks[s][n]]], train.labels[picks[s][n]], test_f[pool], test.labels)
+                        for s in SEEDS
+                    ]
+                )
+                for n in SHOTS
+            }
             results[name, pool] = {n: (float(a.mean()), float(a.std(unbiased=False))) for n, a in accs.items()}
     return results
 
@@ -113,7 +122,9 @@ def majority_colour_share(config) -> float:
     from vitkit.pretrain import mean_colour_targets
 
     c = config.model_config()
-    val = open_split(None, "val", channels=c.in_chans, val_fraction=config.data.val_fraction, seed=config.data.split_seed)
+    val = open_split(
+        None, "val", channels=c.in_chans, val_fraction=config.data.val_fraction, seed=config.data.split_seed
+    )
     pixels = eval_transform(val.images, c.image_size, 1.0, (0.0,) * c.in_chans, (1.0,) * c.in_chans)
     counts = torch.bincount(mean_colour_targets(pixels, c.total_patch_size).flatten())
     return float(counts.max() / counts.sum())
@@ -132,20 +143,42 @@ def main() -> int:
     from vitkit.run_config import load_run_config
 
     started = time.time()
-    pre = train_run(out / "pretrain", "configs/pretrain_masked_patch.yaml", f"train.steps={P}", f"train.eval_every={P}", f"train.checkpoint_every={P}")
+    pre = train_run(
+        out / "pretrain",
+        "configs/pretrain_masked_patch.yaml",
+        f"train.steps={P}",
+        f"train.eval_every={P}",
+        f"train.checkpoint_every={P}",
+    )
     config = load_run_config(ROOT / "configs" / "pretrain_masked_patch.yaml")
     torch.manual_seed(config.train.seed)  # the initial weights `vitkit train` draws for this config
     random_init = vk.VisionTransformer(config.model_config(num_classes=10))
     evaluate, evaluator = few_shot_evaluator()
-    shots = few_shot({"random init": random_init, "masked patch pre-trained": vk.load_pretrained(out / "pretrain" / "final")}, evaluate)
+    shots = few_shot(
+        {"random init": random_init, "masked patch pre-trained": vk.load_pretrained(out / "pretrain" / "final")},
+        evaluate,
+    )
 
     recipe = ["train.warmup_steps=50", "train.checkpoint_every=100000"]
     runs = {
-        f"pre-trained ({P}) + fine-tuned ({S})": train_run(out / "finetune", "configs/fashion_mnist_small.yaml", f"model.init={out / 'pretrain'}",
-                                                           f"train.steps={S}", f"train.eval_every={S}", *recipe),
-        f"random init, trained {S}": train_run(out / "scratch", "configs/fashion_mnist_small.yaml", f"train.steps={S}", f"train.eval_every={S}", *recipe),
-        f"random init, trained {P + S}": train_run(out / "scratch_long", "configs/fashion_mnist_small.yaml", f"train.steps={P + S}",
-                                                   f"train.eval_every={P + S}", *recipe),
+        f"pre-trained ({P}) + fine-tuned ({S})": train_run(
+            out / "finetune",
+            "configs/fashion_mnist_small.yaml",
+            f"model.init={out / 'pretrain'}",
+            f"train.steps={S}",
+            f"train.eval_every={S}",
+            *recipe,
+        ),
+        f"random init, trained {S}": train_run(
+            out / "scratch", "configs/fashion_mnist_small.yaml", f"train.steps={S}", f"train.eval_every={S}", *recipe
+        ),
+        f"random init, trained {P + S}": train_run(
+            out / "scratch_long",
+            "configs/fashion_mnist_small.yaml",
+            f"train.steps={P + S}",
+            f"train.eval_every={P + S}",
+            *recipe,
+        ),
     }
     tuned = {name: (test_top1(Path(s["checkpoint"]).parent), s["wall_time_s"]) for name, s in runs.items()}
 
@@ -158,9 +191,12 @@ def main() -> int:
         "test split (10,000 images).\n",
         "| frozen features | pooling | 5-shot | 10-shot | 25-shot |",
         "|---|---|---|---|---|",
-        *(f"| {name} | {'class token (pre-logits)' if pool == 'token' else 'mean patch token'} | "
-          + " | ".join(f"{100 * m:.1f} ± {100 * s:.1f}" for m, s in (r[n] for n in SHOTS)) + " |"
-          for (name, pool), r in shots.items()),
+        *(
+            f"| {name} | {'class token (pre-logits)' if pool == 'token' else 'mean patch token'} | "
+            + " | ".join(f"{100 * m:.1f} ± {100 * s:.1f}" for m, s in (r[n] for n in SHOTS))
+            + " |"
+            for (name, pool), r in shots.items()
+        ),
         "",
         "| model (demo recipe, batch 128) | test top-1 | train s |",
         "|---|---|---|",

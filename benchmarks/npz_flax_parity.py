@@ -58,7 +58,9 @@ class ResidualUnit(nn.Module):
             residual = StdConv(4 * self.features, (1, 1), self.strides, use_bias=False, name="conv_proj")(residual)
             residual = nn.GroupNorm(name="gn_proj")(residual)
         y = nn.relu(nn.GroupNorm(name="gn1")(StdConv(self.features, (1, 1), use_bias=False, name="conv1")(x)))
-        y = nn.relu(nn.GroupNorm(name="gn2")(StdConv(self.features, (3, 3), self.strides, use_bias=False, name="conv2")(y)))
+        y = nn.relu(
+            nn.GroupNorm(name="gn2")(StdConv(self.features, (3, 3), self.strides, use_bias=False, name="conv2")(y))
+        )
         y = nn.GroupNorm(name="gn3")(StdConv(4 * self.features, (1, 1), use_bias=False, name="conv3")(y))
         return nn.relu(residual + y)
 
@@ -107,7 +109,9 @@ class OfficialViT(nn.Module):
                 for u in range(units):
                     stride = (2, 2) if s > 0 and u == 0 else (1, 1)
                     x = ResidualUnit(w * 2**s, stride, name=f"block{s + 1}_unit{u + 1}")(x)
-        x = nn.Conv(self.hidden, (self.patch, self.patch), strides=(self.patch, self.patch), padding="VALID", name="embedding")(x)
+        x = nn.Conv(
+            self.hidden, (self.patch, self.patch), strides=(self.patch, self.patch), padding="VALID", name="embedding"
+        )(x)
         n, h, w, c = x.shape
         x = x.reshape(n, h * w, c)
         if self.classifier == "token":
@@ -142,14 +146,20 @@ class Transformer(nn.Module):
 
 
 # -- parameters as the release files lay them out ------------------------------------------------
-PRE_LINEN = {"MultiHeadDotProductAttention_0": "MultiHeadDotProductAttention_1", "LayerNorm_1": "LayerNorm_2", "MlpBlock_0": "MlpBlock_3"}
+PRE_LINEN = {
+    "MultiHeadDotProductAttention_0": "MultiHeadDotProductAttention_1",
+    "LayerNorm_1": "LayerNorm_2",
+    "MlpBlock_0": "MlpBlock_3",
+}
 
 
 def release_arrays(params: Any, *, groupnorm_4d: bool) -> dict[str, np.ndarray]:
     out = {}
     for path, value in flatten_dict(flax.core.unfreeze(params)).items():
         parts = [PRE_LINEN.get(p, p) if path[0] == "Transformer" else p for p in path]
-        parts = parts[0].split("_", 1) + parts[1:] if parts[0].startswith("block") else parts  # block1_unit1 -> block1/unit1
+        parts = (
+            parts[0].split("_", 1) + parts[1:] if parts[0].startswith("block") else parts
+        )  # block1_unit1 -> block1/unit1
         value = np.asarray(value, dtype=np.float32)
         if groupnorm_4d and len(parts) > 1 and parts[-2].startswith("gn"):
             value = value.reshape(1, 1, 1, -1)
@@ -181,8 +191,12 @@ CASES = {
     "gap": dict(model=dict(classifier="gap"), image=(32, 32)),
     "gap+pre_logits": dict(model=dict(classifier="gap", representation_size=48), image=(32, 32)),
     "token non-square 32x48": dict(model=dict(classifier="token"), image=(32, 48)),
-    "hybrid R(2,2)+ViT, GN (1,1,1,C)": dict(model=dict(resnet=(2, 2), resnet_width=32, patch=1), image=(64, 64), gn4d=True),
-    "hybrid R(1,1,1)+ViT non-square": dict(model=dict(resnet=(1, 1, 1), resnet_width=32, patch=1), image=(64, 96), gn4d=False),
+    "hybrid R(2,2)+ViT, GN (1,1,1,C)": dict(
+        model=dict(resnet=(2, 2), resnet_width=32, patch=1), image=(64, 64), gn4d=True
+    ),
+    "hybrid R(1,1,1)+ViT non-square": dict(
+        model=dict(resnet=(1, 1, 1), resnet_width=32, patch=1), image=(64, 96), gn4d=False
+    ),
     "hybrid stem-only R+ViT": dict(model=dict(resnet=(), resnet_width=32, patch=2), image=(32, 32), gn4d=True),
 }
 
@@ -205,7 +219,9 @@ def run_case(name: str, case: dict, seed: int, tmp: Path) -> float:
         back = tmp / f"written{seed}.npz"
         vitkit.checkpoint.save_checkpoint(ours, back, "npz")
         arrays = dict(np.load(back))
-        assert sorted(arrays) == sorted(release_arrays(params, groupnorm_4d=False)), "written keys differ from the release layout"
+        assert sorted(arrays) == sorted(release_arrays(params, groupnorm_4d=False)), (
+            "written keys differ from the release layout"
+        )
         flax_out = np.asarray(model.apply({"params": params_from_release(arrays)}, jnp.asarray(x)), dtype=np.float64)
         write_err = float(np.abs(flax_out - got).max() / np.abs(got).max())
         line += f"  write: max rel err {write_err:.2e}"
@@ -220,8 +236,10 @@ def main() -> int:
         errors = [run_case(name, case, seed, Path(tmp)) for seed, (name, case) in enumerate(CASES.items())]
     worst = max(errors)
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    print(f"worst max rel err {worst:.2e} over {len(errors)} cases (jax {jax.__version__}, flax {flax.__version__}, "
-          f"torch {torch.__version__}, {platform.machine()} {platform.processor() or ''} CPU, {stamp})")
+    print(
+        f"worst max rel err {worst:.2e} over {len(errors)} cases (jax {jax.__version__}, flax {flax.__version__}, "
+        f"torch {torch.__version__}, {platform.machine()} {platform.processor() or ''} CPU, {stamp})"
+    )
     return 0 if worst <= 1e-4 else 1
 
 

@@ -41,7 +41,9 @@ def main() -> None:
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--skip-speed", action="store_true", help="training memory only")
-    parser.add_argument("--compile", choices=["on", "off"], default="on", help="torch.compile, as vitkit benchmark does (default on)")
+    parser.add_argument(
+        "--compile", choices=["on", "off"], default="on", help="torch.compile, as vitkit benchmark does (default on)"
+    )
     parser.add_argument("--out", type=Path, default=Path("benchmarks/scaling"))
     args = parser.parse_args()
     benchmark.set_threads(None)
@@ -50,9 +52,12 @@ def main() -> None:
         config = get_config(args.model, image_size=res)
         model = VisionTransformer(config)
         x = torch.randn(2, 3, res, res)
-        row = {"resolution": res, "tokens": config.num_patches + 1,
-               "act_mb_fused": benchmark.activation_memory_mb(model, x) / 2,
-               "act_mb_explicit": benchmark.activation_memory_mb(ExplicitAttention(model), x) / 2}
+        row = {
+            "resolution": res,
+            "tokens": config.num_patches + 1,
+            "act_mb_fused": benchmark.activation_memory_mb(model, x) / 2,
+            "act_mb_explicit": benchmark.activation_memory_mb(ExplicitAttention(model), x) / 2,
+        }
         if not args.skip_speed:
             row.update(inference(config, 8, args))
         rows.append(row)
@@ -63,16 +68,27 @@ def main() -> None:
             batches.append({"batch": batch, **inference(get_config(args.model), batch, args)})
             print(json.dumps(batches[-1]), flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps({"model": args.model, "resolution": rows, "batch": batches}, indent=2))
+    args.out.with_suffix(".json").write_text(
+        json.dumps({"model": args.model, "resolution": rows, "batch": batches}, indent=2)
+    )
     plot(args.model, rows, batches, args.out.with_suffix(".png"))
 
 
 def inference(config, batch: int, args: argparse.Namespace) -> dict:
     torch._dynamo.reset()  # a fresh static-shape compile for each shape, as a separate `vitkit benchmark` run gets
-    report = benchmark.run(benchmark.Setup(config=config, batch_size=batch, rounds=args.rounds, compile=args.compile == "on"))
+    report = benchmark.run(
+        benchmark.Setup(config=config, batch_size=batch, rounds=args.rounds, compile=args.compile == "on")
+    )
     r = report["results"]["vitkit"]
-    return {"img_s": r["img_per_s"], "mfu": r["mfu"], "peak_mb": r["peak_memory_mb"], "device": report["device"],
-            "kernels": report["kernels"], "compile": report["compile"], "date": report["date"]}
+    return {
+        "img_s": r["img_per_s"],
+        "mfu": r["mfu"],
+        "peak_mb": r["peak_memory_mb"],
+        "device": report["device"],
+        "kernels": report["kernels"],
+        "compile": report["compile"],
+        "date": report["date"],
+    }
 
 
 def plot(model: str, rows: list[dict], batches: list[dict], path: Path) -> None:
@@ -84,7 +100,9 @@ def plot(model: str, rows: list[dict], batches: list[dict], path: Path) -> None:
     tokens = [r["tokens"] for r in rows]
     axes[0].plot(tokens, [r["act_mb_fused"] for r in rows], "o-", label="fused SDPA")
     axes[0].plot(tokens, [r["act_mb_explicit"] for r in rows], "s--", label="explicit softmax")
-    axes[0].set(xlabel="tokens (224, 384, 512 px)", ylabel="activation memory per image (MB)", title=f"{model}: training memory")
+    axes[0].set(
+        xlabel="tokens (224, 384, 512 px)", ylabel="activation memory per image (MB)", title=f"{model}: training memory"
+    )
     axes[0].legend()
     if batches:
         axes[1].plot([r["resolution"] for r in rows], [r["img_s"] for r in rows], "o-")
@@ -92,7 +110,9 @@ def plot(model: str, rows: list[dict], batches: list[dict], path: Path) -> None:
         axes[2].plot([b["batch"] for b in batches], [b["img_s"] for b in batches], "o-")
         axes[2].set(xscale="log", xlabel="batch size", ylabel="inference img/s (224 px)", title="throughput vs batch")
         axes[3].plot(tokens, [r["peak_mb"] / 8 for r in rows], "o-")
-        axes[3].set(xlabel="tokens (224, 384, 512 px)", ylabel="inference peak memory per image (MB)", title="inference memory")
+        axes[3].set(
+            xlabel="tokens (224, 384, 512 px)", ylabel="inference peak memory per image (MB)", title="inference memory"
+        )
     fig.savefig(path, dpi=110)
 
 

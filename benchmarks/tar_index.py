@@ -50,9 +50,13 @@ def main() -> None:
                 fn()
                 times[name].append(time.perf_counter() - start)
     for name, ts in times.items():
-        print(f"{name}: {1e6 * statistics.median(ts) / args.samples:.1f} us per sample ({args.samples} samples, 2 members each)")
-    print(f"tarfile / vitkit: {statistics.median(a / b for a, b in zip(times['tarfile'], times['vitkit'])):.2f}x "
-          f"(median of {args.rounds} interleaved rounds)")
+        print(
+            f"{name}: {1e6 * statistics.median(ts) / args.samples:.1f} us per sample ({args.samples} samples, 2 members each)"
+        )
+    print(
+        f"tarfile / vitkit: {statistics.median(a / b for a, b in zip(times['tarfile'], times['vitkit'])):.2f}x "
+        f"(median of {args.rounds} interleaved rounds)"
+    )
 
 
 if __name__ == "__main__":

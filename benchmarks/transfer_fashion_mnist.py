@@ -55,23 +55,57 @@ def main() -> int:
         return vitkit(*a)
 
     pre = f"{r}/pretrain28"
-    train_args = ("train", "--config", "configs/fashion_mnist_small.yaml", "--out", pre, "train.steps=1200", "train.eval_every=400",
-                  "train.checkpoint_every=400", "--no-progress")
+    train_args = (
+        "train",
+        "--config",
+        "configs/fashion_mnist_small.yaml",
+        "--out",
+        pre,
+        "train.steps=1200",
+        "train.eval_every=400",
+        "train.checkpoint_every=400",
+        "--no-progress",
+    )
     if (ROOT / pre / "final").is_dir():
         commands.append("vitkit " + " ".join(train_args) + "   # reused: it existed")
     else:
         run(*train_args)
     before = run("eval", pre, "--split", "test", "--json")
-    sweep = run("finetune", "--from", pre, "--config", "configs/finetune_fashion_mnist.yaml", "--lr", SWEEP, "--out", f"{r}/ft40", "--no-progress")
+    sweep = run(
+        "finetune",
+        "--from",
+        pre,
+        "--config",
+        "configs/finetune_fashion_mnist.yaml",
+        "--lr",
+        SWEEP,
+        "--out",
+        f"{r}/ft40",
+        "--no-progress",
+    )
     after = run("eval", f"{r}/ft40", "--split", "test", "--json")
     lr = f"{sweep['best']['lr']:g}"
-    longer = run("finetune", "--from", pre, "--config", "configs/finetune_fashion_mnist.yaml", "--lr", lr, "--steps", "120",
-                 "--out", f"{r}/ft40_120", "--no-progress")
+    longer = run(
+        "finetune",
+        "--from",
+        pre,
+        "--config",
+        "configs/finetune_fashion_mnist.yaml",
+        "--lr",
+        lr,
+        "--steps",
+        "120",
+        "--out",
+        f"{r}/ft40_120",
+        "--no-progress",
+    )
     after_long = run("eval", f"{r}/ft40_120", "--split", "test", "--json")
     shots = {}
     for name, extra in (("pre-trained", ()), ("random init (seed 0)", ("--random-init", "0"))):
         out = f"{r}/fewshot_{'random' if extra else 'pretrained'}"
-        shots[name] = run("fewshot", pre, "--shots", "1,5,10,25", "--seeds", "3", "--threads", "1", "--out", out, *extra)
+        shots[name] = run(
+            "fewshot", pre, "--shots", "1,5,10,25", "--seeds", "3", "--threads", "1", "--out", out, *extra
+        )
     probe = run("linear-probe", pre, "--threads", "1", "--out", f"{r}/linear_probe_pretrained")
     knn = run("knn", pre, "--k", "10,20", "--threads", "1", "--out", f"{r}/knn_pretrained")
 
@@ -107,12 +141,15 @@ def main() -> int:
         "|---|" + "---|" * len(shots["pre-trained"]["shots"]),
     ]
     for name, res in shots.items():
-        lines.append(f"| {name} | " + " | ".join(f"{v['mean']:.4f} ± {v['std']:.4f}" for v in res["shots"].values()) + " |")
+        lines.append(
+            f"| {name} | " + " | ".join(f"{v['mean']:.4f} ± {v['std']:.4f}" for v in res["shots"].values()) + " |"
+        )
     lines += [
         "",
         f"Other frozen-feature evaluations of the pre-trained model: linear probe {probe['test_top1']:.4f} "
         f"(l2 {probe['best_l2']:g} picked on val), cosine k-NN "
-        + ", ".join(f"k={k}: {v:.4f}" for k, v in knn["top1"].items()) + " (test top-1).",
+        + ", ".join(f"k={k}: {v:.4f}" for k, v in knn["top1"].items())
+        + " (test top-1).",
         "",
         f"Machine: {cpu_name()}, {torch.get_num_threads()} threads available, shared with other jobs; torch {torch.__version__}; "
         f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC.",

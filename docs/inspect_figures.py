@@ -83,8 +83,15 @@ def export_images(data: Path, folder: Path, count: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--checkpoint", type=Path, help="inspect this vitkit checkpoint instead of training one")
-    parser.add_argument("--data", type=Path, default=Path("/usr/share/datasets/fashion-mnist"), help="folder of the Fashion-MNIST .gz IDX files")
-    parser.add_argument("--work", type=Path, default=Path("build/inspect-demo"), help="where the images and the trained checkpoint go")
+    parser.add_argument(
+        "--data",
+        type=Path,
+        default=Path("/usr/share/datasets/fashion-mnist"),
+        help="folder of the Fashion-MNIST .gz IDX files",
+    )
+    parser.add_argument(
+        "--work", type=Path, default=Path("build/inspect-demo"), help="where the images and the trained checkpoint go"
+    )
     parser.add_argument("--out", type=Path, default=Path("docs/inspect"), help="where the figures go")
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--batch-size", type=int, default=64)
@@ -93,9 +100,13 @@ def main() -> None:
 
     checkpoint = args.checkpoint
     if checkpoint is None:
-        checkpoint = vitkit.save_pretrained(train(args.data, args.steps, args.batch_size, args.seed), args.work / "checkpoint")
+        checkpoint = vitkit.save_pretrained(
+            train(args.data, args.steps, args.batch_size, args.seed), args.work / "checkpoint"
+        )
     export_images(args.data, args.work / "images", 128)
-    code = vitkit_main(["inspect", str(checkpoint), "--images", str(args.work / "images"), "--out", str(args.out), "--show", "8"])
+    code = vitkit_main(
+        ["inspect", str(checkpoint), "--images", str(args.work / "images"), "--out", str(args.out), "--show", "8"]
+    )
     raise SystemExit(code)
 
 

@@ -1,7 +1,7 @@
 """Write part of Fashion-MNIST as an image folder, the layout of a dataset of one's own (README walkthrough):
 
-    python scripts/fashion-mnist-folder.py clothes      # clothes/train/<class>/*.png (from the IDX train split)
-                                                         # clothes/val/<class>/*.png   (from the IDX test split)
+python scripts/fashion-mnist-folder.py clothes      # clothes/train/<class>/*.png (from the IDX train split)
+                                                     # clothes/val/<class>/*.png   (from the IDX test split)
 """
 
 import sys
@@ -21,4 +21,6 @@ for split, source in (("train", "train"), ("val", "test")):
         (root / split / folder).mkdir(parents=True, exist_ok=True)
         for i, index in enumerate((labels == label).nonzero()[0][: PER_CLASS[split]]):
             Image.fromarray(images[index]).save(root / split / folder / f"{i:04d}.png")
-print(f"wrote {root}/train and {root}/val: {len(CLASSES)} classes, {PER_CLASS['train']} + {PER_CLASS['val']} images each")
+print(
+    f"wrote {root}/train and {root}/val: {len(CLASSES)} classes, {PER_CLASS['train']} + {PER_CLASS['val']} images each"
+)

@@ -80,7 +80,11 @@ def run_cli():
 
     def run(*args: str, cwd=None, timeout: float = 300, env=None) -> subprocess.CompletedProcess:
         return subprocess.run(
-            [*_vitkit_command(), *map(str, args)], capture_output=True, text=True, cwd=cwd, timeout=timeout,
+            [*_vitkit_command(), *map(str, args)],
+            capture_output=True,
+            text=True,
+            cwd=cwd,
+            timeout=timeout,
             env={**os.environ, **(env or {})},
         )
 
@@ -125,7 +129,9 @@ def under_memory_limit():
             os.close(read)
             try:
                 pages = int(open("/proc/self/statm").read().split()[0])
-                resource.setrlimit(resource.RLIMIT_AS, (pages * os.sysconf("SC_PAGE_SIZE") + (mb << 20), resource.RLIM_INFINITY))
+                resource.setrlimit(
+                    resource.RLIMIT_AS, (pages * os.sysconf("SC_PAGE_SIZE") + (mb << 20), resource.RLIM_INFINITY)
+                )
                 fn()
                 result = ("ok", None)
             except MemoryError:

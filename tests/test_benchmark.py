@@ -39,7 +39,9 @@ def test_report_is_well_formed(mode):
 
 
 @pytest.mark.parametrize("compiled_seconds, compiled", [(3.0, False), (0.5, True)])
-def test_compile_auto_times_vitkit_as_a_long_eval_runs_it_back_to_eager_where_compiled_ran_slower(monkeypatch, compiled_seconds, compiled):
+def test_compile_auto_times_vitkit_as_a_long_eval_runs_it_back_to_eager_where_compiled_ran_slower(
+    monkeypatch, compiled_seconds, compiled
+):
     """On a 16-core Xeon compiled bf16 ViT-S/16 ran 3.5x slower than eager (RESULTS.md): `--compile auto` must time the
     path eval would take there, not the slow compiled graph. Eager batches take 1 s on this clock, compiled ones less or more."""
     from vitkit import precision
@@ -52,6 +54,7 @@ def test_compile_auto_times_vitkit_as_a_long_eval_runs_it_back_to_eager_where_co
         def call(*args):
             clock[0] += seconds
             return run(*args)
+
         return call
 
     monkeypatch.setattr(precision._Forward, "forward", timed(1.0, precision._Forward.forward))
@@ -120,7 +123,9 @@ def test_a_reference_that_does_not_import_is_one_error(monkeypatch):
         return real(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", without_timm)
-    with pytest.raises(ConfigError, match=r"--compare timm: timm does not import here \(No module named 'timm'\); install timm"):
+    with pytest.raises(
+        ConfigError, match=r"--compare timm: timm does not import here \(No module named 'timm'\); install timm"
+    ):
         benchmark.build_reference("timm", get_config("vit_test"), "cpu")
 
 
@@ -128,14 +133,30 @@ def test_a_json_report_that_cannot_be_written_is_refused_before_the_benchmark_ru
     """--json into a folder that cannot hold it failed after the whole benchmark, naming a temporary file."""
     (tmp_path / "afile").write_text("")
     done = vitkit_cmd("benchmark", "--model", "vit_test", "--rounds", "1", "--json", tmp_path / "afile" / "b.json")
-    assert done.returncode == 2 and done.stdout == "" and "cannot write the JSON report there" in done.stderr and ".tmp" not in done.stderr
+    assert (
+        done.returncode == 2
+        and done.stdout == ""
+        and "cannot write the JSON report there" in done.stderr
+        and ".tmp" not in done.stderr
+    )
 
 
 def test_cli_benchmark_writes_json(run_cli, tmp_path):
     out = tmp_path / "bench.json"
     result = run_cli(  # the console script
-        "benchmark", "--model", "vit_test", "--batch", "2", "--rounds", "1", "--compile", "off", "--kernels", "torch",
-        "--json", out,
+        "benchmark",
+        "--model",
+        "vit_test",
+        "--batch",
+        "2",
+        "--rounds",
+        "1",
+        "--compile",
+        "off",
+        "--kernels",
+        "torch",
+        "--json",
+        out,
     )
     assert result.returncode == 0, result.stderr
     report = json.loads(out.read_text())
@@ -163,14 +184,19 @@ def test_activation_memory_shrinks_with_checkpointing():
 def test_candidates_name_a_library_and_a_precision():
     setup = benchmark.Setup(config=get_config("vit_test"))
     assert benchmark.parse_candidates(["openvino:bf16", "onnxruntime", "vitkit:int8"], setup) == [
-        ("openvino:bf16", "openvino", "bf16"), ("onnxruntime", "onnxruntime", "fp32"), ("vitkit:int8", "vitkit", "int8")]
+        ("openvino:bf16", "openvino", "bf16"),
+        ("onnxruntime", "onnxruntime", "fp32"),
+        ("vitkit:int8", "vitkit", "int8"),
+    ]
     with pytest.raises(Exception, match="unknown candidate 'tensorrt'"):
         benchmark.parse_candidates(["tensorrt"], setup)
     with pytest.raises(Exception, match="references run at the benchmark's --precision"):
         benchmark.parse_candidates(["transformers:bf16"], setup)
     with pytest.raises(Exception, match="only run inference"):
         benchmark.parse_candidates(["openvino"], benchmark.Setup(config=get_config("vit_test"), mode="train"))
-    assert benchmark.parse_candidates(["vitkit:int8-dynamic"], setup) == [("vitkit:int8-dynamic", "vitkit", "int8-dynamic")]
+    assert benchmark.parse_candidates(["vitkit:int8-dynamic"], setup) == [
+        ("vitkit:int8-dynamic", "vitkit", "int8-dynamic")
+    ]
     with pytest.raises(Exception, match="the runtimes' int8 is NNCF's static quantization; use openvino:int8"):
         benchmark.parse_candidates(["openvino:int8-dynamic"], setup)
 
@@ -180,15 +206,37 @@ def test_cli_benchmark_against_deployment_runtimes(vitkit_cmd, tmp_path):
     pytest.importorskip("onnxruntime")
     pytest.importorskip("openvino")
     out = tmp_path / "bench.json"
-    result = vitkit_cmd("benchmark", "--model", "vit_test", "--batch", "2", "--rounds", "2", "--compile", "off",
-                     "--compare", "onnxruntime,openvino", "--threads", "1", "--process-memory", "--json", out)
+    result = vitkit_cmd(
+        "benchmark",
+        "--model",
+        "vit_test",
+        "--batch",
+        "2",
+        "--rounds",
+        "2",
+        "--compile",
+        "off",
+        "--compare",
+        "onnxruntime,openvino",
+        "--threads",
+        "1",
+        "--process-memory",
+        "--json",
+        out,
+    )
     assert result.returncode == 0, result.stderr
     report = json.loads(out.read_text())
-    assert report["candidates"] == {"vitkit": f"vitkit {report['precision']}", "onnxruntime": "onnxruntime fp32", "openvino": "openvino fp32"}
+    assert report["candidates"] == {
+        "vitkit": f"vitkit {report['precision']}",
+        "onnxruntime": "onnxruntime fp32",
+        "openvino": "openvino fp32",
+    }
     assert report["precision"].startswith("fp32") and "onnxruntime: onnxruntime fp32" in result.stdout  # what ran, said
     for name in ("onnxruntime", "openvino"):
         r = report["results"][name]
-        assert r["img_per_s"] > 0 and r["latency_ms_batch1"] > 0 and r["peak_memory_mb"] is None  # not torch's allocator
+        assert (
+            r["img_per_s"] > 0 and r["latency_ms_batch1"] > 0 and r["peak_memory_mb"] is None
+        )  # not torch's allocator
         assert report["speedup"][f"vitkit/{name}"] > 0
     for name in ("vitkit", "onnxruntime", "openvino"):  # each built again in a fresh process: its weights at least
         r = report["results"][name]

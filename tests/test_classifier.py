@@ -20,11 +20,15 @@ def checkpoint(tmp_path):
     model = vitkit.create_model("vit_test", num_classes=3)
     with torch.no_grad():
         model.head.weight.normal_()  # a head that tells the images apart
-    save_checkpoint(model, tmp_path / "ck", "vitkit", metadata={"class_names": NAMES, "preprocess": {"crop_pct": 0.875}})
+    save_checkpoint(
+        model, tmp_path / "ck", "vitkit", metadata={"class_names": NAMES, "preprocess": {"crop_pct": 0.875}}
+    )
     return tmp_path / "ck"
 
 
-def test_a_file_a_pil_image_and_an_array_of_one_picture_get_the_answer_vitkit_predict_prints(checkpoint, tmp_path, vitkit_cmd):
+def test_a_file_a_pil_image_and_an_array_of_one_picture_get_the_answer_vitkit_predict_prints(
+    checkpoint, tmp_path, vitkit_cmd
+):
     rng = np.random.default_rng(0)
     Image.fromarray(rng.integers(0, 255, (37, 53, 3), dtype=np.uint8)).save(tmp_path / "a.png")
     Image.fromarray(rng.integers(0, 255, (20, 20), dtype=np.uint8)).save(tmp_path / "gray.png")
@@ -34,7 +38,11 @@ def test_a_file_a_pil_image_and_an_array_of_one_picture_get_the_answer_vitkit_pr
         inputs = [tmp_path / "a.png", image, np.asarray(image), str(tmp_path / "gray.png")]
         pixels = [clf.pixels(x) for x in inputs]  # preprocessing is exact: the same picture, the same uint8 pixels
         answers = clf.predict(inputs, top=2)
-    assert torch.equal(pixels[0], pixels[1]) and torch.equal(pixels[0], pixels[2]) and not torch.equal(pixels[0], pixels[3])
+    assert (
+        torch.equal(pixels[0], pixels[1])
+        and torch.equal(pixels[0], pixels[2])
+        and not torch.equal(pixels[0], pixels[3])
+    )
     assert len(answers) == 4 and _same(answers[:1], answers[1:2]) and _same(answers[:1], answers[2:3])
     assert not _same(answers[:1], answers[3:])
     for top in answers:
@@ -51,7 +59,8 @@ def _same(a, b) -> bool:
     """The same classes in the same order, probabilities equal to float32 tolerance (see CONTRIBUTING.md, "Comparing
     floats"): another batch size or CPU sums each GEMM in another order, so the last bits differ."""
     return [[n for n, _ in row] for row in a] == [[n for n, _ in row] for row in b] and all(
-        p == pytest.approx(q, rel=RTOL, abs=ATOL) for x, y in zip(a, b) for (_, p), (_, q) in zip(x, y))
+        p == pytest.approx(q, rel=RTOL, abs=ATOL) for x, y in zip(a, b) for (_, p), (_, q) in zip(x, y)
+    )
 
 
 def test_uint8_tensors_as_torchvision_reads_them_get_the_answer_of_the_same_picture(checkpoint):
@@ -84,6 +93,9 @@ def test_images_come_from_any_iterable(checkpoint, tmp_path):
         Image.fromarray(rng.integers(0, 255, (30, 40, 3), dtype=np.uint8)).save(tmp_path / f"{i}.png")
     clf = vitkit.Classifier.load(checkpoint)
     files = sorted(tmp_path.glob("*.png"))
-    assert _same(clf.predict(iter(files), top=2), clf.predict(files, top=2)) and len(clf.predict(tmp_path.glob("*.png"))) == 3
+    assert (
+        _same(clf.predict(iter(files), top=2), clf.predict(files, top=2))
+        and len(clf.predict(tmp_path.glob("*.png"))) == 3
+    )
     with pytest.raises(vitkit.DataError, match="2 names for a model of 3 classes"):
         vitkit.Classifier(vitkit.create_model("vit_test", num_classes=3), ["a", "b"])

@@ -11,17 +11,35 @@ import torch
 from vitkit.checkpoint import load_pretrained
 
 COMMON = [
-    "data.name=synthetic", "data.synthetic_size=64", "model.name=vit_test", "train.batch_size=8", "train.lr=3e-3",
-    "train.warmup_steps=0", "train.decay=constant", "train.log_every=1", "train.eval_every=1000", "train.checkpoint_every=3",
-    "augment.crop=none", "augment.hflip=0", "train.progress=false", "train.threads=1", "train.device=cpu",
+    "data.name=synthetic",
+    "data.synthetic_size=64",
+    "model.name=vit_test",
+    "train.batch_size=8",
+    "train.lr=3e-3",
+    "train.warmup_steps=0",
+    "train.decay=constant",
+    "train.log_every=1",
+    "train.eval_every=1000",
+    "train.checkpoint_every=3",
+    "augment.crop=none",
+    "augment.hflip=0",
+    "train.progress=false",
+    "train.threads=1",
+    "train.device=cpu",
 ]
 
 
 def vitkit_train(*args: str, nproc: int = 0) -> subprocess.CompletedProcess:
     """`vitkit train ...` in one plain process (nproc=0) or under torchrun with `nproc` processes."""
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"] if nproc else [sys.executable]
+    launcher = (
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
+        if nproc
+        else [sys.executable]
+    )
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    result = subprocess.run([*launcher, "-m", "vitkit", "train", *args], capture_output=True, text=True, env=env, timeout=600)
+    result = subprocess.run(
+        [*launcher, "-m", "vitkit", "train", *args], capture_output=True, text=True, env=env, timeout=600
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return result
 
@@ -58,7 +76,10 @@ def test_two_ddp_processes_match_one_process(single, tmp_path):
         assert two[step] == pytest.approx(one[step], abs=1e-5), step
     # compare what the models compute: the key bias has a zero true gradient (softmax ignores it), so Adam
     # turns float noise there into different but irrelevant weights
-    a, b = load_pretrained(single / "checkpoints" / "step_0000006"), load_pretrained(out / "final")  # both the live weights
+    a, b = (
+        load_pretrained(single / "checkpoints" / "step_0000006"),
+        load_pretrained(out / "final"),
+    )  # both the live weights
     x = torch.randn(4, 3, 16, 16)
     with torch.no_grad():
         torch.testing.assert_close(b(x), a(x), atol=1e-4, rtol=1e-4)
@@ -100,7 +121,9 @@ def test_masked_patch_pretraining_under_ddp_and_fsdp(tmp_path):
     """The same 2 ranks draw the same corruptions, so DDP and FSDP (stopped at step 3, resumed) see the same losses."""
     ddp, fsdp = tmp_path / "ddp", tmp_path / "fsdp"
     vitkit_train("--out", str(ddp), "train.steps=6", "train.objective=masked_patch", *COMMON, nproc=2)
-    vitkit_train("--out", str(fsdp), "train.steps=3", "train.objective=masked_patch", "train.strategy=fsdp", *COMMON, nproc=2)
+    vitkit_train(
+        "--out", str(fsdp), "train.steps=3", "train.objective=masked_patch", "train.strategy=fsdp", *COMMON, nproc=2
+    )
     vitkit_train("--resume", str(fsdp), "train.steps=6", nproc=2)
     want, got = train_losses(ddp), train_losses(fsdp)
     assert (fsdp / "checkpoints" / "step_0000006" / "sharded").is_dir()
@@ -130,10 +153,25 @@ def test_every_rank_s_bad_files_reach_bad_files_json(tmp_path):
             Image.fromarray(pixels).save(root / name / f"{i}.png")
         for i in range(4):
             (root / name / f"bad{i}.png").write_bytes(b"not a png")
-    folder = [f"data.path={root}", "data.memory_mb=0.0001", "data.workers=0", "data.val_fraction=0.25", "data.val_split=val",
-              "data.on_error=skip", "model.name=vit_test", "model.depth=1", "model.image_size=8", "train.batch_size=8",
-              "train.steps=6", "train.eval_every=6", "train.checkpoint_every=3", "augment.crop=none", "train.progress=false",
-              "train.threads=1", "train.device=cpu"]
+    folder = [
+        f"data.path={root}",
+        "data.memory_mb=0.0001",
+        "data.workers=0",
+        "data.val_fraction=0.25",
+        "data.val_split=val",
+        "data.on_error=skip",
+        "model.name=vit_test",
+        "model.depth=1",
+        "model.image_size=8",
+        "train.batch_size=8",
+        "train.steps=6",
+        "train.eval_every=6",
+        "train.checkpoint_every=3",
+        "augment.crop=none",
+        "train.progress=false",
+        "train.threads=1",
+        "train.device=cpu",
+    ]
     listed = {}
     for nproc in (0, 2):
         out = tmp_path / f"run{nproc}"

@@ -82,7 +82,9 @@ def test_extract_features_are_pre_logits_batched_and_in_inference_mode():
     model.eval()
     x = (images.float() / 255 - 0.5) / 0.5
     with torch.no_grad():
-        torch.testing.assert_close(feats, model.forward_head(model.forward_features(x), pre_logits=True), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(
+            feats, model.forward_head(model.forward_features(x), pre_logits=True), atol=1e-5, rtol=1e-5
+        )
     model.train()
     extract_features(model, [(images, torch.zeros(5, dtype=torch.long))])
     assert model.training

@@ -35,7 +35,9 @@ def test_export_matches_pytorch_on_another_batch_size(model, tmp_path, fmt):
     # given where a checkpoint is asked for, an export is named for what it is (TorchScript's zip was taken for a
     # pickled state dict, "truncated or corrupt"; an IR's .bin for one holding Python objects)
     for exported in [path, *([path.with_suffix(".bin")] if fmt == "openvino" else [])]:
-        with pytest.raises(CheckpointError, match=f"{exported.name}: .*a deployment file .* give the one it was exported from"):
+        with pytest.raises(
+            CheckpointError, match=f"{exported.name}: .*a deployment file .* give the one it was exported from"
+        ):
             vitkit.load_pretrained(exported)
 
 
@@ -49,15 +51,25 @@ def test_cli_export(run_cli, model, tmp_path):
     result = run_cli("export", tmp_path / "ckpt", "--format", "exported-program", "--out", tmp_path / "m.pt2")
     assert result.returncode == 0, result.stderr
     assert "max |export - pytorch|" in result.stdout and (tmp_path / "m.pt2").is_file()
-    assert "m.pt2.json" in result.stdout and json.loads((tmp_path / "m.pt2.json").read_text())["input_size"] == [3, 16, 20]
+    assert "m.pt2.json" in result.stdout and json.loads((tmp_path / "m.pt2.json").read_text())["input_size"] == [
+        3,
+        16,
+        20,
+    ]
     result = run_cli("export", tmp_path / "ckpt", "--format", "torchscript", "--out", tmp_path / "m.pt")
-    assert result.returncode == 0 and "TracerWarning" not in result.stderr, result.stderr  # checked on another batch size instead
-    if importlib.util.find_spec("onnxscript"):  # the ONNX path through torch.export: torch's notices stay out of the output
+    assert result.returncode == 0 and "TracerWarning" not in result.stderr, (
+        result.stderr
+    )  # checked on another batch size instead
+    if importlib.util.find_spec(
+        "onnxscript"
+    ):  # the ONNX path through torch.export: torch's notices stay out of the output
         result = run_cli("export", tmp_path / "ckpt", "--out", tmp_path / "m.onnx")
         assert result.returncode == 0 and "Warning" not in result.stderr, result.stderr
 
 
-def test_an_export_never_replaces_its_checkpoint_nor_a_good_export_with_a_rejected_one(vitkit_cmd, model, tmp_path, monkeypatch):
+def test_an_export_never_replaces_its_checkpoint_nor_a_good_export_with_a_rejected_one(
+    vitkit_cmd, model, tmp_path, monkeypatch
+):
     """export --out of the checkpoint's own file replaced its weights with ONNX (exit 0); --format onnx --out x.pt2
     wrote ONNX under ExportedProgram's suffix; an export over --atol had already replaced the previous export."""
     save_pretrained(model, tmp_path / "ckpt")
@@ -65,12 +77,25 @@ def test_an_export_never_replaces_its_checkpoint_nor_a_good_export_with_a_reject
     before = weights.read_bytes()
     for out in (weights, tmp_path / "x.safetensors"):
         done = vitkit_cmd("export", weights, "--out", out)
-        assert done.returncode == 2 and "--out" in done.stderr and weights.read_bytes() == before and not (tmp_path / "x.safetensors").exists()
+        assert (
+            done.returncode == 2
+            and "--out" in done.stderr
+            and weights.read_bytes() == before
+            and not (tmp_path / "x.safetensors").exists()
+        )
     (tmp_path / "afile").write_text("")  # a folder --out cannot be made in: said before the export is built
     done = vitkit_cmd("export", weights, "--out", tmp_path / "afile" / "x.onnx")
-    assert done.returncode == 2 and "cannot write the export there (" in done.stderr and "choose another --out" in done.stderr
+    assert (
+        done.returncode == 2
+        and "cannot write the export there (" in done.stderr
+        and "choose another --out" in done.stderr
+    )
     done = vitkit_cmd("export", weights, "--format", "onnx", "--out", tmp_path / "x.pt2")
-    assert done.returncode == 2 and "onnx exports are .onnx files; name it x.onnx" in done.stderr and not (tmp_path / "x.pt2").exists()
+    assert (
+        done.returncode == 2
+        and "onnx exports are .onnx files; name it x.onnx" in done.stderr
+        and not (tmp_path / "x.pt2").exists()
+    )
     done = vitkit_cmd("export", tmp_path / "ckpt", "--out", tmp_path / "m.pt2")  # the suffix names the format
     assert done.returncode == 0 and "(exported-program, dynamic batch" in done.stdout, done.stderr
     good, files = (tmp_path / "m.pt2").read_bytes(), sorted(p.name for p in tmp_path.iterdir())
@@ -79,11 +104,17 @@ def test_an_export_never_replaces_its_checkpoint_nor_a_good_export_with_a_reject
     monkeypatch.setattr("vitkit.export.verify", lambda *args, **kwargs: 0.5)  # an export that fails its check
     done = vitkit_cmd("export", tmp_path / "ckpt", "--out", tmp_path / "m.pt2")
     assert done.returncode == 2 and "m.pt2: not written: the export differs from PyTorch by 5.00e-01" in done.stderr
-    assert "wrote" not in done.stdout and (tmp_path / "m.pt2").read_bytes() == good and sorted(p.name for p in tmp_path.iterdir()) == files
+    assert (
+        "wrote" not in done.stdout
+        and (tmp_path / "m.pt2").read_bytes() == good
+        and sorted(p.name for p in tmp_path.iterdir()) == files
+    )
 
 
 @pytest.mark.openvino
-def test_an_export_replaces_only_an_earlier_export_and_never_writes_into_a_checkpoint_directory(vitkit_cmd, model, tmp_path):
+def test_an_export_replaces_only_an_earlier_export_and_never_writes_into_a_checkpoint_directory(
+    vitkit_cmd, model, tmp_path
+):
     """export --out model.pt replaced a timm checkpoint (and its sidecar) with TorchScript, --out notes.onnx a text file,
     an OpenVINO IR's .bin the HF checkpoint's pytorch_model.bin beside it, and an export into RUN/final/ was deleted by
     the next `train --resume`; a FIFO as --out was replaced by a file."""
@@ -92,17 +123,24 @@ def test_an_export_replaces_only_an_earlier_export_and_never_writes_into_a_check
     from vitkit.checkpoint import save_checkpoint
 
     ckpt = save_pretrained(model, tmp_path / "ckpt")
-    save_checkpoint(model, tmp_path / "model.pt", "timm", metadata={"class_names": [str(i) for i in range(model.config.num_classes)]})
+    save_checkpoint(
+        model,
+        tmp_path / "model.pt",
+        "timm",
+        metadata={"class_names": [str(i) for i in range(model.config.num_classes)]},
+    )
     (tmp_path / "notes.onnx").write_text("my notes")
     (tmp_path / "hf").mkdir()
     save_checkpoint(model, tmp_path / "hf", "hf")
     os.mkfifo(tmp_path / "pipe.onnx")
     before = {p: p.read_bytes() for p in (tmp_path / "model.pt", tmp_path / "model.pt.json", tmp_path / "notes.onnx")}
-    for out, said in ((tmp_path / "model.pt", "model.pt is there and is not part of an export"),
-                      (tmp_path / "notes.onnx", "notes.onnx is there and is not part of an export"),
-                      (tmp_path / "hf" / "pytorch_model.xml", "is inside the hf checkpoint"),
-                      (ckpt / "model.onnx", "is inside the vitkit checkpoint"),
-                      (tmp_path / "pipe.onnx", "is a FIFO")):
+    for out, said in (
+        (tmp_path / "model.pt", "model.pt is there and is not part of an export"),
+        (tmp_path / "notes.onnx", "notes.onnx is there and is not part of an export"),
+        (tmp_path / "hf" / "pytorch_model.xml", "is inside the hf checkpoint"),
+        (ckpt / "model.onnx", "is inside the vitkit checkpoint"),
+        (tmp_path / "pipe.onnx", "is a FIFO"),
+    ):
         done = vitkit_cmd("export", ckpt, "--out", out)
         assert done.returncode == 2 and said in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert {p: p.read_bytes() for p in before} == before and (tmp_path / "pipe.onnx").is_fifo()
@@ -143,8 +181,13 @@ def test_an_export_that_meets_a_full_disk_is_one_error_and_leaves_nothing(model,
     def small_files():  # every write past 20 kB fails with EFBIG, as on a full disk
         resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
 
-    done = subprocess.run([sys.executable, "-m", "vitkit", "export", str(tmp_path / "ckpt"), "--format", fmt, "--out", str(out)],
-                          capture_output=True, text=True, preexec_fn=small_files, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "vitkit", "export", str(tmp_path / "ckpt"), "--format", fmt, "--out", str(out)],
+        capture_output=True,
+        text=True,
+        preexec_fn=small_files,
+        timeout=300,
+    )
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().splitlines() == [done.stderr.strip()] and f"{out}: cannot be written (" in done.stderr
     assert "the export as it was is intact" in done.stderr and list(out.parent.iterdir()) == []
@@ -153,9 +196,17 @@ def test_an_export_that_meets_a_full_disk_is_one_error_and_leaves_nothing(model,
 def test_a_model_whose_head_never_trained_is_not_exported(run_cli, model, tmp_path):
     """A masked-patch checkpoint exported with exit 0: a file whose outputs are the same for every image (its zero head),
     with class names in its metadata; eval and predict refuse it."""
-    save_pretrained(model, tmp_path / "ckpt", extra={"objective": "masked_patch", "class_names": [str(i) for i in range(model.config.num_classes)]})
+    save_pretrained(
+        model,
+        tmp_path / "ckpt",
+        extra={"objective": "masked_patch", "class_names": [str(i) for i in range(model.config.num_classes)]},
+    )
     done = run_cli("export", tmp_path / "ckpt", "--format", "exported-program", "--out", tmp_path / "m.pt2")
-    assert done.returncode == 2 and "classification head never trained" in done.stderr and not (tmp_path / "m.pt2").exists()
+    assert (
+        done.returncode == 2
+        and "classification head never trained" in done.stderr
+        and not (tmp_path / "m.pt2").exists()
+    )
 
 
 def test_export_to_a_folder_is_refused_first_and_a_backbone_exports_its_features(run_cli, model, tmp_path):
@@ -188,7 +239,10 @@ def test_an_openvino_export_says_what_openvino_runs_it_at_by_default(run_cli, mo
     if default is None:  # a CPU without bf16: f32 is OpenVINO's default
         assert "note: OpenVINO runs" not in done.stdout
     else:
-        assert f"note: OpenVINO runs this IR in {default[0]} on this CPU unless compiled with INFERENCE_PRECISION_HINT=f32" in done.stdout
+        assert (
+            f"note: OpenVINO runs this IR in {default[0]} on this CPU unless compiled with INFERENCE_PRECISION_HINT=f32"
+            in done.stdout
+        )
         assert default[1] > 0
 
 
@@ -196,7 +250,9 @@ def test_onnx_export_is_one_file_with_class_names_and_preprocessing(model, tmp_p
     onnx = pytest.importorskip("onnx")
     pytest.importorskip("onnxscript")
     names = [f"class {i}" for i in range(10)]
-    path = export(model, tmp_path / "m.onnx", format="onnx", metadata={"class_names": names, "preprocess": {"crop_pct": 0.875}})
+    path = export(
+        model, tmp_path / "m.onnx", format="onnx", metadata={"class_names": names, "preprocess": {"crop_pct": 0.875}}
+    )
     assert [p.name for p in tmp_path.iterdir()] == ["m.onnx"]  # no unmentioned m.onnx.data
     props = {p.key: json.loads(p.value) for p in onnx.load(str(path)).metadata_props}
     assert props["class_names"] == names and props["crop_pct"] == 0.875 and props["input_size"] == [3, 16, 20]
@@ -261,7 +317,9 @@ def test_an_onnx_export_with_external_weights_is_replaced_whole(model, tmp_path,
     with torch.no_grad():
         torch.testing.assert_close(run_exported(path, "onnx", x), other(x), atol=1e-4, rtol=1e-4)
     left = sorted(p.name for p in tmp_path.iterdir())
-    assert left == sorted(["m.onnx", *(p.name for p in export_module.companions(path))]) and len(left) == 2  # leftovers removed
+    assert (
+        left == sorted(["m.onnx", *(p.name for p in export_module.companions(path))]) and len(left) == 2
+    )  # leftovers removed
 
 
 def test_an_openvino_ir_cut_between_its_two_files_is_refused_in_one_line(model, tmp_path, monkeypatch):
@@ -329,17 +387,35 @@ def _class_folders(root, n=6):
                 Image.new("RGB", (16, 16), (200 * k + 5 * i, 30, 30)).save(root / split / name / f"{i}.png")
 
 
-def test_cli_int8_export_is_calibrated_on_training_images_and_checked_on_held_out_ones(vitkit_cmd, tmp_path, monkeypatch, capsys):
+def test_cli_int8_export_is_calibrated_on_training_images_and_checked_on_held_out_ones(
+    vitkit_cmd, tmp_path, monkeypatch, capsys
+):
     pytest.importorskip("nncf")
     pytest.importorskip("onnxruntime")
     m = vitkit.create_model("vit_test", num_classes=2).eval()
     torch.nn.init.normal_(m.head.weight)
     save_pretrained(m, tmp_path / "ckpt", extra={"class_names": ["dark", "light"]})
     _class_folders(tmp_path / "data")
-    base = ("export", tmp_path / "ckpt", "--format", "onnx", "--precision", "int8", "--data", tmp_path / "data", "--calibration", 8)
-    result = vitkit_cmd(*base, "--min-agreement", 0)  # without --out: beside the checkpoint, never over its fp32 export's name
+    base = (
+        "export",
+        tmp_path / "ckpt",
+        "--format",
+        "onnx",
+        "--precision",
+        "int8",
+        "--data",
+        tmp_path / "data",
+        "--calibration",
+        8,
+    )
+    result = vitkit_cmd(
+        *base, "--min-agreement", 0
+    )  # without --out: beside the checkpoint, never over its fp32 export's name
     assert result.returncode == 0, result.stderr
-    assert "onnx int8 by NNCF, transformer preset, 8 calibration images of" in result.stdout and "on 12 val images of" in result.stdout
+    assert (
+        "onnx int8 by NNCF, transformer preset, 8 calibration images of" in result.stdout
+        and "on 12 val images of" in result.stdout
+    )
     assert (tmp_path / "ckpt.int8.onnx").is_file() and not (tmp_path / "ckpt.onnx").exists()
     (tmp_path / "ckpt.int8.onnx").rename(tmp_path / "m.onnx")
     good, files = (tmp_path / "m.onnx").read_bytes(), sorted(p.name for p in tmp_path.iterdir())
@@ -349,7 +425,7 @@ def test_cli_int8_export_is_calibrated_on_training_images_and_checked_on_held_ou
     from vitkit.cli import main
 
     real = exporting.runtime_session  # a runtime whose every answer is another class: no preset can pass
-    monkeypatch.setattr(exporting, "runtime_session", lambda *a, **k: (lambda x, run=real(*a, **k): -run(x)))
+    monkeypatch.setattr(exporting, "runtime_session", lambda *a, **k: lambda x, run=real(*a, **k): -run(x))
     capsys.readouterr()
     assert main([str(v) for v in (*base, "--out", tmp_path / "m.onnx", "--min-agreement", 0.5)]) == 2
     refused = capsys.readouterr()
@@ -358,7 +434,9 @@ def test_cli_int8_export_is_calibrated_on_training_images_and_checked_on_held_ou
     # a rejected export is not written: the good file at --out stays, nothing is left beside it, no "wrote" line
     assert (tmp_path / "m.onnx").read_bytes() == good and "wrote" not in refused.out and "not written" in refused.err
     assert sorted(p.name for p in tmp_path.iterdir()) == files
-    wrong = vitkit_cmd("export", tmp_path / "ckpt", "--format", "torchscript", "--precision", "int8", "--data", tmp_path / "data")
+    wrong = vitkit_cmd(
+        "export", tmp_path / "ckpt", "--format", "torchscript", "--precision", "int8", "--data", tmp_path / "data"
+    )
     assert wrong.returncode == 2 and "--precision int8: exports ONNX or OpenVINO IR" in wrong.stderr
 
 
@@ -369,4 +447,7 @@ def test_a_file_of_no_checkpoint_format_names_the_commands_that_take_a_format(vi
     Image.new("RGB", (8, 8)).save(tmp_path / "cat.png")
     done = vitkit_cmd("export", tmp_path / "cat.png", "--out", tmp_path / "z.onnx")
     assert done.returncode == 2 and "unknown checkpoint format" in done.stderr
-    assert "(vitkit convert or info --from FORMAT; format= in Python)" in done.stderr and not (tmp_path / "z.onnx").exists()
+    assert (
+        "(vitkit convert or info --from FORMAT; format= in Python)" in done.stderr
+        and not (tmp_path / "z.onnx").exists()
+    )

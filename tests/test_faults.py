@@ -23,9 +23,21 @@ from vitkit.run_config import load_run_config
 from vitkit.train import find_checkpoint, load_checkpoint, resume_config, step_checkpoints, train
 
 TINY = [
-    "model.name=vit_test", "model.depth=1", "model.image_size=8", "data.name=synthetic", "data.synthetic_size=64",
-    "train.batch_size=16", "train.warmup_steps=2", "train.log_every=1", "train.eval_every=100", "train.checkpoint_every=2",
-    "train.progress=false", "augment.crop=pad", "augment.pad=1", "train.threads=1", "train.decay=constant",
+    "model.name=vit_test",
+    "model.depth=1",
+    "model.image_size=8",
+    "data.name=synthetic",
+    "data.synthetic_size=64",
+    "train.batch_size=16",
+    "train.warmup_steps=2",
+    "train.log_every=1",
+    "train.eval_every=100",
+    "train.checkpoint_every=2",
+    "train.progress=false",
+    "augment.crop=pad",
+    "augment.pad=1",
+    "train.threads=1",
+    "train.decay=constant",
 ]
 
 
@@ -60,7 +72,10 @@ def test_a_stop_signal_after_the_last_step_says_the_run_is_finishing(capfd):
         faults.steps_done()
         os.kill(os.getpid(), signal.SIGTERM)
     err = capfd.readouterr().err
-    assert "SIGTERM received: the steps are done: writing the final model and figures, then stopping" in err and "after this step" not in err
+    assert (
+        "SIGTERM received: the steps are done: writing the final model and figures, then stopping" in err
+        and "after this step" not in err
+    )
     with faults.stop_on_signals():  # a new run starts with steps to train
         os.kill(os.getpid(), signal.SIGTERM)
     assert "saving a checkpoint after this step" in capfd.readouterr().err
@@ -141,12 +156,34 @@ def test_sigterm_saves_a_checkpoint_exits_0_and_resume_continues_exactly(tmp_pat
     scheduler, or Ctrl-C, delivers it): the workers leave it to the main process, which stops at the step boundary."""
     _folder_with_bad_files(tmp_path / "data")
     out = tmp_path / "run"
-    streamed = [f"data.path={tmp_path / 'data'}", "data.memory_mb=0.0001", "data.workers=2", "data.val_split=val",
-                "data.val_fraction=0.25", "train.micro_batch=8", "model.name=vit_test", "model.depth=1", "model.image_size=8",
-                "train.batch_size=16", "train.warmup_steps=2", "train.log_every=1", "train.eval_every=1000", "train.progress=false",
-                "augment.crop=none", "train.threads=1", "train.decay=constant", "train.steps=100000", "train.checkpoint_every=1000"]
-    run = subprocess.Popen(_vitkit("train", "--out", out, *streamed), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                           start_new_session=True)
+    streamed = [
+        f"data.path={tmp_path / 'data'}",
+        "data.memory_mb=0.0001",
+        "data.workers=2",
+        "data.val_split=val",
+        "data.val_fraction=0.25",
+        "train.micro_batch=8",
+        "model.name=vit_test",
+        "model.depth=1",
+        "model.image_size=8",
+        "train.batch_size=16",
+        "train.warmup_steps=2",
+        "train.log_every=1",
+        "train.eval_every=1000",
+        "train.progress=false",
+        "augment.crop=none",
+        "train.threads=1",
+        "train.decay=constant",
+        "train.steps=100000",
+        "train.checkpoint_every=1000",
+    ]
+    run = subprocess.Popen(
+        _vitkit("train", "--out", out, *streamed),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     _wait_for(lambda: _trained_steps(out) >= 5, run)
     signalled_after = _trained_steps(out)
     os.killpg(run.pid, signal.SIGTERM)
@@ -155,10 +192,14 @@ def test_sigterm_saves_a_checkpoint_exits_0_and_resume_continues_exactly(tmp_pat
     assert stderr.count("SIGTERM received") == 1 and "Traceback" not in stderr
     stopped = _newest_step(out)
     assert stopped >= signalled_after and not (out / "final").exists()  # an ordinary step checkpoint, not the end
-    assert f"stopped at step {stopped} of 100000, checkpoint saved; continue with: vitkit train --resume {out}" in stdout
+    assert (
+        f"stopped at step {stopped} of 100000, checkpoint saved; continue with: vitkit train --resume {out}" in stdout
+    )
     verify_checksums(step_checkpoints(out)[-1])
 
-    resumed = vitkit_cmd("train", "--resume", out, f"train.steps={stopped + 3}")  # the command the message names, in-process
+    resumed = vitkit_cmd(
+        "train", "--resume", out, f"train.steps={stopped + 3}"
+    )  # the command the message names, in-process
     assert resumed.returncode == 0, resumed.stderr
     straight = tmp_path / "straight"
     train(resume_config(out, [f"train.steps={stopped + 3}"]), straight)
@@ -167,8 +208,12 @@ def test_sigterm_saves_a_checkpoint_exits_0_and_resume_continues_exactly(tmp_pat
 
 def test_resume_after_kill_9_continues_from_the_last_complete_checkpoint(tmp_path):
     out = tmp_path / "run"
-    run = subprocess.Popen(_vitkit("train", "--out", out, *TINY, "train.steps=100000", "train.checkpoint_every=3"),
-                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    run = subprocess.Popen(
+        _vitkit("train", "--out", out, *TINY, "train.steps=100000", "train.checkpoint_every=3"),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     _wait_for(lambda: _newest_step(out) >= 6, run)
     run.kill()  # SIGKILL: no handler runs, a checkpoint may be half written
     run.communicate(timeout=60)
@@ -214,7 +259,10 @@ def test_a_full_disk_while_saving_keeps_the_previous_checkpoint(tmp_path):
     soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
     resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
     try:
-        with pytest.raises(CheckpointError, match=r"step_0000004.tmp/model\.safetensors: cannot be written \(.*\); nothing was replaced") as caught:
+        with pytest.raises(
+            CheckpointError,
+            match=r"step_0000004.tmp/model\.safetensors: cannot be written \(.*\); nothing was replaced",
+        ) as caught:
             train(config, out, resume=True)
     finally:
         resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
@@ -245,7 +293,9 @@ def test_a_run_directory_removed_while_training_is_not_written_again(tmp_path, m
         return real(out_dir, *args, **kwargs)
 
     monkeypatch.setattr(training, "_save_step", removed_first)
-    with pytest.raises(TrainingError, match=r"run: the run directory was removed or moved while training \(its run.yaml is gone\)"):
+    with pytest.raises(
+        TrainingError, match=r"run: the run directory was removed or moved while training \(its run.yaml is gone\)"
+    ):
         train(load_run_config(None, TINY + ["train.steps=6", "train.checkpoint_every=2"]), out)
     assert not out.exists()
 
@@ -259,12 +309,16 @@ def test_a_damaged_checkpoint_is_named_on_resume(tmp_path):
     data = bytearray(good)
     data[len(data) // 2] ^= 0xFF
     state.write_bytes(bytes(data))
-    with pytest.raises(CheckpointError, match=r"step_0000004/train_state\.pt: corrupt .*remove this checkpoint directory"):
+    with pytest.raises(
+        CheckpointError, match=r"step_0000004/train_state\.pt: corrupt .*remove this checkpoint directory"
+    ):
         train(config, out, resume=True)
     state.write_bytes(good)
     text = step_checkpoints(out)[-1] / "train_state.json"  # truncated: it said only "damaged or not a config"
     text.write_text(text.read_text()[:20])
-    with pytest.raises(CheckpointError, match=r"train_state\.json: not valid JSON .*; the checkpoint is damaged; remove its directory"):
+    with pytest.raises(
+        CheckpointError, match=r"train_state\.json: not valid JSON .*; the checkpoint is damaged; remove its directory"
+    ):
         train(config, out, resume=True)
 
 
@@ -306,8 +360,20 @@ def test_too_many_non_finite_steps_in_a_row_stop_the_run(tmp_path, monkeypatch):
 
 def test_a_diverging_run_stops_with_a_clear_message(tmp_path):
     with pytest.raises(TrainingError, match="the run diverged") as caught:
-        train(load_run_config(None, TINY + ["train.steps=30", "train.lr=1e30", "train.clip_norm=null", "train.max_nonfinite_steps=2",
-                                            "train.checkpoint_every=1"]), tmp_path / "run")
+        train(
+            load_run_config(
+                None,
+                TINY
+                + [
+                    "train.steps=30",
+                    "train.lr=1e30",
+                    "train.clip_norm=null",
+                    "train.max_nonfinite_steps=2",
+                    "train.checkpoint_every=1",
+                ],
+            ),
+            tmp_path / "run",
+        )
     named = re.search(r"the last checkpoint with finite weights is (\S+);", str(caught.value))
     if named:  # the checkpoint it names really holds finite weights (it is read, not assumed)
         weights = read_safetensors(Path(named.group(1)) / "model.safetensors")
@@ -333,16 +399,30 @@ def _folder_with_bad_files(root: Path) -> list[Path]:
     return bad
 
 
-FOLDER = ["model.name=vit_test", "model.depth=1", "model.image_size=8", "train.batch_size=8", "train.steps=4", "train.threads=1",
-          "train.progress=false", "train.eval_every=4", "train.checkpoint_every=4", "augment.crop=none", "data.val_fraction=0.25",
-          "data.val_split=val", "data.workers=0"]
+FOLDER = [
+    "model.name=vit_test",
+    "model.depth=1",
+    "model.image_size=8",
+    "train.batch_size=8",
+    "train.steps=4",
+    "train.threads=1",
+    "train.progress=false",
+    "train.eval_every=4",
+    "train.checkpoint_every=4",
+    "augment.crop=none",
+    "data.val_fraction=0.25",
+    "data.val_split=val",
+    "data.workers=0",
+]
 
 
 @pytest.mark.parametrize("memory_mb", [4096, 0.0001])  # decoded once into memory / streamed batch by batch
 def test_bad_image_files_are_skipped_counted_and_listed(tmp_path, memory_mb, capfd):
     bad = _folder_with_bad_files(tmp_path / "data")
     out = tmp_path / "run"
-    summary = train(load_run_config(None, FOLDER + [f"data.path={tmp_path / 'data'}", f"data.memory_mb={memory_mb}"]), out)
+    summary = train(
+        load_run_config(None, FOLDER + [f"data.path={tmp_path / 'data'}", f"data.memory_mb={memory_mb}"]), out
+    )
     listed = json.loads((out / "bad_files.json").read_text())
     seen = {Path(row["path"]) for row in listed["files"]}
     assert seen <= set(bad) and seen and listed["count"] == len(seen) == summary["bad_files"]
@@ -351,12 +431,17 @@ def test_bad_image_files_are_skipped_counted_and_listed(tmp_path, memory_mb, cap
     assert "skipping a bad image" in printed.err
     assert summary["steps"] == 4 and (out / "final" / "model.safetensors").is_file()
     if memory_mb > 1:  # found before training: the plan says how many images are read (it counted the unreadable ones)
-        assert re.search(r"skipped +\d+ unreadable \(data.on_error=skip, listed in bad_files.json\): \d+ of train, \d+ of val; "
-                         r"\d+ training images", printed.out)
+        assert re.search(
+            r"skipped +\d+ unreadable \(data.on_error=skip, listed in bad_files.json\): \d+ of train, \d+ of val; "
+            r"\d+ training images",
+            printed.out,
+        )
 
 
 @pytest.mark.parametrize("memory_mb", [4096, 0.0001])
-def test_unreadable_validation_images_are_not_counted_as_scored_nor_blamed_on_training(tmp_path, memory_mb, capfd, monkeypatch):
+def test_unreadable_validation_images_are_not_counted_as_scored_nor_blamed_on_training(
+    tmp_path, memory_mb, capfd, monkeypatch
+):
     """Three unreadable files in val.csv: the plan said "val 15 images" and "120 training images are read", and the
     accuracy figure and summary.json said validation was 15 images, where 12 were scored."""
     from vitkit import plots
@@ -371,21 +456,33 @@ def test_unreadable_validation_images_are_not_counted_as_scored_nor_blamed_on_tr
             rows[split].append(f"{path},{'ab'[i % 2]}")
     (tmp_path / "img" / "cut.png").write_bytes((tmp_path / "img" / "val0.png").read_bytes()[:30])
     (tmp_path / "img" / "notes.png").write_text("not an image")
-    rows["val"] += [f"{tmp_path / 'img' / 'cut.png'},a", f"{tmp_path / 'img' / 'notes.png'},b", f"{tmp_path / 'img' / 'gone.png'},a"]
+    rows["val"] += [
+        f"{tmp_path / 'img' / 'cut.png'},a",
+        f"{tmp_path / 'img' / 'notes.png'},b",
+        f"{tmp_path / 'img' / 'gone.png'},a",
+    ]
     for split, lines in rows.items():
         (tmp_path / "data" / f"{split}.csv").parent.mkdir(exist_ok=True)
         (tmp_path / "data" / f"{split}.csv").write_text("\n".join(lines) + "\n")
     titles = {}
     save = plots._save
-    monkeypatch.setattr(plots, "_save", lambda fig, path: titles.setdefault(path.name, fig.axes[0].get_title()) and save(fig, path))
-    summary = train(load_run_config(None, FOLDER + [f"data.path={tmp_path / 'data'}", f"data.memory_mb={memory_mb}"]), tmp_path / "run")
+    monkeypatch.setattr(
+        plots, "_save", lambda fig, path: titles.setdefault(path.name, fig.axes[0].get_title()) and save(fig, path)
+    )
+    summary = train(
+        load_run_config(None, FOLDER + [f"data.path={tmp_path / 'data'}", f"data.memory_mb={memory_mb}"]),
+        tmp_path / "run",
+    )
     assert summary["unreadable"] == {"train": 0, "val": 3} and summary["val_images"]["n"] == 15
     listed = json.loads((tmp_path / "run" / "bad_files.json").read_text())["files"]
     assert len(listed) == 3 and {row["split"] for row in listed} == {"val"}  # which split each file is of
     assert "validation: 12 of 15 images (3 unreadable skipped)" in titles["accuracy.png"]
     printed = capfd.readouterr().out
     if memory_mb > 1:  # found before training (streamed, they are found as validation reads them)
-        assert "3 unreadable skipped, 12 read" in printed and "0 of train, 3 of val; 16 training images are read" in printed
+        assert (
+            "3 unreadable skipped, 12 read" in printed
+            and "0 of train, 3 of val; 16 training images are read" in printed
+        )
 
 
 def test_on_error_fail_names_the_file(tmp_path):
@@ -418,15 +515,24 @@ def test_resume_never_unpickles_the_train_state(tmp_path):
 def test_init_from_another_architecture_names_the_file_and_the_settings_that_match_it(tmp_path, vitkit_cmd):
     import vitkit
 
-    other = vitkit.save_pretrained(vitkit.create_model("vit_test", depth=1, width=48, num_heads=4, image_size=8, patch_size=2), tmp_path / "other")
+    other = vitkit.save_pretrained(
+        vitkit.create_model("vit_test", depth=1, width=48, num_heads=4, image_size=8, patch_size=2), tmp_path / "other"
+    )
     done = vitkit_cmd("train", "--out", tmp_path / "run", *TINY, "train.steps=2", f"model.init={other}")
     assert done.returncode == 2 and "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
     assert f"model.init={other}: its model differs from this run's in patch_size, width" in done.stderr
     assert "model.patch_size=2 model.width=48" in done.stderr and f"vitkit finetune --from {other}" in done.stderr
     assert not (tmp_path / "run").exists()
     config = vitkit.load_pretrained(other).config  # with the settings it names, the run starts from those weights
-    matched = vitkit_cmd("train", "--out", tmp_path / "run", *TINY, "train.steps=2", f"model.init={other}",
-                         *done.stderr.split("start it with ")[1].split(", or fine-tune")[0].split())
+    matched = vitkit_cmd(
+        "train",
+        "--out",
+        tmp_path / "run",
+        *TINY,
+        "train.steps=2",
+        f"model.init={other}",
+        *done.stderr.split("start it with ")[1].split(", or fine-tune")[0].split(),
+    )
     assert matched.returncode == 0, matched.stderr
     assert vitkit.load_pretrained(tmp_path / "run").config.width == config.width == 48
 
@@ -453,10 +559,20 @@ def test_init_keeps_a_head_only_for_the_same_classes_matched_by_name(tmp_path, v
     vitkit.save_pretrained(model, tmp_path / "other", extra={"class_names": [f"kind_{i}" for i in range(10)]})
     from vitkit.checkpoint import save_checkpoint  # any format a checkpoint is read in (was: vitkit's own only)
 
-    save_checkpoint(shuffled, tmp_path / "same.safetensors", "timm", metadata={"class_names": [names[i] for i in order]})
+    save_checkpoint(
+        shuffled, tmp_path / "same.safetensors", "timm", metadata={"class_names": [names[i] for i in order]}
+    )
     for init, kept in (("same", True), ("other", False), ("same.safetensors", True)):
-        done = vitkit_cmd("train", "--out", tmp_path / f"run_{init}", *TINY, "train.steps=1", "train.lr=0", "train.warmup_steps=0",
-                          f"model.init={tmp_path / init}")
+        done = vitkit_cmd(
+            "train",
+            "--out",
+            tmp_path / f"run_{init}",
+            *TINY,
+            "train.steps=1",
+            "train.lr=0",
+            "train.warmup_steps=0",
+            f"model.init={tmp_path / init}",
+        )
         assert done.returncode == 0, done.stderr
         head = vitkit.load_pretrained(tmp_path / f"run_{init}").head
         if kept:
@@ -476,7 +592,9 @@ def test_resume_with_another_model_is_refused_and_run_yaml_kept(tmp_path):
     with pytest.raises(ConfigError, match=r"model.depth=1 \(now 2\): .* a resumed run keeps its model"):
         train(resume_config(out, ["model.depth=2"]), out, resume=True)
     # another batch size: named as the key that was changed (it said train.micro_batch, a key the user never set)
-    with pytest.raises(ConfigError, match=r"^train.batch_size: the run was checkpointed with 16, not 8; .* \(model.init="):
+    with pytest.raises(
+        ConfigError, match=r"^train.batch_size: the run was checkpointed with 16, not 8; .* \(model.init="
+    ):
         train(resume_config(out, ["train.batch_size=8"]), out, resume=True)
     assert (out / "run.yaml").read_text() == before
     train(resume_config(out, []), out, resume=True)  # as it was: it goes on
@@ -491,9 +609,14 @@ def test_a_resume_refuses_a_final_folder_holding_a_users_files_before_training(t
     out = tmp_path / "run"
     train(load_run_config(None, TINY + ["train.steps=2"]), out)
     (out / "final" / "NOTES.txt").write_text("mine")
-    with pytest.raises(CheckpointError, match=r"final: holds NOTES.txt, which is not part of a checkpoint, .* move it out of .*final, then resume"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"final: holds NOTES.txt, which is not part of a checkpoint, .* move it out of .*final, then resume",
+    ):
         train(resume_config(out, ["train.steps=4"]), out, resume=True)
-    assert (out / "final" / "NOTES.txt").read_text() == "mine" and json.loads((out / "summary.json").read_text())["steps"] == 2
+    assert (out / "final" / "NOTES.txt").read_text() == "mine" and json.loads((out / "summary.json").read_text())[
+        "steps"
+    ] == 2
     (out / "final" / "NOTES.txt").unlink()
     train(resume_config(out, ["train.steps=4"]), out, resume=True)
     assert json.loads((out / "summary.json").read_text())["steps"] == 4
@@ -504,13 +627,19 @@ def test_a_signal_while_the_command_starts_is_one_line_and_exit_130(monkeypatch,
     exit 1, and SIGTERM then killed it (exit 143) where the docs say 130."""
     from vitkit import cli
 
-    done = subprocess.run([sys.executable, "-c", "import sys, vitkit.cli; print('torch' in sys.modules)"], capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-c", "import sys, vitkit.cli; print('torch' in sys.modules)"], capture_output=True, text=True
+    )
     assert done.stdout.strip() == "False", done.stderr  # torch loads inside the command, where its interrupt is handled
     api = "import vitkit; vitkit.checkpoint.load_with_metadata; vitkit.models.get_config; print(vitkit.create_model('vit_test').config.width)"
-    done = subprocess.run([sys.executable, "-c", api], capture_output=True, text=True)  # what `import vitkit` gave before stays
+    done = subprocess.run(
+        [sys.executable, "-c", api], capture_output=True, text=True
+    )  # what `import vitkit` gave before stays
     assert done.stdout.strip() == "32", done.stderr
     monkeypatch.setattr(sys, "argv", ["vitkit", "models"])
-    monkeypatch.setattr(cli, "build_parser", lambda: os.kill(os.getpid(), signal.SIGTERM))  # SIGTERM as the command starts
+    monkeypatch.setattr(
+        cli, "build_parser", lambda: os.kill(os.getpid(), signal.SIGTERM)
+    )  # SIGTERM as the command starts
     previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:
         assert cli.main() == 130

@@ -42,12 +42,23 @@ def test_all_figures_and_numbers_are_written_and_non_empty(tmp_path, name):
 
 def test_a_hybrid_without_position_embeddings_skips_two_figures_and_says_why(tmp_path):
     torch.manual_seed(0)
-    config = ViTConfig(image_size=32, patch_size=1, backbone=ResNetConfig(layers=(), width=32), pos_embed="none",
-                       width=32, depth=2, mlp_dim=64, num_heads=2, num_classes=10)
+    config = ViTConfig(
+        image_size=32,
+        patch_size=1,
+        backbone=ResNetConfig(layers=(), width=32),
+        pos_embed="none",
+        width=32,
+        depth=2,
+        mlp_dim=64,
+        num_heads=2,
+        num_classes=10,
+    )
     report(VisionTransformer(config), tmp_path, n=2)
     summary = json.loads((tmp_path / "inspection.json").read_text())
     assert "hybrid" in summary["skipped"]["filters"] and "no position embeddings" in summary["skipped"]["pos_embed"]
-    assert not (tmp_path / figures.FIGURES["filters"]).exists() and not (tmp_path / figures.FIGURES["pos_embed"]).exists()
+    assert (
+        not (tmp_path / figures.FIGURES["filters"]).exists() and not (tmp_path / figures.FIGURES["pos_embed"]).exists()
+    )
     assert (tmp_path / figures.FIGURES["rollout"]).stat().st_size > 0
 
 
@@ -65,9 +76,13 @@ def test_a_narrow_figure_s_title_is_wrapped_to_its_width():
     trained on) was cut at both edges."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-    caption = "128 images from clothes/train/bag, clothes/val/trouser/0001.png; 127 of them in this model's training data"
-    for fig in (figures.last_layer_figure(torch.rand(2, 3, 16, 16), torch.rand(2, 2, 4, 4), caption),
-                figures.rollout_figure(torch.rand(2, 3, 16, 16), torch.rand(2, 4, 4), None, caption)):
+    caption = (
+        "128 images from clothes/train/bag, clothes/val/trouser/0001.png; 127 of them in this model's training data"
+    )
+    for fig in (
+        figures.last_layer_figure(torch.rand(2, 3, 16, 16), torch.rand(2, 2, 4, 4), caption),
+        figures.rollout_figure(torch.rand(2, 3, 16, 16), torch.rand(2, 4, 4), None, caption),
+    ):
         canvas = FigureCanvasAgg(fig)
         canvas.draw()
         box = fig._suptitle.get_window_extent(canvas.get_renderer())

@@ -21,9 +21,20 @@ from vitkit.train import train
 pytestmark = pytest.mark.gpu
 
 TINY = [
-    "model.name=vit_test", "model.depth=2", "model.image_size=16", "data.name=synthetic", "data.synthetic_size=128",
-    "train.batch_size=32", "train.warmup_steps=2", "train.log_every=2", "train.eval_every=4", "train.checkpoint_every=2",
-    "train.progress=false", "augment.crop=pad", "augment.pad=1", "train.device=cuda",
+    "model.name=vit_test",
+    "model.depth=2",
+    "model.image_size=16",
+    "data.name=synthetic",
+    "data.synthetic_size=128",
+    "train.batch_size=32",
+    "train.warmup_steps=2",
+    "train.log_every=2",
+    "train.eval_every=4",
+    "train.checkpoint_every=2",
+    "train.progress=false",
+    "augment.crop=pad",
+    "augment.pad=1",
+    "train.device=cuda",
 ]
 
 
@@ -33,8 +44,20 @@ def _train_rows(run):
 
 
 def test_bf16_training_on_cuda_learns_and_saves_weights_a_cpu_loads(tmp_path):
-    config = load_run_config(None, TINY + ["data.synthetic_size=16", "train.batch_size=16", "train.steps=30", "train.lr=1e-2",
-                                           "train.weight_decay=0", "augment.crop=none", "augment.hflip=0", "train.log_every=1"])
+    config = load_run_config(
+        None,
+        TINY
+        + [
+            "data.synthetic_size=16",
+            "train.batch_size=16",
+            "train.steps=30",
+            "train.lr=1e-2",
+            "train.weight_decay=0",
+            "augment.crop=none",
+            "augment.hflip=0",
+            "train.log_every=1",
+        ],
+    )
     train(config, tmp_path / "run")
     losses = [r["loss"] for r in _train_rows(tmp_path / "run")]
     assert all(math.isfinite(x) for x in losses) and losses[-1] < 0.3 * losses[0]
@@ -42,10 +65,24 @@ def test_bf16_training_on_cuda_learns_and_saves_weights_a_cpu_loads(tmp_path):
     assert next(model.parameters()).device.type == "cpu"
 
 
-@pytest.mark.parametrize("extra", [[], ["train.micro_batch=16", "augment.mixup=0.8", "augment.cutmix=1.0", "augment.erase=0.5",
-                                        "model.dropout=0.1", "train.ema=0.9"]])
+@pytest.mark.parametrize(
+    "extra",
+    [
+        [],
+        [
+            "train.micro_batch=16",
+            "augment.mixup=0.8",
+            "augment.cutmix=1.0",
+            "augment.erase=0.5",
+            "model.dropout=0.1",
+            "train.ema=0.9",
+        ],
+    ],
+)
 def test_interrupted_and_resumed_on_cuda_equals_straight(tmp_path, extra):
-    config = load_run_config(None, TINY + ["train.steps=7", "train.checkpoint_every=3", "augment.randaugment_ops=1"] + extra)
+    config = load_run_config(
+        None, TINY + ["train.steps=7", "train.checkpoint_every=3", "augment.randaugment_ops=1"] + extra
+    )
     torch.use_deterministic_algorithms(True, warn_only=True)  # atomics in some backward kernels would add noise
     try:
         train(config, tmp_path / "straight")
@@ -57,7 +94,9 @@ def test_interrupted_and_resumed_on_cuda_equals_straight(tmp_path, extra):
     b = read_safetensors(tmp_path / "resumed" / "final" / "model.safetensors")
     for key in a:
         torch.testing.assert_close(b[key], a[key], atol=1e-5, rtol=0, msg=key)
-    assert [r["step"] for r in _train_rows(tmp_path / "resumed")] == [r["step"] for r in _train_rows(tmp_path / "straight")]
+    assert [r["step"] for r in _train_rows(tmp_path / "resumed")] == [
+        r["step"] for r in _train_rows(tmp_path / "straight")
+    ]
 
 
 def test_compiled_training_on_cuda_matches_eager(tmp_path):
@@ -96,7 +135,9 @@ def cuda_run(tmp_path_factory):
 
 
 def _cli(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "vitkit", *map(str, args)], capture_output=True, text=True, timeout=600, cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-m", "vitkit", *map(str, args)], capture_output=True, text=True, timeout=600, cwd=cwd
+    )
 
 
 def test_eval_on_cuda_agrees_with_the_cpu(cuda_run):
@@ -127,18 +168,50 @@ def test_inspection_on_cuda_gives_the_cpu_numbers(cuda_run, tmp_path):
         Image.fromarray(pixels).save(images / f"{i}.png")
     numbers = {}
     for device in ("cpu", "cuda"):
-        r = _cli("inspect", cuda_run, "--images", images, "--out", tmp_path / device, "--device", device, "--show", "2", "--components", "4")
+        r = _cli(
+            "inspect",
+            cuda_run,
+            "--images",
+            images,
+            "--out",
+            tmp_path / device,
+            "--device",
+            device,
+            "--show",
+            "2",
+            "--components",
+            "4",
+        )
         assert r.returncode == 0, r.stderr
         numbers[device] = json.loads((tmp_path / device / "inspection.json").read_text())
     assert numbers["cuda"]["figures"] == numbers["cpu"]["figures"]
     for key in ("mean_attention_distance", "filter_explained_variance_ratio"):
-        torch.testing.assert_close(torch.tensor(numbers["cuda"][key]), torch.tensor(numbers["cpu"][key]), atol=1e-3, rtol=1e-3)
+        torch.testing.assert_close(
+            torch.tensor(numbers["cuda"][key]), torch.tensor(numbers["cpu"][key]), atol=1e-3, rtol=1e-3
+        )
 
 
 def test_benchmark_on_cuda_reports_mfu_and_a_ratio_to_timm(tmp_path):
     pytest.importorskip("timm")
-    r = _cli("benchmark", "--device", "cuda", "--model", "vit_test", "--batch", "8", "--mode", "both", "--compare", "timm",
-             "--rounds", "2", "--compile", "off", "--json", tmp_path / "b.json")
+    r = _cli(
+        "benchmark",
+        "--device",
+        "cuda",
+        "--model",
+        "vit_test",
+        "--batch",
+        "8",
+        "--mode",
+        "both",
+        "--compare",
+        "timm",
+        "--rounds",
+        "2",
+        "--compile",
+        "off",
+        "--json",
+        tmp_path / "b.json",
+    )
     assert r.returncode == 0, r.stderr
     reports = json.loads((tmp_path / "b.json").read_text())
     for report in reports:
@@ -150,9 +223,28 @@ def test_benchmark_on_cuda_reports_mfu_and_a_ratio_to_timm(tmp_path):
 def test_torchrun_on_one_gpu_trains_under_nccl(tmp_path, strategy):
     out = tmp_path / "run"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=1", "--master_port", str(29500 + (strategy == "fsdp")),
-                        "-m", "vitkit", "train", "--out", str(out), *TINY, "train.steps=4", f"train.strategy={strategy}"],
-                       capture_output=True, text=True, timeout=600, env=env)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node=1",
+            "--master_port",
+            str(29500 + (strategy == "fsdp")),
+            "-m",
+            "vitkit",
+            "train",
+            "--out",
+            str(out),
+            *TINY,
+            "train.steps=4",
+            f"train.strategy={strategy}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert all(math.isfinite(row["loss"]) for row in _train_rows(out))
     load_native(out / "final")

@@ -22,12 +22,25 @@ from vitkit.models import VisionTransformer, get_config
 from vitkit.models.config import ViTConfig
 from vitkit.run_config import SECTIONS, load_run_config
 
-FUZZ = settings(max_examples=int(os.environ.get("VITKIT_FUZZ_EXAMPLES", "30")), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+FUZZ = settings(
+    max_examples=int(os.environ.get("VITKIT_FUZZ_EXAMPLES", "30")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
-scalars = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floats(allow_nan=True, allow_infinity=True),
-                    st.text(max_size=12), st.sampled_from(["abc", "", "null", "1e3", "#x", "gelu", "token", "learned"]))
-values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=6), inner, max_size=3)),
-                      max_leaves=8)
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=12),
+    st.sampled_from(["abc", "", "null", "1e3", "#x", "gelu", "token", "learned"]),
+)
+values = st.recursive(
+    scalars,
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=6), inner, max_size=3)),
+    max_leaves=8,
+)
 MODEL_KEYS = [f.name for f in __import__("dataclasses").fields(ViTConfig)]
 
 
@@ -48,13 +61,21 @@ def _in_child(under_memory_limit, fn):
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
     path = tmp_path_factory.mktemp("fuzz") / "ck"
-    save_pretrained(VisionTransformer(get_config("vit_test", depth=1, image_size=8, num_classes=3)), path, extra={"class_names": ["a", "b", "c"]})
+    save_pretrained(
+        VisionTransformer(get_config("vit_test", depth=1, image_size=8, num_classes=3)),
+        path,
+        extra={"class_names": ["a", "b", "c"]},
+    )
     return path
 
 
 @FUZZ
-@given(model_edits=st.dictionaries(st.sampled_from(MODEL_KEYS), values, max_size=3),
-       extra_edits=st.dictionaries(st.sampled_from(["class_names", "preprocess", "data", "source", "format", "model"]), values, max_size=2))
+@given(
+    model_edits=st.dictionaries(st.sampled_from(MODEL_KEYS), values, max_size=3),
+    extra_edits=st.dictionaries(
+        st.sampled_from(["class_names", "preprocess", "data", "source", "format", "model"]), values, max_size=2
+    ),
+)
 def test_config_json(tmp_path_factory, under_memory_limit, checkpoint, model_edits, extra_edits):
     copy = tmp_path_factory.mktemp("c") / "ck"
     shutil.copytree(checkpoint, copy)
@@ -77,18 +98,33 @@ KEYS = _known_keys()
 
 
 @FUZZ
-@given(overrides=st.lists(st.tuples(st.sampled_from(KEYS + ["train.nope", "x.y", "model"]), st.one_of(
-    st.text(max_size=20), st.sampled_from(["nan", ".inf", "-1", "0", "1e23", "99999999999999999999", "[1, 2, 3]", "{a: [", "true"]))),
-    max_size=4))
+@given(
+    overrides=st.lists(
+        st.tuples(
+            st.sampled_from(KEYS + ["train.nope", "x.y", "model"]),
+            st.one_of(
+                st.text(max_size=20),
+                st.sampled_from(
+                    ["nan", ".inf", "-1", "0", "1e23", "99999999999999999999", "[1, 2, 3]", "{a: [", "true"]
+                ),
+            ),
+        ),
+        max_size=4,
+    )
+)
 def test_run_config_overrides(overrides):
     _documented(lambda: load_run_config(None, [f"{k}={v}" for k, v in overrides]))
 
 
 @FUZZ
-@given(document=st.dictionaries(st.sampled_from(["model", "data", "augment", "train", "other"]),
-                                st.one_of(values, st.dictionaries(st.sampled_from([k.split(".", 1)[1] for k in KEYS]), values, max_size=4)),
-                                max_size=4),
-       raw=st.one_of(st.none(), st.binary(max_size=200)))
+@given(
+    document=st.dictionaries(
+        st.sampled_from(["model", "data", "augment", "train", "other"]),
+        st.one_of(values, st.dictionaries(st.sampled_from([k.split(".", 1)[1] for k in KEYS]), values, max_size=4)),
+        max_size=4,
+    ),
+    raw=st.one_of(st.none(), st.binary(max_size=200)),
+)
 def test_run_config_files(tmp_path_factory, document, raw):
     path = tmp_path_factory.mktemp("y") / "run.yaml"
     path.write_bytes(raw if raw is not None else yaml.safe_dump(document).encode())
@@ -101,7 +137,9 @@ lines = st.one_of(
     st.builds(lambda p, l: f"{p},{l}", st.text(max_size=10), st.text(max_size=10)),
     st.builds(lambda v: json.dumps(v), values),
     st.builds(lambda p, l: json.dumps({"path": p, "label": l}), values, values),
-    st.sampled_from(["a.png," + "x" * 200_000, "[" * 100_000, '"unclosed,1', "a.png,\x00", "a.png,--5", "a.png,1" + "0" * 5000]),
+    st.sampled_from(
+        ["a.png," + "x" * 200_000, "[" * 100_000, '"unclosed,1', "a.png,\x00", "a.png,--5", "a.png,1" + "0" * 5000]
+    ),
 )
 
 
@@ -115,9 +153,14 @@ def test_image_lists(tmp_path_factory, under_memory_limit, suffix, rows):
 
 # -- IDX headers --------------------------------------------------------------------------------
 @FUZZ
-@given(kind=st.sampled_from([0x08, 0x09, 0x0B, 0x0C, 0x0D, 0x0E, 0x07, 0xFF]), zero=st.binary(min_size=2, max_size=2),
-       dims=st.lists(st.one_of(st.integers(0, 40), st.integers(0, 2**32 - 1)), max_size=5), body=st.binary(max_size=64),
-       compress=st.booleans(), cut=st.integers(0, 30))
+@given(
+    kind=st.sampled_from([0x08, 0x09, 0x0B, 0x0C, 0x0D, 0x0E, 0x07, 0xFF]),
+    zero=st.binary(min_size=2, max_size=2),
+    dims=st.lists(st.one_of(st.integers(0, 40), st.integers(0, 2**32 - 1)), max_size=5),
+    body=st.binary(max_size=64),
+    compress=st.booleans(),
+    cut=st.integers(0, 30),
+)
 def test_idx_headers(tmp_path_factory, under_memory_limit, kind, zero, dims, body, compress, cut):
     data = (zero if cut % 3 == 0 else b"\0\0") + bytes([kind, len(dims)]) + struct.pack(f">{len(dims)}I", *dims) + body
     data = data[:-cut] if cut % 2 and cut < len(data) else data
@@ -143,6 +186,8 @@ def test_class_names_with_control_characters_or_twice_the_same_are_refused(tmp_p
     model = vitkit.create_model("vit_test", num_classes=3)
     for names, words in ((["a", "a", "b"], "distinct"), (["a", "b\x1b[2J", "c"], "terminal escapes")):
         path = vitkit.save_pretrained(model, tmp_path / f"ckpt{len(words)}", extra={"class_names": names})
-        with pytest.raises(CheckpointError, match="class_names must be a list of one distinct name per class .* got") as err:
+        with pytest.raises(
+            CheckpointError, match="class_names must be a list of one distinct name per class .* got"
+        ) as err:
             load_with_metadata(path)
         assert repr(names) in str(err.value) and words in str(err.value)

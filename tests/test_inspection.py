@@ -16,7 +16,9 @@ from vitkit.errors import ConfigError, DataError
 from vitkit.models import ResNetConfig, VisionTransformer, ViTConfig
 
 TINY = dict(width=32, depth=2, mlp_dim=64, num_heads=2, num_classes=10)
-HYBRID = ViTConfig(image_size=(32, 48), patch_size=2, backbone=ResNetConfig(layers=(1,), width=32), **TINY)  # stride 4 x 2
+HYBRID = ViTConfig(
+    image_size=(32, 48), patch_size=2, backbone=ResNetConfig(layers=(1,), width=32), **TINY
+)  # stride 4 x 2
 
 
 def make(seed: int = 0, **overrides) -> VisionTransformer:
@@ -75,14 +77,18 @@ def test_uniform_attention_gives_the_analytic_mean_pairwise_distance(overrides):
     model = zero_attention(make(**overrides))
     distance = insp.mean_attention_distance(model, images(model), batch_size=2)
     assert distance.shape == (model.config.depth, model.config.num_heads)
-    torch.testing.assert_close(distance, torch.full_like(distance, analytic_mean_distance(model.config)), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        distance, torch.full_like(distance, analytic_mean_distance(model.config)), rtol=1e-5, atol=1e-5
+    )
 
 
 def test_uniform_attention_on_a_hybrid_uses_the_feature_map_grid_and_its_stride():
     model = zero_attention(VisionTransformer(HYBRID))
     assert model.config.grid_size == (4, 6) and model.config.total_patch_size == (8, 8)
     distance = insp.mean_attention_distance(model, images(model, 2))
-    torch.testing.assert_close(distance, torch.full_like(distance, analytic_mean_distance(HYBRID)), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        distance, torch.full_like(distance, analytic_mean_distance(HYBRID)), rtol=1e-5, atol=1e-5
+    )
     assert insp.rollout_maps(model, images(model, 2)).shape == (2, 4, 6)
 
 
@@ -143,7 +149,9 @@ def test_rollout_multiplies_head_averaged_residual_attention_from_the_first_laye
     rollout = insp.attention_rollout(model, x, batch_size=2)
     torch.testing.assert_close(rollout, expected.detach(), rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(rollout.sum(-1), torch.ones(3, eye.shape[0]))
-    torch.testing.assert_close(insp.rollout_maps(model, x), expected[:, 0, 1:].reshape(3, 4, 4).detach(), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(
+        insp.rollout_maps(model, x), expected[:, 0, 1:].reshape(3, 4, 4).detach(), rtol=1e-5, atol=1e-6
+    )
 
 
 def test_rollout_order_is_last_layer_times_first():
@@ -179,7 +187,9 @@ def test_all_principal_components_reconstruct_the_filters():
     pca = insp.patch_embedding_pca(model, num_components=None)
     torch.testing.assert_close(pca.reconstruct(), model.patch_embed.weight.detach(), rtol=1e-4, atol=1e-5)
     flat = pca.components.flatten(1)
-    torch.testing.assert_close(flat @ flat.T, torch.eye(len(flat)), rtol=0, atol=1e-4)  # D = 32 < 48: all have s > 0 but the last
+    torch.testing.assert_close(
+        flat @ flat.T, torch.eye(len(flat)), rtol=0, atol=1e-4
+    )  # D = 32 < 48: all have s > 0 but the last
     torch.testing.assert_close(pca.explained_variance_ratio.sum(), torch.tensor(1.0))
     assert bool((pca.explained_variance_ratio.diff() <= 1e-7).all()), "components come in order of variance"
 
@@ -250,8 +260,13 @@ def test_inspect_model_returns_every_analysis_and_leaves_the_model_as_it_was():
     before = {k: v.clone() for k, v in model.state_dict().items()}
     out = insp.inspect_model(model, images(model, 6), num_show=2, num_components=4)
     assert set(out) == {
-        "filter_components", "filter_explained_variance_ratio", "mean_attention_distance",
-        "uniform_attention_distance", "rollout", "last_layer_attention", "pos_embed_similarity",
+        "filter_components",
+        "filter_explained_variance_ratio",
+        "mean_attention_distance",
+        "uniform_attention_distance",
+        "rollout",
+        "last_layer_attention",
+        "pos_embed_similarity",
     }
     assert out["rollout"].shape == (2, 4, 4) and out["filter_components"].shape == (4, 3, 4, 4)
     assert float(out["uniform_attention_distance"]) == pytest.approx(analytic_mean_distance(model.config), rel=1e-6)

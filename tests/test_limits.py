@@ -24,7 +24,9 @@ def _refused(result, *words):
 
 def test_a_thin_image_under_the_pixel_limit(tmp_path, under_memory_limit):
     Image.new("L", (1, 5_000_000)).save(tmp_path / "thin.png")  # 10 KB on disk; 8 GB once resized to a 224 crop
-    _refused(under_memory_limit(lambda: load_image(tmp_path / "thin.png", 3, 224)), "DataError", "thin.png", "1x5000000")
+    _refused(
+        under_memory_limit(lambda: load_image(tmp_path / "thin.png", 3, 224)), "DataError", "thin.png", "1x5000000"
+    )
     assert under_memory_limit(lambda: load_image(tmp_path / "thin.png", 1, 1))[0] == "ok"  # 1x1 needs nothing
 
 
@@ -33,7 +35,9 @@ def _npz_bomb(path, declared: int, *, lie: bool = False) -> None:
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as archive:
         with archive.open("w.npy", "w", force_zip64=True) as f:
             header = io.BytesIO()
-            np.lib.format.write_array_header_1_0(header, {"descr": "<f4", "fortran_order": False, "shape": (declared // 4,)})
+            np.lib.format.write_array_header_1_0(
+                header, {"descr": "<f4", "fortran_order": False, "shape": (declared // 4,)}
+            )
             f.write(header.getvalue())
             chunk = bytes(1 << 22)
             for _ in range((1 << 22 if lie else declared) // len(chunk)):
@@ -98,18 +102,24 @@ def test_convert_refuses_a_head_the_machine_has_no_room_for_before_building_it(t
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "10,000,000 classes needs about 1.2 GiB" in err and short_of in err
     assert not (tmp_path / "dst").exists()
-    assert main(["convert", str(tmp_path / "src"), str(tmp_path / "dst"), "--num-classes", "100"]) == 0  # a head that fits
+    assert (
+        main(["convert", str(tmp_path / "src"), str(tmp_path / "dst"), "--num-classes", "100"]) == 0
+    )  # a head that fits
 
 
 def test_a_config_with_billions_of_input_channels_is_refused_before_sizing_anything(under_memory_limit):
     from vitkit.run_config import load_run_config
 
     for value in ("22337203685", str(2**63)):  # found by the run-config fuzzer: per-channel means sized by it
-        status, detail = under_memory_limit(lambda: load_run_config(None, [f"model.in_chans={value}"]).model_config(), mb=256)
+        status, detail = under_memory_limit(
+            lambda: load_run_config(None, [f"model.in_chans={value}"]).model_config(), mb=256
+        )
         assert status == "error" and "ConfigError" in detail and "in_chans" in detail, (status, detail)
 
 
-def test_a_checkpoint_config_of_absurd_depth_or_width_is_refused_before_building_the_model(tmp_path, under_memory_limit):
+def test_a_checkpoint_config_of_absurd_depth_or_width_is_refused_before_building_the_model(
+    tmp_path, under_memory_limit
+):
     """A 30-byte edit of config.json ("depth": 10000000) built ten million blocks (2.4 GB, 90 s, then a MemoryError
     traceback); "width": 10**9 overflowed torch's storage size."""
     import json
@@ -119,11 +129,18 @@ def test_a_checkpoint_config_of_absurd_depth_or_width_is_refused_before_building
 
     path = vitkit.save_pretrained(vitkit.create_model("vit_test"), tmp_path / "ckpt")
     stored = json.loads((path / "config.json").read_text())
-    for key, value, words in (("depth", 10_000_000, ("depth", "over the limit of 1,000")), ("width", 10**9, ("width", "weights, over the limit"))):
+    for key, value, words in (
+        ("depth", 10_000_000, ("depth", "over the limit of 1,000")),
+        ("width", 10**9, ("width", "weights, over the limit")),
+    ):
         edited = tmp_path / key
         edited.mkdir()
         (edited / "model.safetensors").write_bytes((path / "model.safetensors").read_bytes())
-        (edited / "config.json").write_text(json.dumps({**stored, "model": {**stored["model"], key: value}} if "model" in stored else {**stored, key: value}))
+        (edited / "config.json").write_text(
+            json.dumps(
+                {**stored, "model": {**stored["model"], key: value}} if "model" in stored else {**stored, key: value}
+            )
+        )
         _refused(under_memory_limit(lambda: load_with_metadata(edited), mb=512), *words)
 
 

@@ -46,7 +46,9 @@ def run(script, *args, monkeypatch, code=0):
 def outputs(out: Path, name: str) -> dict:
     assert (out / f"{name}.png").stat().st_size > 1000
     text = (out / f"{name}.md").read_text()
-    assert "Paper" in text and "test images: the first 40 of 60" in text  # the claim beside the table, and how many images scored it
+    assert (
+        "Paper" in text and "test images: the first 40 of 60" in text
+    )  # the claim beside the table, and how many images scored it
     return json.loads((out / f"{name}.json").read_text())
 
 
@@ -75,28 +77,83 @@ def test_data_size_on_a_folder_of_ones_own_photos(tmp_path, monkeypatch, capsys)
             for i in range(n):
                 h, w = int(g.integers(36, 44)), int(g.integers(40, 60))
                 image = Image.fromarray((g.integers(0, 60, (h, w, 3)) + 150 * c).astype(np.uint8))
-                (image.convert("L") if i % 3 == 0 else image).save(tmp_path / "photos" / split / name / f"{i}.{'png' if i % 2 else 'jpg'}")
+                (image.convert("L") if i % 3 == 0 else image).save(
+                    tmp_path / "photos" / split / name / f"{i}.{'png' if i % 2 else 'jpg'}"
+                )
     out = tmp_path / "out"
-    run("data_size.py", "--data", tmp_path / "photos", "--test-split", "val", "--out", out, "--sizes", "8,20", "--families", "ViT,hybrid",
-        "--batch-size", "4", monkeypatch=monkeypatch)
+    run(
+        "data_size.py",
+        "--data",
+        tmp_path / "photos",
+        "--test-split",
+        "val",
+        "--out",
+        out,
+        "--sizes",
+        "8,20",
+        "--families",
+        "ViT,hybrid",
+        "--batch-size",
+        "4",
+        monkeypatch=monkeypatch,
+    )
     result = json.loads((out / "data_size.json").read_text())
     h = result["header"]
     assert (h["image_size"], h["channels"], h["test_split"]) == (40, 3, "val")
-    assert "scored on its val split (val images: all 8)" in (text := (out / "data_size.md").read_text()) and "| ViT val top-1 |" in text
-    assert [(r["family"], r["train_images"], r["test_images"]) for r in result["rows"]] == [("ViT", 8, 8), ("hybrid", 8, 8), ("ViT", 20, 8), ("hybrid", 20, 8)]
+    assert (
+        "scored on its val split (val images: all 8)" in (text := (out / "data_size.md").read_text())
+        and "| ViT val top-1 |" in text
+    )
+    assert [(r["family"], r["train_images"], r["test_images"]) for r in result["rows"]] == [
+        ("ViT", 8, 8),
+        ("hybrid", 8, 8),
+        ("ViT", 20, 8),
+        ("hybrid", 20, 8),
+    ]
     config = json.loads((out / "runs" / "hybrid_8" / "final" / "config.json").read_text())
-    assert config["model"]["image_size"] == [40, 40] and config["model"]["in_chans"] == 3 and config["data"]["val_split"] == "val"
+    assert (
+        config["model"]["image_size"] == [40, 40]
+        and config["model"]["in_chans"] == 3
+        and config["data"]["val_split"] == "val"
+    )
     # more images than the folder holds, a family that is not one: one line each
-    for args, words in ((["--sizes", "33"], "--sizes: 33 is more than the training split holds: 32 images ("), (["--families", "vit"], "'vit': expected one of")):
-        monkeypatch.setattr(sys, "argv", ["data_size.py", "--ci", "--data", str(tmp_path / "photos"), "--test-split", "val", "--out", str(out), *args])
+    for args, words in (
+        (["--sizes", "33"], "--sizes: 33 is more than the training split holds: 32 images ("),
+        (["--families", "vit"], "'vit': expected one of"),
+    ):
+        monkeypatch.setattr(
+            sys,
+            "argv",
+            [
+                "data_size.py",
+                "--ci",
+                "--data",
+                str(tmp_path / "photos"),
+                "--test-split",
+                "val",
+                "--out",
+                str(out),
+                *args,
+            ],
+        )
         with pytest.raises(SystemExit) as done:
             runpy.run_path(str(PAPER / "data_size.py"), run_name="__main__")
         assert done.value.code == 2 and words in capsys.readouterr().err
 
 
 def test_compute(idx_data, tmp_path, monkeypatch):
-    run("compute.py", "--data", idx_data, "--out", tmp_path, "--sizes-per-family", "3", "--families", "ViT,BiT",
-        monkeypatch=monkeypatch)
+    run(
+        "compute.py",
+        "--data",
+        idx_data,
+        "--out",
+        tmp_path,
+        "--sizes-per-family",
+        "3",
+        "--families",
+        "ViT,BiT",
+        monkeypatch=monkeypatch,
+    )
     rows = outputs(tmp_path, "compute")["rows"]
     assert [r["family"] for r in rows] == ["ViT"] * 3 + ["BiT"] * 3
     for family in ("ViT", "BiT"):
@@ -111,7 +168,9 @@ def test_pos_embed(idx_data, tmp_path, monkeypatch):
     assert "minus_none" in result["stats"]["relative"] and "minus_none" not in result["stats"]["none"]
 
 
-def test_a_stopped_experiment_continues_and_a_rerun_with_other_settings_is_refused(idx_data, tmp_path, monkeypatch, capsys):
+def test_a_stopped_experiment_continues_and_a_rerun_with_other_settings_is_refused(
+    idx_data, tmp_path, monkeypatch, capsys
+):
     """A run of an earlier command was reused whatever its settings (a table of 20-step runs captioned "5 steps"); one
     stopped by Ctrl-C ended in a traceback, and the same command then failed on it every time."""
     import common
@@ -127,8 +186,13 @@ def test_a_stopped_experiment_continues_and_a_rerun_with_other_settings_is_refus
     run(*args, monkeypatch=monkeypatch)
     assert "stopped at step 1 of 2" in capsys.readouterr().err and not (tmp_path / "pos_embed.json").exists()
     run(*args, monkeypatch=monkeypatch)  # the same command: continues the stopped run
-    assert calls == [False, True] and json.loads((tmp_path / "runs" / "none_seed0" / "summary.json").read_text())["steps"] == 2
+    assert (
+        calls == [False, True]
+        and json.loads((tmp_path / "runs" / "none_seed0" / "summary.json").read_text())["steps"] == 2
+    )
     assert (tmp_path / "pos_embed.json").is_file()
     run(*args, "--steps", "3", monkeypatch=monkeypatch, code=2)  # other settings: never reported as this command's
-    assert "trained with other settings (train.checkpoint_every, train.eval_every, train.steps differ" in capsys.readouterr().err
-
+    assert (
+        "trained with other settings (train.checkpoint_every, train.eval_every, train.steps differ"
+        in capsys.readouterr().err
+    )

@@ -18,8 +18,13 @@ def model():
 
 def _batches(n=3, size=8):
     g = torch.Generator().manual_seed(1)
-    return [(torch.randint(0, 256, (size, 3, 16, 16), dtype=torch.uint8, generator=g), torch.randint(0, 10, (size,), generator=g))
-            for _ in range(n)]
+    return [
+        (
+            torch.randint(0, 256, (size, 3, 16, 16), dtype=torch.uint8, generator=g),
+            torch.randint(0, 10, (size,), generator=g),
+        )
+        for _ in range(n)
+    ]
 
 
 def test_fp32_runner_is_the_model_and_pads_a_short_last_batch(model):
@@ -41,7 +46,10 @@ def test_fp32_runner_uses_vitkits_cpu_kernels_while_it_runs(model, monkeypatch, 
         pytest.skip("vitkit's CPU kernels do not build here")
     cpu = torch.device("cpu")
     assert precision._cpu_kernels(model, "fp32", cpu) is cpu_inference  # fp32 on the CPU only
-    assert precision._cpu_kernels(model, "bf16", cpu) is None and precision._cpu_kernels(model, "fp32", torch.device("meta")) is None
+    assert (
+        precision._cpu_kernels(model, "bf16", cpu) is None
+        and precision._cpu_kernels(model, "fp32", torch.device("meta")) is None
+    )
     spy, calls = kernel_spy
     monkeypatch.setattr(precision, "_cpu_kernels", lambda *a: spy)
     runner = precision.prepare(model, "fp32", compile=compile)
@@ -84,7 +92,9 @@ def test_compiled_fp32_runs_its_gemms_through_the_library_chosen_for_the_cpu(mod
     torch.testing.assert_close(runner(x[:3]), want[:3], atol=1e-5, rtol=1e-5)  # a short batch, padded
     with torch.inference_mode():
         one, code = run_and_get_code(runner.run_batch, x[:1])  # a batch of one, compiled once more
-    assert ("mkldnn._linear_pointwise" in "\n".join(code)) is onednn  # (a few small GEMMs whose sizes are constants stay MKL's)
+    assert (
+        "mkldnn._linear_pointwise" in "\n".join(code)
+    ) is onednn  # (a few small GEMMs whose sizes are constants stay MKL's)
     torch.testing.assert_close(one, want[:1], atol=1e-5, rtol=1e-5)
 
 
@@ -96,7 +106,9 @@ def small_gemms_to_onednn(monkeypatch):
 
 
 @pytest.mark.parametrize("onednn", [True, False])
-def test_eager_fp32_runs_its_gemms_through_the_library_chosen_for_the_cpu(model, monkeypatch, small_gemms_to_onednn, onednn):
+def test_eager_fp32_runs_its_gemms_through_the_library_chosen_for_the_cpu(
+    model, monkeypatch, small_gemms_to_onednn, onednn
+):
     monkeypatch.setattr(precision, "onednn_fp32_gemms", lambda: onednn)
     runner = precision.prepare(model, "fp32", compile=False, kernels=False)
     x = torch.randn(4, 3, 16, 16)
@@ -115,7 +127,9 @@ def test_eager_fp32_runs_its_gemms_through_the_library_chosen_for_the_cpu(model,
 
 @pytest.mark.skipif(precision.native_bf16() is None, reason="this CPU has no native bf16")
 @pytest.mark.parametrize("isa, packed", [("AVX512_BF16", True), ("AMX", False)])
-def test_eager_bf16_packs_its_gemms_for_onednn_where_the_cpu_has_no_amx(model, monkeypatch, small_gemms_to_onednn, isa, packed):
+def test_eager_bf16_packs_its_gemms_for_onednn_where_the_cpu_has_no_amx(
+    model, monkeypatch, small_gemms_to_onednn, isa, packed
+):
     """ViT-S/16 / ViT-B/16 eager bf16 at batch 8 ran 1.09x / 1.05x faster packed on an AMD EPYC; on an AMX Xeon the
     packed bf16 GEMMs stalled between ops (benchmarks/RESULTS.md). The same oneDNN kernel: the same numbers."""
     monkeypatch.setattr(precision, "native_bf16", lambda: isa)
@@ -173,7 +187,9 @@ def test_eager_onednn_gemms_take_a_model_made_under_inference_mode(monkeypatch, 
         torch.nn.init.normal_(model.head.weight)
         x = torch.randn(2, 3, 16, 16)
         want = model(x)
-    torch.testing.assert_close(precision.prepare(model, "fp32", compile=False, kernels=False)(x), want, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        precision.prepare(model, "fp32", compile=False, kernels=False)(x), want, atol=1e-5, rtol=1e-5
+    )
 
 
 def test_bf16_needs_native_bf16(monkeypatch):
@@ -204,7 +220,9 @@ def test_int8_is_calibrated_and_close_to_fp32(model):
     runner = precision.prepare(model, "int8", compile=False, calibration=calibration)
     x = torch.randn(8, 3, 16, 16)
     out, ref = runner(x), model(x).detach()
-    after = model.state_dict()  # quantizing works on an exported graph sharing the weights: they must stay fp32 and untouched
+    after = (
+        model.state_dict()
+    )  # quantizing works on an exported graph sharing the weights: they must stay fp32 and untouched
     assert all(torch.equal(before[k], after[k]) and after[k].dtype == before[k].dtype for k in before)
     assert "32 calibration images" in runner.description and "int8" in runner.description
     assert not torch.equal(out, ref)  # it really is quantized
@@ -218,7 +236,10 @@ def test_int8_without_calibration_images_says_it_calibrates_on_its_first_batch_b
     runner = precision.prepare(model, "int8", compile=False)
     assert "calibrated on its first batch" in runner.description
     runner(torch.randn(6, 3, 16, 16))
-    assert "calibrated on its first batch (6 images)" in runner.description and "no calibration images" not in runner.description
+    assert (
+        "calibrated on its first batch (6 images)" in runner.description
+        and "no calibration images" not in runner.description
+    )
 
 
 def test_int8_built_on_a_batch_of_one_image_runs_every_batch_size(model):
@@ -227,7 +248,10 @@ def test_int8_built_on_a_batch_of_one_image_runs_every_batch_size(model):
     pytest.importorskip("torchao")
     runner = precision.prepare(model, "int8", compile=False, calibration=[torch.randn(4, 3, 16, 16)])
     one, three = torch.randn(1, 3, 16, 16), torch.randn(3, 3, 16, 16)
-    assert runner(one).shape == (1, model.config.num_classes) and runner.run_batch(three).shape == (3, model.config.num_classes)
+    assert runner(one).shape == (1, model.config.num_classes) and runner.run_batch(three).shape == (
+        3,
+        model.config.num_classes,
+    )
     assert torch.allclose(runner.run_batch(torch.cat([one, three])), torch.cat([runner(one), runner(three)]), atol=1e-5)
 
 
@@ -269,7 +293,9 @@ def test_fp32_with_onednn_eager_gemms_compiles_only_very_long_jobs(model, monkey
     """Eager fp32 through oneDNN runs about as fast as compiled there: a job that would compile elsewhere stays eager."""
     for onednn, compiles in ((False, True), (True, False)):
         monkeypatch.setattr(precision, "onednn_fp32_gemms", lambda o=onednn: o)
-        runner = precision.prepare(model, "fp32", kernels=False, batches=2_000)  # compile=None: decided on the first batch
+        runner = precision.prepare(
+            model, "fp32", kernels=False, batches=2_000
+        )  # compile=None: decided on the first batch
         with monkeypatch.context() as timed:
             timed.setattr(precision.Runner, "_compiled", lambda self: self.forward)  # what would compile, not compiled
             timed.setattr(precision.time, "perf_counter", iter([0.0, 1.0] * 4).__next__)  # the first batch: 1 s
@@ -278,7 +304,9 @@ def test_fp32_with_onednn_eager_gemms_compiles_only_very_long_jobs(model, monkey
 
 
 @pytest.mark.parametrize("compiled_seconds, stays_compiled", [(3.0, False), (0.5, True)])
-def test_a_runner_that_compiled_by_itself_goes_back_to_eager_when_compiled_is_slower(model, monkeypatch, compiled_seconds, stays_compiled):
+def test_a_runner_that_compiled_by_itself_goes_back_to_eager_when_compiled_is_slower(
+    model, monkeypatch, compiled_seconds, stays_compiled
+):
     """Auto mode times one eager batch (1 s here); the first compiled batch after compilation must beat it."""
     clock = [0.0]
     runner = precision.prepare(model, "fp32", kernels=False, batches=10_000)  # compile=None: decided on the first batch
@@ -336,8 +364,12 @@ def test_int8_runs_its_float_parts_in_bf16_only_where_the_cpu_has_amx(monkeypatc
     plain = precision.prepare(model, "int8", compile=False, calibration=calibration)
     plain(torch.randn(8, 3, 16, 16))
     assert not plain._autocast and _sdpa_nodes(plain) == model.config.depth
-    monkeypatch.setattr(precision, "cpu_flags", lambda: {"avx512_vnni", "avx512_bf16"})  # AMD Zen 4: attention alone in bf16
-    assert precision.check("int8", "cpu") == "int8 (PT2E static, x86 inductor quantizer, AVX512_VNNI, attention in bf16)"
+    monkeypatch.setattr(
+        precision, "cpu_flags", lambda: {"avx512_vnni", "avx512_bf16"}
+    )  # AMD Zen 4: attention alone in bf16
+    assert (
+        precision.check("int8", "cpu") == "int8 (PT2E static, x86 inductor quantizer, AVX512_VNNI, attention in bf16)"
+    )
     amd = precision.prepare(model, "int8", compile=False, calibration=calibration)
     x = torch.randn(8, 3, 16, 16)
     out, ref = amd(x), model(x).detach()
@@ -368,7 +400,9 @@ def test_bf16_attention_is_written_out_where_the_cpu_has_bf16_but_no_amx(model, 
     monkeypatch.setattr(precision, "native_bf16", lambda: isa)
     calls = []
     written_out = precision._Bf16Attention.attention
-    monkeypatch.setattr(precision._Bf16Attention, "attention", staticmethod(lambda *a: calls.append(1) or written_out(*a)))
+    monkeypatch.setattr(
+        precision._Bf16Attention, "attention", staticmethod(lambda *a: calls.append(1) or written_out(*a))
+    )
     runner = precision.prepare(model, "bf16", compile=False)
     x = torch.randn(4, 3, 16, 16)
     with torch.inference_mode():
@@ -376,16 +410,24 @@ def test_bf16_attention_is_written_out_where_the_cpu_has_bf16_but_no_amx(model, 
         got = runner(x)
     explicit = isa == "AVX512_BF16"
     assert len(calls) == (model.config.depth - 1 if explicit else 0)  # the class-token-only last layer keeps SDPA
-    c = model.config  # vitkit's bf16 attention kernel where it builds and covers the heads, else the written-out matmuls
+    c = (
+        model.config
+    )  # vitkit's bf16 attention kernel where it builds and covers the heads, else the written-out matmuls
     kernel = cpu_inference.load_bf16() and c.width // c.num_heads in cpu_inference.BF16_HEAD_SIZES
-    assert (("attention in vitkit's bf16 kernel" if kernel else "attention as bf16 matmuls") in runner.description) is explicit
+    assert (
+        ("attention in vitkit's bf16 kernel" if kernel else "attention as bf16 matmuls") in runner.description
+    ) is explicit
     assert all(block.attn.kernel is None and block.mlp.kernel is None for block in model.blocks)  # the caller's model
     assert all(block.mlp.kernel is None for block in runner.forward.model.blocks)  # the MLP keeps torch's ops
     assert got.dtype == torch.float32 and (got - want).abs().max() < 0.05 * want.abs().max()
 
 
-@pytest.mark.skipif(not cpu_inference.load_bf16(), reason="the CPU has no AVX512_BF16 (or the bf16 kernel did not build)")
-@pytest.mark.parametrize("heads, kernel", [(2, True), (4, False)])  # head size 32: the kernel; 16: the written-out matmuls
+@pytest.mark.skipif(
+    not cpu_inference.load_bf16(), reason="the CPU has no AVX512_BF16 (or the bf16 kernel did not build)"
+)
+@pytest.mark.parametrize(
+    "heads, kernel", [(2, True), (4, False)]
+)  # head size 32: the kernel; 16: the written-out matmuls
 def test_bf16_runner_says_whether_its_attention_ran_in_the_kernel(monkeypatch, heads, kernel):
     monkeypatch.setattr(precision, "native_bf16", lambda: "AVX512_BF16")
     model = vitkit.create_model("vit_test", num_classes=10, width=64, num_heads=heads).eval()
@@ -398,7 +440,9 @@ def test_bf16_runner_says_whether_its_attention_ran_in_the_kernel(monkeypatch, h
     assert ("attention as bf16 matmuls" in runner.description) is not kernel
 
 
-@pytest.mark.parametrize("bf16_attention, heads, compile", [(True, 2, False), (True, 2, True), (True, 4, False), (False, 2, False)])
+@pytest.mark.parametrize(
+    "bf16_attention, heads, compile", [(True, 2, False), (True, 2, True), (True, 4, False), (False, 2, False)]
+)
 def test_int8_dynamic_runs_attention_and_gelu_through_vitkits_kernels(monkeypatch, bf16_attention, heads, compile):
     """Left to inductor, int8-dynamic's GELU computed erf twice an element and attention ran torch's fp32 flash kernel."""
     pytest.importorskip("torchao")
@@ -417,12 +461,18 @@ def test_int8_dynamic_runs_attention_and_gelu_through_vitkits_kernels(monkeypatc
     with torch.inference_mode(), torch.profiler.profile() as prof:
         got = runner(x)
     ran = {e.name for e in prof.events()}
-    assert "vitkit::bias_gelu_" in ran and ("vitkit_bf16::attention" in ran) is bf16 and ("vitkit::attention" in ran) is not bf16
+    assert (
+        "vitkit::bias_gelu_" in ran
+        and ("vitkit_bf16::attention" in ran) is bf16
+        and ("vitkit::attention" in ran) is not bf16
+    )
     assert ("attention in vitkit's bf16 kernel" in runner.description) is bf16 and "kernel" not in plain.description
     want, fp32 = plain(x), model(x).detach()
     assert not torch.equal(got, want)
     # the same model within int8's noise: a random tiny model's logits lie close, so a few top classes may swap
-    assert (got - want).abs().max() < 0.05 * fp32.abs().max() and (got.argmax(1) == want.argmax(1)).float().mean() >= 0.8
+    assert (got - want).abs().max() < 0.05 * fp32.abs().max() and (
+        got.argmax(1) == want.argmax(1)
+    ).float().mean() >= 0.8
     assert all(block.attn.kernel is None and block.mlp.kernel is None for block in model.blocks)  # the caller's model
 
 
@@ -470,7 +520,11 @@ def test_written_out_attention_computes_sdpa_in_the_inputs_dtype():
     qkv, bias = torch.randn(2, 5, 48, generator=g).bfloat16(), torch.randn(48, generator=g).bfloat16()
     q, k, v = (qkv + bias).view(2, 5, 3, 4, 4).permute(2, 0, 3, 1, 4).unbind(0)
     got = precision._Bf16Attention.attention(qkv, bias, 4)
-    want = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float()).transpose(1, 2).reshape(2, 5, 16)
+    want = (
+        torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float())
+        .transpose(1, 2)
+        .reshape(2, 5, 16)
+    )
     assert got.dtype == torch.bfloat16 and got.shape == (2, 5, 16)
     torch.testing.assert_close(got.float(), want, atol=0.05, rtol=0.05)
 
@@ -500,7 +554,9 @@ def test_compiled_int8_computes_what_the_quantized_graph_says(model):
     assert (compiled - eager).abs().max() < 0.1 * eager.abs().max()
 
 
-@pytest.mark.parametrize("isa, name, packed", [("AMX", "bf16", False), ("AVX512_BF16", "bf16", True), ("AMX", "fp32", True)])
+@pytest.mark.parametrize(
+    "isa, name, packed", [("AMX", "bf16", False), ("AVX512_BF16", "bf16", True), ("AMX", "fp32", True)]
+)
 def test_compiled_bf16_on_an_amx_cpu_keeps_torchs_gemms_unpacked(model, monkeypatch, isa, name, packed):
     """On a 16-core AMX Xeon, ViT-S/16's oneDNN-packed bf16 linears ran 3-5x slower in the whole model (RESULTS.md).
     The settings must be the runner's whenever its graph runs (inductor reads them as it compiles), also after
@@ -509,12 +565,22 @@ def test_compiled_bf16_on_an_amx_cpu_keeps_torchs_gemms_unpacked(model, monkeypa
 
     monkeypatch.setattr(precision, "native_bf16", lambda: isa)
     seen = []
-    monkeypatch.setattr(torch, "compile", lambda fn, **kw: lambda x: seen.append(
-        (inductor_config.freezing, inductor_config.cpp_wrapper, inductor_config.cpp.weight_prepack)) or fn(x))
+    monkeypatch.setattr(
+        torch,
+        "compile",
+        lambda fn, **kw: (
+            lambda x: (
+                seen.append((inductor_config.freezing, inductor_config.cpp_wrapper, inductor_config.cpp.weight_prepack))
+                or fn(x)
+            )
+        ),
+    )
     runner = precision.prepare(model, name, compile=True, kernels=False)
     other = precision.prepare(model, "bf16" if name == "fp32" else "fp32", compile=True, kernels=False)
     x = torch.randn(2, 3, 16, 16)
     other(x), runner(x), other(x), runner(x)
     assert seen[1::2] == [(True, True, packed)] * 2
     assert ("GEMMs unpacked" in runner.description) is not packed
-    assert inductor_config.cpp.weight_prepack and not inductor_config.freezing  # the process's own settings, as they were
+    assert (
+        inductor_config.cpp.weight_prepack and not inductor_config.freezing
+    )  # the process's own settings, as they were

@@ -23,9 +23,21 @@ from vitkit.run_config import load_run_config
 from vitkit.train import train
 
 TINY = [
-    "model.name=vit_test", "model.depth=1", "model.image_size=8", "data.name=synthetic", "data.synthetic_size=64",
-    "train.batch_size=16", "train.warmup_steps=2", "train.log_every=2", "train.eval_every=4", "train.checkpoint_every=2",
-    "train.progress=false", "augment.crop=pad", "augment.pad=1", "train.threads=1", "train.objective=masked_patch",
+    "model.name=vit_test",
+    "model.depth=1",
+    "model.image_size=8",
+    "data.name=synthetic",
+    "data.synthetic_size=64",
+    "train.batch_size=16",
+    "train.warmup_steps=2",
+    "train.log_every=2",
+    "train.eval_every=4",
+    "train.checkpoint_every=2",
+    "train.progress=false",
+    "augment.crop=pad",
+    "augment.pad=1",
+    "train.threads=1",
+    "train.objective=masked_patch",
 ]
 
 
@@ -119,8 +131,19 @@ def test_targets_undo_the_input_normalisation():
 
 # -- training -----------------------------------------------------------------------------------
 def test_loss_decreases_on_a_tiny_synthetic_set(tmp_path):
-    config = load_run_config(None, TINY + ["train.steps=40", "train.lr=1e-2", "train.weight_decay=0", "augment.crop=none",
-                                           "train.eval_every=40", "train.checkpoint_every=40", "model.depth=2"])
+    config = load_run_config(
+        None,
+        TINY
+        + [
+            "train.steps=40",
+            "train.lr=1e-2",
+            "train.weight_decay=0",
+            "augment.crop=none",
+            "train.eval_every=40",
+            "train.checkpoint_every=40",
+            "model.depth=2",
+        ],
+    )
     summary = train(config, tmp_path / "run")
     losses = train_losses(tmp_path / "run")
     assert losses[0] == pytest.approx(math.log(512), abs=0.05)  # zero-initialised colour head: uniform prediction
@@ -132,7 +155,9 @@ def test_saved_model_is_a_plain_vit_that_finetunes_and_gives_features(tmp_path):
     pre = tmp_path / "pre"
     train(load_run_config(None, TINY + ["train.steps=4"]), pre)
     state = read_safetensors(pre / "final" / "model.safetensors")
-    assert not any("mask" in k for k in state) and set(state) == set(create_model("vit_test", image_size=8, depth=1).state_dict())
+    assert not any("mask" in k for k in state) and set(state) == set(
+        create_model("vit_test", image_size=8, depth=1).state_dict()
+    )
     model = vitkit.load_pretrained(pre / "final", num_classes=10)  # as fewshot and finetune load it
     torch.testing.assert_close(model.state_dict()["patch_embed.weight"], state["patch_embed.weight"])
     with torch.inference_mode():
@@ -140,7 +165,12 @@ def test_saved_model_is_a_plain_vit_that_finetunes_and_gives_features(tmp_path):
     assert feats.shape == (2, 32) and torch.isfinite(feats).all()
     # fine-tuning (model.init) from it: classification, starting from the pre-trained weights
     tuned = tmp_path / "tuned"
-    summary = train(load_run_config(None, TINY + ["train.steps=2", "train.objective=classification", f"model.init={pre}", "train.lr=0"]), tuned)
+    summary = train(
+        load_run_config(
+            None, TINY + ["train.steps=2", "train.objective=classification", f"model.init={pre}", "train.lr=0"]
+        ),
+        tuned,
+    )
     assert summary["objective"] == "classification"
     after = read_safetensors(tuned / "final" / "model.safetensors")
     torch.testing.assert_close(after["blocks.0.mlp.fc1.weight"], state["blocks.0.mlp.fc1.weight"])  # lr 0: weights kept
@@ -163,7 +193,11 @@ def test_interrupted_and_resumed_equals_straight(tmp_path):
 def test_objective_cannot_change_on_resume(tmp_path):
     train(load_run_config(None, TINY + ["train.steps=4"]), tmp_path / "run", stop_at=2)
     with pytest.raises(ConfigError, match="train.objective=masked_patch"):
-        train(load_run_config(None, TINY + ["train.steps=4", "train.objective=classification"]), tmp_path / "run", resume=True)
+        train(
+            load_run_config(None, TINY + ["train.steps=4", "train.objective=classification"]),
+            tmp_path / "run",
+            resume=True,
+        )
 
 
 def test_validation_is_repeatable_and_counts_corrupted_patches():
@@ -192,24 +226,53 @@ def test_cli_pretrains_on_a_folder_without_labels(tmp_path, run_cli, vitkit_cmd)
     for i in range(24):
         Image.fromarray(rng.integers(0, 256, (16, 16, 3)).astype(np.uint8)).save(folder / f"{i}.png")
     out = tmp_path / "run"
-    done = run_cli("train", "--data", folder, "--out", out, "--no-progress", "train.objective=masked_patch", "model.name=vit_test",
-                   "model.depth=1", "train.steps=3", "train.batch_size=8", "train.eval_every=3", "train.threads=1",
-                   "data.val_split=val", "data.val_fraction=0.25", "augment.crop=pad")
+    done = run_cli(
+        "train",
+        "--data",
+        folder,
+        "--out",
+        out,
+        "--no-progress",
+        "train.objective=masked_patch",
+        "model.name=vit_test",
+        "model.depth=1",
+        "train.steps=3",
+        "train.batch_size=8",
+        "train.eval_every=3",
+        "train.threads=1",
+        "data.val_split=val",
+        "data.val_fraction=0.25",
+        "augment.crop=pad",
+    )
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout.strip().splitlines()[-1])
     assert summary["objective"] == "masked_patch" and summary["steps"] == 3
     assert json.loads((out / "final" / "config.json").read_text())["class_names"] == ["unlabeled"]
     assert vitkit.load_pretrained(out / "final").config.depth == 1
-    for command in (["eval", out, "--split", "val"], ["predict", out, folder / "0.png"]):  # its head never trained: no figure
+    for command in (
+        ["eval", out, "--split", "val"],
+        ["predict", out, folder / "0.png"],
+    ):  # its head never trained: no figure
         told = vitkit_cmd(*command)
-        assert told.returncode == 2 and "classification head never trained" in told.stderr and "vitkit finetune" in told.stderr
+        assert (
+            told.returncode == 2
+            and "classification head never trained" in told.stderr
+            and "vitkit finetune" in told.stderr
+        )
         assert len(told.stderr.strip().splitlines()) == 1 and told.stdout == ""
     # fine-tuning it on its own unlabelled images: said to need --data (it said "one class ('unlabeled') ... use
     # train.objective=masked_patch" after announcing a learning rate)
     told = vitkit_cmd("finetune", "--from", out, "--out", tmp_path / "ft", "--steps", "2")
-    assert told.returncode == 2 and "images without the labels fine-tuning needs; give labelled data with --data" in told.stderr
-    refused = vitkit_cmd("train", "--data", folder, "--out", tmp_path / "cls", "model.name=vit_test", "train.steps=1")  # classification
-    assert refused.returncode == 2 and "train.objective=masked_patch" in refused.stderr and not (tmp_path / "cls").exists()
+    assert (
+        told.returncode == 2
+        and "images without the labels fine-tuning needs; give labelled data with --data" in told.stderr
+    )
+    refused = vitkit_cmd(
+        "train", "--data", folder, "--out", tmp_path / "cls", "model.name=vit_test", "train.steps=1"
+    )  # classification
+    assert (
+        refused.returncode == 2 and "train.objective=masked_patch" in refused.stderr and not (tmp_path / "cls").exists()
+    )
 
 
 def test_pretrained_checkpoint_goes_through_fewshot_and_finetune(tmp_path, capsys):
@@ -224,7 +287,9 @@ def test_pretrained_checkpoint_goes_through_fewshot_and_finetune(tmp_path, capsy
         for c, name in enumerate(("dark", "mid", "bright")):
             (tmp_path / "data" / split / name).mkdir(parents=True)
             for i in range(n):
-                Image.fromarray((rng.integers(0, 50, (28, 28)) + 90 * c).astype(np.uint8), mode="L").save(tmp_path / "data" / split / name / f"{i}.png")
+                Image.fromarray((rng.integers(0, 50, (28, 28)) + 90 * c).astype(np.uint8), mode="L").save(
+                    tmp_path / "data" / split / name / f"{i}.png"
+                )
     data, pre = tmp_path / "data", tmp_path / "pre"
 
     def vitkit_json(*args):
@@ -233,17 +298,58 @@ def test_pretrained_checkpoint_goes_through_fewshot_and_finetune(tmp_path, capsy
         assert code == 0, err
         return json.loads(out.strip().splitlines()[-1])
 
-    vitkit_json("train", "--data", data, "--out", pre, "--no-progress", "train.objective=masked_patch", "model.name=vit_test",
-                "model.in_chans=1", "model.image_size=28", "model.depth=1", "train.steps=4", "train.batch_size=16",
-                "train.threads=1", "augment.crop=pad", "data.val_split=val", "data.val_fraction=0.25", "train.seed=7")
-    shots = vitkit_json("fewshot", pre, "--data", data, "--shots", "1,5", "--seeds", "2", "--out", tmp_path / "fs", "--threads", "1")
+    vitkit_json(
+        "train",
+        "--data",
+        data,
+        "--out",
+        pre,
+        "--no-progress",
+        "train.objective=masked_patch",
+        "model.name=vit_test",
+        "model.in_chans=1",
+        "model.image_size=28",
+        "model.depth=1",
+        "train.steps=4",
+        "train.batch_size=16",
+        "train.threads=1",
+        "augment.crop=pad",
+        "data.val_split=val",
+        "data.val_fraction=0.25",
+        "train.seed=7",
+    )
+    shots = vitkit_json(
+        "fewshot", pre, "--data", data, "--shots", "1,5", "--seeds", "2", "--out", tmp_path / "fs", "--threads", "1"
+    )
     assert shots["feature_dim"] == 32 and shots["n_test"] == 18
     assert all(0.0 <= r["mean"] <= 1.0 and len(r["per_seed"]) == 2 for r in shots["shots"].values())
-    vitkit_json("finetune", "--from", pre, "--data", data, "--out", tmp_path / "ft", "--steps", "2", "--batch-size", "16", "--lr", "0.001",
-                "--no-progress", "train.warmup_steps=1", "train.threads=1", "augment.crop=pad", "data.val_fraction=0.25")
+    vitkit_json(
+        "finetune",
+        "--from",
+        pre,
+        "--data",
+        data,
+        "--out",
+        tmp_path / "ft",
+        "--steps",
+        "2",
+        "--batch-size",
+        "16",
+        "--lr",
+        "0.001",
+        "--no-progress",
+        "train.warmup_steps=1",
+        "train.threads=1",
+        "augment.crop=pad",
+        "data.val_fraction=0.25",
+    )
     start = read_safetensors(pre / "final" / "model.safetensors")
     tuned = read_safetensors(tmp_path / "ft" / "final" / "model.safetensors")
-    assert json.loads((tmp_path / "ft" / "final" / "config.json").read_text())["class_names"] == ["bright", "dark", "mid"]
+    assert json.loads((tmp_path / "ft" / "final" / "config.json").read_text())["class_names"] == [
+        "bright",
+        "dark",
+        "mid",
+    ]
     # fine-tuning started from the pre-trained weights (two small SGD steps move them little), not from a fresh init
     torch.manual_seed(0)
     fresh = create_model("vit_test", in_chans=1, image_size=28, depth=1).state_dict()
@@ -252,15 +358,32 @@ def test_pretrained_checkpoint_goes_through_fewshot_and_finetune(tmp_path, capsy
     assert tuned["head.weight"].shape == (3, 32)
 
 
-@pytest.mark.skipif(find_idx(default_dir(), "train", "images") is None, reason="Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)")
+@pytest.mark.skipif(
+    find_idx(default_dir(), "train", "images") is None,
+    reason="Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)",
+)
 def test_short_real_fashion_mnist_pretraining(tmp_path, run_cli):
     """A few steps of configs/pretrain_masked_patch.yaml through the console script: the colour loss falls from ln 8."""
     out = tmp_path / "run"
-    done = run_cli("train", "--config", Path(__file__).resolve().parents[1] / "configs" / "pretrain_masked_patch.yaml", "--out", out,
-                   "--no-progress", "train.steps=30", "train.warmup_steps=5", "train.log_every=5", "train.eval_every=30",
-                   "train.checkpoint_every=30", "model.depth=2", "data.val_fraction=0.02")
+    done = run_cli(
+        "train",
+        "--config",
+        Path(__file__).resolve().parents[1] / "configs" / "pretrain_masked_patch.yaml",
+        "--out",
+        out,
+        "--no-progress",
+        "train.steps=30",
+        "train.warmup_steps=5",
+        "train.log_every=5",
+        "train.eval_every=30",
+        "train.checkpoint_every=30",
+        "model.depth=2",
+        "data.val_fraction=0.02",
+    )
     assert done.returncode == 0, done.stderr
     losses = train_losses(out)
     assert losses[0] < math.log(8) + 0.05 and losses[-1] < losses[0] - 0.3
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["objective"] == "masked_patch" and summary["final_val_top1"] > 0.48  # the commonest level alone: 0.46
+    assert (
+        summary["objective"] == "masked_patch" and summary["final_val_top1"] > 0.48
+    )  # the commonest level alone: 0.46

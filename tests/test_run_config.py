@@ -7,7 +7,10 @@ from vitkit.run_config import dump_run_config, from_dict, load_run_config
 def test_overrides_typed_and_applied(tmp_path):
     path = tmp_path / "run.yaml"
     path.write_text("model: {name: vit_test}\ntrain: {lr: 3.0e-4, steps: 10}\n")
-    config = load_run_config(path, ["train.lr=1e-3", "model.name=vit_s16", "data.name=synthetic", "train.betas=[0.9, 0.95]", "train.ema=null"])
+    config = load_run_config(
+        path,
+        ["train.lr=1e-3", "model.name=vit_s16", "data.name=synthetic", "train.betas=[0.9, 0.95]", "train.ema=null"],
+    )
     assert config.train.lr == 1e-3 and isinstance(config.train.lr, float)
     assert config.train.steps == 10
     assert config.model["name"] == "vit_s16"
@@ -81,7 +84,10 @@ def test_defaults_are_valid():
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        (["model.name=vit_test", "model.patch_size=5"], r"patch_size: image height 16 is not divisible by the patch size 5; .* e\.g\. 15 or 20$"),
+        (
+            ["model.name=vit_test", "model.patch_size=5"],
+            r"patch_size: image height 16 is not divisible by the patch size 5; .* e\.g\. 15 or 20$",
+        ),
         (["model.name=vit_test", "model.num_heads=3"], r"num_heads: 3 heads do not divide width 32"),
         (["model.width=wide"], r"width: expected a positive integer, got 'wide'"),
         (["train.lr=-0.1"], r"train\.lr: expected a value in \[0, inf\)"),
@@ -94,9 +100,15 @@ def test_defaults_are_valid():
         (["augment.erase=2"], r"augment\.erase: expected a value in \[0, 1\]"),
         (["augment.erase_ratio=[3, 0.3]"], r"augment\.erase_ratio: expected \[low, high\] with low <= high"),
         (["train.keep_checkpoints=0"], r"train\.keep_checkpoints: expected a value in \[1, inf\), got 0"),
-        (["train.keep_checkpoints=-1"], r"train\.keep_checkpoints: expected a value in \[1, inf\), got -1"),  # it said ">= 0"
+        (
+            ["train.keep_checkpoints=-1"],
+            r"train\.keep_checkpoints: expected a value in \[1, inf\), got -1",
+        ),  # it said ">= 0"
         (["train.ema=1"], r"train\.ema: expected a value in \(0, 1\)"),
-        (["train.batch_size=64", "train.micro_batch=24"], r"train\.micro_batch: 24 does not divide train\.batch_size 64"),
+        (
+            ["train.batch_size=64", "train.micro_batch=24"],
+            r"train\.micro_batch: 24 does not divide train\.batch_size 64",
+        ),
         (["train.max_nonfinite_steps=0"], r"train\.max_nonfinite_steps: expected a positive number"),
         (["data.on_error=ignore"], r"data\.on_error: expected one of skip, fail"),
     ],
@@ -108,9 +120,13 @@ def test_impossible_values_name_the_key_and_the_reason(overrides, message):
 
 def test_a_batch_must_split_across_the_processes(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "3")
-    with pytest.raises(ConfigError, match=r"train\.batch_size: 128 images per micro-batch do not split evenly across 3 processes"):
+    with pytest.raises(
+        ConfigError, match=r"train\.batch_size: 128 images per micro-batch do not split evenly across 3 processes"
+    ):
         load_run_config(None, [])
-    with pytest.raises(ConfigError, match=r"train\.micro_batch: 32 images per micro-batch do not split evenly across 3 processes"):
+    with pytest.raises(
+        ConfigError, match=r"train\.micro_batch: 32 images per micro-batch do not split evenly across 3 processes"
+    ):
         load_run_config(None, ["train.batch_size=96", "train.micro_batch=32"])
     assert load_run_config(None, ["train.batch_size=96"]).train.batch_size == 96
     monkeypatch.setenv("WORLD_SIZE", "two")
@@ -119,7 +135,9 @@ def test_a_batch_must_split_across_the_processes(monkeypatch):
 
 
 def test_config_errors_come_before_any_work(tmp_path, vitkit_cmd):
-    done = vitkit_cmd("train", "--out", tmp_path / "run", "data.name=synthetic", "model.name=vit_test", "model.num_heads=5")
+    done = vitkit_cmd(
+        "train", "--out", tmp_path / "run", "data.name=synthetic", "model.name=vit_test", "model.num_heads=5"
+    )
     assert done.returncode == 2 and "num_heads: 5 heads do not divide width 32" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and not (tmp_path / "run").exists()
 
@@ -150,7 +168,9 @@ def test_the_training_length_is_steps_or_epochs_and_a_later_layer_replaces_the_e
 def test_a_shipped_recipe_named_from_another_directory_is_pointed_to(tmp_path, monkeypatch):
     """`vitkit train --config configs/fashion_mnist.yaml` from outside the repository said only "config file not found"."""
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(ConfigError, match=r"config file not found; the recipe of that name is .*configs/fashion_mnist.yaml"):
+    with pytest.raises(
+        ConfigError, match=r"config file not found; the recipe of that name is .*configs/fashion_mnist.yaml"
+    ):
         load_run_config("configs/fashion_mnist.yaml")
     with pytest.raises(ConfigError, match=r"nothing.yaml: config file not found$"):
         load_run_config("configs/nothing.yaml")

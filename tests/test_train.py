@@ -11,9 +11,20 @@ from vitkit.run_config import load_run_config
 from vitkit.train import find_checkpoint, learning_rate, param_groups, train
 
 TINY = [
-    "model.name=vit_test", "model.depth=1", "model.image_size=8", "data.name=synthetic", "data.synthetic_size=64",
-    "train.batch_size=16", "train.warmup_steps=2", "train.log_every=2", "train.eval_every=4", "train.checkpoint_every=2",
-    "train.progress=false", "augment.crop=pad", "augment.pad=1", "train.threads=1",
+    "model.name=vit_test",
+    "model.depth=1",
+    "model.image_size=8",
+    "data.name=synthetic",
+    "data.synthetic_size=64",
+    "train.batch_size=16",
+    "train.warmup_steps=2",
+    "train.log_every=2",
+    "train.eval_every=4",
+    "train.checkpoint_every=2",
+    "train.progress=false",
+    "augment.crop=pad",
+    "augment.pad=1",
+    "train.threads=1",
 ]
 
 
@@ -40,10 +51,22 @@ def test_schedule_warmup_then_decay():
 
 
 def test_overfits_one_batch(tmp_path):
-    config = load_run_config(None, TINY + [
-        "data.synthetic_size=16", "train.steps=30", "train.lr=1e-2", "train.weight_decay=0", "augment.crop=none",
-        "augment.hflip=0", "train.eval_every=30", "train.checkpoint_every=30", "train.log_every=1", "model.depth=2",
-    ])
+    config = load_run_config(
+        None,
+        TINY
+        + [
+            "data.synthetic_size=16",
+            "train.steps=30",
+            "train.lr=1e-2",
+            "train.weight_decay=0",
+            "augment.crop=none",
+            "augment.hflip=0",
+            "train.eval_every=30",
+            "train.checkpoint_every=30",
+            "train.log_every=1",
+            "model.depth=2",
+        ],
+    )
     train(config, tmp_path / "run")
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     losses = [r["loss"] for r in rows if r["kind"] == "train"]
@@ -53,7 +76,16 @@ def test_overfits_one_batch(tmp_path):
 def test_run_directory_contents(tmp_path):
     out = tmp_path / "run"
     summary = train(load_run_config(None, TINY + ["train.steps=6", "train.ema=0.9", "train.keep_checkpoints=2"]), out)
-    for name in ("run.yaml", "metrics.jsonl", "summary.json", "loss.png", "accuracy.png", "lr.png", "final/config.json", "final/model.safetensors"):
+    for name in (
+        "run.yaml",
+        "metrics.jsonl",
+        "summary.json",
+        "loss.png",
+        "accuracy.png",
+        "lr.png",
+        "final/config.json",
+        "final/model.safetensors",
+    ):
         assert (out / name).is_file(), name
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step_0000004", "step_0000006"]
     assert json.loads((out / "final" / "config.json").read_text())["class_names"][0] == "class_0"
@@ -66,10 +98,25 @@ def test_run_directory_contents(tmp_path):
     assert not torch.equal(final["head.weight"], last["head.weight"])
 
 
-@pytest.mark.parametrize("extra", [[], ["train.micro_batch=8", "augment.mixup=0.8", "augment.cutmix=1.0", "augment.erase=0.5", "model.dropout=0.1", "train.ema=0.9"]])
+@pytest.mark.parametrize(
+    "extra",
+    [
+        [],
+        [
+            "train.micro_batch=8",
+            "augment.mixup=0.8",
+            "augment.cutmix=1.0",
+            "augment.erase=0.5",
+            "model.dropout=0.1",
+            "train.ema=0.9",
+        ],
+    ],
+)
 def test_interrupted_and_resumed_equals_straight(tmp_path, extra):
     """A run stopped at step 3 and resumed ends with the same weights as one that ran straight to step 7."""
-    config = load_run_config(None, TINY + ["train.steps=7", "train.checkpoint_every=3", "augment.randaugment_ops=1"] + extra)
+    config = load_run_config(
+        None, TINY + ["train.steps=7", "train.checkpoint_every=3", "augment.randaugment_ops=1"] + extra
+    )
     train(config, tmp_path / "straight")
     stopped = train(config, tmp_path / "resumed", stop_at=3)
     assert stopped == {"stopped_at": 3, "steps": 7}
@@ -79,9 +126,11 @@ def test_interrupted_and_resumed_equals_straight(tmp_path, extra):
     b = read_safetensors(tmp_path / "resumed" / "final" / "model.safetensors")
     for key in a:
         torch.testing.assert_close(b[key], a[key], atol=1e-6, rtol=0, msg=key)
+
     def train_rows(run):
         rows = [json.loads(x) for x in (tmp_path / run / "metrics.jsonl").read_text().splitlines()]
         return [(r["step"], r["loss"]) for r in rows if r["kind"] == "train"]
+
     assert [s for s, _ in train_rows("resumed")] == [s for s, _ in train_rows("straight")]
     for (_, x), (_, y) in zip(train_rows("resumed"), train_rows("straight")):
         assert math.isclose(x, y, rel_tol=1e-5)
@@ -94,8 +143,10 @@ def test_summary_says_where_each_stretch_of_a_resumed_run_ran(tmp_path):
     out = tmp_path / "run"
     train(load_run_config(None, TINY + ["train.steps=4"]), out, stop_at=2)
     summary = train(resume_config(out, ["train.threads=2"]), out, resume=True)
-    assert summary["segments"] == [{"steps": [0, 2], "device": "cpu", "processes": 1, "threads": 1},
-                                   {"steps": [2, 4], "device": "cpu", "processes": 1, "threads": 2}]
+    assert summary["segments"] == [
+        {"steps": [0, 2], "device": "cpu", "processes": 1, "threads": 1},
+        {"steps": [2, 4], "device": "cpu", "processes": 1, "threads": 2},
+    ]
     assert json.loads((out / "summary.json").read_text())["segments"] == summary["segments"] and summary["threads"] == 2
 
 
@@ -116,11 +167,15 @@ def test_micro_batch_must_divide(tmp_path):
 
 
 def test_the_plan_names_a_hybrid_and_its_resnet(tmp_path, capsys):
-    config = load_run_config(None, TINY + ["train.steps=1", "model.image_size=16", "model.patch_size=1",
-                                           "model.backbone={layers: [], width: 32}"])
+    config = load_run_config(
+        None,
+        TINY + ["train.steps=1", "model.image_size=16", "model.patch_size=1", "model.backbone={layers: [], width: 32}"],
+    )
     train(config, tmp_path / "run")
     model_line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("model "))
-    assert "hybrid ViT at 16x16" in model_line and "ResNet stem (width 32), patch 1 (16 tokens)" in model_line, model_line
+    assert "hybrid ViT at 16x16" in model_line and "ResNet stem (width 32), patch 1 (16 tokens)" in model_line, (
+        model_line
+    )
 
 
 def test_the_time_estimate_probes_a_gpu_with_a_real_batch_and_the_runs_precision(monkeypatch):
@@ -136,7 +191,13 @@ def test_the_time_estimate_probes_a_gpu_with_a_real_batch_and_the_runs_precision
     model = create_model("vit_test")
     seen = []
     forward = model.forward
-    monkeypatch.setattr(model, "forward", lambda x: seen.append(torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else None) or forward(x))
+    monkeypatch.setattr(
+        model,
+        "forward",
+        lambda x: (
+            seen.append(torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else None) or forward(x)
+        ),
+    )
     assert _time_step(model, 8, torch.device("cpu"), torch.bfloat16) > 0
     assert seen == [torch.bfloat16] * 3  # the probe runs in the run's autocast dtype
     assert all(p.grad is None for p in model.parameters())  # and leaves no gradients behind
@@ -152,8 +213,12 @@ def test_init_from_a_head_that_never_trained_says_so(tmp_path):
 
     names = ["ant", "bee", "cat"]
     save_pretrained(create_model("vit_test", num_classes=3), tmp_path / "zero", extra={"class_names": names})
-    assert "all zeros (not trained yet)" in _init_from(create_model("vit_test", num_classes=3), tmp_path / "zero", names)
+    assert "all zeros (not trained yet)" in _init_from(
+        create_model("vit_test", num_classes=3), tmp_path / "zero", names
+    )
     trained = create_model("vit_test", num_classes=3)
     torch.nn.init.normal_(trained.head.weight)
     save_pretrained(trained, tmp_path / "trained", extra={"class_names": names})
-    assert "its head scores the same 3 classes" in _init_from(create_model("vit_test", num_classes=3), tmp_path / "trained", names)
+    assert "its head scores the same 3 classes" in _init_from(
+        create_model("vit_test", num_classes=3), tmp_path / "trained", names
+    )

@@ -13,9 +13,22 @@ from vitkit.errors import ConfigError
 from vitkit.models import create_model
 from vitkit.transfer import finetune, finetune_recipe, pick_best, prepare_for_finetuning, registered_name
 
-TINY = ["data.name=synthetic", "data.synthetic_size=48", "data.synthetic_classes=3", "data.val_split=test",
-        "train.batch_size=16", "train.micro_batch=8", "train.steps=3", "train.warmup_steps=1", "train.eval_every=3",
-        "train.log_every=1", "train.checkpoint_every=3", "train.progress=false", "train.threads=1", "augment.crop=none"]
+TINY = [
+    "data.name=synthetic",
+    "data.synthetic_size=48",
+    "data.synthetic_classes=3",
+    "data.val_split=test",
+    "train.batch_size=16",
+    "train.micro_batch=8",
+    "train.steps=3",
+    "train.warmup_steps=1",
+    "train.eval_every=3",
+    "train.log_every=1",
+    "train.checkpoint_every=3",
+    "train.progress=false",
+    "train.threads=1",
+    "augment.crop=none",
+]
 
 
 def pretrained(tmp_path, **overrides):
@@ -29,7 +42,15 @@ def pretrained(tmp_path, **overrides):
 def test_recipe_is_the_papers_under_files_and_overrides(tmp_path):
     r = finetune_recipe()
     t = r.train
-    assert (t.optimizer, t.momentum, t.weight_decay, t.clip_norm, t.decay, t.batch_size, t.warmup_steps) == ("sgd", 0.9, 0.0, 1.0, "cosine", 512, 500)
+    assert (t.optimizer, t.momentum, t.weight_decay, t.clip_norm, t.decay, t.batch_size, t.warmup_steps) == (
+        "sgd",
+        0.9,
+        0.0,
+        1.0,
+        "cosine",
+        512,
+        500,
+    )
     assert r.data.val_split == "val" and r.augment.crop == "rrc"
     (tmp_path / "r.yaml").write_text("train:\n  steps: 77\n  micro_batch: 64\naugment:\n  crop: pad\n")
     r = finetune_recipe(tmp_path / "r.yaml", ["train.steps=5"])
@@ -56,7 +77,9 @@ def test_head_rules(tmp_path, keep):
     model = vitkit.load_pretrained(path)
     model = prepare_for_finetuning(model, 10, keep_pre_logits=keep, drop_path=0.1)
     assert model.config.num_classes == 10 and model.config.drop_path == 0.1
-    assert torch.count_nonzero(model.head.weight) == 0 and torch.count_nonzero(model.head.bias) == 0  # new even for 10 -> 10
+    assert (
+        torch.count_nonzero(model.head.weight) == 0 and torch.count_nonzero(model.head.bias) == 0
+    )  # new even for 10 -> 10
     assert (model.config.representation_size == 12) is keep
     assert isinstance(model.pre_logits, torch.nn.Identity) is not keep
     assert model.head.in_features == (12 if keep else 32)
@@ -130,8 +153,12 @@ def test_a_sweep_stopped_by_a_signal_picks_nothing_until_every_learning_rate_has
 
 
 def test_pick_best_by_final_validation_accuracy():
-    runs = [{"lr": 0.001, "final_val_top1": 0.5}, {"lr": 0.003, "final_val_top1": 0.8}, {"lr": 0.01, "final_val_top1": 0.8},
-            {"lr": 0.03, "final_val_top1": None}]
+    runs = [
+        {"lr": 0.001, "final_val_top1": 0.5},
+        {"lr": 0.003, "final_val_top1": 0.8},
+        {"lr": 0.01, "final_val_top1": 0.8},
+        {"lr": 0.03, "final_val_top1": None},
+    ]
     assert pick_best(runs)["lr"] == 0.003  # the earliest of equals; a run without validation never wins
     with pytest.raises(ConfigError):
         pick_best([])
@@ -140,7 +167,9 @@ def test_pick_best_by_final_validation_accuracy():
 def test_registered_name():
     assert registered_name(create_model("vit_b16").config) == "vit_b16"
     assert registered_name(create_model("vit_test", image_size=8).config) == "vit_test"
-    assert registered_name(create_model("vit_mini4_28", width=64, mlp_dim=128, num_heads=4).config) == "vit_mini4_28"  # same patches
+    assert (
+        registered_name(create_model("vit_mini4_28", width=64, mlp_dim=128, num_heads=4).config) == "vit_mini4_28"
+    )  # same patches
 
 
 def test_the_checkpoints_patch_size_decides_which_sizes_it_fine_tunes_at(tmp_path):
@@ -160,5 +189,7 @@ def test_the_checkpoints_patch_size_decides_which_sizes_it_fine_tunes_at(tmp_pat
     finetune(finetune_recipe(None, TINY), path, out, image_size=12)  # the corrected command, the same --out
     assert load_native(out / "init")[0].config.image_size == (12, 12)
     for key in ("model.patch_size=4", "model.name=vit_b16"):
-        with pytest.raises(ConfigError, match=f"{key.split('=')[0]}: fine-tuning takes the architecture from the checkpoint"):
+        with pytest.raises(
+            ConfigError, match=f"{key.split('=')[0]}: fine-tuning takes the architecture from the checkpoint"
+        ):
             finetune_recipe(None, [*TINY, key])

@@ -40,7 +40,14 @@ from vitkit.train import step_checkpoints, train
 # label smoothing; only the model and the length change.
 RECIPE = {
     "augment": {"crop": "pad", "pad": 1, "hflip": 0.5, "label_smoothing": 0.1},
-    "train": {"optimizer": "adamw", "lr": 3e-3, "weight_decay": 0.05, "decay": "cosine", "clip_norm": 1.0, "progress": False},
+    "train": {
+        "optimizer": "adamw",
+        "lr": 3e-3,
+        "weight_decay": 0.05,
+        "decay": "cosine",
+        "clip_norm": 1.0,
+        "progress": False,
+    },
     "data": {"val_fraction": 0.05},
 }
 
@@ -56,11 +63,28 @@ def families(size: int = 28, channels: int = 1) -> dict[str, dict]:
     patch = max(p for p in range(1, max(size // 28, 1) + 1) if stem % p == 0)
     shape = {"image_size": size, "in_chans": channels}
     return {
-        "ViT": {"name": "vit_mini4_28", **shape, "patch_size": size // 4, "width": 96, "mlp_dim": 192, "num_heads": 4, "depth": 6,
-                "classifier": "gap"},
+        "ViT": {
+            "name": "vit_mini4_28",
+            **shape,
+            "patch_size": size // 4,
+            "width": 96,
+            "mlp_dim": 192,
+            "num_heads": 4,
+            "depth": 6,
+            "classifier": "gap",
+        },
         "BiT": {"name": "bit_r11_28", **shape, "stem": "bit", "layers": [1, 1, 1], "width": 32},
-        "hybrid": {"name": "vit_mini4_28", **shape, "backbone": {"layers": [], "width": 32}, "patch_size": patch, "width": 96,
-                   "mlp_dim": 192, "num_heads": 4, "depth": 2, "classifier": "gap"},
+        "hybrid": {
+            "name": "vit_mini4_28",
+            **shape,
+            "backbone": {"layers": [], "width": 32},
+            "patch_size": patch,
+            "width": 96,
+            "mlp_dim": 192,
+            "num_heads": 4,
+            "depth": 2,
+            "classifier": "gap",
+        },
     }
 
 
@@ -84,17 +108,36 @@ def chosen(text: str, known) -> list[str]:
 
 def parser(doc: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--data", default=None, help="the dataset, as for vitkit train --data: IDX folder, image folder, CSV/JSONL list, "
-                                                "tar shards or Parquet (default: Fashion-MNIST from $VITKIT_DATA or /usr/share/datasets/fashion-mnist)")
-    p.add_argument("--test-split", default="test", choices=("test", "val"), help="the split every model is scored on (default test; val for data that has none)")
-    p.add_argument("--image-size", type=int, default=None, help="px (default: IDX data's own size; for image files, their median "
-                                                                "shorter side to a multiple of 8 in 16-64, as vitkit train --data fits)")
+    p.add_argument(
+        "--data",
+        default=None,
+        help="the dataset, as for vitkit train --data: IDX folder, image folder, CSV/JSONL list, "
+        "tar shards or Parquet (default: Fashion-MNIST from $VITKIT_DATA or /usr/share/datasets/fashion-mnist)",
+    )
+    p.add_argument(
+        "--test-split",
+        default="test",
+        choices=("test", "val"),
+        help="the split every model is scored on (default test; val for data that has none)",
+    )
+    p.add_argument(
+        "--image-size",
+        type=int,
+        default=None,
+        help="px (default: IDX data's own size; for image files, their median "
+        "shorter side to a multiple of 8 in 16-64, as vitkit train --data fits)",
+    )
     p.add_argument("--out", required=True, help="output directory: runs/, NAME.json, NAME.md, NAME.png")
     p.add_argument("--steps", type=int, default=None, help="optimizer steps per run")
     p.add_argument("--batch-size", type=int, default=None)
     p.add_argument("--test-images", type=int, default=None, help="score on the first N test images (default: all)")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda (GPU-sized runs: raise --steps and the sizes)")
-    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default; 1 on a machine shared with other jobs)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="torch CPU threads (0: torch's default; 1 on a machine shared with other jobs)",
+    )
     p.add_argument("--ci", action="store_true", help="a tiny end-to-end run (tests): few images, few steps")
     return p
 
@@ -115,7 +158,9 @@ def spec(args, train_images: int | None = None) -> DataSpec:
     return DataSpec(path=str(args.data), val_fraction=RECIPE["data"]["val_fraction"], train_images=train_images)
 
 
-def run_one(name: str, model: dict, args, *, seed: int = 0, train_images: int | None = None, fewshot: tuple[int, ...] = ()) -> dict:
+def run_one(
+    name: str, model: dict, args, *, seed: int = 0, train_images: int | None = None, fewshot: tuple[int, ...] = ()
+) -> dict:
     """Train `model` (a run config's model section) or reuse its finished run, then score it on the test split."""
     run_dir = args.out / "runs" / name
     steps = args.steps
@@ -128,27 +173,45 @@ def run_one(name: str, model: dict, args, *, seed: int = 0, train_images: int | 
                   "device": args.device, "threads": args.threads, "keep_checkpoints": 1},
     })  # fmt: skip
     started = time.perf_counter()
-    if (run_dir / "run.yaml").is_file():  # a run of an earlier command: reused (or continued) only with the same settings
+    if (
+        run_dir / "run.yaml"
+    ).is_file():  # a run of an earlier command: reused (or continued) only with the same settings
         changed = changed_settings(load_run_config(run_dir / "run.yaml"), config)
         if changed:
-            fail(f"{run_dir}: trained with other settings ({', '.join(changed)} differ from this command's); give another "
-                 f"--out, or remove {run_dir} to train it again")
+            fail(
+                f"{run_dir}: trained with other settings ({', '.join(changed)} differ from this command's); give another "
+                f"--out, or remove {run_dir} to train it again"
+            )
     if not (run_dir / "summary.json").is_file():
         resume = bool(step_checkpoints(run_dir))  # stopped part way by an earlier command: continued where it stopped
-        print(f"[{name}] {'continuing' if resume else 'training'} {args.steps} steps of {args.batch_size} on {args.data}"
-              + (f" ({train_images:,} training images)" if train_images else ""), file=sys.stderr, flush=True)
+        print(
+            f"[{name}] {'continuing' if resume else 'training'} {args.steps} steps of {args.batch_size} on {args.data}"
+            + (f" ({train_images:,} training images)" if train_images else ""),
+            file=sys.stderr,
+            flush=True,
+        )
         try:
             result = train(config, run_dir, resume=resume)
         except VitkitError as err:
             fail(str(err))
         if "stopped_at" in result:  # SIGINT / SIGTERM: a checkpoint, and nothing reported from a half-trained model
-            print(f"{Path(sys.argv[0]).name}: stopped at step {result['stopped_at']} of {result['steps']} of {run_dir}, checkpoint "
-                  "saved; nothing reported yet: run the same command again to continue", file=sys.stderr, flush=True)
+            print(
+                f"{Path(sys.argv[0]).name}: stopped at step {result['stopped_at']} of {result['steps']} of {run_dir}, checkpoint "
+                "saved; nothing reported yet: run the same command again to continue",
+                file=sys.stderr,
+                flush=True,
+            )
             raise SystemExit(0)
     summary = json.loads((run_dir / "summary.json").read_text())
     model, extra = load_native(run_dir / "final")
     c = model.config
-    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else "cpu" if args.device == "auto" else args.device)
+    device = torch.device(
+        "cuda"
+        if args.device == "auto" and torch.cuda.is_available()
+        else "cpu"
+        if args.device == "auto"
+        else args.device
+    )
     test = spec(args).open(args.test_split, channels=c.in_chans, image_size=c.image_size[0])
     if args.test_images:
         test = test.subset(np.arange(min(args.test_images, len(test))))
@@ -163,7 +226,9 @@ def run_one(name: str, model: dict, args, *, seed: int = 0, train_images: int | 
     }  # fmt: skip
     if fewshot:
         full = fewshot_pool(args, c.in_chans, c.image_size[0])
-        fs = fewshot_eval(model, full, test, shots=fewshot, seeds=2, device=device)  # the official least-squares evaluator
+        fs = fewshot_eval(
+            model, full, test, shots=fewshot, seeds=2, device=device
+        )  # the official least-squares evaluator
         row.update({f"fewshot{k}": v["mean"] for k, v in fs["shots"].items()})
     print(json.dumps(row), file=sys.stderr, flush=True)
     return row
@@ -177,10 +242,18 @@ def defaults(args, *, full: dict, ci: dict) -> None:
             setattr(args, key, value)
     args.data = Path(absolute(args.data)) if args.data else default_dir()
     try:
-        train_split = spec(args).open("train", channels=1, image_size=args.image_size or 32)  # arrays as stored (IDX: gray)
-        args.test_count = len(spec(args).open(args.test_split, channels=3, image_size=args.image_size or 32, flag="--test-split"))
+        train_split = spec(args).open(
+            "train", channels=1, image_size=args.image_size or 32
+        )  # arrays as stored (IDX: gray)
+        args.test_count = len(
+            spec(args).open(args.test_split, channels=3, image_size=args.image_size or 32, flag="--test-split")
+        )
     except VitkitError as err:
-        hint = " (Fashion-MNIST: apt-get install dataset-fashion-mnist, or --data PATH)" if args.data == default_dir() else ""
+        hint = (
+            " (Fashion-MNIST: apt-get install dataset-fashion-mnist, or --data PATH)"
+            if args.data == default_dir()
+            else ""
+        )
         fail(f"{err}{hint}")
     args.train_count, args.train_described = len(train_split), described(train_split.describe())
     if train_split.images is not None:  # IDX arrays: their own size and channels
@@ -220,10 +293,14 @@ def report(out: Path, name: str, result: dict, table: tuple[list[str], list[list
     """NAME.json, NAME.md (the table with its command, data and machine) and print the Markdown."""
     (out / f"{name}.json").write_text(json.dumps(result, indent=1) + "\n")
     h = result["header"]
-    text = (f"`{h['command']}`\n\n{h['date']}, {h['machine']}, torch {h['torch']}; data {h['data']} at {h['image_size']} px, "
-            f"{h['channels']} channel(s), scored on its {h['test_split']} split ({h['test_split']} images: {h['test_images']}); "
-            f"{h['steps']} steps of {h['batch_size']} per run.\n\n"
-            + markdown_table(*table) + ("\n\n" + notes if notes else "") + "\n")
+    text = (
+        f"`{h['command']}`\n\n{h['date']}, {h['machine']}, torch {h['torch']}; data {h['data']} at {h['image_size']} px, "
+        f"{h['channels']} channel(s), scored on its {h['test_split']} split ({h['test_split']} images: {h['test_images']}); "
+        f"{h['steps']} steps of {h['batch_size']} per run.\n\n"
+        + markdown_table(*table)
+        + ("\n\n" + notes if notes else "")
+        + "\n"
+    )
     (out / f"{name}.md").write_text(text)
     print(text)
 
@@ -248,7 +325,10 @@ def lines(ax, series: dict[str, tuple[list, list]], **labels) -> None:
 
 def save_figure(fig, path: Path, h: dict, runs: str = "per run") -> None:
     """The PNG, titled with the data, the length of every run and how many test images scored it."""
-    fig.suptitle(f"{h['data']} at {h['image_size']} px: {h['steps']} steps x {h['batch_size']} {runs}; scored on {h['test_split']}, "
-                 f"{h['test_split']} images: {h['test_images']}", fontsize=8)
+    fig.suptitle(
+        f"{h['data']} at {h['image_size']} px: {h['steps']} steps x {h['batch_size']} {runs}; scored on {h['test_split']}, "
+        f"{h['test_split']} images: {h['test_images']}",
+        fontsize=8,
+    )
     fig.savefig(path, dpi=110, bbox_inches="tight")
     pyplot().close(fig)

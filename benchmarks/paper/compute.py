@@ -23,10 +23,20 @@ def sizes(image_size: int, channels: int) -> dict[str, list[tuple[str, dict]]]:
     f = families(image_size, channels)
     vit, bit, hybrid = f["ViT"], f["BiT"], f["hybrid"]
     return {
-        "ViT": [("w64 d4", {**vit, "width": 64, "mlp_dim": 128, "depth": 4}), ("w96 d6", vit), ("w128 d8", {**vit, "width": 128, "mlp_dim": 256, "depth": 8})],
-        "BiT": [("R11x1", bit), ("R20x1", {**bit, "layers": [2, 2, 2]}), ("R20x2", {**bit, "layers": [2, 2, 2], "width_factor": 2})],
+        "ViT": [
+            ("w64 d4", {**vit, "width": 64, "mlp_dim": 128, "depth": 4}),
+            ("w96 d6", vit),
+            ("w128 d8", {**vit, "width": 128, "mlp_dim": 256, "depth": 8}),
+        ],
+        "BiT": [
+            ("R11x1", bit),
+            ("R20x1", {**bit, "layers": [2, 2, 2]}),
+            ("R20x2", {**bit, "layers": [2, 2, 2], "width_factor": 2}),
+        ],
         "hybrid": [("d1", {**hybrid, "depth": 1}), ("d2", hybrid), ("d4", {**hybrid, "depth": 4})],
     }
+
+
 FULL = {"steps": 500, "batch_size": 256, "test_images": None}
 CI = {"steps": 2, "batch_size": 16, "test_images": 40}
 
@@ -45,10 +55,18 @@ def main() -> int:
             name = f"{family}_{label.replace(' ', '_')}"
             rows.append({"family": family, "size": label, **run_one(name, model, args)})
     result = {"header": header(args, " ".join(["python", *sys.argv])), "rows": rows}
-    table = (["family", "size", "params", "training FLOPs", f"{args.test_split} top-1"],
-             [[r["family"], r["size"], r["params"], f"{r['train_flops']:.3g}", r["test_top1"]] for r in rows])
-    report(args.out, "compute", result, table, "One run (seed 0) per size. Paper (Fig. 5): ViT reaches an accuracy with 2-4x less compute than BiT; "
-           "hybrids lead at small compute.")
+    table = (
+        ["family", "size", "params", "training FLOPs", f"{args.test_split} top-1"],
+        [[r["family"], r["size"], r["params"], f"{r['train_flops']:.3g}", r["test_top1"]] for r in rows],
+    )
+    report(
+        args.out,
+        "compute",
+        result,
+        table,
+        "One run (seed 0) per size. Paper (Fig. 5): ViT reaches an accuracy with 2-4x less compute than BiT; "
+        "hybrids lead at small compute.",
+    )
     plot(rows, names, args.out / "compute.png", result["header"])
     return 0
 
@@ -57,10 +75,17 @@ def plot(rows, names, path, h) -> None:
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
     ordered = {f: sorted((r for r in rows if r["family"] == f), key=lambda r: r["train_flops"]) for f in names}
-    lines(ax, {f: ([r["train_flops"] for r in mine], [r["test_top1"] for r in mine]) for f, mine in ordered.items()},
-          xlabel="training FLOPs (counted)", ylabel=f"{h['test_split']} top-1", title="Accuracy against compute (Fig. 5)")
+    lines(
+        ax,
+        {f: ([r["train_flops"] for r in mine], [r["test_top1"] for r in mine]) for f, mine in ordered.items()},
+        xlabel="training FLOPs (counted)",
+        ylabel=f"{h['test_split']} top-1",
+        title="Accuracy against compute (Fig. 5)",
+    )
     for r in rows:
-        ax.annotate(r["size"], (r["train_flops"], r["test_top1"]), fontsize=7, xytext=(3, 3), textcoords="offset points")
+        ax.annotate(
+            r["size"], (r["train_flops"], r["test_top1"]), fontsize=7, xytext=(3, 3), textcoords="offset points"
+        )
     save_figure(fig, path, h, "per model")
 
 

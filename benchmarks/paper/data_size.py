@@ -49,7 +49,11 @@ def few_per_class(args) -> tuple[str, int] | None:
 
 def main() -> int:
     p = parser(__doc__)
-    p.add_argument("--sizes", default=None, help="training subset sizes, comma-separated (default 1000,5000,20000,57000: all of Fashion-MNIST's after 5%% validate)")
+    p.add_argument(
+        "--sizes",
+        default=None,
+        help="training subset sizes, comma-separated (default 1000,5000,20000,57000: all of Fashion-MNIST's after 5%% validate)",
+    )
     p.add_argument("--families", default="ViT,BiT,hybrid")
     args = p.parse_args()
     defaults(args, full=FULL, ci=CI)
@@ -58,22 +62,43 @@ def main() -> int:
     if sizes[-1] > args.train_count:
         fail(f"--sizes: {sizes[-1]:,} is more than the training split holds: {args.train_described}")
     if sizes[0] < args.batch_size:  # checked before any run trains, not after the first
-        fail(f"--sizes: {sizes[0]:,} training images are fewer than one batch of {args.batch_size}; lower --batch-size or raise --sizes")
+        fail(
+            f"--sizes: {sizes[0]:,} training images are fewer than one batch of {args.batch_size}; lower --batch-size or raise --sizes"
+        )
     fewest = few_per_class(args)
     if fewest is not None:
-        fail(f"the 10-shot column draws 10 training images of every class, and class {fewest[0]!r} has {fewest[1]}; "
-             "use data with 10 or more images of each class")
+        fail(
+            f"the 10-shot column draws 10 training images of every class, and class {fewest[0]!r} has {fewest[1]}; "
+            "use data with 10 or more images of each class"
+        )
     models = families(args.image_size, args.channels)
     rows = []
     for n in sizes:
         for family in names:
-            rows.append({"family": family, "subset": n, **run_one(f"{family}_{n}", models[family], args, train_images=n, fewshot=(10,))})
+            rows.append(
+                {
+                    "family": family,
+                    "subset": n,
+                    **run_one(f"{family}_{n}", models[family], args, train_images=n, fewshot=(10,)),
+                }
+            )
     result = {"header": header(args, " ".join(["python", *sys.argv])), "rows": rows}
-    table = (["training images", *[f"{f} {args.test_split} top-1" for f in names], *[f"{f} 10-shot" for f in names]],
-             [[n, *[_get(rows, f, n, "test_top1") for f in names], *[_get(rows, f, n, "fewshot10") for f in names]] for n in sizes])
-    report(args.out, "data_size", result, table, "One run (seed 0) per cell; 10-shot: the mean of 2 draws of 10 images per class "
-           "from the whole training split, frozen features, least squares. Paper (Fig. 3, 4): ResNets win on small data, ViT "
-           "overtakes with more.")
+    table = (
+        ["training images", *[f"{f} {args.test_split} top-1" for f in names], *[f"{f} 10-shot" for f in names]],
+        [
+            [n, *[_get(rows, f, n, "test_top1") for f in names], *[_get(rows, f, n, "fewshot10") for f in names]]
+            for n in sizes
+        ],
+    )
+    report(
+        args.out,
+        "data_size",
+        result,
+        table,
+        "One run (seed 0) per cell; 10-shot: the mean of 2 draws of 10 images per class "
+        "from the whole training split, frozen features, least squares. Paper (Fig. 3, 4): ResNets win on small data, ViT "
+        "overtakes with more.",
+    )
     plot(rows, names, sizes, args.out / "data_size.png", result["header"])
     return 0
 
@@ -85,7 +110,11 @@ def _get(rows: list[dict], family: str, n: int, key: str):
 def plot(rows, names, sizes, path, h) -> None:
     plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for ax, key, title in zip(axes, ("test_top1", "fewshot10"), (f"{h['test_split'].capitalize()} top-1 (Fig. 3)", "10-shot linear accuracy (Fig. 4)")):
+    for ax, key, title in zip(
+        axes,
+        ("test_top1", "fewshot10"),
+        (f"{h['test_split'].capitalize()} top-1 (Fig. 3)", "10-shot linear accuracy (Fig. 4)"),
+    ):
         series = {f: (sizes, [_get(rows, f, n, key) for n in sizes]) for f in names}
         lines(ax, series, xlabel="training images (nested subsets)", ylabel="accuracy", title=title)
         ax.set_xticks(sizes, [str(n) for n in sizes])

@@ -34,19 +34,41 @@ def main() -> int:
     rows = []
     for seed in range(args.seeds):  # seed-major: an interrupted run still has every variant at the lower seeds
         for v in variants:
-            rows.append({"variant": v, "seed": seed, **run_one(f"{v}_seed{seed}", {**vit, "pos_embed": v}, args, seed=seed)})
+            rows.append(
+                {"variant": v, "seed": seed, **run_one(f"{v}_seed{seed}", {**vit, "pos_embed": v}, args, seed=seed)}
+            )
     stats = {v: _stats([r["test_top1"] for r in rows if r["variant"] == v]) for v in variants}
     base = stats.get("none")
     for v, s in stats.items():
         if base and v != "none":
             s["minus_none"] = s["mean"] - base["mean"]
             s["stderr_of_difference"] = math.sqrt(s["stderr"] ** 2 + base["stderr"] ** 2)
-    result = {"header": {**header(args, " ".join(["python", *sys.argv])), "seeds": args.seeds}, "rows": rows, "stats": stats}
-    table = (["pos_embed", f"mean {args.test_split} top-1", "std", "per seed", "minus none (± s.e.)"],
-             [[v, s["mean"], s["std"], " ".join(f"{a:.4f}" for a in s["values"]),
-               f"{s['minus_none']:+.4f} ± {s['stderr_of_difference']:.4f}" if "minus_none" in s else "-"] for v, s in stats.items()])
-    report(args.out, "pos_embed", result, table, f"{args.seeds} seed(s) per variant. Paper (App. D.4, Table 8): "
-           "none is clearly worse; 1D, 2D and relative about the same.")
+    result = {
+        "header": {**header(args, " ".join(["python", *sys.argv])), "seeds": args.seeds},
+        "rows": rows,
+        "stats": stats,
+    }
+    table = (
+        ["pos_embed", f"mean {args.test_split} top-1", "std", "per seed", "minus none (± s.e.)"],
+        [
+            [
+                v,
+                s["mean"],
+                s["std"],
+                " ".join(f"{a:.4f}" for a in s["values"]),
+                f"{s['minus_none']:+.4f} ± {s['stderr_of_difference']:.4f}" if "minus_none" in s else "-",
+            ]
+            for v, s in stats.items()
+        ],
+    )
+    report(
+        args.out,
+        "pos_embed",
+        result,
+        table,
+        f"{args.seeds} seed(s) per variant. Paper (App. D.4, Table 8): "
+        "none is clearly worse; 1D, 2D and relative about the same.",
+    )
     plot(stats, args.out / "pos_embed.png", result["header"])
     return 0
 
@@ -65,7 +87,11 @@ def plot(stats, path, h) -> None:
     for i, v in enumerate(names):
         ax.plot([i] * len(stats[v]["values"]), stats[v]["values"], "k.", ms=4)
     low = min(min(s["values"]) for s in stats.values())
-    ax.set(ylabel=f"{h['test_split']} top-1 (bar: mean, line: std, dots: seeds)", title="Position embeddings (App. D.4)", ylim=(max(low - 0.05, 0), None))
+    ax.set(
+        ylabel=f"{h['test_split']} top-1 (bar: mean, line: std, dots: seeds)",
+        title="Position embeddings (App. D.4)",
+        ylim=(max(low - 0.05, 0), None),
+    )
     save_figure(fig, path, h, f"per run, {h['seeds']} seed(s)")
 
 

@@ -8,16 +8,30 @@ from vitkit.errors import CheckpointError, ConfigError, DataError, TrainingError
 # The rest is imported on first use (PEP 562): `import vitkit.cli` then loads no torch, so the command line answers
 # --help at once and a Ctrl-C while torch loads is vitkit's one line, not a traceback from the import.
 _LAZY = {
-    "load_pretrained": "vitkit.checkpoint", "save_pretrained": "vitkit.checkpoint", "Classifier": "vitkit.classifier",
-    **{name: "vitkit.models" for name in ("ResNetConfig", "ViTConfig", "VisionTransformer", "create_model", "get_config",
-                                          "list_models", "resample_pos_embed")},
+    "load_pretrained": "vitkit.checkpoint",
+    "save_pretrained": "vitkit.checkpoint",
+    "Classifier": "vitkit.classifier",
+    **{
+        name: "vitkit.models"
+        for name in (
+            "ResNetConfig",
+            "ViTConfig",
+            "VisionTransformer",
+            "create_model",
+            "get_config",
+            "list_models",
+            "resample_pos_embed",
+        )
+    },
 }
 
 
 def __getattr__(name: str):
     if name in _LAZY:
         value = getattr(importlib.import_module(_LAZY[name]), name)
-    elif importlib.util.find_spec(f"vitkit.{name}") is not None:  # a subpackage, as `import vitkit` made them before: vitkit.checkpoint
+    elif (
+        importlib.util.find_spec(f"vitkit.{name}") is not None
+    ):  # a subpackage, as `import vitkit` made them before: vitkit.checkpoint
         value = importlib.import_module(f"vitkit.{name}")
     else:
         raise AttributeError(f"module 'vitkit' has no attribute {name!r}")

@@ -27,7 +27,13 @@ from vitkit.errors import ConfigError
 from vitkit.models import VisionTransformer, ViTConfig
 from vitkit.models.summary import count_flops
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "int8": torch.float32, "int8-dynamic": torch.float32}
+DTYPES = {
+    "fp32": torch.float32,
+    "bf16": torch.bfloat16,
+    "fp16": torch.float16,
+    "int8": torch.float32,
+    "int8-dynamic": torch.float32,
+}
 REFERENCES = ("transformers", "timm")
 BACKENDS = ("onnxruntime", "openvino")  # deployment runtimes, fed vitkit's own ONNX export
 LONG_JOB = 1_000_000  # batches: `--compile auto` times vitkit as a long eval runs it (compiled, checked against eager)
@@ -115,11 +121,21 @@ def _matmul(setup: Setup) -> tuple[Callable[[], Any], int]:
 def build_vitkit(setup: Setup) -> torch.nn.Module:
     model = VisionTransformer(setup.config).to(setup.device)
     model.set_grad_checkpointing(setup.grad_checkpointing)
-    if setup.mode == "inference" and setup.dtype != "fp16":  # what eval and predict run (vitkit.precision, with its kernels)
-        runner = precision.prepare(model, setup.dtype, device=setup.device, compile=setup.compile, kernels=setup.kernels != "torch",
-                                   batches=LONG_JOB)
+    if (
+        setup.mode == "inference" and setup.dtype != "fp16"
+    ):  # what eval and predict run (vitkit.precision, with its kernels)
+        runner = precision.prepare(
+            model,
+            setup.dtype,
+            device=setup.device,
+            compile=setup.compile,
+            kernels=setup.kernels != "torch",
+            batches=LONG_JOB,
+        )
         if setup.compile is None:
-            runner.settle(torch.randn(setup.batch_size, setup.config.in_chans, *setup.config.image_size, device=setup.device))
+            runner.settle(
+                torch.randn(setup.batch_size, setup.config.in_chans, *setup.config.image_size, device=setup.device)
+            )
         return _Prepared(runner, model)
     if setup.compile is not False:
         model = torch.compile(model)
@@ -158,13 +174,21 @@ def build_reference(name: str, config: ViTConfig, device: str) -> torch.nn.Modul
         try:
             import transformers
         except ImportError as err:
-            raise ConfigError(f"--compare transformers: transformers does not import here ({err}); install it (pip install "
-                              "transformers) or leave it out") from None
+            raise ConfigError(
+                f"--compare transformers: transformers does not import here ({err}); install it (pip install "
+                "transformers) or leave it out"
+            ) from None
 
         hf = transformers.ViTConfig(
-            hidden_size=config.width, num_hidden_layers=config.depth, num_attention_heads=config.num_heads,
-            intermediate_size=config.mlp_dim, image_size=config.image_size[0], patch_size=config.patch_size[0],
-            num_channels=config.in_chans, num_labels=max(config.num_classes, 1), layer_norm_eps=config.layer_norm_eps,
+            hidden_size=config.width,
+            num_hidden_layers=config.depth,
+            num_attention_heads=config.num_heads,
+            intermediate_size=config.mlp_dim,
+            image_size=config.image_size[0],
+            patch_size=config.patch_size[0],
+            num_channels=config.in_chans,
+            num_labels=max(config.num_classes, 1),
+            layer_norm_eps=config.layer_norm_eps,
             attn_implementation="sdpa",
         )
         return transformers.ViTForImageClassification(hf).to(device)
@@ -172,34 +196,49 @@ def build_reference(name: str, config: ViTConfig, device: str) -> torch.nn.Modul
         try:
             from timm.models.vision_transformer import VisionTransformer as TimmViT
         except ImportError as err:
-            raise ConfigError(f"--compare timm: timm does not import here ({err}); install timm (pip install timm, which needs "
-                              "torchvision) or leave timm out") from None
+            raise ConfigError(
+                f"--compare timm: timm does not import here ({err}); install timm (pip install timm, which needs "
+                "torchvision) or leave timm out"
+            ) from None
 
         return TimmViT(
-            img_size=config.image_size[0], patch_size=config.patch_size[0], in_chans=config.in_chans,
-            num_classes=config.num_classes, embed_dim=config.width, depth=config.depth, num_heads=config.num_heads,
+            img_size=config.image_size[0],
+            patch_size=config.patch_size[0],
+            in_chans=config.in_chans,
+            num_classes=config.num_classes,
+            embed_dim=config.width,
+            depth=config.depth,
+            num_heads=config.num_heads,
             mlp_ratio=config.mlp_dim / config.width,
         ).to(device)
     raise ConfigError(f"--compare: unknown reference {name!r}; choose from {', '.join(REFERENCES)}")
 
 
-def build_backend(name: str, model: torch.nn.Module, setup: Setup, precision_: str, folder: str) -> Callable[[torch.Tensor], Any]:
+def build_backend(
+    name: str, model: torch.nn.Module, setup: Setup, precision_: str, folder: str
+) -> Callable[[torch.Tensor], Any]:
     """`model` exported by vitkit to ONNX in `folder` and loaded into a deployment runtime at `precision_`, its threads
     pinned to torch's count (see export.runtime_session for spinning): a function of a batch."""
     from vitkit.export import export, runtime_session
 
-    path = os.path.join(folder, ("int8.onnx" if name == "onnxruntime" else "int8.xml") if precision_ == "int8" else "model.onnx")
+    path = os.path.join(
+        folder, ("int8.onnx" if name == "onnxruntime" else "int8.xml") if precision_ == "int8" else "model.onnx"
+    )
     if not os.path.exists(path):
         if precision_ == "int8":  # quantized by NNCF on one random batch, as vitkit int8 is calibrated here: speed only
             c = model.config
-            calibration = [torch.randn(setup.batch_size, c.in_chans, *c.image_size, generator=torch.Generator().manual_seed(0))]
+            calibration = [
+                torch.randn(setup.batch_size, c.in_chans, *c.image_size, generator=torch.Generator().manual_seed(0))
+            ]
             export(model, path, format="onnx" if name == "onnxruntime" else "openvino", calibration=calibration)
         else:
             export(model, path, format="onnx")
     return runtime_session(name, path, precision=precision_, threads=torch.get_num_threads())
 
 
-def build_candidate(name: str, precision_: str, setup: Setup, folder: str, exported_from: torch.nn.Module | None = None):
+def build_candidate(
+    name: str, precision_: str, setup: Setup, folder: str, exported_from: torch.nn.Module | None = None
+):
     """One --compare candidate: vitkit at `precision_`, a deployment runtime on the file exported into `folder` (from
     `exported_from` if it is not there yet), or a reference library, compiled when vitkit is (library against library,
     both at their best)."""
@@ -219,7 +258,9 @@ def parse_candidates(compare: list[str] | tuple[str, ...], setup: Setup) -> list
         name, _, prec = entry.partition(":")
         prec = prec or setup.dtype
         if name not in (*REFERENCES, *BACKENDS, "vitkit"):
-            raise ConfigError(f"--compare: unknown candidate {name!r}; choose from vitkit, {', '.join(REFERENCES + BACKENDS)}")
+            raise ConfigError(
+                f"--compare: unknown candidate {name!r}; choose from vitkit, {', '.join(REFERENCES + BACKENDS)}"
+            )
         if prec not in DTYPES:
             raise ConfigError(f"--compare {entry}: unknown precision {prec!r}; choose from {', '.join(DTYPES)}")
         if name in REFERENCES and prec != setup.dtype:
@@ -249,7 +290,9 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def interleaved_times(steps: dict[str, Callable[[], Any]], *, device: str, rounds: int, warmup: int) -> dict[str, list[float]]:
+def interleaved_times(
+    steps: dict[str, Callable[[], Any]], *, device: str, rounds: int, warmup: int
+) -> dict[str, list[float]]:
     """Seconds per call of every step, taking turns round after round (the order rotating)."""
     for step in steps.values():
         for _ in range(warmup):
@@ -258,7 +301,9 @@ def interleaved_times(steps: dict[str, Callable[[], Any]], *, device: str, round
     times: dict[str, list[float]] = {name: [] for name in steps}
     names = list(steps)
     for r in range(rounds):
-        for name in names[r % len(names):] + names[: r % len(names)]:  # each round starts one later: none always follows the same
+        for name in (
+            names[r % len(names) :] + names[: r % len(names)]
+        ):  # each round starts one later: none always follows the same
             step = steps[name]
             _sync(device)
             start = time.perf_counter()
@@ -388,7 +433,9 @@ def run(setup: Setup, compare: list[str] | tuple[str, ...] = ()) -> dict[str, An
             models[label] = build_candidate(name, prec, setup, folder, _plain(models["vitkit"]))
         steps = {name: _step(model, setup, setup.batch_size) for name, model in models.items()}
         peak_step, peak_flops = _matmul(setup)
-        times = interleaved_times({"matmul": peak_step, **steps}, device=setup.device, rounds=setup.rounds, warmup=setup.warmup)
+        times = interleaved_times(
+            {"matmul": peak_step, **steps}, device=setup.device, rounds=setup.rounds, warmup=setup.warmup
+        )
         peak = [peak_flops / t for t in times["matmul"]]
         results: dict[str, Any] = {}
         for name in models:
@@ -410,7 +457,9 @@ def run(setup: Setup, compare: list[str] | tuple[str, ...] = ()) -> dict[str, An
             for label, name, prec in [("vitkit", "vitkit", setup.dtype), *candidates]:
                 results[label].update(resident_memory_mb(setup, name, prec, folder))
     ratios = {
-        f"vitkit/{name}": statistics.median(r / v for r, v in zip(times[name], times["vitkit"])) for name in models if name != "vitkit"
+        f"vitkit/{name}": statistics.median(r / v for r, v in zip(times[name], times["vitkit"]))
+        for name in models
+        if name != "vitkit"
     }
     c = setup.config
     return {
@@ -421,10 +470,15 @@ def run(setup: Setup, compare: list[str] | tuple[str, ...] = ()) -> dict[str, An
         "dtype": setup.dtype,
         "batch_size": setup.batch_size,
         "image_size": list(c.image_size),
-        "compile": models["vitkit"].runner.compiled if isinstance(models["vitkit"], _Prepared) else setup.compile is not False,
+        "compile": models["vitkit"].runner.compiled
+        if isinstance(models["vitkit"], _Prepared)
+        else setup.compile is not False,
         "kernels": inference_kernels(models["vitkit"]),
         "precision": models["vitkit"].runner.description if isinstance(models["vitkit"], _Prepared) else setup.dtype,
-        "candidates": {label: _what_ran(models[label], name, prec) for label, name, prec in [("vitkit", "vitkit", setup.dtype), *candidates]},
+        "candidates": {
+            label: _what_ran(models[label], name, prec)
+            for label, name, prec in [("vitkit", "vitkit", setup.dtype), *candidates]
+        },
         "grad_checkpointing": setup.grad_checkpointing,
         "rounds": setup.rounds,
         "gflops_per_image": flops / setup.batch_size / 1e9,
@@ -449,7 +503,13 @@ def _executed_note(report: dict[str, Any]) -> str:
 
 def _peak_dtype(dtype: str) -> str:
     """The dtype `_matmul` measures the peak in, for a benchmark run in `dtype`."""
-    return str(DTYPES[dtype]).replace("torch.", "").replace("float32", "fp32").replace("bfloat16", "bf16").replace("float16", "fp16")
+    return (
+        str(DTYPES[dtype])
+        .replace("torch.", "")
+        .replace("float32", "fp32")
+        .replace("bfloat16", "bf16")
+        .replace("float16", "fp16")
+    )
 
 
 def _cell(value: float | None, unit: str = " ") -> str:
@@ -473,13 +533,23 @@ def format_table(report: dict[str, Any]) -> str:
         f"over 100% for one in a faster precision)\n"
     )
     resident = any("rss_mb" in r for r in report["results"].values())
-    cols = ["img/s", "ms/batch", "GFLOP/s", "MFU", "latency b1 ms", "step mem MB"] + (["RSS MB", "peak RSS MB"] if resident else [])
+    cols = ["img/s", "ms/batch", "GFLOP/s", "MFU", "latency b1 ms", "step mem MB"] + (
+        ["RSS MB", "peak RSS MB"] if resident else []
+    )
     width = max(16, *(len(name) + 2 for name in report["results"]))
     lines = [(f"{'':{width}}" + "".join(f"{c:>14} " for c in cols)).rstrip()]
     for name, r in report["results"].items():
-        values = [r["img_per_s"], r["ms_per_batch"], r["tflops"] * 1e3, 100 * r["mfu"], r.get("latency_ms_batch1"),  # none in training
-                  r["peak_memory_mb"]] + ([r.get("rss_mb"), r.get("peak_rss_mb")] if resident else [])
-        lines.append(f"{name:{width}}" + "".join(_cell(v, "%" if i == 3 else " ") for i, v in enumerate(values)).rstrip())
+        values = [
+            r["img_per_s"],
+            r["ms_per_batch"],
+            r["tflops"] * 1e3,
+            100 * r["mfu"],
+            r.get("latency_ms_batch1"),  # none in training
+            r["peak_memory_mb"],
+        ] + ([r.get("rss_mb"), r.get("peak_rss_mb")] if resident else [])
+        lines.append(
+            f"{name:{width}}" + "".join(_cell(v, "%" if i == 3 else " ") for i, v in enumerate(values)).rstrip()
+        )
     for name, ratio in report["speedup"].items():
         lines.append(f"speed-up {name}: {ratio:.2f}x (median of per-round ratios)")
     lines += [f"{label}: {what}" for label, what in report.get("candidates", {}).items()]

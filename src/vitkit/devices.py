@@ -8,7 +8,7 @@ from vitkit.errors import ConfigError
 
 
 def pick_device(name: str = "auto", *, key: str = "--device") -> torch.device:
-    """"auto" (CUDA when present, else CPU), "cpu", "cuda", "cuda:N", "mps"; a clear error naming `key` otherwise."""
+    """ "auto" (CUDA when present, else CPU), "cpu", "cuda", "cuda:N", "mps"; a clear error naming `key` otherwise."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:

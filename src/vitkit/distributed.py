@@ -61,7 +61,9 @@ def setup(strategy: str, device: torch.device) -> tuple[Dist, torch.device]:
         raise ConfigError(f"train.strategy: expected one of {', '.join(STRATEGIES)}, got {strategy!r}")
     if not launched():
         if strategy == "fsdp":
-            raise ConfigError("train.strategy=fsdp: start the run with torchrun, e.g. torchrun --nproc_per_node=2 -m vitkit train ...")
+            raise ConfigError(
+                "train.strategy=fsdp: start the run with torchrun, e.g. torchrun --nproc_per_node=2 -m vitkit train ..."
+            )
         return Dist(), device
     rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     if device.type == "cuda":
@@ -156,7 +158,9 @@ def full_tensors(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {k: (v.full_tensor() if isinstance(v, DTensor) else v).detach().cpu() for k, v in state.items()}
 
 
-def save_sharded(model: nn.Module, optimizer: torch.optim.Optimizer, path: Path, ema: dict[str, torch.Tensor] | None = None) -> None:
+def save_sharded(
+    model: nn.Module, optimizer: torch.optim.Optimizer, path: Path, ema: dict[str, torch.Tensor] | None = None
+) -> None:
     """Every rank writes its shards of the model, optimizer and (if kept) EMA state to `path` (a directory)."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict
@@ -168,7 +172,9 @@ def save_sharded(model: nn.Module, optimizer: torch.optim.Optimizer, path: Path,
     dcp.save(state, checkpoint_id=str(path))
 
 
-def load_sharded(model: nn.Module, optimizer: torch.optim.Optimizer, path: Path, ema: dict[str, torch.Tensor] | None = None) -> None:
+def load_sharded(
+    model: nn.Module, optimizer: torch.optim.Optimizer, path: Path, ema: dict[str, torch.Tensor] | None = None
+) -> None:
     """Load a sharded checkpoint written with any world size into this run's shards.
 
     `ema` (sharded like the model's state dict) is filled in place when the checkpoint holds EMA weights;

@@ -34,7 +34,9 @@ def topk_correct(logits: torch.Tensor, labels: torch.Tensor, k: int) -> torch.Te
 
 def confusion_matrix(pred: torch.Tensor, labels: torch.Tensor, num_classes: int) -> torch.Tensor:
     """(K, K) int64 counts; row = true class, column = predicted class."""
-    return torch.bincount(labels * num_classes + pred, minlength=num_classes * num_classes).reshape(num_classes, num_classes)
+    return torch.bincount(labels * num_classes + pred, minlength=num_classes * num_classes).reshape(
+        num_classes, num_classes
+    )
 
 
 @torch.no_grad()
@@ -76,8 +78,17 @@ def evaluate(
     model.train(was_training)
     n = int(cm.sum())
     if n == 0:
-        return {"n": 0, "top1": float("nan"), "top5": float("nan"), "loss": float("nan"), "per_class": [], "confusion": cm.tolist()}
-    per_class = [None if count == 0 else hit / count for hit, count in zip(cm.diag().tolist(), cm.sum(1).tolist())]  # None: no image
+        return {
+            "n": 0,
+            "top1": float("nan"),
+            "top5": float("nan"),
+            "loss": float("nan"),
+            "per_class": [],
+            "confusion": cm.tolist(),
+        }
+    per_class = [
+        None if count == 0 else hit / count for hit, count in zip(cm.diag().tolist(), cm.sum(1).tolist())
+    ]  # None: no image
     result = {
         "n": n,
         "top1": float(cm.diag().sum()) / n,
@@ -91,16 +102,25 @@ def evaluate(
     return result
 
 
-def calibration_images(split: Split, model: nn.Module, *, n: int, crop_pct: float = 1.0, batch_size: int = 256,
-                       seed: int = 0) -> list[torch.Tensor]:
+def calibration_images(
+    split: Split, model: nn.Module, *, n: int, crop_pct: float = 1.0, batch_size: int = 256, seed: int = 0
+) -> list[torch.Tensor]:
     """`n` images of `split` drawn with `seed`, normalised as the model reads them: what int8 observers calibrate on."""
     if n <= 0:  # observers that saw nothing quantize every activation to one value
         raise ConfigError(f"calibration: int8 needs a positive number of calibration images (--calibration N), got {n}")
     c = model.config
     pick = torch.randperm(len(split), generator=torch.Generator().manual_seed(seed))[:n].sort().values
-    batches = eval_batches(split.subset(pick.numpy()), batch_size, torch.device("cpu"), channels=c.in_chans,
-                           size=c.image_size, crop_pct=crop_pct)
-    return CalibrationImages([eval_transform(images, c.image_size, crop_pct, c.mean, c.std) for images, _ in batches], split.source)
+    batches = eval_batches(
+        split.subset(pick.numpy()),
+        batch_size,
+        torch.device("cpu"),
+        channels=c.in_chans,
+        size=c.image_size,
+        crop_pct=crop_pct,
+    )
+    return CalibrationImages(
+        [eval_transform(images, c.image_size, crop_pct, c.mean, c.std) for images, _ in batches], split.source
+    )
 
 
 class CalibrationImages(list):
@@ -112,8 +132,14 @@ class CalibrationImages(list):
 
 
 @torch.no_grad()
-def predict(model: nn.Module, images: torch.Tensor, *, k: int = 5, crop_pct: float = 1.0,
-            runner: Callable[[torch.Tensor], torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def predict(
+    model: nn.Module,
+    images: torch.Tensor,
+    *,
+    k: int = 5,
+    crop_pct: float = 1.0,
+    runner: Callable[[torch.Tensor], torch.Tensor] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Top-k (probabilities, class indices) for uint8 images (B, C, H, W); `runner` as in `evaluate`."""
     model.eval()
     c = model.config
@@ -122,7 +148,9 @@ def predict(model: nn.Module, images: torch.Tensor, *, k: int = 5, crop_pct: flo
 
 
 # -- frozen features: few-shot linear, linear probe, k-NN (paper §4.1) ----------------------------
-BIAS_FEATURE = 100.0  # the constant bias feature of the official few-shot evaluator: large, so the bias is barely regularised
+BIAS_FEATURE = (
+    100.0  # the constant bias feature of the official few-shot evaluator: large, so the bias is barely regularised
+)
 
 
 def extract_features(
@@ -144,17 +172,23 @@ def extract_features(
     with torch.inference_mode():
         for images, y in batches:
             x = eval_transform(images, c.image_size, crop_pct, c.mean, c.std)
-            with torch.autocast(x.device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
+            with torch.autocast(
+                x.device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None
+            ):
                 f = runner(x) if runner is not None else model(x, pre_logits=True)  # (B, D): pooled, after pre_logits
             features.append(f.float().cpu())
             labels.append(y.cpu())
     model.train(was_training)
     if not features:
         return torch.empty(0, 0), torch.empty(0, dtype=torch.long)
-    return torch.cat(features), torch.cat(labels)  # outside inference mode: ordinary tensors (a probe can train on them)
+    return torch.cat(features), torch.cat(
+        labels
+    )  # outside inference mode: ordinary tensors (a probe can train on them)
 
 
-def lsr_weights(x: torch.Tensor, y: torch.Tensor, num_classes: int, *, l2_reg: float = 2**10) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def lsr_weights(
+    x: torch.Tensor, y: torch.Tensor, num_classes: int, *, l2_reg: float = 2**10
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(mean, std, W) of the few-shot regularised least squares, in float64.
 
     x (N, D) is standardised with its own mean and population std + 1e-5, a constant feature of 100
@@ -231,8 +265,15 @@ def linear_probe(
     mean, std = x.mean(0, keepdim=True), x.std(0, unbiased=False, keepdim=True) + 1e-5
     X = torch.cat([(x - mean) / std, torch.ones_like(x[:, :1])], dim=1)
     W = torch.zeros(X.shape[1], K, requires_grad=True)
-    optimizer = torch.optim.LBFGS([W], lr=1.0, max_iter=max_iter, tolerance_grad=1e-7, tolerance_change=1e-10,
-                                  history_size=20, line_search_fn="strong_wolfe")
+    optimizer = torch.optim.LBFGS(
+        [W],
+        lr=1.0,
+        max_iter=max_iter,
+        tolerance_grad=1e-7,
+        tolerance_change=1e-10,
+        history_size=20,
+        line_search_fn="strong_wolfe",
+    )
 
     def closure() -> torch.Tensor:
         optimizer.zero_grad()
@@ -295,7 +336,9 @@ def split_features(
     readable one where `bad` skips unreadable files (`readable` says which they are)."""
     c = model.config
     model.to(device)
-    batches = eval_batches(split, batch_size, torch.device(device), channels=c.in_chans, size=c.image_size, crop_pct=crop_pct, bad=bad)
+    batches = eval_batches(
+        split, batch_size, torch.device(device), channels=c.in_chans, size=c.image_size, crop_pct=crop_pct, bad=bad
+    )
     return extract_features(model, batches, crop_pct=crop_pct, autocast_dtype=autocast_dtype, runner=runner)
 
 
@@ -321,7 +364,9 @@ def with_feature_runner(model: nn.Module, splits: list[Split], features: dict[st
     calibration = None
     if chosen == "int8":
         calibration = calibration_images(splits[0], model, n=count, crop_pct=crop_pct, batch_size=batch_size)
-    features["runner"] = precision.prepare(model, chosen, device=device, pre_logits=True, batches=batches, calibration=calibration)
+    features["runner"] = precision.prepare(
+        model, chosen, device=device, pre_logits=True, batches=batches, calibration=calibration
+    )
     return features
 
 
@@ -351,12 +396,16 @@ def fewshot_eval(
         counts = torch.bincount(labels[labels >= 0], minlength=len(train_split.class_names))
         short = int(counts.argmin())
         if int(counts[short]) < max(shots):  # unreadable images left a class short
-            raise DataError(f"{train_split.source}: class {train_split.class_names[short]!r} has {int(counts[short])} readable training "
-                            f"images, fewer than {max(shots)} shots; ask for fewer --shots")
+            raise DataError(
+                f"{train_split.source}: class {train_split.class_names[short]!r} has {int(counts[short])} readable training "
+                f"images, fewer than {max(shots)} shots; ask for fewer --shots"
+            )
         return {(n, s): fewshot_indices(labels, n, s) for n in shots for s in range(seeds)}
 
     draws = draw()
-    features = with_feature_runner(model, [train_split.subset(torch.unique(torch.cat(list(draws.values()))).numpy()), test_split], features)
+    features = with_feature_runner(
+        model, [train_split.subset(torch.unique(torch.cat(list(draws.values()))).numpy()), test_split], features
+    )
     found: dict[int, torch.Tensor] = {}  # a drawn image's features
     while new := [i for i in torch.unique(torch.cat(list(draws.values()))).tolist() if i not in found]:
         x, _ = split_features(model, part := train_split.subset(np.array(new)), **features)
@@ -373,10 +422,23 @@ def fewshot_eval(
         accs = []
         for s in range(seeds):
             drawn = draws[n, s].tolist()
-            accs.append(lsr_accuracy(torch.stack([found[i] for i in drawn]), labels[drawn], test_x, test_y, l2_reg=l2_reg, num_classes=K))
+            accs.append(
+                lsr_accuracy(
+                    torch.stack([found[i] for i in drawn]), labels[drawn], test_x, test_y, l2_reg=l2_reg, num_classes=K
+                )
+            )
         table[str(n)] = _mean_std(accs)
-    return {"evaluation": "fewshot_lsr", "precision": features["runner"].description, "shots": table, "seeds": seeds, "l2_reg": l2_reg, "n_test": len(test_y),
-            "feature_dim": test_x.shape[1], "n_train_features": len(found), "shots_from": train_split.describe()}
+    return {
+        "evaluation": "fewshot_lsr",
+        "precision": features["runner"].description,
+        "shots": table,
+        "seeds": seeds,
+        "l2_reg": l2_reg,
+        "n_test": len(test_y),
+        "feature_dim": test_x.shape[1],
+        "n_train_features": len(found),
+        "shots_from": train_split.describe(),
+    }
 
 
 def linear_probe_eval(
@@ -404,9 +466,20 @@ def linear_probe_eval(
         runs.append({"l2": l2, "picking_top1": float((linear_probe_predict(probe, val_x) == val_y).float().mean())})
     best = max(range(len(runs)), key=lambda i: runs[i]["picking_top1"])
     test_top1 = float((linear_probe_predict(probes[best], test_x) == test_y).float().mean())
-    return {"evaluation": "linear_probe", "precision": features["runner"].description, "runs": runs, "best_l2": runs[best]["l2"], "picking_top1": runs[best]["picking_top1"],
-            "test_top1": test_top1, "n_train": len(train_y), "n_val": len(val_y), "n_test": len(test_y), "feature_dim": train_x.shape[1],
-            "fitted_on": train_split.describe(), "picked_on": val_split.describe()}
+    return {
+        "evaluation": "linear_probe",
+        "precision": features["runner"].description,
+        "runs": runs,
+        "best_l2": runs[best]["l2"],
+        "picking_top1": runs[best]["picking_top1"],
+        "test_top1": test_top1,
+        "n_train": len(train_y),
+        "n_val": len(val_y),
+        "n_test": len(test_y),
+        "feature_dim": train_x.shape[1],
+        "fitted_on": train_split.describe(),
+        "picked_on": val_split.describe(),
+    }
 
 
 def knn_eval(
@@ -422,9 +495,20 @@ def knn_eval(
     features = with_feature_runner(model, [train_split, test_split], features)
     train_x, train_y = split_features(model, train_split, **features)
     test_x, test_y = split_features(model, test_split, **features)
-    top1 = {str(k): float((knn_predict(train_x, train_y, test_x, k=k, temperature=temperature) == test_y).float().mean()) for k in ks}
-    return {"evaluation": "knn", "precision": features["runner"].description, "top1": top1, "temperature": temperature, "n_train": len(train_y), "n_test": len(test_y),
-            "feature_dim": train_x.shape[1], "memory_bank": train_split.describe()}
+    top1 = {
+        str(k): float((knn_predict(train_x, train_y, test_x, k=k, temperature=temperature) == test_y).float().mean())
+        for k in ks
+    }
+    return {
+        "evaluation": "knn",
+        "precision": features["runner"].description,
+        "top1": top1,
+        "temperature": temperature,
+        "n_train": len(train_y),
+        "n_test": len(test_y),
+        "feature_dim": train_x.shape[1],
+        "memory_bank": train_split.describe(),
+    }
 
 
 # -- reports ---------------------------------------------------------------------------------
@@ -441,23 +525,38 @@ def report_markdown(result: dict, title: str) -> str:
     """A Markdown table of a fewshot_eval / linear_probe_eval / knn_eval result under `title`."""
     kind = result["evaluation"]
     if kind == "fewshot_lsr":
-        rows = [[n, r["mean"], r["std"], " ".join(f"{a:.4f}" for a in r["per_seed"])] for n, r in result["shots"].items()]
+        rows = [
+            [n, r["mean"], r["std"], " ".join(f"{a:.4f}" for a in r["per_seed"])] for n, r in result["shots"].items()
+        ]
         table = markdown_table(["shots per class", "mean top-1", "std (seeds)", "per seed"], rows)
-        note = (f"Regularised least squares (l2 {result['l2_reg']:g}) on {result['feature_dim']}-d pre-logits features of the shots, drawn "
-                f"per seed from {_images(result, 'shots_from')}; {result['n_test']} test images.")
+        note = (
+            f"Regularised least squares (l2 {result['l2_reg']:g}) on {result['feature_dim']}-d pre-logits features of the shots, drawn "
+            f"per seed from {_images(result, 'shots_from')}; {result['n_test']} test images."
+        )
         if left_out := result.get("shots_left_out"):
-            note += (f" {', '.join(map(str, left_out))} shots left out: the smallest class has {result['fewest_per_class']} training "
-                     "images.")
+            note += (
+                f" {', '.join(map(str, left_out))} shots left out: the smallest class has {result['fewest_per_class']} training "
+                "images."
+            )
     elif kind == "linear_probe":
-        rows = [[f"{r['l2']:g}", r["picking_top1"], result["test_top1"] if r["l2"] == result["best_l2"] else None] for r in result["runs"]]
+        rows = [
+            [f"{r['l2']:g}", r["picking_top1"], result["test_top1"] if r["l2"] == result["best_l2"] else None]
+            for r in result["runs"]
+        ]
         table = markdown_table(["l2", "top-1 (picking)", f"top-1 ({result.get('test_split', 'test')})"], rows)
-        fit, pick = (_images(result, key, read=result.get(n)) for key, n in (("fitted_on", "n_train"), ("picked_on", "n_val")))
+        fit, pick = (
+            _images(result, key, read=result.get(n)) for key, n in (("fitted_on", "n_train"), ("picked_on", "n_val"))
+        )
         note = f"Logistic regression on {result['feature_dim']}-d features, fitted on {fit}; l2 {result['best_l2']:g} picked on {pick}."
     else:
         t, n = result["temperature"], result["n_train"]
-        table = markdown_table(["k", "top-1"], [[k if int(k) <= n else f"{k} (all {n})", v] for k, v in result["top1"].items()])
-        note = (f"Cosine k-NN, {'uniform votes' if t is None else f'votes exp(sim / {t:g})'}, against the features of "
-                f"{_images(result, 'memory_bank', f'{n} training images', read=n)}.")
+        table = markdown_table(
+            ["k", "top-1"], [[k if int(k) <= n else f"{k} (all {n})", v] for k, v in result["top1"].items()]
+        )
+        note = (
+            f"Cosine k-NN, {'uniform votes' if t is None else f'votes exp(sim / {t:g})'}, against the features of "
+            f"{_images(result, 'memory_bank', f'{n} training images', read=n)}."
+        )
     return f"{title}\n\n{note}\n\n{table}"
 
 

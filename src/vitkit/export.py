@@ -38,16 +38,24 @@ def _example(model: VisionTransformer, batch_size: int) -> torch.Tensor:
 def preprocessing(model: VisionTransformer, metadata: dict | None = None) -> dict:
     """What a deployed model needs besides its graph: class names and how to prepare an image for it."""
     c, metadata = model.config, metadata or {}
-    return {"class_names": metadata.get("class_names") or [str(i) for i in range(c.num_classes)],
-            "input_size": [c.in_chans, *c.image_size], "mean": list(c.mean), "std": list(c.std), "rescale": 1 / 255,
-            "resize": "keeping the aspect ratio, to cover input_size / crop_pct (bilinear; for a square input: the shorter side to size / crop_pct), then a centre crop of input_size", "crop_pct": metadata.get("preprocess", {}).get("crop_pct", 1.0),
-            "channels": "grayscale (ITU-R 601 luma)" if c.in_chans == 1 else "RGB"}
+    return {
+        "class_names": metadata.get("class_names") or [str(i) for i in range(c.num_classes)],
+        "input_size": [c.in_chans, *c.image_size],
+        "mean": list(c.mean),
+        "std": list(c.std),
+        "rescale": 1 / 255,
+        "resize": "keeping the aspect ratio, to cover input_size / crop_pct (bilinear; for a square input: the shorter side to size / crop_pct), then a centre crop of input_size",
+        "crop_pct": metadata.get("preprocess", {}).get("crop_pct", 1.0),
+        "channels": "grayscale (ITU-R 601 luma)" if c.in_chans == 1 else "RGB",
+    }
 
 
 def refuse_folder(path: Path, format: str) -> None:
     """An export is a file (with companions beside it): a folder given as its path is one error, before any work."""
     if path.is_dir():
-        raise ConfigError(f"--out {path}: is a folder; name the file to write in it, e.g. {path / ('model' + FORMATS[format])}")
+        raise ConfigError(
+            f"--out {path}: is a folder; name the file to write in it, e.g. {path / ('model' + FORMATS[format])}"
+        )
 
 
 def refuse_replacing(out: Path, format: str) -> None:
@@ -64,8 +72,10 @@ def refuse_replacing(out: Path, format: str) -> None:
         except (VitkitError, OSError):  # not a checkpoint directory (or a half-made one)
             kind = None
         if kind is not None:
-            raise ConfigError(f"--out {out}: is inside the {kind} checkpoint {out.parent}, whose directory is replaced as a whole "
-                              "when it is written again (a resumed run's final/, a convert); write the export beside it")
+            raise ConfigError(
+                f"--out {out}: is inside the {kind} checkpoint {out.parent}, whose directory is replaced as a whole "
+                "when it is written again (a resumed run's final/, a convert); write the export beside it"
+            )
     side, weights = sidecar_path(out), out.with_suffix(".bin")
 
     def head(path: Path, size: int) -> bytes:  # the first bytes of a file (an export may be gigabytes)
@@ -90,9 +100,11 @@ def refuse_replacing(out: Path, format: str) -> None:
     targets = [out, side, *([weights] if format == "openvino" else [])]
     foreign = [t for t in targets if os.path.lexists(t) and not an_export(t)]
     if foreign:
-        raise ConfigError(f"--out {out}: {foreign[0].name} is there and is not part of an export (a checkpoint's weights or "
-                          "sidecar, or another file), and the export would replace it; write the export to another name "
-                          "(nothing was changed)")
+        raise ConfigError(
+            f"--out {out}: {foreign[0].name} is there and is not part of an export (a checkpoint's weights or "
+            "sidecar, or another file), and the export would replace it; write the export to another name "
+            "(nothing was changed)"
+        )
 
 
 def format_of(path: Path, format: str | None) -> str:
@@ -100,9 +112,13 @@ def format_of(path: Path, format: str | None) -> str:
     written as x.pt2 (or a model's weights file replaced by an export) is refused before any work."""
     named = next((f for f, suffix in FORMATS.items() if path.suffix.lower() == suffix), None)
     if format is None and named is None:
-        raise ConfigError(f"--out {path}: name the file by its format ({', '.join(f'{s} {f}' for f, s in FORMATS.items())}), or give --format")
+        raise ConfigError(
+            f"--out {path}: name the file by its format ({', '.join(f'{s} {f}' for f, s in FORMATS.items())}), or give --format"
+        )
     if format is not None and named != format:
-        raise ConfigError(f"--out {path}: {format} exports are {FORMATS[format]} files; name it {path.stem}{FORMATS[format]}")
+        raise ConfigError(
+            f"--out {path}: {format} exports are {FORMATS[format]} files; name it {path.stem}{FORMATS[format]}"
+        )
     return named
 
 
@@ -124,7 +140,11 @@ def staged(out: Path) -> Iterator[Path]:
         raise WriteError(out, err.reason, then="export again", kept=kept) from None
     except OSError as err:
         reason = err.strerror or first_line(err) or type(err).__name__
-        if err.errno is not None and err.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):  # not space: a folder that cannot hold it
+        if err.errno is not None and err.errno not in (
+            errno.ENOSPC,
+            errno.EDQUOT,
+            errno.EFBIG,
+        ):  # not space: a folder that cannot hold it
             raise ConfigError(f"{out}: cannot be written ({reason}); {kept}; choose another --out") from None
         raise WriteError(out, reason, then="export again", kept=kept) from None
     for stale in _external_weights(out):  # an earlier, larger export's weights that the new graph does not name
@@ -137,8 +157,15 @@ def output_name(model: torch.nn.Module) -> str:
     return "features" if model.config.num_classes == 0 else "logits"
 
 
-def export(model: VisionTransformer, path: str | os.PathLike, *, format: str, metadata: dict | None = None,
-           calibration: list[torch.Tensor] | None = None, preset: str = "transformer") -> Path:
+def export(
+    model: VisionTransformer,
+    path: str | os.PathLike,
+    *,
+    format: str,
+    metadata: dict | None = None,
+    calibration: list[torch.Tensor] | None = None,
+    preset: str = "transformer",
+) -> Path:
     """Write `model` (eval mode, CPU) to `path` in `format`, with a dynamic batch dimension.
 
     Class names and preprocessing go into the file where the format has a place (ONNX metadata_props),
@@ -147,7 +174,9 @@ def export(model: VisionTransformer, path: str | os.PathLike, *, format: str, me
     if format not in FORMATS:
         raise ConfigError(f"format: expected one of {', '.join(FORMATS)}, got {format!r}")
     if calibration is not None and format not in ("onnx", "openvino"):
-        raise ConfigError(f"format {format}: int8 exports are ONNX or OpenVINO IR (quantized by NNCF); export {format} in fp32")
+        raise ConfigError(
+            f"format {format}: int8 exports are ONNX or OpenVINO IR (quantized by NNCF); export {format} in fp32"
+        )
     model = copy.deepcopy(model).eval().cpu()
     if isinstance(model, VisionTransformer):
         model.set_inference_kernels(None)  # torch's own ops: what every runtime knows
@@ -158,7 +187,9 @@ def export(model: VisionTransformer, path: str | os.PathLike, *, format: str, me
     info = preprocessing(model, metadata)
     int8 = None if calibration is None else (calibration, preset)  # what quantize_int8 takes
     n = 0 if calibration is None else sum(len(b) for b in calibration)
-    info["precision"] = "fp32" if int8 is None else f"int8 (NNCF post-training quantization, {preset} preset, {n} calibration images)"
+    info["precision"] = (
+        "fp32" if int8 is None else f"int8 (NNCF post-training quantization, {preset} preset, {n} calibration images)"
+    )
     if format == "onnx":
         _export_onnx(model, x, path, batch, info, int8)
         return path
@@ -168,7 +199,9 @@ def export(model: VisionTransformer, path: str | os.PathLike, *, format: str, me
     buffer = io.BytesIO()  # torch's C++ file writer aborts the process on a full disk: the file is written from Python
     with torch.no_grad():
         if format == "torchscript":
-            with warnings.catch_warnings():  # shape checks read as Python values: the trace is checked on another batch size after
+            with (
+                warnings.catch_warnings()
+            ):  # shape checks read as Python values: the trace is checked on another batch size after
                 warnings.simplefilter("ignore", torch.jit.TracerWarning)
                 torch.jit.save(torch.jit.trace(model, x), buffer)
         else:
@@ -193,8 +226,14 @@ def _external_weights(path: Path) -> list[Path]:
 ONNX_SINGLE_FILE_LIMIT = 2**31 - 2**26  # protobuf's 2 GB limit, with room for the graph
 
 
-def _export_onnx(model: VisionTransformer, x: torch.Tensor, path: Path, batch: torch.export.Dim, info: dict,
-                 int8: tuple[list[torch.Tensor], str] | None = None) -> None:
+def _export_onnx(
+    model: VisionTransformer,
+    x: torch.Tensor,
+    path: Path,
+    batch: torch.export.Dim,
+    info: dict,
+    int8: tuple[list[torch.Tensor], str] | None = None,
+) -> None:
     """One .onnx file holding graph, weights and metadata_props (class names, preprocessing); a model over
     protobuf's 2 GB keeps its weights in PATH.<id>.data beside it, a name no earlier export used.
 
@@ -212,8 +251,16 @@ def _export_onnx(model: VisionTransformer, x: torch.Tensor, path: Path, batch: t
 
     with scratch_folder(path) as scratch, torch.no_grad():
         graph = scratch / path.name
-        torch.onnx.export(model, (x,), str(graph), dynamo=True, dynamic_shapes={"x": {0: batch}},
-                          input_names=["images"], output_names=[output_name(model)], verbose=False)
+        torch.onnx.export(
+            model,
+            (x,),
+            str(graph),
+            dynamo=True,
+            dynamic_shapes={"x": {0: batch}},
+            input_names=["images"],
+            output_names=[output_name(model)],
+            verbose=False,
+        )
         proto = onnx.load(str(graph))  # with the external weights, if the exporter wrote any
         for produced in list(scratch.iterdir()):
             produced.unlink()
@@ -232,8 +279,14 @@ def _export_onnx(model: VisionTransformer, x: torch.Tensor, path: Path, batch: t
             stale.unlink(missing_ok=True)
 
 
-def _export_openvino(model: VisionTransformer, x: torch.Tensor, path: Path, batch: torch.export.Dim, info: dict,
-                     int8: tuple[list[torch.Tensor], str] | None = None) -> None:
+def _export_openvino(
+    model: VisionTransformer,
+    x: torch.Tensor,
+    path: Path,
+    batch: torch.export.Dim,
+    info: dict,
+    int8: tuple[list[torch.Tensor], str] | None = None,
+) -> None:
     """OpenVINO IR (path .xml + its .bin weights) converted from vitkit's ONNX export, weights kept in fp32 (or
     quantized to int8 by NNCF, given `int8`: (calibration batches, preset)); class names, preprocessing and the .bin's sha256 in PATH.json beside it.
 
@@ -241,7 +294,9 @@ def _export_openvino(model: VisionTransformer, x: torch.Tensor, path: Path, batc
     once: a kill between them leaves a new .bin beside an old .xml and sidecar. The sidecar, written last,
     names the weights it belongs to, and vitkit's runtimes refuse a pair it does not describe."""
     if path.suffix != ".xml":
-        raise ConfigError(f"{path}: an OpenVINO IR is an .xml file (its weights go beside it in a .bin); name it {path.stem}.xml")
+        raise ConfigError(
+            f"{path}: an OpenVINO IR is an .xml file (its weights go beside it in a .bin); name it {path.stem}.xml"
+        )
     ov = _import_runtime("openvino")
     path.parent.mkdir(parents=True, exist_ok=True)
     with scratch_folder(path) as scratch:
@@ -260,18 +315,24 @@ def _export_openvino(model: VisionTransformer, x: torch.Tensor, path: Path, batc
 INT8_PRESETS = ("transformer", "default")
 
 
-def quantize_int8(graph, calibration: list[torch.Tensor], preset: str = "transformer", *, input_name: str | None = None):
+def quantize_int8(
+    graph, calibration: list[torch.Tensor], preset: str = "transformer", *, input_name: str | None = None
+):
     """An ONNX ModelProto or OpenVINO model quantized to int8 by NNCF's post-training flow, its activation ranges
     measured on the normalised image batches `calibration`, fed one image at a time. preset "transformer": NNCF's
     model type for transformers (SmoothQuant, int8 matmuls, sensitive ops left in float); "default": NNCF's plain
     flow. ONNX graphs take named inputs (`input_name`)."""
     if preset not in INT8_PRESETS:
         raise ConfigError(f"int8 preset: expected one of {', '.join(INT8_PRESETS)}, got {preset!r}")
-    os.environ.setdefault("NNCF_CI", "1")  # NNCF's switch for its usage telemetry: vitkit sends nothing over the network
+    os.environ.setdefault(
+        "NNCF_CI", "1"
+    )  # NNCF's switch for its usage telemetry: vitkit sends nothing over the network
     try:
         import nncf
     except ImportError:
-        raise ConfigError("int8 exports: NNCF is not installed; install the nncf extra (pip install 'vitkit[nncf]')") from None
+        raise ConfigError(
+            "int8 exports: NNCF is not installed; install the nncf extra (pip install 'vitkit[nncf]')"
+        ) from None
     nncf.set_log_level(logging.ERROR)
     images = [image[None].numpy() for batch in calibration for image in batch]
     if not images:
@@ -293,8 +354,10 @@ def _check_ir_pair(path: Path) -> None:
     """An OpenVINO IR whose .bin is not the one its sidecar names is a half-replaced export: one clear error."""
     recorded = (read_sidecar(path) if sidecar_path(path).is_file() else {}).get("weights_sha256")
     if recorded is not None and sha256(path.with_suffix(".bin")) != recorded:
-        raise ConfigError(f"{path}: its weights {path.with_suffix('.bin').name} are not the ones exported with it "
-                          "(an export was interrupted between its files); export it again")
+        raise ConfigError(
+            f"{path}: its weights {path.with_suffix('.bin').name} are not the ones exported with it "
+            "(an export was interrupted between its files); export it again"
+        )
 
 
 def _import_runtime(name: str):
@@ -302,7 +365,9 @@ def _import_runtime(name: str):
         return __import__(name)
     except ImportError:
         extra = RUNTIMES[name]
-        raise ConfigError(f"{name} is not installed; install the {extra} extra (pip install 'vitkit[{extra}]')") from None
+        raise ConfigError(
+            f"{name} is not installed; install the {extra} extra (pip install 'vitkit[{extra}]')"
+        ) from None
 
 
 def runtime_session(runtime: str, path: str | os.PathLike, *, precision: str = "fp32", threads: int | None = None):
@@ -317,7 +382,9 @@ def runtime_session(runtime: str, path: str | os.PathLike, *, precision: str = "
     if runtime == "onnxruntime":
         ort = _import_runtime("onnxruntime")
         if precision not in ("fp32", "int8"):
-            raise ConfigError(f"onnxruntime {precision}: vitkit runs ONNX Runtime in fp32 or int8 (its CPU provider has no bf16 matmuls)")
+            raise ConfigError(
+                f"onnxruntime {precision}: vitkit runs ONNX Runtime in fp32 or int8 (its CPU provider has no bf16 matmuls)"
+            )
         options = ort.SessionOptions()
         options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
@@ -348,7 +415,9 @@ def run_exported(path: str | os.PathLike, format: str, x: torch.Tensor) -> torch
     return runtime_session("onnxruntime" if format == "onnx" else "openvino", path)(x)
 
 
-def openvino_default(model: VisionTransformer, path: str | os.PathLike, *, batch_size: int = 3) -> tuple[str, float] | None:
+def openvino_default(
+    model: VisionTransformer, path: str | os.PathLike, *, batch_size: int = 3
+) -> tuple[str, float] | None:
     """(the precision OpenVINO runs an IR at when compiled without a hint, its largest difference from PyTorch) where
     that is not f32 (bf16 on a CPU with AVX512_BF16 or AMX): what a user's plain compile_model gets. None where f32."""
     ov = _import_runtime("openvino")

@@ -62,8 +62,11 @@ def stop_on_signals(signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT)) 
         _caught.append(name)
         first[0] = time.monotonic()
         if os.environ.get("RANK", "0") == "0":  # under torchrun every rank stops; rank 0 says so
-            doing = ("the steps are done: writing the final model and figures, then stopping" if _finishing else
-                     "saving a checkpoint after this step, then stopping")
+            doing = (
+                "the steps are done: writing the final model and figures, then stopping"
+                if _finishing
+                else "saving a checkpoint after this step, then stopping"
+            )
             print(f"vitkit: {name} received: {doing} (send it again to stop at once)", file=sys.stderr, flush=True)
 
     previous = {s: signal.getsignal(s) for s in signals}
@@ -104,7 +107,11 @@ class NonFinite:
     def skip(self, step: int, loss: torch.Tensor, grad_norm: torch.Tensor) -> bool:
         """True if step `step` (0-based) must be skipped. With an fp16 GradScaler (check_grads=False)
         overflowing gradients are the scaler's business and only the loss is checked."""
-        values = torch.stack([loss.detach().float(), grad_norm.detach().float()]) if self.check_grads else loss.detach().float()
+        values = (
+            torch.stack([loss.detach().float(), grad_norm.detach().float()])
+            if self.check_grads
+            else loss.detach().float()
+        )
         if bool(torch.isfinite(values).all()):
             self.state["nonfinite_in_a_row"] = 0
             return False
@@ -112,8 +119,11 @@ class NonFinite:
         self.state["nonfinite_in_a_row"] += 1
         row = self.state["nonfinite_in_a_row"]
         what = f"loss {float(loss):.4g}, gradient norm {float(grad_norm):.4g}"
-        print(f"vitkit: step {step + 1}: {what} is not finite; step skipped ({row} in a row, the run stops at {self.limit})",
-              file=sys.stderr, flush=True)
+        print(
+            f"vitkit: step {step + 1}: {what} is not finite; step skipped ({row} in a row, the run stops at {self.limit})",
+            file=sys.stderr,
+            flush=True,
+        )
         if row >= self.limit:
             raise TrainingError(
                 f"train: the loss or the gradients were not finite for {row} steps in a row (steps {step + 2 - row}-{step + 1}; "
@@ -141,8 +151,14 @@ def check_finite_weights(model: torch.nn.Module, step: int, out: Path, world) ->
     """A TrainingError, before anything is saved, when a weight is NaN or infinite (a step that overflowed them)."""
     from vitkit import distributed
 
-    bad = next((name for name, p in model.named_parameters()
-                if not bool(torch.isfinite(p.to_local() if hasattr(p, "to_local") else p).all())), None)
+    bad = next(
+        (
+            name
+            for name, p in model.named_parameters()
+            if not bool(torch.isfinite(p.to_local() if hasattr(p, "to_local") else p).all())
+        ),
+        None,
+    )
     if distributed.any_rank(bad is not None, world):
         raise TrainingError(
             f"train: after step {step} the weights are not finite ({bad or 'on another rank'}); not saved: the run diverged; "
@@ -156,9 +172,11 @@ def check_run_directory(out: Path, world) -> None:
     from vitkit import distributed
 
     if distributed.any_rank(world.main and not (out / "run.yaml").is_file(), world):
-        raise TrainingError(f"{out}: the run directory was removed or moved while training (its run.yaml is gone); stopped "
-                            "without writing into it again. Move it back and --resume it, or start a new run with "
-                            f"vitkit train --out {out}")
+        raise TrainingError(
+            f"{out}: the run directory was removed or moved while training (its run.yaml is gone); stopped "
+            "without writing into it again. Move it back and --resume it, or start a new run with "
+            f"vitkit train --out {out}"
+        )
 
 
 def bad_files(out: Path, policy: str, resume: bool, *, writer: bool = True, split_of=None) -> BadFiles:
@@ -173,17 +191,32 @@ def bad_files(out: Path, policy: str, resume: bool, *, writer: bool = True, spli
     if resume and path.is_file():
         data = read_json(path)
         rows = data.get("files") if isinstance(data, dict) else None
-        if not isinstance(rows, list) or not all(isinstance(r, dict) and isinstance(r.get("path"), str) and isinstance(r.get("error"), str)
-                                                 for r in rows):
-            raise CheckpointError(f"{path}: damaged (expected {{\"files\": [{{\"path\": ..., \"error\": ...}}]}}); delete it: "
-                                  "the unreadable files are found again as the run reads them")
+        if not isinstance(rows, list) or not all(
+            isinstance(r, dict) and isinstance(r.get("path"), str) and isinstance(r.get("error"), str) for r in rows
+        ):
+            raise CheckpointError(
+                f'{path}: damaged (expected {{"files": [{{"path": ..., "error": ...}}]}}); delete it: '
+                "the unreadable files are found again as the run reads them"
+            )
         known = {row["path"]: row["error"] for row in rows}
 
     def save(files: dict[str, str]) -> None:
-        write_json(path, {"count": len(files), "files": [{"path": p, **({"split": split_of(p)} if split_of else {}), "error": e}
-                                                          for p, e in files.items()]})
+        write_json(
+            path,
+            {
+                "count": len(files),
+                "files": [
+                    {"path": p, **({"split": split_of(p)} if split_of else {}), "error": e} for p, e in files.items()
+                ],
+            },
+        )
 
-    return BadFiles(policy, save=save if writer else None, known=known, hint=" (data.on_error=fail; data.on_error=skip trains without such files)")
+    return BadFiles(
+        policy,
+        save=save if writer else None,
+        known=known,
+        hint=" (data.on_error=fail; data.on_error=skip trains without such files)",
+    )
 
 
 def merge_bad_files(bad: BadFiles, per_rank: list[dict[str, str]]) -> None:

@@ -55,7 +55,9 @@ def filters_figure(components: torch.Tensor, explained: torch.Tensor | None = No
     if mosaic.ndim == 3:
         ax.imshow(np.where(np.isnan(mosaic), 1.0, mosaic), interpolation="nearest")
     else:
-        ax.imshow(np.ma.masked_invalid(mosaic), cmap=_cmap("gray", bad="white"), interpolation="nearest", vmin=0, vmax=1)
+        ax.imshow(
+            np.ma.masked_invalid(mosaic), cmap=_cmap("gray", bad="white"), interpolation="nearest", vmin=0, vmax=1
+        )
     title = f"Patch-embedding filters: first {len(components)} principal components"
     if explained is not None:
         title += f" ({100 * float(explained.sum()):.0f}% of the variance)"
@@ -70,7 +72,9 @@ def pos_embed_figure(similarity: torch.Tensor) -> Figure:
     mosaic = tile(similarity.reshape(gh * gw, gh, gw).numpy(), gw)
     fig = Figure(figsize=(1.5 + 0.45 * gw, 0.8 + 0.45 * gh), layout="constrained")
     ax = fig.add_subplot()
-    im = ax.imshow(np.ma.masked_invalid(mosaic), cmap=_cmap("viridis", bad="white"), vmin=-1, vmax=1, interpolation="nearest")
+    im = ax.imshow(
+        np.ma.masked_invalid(mosaic), cmap=_cmap("viridis", bad="white"), vmin=-1, vmax=1, interpolation="nearest"
+    )
     ax.set_xticks([c * (gw + 1) + (gw - 1) / 2 for c in range(gw)], [str(c + 1) for c in range(gw)], fontsize=7)
     ax.set_yticks([r * (gh + 1) + (gh - 1) / 2 for r in range(gh)], [str(r + 1) for r in range(gh)], fontsize=7)
     ax.tick_params(length=0)
@@ -102,7 +106,9 @@ def distance_figure(distance: torch.Tensor, *, uniform: float | None = None, cap
     return fig
 
 
-def rollout_figure(pixels: torch.Tensor, rollout: torch.Tensor, titles: list[str] | None = None, caption: str | None = None) -> Figure:
+def rollout_figure(
+    pixels: torch.Tensor, rollout: torch.Tensor, titles: list[str] | None = None, caption: str | None = None
+) -> Figure:
     """Fig. 6 style: the images (top, titled e.g. with true and predicted label) and the output token's attention
     rollout over them (bottom), with a colour bar for the rollout's scale."""
     from matplotlib.cm import ScalarMappable
@@ -138,7 +144,9 @@ def last_layer_figure(pixels: torch.Tensor, maps: torch.Tensor, caption: str | N
             _show_image(axes[i, h + 1], pixels[i], heat[h])
     for h in range(heads):
         axes[0, h + 1].set_title(f"head {h + 1}", fontsize=8)
-    fig.suptitle(_fitted("Last layer: attention from the output token to the patches" + _shown(n, caption), fig, 9), fontsize=9)
+    fig.suptitle(
+        _fitted("Last layer: attention from the output token to the patches" + _shown(n, caption), fig, 9), fontsize=9
+    )
     return fig
 
 
@@ -163,8 +171,15 @@ def save_figure(fig: Figure, path: str | os.PathLike, *, dpi: int = 150) -> Path
     return Path(path)
 
 
-def write_report(results: dict[str, torch.Tensor], pixels: torch.Tensor, out_dir: str | os.PathLike, *, info: dict[str, Any],
-                 titles: list[str] | None = None, caption: str | None = None) -> list[Path]:
+def write_report(
+    results: dict[str, torch.Tensor],
+    pixels: torch.Tensor,
+    out_dir: str | os.PathLike,
+    *,
+    info: dict[str, Any],
+    titles: list[str] | None = None,
+    caption: str | None = None,
+) -> list[Path]:
     """Write every figure `results` (from `inspection.inspect_model`) allows, plus inspection.npz and .json.
 
     `pixels` are the shown images in [0, 1]; `info` (model config, image count, ...) goes into the
@@ -181,16 +196,25 @@ def write_report(results: dict[str, torch.Tensor], pixels: torch.Tensor, out_dir
     elif comps.shape[1] not in (1, 3):
         skipped["filters"] = f"{comps.shape[1]} input channels cannot be drawn as gray or RGB"
     else:
-        written.append(save_figure(filters_figure(comps, results["filter_explained_variance_ratio"]), out / FIGURES["filters"]))
+        written.append(
+            save_figure(filters_figure(comps, results["filter_explained_variance_ratio"]), out / FIGURES["filters"])
+        )
     if "pos_embed_similarity" in results:
         written.append(save_figure(pos_embed_figure(results["pos_embed_similarity"]), out / FIGURES["pos_embed"]))
     else:
         skipped["pos_embed"] = "the model has no position embeddings"
     uniform = float(results["uniform_attention_distance"])
-    written.append(save_figure(distance_figure(results["mean_attention_distance"], uniform=uniform, caption=caption), out / FIGURES["distance"]))
+    written.append(
+        save_figure(
+            distance_figure(results["mean_attention_distance"], uniform=uniform, caption=caption),
+            out / FIGURES["distance"],
+        )
+    )
     shown = pixels[: len(results["rollout"])]
     written.append(save_figure(rollout_figure(shown, results["rollout"], titles, caption), out / FIGURES["rollout"]))
-    written.append(save_figure(last_layer_figure(shown, results["last_layer_attention"], caption), out / FIGURES["last_layer"]))
+    written.append(
+        save_figure(last_layer_figure(shown, results["last_layer_attention"], caption), out / FIGURES["last_layer"])
+    )
 
     with atomic_path(out / "inspection.npz") as tmp, open(tmp, "wb") as f:
         np.savez(f, **{k: v.numpy() for k, v in results.items()})
@@ -218,7 +242,9 @@ def _cmap(name: str, *, bad: str | None = None):
 
 def _upsample(maps: torch.Tensor, size: tuple[int, int], *, mode: str = "bilinear") -> np.ndarray:
     """(n, gh, gw) maps -> (n, H, W), each scaled so its largest value is 1."""
-    up = F.interpolate(maps[:, None].float(), size=tuple(size), mode=mode, **({"align_corners": False} if mode == "bilinear" else {}))[:, 0]
+    up = F.interpolate(
+        maps[:, None].float(), size=tuple(size), mode=mode, **({"align_corners": False} if mode == "bilinear" else {})
+    )[:, 0]
     peak = up.flatten(1).amax(dim=1).clamp_min(1e-12)
     return (up / peak[:, None, None]).numpy()
 

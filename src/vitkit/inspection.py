@@ -96,7 +96,9 @@ def patch_distances(config: ViTConfig) -> torch.Tensor:
     """(N, N) distances in pixels between the centres of patches, row-major over the grid."""
     gh, gw = config.grid_size
     ph, pw = config.total_patch_size
-    y, x = torch.meshgrid(torch.arange(gh, dtype=torch.float64) * ph, torch.arange(gw, dtype=torch.float64) * pw, indexing="ij")
+    y, x = torch.meshgrid(
+        torch.arange(gh, dtype=torch.float64) * ph, torch.arange(gw, dtype=torch.float64) * pw, indexing="ij"
+    )
     centres = torch.stack([y.flatten(), x.flatten()], dim=1)  # (N, 2); the half-patch offset cancels
     return torch.cdist(centres, centres)
 
@@ -221,7 +223,9 @@ def inspect_model(
 
 
 # -- images --------------------------------------------------------------------------------
-def load_images(paths: Sequence[str | os.PathLike], config: ViTConfig, *, limit: int | None = None, crop_pct: float = 1.0) -> torch.Tensor:
+def load_images(
+    paths: Sequence[str | os.PathLike], config: ViTConfig, *, limit: int | None = None, crop_pct: float = 1.0
+) -> torch.Tensor:
     """(N, C, H, W) pixels in [0, 1] of the images under `paths` (files and folders, sorted), each read by `image_input`."""
     from vitkit.data.images import find_images
 
@@ -234,7 +238,9 @@ def image_input(source, config: ViTConfig, crop_pct: float = 1.0) -> torch.Tenso
     from vitkit.data.images import load_image
 
     if config.in_chans not in (1, 3):
-        raise ConfigError(f"in_chans: images can be read as 1 (grayscale) or 3 (RGB) channels, the model has {config.in_chans}")
+        raise ConfigError(
+            f"in_chans: images can be read as 1 (grayscale) or 3 (RGB) channels, the model has {config.in_chans}"
+        )
     return torch.from_numpy(load_image(source, config.in_chans, config.image_size, crop_pct).copy()).float() / 255.0
 
 
@@ -262,7 +268,9 @@ def _device(model: VisionTransformer) -> torch.device:
     return model.norm.weight.device
 
 
-def _batches(images: Images, batch_size: int, model: VisionTransformer, *, limit: int | None = None) -> Iterator[torch.Tensor]:
+def _batches(
+    images: Images, batch_size: int, model: VisionTransformer, *, limit: int | None = None
+) -> Iterator[torch.Tensor]:
     """Batches of images on the model's device: a tensor is split, an iterable yields tensors or (x, y) pairs.
 
     With `limit`, only the first `limit` images come out (the last batch cut short).

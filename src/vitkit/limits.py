@@ -38,7 +38,9 @@ def memory_available() -> int | None:
         return None
 
 
-def check_room(path: str | os.PathLike, nbytes: int, what: str, error: type[Exception], *, memory: bool = False) -> None:
+def check_room(
+    path: str | os.PathLike, nbytes: int, what: str, error: type[Exception], *, memory: bool = False
+) -> None:
     """Raise `error` before `what` (`nbytes` to be written to `path`, and held in memory first when `memory`) is
     built, if the disk under `path` (or the machine's memory) has not that much free: a full disk found halfway
     through costs the time and leaves nothing."""
@@ -47,9 +49,13 @@ def check_room(path: str | os.PathLike, nbytes: int, what: str, error: type[Exce
         folder = folder.parent
     free = shutil.disk_usage(folder).free
     if nbytes > free:
-        raise error(f"{path}: {what} needs about {_size(nbytes)} on disk and {folder} has {_size(free)} free; "
-                    "free some space or write it elsewhere")
+        raise error(
+            f"{path}: {what} needs about {_size(nbytes)} on disk and {folder} has {_size(free)} free; "
+            "free some space or write it elsewhere"
+        )
     available = memory_available() if memory else None
     if available is not None and nbytes > available:
-        raise error(f"{path}: {what} needs about {_size(nbytes)} of memory and this machine has {_size(available)} available; "
-                    "choose a smaller model")
+        raise error(
+            f"{path}: {what} needs about {_size(nbytes)} of memory and this machine has {_size(available)} available; "
+            "choose a smaller model"
+        )

@@ -23,7 +23,14 @@ def local_path(text: str | os.PathLike, error: type[VitkitError] = VitkitError) 
 def missing(text: str | os.PathLike) -> str:
     """The message for a path that is not there, with a hint where it reads as a model hub name ('owner/name')."""
     parts = Path(text).parts
-    if len(parts) == 2 and not Path(parts[0]).exists() and not str(text).startswith((".", "/", "~")) and "." not in parts[0]:
-        return (f"{text}: no such file or directory; vitkit never downloads, so a model hub name is not a checkpoint: "
-                "download it first (e.g. huggingface-cli download NAME --local-dir DIR) and pass DIR or the file")
+    if (
+        len(parts) == 2
+        and not Path(parts[0]).exists()
+        and not str(text).startswith((".", "/", "~"))
+        and "." not in parts[0]
+    ):
+        return (
+            f"{text}: no such file or directory; vitkit never downloads, so a model hub name is not a checkpoint: "
+            "download it first (e.g. huggingface-cli download NAME --local-dir DIR) and pass DIR or the file"
+        )
     return f"{text}: no such file or directory"

@@ -39,9 +39,17 @@ def _series(rows: Sequence[dict], key: str) -> tuple[list[float], list[float]]:
     return [p[0] for p in points], [p[1] for p in points]
 
 
-def plot_run(rows: Sequence[dict], directory: str | os.PathLike, *, train_data: str | None = None,
-             val_data: str | None = None, classes: int | None = None, objective: str | None = None, ema: bool = False,
-             soft_targets: bool = True) -> list[Path]:
+def plot_run(
+    rows: Sequence[dict],
+    directory: str | os.PathLike,
+    *,
+    train_data: str | None = None,
+    val_data: str | None = None,
+    classes: int | None = None,
+    objective: str | None = None,
+    ema: bool = False,
+    soft_targets: bool = True,
+) -> list[Path]:
     """loss.png, accuracy.png and lr.png from metrics rows ({"step", "loss" | "val_loss" | "val_top1" | "lr"});
     `train_data` / `val_data` (which images, how many) go under the titles of the figures drawn from them. Top-5 is
     left out for 5 classes or fewer (`classes`), where it is 1 whatever the model does. The labels say what was
@@ -56,8 +64,11 @@ def plot_run(rows: Sequence[dict], directory: str | os.PathLike, *, train_data: 
     fig, ax = plt.subplots(figsize=(6, 4))
     weights = " (EMA weights)" if ema else ""
     what = " colour-prediction" if objective == "masked_patch" else ""
-    ax.plot(*_series(train_rows, "loss"), ".-" if len(train_rows) < 30 else "-",
-            label="train loss" + (" (smoothed / mixed targets)" if soft_targets else ""))
+    ax.plot(
+        *_series(train_rows, "loss"),
+        ".-" if len(train_rows) < 30 else "-",
+        label="train loss" + (" (smoothed / mixed targets)" if soft_targets else ""),
+    )
     ax.plot(*_series(val_rows, "val_loss"), "o-", label=f"validation{what} loss{weights}")
     ax.set(xlabel="step", ylabel="cross-entropy")
     _title(ax, "Loss", f"train: {train_data}" if train_data else None, f"validation: {val_data}" if val_data else None)
@@ -80,8 +91,9 @@ def plot_run(rows: Sequence[dict], directory: str | os.PathLike, *, train_data: 
     return written
 
 
-def plot_confusion(confusion: Sequence[Sequence[int]], class_names: Sequence[str], path: str | os.PathLike, *,
-                   data: str | None = None) -> Path:
+def plot_confusion(
+    confusion: Sequence[Sequence[int]], class_names: Sequence[str], path: str | os.PathLike, *, data: str | None = None
+) -> Path:
     """A row-normalised confusion matrix (rows: true class, columns: predicted), counts in the cells; `data` (which
     images, how many) under the title."""
     import numpy as np
@@ -97,7 +109,15 @@ def plot_confusion(confusion: Sequence[Sequence[int]], class_names: Sequence[str
         ax.set_yticks(range(k), class_names)
         for i in range(k):
             for j in range(k):
-                ax.text(j, i, int(cm[i, j]), ha="center", va="center", fontsize=7, color="white" if rates[i, j] > 0.5 else "black")
+                ax.text(
+                    j,
+                    i,
+                    int(cm[i, j]),
+                    ha="center",
+                    va="center",
+                    fontsize=7,
+                    color="white" if rates[i, j] > 0.5 else "black",
+                )
     ax.set(xlabel="predicted", ylabel="true")
     _title(ax, "Confusion matrix", data)
     fig.colorbar(im, ax=ax, fraction=0.046)

@@ -84,9 +84,14 @@ def cpuinfo(field: str) -> str:
 
 # The instruction sets oneDNN may use under each ONEDNN_MAX_CPU_ISA cap, as /proc/cpuinfo names the ones vitkit plans by.
 _ISA_CAPS = {
-    "avx2": set(), "avx2_vnni": {"avx_vnni"}, "avx2_vnni_2": {"avx_vnni"}, "avx512_core": set(),
-    "avx512_core_vnni": {"avx512_vnni"}, "avx512_core_bf16": {"avx512_vnni", "avx512_bf16"},
-    "avx512_core_fp16": {"avx512_vnni", "avx512_bf16"}, "avx10_1_512": {"avx512_vnni", "avx512_bf16"},
+    "avx2": set(),
+    "avx2_vnni": {"avx_vnni"},
+    "avx2_vnni_2": {"avx_vnni"},
+    "avx512_core": set(),
+    "avx512_core_vnni": {"avx512_vnni"},
+    "avx512_core_bf16": {"avx512_vnni", "avx512_bf16"},
+    "avx512_core_fp16": {"avx512_vnni", "avx512_bf16"},
+    "avx10_1_512": {"avx512_vnni", "avx512_bf16"},
 }
 _CAPPED = {"avx_vnni", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8", "amx_tile"}
 
@@ -107,8 +112,14 @@ def int8_vnni() -> str | None:
     """The CPU's int8 dot-product instructions ("AMX", "AVX512_VNNI", "AVX_VNNI"); None where oneDNN would sum u8 x s8
     pairs in saturating 16-bit lanes, which corrupts int8 GEMMs over the full 8-bit range."""
     flags = cpu_flags()
-    return next((name for flag, name in (("amx_int8", "AMX"), ("avx512_vnni", "AVX512_VNNI"), ("avx_vnni", "AVX_VNNI"))
-                 if flag in flags), None)
+    return next(
+        (
+            name
+            for flag, name in (("amx_int8", "AMX"), ("avx512_vnni", "AVX512_VNNI"), ("avx_vnni", "AVX_VNNI"))
+            if flag in flags
+        ),
+        None,
+    )
 
 
 def onednn_fp32_gemms() -> bool:
@@ -142,22 +153,36 @@ def check(precision: str, device: torch.device | str = "cpu") -> str:
             return "bf16 autocast"
         isa = native_bf16()
         if isa is None:
-            raise ConfigError("--precision bf16: this CPU has no native bf16 (no avx512_bf16 or amx_bf16 in /proc/cpuinfo), "
-                              "so bf16 would be emulated and slower than fp32; use --precision fp32 or int8")
+            raise ConfigError(
+                "--precision bf16: this CPU has no native bf16 (no avx512_bf16 or amx_bf16 in /proc/cpuinfo), "
+                "so bf16 would be emulated and slower than fp32; use --precision fp32 or int8"
+            )
         return f"bf16 ({isa}, bf16 weights and activations)"
     if device.type != "cpu":
-        raise ConfigError(f"--precision {precision}: runs on the CPU only (x86 int8 GEMMs); use --device cpu or --precision bf16")
+        raise ConfigError(
+            f"--precision {precision}: runs on the CPU only (x86 int8 GEMMs); use --device cpu or --precision bf16"
+        )
     try:
         _import_torchao()
     except ImportError:
-        raise ConfigError(f"--precision {precision}: needs torchao; install the int8 extra (pip install 'vitkit[int8]')") from None
+        raise ConfigError(
+            f"--precision {precision}: needs torchao; install the int8 extra (pip install 'vitkit[int8]')"
+        ) from None
     vnni = int8_vnni()
     if vnni is None:
-        raise ConfigError(f"--precision {precision}: this CPU has no VNNI (no amx_int8, avx512_vnni or avx_vnni in "
-                          "/proc/cpuinfo, or ONEDNN_MAX_CPU_ISA caps them), so int8 GEMMs would saturate; use --precision fp32")
+        raise ConfigError(
+            f"--precision {precision}: this CPU has no VNNI (no amx_int8, avx512_vnni or avx_vnni in "
+            "/proc/cpuinfo, or ONEDNN_MAX_CPU_ISA caps them), so int8 GEMMs would saturate; use --precision fp32"
+        )
     if precision == "int8-dynamic":
         return f"int8 dynamic (torchao: activations quantized per token as they come, per-channel int8 weights, {vnni})"
-    mixed = ", bf16 between the int8 GEMMs" if int8_mixed_bf16() else ", attention in bf16" if explicit_bf16_attention() else ""
+    mixed = (
+        ", bf16 between the int8 GEMMs"
+        if int8_mixed_bf16()
+        else ", attention in bf16"
+        if explicit_bf16_attention()
+        else ""
+    )
     return f"int8 (PT2E static, x86 inductor quantizer, {vnni}{mixed})"
 
 
@@ -203,8 +228,12 @@ def worth_compiling(first_batch_seconds: float, batches_left: int, speedup: floa
 
 def quiet_torch_internals() -> None:
     """Silence two notices torch's own quantization and compilation code print about itself (nothing a user can act on)."""
-    warnings.filterwarnings("ignore", message="To copy construct from a tensor", category=UserWarning, module=r"torch\._inductor")
-    warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning)
+    warnings.filterwarnings(
+        "ignore", message="To copy construct from a tensor", category=UserWarning, module=r"torch\._inductor"
+    )
+    warnings.filterwarnings(
+        "ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning
+    )
     # the quantizer leaves a max-pool whose input is fp32 (a hybrid's ResNet stem, after its float convolution) in fp32, as it should
     warnings.filterwarnings("ignore", message="The input of maxpool2d is not quantized", category=UserWarning)
 
@@ -239,16 +268,28 @@ FIRST_BATCH_CALIBRATION = ", calibrated on its first batch (no calibration image
 class Runner:
     """A model prepared for inference at one precision: call it on normalised images, get float32 outputs."""
 
-    def __init__(self, model: nn.Module, precision: str, *, device: torch.device, pre_logits: bool = False,
-                 compile: bool | None = None, calibration: Iterable[torch.Tensor] | None = None,
-                 batches: int | None = None, kernels: bool = True):
+    def __init__(
+        self,
+        model: nn.Module,
+        precision: str,
+        *,
+        device: torch.device,
+        pre_logits: bool = False,
+        compile: bool | None = None,
+        calibration: Iterable[torch.Tensor] | None = None,
+        batches: int | None = None,
+        kernels: bool = True,
+    ):
         self.precision, self.device = precision, torch.device(device)
         self.description = check(precision, self.device)
         self._kernels = _cpu_kernels(model, precision, self.device) if kernels else None
         self.uses_kernels = self._kernels is not None
         if self._kernels is _Int8DynamicKernels:
-            self.description += (", attention in vitkit's bf16 kernel (fp32 scores)" if _bf16_kernel_covers(model) else
-                                 ", attention in vitkit's fp32 kernel") + ", bias + GELU in its fp32 kernel"
+            self.description += (
+                ", attention in vitkit's bf16 kernel (fp32 scores)"
+                if _bf16_kernel_covers(model)
+                else ", attention in vitkit's fp32 kernel"
+            ) + ", bias + GELU in its fp32 kernel"
         elif self.uses_kernels:
             self.description += ", vitkit's attention and bias + GELU kernels"
         self._cast = precision == "bf16" and self.device.type == "cpu"  # a bf16 copy; the caller's model stays fp32
@@ -257,22 +298,36 @@ class Runner:
         self.forward = _Forward(copy.deepcopy(model).to(torch.bfloat16) if self._cast else model, pre_logits)
         if self._cast and explicit_bf16_attention() and hasattr(model, "set_inference_kernels"):
             self.forward.model.set_inference_kernels(_Bf16Attention)  # on the runner's bf16 copy only
-            kernel = _bf16_kernel_covers(model)  # the kernel where it builds and covers the model's heads, else the written-out matmuls
-            self.description += ", attention in vitkit's bf16 kernel (fp32 scores)" if kernel else ", attention as bf16 matmuls and softmax"
+            kernel = _bf16_kernel_covers(
+                model
+            )  # the kernel where it builds and covers the model's heads, else the written-out matmuls
+            self.description += (
+                ", attention in vitkit's bf16 kernel (fp32 scores)"
+                if kernel
+                else ", attention as bf16 matmuls and softmax"
+            )
         self.batch_size: int | None = None
         self._batches_left = batches
-        self._compile = compile if compile is not None or not precision.startswith("int8") else True  # int8 only pays compiled
+        self._compile = (
+            compile if compile is not None or not precision.startswith("int8") else True
+        )  # int8 only pays compiled
         self._fn: Callable[[torch.Tensor], torch.Tensor] | None = None
         # fp32 GEMMs through oneDNN where MKL is slow (`onednn_fp32_gemms`): compiled, inductor packs them; eager, this
         # mode does, for models large enough to gain from it (`OneDNNLinears.MIN_WEIGHTS`). Eager bf16 packs them too
         # where the CPU has AVX512_BF16 but no AMX (with AMX, packed bf16 GEMMs stall: `_inference_settings`)
         self._onednn = precision == "fp32" and self.device.type == "cpu" and onednn_fp32_gemms()
         packs = self._onednn or (self._cast and native_bf16() == "AVX512_BF16")
-        self._eager_linears = OneDNNLinears(torch.bfloat16 if self._cast else torch.float32) if packs and OneDNNLinears.worth_it(model) else None
+        self._eager_linears = (
+            OneDNNLinears(torch.bfloat16 if self._cast else torch.float32)
+            if packs and OneDNNLinears.worth_it(model)
+            else None
+        )
         if self._eager_linears is not None:
             self.description += ", oneDNN GEMMs" if self._onednn else ", eager GEMMs packed for oneDNN"
         self._calibration = calibration
-        if precision == "int8" and calibration is None:  # said before the first batch runs, so that no report leaves it out
+        if (
+            precision == "int8" and calibration is None
+        ):  # said before the first batch runs, so that no report leaves it out
             self.description += FIRST_BATCH_CALIBRATION
         self.compiled = False
         self._eager_seconds: float | None = None  # auto mode's eager batch, until compiled has been timed against it
@@ -285,7 +340,10 @@ class Runner:
         if self.precision == "int8":
             n = self._quantize(x)
             self.description = self.description.replace(FIRST_BATCH_CALIBRATION, "") + (
-                f", {n} calibration images{_calibration_source(self._calibration)}" if self._calibration is not None else f", calibrated on its first batch ({n} images)")
+                f", {n} calibration images{_calibration_source(self._calibration)}"
+                if self._calibration is not None
+                else f", calibrated on its first batch ({n} images)"
+            )
         elif self.precision == "int8-dynamic":
             self._quantize_dynamic()
         self._fn = self._compiled() if self._compile else self.forward
@@ -354,12 +412,20 @@ class Runner:
         else:
             gemms = self._eager_linears or contextlib.nullcontext()
         x = x.to(torch.bfloat16) if self._cast else x  # a bf16 copy of the model takes bf16 images
-        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self._autocast), self._with_kernels(), gemms:
+        with (
+            torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self._autocast),
+            self._with_kernels(),
+            gemms,
+        ):
             return self._fn(x).float()
 
     def _with_kernels(self):
         """vitkit's fp32 CPU kernels on the model for one call; afterwards the caller's model is as it was."""
-        return contextlib.nullcontext() if self._kernels is None else self.forward.model.using_inference_kernels(self._kernels)
+        return (
+            contextlib.nullcontext()
+            if self._kernels is None
+            else self.forward.model.using_inference_kernels(self._kernels)
+        )
 
     @torch.inference_mode()
     def settle(self, x: torch.Tensor) -> None:
@@ -421,7 +487,8 @@ class Runner:
             if seconds > eager:
                 self._fn, self.compiled = self.forward, False
                 self.description = self._eager_description + (
-                    f", eager (compiled ran slower here: {1e3 * seconds:.0f} against {1e3 * eager:.0f} ms a batch)")
+                    f", eager (compiled ran slower here: {1e3 * seconds:.0f} against {1e3 * eager:.0f} ms a batch)"
+                )
         return out
 
 
@@ -448,15 +515,21 @@ class OneDNNLinears(torch.overrides.TorchFunctionMode):
     def __init__(self, dtype: torch.dtype = torch.float32):
         super().__init__()
         self.dtype = dtype  # the GEMMs it takes: fp32, or bf16 (a bf16 model's)
-        self._packed: dict[tuple, tuple[torch.Tensor, int, torch.Tensor]] = {}  # (ptr, shape, strides) -> source, version, pack
+        self._packed: dict[
+            tuple, tuple[torch.Tensor, int, torch.Tensor]
+        ] = {}  # (ptr, shape, strides) -> source, version, pack
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func is torch.nn.functional.linear and not torch.is_grad_enabled():
             x, weight, *rest = args
             bias = rest[0] if rest else kwargs.get("bias")
-            if (all(t is None or (t.dtype == self.dtype and t.device.type == "cpu") for t in (x, weight, bias))
-                    and weight.dim() == 2 and x.numel() * weight.shape[0] >= self.MIN_MACS and not weight.is_inference()):
+            if (
+                all(t is None or (t.dtype == self.dtype and t.device.type == "cpu") for t in (x, weight, bias))
+                and weight.dim() == 2
+                and x.numel() * weight.shape[0] >= self.MIN_MACS
+                and not weight.is_inference()
+            ):
                 return self.linear(x, weight, bias)
         return func(*args, **kwargs)
 
@@ -471,7 +544,11 @@ class OneDNNLinears(torch.overrides.TorchFunctionMode):
         source = weight if weight._base is None else weight._base  # a slice of a fused weight is a new view each call
         hit = self._packed.get(key)
         if hit is None or hit[0] is not source or hit[1] != weight._version:
-            hit = self._packed[key] = (source, weight._version, torch.ops.mkldnn._reorder_linear_weight(weight.contiguous(), rows))
+            hit = self._packed[key] = (
+                source,
+                weight._version,
+                torch.ops.mkldnn._reorder_linear_weight(weight.contiguous(), rows),
+            )
         return hit[2]
 
 
@@ -483,14 +560,22 @@ def _size_oblivious() -> contextlib.AbstractContextManager:
         from torch.fx.experimental import _config as config
     except ImportError:
         return contextlib.nullcontext()
-    return config.patch(backed_size_oblivious=True) if hasattr(config, "backed_size_oblivious") else contextlib.nullcontext()
+    return (
+        config.patch(backed_size_oblivious=True)
+        if hasattr(config, "backed_size_oblivious")
+        else contextlib.nullcontext()
+    )
 
 
 def _cpu_kernels(model: nn.Module, precision: str, device: torch.device):
     """vitkit.kernels.cpu_inference where it serves this runner (fp32 or int8-dynamic, CPU, a model that takes them,
     the library builds: once per machine and torch version, ~12 s on a 2-core AMD EPYC), else None. int8-dynamic
     takes `_Int8DynamicKernels` where attention runs in bf16 (`explicit_bf16_attention`)."""
-    if precision not in ("fp32", "int8-dynamic") or device.type != "cpu" or not hasattr(model, "using_inference_kernels"):
+    if (
+        precision not in ("fp32", "int8-dynamic")
+        or device.type != "cpu"
+        or not hasattr(model, "using_inference_kernels")
+    ):
         return None
     with warnings.catch_warnings():  # where they cannot build (no compiler), torch's ops run, as they do without them
         warnings.simplefilter("ignore")
@@ -504,7 +589,9 @@ def _cpu_kernels(model: nn.Module, precision: str, device: torch.device):
 def _bf16_kernel_covers(model: nn.Module) -> bool:
     """Whether vitkit's bf16 attention kernel builds and covers this ViT's heads and sequence length."""
     c = model.config
-    return cpu_inference.load_bf16() and cpu_inference.bf16_covers(c.width // c.num_heads, c.num_patches + c.num_prefix_tokens)
+    return cpu_inference.load_bf16() and cpu_inference.bf16_covers(
+        c.width // c.num_heads, c.num_patches + c.num_prefix_tokens
+    )
 
 
 class _Int8DynamicKernels:
@@ -534,8 +621,11 @@ def _quantizer_class():
             `_fold_weight_slices`), which otherwise stayed fp32 (5% of ViT-B/16's int8 time on an AMD EPYC)."""
             super().annotate(model)
             for node in model.graph.nodes:
-                if (node.target is torch.ops.aten.linear.default and xiq.QUANT_ANNOTATION_KEY not in node.meta
-                        and getattr(node.args[1], "op", None) == "get_attr"):
+                if (
+                    node.target is torch.ops.aten.linear.default
+                    and xiq.QUANT_ANNOTATION_KEY not in node.meta
+                    and getattr(node.args[1], "op", None) == "get_attr"
+                ):
                     self._annotate_linear_node_helper(node, True, self.global_config)
             return model
 
@@ -548,7 +638,9 @@ def _fold_weight_slices(graph: torch.fx.GraphModule) -> None:
     aten = torch.ops.aten
     for node in list(graph.graph.nodes):
         source = node.args[0] if node.op == "call_function" and node.target is aten.slice.Tensor else None
-        if getattr(source, "op", None) != "get_attr" or not all(user.target is aten.linear.default for user in node.users):
+        if getattr(source, "op", None) != "get_attr" or not all(
+            user.target is aten.linear.default for user in node.users
+        ):
             continue
         name = f"{source.target.replace('.', '_')}_slice_{node.name}"
         weight = functools.reduce(getattr, source.target.split("."), graph)
@@ -573,7 +665,9 @@ def _softmax_attention(q, k, v, attn_mask=None, scale=None):
 
 def _attention_bf16(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None, enable_gqa=False):
     """scaled_dot_product_attention (inference: no dropout, no causal mask) with its matmuls and softmax in bf16."""
-    return _softmax_attention(q.to(torch.bfloat16), k.to(torch.bfloat16), v.to(torch.bfloat16), attn_mask, scale).float()
+    return _softmax_attention(
+        q.to(torch.bfloat16), k.to(torch.bfloat16), v.to(torch.bfloat16), attn_mask, scale
+    ).float()
 
 
 class _Bf16Attention:
@@ -597,8 +691,11 @@ class _Bf16Attention:
 def _attention_in_bf16(graph: torch.fx.GraphModule) -> int:
     """Every scaled_dot_product_attention of a quantized graph as `_attention_bf16` (returns how many): on AVX512_BF16
     without AMX, explicit bf16 matmuls run attention 1.2x faster than torch's fp32 (or bf16) flash kernel (benchmarks/RESULTS.md)."""
-    found = [node for node in graph.graph.nodes
-             if node.op == "call_function" and node.target is torch.ops.aten.scaled_dot_product_attention.default]
+    found = [
+        node
+        for node in graph.graph.nodes
+        if node.op == "call_function" and node.target is torch.ops.aten.scaled_dot_product_attention.default
+    ]
     for node in found:
         node.target = _attention_bf16
     graph.recompile()
@@ -611,14 +708,30 @@ def _calibration_source(calibration) -> str:
     return f" of {where}" if where else ""
 
 
-def prepare(model: nn.Module, precision: str = "fp32", *, device: torch.device | str = "cpu", pre_logits: bool = False,
-            compile: bool | None = None, calibration: Iterable[torch.Tensor] | None = None,
-            batches: int | None = None, kernels: bool = True) -> Runner:
+def prepare(
+    model: nn.Module,
+    precision: str = "fp32",
+    *,
+    device: torch.device | str = "cpu",
+    pre_logits: bool = False,
+    compile: bool | None = None,
+    calibration: Iterable[torch.Tensor] | None = None,
+    batches: int | None = None,
+    kernels: bool = True,
+) -> Runner:
     """`model` ready for inference at `precision` (see the module docstring).
 
     compile: True / False, or None to decide after the first batch from its time and `batches` (how many the job has).
     calibration: normalised image batches for int8's observers (default: the first batch it is called on).
     kernels: fp32 on the CPU runs vitkit's attention and bias + GELU kernels where they build; False keeps torch's.
     """
-    return Runner(model.to(device), precision, device=torch.device(device), pre_logits=pre_logits, compile=compile,
-                  calibration=calibration, batches=batches, kernels=kernels)
+    return Runner(
+        model.to(device),
+        precision,
+        device=torch.device(device),
+        pre_logits=pre_logits,
+        compile=compile,
+        calibration=calibration,
+        batches=batches,
+        kernels=kernels,
+    )

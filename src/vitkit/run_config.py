@@ -38,12 +38,18 @@ class DataConfig:
     # train on only the first N images of a seeded order (split_seed) of the training split, after any val hold-out:
     # for one seed a smaller N is a subset of a larger one (the paper's data-size experiments, Fig. 3-4); None: all
     train_images: int | None = None
-    memory_mb: float = 4096.0  # image files up to this size are decoded once and kept on the device (not with augment.crop=rrc)
-    load_size: int | None = None  # square size files are kept at for augment.crop=pad|none (None: image size); rrc crops the whole image
+    memory_mb: float = (
+        4096.0  # image files up to this size are decoded once and kept on the device (not with augment.crop=rrc)
+    )
+    load_size: int | None = (
+        None  # square size files are kept at for augment.crop=pad|none (None: image size); rrc crops the whole image
+    )
     workers: int = 2  # DataLoader workers for streamed image files
     synthetic_size: int = 512
     synthetic_classes: int = 10
-    on_error: str = "skip"  # an image file that cannot be read: "skip" (counted, warned, listed in bad_files.json) or "fail"
+    on_error: str = (
+        "skip"  # an image file that cannot be read: "skip" (counted, warned, listed in bad_files.json) or "fail"
+    )
 
 
 @dataclass(frozen=True)
@@ -97,17 +103,44 @@ CHOICES = {
     "train.precision": ("auto", "fp32", "bf16", "fp16"),
     "train.strategy": ("auto", "ddp", "fsdp"),
 }
-POSITIVE = {"data.train_images", "train.steps", "train.batch_size", "train.micro_batch", "train.log_every", "train.eval_every",
-            "train.checkpoint_every", "train.eval_batch_size", "train.max_nonfinite_steps", "data.synthetic_size", "data.synthetic_classes",
-            "data.memory_mb", "data.load_size", "augment.eval_crop_pct"}
+POSITIVE = {
+    "data.train_images",
+    "train.steps",
+    "train.batch_size",
+    "train.micro_batch",
+    "train.log_every",
+    "train.eval_every",
+    "train.checkpoint_every",
+    "train.eval_batch_size",
+    "train.max_nonfinite_steps",
+    "data.synthetic_size",
+    "data.synthetic_classes",
+    "data.memory_mb",
+    "data.load_size",
+    "augment.eval_crop_pct",
+}
 
 # values that must lie in an interval: "[" / "]" closed, "(" / ")" open; tuples are checked element by element
 INTERVALS = {
-    "data.val_fraction": "[0, 1)", "augment.hflip": "[0, 1]", "augment.mix_prob": "[0, 1]", "augment.label_smoothing": "[0, 1)",
-    "augment.eval_crop_pct": "(0, 1]", "augment.rrc_scale": "(0, 1]", "augment.rrc_ratio": "(0, inf)",
-    "augment.erase": "[0, 1]", "augment.erase_scale": "(0, 1]", "augment.erase_ratio": "(0, inf)",
-    "augment.randaugment_magnitude": "[0, 10]", "train.lr": "[0, inf)", "train.momentum": "[0, 1)", "train.betas": "[0, 1)",
-    "train.epochs": "(0, inf)", "train.end_lr_ratio": "[0, 1]", "train.ema": "(0, 1)", "train.clip_norm": "(0, inf)", "train.keep_checkpoints": "[1, inf)",
+    "data.val_fraction": "[0, 1)",
+    "augment.hflip": "[0, 1]",
+    "augment.mix_prob": "[0, 1]",
+    "augment.label_smoothing": "[0, 1)",
+    "augment.eval_crop_pct": "(0, 1]",
+    "augment.rrc_scale": "(0, 1]",
+    "augment.rrc_ratio": "(0, inf)",
+    "augment.erase": "[0, 1]",
+    "augment.erase_scale": "(0, 1]",
+    "augment.erase_ratio": "(0, inf)",
+    "augment.randaugment_magnitude": "[0, 10]",
+    "train.lr": "[0, inf)",
+    "train.momentum": "[0, 1)",
+    "train.betas": "[0, 1)",
+    "train.epochs": "(0, inf)",
+    "train.end_lr_ratio": "[0, 1]",
+    "train.ema": "(0, 1)",
+    "train.clip_norm": "(0, inf)",
+    "train.keep_checkpoints": "[1, inf)",
 }
 
 
@@ -123,14 +156,18 @@ def world_size() -> int:
     try:
         return max(int(os.environ.get("WORLD_SIZE", "1")), 1)
     except ValueError:
-        raise ConfigError(f"WORLD_SIZE: expected a number of processes, got {shown(os.environ['WORLD_SIZE'])}") from None
+        raise ConfigError(
+            f"WORLD_SIZE: expected a number of processes, got {shown(os.environ['WORLD_SIZE'])}"
+        ) from None
 
 
 def check_batches(train: TrainConfig, world: int) -> None:
     """The logical batch splits into micro-batches, and each micro-batch evenly across the `world` processes."""
     micro = train.micro_batch or train.batch_size
     if train.batch_size % micro:
-        raise ConfigError(f"train.micro_batch: {micro} does not divide train.batch_size {train.batch_size}; use a divisor of it")
+        raise ConfigError(
+            f"train.micro_batch: {micro} does not divide train.batch_size {train.batch_size}; use a divisor of it"
+        )
     if micro % world:
         raise ConfigError(
             f"train.{'micro_batch' if train.micro_batch else 'batch_size'}: {micro} images per micro-batch do not split evenly "
@@ -147,7 +184,9 @@ class RunConfig:
 
     def to_dict(self) -> dict[str, Any]:
         sections = {name: _plain(dataclasses.asdict(getattr(self, name))) for name in SECTIONS}
-        if self.train.epochs is not None:  # the length is given in epochs: steps follow from the data (`with_steps_for`)
+        if (
+            self.train.epochs is not None
+        ):  # the length is given in epochs: steps follow from the data (`with_steps_for`)
             del sections["train"]["steps"]
         return {"model": dict(self.model), **sections}
 
@@ -157,7 +196,9 @@ class RunConfig:
         t = self.train
         if t.epochs is None:
             return self
-        return dataclasses.replace(self, train=dataclasses.replace(t, steps=steps_for(t.epochs, train_images, t.batch_size)))
+        return dataclasses.replace(
+            self, train=dataclasses.replace(t, steps=steps_for(t.epochs, train_images, t.batch_size))
+        )
 
     def model_config(self, **fixed: Any) -> ModelConfig:
         """The ViTConfig of model.name with the model.* overrides (and `fixed`, e.g. num_classes from the data)."""
@@ -173,7 +214,9 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def load_run_config(path: str | os.PathLike | None = None, overrides: list[str] = (), *, base: dict | None = None) -> RunConfig:
+def load_run_config(
+    path: str | os.PathLike | None = None, overrides: list[str] = (), *, base: dict | None = None
+) -> RunConfig:
     """Read a YAML run config (or start from the defaults, or from `base`), apply overrides, validate everything.
 
     An override is "section.key=value" text (typed by the key, see `override_value`) or a (key, value) pair.
@@ -183,15 +226,24 @@ def load_run_config(path: str | os.PathLike | None = None, overrides: list[str] 
         path = Path(path)
         try:
             if path.is_file() and path.stat().st_size > MAX_CONFIG_BYTES:
-                raise ConfigError(f"{path}: {path.stat().st_size:,} bytes; a run config is a small YAML file (at most {MAX_CONFIG_BYTES:,})")
+                raise ConfigError(
+                    f"{path}: {path.stat().st_size:,} bytes; a run config is a small YAML file (at most {MAX_CONFIG_BYTES:,})"
+                )
             data = yaml.load(path.read_text(encoding="utf-8"), Loader=_NoAliasLoader) or {}
         except FileNotFoundError:
-            shipped = Path(__file__).resolve().parents[2] / "configs" / path.name  # the repository's recipes (a source checkout)
-            hint = f"; the recipe of that name is {shipped} (configs/ paths in the docs are from the repository's root)" if (
-                not path.is_absolute() and shipped.is_file()) else ""
+            shipped = (
+                Path(__file__).resolve().parents[2] / "configs" / path.name
+            )  # the repository's recipes (a source checkout)
+            hint = (
+                f"; the recipe of that name is {shipped} (configs/ paths in the docs are from the repository's root)"
+                if (not path.is_absolute() and shipped.is_file())
+                else ""
+            )
             raise ConfigError(f"{path}: config file not found{hint}") from None
         except IsADirectoryError:
-            raise ConfigError(f"{path}: is a folder; --config takes a YAML file (e.g. configs/fashion_mnist.yaml)") from None
+            raise ConfigError(
+                f"{path}: is a folder; --config takes a YAML file (e.g. configs/fashion_mnist.yaml)"
+            ) from None
         except UnicodeDecodeError as err:
             raise ConfigError(f"{path}: not UTF-8 text (byte {err.start}); a run config is a YAML text file") from None
         except (yaml.YAMLError, RecursionError) as err:
@@ -238,8 +290,10 @@ def _length_set(train: Any, where: str) -> bool:
     """Whether a layer's train section sets train.steps or train.epochs; a ConfigError where it sets both."""
     given = [k for k in LENGTH_KEYS if isinstance(train, dict) and train.get(k) is not None]
     if len(given) == 2:
-        raise ConfigError(f"{where}: train.steps={train['steps']} and train.epochs={train['epochs']} both set the training length; "
-                          "keep one (steps: optimizer steps; epochs: passes over the training split)")
+        raise ConfigError(
+            f"{where}: train.steps={train['steps']} and train.epochs={train['epochs']} both set the training length; "
+            "keep one (steps: optimizer steps; epochs: passes over the training split)"
+        )
     return bool(given)
 
 
@@ -249,7 +303,9 @@ class _NoAliasLoader(yaml.SafeLoader):
     def compose_node(self, parent, index):
         if self.check_event(yaml.events.AliasEvent):
             event = self.peek_event()
-            raise yaml.composer.ComposerError(None, None, "aliases (*name) are not allowed in a run config", event.start_mark)
+            raise yaml.composer.ComposerError(
+                None, None, "aliases (*name) are not allowed in a run config", event.start_mark
+            )
         return super().compose_node(parent, index)
 
 
@@ -270,7 +326,11 @@ def override_value(section: str, name: str, text: str) -> Any:
     mappings (`train.betas=[0.9,0.95]`, `model.backbone={layers: [3]}`) are read as YAML. Text that does not
     parse is passed on as text, so the type check names the key."""
     hint = field_types(section).get(name)
-    options = typing.get_args(hint) if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union else (hint,)
+    options = (
+        typing.get_args(hint)
+        if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union
+        else (hint,)
+    )
     kinds = tuple(o for o in options if o is not type(None))
     if type(None) in options and text.strip().lower() in _NULL:
         return None
@@ -336,7 +396,11 @@ def check_override_keys(overrides: list[str], model: type = ViTConfig) -> None:
         key = key.strip()
         if section not in ("model", *SECTIONS):
             raise ConfigError(f"config: unknown section {shown(section)}; sections are model, data, augment, train")
-        _known_key(section, key, _model_keys(model) if section == "model" else [f.name for f in dataclasses.fields(SECTIONS[section])])
+        _known_key(
+            section,
+            key,
+            _model_keys(model) if section == "model" else [f.name for f in dataclasses.fields(SECTIONS[section])],
+        )
 
 
 def _model_keys(family: type) -> list[str]:
@@ -363,7 +427,11 @@ def _section(cls: type, values: dict[str, Any], section: str) -> Any:
 
 def _check(key: str, value: Any, hint: Any) -> Any:
     """`value` converted to the field type `hint`, or a ConfigError naming `key`."""
-    options = typing.get_args(hint) if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union else (hint,)
+    options = (
+        typing.get_args(hint)
+        if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union
+        else (hint,)
+    )
     if value is None:
         if type(None) in options:
             return None
@@ -387,7 +455,9 @@ def _check(key: str, value: Any, hint: Any) -> Any:
             raise ConfigError(f"{key}: expected at most {MAX_INT}, got {shown(value)}")
     if key in POSITIVE and converted <= 0:
         raise ConfigError(f"{key}: expected a positive number, got {shown(value)}")
-    if key in INTERVALS and not all(_in_interval(v, INTERVALS[key]) for v in values):  # before the generic bound: the exact one
+    if key in INTERVALS and not all(
+        _in_interval(v, INTERVALS[key]) for v in values
+    ):  # before the generic bound: the exact one
         raise ConfigError(f"{key}: expected a value in {INTERVALS[key]}, got {shown(value)}")
     if isinstance(converted, (int, float)) and not isinstance(converted, bool) and converted < 0:
         raise ConfigError(f"{key}: expected a number >= 0, got {shown(value)}")
@@ -420,11 +490,16 @@ def _convert(value: Any, option: Any) -> Any:
     return _BAD
 
 
-DISPLAY_KEYS = ("train.progress", "train.threads", "train.device")  # how a run is shown or where it runs, not what it trains
+DISPLAY_KEYS = (
+    "train.progress",
+    "train.threads",
+    "train.device",
+)  # how a run is shown or where it runs, not what it trains
 
 
 def changed_settings(saved: RunConfig, now: RunConfig) -> list[str]:
     """The keys (section.key) whose values differ between two run configs, display settings left out."""
+
     def flat(c: RunConfig) -> dict:
         return {f"{section}.{key}": value for section, values in c.to_dict().items() for key, value in values.items()}
 
@@ -442,8 +517,9 @@ def fitted_size(scan: ImageScan) -> int:
     return int(min(max(round(side / 8) * 8, 16), 64))
 
 
-def fitted_to_data(scan: ImageScan, n_train: int, epochs: float | None = None, batch: int | None = None,
-                   steps: int | None = None) -> tuple[list[str], str]:
+def fitted_to_data(
+    scan: ImageScan, n_train: int, epochs: float | None = None, batch: int | None = None, steps: int | None = None
+) -> tuple[list[str], str]:
     """The default recipe for a dataset of one's own (`vitkit train --data FOLDER` with no model given), as overrides.
 
     The image size follows the images (median shorter side, to a multiple of 8 in 16..64 px) and so do the
@@ -460,13 +536,30 @@ def fitted_to_data(scan: ImageScan, n_train: int, epochs: float | None = None, b
         steps, length = int(min(max(-(-30 * n_train // batch), 200), 3000)), ""
     else:
         length = ""
-    overrides = ["model.name=vit_mini4_32", f"model.image_size={size}", f"model.patch_size={size // 4}", f"model.in_chans={scan.channels}",
-                 "model.width=96", "model.mlp_dim=192", "model.num_heads=4", "model.depth=6", "model.classifier=gap",
-                 f"train.batch_size={batch}", f"train.epochs={epochs}" if epochs is not None else f"train.steps={steps}",
-                 f"train.warmup_steps={steps // 10}", "train.lr=3e-3",
-                 f"train.log_every={max(steps // 20, 1)}", f"train.eval_every={max(steps // 4, 1)}", "augment.crop=pad",
-                 f"augment.pad={max(size // 16, 1)}", "augment.hflip=0.5", "augment.label_smoothing=0.1"]
-    note = (f"no model given, so fitted to the data: {scan} -> {size}x{size} px, {scan.channels} channel{'s' * (scan.channels > 1)}, "
-            f"patch {size // 4} (a 4x4 grid), width 96, depth 6; {length}{steps} steps of {batch} images (KEY=VALUE overrides change any of "
-            "it; model.name, model.init or --config replace it)")
+    overrides = [
+        "model.name=vit_mini4_32",
+        f"model.image_size={size}",
+        f"model.patch_size={size // 4}",
+        f"model.in_chans={scan.channels}",
+        "model.width=96",
+        "model.mlp_dim=192",
+        "model.num_heads=4",
+        "model.depth=6",
+        "model.classifier=gap",
+        f"train.batch_size={batch}",
+        f"train.epochs={epochs}" if epochs is not None else f"train.steps={steps}",
+        f"train.warmup_steps={steps // 10}",
+        "train.lr=3e-3",
+        f"train.log_every={max(steps // 20, 1)}",
+        f"train.eval_every={max(steps // 4, 1)}",
+        "augment.crop=pad",
+        f"augment.pad={max(size // 16, 1)}",
+        "augment.hflip=0.5",
+        "augment.label_smoothing=0.1",
+    ]
+    note = (
+        f"no model given, so fitted to the data: {scan} -> {size}x{size} px, {scan.channels} channel{'s' * (scan.channels > 1)}, "
+        f"patch {size // 4} (a 4x4 grid), width 96, depth 6; {length}{steps} steps of {batch} images (KEY=VALUE overrides change any of "
+        "it; model.name, model.init or --config replace it)"
+    )
     return overrides, note

@@ -146,7 +146,9 @@ def find_checkpoint(path: str | os.PathLike) -> Path:
     """The vitkit model directory a path names (see checkpoint.runs.resolve)."""
     found = resolve(path)
     if not is_native(found):
-        raise CheckpointError(f"{path}: neither a vitkit checkpoint (config.json + model.safetensors) nor a run directory with one")
+        raise CheckpointError(
+            f"{path}: neither a vitkit checkpoint (config.json + model.safetensors) nor a run directory with one"
+        )
     return found
 
 
@@ -172,9 +174,18 @@ def _write_dir(target: Path, fill, world: distributed.Dist = distributed.Dist())
     distributed.barrier(world)
 
 
-def save_checkpoint(out: Path, model: nn.Module, extra: dict, state: dict, tensors: dict, keep: int,
-                    world: distributed.Dist = distributed.Dist(), optimizer: torch.optim.Optimizer | None = None,
-                    ema: dict[str, torch.Tensor] | None = None, trainable: nn.Module | None = None) -> Path:
+def save_checkpoint(
+    out: Path,
+    model: nn.Module,
+    extra: dict,
+    state: dict,
+    tensors: dict,
+    keep: int,
+    world: distributed.Dist = distributed.Dist(),
+    optimizer: torch.optim.Optimizer | None = None,
+    ema: dict[str, torch.Tensor] | None = None,
+    trainable: nn.Module | None = None,
+) -> Path:
     """checkpoints/step_N: the model (vitkit format) plus the training state; keeps the `keep` newest.
 
     Under FSDP every rank also writes its shards of `trainable` (what the optimizer trains: the model, or
@@ -228,11 +239,19 @@ def _number(v) -> bool:
 
 # train_state.json: key -> (required, check); what a resume reads from it
 TRAIN_STATE = {
-    "step": (True, _count), "seed": (True, _count), "micro_batch": (True, lambda v: _count(v) and v > 0),
-    "elapsed_s": (True, _number), "best_val_top1": (True, lambda v: v is None or _number(v)),
-    "best_step": (True, lambda v: v is None or _count(v)), "skipped_steps": (False, _count), "nonfinite_in_a_row": (False, _count),
+    "step": (True, _count),
+    "seed": (True, _count),
+    "micro_batch": (True, lambda v: _count(v) and v > 0),
+    "elapsed_s": (True, _number),
+    "best_val_top1": (True, lambda v: v is None or _number(v)),
+    "best_step": (True, lambda v: v is None or _count(v)),
+    "skipped_steps": (False, _count),
+    "nonfinite_in_a_row": (False, _count),
     "window": (False, lambda v: isinstance(v, dict) and _number(v.get("loss", 0.0)) and _count(v.get("steps", 0))),
-    "segments": (False, lambda v: isinstance(v, list) and all(isinstance(s, dict) and _count(s.get("from_step")) for s in v)),
+    "segments": (
+        False,
+        lambda v: isinstance(v, list) and all(isinstance(s, dict) and _count(s.get("from_step")) for s in v),
+    ),
 }
 
 
@@ -245,7 +264,9 @@ def check_train_state(state, path: Path) -> dict:
         raise CheckpointError(f"{path}: expected a JSON object of the run's state; {DAMAGED}")
     for key, (required, ok) in TRAIN_STATE.items():
         if key not in state and required or key in state and not ok(state[key]):
-            raise CheckpointError(f"{path}: {key!r} is {'missing' if key not in state else repr(state[key])[:40]}; {DAMAGED}")
+            raise CheckpointError(
+                f"{path}: {key!r} is {'missing' if key not in state else repr(state[key])[:40]}; {DAMAGED}"
+            )
     return state
 
 
@@ -255,7 +276,9 @@ def read_metrics(out: Path) -> list[dict]:
     if not path.is_file():
         return []
     text = path.read_text(encoding="utf-8", errors="replace")
-    lines = text.splitlines() if text.endswith("\n") else text.splitlines()[:-1]  # faults: a kill -9 may tear the last line
+    lines = (
+        text.splitlines() if text.endswith("\n") else text.splitlines()[:-1]
+    )  # faults: a kill -9 may tear the last line
     rows, damaged = [], 0
     for line in lines:
         if line.strip():
@@ -289,13 +312,23 @@ def train(config: RunConfig, out: str | os.PathLike, *, resume: bool = False, st
     if config.data.path is not None:  # a relative data.path would mean other data from another directory
         config = dataclasses.replace(config, data=dataclasses.replace(config.data, path=absolute(config.data.path)))
     out = Path(out)
-    if not resume and (out / "config.json").is_file() and not (out / "run.yaml").is_file():  # eval OUT would read that model
-        raise ConfigError(f"--out {out}: holds a model (config.json), not a run; {_train_from(out)}")  # before its lock file
+    if (
+        not resume and (out / "config.json").is_file() and not (out / "run.yaml").is_file()
+    ):  # eval OUT would read that model
+        raise ConfigError(
+            f"--out {out}: holds a model (config.json), not a run; {_train_from(out)}"
+        )  # before its lock file
     data = config.data.path and Path(config.data.path).expanduser()
-    if (data and data.is_dir() and Path(os.path.abspath(out)).is_relative_to(os.path.abspath(data))
-            and data_format(data).startswith("image folder")):  # its folders are classes (not so beside IDX files or shards)
-        raise ConfigError(f"--out {out}: is inside the data folder {data}, whose folders are read as classes or splits; "
-                          "choose an --out outside it")
+    if (
+        data
+        and data.is_dir()
+        and Path(os.path.abspath(out)).is_relative_to(os.path.abspath(data))
+        and data_format(data).startswith("image folder")
+    ):  # its folders are classes (not so beside IDX files or shards)
+        raise ConfigError(
+            f"--out {out}: is inside the data folder {data}, whose folders are read as classes or splits; "
+            "choose an --out outside it"
+        )
     threads_before = torch.get_num_threads()
     if config.train.threads:
         torch.set_num_threads(config.train.threads)
@@ -354,7 +387,11 @@ class _Data:
 
 def _images(split: dict, unreadable: int) -> str:
     """A split's images for a figure: "120 images", or "117 of 120 images (3 unreadable skipped)"."""
-    return f"{split['n'] - unreadable:,} of {split['n']:,} images ({unreadable:,} unreadable skipped)" if unreadable else f"{split['n']:,} images"
+    return (
+        f"{split['n'] - unreadable:,} of {split['n']:,} images ({unreadable:,} unreadable skipped)"
+        if unreadable
+        else f"{split['n']:,} images"
+    )
 
 
 @dataclass
@@ -383,9 +420,14 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
     config = config.with_steps_for(len(data.train))  # train.epochs -> train.steps, now that the split's size is known
     t, a = config.train, config.augment
     run = _restore(config, out, env, data) if resume else _build(config, out, env, data)
-    extra = {"class_names": data.class_names, "preprocess": {"crop_pct": a.eval_crop_pct},
-             "data": data.record}  # every evaluation command reads the same splits
-    if earlier := _pretrained_on(config, env):  # the data its starting weights were trained on: their images are not unseen
+    extra = {
+        "class_names": data.class_names,
+        "preprocess": {"crop_pct": a.eval_crop_pct},
+        "data": data.record,
+    }  # every evaluation command reads the same splits
+    if earlier := _pretrained_on(
+        config, env
+    ):  # the data its starting weights were trained on: their images are not unseen
         extra["pretrained_on"] = earlier
     if t.objective == "masked_patch":  # its classification head never trained: eval and predict say so (untrained_head)
         extra["objective"] = t.objective
@@ -394,13 +436,21 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
     batches = data.batches
     step, elapsed_before = run.progress["step"], run.progress["elapsed_s"]
     # where each stretch of a resumed run ran (summary.json): its device, processes and threads may differ
-    segment = {"from_step": step, "device": str(env.device), "processes": env.world.size, "threads": torch.get_num_threads()}
+    segment = {
+        "from_step": step,
+        "device": str(env.device),
+        "processes": env.world.size,
+        "threads": torch.get_num_threads(),
+    }
     if step < t.steps:  # a run resumed only to write its figures trains no stretch
         run.progress["segments"] = [*run.progress.get("segments", []), segment]
     stream = batches.iterate(*divmod(step * env.accum, batches.per_epoch))
     last = min(t.steps, stop_at) if stop_at is not None else t.steps
     if env.world.main:
-        print(_plan(config, run.model, data, env, step, last, resumed_from=env.checkpoints[-1] if resume else None), flush=True)
+        print(
+            _plan(config, run.model, data, env, step, last, resumed_from=env.checkpoints[-1] if resume else None),
+            flush=True,
+        )
     bar = _progress(t, step, show=env.world.main)
     log = open(out / "metrics.jsonl" if env.world.main else os.devnull, "a")  # rank 0 logs
     window = {"loss": 0.0, "steps": 0, **run.progress.get("window", {}), "images": 0, "time": time.perf_counter()}
@@ -411,8 +461,12 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
         _save_step(out, config, env, data, run, batches, step, elapsed, window, extra)
 
     run.model.train()
-    nonfinite = faults.NonFinite(run.progress, t.max_nonfinite_steps, check_grads=not run.scaler.is_enabled(),
-                                 last_good=lambda: faults.last_finite_checkpoint(out))
+    nonfinite = faults.NonFinite(
+        run.progress,
+        t.max_nonfinite_steps,
+        check_grads=not run.scaler.is_enabled(),
+        last_good=lambda: faults.last_finite_checkpoint(out),
+    )
     try:
         while step < last:
             lr, step_loss, grad_norm = _step(config, env, data, run, stream, step, nonfinite)
@@ -421,13 +475,17 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
             window["steps"] += 1
             window["images"] += t.batch_size
             if step % t.log_every == 0 or step == t.steps:
-                window = _log_train(log, bar, window, step, step * env.accum / batches.per_epoch, lr, grad_norm, t, env.world.main)
+                window = _log_train(
+                    log, bar, window, step, step * env.accum / batches.per_epoch, lr, grad_norm, t, env.world.main
+                )
             if step % t.eval_every == 0 or step == t.steps:
                 val_metrics = _validate_and_log(log, bar, env, data, run, config, step)
             if step % t.checkpoint_every == 0 or step == last:
                 checkpoint()
             bar.update(1)
-            stop = distributed.any_rank(faults.stop_requested() is not None, env.world)  # every rank stops at the same step
+            stop = distributed.any_rank(
+                faults.stop_requested() is not None, env.world
+            )  # every rank stops at the same step
             if stop and step < last:  # faults: SIGTERM/SIGINT -> an ordinary step checkpoint, then stop
                 if step % t.checkpoint_every:
                     checkpoint()
@@ -439,7 +497,9 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
     if step < t.steps:
         return {"stopped_at": step, "steps": t.steps}
     if not val_metrics:  # resumed a run that had already finished
-        val_metrics = _validate(run.model, run.ema, partial(_val_data, config, env, data), env.amp_dtype, a.eval_crop_pct, run.objective)
+        val_metrics = _validate(
+            run.model, run.ema, partial(_val_data, config, env, data), env.amp_dtype, a.eval_crop_pct, run.objective
+        )
     return _finish(config, out, env, data, run, val_metrics, extra)
 
 
@@ -453,18 +513,24 @@ def _setup(config: RunConfig, out: Path, resume: bool) -> _Setup:
     if t.batch_size % micro:
         raise ConfigError(f"train.micro_batch: {micro} does not divide train.batch_size {t.batch_size}")
     if micro % world.size:
-        raise ConfigError(f"train.micro_batch: {micro} images per micro-batch do not split evenly across {world.size} processes")
+        raise ConfigError(
+            f"train.micro_batch: {micro} images per micro-batch do not split evenly across {world.size} processes"
+        )
     checkpoints = step_checkpoints(out)
     if resume and not checkpoints:
         raise CheckpointError(f"{out}: no checkpoint to resume from (expected {out}/checkpoints/step_*/)")
     if not resume and (checkpoints or (out / "final").exists()):
         raise ConfigError(f"--out {out}: already holds a run; continue it with --resume {out} or choose another --out")
-    if resume:  # its end replaces final/ as a whole: a user's file there (an export, notes) is refused now, not lost then
+    if (
+        resume
+    ):  # its end replaces final/ as a whole: a user's file there (an export, notes) is refused now, not lost then
         refuse_foreign(out / "final", f"move it out of {out / 'final'}, then resume")
     theirs = [name for name in RUN_FILES if (out / name).exists()]
     if not resume and theirs and not (out / "run.yaml").is_file():  # not a run stopped before its first checkpoint
-        raise ConfigError(f"--out {out}: holds {theirs[0]}, which a run writes, and is not a vitkit run; choose a new or "
-                          "empty --out (nothing was changed)")
+        raise ConfigError(
+            f"--out {out}: holds {theirs[0]}, which a run writes, and is not a vitkit run; choose a new or "
+            "empty --out (nothing was changed)"
+        )
     return _Setup(device, world, autocast_dtype(t.precision, device), micro, t.batch_size // micro, checkpoints)
 
 
@@ -475,24 +541,43 @@ def _prepare_data(config: RunConfig, out: Path, resume: bool, env: _Setup) -> _D
     shape = config.model_config()
     size, channels = shape.image_size[0], shape.in_chans
     spec = DataSpec.from_config(d)  # the split resolver; its record in the checkpoint names exactly these images
-    train_split = spec.open(d.train_split, channels=channels, image_size=size, flag="data.train_split", hold_out="data.val_fraction")
-    val_split = spec.open(d.val_split, channels=channels, image_size=size, flag="data.val_split", hold_out="data.val_fraction")
+    train_split = spec.open(
+        d.train_split, channels=channels, image_size=size, flag="data.train_split", hold_out="data.val_fraction"
+    )
+    val_split = spec.open(
+        d.val_split, channels=channels, image_size=size, flag="data.val_split", hold_out="data.val_fraction"
+    )
     check_compatible(train_split, val_split)  # faults: the same classes, labels in range, before any work
-    val_copies = (copies_of_training_images({"train": train_split, "val": val_split}) or {}).get("val")  # said in the plan
+    val_copies = (copies_of_training_images({"train": train_split, "val": val_split}) or {}).get(
+        "val"
+    )  # said in the plan
     record = spec.record({d.train_split: train_split, d.val_split: val_split})
     val_files = frozenset(str(path) for path in val_split.paths) if val_split.paths is not None else frozenset()
-    bad = faults.bad_files(out, d.on_error, resume, writer=env.world.main,  # faults: unreadable image files, as data.on_error says
-                           split_of=lambda path: d.val_split if path in val_files else d.train_split)
+    bad = faults.bad_files(
+        out,
+        d.on_error,
+        resume,
+        writer=env.world.main,  # faults: unreadable image files, as data.on_error says
+        split_of=lambda path: d.val_split if path in val_files else d.train_split,
+    )
     if fits_in_memory(val_split, channels, shape.image_size, d.memory_mb):  # read as vitkit eval reads it: at (H, W)
         val_split = load_into_memory(val_split, channels, shape.image_size, a.eval_crop_pct, workers=d.workers, bad=bad)
     class_names = train_split.class_names
     if "num_classes" in config.model and config.model["num_classes"] != len(class_names):
-        raise ConfigError(f"model.num_classes: {config.model['num_classes']} given but the data has {len(class_names)} classes")
-    if len(class_names) < 2 and t.objective == "classification":  # masked patch prediction trains on a folder without class folders
-        raise DataError(f"{train_split.source}: one class ({class_names[0]!r}); classification needs two or more "
-                        "(root/<class>/<image>); to pre-train on images without labels use train.objective=masked_patch")
+        raise ConfigError(
+            f"model.num_classes: {config.model['num_classes']} given but the data has {len(class_names)} classes"
+        )
+    if (
+        len(class_names) < 2 and t.objective == "classification"
+    ):  # masked patch prediction trains on a folder without class folders
+        raise DataError(
+            f"{train_split.source}: one class ({class_names[0]!r}); classification needs two or more "
+            "(root/<class>/<image>); to pre-train on images without labels use train.objective=masked_patch"
+        )
     if len(train_split) < env.micro:
-        raise DataError(f"{train_split.source}: {len(train_split)} training images, fewer than one batch of {env.micro}; lower train.batch_size")
+        raise DataError(
+            f"{train_split.source}: {len(train_split)} training images, fewer than one batch of {env.micro}; lower train.batch_size"
+        )
     batches, augment = training_batches(config, train_split, env.micro, env.device, bad, env.world)
     return _Data(batches.split, val_split, class_names, bad, shape, batches, augment, record, val_files, val_copies)
 
@@ -528,10 +613,16 @@ def _check_same_images(saved: dict | None, now: dict, newest: Path) -> None:
     for name, split in now["splits"].items():
         before = saved["splits"].get(name)
         if not same_images(before, split):
-            was = described(before) if isinstance(before, dict) and {"n", "source", "selection"} <= set(before) else "none"
-            raise DataError(f"{split['source']}: the {name} split changed since {newest} was written ({was} then, {split['n']:,} images "
-                            f"({split['selection']}) now); an exact resume needs the same images: put them back as they were, or train "
-                            f"on them in a new run that starts from this checkpoint (model.init={newest})")
+            was = (
+                described(before)
+                if isinstance(before, dict) and {"n", "source", "selection"} <= set(before)
+                else "none"
+            )
+            raise DataError(
+                f"{split['source']}: the {name} split changed since {newest} was written ({was} then, {split['n']:,} images "
+                f"({split['selection']}) now); an exact resume needs the same images: put them back as they were, or train "
+                f"on them in a new run that starts from this checkpoint (model.init={newest})"
+            )
 
 
 def _restore(config: RunConfig, out: Path, env: _Setup, data: _Data) -> _State:
@@ -545,18 +636,26 @@ def _restore(config: RunConfig, out: Path, env: _Setup, data: _Data) -> _State:
     if progress["step"] >= t.steps:
         _refuse_changes_with_nothing_to_train(config, out, progress["step"])
     _check_same_images(read_native_config(newest)[1].get("data"), data.record, newest)
-    batch = "train.micro_batch" if t.micro_batch else "train.batch_size"  # the key the user set: a micro-batch is the batch unless split
+    batch = (
+        "train.micro_batch" if t.micro_batch else "train.batch_size"
+    )  # the key the user set: a micro-batch is the batch unless split
     for key, saved, now in (("train.seed", progress["seed"], t.seed), (batch, progress["micro_batch"], env.micro)):
         if saved != now:
-            raise ConfigError(f"{key}: the run was checkpointed with {saved}, not {now}; an exact resume needs the same data "
-                              f"order: put it back (in run.yaml too), or start a new run from it (model.init={newest})")
+            raise ConfigError(
+                f"{key}: the run was checkpointed with {saved}, not {now}; an exact resume needs the same data "
+                f"order: put it back (in run.yaml too), or start a new run from it (model.init={newest})"
+            )
     run = _assemble(config, env, model, progress, tensors)
     if world.sharded:
         if not (newest / SHARDED).is_dir():
-            raise CheckpointError(f"{newest}: written without train.strategy=fsdp; resume it with the strategy it was trained with")
+            raise CheckpointError(
+                f"{newest}: written without train.strategy=fsdp; resume it with the strategy it was trained with"
+            )
         distributed.load_sharded(run.trainable, run.optimizer, newest / SHARDED, run.ema)
     elif "optimizer" not in tensors:
-        raise CheckpointError(f"{newest}: written with train.strategy=fsdp; resume it with torchrun and train.strategy=fsdp")
+        raise CheckpointError(
+            f"{newest}: written with train.strategy=fsdp; resume it with torchrun and train.strategy=fsdp"
+        )
     else:
         run.optimizer.load_state_dict(tensors["optimizer"])
     run.scaler.load_state_dict(tensors["scaler"])
@@ -580,9 +679,11 @@ def _refuse_another_model(saved, now, newest: Path) -> None:
     changed = [f.name for f in dataclasses.fields(saved) if getattr(saved, f.name) != getattr(now, f.name, None)]
     if changed:
         shown = ", ".join(f"model.{k}={getattr(saved, k)!r} (now {getattr(now, k)!r})" for k in changed[:3])
-        raise ConfigError(f"{shown}{' ...' if len(changed) > 3 else ''}: {newest} was trained with {'that' if len(changed) == 1 else 'those'}, "
-                          "and a resumed run keeps its model; drop the change (and undo it in run.yaml), or start a new run from it "
-                          f"(vitkit train model.init={newest} ...)")
+        raise ConfigError(
+            f"{shown}{' ...' if len(changed) > 3 else ''}: {newest} was trained with {'that' if len(changed) == 1 else 'those'}, "
+            "and a resumed run keeps its model; drop the change (and undo it in run.yaml), or start a new run from it "
+            f"(vitkit train model.init={newest} ...)"
+        )
 
 
 def _refuse_changes_with_nothing_to_train(config: RunConfig, out: Path, step: int) -> None:
@@ -590,10 +691,16 @@ def _refuse_changes_with_nothing_to_train(config: RunConfig, out: Path, step: in
     a later resume (train.lr=1e-4 now, train.steps=N later trained at 1e-4). Display settings do not count."""
     changed = changed_settings(load_run_config(out / "run.yaml"), config)
     if changed:
-        where = f"already finished at step {step} of {step}" if config.train.steps == step else f"is at step {step}, past train.steps={config.train.steps}"
-        raise ConfigError(f"{', '.join(changed)}: {out} {where}, so no step would "
-                          f"train with {'it' if len(changed) == 1 else 'them'}; to train longer, give train.steps above {step} as well, "
-                          f"or start a new run from it (model.init={out})")
+        where = (
+            f"already finished at step {step} of {step}"
+            if config.train.steps == step
+            else f"is at step {step}, past train.steps={config.train.steps}"
+        )
+        raise ConfigError(
+            f"{', '.join(changed)}: {out} {where}, so no step would "
+            f"train with {'it' if len(changed) == 1 else 'them'}; to train longer, give train.steps above {step} as well, "
+            f"or start a new run from it (model.init={out})"
+        )
 
 
 def _assemble(config: RunConfig, env: _Setup, model: VisionTransformer, progress: dict, tensors: dict | None) -> _State:
@@ -627,7 +734,9 @@ def _step(config: RunConfig, env: _Setup, data: _Data, run: _State, stream, step
         x = train_transform(images, shape.image_size, data.augment, shape.mean, shape.std, g)
         x, targets = mix(x, soft_targets(labels, len(data.class_names), a.label_smoothing), a, g)
         with distributed.grad_sync(run.module, world, sync=k == accum - 1):  # reduce across ranks once per step
-            with torch.autocast(env.device.type, dtype=env.amp_dtype or torch.float32, enabled=env.amp_dtype is not None):
+            with torch.autocast(
+                env.device.type, dtype=env.amp_dtype or torch.float32, enabled=env.amp_dtype is not None
+            ):
                 # masked patch prediction reads no labels: the objective makes its own targets
                 logits, targets = (run.forward(x), targets) if run.objective is None else run.forward(x, g)
             loss = soft_cross_entropy(logits, targets)
@@ -653,8 +762,15 @@ def _log_train(log, bar, window: dict, step: int, epoch: float, lr: float, grad_
     """A train line in metrics.jsonl (the loss averaged since the last one) and the progress bar (without one,
     train.progress=false, the same figures as a printed line); a new window."""
     now = time.perf_counter()
-    row = {"kind": "train", "step": step, "epoch": epoch, "loss": float(window["loss"]) / window["steps"],
-           "lr": lr, "grad_norm": float(grad_norm), "img_s": window["images"] / max(now - window["time"], 1e-9)}
+    row = {
+        "kind": "train",
+        "step": step,
+        "epoch": epoch,
+        "loss": float(window["loss"]) / window["steps"],
+        "lr": lr,
+        "grad_norm": float(grad_norm),
+        "img_s": window["images"] / max(now - window["time"], 1e-9),
+    }
     log.write(json.dumps(row) + "\n")
     log.flush()
     bar.set_postfix(loss=f"{row['loss']:.4f}", lr=f"{lr:.2e}", img_s=f"{row['img_s']:.0f}")
@@ -664,8 +780,16 @@ def _log_train(log, bar, window: dict, step: int, epoch: float, lr: float, grad_
 
 
 def _val_data(config: RunConfig, env: _Setup, data: _Data):
-    return eval_batches(data.val, config.train.eval_batch_size, env.device, channels=data.channels, size=data.shape.image_size,
-                        crop_pct=config.augment.eval_crop_pct, workers=config.data.workers, bad=data.bad)
+    return eval_batches(
+        data.val,
+        config.train.eval_batch_size,
+        env.device,
+        channels=data.channels,
+        size=data.shape.image_size,
+        crop_pct=config.augment.eval_crop_pct,
+        workers=config.data.workers,
+        bad=data.bad,
+    )
 
 
 def _validate_and_log(log, bar, env: _Setup, data: _Data, run: _State, config: RunConfig, step: int) -> dict:
@@ -679,36 +803,75 @@ def _validate_and_log(log, bar, env: _Setup, data: _Data, run: _State, config: R
     if progress["best_val_top1"] is None or metrics["top1"] > progress["best_val_top1"]:
         progress["best_val_top1"], progress["best_step"] = metrics["top1"], step
     if env.world.main:
-        top5 = f"  top-5 {metrics['top5']:.4f}" if run.objective is not None or len(data.class_names) > 5 else ""  # else always 1
-        what = " colour-prediction" if run.objective is not None else ""  # masked patch prediction: of the patches' colours
+        top5 = (
+            f"  top-5 {metrics['top5']:.4f}" if run.objective is not None or len(data.class_names) > 5 else ""
+        )  # else always 1
+        what = (
+            " colour-prediction" if run.objective is not None else ""
+        )  # masked patch prediction: of the patches' colours
         ema = " (EMA weights)" if run.ema is not None else ""
         bar.write(f"step {step}: val{what} top-1 {metrics['top1']:.4f}{top5}  loss {metrics['loss']:.4f}{ema}")
     return metrics
 
 
-def _save_step(out: Path, config: RunConfig, env: _Setup, data: _Data, run: _State, batches, step: int,
-               elapsed: float, window: dict, extra: dict) -> None:
+def _save_step(
+    out: Path,
+    config: RunConfig,
+    env: _Setup,
+    data: _Data,
+    run: _State,
+    batches,
+    step: int,
+    elapsed: float,
+    window: dict,
+    extra: dict,
+) -> None:
     """checkpoints/step_N: the model and everything an exact resume needs (data order, optimizer, RNG, EMA)."""
     world = env.world
     faults.check_run_directory(out, world)
     faults.check_finite_weights(run.model, step, out, world)  # never a checkpoint of unusable weights
-    faults.merge_bad_files(data.bad, distributed.gather_objects(data.bad.files, world))  # each rank streams its own files
+    faults.merge_bad_files(
+        data.bad, distributed.gather_objects(data.bad.files, world)
+    )  # each rank streams its own files
     epoch, position = divmod(step * env.accum, batches.per_epoch)
-    run.progress.update(step=step, epoch=epoch, position=position, seed=config.train.seed, micro_batch=env.micro,
-                        elapsed_s=elapsed, window={"loss": float(window["loss"]), "steps": window["steps"]})  # the loss averaged until the next log line
-    tensors = {"scaler": run.scaler.state_dict(), "rng_cpu": torch.get_rng_state(), "ema": {} if world.sharded else run.ema or {},
-               "rng_cpu_ranks": distributed.gather_objects(torch.get_rng_state(), world)}
+    run.progress.update(
+        step=step,
+        epoch=epoch,
+        position=position,
+        seed=config.train.seed,
+        micro_batch=env.micro,
+        elapsed_s=elapsed,
+        window={"loss": float(window["loss"]), "steps": window["steps"]},
+    )  # the loss averaged until the next log line
+    tensors = {
+        "scaler": run.scaler.state_dict(),
+        "rng_cpu": torch.get_rng_state(),
+        "ema": {} if world.sharded else run.ema or {},
+        "rng_cpu_ranks": distributed.gather_objects(torch.get_rng_state(), world),
+    }
     if not world.sharded:  # under FSDP the optimizer is sharded: step_N/sharded/
         tensors["optimizer"] = run.optimizer.state_dict()
     if env.device.type == "cuda":
         tensors["rng_cuda"] = torch.cuda.get_rng_state(env.device)
     if run.objective is not None:  # masked patch prediction; gathered from the shards under FSDP
         tensors["masked_patch"] = distributed.full_tensors(run.objective.objective_state())
-    save_checkpoint(out, run.model, extra, run.progress, tensors, config.train.keep_checkpoints, world, run.optimizer,
-                    run.ema, run.trainable)
+    save_checkpoint(
+        out,
+        run.model,
+        extra,
+        run.progress,
+        tensors,
+        config.train.keep_checkpoints,
+        world,
+        run.optimizer,
+        run.ema,
+        run.trainable,
+    )
 
 
-def _finish(config: RunConfig, out: Path, env: _Setup, data: _Data, run: _State, val_metrics: dict, extra: dict) -> dict:
+def _finish(
+    config: RunConfig, out: Path, env: _Setup, data: _Data, run: _State, val_metrics: dict, extra: dict
+) -> dict:
     """final/ (the EMA weights when kept), summary.json and the run's plots."""
     t, world, progress = config.train, env.world, run.progress
     faults.steps_done()
@@ -720,8 +883,10 @@ def _finish(config: RunConfig, out: Path, env: _Setup, data: _Data, run: _State,
         export.load_state_dict(distributed.full_tensors(run.ema))
     skipped = data.unreadable(config.data.train_split, config.data.val_split)
     if any(skipped.values()):  # the record says how many of each split's images the model never saw (vitkit info)
-        recorded = {name: {**split, **({"unreadable": skipped[name]} if skipped.get(name) else {})}
-                    for name, split in extra["data"].get("splits", {}).items()}
+        recorded = {
+            name: {**split, **({"unreadable": skipped[name]} if skipped.get(name) else {})}
+            for name, split in extra["data"].get("splits", {}).items()
+        }
         extra = {**extra, "data": {**extra["data"], "splits": recorded}}
     _write_dir(out / "final", lambda tmp: world.main and write_pretrained(export, tmp, extra=extra), world)
     if not world.main:
@@ -739,7 +904,9 @@ def _finish(config: RunConfig, out: Path, env: _Setup, data: _Data, run: _State,
         "images_seen": t.steps * t.batch_size,
         "wall_time_s": progress["elapsed_s"],
         "img_s": _mean_rate(train_rows, t.batch_size),
-        "model": _model_name(config.model.get("name"), run.model.config),  # the name where the architecture is that model's
+        "model": _model_name(
+            config.model.get("name"), run.model.config
+        ),  # the name where the architecture is that model's
         "objective": t.objective,  # masked_patch: the val_* figures are the colour-prediction accuracy and loss
         "ema": t.ema,  # a decay: the val_* figures and final/ are of the EMA weights
         "params": sum(p.numel() for p in run.model.parameters()),
@@ -750,17 +917,29 @@ def _finish(config: RunConfig, out: Path, env: _Setup, data: _Data, run: _State,
         "checkpoint": str(out / "final"),
         "skipped_steps": progress["skipped_steps"],  # faults: non-finite steps
         "bad_files": len(data.bad),
-        "unreadable": (skipped := data.unreadable(config.data.train_split, config.data.val_split)),  # of each split: its figures count the rest
+        "unreadable": (
+            skipped := data.unreadable(config.data.train_split, config.data.val_split)
+        ),  # of each split: its figures count the rest
     }
     write_json(out / "summary.json", summary)
     from vitkit.plots import plot_run  # matplotlib only when a run ends
 
     splits = data.record.get("splits", {})
-    captions = {name: f"{_images(split, skipped.get(name, 0))}, {where_from(split, all_said=False)}" for name, split in splits.items()}
+    captions = {
+        name: f"{_images(split, skipped.get(name, 0))}, {where_from(split, all_said=False)}"
+        for name, split in splits.items()
+    }
     a = config.augment
-    plot_run(rows, out, train_data=captions.get(config.data.train_split), val_data=captions.get(config.data.val_split),
-             classes=len(data.class_names), objective=t.objective if t.objective != "classification" else None, ema=t.ema is not None,
-             soft_targets=bool(a.label_smoothing or a.mixup or a.cutmix))
+    plot_run(
+        rows,
+        out,
+        train_data=captions.get(config.data.train_split),
+        val_data=captions.get(config.data.val_split),
+        classes=len(data.class_names),
+        objective=t.objective if t.objective != "classification" else None,
+        ema=t.ema is not None,
+        soft_targets=bool(a.label_smoothing or a.mixup or a.cutmix),
+    )
     return summary
 
 
@@ -781,10 +960,21 @@ def _segments(segments: list[dict], steps: int) -> list[dict]:
     """Each stretch of the run with the steps it trained: [from_step, to_step). A stretch stopped before its first
     checkpoint is not among them (its steps were trained again by the next)."""
     ends = [s["from_step"] for s in segments[1:]] + [steps]
-    return [{"steps": [s["from_step"], end], **{k: v for k, v in s.items() if k != "from_step"}} for s, end in zip(segments, ends)]
+    return [
+        {"steps": [s["from_step"], end], **{k: v for k, v in s.items() if k != "from_step"}}
+        for s, end in zip(segments, ends)
+    ]
 
 
-def _plan(config: RunConfig, model: VisionTransformer, data: _Data, env: _Setup, step: int, last: int, resumed_from: Path | None) -> str:
+def _plan(
+    config: RunConfig,
+    model: VisionTransformer,
+    data: _Data,
+    env: _Setup,
+    step: int,
+    last: int,
+    resumed_from: Path | None,
+) -> str:
     """The block printed before training: model, its size and cost, the data of each split, the run, an estimated time."""
     from vitkit.models.summary import count_flops
 
@@ -796,20 +986,37 @@ def _plan(config: RunConfig, model: VisionTransformer, data: _Data, env: _Setup,
         shape = f"units {'-'.join(map(str, c.layers))}, width {c.width * c.width_factor}, {c.stem} stem"
     else:
         b = c.backbone
-        stem = "" if b is None else f"ResNet {'stem' if not b.layers else 'units ' + '-'.join(map(str, b.layers))} (width {b.width}), "
+        stem = (
+            ""
+            if b is None
+            else f"ResNet {'stem' if not b.layers else 'units ' + '-'.join(map(str, b.layers))} (width {b.width}), "
+        )
         shape = f"{stem}patch {c.patch_size[0]} ({c.num_patches} tokens), width {c.width}, depth {c.depth}"
-    lines = [f"model      {_model_name(config.model.get('name'), c)} at {c.image_size[0]}x{c.image_size[1]}, "
-             f"{c.in_chans} channel{'s' * (c.in_chans > 1)}, {shape}: {params:,} parameters, {count_flops(c) / 1e9:.3g} GFLOPs/image",
-             f"data       {record['name'] if record['name'] == 'synthetic' else record['path']}: {len(names)} class{'es' * (len(names) != 1)} ({shown})"]
+    lines = [
+        f"model      {_model_name(config.model.get('name'), c)} at {c.image_size[0]}x{c.image_size[1]}, "
+        f"{c.in_chans} channel{'s' * (c.in_chans > 1)}, {shape}: {params:,} parameters, {count_flops(c) / 1e9:.3g} GFLOPs/image",
+        f"data       {record['name'] if record['name'] == 'synthetic' else record['path']}: {len(names)} class{'es' * (len(names) != 1)} ({shown})",
+    ]
     skipped = data.unreadable(t_split := config.data.train_split, config.data.val_split)
     for name, split in record["splits"].items():
-        lines.append(f"  {name:<8} {split['n']:>7,} images  {where_from(split)}"
-                     + (f": {skipped[name]:,} unreadable skipped, {split['n'] - skipped[name]:,} read" if skipped.get(name) else ""))
-    if len(data.bad):  # found while loading the data into memory, or listed by an earlier segment; a streamed run finds its own as it reads
-        lines.append(f"  skipped  {len(data.bad):>7,} unreadable (data.on_error=skip, listed in bad_files.json): "
-                     + ", ".join(f"{k:,} of {name}" for name, k in skipped.items())
-                     + f"; {(read := len(data.train) - (0 if data.train.images is not None else skipped[t_split])):,} training "
-                     + ("image is" if read == 1 else "images are") + " read")
+        lines.append(
+            f"  {name:<8} {split['n']:>7,} images  {where_from(split)}"
+            + (
+                f": {skipped[name]:,} unreadable skipped, {split['n'] - skipped[name]:,} read"
+                if skipped.get(name)
+                else ""
+            )
+        )
+    if len(
+        data.bad
+    ):  # found while loading the data into memory, or listed by an earlier segment; a streamed run finds its own as it reads
+        lines.append(
+            f"  skipped  {len(data.bad):>7,} unreadable (data.on_error=skip, listed in bad_files.json): "
+            + ", ".join(f"{k:,} of {name}" for name, k in skipped.items())
+            + f"; {(read := len(data.train) - (0 if data.train.images is not None else skipped[t_split])):,} training "
+            + ("image is" if read == 1 else "images are")
+            + " read"
+        )
     images = (last - step) * t.batch_size
     epochs = images / max(len(data.train), 1)
     threads = torch.get_num_threads()
@@ -817,17 +1024,26 @@ def _plan(config: RunConfig, model: VisionTransformer, data: _Data, env: _Setup,
     if step >= last:  # trained to its end before it stopped: only the final model and figures are left to write
         lines.append(f"training   all {t.steps} steps done; writing the final model and figures")
     else:
-        lines.append(f"training   steps {step + 1}-{last} of {t.steps}{length}, batch {t.batch_size}, lr {t.lr:g} ({t.optimizer}, {t.decay}): "
-                     f"{images:,} images ({epochs:.3g} epochs) on {env.device}, "
-                     + (f"{env.world.size} processes x " if env.world.size > 1 else "") + f"{threads} thread{'s' * (threads > 1)}")
+        lines.append(
+            f"training   steps {step + 1}-{last} of {t.steps}{length}, batch {t.batch_size}, lr {t.lr:g} ({t.optimizer}, {t.decay}): "
+            f"{images:,} images ({epochs:.3g} epochs) on {env.device}, "
+            + (f"{env.world.size} processes x " if env.world.size > 1 else "")
+            + f"{threads} thread{'s' * (threads > 1)}"
+        )
     if data.val_copies:
         lines.append(f"warning    {copies_warning('val', data.val_copies)}")
     if t.warmup_steps > t.steps:
-        lines.append(f"warning    train.warmup_steps={t.warmup_steps} is more than train.steps={t.steps}: the learning rate only warms up "
-                     f"(to {t.lr * t.steps / t.warmup_steps:.3g} at the last step) and never reaches {t.lr:g}; lower train.warmup_steps")
-    if env.world.size == 1 and not env.world.sharded and step < last:  # one process of FSDP: the wrapped objective, not the model, unshards it
+        lines.append(
+            f"warning    train.warmup_steps={t.warmup_steps} is more than train.steps={t.steps}: the learning rate only warms up "
+            f"(to {t.lr * t.steps / t.warmup_steps:.3g} at the last step) and never reaches {t.lr:g}; lower train.warmup_steps"
+        )
+    if (
+        env.world.size == 1 and not env.world.sharded and step < last
+    ):  # one process of FSDP: the wrapped objective, not the model, unshards it
         seconds = _time_step(model, env.micro, env.device, env.amp_dtype) * env.accum * (last - step)
-        lines.append(f"estimated  {_clock(seconds)} (forward + backward timed on this machine; data loading and evaluation come on top)")
+        lines.append(
+            f"estimated  {_clock(seconds)} (forward + backward timed on this machine; data loading and evaluation come on top)"
+        )
     if resumed_from is not None:
         lines.insert(0, f"resuming from step {step} ({resumed_from})")
     return "\n".join(lines)
@@ -842,13 +1058,21 @@ def _model_name(name: str | None, c) -> str:
         known = get_config(name)
     except (ConfigError, AttributeError, TypeError):
         return family
-    keys = ("layers", "width_factor", "width", "stem") if isinstance(c, BiTConfig) else ("width", "depth", "mlp_dim", "num_heads")
+    keys = (
+        ("layers", "width_factor", "width", "stem")
+        if isinstance(c, BiTConfig)
+        else ("width", "depth", "mlp_dim", "num_heads")
+    )
     same = type(known) is type(c) and all(getattr(known, k) == getattr(c, k) for k in keys)
     return name if same else family
 
 
-PROBE_FLOPS = 2e10  # the timed pass's size on a CPU: large enough for per-batch overheads not to dominate, quick everywhere
-GPU_PROBE_FLOPS = 2e13  # on a GPU: tens of ms of bf16 work, so that kernel launches do not dominate (a 1-image pass did:
+PROBE_FLOPS = (
+    2e10  # the timed pass's size on a CPU: large enough for per-batch overheads not to dominate, quick everywhere
+)
+GPU_PROBE_FLOPS = (
+    2e13  # on a GPU: tens of ms of bf16 work, so that kernel launches do not dominate (a 1-image pass did:
+)
 # ViT-B/16 at batch 256 on an H200 was estimated at 5:55 for 120 steps that took 9 s)
 
 
@@ -890,7 +1114,9 @@ def _clock(seconds: float) -> str:
     return f"{m // 60}:{m % 60:02d}:{s:02d}"
 
 
-def training_batches(config: RunConfig, split, micro: int, device: torch.device, bad, world: distributed.Dist = distributed.Dist()):
+def training_batches(
+    config: RunConfig, split, micro: int, device: torch.device, bad, world: distributed.Dist = distributed.Dist()
+):
     """The run's training batches (a `Batches`) and the augmentation the device applies to them.
 
     Image files get the Inception crop from the whole decoded image in the loader (never from a resized
@@ -904,8 +1130,19 @@ def training_batches(config: RunConfig, split, micro: int, device: torch.device,
     crop = (a.rrc_scale, a.rrc_ratio) if a.crop == "rrc" and split.images is None else None
     if crop is None and fits_in_memory(split, channels, load_size, d.memory_mb):
         split = load_into_memory(split, channels, load_size, workers=d.workers, bad=bad)
-    batches = Batches(split, micro, config.train.seed, device, channels=channels, size=size if crop else load_size, workers=d.workers,
-                      rank=world.rank, world=world.size, bad=bad, crop=crop)  # faults: bad streamed files, as data.on_error says
+    batches = Batches(
+        split,
+        micro,
+        config.train.seed,
+        device,
+        channels=channels,
+        size=size if crop else load_size,
+        workers=d.workers,
+        rank=world.rank,
+        world=world.size,
+        bad=bad,
+        crop=crop,
+    )  # faults: bad streamed files, as data.on_error says
     return batches, replace(a, crop="none") if batches.cropped else a
 
 
@@ -920,11 +1157,20 @@ def first_batch_pixels(config: RunConfig, count: int) -> tuple[torch.Tensor, tor
     from vitkit.data import BadFiles, augment_pixels
 
     shape, d, t = config.model_config(), config.data, config.train
-    split = DataSpec.from_config(d).open(d.train_split, channels=shape.in_chans, image_size=shape.image_size[0], flag="data.train_split",
-                                         hold_out="data.val_fraction")
-    batches, augment = training_batches(config, split, t.micro_batch or t.batch_size, torch.device("cpu"), BadFiles(d.on_error))
+    split = DataSpec.from_config(d).open(
+        d.train_split,
+        channels=shape.in_chans,
+        image_size=shape.image_size[0],
+        flag="data.train_split",
+        hold_out="data.val_fraction",
+    )
+    batches, augment = training_batches(
+        config, split, t.micro_batch or t.batch_size, torch.device("cpu"), BadFiles(d.on_error)
+    )
     images, labels = next(batches.iterate(0, 0))
-    pixels = augment_pixels(images, shape.image_size, augment, augment_generator(t.seed, 0))[:count]  # draws depend on the batch
+    pixels = augment_pixels(images, shape.image_size, augment, augment_generator(t.seed, 0))[
+        :count
+    ]  # draws depend on the batch
     return (pixels * 255).round().clamp(0, 255).to(torch.uint8), labels[:count], split.class_names
 
 
@@ -941,7 +1187,17 @@ def _validate(model, ema, batches, amp_dtype, crop_pct, objective=None) -> dict:
 
 
 # model fields a model.init checkpoint may differ in: resampled (image_size), a new head (num_classes), or not weights
-INIT_FREE = ("image_size", "num_classes", "dropout", "attn_dropout", "drop_path", "layer_norm_eps", "mlp_act", "mean", "std")
+INIT_FREE = (
+    "image_size",
+    "num_classes",
+    "dropout",
+    "attn_dropout",
+    "drop_path",
+    "layer_norm_eps",
+    "mlp_act",
+    "mean",
+    "std",
+)
 
 
 def _pretrained_on(config: RunConfig, env: _Setup) -> list[dict]:
@@ -964,10 +1220,14 @@ def _init_from(model: VisionTransformer, path: Path, class_names: list[str]) -> 
     source, meta = load_with_metadata(resolve(path))  # any format; at its own size until its architecture is checked
     theirs, ours = source.config, model.config
     if type(theirs) is not type(ours):
-        raise ConfigError(f"model.init={path}: holds a {type(source).__name__}, and this run builds a {type(model).__name__}; "
-                          f"give this run that kind of model (model.name), or another checkpoint")
+        raise ConfigError(
+            f"model.init={path}: holds a {type(source).__name__}, and this run builds a {type(model).__name__}; "
+            f"give this run that kind of model (model.name), or another checkpoint"
+        )
     head, note = _head_for(meta.get("class_names"), theirs.num_classes, class_names)
-    if head is not None and untrained_head({}, path, source) is not None:  # finetune's start (init/): a head not trained yet
+    if (
+        head is not None and untrained_head({}, path, source) is not None
+    ):  # finetune's start (init/): a head not trained yet
         note = f"its head, all zeros (not trained yet), for the same {len(class_names)} classes"
     if head is None:
         source.reset_head(ours.num_classes, keep_pre_logits=False)
@@ -977,12 +1237,18 @@ def _init_from(model: VisionTransformer, path: Path, class_names: list[str]) -> 
         with torch.no_grad():
             source.head.weight.copy_(source.head.weight[rows])
             source.head.bias.copy_(source.head.bias[rows])
-    differ = [f.name for f in dataclasses.fields(ours) if f.name not in INIT_FREE and getattr(theirs, f.name) != getattr(ours, f.name)]
+    differ = [
+        f.name
+        for f in dataclasses.fields(ours)
+        if f.name not in INIT_FREE and getattr(theirs, f.name) != getattr(ours, f.name)
+    ]
     if differ:
         settings = " ".join(f"model.{k}={_as_override(getattr(theirs, k))}" for k in differ)
-        raise ConfigError(f"model.init={path}: its model differs from this run's in {', '.join(differ)} "
-                          f"({', '.join(f'{k} {_as_override(getattr(ours, k))}' for k in differ)} here); start it with {settings}, "
-                          f"or fine-tune with `vitkit finetune --from {path}`, which takes the architecture from the checkpoint")
+        raise ConfigError(
+            f"model.init={path}: its model differs from this run's in {', '.join(differ)} "
+            f"({', '.join(f'{k} {_as_override(getattr(ours, k))}' for k in differ)} here); start it with {settings}, "
+            f"or fine-tune with `vitkit finetune --from {path}`, which takes the architecture from the checkpoint"
+        )
     if theirs.image_size != ours.image_size:
         source.set_image_size(ours.image_size)  # position embeddings resampled (paper §3.2)
     load_state_dict_strict(model, source.state_dict(), source=path)  # faults: any other mismatch is one clear error
@@ -995,11 +1261,15 @@ def _head_for(theirs: list[str] | None, count: int, ours: list[str]) -> tuple[li
     if theirs is not None and len(theirs) == count and sorted(theirs) == sorted(ours) and len(set(ours)) == len(ours):
         moved = theirs != ours
         return [theirs.index(name) for name in ours], f"its head scores the same {len(ours)} classes" + (
-            " (rows put in this data's class order)" if moved else "")
+            " (rows put in this data's class order)" if moved else ""
+        )
     if theirs is None and count == len(ours):
-        return list(range(count)), (f"its head has no class names, so its {count} outputs are kept in order as this data's "
-                                    f"classes ({shown})")
-    what = f"classes {', '.join(theirs[:4])}{', ...' if len(theirs) > 4 else ''}" if theirs else f"{count} unnamed classes"
+        return list(range(count)), (
+            f"its head has no class names, so its {count} outputs are kept in order as this data's classes ({shown})"
+        )
+    what = (
+        f"classes {', '.join(theirs[:4])}{', ...' if len(theirs) > 4 else ''}" if theirs else f"{count} unnamed classes"
+    )
     return None, f"its head scores {what}, not this data's ({shown}): a new zero-initialised head"
 
 
@@ -1009,7 +1279,11 @@ def _as_override(value: Any) -> str:
         return str(value[0])
     if dataclasses.is_dataclass(value):
         value = dataclasses.asdict(value)
-    return json.dumps(value, separators=(",", ":")) if isinstance(value, (tuple, list, dict)) or value is None else str(value)
+    return (
+        json.dumps(value, separators=(",", ":"))
+        if isinstance(value, (tuple, list, dict)) or value is None
+        else str(value)
+    )
 
 
 # -- masked patch prediction (paper §4.6) ------------------------------------------
@@ -1017,12 +1291,16 @@ def _masked_patch_objective(model: VisionTransformer, name: str, resumed: dict |
     """train.objective=masked_patch: the wrapper around `model` (None for classification); on resume, its saved state."""
     if resumed is not None and ("masked_patch" in resumed) != (name == "masked_patch"):
         started = "masked_patch" if "masked_patch" in resumed else "classification"
-        raise ConfigError(f"train.objective: this run was started with {started}; resume it with train.objective={started}")
+        raise ConfigError(
+            f"train.objective: this run was started with {started}; resume it with train.objective={started}"
+        )
     if name != "masked_patch":
         return None
     if not isinstance(model, VisionTransformer):
-        raise ConfigError(f"train.objective: masked_patch corrupts a Vision Transformer's patch embeddings; this model is a "
-                          f"{type(model).__name__} (use train.objective=classification)")
+        raise ConfigError(
+            f"train.objective: masked_patch corrupts a Vision Transformer's patch embeddings; this model is a "
+            f"{type(model).__name__} (use train.objective=classification)"
+        )
     objective = MaskedPatchPrediction(model)
     for p in [*model.pre_logits.parameters(), *model.head.parameters()]:
         p.requires_grad_(False)  # the classification head plays no part (and DDP must not wait for its gradients)
@@ -1034,7 +1312,9 @@ def _masked_patch_objective(model: VisionTransformer, name: str, resumed: dict |
 def _progress(t, step: int, show: bool = True):
     from tqdm.auto import tqdm
 
-    return tqdm(total=t.steps, initial=step, unit="step", disable=not (t.progress and show), dynamic_ncols=True, leave=True)
+    return tqdm(
+        total=t.steps, initial=step, unit="step", disable=not (t.progress and show), dynamic_ncols=True, leave=True
+    )
 
 
 def resume_config(out: str | os.PathLike, overrides: list[str] = ()) -> RunConfig:
@@ -1043,7 +1323,9 @@ def resume_config(out: str | os.PathLike, overrides: list[str] = ()) -> RunConfi
     if not path.is_file():
         if Path(out).is_file() or (Path(out) / "config.json").is_file():  # a checkpoint: trained from, never into
             raise CheckpointError(f"{out}: a model, not a vitkit run directory (no run.yaml); {_train_from(out)}")
-        raise CheckpointError(f"{out}: not a vitkit run directory (no run.yaml); start it with vitkit train --out {out}")
+        raise CheckpointError(
+            f"{out}: not a vitkit run directory (no run.yaml); start it with vitkit train --out {out}"
+        )
     return load_run_config(path, overrides)
 
 

@@ -47,8 +47,17 @@ from vitkit.train import step_checkpoints, train
 # recipe file (configs/finetune_*.yaml) and KEY=VALUE overrides are applied on top of it. A run shorter than
 # 10k steps warms up for a twentieth of its steps (500 of CIFAR's 10k), unless the warmup is given.
 FINETUNE_DEFAULTS: dict[str, dict[str, Any]] = {
-    "train": {"optimizer": "sgd", "momentum": 0.9, "weight_decay": 0.0, "clip_norm": 1.0, "lr": 0.01,
-              "batch_size": 512, "warmup_steps": 500, "decay": "cosine", "steps": 10_000},
+    "train": {
+        "optimizer": "sgd",
+        "momentum": 0.9,
+        "weight_decay": 0.0,
+        "clip_norm": 1.0,
+        "lr": 0.01,
+        "batch_size": 512,
+        "warmup_steps": 500,
+        "decay": "cosine",
+        "steps": 10_000,
+    },
     "augment": {"crop": "rrc", "rrc_scale": [0.05, 1.0], "hflip": 0.5},
     "data": {"val_split": "val"},  # pick on data held out of train, never on test
 }
@@ -63,17 +72,24 @@ def finetune_recipe(path: str | os.PathLike | None = None, overrides: list[str] 
     if path is not None:
         load_run_config(path, [ANY_SIZE])  # says what is wrong with the file, naming it
         explicit = yaml.safe_load(Path(path).read_text()) or {}
-    set_here = set(explicit.get("model") or {}) | {str(o).partition("=")[0].strip()[len("model."):]
-                                                     for o in overrides if str(o).startswith("model.")}
+    set_here = set(explicit.get("model") or {}) | {
+        str(o).partition("=")[0].strip()[len("model.") :] for o in overrides if str(o).startswith("model.")
+    }
     _architecture_from_checkpoint(set_here)
     base = {section: dict(values) for section, values in FINETUNE_DEFAULTS.items()}
     for section, values in explicit.items():
         merge_layer(base, section, values or {}, str(path))
     config = _recipe(base, overrides)
-    named = "warmup_steps" in (explicit.get("train") or {}) or any(str(o).startswith("train.warmup_steps=") for o in overrides)
+    named = "warmup_steps" in (explicit.get("train") or {}) or any(
+        str(o).startswith("train.warmup_steps=") for o in overrides
+    )
     t = config.train
-    if not named and t.epochs is None and t.steps < 20 * t.warmup_steps:  # a shorter run than the paper's 10k (CIFAR) warms up
-        config = dataclasses.replace(config, train=dataclasses.replace(t, warmup_steps=t.steps // 20))  # for the same share
+    if (
+        not named and t.epochs is None and t.steps < 20 * t.warmup_steps
+    ):  # a shorter run than the paper's 10k (CIFAR) warms up
+        config = dataclasses.replace(
+            config, train=dataclasses.replace(t, warmup_steps=t.steps // 20)
+        )  # for the same share
     return config
 
 
@@ -94,11 +110,15 @@ def _architecture_from_checkpoint(keys: Iterable[str]) -> None:
     """Refuses a recipe's model keys other than TUNABLE (a model.name too: the checkpoint names the model)."""
     unknown = sorted(set(keys) - {"init", *TUNABLE})
     if unknown:
-        raise ConfigError(f"model.{unknown[0]}: fine-tuning takes the architecture from the checkpoint; "
-                          f"a recipe may only set model.{', model.'.join(TUNABLE)}")
+        raise ConfigError(
+            f"model.{unknown[0]}: fine-tuning takes the architecture from the checkpoint; "
+            f"a recipe may only set model.{', model.'.join(TUNABLE)}"
+        )
 
 
-def prepare_for_finetuning(model: VisionTransformer, num_classes: int, *, keep_pre_logits: bool = False, **tunable) -> VisionTransformer:
+def prepare_for_finetuning(
+    model: VisionTransformer, num_classes: int, *, keep_pre_logits: bool = False, **tunable
+) -> VisionTransformer:
     """The paper's head rule (§3.2): a zero-initialised head for `num_classes` (always new, even for as many
     classes as before) and, as in the official code, no pre-logits layer unless `keep_pre_logits`.
     `tunable`: dropout rates and stochastic depth (modules without weights) for the fine-tuning runs."""
@@ -114,9 +134,18 @@ def registered_name(config: ModelConfig) -> str:
     """A registry name for run summaries (the run config gives every field explicitly, so it only labels the run):
     the model with the same architecture, else one of the same family with the same patches (or stem) and input channels."""
     if isinstance(config, BiTConfig):
-        keys_tried, fallback = (("layers", "width_factor", "width", "stem", "in_chans"), ("stem", "in_chans")), "bit_r50x1"
+        keys_tried, fallback = (
+            (("layers", "width_factor", "width", "stem", "in_chans"), ("stem", "in_chans")),
+            "bit_r50x1",
+        )
     else:
-        keys_tried, fallback = (("depth", "width", "mlp_dim", "num_heads", "patch_size", "backbone", "in_chans"), ("patch_size", "backbone", "in_chans")), "vit_b16"
+        keys_tried, fallback = (
+            (
+                ("depth", "width", "mlp_dim", "num_heads", "patch_size", "backbone", "in_chans"),
+                ("patch_size", "backbone", "in_chans"),
+            ),
+            "vit_b16",
+        )
     for keys in keys_tried:
         for name, known in MODELS.items():
             if type(known) is type(config) and all(getattr(known, k) == getattr(config, k) for k in keys):
@@ -183,7 +212,9 @@ def _sweep(recipe: RunConfig, checkpoint, out: Path, starting: tuple | None, lrs
     runs = []
     for i, lr in enumerate(lrs, 1):
         run_dir = out / run_name(lr)
-        print(f"== learning rate {lr:g} (run {i} of {len(lrs)}): {run_dir}", flush=True)  # the lines below are this run's
+        print(
+            f"== learning rate {lr:g} (run {i} of {len(lrs)}): {run_dir}", flush=True
+        )  # the lines below are this run's
         data = recipe.to_dict()
         data["model"] = model_section
         data["train"]["lr"] = lr
@@ -193,19 +224,58 @@ def _sweep(recipe: RunConfig, checkpoint, out: Path, starting: tuple | None, lrs
         else:
             summary = train(config, run_dir, resume=bool(step_checkpoints(run_dir)))
             if "stopped_at" in summary:  # SIGTERM/SIGINT: no pick and no final/ until every learning rate has finished
-                return {"stopped": {"lr": lr, "run": run_dir.name, "step": summary["stopped_at"], "steps": summary["steps"],
-                                    "runs_finished": len(runs), "runs": len(lrs)}}
-        runs.append({"lr": lr, "run": run_dir.name, **{k: summary.get(k) for k in
-                     ("final_val_top1", "final_val_top5", "best_val_top1", "best_step", "steps", "wall_time_s", "val_images")}})
+                return {
+                    "stopped": {
+                        "lr": lr,
+                        "run": run_dir.name,
+                        "step": summary["stopped_at"],
+                        "steps": summary["steps"],
+                        "runs_finished": len(runs),
+                        "runs": len(lrs),
+                    }
+                }
+        runs.append(
+            {
+                "lr": lr,
+                "run": run_dir.name,
+                **{
+                    k: summary.get(k)
+                    for k in (
+                        "final_val_top1",
+                        "final_val_top5",
+                        "best_val_top1",
+                        "best_step",
+                        "steps",
+                        "wall_time_s",
+                        "val_images",
+                    )
+                },
+            }
+        )
 
     best = pick_best(runs)
-    if len(runs) > 1:  # the model carries its pick, into a converted or copied file too: its figures on these images are optimistic
-        _record_pick(out / best["run"] / "final", {"split": recipe.data.val_split, "images": best.get("val_images"),
-                                                   "among": len(runs), "sweep": str((out / "sweep.json").absolute())})
+    if (
+        len(runs) > 1
+    ):  # the model carries its pick, into a converted or copied file too: its figures on these images are optimistic
+        _record_pick(
+            out / best["run"] / "final",
+            {
+                "split": recipe.data.val_split,
+                "images": best.get("val_images"),
+                "among": len(runs),
+                "sweep": str((out / "sweep.json").absolute()),
+            },
+        )
     _link(out / "final", Path(best["run"]) / "final")
-    result = {"checkpoint": str(checkpoint), "image_size": list(config.model_config().image_size),
-              "val_split": recipe.data.val_split, "val_images": best.get("val_images"), "picked_by": "final_val_top1",
-              "runs": runs, "best": best}
+    result = {
+        "checkpoint": str(checkpoint),
+        "image_size": list(config.model_config().image_size),
+        "val_split": recipe.data.val_split,
+        "val_images": best.get("val_images"),
+        "picked_by": "final_val_top1",
+        "runs": runs,
+        "best": best,
+    }
     write_report(out, "sweep", result, sweep_markdown(result))
     return result
 
@@ -228,7 +298,9 @@ def picked_on(checkpoint: str | os.PathLike, name: str, split, extra: dict) -> s
         if not same_images(pick.get("images"), split.describe()):
             return None
         sweep = pick.get("sweep")
-        if isinstance(sweep, str) and not Path(sweep).is_file():  # the sweep folder moved: its sweep.json where the model is now
+        if (
+            isinstance(sweep, str) and not Path(sweep).is_file()
+        ):  # the sweep folder moved: its sweep.json where the model is now
             try:
                 here = Path(os.path.realpath(resolve(checkpoint))).parent.parent / "sweep.json"
             except (OSError, VitkitError):
@@ -240,7 +312,11 @@ def picked_on(checkpoint: str | os.PathLike, name: str, split, extra: dict) -> s
         sweep = read_json(run.parent / "sweep.json")
     except (OSError, ValueError, VitkitError):  # not a sweep's model, or no readable sweep.json: nothing to say
         return None
-    if not isinstance(sweep, dict) or (sweep.get("best") or {}).get("run") != run.name or len(sweep.get("runs", [])) < 2:
+    if (
+        not isinstance(sweep, dict)
+        or (sweep.get("best") or {}).get("run") != run.name
+        or len(sweep.get("runs", [])) < 2
+    ):
         return None  # not the picked run; or a sweep of one learning rate, which picked nothing
     if not same_images(((extra.get("data") or {}).get("splits") or {}).get(sweep.get("val_split")), split.describe()):
         return None
@@ -249,11 +325,15 @@ def picked_on(checkpoint: str | os.PathLike, name: str, split, extra: dict) -> s
 
 def _pick_note(name: str, among, sweep) -> str:
     these = "these images" if name == "all" else f"these {name} images"
-    return (f"note: {these} picked this model's learning rate among {among} runs ({sweep}), so a figure on them is "
-            "optimistic; keep images out of both for an unbiased one (a test split)")
+    return (
+        f"note: {these} picked this model's learning rate among {among} runs ({sweep}), so a figure on them is "
+        "optimistic; keep images out of both for an unbiased one (a test split)"
+    )
 
 
-def _starting_model(recipe: RunConfig, checkpoint: str | os.PathLike, keep_pre_logits: bool) -> tuple[VisionTransformer, dict]:
+def _starting_model(
+    recipe: RunConfig, checkpoint: str | os.PathLike, keep_pre_logits: bool
+) -> tuple[VisionTransformer, dict]:
     """The starting model of every run (the checkpoint at the recipe's size, a new head for the data's classes) and the
     record saved with it."""
     source = resolve(checkpoint)
@@ -266,8 +346,17 @@ def _starting_model(recipe: RunConfig, checkpoint: str | os.PathLike, keep_pre_l
         shown_size = size if isinstance(size, int) else "x".join(map(str, size))
         raise ConfigError(f"fine-tuning {checkpoint} at {shown_size} px: {err}") from None
     d = recipe.data
-    classes = DataSpec.from_config(d).open(d.train_split, channels=model.config.in_chans, image_size=model.config.image_size[0],
-                                           flag="data.train_split", hold_out="data.val_fraction").class_names
+    classes = (
+        DataSpec.from_config(d)
+        .open(
+            d.train_split,
+            channels=model.config.in_chans,
+            image_size=model.config.image_size[0],
+            flag="data.train_split",
+            hold_out="data.val_fraction",
+        )
+        .class_names
+    )
     tunable = {k: recipe.model[k] for k in TUNABLE if k in recipe.model and k != "image_size"}
     model = prepare_for_finetuning(model, len(classes), keep_pre_logits=keep_pre_logits, **tunable)
     return model, {"source": str(source), "class_names": classes, "pretrained_on": trained_on(meta)}
@@ -277,7 +366,7 @@ def pick_best(runs: list[dict]) -> dict:
     """The run with the highest final validation top-1 (the earliest of equals)."""
     if not runs:
         raise ConfigError("--lr: no learning rate to run")
-    return max(runs, key=lambda r: (r["final_val_top1"] if r["final_val_top1"] is not None else float("-inf")))
+    return max(runs, key=lambda r: r["final_val_top1"] if r["final_val_top1"] is not None else float("-inf"))
 
 
 def _claim(out: Path, plan: dict) -> None:
@@ -285,10 +374,14 @@ def _claim(out: Path, plan: dict) -> None:
     marker = out / "finetune.json"
     plan = _absolute_paths(json.loads(json.dumps(plan)))
     if marker.is_file():
-        differ = _differing(_absolute_paths(read_json(marker)), plan)  # a plan of an older vitkit may hold paths as typed
+        differ = _differing(
+            _absolute_paths(read_json(marker)), plan
+        )  # a plan of an older vitkit may hold paths as typed
         if differ:
-            raise ConfigError(f"--out {out}: holds a fine-tuning run with other arguments ({', '.join(differ[:4])} differ; "
-                              f"{marker}); run it with those, or choose another --out")
+            raise ConfigError(
+                f"--out {out}: holds a fine-tuning run with other arguments ({', '.join(differ[:4])} differ; "
+                f"{marker}); run it with those, or choose another --out"
+            )
         return
     if out.exists() and any(out.iterdir()):
         raise ConfigError(f"--out {out}: exists and is not a fine-tuning directory; choose another --out")
@@ -311,7 +404,11 @@ def _differing(a, b, prefix: str = "") -> list[str]:
     """The keys (dotted) whose values differ between two JSON objects."""
     if not (isinstance(a, dict) and isinstance(b, dict)):
         return [] if a == b else [prefix or "the plan"]
-    return [k for key in sorted(a.keys() | b.keys()) for k in _differing(a.get(key), b.get(key), f"{prefix}{key}" if not prefix else f"{prefix}.{key}")]
+    return [
+        k
+        for key in sorted(a.keys() | b.keys())
+        for k in _differing(a.get(key), b.get(key), f"{prefix}{key}" if not prefix else f"{prefix}.{key}")
+    ]
 
 
 def _link(link: Path, target: Path) -> None:
@@ -323,12 +420,29 @@ def _link(link: Path, target: Path) -> None:
 
 
 def sweep_markdown(result: dict) -> str:
-    rows = [[("**" + f"{r['lr']:g}" + "**") if r is result["best"] else f"{r['lr']:g}", r["final_val_top1"], r["best_val_top1"],
-             r["best_step"], r["steps"], r["wall_time_s"]] for r in result["runs"]]
+    rows = [
+        [
+            ("**" + f"{r['lr']:g}" + "**") if r is result["best"] else f"{r['lr']:g}",
+            r["final_val_top1"],
+            r["best_val_top1"],
+            r["best_step"],
+            r["steps"],
+            r["wall_time_s"],
+        ]
+        for r in result["runs"]
+    ]
     images = result.get("val_images")  # which images, how many (None: runs written before their summaries said)
     picked = len(result["runs"]) > 1  # one learning rate: nothing was picked, so no figure on val is optimistic
-    title = (f"Fine-tuning {result['checkpoint']} at {result['image_size'][0]}x{result['image_size'][1]}; "
-             + (f"picked lr {result['best']['lr']:g} by final top-1 on the {result['val_split']} split" if picked else
-                f"one learning rate ({result['best']['lr']:g}), nothing picked; final top-1 on the {result['val_split']} split")
-             + (f": {described(images)}" if images else "") + ".\n\n")
-    return title + markdown_table(["lr", "final val top-1", "best val top-1", "best step", "steps", "wall time (s)"], rows)
+    title = (
+        f"Fine-tuning {result['checkpoint']} at {result['image_size'][0]}x{result['image_size'][1]}; "
+        + (
+            f"picked lr {result['best']['lr']:g} by final top-1 on the {result['val_split']} split"
+            if picked
+            else f"one learning rate ({result['best']['lr']:g}), nothing picked; final top-1 on the {result['val_split']} split"
+        )
+        + (f": {described(images)}" if images else "")
+        + ".\n\n"
+    )
+    return title + markdown_table(
+        ["lr", "final val top-1", "best val top-1", "best step", "steps", "wall time (s)"], rows
+    )

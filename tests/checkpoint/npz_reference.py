@@ -66,9 +66,17 @@ def group_norm(x, scale, bias, groups=32, eps=1e-6):
 
 
 def max_pool_same(x, window=3, stride=2):
-    x = np.pad(x, ((0, 0), same_pads(x.shape[1], window, stride), same_pads(x.shape[2], window, stride), (0, 0)), constant_values=-np.inf)
+    x = np.pad(
+        x,
+        ((0, 0), same_pads(x.shape[1], window, stride), same_pads(x.shape[2], window, stride), (0, 0)),
+        constant_values=-np.inf,
+    )
     oh, ow = (x.shape[1] - window) // stride + 1, (x.shape[2] - window) // stride + 1
-    views = [x[:, i : i + stride * oh : stride, j : j + stride * ow : stride, :] for i in range(window) for j in range(window)]
+    views = [
+        x[:, i : i + stride * oh : stride, j : j + stride * ow : stride, :]
+        for i in range(window)
+        for j in range(window)
+    ]
     return np.max(views, axis=0)
 
 
@@ -118,7 +126,9 @@ def forward(arrays: dict, images_nhwc: np.ndarray, *, num_heads: int, prefix: st
 def _unit(p, b, x, stride):
     residual = x
     if f"{b}conv_proj/kernel" in p:
-        residual = group_norm(std_conv(x, p[f"{b}conv_proj/kernel"], stride), p[f"{b}gn_proj/scale"], p[f"{b}gn_proj/bias"])
+        residual = group_norm(
+            std_conv(x, p[f"{b}conv_proj/kernel"], stride), p[f"{b}gn_proj/scale"], p[f"{b}gn_proj/bias"]
+        )
     y = relu(group_norm(std_conv(x, p[f"{b}conv1/kernel"]), p[f"{b}gn1/scale"], p[f"{b}gn1/bias"]))
     y = relu(group_norm(std_conv(y, p[f"{b}conv2/kernel"], stride), p[f"{b}gn2/scale"], p[f"{b}gn2/bias"]))
     y = group_norm(std_conv(y, p[f"{b}conv3/kernel"]), p[f"{b}gn3/scale"], p[f"{b}gn3/bias"])
@@ -128,7 +138,9 @@ def _unit(p, b, x, stride):
 def _block(p, b, x, num_heads, names):
     y = layer_norm(x, p[f"{b}{names['ln1']}/scale"], p[f"{b}{names['ln1']}/bias"])
     a = f"{b}{names['attn']}/"
-    q, k, v = (np.einsum("btd,dnh->btnh", y, p[f"{a}{n}/kernel"]) + p[f"{a}{n}/bias"] for n in ("query", "key", "value"))
+    q, k, v = (
+        np.einsum("btd,dnh->btnh", y, p[f"{a}{n}/kernel"]) + p[f"{a}{n}/bias"] for n in ("query", "key", "value")
+    )
     logits = np.einsum("bqnh,bknh->bnqk", q, k) / math.sqrt(q.shape[-1])
     probs = np.exp(logits - logits.max(-1, keepdims=True))
     probs /= probs.sum(-1, keepdims=True)
@@ -185,7 +197,11 @@ def official_arrays(
                 if u == 0:
                     put(f"{b}conv_proj/kernel", 1, 1, chans, 4 * mid)
                     gn(f"{b}gn_proj", 4 * mid)
-                for conv_name, gn_name, k, cin, cout in (("conv1", "gn1", 1, chans, mid), ("conv2", "gn2", 3, mid, mid), ("conv3", "gn3", 1, mid, 4 * mid)):
+                for conv_name, gn_name, k, cin, cout in (
+                    ("conv1", "gn1", 1, chans, mid),
+                    ("conv2", "gn2", 3, mid, mid),
+                    ("conv3", "gn3", 1, mid, 4 * mid),
+                ):
                     put(f"{b}{conv_name}/kernel", k, k, cin, cout)
                     gn(f"{b}{gn_name}", cout)
                 chans = 4 * mid

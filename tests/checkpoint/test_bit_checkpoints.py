@@ -63,7 +63,11 @@ def reference_logits(a, x):
         while (p := f"resnet/block{s}/unit{u:02d}/") + "a/group_norm/gamma" in t:
             stride = 2 if s > 1 and u == 1 else 1
             pre = gn_relu(h, p + "a/group_norm/")
-            short = conv(pre, p + "a/proj/standardized_conv2d/kernel", stride) if p + "a/proj/standardized_conv2d/kernel" in t else h
+            short = (
+                conv(pre, p + "a/proj/standardized_conv2d/kernel", stride)
+                if p + "a/proj/standardized_conv2d/kernel" in t
+                else h
+            )
             y = conv(pre, p + "a/standardized_conv2d/kernel")
             y = conv(gn_relu(y, p + "b/group_norm/"), p + "b/standardized_conv2d/kernel", stride)
             y = conv(gn_relu(y, p + "c/group_norm/"), p + "c/standardized_conv2d/kernel")
@@ -91,7 +95,10 @@ def timm_state(a):
                 s[p + f"norm{i}.{'weight' if parts[5] == 'gamma' else 'bias'}"] = torch.from_numpy(v)
             else:
                 s[p + f"conv{i}.weight"] = oihw(v)
-    s["norm.weight"], s["norm.bias"] = torch.from_numpy(a["resnet/group_norm/gamma"]), torch.from_numpy(a["resnet/group_norm/beta"])
+    s["norm.weight"], s["norm.bias"] = (
+        torch.from_numpy(a["resnet/group_norm/gamma"]),
+        torch.from_numpy(a["resnet/group_norm/beta"]),
+    )
     s["head.fc.weight"] = torch.from_numpy(a["resnet/head/conv2d/kernel"]).permute(3, 2, 0, 1).contiguous()
     s["head.fc.bias"] = torch.from_numpy(a["resnet/head/conv2d/bias"])
     return s

@@ -12,8 +12,15 @@ from vitkit.checkpoint import read_checkpoint, save_checkpoint
 from vitkit.errors import CheckpointError
 
 # format -> (what save_checkpoint writes, the file inside it that gets damaged)
-LAYOUTS = {"vitkit": ("ckpt", "model.safetensors"), "vitkit-config": ("ckpt", "config.json"), "npz": ("m.npz", ""),
-           "timm": ("m.safetensors", ""), "pth": ("m.pth", ""), "hf": ("hf", "model.safetensors"), "hf-config": ("hf", "config.json")}
+LAYOUTS = {
+    "vitkit": ("ckpt", "model.safetensors"),
+    "vitkit-config": ("ckpt", "config.json"),
+    "npz": ("m.npz", ""),
+    "timm": ("m.safetensors", ""),
+    "pth": ("m.pth", ""),
+    "hf": ("hf", "model.safetensors"),
+    "hf-config": ("hf", "config.json"),
+}
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +83,11 @@ def test_damaged_checkpoints_load_or_raise_checkpoint_error(originals, tmp_path_
 def test_random_bytes_under_every_suffix(tmp_path, size):
     for suffix in (".npz", ".safetensors", ".pth", ".bin", ".pt"):
         path = tmp_path / f"x{suffix}"
-        path.write_bytes(torch.randint(0, 256, (size,), generator=torch.Generator().manual_seed(size), dtype=torch.uint8).numpy().tobytes())
+        path.write_bytes(
+            torch.randint(0, 256, (size,), generator=torch.Generator().manual_seed(size), dtype=torch.uint8)
+            .numpy()
+            .tobytes()
+        )
         with pytest.raises(CheckpointError, match=rf"x\{suffix}"):
             vitkit.load_pretrained(path)
 

@@ -72,9 +72,15 @@ def test_unknown_format_names_the_file(tmp_path):
 def test_missing_unexpected_and_misshapen_keys_are_named(make_model, tmp_path):
     state = {k.replace("patch_embed.", "patch_embed.proj."): v for k, v in make_model().state_dict().items()}
     cases = {
-        "missing": ({k: v for k, v in state.items() if k != "blocks.1.mlp.fc2.bias"}, r"missing key 'blocks.1.mlp.fc2.bias'"),
+        "missing": (
+            {k: v for k, v in state.items() if k != "blocks.1.mlp.fc2.bias"},
+            r"missing key 'blocks.1.mlp.fc2.bias'",
+        ),
         "unexpected": ({**state, "reg_token": torch.zeros(1, 4, 32)}, r"unexpected key 'reg_token'"),
-        "shape": ({**state, "blocks.0.norm1.weight": torch.ones(31)}, r"'blocks.0.norm1.weight' has shape \(31,\), expected \(32,\)"),
+        "shape": (
+            {**state, "blocks.0.norm1.weight": torch.ones(31)},
+            r"'blocks.0.norm1.weight' has shape \(31,\), expected \(32,\)",
+        ),
     }
     for name, (tensors, message) in cases.items():
         path = tmp_path / f"{name}.safetensors"
@@ -88,7 +94,10 @@ def test_npz_shape_mismatch_says_expected_and_found(tmp_path):
     arrays = official_arrays()
     arrays["Transformer/encoderblock_1/MultiHeadDotProductAttention_1/out/kernel"] = np.zeros((2, 16, 30), np.float32)
     np.savez(tmp_path / "bad.npz", **arrays)
-    with pytest.raises(vitkit.CheckpointError, match=r"'Transformer/encoderblock_1/MultiHeadDotProductAttention_1/out/kernel' has shape \(2, 16, 30\), expected \(2, 16, 32\)"):
+    with pytest.raises(
+        vitkit.CheckpointError,
+        match=r"'Transformer/encoderblock_1/MultiHeadDotProductAttention_1/out/kernel' has shape \(2, 16, 30\), expected \(2, 16, 32\)",
+    ):
         vitkit.load_pretrained(tmp_path / "bad.npz")
 
 
@@ -126,8 +135,13 @@ def test_pickled_objects_are_never_executed(tmp_path):
     np.save(tmp_path / "obj.npy", np.array([Exploit()], dtype=object), allow_pickle=True)
     with pytest.raises(vitkit.CheckpointError):
         vitkit.load_pretrained(tmp_path / "obj.npy", format="npz")
-    np.savez(tmp_path / "obj.npz", w=np.array([Exploit()], dtype=object))  # named for what it is, not "truncated or corrupt"
-    with pytest.raises(vitkit.CheckpointError, match=r"obj.npz: w.npy holds Python objects \(a pickled array\), which vitkit never loads"):
+    np.savez(
+        tmp_path / "obj.npz", w=np.array([Exploit()], dtype=object)
+    )  # named for what it is, not "truncated or corrupt"
+    with pytest.raises(
+        vitkit.CheckpointError,
+        match=r"obj.npz: w.npy holds Python objects \(a pickled array\), which vitkit never loads",
+    ):
         vitkit.load_pretrained(tmp_path / "obj.npz")
     assert not marker.exists()
 
@@ -161,8 +175,11 @@ def test_a_wrong_from_format_or_a_file_of_no_weights_says_what_the_file_is(tmp_p
         save_checkpoint(model, tmp_path / "a.npz", "npz")
     said = " ".join(str(w.message) for w in caught)
     assert "this model has mlp_act='gelu'." in said and "layer_norm_eps" not in said.split("this model has")[1]
-    for forced, words in (("timm", "an npz checkpoint, not a timm one"), ("hf", "an npz checkpoint, not an hf one"),
-                          ("vitkit", "an npz checkpoint, not a vitkit one")):
+    for forced, words in (
+        ("timm", "an npz checkpoint, not a timm one"),
+        ("hf", "an npz checkpoint, not an hf one"),
+        ("vitkit", "an npz checkpoint, not a vitkit one"),
+    ):
         with pytest.raises(CheckpointError, match=f"a.npz: its content is {words}; drop --from"):
             load_with_metadata(tmp_path / "a.npz", format=forced)
     (tmp_path / "notes.pth").write_text("hello")

@@ -13,7 +13,15 @@ transformers = pytest.importorskip("transformers")
 
 
 def _hf_config(**overrides):
-    kw = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, image_size=16, patch_size=4, num_labels=5)
+    kw = dict(
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        image_size=16,
+        patch_size=4,
+        num_labels=5,
+    )
     return transformers.ViTConfig(**(kw | overrides))
 
 
@@ -29,7 +37,10 @@ def _max_rel(a, b):
     return ((a - b).abs().max() / b.abs().max()).item()
 
 
-@pytest.mark.parametrize("overrides", [dict(), dict(hidden_act="gelu_pytorch_tanh", layer_norm_eps=1e-6), dict(num_channels=1, image_size=12)])
+@pytest.mark.parametrize(
+    "overrides",
+    [dict(), dict(hidden_act="gelu_pytorch_tanh", layer_norm_eps=1e-6), dict(num_channels=1, image_size=12)],
+)
 def test_hf_classifier_loads_with_the_same_logits(overrides, tmp_path, make_images):
     hf = _randomise(transformers.ViTForImageClassification(_hf_config(**overrides)))
     hf.save_pretrained(tmp_path)
@@ -55,7 +66,13 @@ def test_hf_vitmodel_pooler_is_the_pre_logits_layer(tmp_path, make_images):
 
 
 @pytest.mark.parametrize(
-    "overrides", [dict(), dict(mlp_act="gelu_tanh", layer_norm_eps=1e-12), dict(num_classes=0, representation_size=24), dict(image_size=(16, 24))]
+    "overrides",
+    [
+        dict(),
+        dict(mlp_act="gelu_tanh", layer_norm_eps=1e-12),
+        dict(num_classes=0, representation_size=24),
+        dict(image_size=(16, 24)),
+    ],
 )
 def test_vitkit_model_written_as_hf_runs_in_transformers(overrides, make_model, make_images, tmp_path):
     model = make_model(**overrides)
@@ -73,7 +90,14 @@ def test_vitkit_model_written_as_hf_runs_in_transformers(overrides, make_model, 
         assert _max_rel(model(x), want) < 1e-5
 
 
-@pytest.mark.parametrize("overrides", [dict(dropout=0.1, attn_dropout=0.05), dict(num_classes=0), dict(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225), image_size=(16, 24))])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        dict(dropout=0.1, attn_dropout=0.05),
+        dict(num_classes=0),
+        dict(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225), image_size=(16, 24)),
+    ],
+)
 def test_hf_round_trip_is_bit_exact(overrides, make_model, tmp_path):
     model = make_model(**overrides)
     save_checkpoint(model, tmp_path / "hf", "hf")
@@ -81,7 +105,9 @@ def test_hf_round_trip_is_bit_exact(overrides, make_model, tmp_path):
     assert back.config == model.config
     for key, value in model.state_dict().items():
         assert torch.equal(back.state_dict()[key], value), key
-    assert json.loads((tmp_path / "hf" / "preprocessor_config.json").read_text())["image_mean"] == list(model.config.mean)
+    assert json.loads((tmp_path / "hf" / "preprocessor_config.json").read_text())["image_mean"] == list(
+        model.config.mean
+    )
 
 
 def test_hf_pytorch_model_bin_is_read_with_weights_only(tmp_path, make_images):
@@ -99,8 +125,10 @@ def test_hf_pytorch_model_bin_is_read_with_weights_only(tmp_path, make_images):
 
 def test_hf_cannot_hold_gap_hybrid_or_prelogits_under_a_head(make_model, tmp_path):
     """Each refusal names the formats that do hold the model: a GAP model goes to npz and timm as well as vitkit."""
-    for overrides, what in [(dict(classifier="gap"), "classifier 'gap' .*; save as vitkit, npz or timm"),
-                            (dict(representation_size=16), "pre-logits .*; save as vitkit, npz or timm")]:
+    for overrides, what in [
+        (dict(classifier="gap"), "classifier 'gap' .*; save as vitkit, npz or timm"),
+        (dict(representation_size=16), "pre-logits .*; save as vitkit, npz or timm"),
+    ]:
         with pytest.raises(vitkit.CheckpointError, match=what):
             save_checkpoint(make_model(**overrides), tmp_path / "x", "hf")
     assert not (tmp_path / "x").exists()
@@ -116,7 +144,10 @@ def test_hf_sharded_checkpoint_is_read_through_its_index(tmp_path, make_images):
     state = load_file(tmp_path / "model.safetensors")
     (tmp_path / "model.safetensors").unlink()
     keys = sorted(state)
-    shards = {"model-00001-of-00002.safetensors": keys[: len(keys) // 2], "model-00002-of-00002.safetensors": keys[len(keys) // 2 :]}
+    shards = {
+        "model-00001-of-00002.safetensors": keys[: len(keys) // 2],
+        "model-00002-of-00002.safetensors": keys[len(keys) // 2 :],
+    }
     for name, part in shards.items():
         save_file({k: state[k] for k in part}, tmp_path / name)
     weight_map = {k: name for name, part in shards.items() for k in part}
@@ -127,8 +158,12 @@ def test_hf_sharded_checkpoint_is_read_through_its_index(tmp_path, make_images):
         assert _max_rel(model(x), hf(pixel_values=x).logits) < 1e-5
 
 
-@pytest.mark.parametrize("in_chans, crop_pct", [(1, 0.875), (3, 0.875), (3, 0.9)])  # 0.9: 16 / 0.9 rounds up, floors down
-def test_written_hf_directory_works_in_transformers_pipeline_with_its_class_names(in_chans, crop_pct, make_model, tmp_path):
+@pytest.mark.parametrize(
+    "in_chans, crop_pct", [(1, 0.875), (3, 0.875), (3, 0.9)]
+)  # 0.9: 16 / 0.9 rounds up, floors down
+def test_written_hf_directory_works_in_transformers_pipeline_with_its_class_names(
+    in_chans, crop_pct, make_model, tmp_path
+):
     """pipeline("image-classification") feeds RGB; a grayscale model reads luma through its folded patch embedding."""
     import numpy as np
     from PIL import Image
@@ -148,9 +183,13 @@ def test_written_hf_directory_works_in_transformers_pipeline_with_its_class_name
         warnings.simplefilter("ignore")
         classify = transformers.pipeline("image-classification", model=str(tmp_path / "hf"), device="cpu")
         got = classify(Image.open(image), top_k=5)
-        seen = transformers.AutoImageProcessor.from_pretrained(str(tmp_path / "hf"))(Image.open(image).convert("RGB"), return_tensors="pt")
+        seen = transformers.AutoImageProcessor.from_pretrained(str(tmp_path / "hf"))(
+            Image.open(image).convert("RGB"), return_tensors="pt"
+        )
     pixels = torch.from_numpy(load_image(image, in_chans, 16, crop_pct=crop_pct).copy())[None]
-    ours = (pixels.float() / 255 - torch.tensor(model.config.mean).view(1, -1, 1, 1)) / torch.tensor(model.config.std).view(1, -1, 1, 1)
+    ours = (pixels.float() / 255 - torch.tensor(model.config.mean).view(1, -1, 1, 1)) / torch.tensor(
+        model.config.std
+    ).view(1, -1, 1, 1)
     if in_chans == 3:  # the same pixels in HF's pipeline as in vitkit's
         torch.testing.assert_close(seen["pixel_values"], ours, atol=1e-5, rtol=0)
     probs, index = predict(model, pixels, k=5)
@@ -164,14 +203,33 @@ def test_written_hf_directory_works_in_transformers_pipeline_with_its_class_name
         torch.testing.assert_close(back(x), model(x), atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("processor, crop_pct", [
-    ({"image_processor_type": "DeiTImageProcessor", "do_resize": True, "size": {"height": 18, "width": 18},
-      "do_center_crop": True, "crop_size": {"height": 16, "width": 16}}, 16 / 18),
-    ({"image_processor_type": "CLIPImageProcessor", "do_resize": True, "size": {"shortest_edge": 19},
-      "do_center_crop": True, "crop_size": {"height": 16, "width": 16}}, 16 / 19),
-    ({"image_processor_type": "ConvNextImageProcessor", "size": {"shortest_edge": 16}, "crop_pct": 0.875}, 0.875),
-    ({"image_processor_type": "ViTImageProcessor", "do_resize": True, "size": {"height": 16, "width": 16}}, None),
-])
+@pytest.mark.parametrize(
+    "processor, crop_pct",
+    [
+        (
+            {
+                "image_processor_type": "DeiTImageProcessor",
+                "do_resize": True,
+                "size": {"height": 18, "width": 18},
+                "do_center_crop": True,
+                "crop_size": {"height": 16, "width": 16},
+            },
+            16 / 18,
+        ),
+        (
+            {
+                "image_processor_type": "CLIPImageProcessor",
+                "do_resize": True,
+                "size": {"shortest_edge": 19},
+                "do_center_crop": True,
+                "crop_size": {"height": 16, "width": 16},
+            },
+            16 / 19,
+        ),
+        ({"image_processor_type": "ConvNextImageProcessor", "size": {"shortest_edge": 16}, "crop_pct": 0.875}, 0.875),
+        ({"image_processor_type": "ViTImageProcessor", "do_resize": True, "size": {"height": 16, "width": 16}}, None),
+    ],
+)
 def test_the_crop_of_an_hf_checkpoint_s_image_processor_is_read_and_kept(processor, crop_pct, make_model, tmp_path):
     """An HF checkpoint without vitkit's record: its processor's resize-then-crop was ignored (crop_pct 1.0), so
     predict disagreed with the HF pipeline, and HF -> vitkit -> HF lost the crop."""
@@ -200,7 +258,9 @@ def test_a_pre_logits_model_refused_by_hf_is_pointed_to_every_format_that_holds_
     from vitkit.errors import CheckpointError
 
     model = vitkit.create_model("vit_test", num_classes=3, representation_size=16).eval()
-    with pytest.raises(CheckpointError, match=r"pre-logits layer under a head .*; save as vitkit, npz or timm \(.safetensors\) instead"):
+    with pytest.raises(
+        CheckpointError, match=r"pre-logits layer under a head .*; save as vitkit, npz or timm \(.safetensors\) instead"
+    ):
         save_checkpoint(model, tmp_path / "hf", "hf")
     x = torch.rand(2, 3, 16, 16)
     for name, fmt in (("m.npz", "npz"), ("m.safetensors", "timm")):

@@ -33,7 +33,9 @@ def test_truncated_and_missing_files_are_named(make_model, tmp_path):
     weights = ckpt / "model.safetensors"
     size = weights.stat().st_size
     weights.write_bytes(weights.read_bytes()[: size // 2])
-    with pytest.raises(CheckpointError, match=rf"model\.safetensors: {size // 2} bytes, {size} when written: the file is truncated"):
+    with pytest.raises(
+        CheckpointError, match=rf"model\.safetensors: {size // 2} bytes, {size} when written: the file is truncated"
+    ):
         vitkit.load_pretrained(ckpt)
     weights.unlink()
     with pytest.raises(CheckpointError, match=r"model\.safetensors: missing, but listed in checksums\.json"):
@@ -62,9 +64,15 @@ def test_update_checksums_lists_every_binary_file(tmp_path):
 
 @pytest.mark.parametrize(
     "writer, patched",
-    [(write_safetensors, "vitkit.checkpoint.io.save_file"), (write_torch, "torch.save"), (write_json, "pathlib.Path.write_text")],
+    [
+        (write_safetensors, "vitkit.checkpoint.io.save_file"),
+        (write_torch, "torch.save"),
+        (write_json, "pathlib.Path.write_text"),
+    ],
 )
-@pytest.mark.parametrize("failure", [OSError(28, "No space left on device"), RuntimeError("PytorchStreamWriter failed writing file")])
+@pytest.mark.parametrize(
+    "failure", [OSError(28, "No space left on device"), RuntimeError("PytorchStreamWriter failed writing file")]
+)
 def test_a_failed_write_replaces_nothing(tmp_path, monkeypatch, writer, patched, failure):
     path = tmp_path / "file.bin"
     path.write_bytes(b"the previous version")
@@ -76,7 +84,9 @@ def test_a_failed_write_replaces_nothing(tmp_path, monkeypatch, writer, patched,
         raise failure
 
     monkeypatch.setattr(patched, write_half_then_fail)
-    with pytest.raises(CheckpointError, match=r"file\.bin: cannot be written \(.*is the disk full\?\); nothing was replaced"):
+    with pytest.raises(
+        CheckpointError, match=r"file\.bin: cannot be written \(.*is the disk full\?\); nothing was replaced"
+    ):
         writer(path, {"x": torch.ones(3)} if writer is not write_json else {"x": 1})
     assert path.read_bytes() == b"the previous version"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file.bin"]  # no temporary file left behind
@@ -112,7 +122,9 @@ def test_scratch_left_by_a_process_killed_mid_write_is_swept_by_the_next_write(t
     target.write_bytes(b"old")
     killed = subprocess.run([sys.executable, "-c", KILLED_MID_WRITE, str(target)], capture_output=True)
     assert killed.returncode == -signal.SIGKILL, killed.stderr
-    assert target.read_bytes() == b"old" and len(list(folder.iterdir())) == 3  # the file as it was, a .tmp, a scratch folder
+    assert (
+        target.read_bytes() == b"old" and len(list(folder.iterdir())) == 3
+    )  # the file as it was, a .tmp, a scratch folder
     live = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
     try:
         theirs = folder / (scratch_prefix(target).replace(f"-{os.getpid()}.", f"-{live.pid}.") + "abc.tmp.pth")

@@ -18,9 +18,15 @@ def _random_model(**overrides):
 def test_directory_rebuilds_its_model_alone(tmp_path):
     model = _random_model(classifier="gap", representation_size=16, in_chans=1, image_size=(16, 20))
     save_pretrained(model, tmp_path / "ckpt", extra={"class_names": list("abcdefghij")})
-    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["checksums.json", "config.json", "model.safetensors"]
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == [
+        "checksums.json",
+        "config.json",
+        "model.safetensors",
+    ]
     config = json.loads((tmp_path / "ckpt" / "config.json").read_text())
-    assert config["format"] == "vitkit" and config["model"]["image_size"] == [16, 20] and config["model"]["mean"] == [0.5]
+    assert (
+        config["format"] == "vitkit" and config["model"]["image_size"] == [16, 20] and config["model"]["mean"] == [0.5]
+    )
     again, extra = load_native(tmp_path / "ckpt")
     assert extra == {"class_names": list("abcdefghij")}
     x = torch.randn(2, 1, 16, 20)
@@ -44,7 +50,10 @@ def test_wrong_architecture_names_the_file_and_key(tmp_path):
     cfg["model"]["depth"] = 2
     cfg["model"]["mlp_dim"] = 48
     (tmp_path / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(CheckpointError, match=r"'blocks\.0\.mlp\.fc1\.weight' has shape \(64, 32\), the model expects \(48, 32\) \(the model as the file's config, or where it has none its other tensors"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"'blocks\.0\.mlp\.fc1\.weight' has shape \(64, 32\), the model expects \(48, 32\) \(the model as the file's config, or where it has none its other tensors",
+    ):
         load_pretrained(tmp_path)
 
 
@@ -70,10 +79,16 @@ def test_a_failed_save_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr("vitkit.checkpoint.io.save_file", disk_full)
-    with pytest.raises(CheckpointError, match=rf"{tmp_path}: cannot be written \(model\.safetensors: No space left on device"):
+    with pytest.raises(
+        CheckpointError, match=rf"{tmp_path}: cannot be written \(model\.safetensors: No space left on device"
+    ):
         save_pretrained(_random_model(), tmp_path)
     assert (tmp_path / "model.safetensors").read_bytes() == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["checksums.json", "config.json", "model.safetensors"]  # no temp files
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "checksums.json",
+        "config.json",
+        "model.safetensors",
+    ]  # no temp files
 
 
 def test_written_files_get_the_usual_permissions(tmp_path):

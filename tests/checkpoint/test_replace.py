@@ -116,8 +116,13 @@ def test_a_file_size_limit_during_convert_keeps_the_old_model_and_says_so(tmp_pa
     save_checkpoint(_model(1), src)
     save_checkpoint(_model(0), dst, format)
     weights = sum(t.numel() * 4 for t in _model(0).state_dict().values())
-    result = subprocess.run(_vitkit("convert", src, dst), capture_output=True, text=True, timeout=120,
-                            preexec_fn=_limit_file_size(weights // 2))
+    result = subprocess.run(
+        _vitkit("convert", src, dst),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=_limit_file_size(weights // 2),
+    )
     assert result.returncode == 2, result.stderr
     errors = [line for line in result.stderr.splitlines() if "error:" in line]  # (.npz also warns about GELU)
     assert len(errors) == 1 and "Traceback" not in result.stderr
@@ -143,7 +148,9 @@ def small_disk(tmp_path):
 def test_a_full_disk_during_convert_keeps_the_old_model(tmp_path, small_disk, found, monkeypatch, capsys):
     """The free-space check refuses up front; where it cannot know (other writers, filesystem overhead) the disk
     fills while writing, and the replacement still leaves the old model."""
-    big = VisionTransformer(get_config("vit_test", depth=10, image_size=16, num_classes=3))  # 351 KB: old + new do not fit
+    big = VisionTransformer(
+        get_config("vit_test", depth=10, image_size=16, num_classes=3)
+    )  # 351 KB: old + new do not fit
     src, dst = tmp_path / "src", small_disk / "dst"
     save_checkpoint(big, src)
     torch.manual_seed(5)
@@ -253,7 +260,6 @@ def test_a_file_renamed_away_under_a_read_is_missing_not_damage(tmp_path):
     assert read_stable(target, read) == "new" and len(calls) == 2
 
 
-
 def test_a_read_that_found_no_directory_while_a_replacement_ended_is_read_again(tmp_path, monkeypatch):
     """The read starts between a writer's two renames (no directory) and fails; the writer's second rename lands
     while the reader looks at what happened. The reader must read the new directory, not report it missing (1 in
@@ -285,6 +291,7 @@ def test_a_directory_whose_inode_number_a_new_one_reuses_still_counts_as_replace
     target.mkdir()
     assert io._identity(target) != before
 
+
 def test_one_writer_per_directory(tmp_path):
     with exclusive(tmp_path / "run"):
         with pytest.raises(CheckpointError, match=rf"in use by another vitkit process \(pid {os.getpid()}\)"):
@@ -310,7 +317,9 @@ def test_weights_and_their_sidecar_are_replaced_as_one_pair(tmp_path, name):
         for p in tmp_path.iterdir():
             p.unlink()
         save_checkpoint(old_model, dst, format, metadata={"class_names": names["old"]})
-        killed = _killed_at(point, lambda: save_checkpoint(new_model, dst, format, metadata={"class_names": names["new"]}))
+        killed = _killed_at(
+            point, lambda: save_checkpoint(new_model, dst, format, metadata={"class_names": names["new"]})
+        )
         which = _which(dst, old, new)
         assert read_metadata(dst)["class_names"] == names[which], (point, which)
         seen.add(which)

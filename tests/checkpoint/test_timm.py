@@ -42,7 +42,11 @@ def _timm_hybrid_from_npz(a: dict, layers: tuple) -> dict:
     conv = lambda k: torch.from_numpy(a[k]).permute(3, 2, 0, 1).contiguous()  # HWIO -> OIHW
     vec = lambda k: torch.from_numpy(a[k].reshape(-1))
     stem = "patch_embed.backbone." + ("stem." if layers else "")
-    t = {f"{stem}conv.weight": conv("conv_root/kernel"), f"{stem}norm.weight": vec("gn_root/scale"), f"{stem}norm.bias": vec("gn_root/bias")}
+    t = {
+        f"{stem}conv.weight": conv("conv_root/kernel"),
+        f"{stem}norm.weight": vec("gn_root/scale"),
+        f"{stem}norm.bias": vec("gn_root/bias"),
+    }
     for s, units in enumerate(layers):
         for u in range(units):
             src, dst = f"block{s + 1}/unit{u + 1}/", f"patch_embed.backbone.stages.{s}.blocks.{u}."
@@ -51,7 +55,10 @@ def _timm_hybrid_from_npz(a: dict, layers: tuple) -> dict:
                 t[f"{dst}norm{r}.weight"], t[f"{dst}norm{r}.bias"] = vec(f"{src}gn{r}/scale"), vec(f"{src}gn{r}/bias")
             if f"{src}conv_proj/kernel" in a:
                 t[f"{dst}downsample.conv.weight"] = conv(f"{src}conv_proj/kernel")
-                t[f"{dst}downsample.norm.weight"], t[f"{dst}downsample.norm.bias"] = vec(f"{src}gn_proj/scale"), vec(f"{src}gn_proj/bias")
+                t[f"{dst}downsample.norm.weight"], t[f"{dst}downsample.norm.bias"] = (
+                    vec(f"{src}gn_proj/scale"),
+                    vec(f"{src}gn_proj/bias"),
+                )
     t["patch_embed.proj.weight"], t["patch_embed.proj.bias"] = conv("embedding/kernel"), vec("embedding/bias")
     t["cls_token"] = torch.from_numpy(a["cls"])
     t["pos_embed"] = torch.from_numpy(a["Transformer/posembed_input/pos_embedding"])
@@ -61,7 +68,9 @@ def _timm_hybrid_from_npz(a: dict, layers: tuple) -> dict:
         src, dst = f"Transformer/encoderblock_{i}/", f"blocks.{i}."
         att = src + "MultiHeadDotProductAttention_1/"
         t[f"{dst}norm1.weight"], t[f"{dst}norm1.bias"] = vec(src + "LayerNorm_0/scale"), vec(src + "LayerNorm_0/bias")
-        t[f"{dst}attn.qkv.weight"] = torch.cat([torch.from_numpy(a[f"{att}{n}/kernel"]).reshape(D, D).T for n in ("query", "key", "value")])
+        t[f"{dst}attn.qkv.weight"] = torch.cat(
+            [torch.from_numpy(a[f"{att}{n}/kernel"]).reshape(D, D).T for n in ("query", "key", "value")]
+        )
         t[f"{dst}attn.qkv.bias"] = torch.cat([vec(f"{att}{n}/bias") for n in ("query", "key", "value")])
         t[f"{dst}attn.proj.weight"] = torch.from_numpy(a[att + "out/kernel"]).reshape(D, D).T.contiguous()
         t[f"{dst}attn.proj.bias"] = vec(att + "out/bias")
@@ -78,7 +87,16 @@ def _timm_hybrid_from_npz(a: dict, layers: tuple) -> dict:
 @pytest.mark.parametrize("suffix", [".safetensors", ".pth"])
 def test_timm_vit_matches_the_hf_model_it_was_built_from(suffix, tmp_path, make_images):
     torch.manual_seed(0)
-    config = transformers.ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, image_size=16, patch_size=4, num_labels=5, layer_norm_eps=1e-6)
+    config = transformers.ViTConfig(
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        image_size=16,
+        patch_size=4,
+        num_labels=5,
+        layer_norm_eps=1e-6,
+    )
     hf = transformers.ViTForImageClassification(config).eval()
     with torch.no_grad():
         for p in hf.parameters():
@@ -86,7 +104,9 @@ def test_timm_vit_matches_the_hf_model_it_was_built_from(suffix, tmp_path, make_
     hf.save_pretrained(tmp_path / "hf")
     state = _timm_from_hf(load_file(tmp_path / "hf" / "model.safetensors"), depth=2)  # the on-disk names
     path = tmp_path / f"vit{suffix}"
-    save_file(state, path) if suffix == ".safetensors" else torch.save({"state_dict": {f"module.{k}": v for k, v in state.items()}}, path)
+    save_file(state, path) if suffix == ".safetensors" else torch.save(
+        {"state_dict": {f"module.{k}": v for k, v in state.items()}}, path
+    )
     model = vitkit.load_pretrained(path)
     assert model.config.num_heads == 2  # not in a state dict: taken from the named size with width 32
     x = make_images(model.config)
@@ -112,8 +132,15 @@ def test_timm_hybrid_matches_the_official_forward(layers, tmp_path):
 
 
 @pytest.mark.parametrize("suffix", [".safetensors", ".pth"])
-@pytest.mark.parametrize("overrides", [dict(), dict(classifier="gap", representation_size=16), dict(backbone={"layers": (1, 1), "width": 32}, patch_size=1, image_size=32),
-                                       dict(mlp_act="gelu_tanh", layer_norm_eps=1e-5)])  # what the tensors cannot say
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        dict(),
+        dict(classifier="gap", representation_size=16),
+        dict(backbone={"layers": (1, 1), "width": 32}, patch_size=1, image_size=32),
+        dict(mlp_act="gelu_tanh", layer_norm_eps=1e-5),
+    ],
+)  # what the tensors cannot say
 def test_timm_round_trip_is_bit_exact(suffix, overrides, make_model, tmp_path):
     model = make_model(**overrides)
     save_checkpoint(model, tmp_path / f"m{suffix}", "timm")
@@ -156,7 +183,9 @@ def test_timm_fc_norm_gap_is_refused(make_model, tmp_path):
 
 
 @pytest.mark.parametrize("weights", ["model.safetensors", "pytorch_model.bin"])
-def test_a_timm_hub_directory_loads_with_its_class_names_mean_std_and_input_size(weights, make_model, make_images, tmp_path):
+def test_a_timm_hub_directory_loads_with_its_class_names_mean_std_and_input_size(
+    weights, make_model, make_images, tmp_path
+):
     """What `huggingface-cli download timm/NAME` leaves: config.json ("architecture", "label_names", "pretrained_cfg")
     beside the bare tensors. It was "unknown checkpoint format"; its weights file stands for the directory."""
     import json
@@ -169,10 +198,24 @@ def test_a_timm_hub_directory_loads_with_its_class_names_mean_std_and_input_size
     hub = tmp_path / "hub"
     hub.mkdir()
     save_file(state, hub / weights) if weights.endswith(".safetensors") else torch.save(state, hub / weights)
-    (hub / "config.json").write_text(json.dumps({
-        "architecture": "vit_test_patch4_16", "num_classes": 3, "num_features": 32, "label_names": ["cat", "dog", "emu"],
-        "pretrained_cfg": {"input_size": [3, 16, 16], "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225],
-                           "crop_pct": 0.875, "interpolation": "bicubic", "num_classes": 3}}))
+    (hub / "config.json").write_text(
+        json.dumps(
+            {
+                "architecture": "vit_test_patch4_16",
+                "num_classes": 3,
+                "num_features": 32,
+                "label_names": ["cat", "dog", "emu"],
+                "pretrained_cfg": {
+                    "input_size": [3, 16, 16],
+                    "mean": [0.485, 0.456, 0.406],
+                    "std": [0.229, 0.224, 0.225],
+                    "crop_pct": 0.875,
+                    "interpolation": "bicubic",
+                    "num_classes": 3,
+                },
+            }
+        )
+    )
     assert detect_format(hub) == "timm"
     for given in (hub, hub / weights):
         loaded, meta = load_with_metadata(given)
@@ -185,8 +228,14 @@ def test_a_timm_hub_directory_loads_with_its_class_names_mean_std_and_input_size
         read_metadata,  # what vitkit info shows: it left the names and crop of the weights file out
     )
 
-    assert read_metadata(hub / weights, format="timm") == read_metadata(hub) == {"class_names": ["cat", "dog", "emu"], "preprocess": {"crop_pct": 0.875}}
-    (hub / "config.json").write_text(json.dumps({"label_names": {"0": "cat", "2": "emu", "1": "dog"}, "architecture": "x"}))
+    assert (
+        read_metadata(hub / weights, format="timm")
+        == read_metadata(hub)
+        == {"class_names": ["cat", "dog", "emu"], "preprocess": {"crop_pct": 0.875}}
+    )
+    (hub / "config.json").write_text(
+        json.dumps({"label_names": {"0": "cat", "2": "emu", "1": "dog"}, "architecture": "x"})
+    )
     assert load_with_metadata(hub)[1]["class_names"] == ["cat", "dog", "emu"]  # timm's {index: name} form
 
 
@@ -202,8 +251,12 @@ def test_a_timm_hub_directory_s_model_args_give_the_head_count(make_model, make_
     hub = tmp_path / "hub"
     hub.mkdir()
     save_file(torch.load(tmp_path / "m.pth", weights_only=True), hub / "model.safetensors")
-    config = {"architecture": "vit_tiny_patch16_224", "num_classes": 3, "label_names": ["a", "b", "c"],
-              "model_args": {"embed_dim": 64, "depth": model.config.depth, "num_heads": 4, "img_size": 16, "patch_size": 4}}
+    config = {
+        "architecture": "vit_tiny_patch16_224",
+        "num_classes": 3,
+        "label_names": ["a", "b", "c"],
+        "model_args": {"embed_dim": 64, "depth": model.config.depth, "num_heads": 4, "img_size": 16, "patch_size": 4},
+    }
     (hub / "config.json").write_text(json.dumps(config))
     loaded, _ = load_with_metadata(hub)
     assert loaded.config.num_heads == 4

@@ -43,7 +43,10 @@ def test_dst_may_be_given_as_out_as_export_takes_it(source, tmp_path, capsys):
     model, src = source
     assert main(["convert", str(src), "--out", str(tmp_path / "m.npz")]) == 0
     torch.testing.assert_close(vitkit.load_pretrained(tmp_path / "m.npz").state_dict(), model.state_dict())
-    for args, error in (([str(tmp_path / "a.npz"), "--out", str(tmp_path / "b.npz")], "given twice"), ([], "where to write is missing")):
+    for args, error in (
+        ([str(tmp_path / "a.npz"), "--out", str(tmp_path / "b.npz")], "given twice"),
+        ([], "where to write is missing"),
+    ):
         capsys.readouterr()
         assert main(["convert", str(src), *args]) == 2
         assert error in capsys.readouterr().err
@@ -82,8 +85,17 @@ def test_dst_that_is_src_or_holds_other_files_is_refused_and_left_as_it_was(targ
 
 
 MODELS = {  # each with what its format's arrays cannot say set away from that format's defaults
-    "vit": dict(name="vit_test", mlp_act="gelu", layer_norm_eps=1e-5, mean=(0.4, 0.45, 0.5), std=(0.2, 0.25, 0.3), image_size=(16, 24)),
-    "hybrid": dict(name="vit_test", backbone={"layers": (1,), "width": 32}, patch_size=1, image_size=(20, 20), mlp_act="gelu"),
+    "vit": dict(
+        name="vit_test",
+        mlp_act="gelu",
+        layer_norm_eps=1e-5,
+        mean=(0.4, 0.45, 0.5),
+        std=(0.2, 0.25, 0.3),
+        image_size=(16, 24),
+    ),
+    "hybrid": dict(
+        name="vit_test", backbone={"layers": (1,), "width": 32}, patch_size=1, image_size=(20, 20), mlp_act="gelu"
+    ),
     "bit": dict(name="bit_test", image_size=(48, 40), mean=(0.4, 0.45, 0.5), std=(0.2, 0.25, 0.3)),
 }
 
@@ -133,7 +145,9 @@ def test_errors_are_one_line_and_exit_2(tmp_path, vitkit_cmd):
     src_dir = Path(vitkit.__file__).resolve().parents[1]
     env = {**os.environ, "PYTHONPATH": f"{src_dir}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     args = ["convert", str(tmp_path / "missing"), str(tmp_path / "out")]
-    converted = subprocess.run([sys.executable, "-m", "vitkit", *args], capture_output=True, text=True, env=env, timeout=120)
+    converted = subprocess.run(
+        [sys.executable, "-m", "vitkit", *args], capture_output=True, text=True, env=env, timeout=120
+    )
     for command, done in (("info", vitkit_cmd("info", bad)), ("convert", converted)):
         assert done.returncode == 2, done.stderr
         lines = done.stderr.strip().splitlines()
@@ -141,13 +155,17 @@ def test_errors_are_one_line_and_exit_2(tmp_path, vitkit_cmd):
         assert str(tmp_path) in lines[0]
 
 
-@pytest.mark.parametrize("dst, to, words", [
-    ("m.onnx", [], "vitkit export SRC --format onnx --out"), ("m.bin", [], "reads as a file"),
-    ("m", ["--to", "timm"], "name it"),
-    ("m.npz", ["--to", "timm"], "/m.safetensors\n"),  # it said "name it .../m.npz.safetensors"
-    ("m.safetensors", ["--to", "npz"], "m.npz"),  # an npz zip named .safetensors, which no safetensors reader opens
-    ("m.npz", ["--to", "hf"], "a hf checkpoint is a directory"),
-])
+@pytest.mark.parametrize(
+    "dst, to, words",
+    [
+        ("m.onnx", [], "vitkit export SRC --format onnx --out"),
+        ("m.bin", [], "reads as a file"),
+        ("m", ["--to", "timm"], "name it"),
+        ("m.npz", ["--to", "timm"], "/m.safetensors\n"),  # it said "name it .../m.npz.safetensors"
+        ("m.safetensors", ["--to", "npz"], "m.npz"),  # an npz zip named .safetensors, which no safetensors reader opens
+        ("m.npz", ["--to", "hf"], "a hf checkpoint is a directory"),
+    ],
+)
 def test_a_dst_convert_cannot_write_as_named_is_refused(source, tmp_path, capsys, dst, to, words):
     """m.onnx and m.bin became vitkit directories of those names; --to timm without a suffix wrote a pickle named m."""
     _, src = source
@@ -175,8 +193,14 @@ def _tiny_official_arrays():
     for ln in ("LayerNorm_0", "LayerNorm_2"):
         shapes |= {f"{b}{ln}/scale": (32,), f"{b}{ln}/bias": (32,)}
     for n in ("query", "key", "value"):
-        shapes |= {f"{b}MultiHeadDotProductAttention_1/{n}/kernel": (32, 2, 16), f"{b}MultiHeadDotProductAttention_1/{n}/bias": (2, 16)}
-    shapes |= {f"{b}MultiHeadDotProductAttention_1/out/kernel": (2, 16, 32), f"{b}MultiHeadDotProductAttention_1/out/bias": (32,)}
+        shapes |= {
+            f"{b}MultiHeadDotProductAttention_1/{n}/kernel": (32, 2, 16),
+            f"{b}MultiHeadDotProductAttention_1/{n}/bias": (2, 16),
+        }
+    shapes |= {
+        f"{b}MultiHeadDotProductAttention_1/out/kernel": (2, 16, 32),
+        f"{b}MultiHeadDotProductAttention_1/out/bias": (32,),
+    }
     shapes |= {f"{b}MlpBlock_3/Dense_0/kernel": (32, 64), f"{b}MlpBlock_3/Dense_0/bias": (64,)}
     shapes |= {f"{b}MlpBlock_3/Dense_1/kernel": (64, 32), f"{b}MlpBlock_3/Dense_1/bias": (32,)}
     return {k: rng.standard_normal(s).astype(np.float32) for k, s in shapes.items()}
@@ -186,8 +210,12 @@ def test_vitkit_s_own_warnings_are_one_line_each(tmp_path):
     """An .npz of a model with exact GELU warns that other readers assume tanh-GELU: one line, not Python's two."""
     torch.manual_seed(0)
     vitkit.save_pretrained(vitkit.create_model("vit_test"), tmp_path / "src")  # vitkit's default: exact GELU
-    done = subprocess.run([sys.executable, "-m", "vitkit", "convert", str(tmp_path / "src"), str(tmp_path / "m.npz")],
-                          capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "default"})
+    done = subprocess.run(
+        [sys.executable, "-m", "vitkit", "convert", str(tmp_path / "src"), str(tmp_path / "m.npz")],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONWARNINGS": "default"},
+    )
     assert done.returncode == 0, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("vitkit convert: warning: ") and "tanh-GELU" in lines[0], done.stderr

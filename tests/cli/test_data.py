@@ -12,8 +12,19 @@ from PIL import Image
 from vitkit import train as training
 from vitkit.run_config import load_run_config
 
-RUN = ["model.name=vit_test", "model.depth=1", "train.batch_size=8", "train.steps=1", "train.threads=1", "train.progress=false",
-       "train.eval_every=1", "augment.hflip=0.5", "augment.randaugment_ops=1", "data.val_fraction=0.25", "data.workers=0"]
+RUN = [
+    "model.name=vit_test",
+    "model.depth=1",
+    "train.batch_size=8",
+    "train.steps=1",
+    "train.threads=1",
+    "train.progress=false",
+    "train.eval_every=1",
+    "augment.hflip=0.5",
+    "augment.randaugment_ops=1",
+    "data.val_fraction=0.25",
+    "data.workers=0",
+]
 
 
 def photos(root, per_class=6):
@@ -22,7 +33,9 @@ def photos(root, per_class=6):
         (root / name).mkdir(parents=True)
         for i in range(per_class):
             size = (30 + 7 * i, 20 + 3 * c)  # varied sizes, none square
-            Image.fromarray(rng.integers(0, 255, (size[1], size[0], 3), dtype=np.uint8)).save(root / name / f"{i}.jpg", quality=90)
+            Image.fromarray(rng.integers(0, 255, (size[1], size[0], 3), dtype=np.uint8)).save(
+                root / name / f"{i}.jpg", quality=90
+            )
     return root
 
 
@@ -43,15 +56,28 @@ def what_training_consumes(config, monkeypatch, out) -> np.ndarray:
 
 @pytest.mark.parametrize("source", ["folder", "synthetic"])  # crops cut by the loader from the files / on the device
 def test_samples_are_exactly_what_training_consumes(tmp_path, vitkit_cmd, monkeypatch, source):
-    data = [f"data.path={photos(tmp_path / 'photos')}"] if source == "folder" else ["data.name=synthetic", "data.synthetic_size=32"]
+    data = (
+        [f"data.path={photos(tmp_path / 'photos')}"]
+        if source == "folder"
+        else ["data.name=synthetic", "data.synthetic_size=32"]
+    )
     args = [*RUN, *data, f"model.image_size={16 if source == 'folder' else 32}"]
     done = vitkit_cmd("data", *args, "--samples", "5", "--out", tmp_path / "preview", "--json")
     assert done.returncode == 0, done.stderr
     samples = np.load(tmp_path / "preview" / "samples.npy")
-    assert samples.dtype == np.uint8 and samples.shape == (5, 3, args[-1].endswith("16") and 16 or 32, samples.shape[-1])
+    assert samples.dtype == np.uint8 and samples.shape == (
+        5,
+        3,
+        args[-1].endswith("16") and 16 or 32,
+        samples.shape[-1],
+    )
     with Image.open(tmp_path / "preview" / "samples.png") as png:  # a header line says which images these are
         header = np.asarray(png.convert("L"))[:14]
-    assert (header > 250).mean() > 0.6 and header.min() < 128 and "the first 5 images of the first training batch of" in done.stdout
+    assert (
+        (header > 250).mean() > 0.6
+        and header.min() < 128
+        and "the first 5 images of the first training batch of" in done.stdout
+    )
     consumed = what_training_consumes(load_run_config(None, args), monkeypatch, tmp_path / "run")[:5]
     assert np.abs(consumed - samples).max() <= 0.5 + 1e-3  # the same pixels, rounded to uint8
     assert samples.std() > 10
@@ -88,7 +114,10 @@ def test_to_shards_writes_every_image_of_a_folder_without_splits(tmp_path, vitki
     root = photos(tmp_path / "photos")
     done = vitkit_cmd("data", root, "--to-shards", tmp_path / "shards", "--per-shard", "5", "data.val_fraction=0.25")
     assert done.returncode == 0, done.stderr
-    assert sorted(p.name for p in (tmp_path / "shards").iterdir()) == ["classes.txt", *(f"shard-00000{i}.tar" for i in range(4))]
+    assert sorted(p.name for p in (tmp_path / "shards").iterdir()) == [
+        "classes.txt",
+        *(f"shard-00000{i}.tar" for i in range(4)),
+    ]
     again = open_sharded(tmp_path / "shards", "train", val_fraction=0.0)
     assert len(again) == 18 and again.class_names == ["ant", "bee", "cat"]
     assert f"wrote 18 images (all of {root}) as 4 tar shard(s)" in done.stdout
@@ -102,7 +131,9 @@ def test_copies_of_training_images_in_val_or_test_are_named(tmp_path, vitkit_cmd
     rng = np.random.default_rng(9)
     for name in ("ant", "bee", "cat"):
         (root / "val" / name).mkdir(parents=True)
-        Image.fromarray(rng.integers(0, 255, (20, 30, 3), dtype=np.uint8)).save(root / "val" / name / "new.jpg", quality=90)
+        Image.fromarray(rng.integers(0, 255, (20, 30, 3), dtype=np.uint8)).save(
+            root / "val" / name / "new.jpg", quality=90
+        )
     done = vitkit_cmd("data", root, "--json")
     assert done.returncode == 0, done.stderr
     copies = json.loads(done.stdout.strip().splitlines()[-1])["copies_of_training_images"]
@@ -120,28 +151,36 @@ def test_copies_among_images_in_memory_are_found_by_pixels_and_parquet_is_said_t
     rng = np.random.default_rng(0)
     train = torch.from_numpy(rng.integers(0, 255, (20, 1, 8, 8), dtype=np.uint8))
     test = torch.cat([torch.from_numpy(rng.integers(0, 255, (3, 1, 8, 8), dtype=np.uint8)), train[[7, 2]]])
-    splits = {name: Split(torch.zeros(len(x), dtype=torch.long), ["a"], images=x) for name, x in (("train", train), ("test", test))}
+    splits = {
+        name: Split(torch.zeros(len(x), dtype=torch.long), ["a"], images=x)
+        for name, x in (("train", train), ("test", test))
+    }
     assert copies_of_training_images(splits) == {"test": {"images": 2, "example": ["test image 3", "train image 7"]}}
     pq = pytest.importorskip("pyarrow.parquet")
     import pyarrow as pa
 
     root = tmp_path / "pq"
     root.mkdir()
+
     def png() -> bytes:
         buffer = io.BytesIO()
         Image.fromarray(rng.integers(0, 255, (8, 8, 3), dtype=np.uint8)).save(buffer, "PNG")
         return buffer.getvalue()
 
     for split in ("train", "test"):
-        pq.write_table(pa.table({"image": [{"bytes": png(), "path": None} for _ in range(4)], "label": [0, 1, 0, 1]}),
-                       root / f"{split}-00000-of-00001.parquet")
+        pq.write_table(
+            pa.table({"image": [{"bytes": png(), "path": None} for _ in range(4)], "label": [0, 1, 0, 1]}),
+            root / f"{split}-00000-of-00001.parquet",
+        )
     done = vitkit_cmd("data", root, "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.strip().splitlines()[-1])["copies_of_training_images"] is None
     assert "copies   of training images in the other splits: not checked (Parquet rows" in done.stdout
 
 
-def test_an_image_over_the_pixel_limit_is_named_with_training_s_limit_and_header_counts_say_what_they_are(tmp_path, vitkit_cmd):
+def test_an_image_over_the_pixel_limit_is_named_with_training_s_limit_and_header_counts_say_what_they_are(
+    tmp_path, vitkit_cmd
+):
     """vitkit data quoted Pillow's own limit (178,956,970 pixels, "could be decompression bomb DOS attack") where
     training says 89,478,485, and called its header count "unreadable" where training finds more (damaged bodies)."""
     import struct
@@ -149,6 +188,7 @@ def test_an_image_over_the_pixel_limit_is_named_with_training_s_limit_and_header
 
     root = tmp_path / "photos"
     photos(root / "train")
+
     def chunk(kind: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
 
@@ -174,26 +214,42 @@ def test_to_shards_writes_each_split_a_folder_has_as_that_split_and_never_into_s
     photos(root / "test", per_class=2)
     done = vitkit_cmd("data", root, "--to-shards", tmp_path / "shards", "--json")
     assert done.returncode == 0, done.stderr
-    assert sorted(p.name for p in (tmp_path / "shards").iterdir()) == ["classes.txt", "test-000000.tar", "train-000000.tar", "val-000000.tar"]
+    assert sorted(p.name for p in (tmp_path / "shards").iterdir()) == [
+        "classes.txt",
+        "test-000000.tar",
+        "train-000000.tar",
+        "val-000000.tar",
+    ]
     sets = json.loads(done.stdout.strip().splitlines()[-1])["shards"]["sets"]
     assert {k: v["images"] for k, v in sets.items()} == {"train": 18, "val": 6, "test": 6}
     for split, n in (("train", 18), ("val", 6), ("test", 6)):
-        again = open_sharded(tmp_path / "shards", split, val_fraction=0.1)  # a val of their own: nothing held out of train
+        again = open_sharded(
+            tmp_path / "shards", split, val_fraction=0.1
+        )  # a val of their own: nothing held out of train
         assert len(again) == n and again.class_names == ["ant", "bee", "cat"]
     assert vitkit_cmd("data", root, "--split", "val", "--to-shards", tmp_path / "val").returncode == 0
     assert sorted(p.name for p in (tmp_path / "val").iterdir()) == ["classes.txt", "val-000000.tar"]
     before = (tmp_path / "shards" / "train-000000.tar").read_bytes()
     refused = vitkit_cmd("data", tmp_path / "shards", "--to-shards", tmp_path / "shards")
-    assert refused.returncode == 2 and refused.stderr.count("\n") == 1 and "already holds shards (test-000000.tar" in refused.stderr
+    assert (
+        refused.returncode == 2
+        and refused.stderr.count("\n") == 1
+        and "already holds shards (test-000000.tar" in refused.stderr
+    )
     assert (tmp_path / "shards" / "train-000000.tar").read_bytes() == before
     (tmp_path / "mine").mkdir()  # someone's own classes.txt was replaced by the shards' names, exit 0
     (tmp_path / "mine" / "classes.txt").write_text("my\nown\n")
     refused = vitkit_cmd("data", root, "--to-shards", tmp_path / "mine")
     assert refused.returncode == 2 and "already holds classes.txt" in refused.stderr
-    assert sorted(p.name for p in (tmp_path / "mine").iterdir()) == ["classes.txt"] and "own" in (tmp_path / "mine" / "classes.txt").read_text()
+    assert (
+        sorted(p.name for p in (tmp_path / "mine").iterdir()) == ["classes.txt"]
+        and "own" in (tmp_path / "mine" / "classes.txt").read_text()
+    )
     (tmp_path / "a file").write_text("")  # was: the whole summary printed, then "File exists"
     refused = vitkit_cmd("data", root, "--to-shards", tmp_path / "a file")
-    assert refused.returncode == 2 and refused.stdout == "" and "is a file; name a new or empty folder" in refused.stderr
+    assert (
+        refused.returncode == 2 and refused.stdout == "" and "is a file; name a new or empty folder" in refused.stderr
+    )
 
 
 def test_to_shards_leaves_unreadable_files_out_and_names_them(tmp_path, vitkit_cmd):
@@ -210,19 +266,30 @@ def test_to_shards_leaves_unreadable_files_out_and_names_them(tmp_path, vitkit_c
     assert done.returncode == 0, done.stderr
     shards = json.loads(done.stdout.strip().splitlines()[-1])["shards"]
     assert sorted(Path(u["path"]).name for u in shards["unreadable"]) == ["cut.jpg", "empty.jpg"]
-    assert f"skipping a bad image: {root / 'ant' / 'empty.jpg'}: empty file" in done.stderr and "(2 unreadable left out)" in done.stdout
+    assert (
+        f"skipping a bad image: {root / 'ant' / 'empty.jpg'}: empty file" in done.stderr
+        and "(2 unreadable left out)" in done.stdout
+    )
     assert len(open_sharded(tmp_path / "shards", "train", val_fraction=0.0)) == shards["images"] == 18
     refused = vitkit_cmd("data", root, "--to-shards", tmp_path / "strict", "data.on_error=fail")
-    assert refused.returncode == 2 and ("empty.jpg: empty file (0 bytes)" in refused.stderr or "cut.jpg: cannot read" in refused.stderr)
+    assert refused.returncode == 2 and (
+        "empty.jpg: empty file (0 bytes)" in refused.stderr or "cut.jpg: cannot read" in refused.stderr
+    )
     assert not list((tmp_path / "strict").glob("*.tar*")) and not list((tmp_path / "strict").glob(".*.tmp"))
     # a list naming a file that is gone (it stopped the command, a half shard left) and one that is no image
     (tmp_path / "notes.jpg").write_text("not a photo")
-    rows = [f"{p},{p.parent.name}" for p in sorted(root.rglob("?.jpg"))] + [f"{tmp_path / 'gone.jpg'},ant", f"{tmp_path / 'notes.jpg'},bee"]
+    rows = [f"{p},{p.parent.name}" for p in sorted(root.rglob("?.jpg"))] + [
+        f"{tmp_path / 'gone.jpg'},ant",
+        f"{tmp_path / 'notes.jpg'},bee",
+    ]
     (tmp_path / "list.csv").write_text("\n".join(rows) + "\n")
     done = vitkit_cmd("data", tmp_path / "list.csv", "--to-shards", tmp_path / "listed", "--json")
     assert done.returncode == 0, done.stderr
     assert f"{tmp_path / 'gone.jpg'}: image file not found" in done.stderr
-    assert f"{tmp_path / 'notes.jpg'}: not an image (or in a format Pillow cannot read)" in done.stderr and "BytesIO" not in done.stderr
+    assert (
+        f"{tmp_path / 'notes.jpg'}: not an image (or in a format Pillow cannot read)" in done.stderr
+        and "BytesIO" not in done.stderr
+    )
 
 
 def test_shards_of_a_stopped_to_shards_are_not_read_and_running_it_again_starts_afresh(tmp_path, monkeypatch, capsys):
@@ -244,7 +311,9 @@ def test_shards_of_a_stopped_to_shards_are_not_read_and_running_it_again_starts_
 
     monkeypatch.setattr(shards, "write_tar_shards", stopped_at_val)
     assert main(["data", str(root), "--to-shards", str(tmp_path / "shards")]) == 130  # "vitkit data: interrupted"
-    assert (tmp_path / "shards" / "train-000000.tar").is_file() and not (tmp_path / "shards" / "val-000000.tar").exists()
+    assert (tmp_path / "shards" / "train-000000.tar").is_file() and not (
+        tmp_path / "shards" / "val-000000.tar"
+    ).exists()
     capsys.readouterr()
     assert main(["data", str(tmp_path / "shards")]) == 2
     assert "its shards are incomplete" in capsys.readouterr().err
@@ -252,7 +321,11 @@ def test_shards_of_a_stopped_to_shards_are_not_read_and_running_it_again_starts_
         shards.open_sharded(tmp_path / "shards", "train")
     monkeypatch.setattr(shards, "write_tar_shards", real)
     assert main(["data", str(root), "--to-shards", str(tmp_path / "shards")]) == 0  # its own unfinished folder: afresh
-    assert sorted(p.name for p in (tmp_path / "shards").iterdir()) == ["classes.txt", "train-000000.tar", "val-000000.tar"]
+    assert sorted(p.name for p in (tmp_path / "shards").iterdir()) == [
+        "classes.txt",
+        "train-000000.tar",
+        "val-000000.tar",
+    ]
     assert len(shards.open_sharded(tmp_path / "shards", "val")) == 6
 
 
@@ -269,7 +342,9 @@ def test_sample_labels_are_drawn_beyond_ascii():
     from vitkit.data.summary import sample_grid
 
     pixels = np.zeros((1, 3, 16, 16), np.uint8)
-    drawn = {label: np.asarray(sample_grid(pixels, [label])) for label in ("blü", "bl\u0378", "blu")}  # U+0378: no character
+    drawn = {
+        label: np.asarray(sample_grid(pixels, [label])) for label in ("blü", "bl\u0378", "blu")
+    }  # U+0378: no character
     assert not np.array_equal(drawn["blü"], drawn["bl\u0378"]) and not np.array_equal(drawn["blü"], drawn["blu"])
 
 
@@ -277,8 +352,17 @@ def test_samples_of_a_split_smaller_than_a_batch_are_drawn_from_one_batch_of_all
     """--split val --samples 4 of a 6-image val split failed: "6 training images are fewer than one batch of 8"."""
     photos(tmp_path / "data" / "train", per_class=6)
     photos(tmp_path / "data" / "val", per_class=2)
-    done = vitkit_cmd("data", tmp_path / "data", "--split", "val", "--samples", "4", "--out", tmp_path / "preview",
-                      "train.batch_size=8")
+    done = vitkit_cmd(
+        "data",
+        tmp_path / "data",
+        "--split",
+        "val",
+        "--samples",
+        "4",
+        "--out",
+        tmp_path / "preview",
+        "train.batch_size=8",
+    )
     assert done.returncode == 0, done.stderr
     assert "a batch of all 6 (the split holds fewer than train.batch_size=8)" in done.stdout
     assert np.load(tmp_path / "preview" / "samples.npy").shape[0] == 4

@@ -53,7 +53,10 @@ def test_reduced_precision_reports_its_cost_against_fp32(tmp_path, capsys):
     torch.nn.init.normal_(model.head.weight)
     ckpt = vitkit.save_pretrained(model, tmp_path / "ckpt")
     _folder(tmp_path / "data" / "test", ["a", "b"])
-    assert main(["eval", str(ckpt), "--data", str(tmp_path / "data"), "--precision", "bf16", "--compare-fp32", "--json"]) == 0
+    assert (
+        main(["eval", str(ckpt), "--data", str(tmp_path / "data"), "--precision", "bf16", "--compare-fp32", "--json"])
+        == 0
+    )
     out = capsys.readouterr().out
     result = json.loads(out.strip().splitlines()[-1])
     assert result["precision"].startswith("bf16 (") and result["n"] == 4

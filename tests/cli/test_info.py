@@ -6,13 +6,20 @@ import vitkit
 from vitkit.checkpoint import save_checkpoint
 from vitkit.cli import main
 
-FORMATS = {"vitkit": ("ckpt", "model.safetensors"), "npz": ("m.npz", None), "timm": ("m.safetensors", None),
-           "pth": ("m.pth", None), "hf": ("hf", "model.safetensors")}
+FORMATS = {
+    "vitkit": ("ckpt", "model.safetensors"),
+    "npz": ("m.npz", None),
+    "timm": ("m.safetensors", None),
+    "pth": ("m.pth", None),
+    "hf": ("hf", "model.safetensors"),
+}
 
 
 def _damaged(tmp_path, format, how):
     name, inner = FORMATS[format]
-    path = save_checkpoint(vitkit.create_model("vit_test", mlp_act="gelu_tanh"), tmp_path / name, "timm" if format == "pth" else format)
+    path = save_checkpoint(
+        vitkit.create_model("vit_test", mlp_act="gelu_tanh"), tmp_path / name, "timm" if format == "pth" else format
+    )
     target = path / inner if inner else path
     data = target.read_bytes()
     target.write_bytes(data[: len(data) // 2] if how == "truncated" else data[:100] + bytes(len(data) - 100))

@@ -15,9 +15,22 @@ import pytest
 from PIL import Image
 
 CLASSES = ("ankle boot", "bag", "coat")
-TRAIN_ARGS = ("model.name=vit_test", "model.image_size=16", "model.depth=1", "train.steps=12", "train.batch_size=8",
-              "train.warmup_steps=2", "train.log_every=4", "train.eval_every=6", "train.checkpoint_every=6", "train.lr=3e-3",
-              "train.threads=1", "train.eval_batch_size=64", "augment.crop=none", "--no-progress")
+TRAIN_ARGS = (
+    "model.name=vit_test",
+    "model.image_size=16",
+    "model.depth=1",
+    "train.steps=12",
+    "train.batch_size=8",
+    "train.warmup_steps=2",
+    "train.log_every=4",
+    "train.eval_every=6",
+    "train.checkpoint_every=6",
+    "train.lr=3e-3",
+    "train.threads=1",
+    "train.eval_batch_size=64",
+    "augment.crop=none",
+    "--no-progress",
+)
 
 
 def make_images(root: Path, per_class: int, seed: int) -> None:
@@ -71,7 +84,9 @@ def one_line_error(done, *words: str) -> str:
 # -- 1. "test" only names images the model never trained on -----------------------------------
 def test_eval_refuses_a_test_split_the_data_does_not_have(own, vitkit_cmd, run_cli):
     data, run, _ = own
-    line = one_line_error(run_cli("eval", run, "--threads", "1"), "test", "train, val", "--split val")  # the console script
+    line = one_line_error(
+        run_cli("eval", run, "--threads", "1"), "test", "train, val", "--split val"
+    )  # the console script
     assert str(data) in line
     result = last_json(vitkit_cmd("eval", run, "--split", "val", "--json", "--threads", "1"))
     assert (result["data"], result["split"], result["n"]) == (str(data), "val", 12)  # the real val/, 3 classes x 4
@@ -81,33 +96,71 @@ def test_eval_refuses_a_test_split_the_data_does_not_have(own, vitkit_cmd, run_c
 
 def test_linear_probe_refuses_test_and_scores_val(own, vitkit_cmd, tmp_path):
     data, run, _ = own
-    one_line_error(vitkit_cmd("linear-probe", run, "--threads", "1", "--out", tmp_path / "a"), "test", "--test-split val")
-    result = last_json(vitkit_cmd("linear-probe", run, "--test-split", "val", "--l2", "1e-2", "--threads", "1", "--out", tmp_path / "b"))
+    one_line_error(
+        vitkit_cmd("linear-probe", run, "--threads", "1", "--out", tmp_path / "a"), "test", "--test-split val"
+    )
+    result = last_json(
+        vitkit_cmd(
+            "linear-probe", run, "--test-split", "val", "--l2", "1e-2", "--threads", "1", "--out", tmp_path / "b"
+        )
+    )
     assert (result["data"], result["split"], result["n"]) == (str(data), "val", 12)
     # l2 is not picked on the val images it is scored on, but on a held-out share of train/ (10% of 30)
     assert named(result["picked_on"]) == {"source": str(data / "train"), "selection": "0.1 held out (seed 0)", "n": 3}
-    assert named(result["fitted_on"]) == {"source": str(data / "train"), "selection": "all but the 0.1 held out (seed 0)", "n": 27}
+    assert named(result["fitted_on"]) == {
+        "source": str(data / "train"),
+        "selection": "all but the 0.1 held out (seed 0)",
+        "n": 27,
+    }
     assert "fitted on 27 images" in (tmp_path / "b" / "linear_probe.md").read_text()
     # the accuracy l2 was picked by is not named val_top1 beside "split": "val" (it is of the 3 held-out train images)
-    assert "val_top1" not in json.dumps(result) and 0 <= result["picking_top1"] <= 1 and set(result["runs"][0]) == {"l2", "picking_top1"}
+    assert (
+        "val_top1" not in json.dumps(result)
+        and 0 <= result["picking_top1"] <= 1
+        and set(result["runs"][0]) == {"l2", "picking_top1"}
+    )
     # a share that holds out no image (a traceback from the solver), or none at all (silently 0.1): one error each
-    one_line_error(vitkit_cmd("linear-probe", run, "--test-split", "val", "--val-fraction", "0.005", "--threads", "1", "--out", tmp_path / "c"),
-                   "no images to pick l2 on", "raise --val-fraction")
-    one_line_error(vitkit_cmd("linear-probe", run, "--test-split", "val", "--val-fraction", "0", "--threads", "1", "--out", tmp_path / "c"),
-                   "--val-fraction 0", "above 0")
+    one_line_error(
+        vitkit_cmd(
+            "linear-probe",
+            run,
+            "--test-split",
+            "val",
+            "--val-fraction",
+            "0.005",
+            "--threads",
+            "1",
+            "--out",
+            tmp_path / "c",
+        ),
+        "no images to pick l2 on",
+        "raise --val-fraction",
+    )
+    one_line_error(
+        vitkit_cmd(
+            "linear-probe", run, "--test-split", "val", "--val-fraction", "0", "--threads", "1", "--out", tmp_path / "c"
+        ),
+        "--val-fraction 0",
+        "above 0",
+    )
 
 
 @pytest.mark.parametrize("command", ["knn", "fewshot"])
 def test_features_fitted_and_scored_on_one_split_are_refused(own, vitkit_cmd, tmp_path, command):
     """fewshot --train-split val --test-split val drew its shots from the very images it scored, and said nothing."""
     _, run, _ = own
-    one_line_error(vitkit_cmd(command, run, "--train-split", "val", "--test-split", "val", "--out", tmp_path),
-                   "--train-split and --test-split are both val", "choose two splits")
+    one_line_error(
+        vitkit_cmd(command, run, "--train-split", "val", "--test-split", "val", "--out", tmp_path),
+        "--train-split and --test-split are both val",
+        "choose two splits",
+    )
 
 
 def test_knn_says_when_k_is_more_than_the_training_features(own, vitkit_cmd, tmp_path):
     _, run, _ = own
-    result = last_json(vitkit_cmd("knn", run, "--test-split", "val", "--k", "3,50", "--threads", "1", "--out", tmp_path))
+    result = last_json(
+        vitkit_cmd("knn", run, "--test-split", "val", "--k", "3,50", "--threads", "1", "--out", tmp_path)
+    )
     assert set(result["top1"]) == {"3", "50"} and result["n_train"] == 30
     table = (tmp_path / "knn.md").read_text()
     assert "| 50 (all 30) |" in table and "| 3 |" in table
@@ -116,27 +169,77 @@ def test_knn_says_when_k_is_more_than_the_training_features(own, vitkit_cmd, tmp
 def test_a_figure_on_the_images_that_picked_a_sweeps_model_says_so(own, vitkit_cmd, tmp_path):
     data, run, _ = own
     sweep = tmp_path / "sweep"
-    last_json(vitkit_cmd("finetune", "--from", run, "--lr", "0.003,0.01", "--steps", "2", "--batch-size", "8", "--out", sweep,
-                         "--no-progress", "train.threads=1", "train.warmup_steps=1", "train.eval_batch_size=64"))
+    last_json(
+        vitkit_cmd(
+            "finetune",
+            "--from",
+            run,
+            "--lr",
+            "0.003,0.01",
+            "--steps",
+            "2",
+            "--batch-size",
+            "8",
+            "--out",
+            sweep,
+            "--no-progress",
+            "train.threads=1",
+            "train.warmup_steps=1",
+            "train.eval_batch_size=64",
+        )
+    )
     picked = json.loads((sweep / "sweep.json").read_text())["best"]["run"]
-    assert f"by final top-1 on the val split: 12 images ({data / 'val'}, all)." in (sweep / "sweep.md").read_text()  # which, how many
+    assert (
+        f"by final top-1 on the val split: 12 images ({data / 'val'}, all)." in (sweep / "sweep.md").read_text()
+    )  # which, how many
     other = ({"lr_0.003", "lr_0.01"} - {picked}).pop()
-    for checkpoint, split, warned in [(sweep, "val", True), (sweep / picked, "val", True), (sweep, "train", False), (sweep / other, "val", False)]:
+    for checkpoint, split, warned in [
+        (sweep, "val", True),
+        (sweep / picked, "val", True),
+        (sweep, "train", False),
+        (sweep / other, "val", False),
+    ]:
         done = vitkit_cmd("eval", checkpoint, "--split", split, "--json", "--threads", "1")
         assert last_json(done)["picked_on_this_split"] is warned, (checkpoint, split)
         assert ("note: these val images picked this model's learning rate among 2 runs" in done.stdout) is warned
-    done = vitkit_cmd("eval", sweep, "--data", data / "val", "--json", "--threads", "1")  # the same images as one folder: "all"
-    assert last_json(done)["picked_on_this_split"] and "note: these images picked this model's learning rate" in done.stdout
-    scored = last_json(vitkit_cmd("knn", sweep, "--test-split", "val", "--k", "3", "--threads", "1", "--out", tmp_path / "knn"))
-    assert scored["picked_on_this_split"] and "Note: these val images picked" in (tmp_path / "knn" / "knn.md").read_text()
-    baseline = last_json(vitkit_cmd("knn", sweep, "--test-split", "val", "--k", "3", "--random-init", "0", "--threads", "1", "--out", tmp_path / "r"))
+    done = vitkit_cmd(
+        "eval", sweep, "--data", data / "val", "--json", "--threads", "1"
+    )  # the same images as one folder: "all"
+    assert (
+        last_json(done)["picked_on_this_split"]
+        and "note: these images picked this model's learning rate" in done.stdout
+    )
+    scored = last_json(
+        vitkit_cmd("knn", sweep, "--test-split", "val", "--k", "3", "--threads", "1", "--out", tmp_path / "knn")
+    )
+    assert (
+        scored["picked_on_this_split"] and "Note: these val images picked" in (tmp_path / "knn" / "knn.md").read_text()
+    )
+    baseline = last_json(
+        vitkit_cmd(
+            "knn",
+            sweep,
+            "--test-split",
+            "val",
+            "--k",
+            "3",
+            "--random-init",
+            "0",
+            "--threads",
+            "1",
+            "--out",
+            tmp_path / "r",
+        )
+    )
     assert not baseline["picked_on_this_split"]  # random weights: nothing was picked
     # the picked model converted, or copied out of the sweep, still says so (it said nothing: the pick lived in sweep.json)
     assert vitkit_cmd("convert", sweep, tmp_path / "picked.safetensors").returncode == 0
     shutil.copytree(sweep / picked / "final", tmp_path / "copied")
     for checkpoint in (tmp_path / "picked.safetensors", tmp_path / "copied"):
         done = vitkit_cmd("eval", checkpoint, "--split", "val", "--json", "--threads", "1")
-        assert last_json(done)["picked_on_this_split"] and "picked this model's learning rate among 2 runs" in done.stdout
+        assert (
+            last_json(done)["picked_on_this_split"] and "picked this model's learning rate among 2 runs" in done.stdout
+        )
     shutil.copytree(sweep, tmp_path / "kept")
     sweep.rename(tmp_path / "moved")  # the note names the sweep.json that is there now (it named the old path)
     done = vitkit_cmd("eval", tmp_path / "moved", "--split", "val", "--json", "--threads", "1")
@@ -150,12 +253,18 @@ def test_a_figure_on_the_images_that_picked_a_sweeps_model_says_so(own, vitkit_c
     unfinished = tmp_path / "unfinished"  # a sweep cut before its first run finished holds only its plan
     unfinished.mkdir()
     shutil.copy(sweep / "finetune.json", unfinished)
-    one_line_error(vitkit_cmd("eval", unfinished, "--split", "val"), "a fine-tuning sweep that has not finished", "vitkit finetune")
+    one_line_error(
+        vitkit_cmd("eval", unfinished, "--split", "val"), "a fine-tuning sweep that has not finished", "vitkit finetune"
+    )
 
 
 def test_a_data_path_given_through_dot_dot_is_recorded_without_it(own, vitkit_cmd, tmp_path):
     data, _, _ = own
-    last_json(vitkit_cmd("train", "--data", f"../{data.parent.name}/data", "--out", tmp_path / "run", *TRAIN_ARGS, cwd=data.parent))
+    last_json(
+        vitkit_cmd(
+            "train", "--data", f"../{data.parent.name}/data", "--out", tmp_path / "run", *TRAIN_ARGS, cwd=data.parent
+        )
+    )
     recorded = json.loads((tmp_path / "run" / "final" / "config.json").read_text())["data"]["path"]
     assert recorded == str(data) and ".." not in recorded  # it holds without the directory it was given from
 
@@ -167,11 +276,18 @@ def test_resume_refuses_data_that_changed_since_the_checkpoint(own, vitkit_cmd, 
     last_json(vitkit_cmd("train", "--data", tmp_path / "data", "--out", tmp_path / "run", *args, "train.steps=6"))
     added = tmp_path / "data" / "train" / "bag" / "extra.png"
     shutil.copy(next((tmp_path / "data" / "train" / "bag").glob("*.png")), added)
-    line = one_line_error(vitkit_cmd("train", "--resume", tmp_path / "run", "train.steps=12", "--no-progress"),
-                          "the train split changed", "30 images", "31 images", "model.init=")
+    line = one_line_error(
+        vitkit_cmd("train", "--resume", tmp_path / "run", "train.steps=12", "--no-progress"),
+        "the train split changed",
+        "30 images",
+        "31 images",
+        "model.init=",
+    )
     assert str(tmp_path / "data" / "train") in line
     added.unlink()  # as it was: the resume goes on
-    assert last_json(vitkit_cmd("train", "--resume", tmp_path / "run", "train.steps=12", "--no-progress"))["steps"] == 12
+    assert (
+        last_json(vitkit_cmd("train", "--resume", tmp_path / "run", "train.steps=12", "--no-progress"))["steps"] == 12
+    )
 
 
 def test_a_held_out_val_cut_again_from_changed_data_is_refused_by_every_evaluation(own, vitkit_cmd, tmp_path):
@@ -184,39 +300,75 @@ def test_a_held_out_val_cut_again_from_changed_data_is_refused_by_every_evaluati
     assert (before["n"], before["images"]["selection"]) == (3, "0.1 held out (seed 0)")
     for i in range(6):
         shutil.copy(data / "val" / "coat" / "000.png", tmp_path / "data" / "train" / "coat" / f"new{i}.png")
-    for command, extra in (("eval", ("--split", "val")), ("knn", ("--test-split", "val", "--k", "3", "--out", tmp_path / "knn")),
-                           ("linear-probe", ("--test-split", "val", "--l2", "1e-2", "--out", tmp_path / "probe"))):
-        line = one_line_error(vitkit_cmd(command, tmp_path / "run", *extra, "--threads", "1"),
-                              "the val split is cut from the training images", "3 images", "4 images", "trained on")
+    for command, extra in (
+        ("eval", ("--split", "val")),
+        ("knn", ("--test-split", "val", "--k", "3", "--out", tmp_path / "knn")),
+        ("linear-probe", ("--test-split", "val", "--l2", "1e-2", "--out", tmp_path / "probe")),
+    ):
+        line = one_line_error(
+            vitkit_cmd(command, tmp_path / "run", *extra, "--threads", "1"),
+            "the val split is cut from the training images",
+            "3 images",
+            "4 images",
+            "trained on",
+        )
         assert str(tmp_path / "data" / "train") in line
-    one_line_error(vitkit_cmd("eval", tmp_path / "run", "--split", "val", "--val-fraction", "0.3", "--data", tmp_path / "data"),
-                   "0.3 held out", "--val-fraction at 0.1")
+    one_line_error(
+        vitkit_cmd("eval", tmp_path / "run", "--split", "val", "--val-fraction", "0.3", "--data", tmp_path / "data"),
+        "0.3 held out",
+        "--val-fraction at 0.1",
+    )
     for i in range(6):
         (tmp_path / "data" / "train" / "coat" / f"new{i}.png").unlink()  # as it was: the same 3 images again
-    assert last_json(vitkit_cmd("eval", tmp_path / "run", "--split", "val", "--json", "--threads", "1"))["top1"] == before["top1"]
+    assert (
+        last_json(vitkit_cmd("eval", tmp_path / "run", "--split", "val", "--json", "--threads", "1"))["top1"]
+        == before["top1"]
+    )
     moved = tmp_path / "data" / "train" / "coat" / "000.png"  # the same count, one image renamed: another cut
     moved.rename(moved.with_name("zzz.png"))
-    one_line_error(vitkit_cmd("eval", tmp_path / "run", "--split", "val", "--threads", "1"), "the val split is cut from the training images")
+    one_line_error(
+        vitkit_cmd("eval", tmp_path / "run", "--split", "val", "--threads", "1"),
+        "the val split is cut from the training images",
+    )
 
 
 def test_eval_scores_other_data_by_class_name_and_refuses_classes_the_model_lacks(own, vitkit_cmd, tmp_path):
     data, run, _ = own
     shutil.copytree(data / "val" / "coat", tmp_path / "coats" / "val" / "coat")  # one class of three, the model's last
     shutil.copytree(data / "train" / "coat", tmp_path / "coats" / "train" / "coat")
-    by_name = last_json(vitkit_cmd("eval", run, "--data", tmp_path / "coats", "--split", "val", "--json", "--threads", "1"))
+    by_name = last_json(
+        vitkit_cmd("eval", run, "--data", tmp_path / "coats", "--split", "val", "--json", "--threads", "1")
+    )
     own = last_json(vitkit_cmd("eval", run, "--split", "val", "--json", "--threads", "1"))
     wanted = own["per_class"]["coat"]
     assert by_name["n"] == 4 and by_name["top1"] == wanted  # label 0 of that folder is the model's class 2
     # the run's own val figure is not replaced by one of other data (it was: both RUN/eval/confusion_val.png)
-    assert Path(own["confusion_png"]).name == "confusion_val.png" and Path(by_name["confusion_png"]).name.startswith("confusion_val_coats_")
+    assert Path(own["confusion_png"]).name == "confusion_val.png" and Path(by_name["confusion_png"]).name.startswith(
+        "confusion_val_coats_"
+    )
     assert by_name["per_class"] == {"ankle boot": None, "bag": None, "coat": wanted}
-    assert by_name["per_class_n"] == {"ankle boot": 0, "bag": 0, "coat": 4} and sum(own["per_class_n"].values()) == own["n"]
+    assert (
+        by_name["per_class_n"] == {"ankle boot": 0, "bag": 0, "coat": 4}
+        and sum(own["per_class_n"].values()) == own["n"]
+    )
     text = vitkit_cmd("eval", run, "--data", tmp_path / "coats", "--split", "val", "--threads", "1").stdout
-    assert f"  coat        {wanted:.4f}  (4 images)" in text and "  bag         -       (no images)" in text  # each figure: how many
+    assert (
+        f"  coat        {wanted:.4f}  (4 images)" in text and "  bag         -       (no images)" in text
+    )  # each figure: how many
     shutil.copytree(data / "val" / "bag", tmp_path / "other" / "val" / "handbag")
     shutil.copytree(data / "train" / "bag", tmp_path / "other" / "train" / "handbag")
-    one_line_error(vitkit_cmd("eval", run, "--data", tmp_path / "other", "--split", "val"), "'handbag'", "ankle boot, bag, coat", "--labels-by-index")
-    assert last_json(vitkit_cmd("eval", run, "--data", tmp_path / "other", "--split", "val", "--labels-by-index", "--json"))["n"] == 4
+    one_line_error(
+        vitkit_cmd("eval", run, "--data", tmp_path / "other", "--split", "val"),
+        "'handbag'",
+        "ankle boot, bag, coat",
+        "--labels-by-index",
+    )
+    assert (
+        last_json(
+            vitkit_cmd("eval", run, "--data", tmp_path / "other", "--split", "val", "--labels-by-index", "--json")
+        )["n"]
+        == 4
+    )
 
 
 def test_eval_of_a_folder_without_splits_scores_every_image_in_it(own, vitkit_cmd, tmp_path):
@@ -225,8 +377,13 @@ def test_eval_of_a_folder_without_splits_scores_every_image_in_it(own, vitkit_cm
     data, run, _ = own
     every = last_json(vitkit_cmd("eval", run, "--data", data / "val", "--json", "--threads", "1"))
     assert (every["split"], every["n"], every["images"]["selection"]) == ("all", 12, "all")
-    assert every["top1"] == last_json(vitkit_cmd("eval", run, "--split", "val", "--json", "--threads", "1"))["top1"]  # the same 12
-    assert last_json(vitkit_cmd("eval", run, "--data", data / "val", "--split", "val", "--json", "--threads", "1"))["n"] == 1
+    assert (
+        every["top1"] == last_json(vitkit_cmd("eval", run, "--split", "val", "--json", "--threads", "1"))["top1"]
+    )  # the same 12
+    assert (
+        last_json(vitkit_cmd("eval", run, "--data", data / "val", "--split", "val", "--json", "--threads", "1"))["n"]
+        == 1
+    )
     one_line_error(vitkit_cmd("eval", run, "--data", data, "--split", "all"), "--split all:", "has splits")
 
 
@@ -235,7 +392,9 @@ def test_eval_stops_at_an_unreadable_image_or_scores_without_it_saying_so(own, v
     make_images(tmp_path / "held" / "photos", per_class=2, seed=3)
     (tmp_path / "held" / "photos" / "bag" / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n not really")
     one_line_error(vitkit_cmd("eval", run, "--data", tmp_path / "held" / "photos"), "broken.png", "--skip-unreadable")
-    done = vitkit_cmd("eval", run, "--data", tmp_path / "held" / "photos", "--skip-unreadable", "--json", "--threads", "1")
+    done = vitkit_cmd(
+        "eval", run, "--data", tmp_path / "held" / "photos", "--skip-unreadable", "--json", "--threads", "1"
+    )
     result = last_json(done)
     assert (result["n"], result["images"]["n"]) == (6, 7) and result["unreadable"][0]["path"].endswith("broken.png")
     assert "(6 images: " in done.stdout and ", 1 unreadable skipped; " in done.stdout
@@ -247,8 +406,12 @@ def test_frozen_feature_commands_skip_unreadable_images_when_asked_and_say_so(ow
     """One broken file stopped fewshot, knn and linear-probe with no way round it (train skips such files by default)."""
     data, run, _ = own
     shutil.copytree(data, tmp_path / "data")
-    (tmp_path / "data" / "train" / "bag" / "000.png").write_bytes(b"\x89PNG\r\n\x1a\n not really")  # 10 a class, one broken
-    extra = {"knn": ("--k", "3"), "fewshot": ("--shots", "9", "--seeds", "1"), "linear-probe": ("--l2", "1e-2")}[command]
+    (tmp_path / "data" / "train" / "bag" / "000.png").write_bytes(
+        b"\x89PNG\r\n\x1a\n not really"
+    )  # 10 a class, one broken
+    extra = {"knn": ("--k", "3"), "fewshot": ("--shots", "9", "--seeds", "1"), "linear-probe": ("--l2", "1e-2")}[
+        command
+    ]
     args = (command, run, "--data", tmp_path / "data", "--test-split", "val", *extra, "--threads", "1")
     one_line_error(vitkit_cmd(*args, "--out", tmp_path / "a"), "000.png", "--skip-unreadable leaves such files out")
     result = last_json(vitkit_cmd(*args, "--skip-unreadable", "--out", tmp_path / "b"))
@@ -257,7 +420,9 @@ def test_frozen_feature_commands_skip_unreadable_images_when_asked_and_say_so(ow
     assert "; 1 unreadable image of the other splits it read left out" in report  # of train, not the scored split
     if command == "knn":
         assert result["n_train"] == 29 and "the 29 readable of 30 images" in report
-    if command == "fewshot":  # 9 shots of 10 images a class: where the broken one is drawn, bag is drawn again without it
+    if (
+        command == "fewshot"
+    ):  # 9 shots of 10 images a class: where the broken one is drawn, bag is drawn again without it
         assert 27 <= result["n_train_features"] <= 29 and 0 <= result["shots"]["9"]["mean"] <= 1  # readable ones only
 
 
@@ -269,7 +434,9 @@ def test_a_report_on_other_data_is_written_beside_the_one_on_the_runs_own_data(o
     args = ("--test-split", "val", "--k", "3", "--threads", "1")
     last_json(vitkit_cmd("knn", tmp_path / "run", *args))
     first = (tmp_path / "run" / "knn" / "knn.json").read_text()
-    assert last_json(vitkit_cmd("knn", tmp_path / "run", "--data", tmp_path / "other", *args))["data"] == str(tmp_path / "other")
+    assert last_json(vitkit_cmd("knn", tmp_path / "run", "--data", tmp_path / "other", *args))["data"] == str(
+        tmp_path / "other"
+    )
     assert (tmp_path / "run" / "knn" / "knn.json").read_text() == first
     assert [p.parent.name.startswith("knn_other_") for p in (tmp_path / "run").glob("knn_*/knn.json")] == [True]
 
@@ -289,24 +456,41 @@ def test_eval_says_which_scored_images_are_copies_of_training_images(own, vitkit
     assert "copies_of_training_images" not in clean
     # the frozen-feature commands scored them unsaid
     for command in (["knn", "--k", "1"], ["fewshot", "--shots", "1", "--seeds", "1"]):
-        done = vitkit_cmd(*command[:1], run, "--data", tmp_path / "d", "--test-split", "test", "--threads", "1", *command[1:])
-        assert last_json(done)["copies_of_training_images"] == 3 and "3 of these test images are byte-identical" in done.stdout
+        done = vitkit_cmd(
+            *command[:1], run, "--data", tmp_path / "d", "--test-split", "test", "--threads", "1", *command[1:]
+        )
+        assert (
+            last_json(done)["copies_of_training_images"] == 3
+            and "3 of these test images are byte-identical" in done.stdout
+        )
     done = vitkit_cmd("knn", run, "--data", data, "--test-split", "val", "--k", "1", "--threads", "1")
     assert "copies_of_training_images" not in last_json(done)
     from vitkit.cli._copies import (
         copies_note,  # a scored file that is itself a training image: named once ("x = x" before)
     )
 
-    assert "(e.g. a/x.png, itself a training image)" in copies_note({"images": 1, "example": ["a/x.png", "a/x.png"]}, "val")
+    assert "(e.g. a/x.png, itself a training image)" in copies_note(
+        {"images": 1, "example": ["a/x.png", "a/x.png"]}, "val"
+    )
 
 
-@pytest.mark.parametrize("command", [["knn", "--k", "1"], ["fewshot", "--shots", "1"], ["linear-probe"], ["finetune", "--lr", "0.01", "--steps", "1"]])
+@pytest.mark.parametrize(
+    "command",
+    [["knn", "--k", "1"], ["fewshot", "--shots", "1"], ["linear-probe"], ["finetune", "--lr", "0.01", "--steps", "1"]],
+)
 def test_an_out_that_cannot_hold_the_results_is_refused_before_any_work(own, vitkit_cmd, tmp_path, command):
     """A file as --out was found after all the feature work ("afile: File exists", 14-48 s later), and finetune printed its
     data line first ("Not a directory")."""
     _, run, _ = own
     (tmp_path / "afile").write_text("mine")
-    args = [command[0], *(["--from"] if command[0] == "finetune" else []), run, *command[1:], "--out", tmp_path / "afile" / "x"]
+    args = [
+        command[0],
+        *(["--from"] if command[0] == "finetune" else []),
+        run,
+        *command[1:],
+        "--out",
+        tmp_path / "afile" / "x",
+    ]
     done = vitkit_cmd(*args)
     assert done.stdout == "" and (tmp_path / "afile").read_text() == "mine"
     one_line_error(done, f"{tmp_path / 'afile'}: is a file, not a directory", "choose another --out")
@@ -331,12 +515,29 @@ def test_fewshot_draws_every_shot_from_readable_images(own, vitkit_cmd, tmp_path
     data, run, _ = own
     shutil.copytree(data, tmp_path / "data")
     (tmp_path / "data" / "train" / "bag" / "000.png").write_bytes(b"not an image")  # bag: 9 readable of 10
-    args = ("fewshot", run, "--data", tmp_path / "data", "--test-split", "val", "--seeds", "3", "--skip-unreadable", "--threads", "1")
+    args = (
+        "fewshot",
+        run,
+        "--data",
+        tmp_path / "data",
+        "--test-split",
+        "val",
+        "--seeds",
+        "3",
+        "--skip-unreadable",
+        "--threads",
+        "1",
+    )
     result = last_json(vitkit_cmd(*args, "--shots", "9", "--out", tmp_path / "a"))
     assert result["n_train_features"] == 29  # bag's 9 readable images in every draw, the others' 10 between the seeds
-    done = vitkit_cmd(*args, "--shots", "10", "--out", tmp_path / "b")  # the one warning of the skipped image, then one error
+    done = vitkit_cmd(
+        *args, "--shots", "10", "--out", tmp_path / "b"
+    )  # the one warning of the skipped image, then one error
     assert done.returncode == 2 and "Traceback" not in done.stderr
-    assert "class 'bag' has 9 readable training images, fewer than 10 shots; ask for fewer --shots" in done.stderr.strip().splitlines()[-1]
+    assert (
+        "class 'bag' has 9 readable training images, fewer than 10 shots; ask for fewer --shots"
+        in done.stderr.strip().splitlines()[-1]
+    )
 
 
 def test_train_warns_of_val_images_that_are_copies_of_training_images(own, run_cli, tmp_path):
@@ -347,8 +548,10 @@ def test_train_warns_of_val_images_that_are_copies_of_training_images(own, run_c
     shutil.copy(data / "train" / "coat" / "003.png", tmp_path / "data" / "val" / "coat" / "again.png")
     done = run_cli("train", "--data", "data", "--out", "run", *TRAIN_ARGS, "train.steps=2", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    assert ("warning    1 val image is byte-identical to training images (e.g. "
-            f"{tmp_path / 'data' / 'val' / 'coat' / 'again.png'} = {tmp_path / 'data' / 'train' / 'coat' / '003.png'})") in done.stdout
+    assert (
+        "warning    1 val image is byte-identical to training images (e.g. "
+        f"{tmp_path / 'data' / 'val' / 'coat' / 'again.png'} = {tmp_path / 'data' / 'train' / 'coat' / '003.png'})"
+    ) in done.stdout
 
 
 def test_a_fine_tuned_model_knows_the_images_it_was_pre_trained_on(own, vitkit_cmd, tmp_path):
@@ -360,29 +563,58 @@ def test_a_fine_tuned_model_knows_the_images_it_was_pre_trained_on(own, vitkit_c
     for folder in sorted((data / "train").iterdir()):  # test/: one image of each class the pre-training saw
         (tmp_path / "b" / "test" / folder.name).mkdir(parents=True)
         shutil.copy(sorted(folder.iterdir())[0], tmp_path / "b" / "test" / folder.name / "seen.png")
-    done = vitkit_cmd("finetune", "--from", run, "--data", tmp_path / "b", "--image-size", "16", "--lr", "0.01", "--steps", "1",
-                      "--batch-size", "8", "--out", tmp_path / "ft", "--no-progress", "train.warmup_steps=1", "train.threads=1",
-                      "augment.crop=none")
+    done = vitkit_cmd(
+        "finetune",
+        "--from",
+        run,
+        "--data",
+        tmp_path / "b",
+        "--image-size",
+        "16",
+        "--lr",
+        "0.01",
+        "--steps",
+        "1",
+        "--batch-size",
+        "8",
+        "--out",
+        tmp_path / "ft",
+        "--no-progress",
+        "train.warmup_steps=1",
+        "train.threads=1",
+        "augment.crop=none",
+    )
     assert done.returncode == 0, done.stderr
     assert json.loads((tmp_path / "ft" / "final" / "config.json").read_text())["pretrained_on"][0]["path"] == str(data)
     done = vitkit_cmd("eval", tmp_path / "ft", "--split", "test", "--json", "--threads", "1")
     assert last_json(done)["copies_of_training_images"] == 3
-    assert "note: 3 of these test images are byte-identical to images the model, or the checkpoint it was fine-tuned from, trained on" in done.stdout
+    assert (
+        "note: 3 of these test images are byte-identical to images the model, or the checkpoint it was fine-tuned from, trained on"
+        in done.stdout
+    )
     done = vitkit_cmd("inspect", tmp_path / "ft", "--images", tmp_path / "b" / "test", "--out", tmp_path / "insp")
     assert done.returncode == 0 and "3 of them in this model's training data" in done.stdout.splitlines()[0]
-    assert f"pre-trained on {data}, split train" in json.loads((tmp_path / "insp" / "inspection.json").read_text())["training_data"]
+    assert (
+        f"pre-trained on {data}, split train"
+        in json.loads((tmp_path / "insp" / "inspection.json").read_text())["training_data"]
+    )
 
 
 def test_an_out_inside_the_data_folder_is_refused_in_words_that_say_so(own, vitkit_cmd):
     """train --data DIR --out DIR/run failed with "DIR/run: empty class folder", blaming a folder the user never made."""
     data, _, _ = own
     before = sorted(p.name for p in data.iterdir())
-    one_line_error(vitkit_cmd("train", "--data", data, "--out", data / "run", *TRAIN_ARGS), "is inside the data folder",
-                   "choose an --out outside it")
+    one_line_error(
+        vitkit_cmd("train", "--data", data, "--out", data / "run", *TRAIN_ARGS),
+        "is inside the data folder",
+        "choose an --out outside it",
+    )
     assert sorted(p.name for p in data.iterdir()) == before
 
 
-def test_splits_that_changed_since_training_are_said_and_unreadable_files_are_counted_where_they_are(own, run_cli, vitkit_cmd, tmp_path):
+def test_splits_that_changed_since_training_are_said_and_unreadable_files_are_counted_where_they_are(
+    own, run_cli, vitkit_cmd, tmp_path
+):
     """A training image moved into val/ after training was scored as held out with no word (the record's digests said
     the splits had changed; only --resume looked), and knn put the training split's unreadable files on the scored one."""
     data, _, _ = own
@@ -391,17 +623,42 @@ def test_splits_that_changed_since_training_are_said_and_unreadable_files_are_co
     (tmp_path / "data" / "train" / "bag" / "000.png").rename(tmp_path / "data" / "val" / "bag" / "moved.png")
     done = vitkit_cmd("eval", tmp_path / "run", "--split", "val", "--json", "--threads", "1")
     changed = last_json(done)["changed_since_training"]
-    assert sorted(changed) == ["train", "val"] and (changed["train"]["then"]["n"], changed["train"]["now"]["n"]) == (30, 29)
-    assert (f"note: the train split changed since the checkpoint was trained (30 images ({tmp_path / 'data' / 'train'}, all) then, "
-            "29 images") in done.stdout and "note: the val split changed since" in done.stdout
-    done = vitkit_cmd("inspect", tmp_path / "run", "--split", "val", "--out", tmp_path / "insp")  # it said "none of them trained on"
+    assert sorted(changed) == ["train", "val"] and (changed["train"]["then"]["n"], changed["train"]["now"]["n"]) == (
+        30,
+        29,
+    )
+    assert (
+        f"note: the train split changed since the checkpoint was trained (30 images ({tmp_path / 'data' / 'train'}, all) then, "
+        "29 images"
+    ) in done.stdout and "note: the val split changed since" in done.stdout
+    done = vitkit_cmd(
+        "inspect", tmp_path / "run", "--split", "val", "--out", tmp_path / "insp"
+    )  # it said "none of them trained on"
     assert done.returncode == 0 and "not checked against its training data" in done.stdout.splitlines()[0]
-    assert "changed since the checkpoint was trained" in json.loads((tmp_path / "insp" / "inspection.json").read_text())["training_data"]
+    assert (
+        "changed since the checkpoint was trained"
+        in json.loads((tmp_path / "insp" / "inspection.json").read_text())["training_data"]
+    )
     (tmp_path / "data" / "train" / "bag" / "bad.png").write_bytes(b"not an image")
-    done = vitkit_cmd("knn", tmp_path / "run", "--test-split", "val", "--k", "1", "--threads", "1", "--skip-unreadable", "--out", tmp_path / "knn")
+    done = vitkit_cmd(
+        "knn",
+        tmp_path / "run",
+        "--test-split",
+        "val",
+        "--k",
+        "1",
+        "--threads",
+        "1",
+        "--skip-unreadable",
+        "--out",
+        tmp_path / "knn",
+    )
     assert sorted(last_json(done)["changed_since_training"]) == ["train", "val"]
     report = (tmp_path / "knn" / "knn.md").read_text()
-    assert f"(13 images: {tmp_path / 'data' / 'val'}, all); 1 unreadable image of the other splits it read left out" in report
+    assert (
+        f"(13 images: {tmp_path / 'data' / 'val'}, all); 1 unreadable image of the other splits it read left out"
+        in report
+    )
     assert "The train split changed since the checkpoint was trained" in report
     # the data moved away: --data names other images to score (it was refused: "pass --data PATH", with --data given), and
     # the copy check cannot be done, which is said (it was left out unsaid)
@@ -443,12 +700,39 @@ def test_the_checkpoint_records_exactly_which_images_trained_it(own):
 def test_frozen_feature_commands_default_to_the_checkpoints_data(own, vitkit_cmd, tmp_path, command):
     data, run, _ = own
     extra = ("--shots", "2", "--seeds", "1") if command == "fewshot" else ("--k", "3")
-    one_line_error(vitkit_cmd(command, run, *extra, "--threads", "1", "--out", tmp_path / "a"), "test", "train, val", "--test-split val")
-    one_line_error(vitkit_cmd(command, run, *extra, "--data", data / "train", "--val-fraction", "0", "--threads", "1", "--out", tmp_path / "a"),
-                   "has no 'test' split (it has train)", "--val-fraction 0.1", "--test-split val")
-    result = last_json(vitkit_cmd(command, run, *extra, "--test-split", "val", "--threads", "1", "--out", tmp_path / "b"))
+    one_line_error(
+        vitkit_cmd(command, run, *extra, "--threads", "1", "--out", tmp_path / "a"),
+        "test",
+        "train, val",
+        "--test-split val",
+    )
+    one_line_error(
+        vitkit_cmd(
+            command,
+            run,
+            *extra,
+            "--data",
+            data / "train",
+            "--val-fraction",
+            "0",
+            "--threads",
+            "1",
+            "--out",
+            tmp_path / "a",
+        ),
+        "has no 'test' split (it has train)",
+        "--val-fraction 0.1",
+        "--test-split val",
+    )
+    result = last_json(
+        vitkit_cmd(command, run, *extra, "--test-split", "val", "--threads", "1", "--out", tmp_path / "b")
+    )
     assert (result["data"], result["split"], result["n"]) == (str(data), "val", 12)
-    train = {"source": str(data / "train"), "selection": "all", "n": 30}  # the images it fits on (or votes among) are named too
+    train = {
+        "source": str(data / "train"),
+        "selection": "all",
+        "n": 30,
+    }  # the images it fits on (or votes among) are named too
     assert named(result["shots_from" if command == "fewshot" else "memory_bank"]) == train
     assert f"30 images ({data / 'train'}, all)" in (tmp_path / "b" / f"{command}.md").read_text()
 
@@ -459,11 +743,20 @@ def test_fewshot_runs_the_paper_shots_the_smallest_class_has_images_for(own, vit
     _, run, _ = own
     done = vitkit_cmd("fewshot", run, "--test-split", "val", "--seeds", "1", "--threads", "1", "--out", tmp_path / "d")
     result = last_json(done)
-    assert list(result["shots"]) == ["1", "5", "10"] and (result["shots_left_out"], result["fewest_per_class"]) == ([25], 10)
+    assert list(result["shots"]) == ["1", "5", "10"] and (result["shots_left_out"], result["fewest_per_class"]) == (
+        [25],
+        10,
+    )
     assert "vitkit fewshot: 25 shots left out: class 'ankle boot' has 10 images in " in done.stdout
-    assert "25 shots left out: the smallest class has 10 training images." in (tmp_path / "d" / "fewshot.md").read_text()
-    one_line_error(vitkit_cmd("fewshot", run, "--test-split", "val", "--shots", "5,11", "--threads", "1", "--out", tmp_path / "e"),
-                   "class 'ankle boot' has 10 images in ", "fewer than 11 shots", "--shots")
+    assert (
+        "25 shots left out: the smallest class has 10 training images." in (tmp_path / "d" / "fewshot.md").read_text()
+    )
+    one_line_error(
+        vitkit_cmd("fewshot", run, "--test-split", "val", "--shots", "5,11", "--threads", "1", "--out", tmp_path / "e"),
+        "class 'ankle boot' has 10 images in ",
+        "fewer than 11 shots",
+        "--shots",
+    )
 
 
 # -- 4. relative data paths, moved data ---------------------------------------------------------
@@ -474,9 +767,14 @@ def test_eval_from_another_directory_and_after_the_data_moved(own, vitkit_cmd, t
     shutil.copytree(data, moved)
     shutil.copytree(run, tmp_path / "run")
     (tmp_path / "run" / "final" / "config.json").write_text(
-        (tmp_path / "run" / "final" / "config.json").read_text().replace(str(data), str(tmp_path / "gone")))
-    one_line_error(vitkit_cmd("eval", tmp_path / "run", "--split", "val", "--threads", "1"), str(tmp_path / "gone"), "--data")
-    result = last_json(vitkit_cmd("eval", tmp_path / "run", "--split", "val", "--data", moved, "--json", "--threads", "1"))
+        (tmp_path / "run" / "final" / "config.json").read_text().replace(str(data), str(tmp_path / "gone"))
+    )
+    one_line_error(
+        vitkit_cmd("eval", tmp_path / "run", "--split", "val", "--threads", "1"), str(tmp_path / "gone"), "--data"
+    )
+    result = last_json(
+        vitkit_cmd("eval", tmp_path / "run", "--split", "val", "--data", moved, "--json", "--threads", "1")
+    )
     assert (result["data"], result["n"]) == (str(moved), 12)
 
 
@@ -497,14 +795,30 @@ def test_every_command_accepts_a_run_directory_its_final_and_a_step_checkpoint(o
         assert last_json(vitkit_cmd("info", ckpt, "--json"))["format"] == "vitkit"
         assert "bag" in vitkit_cmd("predict", ckpt, image, "--threads", "1").stdout
     done = vitkit_cmd("export", step, "--format", "torchscript", "--out", tmp_path / "step.pt", "--threads", "1")
-    assert done.returncode == 0 and "step.pt.json" in done.stdout, done.stderr  # class names and preprocessing beside it
+    assert done.returncode == 0 and "step.pt.json" in done.stdout, (
+        done.stderr
+    )  # class names and preprocessing beside it
     assert json.loads((tmp_path / "step.pt.json").read_text())["class_names"] == list(CLASSES)
     assert vitkit_cmd("convert", run / "final", tmp_path / "final.npz").returncode == 0
-    done = vitkit_cmd("inspect", run, "--images", data / "val", "--out", tmp_path / "inspect", "--num-images", "6", "--show", "3",
-                      "--threads", "1")
+    done = vitkit_cmd(
+        "inspect",
+        run,
+        "--images",
+        data / "val",
+        "--out",
+        tmp_path / "inspect",
+        "--num-images",
+        "6",
+        "--show",
+        "3",
+        "--threads",
+        "1",
+    )
     assert done.returncode == 0, done.stderr
     shown = json.loads((tmp_path / "inspect" / "inspection.json").read_text())["shown"]
-    assert [Path(s["image"]).parent.name for s in shown] == list(CLASSES)  # spread over the classes, not the first one's images
+    assert [Path(s["image"]).parent.name for s in shown] == list(
+        CLASSES
+    )  # spread over the classes, not the first one's images
     assert all(s["label"].startswith(f"true: {Path(s['image']).parent.name}\npred: ") for s in shown)
 
 
@@ -538,7 +852,9 @@ def test_convert_round_trip_keeps_class_names_and_logits(own, vitkit_cmd, tmp_pa
     assert recorded["class_names"] == list(CLASSES) and recorded["data"]["path"] == str(data)
     x = torch.randn(2, 3, 16, 16)
     with torch.no_grad():
-        tol = 1e-3 if target.endswith(".npz") else 1e-5  # .npz loads with Flax's tanh-GELU and LayerNorm eps (documented)
+        tol = (
+            1e-3 if target.endswith(".npz") else 1e-5
+        )  # .npz loads with Flax's tanh-GELU and LayerNorm eps (documented)
         torch.testing.assert_close(vitkit.load_pretrained(back)(x), vitkit.load_pretrained(run)(x), atol=tol, rtol=tol)
 
 
@@ -546,17 +862,40 @@ def test_convert_round_trip_keeps_class_names_and_logits(own, vitkit_cmd, tmp_pa
 def test_train_on_a_folder_fits_the_model_to_the_images_and_states_the_plan(own, vitkit_cmd, tmp_path):
     data, _, fixture_run = own
     assert "val           12 images" in fixture_run.stdout  # every run states its data before training
-    done = vitkit_cmd("train", "--data", data, "--out", tmp_path / "fit", "train.steps=2", "train.eval_every=2", "train.log_every=1",
-                      "train.threads=1", "train.warmup_steps=4", "--no-progress")
+    done = vitkit_cmd(
+        "train",
+        "--data",
+        data,
+        "--out",
+        tmp_path / "fit",
+        "train.steps=2",
+        "train.eval_every=2",
+        "train.log_every=1",
+        "train.threads=1",
+        "train.warmup_steps=4",
+        "--no-progress",
+    )
     assert done.returncode == 0, done.stderr
     out = done.stdout
-    assert "scanned 30 of 30 images: median" in out and "colour -> 24x24 px, 3 channels" in out  # odd sizes 17..40 px, mixed modes
-    for line in ("model      ViT at 24x24, 3 channels", "width 96, depth 6", "GFLOPs/image", f"data       {data}: 3 classes (ankle boot, bag, coat)",
-                 f"train         30 images  {data / 'train'} (all)", "on cpu, 1 thread", "estimated  0:0", "step 1/2: loss ",
-                 "warning    train.warmup_steps=4 is more than train.steps=2: the learning rate only warms up (to 0.0015 at the last step)"):
+    assert (
+        "scanned 30 of 30 images: median" in out and "colour -> 24x24 px, 3 channels" in out
+    )  # odd sizes 17..40 px, mixed modes
+    for line in (
+        "model      ViT at 24x24, 3 channels",
+        "width 96, depth 6",
+        "GFLOPs/image",
+        f"data       {data}: 3 classes (ankle boot, bag, coat)",
+        f"train         30 images  {data / 'train'} (all)",
+        "on cpu, 1 thread",
+        "estimated  0:0",
+        "step 1/2: loss ",
+        "warning    train.warmup_steps=4 is more than train.steps=2: the learning rate only warms up (to 0.0015 at the last step)",
+    ):
         assert line in out, (line, out)
     assert json.loads((tmp_path / "fit" / "final" / "config.json").read_text())["model"]["in_chans"] == 3
-    preview = vitkit_cmd("data", data, "--samples", "4", "--out", tmp_path / "preview")  # what that model sees: its size and channels
+    preview = vitkit_cmd(
+        "data", data, "--samples", "4", "--out", tmp_path / "preview"
+    )  # what that model sees: its size and channels
     assert preview.returncode == 0, preview.stderr
     assert "vitkit data: no model given, so fitted to the data" in preview.stdout
     assert np.load(tmp_path / "preview" / "samples.npy").shape == (4, 3, 24, 24)
@@ -564,7 +903,9 @@ def test_train_on_a_folder_fits_the_model_to_the_images_and_states_the_plan(own,
     shutil.copytree(data, gray)
     for png in gray.rglob("*.png"):
         Image.open(png).convert("L").save(png)
-    done = vitkit_cmd("train", "--data", gray, "--out", tmp_path / "gray_run", "train.steps=1", "train.threads=1", "--no-progress")
+    done = vitkit_cmd(
+        "train", "--data", gray, "--out", tmp_path / "gray_run", "train.steps=1", "train.threads=1", "--no-progress"
+    )
     assert done.returncode == 0 and "grayscale -> " in done.stdout and "1 channel," in done.stdout, done.stdout
 
 
@@ -575,6 +916,11 @@ def test_predict_takes_a_folder_and_stops_quietly_when_the_pipe_closes(own):
 
     data, run, _ = own
     script = Path(sys.executable).with_name("vitkit")
-    done = subprocess.run(f"'{script}' predict '{run}' '{data / 'val'}' --threads 1 | head -n 1", shell=True, capture_output=True, text=True)
+    done = subprocess.run(
+        f"'{script}' predict '{run}' '{data / 'val'}' --threads 1 | head -n 1",
+        shell=True,
+        capture_output=True,
+        text=True,
+    )
     assert done.stdout.strip() == str(data / "val" / "ankle boot" / "000.png")  # a folder: its images, sorted
     assert done.stderr == "", done.stderr  # no BrokenPipeError traceback

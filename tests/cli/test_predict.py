@@ -63,7 +63,12 @@ def test_batches_give_each_image_what_it_gets_alone(checkpoint, images, capsys):
     for size in ("1", "2", "32"):
         assert main(["predict", str(checkpoint), *files, "--json", "--batch-size", size]) == 2  # the broken one
         answers[size] = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert [r["image"] for r in answers["2"]] == [str(good), str(also_good), str(good), str(also_good)]  # in order, around the bad file
+    assert [r["image"] for r in answers["2"]] == [
+        str(good),
+        str(also_good),
+        str(good),
+        str(also_good),
+    ]  # in order, around the bad file
     for size in ("2", "32"):
         for alone, batched in zip(answers["1"], answers[size]):
             assert [t["label"] for t in alone["top"]] == [t["label"] for t in batched["top"]]
@@ -102,15 +107,52 @@ def test_int8_calibrates_on_calibration_data_where_the_checkpoint_records_none(c
     for name in ("ant", "bee", "cat"):
         (tmp_path / "calib" / name).mkdir(parents=True)
         for i in range(4):
-            Image.fromarray(rng.integers(0, 255, (20, 20, 3), dtype=np.uint8)).save(tmp_path / "calib" / name / f"{i}.png")
-    assert main(["predict", str(checkpoint), good, "--json", "--precision", "int8", "--calibration", "8",
-                 "--calibration-data", str(tmp_path / "calib")]) == 0
+            Image.fromarray(rng.integers(0, 255, (20, 20, 3), dtype=np.uint8)).save(
+                tmp_path / "calib" / name / f"{i}.png"
+            )
+    assert (
+        main(
+            [
+                "predict",
+                str(checkpoint),
+                good,
+                "--json",
+                "--precision",
+                "int8",
+                "--calibration",
+                "8",
+                "--calibration-data",
+                str(tmp_path / "calib"),
+            ]
+        )
+        == 0
+    )
     answer = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert answer["precision"].startswith("int8") and f"8 calibration images of {tmp_path / 'calib'}" in answer["precision"], answer
+    assert (
+        answer["precision"].startswith("int8")
+        and f"8 calibration images of {tmp_path / 'calib'}" in answer["precision"]
+    ), answer
     # no calibration images: every observer empty, every image called the same class at equal odds, exit 0
-    assert main(["predict", str(checkpoint), good, "--precision", "int8", "--calibration", "0",
-                 "--calibration-data", str(tmp_path / "calib")]) == 2
-    assert "calibration: int8 needs a positive number of calibration images (--calibration N), got 0" in capsys.readouterr().err
+    assert (
+        main(
+            [
+                "predict",
+                str(checkpoint),
+                good,
+                "--precision",
+                "int8",
+                "--calibration",
+                "0",
+                "--calibration-data",
+                str(tmp_path / "calib"),
+            ]
+        )
+        == 2
+    )
+    assert (
+        "calibration: int8 needs a positive number of calibration images (--calibration N), got 0"
+        in capsys.readouterr().err
+    )
 
 
 def test_a_model_without_a_trained_head_is_refused_in_one_line(checkpoint, images, tmp_path, run_cli):
@@ -119,10 +161,17 @@ def test_a_model_without_a_trained_head_is_refused_in_one_line(checkpoint, image
     good, *_ = images
     backbone = vitkit.save_pretrained(vitkit.create_model("vit_test", num_classes=0), tmp_path / "backbone")
     assert run_cli("convert", checkpoint, tmp_path / "five", "--num-classes", "5").returncode == 0
-    for path, why in ((backbone, "has no classification head"), (tmp_path / "five", "its classification head is all zeros")):
+    for path, why in (
+        (backbone, "has no classification head"),
+        (tmp_path / "five", "its classification head is all zeros"),
+    ):
         for command in (["predict", path, good], ["eval", path, "--data", tmp_path]):
             done = run_cli(*command)
             assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
-            assert len(done.stderr.strip().splitlines()) == 1 and why in done.stderr and "vitkit finetune --from" in done.stderr
+            assert (
+                len(done.stderr.strip().splitlines()) == 1
+                and why in done.stderr
+                and "vitkit finetune --from" in done.stderr
+            )
         with pytest.raises(vitkit.CheckpointError, match=why):
             vitkit.Classifier.load(path)

@@ -25,9 +25,23 @@ from vitkit.models import VisionTransformer, get_config
 from vitkit.run_config import load_run_config
 from vitkit.train import find_checkpoint, resume_config, step_checkpoints, train
 
-TINY = ["model.name=vit_test", "model.depth=1", "model.image_size=8", "data.name=synthetic", "data.synthetic_size=64",
-        "train.batch_size=16", "train.warmup_steps=2", "train.log_every=1", "train.eval_every=100", "train.checkpoint_every=2",
-        "train.progress=false", "augment.crop=pad", "augment.pad=1", "train.threads=1", "train.decay=constant"]
+TINY = [
+    "model.name=vit_test",
+    "model.depth=1",
+    "model.image_size=8",
+    "data.name=synthetic",
+    "data.synthetic_size=64",
+    "train.batch_size=16",
+    "train.warmup_steps=2",
+    "train.log_every=1",
+    "train.eval_every=100",
+    "train.checkpoint_every=2",
+    "train.progress=false",
+    "augment.crop=pad",
+    "augment.pad=1",
+    "train.threads=1",
+    "train.decay=constant",
+]
 
 
 def _vitkit(*args) -> list[str]:
@@ -50,8 +64,11 @@ def _one_line_exit_2(capsys, *argv) -> str:
 def ckpt(tmp_path_factory):
     path = tmp_path_factory.mktemp("ck") / "model"
     torch.manual_seed(0)
-    save_pretrained(VisionTransformer(get_config("vit_test", depth=1, image_size=8, num_classes=3)), path,
-                    extra={"class_names": ["a", "b", "c"]})
+    save_pretrained(
+        VisionTransformer(get_config("vit_test", depth=1, image_size=8, num_classes=3)),
+        path,
+        extra={"class_names": ["a", "b", "c"]},
+    )
     image = path.parent / "x.png"
     Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(image)
     return path
@@ -60,17 +77,28 @@ def ckpt(tmp_path_factory):
 # -- two writers, one directory -------------------------------------------------------------------
 def test_a_second_writer_fails_at_once_naming_the_holder(tmp_path):
     out = tmp_path / "run"
-    first = subprocess.Popen(_vitkit("train", "--out", out, *TINY, "train.steps=100000", "train.checkpoint_every=1000"),
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    first = subprocess.Popen(
+        _vitkit("train", "--out", out, *TINY, "train.steps=100000", "train.checkpoint_every=1000"),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 120
         while not (out / "run.yaml").is_file():
-            assert first.poll() is None and time.monotonic() < deadline, first.stderr.read() if first.poll() is not None else "slow"
+            assert first.poll() is None and time.monotonic() < deadline, (
+                first.stderr.read() if first.poll() is not None else "slow"
+            )
             time.sleep(0.05)
         started = time.monotonic()
-        second = subprocess.run(_vitkit("train", "--out", out, *TINY, "train.steps=4"), capture_output=True, text=True, timeout=120)
+        second = subprocess.run(
+            _vitkit("train", "--out", out, *TINY, "train.steps=4"), capture_output=True, text=True, timeout=120
+        )
         assert second.returncode == 2, second.stderr
-        assert f"in use by another vitkit process (pid {first.pid})" in second.stderr and len(second.stderr.splitlines()) == 1
+        assert (
+            f"in use by another vitkit process (pid {first.pid})" in second.stderr
+            and len(second.stderr.splitlines()) == 1
+        )
         assert time.monotonic() - started < 60
     finally:
         first.kill()
@@ -93,7 +121,9 @@ def test_out_naming_a_file(tmp_path, capsys):
     assert "is a file" in _one_line_exit_2(capsys, "train", "--out", tmp_path / "file", *TINY)
     assert (tmp_path / "file").read_text() == "keep"
     # a folder below the file: the error names the file, not the folder that does not exist
-    assert _one_line_exit_2(capsys, "train", "--out", tmp_path / "file" / "sub", *TINY).startswith(f"vitkit train: error: {tmp_path / 'file'}: is a file")
+    assert _one_line_exit_2(capsys, "train", "--out", tmp_path / "file" / "sub", *TINY).startswith(
+        f"vitkit train: error: {tmp_path / 'file'}: is a file"
+    )
 
 
 def test_out_naming_a_model_directory_is_refused_and_resume_of_a_model_says_how_to_train_from_it(tmp_path, capsys):
@@ -122,13 +152,26 @@ def test_data_hash_is_a_path_not_fashion_mnist(tmp_path, capsys, monkeypatch):
     assert "#hash" in line and not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize("override, key", [
-    ("train.weight_decay=nan", "train.weight_decay"), ("augment.mixup=inf", "augment.mixup"), ("data.memory_mb=nan", "data.memory_mb"),
-    ("train.lr=-inf", "train.lr"), ("train.betas=[0.9, .nan]", "train.betas"), ("model.mean=abc", "model.mean"),
-    ("model.mean=[.nan]", "model.mean"), ("model.layer_norm_eps=nan", "model.layer_norm_eps"), ("train.seed=1e23", "train.seed"),
-    ("train.seed=100000000000000000000000", "train.seed"), ("train.device=meta", "train.device"), ("model.backbone=5", "model.backbone"),
-    ("model.num_classes=true", "model.num_classes"), ("train.steps=0", "train.steps"), ("model.image_size=[1,2,3]", "model.image_size"),
-])
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("train.weight_decay=nan", "train.weight_decay"),
+        ("augment.mixup=inf", "augment.mixup"),
+        ("data.memory_mb=nan", "data.memory_mb"),
+        ("train.lr=-inf", "train.lr"),
+        ("train.betas=[0.9, .nan]", "train.betas"),
+        ("model.mean=abc", "model.mean"),
+        ("model.mean=[.nan]", "model.mean"),
+        ("model.layer_norm_eps=nan", "model.layer_norm_eps"),
+        ("train.seed=1e23", "train.seed"),
+        ("train.seed=100000000000000000000000", "train.seed"),
+        ("train.device=meta", "train.device"),
+        ("model.backbone=5", "model.backbone"),
+        ("model.num_classes=true", "model.num_classes"),
+        ("train.steps=0", "train.steps"),
+        ("model.image_size=[1,2,3]", "model.image_size"),
+    ],
+)
 def test_bad_values_are_one_line_naming_the_key(tmp_path, capsys, override, key):
     out = tmp_path / "run"
     line = _one_line_exit_2(capsys, "train", "--out", out, *TINY, override)
@@ -136,15 +179,25 @@ def test_bad_values_are_one_line_naming_the_key(tmp_path, capsys, override, key)
     assert not out.exists()  # refused before anything was written
 
 
-@pytest.mark.parametrize("argv, words", [
-    (["eval", "{ck}", "--batch-size", "-5"], "--batch-size"), (["eval", "{ck}", "--batch-size", "0"], "--batch-size"),
-    (["predict", "{ck}", "{img}", "--top", "-3"], "--top"), (["convert", "{ck}", "{tmp}/o", "--image-size", "1", "2", "3"], "--image-size"),
-    (["eval", "{ck}", "--val-fraction", "nan"], "--val-fraction"), (["knn", "{ck}", "--temperature", "inf"], "--temperature"),
-    (["eval", "{ck}", "--val-fraction", "1.5"], "expected a share from 0 to below 1"), (["knn", "{ck}", "--val-fraction", "1"], "--val-fraction"),
-    # a flag the command lacks is named with the command, not as the top-level parser's
-    (["fewshot", "{ck}", "--no-progress"], "vitkit fewshot: error: unrecognized arguments: --no-progress (see vitkit fewshot --help)"),
-    (["train", "--bogus"], "vitkit train: error: unrecognized arguments: --bogus"),
-])
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["eval", "{ck}", "--batch-size", "-5"], "--batch-size"),
+        (["eval", "{ck}", "--batch-size", "0"], "--batch-size"),
+        (["predict", "{ck}", "{img}", "--top", "-3"], "--top"),
+        (["convert", "{ck}", "{tmp}/o", "--image-size", "1", "2", "3"], "--image-size"),
+        (["eval", "{ck}", "--val-fraction", "nan"], "--val-fraction"),
+        (["knn", "{ck}", "--temperature", "inf"], "--temperature"),
+        (["eval", "{ck}", "--val-fraction", "1.5"], "expected a share from 0 to below 1"),
+        (["knn", "{ck}", "--val-fraction", "1"], "--val-fraction"),
+        # a flag the command lacks is named with the command, not as the top-level parser's
+        (
+            ["fewshot", "{ck}", "--no-progress"],
+            "vitkit fewshot: error: unrecognized arguments: --no-progress (see vitkit fewshot --help)",
+        ),
+        (["train", "--bogus"], "vitkit train: error: unrecognized arguments: --bogus"),
+    ],
+)
 def test_bad_flags_are_one_line(tmp_path, capsys, ckpt, argv, words):
     names = {"ck": ckpt, "img": ckpt.parent / "x.png", "tmp": tmp_path}
     assert words in _one_line_exit_2(capsys, *[a.format(**names) for a in argv])
@@ -152,20 +205,31 @@ def test_bad_flags_are_one_line(tmp_path, capsys, ckpt, argv, words):
 
 def test_run_config_files_that_are_not_yaml_text(tmp_path, capsys):
     (tmp_path / "folder.yaml").mkdir()
-    assert "is a folder" in _one_line_exit_2(capsys, "train", "--config", tmp_path / "folder.yaml", "--out", tmp_path / "r")
+    assert "is a folder" in _one_line_exit_2(
+        capsys, "train", "--config", tmp_path / "folder.yaml", "--out", tmp_path / "r"
+    )
     (tmp_path / "latin1.yaml").write_bytes("train:\n  lr: 1e-3 # \xe9t\xe9\n".encode("latin-1"))
-    assert "not UTF-8" in _one_line_exit_2(capsys, "train", "--config", tmp_path / "latin1.yaml", "--out", tmp_path / "r")
+    assert "not UTF-8" in _one_line_exit_2(
+        capsys, "train", "--config", tmp_path / "latin1.yaml", "--out", tmp_path / "r"
+    )
     (tmp_path / "deep.yaml").write_text("a: " + "[" * 5000 + "]" * 5000)
     assert "deep.yaml" in _one_line_exit_2(capsys, "train", "--config", tmp_path / "deep.yaml", "--out", tmp_path / "r")
-    laughs = "a: &a [1, 1, 1, 1, 1, 1, 1, 1, 1]\n" + "".join(  # nine lines expand to 10^9 values when walked
-        f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]\n" for i in range(8)) + "model:\n  mean: *i\n"
+    laughs = (
+        "a: &a [1, 1, 1, 1, 1, 1, 1, 1, 1]\n"
+        + "".join(  # nine lines expand to 10^9 values when walked
+            f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]\n" for i in range(8)
+        )
+        + "model:\n  mean: *i\n"
+    )
     (tmp_path / "laughs.yaml").write_text(laughs)
     assert "aliases" in _one_line_exit_2(capsys, "train", "--config", tmp_path / "laughs.yaml", "--out", tmp_path / "r")
 
 
 def test_config_json_that_is_huge_or_deeply_nested(tmp_path, capsys, ckpt):
-    for name, text in (("deep", '{"format": "vitkit", "model": ' + "[" * 100_000 + "]" * 100_000 + "}"),
-                       ("long", '{"format": "vitkit", "model": {"mean": "' + "x" * 1_000_000 + '"}}')):
+    for name, text in (
+        ("deep", '{"format": "vitkit", "model": ' + "[" * 100_000 + "]" * 100_000 + "}"),
+        ("long", '{"format": "vitkit", "model": {"mean": "' + "x" * 1_000_000 + '"}}'),
+    ):
         copy = tmp_path / name
         shutil.copytree(ckpt, copy)
         (copy / "config.json").write_text(text)
@@ -183,12 +247,19 @@ def _edited(ckpt: Path, tmp_path: Path, edit) -> Path:
     return copy
 
 
-@pytest.mark.parametrize("edit, words", [
-    (lambda c: c["model"].update(mean="abc"), "mean"), (lambda c: c["model"].update(backbone=5), "backbone"),
-    (lambda c: c["model"].update(num_classes=True), "num_classes"), (lambda c: c.update(class_names=["a"]), "class_names"),
-    (lambda c: c.update(preprocess={"crop_pct": 0}), "crop_pct"), (lambda c: c["model"].update(width="wide"), "width"),
-    (lambda c: c.update(data={"val_fraction": "x"}), "data"), (lambda c: (c.pop("class_names"), c["model"].update(num_classes=20_000_000)), "head.weight"),
-])
+@pytest.mark.parametrize(
+    "edit, words",
+    [
+        (lambda c: c["model"].update(mean="abc"), "mean"),
+        (lambda c: c["model"].update(backbone=5), "backbone"),
+        (lambda c: c["model"].update(num_classes=True), "num_classes"),
+        (lambda c: c.update(class_names=["a"]), "class_names"),
+        (lambda c: c.update(preprocess={"crop_pct": 0}), "crop_pct"),
+        (lambda c: c["model"].update(width="wide"), "width"),
+        (lambda c: c.update(data={"val_fraction": "x"}), "data"),
+        (lambda c: (c.pop("class_names"), c["model"].update(num_classes=20_000_000)), "head.weight"),
+    ],
+)
 @pytest.mark.parametrize("command", ["predict", "info"])
 def test_config_json_fields_of_the_wrong_type_or_range(tmp_path, capsys, ckpt, edit, words, command):
     bad = _edited(ckpt, tmp_path, edit)
@@ -202,8 +273,11 @@ def test_non_finite_weights_refuse_to_load_naming_the_tensor(tmp_path, capsys, c
     with torch.no_grad():
         model.blocks[0].mlp.fc1.weight[0, 0] = float("nan")
     save_pretrained(model, tmp_path / "nan")
-    for argv in (["info", tmp_path / "nan"], ["predict", tmp_path / "nan", ckpt.parent / "x.png"],
-                 ["convert", tmp_path / "nan", tmp_path / "out.npz"]):
+    for argv in (
+        ["info", tmp_path / "nan"],
+        ["predict", tmp_path / "nan", ckpt.parent / "x.png"],
+        ["convert", tmp_path / "nan", tmp_path / "out.npz"],
+    ):
         assert "'blocks.0.mlp.fc1.weight' holds 1 non-finite values" in _one_line_exit_2(capsys, *argv)
     assert not (tmp_path / "out.npz").exists()
 
@@ -219,7 +293,10 @@ def test_permission_denied_is_one_line_naming_the_file(tmp_path, ckpt):
         prefix = ["setpriv", "--bounding-set=-dac_override,-dac_read_search"]
     (tmp_path / "readonly").mkdir()
     (tmp_path / "readonly").chmod(0o555)
-    for argv, name in ((["info", copy], "model.safetensors"), (["convert", ckpt, tmp_path / "readonly" / "new"], "readonly")):
+    for argv, name in (
+        (["info", copy], "model.safetensors"),
+        (["convert", ckpt, tmp_path / "readonly" / "new"], "readonly"),
+    ):
         result = subprocess.run(prefix + _vitkit(*argv), capture_output=True, text=True, timeout=120)
         assert result.returncode == 2 and len(result.stderr.splitlines()) == 1, result.stderr
         assert name in result.stderr and "ermission denied" in result.stderr
@@ -277,7 +354,9 @@ def test_eval_of_a_step_checkpoint_never_writes_into_it(tmp_path, capsys):
     data.write_text("".join(f"{i}.png,{i % 2}\n" for i in range(4)))
     assert main(["eval", str(out), "--data", str(data), "--split", "val", "--val-fraction", "0.5"]) == 0
     assert sorted(p.name for p in step.iterdir()) == before
-    assert list(out.glob("**/confusion_val*.png")) and not list(step.glob("*.png"))  # beside the run, not in the step folder
+    assert list(out.glob("**/confusion_val*.png")) and not list(
+        step.glob("*.png")
+    )  # beside the run, not in the step folder
 
 
 def test_resuming_a_finished_run_with_changes_and_no_step_left_is_refused_and_run_yaml_kept(tmp_path):
@@ -286,12 +365,16 @@ def test_resuming_a_finished_run_with_changes_and_no_step_left_is_refused_and_ru
     out = tmp_path / "run"
     train(load_run_config(None, TINY + ["train.steps=2"]), out)
     before = (out / "run.yaml").read_text()
-    with pytest.raises(ConfigError, match=r"train.lr: .* already finished at step 2 of 2, so no step would train with it"):
+    with pytest.raises(
+        ConfigError, match=r"train.lr: .* already finished at step 2 of 2, so no step would train with it"
+    ):
         train(resume_config(out, ["train.lr=1e-4"]), out, resume=True)
     assert (out / "run.yaml").read_text() == before
     with pytest.raises(ConfigError, match=r"train.steps: .* is at step 2, past train.steps=1, so no step would train"):
         train(resume_config(out, ["train.steps=1"]), out, resume=True)  # it said "already finished at step 2 of 1"
-    train(resume_config(out, ["train.progress=true"]), out, resume=True)  # a display setting, or nothing: finishes as before
+    train(
+        resume_config(out, ["train.progress=true"]), out, resume=True
+    )  # a display setting, or nothing: finishes as before
     longer = train(resume_config(out, ["train.lr=1e-4", "train.steps=3"]), out, resume=True)  # with steps left: trains
     assert longer["steps"] == 3 and "lr: 0.0001" in (out / "run.yaml").read_text()
 
@@ -314,7 +397,9 @@ def test_eval_of_a_step_checkpoint_keeps_the_final_models_figure_and_names_the_s
     assert (out / "eval" / "confusion_val_step_0000002.png").is_file()
 
 
-def test_eval_at_another_precision_keeps_the_fp32_figure_and_an_unwritable_folder_fails_before_scoring(tmp_path, capsys, monkeypatch):
+def test_eval_at_another_precision_keeps_the_fp32_figure_and_an_unwritable_folder_fails_before_scoring(
+    tmp_path, capsys, monkeypatch
+):
     """eval --precision int8-dynamic wrote RUN/eval/confusion_val.png over the fp32 one, and a run whose eval/ could not
     be written was scored in full before the PNG failed, with no hint to write it elsewhere."""
     from vitkit import evaluation, plots
@@ -323,17 +408,24 @@ def test_eval_at_another_precision_keeps_the_fp32_figure_and_an_unwritable_folde
     train(load_run_config(None, TINY + ["train.steps=2"]), out)
     titles = {}
     save = plots._save
-    monkeypatch.setattr(plots, "_save", lambda fig, path: titles.setdefault(path.name, fig.axes[0].get_title()) and save(fig, path))
+    monkeypatch.setattr(
+        plots, "_save", lambda fig, path: titles.setdefault(path.name, fig.axes[0].get_title()) and save(fig, path)
+    )
     assert main(["eval", str(out), "--split", "val"]) == 0
     fp32 = (out / "eval" / "confusion_val.png").read_bytes()
     assert main(["eval", str(out), "--split", "val", "--precision", "int8-dynamic", "--json"]) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert (out / "eval" / "confusion_val.png").read_bytes() == fp32
-    assert Path(result["confusion_png"]) == out / "eval" / "confusion_val_int8-dynamic.png" and Path(result["confusion_png"]).is_file()
+    assert (
+        Path(result["confusion_png"]) == out / "eval" / "confusion_val_int8-dynamic.png"
+        and Path(result["confusion_png"]).is_file()
+    )
     assert "images; fp32" in titles["confusion_val.png"]  # the figure says what computed it
     assert titles["confusion_val_int8-dynamic.png"].endswith(f"images; {result['precision']}")
     shutil.rmtree(out / "eval")
-    (out / "eval").write_text("")  # stands for a folder that cannot be written (tests run as root, for whom modes do not)
+    (out / "eval").write_text(
+        ""
+    )  # stands for a folder that cannot be written (tests run as root, for whom modes do not)
     scored = []
     monkeypatch.setattr(evaluation, "evaluate", lambda *a, **k: scored.append(1))
     line = _one_line_exit_2(capsys, "eval", str(out), "--split", "val")
@@ -388,12 +480,18 @@ def test_a_late_second_sigterm_exits_130(tmp_path):
         "from vitkit.cli import main\n"
         "sys.exit(main(sys.argv[1:]))\n"
     )
-    result = subprocess.run([sys.executable, "-c", script, "train", "--out", str(tmp_path / "run"), *TINY, "train.steps=50"],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", script, "train", "--out", str(tmp_path / "run"), *TINY, "train.steps=50"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 130, result.stderr
     assert "interrupted" in result.stderr and step_checkpoints(tmp_path / "run")
     # the first signal's checkpoint is there: the line says how to go on from it
-    assert f"interrupted; continue from its last checkpoint with vitkit train --resume {tmp_path / 'run'}" in result.stderr
+    assert (
+        f"interrupted; continue from its last checkpoint with vitkit train --resume {tmp_path / 'run'}" in result.stderr
+    )
 
 
 def test_a_second_sigterm_after_the_command_returned_exits_130(tmp_path):
@@ -412,25 +510,36 @@ def test_a_second_sigterm_after_the_command_returned_exits_130(tmp_path):
         "os.kill(os.getpid(), signal.SIGTERM)\n"  # second: main() has returned, the process is ending
         "sys.exit(code)\n"
     )
-    result = subprocess.run([sys.executable, "-c", script, "train", "--out", str(tmp_path / "run"), *TINY, "train.steps=50"],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", script, "train", "--out", str(tmp_path / "run"), *TINY, "train.steps=50"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 130, (result.returncode, result.stderr)
     assert "stopped at step" in result.stdout and "interrupted" in result.stderr and step_checkpoints(tmp_path / "run")
 
 
-@pytest.mark.parametrize("name, text, words", [
-    ("list.csv", "a.png," + "x" * 200_000 + "\n", "list.csv:1"),  # over csv's field limit
-    ("list.csv", "a.png,--5\nb.png,\x00\n", "list.csv:2"),  # a NUL byte
-    ("list.csv", "a.png,\n", "list.csv:1"),  # no label
-    ("list.jsonl", "[" * 100_000 + "]" * 100_000 + "\n", "list.jsonl:1"),  # nesting too deep for the parser
-    ("list.jsonl", '{"path": "a.png", "label": [1, 2]}\n', "list.jsonl:1"),  # a label that is no label
-    ("list.jsonl", '{"path": 5, "label": 1}\n', "list.jsonl:1"),
-    ("list.csv", "\xff\xfe".encode("latin-1").decode("latin-1") + "a.png,1\n", "cannot read the list"),
-    ("list.jsonl", '{"path": "a.png", "label": 1}\n{"path": "b.png" "label": 2}\n', "list.jsonl:2: not valid JSON"),  # a lost comma
-    # not data at all: one image, a checkpoint (they read as "cannot read the list (utf-8 ...)" and "a zip archive: unzip it")
-    ("photo.jpg", "\xff\xd8\xff\xe0 JFIF", "one image, not data"),
-    ("model.npz", "PK\x03\x04 zip of arrays", "a model checkpoint (.npz), not data"),
-])
+@pytest.mark.parametrize(
+    "name, text, words",
+    [
+        ("list.csv", "a.png," + "x" * 200_000 + "\n", "list.csv:1"),  # over csv's field limit
+        ("list.csv", "a.png,--5\nb.png,\x00\n", "list.csv:2"),  # a NUL byte
+        ("list.csv", "a.png,\n", "list.csv:1"),  # no label
+        ("list.jsonl", "[" * 100_000 + "]" * 100_000 + "\n", "list.jsonl:1"),  # nesting too deep for the parser
+        ("list.jsonl", '{"path": "a.png", "label": [1, 2]}\n', "list.jsonl:1"),  # a label that is no label
+        ("list.jsonl", '{"path": 5, "label": 1}\n', "list.jsonl:1"),
+        ("list.csv", "\xff\xfe".encode("latin-1").decode("latin-1") + "a.png,1\n", "cannot read the list"),
+        (
+            "list.jsonl",
+            '{"path": "a.png", "label": 1}\n{"path": "b.png" "label": 2}\n',
+            "list.jsonl:2: not valid JSON",
+        ),  # a lost comma
+        # not data at all: one image, a checkpoint (they read as "cannot read the list (utf-8 ...)" and "a zip archive: unzip it")
+        ("photo.jpg", "\xff\xd8\xff\xe0 JFIF", "one image, not data"),
+        ("model.npz", "PK\x03\x04 zip of arrays", "a model checkpoint (.npz), not data"),
+    ],
+)
 def test_image_lists_with_odd_labels_huge_fields_or_deep_nesting(tmp_path, capsys, name, text, words):
     (tmp_path / name).write_bytes(text.encode("latin-1") if "\xff" in text or "\x03" in text else text.encode())
     line = _one_line_exit_2(capsys, "train", "--data", tmp_path / name, "--out", tmp_path / "run", *TINY[:3])
@@ -455,4 +564,8 @@ def test_eval_prints_its_scores_when_the_confusion_png_meets_a_full_disk(tmp_pat
     result = json.loads(printed.out.strip().splitlines()[-1])
     assert result["n"] > 0 and result["top1"] is not None and result["confusion_png"] is None
     assert "confusion matrix: not written" in printed.out
-    assert len(printed.err.strip().splitlines()) == 1 and "the scores above are complete" in printed.err and "--confusion PATH" in printed.err
+    assert (
+        len(printed.err.strip().splitlines()) == 1
+        and "the scores above are complete" in printed.err
+        and "--confusion PATH" in printed.err
+    )

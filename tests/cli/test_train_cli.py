@@ -14,12 +14,27 @@ from vitkit.cli import main
 from vitkit.data.idx import default_dir, find_idx
 from vitkit.data.sources import open_split
 
-FAST = ["model.name=vit_test", "model.depth=1", "train.batch_size=16", "train.threads=1", "train.warmup_steps=2",
-        "train.log_every=2", "train.eval_every=4", "train.checkpoint_every=4", "augment.crop=pad"]
+FAST = [
+    "model.name=vit_test",
+    "model.depth=1",
+    "train.batch_size=16",
+    "train.threads=1",
+    "train.warmup_steps=2",
+    "train.log_every=2",
+    "train.eval_every=4",
+    "train.checkpoint_every=4",
+    "augment.crop=pad",
+]
 
 
 def vitkit(*args, timeout=300):
-    return subprocess.run([sys.executable, "-m", "vitkit", *map(str, args)], capture_output=True, text=True, timeout=timeout, env=os.environ)
+    return subprocess.run(
+        [sys.executable, "-m", "vitkit", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=os.environ,
+    )
 
 
 def make_folder(root, size=16):
@@ -37,13 +52,30 @@ def test_training_curves_name_the_images_they_were_drawn_from(tmp_path, monkeypa
     make_folder(tmp_path / "data")
     titles = {}
     save = plots._save
-    monkeypatch.setattr(plots, "_save", lambda fig, path: titles.setdefault(path.name, fig.axes[0].get_title()) and save(fig, path))
-    assert main(["train", "--data", str(tmp_path / "data"), "--out", str(tmp_path / "run"), "train.steps=2", "data.val_fraction=0.25",
-                 "--no-progress", *FAST]) == 0
+    monkeypatch.setattr(
+        plots, "_save", lambda fig, path: titles.setdefault(path.name, fig.axes[0].get_title()) and save(fig, path)
+    )
+    assert (
+        main(
+            [
+                "train",
+                "--data",
+                str(tmp_path / "data"),
+                "--out",
+                str(tmp_path / "run"),
+                "train.steps=2",
+                "data.val_fraction=0.25",
+                "--no-progress",
+                *FAST,
+            ]
+        )
+        == 0
+    )
     data = tmp_path / "data"
     train, val = f"18 images, {data} (all but the 0.25 held out (seed 0))", f"6 images, {data} (0.25 held out (seed 0))"
     assert titles["loss.png"] == f"Loss\ntrain: {train}\nvalidation: {val}"
     assert titles["accuracy.png"] == f"Accuracy\nvalidation: {val}"
+
 
 def test_image_folder_end_to_end(tmp_path, capsys, monkeypatch):
     from vitkit import plots
@@ -52,14 +84,29 @@ def test_image_folder_end_to_end(tmp_path, capsys, monkeypatch):
     out = tmp_path / "run"
     titles = {}  # every figure says which images it was drawn from, and how many
     save = plots._save
-    monkeypatch.setattr(plots, "_save", lambda fig, path: titles.setdefault(path.name, fig.axes[0].get_title()) and save(fig, path))
-    done = vitkit("train", "--data", tmp_path / "data", "--out", out, "train.steps=8", "data.val_fraction=0.25", "--no-progress",
-                  *FAST, "train.lr=3e-3", "augment.hflip=0")
+    monkeypatch.setattr(
+        plots, "_save", lambda fig, path: titles.setdefault(path.name, fig.axes[0].get_title()) and save(fig, path)
+    )
+    done = vitkit(
+        "train",
+        "--data",
+        tmp_path / "data",
+        "--out",
+        out,
+        "train.steps=8",
+        "data.val_fraction=0.25",
+        "--no-progress",
+        *FAST,
+        "train.lr=3e-3",
+        "augment.hflip=0",
+    )
     assert done.returncode == 0, done.stderr
     # eval and predict in-process through the same entry point (a new interpreter per call costs seconds)
     assert main(["eval", str(out), "--data", str(tmp_path / "data"), "--split", "val", "--json"]) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert titles["confusion_val.png"] == f"Confusion matrix\nval of {tmp_path / 'data'}: 6 images; {result['precision']}"
+    assert (
+        titles["confusion_val.png"] == f"Confusion matrix\nval of {tmp_path / 'data'}: 6 images; {result['precision']}"
+    )
     assert result["n"] == 6 and 0.0 <= result["top1"] <= result["top5"] == 1.0
     assert set(result["per_class"]) == {"circle", "square"}
     assert Path(result["confusion_png"]).is_file()
@@ -77,16 +124,59 @@ def test_a_model_override_changes_the_recipe_fitted_to_a_folder_instead_of_disca
     """model.depth=1 with --data gave the built-in 28-px default (patch 4, width 192, batch 128, lr 1e-3), not the
     fitted model one block deep; model.name still replaces the fit."""
     make_folder(tmp_path / "data")
-    assert main(["train", "--data", str(tmp_path / "data"), "--out", str(tmp_path / "a"), "train.steps=1", "--no-progress",
-                 "train.threads=1", "model.depth=1"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--data",
+                str(tmp_path / "data"),
+                "--out",
+                str(tmp_path / "a"),
+                "train.steps=1",
+                "--no-progress",
+                "train.threads=1",
+                "model.depth=1",
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "fitted to the data" in printed and "width 96, depth 1:" in printed
-    assert main(["train", "--data", str(tmp_path / "data"), "--out", str(tmp_path / "b"), "train.steps=1", "--no-progress",
-                 "train.threads=1", "model.name=vit_test", "model.depth=1", "train.batch_size=8"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--data",
+                str(tmp_path / "data"),
+                "--out",
+                str(tmp_path / "b"),
+                "train.steps=1",
+                "--no-progress",
+                "train.threads=1",
+                "model.name=vit_test",
+                "model.depth=1",
+                "train.batch_size=8",
+            ]
+        )
+        == 0
+    )
     assert "fitted to the data" not in capsys.readouterr().out
     # data.path=DIR names the data as --data does (docs/data.md's example): the colour photos trained the 28-px grayscale default
-    assert main(["train", f"data.path={tmp_path / 'data'}", "--out", str(tmp_path / "c"), "train.steps=1", "--no-progress",
-                 "train.threads=1", "model.depth=1"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                f"data.path={tmp_path / 'data'}",
+                "--out",
+                str(tmp_path / "c"),
+                "train.steps=1",
+                "--no-progress",
+                "train.threads=1",
+                "model.depth=1",
+            ]
+        )
+        == 0
+    )
     assert "fitted to the data" in (printed := capsys.readouterr().out) and "3 channels" in printed
 
 
@@ -118,10 +208,25 @@ def test_a_new_run_into_a_folder_holding_a_run_s_file_names_is_refused(tmp_path,
     make_folder(tmp_path / "data")
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "summary.json").write_text('{"mine": 1}')
-    assert main(["train", "--data", str(tmp_path / "data"), "--out", str(tmp_path / "mine"), "train.steps=1", "--no-progress",
-                 "train.threads=1"]) == 2
+    assert (
+        main(
+            [
+                "train",
+                "--data",
+                str(tmp_path / "data"),
+                "--out",
+                str(tmp_path / "mine"),
+                "train.steps=1",
+                "--no-progress",
+                "train.threads=1",
+            ]
+        )
+        == 2
+    )
     assert "holds summary.json, which a run writes, and is not a vitkit run" in capsys.readouterr().err
-    assert (tmp_path / "mine" / "summary.json").read_text() == '{"mine": 1}' and not (tmp_path / "mine" / "run.yaml").exists()
+    assert (tmp_path / "mine" / "summary.json").read_text() == '{"mine": 1}' and not (
+        tmp_path / "mine" / "run.yaml"
+    ).exists()
 
 
 def test_resume_through_cli(tmp_path, capsys):
@@ -142,8 +247,22 @@ def test_a_length_in_epochs_follows_the_training_images_and_is_kept_on_resume(tm
     make_folder(tmp_path / "data")
     out = tmp_path / "run"
     fast = [o for o in FAST if not o.startswith("train.eval_every")]
-    assert main(["train", "--data", str(tmp_path / "data"), "--out", str(out), "train.epochs=2.5", "data.val_fraction=0.25",
-                 "--no-progress", *fast]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--data",
+                str(tmp_path / "data"),
+                "--out",
+                str(out),
+                "train.epochs=2.5",
+                "data.val_fraction=0.25",
+                "--no-progress",
+                *fast,
+            ]
+        )
+        == 0
+    )
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["steps"] == 3
     recorded = (out / "run.yaml").read_text()
     assert "epochs: 2.5" in recorded and "\n  steps:" not in recorded
@@ -153,14 +272,45 @@ def test_a_length_in_epochs_follows_the_training_images_and_is_kept_on_resume(tm
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["steps"] == 8
     assert "epochs: null" in (out / "run.yaml").read_text()
     # fitted to the data (no model given): the fitted recipe takes the user's length, warmup a tenth of it
-    assert main(["train", "--data", str(tmp_path / "data"), "--out", str(tmp_path / "fitted"), "train.epochs=4", "--no-progress",
-                 "train.threads=1", "train.checkpoint_every=100"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--data",
+                str(tmp_path / "data"),
+                "--out",
+                str(tmp_path / "fitted"),
+                "train.epochs=4",
+                "--no-progress",
+                "train.threads=1",
+                "train.checkpoint_every=100",
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
-    assert "4 epochs = 4 steps of 22 images" in printed and json.loads(printed.strip().splitlines()[-1])["steps"] == 4  # 2 held out
+    assert (
+        "4 epochs = 4 steps of 22 images" in printed and json.loads(printed.strip().splitlines()[-1])["steps"] == 4
+    )  # 2 held out
     assert "warning" not in printed
     # and the user's batch size: the note counts the steps the run will take
-    assert main(["train", "--data", str(tmp_path / "data"), "--out", str(tmp_path / "fitted11"), "train.epochs=4", "train.batch_size=11",
-                 "--no-progress", "train.threads=1", "train.checkpoint_every=100"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--data",
+                str(tmp_path / "data"),
+                "--out",
+                str(tmp_path / "fitted11"),
+                "train.epochs=4",
+                "train.batch_size=11",
+                "--no-progress",
+                "train.threads=1",
+                "train.checkpoint_every=100",
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "4 epochs = 8 steps of 11 images" in printed and json.loads(printed.strip().splitlines()[-1])["steps"] == 8
 
@@ -170,42 +320,84 @@ def test_a_run_on_a_subset_of_the_training_images_records_it_and_the_fitted_reci
     and `vitkit data` shows the same cut."""
     make_folder(tmp_path / "data")
     out = tmp_path / "run"
-    assert main(["train", "--data", str(tmp_path / "data"), "--out", str(out), "data.train_images=10", "data.val_fraction=0.25",
-                 "train.steps=2", "--no-progress", "train.threads=1"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--data",
+                str(tmp_path / "data"),
+                "--out",
+                str(out),
+                "data.train_images=10",
+                "data.val_fraction=0.25",
+                "train.steps=2",
+                "--no-progress",
+                "train.threads=1",
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     # train.steps=2 is the user's, and the fitted recipe's warmup follows it (no "warms up ... never reaches" warning)
     assert "scanned 10 of 10 images" in printed and "; 2 steps of 10 images" in printed and "warning" not in printed
     # the fitted model is a ViT of its own shape, not the registry's vit_mini4_32 it starts from
     assert json.loads(printed.strip().splitlines()[-1])["model"] == "ViT" and "model      ViT at 16x16" in printed
-    assert "10 images  " + str(tmp_path / "data") + " (first 10 of a seeded order (seed 0) of all but the 0.25 held out (seed 0))" in printed
+    assert (
+        "10 images  "
+        + str(tmp_path / "data")
+        + " (first 10 of a seeded order (seed 0) of all but the 0.25 held out (seed 0))"
+        in printed
+    )
     record = json.loads((out / "final" / "config.json").read_text())["data"]
     assert record["train_images"] == 10 and record["splits"]["train"]["n"] == 10 and record["splits"]["val"]["n"] == 6
     assert main(["data", str(tmp_path / "data"), "data.train_images=10", "data.val_fraction=0.25"]) == 0
     assert "train    10 images, " in (text := capsys.readouterr().out) and "first 10 of a seeded order" in text
 
 
-def test_a_decompression_bomb_in_ones_own_folder_is_skipped_by_the_fitted_recipe_and_named_by_vitkit_data(tmp_path, capsys, monkeypatch):
+def test_a_decompression_bomb_in_ones_own_folder_is_skipped_by_the_fitted_recipe_and_named_by_vitkit_data(
+    tmp_path, capsys, monkeypatch
+):
     """An image over Pillow's pixel limit (here lowered to 2,000 so that 60x60 is over it) made the fitted recipe's scan end in
     a traceback; now the scan counts it, the batch is one the 24 readable images fill, and training skips and lists it."""
     monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)
     for split in ("train", "val"):
         make_folder(tmp_path / "data" / split)
     Image.new("RGB", (60, 60)).save(tmp_path / "data" / "train" / "circle" / "bomb.png")
-    assert main(["train", "--data", str(tmp_path / "data"), "--out", str(tmp_path / "run"), "train.steps=2", "--no-progress",
-                 "train.threads=1"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--data",
+                str(tmp_path / "data"),
+                "--out",
+                str(tmp_path / "run"),
+                "train.steps=2",
+                "--no-progress",
+                "train.threads=1",
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "scanned 24 of 25 images (1 unreadable)" in printed and "2 steps of 24 images" in printed
     bad = json.loads((tmp_path / "run" / "bad_files.json").read_text())
     assert bad["count"] == 1 and bad["files"][0]["path"].endswith("bomb.png")
     assert main(["data", str(tmp_path / "data")]) == 0
-    assert "the 24 readable of all 25 images: " in (printed := capsys.readouterr().out) and "; 1 unreadable from their header (first " in printed and "bomb.png: " in printed
+    assert (
+        "the 24 readable of all 25 images: " in (printed := capsys.readouterr().out)
+        and "; 1 unreadable from their header (first " in printed
+        and "bomb.png: " in printed
+    )
 
 
 @pytest.mark.parametrize(
     "args, message",
     [
         (["train", "--out", "{tmp}/x", "data.train_images=0"], "data.train_images"),
-        (["train", "--out", "{tmp}/x", "train.epochs=2", "train.steps=5"], "train.steps=5 and train.epochs=2.0 both set the training length"),
+        (
+            ["train", "--out", "{tmp}/x", "train.epochs=2", "train.steps=5"],
+            "train.steps=5 and train.epochs=2.0 both set the training length",
+        ),
         (["train", "--out", "{tmp}/x", "train.epochs=0"], "train.epochs: expected a value in (0, inf)"),
         (["train", "--out", "{tmp}/x", "train.lrr=1"], "train.lrr: unknown key"),
         (["train", "--out", "{tmp}/x", "train.steps=abc"], "train.steps: expected int"),
@@ -215,7 +407,9 @@ def test_a_decompression_bomb_in_ones_own_folder_is_skipped_by_the_fitted_recipe
     ],
 )
 def test_user_errors_are_one_line(tmp_path, capsys, args, message):
-    assert main([a.format(tmp=tmp_path) for a in args]) == 2  # in-process: the same entry point, without a new interpreter
+    assert (
+        main([a.format(tmp=tmp_path) for a in args]) == 2
+    )  # in-process: the same entry point, without a new interpreter
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "x").exists()  # nothing was started
@@ -228,14 +422,35 @@ def test_missing_default_data_says_how_to_install(tmp_path, monkeypatch, vitkit_
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.skipif(find_idx(default_dir(), "train", "images") is None, reason="Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)")
+@pytest.mark.skipif(
+    find_idx(default_dir(), "train", "images") is None,
+    reason="Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)",
+)
 def test_short_real_fashion_mnist_run(tmp_path, capsys):
     """A few steps of the demo recipe on real Fashion-MNIST: the loss falls, eval runs on the held-out split."""
     out = tmp_path / "run"
     config = Path(__file__).resolve().parents[2] / "configs" / "fashion_mnist.yaml"
-    assert main(["train", "--config", str(config), "--out", str(out), "--no-progress", "train.steps=24", "train.batch_size=64",
-                 "train.warmup_steps=4", "train.log_every=4", "train.eval_every=24", "train.checkpoint_every=24", "model.depth=1",
-                 "data.val_fraction=0.01"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--config",
+                str(config),
+                "--out",
+                str(out),
+                "--no-progress",
+                "train.steps=24",
+                "train.batch_size=64",
+                "train.warmup_steps=4",
+                "train.log_every=4",
+                "train.eval_every=24",
+                "train.checkpoint_every=24",
+                "model.depth=1",
+                "data.val_fraction=0.01",
+            ]
+        )
+        == 0
+    )
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     losses = [r["loss"] for r in rows if r["kind"] == "train"]
     assert losses[-1] < losses[0] - 0.1

@@ -11,15 +11,19 @@ import vitkit
 from vitkit.cli import build_parser
 from vitkit.data.idx import default_dir, find_idx
 
-needs_fashion_mnist = pytest.mark.skipif(find_idx(default_dir(), "train", "images") is None,
-                                         reason="Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)")
+needs_fashion_mnist = pytest.mark.skipif(
+    find_idx(default_dir(), "train", "images") is None,
+    reason="Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)",
+)
 
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
     """A tiny 28x28 grayscale ViT with a pre-logits layer, in vitkit's format and as an .npz."""
     torch.manual_seed(0)
-    model = vitkit.create_model("vit_test", image_size=28, in_chans=1, depth=1, representation_size=16, mlp_act="gelu_tanh")
+    model = vitkit.create_model(
+        "vit_test", image_size=28, in_chans=1, depth=1, representation_size=16, mlp_act="gelu_tanh"
+    )
     root = tmp_path_factory.mktemp("ckpt")
     vitkit.save_pretrained(model, root / "vit")
     vitkit.checkpoint.save_checkpoint(model, root / "vit.npz", "npz")
@@ -41,17 +45,49 @@ def test_commands_are_registered_with_help():
 @needs_fashion_mnist
 def test_fewshot_and_random_init_baseline(run_cli, vitkit_cmd, checkpoint, tmp_path):
     done = vitkit_cmd("fewshot", checkpoint / "vit.npz", "--shots", "1,5", "--out", tmp_path / "fs", "--threads", "1")
-    assert done.returncode == 2 and "records no training data" in done.stderr and "--data" in done.stderr  # never Fashion-MNIST by chance
-    result = last_json(run_cli("fewshot", checkpoint / "vit.npz", "--data", default_dir(), "--shots", "1,5", "--seeds", "2",
-                               "--out", tmp_path / "fs", "--threads", "1"))  # the console script
+    assert (
+        done.returncode == 2 and "records no training data" in done.stderr and "--data" in done.stderr
+    )  # never Fashion-MNIST by chance
+    result = last_json(
+        run_cli(
+            "fewshot",
+            checkpoint / "vit.npz",
+            "--data",
+            default_dir(),
+            "--shots",
+            "1,5",
+            "--seeds",
+            "2",
+            "--out",
+            tmp_path / "fs",
+            "--threads",
+            "1",
+        )
+    )  # the console script
     assert set(result["shots"]) == {"1", "5"} and result["n_test"] == 10_000 and result["feature_dim"] == 16
     assert (result["data"], result["split"], result["n"]) == (str(default_dir().absolute()), "test", 10_000)
     assert all(0.1 < r["mean"] <= 1.0 and len(r["per_seed"]) == 2 for r in result["shots"].values())
     assert json.loads((tmp_path / "fs" / "fewshot.json").read_text())["shots"] == result["shots"]
     assert "| 5 |" in (tmp_path / "fs" / "fewshot.md").read_text()
-    baseline = last_json(vitkit_cmd("fewshot", checkpoint / "vit", "--data", default_dir(), "--shots", "5", "--seeds", "2",
-                                    "--random-init", "3", "--threads", "1"))
-    assert baseline["random_init"] == 3 and (checkpoint / "vit.fewshot_random3" / "fewshot.md").is_file()  # default --out: beside the model, never in it
+    baseline = last_json(
+        vitkit_cmd(
+            "fewshot",
+            checkpoint / "vit",
+            "--data",
+            default_dir(),
+            "--shots",
+            "5",
+            "--seeds",
+            "2",
+            "--random-init",
+            "3",
+            "--threads",
+            "1",
+        )
+    )
+    assert (
+        baseline["random_init"] == 3 and (checkpoint / "vit.fewshot_random3" / "fewshot.md").is_file()
+    )  # default --out: beside the model, never in it
     assert baseline["shots"]["5"] != result["shots"]["5"]  # other weights, other features
     assert result["precision"].startswith("fp32")  # with vitkit's kernels where they build
 
@@ -66,14 +102,18 @@ def test_knn_in_bf16_is_close_to_fp32(run_cli, vitkit_cmd, checkpoint, tmp_path)
         for k, c in enumerate(("dark", "light")):
             (tmp_path / "data" / split / c).mkdir(parents=True)
             for i in range(12):
-                Image.fromarray(rng.normal(60 + 120 * k, 40, (28, 28)).clip(0, 255).astype(np.uint8)).save(tmp_path / "data" / split / c / f"{i}.png")
+                Image.fromarray(rng.normal(60 + 120 * k, 40, (28, 28)).clip(0, 255).astype(np.uint8)).save(
+                    tmp_path / "data" / split / c / f"{i}.png"
+                )
     args = ("knn", checkpoint / "vit", "--data", tmp_path / "data", "--k", "5", "--threads", "1")
     fp32 = last_json(run_cli(*args, "--out", tmp_path / "fp32"))  # the console script
     bf16 = last_json(vitkit_cmd(*args, "--out", tmp_path / "bf16", "--precision", "bf16"))
     assert bf16["precision"].startswith("bf16 (") and fp32["precision"].startswith("fp32") and bf16["n_test"] == 24
     assert abs(bf16["top1"]["5"] - fp32["top1"]["5"]) <= 1 / 24
     assert "Features read at bf16 (" in (tmp_path / "bf16" / "knn.md").read_text()  # the report says what read them
-    last_json(vitkit_cmd(*args, "--precision", "bf16"))  # default --out: a folder of its own, never over the fp32 report
+    last_json(
+        vitkit_cmd(*args, "--precision", "bf16")
+    )  # default --out: a folder of its own, never over the fp32 report
     assert "Features read at bf16 (" in (checkpoint / "vit.knn_bf16" / "knn.md").read_text()
 
 
@@ -91,13 +131,37 @@ def image_folder(root):
 
 def test_linear_probe_and_knn(vitkit_cmd, checkpoint, tmp_path):
     data = image_folder(tmp_path / "data")
-    probe = last_json(vitkit_cmd("linear-probe", checkpoint / "vit", "--data", data, "--l2", "1e-4,1", "--max-iter", "50",
-                                "--val-fraction", "0.25", "--out", tmp_path / "lp"))
-    assert [r["l2"] for r in probe["runs"]] == [1e-4, 1.0] and (probe["n_train"], probe["n_val"], probe["n_test"]) == (45, 15, 24)
+    probe = last_json(
+        vitkit_cmd(
+            "linear-probe",
+            checkpoint / "vit",
+            "--data",
+            data,
+            "--l2",
+            "1e-4,1",
+            "--max-iter",
+            "50",
+            "--val-fraction",
+            "0.25",
+            "--out",
+            tmp_path / "lp",
+        )
+    )
+    assert [r["l2"] for r in probe["runs"]] == [1e-4, 1.0] and (probe["n_train"], probe["n_val"], probe["n_test"]) == (
+        45,
+        15,
+        24,
+    )
     assert probe["best_l2"] in (1e-4, 1.0) and probe["test_top1"] > 0.9  # brightness survives any random ViT
     assert "| 0.0001 |" in (tmp_path / "lp" / "linear_probe.md").read_text()
-    knn = last_json(vitkit_cmd("knn", checkpoint / "vit", "--data", data, "--k", "1,5", "--temperature", "0", "--out", tmp_path / "knn"))
-    assert set(knn["top1"]) == {"1", "5"} and knn["n_train"] == 54 and knn["temperature"] is None  # 10% of train/ held out as val
+    knn = last_json(
+        vitkit_cmd(
+            "knn", checkpoint / "vit", "--data", data, "--k", "1,5", "--temperature", "0", "--out", tmp_path / "knn"
+        )
+    )
+    assert (
+        set(knn["top1"]) == {"1", "5"} and knn["n_train"] == 54 and knn["temperature"] is None
+    )  # 10% of train/ held out as val
     assert all(v > 0.9 for v in knn["top1"].values())
     assert json.loads((tmp_path / "knn" / "knn.json").read_text())["top1"] == knn["top1"]
     # --image-size: its own report beside the one at the model's resolution (it replaced it, unsaid), the size said
@@ -117,15 +181,40 @@ def test_linear_probe_and_knn(vitkit_cmd, checkpoint, tmp_path):
 @needs_fashion_mnist
 def test_finetune_at_a_higher_resolution_then_eval(run_cli, vitkit_cmd, checkpoint, tmp_path):
     out = tmp_path / "ft"
-    done = run_cli("finetune", "--from", checkpoint / "vit.npz", "--image-size", "32", "--lr", "0.03", "--out", out,
-                   "--steps", "2", "--batch-size", "64", "--micro-batch", "32", "--no-progress", "train.warmup_steps=1",
-                   "train.threads=1", "augment.crop=pad", "data.val_fraction=0.05")
+    done = run_cli(
+        "finetune",
+        "--from",
+        checkpoint / "vit.npz",
+        "--image-size",
+        "32",
+        "--lr",
+        "0.03",
+        "--out",
+        out,
+        "--steps",
+        "2",
+        "--batch-size",
+        "64",
+        "--micro-batch",
+        "32",
+        "--no-progress",
+        "train.warmup_steps=1",
+        "train.threads=1",
+        "augment.crop=pad",
+        "data.val_fraction=0.05",
+    )
     result = last_json(done)
-    assert f"== learning rate 0.03 (run 1 of 1): {out / 'lr_0.03'}" in done.stdout  # each run's lines say whose they are
-    assert "lr 0.03 (sgd, cosine)" in done.stdout and "warning    train.warmup_steps" not in done.stdout  # warmup 1 of 2 steps
+    assert (
+        f"== learning rate 0.03 (run 1 of 1): {out / 'lr_0.03'}" in done.stdout
+    )  # each run's lines say whose they are
+    assert (
+        "lr 0.03 (sgd, cosine)" in done.stdout and "warning    train.warmup_steps" not in done.stdout
+    )  # warmup 1 of 2 steps
     assert [r["run"] for r in result["runs"]] == ["lr_0.03"] and result["image_size"] == [32, 32]
     config = json.loads((out / "final" / "config.json").read_text())
-    assert config["model"]["image_size"] == [32, 32] and config["model"]["representation_size"] is None  # pre-logits dropped
+    assert (
+        config["model"]["image_size"] == [32, 32] and config["model"]["representation_size"] is None
+    )  # pre-logits dropped
     assert config["class_names"][0] == "T-shirt/top"
     evaluated = last_json(vitkit_cmd("eval", out, "--split", "test", "--json"))
     assert evaluated["n"] == 10_000
@@ -136,7 +225,11 @@ def test_user_errors_are_one_line(vitkit_cmd, checkpoint, tmp_path):
     done = vitkit_cmd("fewshot", checkpoint / "vit", "--shots", "0,5")  # argparse's own error
     assert done.returncode == 2 and "expected positive values" in done.stderr
     done = vitkit_cmd("finetune", "--from", tmp_path / "missing.npz", "--out", tmp_path / "ft", "data.name=synthetic")
-    assert done.returncode == 2 and "missing.npz: no such file" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert (
+        done.returncode == 2
+        and "missing.npz: no such file" in done.stderr
+        and len(done.stderr.strip().splitlines()) == 1
+    )
     (tmp_path / "busy").mkdir()
     (tmp_path / "busy" / "x").write_text("")
     done = vitkit_cmd("finetune", "--from", checkpoint / "vit", "--out", tmp_path / "busy", "data.name=synthetic")
@@ -180,22 +273,80 @@ def test_finetune_on_the_checkpoint_s_own_data_keeps_its_held_out_cut(vitkit_cmd
             rows.append(f"{path},{name}")
     (tmp_path / "all.csv").write_text("path,label\n" + "\n".join(rows) + "\n")
     run = tmp_path / "run"
-    done = vitkit_cmd("train", "--data", tmp_path / "all.csv", "--out", run, "--no-progress", "train.steps=2", "model.name=vit_test",
-                      "model.depth=1", "model.image_size=12", "model.patch_size=4", "train.batch_size=8", "train.threads=1",
-                      "augment.crop=pad", "data.val_fraction=0.25", "data.split_seed=7")
+    done = vitkit_cmd(
+        "train",
+        "--data",
+        tmp_path / "all.csv",
+        "--out",
+        run,
+        "--no-progress",
+        "train.steps=2",
+        "model.name=vit_test",
+        "model.depth=1",
+        "model.image_size=12",
+        "model.patch_size=4",
+        "train.batch_size=8",
+        "train.threads=1",
+        "augment.crop=pad",
+        "data.val_fraction=0.25",
+        "data.split_seed=7",
+    )
     assert done.returncode == 0, done.stderr
-    done = vitkit_cmd("finetune", "--from", run, "--image-size", "16", "--lr", "0.01", "--out", tmp_path / "ft", "--steps", "2",
-                      "--batch-size", "8", "--no-progress", "train.warmup_steps=1", "train.threads=1", "augment.crop=pad")
+    done = vitkit_cmd(
+        "finetune",
+        "--from",
+        run,
+        "--image-size",
+        "16",
+        "--lr",
+        "0.01",
+        "--out",
+        tmp_path / "ft",
+        "--steps",
+        "2",
+        "--batch-size",
+        "8",
+        "--no-progress",
+        "train.warmup_steps=1",
+        "train.threads=1",
+        "augment.crop=pad",
+    )
     assert done.returncode == 0, done.stderr
     assert "held out as it was: val_fraction 0.25, split_seed 7" in done.stdout
     # one learning rate picks nothing, and says so (it printed "picked lr 0.01" and "picked: ...")
     said = "\n".join(line for line in done.stdout.splitlines() if not line.startswith("{"))  # the JSON keeps its keys
-    assert "one learning rate (0.01), nothing picked" in said and "picked" not in said.replace("nothing picked", ""), said
-    held_out = [json.loads((where / "final" / "config.json").read_text())["data"]["splits"]["val"] for where in (run, tmp_path / "ft" / "lr_0.01")]
+    assert "one learning rate (0.01), nothing picked" in said and "picked" not in said.replace("nothing picked", ""), (
+        said
+    )
+    held_out = [
+        json.loads((where / "final" / "config.json").read_text())["data"]["splits"]["val"]
+        for where in (run, tmp_path / "ft" / "lr_0.01")
+    ]
     assert held_out[0]["n"] == 12 and held_out[0] == held_out[1]  # the very same images
     # a cut given anew: not "held out as it was" (it said so of seed 1 too), and warned of (val overlaps its training images)
-    done = vitkit_cmd("finetune", "--from", run, "--image-size", "16", "--lr", "0.01", "--out", tmp_path / "ft1", "--steps", "1",
-                      "--batch-size", "8", "--no-progress", "train.warmup_steps=1", "train.threads=1", "augment.crop=pad", "data.split_seed=1")
+    done = vitkit_cmd(
+        "finetune",
+        "--from",
+        run,
+        "--image-size",
+        "16",
+        "--lr",
+        "0.01",
+        "--out",
+        tmp_path / "ft1",
+        "--steps",
+        "1",
+        "--batch-size",
+        "8",
+        "--no-progress",
+        "train.warmup_steps=1",
+        "train.threads=1",
+        "augment.crop=pad",
+        "data.split_seed=1",
+    )
     assert done.returncode == 0, done.stderr
     assert "held out as it was" not in done.stdout
-    assert "warning    data.split_seed=1 cuts the data anew" in done.stdout and "trained with data.split_seed=7" in done.stdout
+    assert (
+        "warning    data.split_seed=1 cuts the data anew" in done.stdout
+        and "trained with data.split_seed=7" in done.stdout
+    )

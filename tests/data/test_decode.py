@@ -54,7 +54,9 @@ def test_a_jpeg_is_decoded_small_only_when_the_crop_allows_and_matches_the_full_
     from vitkit.data import images
 
     rng = np.random.default_rng(0)
-    smooth = np.asarray(Image.fromarray(rng.integers(0, 255, (12, 16, 3), dtype=np.uint8)).resize((640, 480), Image.BICUBIC))
+    smooth = np.asarray(
+        Image.fromarray(rng.integers(0, 255, (12, 16, 3), dtype=np.uint8)).resize((640, 480), Image.BICUBIC)
+    )
     path = tmp_path / "photo.jpg"
     Image.fromarray(smooth).save(path, quality=95)
     sizes = []
@@ -74,8 +76,12 @@ def test_a_jpeg_is_decoded_small_only_when_the_crop_allows_and_matches_the_full_
     full = np.asarray(Image.open(path).convert("RGB"))  # the same crop from the full decode, resized by Pillow
     w, h = 640, 480
     left, top, right, bottom = inception_box(w, h, whole, SCALE, RATIO)
-    want = np.asarray(Image.fromarray(full).resize((32, 32), Image.BILINEAR, box=(left, top, right, bottom))).transpose(2, 0, 1)
-    assert np.abs(small.astype(int) - want.astype(int)).mean() < 4  # DCT scaling + torch's resize: close to Pillow's from the full decode
+    want = np.asarray(Image.fromarray(full).resize((32, 32), Image.BILINEAR, box=(left, top, right, bottom))).transpose(
+        2, 0, 1
+    )
+    assert (
+        np.abs(small.astype(int) - want.astype(int)).mean() < 4
+    )  # DCT scaling + torch's resize: close to Pillow's from the full decode
     assert big.shape == (3, 300, 300)
 
 
@@ -94,21 +100,38 @@ def folder(root, n=12, size=(40, 24)):
     for c in ("a", "b"):
         (root / c).mkdir(parents=True)
         for i in range(n):
-            Image.fromarray(rng.integers(0, 255, (size[1], size[0], 3), dtype=np.uint8)).save(root / c / f"{i}.jpg", quality=90)
+            Image.fromarray(rng.integers(0, 255, (size[1], size[0], 3), dtype=np.uint8)).save(
+                root / c / f"{i}.jpg", quality=90
+            )
 
 
 def test_cropped_batches_resume_exactly_with_several_workers(tmp_path):
     folder(tmp_path)
     split = open_split(tmp_path, "train", channels=3, val_fraction=0.25)
-    make = lambda workers: Batches(split, 4, seed=3, device=torch.device("cpu"), channels=3, size=16, workers=workers, crop=(SCALE, RATIO))
+    make = lambda workers: Batches(
+        split, 4, seed=3, device=torch.device("cpu"), channels=3, size=16, workers=workers, crop=(SCALE, RATIO)
+    )
     straight = [x for _, (x, _) in zip(range(9), make(2).iterate(0, 0))]  # 4 batches an epoch: crosses two epochs
     assert all(x.shape == (4, 3, 16, 16) and x.dtype == torch.uint8 for x in straight)
     resumed = [x for _, (x, _) in zip(range(4), make(0).iterate(1, 1))]  # batch 5 on, read in the main process
     for a, b in zip(straight[5:], resumed):
         assert torch.equal(a, b)
     assert not torch.equal(straight[0], straight[4])  # the next epoch draws new crops
-    ranks = [Batches(split, 4, seed=3, device=torch.device("cpu"), channels=3, size=16, workers=1, rank=r, world=2, crop=(SCALE, RATIO))
-             for r in (0, 1)]
+    ranks = [
+        Batches(
+            split,
+            4,
+            seed=3,
+            device=torch.device("cpu"),
+            channels=3,
+            size=16,
+            workers=1,
+            rank=r,
+            world=2,
+            crop=(SCALE, RATIO),
+        )
+        for r in (0, 1)
+    ]
     halves = [[x for _, (x, _) in zip(range(3), b.iterate(0, 0))] for b in ranks]
     for step in range(3):  # two ranks together see what one process sees
         assert torch.equal(torch.cat([halves[0][step], halves[1][step]]), straight[step])
@@ -133,7 +156,9 @@ def test_every_decoder_gives_pillows_pixels(tmp_path, monkeypatch, orientation):
         needs_decoder(decoder)
 
     rng = np.random.default_rng(orientation)
-    image = Image.fromarray(np.asarray(Image.fromarray(rng.integers(0, 255, (9, 13, 3), dtype=np.uint8)).resize((260, 180), Image.BICUBIC)))
+    image = Image.fromarray(
+        np.asarray(Image.fromarray(rng.integers(0, 255, (9, 13, 3), dtype=np.uint8)).resize((260, 180), Image.BICUBIC))
+    )
     exif = Image.Exif()
     exif[0x0112] = orientation
     path = tmp_path / "p.jpg"
@@ -171,16 +196,30 @@ def test_libjpeg_decodes_any_box_as_the_whole_image_has_it(tmp_path, monkeypatch
     exif[0x0112] = orientation
     path = tmp_path / "p.jpg"
     sampling = {"4:4:4": 0, "4:2:2": 1}.get(kind, 2)
-    (image.convert("L") if kind == "gray" else image).save(path, quality=90, subsampling=sampling, progressive="progressive" in kind, exif=exif)
+    (image.convert("L") if kind == "gray" else image).save(
+        path, quality=90, subsampling=sampling, progressive="progressive" in kind, exif=exif
+    )
     channels = 1 if kind == "gray" else 3
     for need in (None, (160, 100), (80, 50), (40, 25)):  # whole, 1/2, 1/4, 1/8
         draft = None if need is None else (lambda w, h, need=need: need if w > h else need[::-1])
         whole = load_pixels(path, channels, draft=draft)
         h, w = whole.shape[:2]
-        boxes = [b for b in [(0, 0, w, h), (0, 0, 1, 1), (w - 1, h - 1, w, h), (16, 8, 33, 9), (15, 0, 17, h), (1, 3, w - 1, h - 2)]
-                 if b[2] <= w and b[3] <= h]
-        boxes += [tuple(int(v) for v in (x0, y0, x0 + rng.integers(1, w - x0 + 1), y0 + rng.integers(1, h - y0 + 1)))
-                  for x0, y0 in zip(rng.integers(0, w, 12), rng.integers(0, h, 12))]
+        boxes = [
+            b
+            for b in [
+                (0, 0, w, h),
+                (0, 0, 1, 1),
+                (w - 1, h - 1, w, h),
+                (16, 8, 33, 9),
+                (15, 0, 17, h),
+                (1, 3, w - 1, h - 2),
+            ]
+            if b[2] <= w and b[3] <= h
+        ]
+        boxes += [
+            tuple(int(v) for v in (x0, y0, x0 + rng.integers(1, w - x0 + 1), y0 + rng.integers(1, h - y0 + 1)))
+            for x0, y0 in zip(rng.integers(0, w, 12), rng.integers(0, h, 12))
+        ]
         for box in boxes:
             got = load_pixels(path, channels, draft=draft, crop=lambda width, height, box=box: box)
             left, top, right, bottom = box

@@ -53,7 +53,9 @@ def _split(tmp_path, images, labels, split="train", image_dtype=0x08):
 
 def test_image_and_label_counts_must_match(tmp_path):
     _split(tmp_path, np.zeros((5, 3, 3)), np.zeros(4))
-    with pytest.raises(DataError, match=r"train-images-idx3-ubyte \(5, 3, 3\) and train-labels-idx1-ubyte \(4,\) do not match"):
+    with pytest.raises(
+        DataError, match=r"train-images-idx3-ubyte \(5, 3, 3\) and train-labels-idx1-ubyte \(4,\) do not match"
+    ):
         idx.load_idx_split(tmp_path, "train")
 
 
@@ -99,6 +101,8 @@ def test_the_clothes_idx_set_is_known_by_its_test_labels_in_a_folder_of_any_name
     open_test = lambda: DataSpec(path=str(tmp_path / "mydata")).open("test", channels=1, image_size=4).class_names
     assert open_test()[:2] == ["0", "1"]  # other IDX data: numbered classes
     idx.is_fashion_mnist.cache_clear()
-    monkeypatch.setattr(idx, "FASHION_MNIST_TEST_LABELS", hashlib.blake2b(labels.astype(np.uint8).tobytes(), digest_size=8).hexdigest())
+    monkeypatch.setattr(
+        idx, "FASHION_MNIST_TEST_LABELS", hashlib.blake2b(labels.astype(np.uint8).tobytes(), digest_size=8).hexdigest()
+    )
     assert open_test()[:2] == ["T-shirt/top", "Trouser"]  # these labels are Fashion-MNIST's: its class names
     idx.is_fashion_mnist.cache_clear()

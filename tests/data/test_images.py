@@ -70,7 +70,11 @@ def _png_header(width, height):
 
 
 def _good_bytes(tmp_path, suffix):
-    path = save(tmp_path, Image.fromarray(np.random.default_rng(0).integers(0, 255, (32, 32, 3), dtype=np.uint8)), f"good{suffix}")
+    path = save(
+        tmp_path,
+        Image.fromarray(np.random.default_rng(0).integers(0, 255, (32, 32, 3), dtype=np.uint8)),
+        f"good{suffix}",
+    )
     return path.read_bytes()
 
 
@@ -170,7 +174,11 @@ def test_a_non_square_input_is_cut_from_the_image_resized_to_cover_it(tmp_path):
         box_h, box_w = int(12 / crop_pct), int(16 / crop_pct)  # the box the image must cover, aspect ratio kept
         scale = max(box_h / h, box_w / w)
         new = scaled_size(w, h, (12, 16), crop_pct)
-        assert min(new[0] - box_w, new[1] - box_h) == 0 and abs(new[0] / new[1] - w / h) < 0.1 and max(abs(new[0] - w * scale), abs(new[1] - h * scale)) < 1
+        assert (
+            min(new[0] - box_w, new[1] - box_h) == 0
+            and abs(new[0] / new[1] - w / h) < 0.1
+            and max(abs(new[0] - w * scale), abs(new[1] - h * scale)) < 1
+        )
         resized = image.resize(new, Image.BILINEAR, reducing_gap=None)
         left, top = (new[0] - 16) // 2, (new[1] - 12) // 2
         expected = np.asarray(resized.crop((left, top, left + 16, top + 12))).transpose(2, 0, 1)
@@ -179,8 +187,16 @@ def test_a_non_square_input_is_cut_from_the_image_resized_to_cover_it(tmp_path):
         classifier = vitkit.Classifier(model, ["a", "b"], crop_pct=crop_pct)
         assert np.array_equal(classifier.pixels(tmp_path / name).numpy(), expected)
         full = torch.from_numpy(np.asarray(image).transpose(2, 0, 1).copy())[None].float()
-        assert resize_center_crop(full, (12, 16), crop_pct).shape[-2:] == (12, 16)  # the tensor path cuts the same window
-    for w, h, side, crop_pct in ((60, 30, 16, 1.0), (21, 50, 16, 0.875), (16, 16, 16, 0.9), (100, 7, 8, 0.875)):  # square: unchanged
+        assert resize_center_crop(full, (12, 16), crop_pct).shape[-2:] == (
+            12,
+            16,
+        )  # the tensor path cuts the same window
+    for w, h, side, crop_pct in (
+        (60, 30, 16, 1.0),
+        (21, 50, 16, 0.875),
+        (16, 16, 16, 0.9),
+        (100, 7, 8, 0.875),
+    ):  # square: unchanged
         assert scaled_size(w, h, side, crop_pct) == scaled_size(w, h, (side, side), crop_pct)
         assert min(scaled_size(w, h, side, crop_pct)) == max(side, int(side / crop_pct))
 

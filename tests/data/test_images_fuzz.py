@@ -19,8 +19,21 @@ def _encoded(fmt: str, mode: str) -> bytes:
     return buffer.getvalue()
 
 
-SEEDS = [_encoded(fmt, mode) for fmt, mode in [("PNG", "RGB"), ("PNG", "P"), ("PNG", "LA"), ("JPEG", "RGB"), ("JPEG", "CMYK"),
-                                                 ("GIF", "P"), ("BMP", "RGB"), ("TIFF", "RGBA"), ("WEBP", "RGB"), ("PPM", "RGB")]]
+SEEDS = [
+    _encoded(fmt, mode)
+    for fmt, mode in [
+        ("PNG", "RGB"),
+        ("PNG", "P"),
+        ("PNG", "LA"),
+        ("JPEG", "RGB"),
+        ("JPEG", "CMYK"),
+        ("GIF", "P"),
+        ("BMP", "RGB"),
+        ("TIFF", "RGBA"),
+        ("WEBP", "RGB"),
+        ("PPM", "RGB"),
+    ]
+]
 
 
 @st.composite

@@ -17,7 +17,9 @@ def _streamed(tmp_path):
     for c in ("a", "b"):
         (tmp_path / "train" / c).mkdir(parents=True)
         for i in range(8):
-            Image.fromarray(np.full((8, 8, 3), 20 * i + c.startswith("b"), dtype=np.uint8)).save(tmp_path / "train" / c / f"{i}.png")
+            Image.fromarray(np.full((8, 8, 3), 20 * i + c.startswith("b"), dtype=np.uint8)).save(
+                tmp_path / "train" / c / f"{i}.png"
+            )
     split = open_split(tmp_path, "train", channels=3)
     return Batches(split, 4, seed=0, device=torch.device("cpu"), channels=3, size=8, workers=2)
 
@@ -77,7 +79,9 @@ def test_the_scan_measures_images_upright_and_reads_shard_records(tmp_path):
 
     paths = []
     for i in range(3):
-        image = Image.fromarray(np.random.default_rng(i).integers(0, 255, (100, 40, 3), dtype=np.uint8))  # 40 wide, 100 high
+        image = Image.fromarray(
+            np.random.default_rng(i).integers(0, 255, (100, 40, 3), dtype=np.uint8)
+        )  # 40 wide, 100 high
         exif = image.getexif()
         exif[0x0112] = 6  # shown turned 90 degrees: 100 wide, 40 high
         image.save(tmp_path / f"{i}.jpg", exif=exif)
@@ -93,5 +97,11 @@ def test_a_scan_that_could_read_no_image_does_not_report_a_size():
     """Every sampled image unreadable: the fit line said "median 0x0 px, colour"."""
     from vitkit.data.scan import ImageScan
 
-    assert str(ImageScan(0, 90, 0, 0, 3, unreadable=64)) == "none of the 64 of 90 images looked at could be read: size and colour not known"
-    assert str(ImageScan(60, 90, 28, 30, 1, unreadable=4)) == "scanned 60 of 90 images (4 unreadable): median 30x28 px, grayscale"
+    assert (
+        str(ImageScan(0, 90, 0, 0, 3, unreadable=64))
+        == "none of the 64 of 90 images looked at could be read: size and colour not known"
+    )
+    assert (
+        str(ImageScan(60, 90, 28, 30, 1, unreadable=4))
+        == "scanned 60 of 90 images (4 unreadable): median 30x28 px, grayscale"
+    )

@@ -43,14 +43,26 @@ def make_parquet(path, labels: list[int], images: list[bytes], row_group_size=5)
     pa = pytest.importorskip("pyarrow")
     pq = pytest.importorskip("pyarrow.parquet")
     features = {"image": {"_type": "Image"}, "label": {"names": list(CLASSES), "_type": "ClassLabel"}}
-    table = pa.table({"image": [{"bytes": b, "path": f"{i}.jpg"} for i, b in enumerate(images)], "label": pa.array(labels, pa.int64())})
+    table = pa.table(
+        {
+            "image": [{"bytes": b, "path": f"{i}.jpg"} for i, b in enumerate(images)],
+            "label": pa.array(labels, pa.int64()),
+        }
+    )
     table = table.replace_schema_metadata({"huggingface": json.dumps({"info": {"features": features}})})
     pq.write_table(table, path, row_group_size=row_group_size)
 
 
 def test_brace_patterns_expand_with_their_zero_padding():
     assert expand_braces("s-{000..002}.tar") == ["s-000.tar", "s-001.tar", "s-002.tar"]
-    assert expand_braces("{a,b}/x-{8..10}.tar") == ["a/x-8.tar", "a/x-9.tar", "a/x-10.tar", "b/x-8.tar", "b/x-9.tar", "b/x-10.tar"]
+    assert expand_braces("{a,b}/x-{8..10}.tar") == [
+        "a/x-8.tar",
+        "a/x-9.tar",
+        "a/x-10.tar",
+        "b/x-8.tar",
+        "b/x-9.tar",
+        "b/x-10.tar",
+    ]
 
 
 def test_a_folder_written_as_tar_shards_reads_back_the_same(tmp_path):
@@ -98,21 +110,36 @@ def _tar(path, samples: dict[str, str | None]):
     path.parent.mkdir(parents=True, exist_ok=True)
     with tarfile.open(path, "w") as tar:
         for i, (key, label) in enumerate(samples.items()):
-            for name, data in [(f"{key}.jpg", jpeg(i))] + ([(f"{key}.cls", label.encode())] if label is not None else []):
+            for name, data in [(f"{key}.jpg", jpeg(i))] + (
+                [(f"{key}.cls", label.encode())] if label is not None else []
+            ):
                 info = tarfile.TarInfo(name)
                 info.size = len(data)
                 tar.addfile(info, io.BytesIO(data))
 
 
-@pytest.mark.parametrize("labels, classes_txt, words", [
-    # indices and names mixed with classes.txt: each read against it (they became classes "0", "1", "cat", "dog")
-    (["0", "dog", "2", "cat"], True, None),
-    (["0", "dog", "2", "cat"], False, "mix class indices ('0' at"),
-    (["0", "1", "7", "2"], True, "label class index 7, outside 0 .. 2 the 3 classes of classes.txt"),
-    (["cat", "dog", "owl", "emu"], True, "label class 'owl', not one of the 3 classes of classes.txt (cat, dog, emu)"),
-    (["cat", "dog", None, None], False, "has no .cls or .json label, where other samples have one"),  # a shard without labels
-])
-def test_shard_labels_are_read_against_classes_txt_and_a_label_that_fits_no_class_is_named(tmp_path, labels, classes_txt, words):
+@pytest.mark.parametrize(
+    "labels, classes_txt, words",
+    [
+        # indices and names mixed with classes.txt: each read against it (they became classes "0", "1", "cat", "dog")
+        (["0", "dog", "2", "cat"], True, None),
+        (["0", "dog", "2", "cat"], False, "mix class indices ('0' at"),
+        (["0", "1", "7", "2"], True, "label class index 7, outside 0 .. 2 the 3 classes of classes.txt"),
+        (
+            ["cat", "dog", "owl", "emu"],
+            True,
+            "label class 'owl', not one of the 3 classes of classes.txt (cat, dog, emu)",
+        ),
+        (
+            ["cat", "dog", None, None],
+            False,
+            "has no .cls or .json label, where other samples have one",
+        ),  # a shard without labels
+    ],
+)
+def test_shard_labels_are_read_against_classes_txt_and_a_label_that_fits_no_class_is_named(
+    tmp_path, labels, classes_txt, words
+):
     """Labels that mixed indices and names, named a class classes.txt lacks, or were missing from one shard among labelled
     ones, each became a class of their own ("0" next to "cat", "owl", ""), silently, and a model trained on them."""
     _tar(tmp_path / "s" / "shard-000000.tar", {f"a{i}": label for i, label in enumerate(labels[:2])})
@@ -128,12 +155,20 @@ def test_shard_labels_are_read_against_classes_txt_and_a_label_that_fits_no_clas
     assert words in str(err.value), str(err.value)
 
 
-@pytest.mark.parametrize("label, words", [
-    ("7" * 5000, "class index 77777777777777777777... is over the limit of 1,000,000"),  # int() refused it: a traceback
-    ("1000000000", "class index 1000000000 is over the limit"),  # a list of a billion class names was made
-    ("x" * 70_000, "a label of over 65,536 bytes"),
-])
-def test_a_label_no_dataset_can_have_is_one_error_not_a_traceback_or_a_billion_classes(tmp_path, under_memory_limit, label, words):
+@pytest.mark.parametrize(
+    "label, words",
+    [
+        (
+            "7" * 5000,
+            "class index 77777777777777777777... is over the limit of 1,000,000",
+        ),  # int() refused it: a traceback
+        ("1000000000", "class index 1000000000 is over the limit"),  # a list of a billion class names was made
+        ("x" * 70_000, "a label of over 65,536 bytes"),
+    ],
+)
+def test_a_label_no_dataset_can_have_is_one_error_not_a_traceback_or_a_billion_classes(
+    tmp_path, under_memory_limit, label, words
+):
     _tar(tmp_path / "s" / "shard-000000.tar", {"a": "0", "b": label})
     status, detail = under_memory_limit(lambda: open_sharded(tmp_path / "s", "train", val_fraction=0.0), mb=512)
     assert status == "error" and "DataError" in detail and words in detail, (status, detail)
@@ -159,7 +194,10 @@ def test_an_unlabelled_hugging_face_test_split_leaves_the_others_usable_and_a_nu
     make_parquet(tmp_path / "test-00000-of-00001.parquet", [-1, -1, -1], images[:3])
     train_split = open_split(tmp_path, "train", channels=3, val_fraction=0.25)
     assert train_split.class_names == list(CLASSES) and len(train_split) == 9
-    with pytest.raises(DataError, match=r"the test split has no labels \(every label is -1 or null.*eval: --split val; fewshot, knn, linear-probe: --test-split val"):
+    with pytest.raises(
+        DataError,
+        match=r"the test split has no labels \(every label is -1 or null.*eval: --split val; fewshot, knn, linear-probe: --test-split val",
+    ):
         open_split(tmp_path, "test", channels=3)
     nulls = tmp_path / "nulls"
     nulls.mkdir()
@@ -171,7 +209,9 @@ def test_an_unlabelled_hugging_face_test_split_leaves_the_others_usable_and_a_nu
 def test_a_parquet_label_outside_its_class_label_names_says_where_the_names_come_from(tmp_path):
     """It said "the 3 classes of classes.txt" where no classes.txt exists: the names are the schema's ClassLabel."""
     make_parquet(tmp_path / "train-00000-of-00001.parquet", [0, 1, 7], [jpeg(0), jpeg(1), jpeg(2)])
-    with pytest.raises(DataError, match=r"row 2: label class index 7, outside 0 .. 2 the 3 classes of the Parquet schema's class names"):
+    with pytest.raises(
+        DataError, match=r"row 2: label class index 7, outside 0 .. 2 the 3 classes of the Parquet schema's class names"
+    ):
         open_sharded(tmp_path, "train", val_fraction=0.0)
 
 
@@ -189,7 +229,14 @@ def test_a_sample_key_twice_in_a_shard_is_one_error(tmp_path):
     path = tmp_path / "s" / "shard-000000.tar"
     path.parent.mkdir()
     with tarfile.open(path, "w") as tar:
-        for name, data in (("a.jpg", jpeg(0)), ("a.cls", b"0"), ("b.jpg", jpeg(1)), ("b.cls", b"1"), ("a.jpg", jpeg(2)), ("a.cls", b"1")):
+        for name, data in (
+            ("a.jpg", jpeg(0)),
+            ("a.cls", b"0"),
+            ("b.jpg", jpeg(1)),
+            ("b.cls", b"1"),
+            ("a.jpg", jpeg(2)),
+            ("a.cls", b"1"),
+        ):
             info = tarfile.TarInfo(name)
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
@@ -253,7 +300,9 @@ def test_parquet_files_one_folder_down_are_named_in_the_error(tmp_path):
     "no images found; expected root/<class>/<image>.jpg", never the Parquet files a folder below holds."""
     (tmp_path / "plain_text").mkdir()
     make_parquet(tmp_path / "plain_text" / "train-00000-of-00001.parquet", [0, 1, 2], [jpeg(i) for i in range(3)])
-    with pytest.raises(DataError, match=r"no images found.*Parquet files\); .*plain_text holds tar or Parquet shards: give that folder"):
+    with pytest.raises(
+        DataError, match=r"no images found.*Parquet files\); .*plain_text holds tar or Parquet shards: give that folder"
+    ):
         open_split(tmp_path, "train", channels=3)
     assert len(open_split(tmp_path / "plain_text", "train", channels=3, val_fraction=0.0)) == 3
 
@@ -261,7 +310,11 @@ def test_parquet_files_one_folder_down_are_named_in_the_error(tmp_path):
 def test_row_group_windows_keep_an_order_that_depends_only_on_seed_and_epoch():
     blocks = np.repeat(np.arange(40), 5)
     a, b = block_order(blocks, 3, 1, window=4), block_order(blocks, 3, 1, window=4)
-    assert torch.equal(a, b) and sorted(a.tolist()) == list(range(200)) and not torch.equal(a, block_order(blocks, 3, 2, window=4))
+    assert (
+        torch.equal(a, b)
+        and sorted(a.tolist()) == list(range(200))
+        and not torch.equal(a, block_order(blocks, 3, 2, window=4))
+    )
     assert all(len(set(blocks[a[s : s + 20].numpy()])) <= 4 for s in range(0, 200, 20))  # 20 samples: 4 row groups
 
 
@@ -285,7 +338,9 @@ def test_a_tar_or_archive_of_an_image_folder_is_one_error_saying_to_unpack_it(tm
     make_folder(tmp_path / "photos" / "train")
     with tarfile.open(tmp_path / "photos.tar", "w") as tar:
         tar.add(tmp_path / "photos" / "train", arcname="train")
-    with pytest.raises(DataError, match=r"photos\.tar: a tar of images in folders \(train/.*without .cls or .json labels: unpack it"):
+    with pytest.raises(
+        DataError, match=r"photos\.tar: a tar of images in folders \(train/.*without .cls or .json labels: unpack it"
+    ):
         open_sharded(tmp_path / "photos.tar", "train")
     for fmt, what in (("zip", "a zip archive"), ("gztar", "a gzip-compressed file")):
         archive = shutil.make_archive(str(tmp_path / "photos"), fmt, tmp_path / "photos")
@@ -300,9 +355,23 @@ def test_a_tar_or_archive_of_an_image_folder_is_one_error_saying_to_unpack_it(tm
 
 
 # -- training on shards: bad records, exact resume with workers and ranks ---------------------------
-TRAIN = ["model.name=vit_test", "model.depth=1", "model.image_size=8", "train.batch_size=8", "train.threads=1", "train.progress=false",
-         "train.log_every=1", "train.eval_every=1000", "train.checkpoint_every=2", "train.warmup_steps=0", "train.decay=constant",
-         "train.lr=3e-3", "data.val_fraction=0.2", "data.on_error=skip", "train.device=cpu"]
+TRAIN = [
+    "model.name=vit_test",
+    "model.depth=1",
+    "model.image_size=8",
+    "train.batch_size=8",
+    "train.threads=1",
+    "train.progress=false",
+    "train.log_every=1",
+    "train.eval_every=1000",
+    "train.checkpoint_every=2",
+    "train.warmup_steps=0",
+    "train.decay=constant",
+    "train.lr=3e-3",
+    "data.val_fraction=0.2",
+    "data.on_error=skip",
+    "train.device=cpu",
+]
 
 
 def shards_with_a_bad_record(root):
@@ -318,7 +387,11 @@ def shards_with_a_bad_record(root):
 
 
 def losses(out):
-    return {r["step"]: r["loss"] for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if r["kind"] == "train"}
+    return {
+        r["step"]: r["loss"]
+        for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())
+        if r["kind"] == "train"
+    }
 
 
 @pytest.mark.parametrize("kind", ["tar", "parquet"])
@@ -338,8 +411,12 @@ def test_training_on_shards_resumes_exactly_with_workers_and_lists_bad_records(t
     assert list(got) == [1, 2, 3, 4, 5] and len(set(want.values())) > 1
     assert got == want  # bit-identical batches: the same losses to the last bit
     listed = json.loads((resumed / "bad_files.json").read_text())
-    assert [row["path"] for row in listed["files"]] == [row["path"] for row in json.loads((straight / "bad_files.json").read_text())["files"]]
-    assert listed["count"] == 1 and ("broken.jpg" in listed["files"][0]["path"] or "row 29" in listed["files"][0]["path"])
+    assert [row["path"] for row in listed["files"]] == [
+        row["path"] for row in json.loads((straight / "bad_files.json").read_text())["files"]
+    ]
+    assert listed["count"] == 1 and (
+        "broken.jpg" in listed["files"][0]["path"] or "row 29" in listed["files"][0]["path"]
+    )
 
 
 @pytest.mark.parametrize("kind", ["tar", "parquet", "folder"])
@@ -353,13 +430,32 @@ def test_two_gloo_ranks_train_as_one_process_and_resume_on_one(tmp_path, kind):
     elif kind == "parquet":
         data = tmp_path / "parquet"
         data.mkdir()
-        make_parquet(data / "train-00000-of-00001.parquet", [i % 3 for i in range(24)], [jpeg(i) for i in range(24)], row_group_size=4)
+        make_parquet(
+            data / "train-00000-of-00001.parquet",
+            [i % 3 for i in range(24)],
+            [jpeg(i) for i in range(24)],
+            row_group_size=4,
+        )
     args = [*TRAIN, f"data.path={data}", "data.workers=1", "augment.hflip=0"]  # flips are drawn per rank
     one, two = tmp_path / "one", tmp_path / "two"
     train(load_run_config(None, [*args, "train.steps=4"]), one)
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "vitkit", "train"]
-    done = subprocess.run([*launcher, "--out", str(two), *args, "train.steps=2"], capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    launcher = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        "-m",
+        "vitkit",
+        "train",
+    ]
+    done = subprocess.run(
+        [*launcher, "--out", str(two), *args, "train.steps=2"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     train(resume_config(two, ["train.steps=4"]), two, resume=True)
     want, got = losses(one), losses(two)
@@ -370,7 +466,12 @@ def test_two_gloo_ranks_train_as_one_process_and_resume_on_one(tmp_path, kind):
 
 def test_parquet_batches_split_across_ranks_and_resume_with_workers(tmp_path):
     """Row-group windows, 2 ranks x 2 workers: the ranks' shares make up one process's batches; a resume mid-run matches."""
-    make_parquet(tmp_path / "train-00000-of-00001.parquet", [i % 3 for i in range(24)], [jpeg(i) for i in range(24)], row_group_size=4)
+    make_parquet(
+        tmp_path / "train-00000-of-00001.parquet",
+        [i % 3 for i in range(24)],
+        [jpeg(i) for i in range(24)],
+        row_group_size=4,
+    )
     split = open_split(tmp_path, "train", channels=3, val_fraction=0.0)
     crop = ((0.08, 1.0), (3 / 4, 4 / 3))
     make = lambda **kw: Batches(split, 6, seed=1, device=torch.device("cpu"), channels=3, size=8, crop=crop, **kw)
@@ -397,7 +498,13 @@ def test_tar_headers_are_read_as_tarfile_reads_them(tmp_path, fmt):
         folder.type = tarfile.DIRTYPE
         tar.addfile(folder)
         for i, name in enumerate(names):
-            payload = b'{"label": 1}' if name.endswith(".json") else b"2" if name.endswith(".cls") else bytes([i]) * (700 * i + 3)
+            payload = (
+                b'{"label": 1}'
+                if name.endswith(".json")
+                else b"2"
+                if name.endswith(".cls")
+                else bytes([i]) * (700 * i + 3)
+            )
             info = tarfile.TarInfo(name)
             info.size = len(payload)
             tar.addfile(info, io.BytesIO(payload))
@@ -437,7 +544,11 @@ def test_a_header_only_tarfile_reads_is_read_once(tmp_path):
     path.write_bytes(bytes(data))
     with open(path, "rb") as f:
         found = [m[:3] for m in _tar_files(f, path)]
-    assert found == [m[:3] for m in _tarfile_members(path)] == [("0.jpg", 512, 10), ("1.jpg", 1536, 11), ("2.jpg", 2560, 12)]
+    assert (
+        found
+        == [m[:3] for m in _tarfile_members(path)]
+        == [("0.jpg", 512, 10), ("1.jpg", 1536, 11), ("2.jpg", 2560, 12)]
+    )
 
 
 def test_which_shown_images_a_model_trained_on_is_told_for_files_and_tar_members(tmp_path):
@@ -452,7 +563,10 @@ def test_which_shown_images_a_model_trained_on_is_told_for_files_and_tar_members
     write_tar_shards(open_split(folder, "train", channels=3, val_fraction=0.0), tmp_path / "shards", per_shard=7)
     (tmp_path / "pq").mkdir()
     make_parquet(tmp_path / "pq" / "train-00000-of-00001.parquet", [0, 1, 2], [jpeg(i) for i in range(3)])
-    assert DataSpec(path=str(tmp_path / "shards"), val_fraction=0.0).training_images_among(files, channels=3) == [True] * 24
+    assert (
+        DataSpec(path=str(tmp_path / "shards"), val_fraction=0.0).training_images_among(files, channels=3)
+        == [True] * 24
+    )
     assert DataSpec(path=str(tmp_path / "pq")).training_images_among(files, channels=3) is None
 
 
@@ -462,7 +576,9 @@ def test_copies_of_training_images_among_tar_shards_are_found_by_their_bytes(tmp
     from vitkit.data.summary import copies_of_training_images
 
     folder = make_folder(tmp_path / "photos")
-    write_tar_shards(open_split(folder, "train", channels=3, val_fraction=0.0), tmp_path / "shards" / "train", per_shard=10)
+    write_tar_shards(
+        open_split(folder, "train", channels=3, val_fraction=0.0), tmp_path / "shards" / "train", per_shard=10
+    )
     held = tmp_path / "held" / "cat"
     held.mkdir(parents=True)
     for name in ("0.jpg", "1.jpg"):
@@ -484,7 +600,9 @@ def test_an_unreadable_parquet_row_group_is_read_once_and_warned_about_once(tmp_
     from vitkit.data import shards as sharding
     from vitkit.data.images import load_pixels
 
-    make_parquet(tmp_path / "train-00000-of-00001.parquet", [0, 1, 2, 0, 1, 2], [jpeg(i) for i in range(6)], row_group_size=3)
+    make_parquet(
+        tmp_path / "train-00000-of-00001.parquet", [0, 1, 2, 0, 1, 2], [jpeg(i) for i in range(6)], row_group_size=3
+    )
     split = open_sharded(tmp_path, "train", val_fraction=0.0)
     reads = []
 
@@ -515,16 +633,34 @@ def test_the_training_plan_names_a_parquet_split_s_images_in_one_parenthesis(tmp
     from vitkit.train import train
 
     (tmp_path / "pq").mkdir()
-    make_parquet(tmp_path / "pq" / "train-00000-of-00001.parquet", [i % 3 for i in range(12)], [jpeg(i) for i in range(12)])
+    make_parquet(
+        tmp_path / "pq" / "train-00000-of-00001.parquet", [i % 3 for i in range(12)], [jpeg(i) for i in range(12)]
+    )
     import vitkit.plots
 
     captions, plot = {}, vitkit.plots.plot_run
     monkeypatch.setattr(vitkit.plots, "plot_run", lambda *a, **k: captions.update(k) or plot(*a, **k))
-    train(load_run_config(None, [f"data.path={tmp_path / 'pq'}", "data.val_fraction=0.5", "train.steps=1", "model.name=vit_test",
-                                 "model.depth=1", "train.batch_size=4", "train.threads=1", "train.progress=false"]), tmp_path / "run")
+    train(
+        load_run_config(
+            None,
+            [
+                f"data.path={tmp_path / 'pq'}",
+                "data.val_fraction=0.5",
+                "train.steps=1",
+                "model.name=vit_test",
+                "model.depth=1",
+                "train.batch_size=4",
+                "train.threads=1",
+                "train.progress=false",
+            ],
+        ),
+        tmp_path / "run",
+    )
     printed = capsys.readouterr().out
     assert f"images  {tmp_path / 'pq'} (train, all but the 0.5 held out (seed 0))" in printed and ") (" not in printed
-    assert captions["val_data"] == f"6 images, {tmp_path / 'pq'} (train, 0.5 held out (seed 0))"  # the figures' captions too
+    assert (
+        captions["val_data"] == f"6 images, {tmp_path / 'pq'} (train, 0.5 held out (seed 0))"
+    )  # the figures' captions too
 
 
 def test_parquet_row_groups_are_kept_by_their_bytes_and_one_too_large_to_read_whole_is_one_error(tmp_path, monkeypatch):
@@ -546,5 +682,8 @@ def test_parquet_row_groups_are_kept_by_their_bytes_and_one_too_large_to_read_wh
     assert reads == [0, 1, 2, 1, 0]  # two kept: 2 pushed out 1 (0 was read since), 1 pushed out 0, 0 pushed out 2
     sharding._ROW_GROUPS.clear()
     monkeypatch.setattr(sharding, "MAX_ROW_GROUP_BYTES", 2 * max(map(len, images)))
-    with pytest.raises(DataError, match=r"train-00000-of-00001\.parquet: row group 0 holds .* GiB of images \(3 rows\), over .* row_group_size=100"):
+    with pytest.raises(
+        DataError,
+        match=r"train-00000-of-00001\.parquet: row group 0 holds .* GiB of images \(3 rows\), over .* row_group_size=100",
+    ):
         open_sharded(tmp_path, "train", val_fraction=0.0)

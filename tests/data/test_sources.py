@@ -35,7 +35,9 @@ def test_train_images_are_nested_seeded_subsets_of_the_training_part_only(tmp_pa
 
     make_folder(tmp_path, per_class=20)
     spec = DataSpec(path=str(tmp_path), val_fraction=0.25, split_seed=3)
-    subsets = {n: DataSpec(**{**spec.__dict__, "train_images": n}).open("train", channels=3, image_size=8) for n in (5, 12, 30)}
+    subsets = {
+        n: DataSpec(**{**spec.__dict__, "train_images": n}).open("train", channels=3, image_size=8) for n in (5, 12, 30)
+    }
     paths = {n: set(map(str, split.paths)) for n, split in subsets.items()}
     assert {n: len(p) for n, p in paths.items()} == {5: 5, 12: 12, 30: 30}
     assert paths[5] < paths[12] < paths[30] == set(map(str, spec.open("train", channels=3, image_size=8).paths))
@@ -43,9 +45,13 @@ def test_train_images_are_nested_seeded_subsets_of_the_training_part_only(tmp_pa
     assert len(held) == 10 and not held & paths[30]
     assert subsets[12].selection == "first 12 of a seeded order (seed 3) of all but the 0.25 held out (seed 3)"
     assert [str(p) for p in subsets[12].paths] == sorted(map(str, subsets[12].paths))  # in the split's own order
-    other_seed = DataSpec(**{**spec.__dict__, "train_images": 12, "split_seed": 4}).open("train", channels=3, image_size=8)
+    other_seed = DataSpec(**{**spec.__dict__, "train_images": 12, "split_seed": 4}).open(
+        "train", channels=3, image_size=8
+    )
     assert set(map(str, other_seed.paths)) != paths[12]
-    with pytest.raises(DataError, match="data.train_images: 31 is more than the training split holds .*give at most 30"):
+    with pytest.raises(
+        DataError, match="data.train_images: 31 is more than the training split holds .*give at most 30"
+    ):
         DataSpec(**{**spec.__dict__, "train_images": 31}).open("train", channels=3, image_size=8)
 
 
@@ -58,7 +64,9 @@ def test_a_folder_of_lists_by_split_reads_each_split_from_its_own_list(tmp_path)
     make_folder(tmp_path / "images", classes=("bird", "cat", "dog"), per_class=4)
     rows = [(f"images/{c}/{i}.png", c) for c in ("bird", "cat", "dog") for i in range(3)]
     (tmp_path / "train.csv").write_text("file_name,label\n" + "".join(f"{p},{c}\n" for p, c in rows))
-    (tmp_path / "val.jsonl").write_text("".join(json.dumps({"path": f"images/{c}/3.png", "label": c}) + "\n" for c in ("dog", "cat")))
+    (tmp_path / "val.jsonl").write_text(
+        "".join(json.dumps({"path": f"images/{c}/3.png", "label": c}) + "\n" for c in ("dog", "cat"))
+    )
     spec = DataSpec(path=str(tmp_path))
     train, val = (spec.open(s, channels=3, image_size=8) for s in ("train", "val"))
     assert train.class_names == val.class_names == ["bird", "cat", "dog"] and len(train) == 9
@@ -77,7 +85,9 @@ def test_a_folder_of_lists_by_split_reads_each_split_from_its_own_list(tmp_path)
         spec.open("train", channels=3, image_size=8)
 
 
-@pytest.mark.parametrize("train, val", [("Train", "Val"), ("train", "validation"), ("TRAIN", "Validation"), ("train", "valid")])
+@pytest.mark.parametrize(
+    "train, val", [("Train", "Val"), ("train", "validation"), ("TRAIN", "Validation"), ("train", "valid")]
+)
 def test_split_folders_are_found_in_any_case_and_by_hugging_face_s_validation_name(tmp_path, train, val):
     """Train/ and Val/ were read as two classes named "Train" and "Val" (exit 0, a 2-class model); a validation/ folder
     was ignored, and 10% of train/ held out in its place."""
@@ -92,15 +102,20 @@ def test_split_folders_are_found_in_any_case_and_by_hugging_face_s_validation_na
         open_split(tmp_path, "val", channels=3)
 
 
-@pytest.mark.parametrize("name, text", [
-    ("list.csv", "path,label,split\nimages/cat/0.png,cat,train\nimages/dog/0.png,dog,val\n"),
-    ("list.jsonl", '{"path": "images/cat/0.png", "label": "cat", "split": "train"}\n'),
-])
+@pytest.mark.parametrize(
+    "name, text",
+    [
+        ("list.csv", "path,label,split\nimages/cat/0.png,cat,train\nimages/dog/0.png,dog,val\n"),
+        ("list.jsonl", '{"path": "images/cat/0.png", "label": "cat", "split": "train"}\n'),
+    ],
+)
 def test_a_list_with_a_split_column_is_refused_not_read_as_one_set(tmp_path, name, text):
     """The column was ignored: the rows marked val (or test) were trained on, and 10% of all held out instead."""
     make_folder(tmp_path / "images", classes=("cat", "dog"), per_class=1)
     (tmp_path / name).write_text(text)
-    with pytest.raises(DataError, match=rf"{name}: has a split column, which vitkit does not read .*one list per split"):
+    with pytest.raises(
+        DataError, match=rf"{name}: has a split column, which vitkit does not read .*one list per split"
+    ):
         open_split(tmp_path / name, "train", channels=3)
 
 
@@ -112,15 +127,21 @@ def test_an_image_listed_twice_or_in_both_train_and_val_lists_is_one_error(tmp_p
     make_folder(tmp_path / "images", classes=("cat", "dog"), per_class=4)
     rows = [f"images/{c}/{i}.png,{c}\n" for c in ("cat", "dog") for i in range(3)]
     (tmp_path / "train.csv").write_text("path,label\n" + "".join(rows))
-    (tmp_path / "val.csv").write_text("path,label\nimages/cat/3.png,cat\nimages/dog/3.png,dog\n./images/dog/1.png,dog\n")
+    (tmp_path / "val.csv").write_text(
+        "path,label\nimages/cat/3.png,cat\nimages/dog/3.png,dog\n./images/dog/1.png,dog\n"
+    )
     spec = DataSpec(path=str(tmp_path))
     assert len(spec.open("train", channels=3, image_size=8)) == 6
-    with pytest.raises(DataError, match=r"val.csv: 1 of its 3 images is also in train.csv \(e.g. .*dog/1.png\); the val split must"):
+    with pytest.raises(
+        DataError, match=r"val.csv: 1 of its 3 images is also in train.csv \(e.g. .*dog/1.png\); the val split must"
+    ):
         spec.open("val", channels=3, image_size=8)
     (tmp_path / "val.csv").write_text("path,label\nimages/cat/3.png,cat\nimages/dog/3.png,dog\n")
     assert len(spec.open("val", channels=3, image_size=8)) == 2
     (tmp_path / "train.csv").write_text("path,label\n" + "".join(rows) + "images/cat/../cat/0.png,dog\n")
-    with pytest.raises(DataError, match=r"train.csv:8: .*cat/0.png is listed again \(first on line 2\); list each image once"):
+    with pytest.raises(
+        DataError, match=r"train.csv:8: .*cat/0.png is listed again \(first on line 2\); list each image once"
+    ):
         spec.open("train", channels=3, image_size=8)
 
 
@@ -134,8 +155,12 @@ def test_split_folders_labelled_by_a_metadata_list_as_hugging_face_s_imagefolder
         (tmp_path / split).mkdir()
         for i in range(n):
             Image.new("RGB", (12, 10), (40 * (i % 3), i, 0)).save(tmp_path / split / f"{i}.png")
-    (tmp_path / "train" / "metadata.csv").write_text("file_name,label\n" + "".join(f"{i}.png,{'abc'[i % 3]}\n" for i in range(6)))
-    (tmp_path / "val" / "metadata.jsonl").write_text('{"file_name": "0.png", "label": "c"}\n{"file_name": "1.png", "label": "b"}\n')
+    (tmp_path / "train" / "metadata.csv").write_text(
+        "file_name,label\n" + "".join(f"{i}.png,{'abc'[i % 3]}\n" for i in range(6))
+    )
+    (tmp_path / "val" / "metadata.jsonl").write_text(
+        '{"file_name": "0.png", "label": "c"}\n{"file_name": "1.png", "label": "b"}\n'
+    )
     spec = DataSpec(path=str(tmp_path))
     train, val = (spec.open(split, channels=3, image_size=8) for split in ("train", "val"))
     assert train.class_names == val.class_names == ["a", "b", "c"] and train.labels.tolist() == [0, 1, 2, 0, 1, 2]
@@ -149,9 +174,13 @@ def test_split_folders_labelled_by_a_metadata_list_as_hugging_face_s_imagefolder
         spec.open("val", channels=3, image_size=8)
     for name in ("metadata.csv", "metadata.jsonl"):
         (tmp_path / "val" / name).unlink()
-    with pytest.raises(DataError, match=r"val: images without class folders, where .*train has classes a, b, c; .*metadata.csv"):
+    with pytest.raises(
+        DataError, match=r"val: images without class folders, where .*train has classes a, b, c; .*metadata.csv"
+    ):
         spec.open("val", channels=3, image_size=8)  # before: a class "unlabeled" that train lacks
-    (tmp_path / "val" / "metadata.csv").write_text("file_name,label\n0.png,a\n")  # 1.png unlisted: left out, and said (it was silent)
+    (tmp_path / "val" / "metadata.csv").write_text(
+        "file_name,label\n0.png,a\n"
+    )  # 1.png unlisted: left out, and said (it was silent)
     with pytest.warns(UserWarning, match=r"val: 1 image file not in metadata.csv left out \(e.g. 1.png\)"):
         assert len(spec.open("val", channels=3, image_size=8)) == 1
 
@@ -182,8 +211,12 @@ def test_which_data_is_one_set_without_splits_of_its_own(tmp_path):
     make_folder(tmp_path / "split" / "train")
     (tmp_path / "lists").mkdir()
     (tmp_path / "lists" / "train.csv").write_text("../flat/cat/0.png,cat\n")
-    write_tar_shards(open_split(tmp_path / "flat", "train", channels=3, val_fraction=0.0), tmp_path / "shards", per_shard=4)
-    write_tar_shards(open_split(tmp_path / "flat", "train", channels=3, val_fraction=0.0), tmp_path / "named" / "test", per_shard=4)
+    write_tar_shards(
+        open_split(tmp_path / "flat", "train", channels=3, val_fraction=0.0), tmp_path / "shards", per_shard=4
+    )
+    write_tar_shards(
+        open_split(tmp_path / "flat", "train", channels=3, val_fraction=0.0), tmp_path / "named" / "test", per_shard=4
+    )
     assert [is_flat(tmp_path / p) for p in ("flat", "list.csv", "shards")] == [True, True, True]
     assert [is_flat(tmp_path / p) for p in ("split", "lists", "named")] == [False, False, False]
 
@@ -213,16 +246,24 @@ def test_list_files(tmp_path, kind):
     if kind == "csv":
         (tmp_path / "list.csv").write_text("path,label\n" + "".join(f"{p},{label}\n" for p, label in rows))
     else:
-        (tmp_path / "list.jsonl").write_text("".join(json.dumps({"path": p, "label": label}) + "\n" for p, label in rows))
+        (tmp_path / "list.jsonl").write_text(
+            "".join(json.dumps({"path": p, "label": label}) + "\n" for p, label in rows)
+        )
     split = open_split(tmp_path / f"list.{kind}", "train", channels=3, val_fraction=0.2)
     assert split.class_names == ["cat", "dog"] and len(split) == 8
     assert all(p.is_file() for p in split.paths)
 
 
-@pytest.mark.parametrize("header, line", [
-    ("", "{p},{label},x"), ("path,label", "{p},{label}"), ("Filename,Class", "{p},{label}"), ("label,image,source", "{label},{p},x"),
-    ("file_name,category,label", "{p},other,{label}"),  # "label" is the label column, before "category"
-])
+@pytest.mark.parametrize(
+    "header, line",
+    [
+        ("", "{p},{label},x"),
+        ("path,label", "{p},{label}"),
+        ("Filename,Class", "{p},{label}"),
+        ("label,image,source", "{label},{p},x"),
+        ("file_name,category,label", "{p},other,{label}"),  # "label" is the label column, before "category"
+    ],
+)
 def test_a_csv_list_s_header_names_its_columns_and_never_becomes_a_class(tmp_path, header, line):
     make_folder(tmp_path / "img")
     lines = [line.format(p=f"img/{c}/{i}.png", label=c) for c in ("cat", "dog") for i in range(5)]
@@ -231,10 +272,23 @@ def test_a_csv_list_s_header_names_its_columns_and_never_becomes_a_class(tmp_pat
     assert split.class_names == ["cat", "dog"] and len(split) == 10 and all(p.is_file() for p in split.paths)
 
 
-@pytest.mark.parametrize("name, text", [
-    ("list.csv", "filename,label\r\n" + "".join(f"img/{c}/{i}.png,{c}\r\n" for c in ("cat", "dog") for i in range(5))),
-    ("list.jsonl", "".join(json.dumps({"file_name": f"img/{c}/{i}.png", "label": c}) + "\r\n" for c in ("cat", "dog") for i in range(5))),
-])
+@pytest.mark.parametrize(
+    "name, text",
+    [
+        (
+            "list.csv",
+            "filename,label\r\n" + "".join(f"img/{c}/{i}.png,{c}\r\n" for c in ("cat", "dog") for i in range(5)),
+        ),
+        (
+            "list.jsonl",
+            "".join(
+                json.dumps({"file_name": f"img/{c}/{i}.png", "label": c}) + "\r\n"
+                for c in ("cat", "dog")
+                for i in range(5)
+            ),
+        ),
+    ],
+)
 def test_a_list_saved_with_a_byte_order_mark_and_windows_line_ends_reads_as_without(tmp_path, name, text):
     """Excel's "CSV UTF-8" starts the file with a byte-order mark, which made the header '\ufefffilename' unknown."""
     make_folder(tmp_path / "img")
@@ -252,8 +306,9 @@ def test_a_csv_header_of_unknown_names_is_one_error_not_a_class(tmp_path):
 
 def test_a_jsonl_list_takes_hugging_face_s_file_name(tmp_path):
     make_folder(tmp_path / "img")
-    (tmp_path / "metadata.jsonl").write_text("".join(json.dumps({"file_name": f"img/dog/{i}.png", "label": "dog", "caption": "x"}) + "\n"
-                                                     for i in range(5)))
+    (tmp_path / "metadata.jsonl").write_text(
+        "".join(json.dumps({"file_name": f"img/dog/{i}.png", "label": "dog", "caption": "x"}) + "\n" for i in range(5))
+    )
     split = open_split(tmp_path / "metadata.jsonl", "train", channels=3, val_fraction=0.0)
     assert split.class_names == ["dog"] and len(split) == 5 and all(p.is_file() for p in split.paths)
 
@@ -358,8 +413,18 @@ def test_idx_test_split_with_an_extra_label_is_refused_before_training(tmp_path)
     from vitkit.run_config import load_run_config
     from vitkit.train import train
 
-    config = load_run_config(None, [f"data.path={tmp_path}", "model.name=vit_test", "model.in_chans=1", "model.image_size=8",
-                                    "train.batch_size=4", "train.progress=false", "data.val_split=test"])
+    config = load_run_config(
+        None,
+        [
+            f"data.path={tmp_path}",
+            "model.name=vit_test",
+            "model.in_chans=1",
+            "model.image_size=8",
+            "train.batch_size=4",
+            "train.progress=false",
+            "data.val_split=test",
+        ],
+    )
     with pytest.raises(DataError, match=r"class '2' \(label 2\) is not one of the 2 classes"):
         train(config, tmp_path / "run")
     assert not (tmp_path / "run").exists()
@@ -371,7 +436,9 @@ def test_unreadable_files_come_back_from_loader_workers_as_one_line(tmp_path):
     make_folder(tmp_path / "train", per_class=3)
     (tmp_path / "train" / "dog" / "1.png").write_bytes(b"broken")
     split = open_split(tmp_path, "train", channels=3, val_fraction=0.0)
-    run = lambda bad: list(eval_batches(split, 4, torch.device("cpu"), channels=3, size=8, crop_pct=1.0, workers=1, bad=bad))
+    run = lambda bad: list(
+        eval_batches(split, 4, torch.device("cpu"), channels=3, size=8, crop_pct=1.0, workers=1, bad=bad)
+    )
     with pytest.raises(DataError) as caught:
         run(None)  # default: fail, naming the file
     broken = str(tmp_path / "train" / "dog" / "1.png")
@@ -387,7 +454,9 @@ def test_class_folders_named_in_nfd_are_the_classes_named_in_nfc(tmp_path):
 
     name = "bü café"
     make_folder(tmp_path / "train", classes=(unicodedata.normalize("NFC", name), "bz"), per_class=3)
-    make_folder(tmp_path / "val", classes=(unicodedata.normalize("NFD", name), "bz"), per_class=1)  # NFD sorts "bu" before "bz"
+    make_folder(
+        tmp_path / "val", classes=(unicodedata.normalize("NFD", name), "bz"), per_class=1
+    )  # NFD sorts "bu" before "bz"
     train, val = (open_split(tmp_path, s, channels=3) for s in ("train", "val"))
     assert train.class_names == val.class_names == ["bz", unicodedata.normalize("NFC", name)]
     assert len(val) == 2 and all(p.is_file() for p in val.paths)
@@ -399,6 +468,8 @@ def test_images_beside_the_class_folders_are_said_to_be_left_out(tmp_path):
     make_folder(tmp_path / "data" / "train")
     for i in range(3):
         Image.new("RGB", (8, 8)).save(tmp_path / "data" / "train" / f"loose{i}.png")
-    with pytest.warns(UserWarning, match=r"train: 3 image files directly in it, in no class folder, left out \(e\.g\. loose0\.png\)"):
+    with pytest.warns(
+        UserWarning, match=r"train: 3 image files directly in it, in no class folder, left out \(e\.g\. loose0\.png\)"
+    ):
         split = open_split(tmp_path / "data", "train", channels=3, val_fraction=0.0)
     assert len(split) == 10 and split.class_names == ["cat", "dog"]

@@ -44,13 +44,17 @@ def test_attention_wrapper_hands_what_the_kernel_does_not_cover_to_sdpa(monkeypa
     qkv = torch.randn(2, 9, 3 * 16, dtype=torch.float64)  # not float32: SDPA
     torch.testing.assert_close(cpu_inference.attention(qkv, bias.double(), 2), sdpa_reference(qkv, bias.double(), 2))
     strided = torch.randn(2, 3 * 16, 9).transpose(1, 2)  # made contiguous for the kernel
-    torch.testing.assert_close(cpu_inference.attention(strided, bias, 2), sdpa_reference(strided, bias, 2), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        cpu_inference.attention(strided, bias, 2), sdpa_reference(strided, bias, 2), atol=1e-5, rtol=1e-5
+    )
     monkeypatch.setattr(cpu_inference, "_loaded", False)  # a failed build: SDPA, never the missing op
     qkv = torch.randn(2, 9, 3 * 16)
     torch.testing.assert_close(cpu_inference.attention(qkv, bias, 2), sdpa_reference(qkv, bias, 2))
 
 
-needs_bf16_kernel = pytest.mark.skipif(not cpu_inference.load_bf16(), reason="the CPU has no AVX512_BF16 (or the bf16 kernel did not build)")
+needs_bf16_kernel = pytest.mark.skipif(
+    not cpu_inference.load_bf16(), reason="the CPU has no AVX512_BF16 (or the bf16 kernel did not build)"
+)
 
 
 def attention_f64(qkv: torch.Tensor, bias: torch.Tensor, heads: int) -> torch.Tensor:
@@ -58,7 +62,10 @@ def attention_f64(qkv: torch.Tensor, bias: torch.Tensor, heads: int) -> torch.Te
 
 
 @needs_bf16_kernel
-@pytest.mark.parametrize("B, T, heads, head_dim", [(2, 197, 6, 64), (1, 17, 4, 80), (3, 50, 2, 32), (1, 5, 3, 128), (2, 33, 2, 48), (1, 1, 2, 96)])
+@pytest.mark.parametrize(
+    "B, T, heads, head_dim",
+    [(2, 197, 6, 64), (1, 17, 4, 80), (3, 50, 2, 32), (1, 5, 3, 128), (2, 33, 2, 48), (1, 1, 2, 96)],
+)
 def test_bf16_attention_kernel_keeps_its_scores_in_fp32(B, T, heads, head_dim):
     """Against float64 on the same bf16 inputs: closer than attention whose scores are rounded to bf16 (the written-out
     bf16 matmuls), and within what rounding the output to bf16 allows. Odd lengths take the tiles' padding."""
@@ -82,10 +89,18 @@ def test_bf16_attention_kernel_leaves_what_it_does_not_cover_to_the_caller():
     assert cpu_inference.attention_bf16(qkv, bias, 2) is None  # head size 40
     assert cpu_inference.attention_bf16(qkv.float(), bias.float(), 3) is None  # not bf16
     assert cpu_inference.attention_bf16(qkv.requires_grad_(), bias, 3) is None  # training
-    assert cpu_inference.attention_bf16(torch.randn(1, cpu_inference.MAX_TOKENS + 1, 3 * 64).bfloat16(), torch.randn(3 * 64).bfloat16(), 1) is None
+    assert (
+        cpu_inference.attention_bf16(
+            torch.randn(1, cpu_inference.MAX_TOKENS + 1, 3 * 64).bfloat16(), torch.randn(3 * 64).bfloat16(), 1
+        )
+        is None
+    )
     strided = torch.randn(1, 3 * 64, 9).bfloat16().transpose(1, 2)  # made contiguous for the kernel
     with torch.inference_mode():
-        got, want = cpu_inference.attention_bf16(strided, bias[:3 * 64], 1).double(), attention_f64(strided, bias[:3 * 64], 1)
+        got, want = (
+            cpu_inference.attention_bf16(strided, bias[: 3 * 64], 1).double(),
+            attention_f64(strided, bias[: 3 * 64], 1),
+        )
     assert (got - want).abs().max() <= 2**-6 * want.abs().max()
 
 
@@ -115,8 +130,10 @@ def test_kernels_reject_layouts_they_cannot_read():
 GELU_INPUTS = torch.cat([torch.linspace(-12, 12, 240_013), torch.tensor([0.0, 6.0, -6.0, 5.99999, 1e30, -1e30])])
 
 
-@pytest.mark.skipif(torch.backends.cpu.get_cpu_capability() != "AVX512",
-                    reason="the tail table is the AVX-512 build's; the AVX2 build's closed forms are tested below")
+@pytest.mark.skipif(
+    torch.backends.cpu.get_cpu_capability() != "AVX512",
+    reason="the tail table is the AVX-512 build's; the AVX2 build's closed forms are tested below",
+)
 @pytest.mark.parametrize("approximate", [False, True])
 def test_bias_gelu_is_as_accurate_as_float32_allows(approximate):
     """Every piece of the tail table and both ends of its range, against float64; a column count
@@ -168,7 +185,9 @@ def test_bias_gelu_wrapper_falls_back_to_torch(monkeypatch):
     torch.testing.assert_close(cpu_inference.bias_gelu_(h, bias), F.gelu(h + bias))
     monkeypatch.setattr(cpu_inference, "_loaded", False)
     h, bias = torch.randn(3, 20), torch.randn(20)
-    torch.testing.assert_close(cpu_inference.bias_gelu_(h, bias, approximate=True), F.gelu(h + bias, approximate="tanh"))
+    torch.testing.assert_close(
+        cpu_inference.bias_gelu_(h, bias, approximate=True), F.gelu(h + bias, approximate="tanh")
+    )
 
 
 def _model(**overrides):
@@ -197,7 +216,9 @@ def test_a_model_with_kernels_deep_copies():
     model = _model()
     model.set_inference_kernels(cpu_inference)
     twin = copy.deepcopy(model)  # e.g. for an EMA copy
-    assert twin.blocks[0].attn.kernel is cpu_inference.attention and twin.blocks[0].mlp.kernel is cpu_inference.bias_gelu_
+    assert (
+        twin.blocks[0].attn.kernel is cpu_inference.attention and twin.blocks[0].mlp.kernel is cpu_inference.bias_gelu_
+    )
     x = torch.randn(2, 3, 16, 16)
     with torch.inference_mode():
         torch.testing.assert_close(twin(x), model(x))

@@ -14,8 +14,18 @@ def test_defaults_are_vit_b16_at_224():
 
 
 def test_json_round_trip_rebuilds_the_same_config():
-    c = ViTConfig(image_size=(32, 48), patch_size=2, in_chans=1, classifier="gap", representation_size=64,
-                  backbone=ResNetConfig(layers=(1, 1), width=32), width=64, mlp_dim=128, num_heads=4, depth=2)
+    c = ViTConfig(
+        image_size=(32, 48),
+        patch_size=2,
+        in_chans=1,
+        classifier="gap",
+        representation_size=64,
+        backbone=ResNetConfig(layers=(1, 1), width=32),
+        width=64,
+        mlp_dim=128,
+        num_heads=4,
+        depth=2,
+    )
     again = ViTConfig.from_dict(json.loads(json.dumps(c.to_dict())))
     assert again == c
     assert again.backbone.stride == 8 and again.grid_size == (2, 3)

@@ -32,8 +32,16 @@ def test_exact_parameter_counts(name, count):
     assert count_parameters(model) == count
 
 
-@pytest.mark.parametrize("spelling, name", [("ViT-B/16", "vit_b16"), ("R50+ViT-B/16", "r50_vit_b16"),
-                                            ("ViT-Ti/16", "vit_ti16"), ("R+ViT-Ti/16", "r_vit_ti16"), ("vit_h14", "vit_h14")])
+@pytest.mark.parametrize(
+    "spelling, name",
+    [
+        ("ViT-B/16", "vit_b16"),
+        ("R50+ViT-B/16", "r50_vit_b16"),
+        ("ViT-Ti/16", "vit_ti16"),
+        ("R+ViT-Ti/16", "r_vit_ti16"),
+        ("vit_h14", "vit_h14"),
+    ],
+)
 def test_paper_spelling(spelling, name):
     assert get_config(spelling) == get_config(name)
 
@@ -72,20 +80,37 @@ def test_vit_b16_is_about_35_gflops():
     assert abs(count_flops(get_config("vit_b16")) / 1e9 - 35.1) < 0.1
 
 
-@pytest.mark.parametrize("timm_name, ours, image_size", [
-    ("vit_base_patch16_224", "vit_b16", 224), ("vit_small_patch16_384", "vit_s16", 384), ("vit_base_r50_s16_384", "r50_vit_b16", 384),
-    ("vit_large_patch16_224", "vit_l16", 224), ("vit_tiny_patch16_224", "vit_ti16", 224), ("vit_huge_patch14_224", "vit_h14", 224),
-    ("vit_base_patch32_384.augreg_in21k_ft_in1k", "vit_b32", 384), ("vit_tiny_r_s16_p8_224", "r_vit_ti16", 224),
-    ("vit_large_r50_s32_384", "r50_vit_l32", 384),
-])
+@pytest.mark.parametrize(
+    "timm_name, ours, image_size",
+    [
+        ("vit_base_patch16_224", "vit_b16", 224),
+        ("vit_small_patch16_384", "vit_s16", 384),
+        ("vit_base_r50_s16_384", "r50_vit_b16", 384),
+        ("vit_large_patch16_224", "vit_l16", 224),
+        ("vit_tiny_patch16_224", "vit_ti16", 224),
+        ("vit_huge_patch14_224", "vit_h14", 224),
+        ("vit_base_patch32_384.augreg_in21k_ft_in1k", "vit_b32", 384),
+        ("vit_tiny_r_s16_p8_224", "r_vit_ti16", 224),
+        ("vit_large_r50_s32_384", "r50_vit_l32", 384),
+    ],
+)
 def test_timm_names_are_aliases_of_the_same_architectures(timm_name, ours, image_size):
     assert get_config(timm_name) == get_config(ours, image_size=image_size)
-    assert get_config(timm_name, image_size=448, num_classes=10) == get_config(ours, image_size=448, num_classes=10)  # keywords win
+    assert get_config(timm_name, image_size=448, num_classes=10) == get_config(
+        ours, image_size=448, num_classes=10
+    )  # keywords win
 
 
-@pytest.mark.parametrize("name, ours", [
-    ("BiT-M-R50x1", "bit_r50x1"), ("BiT-S-R101x3", "bit_r101x3"), ("BiT-L-R152x4", "bit_r152x4"), ("BiT-R152x2", "bit_r152x2"),
-    ("resnetv2_50x1_bit.goog_in21k", "bit_r50x1"), ("resnetv2_101x3_bit", "bit_r101x3"),
-])
+@pytest.mark.parametrize(
+    "name, ours",
+    [
+        ("BiT-M-R50x1", "bit_r50x1"),
+        ("BiT-S-R101x3", "bit_r101x3"),
+        ("BiT-L-R152x4", "bit_r152x4"),
+        ("BiT-R152x2", "bit_r152x2"),
+        ("resnetv2_50x1_bit.goog_in21k", "bit_r50x1"),
+        ("resnetv2_101x3_bit", "bit_r101x3"),
+    ],
+)
 def test_bit_release_and_timm_names_are_aliases(name, ours):
     assert get_config(name) == get_config(ours)

@@ -64,8 +64,15 @@ def test_bottleneck_projection_and_identity_start():
 
 
 def test_group_norm_has_32_groups_and_eps_1e_6():
-    model = vitkit.create_model("r50_vit_b16", width=32, depth=1, mlp_dim=32, num_heads=1, image_size=32,
-                                backbone=ResNetConfig(layers=(3, 4, 9), width=32))
+    model = vitkit.create_model(
+        "r50_vit_b16",
+        width=32,
+        depth=1,
+        mlp_dim=32,
+        num_heads=1,
+        image_size=32,
+        backbone=ResNetConfig(layers=(3, 4, 9), width=32),
+    )
     norms = [m for m in model.modules() if isinstance(m, torch.nn.GroupNorm)]
     assert norms and all(m.num_groups == 32 and m.eps == 1e-6 for m in norms)
     convs = [m for m in model.backbone.modules() if isinstance(m, torch.nn.Conv2d)]

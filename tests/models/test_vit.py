@@ -16,7 +16,9 @@ from vitkit.models import (
     sincos_2d_pos_embed,
 )
 
-VITS = [name for name, config in MODELS.items() if isinstance(config, ViTConfig)]  # BiT ResNets: tests/models/test_bit.py
+VITS = [
+    name for name, config in MODELS.items() if isinstance(config, ViTConfig)
+]  # BiT ResNets: tests/models/test_bit.py
 
 
 def tiny(name: str, **overrides) -> VisionTransformer:
@@ -279,7 +281,9 @@ def test_bf16_cpu_inference_embeds_patches_with_one_gemm_that_matches_the_convol
 
 
 @pytest.mark.parametrize("pos_embed, class_token_only", [("learned", False), ("relative", False), ("learned", True)])
-def test_short_sequences_train_with_attention_written_out_and_the_same_gradients(monkeypatch, pos_embed, class_token_only):
+def test_short_sequences_train_with_attention_written_out_and_the_same_gradients(
+    monkeypatch, pos_embed, class_token_only
+):
     """fp32 CPU training of a short sequence skips torch's fused kernel; logits and gradients stay the fused ones."""
     from vitkit.models import vit
 

@@ -36,7 +36,11 @@ def export_kind(path: Path) -> tuple[str, str] | None:
     if path.suffix == ".onnx":
         return "an ONNX model", "ONNX Runtime"
     if path.suffix == ".xml" or path.suffix == ".bin" and path.with_suffix(".xml").is_file():
-        return ("an OpenVINO IR" if path.suffix == ".xml" else f"the weights of the OpenVINO IR {path.with_suffix('.xml').name}"), "OpenVINO"
+        return (
+            "an OpenVINO IR"
+            if path.suffix == ".xml"
+            else f"the weights of the OpenVINO IR {path.with_suffix('.xml').name}"
+        ), "OpenVINO"
     try:
         with zipfile.ZipFile(path) as archive:
             entries = {name.split("/", 1)[-1] for name in archive.namelist()}
@@ -60,20 +64,24 @@ def detect_format(path: str | os.PathLike) -> str:
         if timm.is_timm_dir(path):
             return "timm"
         if (path / "finetune.json").is_file():  # transfer.finetune's claim on its directory, written first
-            raise CheckpointError(f"{path}: a fine-tuning sweep that has not finished (no final/ yet); run the same vitkit finetune "
-                                  "command again to continue it, or name one of its lr_*/ runs")
+            raise CheckpointError(
+                f"{path}: a fine-tuning sweep that has not finished (no final/ yet); run the same vitkit finetune "
+                "command again to continue it, or name one of its lr_*/ runs"
+            )
         raise CheckpointError(
             f"{path}: unknown checkpoint format: neither a vitkit checkpoint or run directory (config.json with "
-            "\"format\": \"vitkit\"; run.yaml, final/), a Hugging Face one (\"model_type\": \"vit\") nor timm's "
-            "(\"architecture\" beside model.safetensors or pytorch_model.bin)"
+            '"format": "vitkit"; run.yaml, final/), a Hugging Face one ("model_type": "vit") nor timm\'s '
+            '("architecture" beside model.safetensors or pytorch_model.bin)'
         )
     if not path.is_file():
         raise CheckpointError(f"{path}: no such file or directory")
     export = export_kind(path)
     if export is not None:
         kind, runtime = export
-        raise CheckpointError(f"{path}: {kind}, a deployment file (vitkit export writes them), not a checkpoint; vitkit's commands "
-                              f"read checkpoints: give the one it was exported from (the file itself runs in {runtime})")
+        raise CheckpointError(
+            f"{path}: {kind}, a deployment file (vitkit export writes them), not a checkpoint; vitkit's commands "
+            f"read checkpoints: give the one it was exported from (the file itself runs in {runtime})"
+        )
     if is_safetensors(path):
         return "timm"  # vitkit's and HF's safetensors live in directories, handled above
     with open(path, "rb") as f:
@@ -119,8 +127,10 @@ def _resolve(given: str | os.PathLike, format: str | None) -> tuple[Path, str]:
         return path, format
     if found != format and (path.is_dir() != (format in ("vitkit", "hf")) or found == "npz" or format == "npz"):
         an = {"npz": "an npz", "hf": "an hf"}
-        raise CheckpointError(f"{path}: its content is {an.get(found, f'a {found}')} checkpoint, not {an.get(format, f'a {format}')} "
-                              "one; drop --from (the format is detected from the content)")
+        raise CheckpointError(
+            f"{path}: its content is {an.get(found, f'a {found}')} checkpoint, not {an.get(format, f'a {format}')} "
+            "one; drop --from (the format is detected from the content)"
+        )
     return path, format
 
 
@@ -194,7 +204,9 @@ def load_with_metadata(
     return model, metadata
 
 
-def save_checkpoint(model: VisionTransformer, path: str | os.PathLike, format: str = "vitkit", *, metadata: dict | None = None) -> Path:
+def save_checkpoint(
+    model: VisionTransformer, path: str | os.PathLike, format: str = "vitkit", *, metadata: dict | None = None
+) -> Path:
     """Write `model` as `format`: vitkit/hf make a directory, npz an .npz file, timm a .safetensors or .pth file.
 
     `metadata` (class names, preprocessing, training data: what `read_metadata` returns) goes where the
@@ -211,16 +223,22 @@ def untrained_head(meta: dict, checkpoint, model: torch.nn.Module | None = None)
     (an error message naming `checkpoint`), else None: masked patch pre-training writes the ViT with its zero head, a
     backbone has none (a Hugging Face ViTModel, num_classes 0), and a new head is all zeros (`convert --num-classes`).
     Its features are fine."""
-    then = (f"fine-tune it first (vitkit finetune --from {checkpoint}), or read its features (vitkit fewshot / knn / "
-            "linear-probe)")
+    then = (
+        f"fine-tune it first (vitkit finetune --from {checkpoint}), or read its features (vitkit fewshot / knn / "
+        "linear-probe)"
+    )
     if meta.get("objective") == "masked_patch":
-        return f"{checkpoint}: pre-trained with masked patch prediction, so its classification head never trained; {then}"
+        return (
+            f"{checkpoint}: pre-trained with masked patch prediction, so its classification head never trained; {then}"
+        )
     if model is not None and model.config.num_classes == 0:
         return f"{checkpoint}: has no classification head (a backbone: its outputs are features); {then}"
     head = getattr(model, "head", None)
     if isinstance(head, torch.nn.Linear) and not head.weight.any() and not (head.bias is not None and head.bias.any()):
-        return (f"{checkpoint}: its classification head is all zeros (a new head that never trained, as convert --num-classes "
-                f"writes), so it scores every class alike; {then}")
+        return (
+            f"{checkpoint}: its classification head is all zeros (a new head that never trained, as convert --num-classes "
+            f"writes), so it scores every class alike; {then}"
+        )
     return None
 
 
@@ -231,6 +249,15 @@ def refuse_untrained_head(meta: dict, checkpoint, model: torch.nn.Module | None 
         raise CheckpointError(reason)
 
 
-__all__ = ["FORMATS", "detect_format", "load_pretrained", "load_with_metadata", "read_checkpoint", "read_metadata", "refuse_untrained_head", "save_checkpoint", "untrained_head",
-           "save_pretrained"]
-
+__all__ = [
+    "FORMATS",
+    "detect_format",
+    "load_pretrained",
+    "load_with_metadata",
+    "read_checkpoint",
+    "read_metadata",
+    "refuse_untrained_head",
+    "save_checkpoint",
+    "untrained_head",
+    "save_pretrained",
+]

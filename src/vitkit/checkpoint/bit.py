@@ -48,7 +48,17 @@ def _units(c: BiTConfig):
     return resnet_units(ResNetConfig(layers=c.layers, width=c.width * c.width_factor))
 
 
-def _config(*, root: int, in_chans: int, kernel_size: int, layers: tuple[int, ...], num_classes: int, image_size, stored: dict | None, source) -> BiTConfig:
+def _config(
+    *,
+    root: int,
+    in_chans: int,
+    kernel_size: int,
+    layers: tuple[int, ...],
+    num_classes: int,
+    image_size,
+    stored: dict | None,
+    source,
+) -> BiTConfig:
     """The BiTConfig of a file: root width 64 x factor when it divides, as the release's models are."""
     width, factor = (64, root // 64) if root % 64 == 0 else (root, 1)
     fields = dict(layers=layers, width_factor=factor, width=width, stem="bit" if kernel_size == 7 else "small",
@@ -69,14 +79,28 @@ def npz_rules(c: BiTConfig) -> list[Rule]:
     rules = [permuted("stem.weight", NPZ_ROOT, (k, k, c.in_chans, root), HWIO_TO_OIHW)]
     for s, u, cin, mid, projection in _units(c):
         theirs, ours = f"resnet/block{s + 1}/unit{u + 1:02d}/", f"stages.{s}.{u}."
-        for i, (letter, n_in, n_out, size) in enumerate((("a", cin, mid, 1), ("b", mid, mid, 3), ("c", mid, 4 * mid, 1)), start=1):
+        for i, (letter, n_in, n_out, size) in enumerate(
+            (("a", cin, mid, 1), ("b", mid, mid, 3), ("c", mid, 4 * mid, 1)), start=1
+        ):
             rules += [
                 same(f"{ours}norm{i}.weight", f"{theirs}{letter}/group_norm/gamma", (n_in,)),
                 same(f"{ours}norm{i}.bias", f"{theirs}{letter}/group_norm/beta", (n_in,)),
-                permuted(f"{ours}conv{i}.weight", f"{theirs}{letter}/standardized_conv2d/kernel", (size, size, n_in, n_out), HWIO_TO_OIHW),
+                permuted(
+                    f"{ours}conv{i}.weight",
+                    f"{theirs}{letter}/standardized_conv2d/kernel",
+                    (size, size, n_in, n_out),
+                    HWIO_TO_OIHW,
+                ),
             ]
         if projection:
-            rules.append(permuted(f"{ours}downsample.weight", f"{theirs}a/proj/standardized_conv2d/kernel", (1, 1, cin, 4 * mid), HWIO_TO_OIHW))
+            rules.append(
+                permuted(
+                    f"{ours}downsample.weight",
+                    f"{theirs}a/proj/standardized_conv2d/kernel",
+                    (1, 1, cin, 4 * mid),
+                    HWIO_TO_OIHW,
+                )
+            )
     C = c.num_features
     rules += [same("norm.weight", "resnet/group_norm/gamma", (C,)), same("norm.bias", "resnet/group_norm/beta", (C,))]
     if c.num_classes:
@@ -87,7 +111,9 @@ def npz_rules(c: BiTConfig) -> list[Rule]:
     return rules
 
 
-def read_npz(arrays: dict[str, np.ndarray], *, image_size=None, source, stored: dict | None = None) -> tuple[BiTConfig, dict[str, torch.Tensor]]:
+def read_npz(
+    arrays: dict[str, np.ndarray], *, image_size=None, source, stored: dict | None = None
+) -> tuple[BiTConfig, dict[str, torch.Tensor]]:
     """(config, vitkit state dict) of a release .npz; GroupNorm parameters may be (C,) or (1, 1, 1, C). `stored`: what
     vitkit kept beside a file it wrote (image size, mean, std: not in the arrays)."""
     tensors = {}
@@ -103,12 +129,18 @@ def read_npz(arrays: dict[str, np.ndarray], *, image_size=None, source, stored: 
     for s in range(1, len(units) + 1):
         found = units.get(s, set())
         if not found or found != set(range(1, len(found) + 1)):
-            raise CheckpointError(f"{source}: 'resnet/block{s}/unit01 ...' is not a complete run of units (found {sorted(found)}); the file is incomplete")
+            raise CheckpointError(
+                f"{source}: 'resnet/block{s}/unit01 ...' is not a complete run of units (found {sorted(found)}); the file is incomplete"
+            )
         layers.append(len(found))
     if not layers or len(layers) != max(units):
-        raise CheckpointError(f"{source}: no 'resnet/block1/unit01/' arrays (or a block is missing); not a complete BiT ResNet")
+        raise CheckpointError(
+            f"{source}: no 'resnet/block1/unit01/' arrays (or a block is missing); not a complete BiT ResNet"
+        )
     k, _, in_chans, root = _shape(tensors, NPZ_ROOT, 4, source)
-    num_classes = _shape(tensors, "resnet/head/conv2d/kernel", 4, source)[-1] if "resnet/head/conv2d/kernel" in tensors else 0
+    num_classes = (
+        _shape(tensors, "resnet/head/conv2d/kernel", 4, source)[-1] if "resnet/head/conv2d/kernel" in tensors else 0
+    )
     config = _config(root=root, in_chans=in_chans, kernel_size=k, layers=tuple(layers), num_classes=num_classes,
                      image_size=image_size, stored=stored, source=source)  # fmt: skip
     return config, to_vitkit(npz_rules(config), tensors, source=source)
@@ -140,13 +172,21 @@ def timm_rules(c: BiTConfig) -> list[Rule]:
     rules += [same("norm.weight", "norm.weight", (C,)), same("norm.bias", "norm.bias", (C,))]
     if K:
         rules += [
-            Rule("head.weight", ("head.fc.weight",), ((K, C, 1, 1),), lambda t: t.reshape(K, C), lambda w: (w.reshape(K, C, 1, 1),)),
+            Rule(
+                "head.weight",
+                ("head.fc.weight",),
+                ((K, C, 1, 1),),
+                lambda t: t.reshape(K, C),
+                lambda w: (w.reshape(K, C, 1, 1),),
+            ),
             same("head.bias", "head.fc.bias", (K,)),
         ]
     return rules
 
 
-def read_timm(state: dict[str, torch.Tensor], *, image_size=None, source, stored: dict | None = None) -> tuple[BiTConfig, dict[str, torch.Tensor]]:
+def read_timm(
+    state: dict[str, torch.Tensor], *, image_size=None, source, stored: dict | None = None
+) -> tuple[BiTConfig, dict[str, torch.Tensor]]:
     root, in_chans, k, _ = _shape(state, TIMM_ROOT, 4, source)
     stages = count_indexed(state, "stages.")
     layers = tuple(count_indexed(state, f"stages.{s}.blocks.") for s in range(stages))

@@ -81,14 +81,21 @@ def hf_rules(c: ViTConfig, *, prefix: str) -> list[Rule]:
 
 def _linear(ours: str, theirs: str, weight_shape: tuple[int, ...]) -> list[Rule]:
     """weight and bias of a Linear or LayerNorm under both names."""
-    return [same(f"{ours}.weight", f"{theirs}.weight", weight_shape), same(f"{ours}.bias", f"{theirs}.bias", weight_shape[:1])]
+    return [
+        same(f"{ours}.weight", f"{theirs}.weight", weight_shape),
+        same(f"{ours}.bias", f"{theirs}.bias", weight_shape[:1]),
+    ]
 
 
-def config_from_hf(hf: dict, state: dict[str, torch.Tensor], *, preprocessor: dict | None, image_size=None, source) -> ViTConfig:
+def config_from_hf(
+    hf: dict, state: dict[str, torch.Tensor], *, preprocessor: dict | None, image_size=None, source
+) -> ViTConfig:
     """The ViTConfig of an HF ViT: sizes from config.json, head and pooler from which tensors exist."""
     where = Path(source) / CONFIG_NAME
     try:
-        width, depth, heads, mlp = (hf[k] for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size"))
+        width, depth, heads, mlp = (
+            hf[k] for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+        )
     except KeyError as err:
         raise CheckpointError(f"{where}: missing key {err.args[0]!r}; not a ViT config") from None
     act = hf.get("hidden_act", "gelu")
@@ -143,7 +150,9 @@ def read_weights(directory: Path) -> tuple[dict[str, torch.Tensor], Path]:
             state: dict[str, torch.Tensor] = {}
             for shard in sorted(set(weight_map.values())):
                 path = directory / shard
-                state.update(read_safetensors(path) if shard.endswith(".safetensors") else _tensors(read_torch(path), path))
+                state.update(
+                    read_safetensors(path) if shard.endswith(".safetensors") else _tensors(read_torch(path), path)
+                )
             return state, index
     raise CheckpointError(f"{directory}: no {' or '.join(WEIGHTS_NAMES)} beside config.json")
 
@@ -163,12 +172,16 @@ def read(path: str | os.PathLike, *, image_size=None) -> tuple[ViTConfig, dict[s
         raise CheckpointError(f"{directory / CONFIG_NAME}: model_type is {found!r}, expected 'vit'")
     preprocessor = read_json(directory / PREPROCESSOR_NAME) if (directory / PREPROCESSOR_NAME).is_file() else None
     state, weights = read_weights(directory)
-    if hf.get("vitkit_luma"):  # a grayscale vitkit model written for RGB input: fold the luma weights back into one channel
+    if hf.get(
+        "vitkit_luma"
+    ):  # a grayscale vitkit model written for RGB input: fold the luma weights back into one channel
         kernel = f"{_prefix(state)}embeddings.patch_embeddings.projection.weight"
         if kernel in state and state[kernel].ndim == 4 and state[kernel].shape[1] == 3:
             state[kernel] = state[kernel].sum(dim=1, keepdim=True)
             hf = {**hf, "num_channels": 1}
-            preprocessor = {k: v[:1] if k in ("image_mean", "image_std") else v for k, v in (preprocessor or {}).items()} or None
+            preprocessor = {
+                k: v[:1] if k in ("image_mean", "image_std") else v for k, v in (preprocessor or {}).items()
+            } or None
     config = config_from_hf(hf, state, preprocessor=preprocessor, image_size=image_size, source=directory)
     return config, to_vitkit(hf_rules(config, prefix=_prefix(state)), state, source=weights)
 
@@ -180,14 +193,23 @@ def write(model: VisionTransformer, directory: str | os.PathLike, *, metadata: d
     under "vitkit"."""
     directory, c, metadata = Path(directory), model.config, metadata or {}
     if not isinstance(model, VisionTransformer):
-        raise CheckpointError(f"{directory}: the Hugging Face format here is ViT's; save a BiT ResNet as vitkit, npz or timm")
+        raise CheckpointError(
+            f"{directory}: the Hugging Face format here is ViT's; save a BiT ResNet as vitkit, npz or timm"
+        )
     class_names = metadata.get("class_names")
     problems = [  # (the model has it, what, the formats that hold it)
         (c.backbone is not None, "hybrid (ResNet) models", "vitkit, npz or timm (.safetensors)"),
-        (c.classifier != "token", f"classifier {c.classifier!r} (HF ViT pools the class token)", "vitkit, npz or timm (.safetensors)"),
+        (
+            c.classifier != "token",
+            f"classifier {c.classifier!r} (HF ViT pools the class token)",
+            "vitkit, npz or timm (.safetensors)",
+        ),
         (c.pos_embed != "learned", f"pos_embed {c.pos_embed!r}", "vitkit"),
-        (bool(c.num_classes and c.representation_size), "a pre-logits layer under a head (ViTForImageClassification has none)",
-         "vitkit, npz or timm (.safetensors)"),
+        (
+            bool(c.num_classes and c.representation_size),
+            "a pre-logits layer under a head (ViTForImageClassification has none)",
+            "vitkit, npz or timm (.safetensors)",
+        ),
     ]
     for bad, what, holds in problems:
         if bad:
@@ -250,8 +272,14 @@ def _preprocessor_config(c: ViTConfig, crop_pct: float = 1.0) -> dict:
     h, w = c.image_size
     if h == w:
         shorter = max(h, math.floor(h / crop_pct))  # as vitkit.data.images.shorter_side (timm: floor)
-        resize = {"image_processor_type": "CLIPImageProcessor", "do_resize": True, "size": {"shortest_edge": shorter},
-                  "do_center_crop": True, "crop_size": {"height": h, "width": w}, "do_convert_rgb": True}
+        resize = {
+            "image_processor_type": "CLIPImageProcessor",
+            "do_resize": True,
+            "size": {"shortest_edge": shorter},
+            "do_center_crop": True,
+            "crop_size": {"height": h, "width": w},
+            "do_convert_rgb": True,
+        }
     else:
         resize = {"image_processor_type": "ViTImageProcessor", "do_resize": True, "size": {"height": h, "width": w}}
     return {

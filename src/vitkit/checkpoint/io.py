@@ -34,16 +34,25 @@ from vitkit.limits import check_expansion
 class WriteError(CheckpointError):
     """A write failed (full disk, quota, file-size limit); nothing was replaced."""
 
-    def __init__(self, path: Path, reason: str, then: str = "run the command again",
-                 kept: str = "the file as it was and earlier checkpoints are intact"):
+    def __init__(
+        self,
+        path: Path,
+        reason: str,
+        then: str = "run the command again",
+        kept: str = "the file as it was and earlier checkpoints are intact",
+    ):
         self.path, self.reason = path, reason
-        super().__init__(f"{path}: cannot be written ({reason}; is the disk full?); nothing was replaced: {kept}; free some space, then {then}")
+        super().__init__(
+            f"{path}: cannot be written ({reason}; is the disk full?); nothing was replaced: {kept}; free some space, then {then}"
+        )
 
 
 def _not_a_directory(path: str | os.PathLike) -> Path:
     path = Path(path)
     if path.is_dir():
-        raise CheckpointError(f"{path}: is a directory, and a file would replace it; remove it or write to another name")
+        raise CheckpointError(
+            f"{path}: is a directory, and a file would replace it; remove it or write to another name"
+        )
     _refuse_special(path)
     return path
 
@@ -55,10 +64,19 @@ def _refuse_special(path: Path) -> None:
         mode = os.lstat(path).st_mode
     except OSError:  # nothing there (or unreadable: the write says why)
         return
-    kind = ("a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a FIFO" if stat.S_ISFIFO(mode)
-            else "a socket" if stat.S_ISSOCK(mode) else None)
+    kind = (
+        "a device"
+        if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+        else "a FIFO"
+        if stat.S_ISFIFO(mode)
+        else "a socket"
+        if stat.S_ISSOCK(mode)
+        else None
+    )
     if kind:
-        raise CheckpointError(f"{path}: is {kind}, not a file or folder a checkpoint can replace; write to another name (nothing was changed)")
+        raise CheckpointError(
+            f"{path}: is {kind}, not a file or folder a checkpoint can replace; write to another name (nothing was changed)"
+        )
 
 
 def scratch_prefix(path: Path) -> str:
@@ -126,7 +144,11 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
             os.fsync(f.fileno())
         os.replace(tmp_path, path)
         _fsync_dir(path.parent)
-    except (OSError, RuntimeError, SafetensorError) as err:  # what json, torch.save and safetensors raise when a write fails
+    except (
+        OSError,
+        RuntimeError,
+        SafetensorError,
+    ) as err:  # what json, torch.save and safetensors raise when a write fails
         tmp_path.unlink(missing_ok=True)
         if isinstance(err, RuntimeError):  # torch.save's messages name C++ internals, not the cause
             reason = "torch.save could not write the whole file"
@@ -273,11 +295,15 @@ def read_stable(path: str | os.PathLike, read, tries: int = 20):
             if _identity(path) == before:
                 return result
         if not finish_replacement(path):
-            raise CheckpointError(f"{path}: a replacement by another process is between its two renames and has not "
-                                  f"ended; run the command again (with write access to {path.parent} if that process "
-                                  "was killed)")
-    raise CheckpointError(f"{path}: replaced by another process {tries} times while being read; run the command again once "
-                          "it is written less often")
+            raise CheckpointError(
+                f"{path}: a replacement by another process is between its two renames and has not "
+                f"ended; run the command again (with write access to {path.parent} if that process "
+                "was killed)"
+            )
+    raise CheckpointError(
+        f"{path}: replaced by another process {tries} times while being read; run the command again once "
+        "it is written less often"
+    )
 
 
 def config_says(directory: str | os.PathLike, name: str, key: str, value: Any) -> bool:
@@ -286,6 +312,7 @@ def config_says(directory: str | os.PathLike, name: str, key: str, value: Any) -
     Asked of a directory being replaced, the answer is about the one in place before or after, never the
     moment between the two renames (see `read_stable`).
     """
+
     def check(path: Path) -> None:
         config = path / name
         if not config.is_file() or not isinstance(data := read_json(config), dict) or data.get(key) != value:
@@ -302,20 +329,28 @@ def begin_replacement(target: Path) -> tuple[Path, int]:
     """An empty `.NAME.tmp` to build the new `target` in, and the fd holding its lock (see `commit_replacement`)."""
     target = Path(target)
     if target.name in ("", ".", ".."):
-        raise CheckpointError(f"{target}: name a new or existing checkpoint directory (e.g. {target / 'model'}), not this folder itself")
+        raise CheckpointError(
+            f"{target}: name a new or existing checkpoint directory (e.g. {target / 'model'}), not this folder itself"
+        )
     if target.is_symlink():  # the replacement would put a directory in the link's place, beside what it points to
-        raise CheckpointError(f"{target}: is a symbolic link; write to the directory it points to ({target.resolve()}) or to "
-                              "another name (nothing was changed)")
+        raise CheckpointError(
+            f"{target}: is a symbolic link; write to the directory it points to ({target.resolve()}) or to "
+            "another name (nothing was changed)"
+        )
     _refuse_special(target)
     if target.is_file():
-        raise CheckpointError(f"{target}: is a file, and a directory would replace it; remove it or write to another name")
+        raise CheckpointError(
+            f"{target}: is a file, and a directory would replace it; remove it or write to another name"
+        )
     _mkdir(target.parent)
     finish_replacement(target)
     tmp, _ = staging(target)
     tmp.mkdir(exist_ok=True)
     fd = _try_lock(tmp)
     if fd is None:
-        raise CheckpointError(f"{target}: another vitkit process is writing it now ({tmp} is locked); wait for it to finish")
+        raise CheckpointError(
+            f"{target}: another vitkit process is writing it now ({tmp} is locked); wait for it to finish"
+        )
     for child in tmp.iterdir():  # what a killed writer left
         shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
     return tmp, fd
@@ -333,11 +368,17 @@ def refuse_foreign(target: Path, advice: str = "write to a new or empty director
         entries = sorted(target.iterdir()) if target.is_dir() else []
     except OSError:
         return  # unreadable: the write says why
-    foreign = [e for e in entries if not (e.name in CHECKPOINT_DIRS and e.is_dir() or e.is_file() and e.suffix in CHECKPOINT_SUFFIXES)]
+    foreign = [
+        e
+        for e in entries
+        if not (e.name in CHECKPOINT_DIRS and e.is_dir() or e.is_file() and e.suffix in CHECKPOINT_SUFFIXES)
+    ]
     if foreign:
-        raise CheckpointError(f"{target}: holds {foreign[0].name}{f' and {len(foreign) - 1} more' if len(foreign) > 1 else ''}, "
-                              f"which is not part of a checkpoint, and writing here replaces the whole directory; {advice} "
-                              "(nothing was changed)")
+        raise CheckpointError(
+            f"{target}: holds {foreign[0].name}{f' and {len(foreign) - 1} more' if len(foreign) > 1 else ''}, "
+            f"which is not part of a checkpoint, and writing here replaces the whole directory; {advice} "
+            "(nothing was changed)"
+        )
 
 
 def commit_replacement(target: Path, tmp: Path, fd: int) -> None:
@@ -401,7 +442,9 @@ LOCK_NAME = ".lock"
 
 
 @contextmanager
-def exclusive(directory: str | os.PathLike, *, advice: str = "wait for it to end, or choose another --out") -> Iterator[None]:
+def exclusive(
+    directory: str | os.PathLike, *, advice: str = "wait for it to end, or choose another --out"
+) -> Iterator[None]:
     """Hold an exclusive OS lock (flock) on `directory`/.lock: one writer at a time, released when the process dies."""
     directory = Path(directory)
     _mkdir(directory)
@@ -454,7 +497,9 @@ def sha256(path: Path) -> str:
 def write_checksums(directory: str | os.PathLike, names: list[str]) -> None:
     """checksums.json in `directory`: size and sha256 of each named file (written after them)."""
     directory = Path(directory)
-    files = {name: {"bytes": (directory / name).stat().st_size, "sha256": sha256(directory / name)} for name in sorted(names)}
+    files = {
+        name: {"bytes": (directory / name).stat().st_size, "sha256": sha256(directory / name)} for name in sorted(names)
+    }
     write_json(directory / CHECKSUMS_NAME, {"algorithm": "sha256", "files": files})
 
 
@@ -465,7 +510,9 @@ def update_checksums(directory: str | os.PathLike) -> None:
     names = sorted(p.name for p in directory.iterdir() if p.is_file() and p.suffix != ".json")
     if set(names) == set(listed):
         return
-    files = {n: listed.get(n) or {"bytes": (directory / n).stat().st_size, "sha256": sha256(directory / n)} for n in names}
+    files = {
+        n: listed.get(n) or {"bytes": (directory / n).stat().st_size, "sha256": sha256(directory / n)} for n in names
+    }
     write_json(directory / CHECKSUMS_NAME, {"algorithm": "sha256", "files": files})
 
 
@@ -474,7 +521,9 @@ def _read_checksums(directory: Path) -> dict[str, dict] | None:
         return None
     data = read_json(directory / CHECKSUMS_NAME)
     files = data.get("files") if isinstance(data, dict) else None
-    if not isinstance(files, dict) or not all(isinstance(v, dict) and isinstance(v.get("sha256"), str) for v in files.values()):
+    if not isinstance(files, dict) or not all(
+        isinstance(v, dict) and isinstance(v.get("sha256"), str) for v in files.values()
+    ):
         raise CheckpointError(f"{directory / CHECKSUMS_NAME}: not a vitkit checksum list; the file is damaged")
     return files
 
@@ -492,7 +541,9 @@ def verify_checksums(directory: str | os.PathLike) -> None:
             raise CheckpointError(f"{path}: missing, but listed in {CHECKSUMS_NAME}; {advice}")
         size = path.stat().st_size
         if size != want.get("bytes", size):
-            raise CheckpointError(f"{path}: {size} bytes, {want['bytes']} when written: the file is truncated or corrupt; {advice}")
+            raise CheckpointError(
+                f"{path}: {size} bytes, {want['bytes']} when written: the file is truncated or corrupt; {advice}"
+            )
         if sha256(path) != want["sha256"]:
             raise CheckpointError(f"{path}: corrupt (its sha256 differs from the one in {CHECKSUMS_NAME}); {advice}")
 
@@ -510,8 +561,10 @@ def read_json(path: str | os.PathLike, *, damaged: str = "the file is damaged or
     path = Path(path)
     try:
         if path.stat().st_size > MAX_JSON_BYTES:
-            raise CheckpointError(f"{path}: {path.stat().st_size:,} bytes, over the {MAX_JSON_BYTES:,} a vitkit JSON file may have; "
-                                  "the file is damaged or not vitkit's")
+            raise CheckpointError(
+                f"{path}: {path.stat().st_size:,} bytes, over the {MAX_JSON_BYTES:,} a vitkit JSON file may have; "
+                "the file is damaged or not vitkit's"
+            )
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise CheckpointError(f"{path}: file not found") from None
@@ -519,7 +572,9 @@ def read_json(path: str | os.PathLike, *, damaged: str = "the file is damaged or
         raise CheckpointError(f"{path}: not valid JSON ({first_line(err)}); {damaged}") from None
 
 
-def write_safetensors(path: str | os.PathLike, tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None) -> None:
+def write_safetensors(
+    path: str | os.PathLike, tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None
+) -> None:
     tensors = {k: v.detach().contiguous().cpu() for k, v in tensors.items()}
     with atomic_path(path) as tmp:
         save_file(tensors, str(tmp), metadata=metadata)
@@ -540,9 +595,13 @@ def read_torch(path: str | os.PathLike) -> Any:
     path = Path(path)
     try:
         if path.stat().st_size and not is_torch_file(path):
-            raise CheckpointError(f"{path}: not a PyTorch weights file (neither the zip archive torch.save writes nor a pickle); "
-                                  "check the file, or give the checkpoint itself")
-        with warnings.catch_warnings():  # torch's notice about a pickle protocol it may not read: the error below says it
+            raise CheckpointError(
+                f"{path}: not a PyTorch weights file (neither the zip archive torch.save writes nor a pickle); "
+                "check the file, or give the checkpoint itself"
+            )
+        with (
+            warnings.catch_warnings()
+        ):  # torch's notice about a pickle protocol it may not read: the error below says it
             warnings.filterwarnings("ignore", message="Detected pickle protocol", category=UserWarning)
             return torch.load(path, map_location="cpu", weights_only=True)
     except CheckpointError:
@@ -609,15 +668,21 @@ def check_npz_sizes(path: Path) -> None:
                 continue
             with archive.open(member) as f:
                 version = np.lib.format.read_magic(f)
-                read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+                read_header = (
+                    np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+                )
                 shape, _, dtype = read_header(f)
                 if dtype.hasobject:  # the member is a pickle: never loaded
-                    raise CheckpointError(f"{path}: {member.filename} holds Python objects (a pickled array), which vitkit never "
-                                          "loads (they can run code); save the weights as numeric arrays")
+                    raise CheckpointError(
+                        f"{path}: {member.filename} holds Python objects (a pickled array), which vitkit never "
+                        "loads (they can run code); save the weights as numeric arrays"
+                    )
                 need = f.tell() + math.prod(shape) * dtype.itemsize
             if need != member.file_size:
-                raise CheckpointError(f"{path}: {member.filename} says shape {shape} ({need:,} bytes with its header) but holds "
-                                      f"{member.file_size:,} bytes; the file is truncated or corrupt")
+                raise CheckpointError(
+                    f"{path}: {member.filename} says shape {shape} ({need:,} bytes with its header) but holds "
+                    f"{member.file_size:,} bytes; the file is truncated or corrupt"
+                )
 
 
 def write_npz(path: str | os.PathLike, arrays: dict[str, np.ndarray]) -> None:
@@ -693,8 +758,10 @@ def read_sidecar(path: str | os.PathLike) -> dict:
     data = settle_sidecar(path)
     recorded = data.get(SIDECAR_WEIGHTS)
     if recorded is not None and Path(path).is_file() and recorded != fingerprint(Path(path)):
-        warnings.warn(f"{sidecar_path(path)}: written for other weights than {path} (copied beside it, or the weights replaced "
-                      "since): its class names, preprocessing and data record are not used; remove it, or convert the model again")
+        warnings.warn(
+            f"{sidecar_path(path)}: written for other weights than {path} (copied beside it, or the weights replaced "
+            "since): its class names, preprocessing and data record are not used; remove it, or convert the model again"
+        )
         return {}
     return data
 

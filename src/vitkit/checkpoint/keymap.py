@@ -44,7 +44,13 @@ def same(ours: str, theirs: str, shape: Shape) -> Rule:
 def permuted(ours: str, theirs: str, shape: Shape, to_ours: tuple[int, ...]) -> Rule:
     """Axes reordered: ours = theirs.permute(to_ours); e.g. a (H, W, in, out) Flax conv kernel vs (out, in, H, W)."""
     inverse = tuple(sorted(range(len(to_ours)), key=lambda i: to_ours[i]))
-    return Rule(ours, (theirs,), (tuple(shape),), lambda t: t.permute(*to_ours).contiguous(), lambda t: (t.permute(*inverse).contiguous(),))
+    return Rule(
+        ours,
+        (theirs,),
+        (tuple(shape),),
+        lambda t: t.permute(*to_ours).contiguous(),
+        lambda t: (t.permute(*inverse).contiguous(),),
+    )
 
 
 def _kernel_to_weight(shape: Shape, n_in: int) -> tuple[Callable, Callable]:
@@ -141,13 +147,20 @@ def from_vitkit(rules: list[Rule], state: Mapping[str, torch.Tensor]) -> dict[st
             raise CheckpointError(f"model: no tensor {rule.ours!r}; the state dict does not match its config")
         for key, shape, tensor in zip(rule.theirs, rule.shapes, rule.to_theirs(state[rule.ours])):
             if tuple(tensor.shape) != shape:
-                raise CheckpointError(f"model: {rule.ours!r} gives {key!r} of shape {tuple(tensor.shape)}, expected {shape}")
+                raise CheckpointError(
+                    f"model: {rule.ours!r} gives {key!r} of shape {tuple(tensor.shape)}, expected {shape}"
+                )
             out[key] = tensor.contiguous()
     return out
 
 
 def infer_image_size(
-    num_patches: int, stride: tuple[int, int], *, image_size: int | tuple[int, int] | None, key: str, source: str | os.PathLike
+    num_patches: int,
+    stride: tuple[int, int],
+    *,
+    image_size: int | tuple[int, int] | None,
+    key: str,
+    source: str | os.PathLike,
 ) -> tuple[int, int]:
     """The image size whose patch grid has `num_patches` cells: `image_size` when its grid fits, else the square grid.
 

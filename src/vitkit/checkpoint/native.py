@@ -37,7 +37,9 @@ def is_native(path: str | os.PathLike) -> bool:
     return config_says(path, CONFIG_NAME, "format", FORMAT)
 
 
-def save_pretrained(model: VisionTransformer, directory: str | os.PathLike, *, extra: dict[str, Any] | None = None) -> Path:
+def save_pretrained(
+    model: VisionTransformer, directory: str | os.PathLike, *, extra: dict[str, Any] | None = None
+) -> Path:
     """Write `model` to `directory`, replacing an older one as a whole (built beside it, then renamed into place).
 
     `extra` (e.g. {"class_names": [...]}) goes into config.json.
@@ -57,7 +59,10 @@ def write_pretrained(model: VisionTransformer, directory: Path, *, extra: dict[s
     directory = Path(directory)
     state = {k: v for k, v in model.state_dict().items()}
     write_safetensors(directory / WEIGHTS_NAME, state, metadata={"format": "pt"})
-    write_json(directory / CONFIG_NAME, {"format": FORMAT, "version": VERSION, "model": model.config.to_dict(), **(extra or {})})
+    write_json(
+        directory / CONFIG_NAME,
+        {"format": FORMAT, "version": VERSION, "model": model.config.to_dict(), **(extra or {})},
+    )
     write_checksums(directory, [WEIGHTS_NAME])
     return directory
 
@@ -67,7 +72,7 @@ def read_native_config(directory: str | os.PathLike) -> tuple[ModelConfig, dict[
     path = Path(directory) / CONFIG_NAME
     data = read_json(path)
     if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise CheckpointError(f"{path}: not a vitkit config (no \"format\": \"vitkit\")")
+        raise CheckpointError(f'{path}: not a vitkit config (no "format": "vitkit")')
     try:
         config = config_from_dict(data.get("model"))  # a ViT, or a BiT ResNet tagged "arch": "bit"
     except ConfigError as err:
@@ -87,15 +92,30 @@ def _seed(value: Any) -> bool:
 
 # config.json entries beside the model config: key -> (check, what it must be); one check for every reader
 EXTRA_CHECKS = {
-    "class_names": (lambda v, c: isinstance(v, list) and all(isinstance(n, str) and not has_control_characters(n) for n in v)
-                    and len(set(v)) == len(v) and (c is None or not c.num_classes or len(v) == c.num_classes),
-                    "a list of one distinct name per class of the head (text without newlines or terminal escapes)"),
-    "preprocess": (lambda v, c: isinstance(v, dict) and (v.get("crop_pct") is None or _number(v["crop_pct"]) and 0 < v["crop_pct"] <= 1),
-                   "a mapping whose crop_pct is a number in (0, 1]"),
-    "data": (lambda v, c: isinstance(v, dict) and (v.get("path") is None or isinstance(v["path"], str))
-             and (v.get("val_fraction") is None or _number(v["val_fraction"]) and 0 <= v["val_fraction"] < 1)
-             and (v.get("split_seed") is None or _seed(v["split_seed"])),
-             "a mapping of path (text), val_fraction in [0, 1) and split_seed (an integer >= 0)"),
+    "class_names": (
+        lambda v, c: (
+            isinstance(v, list)
+            and all(isinstance(n, str) and not has_control_characters(n) for n in v)
+            and len(set(v)) == len(v)
+            and (c is None or not c.num_classes or len(v) == c.num_classes)
+        ),
+        "a list of one distinct name per class of the head (text without newlines or terminal escapes)",
+    ),
+    "preprocess": (
+        lambda v, c: (
+            isinstance(v, dict) and (v.get("crop_pct") is None or _number(v["crop_pct"]) and 0 < v["crop_pct"] <= 1)
+        ),
+        "a mapping whose crop_pct is a number in (0, 1]",
+    ),
+    "data": (
+        lambda v, c: (
+            isinstance(v, dict)
+            and (v.get("path") is None or isinstance(v["path"], str))
+            and (v.get("val_fraction") is None or _number(v["val_fraction"]) and 0 <= v["val_fraction"] < 1)
+            and (v.get("split_seed") is None or _seed(v["split_seed"]))
+        ),
+        "a mapping of path (text), val_fraction in [0, 1) and split_seed (an integer >= 0)",
+    ),
     "source": (lambda v, c: isinstance(v, str), "text"),
 }
 
@@ -150,22 +170,34 @@ def check_state(expected: dict, state: dict, *, source: str | os.PathLike) -> No
     missing = [k for k in expected if k not in state]
     unexpected = [k for k in state if k not in expected]
     if missing:
-        raise CheckpointError(f"{source}: missing key {missing[0]!r} ({len(missing)} missing); the file does not hold this architecture")
+        raise CheckpointError(
+            f"{source}: missing key {missing[0]!r} ({len(missing)} missing); the file does not hold this architecture"
+        )
     if unexpected:
-        raise CheckpointError(f"{source}: unexpected key {unexpected[0]!r} ({len(unexpected)} unexpected); the file does not hold this architecture")
+        raise CheckpointError(
+            f"{source}: unexpected key {unexpected[0]!r} ({len(unexpected)} unexpected); the file does not hold this architecture"
+        )
     for key, value in expected.items():
         if tuple(state[key].shape) != tuple(value.shape):
-            raise CheckpointError(f"{source}: {key!r} has shape {tuple(state[key].shape)}, the model expects {tuple(value.shape)} (the "
-                                  "model as the file's config, or where it has none its other tensors, describe it: this tensor "
-                                  "or one of those is damaged)")
-        if value.is_floating_point() and not state[key].is_floating_point():  # an int64 head truncates every weight to 0
-            raise CheckpointError(f"{source}: {key!r} has dtype {str(state[key].dtype).replace('torch.', '')}, expected a floating-point "
-                                  "tensor; the file is damaged or not this model's weights")
+            raise CheckpointError(
+                f"{source}: {key!r} has shape {tuple(state[key].shape)}, the model expects {tuple(value.shape)} (the "
+                "model as the file's config, or where it has none its other tensors, describe it: this tensor "
+                "or one of those is damaged)"
+            )
+        if (
+            value.is_floating_point() and not state[key].is_floating_point()
+        ):  # an int64 head truncates every weight to 0
+            raise CheckpointError(
+                f"{source}: {key!r} has dtype {str(state[key].dtype).replace('torch.', '')}, expected a floating-point "
+                "tensor; the file is damaged or not this model's weights"
+            )
     for key, value in state.items():
         if value.is_floating_point() and not bool(torch.isfinite(value).all()):
             bad = int((~torch.isfinite(value)).sum())
-            raise CheckpointError(f"{source}: {key!r} holds {bad} non-finite values (NaN or infinity); the weights are "
-                                  "unusable: use an earlier checkpoint, or retrain")
+            raise CheckpointError(
+                f"{source}: {key!r} holds {bad} non-finite values (NaN or infinity); the weights are "
+                "unusable: use an earlier checkpoint, or retrain"
+            )
 
 
 def read(directory: str | os.PathLike, *, image_size=None) -> tuple[ModelConfig, dict]:

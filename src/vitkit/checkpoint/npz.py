@@ -46,7 +46,11 @@ from .keymap import (
 )
 
 PREFIXES = ("opt/target/", "params/img/", "params/", "")
-PRE_LINEN = {"MultiHeadDotProductAttention_1": "MultiHeadDotProductAttention_0", "LayerNorm_2": "LayerNorm_1", "MlpBlock_3": "MlpBlock_0"}
+PRE_LINEN = {
+    "MultiHeadDotProductAttention_1": "MultiHeadDotProductAttention_0",
+    "LayerNorm_2": "LayerNorm_1",
+    "MlpBlock_3": "MlpBlock_0",
+}
 LINEN_TO_PRE_LINEN = {v: k for k, v in PRE_LINEN.items()}
 HWIO_TO_OIHW = (3, 2, 0, 1)
 POSEMB = "Transformer/posembed_input/pos_embedding"
@@ -54,7 +58,9 @@ _BLOCK = re.compile(r"Transformer/encoderblock_(\d+)/([^/]+)/(.*)")
 _GROUPNORM = re.compile(r"(.*/)?gn_?\w*/(scale|bias)")
 
 
-def canonical(arrays: dict[str, np.ndarray], *, source: str | os.PathLike) -> tuple[dict[str, torch.Tensor], Callable[[str], str]]:
+def canonical(
+    arrays: dict[str, np.ndarray], *, source: str | os.PathLike
+) -> tuple[dict[str, torch.Tensor], Callable[[str], str]]:
     """The arrays in the canonical layout as tensors, and the function giving a canonical key's name in the file."""
     prefix = next((p for p in PREFIXES if f"{p}embedding/kernel" in arrays), None)
     if prefix is None:
@@ -100,7 +106,11 @@ def canonical(arrays: dict[str, np.ndarray], *, source: str | os.PathLike) -> tu
 
 
 def config_from_npz(
-    tensors: dict[str, torch.Tensor], *, image_size=None, source: str | os.PathLike, shown: Callable[[str], str] | None = None
+    tensors: dict[str, torch.Tensor],
+    *,
+    image_size=None,
+    source: str | os.PathLike,
+    shown: Callable[[str], str] | None = None,
 ) -> ViTConfig:
     """The whole ViTConfig from canonical arrays: sizes from kernel shapes, depth and stages from key counts."""
     shown = shown or (lambda key: key)
@@ -115,7 +125,9 @@ def config_from_npz(
     if depth == 0:
         raise CheckpointError(f"{source}: no 'Transformer/encoderblock_0' arrays; the file holds no Transformer")
     block = "Transformer/encoderblock_0/"
-    _, num_heads, head_dim = _expect_rank(shape(block + "MultiHeadDotProductAttention_0/query/kernel"), 3, "query/kernel", source)
+    _, num_heads, head_dim = _expect_rank(
+        shape(block + "MultiHeadDotProductAttention_0/query/kernel"), 3, "query/kernel", source
+    )
     mlp_dim = shape(block + "MlpBlock_0/Dense_0/kernel")[-1]
     classifier = "token" if "cls" in tensors else "gap"
     representation_size = shape("pre_logits/kernel")[-1] if "pre_logits/kernel" in tensors else None
@@ -127,11 +139,15 @@ def config_from_npz(
         layers = tuple(count_indexed(tensors, f"block{s}/unit", start=1) for s in range(1, stages + 1))
         backbone = ResNetConfig(layers=layers, width=root)
     if num_heads * head_dim != width:
-        raise CheckpointError(f"{source}: query/kernel has {num_heads} heads of {head_dim}, which do not make up the width {width}")
+        raise CheckpointError(
+            f"{source}: query/kernel has {num_heads} heads of {head_dim}, which do not make up the width {width}"
+        )
     prefix = 1 if classifier == "token" else 0
     stride = backbone.stride if backbone else 1
     num_patches = shape(POSEMB)[1] - prefix
-    image = infer_image_size(num_patches, (ph * stride, pw * stride), image_size=image_size, key=shown(POSEMB), source=source)
+    image = infer_image_size(
+        num_patches, (ph * stride, pw * stride), image_size=image_size, key=shown(POSEMB), source=source
+    )
     try:
         return ViTConfig(
             image_size=image, patch_size=(ph, pw), in_chans=in_chans, num_classes=num_classes, width=width, depth=depth,
@@ -189,8 +205,12 @@ def npz_rules(c: ViTConfig) -> list[Rule]:
         a = b + "MultiHeadDotProductAttention_0/"
         rules += [
             *_layer_norm(o + "norm1", b + "LayerNorm_0", D),
-            fused(o + "attn.qkv.weight", tuple(f"{a}{n}/kernel" for n in ("query", "key", "value")), (D, nh, hd), n_in=1),
-            fused(o + "attn.qkv.bias", tuple(f"{a}{n}/bias" for n in ("query", "key", "value")), (nh, hd), flatten=True),
+            fused(
+                o + "attn.qkv.weight", tuple(f"{a}{n}/kernel" for n in ("query", "key", "value")), (D, nh, hd), n_in=1
+            ),
+            fused(
+                o + "attn.qkv.bias", tuple(f"{a}{n}/bias" for n in ("query", "key", "value")), (nh, hd), flatten=True
+            ),
             kernel(o + "attn.proj.weight", a + "out/kernel", (nh, hd, D), n_in=2),
             same(o + "attn.proj.bias", a + "out/bias", (D,)),
             *_layer_norm(o + "norm2", b + "LayerNorm_1", D),
@@ -210,10 +230,18 @@ def _layer_norm(ours: str, theirs: str, D: int) -> list[Rule]:
 
 
 def _dense(ours: str, theirs: str, n_in: int, n_out: int) -> list[Rule]:
-    return [kernel(f"{ours}.weight", f"{theirs}/kernel", (n_in, n_out)), same(f"{ours}.bias", f"{theirs}/bias", (n_out,))]
+    return [
+        kernel(f"{ours}.weight", f"{theirs}/kernel", (n_in, n_out)),
+        same(f"{ours}.bias", f"{theirs}/bias", (n_out,)),
+    ]
 
 
-NOT_IN_THE_ARRAYS = ("mlp_act", "layer_norm_eps", "mean", "std")  # the release layout implies tanh-GELU, eps 1e-6, [-1, 1] inputs
+NOT_IN_THE_ARRAYS = (
+    "mlp_act",
+    "layer_norm_eps",
+    "mean",
+    "std",
+)  # the release layout implies tanh-GELU, eps 1e-6, [-1, 1] inputs
 
 
 def read(path: str | os.PathLike, *, image_size=None) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
@@ -221,11 +249,15 @@ def read(path: str | os.PathLike, *, image_size=None) -> tuple[ModelConfig, dict
     arrays = read_npz(path)
     if bit.is_bit_npz(arrays):
         stored = read_sidecar(path).get("model")
-        return bit.read_npz(arrays, image_size=image_size, source=path, stored=stored if isinstance(stored, dict) else None)
+        return bit.read_npz(
+            arrays, image_size=image_size, source=path, stored=stored if isinstance(stored, dict) else None
+        )
     tensors, shown = canonical(arrays, source=path)
     stored = read_sidecar(path).get("model") or {}
     if not isinstance(stored, dict):
-        raise CheckpointError(f"{path}.json: its 'model' entry is not valid: expected an object, got {type(stored).__name__}")
+        raise CheckpointError(
+            f"{path}.json: its 'model' entry is not valid: expected an object, got {type(stored).__name__}"
+        )
     grid = None if image_size is not None else stored.get("image_size")  # a non-square grid the arrays leave open
     config = config_from_npz(tensors, image_size=image_size if grid is None else grid, source=path, shown=shown)
     if stored:  # what the release layout cannot say: a model vitkit wrote with exact GELU or another LayerNorm eps
@@ -252,20 +284,33 @@ def write(model: VisionTransformer, path: str | os.PathLike, *, metadata: dict |
     (what vit_jax, big_transfer and timm read); `metadata` (class names, preprocessing) goes to FILE.npz.json beside it, as the release layout has no
     place for it."""
     c, path = model.config, Path(path)
-    if isinstance(model, ResNetV2):  # the arrays say nothing of the resolution and input scaling: vitkit keeps them beside
-        sidecar = {**({"vitkit": metadata} if metadata else {}), "model": {k: getattr(c, k) for k in ("image_size", "mean", "std")}}
+    if isinstance(
+        model, ResNetV2
+    ):  # the arrays say nothing of the resolution and input scaling: vitkit keeps them beside
+        sidecar = {
+            **({"vitkit": metadata} if metadata else {}),
+            "model": {k: getattr(c, k) for k in ("image_size", "mean", "std")},
+        }
         write_with_sidecar(path, lambda fresh: bit.write_npz_file(model, fresh), sidecar)
         return path
     if c.pos_embed != "learned":
-        raise CheckpointError(f"{path}: the .npz format holds learned position embeddings only; this model uses {c.pos_embed!r}")
+        raise CheckpointError(
+            f"{path}: the .npz format holds learned position embeddings only; this model uses {c.pos_embed!r}"
+        )
     sidecar = {"vitkit": metadata} if metadata else {}
-    implied = ViTConfig(in_chans=c.in_chans, mlp_act="gelu_tanh", layer_norm_eps=1e-6)  # what a reader of the arrays assumes
+    implied = ViTConfig(
+        in_chans=c.in_chans, mlp_act="gelu_tanh", layer_norm_eps=1e-6
+    )  # what a reader of the arrays assumes
     kept = {key: getattr(c, key) for key in NOT_IN_THE_ARRAYS if getattr(c, key) != getattr(implied, key)}
     if c.grid_size[0] != c.grid_size[1]:  # the position embedding's length alone does not say which grid
         kept["image_size"] = list(c.image_size)
     if kept:
         sidecar["model"] = kept  # vitkit reads them back
-    differ = [f"{key}={getattr(c, key)!r}" for key in ("mlp_act", "layer_norm_eps") if getattr(c, key) != getattr(implied, key)]
+    differ = [
+        f"{key}={getattr(c, key)!r}"
+        for key in ("mlp_act", "layer_norm_eps")
+        if getattr(c, key) != getattr(implied, key)
+    ]
     if differ:
         warnings.warn(
             f"{path}: the official Flax model uses tanh-GELU and LayerNorm eps 1e-6; this model has {' and '.join(differ)}. "

@@ -31,8 +31,11 @@ def step_checkpoints(out: str | os.PathLike) -> list[Path]:
 
 def is_run_dir(path: str | os.PathLike) -> bool:
     path = Path(path)
-    return path.is_dir() and not native.is_native(path) and any(
-        (path / name).exists() for name in ("run.yaml", "final", "checkpoints"))
+    return (
+        path.is_dir()
+        and not native.is_native(path)
+        and any((path / name).exists() for name in ("run.yaml", "final", "checkpoints"))
+    )
 
 
 def resolve(path: str | os.PathLike) -> Path:
@@ -44,8 +47,10 @@ def resolve(path: str | os.PathLike) -> Path:
         steps = step_checkpoints(path)
         if steps:
             return steps[-1]
-        raise CheckpointError(f"{path}: a run directory without a model yet (no final/ and no complete checkpoints/step_N/); "
-                              f"finish it with vitkit train --resume {path}")
+        raise CheckpointError(
+            f"{path}: a run directory without a model yet (no final/ and no complete checkpoints/step_N/); "
+            f"finish it with vitkit train --resume {path}"
+        )
     if path.is_file() and path.name in (native.WEIGHTS_NAME, *hf.WEIGHTS_NAMES):
         if native.is_native(path.parent) or hf.is_hf(path.parent) or timm.is_timm_dir(path.parent):
             return path.parent
@@ -63,7 +68,7 @@ def run_dir(checkpoint: str | os.PathLike) -> Path | None:
 
 
 def step_of(checkpoint: str | os.PathLike) -> str | None:
-    """"step_N" where `checkpoint` names a run's step checkpoint (directly, or a run directory without final/), else None."""
+    """ "step_N" where `checkpoint` names a run's step checkpoint (directly, or a run directory without final/), else None."""
     resolved = resolve(checkpoint)
     return resolved.name if _STEP_DIR.fullmatch(resolved.name) and run_dir(resolved) is not None else None
 
@@ -75,7 +80,7 @@ def describe(checkpoint: str | os.PathLike, step: str | None) -> str:
 
 
 def data_tag(path: str | None, meta: dict) -> str:
-    """"" for the data a checkpoint records it trained on (and where it records none); for other data "_NAME_DIGEST"
+    """ "" for the data a checkpoint records it trained on (and where it records none); for other data "_NAME_DIGEST"
     (the folder's name and a digest of its path): a report name with it is never that of the run's own data's report."""
     import hashlib
     import re

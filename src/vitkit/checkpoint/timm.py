@@ -59,7 +59,11 @@ def _hub_config(directory: Path) -> dict | None:
     if not (directory / HUB_CONFIG).is_file() or _hub_weights(directory) is None:
         return None
     config = read_json(directory / HUB_CONFIG)
-    return config if isinstance(config, dict) and isinstance(config.get("architecture"), str) and "model_type" not in config else None
+    return (
+        config
+        if isinstance(config, dict) and isinstance(config.get("architecture"), str) and "model_type" not in config
+        else None
+    )
 
 
 def is_timm_dir(path: str | os.PathLike) -> bool:
@@ -93,7 +97,10 @@ def _backbone_names(c: ViTConfig) -> list[tuple[str, str]]:
         for u in range(units):
             ours, theirs = f"backbone.stages.{s}.{u}.", f"{root}stages.{s}.blocks.{u}."
             names += [(ours + m, theirs + m) for m in ("conv1.", "norm1.", "conv2.", "norm2.", "conv3.", "norm3.")]
-            names += [(ours + "downsample.0.", theirs + "downsample.conv."), (ours + "downsample.1.", theirs + "downsample.norm.")]
+            names += [
+                (ours + "downsample.0.", theirs + "downsample.conv."),
+                (ours + "downsample.1.", theirs + "downsample.norm."),
+            ]
     return names
 
 
@@ -105,7 +112,9 @@ def timm_rules(c: ViTConfig) -> list[Rule]:
         renames += _backbone_names(c)
     rules = []
     for key, shape in shapes.items():
-        theirs = next((t + key[len(o) :] for o, t in renames if key.startswith(o) and key[len(o) :].count(".") == 0), key)
+        theirs = next(
+            (t + key[len(o) :] for o, t in renames if key.startswith(o) and key[len(o) :].count(".") == 0), key
+        )
         rules.append(same(key, theirs, shape))
     return rules
 
@@ -129,7 +138,9 @@ def _unwrap(obj, source) -> dict[str, torch.Tensor]:
     return {(k[len("module.") :] if k.startswith("module.") else k): v for k, v in obj.items()}
 
 
-def config_from_timm(state: dict[str, torch.Tensor], *, image_size=None, source, stored: dict | None = None) -> ViTConfig:
+def config_from_timm(
+    state: dict[str, torch.Tensor], *, image_size=None, source, stored: dict | None = None
+) -> ViTConfig:
     """The ViTConfig a timm state dict describes (heads from `stored`, the config vitkit wrote, if any)."""
 
     def shape(key: str) -> tuple[int, ...]:
@@ -168,7 +179,9 @@ def config_from_timm(state: dict[str, torch.Tensor], *, image_size=None, source,
     stride = backbone.stride if backbone else 1
     num_patches = shape("pos_embed")[1] - (classifier == "token")
     grid = stored.get("image_size") if stored and image_size is None else None  # a non-square grid vitkit wrote
-    image = infer_image_size(num_patches, (ph * stride, pw * stride), image_size=image_size or grid, key="pos_embed", source=source)
+    image = infer_image_size(
+        num_patches, (ph * stride, pw * stride), image_size=image_size or grid, key="pos_embed", source=source
+    )
     fields = dict(
         image_size=image, patch_size=(ph, pw), in_chans=in_chans, num_classes=num_classes, width=width, depth=depth,
         mlp_dim=mlp_dim, num_heads=num_heads, classifier=classifier, representation_size=representation_size, backbone=backbone,
@@ -194,8 +207,15 @@ def _stored(path: Path, key: str = METADATA_KEY) -> dict | None:
 
 def pretrained_cfg(c: ModelConfig, metadata: dict) -> dict:
     """timm's description of a checkpoint's input and labels (its pretrained_cfg and label_names)."""
-    cfg = {"input_size": [c.in_chans, *c.image_size], "mean": list(c.mean), "std": list(c.std), "interpolation": "bilinear",
-           "crop_pct": metadata.get("preprocess", {}).get("crop_pct", 1.0), "crop_mode": "center", "num_classes": c.num_classes}
+    cfg = {
+        "input_size": [c.in_chans, *c.image_size],
+        "mean": list(c.mean),
+        "std": list(c.std),
+        "interpolation": "bilinear",
+        "crop_pct": metadata.get("preprocess", {}).get("crop_pct", 1.0),
+        "crop_mode": "center",
+        "num_classes": c.num_classes,
+    }
     return {"pretrained_cfg": cfg, "label_names": metadata.get("class_names")}
 
 
@@ -205,8 +225,10 @@ def read(path: str | os.PathLike, *, image_size=None) -> tuple[ModelConfig, dict
     if path.is_dir():  # a timm Hub directory
         config = _hub_config(path)
         if config is None:
-            raise CheckpointError(f"{path}: not a timm Hub directory (config.json with \"architecture\", model.safetensors or "
-                                  "pytorch_model.bin)")
+            raise CheckpointError(
+                f'{path}: not a timm Hub directory (config.json with "architecture", model.safetensors or '
+                "pytorch_model.bin)"
+            )
         weights = _hub_weights(path)
         state = read_safetensors(weights) if is_safetensors(weights) else _unwrap(read_torch(weights), weights)
         own = _stored(weights) if is_safetensors(weights) else None  # the config vitkit wrote into the file, if it did
@@ -231,30 +253,47 @@ def write(model: VisionTransformer, path: str | os.PathLike, *, metadata: dict |
     if isinstance(model, ResNetV2):  # timm's resnetv2_*_bit
         tensors = from_vitkit(bit.timm_rules(c), model.state_dict())
     elif c.pos_embed != "learned":
-        raise CheckpointError(f"{path}: timm ViT checkpoints hold learned position embeddings; this model uses {c.pos_embed!r}")
+        raise CheckpointError(
+            f"{path}: timm ViT checkpoints hold learned position embeddings; this model uses {c.pos_embed!r}"
+        )
     else:
         tensors = from_vitkit(timm_rules(c), model.state_dict())
     timm_cfg = pretrained_cfg(c, metadata)
     if path.suffix == ".safetensors":
-        write_safetensors(path, tensors, metadata={"format": "pt", METADATA_KEY: json.dumps(c.to_dict()), EXTRA_KEY: json.dumps(metadata),
-                                                   **{k: json.dumps(v) for k, v in timm_cfg.items()}})
+        write_safetensors(
+            path,
+            tensors,
+            metadata={
+                "format": "pt",
+                METADATA_KEY: json.dumps(c.to_dict()),
+                EXTRA_KEY: json.dumps(metadata),
+                **{k: json.dumps(v) for k, v in timm_cfg.items()},
+            },
+        )
     else:
-        write_with_sidecar(path, lambda fresh: write_torch(fresh, tensors), {**timm_cfg, "vitkit": metadata, METADATA_KEY: c.to_dict()})
+        write_with_sidecar(
+            path, lambda fresh: write_torch(fresh, tensors), {**timm_cfg, "vitkit": metadata, METADATA_KEY: c.to_dict()}
+        )
     return path
 
 
 def read_metadata(path: str | os.PathLike) -> dict:
     """Class names and preprocessing: vitkit's own record, else timm's label_names and pretrained_cfg."""
     path = Path(path)
-    if path.is_file() and is_timm_dir(path.parent) and _hub_weights(path.parent) == path:  # the weights of a Hub folder:
+    if (
+        path.is_file() and is_timm_dir(path.parent) and _hub_weights(path.parent) == path
+    ):  # the weights of a Hub folder:
         return read_metadata(path.parent)  # its config.json names the classes and the crop (info left them out)
     if path.is_dir():
         weights = _hub_weights(path)
         own = _stored(weights, EXTRA_KEY) if weights is not None and is_safetensors(weights) else None
         found = {"vitkit": own, **(_hub_config(path) or {})}
     elif is_safetensors(path):
-        found = {"vitkit": _stored(path, EXTRA_KEY), "label_names": _stored(path, "label_names"),
-                 "pretrained_cfg": _stored(path, "pretrained_cfg")}
+        found = {
+            "vitkit": _stored(path, EXTRA_KEY),
+            "label_names": _stored(path, "label_names"),
+            "pretrained_cfg": _stored(path, "pretrained_cfg"),
+        }
     else:
         found = read_sidecar(path)
     if found.get("vitkit"):
@@ -262,7 +301,10 @@ def read_metadata(path: str | os.PathLike) -> dict:
     metadata = {}
     names = found.get("label_names")
     if isinstance(names, dict):  # timm's {class index: name}, where indices may have gaps
-        names = [names.get(str(i), names.get(i, "")) for i in range(1 + max((int(k) for k in names if str(k).isdigit()), default=-1))]
+        names = [
+            names.get(str(i), names.get(i, ""))
+            for i in range(1 + max((int(k) for k in names if str(k).isdigit()), default=-1))
+        ]
     if isinstance(names, list):
         metadata["class_names"] = [str(n) for n in names]
     if isinstance(found.get("pretrained_cfg"), dict) and "crop_pct" in found["pretrained_cfg"]:

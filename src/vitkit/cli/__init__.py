@@ -40,8 +40,20 @@ COMMANDS = {
 
 
 # number flags: every int is >= 0 and every float finite; these must be >= 1 too ("--batch-size 0" is no batch)
-POSITIVE_FLAGS = {"batch_size", "micro_batch", "top", "steps", "image_size", "num_images", "components", "max_iter",
-                  "rounds", "batch", "seeds", "per_shard"}
+POSITIVE_FLAGS = {
+    "batch_size",
+    "micro_batch",
+    "top",
+    "steps",
+    "image_size",
+    "num_images",
+    "components",
+    "max_iter",
+    "rounds",
+    "batch",
+    "seeds",
+    "per_shard",
+}
 FRACTION_FLAGS = {"val_fraction"}  # shares of a split: below 1 too
 MAX_INT = 2**31 - 1
 NARGS_AT_MOST = {"image_size": 2}  # --image-size H [W]
@@ -56,8 +68,12 @@ class Parser(argparse.ArgumentParser):
     def add_argument(self, *names, **kwargs):
         kind = kwargs.get("type")
         if kind in (int, float):
-            dest = kwargs.get("dest") or next((n for n in names if n.startswith("--")), names[0]).lstrip("-").replace("-", "_")
-            kwargs["type"] = _checked_int(dest) if kind is int else _fraction if dest in FRACTION_FLAGS else _finite_float
+            dest = kwargs.get("dest") or next((n for n in names if n.startswith("--")), names[0]).lstrip("-").replace(
+                "-", "_"
+            )
+            kwargs["type"] = (
+                _checked_int(dest) if kind is int else _fraction if dest in FRACTION_FLAGS else _finite_float
+            )
         action = super().add_argument(*names, **kwargs)
         if action.dest in NARGS_AT_MOST and action.nargs == "+":
             action.at_most = NARGS_AT_MOST[action.dest]
@@ -69,7 +85,9 @@ class Parser(argparse.ArgumentParser):
             values = getattr(namespace, action.dest, None)
             limit = getattr(action, "at_most", None)
             if limit and isinstance(values, list) and len(values) > limit:
-                self.error(f"argument {'/'.join(action.option_strings)}: takes at most {limit} values, got {len(values)}")
+                self.error(
+                    f"argument {'/'.join(action.option_strings)}: takes at most {limit} values, got {len(values)}"
+                )
         return namespace, extra
 
 
@@ -116,8 +134,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    if argv is None and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:  # the program itself: SIGTERM while it starts
-        signal.signal(signal.SIGTERM, _interrupted)  # (before train's own handlers, or after them) exits 130 as Ctrl-C does
+    if (
+        argv is None and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    ):  # the program itself: SIGTERM while it starts
+        signal.signal(
+            signal.SIGTERM, _interrupted
+        )  # (before train's own handlers, or after them) exits 130 as Ctrl-C does
     try:
         return _main(argv)
     except KeyboardInterrupt:  # while argparse or an import ran, before _run's own handling
@@ -134,7 +156,10 @@ def _main(argv: list[str] | None) -> int:
     args, extra = parser.parse_known_args(argv)
     if extra:  # KEY=VALUE overrides may come before, between or after options
         if not hasattr(args, "overrides") or any(e.startswith("-") for e in extra):
-            parser.exit(2, f"vitkit {args.command}: error: unrecognized arguments: {' '.join(extra)} (see vitkit {args.command} --help)\n")
+            parser.exit(
+                2,
+                f"vitkit {args.command}: error: unrecognized arguments: {' '.join(extra)} (see vitkit {args.command} --help)\n",
+            )
         args.overrides = [*args.overrides, *extra]
     args.whole_process = argv is None  # the program's own command line, not a caller in a longer-lived process (tests)
     with warnings.catch_warnings():  # put back when the command returns (tests call main() in one process)
@@ -160,21 +185,34 @@ def _run(args: argparse.Namespace) -> int:
         sys.stdout.flush()  # a closed pipe shows here, not in Python's own flush at exit
         return code
     except BrokenPipeError:  # `vitkit info ... | head` closed the pipe: stop quietly, as cat would
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes stdout at exit
+        os.dup2(
+            os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno()
+        )  # no second error when Python flushes stdout at exit
         return 141
     except VitkitError as err:
         print(f"vitkit {args.command}: error: {err}", file=sys.stderr)
         return err.exit_code
     except KeyboardInterrupt:
         run = getattr(args, "resume", None) or getattr(args, "out", None) if args.command == "train" else None
-        kept = run is not None and any(Path(run, "checkpoints").glob("step_*"))  # a second Ctrl-C: what the first one saved
-        print(f"vitkit {args.command}: interrupted" + (f"; continue from its last checkpoint with vitkit train --resume {run}" if kept else ""),
-              file=sys.stderr)
+        kept = run is not None and any(
+            Path(run, "checkpoints").glob("step_*")
+        )  # a second Ctrl-C: what the first one saved
+        print(
+            f"vitkit {args.command}: interrupted"
+            + (f"; continue from its last checkpoint with vitkit train --resume {run}" if kept else ""),
+            file=sys.stderr,
+        )
         return 130
     except OSError as err:  # a file vitkit reads or writes: permission, full disk, a folder for a file, ...
-        print(f"vitkit {args.command}: error: {os_error_line(err)}"
-              + (f" (then vitkit train --resume {args.resume or args.out})" if args.command == "train" and _disk_full(err) else ""),
-              file=sys.stderr)
+        print(
+            f"vitkit {args.command}: error: {os_error_line(err)}"
+            + (
+                f" (then vitkit train --resume {args.resume or args.out})"
+                if args.command == "train" and _disk_full(err)
+                else ""
+            ),
+            file=sys.stderr,
+        )
         return 2
 
 

@@ -29,13 +29,20 @@ class Against:
 
         lines = [copies_note(self.copies, which)] if self.copies is not None else []
         if self.unchecked:
-            lines.append(f"note: {_these(which)} were not checked for copies of the images the model trained on ({self.unchecked})")
+            lines.append(
+                f"note: {_these(which)} were not checked for copies of the images the model trained on ({self.unchecked})"
+            )
         for name, change in self.changed.items():
             then, now = described(change["then"]), described(change["now"])
             other = ", other images" if change["then"]["n"] == change["now"]["n"] else ""
-            lines.append(f"note: the {name} split changed since the checkpoint was trained ({then} then, {now} now{other})" + (
-                ": an image moved out of it is not known to be one the model trained on" if name == "train" else
-                ": these figures are not of the images it was held out with"))
+            lines.append(
+                f"note: the {name} split changed since the checkpoint was trained ({then} then, {now} now{other})"
+                + (
+                    ": an image moved out of it is not known to be one the model trained on"
+                    if name == "train"
+                    else ": these figures are not of the images it was held out with"
+                )
+            )
         return lines
 
 
@@ -60,13 +67,19 @@ def scored_against_training(meta: dict, checkpoint, which: str, split, config) -
     if which != spec.train_split:
         twins = held_out_twins(trained, split, which)
         if twins is None:
-            against.unchecked = ("they and its training images are not compared image by image here: Parquet rows, arrays "
-                                 "against files, or over 200,000 training images")
+            against.unchecked = (
+                "they and its training images are not compared image by image here: Parquet rows, arrays "
+                "against files, or over 200,000 training images"
+            )
         earlier = 0
         for record in meta.get("pretrained_on") or []:  # a fine-tuned model's pre-training images are not unseen either
             try:
                 start = DataSpec.from_checkpoint({"data": record}, checkpoint)
-                theirs = held_out_twins(start.open(start.train_split, channels=config.in_chans, image_size=config.image_size[0]), split, which)
+                theirs = held_out_twins(
+                    start.open(start.train_split, channels=config.in_chans, image_size=config.image_size[0]),
+                    split,
+                    which,
+                )
             except DataError as err:  # moved, or on another machine
                 against.unchecked = f"the images it was pre-trained on: {without_advice(err)}"
                 continue
@@ -85,9 +98,15 @@ def copies_note(copies: dict, which: str) -> str:
     """The line that says so, under the figures."""
     n, (scored, trained) = copies["images"], copies["example"]
     example = f"{scored}, itself a training image" if scored == trained else f"{scored} = {trained}"
-    trained_on = ("the model, or the checkpoint it was fine-tuned from, trained on" if copies.get("pretrained") else "the model trained on")
-    return (f"note: {n:,} of {_these(which)} {'are byte-identical to images' if n != 1 else 'is byte-identical to an image'} "
-            f"{trained_on} (e.g. {example}), and {'count' if n != 1 else 'counts'} as unseen in the figures above")
+    trained_on = (
+        "the model, or the checkpoint it was fine-tuned from, trained on"
+        if copies.get("pretrained")
+        else "the model trained on"
+    )
+    return (
+        f"note: {n:,} of {_these(which)} {'are byte-identical to images' if n != 1 else 'is byte-identical to an image'} "
+        f"{trained_on} (e.g. {example}), and {'count' if n != 1 else 'counts'} as unseen in the figures above"
+    )
 
 
 def _these(which: str) -> str:

@@ -25,25 +25,54 @@ def numbers(kind: type):
 
 
 def add_common(p: argparse.ArgumentParser, name: str) -> None:
-    p.add_argument("checkpoint", metavar="CKPT", help="any checkpoint vitkit reads: run directory, its final/, a step checkpoint, "
-                                                      ".npz, timm file, HF directory")
+    p.add_argument(
+        "checkpoint",
+        metavar="CKPT",
+        help="any checkpoint vitkit reads: run directory, its final/, a step checkpoint, .npz, timm file, HF directory",
+    )
     p.add_argument("--data", metavar="PATH", help=DATA_HELP)
-    p.add_argument("--out", metavar="DIR", help=f"where {name}.json and {name}.md go (default: RUN/{name} for a run's model, else "
-                                                f"beside the checkpoint; {name}_randomSEED with --random-init)")
-    p.add_argument("--image-size", type=int, nargs="+", metavar="PX", help="evaluate at this resolution (H [W]); position embeddings are resampled")
-    p.add_argument("--random-init", type=int, metavar="SEED", help="the same architecture with random weights (seeded): the baseline")
-    p.add_argument("--batch-size", type=int, default=256, help="images per forward pass when extracting features (default 256)")
+    p.add_argument(
+        "--out",
+        metavar="DIR",
+        help=f"where {name}.json and {name}.md go (default: RUN/{name} for a run's model, else "
+        f"beside the checkpoint; {name}_randomSEED with --random-init)",
+    )
+    p.add_argument(
+        "--image-size",
+        type=int,
+        nargs="+",
+        metavar="PX",
+        help="evaluate at this resolution (H [W]); position embeddings are resampled",
+    )
+    p.add_argument(
+        "--random-init",
+        type=int,
+        metavar="SEED",
+        help="the same architecture with random weights (seeded): the baseline",
+    )
+    p.add_argument(
+        "--batch-size", type=int, default=256, help="images per forward pass when extracting features (default 256)"
+    )
     p.add_argument("--device", default="auto", help="auto, cpu or cuda (default auto)")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's choice)")
     add_precision(p)
-    p.add_argument("--val-fraction", type=float, default=None,
-                   help="share of train held out as 'val' where the data has no val split (default: as in training, else 0.1)")
-    p.add_argument("--skip-unreadable", action="store_true",
-                   help="leave out image files that cannot be read (listed in the report) instead of stopping at the first")
+    p.add_argument(
+        "--val-fraction",
+        type=float,
+        default=None,
+        help="share of train held out as 'val' where the data has no val split (default: as in training, else 0.1)",
+    )
+    p.add_argument(
+        "--skip-unreadable",
+        action="store_true",
+        help="leave out image files that cannot be read (listed in the report) instead of stopping at the first",
+    )
 
 
 def add_splits(p: argparse.ArgumentParser, train_help: str) -> None:
-    p.add_argument("--train-split", default="train", choices=("train", "val", "test"), help=f"{train_help} (default train)")
+    p.add_argument(
+        "--train-split", default="train", choices=("train", "val", "test"), help=f"{train_help} (default train)"
+    )
     p.add_argument("--test-split", default="test", choices=("train", "val", "test"), help="split scored (default test)")
 
 
@@ -54,9 +83,11 @@ def setup(args: argparse.Namespace):
     from vitkit.errors import ConfigError
 
     if getattr(args, "train_split", None) is not None and args.train_split == args.test_split:
-        raise ConfigError(f"--train-split and --test-split are both {args.test_split}: the images the classifier is built from "
-                          "would be the images it is scored on, a figure that says nothing; choose two splits (e.g. --train-split "
-                          f"train --test-split {args.test_split if args.test_split != 'train' else 'val'})")
+        raise ConfigError(
+            f"--train-split and --test-split are both {args.test_split}: the images the classifier is built from "
+            "would be the images it is scored on, a figure that says nothing; choose two splits (e.g. --train-split "
+            f"train --test-split {args.test_split if args.test_split != 'train' else 'val'})"
+        )
 
     from vitkit.checkpoint import load_with_metadata
     from vitkit.data import BadFiles, DataSpec
@@ -69,7 +100,9 @@ def setup(args: argparse.Namespace):
         writable_folder(args.out, "the reports", "choose another --out")
     if args.threads:
         torch.set_num_threads(args.threads)
-    size = None if args.image_size is None else tuple(args.image_size) if len(args.image_size) == 2 else args.image_size[0]
+    size = (
+        None if args.image_size is None else tuple(args.image_size) if len(args.image_size) == 2 else args.image_size[0]
+    )
     model, meta = load_with_metadata(args.checkpoint, image_size=size)
     if args.random_init is not None:
         torch.manual_seed(args.random_init)
@@ -77,8 +110,14 @@ def setup(args: argparse.Namespace):
     c = args.model_config = model.config
     args.input_size = list(c.image_size)  # said in every report: --image-size reads the features at another resolution
     args.bad = BadFiles("skip" if args.skip_unreadable else "fail", hint="; --skip-unreadable leaves such files out")
-    features = {"batch_size": args.batch_size, "device": pick_device(args.device), "crop_pct": meta.get("preprocess", {}).get("crop_pct", 1.0),
-                "precision": args.precision, "calibration": args.calibration, "bad": args.bad}
+    features = {
+        "batch_size": args.batch_size,
+        "device": pick_device(args.device),
+        "crop_pct": meta.get("preprocess", {}).get("crop_pct", 1.0),
+        "precision": args.precision,
+        "calibration": args.calibration,
+        "bad": args.bad,
+    }
     args.meta = meta
     args.spec = DataSpec.from_checkpoint(meta, args.checkpoint, data=args.data, val_fraction=args.val_fraction)
 
@@ -98,8 +137,13 @@ def finish(args: argparse.Namespace, name: str, result: dict, title: str, scored
 
     from ._copies import Against, scored_against_training
 
-    result = {"checkpoint": str(args.checkpoint), "random_init": args.random_init, "data": args.spec.where,
-              "image_size": args.input_size, **result}
+    result = {
+        "checkpoint": str(args.checkpoint),
+        "random_init": args.random_init,
+        "data": args.spec.where,
+        "image_size": args.input_size,
+        **result,
+    }
     if len(args.bad):
         result["unreadable"] = [{"path": p, "error": e} for p, e in args.bad.files.items()]
     names = {str(p) for p in scored.paths} if scored.paths is not None else set()
@@ -118,15 +162,20 @@ def finish(args: argparse.Namespace, name: str, result: dict, title: str, scored
         title += f"\n\nFeatures read at {result['precision']}, at {h}x{w} px."
     if warning:
         title += f"\n\n{warning[0].upper()}{warning[1:]}."
-    against = Against() if args.random_init is not None else scored_against_training(
-        args.meta, args.checkpoint, result["split"], scored, args.model_config)
+    against = (
+        Against()
+        if args.random_init is not None
+        else scored_against_training(args.meta, args.checkpoint, result["split"], scored, args.model_config)
+    )
     against.record(result)  # the features of images the backbone trained on, scored as held out; splits changed since
     for note in against.notes(result["split"]):
-        note = note[len("note: "):]
+        note = note[len("note: ") :]
         title += f"\n\n{note[0].upper()}{note[1:]}."
     markdown = report_markdown(result, title)
     # never over the report of the run's own data, nor over a trained model's
-    folder = name + data_tag(args.spec.path, args.meta) + ("" if args.random_init is None else f"_random{args.random_init}")
+    folder = (
+        name + data_tag(args.spec.path, args.meta) + ("" if args.random_init is None else f"_random{args.random_init}")
+    )
     if args.precision != "fp32":  # nor over its fp32 report
         folder += f"_{args.precision}"
     if args.image_size is not None:  # nor over the report at the model's own resolution

@@ -23,27 +23,47 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch", type=int, default=8, help="batch size (default 8)")
     p.add_argument("--image-size", type=int, default=None, help="resolution (default: the model's)")
     p.add_argument("--num-classes", type=int, default=1000)
-    p.add_argument("--precision", "--dtype", dest="dtype", choices=[*PRECISIONS, "fp16"], default=None,
-                   help="vitkit's precision, as in eval and predict (default fp32 on CPU, bf16 on GPU); bf16 on the CPU "
-                   "needs AVX512_BF16/AMX, int8 the int8 extra (its observers calibrated on random images: speed only)")
+    p.add_argument(
+        "--precision",
+        "--dtype",
+        dest="dtype",
+        choices=[*PRECISIONS, "fp16"],
+        default=None,
+        help="vitkit's precision, as in eval and predict (default fp32 on CPU, bf16 on GPU); bf16 on the CPU "
+        "needs AVX512_BF16/AMX, int8 the int8 extra (its observers calibrated on random images: speed only)",
+    )
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present)")
     p.add_argument("--mode", choices=["inference", "train", "both"], default="inference")
-    p.add_argument("--compile", choices=["auto", "on", "off"], default="auto",
-                   help="torch.compile vitkit (CPU inference also freezes weights into packed GEMMs). auto: as a long eval runs it, "
-                   "compiled, and for inference back to eager where compiled ran slower on this machine (the precision line says so)")
-    p.add_argument("--kernels", choices=["auto", "torch"], default="auto",
-                   help="auto: vitkit's C++ attention and bias+GELU kernels for fp32 and int8-dynamic CPU inference (built on first use); "
-                   "torch: always torch's scaled_dot_product_attention and GELU")
+    p.add_argument(
+        "--compile",
+        choices=["auto", "on", "off"],
+        default="auto",
+        help="torch.compile vitkit (CPU inference also freezes weights into packed GEMMs). auto: as a long eval runs it, "
+        "compiled, and for inference back to eager where compiled ran slower on this machine (the precision line says so)",
+    )
+    p.add_argument(
+        "--kernels",
+        choices=["auto", "torch"],
+        default="auto",
+        help="auto: vitkit's C++ attention and bias+GELU kernels for fp32 and int8-dynamic CPU inference (built on first use); "
+        "torch: always torch's scaled_dot_product_attention and GELU",
+    )
     p.add_argument("--grad-checkpointing", action="store_true", help="train with activation checkpointing per block")
-    p.add_argument("--compare", default="",
-                   help="comma-separated candidates, each optionally :fp32/:bf16/:int8/:int8-dynamic (default: --precision): references "
-                   "transformers,timm ('all': those installed), deployment runtimes onnxruntime,openvino (fed vitkit's "
-                   "ONNX export; same thread count, ONNX Runtime not spinning; :int8 quantizes that export with NNCF) and vitkit "
-                   "itself, e.g. vitkit:fp32,openvino:bf16,openvino:int8")
-    p.add_argument("--process-memory", action="store_true",
-                   help="also build and run every candidate again in a fresh process and report its resident memory "
-                   "(RSS after warm-up and its high-water mark, above the bare process): the one memory figure that "
-                   "compares torch with ONNX Runtime and OpenVINO, whose arenas torch's allocator does not see")
+    p.add_argument(
+        "--compare",
+        default="",
+        help="comma-separated candidates, each optionally :fp32/:bf16/:int8/:int8-dynamic (default: --precision): references "
+        "transformers,timm ('all': those installed), deployment runtimes onnxruntime,openvino (fed vitkit's "
+        "ONNX export; same thread count, ONNX Runtime not spinning; :int8 quantizes that export with NNCF) and vitkit "
+        "itself, e.g. vitkit:fp32,openvino:bf16,openvino:int8",
+    )
+    p.add_argument(
+        "--process-memory",
+        action="store_true",
+        help="also build and run every candidate again in a fresh process and report its resident memory "
+        "(RSS after warm-up and its high-water mark, above the bare process): the one memory figure that "
+        "compares torch with ONNX Runtime and OpenVINO, whose arenas torch's allocator does not see",
+    )
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores available)")
     p.add_argument("--json", type=Path, default=None, help="also write the report as JSON to this file")
@@ -63,17 +83,28 @@ def run(args: argparse.Namespace) -> int:
         overrides["image_size"] = args.image_size
     config = get_config(args.model, **overrides)
     if not isinstance(config, ViTConfig):
-        raise ConfigError(f"--model {args.model}: vitkit benchmark measures Vision Transformers (its kernels, MFU and references "
-                          "are ViT's); a BiT ResNet's size and GFLOPs are in `vitkit models`")
+        raise ConfigError(
+            f"--model {args.model}: vitkit benchmark measures Vision Transformers (its kernels, MFU and references "
+            "are ViT's); a BiT ResNet's size and GFLOPs are in `vitkit models`"
+        )
     if args.json:
         writable(args.json, "the JSON report", "choose another --json")  # before the benchmark runs, not after
     compare = benchmark.available_references() if args.compare == "all" else [c for c in args.compare.split(",") if c]
     modes = ["inference", "train"] if args.mode == "both" else [args.mode]
     reports = []
     for mode in modes:
-        setup = benchmark.Setup(config=config, batch_size=args.batch, dtype=dtype, device=device, mode=mode,
-                                compile={"auto": None, "on": True, "off": False}[args.compile], kernels=args.kernels, rounds=args.rounds,
-                                grad_checkpointing=args.grad_checkpointing, process_memory=args.process_memory)
+        setup = benchmark.Setup(
+            config=config,
+            batch_size=args.batch,
+            dtype=dtype,
+            device=device,
+            mode=mode,
+            compile={"auto": None, "on": True, "off": False}[args.compile],
+            kernels=args.kernels,
+            rounds=args.rounds,
+            grad_checkpointing=args.grad_checkpointing,
+            process_memory=args.process_memory,
+        )
         report = benchmark.run(setup, compare)
         report["model"] = args.model
         reports.append(report)

@@ -24,17 +24,38 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "otherwise a vitkit directory) unless --to says otherwise (hf writes a directory). Class names and preprocessing "
         "travel with the weights: vitkit and HF config.json, safetensors metadata, else FILE.json beside the file.",
     )
-    p.add_argument("src", metavar="SRC", help="checkpoint file or directory to read (a run directory: its final/ model)")
-    p.add_argument("dst", metavar="DST", nargs="?", help="file or directory to write, not SRC (an existing checkpoint there is replaced as a whole: a kill or a full disk leaves the "
-                   "old or the new; a directory holding anything else is refused)")
+    p.add_argument(
+        "src", metavar="SRC", help="checkpoint file or directory to read (a run directory: its final/ model)"
+    )
+    p.add_argument(
+        "dst",
+        metavar="DST",
+        nargs="?",
+        help="file or directory to write, not SRC (an existing checkpoint there is replaced as a whole: a kill or a full disk leaves the "
+        "old or the new; a directory holding anything else is refused)",
+    )
     p.add_argument("--out", metavar="DST", default=None, help="DST given as an option, as `vitkit export` takes it")
-    p.add_argument("--from", dest="src_format", choices=list(FORMATS), default=None, help="source format (default: detected)")
-    p.add_argument("--to", dest="dst_format", choices=list(FORMATS), default=None, help="target format (default: from DST)")
-    p.add_argument("--image-size", type=int, nargs="+", metavar="PX", default=None,
-                   help="resolution H [W]: resample the position embeddings to it, or name the grid of a non-square .npz")
-    p.add_argument("--num-classes", type=int, default=None,
-                   help="replace the head by a zero-initialised one with this many classes, where the checkpoint's has another count "
-                   "(drops pre-logits; its class names go with it)")
+    p.add_argument(
+        "--from", dest="src_format", choices=list(FORMATS), default=None, help="source format (default: detected)"
+    )
+    p.add_argument(
+        "--to", dest="dst_format", choices=list(FORMATS), default=None, help="target format (default: from DST)"
+    )
+    p.add_argument(
+        "--image-size",
+        type=int,
+        nargs="+",
+        metavar="PX",
+        default=None,
+        help="resolution H [W]: resample the position embeddings to it, or name the grid of a non-square .npz",
+    )
+    p.add_argument(
+        "--num-classes",
+        type=int,
+        default=None,
+        help="replace the head by a zero-initialised one with this many classes, where the checkpoint's has another count "
+        "(drops pre-logits; its class names go with it)",
+    )
     p.set_defaults(run=run)
 
 
@@ -46,18 +67,28 @@ def _target(dst: str, given: str | None) -> str:
     A file-like name that is none of these is refused, rather than made a directory of that name."""
     suffix = Path(dst).suffix.lower()
     if suffix in _DEPLOYMENT:
-        raise ConfigError(f"DST: {dst} names an {_DEPLOYMENT[suffix]} file, which vitkit export writes: vitkit export SRC "
-                          f"--format {_DEPLOYMENT[suffix]} --out {dst}")
+        raise ConfigError(
+            f"DST: {dst} names an {_DEPLOYMENT[suffix]} file, which vitkit export writes: vitkit export SRC "
+            f"--format {_DEPLOYMENT[suffix]} --out {dst}"
+        )
     if given == "timm" and suffix not in (".safetensors", ".pth", ".pt"):
-        raise ConfigError("DST: a timm checkpoint is a .safetensors or .pth file; name it "
-                          f"{Path(dst).with_suffix('.safetensors') if suffix in _BY_SUFFIX else f'{dst}.safetensors'}")
+        raise ConfigError(
+            "DST: a timm checkpoint is a .safetensors or .pth file; name it "
+            f"{Path(dst).with_suffix('.safetensors') if suffix in _BY_SUFFIX else f'{dst}.safetensors'}"
+        )
     if given == "npz" and suffix != ".npz":  # an .npz named .safetensors is a zip no safetensors reader opens
-        raise ConfigError(f"DST: an npz checkpoint is a .npz file; name it {Path(dst).with_suffix('.npz') if suffix in _BY_SUFFIX else f'{dst}.npz'}")
-    if given in ("vitkit", "hf") and suffix in _BY_SUFFIX:  # a directory named like a file would read as that file's format
+        raise ConfigError(
+            f"DST: an npz checkpoint is a .npz file; name it {Path(dst).with_suffix('.npz') if suffix in _BY_SUFFIX else f'{dst}.npz'}"
+        )
+    if (
+        given in ("vitkit", "hf") and suffix in _BY_SUFFIX
+    ):  # a directory named like a file would read as that file's format
         raise ConfigError(f"DST: a {given} checkpoint is a directory; give it a name without the {suffix} suffix")
     if given is None and suffix in (".bin", ".ckpt", ".h5", ".pkl", ".msgpack"):
-        raise ConfigError(f"DST: {dst} reads as a file, and convert writes .npz, .safetensors, .pth or a directory (vitkit, or "
-                          "--to hf); give one of those")
+        raise ConfigError(
+            f"DST: {dst} reads as a file, and convert writes .npz, .safetensors, .pth or a directory (vitkit, or "
+            "--to hf); give one of those"
+        )
     return given or _BY_SUFFIX.get(suffix, "vitkit")
 
 
@@ -66,7 +97,9 @@ def _refuse_overlap(src: str, dst: str) -> None:
     a, b = (os.path.realpath(os.path.expanduser(p)) for p in (src, dst))
     if os.path.commonpath([a, b]) in (a, b):
         what = "is SRC" if a == b else ("lies inside SRC" if os.path.commonpath([a, b]) == a else "holds SRC")
-        raise ConfigError(f"DST: {dst} {what}, and writing it would replace the checkpoint being read; write to another path")
+        raise ConfigError(
+            f"DST: {dst} {what}, and writing it would replace the checkpoint being read; write to another path"
+        )
 
 
 def _refuse_other_files(dst: str) -> None:
@@ -76,8 +109,10 @@ def _refuse_other_files(dst: str) -> None:
 
     path = Path(dst)
     if path.is_file() and path.stat().st_size and not (is_torch_file(path) or is_safetensors(path)):
-        raise ConfigError(f"DST: {dst} is a file that holds no checkpoint (not a zip, pickle or safetensors file), and writing "
-                          "would replace it; write to another path, or remove it first (nothing was changed)")
+        raise ConfigError(
+            f"DST: {dst} is a file that holds no checkpoint (not a zip, pickle or safetensors file), and writing "
+            "would replace it; write to another path, or remove it first (nothing was changed)"
+        )
 
 
 def image_size_arg(values: list[int] | None) -> int | tuple[int, int] | None:

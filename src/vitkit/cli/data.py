@@ -24,17 +24,36 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("path", nargs="?", metavar="PATH", help="the dataset (= data.path): folder, list, IDX, tar shards or Parquet")
-    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted run-config overrides, e.g. model.image_size=224")
-    p.add_argument("--config", metavar="YAML", help="run config whose data/augment/model settings apply (as in vitkit train)")
-    p.add_argument("--split", choices=("train", "val", "test"),
-                   help="split for sizes and samples (default train), and for --to-shards the one split to write")
-    p.add_argument("--samples", type=int, default=0, metavar="N", help="write the first N images of the first training batch (with a PATH and no "
-                   "model.* key or --config: of the model `vitkit train --data PATH` fits to the images)")
+    p.add_argument(
+        "path", nargs="?", metavar="PATH", help="the dataset (= data.path): folder, list, IDX, tar shards or Parquet"
+    )
+    p.add_argument(
+        "overrides", nargs="*", metavar="KEY=VALUE", help="dotted run-config overrides, e.g. model.image_size=224"
+    )
+    p.add_argument(
+        "--config", metavar="YAML", help="run config whose data/augment/model settings apply (as in vitkit train)"
+    )
+    p.add_argument(
+        "--split",
+        choices=("train", "val", "test"),
+        help="split for sizes and samples (default train), and for --to-shards the one split to write",
+    )
+    p.add_argument(
+        "--samples",
+        type=int,
+        default=0,
+        metavar="N",
+        help="write the first N images of the first training batch (with a PATH and no "
+        "model.* key or --config: of the model `vitkit train --data PATH` fits to the images)",
+    )
     p.add_argument("--out", metavar="DIR", help="where samples.png and samples.npy go (required with --samples)")
-    p.add_argument("--to-shards", metavar="DIR", help="write the images as tar shards + DIR/classes.txt into a folder holding none: "
-                   "each split the data has of its own, whole, as DIR/SPLIT-NNNNNN.tar (data without splits: all of it as "
-                   "DIR/shard-NNNNNN.tar), or only --split SPLIT as the run config cuts it")
+    p.add_argument(
+        "--to-shards",
+        metavar="DIR",
+        help="write the images as tar shards + DIR/classes.txt into a folder holding none: "
+        "each split the data has of its own, whole, as DIR/SPLIT-NNNNNN.tar (data without splits: all of it as "
+        "DIR/shard-NNNNNN.tar), or only --split SPLIT as the run config cuts it",
+    )
     p.add_argument("--per-shard", type=int, default=1000, metavar="N", help="images per shard (default 1000)")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object on the last line")
     p.set_defaults(run=run)
@@ -71,9 +90,18 @@ def run(args: argparse.Namespace) -> int:
     summary = describe(opened, split, d.path, d.name)
     _print(summary)
     if summary["copies_of_training_images"] is None and sum(not isinstance(v, str) for v in opened.values()) > 1:
-        print("copies   of training images in the other splits: not checked (" + (
-            "Parquet rows: their bytes are not compared" if summary["format"].startswith("Parquet") else "over 200,000 training images") + ")")
-    for name, copies in (summary["copies_of_training_images"] or {}).items():  # kept apart by folder: a copy counts as unseen
+        print(
+            "copies   of training images in the other splits: not checked ("
+            + (
+                "Parquet rows: their bytes are not compared"
+                if summary["format"].startswith("Parquet")
+                else "over 200,000 training images"
+            )
+            + ")"
+        )
+    for name, copies in (
+        summary["copies_of_training_images"] or {}
+    ).items():  # kept apart by folder: a copy counts as unseen
         print(f"warning  {copies_warning(name, copies)}")
 
     if args.to_shards:
@@ -94,12 +122,21 @@ def run(args: argparse.Namespace) -> int:
         with atomic_path(out / "samples.npy") as tmp:
             with open(tmp, "wb") as f:
                 np.save(f, pixels.numpy())
-        which = (f"the first {len(pixels)} images of the first training batch of {summary['splits'][split]['source']} "
-                 f"(seed {config.train.seed}{smaller}), as training augments them before normalisation")
+        which = (
+            f"the first {len(pixels)} images of the first training batch of {summary['splits'][split]['source']} "
+            f"(seed {config.train.seed}{smaller}), as training augments them before normalisation"
+        )
         with atomic_path(out / "samples.png") as tmp:
-            sample_grid(pixels.numpy(), [names[int(y)] for y in labels], title=which[0].upper() + which[1:]).save(tmp, format="PNG")
-        summary["samples"] = {"png": str(out / "samples.png"), "npy": str(out / "samples.npy"), "images": len(pixels),
-                              "shape": list(pixels.shape), "seed": config.train.seed}
+            sample_grid(pixels.numpy(), [names[int(y)] for y in labels], title=which[0].upper() + which[1:]).save(
+                tmp, format="PNG"
+            )
+        summary["samples"] = {
+            "png": str(out / "samples.png"),
+            "npy": str(out / "samples.npy"),
+            "images": len(pixels),
+            "shape": list(pixels.shape),
+            "seed": config.train.seed,
+        }
         print(f"samples: {out / 'samples.png'} and {out / 'samples.npy'} {tuple(pixels.shape)} uint8: {which}")
     if args.json:
         print(json.dumps(summary))
@@ -116,7 +153,13 @@ def _print(s: dict) -> None:
             print(f"{split:<8} none ({row['missing']})")
             continue
         counts = list(row["per_class"].values())
-        spread = "" if not counts else f"{min(counts)} per class" if min(counts) == max(counts) else f"{min(counts)}-{max(counts)} per class"
+        spread = (
+            ""
+            if not counts
+            else f"{min(counts)} per class"
+            if min(counts) == max(counts)
+            else f"{min(counts)}-{max(counts)} per class"
+        )
         part = "" if row.get("selection", "all") == "all" else f", {row['selection']}"
         print(f"{split:<8} {row['images']:,} image{'s' * (row['images'] != 1)}, {spread} ({row['source']}{part})")
     z = s["sizes"]
@@ -124,11 +167,19 @@ def _print(s: dict) -> None:
     sample = f"all {looked:,} images" if looked == z["of"] else f"{looked:,} of {z['of']:,} images (a seeded sample)"
     if z.get("unreadable"):  # the figures are of the readable ones
         sample = f"the {z['images']:,} readable of {sample}"
-    unread = (f"; {z['unreadable']:,} unreadable from their header (first {z['first_unreadable']}; a file damaged past its header "
-              "is found when training reads it)" if z.get("unreadable") else "")
-    print(f"sizes    {s['sizes']['split']} split, {sample}: width {z['width'][0]}/{z['width'][1]:g}/{z['width'][2]}, "
-          f"height {z['height'][0]}/{z['height'][1]:g}/{z['height'][2]} (min/median/max){unread}")
-    print(f"channels {', '.join(f'{mode} {n}' for mode, n in sorted(z['modes'].items(), key=lambda kv: -kv[1]))} (PIL modes of those images)")
+    unread = (
+        f"; {z['unreadable']:,} unreadable from their header (first {z['first_unreadable']}; a file damaged past its header "
+        "is found when training reads it)"
+        if z.get("unreadable")
+        else ""
+    )
+    print(
+        f"sizes    {s['sizes']['split']} split, {sample}: width {z['width'][0]}/{z['width'][1]:g}/{z['width'][2]}, "
+        f"height {z['height'][0]}/{z['height'][1]:g}/{z['height'][2]} (min/median/max){unread}"
+    )
+    print(
+        f"channels {', '.join(f'{mode} {n}' for mode, n in sorted(z['modes'].items(), key=lambda kv: -kv[1]))} (PIL modes of those images)"
+    )
 
 
 def _open_splits(spec, shape) -> dict:
@@ -168,11 +219,15 @@ def _refuse_shards_in(out: Path) -> None:
         raise DataError(f"--to-shards {out}: is a file; name a new or empty folder to write the shards into")
     clear_unfinished(out)
     if out.is_dir() and (held := sorted(p.name for p in out.iterdir() if p.suffix in (".tar", ".parquet"))):
-        raise DataError(f"--to-shards {out}: the folder already holds shards ({', '.join(held[:3])}{', ...' * (len(held) > 3)}); "
-                        "write to an empty or new folder")
+        raise DataError(
+            f"--to-shards {out}: the folder already holds shards ({', '.join(held[:3])}{', ...' * (len(held) > 3)}); "
+            "write to an empty or new folder"
+        )
     if (out / "classes.txt").exists():  # someone's own list of names, which the shards' would replace
-        raise DataError(f"--to-shards {out}: the folder already holds classes.txt, which the shards' class names would "
-                        "replace; write to an empty or new folder")
+        raise DataError(
+            f"--to-shards {out}: the folder already holds classes.txt, which the shards' class names would "
+            "replace; write to an empty or new folder"
+        )
 
 
 def _to_shards(sets: dict, out: Path, per_shard: int, seed: int, on_error: str = "skip") -> dict:
@@ -184,22 +239,35 @@ def _to_shards(sets: dict, out: Path, per_shard: int, seed: int, on_error: str =
 
     names = {tuple(images.class_names) for images in sets.values()}
     if len(names) > 1:
-        raise DataError(f"--to-shards: the splits name different classes ({'; '.join(', '.join(n) for n in sorted(names))}); "
-                        "write one with --split")
+        raise DataError(
+            f"--to-shards: the splits name different classes ({'; '.join(', '.join(n) for n in sorted(names))}); "
+            "write one with --split"
+        )
     written, bad = {}, BadFiles(on_error, hint="; remove or replace it, or skip such files (data.on_error=skip)")
     for split, images in sets.items():
         prefix = split or "shard"
         before = len(bad)
         files = write_tar_shards(images, out, per_shard=per_shard, seed=seed, prefix=prefix, finish=False, bad=bad)
         left_out = len(bad) - before
-        written[prefix] = {"files": len(files), "images": len(images) - left_out, "source": images.source,
-                           "selection": images.selection, "unreadable_left_out": left_out}
+        written[prefix] = {
+            "files": len(files),
+            "images": len(images) - left_out,
+            "source": images.source,
+            "selection": images.selection,
+            "unreadable_left_out": left_out,
+        }
         what = f"of the {split} split ({images.source}, {images.selection})" if split else f"(all of {images.source})"
         unread = f" ({left_out} unreadable left out)" if left_out else ""
-        print(f"wrote {len(images) - left_out:,} images {what}{unread} as {len(files)} tar shard(s): "
-              f"{out}/{prefix}-{{000000..{len(files) - 1:06d}}}.tar")
+        print(
+            f"wrote {len(images) - left_out:,} images {what}{unread} as {len(files)} tar shard(s): "
+            f"{out}/{prefix}-{{000000..{len(files) - 1:06d}}}.tar"
+        )
     finish_writing(out)  # every split is in place: the folder reads as data from now on
     print(f"wrote {out / 'classes.txt'}: {len(next(iter(names)))} class names")
-    return {"dir": str(out), "files": sum(w["files"] for w in written.values()), "images": sum(w["images"] for w in written.values()),
-            **({"unreadable": [{"path": p, "error": e} for p, e in bad.files.items()]} if len(bad) else {}),
-            "sets": written}
+    return {
+        "dir": str(out),
+        "files": sum(w["files"] for w in written.values()),
+        "images": sum(w["images"] for w in written.values()),
+        **({"unreadable": [{"path": p, "error": e} for p, e in bad.files.items()]} if len(bad) else {}),
+        "sets": written,
+    }

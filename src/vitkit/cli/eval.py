@@ -19,28 +19,59 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description="Evaluate a checkpoint (a run directory: its final/ model; a step checkpoint; any checkpoint file) on one split of the data it was trained on (or --data).",
         epilog="example: vitkit eval runs/demo --data /usr/share/datasets/fashion-mnist --split test --json",
     )
-    p.add_argument("checkpoint", metavar="CKPT", help="run directory, its final/, a step checkpoint, or a checkpoint file of any format")
-    p.add_argument("--data", metavar="PATH", help="any data vitkit reads: IDX folder, image folder, .csv/.jsonl list, shards ... "
-                                              "(default: the data the checkpoint was trained on)")
-    p.add_argument("--split", default=None, choices=("train", "val", "test", "all"),
-                   help="split to evaluate (default: test; only data kept apart from training is ever 'test'); 'all': every "
-                        "image of a --data folder or list without splits of its own, its default")
-    p.add_argument("--val-fraction", type=float, default=None,
-                   help="held-out share for 'val' when the data has no val split (default: as in training, else 0.1)")
+    p.add_argument(
+        "checkpoint",
+        metavar="CKPT",
+        help="run directory, its final/, a step checkpoint, or a checkpoint file of any format",
+    )
+    p.add_argument(
+        "--data",
+        metavar="PATH",
+        help="any data vitkit reads: IDX folder, image folder, .csv/.jsonl list, shards ... "
+        "(default: the data the checkpoint was trained on)",
+    )
+    p.add_argument(
+        "--split",
+        default=None,
+        choices=("train", "val", "test", "all"),
+        help="split to evaluate (default: test; only data kept apart from training is ever 'test'); 'all': every "
+        "image of a --data folder or list without splits of its own, its default",
+    )
+    p.add_argument(
+        "--val-fraction",
+        type=float,
+        default=None,
+        help="held-out share for 'val' when the data has no val split (default: as in training, else 0.1)",
+    )
     p.add_argument("--batch-size", type=int, default=256, help="images per forward pass (default 256)")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda (default auto)")
-    p.add_argument("--threads", type=int, default=0, help="CPU threads (default: torch's choice; 1 is faster on a busy machine)")
-    p.add_argument("--confusion", metavar="PNG", help="where to write the confusion-matrix PNG (default: RUN/eval/confusion_<split>.png "
-                                                   "beside the model, confusion_<split>_<precision>.png at another precision than fp32)")
+    p.add_argument(
+        "--threads", type=int, default=0, help="CPU threads (default: torch's choice; 1 is faster on a busy machine)"
+    )
+    p.add_argument(
+        "--confusion",
+        metavar="PNG",
+        help="where to write the confusion-matrix PNG (default: RUN/eval/confusion_<split>.png "
+        "beside the model, confusion_<split>_<precision>.png at another precision than fp32)",
+    )
     p.add_argument("--json", action="store_true", help="print the metrics as one JSON object on the last line")
-    p.add_argument("--labels-by-index", action="store_true",
-                   help="score label i as the model's class i even where the data names its classes otherwise (default: by name)")
+    p.add_argument(
+        "--labels-by-index",
+        action="store_true",
+        help="score label i as the model's class i even where the data names its classes otherwise (default: by name)",
+    )
     add_precision(p)
-    p.add_argument("--compare-fp32", action="store_true",
-                   help="also run the model in fp32 on the same images: report the top-1 difference and agreement")
-    p.add_argument("--skip-unreadable", action="store_true",
-                   help="score without image files that cannot be read (damaged, over the pixel limit), naming them and saying "
-                   "how many images were scored; without it the first such file stops the evaluation")
+    p.add_argument(
+        "--compare-fp32",
+        action="store_true",
+        help="also run the model in fp32 on the same images: report the top-1 difference and agreement",
+    )
+    p.add_argument(
+        "--skip-unreadable",
+        action="store_true",
+        help="score without image files that cannot be read (damaged, over the pixel limit), naming them and saying "
+        "how many images were scored; without it the first such file stops the evaluation",
+    )
     p.set_defaults(run=run)
 
 
@@ -51,7 +82,12 @@ def _confusion_name(which: str, spec, meta: dict, step: str | None, precision: s
     other arithmetic."""
     from vitkit.checkpoint.runs import data_tag
 
-    return f"confusion_{which}{data_tag(spec.path, meta)}" + (f"_{step}" if step else "") + (f"_{precision}" if precision != "fp32" else "") + ".png"
+    return (
+        f"confusion_{which}{data_tag(spec.path, meta)}"
+        + (f"_{step}" if step else "")
+        + (f"_{precision}" if precision != "fp32" else "")
+        + ".png"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -79,21 +115,30 @@ def run(args: argparse.Namespace) -> int:
     flat = args.data is not None and is_flat(spec.path)
     which = args.split or ("all" if flat else "test")
     if which == "all" and not flat:
-        raise DataError(f"--split all: takes every image of a --data folder or list without splits of its own; {spec.where} "
-                        "has splits: choose one with --split")
+        raise DataError(
+            f"--split all: takes every image of a --data folder or list without splits of its own; {spec.where} "
+            "has splits: choose one with --split"
+        )
     if which == "all":  # the folder, list or shards as one set
-        split = dataclasses.replace(spec, val_fraction=0.0, train_images=None).open("train", channels=c.in_chans, image_size=c.image_size[0])
+        split = dataclasses.replace(spec, val_fraction=0.0, train_images=None).open(
+            "train", channels=c.in_chans, image_size=c.image_size[0]
+        )
     else:
         split = spec.open(which, channels=c.in_chans, image_size=c.image_size[0])
     split = _model_labels(split, meta.get("class_names"), args)  # by name where the checkpoint names its classes
     if len(split) and int(split.labels.max()) >= c.num_classes:  # by position: more classes than the model has
-        raise DataError(f"{split.source}: labels go up to {int(split.labels.max())} but {args.checkpoint} has {c.num_classes} classes; "
-                        "evaluate it on the dataset it was trained for")
+        raise DataError(
+            f"{split.source}: labels go up to {int(split.labels.max())} but {args.checkpoint} has {c.num_classes} classes; "
+            "evaluate it on the dataset it was trained for"
+        )
     class_names = meta.get("class_names") or split.class_names
     crop_pct = meta.get("preprocess", {}).get("crop_pct", 1.0)
     bad = BadFiles("skip" if args.skip_unreadable else "fail", hint="; --skip-unreadable scores without such files")
-    batches = eval_batches(split, args.batch_size, device, channels=c.in_chans, size=c.image_size, crop_pct=crop_pct, bad=bad)
+    batches = eval_batches(
+        split, args.batch_size, device, channels=c.in_chans, size=c.image_size, crop_pct=crop_pct, bad=bad
+    )
     count = math.ceil(len(split) / args.batch_size)
+
     # int8's calibration images: training images, never the ones scored (for "all", those the checkpoint records)
     def training_images():  # read only where int8 calibrates: the recorded data may be gone where --data names other data
         trained = DataSpec.from_checkpoint(meta, args.checkpoint) if which == "all" else spec
@@ -103,13 +148,21 @@ def run(args: argparse.Namespace) -> int:
     runner = prepare(model, args.precision, device=device, batches=count, calibration=images)
     reference = prepare(model, "fp32", device=device, batches=count) if args.compare_fp32 else None
     step = step_of(args.checkpoint)
-    png = Path(args.confusion) if args.confusion else report_dir(args.checkpoint, "eval") / _confusion_name(which, spec, meta, step, args.precision)
+    png = (
+        Path(args.confusion)
+        if args.confusion
+        else report_dir(args.checkpoint, "eval") / _confusion_name(which, spec, meta, step, args.precision)
+    )
     writable(png, "the confusion matrix", "pass --confusion PATH to write it elsewhere")  # before the images are scored
     metrics = evaluate(model.to(device), batches, crop_pct=crop_pct, runner=runner, reference=reference)
     skipped = f", {len(bad)} unreadable skipped" if len(bad) else ""
     try:  # a full disk now: the scores are still printed, then the error
-        plot_confusion(metrics["confusion"], class_names, png,
-                       data=f"{which} of {spec.where}: {metrics['n']} images{skipped}; {runner.description}")
+        plot_confusion(
+            metrics["confusion"],
+            class_names,
+            png,
+            data=f"{which} of {spec.where}: {metrics['n']} images{skipped}; {runner.description}",
+        )
         unwritten = None
     except (WriteError, OSError) as err:
         unwritten = err.reason if isinstance(err, WriteError) else (err.strerror or first_line(err))
@@ -136,11 +189,16 @@ def run(args: argparse.Namespace) -> int:
     against = scored_against_training(meta, args.checkpoint, which, split, c)
     against.record(result)
     width = max(len(n) for n in class_names)
-    print(f"{describe(args.checkpoint, step)} on {which} of {spec.where} ({metrics['n']} images: {split.source}, {split.selection}{skipped}; "
-          f"{runner.description}): top-1 {metrics['top1']:.4f}" + (f"  top-5 {metrics['top5']:.4f}" if len(class_names) > 5 else ""))
+    print(
+        f"{describe(args.checkpoint, step)} on {which} of {spec.where} ({metrics['n']} images: {split.source}, {split.selection}{skipped}; "
+        f"{runner.description}): top-1 {metrics['top1']:.4f}"
+        + (f"  top-5 {metrics['top5']:.4f}" if len(class_names) > 5 else "")
+    )
     if reference is not None:
-        print(f"against fp32 on the same {metrics['n']} {which} images: fp32 top-1 {metrics['reference_top1']:.4f}, "
-              f"difference {100 * metrics['top1_delta']:+.2f} points, same prediction on {100 * metrics['agreement']:.2f}%")
+        print(
+            f"against fp32 on the same {metrics['n']} {which} images: fp32 top-1 {metrics['reference_top1']:.4f}, "
+            f"difference {100 * metrics['top1_delta']:+.2f} points, same prediction on {100 * metrics['agreement']:.2f}%"
+        )
     for name, acc in result["per_class"].items():
         images = f"{counts[name]:,} image" + "s" * (counts[name] != 1)
         print(f"  {name:<{width}}  {'-       (no images)' if acc is None else f'{acc:.4f}  ({images})'}")
@@ -152,8 +210,10 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result))
     if unwritten:
-        raise CheckpointError(f"{png}: the confusion matrix cannot be written ({unwritten}; is the disk full?); the scores above "
-                              "are complete; free some space or pass --confusion PATH to write it elsewhere")
+        raise CheckpointError(
+            f"{png}: the confusion matrix cannot be written ({unwritten}; is the disk full?); the scores above "
+            "are complete; free some space or pass --confusion PATH to write it elsewhere"
+        )
     return 0
 
 
@@ -170,7 +230,9 @@ def _model_labels(split, names: list[str] | None, args: argparse.Namespace):
     unknown = [n for n in split.class_names if n not in names]
     if unknown:
         shown = ", ".join(names[:8]) + (" ..." if len(names) > 8 else "")
-        raise DataError(f"{split.source}: class {unknown[0]!r}{f' (and {len(unknown) - 1} more)' if len(unknown) > 1 else ''} is not one of "
-                        f"{args.checkpoint}'s classes ({shown}); evaluate it on data of its classes, or pass --labels-by-index if the "
-                        "data names the same classes otherwise, in the same order")
+        raise DataError(
+            f"{split.source}: class {unknown[0]!r}{f' (and {len(unknown) - 1} more)' if len(unknown) > 1 else ''} is not one of "
+            f"{args.checkpoint}'s classes ({shown}); evaluate it on data of its classes, or pass --labels-by-index if the "
+            "data names the same classes otherwise, in the same order"
+        )
     return on_classes(split, names)

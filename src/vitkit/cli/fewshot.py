@@ -27,13 +27,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "fewshot",
         help="few-shot linear accuracy (1/5/10/25 shots) of a checkpoint's frozen features",
         description="Few-shot linear evaluation (paper §4.1): closed-form regularised least squares on frozen "
-                    "pre-logits features; mean and std over seeds for each shot count. Writes fewshot.json and fewshot.md.",
+        "pre-logits features; mean and std over seeds for each shot count. Writes fewshot.json and fewshot.md.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_common(p, "fewshot")
-    p.add_argument("--shots", type=numbers(int), default=None,
-                   help="training images per class, comma-separated (default 1,5,10,25: those the smallest class has images for)")
+    p.add_argument(
+        "--shots",
+        type=numbers(int),
+        default=None,
+        help="training images per class, comma-separated (default 1,5,10,25: those the smallest class has images for)",
+    )
     p.add_argument("--seeds", type=int, default=3, help="draws per shot count, seeds 0..N-1 (default 3)")
     p.add_argument("--l2", type=float, default=2.0**10, help="ridge regularisation lambda (default 2^10 = 1024)")
     add_splits(p, "split the shots come from")
@@ -59,7 +63,18 @@ def run(args: argparse.Namespace) -> int:
     if left_out:
         print(f"vitkit fewshot: {', '.join(map(str, left_out))} shots left out: {fewest}", flush=True)
     result = fewshot_eval(model, train, test, shots=shots, seeds=args.seeds, l2_reg=args.l2, **features)
-    finish(args, "fewshot", {"split": args.test_split, "n": len(test), "train_split": args.train_split, "test_split": args.test_split,
-                             **result, **({"shots_left_out": left_out, "fewest_per_class": have} if left_out else {})},
-           f"Few-shot linear accuracy of {args.checkpoint}", test)
+    finish(
+        args,
+        "fewshot",
+        {
+            "split": args.test_split,
+            "n": len(test),
+            "train_split": args.train_split,
+            "test_split": args.test_split,
+            **result,
+            **({"shots_left_out": left_out, "fewest_per_class": have} if left_out else {}),
+        },
+        f"Few-shot linear accuracy of {args.checkpoint}",
+        test,
+    )
     return 0

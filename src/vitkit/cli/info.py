@@ -22,7 +22,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("ckpt", metavar="CKPT", help="checkpoint file or directory")
     p.add_argument("--from", dest="src_format", choices=list(FORMATS), default=None, help="format (default: detected)")
-    p.add_argument("--image-size", type=int, nargs="+", metavar="PX", default=None, help="grid H [W] of a non-square checkpoint")
+    p.add_argument(
+        "--image-size", type=int, nargs="+", metavar="PX", default=None, help="grid H [W] of a non-square checkpoint"
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     p.set_defaults(run=run)
 
@@ -32,12 +34,24 @@ def run(args: argparse.Namespace) -> int:
     config, state, format = read_checkpoint(args.ckpt, format=args.src_format, image_size=asked)
     if asked is not None and tuple(config.image_size) != ((asked, asked) if isinstance(asked, int) else tuple(asked)):
         shown = "x".join(map(str, config.image_size))
-        raise ConfigError(f"--image-size: {args.ckpt} is a {shown} model (its position embeddings say so); --image-size only names "
-                          f"the grid of a non-square one; to run it at another size, convert it with --image-size")
+        raise ConfigError(
+            f"--image-size: {args.ckpt} is a {shown} model (its position embeddings say so); --image-size only names "
+            f"the grid of a non-square one; to run it at another size, convert it with --image-size"
+        )
     meta = read_metadata(args.ckpt, format=format)
     params = sum(t.numel() for t in state.values())
     if args.json:
-        print(json.dumps({"path": args.ckpt, "format": format, "parameters": params, "config": config.to_dict(), "metadata": meta}))
+        print(
+            json.dumps(
+                {
+                    "path": args.ckpt,
+                    "format": format,
+                    "parameters": params,
+                    "config": config.to_dict(),
+                    "metadata": meta,
+                }
+            )
+        )
         return 0
     rows = {"path": args.ckpt, "format": format, "parameters": f"{params:,}", **config.to_dict(), **_held(meta)}
     for key, value in rows.items():
@@ -60,9 +74,12 @@ def _held(meta: dict) -> dict[str, str]:
     for split, record in (data.get("splits") or {}).items():
         if isinstance(record, dict) and {"source", "selection", "n"} <= record.keys():
             unread = record.get("unreadable")
-            rows[f"{split} images"] = described(record) + (f"; {unread:,} unreadable, left out ({record['n'] - unread:,} "
-                                                           f"{'trained on' if split == data.get('train_split', 'train') else 'scored'})"
-                                                           if isinstance(unread, int) and unread else "")
+            rows[f"{split} images"] = described(record) + (
+                f"; {unread:,} unreadable, left out ({record['n'] - unread:,} "
+                f"{'trained on' if split == data.get('train_split', 'train') else 'scored'})"
+                if isinstance(unread, int) and unread
+                else ""
+            )
     if not data.get("splits") and data:
         rows["data"] = str(data.get("path") or data.get("name"))
     return rows

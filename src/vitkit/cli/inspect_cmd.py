@@ -31,24 +31,69 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("checkpoint", metavar="CKPT", help="run directory, its final/, a step checkpoint, or a checkpoint file of any format")
-    p.add_argument("--images", nargs="+", metavar="PATH", help="image files and/or folders (searched recursively, sorted); default: "
-                                                               "a split of the data the checkpoint records (--split)")
-    p.add_argument("--split", choices=("train", "val", "test"), default=None,
-                   help="without --images: the split of the checkpoint's data (default test where the data has one, else val)")
-    p.add_argument("--data", metavar="PATH", help="without --images: this data instead of the data the checkpoint records")
-    p.add_argument("--out", required=True, metavar="DIR", help="folder for the figures and numbers (created; files in it are replaced)")
-    p.add_argument("--num-images", type=int, default=128, metavar="N", help="images averaged for the attention distance (default 128, as in the paper)")
-    p.add_argument("--show", type=int, default=8, metavar="N", help="images drawn with their attention maps (default 8)")
-    p.add_argument("--components", type=int, default=28, metavar="K", help="principal components of the filters to draw (default 28)")
-    p.add_argument("--image-size", type=int, nargs="+", default=None, metavar="PX",
-                   help="inspect at this resolution (H [W]); position embeddings are interpolated (paper §3.2)")
-    p.add_argument("--batch-size", type=int, default=32, help="images per forward pass; lower it to bound memory (default 32)")
+    p.add_argument(
+        "checkpoint",
+        metavar="CKPT",
+        help="run directory, its final/, a step checkpoint, or a checkpoint file of any format",
+    )
+    p.add_argument(
+        "--images",
+        nargs="+",
+        metavar="PATH",
+        help="image files and/or folders (searched recursively, sorted); default: "
+        "a split of the data the checkpoint records (--split)",
+    )
+    p.add_argument(
+        "--split",
+        choices=("train", "val", "test"),
+        default=None,
+        help="without --images: the split of the checkpoint's data (default test where the data has one, else val)",
+    )
+    p.add_argument(
+        "--data", metavar="PATH", help="without --images: this data instead of the data the checkpoint records"
+    )
+    p.add_argument(
+        "--out",
+        required=True,
+        metavar="DIR",
+        help="folder for the figures and numbers (created; files in it are replaced)",
+    )
+    p.add_argument(
+        "--num-images",
+        type=int,
+        default=128,
+        metavar="N",
+        help="images averaged for the attention distance (default 128, as in the paper)",
+    )
+    p.add_argument(
+        "--show", type=int, default=8, metavar="N", help="images drawn with their attention maps (default 8)"
+    )
+    p.add_argument(
+        "--components",
+        type=int,
+        default=28,
+        metavar="K",
+        help="principal components of the filters to draw (default 28)",
+    )
+    p.add_argument(
+        "--image-size",
+        type=int,
+        nargs="+",
+        default=None,
+        metavar="PX",
+        help="inspect at this resolution (H [W]); position embeddings are interpolated (paper §3.2)",
+    )
+    p.add_argument(
+        "--batch-size", type=int, default=32, help="images per forward pass; lower it to bound memory (default 32)"
+    )
     p.add_argument("--device", default="cpu", help="torch device, e.g. cpu or cuda (default cpu)")
     p.add_argument("--threads", type=int, default=0, help="CPU threads (default: torch's choice)")
-    p.add_argument("--skip-unreadable", action="store_true",
-                   help="leave out image files that cannot be read (named in inspection.json, counted in the captions) instead of "
-                   "stopping at the first")
+    p.add_argument(
+        "--skip-unreadable",
+        action="store_true",
+        help="leave out image files that cannot be read (named in inspection.json, counted in the captions) instead of "
+        "stopping at the first",
+    )
     p.set_defaults(run=run)
 
 
@@ -75,8 +120,10 @@ def run(args: argparse.Namespace) -> int:
     model = model.to(pick_device(args.device))
     config = model.config
     if not hasattr(model, "forward_features_explicit"):
-        raise ConfigError(f"{args.checkpoint}: a {type(model).__name__} has no attention or position embeddings to inspect; "
-                          "vitkit inspect reads Vision Transformers")
+        raise ConfigError(
+            f"{args.checkpoint}: a {type(model).__name__} has no attention or position embeddings to inspect; "
+            "vitkit inspect reads Vision Transformers"
+        )
     if args.images and (args.split or args.data):
         raise ConfigError("--split and --data choose the images when --images is not given; drop them or --images")
     read = _given_images if args.images else _recorded_images
@@ -86,11 +133,20 @@ def run(args: argparse.Namespace) -> int:
     x = normalize(pixels, config)
     results = inspect_model(model, x, num_show=args.show, num_components=args.components, batch_size=args.batch_size)
     trained = None if seen is None else sum(seen)
-    titles = _titles(model, x[: args.show], truth[: args.show], metadata.get("class_names"), seen,
-                     untrained_head(metadata, args.checkpoint, model) is None)
-    counted = "from its training split" if training_data.endswith(COPIES_NOT_CHECKED) else "in this model's training data"
+    titles = _titles(
+        model,
+        x[: args.show],
+        truth[: args.show],
+        metadata.get("class_names"),
+        seen,
+        untrained_head(metadata, args.checkpoint, model) is None,
+    )
+    counted = (
+        "from its training split" if training_data.endswith(COPIES_NOT_CHECKED) else "in this model's training data"
+    )
     caption = f"{len(pixels)} images from {where}; " + (
-        f"{trained or 'none'} of them {counted}" if trained is not None else "not checked against its training data")
+        f"{trained or 'none'} of them {counted}" if trained is not None else "not checked against its training data"
+    )
     info = {
         "checkpoint": str(args.checkpoint),
         "images": [str(p) for p in args.images] if args.images else [where],
@@ -101,14 +157,18 @@ def run(args: argparse.Namespace) -> int:
         "grid_size": list(config.grid_size),
         "patch_size_pixels": list(config.total_patch_size),
         "hybrid": config.backbone is not None,
-        "shown": [{"image": f, "label": t, "in_training_data": None if seen is None else seen[i]}
-                  for i, (f, t) in enumerate(zip(shown[: args.show], titles or [""] * args.show))],
+        "shown": [
+            {"image": f, "label": t, "in_training_data": None if seen is None else seen[i]}
+            for i, (f, t) in enumerate(zip(shown[: args.show], titles or [""] * args.show))
+        ],
         **({"unreadable": [{"path": path, "error": error} for path, error in skipped]} if skipped else {}),
     }
     written = write_report(results, pixels, args.out, info=info, titles=titles, caption=caption)
     distance = results["mean_attention_distance"].mean(dim=1)
-    print(f"inspected {caption} ({training_data}), at {config.image_size[0]}x{config.image_size[1]} "
-          f"(a {config.grid_size[0]}x{config.grid_size[1]} grid of {config.total_patch_size[0]}x{config.total_patch_size[1]}-px patches)")
+    print(
+        f"inspected {caption} ({training_data}), at {config.image_size[0]}x{config.image_size[1]} "
+        f"(a {config.grid_size[0]}x{config.grid_size[1]} grid of {config.total_patch_size[0]}x{config.total_patch_size[1]}-px patches)"
+    )
     print("mean attention distance per layer (px): " + " ".join(f"{d:.1f}" for d in distance.tolist()))
     for path in written:
         print(f"wrote {path}")
@@ -126,7 +186,9 @@ def _given_images(args, metadata: dict, config):
     names = metadata.get("class_names") or [str(i) for i in range(config.num_classes)]
     truth = [f.parent.name if f.parent.name in names else "?" for f in files]
     seen, training_data = _training_images(metadata, args.checkpoint, files, config.in_chans)
-    where = ", ".join(str(p) for p in args.images[:3]) + (f" and {len(args.images) - 3} more" if len(args.images) > 3 else "")
+    where = ", ".join(str(p) for p in args.images[:3]) + (
+        f" and {len(args.images) - 3} more" if len(args.images) > 3 else ""
+    )
     return pixels, truth, seen, [str(f) for f in files], where, training_data, skipped
 
 
@@ -158,7 +220,11 @@ def _readable(sources: list, config, crop_pct: float, skip: bool, limit: int):
             continue
         kept.append(i)
     if not kept:
-        raise DataError(f"none of the {len(sources)} images could be read ({skipped[0][1]} ...)" if skipped else "no images to inspect")
+        raise DataError(
+            f"none of the {len(sources)} images could be read ({skipped[0][1]} ...)"
+            if skipped
+            else "no images to inspect"
+        )
     return kept, torch.stack(pixels), skipped
 
 
@@ -170,7 +236,11 @@ def _training_images(metadata: dict, checkpoint, files, channels: int) -> tuple[
     try:
         spec = DataSpec.from_checkpoint(metadata, checkpoint)
         trained = spec.training_images_among(files, channels=channels)
-        change = None if trained is None else spec.changed(spec.train_split, spec.open(spec.train_split, channels=channels, image_size=0))
+        change = (
+            None
+            if trained is None
+            else spec.changed(spec.train_split, spec.open(spec.train_split, channels=channels, image_size=0))
+        )
     except DataError as err:  # no record (not trained by vitkit train), or the data has moved
         return None, f"training data unknown: {without_advice(err)}"
     where = f"training data: {spec.where}, split {spec.train_split}"
@@ -223,10 +293,14 @@ def _recorded_images(args, metadata: dict, config):
     if split.paths is None:  # arrays in memory: read as eval reads them
         order = order[: args.num_images]
         part = split.subset(np.array(order, dtype=np.int64))
-        batches = eval_batches(part, args.batch_size, torch.device("cpu"), channels=config.in_chans, size=size, crop_pct=crop_pct)
+        batches = eval_batches(
+            part, args.batch_size, torch.device("cpu"), channels=config.in_chans, size=size, crop_pct=crop_pct
+        )
         pixels = torch.cat([resize_center_crop(x.float() / 255.0, config.image_size, crop_pct) for x, _ in batches])
     else:  # files and shard records, each read once
-        kept, pixels, skipped = _readable([split.paths[i] for i in order], config, crop_pct, args.skip_unreadable, args.num_images)
+        kept, pixels, skipped = _readable(
+            [split.paths[i] for i in order], config, crop_pct, args.skip_unreadable, args.num_images
+        )
         order = [order[i] for i in kept]
         part = split.subset(np.array(order, dtype=np.int64))
     truth = [split.class_names[int(k)] for k in part.labels]
@@ -243,7 +317,15 @@ def _recorded_images(args, metadata: dict, config):
         if name == spec.train_split:
             return pixels, truth, by_split, shown, where, training, skipped
         if part.images is not None and train.images is not None:  # arrays in memory (IDX): compared by pixels
-            return pixels, truth, [t is not None for t in copies.pixel_twins(train.images, part.images)], shown, where, training, skipped
+            return (
+                pixels,
+                truth,
+                [t is not None for t in copies.pixel_twins(train.images, part.images)],
+                shown,
+                where,
+                training,
+                skipped,
+            )
         if not comparable:  # Parquet rows: kept apart by split, copies not compared
             return pixels, truth, by_split, shown, where, f"{training}, {COPIES_NOT_CHECKED}", skipped
     if not comparable:
@@ -257,7 +339,9 @@ def _recorded_images(args, metadata: dict, config):
     return pixels, truth, seen, shown, where, described, skipped
 
 
-def _titles(model, x, truth: list[str], class_names: list[str] | None, seen: list[bool] | None, trained_head: bool) -> list[str] | None:
+def _titles(
+    model, x, truth: list[str], class_names: list[str] | None, seen: list[bool] | None, trained_head: bool
+) -> list[str] | None:
     """'true: CLASS / pred: CLASS' for each shown image (true: its label, or the class folder it is in, '?' where that
     names no class; no prediction from a head that never trained), with a third line 'trained on' for an image of the
     model's training split (`seen`, where known)."""

@@ -22,13 +22,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "knn",
         help="cosine k-NN accuracy of a checkpoint's frozen features",
         description="k-NN evaluation: cosine similarity of frozen pre-logits features to the training split. "
-                    "Writes knn.json and knn.md.",
+        "Writes knn.json and knn.md.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_common(p, "knn")
     p.add_argument("--k", type=numbers(int), default=[10, 20], help="neighbours, comma-separated (default 10,20)")
-    p.add_argument("--temperature", type=float, default=0.07, help="vote weight exp(sim / T) (default 0.07; 0: uniform votes)")
+    p.add_argument(
+        "--temperature", type=float, default=0.07, help="vote weight exp(sim / T) (default 0.07; 0: uniform votes)"
+    )
     add_splits(p, "split of the neighbours")
     p.set_defaults(run=run)
 
@@ -38,7 +40,20 @@ def run(args: argparse.Namespace) -> int:
 
     model, features, open_split = setup(args)
     test = open_split(args.test_split, "--test-split")
-    result = knn_eval(model, open_split(args.train_split), test, ks=args.k, temperature=args.temperature or None, **features)
-    finish(args, "knn", {"split": args.test_split, "n": len(test), "train_split": args.train_split, "test_split": args.test_split, **result},
-           f"k-NN accuracy of {args.checkpoint}", test)
+    result = knn_eval(
+        model, open_split(args.train_split), test, ks=args.k, temperature=args.temperature or None, **features
+    )
+    finish(
+        args,
+        "knn",
+        {
+            "split": args.test_split,
+            "n": len(test),
+            "train_split": args.train_split,
+            "test_split": args.test_split,
+            **result,
+        },
+        f"k-NN accuracy of {args.checkpoint}",
+        test,
+    )
     return 0

@@ -13,7 +13,9 @@ COLUMNS = ("name", "layers", "width", "mlp", "heads", "patch", "resolution", "ba
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("models", help="list the model variants (Table 1 and hybrids) with parameters and GFLOPs")
-    p.add_argument("names", nargs="*", help="only these models (any name create_model accepts, e.g. vit_s8 or ViT-B/16)")
+    p.add_argument(
+        "names", nargs="*", help="only these models (any name create_model accepts, e.g. vit_s8 or ViT-B/16)"
+    )
     p.add_argument("--num-classes", type=int, default=None, help="count parameters with this many classes")
     p.add_argument("--image-size", type=int, default=None, help="count at this resolution (square)")
     p.add_argument("--json", action="store_true", help="print JSON lines instead of a table")

@@ -19,17 +19,35 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "line on stderr naming it; the other images still print, and the exit code is 2.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("checkpoint", metavar="CKPT", help="run directory, its final/, a step checkpoint, or a checkpoint file of any format")
-    p.add_argument("images", nargs="+", metavar="IMAGE", help="image files or folders (searched recursively, sorted); any mode: "
-                                                             "grayscale, RGB(A), palette, 16-bit")
+    p.add_argument(
+        "checkpoint",
+        metavar="CKPT",
+        help="run directory, its final/, a step checkpoint, or a checkpoint file of any format",
+    )
+    p.add_argument(
+        "images",
+        nargs="+",
+        metavar="IMAGE",
+        help="image files or folders (searched recursively, sorted); any mode: grayscale, RGB(A), palette, 16-bit",
+    )
     p.add_argument("--top", type=int, default=5, help="how many classes per image (default 5)")
-    p.add_argument("--json", action="store_true", help="one JSON object per image (image, top, precision) instead of text, which ends with how many images and what ran")
-    p.add_argument("--threads", type=int, default=0, help="CPU threads (default: torch's choice; 1 is faster on a busy machine)")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="one JSON object per image (image, top, precision) instead of text, which ends with how many images and what ran",
+    )
+    p.add_argument(
+        "--threads", type=int, default=0, help="CPU threads (default: torch's choice; 1 is faster on a busy machine)"
+    )
     p.add_argument("--batch-size", type=int, default=32, help="images per forward pass (default 32)")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda (default auto)")
     add_precision(p)
-    p.add_argument("--calibration-data", metavar="PATH", help="int8: data whose training images calibrate it, any data vitkit reads "
-                                                            "(default: the data the checkpoint was trained on)")
+    p.add_argument(
+        "--calibration-data",
+        metavar="PATH",
+        help="int8: data whose training images calibrate it, any data vitkit reads "
+        "(default: the data the checkpoint was trained on)",
+    )
     p.set_defaults(run=run)
 
 
@@ -42,19 +60,36 @@ def run(args: argparse.Namespace) -> int:
     from vitkit.paths import local_path
 
     if args.calibration_data is not None and args.precision != "int8":
-        raise ConfigError(f"--calibration-data: only --precision int8 calibrates (this is --precision {args.precision}); "
-                          "leave it out, or add --precision int8")
+        raise ConfigError(
+            f"--calibration-data: only --precision int8 calibrates (this is --precision {args.precision}); "
+            "leave it out, or add --precision int8"
+        )
     if args.threads:
         torch.set_num_threads(args.threads)
-    classifier = Classifier.load(args.checkpoint, precision=args.precision, device=args.device, calibration=args.calibration,
-                                 calibration_data=args.calibration_data, data_flag="--calibration-data PATH")
-    paths = [str(p) for arg in args.images for p in (find_images([arg]) if local_path(arg, DataError).is_dir() else [arg])]
+    classifier = Classifier.load(
+        args.checkpoint,
+        precision=args.precision,
+        device=args.device,
+        calibration=args.calibration,
+        calibration_data=args.calibration_data,
+        data_flag="--calibration-data PATH",
+    )
+    paths = [
+        str(p) for arg in args.images for p in (find_images([arg]) if local_path(arg, DataError).is_dir() else [arg])
+    ]
 
     def answer(batch: list[tuple[str, torch.Tensor]]) -> None:
         for (path, _), top in zip(batch, classifier.top(torch.stack([pixels for _, pixels in batch]), k=args.top)):
             if args.json:
-                print(json.dumps({"image": path, "top": [{"label": n, "prob": prob} for n, prob in top],
-                                  "precision": classifier.runner.description}))
+                print(
+                    json.dumps(
+                        {
+                            "image": path,
+                            "top": [{"label": n, "prob": prob} for n, prob in top],
+                            "precision": classifier.runner.description,
+                        }
+                    )
+                )
             else:
                 print(path)
                 for name, prob in top:

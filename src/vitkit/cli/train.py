@@ -46,13 +46,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted overrides, e.g. train.lr=1e-3 model.name=vit_s16")
-    p.add_argument("--config", metavar="YAML", help="run config file (default: built-in defaults, vit_mini4_28 on Fashion-MNIST; "
-                                                     "with --data and no model.name or model.init key, a small ViT fitted to the data's size and channels, "
-                                                     "which other model.* keys change)")
+    p.add_argument(
+        "overrides", nargs="*", metavar="KEY=VALUE", help="dotted overrides, e.g. train.lr=1e-3 model.name=vit_s16"
+    )
+    p.add_argument(
+        "--config",
+        metavar="YAML",
+        help="run config file (default: built-in defaults, vit_mini4_28 on Fashion-MNIST; "
+        "with --data and no model.name or model.init key, a small ViT fitted to the data's size and channels, "
+        "which other model.* keys change)",
+    )
     p.add_argument("--out", metavar="DIR", help="run directory to create (required unless --resume)")
-    p.add_argument("--data", metavar="PATH", help="dataset: IDX folder, image folder (root/<class>/...), .csv/.jsonl list or a folder of them by "
-                                              "split (train.csv, val.csv ...), tar shards or Parquet (= data.path)")
+    p.add_argument(
+        "--data",
+        metavar="PATH",
+        help="dataset: IDX folder, image folder (root/<class>/...), .csv/.jsonl list or a folder of them by "
+        "split (train.csv, val.csv ...), tar shards or Parquet (= data.path)",
+    )
     p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its newest checkpoint")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (= train.progress=false)")
     p.set_defaults(run=run)
@@ -83,23 +93,38 @@ def fitted_unless_named(path: str | None, named: bool, overrides: list[str], com
 
     check_override_keys(overrides)  # a misspelt key is one error before the scan, not after its line
 
-    user = load_run_config(None, [o for o in overrides if o.startswith(("data.", "train.epochs=", "train.steps=", "train.batch_size="))]
-                           + [("data.path", path)])
-    named_batch, named_steps = (any(o.startswith(key) for o in overrides) for key in ("train.batch_size=", "train.steps="))
-    fitted = fit_to_data(user.data, command, epochs=user.train.epochs, batch=user.train.batch_size if named_batch else None,
-                         steps=user.train.steps if named_steps else None)
-    return [o for o in fitted if not (user.train.epochs is not None and o.startswith("train.steps="))]  # the user's length wins
+    user = load_run_config(
+        None,
+        [o for o in overrides if o.startswith(("data.", "train.epochs=", "train.steps=", "train.batch_size="))]
+        + [("data.path", path)],
+    )
+    named_batch, named_steps = (
+        any(o.startswith(key) for o in overrides) for key in ("train.batch_size=", "train.steps=")
+    )
+    fitted = fit_to_data(
+        user.data,
+        command,
+        epochs=user.train.epochs,
+        batch=user.train.batch_size if named_batch else None,
+        steps=user.train.steps if named_steps else None,
+    )
+    return [
+        o for o in fitted if not (user.train.epochs is not None and o.startswith("train.steps="))
+    ]  # the user's length wins
 
 
-def fit_to_data(data, command: str = "train", epochs: float | None = None, batch: int | None = None,
-                steps: int | None = None) -> list[str]:
+def fit_to_data(
+    data, command: str = "train", epochs: float | None = None, batch: int | None = None, steps: int | None = None
+) -> list[str]:
     """The default recipe for the training split of a run config's `data` section, from a short scan of its images
     (reported by `command`)."""
     from vitkit.data import DataSpec
     from vitkit.data.scan import scan
     from vitkit.run_config import fitted_to_data
 
-    train = DataSpec.from_config(data).open(data.train_split, channels=3, image_size=32, flag="data.train_split", hold_out="data.val_fraction")
+    train = DataSpec.from_config(data).open(
+        data.train_split, channels=3, image_size=32, flag="data.train_split", hold_out="data.val_fraction"
+    )
     overrides, note = fitted_to_data(scan(train), len(train), epochs=epochs, batch=batch, steps=steps)
     if int(os.environ.get("RANK", "0")) == 0:  # under torchrun every rank fits (the same way); rank 0 says so
         print(f"vitkit {command}: {note}", flush=True)
@@ -109,7 +134,9 @@ def fit_to_data(data, command: str = "train", epochs: float | None = None, batch
 def run(args: argparse.Namespace) -> int:
     import signal
 
-    previous = signal.signal(signal.SIGTERM, _interrupt)  # outside the loop's own handling (a second SIGTERM as it ends): 130
+    previous = signal.signal(
+        signal.SIGTERM, _interrupt
+    )  # outside the loop's own handling (a second SIGTERM as it ends): 130
     try:
         return _run(args)
     finally:  # in vitkit's own process, to the end of it; a caller of main() gets its handler back
@@ -123,8 +150,13 @@ def _run(args: argparse.Namespace) -> int:
 
     overrides = list(args.overrides)
     # data.path=PATH names the data as --data does: the model is fitted to it too (it trained the 28-px grayscale default)
-    path = args.data or next((o.split("=", 1)[1] for o in reversed(overrides) if isinstance(o, str) and o.startswith("data.path=")), None)
-    overrides = [*fitted_unless_named(path, bool(args.config or args.resume), overrides, "train"), *overrides]  # user's win
+    path = args.data or next(
+        (o.split("=", 1)[1] for o in reversed(overrides) if isinstance(o, str) and o.startswith("data.path=")), None
+    )
+    overrides = [
+        *fitted_unless_named(path, bool(args.config or args.resume), overrides, "train"),
+        *overrides,
+    ]  # user's win
     if args.data:
         overrides.append(("data.path", args.data))  # a path as given, never parsed
     if args.no_progress:
@@ -148,8 +180,14 @@ def _run(args: argparse.Namespace) -> int:
     print(f"run directory: {out}")
     if "stopped_at" in summary:  # SIGTERM/SIGINT: a checkpoint was saved at the step boundary
         world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))  # processes on this machine: --nproc_per_node
-        launch = f"torchrun --nproc_per_node={world} -m vitkit train" if "TORCHELASTIC_RUN_ID" in os.environ else "vitkit train"
-        print(f"stopped at step {summary['stopped_at']} of {summary['steps']}, checkpoint saved; "
-              f"continue with: {launch} --resume {shlex.quote(str(out))}")
+        launch = (
+            f"torchrun --nproc_per_node={world} -m vitkit train"
+            if "TORCHELASTIC_RUN_ID" in os.environ
+            else "vitkit train"
+        )
+        print(
+            f"stopped at step {summary['stopped_at']} of {summary['steps']}, checkpoint saved; "
+            f"continue with: {launch} --resume {shlex.quote(str(out))}"
+        )
     print(json.dumps(summary))
     return 0

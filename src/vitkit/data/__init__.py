@@ -24,8 +24,14 @@ def open_dataset(
     synthetic_classes: int = 10,
 ) -> Split:
     """One split of the dataset a run config names: "synthetic", or whatever `path` holds (None: Fashion-MNIST)."""
-    spec = DataSpec(path=path, name=name, val_fraction=val_fraction, split_seed=seed, synthetic_size=synthetic_size,
-                    synthetic_classes=synthetic_classes)
+    spec = DataSpec(
+        path=path,
+        name=name,
+        val_fraction=val_fraction,
+        split_seed=seed,
+        synthetic_size=synthetic_size,
+        synthetic_classes=synthetic_classes,
+    )
     return spec.open(split, channels=channels, image_size=image_size)
 
 

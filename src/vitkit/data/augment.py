@@ -52,7 +52,9 @@ def _log_uniform(n: int, low: float, high: float, g: torch.Generator) -> torch.T
 
 def _warp(x: torch.Tensor, theta: torch.Tensor, size: tuple[int, int], fill: float = 0.0) -> torch.Tensor:
     """Sample x through per-image affine maps theta (B, 2, 3) in normalised coordinates."""
-    grid = F.affine_grid(theta.to(x.device, x.dtype, non_blocking=True), [x.shape[0], x.shape[1], *size], align_corners=False)
+    grid = F.affine_grid(
+        theta.to(x.device, x.dtype, non_blocking=True), [x.shape[0], x.shape[1], *size], align_corners=False
+    )
     if fill == 0.0:
         return F.grid_sample(x, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
     return F.grid_sample(x - fill, grid, mode="bilinear", padding_mode="zeros", align_corners=False) + fill
@@ -95,7 +97,7 @@ def hflip(x: torch.Tensor, p: float, g: torch.Generator) -> torch.Tensor:
 def _gray(x: torch.Tensor) -> torch.Tensor:
     if x.shape[1] == 1:
         return x
-    return (0.299 * x[:, 0:1] + 0.587 * x[:, 1:2] + 0.114 * x[:, 2:3])
+    return 0.299 * x[:, 0:1] + 0.587 * x[:, 1:2] + 0.114 * x[:, 2:3]
 
 
 def _blend(a: torch.Tensor, b: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
@@ -148,8 +150,20 @@ def _photometric(kind: str, x: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
 
 
 RANDAUGMENT_OPS = (
-    "identity", "autocontrast", "invert", "brightness", "contrast", "color", "sharpness", "solarize", "posterize",
-    "rotate", "shear_x", "shear_y", "translate_x", "translate_y",
+    "identity",
+    "autocontrast",
+    "invert",
+    "brightness",
+    "contrast",
+    "color",
+    "sharpness",
+    "solarize",
+    "posterize",
+    "rotate",
+    "shear_x",
+    "shear_y",
+    "translate_x",
+    "translate_y",
 )
 _GEOMETRIC = ("rotate", "shear_x", "shear_y", "translate_x", "translate_y")
 
@@ -190,7 +204,9 @@ def random_erase(x: torch.Tensor, p: float, scale, ratio, g: torch.Generator) ->
     rows, cols = torch.arange(H), torch.arange(W)
     inside_rows = (rows[None] >= top[:, None]) & (rows[None] < (top + h)[:, None])  # (B, H)
     inside_cols = (cols[None] >= left[:, None]) & (cols[None] < (left + w)[:, None])  # (B, W)
-    mask = (inside_rows[:, :, None] & inside_cols[:, None, :] & on[:, None, None])[:, None].to(x.device, non_blocking=True)
+    mask = (inside_rows[:, :, None] & inside_cols[:, None, :] & on[:, None, None])[:, None].to(
+        x.device, non_blocking=True
+    )
     return torch.where(mask, noise, x)
 
 
@@ -218,7 +234,9 @@ def augment_pixels(images: torch.Tensor, size: tuple[int, int], cfg: AugmentConf
     return x
 
 
-def train_transform(images: torch.Tensor, size: tuple[int, int], cfg: AugmentConfig, mean, std, g: torch.Generator) -> torch.Tensor:
+def train_transform(
+    images: torch.Tensor, size: tuple[int, int], cfg: AugmentConfig, mean, std, g: torch.Generator
+) -> torch.Tensor:
     """uint8 (B, C, H, W) on any device -> augmented, normalised float (B, C, *size)."""
     x = normalize(augment_pixels(images, size, cfg, g), mean, std)
     if cfg.erase > 0:
@@ -250,7 +268,9 @@ def soft_targets(labels: torch.Tensor, num_classes: int, smoothing: float) -> to
     return F.one_hot(labels, num_classes).float() * (1.0 - smoothing) + off
 
 
-def mix(x: torch.Tensor, targets: torch.Tensor, cfg: AugmentConfig, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+def mix(
+    x: torch.Tensor, targets: torch.Tensor, cfg: AugmentConfig, g: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Mixup or CutMix (one per batch, chosen evenly when both are on) with the batch flipped as partner."""
     use = [a for a in (("mixup", cfg.mixup), ("cutmix", cfg.cutmix)) if a[1] > 0]
     if not use or torch.rand(1, generator=g).item() >= cfg.mix_prob:

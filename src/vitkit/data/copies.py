@@ -59,6 +59,7 @@ def training_twins(training: list, files: list) -> list | None:
 
 def pixel_twins(training: torch.Tensor, images: torch.Tensor) -> list[int | None]:
     """For each of `images` (N, ...) in memory, the index of a training image with the same pixels, else None."""
+
     def digests(batch: torch.Tensor) -> list[bytes]:
         rows = batch.reshape(len(batch), -1).contiguous().numpy()
         return [hashlib.blake2b(row.tobytes(), digest_size=16).digest() for row in rows]

@@ -56,7 +56,9 @@ def inception_box(width: int, height: int, draws: np.ndarray, scale, ratio) -> t
     return left, top, left + w, top + h
 
 
-def inception_crop(source, channels: int, size: tuple[int, int], draws: np.ndarray, scale, ratio, *, name: str | None = None) -> np.ndarray:
+def inception_crop(
+    source, channels: int, size: tuple[int, int], draws: np.ndarray, scale, ratio, *, name: str | None = None
+) -> np.ndarray:
     """(C, *size) uint8, a new array: the Inception crop of one encoded image (a path, or bytes named `name`)."""
     out_h, out_w = size
     fraction: list[float] = []
@@ -73,7 +75,9 @@ def inception_crop(source, channels: int, size: tuple[int, int], draws: np.ndarr
         top, bottom = _pixel_span(fraction[1], fraction[3], height)
         return left, top, right, bottom
 
-    pixels = torch.from_numpy(load_pixels(source, channels, name=name, draft=needed, crop=box))  # (h, w, C): the box alone
+    pixels = torch.from_numpy(
+        load_pixels(source, channels, name=name, draft=needed, crop=box)
+    )  # (h, w, C): the box alone
     # (1, C, h, w) with channels-last strides in every dimension: a (C, h, w) view with [None] put in front gets a batch
     # stride of 1-3, and torch then takes its planar uint8 resize path, 1.5-2x slower (benchmarks/RESULTS.md)
     region = pixels[None].permute(0, 3, 1, 2)

@@ -23,10 +23,26 @@ from vitkit.limits import check_expansion
 
 DEFAULT_DIR = "/usr/share/datasets/fashion-mnist"
 FASHION_MNIST_CLASSES = (
-    "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot",
+    "T-shirt/top",
+    "Trouser",
+    "Pullover",
+    "Dress",
+    "Coat",
+    "Sandal",
+    "Shirt",
+    "Sneaker",
+    "Bag",
+    "Ankle boot",
 )
 SPLIT_PREFIX = {"train": "train", "test": "t10k"}
-_DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: np.dtype(">i2"), 0x0C: np.dtype(">i4"), 0x0D: np.dtype(">f4"), 0x0E: np.dtype(">f8")}
+_DTYPES = {
+    0x08: np.uint8,
+    0x09: np.int8,
+    0x0B: np.dtype(">i2"),
+    0x0C: np.dtype(">i4"),
+    0x0D: np.dtype(">f4"),
+    0x0E: np.dtype(">f8"),
+}
 
 
 def default_dir() -> Path:
@@ -51,19 +67,25 @@ def read_idx(path: str | os.PathLike) -> np.ndarray:
             ndim = head[3]
             dims = f.read(4 * ndim)
             if len(dims) < 4 * ndim:
-                raise DataError(f"{path}: the header promises {ndim} dimensions but the file ends first; it is truncated")
+                raise DataError(
+                    f"{path}: the header promises {ndim} dimensions but the file ends first; it is truncated"
+                )
             shape = struct.unpack(f">{ndim}I", dims)
             dtype = np.dtype(_DTYPES[head[2]])
             need = math.prod(shape) * dtype.itemsize  # Python ints: no overflow
             if opener is open and need != stored - 4 - 4 * ndim:
-                raise DataError(f"{path}: header says shape {shape} ({need:,} bytes) but the file holds {stored - 4 - 4 * ndim:,}; "
-                                "it is truncated or corrupt")
+                raise DataError(
+                    f"{path}: header says shape {shape} ({need:,} bytes) but the file holds {stored - 4 - 4 * ndim:,}; "
+                    "it is truncated or corrupt"
+                )
             check_expansion(path, need, stored, DataError, f"its header (shape {shape})")
             body = f.read(need + 1)
     except (OSError, EOFError, zlib.error) as err:
         raise DataError(f"{path}: cannot read IDX file ({first_line(err)})") from None
     if len(body) != need:
-        raise DataError(f"{path}: header says shape {shape} ({need:,} bytes) but the file holds {len(body):,}; it is truncated or corrupt")
+        raise DataError(
+            f"{path}: header says shape {shape} ({need:,} bytes) but the file holds {len(body):,}; it is truncated or corrupt"
+        )
     return np.frombuffer(body, dtype=dtype).reshape(shape).astype(dtype.newbyteorder("="))
 
 
@@ -71,7 +93,11 @@ def find_idx(directory: Path, split: str, kind: str) -> Path | None:
     """The images or labels file of `split` in `directory`, compressed or not; None if absent."""
     prefix = SPLIT_PREFIX.get(split, split)
     ndim = 3 if kind == "images" else 1
-    for name in (f"{prefix}-{kind}-idx{ndim}-ubyte.gz", f"{prefix}-{kind}-idx{ndim}-ubyte", f"{prefix}-{kind}.idx{ndim}-ubyte"):
+    for name in (
+        f"{prefix}-{kind}-idx{ndim}-ubyte.gz",
+        f"{prefix}-{kind}-idx{ndim}-ubyte",
+        f"{prefix}-{kind}.idx{ndim}-ubyte",
+    ):
         if (directory / name).is_file():
             return directory / name
     return None
@@ -87,7 +113,10 @@ def is_fashion_mnist(directory: str) -> bool:
     """Whether the IDX files in `directory` are Fashion-MNIST's (their test labels are); False where they cannot be read."""
     path = find_idx(Path(directory), "test", "labels")
     try:
-        return path is not None and hashlib.blake2b(read_idx(path).tobytes(), digest_size=8).hexdigest() == FASHION_MNIST_TEST_LABELS
+        return (
+            path is not None
+            and hashlib.blake2b(read_idx(path).tobytes(), digest_size=8).hexdigest() == FASHION_MNIST_TEST_LABELS
+        )
     except DataError:
         return False
 
@@ -116,9 +145,13 @@ def load_idx_split(directory: str | os.PathLike, split: str) -> tuple[np.ndarray
     if not len(images) or 0 in images.shape:
         raise DataError(f"{images_path}: holds no images (shape {images.shape}); the file is empty or damaged")
     if images.dtype != np.uint8 or labels.dtype.kind not in "iu":
-        raise DataError(f"{directory}: expected uint8 images and integer labels, found {images.dtype} and {labels.dtype}")
+        raise DataError(
+            f"{directory}: expected uint8 images and integer labels, found {images.dtype} and {labels.dtype}"
+        )
     if len(labels) and labels.min() < 0:
-        raise DataError(f"{labels_path}: label {int(labels.min())} at index {int(labels.argmin())}; labels must be 0, 1, 2, ...")
+        raise DataError(
+            f"{labels_path}: label {int(labels.min())} at index {int(labels.argmin())}; labels must be 0, 1, 2, ..."
+        )
     return images, labels.astype(np.int64)
 
 

@@ -28,7 +28,9 @@ from vitkit.kernels import jpeg_region
 from vitkit.paths import local_path
 
 MAX_PIXELS = 89_478_485  # larger images are refused before decoding (a decompression bomb); Pillow's own default
-MAX_FILE_BYTES = 1 << 30  # larger image files are refused before reading: MAX_PIXELS at 8 bytes a pixel (16-bit RGBA) fit
+MAX_FILE_BYTES = (
+    1 << 30
+)  # larger image files are refused before reading: MAX_PIXELS at 8 bytes a pixel (16-bit RGBA) fit
 BOMB_ADVICE = "a decompression bomb, or an image far too large to train on; downscale it"
 ORIENTATION = 0x0112  # the EXIF tag
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff", ".ppm", ".pgm")
@@ -48,8 +50,11 @@ def image_files(folder: Path) -> list[Path]:
     """The image files under `folder`, recursively, in sorted order; nothing inside hidden folders (`is_hidden`), such
     as Jupyter's checkpoint copies, which would be duplicates. A symbolic link named as an image is one of them even
     where it points nowhere: reading it fails, and data.on_error counts and lists it (it was left out unsaid)."""
-    return sorted(p for p in folder.rglob("*") if is_image_file(p) and not any(map(is_hidden, p.relative_to(folder).parts))
-                  and (p.is_file() or p.is_symlink()))
+    return sorted(
+        p
+        for p in folder.rglob("*")
+        if is_image_file(p) and not any(map(is_hidden, p.relative_to(folder).parts)) and (p.is_file() or p.is_symlink())
+    )
 
 
 def find_images(paths: Sequence[str | os.PathLike]) -> list[Path]:
@@ -109,7 +114,9 @@ def _simplejpeg(data: bytes, size: tuple[int, int], need: tuple[int, int] | None
 
     (w, h), scale = size, _dct_scale(size, need)
     try:
-        array = simplejpeg.decode_jpeg(data, colorspace="GRAY" if gray else "RGB", min_width=-(-w // scale), min_height=-(-h // scale))
+        array = simplejpeg.decode_jpeg(
+            data, colorspace="GRAY" if gray else "RGB", min_width=-(-w // scale), min_height=-(-h // scale)
+        )
     except ValueError:
         return None
     return array
@@ -144,7 +151,9 @@ def _fast_jpeg(data: bytes, path: Path, channels: int, max_pixels: int, draft, c
         raise DataError(f"{path}: {w}x{h} pixels is over the limit of {max_pixels:,} ({BOMB_ADVICE})")
     orientation = _exif_orientation(data)
     need = _needed(draft, w, h, orientation)
-    gray = colorspace == "Gray" or (channels == 1 and need is not None)  # with DCT scaling Pillow's draft decodes luminance too
+    gray = colorspace == "Gray" or (
+        channels == 1 and need is not None
+    )  # with DCT scaling Pillow's draft decodes luminance too
     if channels == 1 and not gray:
         return None
     if libjpeg:
@@ -220,8 +229,15 @@ def _exif_orientation(data: bytes) -> int:
 
 def _upright(array: np.ndarray, orientation: int) -> np.ndarray:
     """(H, W, C) pixels stored with EXIF `orientation`, turned upright (as ImageOps.exif_transpose does)."""
-    turned = {2: lambda a: a[:, ::-1], 3: lambda a: a[::-1, ::-1], 4: lambda a: a[::-1], 5: lambda a: a.transpose(1, 0, 2),
-              6: lambda a: np.rot90(a, -1), 7: lambda a: a.transpose(1, 0, 2)[::-1, ::-1], 8: lambda a: np.rot90(a, 1)}
+    turned = {
+        2: lambda a: a[:, ::-1],
+        3: lambda a: a[::-1, ::-1],
+        4: lambda a: a[::-1],
+        5: lambda a: a.transpose(1, 0, 2),
+        6: lambda a: np.rot90(a, -1),
+        7: lambda a: a.transpose(1, 0, 2)[::-1, ::-1],
+        8: lambda a: np.rot90(a, 1),
+    }
     return np.ascontiguousarray(turned[orientation](array)) if orientation in turned else array
 
 
@@ -307,11 +323,15 @@ def read_image_file(path: Path) -> bytes:
 
 def check_file_size(name, size: int) -> None:
     if size > MAX_FILE_BYTES:
-        raise DataError(f"{name}: {size:,} bytes is over the limit of {MAX_FILE_BYTES:,} for one image (the largest image "
-                        f"vitkit reads, {MAX_PIXELS:,} pixels, needs less); remove it or check that it is an image")
+        raise DataError(
+            f"{name}: {size:,} bytes is over the limit of {MAX_FILE_BYTES:,} for one image (the largest image "
+            f"vitkit reads, {MAX_PIXELS:,} pixels, needs less); remove it or check that it is an image"
+        )
 
 
-def open_image(source, channels: int, *, max_pixels: int = MAX_PIXELS, name: str | None = None, draft=None) -> Image.Image:
+def open_image(
+    source, channels: int, *, max_pixels: int = MAX_PIXELS, name: str | None = None, draft=None
+) -> Image.Image:
     """The decoded image of a file (a path, or its bytes named `name`) as L (channels=1) or RGB (channels=3),
     upright by its EXIF tag.
 
@@ -323,8 +343,9 @@ def open_image(source, channels: int, *, max_pixels: int = MAX_PIXELS, name: str
     return image if isinstance(image, Image.Image) else Image.fromarray(image[..., 0] if channels == 1 else image)
 
 
-def load_pixels(source, channels: int, *, max_pixels: int = MAX_PIXELS, name: str | None = None, draft=None,
-                crop=None) -> np.ndarray:
+def load_pixels(
+    source, channels: int, *, max_pixels: int = MAX_PIXELS, name: str | None = None, draft=None, crop=None
+) -> np.ndarray:
     """`open_image`'s pixels as an (H, W, channels) uint8 array (without a copy through PIL where libjpeg or simplejpeg
     decodes). `crop(width, height)`, given the decoded upright size, returns the (left, top, right, bottom) box to
     keep: only that box is returned, and libjpeg decodes little more than it."""
@@ -366,41 +387,66 @@ def _decode(source, channels: int, max_pixels: int, name: str | None, draft, cro
     except DataError:
         raise
     except Image.DecompressionBombError:
-        raise DataError(f"{path}: more pixels than the limit of {max_pixels:,} ({BOMB_ADVICE})") from None  # Pillow refused it first
+        raise DataError(
+            f"{path}: more pixels than the limit of {max_pixels:,} ({BOMB_ADVICE})"
+        ) from None  # Pillow refused it first
     except FileNotFoundError:
-        raise DataError(f"{path}: image file not found" + (" (a symbolic link to a file that is gone)" if path.is_symlink() else "")) from None
+        raise DataError(
+            f"{path}: image file not found" + (" (a symbolic link to a file that is gone)" if path.is_symlink() else "")
+        ) from None
     except IsADirectoryError:
         raise DataError(f"{path}: is a folder, not an image file") from None
     except PermissionError:
         raise DataError(f"{path}: permission denied; make the file readable") from None
     except UnidentifiedImageError:
         raise DataError(f"{path}: not an image (or in a format Pillow cannot read); remove it or convert it") from None
-    except Exception as err:  # Pillow's decoders raise many types (OSError, SyntaxError, struct.error ...) on damaged files
+    except (
+        Exception
+    ) as err:  # Pillow's decoders raise many types (OSError, SyntaxError, struct.error ...) on damaged files
         if isinstance(err, OSError) and err.errno == errno.ELOOP:
             raise DataError(f"{path}: a symbolic link that loops; remove it or point it at the image") from None
-        raise DataError(f"{path}: cannot decode the image ({first_line(err)}); the file is truncated or corrupt") from None
+        raise DataError(
+            f"{path}: cannot decode the image ({first_line(err)}); the file is truncated or corrupt"
+        ) from None
 
 
 def load_image(
-    path: str | os.PathLike, channels: int, size: int | tuple[int, int] | None = None, crop_pct: float = 1.0, *,
-    max_pixels: int = MAX_PIXELS
+    path: str | os.PathLike,
+    channels: int,
+    size: int | tuple[int, int] | None = None,
+    crop_pct: float = 1.0,
+    *,
+    max_pixels: int = MAX_PIXELS,
 ) -> np.ndarray:
     """(C, H, W) uint8 pixels of one file; resized and centre-cropped to `size` (one side, or (H, W)) when given."""
-    return image_pixels(open_image(path, channels, max_pixels=max_pixels), channels, size, crop_pct, max_pixels=max_pixels, name=path)
+    return image_pixels(
+        open_image(path, channels, max_pixels=max_pixels), channels, size, crop_pct, max_pixels=max_pixels, name=path
+    )
 
 
-def image_pixels(image: Image.Image, channels: int, size: int | tuple[int, int] | None = None, crop_pct: float = 1.0, *, max_pixels: int = MAX_PIXELS,
-                 name="image") -> np.ndarray:
+def image_pixels(
+    image: Image.Image,
+    channels: int,
+    size: int | tuple[int, int] | None = None,
+    crop_pct: float = 1.0,
+    *,
+    max_pixels: int = MAX_PIXELS,
+    name="image",
+) -> np.ndarray:
     """(C, H, W) uint8 pixels of a PIL image of any mode (`name` says which in errors), as `load_image` makes them."""
     if image.width * image.height > max_pixels:
-        raise DataError(f"{name}: {image.width}x{image.height} pixels is over the limit of {max_pixels:,} ({BOMB_ADVICE})")
+        raise DataError(
+            f"{name}: {image.width}x{image.height} pixels is over the limit of {max_pixels:,} ({BOMB_ADVICE})"
+        )
     image = to_channels(image, channels)
     if size is not None:
         w, h = scaled_size(*image.size, size, crop_pct)
         if w * h > max_pixels:  # a thin image (1 x 5,000,000) grows with its shorter side: refused before resizing
-            raise DataError(f"{name}: {image.size[0]}x{image.size[1]} pixels would become {w}x{h} when resized for the model's "
-                            f"{'x'.join(map(str, as_hw(size)[::-1]))} input, over the limit of {max_pixels:,} pixels; crop it to a "
-                            "less extreme aspect ratio")
+            raise DataError(
+                f"{name}: {image.size[0]}x{image.size[1]} pixels would become {w}x{h} when resized for the model's "
+                f"{'x'.join(map(str, as_hw(size)[::-1]))} input, over the limit of {max_pixels:,} pixels; crop it to a "
+                "less extreme aspect ratio"
+            )
         image = resize_center_crop(image, size, crop_pct)
     array = np.asarray(image, dtype=np.uint8)
     return array[None] if array.ndim == 2 else array.transpose(2, 0, 1)

@@ -96,7 +96,9 @@ class FileImages(Dataset):
     be read: the error travels back from the DataLoader workers with the batch (see `collate`).
     """
 
-    def __init__(self, split: Split, channels: int, size: int, crop_pct: float = 1.0, crop: tuple | None = None, seed: int = 0):
+    def __init__(
+        self, split: Split, channels: int, size: int, crop_pct: float = 1.0, crop: tuple | None = None, seed: int = 0
+    ):
         self.paths, self.labels = split.paths, split.labels
         self.channels, self.size, self.crop_pct, self.crop, self.seed = channels, size, crop_pct, crop, seed
 
@@ -107,10 +109,14 @@ class FileImages(Dataset):
         i, batch, slot = item if self.crop is not None else (item, 0, 0)
         try:
             if self.crop is None:
-                pixels = np.array(load_image(self.paths[i], self.channels, self.size, self.crop_pct), copy=True)  # writable
+                pixels = np.array(
+                    load_image(self.paths[i], self.channels, self.size, self.crop_pct), copy=True
+                )  # writable
             else:
                 draws = crop_draws(self.seed, batch, slot)
-                pixels = inception_crop(self.paths[i], self.channels, (self.size, self.size), draws, *self.crop)  # a new array
+                pixels = inception_crop(
+                    self.paths[i], self.channels, (self.size, self.size), draws, *self.crop
+                )  # a new array
         except DataError as err:
             return None, self.labels[i], (i, str(self.paths[i]), str(err))
         return torch.from_numpy(pixels), self.labels[i], None
@@ -162,20 +168,31 @@ def _start_workers(loader: DataLoader):
         signal.pthread_sigmask(signal.SIG_SETMASK, before)  # a SIGTERM that came meanwhile reaches the handler now
 
 
-def _file_batches(split: Split, channels: int, size: int, crop_pct: float, bad: BadFiles | None, crop=None, seed=0, **loader_args):
+def _file_batches(
+    split: Split, channels: int, size: int, crop_pct: float, bad: BadFiles | None, crop=None, seed=0, **loader_args
+):
     """(images, labels, errors) batches of decoded files; errors go to `bad` (default: fail on the first)."""
     bad = BadFiles("fail") if bad is None else bad
     if loader_args.get("num_workers"):  # keep the workers busy: a few batches decoded ahead
         loader_args.setdefault("prefetch_factor", 4)
-    loader = DataLoader(FileImages(split, channels, size, crop_pct, crop, seed), collate_fn=collate,
-                        worker_init_fn=_sigterm_from_parent_only, **loader_args)
+    loader = DataLoader(
+        FileImages(split, channels, size, crop_pct, crop, seed),
+        collate_fn=collate,
+        worker_init_fn=_sigterm_from_parent_only,
+        **loader_args,
+    )
     for x, y, errors in _start_workers(loader):
         bad.report(errors)
         yield x, y, errors
 
 
 def load_into_memory(
-    split: Split, channels: int, size: int | tuple[int, int], crop_pct: float = 1.0, workers: int = 0, bad: BadFiles | None = None
+    split: Split,
+    channels: int,
+    size: int | tuple[int, int],
+    crop_pct: float = 1.0,
+    workers: int = 0,
+    bad: BadFiles | None = None,
 ) -> Split:
     """Decode every file of `split` once into a (N, C, H, W) uint8 tensor at `size` (one side, or (H, W)); files `bad`
     skips are left out."""
@@ -206,10 +223,25 @@ class Batches:
     `crop` = (scale, ratio) they come as Inception crops of the whole image, `size` x `size` (`cropped`).
     """
 
-    def __init__(self, split: Split, batch_size: int, seed: int, device: torch.device, *, channels: int, size: int, workers: int = 0,
-                 rank: int = 0, world: int = 1, bad: BadFiles | None = None, crop: tuple | None = None):
+    def __init__(
+        self,
+        split: Split,
+        batch_size: int,
+        seed: int,
+        device: torch.device,
+        *,
+        channels: int,
+        size: int,
+        workers: int = 0,
+        rank: int = 0,
+        world: int = 1,
+        bad: BadFiles | None = None,
+        crop: tuple | None = None,
+    ):
         if len(split) < batch_size:
-            raise DataError(f"{split.source}: {len(split)} training images are fewer than one batch of {batch_size}; lower train.batch_size")
+            raise DataError(
+                f"{split.source}: {len(split)} training images are fewer than one batch of {batch_size}; lower train.batch_size"
+            )
         self.split, self.batch_size, self.seed, self.device = split, batch_size, seed, device
         self.channels, self.size, self.workers, self.bad = channels, size, workers, bad
         self.crop = crop if split.images is None else None
@@ -223,7 +255,11 @@ class Batches:
 
     def _order(self, epoch: int) -> torch.Tensor:
         """(per_epoch, batch_size) indices: the batches of `epoch`."""
-        order = epoch_order(len(self.split), self.seed, epoch) if self.blocks is None else block_order(self.blocks, self.seed, epoch)
+        order = (
+            epoch_order(len(self.split), self.seed, epoch)
+            if self.blocks is None
+            else block_order(self.blocks, self.seed, epoch)
+        )
         return order[: self.per_epoch * self.batch_size].view(self.per_epoch, self.batch_size)
 
     def _items(self, epoch: int, position: int):
@@ -240,11 +276,23 @@ class Batches:
 
     def iterate(self, epoch: int, position: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         if self.split.images is None:  # a batch holding a bad file (data.on_error=skip) is that much smaller
-            for x, y, _ in _file_batches(self.split, self.channels, self.size, 1.0, self.bad, crop=self.crop, seed=self.seed,
-                                         batch_size=self.share.stop - self.share.start, sampler=self._items(epoch, position),
-                                         num_workers=self.workers, pin_memory=self.device.type == "cuda"):
+            for x, y, _ in _file_batches(
+                self.split,
+                self.channels,
+                self.size,
+                1.0,
+                self.bad,
+                crop=self.crop,
+                seed=self.seed,
+                batch_size=self.share.stop - self.share.start,
+                sampler=self._items(epoch, position),
+                num_workers=self.workers,
+                pin_memory=self.device.type == "cuda",
+            ):
                 if x is None:
-                    raise DataError(f"{self.split.source}: no image of a whole batch could be read; see the messages above")
+                    raise DataError(
+                        f"{self.split.source}: no image of a whole batch could be read; see the messages above"
+                    )
                 yield x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
             return
         while True:
@@ -253,12 +301,24 @@ class Batches:
             epoch, position = epoch + 1, 0
 
 
-def eval_batches(split: Split, batch_size: int, device: torch.device, *, channels: int, size: int | tuple[int, int], crop_pct: float, workers: int = 0,
-                 bad: BadFiles | None = None):
+def eval_batches(
+    split: Split,
+    batch_size: int,
+    device: torch.device,
+    *,
+    channels: int,
+    size: int | tuple[int, int],
+    crop_pct: float,
+    workers: int = 0,
+    bad: BadFiles | None = None,
+):
     """Every image of `split` once, in order, as (uint8 images, labels) on `device` (files `bad` skips left out)."""
     if split.images is not None:
         for start in range(0, len(split), batch_size):
-            yield split.images[start : start + batch_size].to(device), split.labels[start : start + batch_size].to(device)
+            yield (
+                split.images[start : start + batch_size].to(device),
+                split.labels[start : start + batch_size].to(device),
+            )
         return
     for x, y, _ in _file_batches(split, channels, size, crop_pct, bad, batch_size=batch_size, num_workers=workers):
         if x is not None:

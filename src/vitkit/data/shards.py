@@ -82,8 +82,10 @@ def refuse_compressed(path: str | os.PathLike) -> None:
         return
     packed = [n for n in names if n.lower().endswith(COMPRESSED_SHARDS)]
     if packed:
-        raise DataError(f"{path}: compressed tar shards ({Path(packed[0]).name}{', ...' * (len(packed) > 1)}), which vitkit does not "
-                        "read (it seeks to each sample); decompress them in place (e.g. gunzip *.tar.gz) and give the .tar files")
+        raise DataError(
+            f"{path}: compressed tar shards ({Path(packed[0]).name}{', ...' * (len(packed) > 1)}), which vitkit does not "
+            "read (it seeks to each sample); decompress them in place (e.g. gunzip *.tar.gz) and give the .tar files"
+        )
 
 
 def is_sharded(path: str | os.PathLike) -> bool:
@@ -125,7 +127,9 @@ def shard_files(path: str | os.PathLike) -> list[Path]:
         files = [Path(f) for name in expand_braces(text) for f in (sorted(glob.glob(name)) if "*" in name else [name])]
         missing = [f for f in files if not f.is_file()]
         if missing:
-            raise DataError(f"{missing[0]}: no such shard ({len(missing)} of the {len(files)} files of {text} are missing)")
+            raise DataError(
+                f"{missing[0]}: no such shard ({len(missing)} of the {len(files)} files of {text} are missing)"
+            )
     else:
         p = Path(text)
         files = [p] if p.is_file() else _shard_files(p)
@@ -141,8 +145,10 @@ WRITING = ".vitkit-writing"
 
 def refuse_unfinished(folder: Path) -> None:
     if (folder / WRITING).exists():
-        raise DataError(f"{folder}: its shards are incomplete: `vitkit data --to-shards` was writing them and did not finish "
-                        f"({folder / WRITING} is still there); run that command again, which starts the folder afresh")
+        raise DataError(
+            f"{folder}: its shards are incomplete: `vitkit data --to-shards` was writing them and did not finish "
+            f"({folder / WRITING} is still there); run that command again, which starts the folder afresh"
+        )
 
 
 # -- records: one image inside a shard --------------------------------------------------------------
@@ -202,11 +208,16 @@ def _index_tar(path: Path) -> tuple[list[TarMember], list[str | None], list[str]
                 key, ext = f"{folder}/{key}" if folder else key, "." + ext.lower()
                 if ext in IMAGE_SUFFIXES:
                     if key in images:  # a second image of one sample: which one was meant cannot be told
-                        raise DataError(f"{path}: sample {key!r} has two images ({images[key].name} and {name}); a sample is one "
-                                        "image with its label: give each its own key")
+                        raise DataError(
+                            f"{path}: sample {key!r} has two images ({images[key].name} and {name}); a sample is one "
+                            "image with its label: give each its own key"
+                        )
                     images[key] = TarMember(str(path), name, offset, size)
                 elif ext in LABEL_SUFFIXES:
-                    if (key, ext) in seen_labels:  # the same label member twice (a .cls beside a .json is read as before)
+                    if (
+                        key,
+                        ext,
+                    ) in seen_labels:  # the same label member twice (a .cls beside a .json is read as before)
                         raise DataError(f"{path}: sample {key!r} has two {ext} labels; give each sample one")
                     seen_labels.add((key, ext))
                     if len(head) < size:
@@ -214,7 +225,9 @@ def _index_tar(path: Path) -> tuple[list[TarMember], list[str | None], list[str]
                         head = f.read(min(size, MAX_LABEL_BYTES + 1))  # a larger one is refused, not read
                     labels[key] = _parse_label(head[:size], ext, f"{path}:{name}")
     except tarfile.ReadError as err:
-        raise DataError(f"{path}: not a readable uncompressed tar shard ({err}); shards must be plain .tar files") from None
+        raise DataError(
+            f"{path}: not a readable uncompressed tar shard ({err}); shards must be plain .tar files"
+        ) from None
     except (OSError, EOFError) as err:
         raise DataError(f"{path}: cannot read the shard ({err}); it is truncated or unreadable") from None
     keys = list(images)
@@ -326,8 +339,10 @@ def _parse_label(data: bytes, ext: str, name: str) -> str:
     except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: JSON nested thousands deep
         raise DataError(f"{name}: expected {what}") from None
     if label.lstrip("-").isdigit() and (len(label) > 7 or int(label) > MAX_CLASS_INDEX):
-        raise DataError(f"{name}: class index {label[:20]}{'...' if len(label) > 20 else ''} is over the limit of {MAX_CLASS_INDEX:,}; "
-                        "expected a class index or name")
+        raise DataError(
+            f"{name}: class index {label[:20]}{'...' if len(label) > 20 else ''} is over the limit of {MAX_CLASS_INDEX:,}; "
+            "expected a class index or name"
+        )
     return label
 
 
@@ -337,18 +352,24 @@ def _read_tars(files: list[Path]) -> tuple[list, list[str], list[str]]:
         found, labels, keys = _index_tar(path)
         unlabeled = [k for k, label in zip(keys, labels) if label is None]
         if unlabeled and len(unlabeled) < len(keys):
-            raise DataError(f"{path}: sample {unlabeled[0]!r} has no .cls or .json label; every sample needs one (or none has)")
+            raise DataError(
+                f"{path}: sample {unlabeled[0]!r} has no .cls or .json label; every sample needs one (or none has)"
+            )
         folders = {k.rsplit("/", 1)[0] for k in unlabeled if "/" in k}
         if len(folders) > 1:  # a tar of an image folder (class/, train/class/), not shards: its folders would be lost
-            raise DataError(f"{path}: a tar of images in folders ({', '.join(sorted(folders)[:2])}, ...) without .cls or .json "
-                            f"labels: unpack it (tar -xf {path} -C DIR) and give DIR, whose folders are the classes, or write "
-                            "labelled shards from DIR with vitkit data DIR --to-shards SHARDS")
+            raise DataError(
+                f"{path}: a tar of images in folders ({', '.join(sorted(folders)[:2])}, ...) without .cls or .json "
+                f"labels: unpack it (tar -xf {path} -C DIR) and give DIR, whose folders are the classes, or write "
+                "labelled shards from DIR with vitkit data DIR --to-shards SHARDS"
+            )
         records += found
         raw += ["" if label is None else label for label in labels]
     if not records:
-        raise DataError(f"{files[0]}{' ...' * (len(files) > 1)}: no images (members KEY.jpg|jpeg|png|webp with KEY.cls or KEY.json); "
-                        "a sample's key is its name up to the first dot, as WebDataset reads it, so a name like img.0.v1.jpg has "
-                        "the extension 0.v1.jpg: rename such members without dots in their keys (img_0_v1.jpg)")
+        raise DataError(
+            f"{files[0]}{' ...' * (len(files) > 1)}: no images (members KEY.jpg|jpeg|png|webp with KEY.cls or KEY.json); "
+            "a sample's key is its name up to the first dot, as WebDataset reads it, so a name like img.0.v1.jpg has "
+            "the extension 0.v1.jpg: rename such members without dots in their keys (img_0_v1.jpg)"
+        )
     # beside the shards, or above their split folders (train/, validation/ ...)
     beside = files[0].parent / "classes.txt"
     in_split_folder = any(files[0].parent.name.lower() in names for names in SPLIT_NAMES.values())
@@ -356,7 +377,9 @@ def _read_tars(files: list[Path]) -> tuple[list, list[str], list[str]]:
     try:  # UTF-8 whatever the locale; a byte-order mark (a file saved by Excel or Notepad) is not part of the first name
         known = names_file.read_text(encoding="utf-8-sig").splitlines() if names_file.is_file() else None
     except (OSError, UnicodeDecodeError) as err:
-        raise DataError(f"{names_file}: cannot read the class names ({first_line(err)}); one UTF-8 name a line") from None
+        raise DataError(
+            f"{names_file}: cannot read the class names ({first_line(err)}); one UTF-8 name a line"
+        ) from None
     return records, raw, known
 
 
@@ -383,7 +406,9 @@ def _columns(file, path: Path) -> tuple[str, str | None, list[str] | None]:
     if image is None:
         image = next((n for n in ("image", "img", "jpg", "png") if n in schema.names), None)
     if image is None or image not in schema.names:
-        raise DataError(f"{path}: no image column (a Hugging Face Image feature, or a column named 'image'); found {', '.join(schema.names)}")
+        raise DataError(
+            f"{path}: no image column (a Hugging Face Image feature, or a column named 'image'); found {', '.join(schema.names)}"
+        )
     label = next((k for k, f in features.items() if isinstance(f, dict) and f.get("_type") == "ClassLabel"), None)
     if label is None:
         label = next((n for n in ("label", "labels", "cls", "fine_label") if n in schema.names), None)
@@ -418,13 +443,18 @@ def _read_parquet(files: list[Path]) -> tuple[list, list[str], list[str] | None]
 def _check_row_group(path: Path, group, index: int, image: str) -> None:
     """One error, before any is read, for a row group whose images are too large to read whole (pyarrow's default
     writer puts up to a million rows in one)."""
-    held = sum(group.column(i).total_uncompressed_size for i in range(group.num_columns)
-               if group.column(i).path_in_schema == image or group.column(i).path_in_schema.startswith(image + "."))
+    held = sum(
+        group.column(i).total_uncompressed_size
+        for i in range(group.num_columns)
+        if group.column(i).path_in_schema == image or group.column(i).path_in_schema.startswith(image + ".")
+    )
     if held > MAX_ROW_GROUP_BYTES:
-        raise DataError(f"{path}: row group {index} holds {held / 2**30:.1f} GiB of images ({group.num_rows:,} rows), over the "
-                        f"{MAX_ROW_GROUP_BYTES / 2**30:g} GiB vitkit reads at once (a row group is read whole); write the file "
-                        "again in smaller row groups, e.g. pyarrow.parquet.write_table(table, path, row_group_size=100), as "
-                        "Hugging Face datasets does for images")
+        raise DataError(
+            f"{path}: row group {index} holds {held / 2**30:.1f} GiB of images ({group.num_rows:,} rows), over the "
+            f"{MAX_ROW_GROUP_BYTES / 2**30:g} GiB vitkit reads at once (a row group is read whole); write the file "
+            "again in smaller row groups, e.g. pyarrow.parquet.write_table(table, path, row_group_size=100), as "
+            "Hugging Face datasets does for images"
+        )
 
 
 def _row_group_images(file: str, group: int) -> list[tuple[bytes | None, str | None]]:
@@ -481,7 +511,9 @@ def _read_row_group(file: str, group: int) -> list[tuple[bytes | None, str | Non
 
 
 # -- the split ------------------------------------------------------------------------------------
-def _labels(raw: list[str], known: list[str] | None, source: str, records: list, origin: str = "classes.txt") -> tuple[torch.Tensor, list[str]]:
+def _labels(
+    raw: list[str], known: list[str] | None, source: str, records: list, origin: str = "classes.txt"
+) -> tuple[torch.Tensor, list[str]]:
     """Class indices and names. With `known` (classes.txt) an integer label is an index into it and a name one of its
     names; without it integer labels are indices named by their numbers, and names are sorted. A label that fits
     neither, labels that mix indices and names with no classes.txt, or a sample without a label among labelled ones,
@@ -489,25 +521,37 @@ def _labels(raw: list[str], known: list[str] | None, source: str, records: list,
     if all(r == "" for r in raw):
         return torch.zeros(len(raw), dtype=torch.long), ["unlabeled"]
     if "" in raw:  # one shard without labels among labelled ones
-        raise DataError(f"{records[raw.index('')]}: has no .cls or .json label, where other samples have one; every sample "
-                        "needs one (or none has)")
+        raise DataError(
+            f"{records[raw.index('')]}: has no .cls or .json label, where other samples have one; every sample "
+            "needs one (or none has)"
+        )
     numeric = [r.lstrip("-").isdigit() for r in raw]
     if all(numeric) or known:
         names = list(known) if known else [str(i) for i in range(max(int(r) for r in raw) + 1)]
         index = {name: i for i, name in enumerate(names)}
         values = [int(r) if number else index.get(r, -2) for r, number in zip(raw, numeric)]
-        bad = next((i for i, v in enumerate(values) if v < -1 or v >= len(names)), None)  # -1: no label (Hugging Face's)
+        bad = next(
+            (i for i, v in enumerate(values) if v < -1 or v >= len(names)), None
+        )  # -1: no label (Hugging Face's)
         if bad is not None:
             shown = ", ".join(names[:8]) + (" ..." if len(names) > 8 else "")
-            what = f"class index {raw[bad]}, outside 0 .. {len(names) - 1}" if numeric[bad] else f"class {raw[bad]!r}, not one of"
-            raise DataError(f"{records[bad]}: label {what} the {len(names)} classes{f' of {origin}' if known else ''} ({shown}); "
-                            "fix the label" + ("" if known else ", or list the class names in classes.txt beside the shards"))
+            what = (
+                f"class index {raw[bad]}, outside 0 .. {len(names) - 1}"
+                if numeric[bad]
+                else f"class {raw[bad]!r}, not one of"
+            )
+            raise DataError(
+                f"{records[bad]}: label {what} the {len(names)} classes{f' of {origin}' if known else ''} ({shown}); "
+                "fix the label" + ("" if known else ", or list the class names in classes.txt beside the shards")
+            )
         return torch.tensor(values, dtype=torch.long), names
     if any(numeric):
         i, j = numeric.index(True), numeric.index(False)
-        raise DataError(f"{source}: labels mix class indices ({raw[i]!r} at {records[i]}) and class names ({raw[j]!r} at "
-                        f"{records[j]}); use one kind, or list the class names in classes.txt beside the shards (an index "
-                        "then counts in it)")
+        raise DataError(
+            f"{source}: labels mix class indices ({raw[i]!r} at {records[i]}) and class names ({raw[j]!r} at "
+            f"{records[j]}); use one kind, or list the class names in classes.txt beside the shards (an index "
+            "then counts in it)"
+        )
     names = sorted(set(raw), key=_label_order)
     index = {name: i for i, name in enumerate(names)}
     return torch.tensor([index[r] for r in raw], dtype=torch.long), names
@@ -535,14 +579,26 @@ def _labelled(part: Split, split: str) -> Split:
     if not len(missing):
         return part
     if len(missing) == len(part):
-        raise DataError(f"{part.source}: the {split} split has no labels (every label is -1 or null, as Hugging Face writes an "
-                        "unlabelled test split); score a labelled split instead (eval: --split val; fewshot, knn, linear-probe: --test-split val)")
-    raise DataError(f"{part.paths[int(missing[0])]}: has no label (-1 or null; {len(missing)} of the {len(part)} samples of the "
-                    f"{split} split); label them, or leave them out of the files")
+        raise DataError(
+            f"{part.source}: the {split} split has no labels (every label is -1 or null, as Hugging Face writes an "
+            "unlabelled test split); score a labelled split instead (eval: --split val; fewshot, knn, linear-probe: --test-split val)"
+        )
+    raise DataError(
+        f"{part.paths[int(missing[0])]}: has no label (-1 or null; {len(missing)} of the {len(part)} samples of the "
+        f"{split} split); label them, or leave them out of the files"
+    )
 
 
-def _open_split(path, split: str, files: list[Path], records: list, labels: torch.Tensor, names: list[str],
-                val_fraction: float, seed: int) -> Split:
+def _open_split(
+    path,
+    split: str,
+    files: list[Path],
+    records: list,
+    labels: torch.Tensor,
+    names: list[str],
+    val_fraction: float,
+    seed: int,
+) -> Split:
     """`split` of the samples `records` of shard `files`, cut by their file names, folders or a held-out part."""
     by_split = {s: [f for f in files if _split_of(f) == s] for s in SPLIT_NAMES}
     named = {s: fs for s, fs in by_split.items() if fs}
@@ -558,8 +614,11 @@ def _open_split(path, split: str, files: list[Path], records: list, labels: torc
         train = _files_subset(full, owner, named["train"], f"{source} (train)")
         return _held_out(train, split, val_fraction, seed)
     available = [s for s in SPLIT_NAMES if s in named or (s == "val" and "train" in named and val_fraction > 0.0)]
-    raise MissingSplit(f"{path}: has no {split!r} shards (it has {', '.join(available)}); name them {split}-*.tar|parquet or put them "
-                       f"in {split}/", available)
+    raise MissingSplit(
+        f"{path}: has no {split!r} shards (it has {', '.join(available)}); name them {split}-*.tar|parquet or put them "
+        f"in {split}/",
+        available,
+    )
 
 
 def _files_subset(full: Split, owner: np.ndarray, files: list[Path], source: str) -> Split:
@@ -578,8 +637,15 @@ def blocks(split: Split) -> np.ndarray | None:
 
 
 # -- writing shards -------------------------------------------------------------------------------
-def write_tar_shards(split: Split, out: str | os.PathLike, per_shard: int = 1000, seed: int = 0, prefix: str = "shard",
-                     finish: bool = True, bad: BadFiles | None = None) -> list[Path]:
+def write_tar_shards(
+    split: Split,
+    out: str | os.PathLike,
+    per_shard: int = 1000,
+    seed: int = 0,
+    prefix: str = "shard",
+    finish: bool = True,
+    bad: BadFiles | None = None,
+) -> list[Path]:
     """Write the image files of `split` as tar shards out/PREFIX-NNNNNN.tar (samples shuffled with `seed`, labels as
     KEY.cls class indices) plus out/classes.txt; returns the shard paths. A split's name as `prefix` (train, val,
     test) makes the files that split when read back. Until they are all written the folder is marked unfinished
@@ -602,8 +668,15 @@ def write_tar_shards(split: Split, out: str | os.PathLike, per_shard: int = 1000
                     record = split.paths[i]
                     try:
                         data = record.read() if isinstance(record, Record) else Path(record).read_bytes()
-                    except OSError as err:  # a listed file that is gone or unreadable: as data.on_error says, as training does
-                        data, why = None, "image file not found" if isinstance(err, FileNotFoundError) else err.strerror or type(err).__name__
+                    except (
+                        OSError
+                    ) as err:  # a listed file that is gone or unreadable: as data.on_error says, as training does
+                        data, why = (
+                            None,
+                            "image file not found"
+                            if isinstance(err, FileNotFoundError)
+                            else err.strerror or type(err).__name__,
+                        )
                     if data is None or (why := _unreadable(data)) is not None:
                         if bad is None:
                             raise DataError(f"{record}: {why}; remove or replace it")
@@ -668,7 +741,13 @@ def _suffix(data: bytes, name: str) -> str:
     suffix = Path(name).suffix.lower()
     if suffix in IMAGE_SUFFIXES:
         return suffix
-    for magic, found in ((b"\xff\xd8", ".jpg"), (b"\x89PNG", ".png"), (b"RIFF", ".webp"), (b"GIF8", ".gif"), (b"BM", ".bmp")):
+    for magic, found in (
+        (b"\xff\xd8", ".jpg"),
+        (b"\x89PNG", ".png"),
+        (b"RIFF", ".webp"),
+        (b"GIF8", ".gif"),
+        (b"BM", ".bmp"),
+    ):
         if data.startswith(magic):
             return found
     return ".png" if not data else ".tif"

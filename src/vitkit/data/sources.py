@@ -28,7 +28,11 @@ from . import idx
 from .images import IMAGE_SUFFIXES, image_files, is_hidden, is_image_file
 
 SPLITS = ("train", "val", "test")
-SPLIT_NAMES = {"train": ("train",), "val": ("val", "validation", "valid", "dev"), "test": ("test",)}  # folders, files; any case
+SPLIT_NAMES = {
+    "train": ("train",),
+    "val": ("val", "validation", "valid", "dev"),
+    "test": ("test",),
+}  # folders, files; any case
 
 
 @dataclass
@@ -46,9 +50,13 @@ class Split:
 
     def __post_init__(self) -> None:
         bad = next((name for name in self.class_names if has_control_characters(name)), None)
-        if bad is not None:  # printed raw, a folder named "a\x1b[31mb" recoloured the terminal and a newline split lines
-            raise DataError(f"{self.source or 'the data'}: class name {bad!r} holds control characters (a newline, tab or "
-                            "terminal escape); rename it")
+        if (
+            bad is not None
+        ):  # printed raw, a folder named "a\x1b[31mb" recoloured the terminal and a newline split lines
+            raise DataError(
+                f"{self.source or 'the data'}: class name {bad!r} holds control characters (a newline, tab or "
+                "terminal escape); rename it"
+            )
 
     def describe(self) -> dict:
         """Exactly which images these are: where from, which part, how many, and a digest of the images themselves."""
@@ -64,7 +72,7 @@ class Split:
             h.update(self.images.numpy().tobytes())
         elif self.paths is not None:
             prefix = self.source.rstrip(os.sep) + os.sep
-            names = (n[len(prefix):] if n.startswith(prefix) else n for n in map(str, self.paths))
+            names = (n[len(prefix) :] if n.startswith(prefix) else n for n in map(str, self.paths))
             h.update("\n".join(names).encode(errors="surrogateescape"))
         return h.hexdigest()
 
@@ -85,7 +93,7 @@ class Split:
 
 
 def where_from(record: dict, *, all_said: bool = True) -> str:
-    """"SOURCE (SELECTION)" of a split's `describe()` record, in one parenthesis where the source already ends in one
+    """ "SOURCE (SELECTION)" of a split's `describe()` record, in one parenthesis where the source already ends in one
     (shards named by their split: "DIR (train)"); just "SOURCE" for all of it unless `all_said`."""
     source, selection = record["source"], record.get("selection", "all")
     if selection == "all" and not all_said:
@@ -94,7 +102,7 @@ def where_from(record: dict, *, all_said: bool = True) -> str:
 
 
 def described(record: dict) -> str:
-    """"N images (source, selection)": a split's `describe()` record as reports and errors print it."""
+    """ "N images (source, selection)": a split's `describe()` record as reports and errors print it."""
     return f"{record['n']:,} images ({record['source']}, {record['selection']})"
 
 
@@ -114,15 +122,21 @@ def seeded_split(n: int, val_fraction: float, seed: int) -> tuple[np.ndarray, np
     return np.sort(order[: n - n_val]), np.sort(order[n - n_val :])
 
 
-def synthetic(num_classes: int, size: int, channels: int, image_size: int, seed: int = 0, split: str = "train") -> Split:
+def synthetic(
+    num_classes: int, size: int, channels: int, image_size: int, seed: int = 0, split: str = "train"
+) -> Split:
     """A learnable toy dataset: each class is a fixed random pattern (from `seed`) plus pixel noise (per split)."""
-    patterns = torch.rand(num_classes, channels, image_size, image_size, generator=torch.Generator().manual_seed(seed)) * 255
+    patterns = (
+        torch.rand(num_classes, channels, image_size, image_size, generator=torch.Generator().manual_seed(seed)) * 255
+    )
     g = torch.Generator().manual_seed(seed + 1 + SPLITS.index(split))
     labels = torch.arange(size) % num_classes
     labels = labels[torch.randperm(size, generator=g)]
     noise = torch.randn(size, channels, image_size, image_size, generator=g) * 40
     images = (patterns[labels] + noise).clamp(0, 255).round().to(torch.uint8)
-    return Split(labels=labels, class_names=[f"class_{i}" for i in range(num_classes)], images=images, source="synthetic")
+    return Split(
+        labels=labels, class_names=[f"class_{i}" for i in range(num_classes)], images=images, source="synthetic"
+    )
 
 
 class MissingSplit(DataError):
@@ -141,8 +155,15 @@ def split_folders(root: Path) -> dict[str, Path]:
     if not root.is_dir():
         return found
     for split, names in SPLIT_NAMES.items():
-        folders = [root / n for name in names for n in dict.fromkeys((name, name.capitalize(), name.upper())) if (root / n).is_dir()]
-        folders = list({os.path.normcase(os.path.realpath(f)): f for f in folders}.values())  # one folder on a case-blind disk
+        folders = [
+            root / n
+            for name in names
+            for n in dict.fromkeys((name, name.capitalize(), name.upper()))
+            if (root / n).is_dir()
+        ]
+        folders = list(
+            {os.path.normcase(os.path.realpath(f)): f for f in folders}.values()
+        )  # one folder on a case-blind disk
         if len(folders) > 1:
             raise DataError(f"{root}: {folders[0].name}/ and {folders[1].name}/ are both the {split} split; keep one")
         if folders:
@@ -255,8 +276,10 @@ def _refuse_archive(path: Path) -> None:
         raise DataError(f"{path}: one image, not data; {data} (vitkit predict classifies one image)")
     for magic, what, unpack in ARCHIVES:
         if head.startswith(magic):
-            raise DataError(f"{path}: {what}, which vitkit does not read; unpack it ({unpack.format(path=path)}) and give the "
-                            "folder, or write tar shards from that folder with vitkit data DIR --to-shards SHARDS")
+            raise DataError(
+                f"{path}: {what}, which vitkit does not read; unpack it ({unpack.format(path=path)}) and give the "
+                "folder, or write tar shards from that folder with vitkit data DIR --to-shards SHARDS"
+            )
 
 
 def split_lists(root: Path) -> dict[str, Path]:
@@ -288,8 +311,10 @@ def _listed_split(lists: dict[str, Path], split: str, val_fraction: float, seed:
     trained = {os.path.normpath(p) for p in train.paths}
     shared = [p for p in listed.paths if os.path.normpath(p) in trained]
     if shared:
-        raise DataError(f"{lists[split]}: {len(shared)} of its {len(listed)} images {'is' if len(shared) == 1 else 'are'} also in {lists['train'].name} (e.g. {shared[0]}); "
-                        f"the {split} split must hold images the model does not train on: list each in one of them")
+        raise DataError(
+            f"{lists[split]}: {len(shared)} of its {len(listed)} images {'is' if len(shared) == 1 else 'are'} also in {lists['train'].name} (e.g. {shared[0]}); "
+            f"the {split} split must hold images the model does not train on: list each in one of them"
+        )
     return _on_train_classes(listed, train.class_names, train.source)
 
 
@@ -297,7 +322,9 @@ def _on_train_classes(listed: Split, names: list[str], train_source: str) -> Spl
     """A listed val or test split labelled by train's classes `names`; a class train lacks is an error."""
     unknown = [name for name in listed.class_names if name not in names]
     if unknown:
-        raise DataError(f"{listed.source}: class {unknown[0]!r} is not one of the {len(names)} classes of {train_source}")
+        raise DataError(
+            f"{listed.source}: class {unknown[0]!r} is not one of the {len(names)} classes of {train_source}"
+        )
     return on_classes(listed, names)
 
 
@@ -311,12 +338,17 @@ def on_classes(split: Split, names: list[str]) -> Split:
 def _held_out(full: Split, split: str, val_fraction: float, seed: int) -> Split:
     """train (the rest) or val (the held-out part) of a source stored as one set; never "test"."""
     if split == "test":  # a held-out part is validation data: a test split must be kept apart on disk
-        raise MissingSplit(f"{full.source}: has no 'test' split (it has train{', val' if val_fraction > 0 else ''})",
-                           ["train", *(["val"] if val_fraction > 0 else [])])
+        raise MissingSplit(
+            f"{full.source}: has no 'test' split (it has train{', val' if val_fraction > 0 else ''})",
+            ["train", *(["val"] if val_fraction > 0 else [])],
+        )
     if split == "train" and val_fraction == 0.0:
         return full
     if not 0.0 < val_fraction < 1.0:
-        raise MissingSplit(f"{full.source}: has no separate {split!r} split; set data.val_fraction in (0, 1) to hold one out", ["train"])
+        raise MissingSplit(
+            f"{full.source}: has no separate {split!r} split; set data.val_fraction in (0, 1) to hold one out",
+            ["train"],
+        )
     rest, held = hold_out(full, val_fraction, seed)
     return held if split == "val" else rest
 
@@ -335,11 +367,15 @@ def first_of(split: Split, n: int, seed: int) -> Split:
     """The first `n` images of a seeded order of `split`: for one seed, a smaller n is a subset of a larger one (the
     nested training sets of the paper's Fig. 3-4); kept in the split's order. `selection` says which they are."""
     if n > len(split):
-        raise DataError(f"data.train_images: {n:,} is more than the training split holds ({described(split.describe())}); "
-                        f"give at most {len(split):,}")
+        raise DataError(
+            f"data.train_images: {n:,} is more than the training split holds ({described(split.describe())}); "
+            f"give at most {len(split):,}"
+        )
     order = np.random.default_rng([seed, 1]).permutation(len(split))  # not hold_out's order: a cut within its part
     part = split.subset(np.sort(order[:n]))
-    part.selection = f"first {n:,} of a seeded order (seed {seed})" + ("" if split.selection == "all" else f" of {split.selection}")
+    part.selection = f"first {n:,} of a seeded order (seed {seed})" + (
+        "" if split.selection == "all" else f" of {split.selection}"
+    )
     return part
 
 
@@ -366,10 +402,15 @@ def class_name(text: str) -> str:
 
 def _class_dirs(root: Path) -> list[str]:
     """The class folders' names as on disk, in the order of their NFC names (one order whichever form a disk keeps)."""
-    return sorted((d.name for d in root.iterdir() if d.is_dir() and not is_hidden(d.name)), key=lambda n: (class_name(n), n))
+    return sorted(
+        (d.name for d in root.iterdir() if d.is_dir() and not is_hidden(d.name)), key=lambda n: (class_name(n), n)
+    )
 
 
-METADATA_LISTS = ("metadata.csv", "metadata.jsonl")  # Hugging Face's imagefolder: a split's images and their labels beside them
+METADATA_LISTS = (
+    "metadata.csv",
+    "metadata.jsonl",
+)  # Hugging Face's imagefolder: a split's images and their labels beside them
 
 
 def metadata_list(root: Path) -> Path | None:
@@ -402,22 +443,34 @@ def _read_folder(root: Path, classes: list[str] | None = None) -> Split:
         named = {os.path.abspath(p) for p in listed.paths}
         unlisted = [p for p in root.iterdir() if p.is_file() and is_image_file(p) and os.path.abspath(p) not in named]
         if unlisted:  # as Hugging Face's imagefolder reads it: only what the list labels; said, not silent
-            warnings.warn(f"{root}: {len(unlisted)} image file{'s' * (len(unlisted) != 1)} not in {metadata.name} left out "
-                          f"(e.g. {unlisted[0].name}); label {'them' if len(unlisted) != 1 else 'it'} there to use {'them' if len(unlisted) != 1 else 'it'}")
+            warnings.warn(
+                f"{root}: {len(unlisted)} image file{'s' * (len(unlisted) != 1)} not in {metadata.name} left out "
+                f"(e.g. {unlisted[0].name}); label {'them' if len(unlisted) != 1 else 'it'} there to use {'them' if len(unlisted) != 1 else 'it'}"
+            )
         return listed if classes is None else _on_train_classes(listed, classes, str(root.parent / "train"))
     if not found:
         loose = sorted(p for p in root.iterdir() if p.is_file() and is_image_file(p))
         if loose and classes:
-            raise DataError(f"{root}: images without class folders, where {root.parent / 'train'} has classes "
-                            f"{', '.join(classes[:3])}{', ...' * (len(classes) > 3)}; put them in class folders, or label them in "
-                            f"{root / 'metadata.csv'} (file_name,label)")
+            raise DataError(
+                f"{root}: images without class folders, where {root.parent / 'train'} has classes "
+                f"{', '.join(classes[:3])}{', ...' * (len(classes) > 3)}; put them in class folders, or label them in "
+                f"{root / 'metadata.csv'} (file_name,label)"
+            )
         if loose:
-            return Split(labels=torch.zeros(len(loose), dtype=torch.long), class_names=["unlabeled"], paths=loose, source=str(root))
+            return Split(
+                labels=torch.zeros(len(loose), dtype=torch.long),
+                class_names=["unlabeled"],
+                paths=loose,
+                source=str(root),
+            )
     names = [class_name(n) for n in found]
     loose = [p for p in root.iterdir() if p.is_file() and is_image_file(p)]
     if loose:  # beside class folders: in no class, so in no split (left out unsaid, a folder of 46 images read as 5)
-        warnings.warn(f"{root}: {len(loose)} image file{'s' * (len(loose) != 1)} directly in it, in no class folder, left out "
-                      f"(e.g. {sorted(loose)[0].name}); " + ("put them in class folders to use them" if len(loose) != 1 else "put it in a class folder to use it"))
+        warnings.warn(
+            f"{root}: {len(loose)} image file{'s' * (len(loose) != 1)} directly in it, in no class folder, left out "
+            f"(e.g. {sorted(loose)[0].name}); "
+            + ("put them in class folders to use them" if len(loose) != 1 else "put it in a class folder to use it")
+        )
     if classes is not None and names != classes:
         extra, missing = sorted(set(names) - set(classes)), sorted(set(classes) - set(names))
         what = f"class {missing[0]!r} of train/ is missing here" if missing else f"class {extra[0]!r} is not in train/"
@@ -433,8 +486,10 @@ def _read_folder(root: Path, classes: list[str] | None = None) -> Split:
 
         inner = next((root / name for name in found if is_sharded(root / name)), None)
         hint = f"; {inner} holds tar or Parquet shards: give that folder" if inner else ""
-        raise DataError(f"{root}: no images found; expected root/<class>/<image>.jpg|png|webp ... (or IDX files, a .csv/.jsonl "
-                        f"list, tar shards or Parquet files){hint}")
+        raise DataError(
+            f"{root}: no images found; expected root/<class>/<image>.jpg|png|webp ... (or IDX files, a .csv/.jsonl "
+            f"list, tar shards or Parquet files){hint}"
+        )
     if empty and classes is None:  # an empty training class could never be learned (in val it is only unscored)
         raise DataError(f"{root / empty[0]}: empty class folder (no image files); add images or remove the folder")
     return Split(labels=torch.tensor(labels, dtype=torch.long), class_names=names, paths=paths, source=str(root))
@@ -453,8 +508,10 @@ def check_compatible(train: Split, val: Split) -> None:
         raise DataError(f"{val.source}: {what}; the training and validation splits need the same classes")
     for split in (train, val):
         if len(split) and not 0 <= int(split.labels.min()) <= int(split.labels.max()) < len(train.class_names):
-            raise DataError(f"{split.source}: labels run from {int(split.labels.min())} to {int(split.labels.max())}, "
-                            f"but there are {len(train.class_names)} classes; labels must be 0 .. {len(train.class_names) - 1}")
+            raise DataError(
+                f"{split.source}: labels run from {int(split.labels.min())} to {int(split.labels.max())}, "
+                f"but there are {len(train.class_names)} classes; labels must be 0 .. {len(train.class_names) - 1}"
+            )
 
 
 def _read_list(path: Path) -> Split:
@@ -464,7 +521,9 @@ def _read_list(path: Path) -> Split:
     suffix = path.suffix.lower()
     try:
         if path.stat().st_size > MAX_LIST_BYTES:
-            raise DataError(f"{path}: {path.stat().st_size:,} bytes; a list of images is at most {MAX_LIST_BYTES:,} bytes")
+            raise DataError(
+                f"{path}: {path.stat().st_size:,} bytes; a list of images is at most {MAX_LIST_BYTES:,} bytes"
+            )
         text = path.read_text(encoding="utf-8-sig")  # a byte-order mark (Excel's "CSV UTF-8") is not part of the header
     except (OSError, UnicodeDecodeError) as err:
         raise DataError(f"{path}: cannot read the list ({first_line(err)})") from None
@@ -476,14 +535,21 @@ def _read_list(path: Path) -> Split:
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as err:
-                raise DataError(f"{path}:{line_no}: not valid JSON ({err.msg} at column {err.colno}); each line is one JSON object "
-                                f"with {_COLUMN_NAMES}") from None
+                raise DataError(
+                    f"{path}:{line_no}: not valid JSON ({err.msg} at column {err.colno}); each line is one JSON object "
+                    f"with {_COLUMN_NAMES}"
+                ) from None
             except RecursionError:
                 row = None
             if keys is None and isinstance(row, dict) and (found := _columns(list(row))) is not None:
                 keys = tuple(list(row)[i] for i in found)  # the first object's names hold for every line
                 _refuse_split_column(path, list(row))
-            if keys is None or not isinstance(row, dict) or not isinstance(row.get(keys[0]), str) or not _is_label(row.get(keys[1])):
+            if (
+                keys is None
+                or not isinstance(row, dict)
+                or not isinstance(row.get(keys[0]), str)
+                or not _is_label(row.get(keys[1]))
+            ):
                 raise DataError(f"{path}:{line_no}: expected a JSON object with {_COLUMN_NAMES}")
             rows.append((row[keys[0]], str(row[keys[1]])))
             lines.append(line_no)
@@ -499,13 +565,17 @@ def _read_list(path: Path) -> Split:
             _refuse_split_column(path, table[0][1])
             if columns is None:
                 header = ",".join(c.strip() for c in table[0][1])
-                raise DataError(f"{path}:1: {header[:60]!r} reads as a header, but names no path and label columns; name them "
-                                f"{_COLUMN_NAMES}, or remove the line")
+                raise DataError(
+                    f"{path}:1: {header[:60]!r} reads as a header, but names no path and label columns; name them "
+                    f"{_COLUMN_NAMES}, or remove the line"
+                )
             table = table[1:]
         for line_no, row in table:
             if len(row) <= max(columns) or not row[columns[0]].strip() or not _is_label(row[columns[1]].strip()):
                 shown = repr(row) if len(repr(row)) < 80 else repr(row)[:77] + "..."
-                raise DataError(f"{path}:{line_no}: expected 'path,label' (a label of at most {MAX_LABEL} characters), got {shown}")
+                raise DataError(
+                    f"{path}:{line_no}: expected 'path,label' (a label of at most {MAX_LABEL} characters), got {shown}"
+                )
             rows.append((row[columns[0]].strip(), row[columns[1]].strip()))
             lines.append(line_no)
     else:
@@ -536,12 +606,25 @@ def _refuse_split_column(path: Path, names: list) -> None:
     """A list saying which split each image is in would be read as one set, its val and test images trained on: one
     error saying how vitkit takes splits from lists."""
     if any(str(n).strip().lower() in ("split", "subset", "fold") for n in names):
-        raise DataError(f"{path}: has a split column, which vitkit does not read (its val and test images would be trained on); "
-                        "write one list per split (train.csv, val.csv, test.csv) in a folder and give the folder, or drop the "
-                        "column to hold val out of all of the images (data.val_fraction)")
+        raise DataError(
+            f"{path}: has a split column, which vitkit does not read (its val and test images would be trained on); "
+            "write one list per split (train.csv, val.csv, test.csv) in a folder and give the folder, or drop the "
+            "column to hold val out of all of the images (data.val_fraction)"
+        )
 
 
-PATH_COLUMNS = ("path", "file_name", "filename", "file", "filepath", "file_path", "image", "image_path", "img", "img_path")
+PATH_COLUMNS = (
+    "path",
+    "file_name",
+    "filename",
+    "file",
+    "filepath",
+    "file_path",
+    "image",
+    "image_path",
+    "img",
+    "img_path",
+)
 LABEL_COLUMNS = ("label", "class", "class_name", "category", "target", "y")
 _COLUMN_NAMES = "'path' (or file_name, filename, image ...) and 'label' (or class, category, target; text or integer)"
 
@@ -549,7 +632,9 @@ _COLUMN_NAMES = "'path' (or file_name, filename, image ...) and 'label' (or clas
 def _columns(names: list) -> tuple[int, int] | None:
     """(path column, label column) named in a CSV header or a JSON object's keys (any case), None unless both are."""
     lowered = [str(n).strip().lower() for n in names]
-    found = tuple(next((lowered.index(n) for n in group if n in lowered), None) for group in (PATH_COLUMNS, LABEL_COLUMNS))
+    found = tuple(
+        next((lowered.index(n) for n in group if n in lowered), None) for group in (PATH_COLUMNS, LABEL_COLUMNS)
+    )
     return None if None in found else found
 
 
@@ -565,9 +650,15 @@ def _csv_header(path: Path, table: list[tuple[int, list[str]]]) -> bool:
         return False
     if _columns(first) is not None:
         return True
-    if Path(first[0].strip()).suffix.lower() in IMAGE_SUFFIXES:  # a line of a missing image: found missing later, by name
+    if (
+        Path(first[0].strip()).suffix.lower() in IMAGE_SUFFIXES
+    ):  # a line of a missing image: found missing later, by name
         return False
-    return len(first) >= 2 and len(table) > 1 and all(len(row) < 2 or row[1].strip() != first[1].strip() for _, row in table[1:])
+    return (
+        len(first) >= 2
+        and len(table) > 1
+        and all(len(row) < 2 or row[1].strip() != first[1].strip() for _, row in table[1:])
+    )
 
 
 MAX_LABEL = 1000  # characters in a class name

@@ -71,24 +71,39 @@ class DataSpec:
         return cls(**{**fields, "path": absolute(path)})
 
     @classmethod
-    def from_checkpoint(cls, extra: dict, source: str | os.PathLike, *, data: str | os.PathLike | None = None,
-                        val_fraction: float | None = None, flag: str = "--data PATH") -> DataSpec:
+    def from_checkpoint(
+        cls,
+        extra: dict,
+        source: str | os.PathLike,
+        *,
+        data: str | os.PathLike | None = None,
+        val_fraction: float | None = None,
+        flag: str = "--data PATH",
+    ) -> DataSpec:
         """The data a checkpoint's record (`extra["data"]`) names; `data` replaces its path, `val_fraction` its cut.
 
         A checkpoint that records no data needs `data`; recorded data that is gone is an error naming
         the path and `flag` (how the caller passes `data`), never a silent switch to another dataset."""
         recorded = extra.get("data")
         if data is None and not isinstance(recorded, dict):
-            raise DataError(f"{source}: records no training data (not trained by vitkit train); name the data with {flag}")
+            raise DataError(
+                f"{source}: records no training data (not trained by vitkit train); name the data with {flag}"
+            )
         known = {f.name for f in dataclasses.fields(cls)} - {"trained"}
         fields = {k: v for k, v in (recorded or {}).items() if k in known}
-        if isinstance(recorded, dict) and isinstance(recorded.get("splits"), dict) and (data is None or absolute(data) == fields.get("path")):
+        if (
+            isinstance(recorded, dict)
+            and isinstance(recorded.get("splits"), dict)
+            and (data is None or absolute(data) == fields.get("path"))
+        ):
             fields["trained"] = (str(source), recorded["splits"], fields.get("val_fraction", cls.val_fraction))
         if data is not None:
             fields["path"] = absolute(data)
         elif fields.get("path") is not None and not Path(fields["path"]).exists():
-            raise DataError(f"{fields['path']}: the data {source} was trained on is not there (moved, or another machine); "
-                            f"pass {flag}")
+            raise DataError(
+                f"{fields['path']}: the data {source} was trained on is not there (moved, or another machine); "
+                f"pass {flag}"
+            )
         if val_fraction is not None:
             fields["val_fraction"] = val_fraction
         return cls(**fields)
@@ -98,7 +113,9 @@ class DataSpec:
         """The path for reports: the dataset's absolute path, "synthetic", or Fashion-MNIST's place."""
         return "synthetic" if self.name == "synthetic" else self.path or str(idx.default_dir().absolute())
 
-    def open(self, split: str, *, channels: int, image_size: int, flag: str = "--split", hold_out: str = "--val-fraction") -> Split:
+    def open(
+        self, split: str, *, channels: int, image_size: int, flag: str = "--split", hold_out: str = "--val-fraction"
+    ) -> Split:
         """One split. A split the data lacks is a DataError naming the splits it has, `flag` (the option that
         picks another) and `hold_out` (the option that holds part of train out as "val")."""
         opened = self._open(split, channels=channels, image_size=image_size, flag=flag, hold_out=hold_out)
@@ -117,8 +134,10 @@ class DataSpec:
         except MissingSplit as err:
             if "val" in err.available and split != "val":
                 raise DataError(f"{err}; choose one with {flag} val") from None
-            raise DataError(f"{err}; hold part of train out as 'val' with {hold_out} 0.1"
-                            + (f" and choose it with {flag} val" if split != "val" else "")) from None
+            raise DataError(
+                f"{err}; hold part of train out as 'val' with {hold_out} 0.1"
+                + (f" and choose it with {flag} val" if split != "val" else "")
+            ) from None
 
     def _check_held_out(self, name: str, split: Split, hold_out: str) -> None:
         """A split held out of the training images must be the part the checkpoint was trained without: cut again from
@@ -127,11 +146,19 @@ class DataSpec:
         now, before = split.describe(), splits.get(name)
         if before is None or same_images(before, now):
             return
-        was = described(before) if isinstance(before, dict) and {"n", "source", "selection"} <= before.keys() else "not recorded"
-        back = "put the data back as it was" + (f" and {hold_out} at {fraction:g}" if fraction != self.val_fraction else "")
-        raise DataError(f"{split.source}: the {name} split is cut from the training images, and this cut is not the one {checkpoint} "
-                        f"was trained without ({was} then, {described(now)} now), so it holds images the model trained on; "
-                        f"{back}, or evaluate on images kept apart on disk (--data DIR with val/ or test/)")
+        was = (
+            described(before)
+            if isinstance(before, dict) and {"n", "source", "selection"} <= before.keys()
+            else "not recorded"
+        )
+        back = "put the data back as it was" + (
+            f" and {hold_out} at {fraction:g}" if fraction != self.val_fraction else ""
+        )
+        raise DataError(
+            f"{split.source}: the {name} split is cut from the training images, and this cut is not the one {checkpoint} "
+            f"was trained without ({was} then, {described(now)} now), so it holds images the model trained on; "
+            f"{back}, or evaluate on images kept apart on disk (--data DIR with val/ or test/)"
+        )
 
     def changed(self, name: str, split: Split) -> tuple[dict, dict] | None:
         """(recorded, now) where the checkpoint this spec is of recorded split `name` of this data as other images than

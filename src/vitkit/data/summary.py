@@ -47,7 +47,9 @@ def _header(item) -> tuple[int, int, str]:
     orientation of 5-8 stores the image on its side)."""
     try:
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # the limit below is vitkit's, as training's
+            warnings.simplefilter(
+                "ignore", Image.DecompressionBombWarning
+            )  # the limit below is vitkit's, as training's
             image = Image.open(io.BytesIO(item.read()) if isinstance(item, Record) else item)
     except Image.DecompressionBombError:
         raise DataError(f"more pixels than the limit of {MAX_PIXELS:,} ({BOMB_ADVICE})") from None
@@ -68,10 +70,16 @@ def image_sizes(split: Split, sample: int = SIZE_SAMPLE) -> dict:
     for i in chosen:
         try:
             w, h, mode = _header(split.paths[i])
-        except Exception as err:  # an unreadable file: counted and the first named, training's data.on_error deals with it
+        except (
+            Exception
+        ) as err:  # an unreadable file: counted and the first named, training's data.on_error deals with it
             unreadable += 1
-            why = "not an image Pillow reads" if isinstance(err, UnidentifiedImageError) else first_line(err)  # not its BytesIO
-            first = first or (why if why.startswith(f"{split.paths[i]}:") else f"{split.paths[i]}: {why}")  # a record names itself
+            why = (
+                "not an image Pillow reads" if isinstance(err, UnidentifiedImageError) else first_line(err)
+            )  # not its BytesIO
+            first = first or (
+                why if why.startswith(f"{split.paths[i]}:") else f"{split.paths[i]}: {why}"
+            )  # a record names itself
             continue
         sizes.append((w, h))
         modes[mode] += 1
@@ -79,15 +87,24 @@ def image_sizes(split: Split, sample: int = SIZE_SAMPLE) -> dict:
         raise DataError(f"{split.source}: none of the {len(chosen)} images looked at could be read")
     w, h = np.array(sizes).T
     stats = lambda v: [int(v.min()), float(np.median(v)), int(v.max())]
-    return {"images": len(sizes), "of": len(split), "width": stats(w), "height": stats(h), "modes": dict(modes), "unreadable": unreadable,
-            **({"first_unreadable": first} if first else {})}
+    return {
+        "images": len(sizes),
+        "of": len(split),
+        "width": stats(w),
+        "height": stats(h),
+        "modes": dict(modes),
+        "unreadable": unreadable,
+        **({"first_unreadable": first} if first else {}),
+    }
 
 
 def describe(splits: dict[str, Split | str], sizes_of: str, path=None, name: str = "auto") -> dict:
     """The summary of a dataset from its opened splits (a split that cannot be opened: the reason, a string)."""
     opened = {s: v for s, v in splits.items() if isinstance(v, Split)}
     if sizes_of not in opened:
-        raise DataError(splits.get(sizes_of, f"the {sizes_of} split: not opened"))  # why it cannot be opened names the data
+        raise DataError(
+            splits.get(sizes_of, f"the {sizes_of} split: not opened")
+        )  # why it cannot be opened names the data
     names = opened[sizes_of].class_names
     rows = {}
     for s in SPLITS:
@@ -97,11 +114,21 @@ def describe(splits: dict[str, Split | str], sizes_of: str, path=None, name: str
             rows[s] = {"missing": splits[s]}
             continue
         counts = np.bincount(splits[s].labels.numpy(), minlength=len(splits[s].class_names))
-        rows[s] = {"images": len(splits[s]), "source": splits[s].source, "selection": splits[s].selection,
-                   "per_class": {n: int(c) for n, c in zip(splits[s].class_names, counts)}}
-    return {"path": None if path is None else str(path), "format": data_format(path, name), "classes": len(names),
-            "class_names": names, "splits": rows, "sizes": {"split": sizes_of, **image_sizes(opened[sizes_of])},
-            "copies_of_training_images": copies_of_training_images(opened)}
+        rows[s] = {
+            "images": len(splits[s]),
+            "source": splits[s].source,
+            "selection": splits[s].selection,
+            "per_class": {n: int(c) for n, c in zip(splits[s].class_names, counts)},
+        }
+    return {
+        "path": None if path is None else str(path),
+        "format": data_format(path, name),
+        "classes": len(names),
+        "class_names": names,
+        "splits": rows,
+        "sizes": {"split": sizes_of, **image_sizes(opened[sizes_of])},
+        "copies_of_training_images": copies_of_training_images(opened),
+    }
 
 
 def copies_of_training_images(splits: dict[str, Split]) -> dict[str, dict] | None:
@@ -126,22 +153,29 @@ def copies_of_training_images(splits: dict[str, Split]) -> dict[str, dict] | Non
 def copies_warning(name: str, copies: dict) -> str:
     """The warning `vitkit data` and `train` give of a split's copies of training images (copies_of_training_images)."""
     n, (held, trained) = copies["images"], copies["example"]
-    return (f"{n:,} {name} image{'s are' if n != 1 else ' is'} byte-identical to training images (e.g. {held} = {trained}): a figure "
-            f"on {name} scores {'them' if n != 1 else 'it'} as unseen; remove such copies")
+    return (
+        f"{n:,} {name} image{'s are' if n != 1 else ' is'} byte-identical to training images (e.g. {held} = {trained}): a figure "
+        f"on {name} scores {'them' if n != 1 else 'it'} as unseen; remove such copies"
+    )
 
 
 def held_out_twins(train: Split, held: Split, name: str = "held-out") -> list[tuple[str, str] | None] | None:
     """For each image of `held`, (it, the training image it is a copy of), else None; None: not checked (see
     copies_of_training_images)."""
     if train.images is not None and held.images is not None:
-        return [None if t is None else (f"{name} image {i}", f"train image {t}") for i, t in enumerate(pixel_twins(train.images, held.images))]
+        return [
+            None if t is None else (f"{name} image {i}", f"train image {t}")
+            for i, t in enumerate(pixel_twins(train.images, held.images))
+        ]
     if train.paths is None or held.paths is None:
         return None
     twins = training_twins(train.paths, held.paths)
     return None if twins is None else [None if t is None else (str(p), str(t)) for p, t in zip(held.paths, twins)]
 
 
-def sample_grid(pixels: np.ndarray, labels: list[str], columns: int = 8, tile: int = 112, title: str | None = None) -> Image.Image:
+def sample_grid(
+    pixels: np.ndarray, labels: list[str], columns: int = 8, tile: int = 112, title: str | None = None
+) -> Image.Image:
     """(N, C, H, W) uint8 images as one PNG-ready grid, each tile scaled to `tile` px with its label below; `title`
     (which images these are) across the top."""
     n, c, h, w = pixels.shape

@@ -12,7 +12,9 @@ from pathlib import Path
 
 
 def cache_dir() -> Path:
-    root = os.environ.get("VITKIT_CACHE") or os.path.join(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"), "vitkit")
+    root = os.environ.get("VITKIT_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"), "vitkit"
+    )
     return Path(root) / "kernels"
 
 

@@ -26,7 +26,9 @@ import torch.nn.functional as F
 from vitkit.kernels import build_library, cache_dir  # noqa: F401 (cache_dir: where the library lands)
 
 SOURCE = Path(__file__).with_name("cpu_inference.cpp")
-MAX_TOKENS = 800  # measured against SDPA: 7% faster at 577 tokens, level at 785, 1-6% slower at 1025-1445 (scores outgrow L2)
+MAX_TOKENS = (
+    800  # measured against SDPA: 7% faster at 577 tokens, level at 785, 1-6% slower at 1025-1445 (scores outgrow L2)
+)
 _ISA_FLAGS = {  # torch's own CPU capability (ATEN_CPU_CAPABILITY overrides it) decides the vector width
     "AVX512": ["-mavx512f", "-mavx512dq", "-mavx512vl", "-mavx512bw", "-mfma", "-DCPU_CAPABILITY_AVX512"],
     "AVX2": ["-mavx2", "-mfma", "-DCPU_CAPABILITY_AVX2"],
@@ -69,8 +71,12 @@ def attention_bf16(qkv: torch.Tensor, bias: torch.Tensor, num_heads: int) -> tor
     cover the input (not loaded, not bf16 on the CPU, gradients, longer than MAX_TOKENS, another head size)."""
     B, T, three_d = qkv.shape
     head_dim = three_d // 3 // num_heads
-    if (qkv.device.type == "cpu" and qkv.dtype == bias.dtype == torch.bfloat16 and not qkv.requires_grad
-            and bf16_covers(head_dim, T)):
+    if (
+        qkv.device.type == "cpu"
+        and qkv.dtype == bias.dtype == torch.bfloat16
+        and not qkv.requires_grad
+        and bf16_covers(head_dim, T)
+    ):
         return torch.ops.vitkit_bf16.attention(qkv.contiguous(), bias.contiguous(), num_heads, head_dim**-0.5)
     return None
 
@@ -90,7 +96,9 @@ def load() -> bool:
             torch.library.register_fake("vitkit::bias_gelu_")(lambda h, bias, approximate: None)
             _loaded = True
         except Exception as e:  # no compiler, no BLAS symbol, a read-only cache: torch's ops still work
-            warnings.warn(f"vitkit's CPU inference kernels are unavailable ({e}); using torch's SDPA and GELU", stacklevel=2)
+            warnings.warn(
+                f"vitkit's CPU inference kernels are unavailable ({e}); using torch's SDPA and GELU", stacklevel=2
+            )
             _loaded = False
     return _loaded
 
@@ -121,7 +129,11 @@ def _build(source: Path = SOURCE, isa: list[str] | None = None) -> Path:
 
     lib_dir = Path(torch.__file__).parent / "lib"
     flags = [
-        "-O3", "-std=c++20", "-shared", "-fPIC", "-fopenmp",
+        "-O3",
+        "-std=c++20",
+        "-shared",
+        "-fPIC",
+        "-fopenmp",
         f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
         *(isa if isa is not None else _ISA_FLAGS.get(torch.backends.cpu.get_cpu_capability(), [])),
         *(f"-I{p}" for p in cpp_extension.include_paths()),

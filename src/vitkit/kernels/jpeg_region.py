@@ -42,7 +42,9 @@ def load() -> bool:
     global _lib, _failure
     if _lib is None and _failure is None:
         try:
-            lib = ctypes.CDLL(str(build_library(SOURCE, os.environ.get("CC", "cc"), ["-O2", "-shared", "-fPIC"], ["-ljpeg"])))
+            lib = ctypes.CDLL(
+                str(build_library(SOURCE, os.environ.get("CC", "cc"), ["-O2", "-shared", "-fPIC"], ["-ljpeg"]))
+            )
             _declare(lib)
             _lib = lib
         except Exception as e:  # no compiler, no jpeglib.h, a libjpeg without jpeg_crop_scanline, a read-only cache
@@ -59,7 +61,20 @@ def _declare(lib: ctypes.CDLL) -> None:
     i, p = ctypes.c_int, ctypes.POINTER(ctypes.c_int)
     lib.vk_jpeg_info.argtypes = [ctypes.c_char_p, ctypes.c_size_t, p, p, p, p, ctypes.c_char_p]
     lib.vk_jpeg_info.restype = i
-    lib.vk_jpeg_region.argtypes = [ctypes.c_char_p, ctypes.c_size_t, i, i, i, i, i, i, i, i, ctypes.c_void_p, ctypes.c_char_p]
+    lib.vk_jpeg_region.argtypes = [
+        ctypes.c_char_p,
+        ctypes.c_size_t,
+        i,
+        i,
+        i,
+        i,
+        i,
+        i,
+        i,
+        i,
+        ctypes.c_void_p,
+        ctypes.c_char_p,
+    ]
     lib.vk_jpeg_region.restype = i
 
 
@@ -67,7 +82,10 @@ def info(data: bytes) -> tuple[int, int, str]:
     """(width, height, colour space) of the stored image, from its header; JpegError if libjpeg cannot read it."""
     width, height, components, colorspace = (ctypes.c_int() for _ in range(4))
     message = ctypes.create_string_buffer(_MESSAGE)
-    if _lib.vk_jpeg_info(data, len(data), *(ctypes.byref(v) for v in (width, height, components, colorspace)), message) != 0:
+    if (
+        _lib.vk_jpeg_info(data, len(data), *(ctypes.byref(v) for v in (width, height, components, colorspace)), message)
+        != 0
+    ):
         raise JpegError(message.value.decode(errors="replace"))
     return width.value, height.value, COLORSPACES.get(colorspace.value, "unknown")
 
@@ -77,7 +95,9 @@ def scaled(size: int, scale: int) -> int:
     return -(-size // scale)
 
 
-def decode(data: bytes, box: tuple[int, int, int, int], *, width: int, scale: int = 1, gray: bool = False) -> np.ndarray:
+def decode(
+    data: bytes, box: tuple[int, int, int, int], *, width: int, scale: int = 1, gray: bool = False
+) -> np.ndarray:
     """(bottom - top, right - left, 1 or 3) uint8: the box (left, top, right, bottom), in pixels of the image decoded
     at 1/scale, of a JPEG as stored (no EXIF orientation; `width`: that decoded image's width); JpegError on bad data."""
     left, top, right, bottom = box
@@ -88,8 +108,20 @@ def decode(data: bytes, box: tuple[int, int, int, int], *, width: int, scale: in
     channels = 1 if gray else 3
     out = np.empty((bottom - top, right - left, channels), np.uint8)
     message = ctypes.create_string_buffer(_MESSAGE)
-    status = _lib.vk_jpeg_region(data, len(data), scale, int(gray), left, top, right - left, bottom - top, start, stop - start,
-                                 out.ctypes.data, message)
+    status = _lib.vk_jpeg_region(
+        data,
+        len(data),
+        scale,
+        int(gray),
+        left,
+        top,
+        right - left,
+        bottom - top,
+        start,
+        stop - start,
+        out.ctypes.data,
+        message,
+    )
     if status != 0:
         raise (JpegError if status == -1 else ValueError)(message.value.decode(errors="replace"))
     return out

@@ -76,7 +76,9 @@ class ResNetConfig:
             raise ConfigError(f"backbone.layers: expected a list of positive unit counts, got {shown(self.layers)}")
         layers = tuple(self.layers)
         if not _is_int(self.width) or self.width <= 0 or self.width % 32:
-            raise ConfigError(f"backbone.width: expected a positive multiple of 32 (GroupNorm has 32 groups), got {shown(self.width)}")
+            raise ConfigError(
+                f"backbone.width: expected a positive multiple of 32 (GroupNorm has 32 groups), got {shown(self.width)}"
+            )
         object.__setattr__(self, "layers", layers)
 
     @property
@@ -134,16 +136,24 @@ class ViTConfig:
         if not _is_int(self.num_classes) or self.num_classes < 0:
             raise ConfigError(f"num_classes: expected an integer >= 0, got {shown(self.num_classes)}")
         if self.depth > MAX_DEPTH:
-            raise ConfigError(f"depth: {self.depth} layers is over the limit of {MAX_DEPTH:,} (the paper's largest ViT has 32); "
-                              "the config is damaged or not a ViT's")
+            raise ConfigError(
+                f"depth: {self.depth} layers is over the limit of {MAX_DEPTH:,} (the paper's largest ViT has 32); "
+                "the config is damaged or not a ViT's"
+            )
         weights = self.depth * (4 * self.width**2 + 2 * self.width * self.mlp_dim) + self.num_classes * self.width
         if weights > MAX_WEIGHTS:  # built before any weight is read: memory for what no real ViT needs
-            raise ConfigError(f"width {self.width}, mlp_dim {self.mlp_dim}, depth {self.depth} and num_classes {self.num_classes} make a "
-                              f"model of about {weights:.2g} weights, over the limit of {MAX_WEIGHTS:.0e}; the config is damaged or not a ViT's")
+            raise ConfigError(
+                f"width {self.width}, mlp_dim {self.mlp_dim}, depth {self.depth} and num_classes {self.num_classes} make a "
+                f"model of about {weights:.2g} weights, over the limit of {MAX_WEIGHTS:.0e}; the config is damaged or not a ViT's"
+            )
         if self.width % self.num_heads:
             raise ConfigError(f"num_heads: {self.num_heads} heads do not divide width {self.width}")
-        if self.representation_size is not None and (not _is_int(self.representation_size) or self.representation_size <= 0):
-            raise ConfigError(f"representation_size: expected a positive integer or null, got {shown(self.representation_size)}")
+        if self.representation_size is not None and (
+            not _is_int(self.representation_size) or self.representation_size <= 0
+        ):
+            raise ConfigError(
+                f"representation_size: expected a positive integer or null, got {shown(self.representation_size)}"
+            )
         for key, allowed in (("classifier", CLASSIFIERS), ("pos_embed", POS_EMBEDS), ("mlp_act", MLP_ACTS)):
             if getattr(self, key) not in allowed:
                 raise ConfigError(f"{key}: expected one of {', '.join(allowed)}, got {shown(getattr(self, key))}")
@@ -242,7 +252,11 @@ class BiTConfig:
     def __post_init__(self) -> None:
         object.__setattr__(self, "image_size", _pair(self.image_size, "image_size"))
         layers = tuple(self.layers) if isinstance(self.layers, (list, tuple)) else self.layers
-        if not isinstance(layers, tuple) or not layers or not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in layers):
+        if (
+            not isinstance(layers, tuple)
+            or not layers
+            or not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in layers)
+        ):
             raise ConfigError(f"layers: expected a list of positive unit counts per stage, got {self.layers!r}")
         object.__setattr__(self, "layers", layers)
         for key in ("width_factor", "width", "in_chans"):
@@ -250,7 +264,9 @@ class BiTConfig:
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ConfigError(f"{key}: expected a positive integer, got {value!r}")
         if (self.width * self.width_factor) % 32:
-            raise ConfigError(f"width: width x width_factor must be a multiple of 32 (GroupNorm has 32 groups), got {self.width} x {self.width_factor}")
+            raise ConfigError(
+                f"width: width x width_factor must be a multiple of 32 (GroupNorm has 32 groups), got {self.width} x {self.width_factor}"
+            )
         if not isinstance(self.num_classes, int) or isinstance(self.num_classes, bool) or self.num_classes < 0:
             raise ConfigError(f"num_classes: expected an integer >= 0, got {self.num_classes!r}")
         if self.stem not in BIT_STEMS:

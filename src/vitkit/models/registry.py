@@ -95,9 +95,15 @@ _PLAIN = re.compile(r"vit_(test|mini|ti|s|b|l|h)(\d+)")
 _TIMM_PLAIN = re.compile(r"vit_(tiny|small|base|large|huge)_patch(\d+)_(\d+)")
 _TIMM_SIZES = {"tiny": "ti", "small": "s", "base": "b", "large": "l", "huge": "h"}
 _TIMM_BIT = re.compile(r"resnetv2_(\d+x\d+)_bit")  # resnetv2_50x1_bit(.goog_in21k): BiT-M R50x1
-_BIT_RELEASE = re.compile(r"bit_[sml]_(r\d+x\d+)")  # BiT-M-R50x1 (the release's file names): the upstream data, then the size
-_TIMM_HYBRIDS = {"vit_tiny_r_s16_p8": "r_vit_ti16", "vit_base_r50_s16": "r50_vit_b16", "vit_base_r26_s32": "r26_vit_b32",
-                 "vit_large_r50_s32": "r50_vit_l32"}
+_BIT_RELEASE = re.compile(
+    r"bit_[sml]_(r\d+x\d+)"
+)  # BiT-M-R50x1 (the release's file names): the upstream data, then the size
+_TIMM_HYBRIDS = {
+    "vit_tiny_r_s16_p8": "r_vit_ti16",
+    "vit_base_r50_s16": "r50_vit_b16",
+    "vit_base_r26_s32": "r26_vit_b32",
+    "vit_large_r50_s32": "r50_vit_l32",
+}
 
 
 def timm_alias(name: str) -> tuple[str, dict[str, Any]] | None:
@@ -136,8 +142,10 @@ def get_config(name: str, **overrides: Any) -> ModelConfig:
     elif match := _PLAIN.fullmatch(key):
         config = _size(match.group(1), int(match.group(2)))
     else:
-        raise ConfigError(f"model.name: unknown model {name!r}; known models: {', '.join(MODELS)}, any vit_<size><patch>, "
-                      "the release's BiT-M-R50x1 ..., and timm's names (vit_base_patch16_224, vit_base_r50_s16_384, resnetv2_50x1_bit, ...)")
+        raise ConfigError(
+            f"model.name: unknown model {name!r}; known models: {', '.join(MODELS)}, any vit_<size><patch>, "
+            "the release's BiT-M-R50x1 ..., and timm's names (vit_base_patch16_224, vit_base_r50_s16_384, resnetv2_50x1_bit, ...)"
+        )
     return config.replace(**overrides)
 
 

@@ -34,8 +34,19 @@ class StdConv2d(nn.Conv2d):
     padding "same": TensorFlow's 'SAME' (the ViT release's hybrids); an int: symmetric (the BiT release).
     """
 
-    def __init__(self, in_chans: int, out_chans: int, kernel_size: int, *, stride: int = 1, eps: float = 1e-5, padding: str | int = "same"):
-        super().__init__(in_chans, out_chans, kernel_size, stride=stride, padding=0 if padding == "same" else padding, bias=False)
+    def __init__(
+        self,
+        in_chans: int,
+        out_chans: int,
+        kernel_size: int,
+        *,
+        stride: int = 1,
+        eps: float = 1e-5,
+        padding: str | int = "same",
+    ):
+        super().__init__(
+            in_chans, out_chans, kernel_size, stride=stride, padding=0 if padding == "same" else padding, bias=False
+        )
         self.eps = eps
         self.same = padding == "same"
 
@@ -88,7 +99,10 @@ class ResNetBackbone(nn.Module):
         stages, chans = [], width
         for i, units in enumerate(config.layers):
             mid = width * 2**i
-            blocks = [Bottleneck(chans if j == 0 else 4 * mid, mid, stride=(2 if i > 0 and j == 0 else 1)) for j in range(units)]
+            blocks = [
+                Bottleneck(chans if j == 0 else 4 * mid, mid, stride=(2 if i > 0 and j == 0 else 1))
+                for j in range(units)
+            ]
             stages.append(nn.Sequential(*blocks))
             chans = 4 * mid
         self.stages = nn.Sequential(*stages)

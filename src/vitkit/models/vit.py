@@ -65,15 +65,23 @@ def _written_out_is_faster(q: torch.Tensor, k: torch.Tensor) -> bool:
     gradients, short sequences, never while torch.compile or torch.export trace the model (they keep the fused op)."""
     B, nh, Tq, _ = q.shape
     T = k.shape[2]
-    return (q.device.type == "cpu" and q.dtype == torch.float32 and q.requires_grad and torch.is_grad_enabled()
-            and T <= WRITTEN_OUT_MAX_TOKENS and B * nh * Tq * T <= WRITTEN_OUT_MAX_SCORES
-            and not torch.compiler.is_compiling())
+    return (
+        q.device.type == "cpu"
+        and q.dtype == torch.float32
+        and q.requires_grad
+        and torch.is_grad_enabled()
+        and T <= WRITTEN_OUT_MAX_TOKENS
+        and B * nh * Tq * T <= WRITTEN_OUT_MAX_SCORES
+        and not torch.compiler.is_compiling()
+    )
 
 
 class Attention(nn.Module):
     """Multi-head self-attention: softmax(Q K^T / sqrt(d_head)) V per head, heads projected back to D."""
 
-    def __init__(self, *, width: int, num_heads: int, attn_dropout: float, dropout: float, position_bias: nn.Module | None = None):
+    def __init__(
+        self, *, width: int, num_heads: int, attn_dropout: float, dropout: float, position_bias: nn.Module | None = None
+    ):
         super().__init__()
         self.position_bias = position_bias  # RelativePositionBias: (nh, T, T) added to the logits, or None
         self.num_heads = num_heads
@@ -83,7 +91,9 @@ class Attention(nn.Module):
         self.proj = nn.Linear(width, width)
         self.proj_drop = nn.Dropout(dropout)
         self.softmax = nn.Softmax(dim=-1)  # a named module, so inspection can hook it
-        self.kernel: Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor] | None = None  # InferenceKernels.attention
+        self.kernel: Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor] | None = (
+            None  # InferenceKernels.attention
+        )
 
     def _qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         B, T, D = x.shape
@@ -132,8 +142,13 @@ class Attention(nn.Module):
         y = F.dropout(probs, self.attn_dropout, self.training) @ v  # (B, nh, T, hd)
         return self._out(y), probs
 
-    def _probabilities(self, q: torch.Tensor, k: torch.Tensor, bias: torch.Tensor | None,
-                       softmax: Callable[[torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
+    def _probabilities(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        bias: torch.Tensor | None,
+        softmax: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    ) -> torch.Tensor:
         """softmax(Q K^T / sqrt(d_head) + bias) per head, (B, nh, Tq, T)."""
         logits = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)
         if bias is not None:
@@ -150,7 +165,9 @@ class Mlp(nn.Module):
         self.act = nn.GELU(approximate="tanh" if act == "gelu_tanh" else "none")
         self.fc2 = nn.Linear(mlp_dim, width)
         self.drop = nn.Dropout(dropout)
-        self.kernel: Callable[[torch.Tensor, torch.Tensor, bool], torch.Tensor] | None = None  # InferenceKernels.bias_gelu_
+        self.kernel: Callable[[torch.Tensor, torch.Tensor, bool], torch.Tensor] | None = (
+            None  # InferenceKernels.bias_gelu_
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.kernel is not None and _inference(self):  # fc1's bias and GELU in one pass
@@ -181,8 +198,12 @@ class Block(nn.Module):
         super().__init__()
         c = config
         self.norm1 = nn.LayerNorm(c.width, eps=c.layer_norm_eps)
-        bias = RelativePositionBias(c.grid_size, c.num_heads, c.num_prefix_tokens) if c.pos_embed == "relative" else None
-        self.attn = Attention(width=c.width, num_heads=c.num_heads, attn_dropout=c.attn_dropout, dropout=c.dropout, position_bias=bias)
+        bias = (
+            RelativePositionBias(c.grid_size, c.num_heads, c.num_prefix_tokens) if c.pos_embed == "relative" else None
+        )
+        self.attn = Attention(
+            width=c.width, num_heads=c.num_heads, attn_dropout=c.attn_dropout, dropout=c.dropout, position_bias=bias
+        )
         self.norm2 = nn.LayerNorm(c.width, eps=c.layer_norm_eps)
         self.mlp = Mlp(width=c.width, mlp_dim=c.mlp_dim, dropout=c.dropout, act=c.mlp_act)
         self.drop_path = DropPath(drop_path)
@@ -229,7 +250,9 @@ class VisionTransformer(nn.Module):
             self.pos_embed_row = nn.Parameter(torch.randn(c.grid_size[0], D // 2) * 0.02)
             self.pos_embed_col = nn.Parameter(torch.randn(c.grid_size[1], D // 2) * 0.02)
         elif c.pos_embed == "sincos2d":
-            self.register_buffer("pos_embed", sincos_2d_pos_embed(c.grid_size, D, c.num_prefix_tokens), persistent=False)
+            self.register_buffer(
+                "pos_embed", sincos_2d_pos_embed(c.grid_size, D, c.num_prefix_tokens), persistent=False
+            )
         else:
             self.pos_embed = None
         self.pos_drop = nn.Dropout(c.dropout)
@@ -323,7 +346,11 @@ class VisionTransformer(nn.Module):
         return F.pad(grid, (0, 0, self.config.num_prefix_tokens, 0))  # the class token gets no position
 
     def forward_features(
-        self, x: torch.Tensor, corrupt: Callable[[torch.Tensor], torch.Tensor] | None = None, *, class_token_only: bool = False
+        self,
+        x: torch.Tensor,
+        corrupt: Callable[[torch.Tensor], torch.Tensor] | None = None,
+        *,
+        class_token_only: bool = False,
     ) -> torch.Tensor:
         """Eq. 1-3 and the final LayerNorm: (B, C, H, W) -> (B, prefix + N, D).
 
@@ -379,7 +406,9 @@ class VisionTransformer(nn.Module):
         self.config = self.config.replace(image_size=image_size)
         new_grid = self.config.grid_size
         if self.config.pos_embed == "learned":
-            resampled = resample_pos_embed(self.pos_embed.data, new_grid, old_grid=old_grid, num_prefix_tokens=self.config.num_prefix_tokens)
+            resampled = resample_pos_embed(
+                self.pos_embed.data, new_grid, old_grid=old_grid, num_prefix_tokens=self.config.num_prefix_tokens
+            )
             self.pos_embed = nn.Parameter(resampled)
         elif self.config.pos_embed == "sincos2d":
             pe = sincos_2d_pos_embed(new_grid, self.config.width, self.config.num_prefix_tokens)
@@ -431,7 +460,9 @@ class RelativePositionBias(nn.Module):
     def __init__(self, grid: tuple[int, int], num_heads: int, num_prefix_tokens: int):
         super().__init__()
         self.num_prefix_tokens = num_prefix_tokens
-        self.table = nn.Parameter(torch.randn(num_heads, 2 * grid[0] - 1, 2 * grid[1] - 1) * 0.02)  # offsets -(g-1) .. g-1
+        self.table = nn.Parameter(
+            torch.randn(num_heads, 2 * grid[0] - 1, 2 * grid[1] - 1) * 0.02
+        )  # offsets -(g-1) .. g-1
         self.register_buffer("index", _offset_index(grid), persistent=False)
 
     def forward(self) -> torch.Tensor:
@@ -503,7 +534,9 @@ def resample_pos_embed(
     return torch.cat([prefix, grid], dim=1)
 
 
-def sincos_2d_pos_embed(grid: tuple[int, int], width: int, num_prefix_tokens: int = 1, temperature: float = 10_000.0) -> torch.Tensor:
+def sincos_2d_pos_embed(
+    grid: tuple[int, int], width: int, num_prefix_tokens: int = 1, temperature: float = 10_000.0
+) -> torch.Tensor:
     """Fixed 2D sine-cosine position embedding (1, prefix + h*w, D); the prefix slots are zero."""
     h, w = grid
     quarter = width // 4
