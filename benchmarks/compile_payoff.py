@@ -19,8 +19,8 @@ import time
 import torch
 
 import vitkit
-from vitkit import precision
-from vitkit.benchmark import device_name, interleaved_times
+from vitkit.inference import precision
+from vitkit.inference.benchmark import device_name, interleaved_times
 
 
 def main() -> None:

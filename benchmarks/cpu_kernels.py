@@ -12,7 +12,7 @@ import statistics
 
 import torch
 
-from vitkit import benchmark
+from vitkit.inference import benchmark
 from vitkit.models import get_config
 
 

@@ -21,9 +21,9 @@ import torch
 from vitkit.checkpoint.native import load_native
 from vitkit.data import eval_batches, open_dataset
 from vitkit.data.augment import eval_transform
-from vitkit.evaluation import calibration_images
-from vitkit.export import export, runtime_session
-from vitkit.precision import native_bf16, prepare
+from vitkit.inference.export import export, runtime_session
+from vitkit.inference.precision import native_bf16, prepare
+from vitkit.inference.predict import calibration_images
 from vitkit.train import find_checkpoint
 
 PATHS = (

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 import vitkit
-from vitkit.benchmark import device_name, interleaved_times
+from vitkit.inference.benchmark import device_name, interleaved_times
 from vitkit.models import vit
 
 SHAPES = [

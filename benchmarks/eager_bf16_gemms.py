@@ -12,7 +12,7 @@ import time
 
 import torch
 
-from vitkit import precision
+from vitkit.inference import precision
 from vitkit.models import create_model
 
 

@@ -101,7 +101,7 @@ def main() -> int:
             "| date | config | test top-1 | train s | img/s | steps | threads | load | machine | note |\n"
             "|---|---|---|---|---|---|---|---|---|---|\n"
         )
-    from vitkit.checkpoint.io import atomic_path
+    from vitkit.files import atomic_path
 
     head, sep, rest = text.partition(header)
     table_end = rest.find("\n\n", rest.find("|---|"))

@@ -338,7 +338,7 @@ def profile_step(batch: int = 256) -> dict:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from vitkit import benchmark
+    from vitkit.inference import benchmark
     from vitkit.models import get_config
 
     setup = benchmark.Setup(

@@ -20,7 +20,7 @@ import time
 
 CHILD = """
 import json, resource, sys, time, torch, vitkit
-from vitkit import inspection
+from vitkit.evaluate import inspection
 name, size, n, batch = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 torch.manual_seed(0)
 model = vitkit.create_model(name, image_size=size).eval()

@@ -16,11 +16,11 @@ import time
 
 import torch
 
-from vitkit import precision
 from vitkit.checkpoint.native import load_native
 from vitkit.data import eval_batches, open_dataset
 from vitkit.data.augment import eval_transform
-from vitkit.evaluation import calibration_images
+from vitkit.inference import precision
+from vitkit.inference.predict import calibration_images
 
 
 def main() -> None:

@@ -63,11 +63,11 @@ def ridge_accuracy(train_x, train_y, test_x, test_y, l2_reg: float = 2.0**10) ->
 
 
 def few_shot_evaluator():
-    """vitkit.evaluation.lsr_accuracy where the transfer work provides it, else the ridge above."""
+    """vitkit.evaluate.metrics.lsr_accuracy where the transfer work provides it, else the ridge above."""
     try:
-        from vitkit.evaluation import lsr_accuracy
+        from vitkit.evaluate.metrics import lsr_accuracy
 
-        return lsr_accuracy, "vitkit.evaluation.lsr_accuracy"
+        return lsr_accuracy, "vitkit.evaluate.metrics.lsr_accuracy"
     except ImportError:
         return ridge_accuracy, "ridge_accuracy in benchmarks/masked_patch.py"
 
@@ -119,7 +119,7 @@ def few_shot(models: dict, evaluate) -> dict:
 def majority_colour_share(config) -> float:
     """Share of the held-out patches in the most common colour class: what always guessing it would score."""
     from vitkit.data import eval_transform, open_split
-    from vitkit.pretrain import mean_colour_targets
+    from vitkit.train.objectives import mean_colour_targets
 
     c = config.model_config()
     val = open_split(
@@ -140,7 +140,7 @@ def main() -> int:
     out, P, S = ROOT / args.out, args.pretrain_steps, args.finetune_steps
     torch.set_num_threads(1)
     import vitkit as vk
-    from vitkit.run_config import load_run_config
+    from vitkit.train.config import load_run_config
 
     started = time.time()
     pre = train_run(
@@ -214,7 +214,7 @@ def main() -> int:
     head, sep, rest = body.partition(header)
     end = rest.find("\n## ")
     rest = rest + text if end < 0 else rest[:end] + text + rest[end:]
-    from vitkit.checkpoint.io import atomic_path
+    from vitkit.files import atomic_path
 
     with atomic_path(results) as tmp:
         tmp.write_text(head + sep + rest)

@@ -12,7 +12,7 @@ import argparse
 
 import torch
 
-from vitkit import benchmark
+from vitkit.inference import benchmark
 from vitkit.models import VisionTransformer, get_config
 
 

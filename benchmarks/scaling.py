@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from vitkit import benchmark
+from vitkit.inference import benchmark
 from vitkit.models import VisionTransformer, get_config
 
 

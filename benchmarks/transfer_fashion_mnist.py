@@ -158,7 +158,7 @@ def main() -> int:
     text = "\n".join(lines)
     print(text)
     if args.append:
-        from vitkit.checkpoint.io import atomic_path
+        from vitkit.files import atomic_path
 
         results = ROOT / "benchmarks" / "RESULTS.md"
         old = results.read_text() if results.exists() else "# Benchmark results\n"

@@ -33,7 +33,7 @@ def _skip_what_an_isa_cap_takes_away(items):
     needs VNNI (vitkit refuses int8 without it; see precision.int8_vnni)."""
     if not ISA_CAP:
         return
-    from vitkit import precision
+    from vitkit.inference import precision
 
     no_vnni = precision.int8_vnni() is None
     for item in items:

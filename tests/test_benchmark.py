@@ -4,8 +4,8 @@ import json
 import pytest
 import torch
 
-from vitkit import benchmark
 from vitkit.errors import ConfigError
+from vitkit.inference import benchmark
 from vitkit.models import get_config
 from vitkit.models.summary import count_flops
 
@@ -44,7 +44,7 @@ def test_compile_auto_times_vitkit_as_a_long_eval_runs_it_back_to_eager_where_co
 ):
     """On a 16-core Xeon compiled bf16 ViT-S/16 ran 3.5x slower than eager (RESULTS.md): `--compile auto` must time the
     path eval would take there, not the slow compiled graph. Eager batches take 1 s on this clock, compiled ones less or more."""
-    from vitkit import precision
+    from vitkit.inference import precision
 
     clock = [0.0]
     monkeypatch.setattr(precision.time, "perf_counter", lambda: clock[0])
@@ -89,7 +89,7 @@ def test_training_flops_are_about_three_forwards():
 @pytest.mark.parametrize("onednn", [True, False])
 def test_the_peak_matmul_multiplies_with_the_library_compiled_fp32_uses(monkeypatch, onednn):
 
-    from vitkit import precision
+    from vitkit.inference import precision
 
     monkeypatch.setattr(precision, "onednn_fp32_gemms", lambda: onednn)
     torch.manual_seed(0)

@@ -1,6 +1,6 @@
 import torch
 
-from vitkit.evaluation import confusion_matrix, evaluate, topk_correct
+from vitkit.evaluate.metrics import confusion_matrix, evaluate, topk_correct
 from vitkit.models import create_model
 
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from vitkit.data import synthetic
-from vitkit.evaluation import (
+from vitkit.evaluate.metrics import (
     extract_features,
     fewshot_eval,
     fewshot_indices,

@@ -10,7 +10,7 @@ import torch
 import vitkit
 from vitkit.checkpoint import save_pretrained
 from vitkit.errors import CheckpointError, ConfigError
-from vitkit.export import export, run_exported, verify
+from vitkit.inference.export import export, run_exported, verify
 
 
 @pytest.fixture
@@ -101,7 +101,7 @@ def test_an_export_never_replaces_its_checkpoint_nor_a_good_export_with_a_reject
     good, files = (tmp_path / "m.pt2").read_bytes(), sorted(p.name for p in tmp_path.iterdir())
     import vitkit.cli.export  # noqa: F401
 
-    monkeypatch.setattr("vitkit.export.verify", lambda *args, **kwargs: 0.5)  # an export that fails its check
+    monkeypatch.setattr("vitkit.inference.export.verify", lambda *args, **kwargs: 0.5)  # an export that fails its check
     done = vitkit_cmd("export", tmp_path / "ckpt", "--out", tmp_path / "m.pt2")
     assert done.returncode == 2 and "m.pt2: not written: the export differs from PyTorch by 5.00e-01" in done.stderr
     assert (
@@ -230,7 +230,7 @@ def test_an_openvino_export_says_what_openvino_runs_it_at_by_default(run_cli, mo
     """The check runs the IR with an f32 hint; a plain compile_model on a CPU with bf16 runs it in bf16, 1e-3 away."""
     pytest.importorskip("onnxscript")
     pytest.importorskip("openvino")
-    from vitkit.export import openvino_default
+    from vitkit.inference.export import openvino_default
 
     save_pretrained(model, tmp_path / "ckpt")
     done = run_cli("export", tmp_path / "ckpt", "--format", "openvino", "--out", tmp_path / "m.xml")
@@ -262,7 +262,7 @@ def test_onnx_export_is_one_file_with_class_names_and_preprocessing(model, tmp_p
 @pytest.mark.openvino
 def test_runtimes_run_the_onnx_export_alike(model, tmp_path):
     pytest.importorskip("onnxscript")
-    from vitkit.export import runtime_session
+    from vitkit.inference.export import runtime_session
 
     path = export(model, tmp_path / "model.onnx", format="onnx")
     x = torch.randn(4, 3, 16, 20)
@@ -278,7 +278,7 @@ def test_runtimes_run_the_onnx_export_alike(model, tmp_path):
 def _export_cut_before_the_graph(path, fmt, monkeypatch):
     """Export another model over `path`, failing as a full disk would at the rename that puts the graph in place;
     returns that other model."""
-    from vitkit import export as export_module
+    from vitkit.inference import export as export_module
 
     other = vitkit.create_model("vit_test", image_size=(16, 20)).eval()
     torch.nn.init.normal_(other.head.weight)
@@ -301,7 +301,7 @@ def test_an_onnx_export_with_external_weights_is_replaced_whole(model, tmp_path,
     with the new weights (or the reverse), even when the process dies between the renames."""
     pytest.importorskip("onnxscript")
     pytest.importorskip("onnxruntime")
-    from vitkit import export as export_module
+    from vitkit.inference import export as export_module
 
     monkeypatch.setattr(export_module, "ONNX_SINGLE_FILE_LIMIT", 0)  # every model counts as large
     x = torch.randn(2, 3, 16, 20)
@@ -327,7 +327,7 @@ def test_an_openvino_ir_cut_between_its_two_files_is_refused_in_one_line(model, 
     and sidecar (old class names): vitkit's runtime refuses that pair instead of running it."""
     pytest.importorskip("onnxscript")
     pytest.importorskip("openvino")
-    from vitkit.export import runtime_session
+    from vitkit.inference.export import runtime_session
 
     path = export(model, tmp_path / "m.xml", format="openvino")
     x = torch.randn(2, 3, 16, 20)
@@ -348,7 +348,7 @@ def test_an_int8_export_is_quantized_by_nncf_and_stays_close_to_pytorch(model, t
     pytest.importorskip("onnxscript")
     pytest.importorskip("onnxruntime" if fmt == "onnx" else "openvino")
     from vitkit.checkpoint.io import read_sidecar
-    from vitkit.export import runtime_session
+    from vitkit.inference.export import runtime_session
 
     calibration = [torch.randn(6, 3, 16, 20), torch.randn(4, 3, 16, 20)]
     path = export(model, tmp_path / ("m.xml" if fmt == "openvino" else "m.onnx"), format=fmt, calibration=calibration)
@@ -421,8 +421,8 @@ def test_cli_int8_export_is_calibrated_on_training_images_and_checked_on_held_ou
     good, files = (tmp_path / "m.onnx").read_bytes(), sorted(p.name for p in tmp_path.iterdir())
     impossible = vitkit_cmd(*base, "--out", tmp_path / "m.onnx", "--min-agreement", 1.01)  # refused before any work
     assert impossible.returncode == 2 and "--min-agreement: expected a fraction from 0 to 1" in impossible.stderr
-    from vitkit import export as exporting
     from vitkit.cli import main
+    from vitkit.inference import export as exporting
 
     real = exporting.runtime_session  # a runtime whose every answer is another class: no preset can pass
     monkeypatch.setattr(exporting, "runtime_session", lambda *a, **k: lambda x, run=real(*a, **k): -run(x))

@@ -16,11 +16,11 @@ import pytest
 import torch
 from PIL import Image
 
-from vitkit import faults
-from vitkit.checkpoint.io import read_safetensors, verify_checksums
+from vitkit.checkpoint.io import read_safetensors
 from vitkit.errors import CheckpointError, ConfigError, DataError, TrainingError
-from vitkit.run_config import load_run_config
-from vitkit.train import find_checkpoint, load_checkpoint, resume_config, step_checkpoints, train
+from vitkit.files import verify_checksums
+from vitkit.train import faults, find_checkpoint, load_checkpoint, resume_config, step_checkpoints, train
+from vitkit.train.config import load_run_config
 
 TINY = [
     "model.name=vit_test",

@@ -1,4 +1,4 @@
-"""vitkit.figures: every figure is drawn and written, with the numbers behind it."""
+"""vitkit.plots.figures: every figure is drawn and written, with the numbers behind it."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ import pytest
 import torch
 
 import vitkit
-from vitkit import figures, inspection
+from vitkit.evaluate import inspection
 from vitkit.models import ResNetConfig, VisionTransformer, ViTConfig
+from vitkit.plots import figures
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

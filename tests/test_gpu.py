@@ -15,8 +15,8 @@ import torch
 
 from vitkit.checkpoint.io import read_safetensors
 from vitkit.checkpoint.native import load_native
-from vitkit.run_config import load_run_config
 from vitkit.train import train
+from vitkit.train.config import load_run_config
 
 pytestmark = pytest.mark.gpu
 
@@ -253,7 +253,7 @@ def test_torchrun_on_one_gpu_trains_under_nccl(tmp_path, strategy):
 def test_a_runner_choosing_its_path_on_cuda_times_finished_batches(monkeypatch):
     """eval's runner times an eager batch, compiles, and keeps the compiled graph only where two batches of it beat that
     eager one: on a GPU each of those timings must wait for the batch to finish, not only for its launch."""
-    from vitkit import precision
+    from vitkit.inference import precision
     from vitkit.models import create_model
 
     synced = []

@@ -20,7 +20,7 @@ from vitkit.data.sources import open_split
 from vitkit.errors import VitkitError
 from vitkit.models import VisionTransformer, get_config
 from vitkit.models.config import ViTConfig
-from vitkit.run_config import SECTIONS, load_run_config
+from vitkit.train.config import SECTIONS, load_run_config
 
 FUZZ = settings(
     max_examples=int(os.environ.get("VITKIT_FUZZ_EXAMPLES", "30")),

@@ -1,4 +1,4 @@
-"""vitkit.inspection: the definitions of paper §4.5 / App. D.7-D.8 on tiny models with known answers."""
+"""vitkit.evaluate.inspection: the definitions of paper §4.5 / App. D.7-D.8 on tiny models with known answers."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import torch
 from PIL import Image
 
 import vitkit
-from vitkit import inspection as insp
 from vitkit.errors import ConfigError, DataError
+from vitkit.evaluate import inspection as insp
 from vitkit.models import ResNetConfig, VisionTransformer, ViTConfig
 
 TINY = dict(width=32, depth=2, mlp_dim=64, num_heads=2, num_classes=10)

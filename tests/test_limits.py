@@ -108,7 +108,7 @@ def test_convert_refuses_a_head_the_machine_has_no_room_for_before_building_it(t
 
 
 def test_a_config_with_billions_of_input_channels_is_refused_before_sizing_anything(under_memory_limit):
-    from vitkit.run_config import load_run_config
+    from vitkit.train.config import load_run_config
 
     for value in ("22337203685", str(2**63)):  # found by the run-config fuzzer: per-channel means sized by it
         status, detail = under_memory_limit(

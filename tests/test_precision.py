@@ -2,9 +2,9 @@ import pytest
 import torch
 
 import vitkit
-from vitkit import precision
 from vitkit.errors import ConfigError
-from vitkit.evaluation import evaluate
+from vitkit.evaluate.metrics import evaluate
+from vitkit.inference import precision
 from vitkit.kernels import cpu_inference
 
 

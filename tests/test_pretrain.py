@@ -12,15 +12,15 @@ from vitkit.checkpoint.io import read_safetensors
 from vitkit.data.idx import default_dir, find_idx
 from vitkit.errors import ConfigError
 from vitkit.models import create_model
-from vitkit.pretrain import (
+from vitkit.train import train
+from vitkit.train.config import load_run_config
+from vitkit.train.objectives import (
     MaskedPatchPrediction,
     colour_classes,
     draw_corruption,
     evaluate_masked_patch,
     mean_colour_targets,
 )
-from vitkit.run_config import load_run_config
-from vitkit.train import train
 
 TINY = [
     "model.name=vit_test",

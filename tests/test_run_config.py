@@ -1,7 +1,7 @@
 import pytest
 
 from vitkit.errors import ConfigError
-from vitkit.run_config import dump_run_config, from_dict, load_run_config
+from vitkit.train.config import dump_run_config, from_dict, load_run_config
 
 
 def test_overrides_typed_and_applied(tmp_path):
@@ -143,7 +143,7 @@ def test_config_errors_come_before_any_work(tmp_path, vitkit_cmd):
 
 
 def test_the_training_length_is_steps_or_epochs_and_a_later_layer_replaces_the_earlier_one(tmp_path):
-    from vitkit.transfer import finetune_recipe
+    from vitkit.train.finetune import finetune_recipe
 
     path = tmp_path / "run.yaml"
     path.write_text("train: {steps: 10, batch_size: 32}\n")

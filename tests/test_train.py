@@ -7,8 +7,8 @@ import torch
 from vitkit.checkpoint.io import read_safetensors
 from vitkit.errors import CheckpointError, ConfigError
 from vitkit.models import create_model
-from vitkit.run_config import load_run_config
 from vitkit.train import find_checkpoint, learning_rate, param_groups, train
+from vitkit.train.config import load_run_config
 
 TINY = [
     "model.name=vit_test",

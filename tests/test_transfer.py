@@ -11,7 +11,7 @@ from vitkit.checkpoint import save_checkpoint
 from vitkit.checkpoint.native import load_native
 from vitkit.errors import ConfigError
 from vitkit.models import create_model
-from vitkit.transfer import finetune, finetune_recipe, pick_best, prepare_for_finetuning, registered_name
+from vitkit.train.finetune import finetune, finetune_recipe, pick_best, prepare_for_finetuning, registered_name
 
 TINY = [
     "data.name=synthetic",
@@ -132,7 +132,7 @@ def test_sweep_continues_and_refuses_other_arguments(tmp_path, monkeypatch):
 
 def test_a_sweep_stopped_by_a_signal_picks_nothing_until_every_learning_rate_has_finished(tmp_path, monkeypatch):
     """SIGINT during the second of two learning rates published a pick (and out/final) from the first alone, exit 0."""
-    import vitkit.transfer as transfer
+    import vitkit.train.finetune as transfer
 
     _, path = pretrained(tmp_path)
     out = tmp_path / "ft"

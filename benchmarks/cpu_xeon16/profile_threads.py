@@ -6,7 +6,7 @@ thread counts (compiled at all cores first) and profiled with inductor's kernel 
 """
 import os, statistics, sys, time
 import torch
-from vitkit import precision
+from vitkit.inference import precision
 from vitkit.models import create_model
 name = sys.argv[1] if len(sys.argv) > 1 else "vit_s16"
 T = int(os.environ.get("T", os.cpu_count()))

@@ -10,7 +10,7 @@ from vitkit.errors import CheckpointError, ConfigError, DataError, TrainingError
 _LAZY = {
     "load_pretrained": "vitkit.checkpoint",
     "save_pretrained": "vitkit.checkpoint",
-    "Classifier": "vitkit.classifier",
+    "Classifier": "vitkit.inference.classifier",
     **{
         name: "vitkit.models"
         for name in (

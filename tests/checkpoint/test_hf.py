@@ -169,7 +169,7 @@ def test_written_hf_directory_works_in_transformers_pipeline_with_its_class_name
     from PIL import Image
 
     from vitkit.data.images import load_image
-    from vitkit.evaluation import predict
+    from vitkit.inference.predict import predict
 
     names = ["ankle boot", "bag", "coat", "dress", "shirt"]
     model = make_model(in_chans=in_chans, num_classes=5)

@@ -6,8 +6,9 @@ import pytest
 import torch
 
 import vitkit
-from vitkit.checkpoint.io import update_checksums, verify_checksums, write_json, write_safetensors, write_torch
+from vitkit.checkpoint.io import write_safetensors, write_torch
 from vitkit.errors import CheckpointError
+from vitkit.files import update_checksums, verify_checksums, write_json
 
 
 def _flip_one_byte(path, at=-20):
@@ -114,7 +115,7 @@ def test_scratch_left_by_a_process_killed_mid_write_is_swept_by_the_next_write(t
     import subprocess
     import sys
 
-    from vitkit.checkpoint.io import scratch_folder, scratch_prefix
+    from vitkit.files import scratch_folder, scratch_prefix
 
     folder = tmp_path / "run"
     folder.mkdir()

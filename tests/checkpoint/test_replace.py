@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from vitkit.checkpoint import io, read_checkpoint, save_checkpoint
-from vitkit.checkpoint.io import atomic_dir, begin_replacement, exclusive, finish_replacement, read_stable, staging
+from vitkit import files as io
+from vitkit.checkpoint import read_checkpoint, save_checkpoint
 from vitkit.checkpoint.native import is_native, save_pretrained, write_pretrained
 from vitkit.errors import CheckpointError
+from vitkit.files import atomic_dir, begin_replacement, exclusive, finish_replacement, read_stable, staging
 from vitkit.models import VisionTransformer, get_config
 
 FORMATS = {"vitkit": "dst", "hf": "dst_hf", "npz": "dst.npz", "timm": "dst.safetensors"}

@@ -10,7 +10,7 @@ import torch
 from PIL import Image
 
 from vitkit import train as training
-from vitkit.run_config import load_run_config
+from vitkit.train.config import load_run_config
 
 RUN = [
     "model.name=vit_test",

@@ -45,7 +45,7 @@ def test_reduced_precision_reports_its_cost_against_fp32(tmp_path, capsys):
     import pytest
     import torch
 
-    from vitkit import precision
+    from vitkit.inference import precision
 
     if precision.native_bf16() is None:
         pytest.skip("this CPU has no native bf16")

@@ -349,7 +349,7 @@ def test_inspect_reads_given_images_as_predict_does(tmp_path, monkeypatch):
     """inspect --images stretched every image to the model's square input, where predict and eval resize the shorter
     side to size / crop_pct and cut the centre: its "pred:" titles and attention maps were of other pixels than
     `vitkit predict` scores."""
-    import vitkit.inspection
+    import vitkit.evaluate.inspection
 
     torch.manual_seed(0)
     model = vitkit.create_model("vit_test", num_classes=2)
@@ -362,17 +362,17 @@ def test_inspect_reads_given_images_as_predict_does(tmp_path, monkeypatch):
     rng = np.random.default_rng(0)
     for name, size in (("wide.png", (23, 40)), ("tall.jpg", (37, 19))):
         Image.fromarray(rng.integers(0, 256, (*size, 3), dtype=np.uint8)).save(folder / name)
-    seen, real = [], vitkit.inspection.inspect_model
+    seen, real = [], vitkit.evaluate.inspection.inspect_model
 
     def spy(model, x, **kwargs):
         seen.append(x)
         return real(model, x, **kwargs)
 
-    monkeypatch.setattr(vitkit.inspection, "inspect_model", spy)
+    monkeypatch.setattr(vitkit.evaluate.inspection, "inspect_model", spy)
     assert main(["inspect", str(ckpt), "--images", str(folder), "--out", str(tmp_path / "out")]) == 0
     classifier = vitkit.Classifier.load(ckpt)
     expected = torch.stack([classifier.pixels(folder / name) for name in ("tall.jpg", "wide.png")]).float() / 255.0
-    torch.testing.assert_close(seen[0], vitkit.inspection.normalize(expected, classifier.model.config))
+    torch.testing.assert_close(seen[0], vitkit.evaluate.inspection.normalize(expected, classifier.model.config))
 
 
 def test_inspect_without_images_reads_a_held_out_split_of_the_checkpoints_data(tmp_path, capsys):

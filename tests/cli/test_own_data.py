@@ -465,7 +465,7 @@ def test_eval_says_which_scored_images_are_copies_of_training_images(own, vitkit
         )
     done = vitkit_cmd("knn", run, "--data", data, "--test-split", "val", "--k", "1", "--threads", "1")
     assert "copies_of_training_images" not in last_json(done)
-    from vitkit.cli._copies import (
+    from vitkit.evaluate.provenance import (
         copies_note,  # a scored file that is itself a training image: named once ("x = x" before)
     )
 

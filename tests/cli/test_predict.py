@@ -81,7 +81,7 @@ def test_all_good_exits_0(checkpoint, images, capsys):
 
 
 def test_predict_at_reduced_precision_says_the_same(checkpoint, images, capsys):
-    from vitkit import precision
+    from vitkit.inference import precision
 
     if precision.native_bf16() is None:
         pytest.skip("this CPU has no native bf16")

@@ -18,12 +18,12 @@ import torch
 from PIL import Image
 
 from vitkit.checkpoint import save_pretrained
-from vitkit.checkpoint.io import write_json
 from vitkit.cli import main
 from vitkit.errors import ConfigError
+from vitkit.files import write_json
 from vitkit.models import VisionTransformer, get_config
-from vitkit.run_config import load_run_config
 from vitkit.train import find_checkpoint, resume_config, step_checkpoints, train
+from vitkit.train.config import load_run_config
 
 TINY = [
     "model.name=vit_test",
@@ -402,7 +402,8 @@ def test_eval_at_another_precision_keeps_the_fp32_figure_and_an_unwritable_folde
 ):
     """eval --precision int8-dynamic wrote RUN/eval/confusion_val.png over the fp32 one, and a run whose eval/ could not
     be written was scored in full before the PNG failed, with no hint to write it elsewhere."""
-    from vitkit import evaluation, plots
+    from vitkit import plots
+    from vitkit.evaluate import metrics as evaluation
 
     out = tmp_path / "run"
     train(load_run_config(None, TINY + ["train.steps=2"]), out)
@@ -464,7 +465,7 @@ def test_loads_racing_a_replacement_never_report_corrupt(tmp_path):
 def test_a_late_second_sigterm_exits_130(tmp_path):
     """The first SIGTERM stops the loop (a checkpoint, exit 0); a second one after the loop ended must still mean 'interrupted'."""
     script = (
-        "import os, signal, sys, vitkit.train as t, vitkit.faults as f\n"
+        "import os, signal, sys, vitkit.train as t, vitkit.train.faults as f\n"
         "skip = f.NonFinite.skip\n"
         "def first(self, *a):\n"
         "    if not f.stop_requested():\n"
@@ -498,7 +499,7 @@ def test_a_second_sigterm_after_the_command_returned_exits_130(tmp_path):
     """A second SIGTERM that came while the interpreter shut down (0.5-1 s after the first: DataLoader workers, threads)
     met the default handler and ended the process with 143, where docs/reliability.md says 130."""
     script = (
-        "import os, signal, sys, vitkit.faults as f\n"
+        "import os, signal, sys, vitkit.train.faults as f\n"
         "skip = f.NonFinite.skip\n"
         "def first(self, *a):\n"
         "    if not f.stop_requested():\n"
@@ -550,7 +551,7 @@ def test_image_lists_with_odd_labels_huge_fields_or_deep_nesting(tmp_path, capsy
 def test_eval_prints_its_scores_when_the_confusion_png_meets_a_full_disk(tmp_path, capsys, monkeypatch):
     """A full disk at the confusion PNG, after every image was scored: no score was printed, only the error."""
     from vitkit import plots
-    from vitkit.checkpoint.io import WriteError
+    from vitkit.files import WriteError
 
     out = tmp_path / "run"
     train(load_run_config(None, TINY + ["train.steps=2"]), out)

@@ -93,7 +93,7 @@ def test_fewshot_and_random_init_baseline(run_cli, vitkit_cmd, checkpoint, tmp_p
 
 
 def test_knn_in_bf16_is_close_to_fp32(run_cli, vitkit_cmd, checkpoint, tmp_path):
-    from vitkit import precision
+    from vitkit.inference import precision
 
     if precision.native_bf16() is None:
         pytest.skip("this CPU has no native bf16")

@@ -8,9 +8,9 @@ import numpy as np
 import torch
 from PIL import Image
 
-from vitkit import faults
 from vitkit.data import Batches
 from vitkit.data.sources import open_split
+from vitkit.train import faults
 
 
 def _streamed(tmp_path):

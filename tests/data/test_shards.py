@@ -17,8 +17,8 @@ from vitkit.data.loader import block_order
 from vitkit.data.shards import expand_braces, is_sharded, open_sharded, write_tar_shards
 from vitkit.data.sources import _read_folder, open_split
 from vitkit.errors import DataError
-from vitkit.run_config import load_run_config
 from vitkit.train import resume_config, train
+from vitkit.train.config import load_run_config
 
 CLASSES = ("cat", "dog", "emu")
 
@@ -629,8 +629,8 @@ def test_an_unreadable_parquet_row_group_is_read_once_and_warned_about_once(tmp_
 
 def test_the_training_plan_names_a_parquet_split_s_images_in_one_parenthesis(tmp_path, capsys, monkeypatch):
     """ "DIR (train) (all but the 0.5 held out (seed 0))" was printed for Parquet files named by their split."""
-    from vitkit.run_config import load_run_config
     from vitkit.train import train
+    from vitkit.train.config import load_run_config
 
     (tmp_path / "pq").mkdir()
     make_parquet(

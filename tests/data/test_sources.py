@@ -410,8 +410,8 @@ def test_idx_test_split_with_an_extra_label_is_refused_before_training(tmp_path)
     write_idx(tmp_path / "train-labels-idx1-ubyte", np.arange(20) % 2, False)
     write_idx(tmp_path / "t10k-images-idx3-ubyte", np.zeros((3, 8, 8)), False)
     write_idx(tmp_path / "t10k-labels-idx1-ubyte", np.array([0, 1, 2]), False)
-    from vitkit.run_config import load_run_config
     from vitkit.train import train
+    from vitkit.train.config import load_run_config
 
     config = load_run_config(
         None,

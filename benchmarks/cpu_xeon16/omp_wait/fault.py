@@ -10,7 +10,7 @@ precision). PROFILE=1 prints torch.profiler's table of five more batches. The Op
 loaded files whose name has "omp" in it (the Cython entries of the raw files matched "Compiler", not an OpenMP runtime).
 """
 import os, statistics, sys, time, torch
-from vitkit import precision
+from vitkit.inference import precision
 from vitkit.models import create_model
 variant = sys.argv[1]; T = os.cpu_count(); torch.set_num_threads(T)
 changed = {"no_cpp_wrapper": {"cpp_wrapper": False}, "no_freezing": {"freezing": False}, "no_prepack": {"cpp.weight_prepack": False}}

@@ -1,6 +1,6 @@
 """bf16 linears on oneDNN with weights packed once (mkldnn._linear_pointwise) vs F.linear, per shape and whole eager ViT."""
 import contextlib, os, statistics, sys, time, torch, torch.nn.functional as F
-from vitkit import precision
+from vitkit.inference import precision
 from vitkit.models import create_model
 T = int(os.environ.get("T", os.cpu_count())); torch.set_num_threads(T)
 def med(f, n=30):

@@ -18,12 +18,13 @@ from types import ModuleType
 import torch
 
 from vitkit.errors import CheckpointError, ConfigError, VitkitError, first_line
+from vitkit.files import finish_replacement, read_stable
 from vitkit.limits import check_room
 from vitkit.models import ModelConfig, VisionTransformer
 from vitkit.paths import local_path, missing
 
 from . import hf, native, npz, runs, timm
-from .io import finish_replacement, is_safetensors, read_stable
+from .io import is_safetensors
 from .native import check_state, load_model, model_shapes, save_pretrained
 
 FORMATS: dict[str, ModuleType] = {"vitkit": native, "npz": npz, "timm": timm, "hf": hf}

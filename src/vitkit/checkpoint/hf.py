@@ -23,18 +23,10 @@ from pathlib import Path
 import torch
 
 from vitkit.errors import CheckpointError, ConfigError
+from vitkit.files import atomic_dir, config_says, read_json, refuse_foreign, write_json
 from vitkit.models import VisionTransformer, ViTConfig
 
-from .io import (
-    atomic_dir,
-    config_says,
-    read_json,
-    read_safetensors,
-    read_torch,
-    refuse_foreign,
-    write_json,
-    write_safetensors,
-)
+from .io import read_safetensors, read_torch, write_safetensors
 from .keymap import Rule, from_vitkit, fused, infer_image_size, same, to_vitkit
 
 CONFIG_NAME = "config.json"

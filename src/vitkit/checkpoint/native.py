@@ -12,20 +12,19 @@ import torch
 from torch import nn
 
 from vitkit.errors import CheckpointError, ConfigError, has_control_characters
-from vitkit.models import ModelConfig, VisionTransformer, build_model, config_from_dict
-
-from .io import (
+from vitkit.files import (
     atomic_dir,
     config_says,
     read_json,
-    read_safetensors,
     read_stable,
     refuse_foreign,
     verify_checksums,
     write_checksums,
     write_json,
-    write_safetensors,
 )
+from vitkit.models import ModelConfig, VisionTransformer, build_model, config_from_dict
+
+from .io import read_safetensors, write_safetensors
 
 FORMAT = "vitkit"
 VERSION = 1

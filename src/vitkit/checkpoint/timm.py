@@ -26,13 +26,13 @@ import torch
 from safetensors import safe_open
 
 from vitkit.errors import CheckpointError, ConfigError
+from vitkit.files import read_json
 from vitkit.models import ModelConfig, ResNetConfig, ResNetV2, VisionTransformer, ViTConfig
 from vitkit.models.registry import SIZES
 
 from . import bit
 from .io import (
     is_safetensors,
-    read_json,
     read_safetensors,
     read_sidecar,
     read_torch,

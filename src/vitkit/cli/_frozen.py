@@ -95,7 +95,7 @@ def setup(args: argparse.Namespace):
     from vitkit.models import build_model
 
     if args.out is not None:  # before the feature work, not after it (a file there: "File exists", minutes later)
-        from vitkit.checkpoint.io import writable_folder
+        from vitkit.files import writable_folder
 
         writable_folder(args.out, "the reports", "choose another --out")
     if args.threads:
@@ -132,8 +132,8 @@ def finish(args: argparse.Namespace, name: str, result: dict, title: str, scored
     import json
 
     from vitkit.checkpoint.runs import data_tag, report_dir
-    from vitkit.evaluation import report_markdown, write_report
-    from vitkit.transfer import picked_on
+    from vitkit.evaluate.metrics import report_markdown, write_report
+    from vitkit.train.finetune import picked_on
 
     from ._copies import Against, scored_against_training
 

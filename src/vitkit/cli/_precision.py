@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from vitkit.precision import PRECISIONS
+from vitkit.inference.precision import PRECISIONS
 
 
 def add_precision(p: argparse.ArgumentParser) -> None:
@@ -31,6 +31,6 @@ def calibration(args: argparse.Namespace, model, training_split, *, crop_pct: fl
     the other precisions."""
     if args.precision != "int8":
         return None
-    from vitkit.evaluation import calibration_images
+    from vitkit.inference.predict import calibration_images
 
     return calibration_images(training_split(), model, n=args.calibration, crop_pct=crop_pct)

@@ -6,10 +6,10 @@ import argparse
 import json
 from pathlib import Path
 
-from vitkit.checkpoint.io import writable, write_json
 from vitkit.errors import ConfigError
+from vitkit.files import writable, write_json
+from vitkit.inference.precision import PRECISIONS
 from vitkit.models import ViTConfig, get_config
-from vitkit.precision import PRECISIONS
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -73,7 +73,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from vitkit import benchmark
+    from vitkit.inference import benchmark
 
     benchmark.set_threads(args.threads)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")

@@ -64,11 +64,11 @@ def run(args: argparse.Namespace) -> int:
 
     import numpy as np
 
-    from vitkit.checkpoint.io import atomic_path
     from vitkit.data import DataSpec
     from vitkit.data.summary import copies_warning, describe, sample_grid
     from vitkit.errors import ConfigError
-    from vitkit.run_config import load_run_config
+    from vitkit.files import atomic_path
+    from vitkit.train.config import load_run_config
 
     if args.samples < 0 or args.per_shard < 1:
         raise ConfigError("--samples and --per-shard: expected positive numbers")

@@ -94,16 +94,16 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from vitkit.checkpoint import load_with_metadata, refuse_untrained_head
-    from vitkit.checkpoint.io import WriteError, writable
     from vitkit.checkpoint.runs import describe, report_dir, step_of
     from vitkit.data import BadFiles, DataSpec, eval_batches
     from vitkit.data.sources import is_flat
     from vitkit.devices import pick_device
     from vitkit.errors import CheckpointError, DataError, first_line
-    from vitkit.evaluation import evaluate
+    from vitkit.evaluate.metrics import evaluate
+    from vitkit.files import WriteError, writable
+    from vitkit.inference.precision import prepare
     from vitkit.plots import plot_confusion
-    from vitkit.precision import prepare
-    from vitkit.transfer import picked_on
+    from vitkit.train.finetune import picked_on
 
     if args.threads:
         torch.set_num_threads(args.threads)

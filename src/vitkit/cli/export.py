@@ -73,9 +73,9 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from vitkit.checkpoint import load_with_metadata, refuse_untrained_head
-    from vitkit.checkpoint.io import writable
     from vitkit.errors import ConfigError
-    from vitkit.export import (
+    from vitkit.files import writable
+    from vitkit.inference.export import (
         FORMATS,
         companions,
         export,
@@ -146,8 +146,8 @@ def _export_int8(args: argparse.Namespace, model, metadata: dict, out: Path) -> 
     from vitkit.data import DataSpec
     from vitkit.data.sources import MissingSplit
     from vitkit.errors import ConfigError
-    from vitkit.evaluation import calibration_images
-    from vitkit.export import INT8_PRESETS, companions, export, runtime_session, staged
+    from vitkit.inference.export import INT8_PRESETS, companions, export, runtime_session, staged
+    from vitkit.inference.predict import calibration_images
 
     if args.format not in ("onnx", "openvino"):
         raise ConfigError(

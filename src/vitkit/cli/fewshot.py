@@ -46,7 +46,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from vitkit.errors import ConfigError, DataError
-    from vitkit.evaluation import fewshot_eval
+    from vitkit.evaluate.metrics import fewshot_eval
 
     if args.seeds < 1:
         raise ConfigError(f"--seeds: expected at least 1, got {args.seeds}")

@@ -85,8 +85,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import json
 
-    from vitkit.checkpoint.io import writable_folder
-    from vitkit.transfer import finetune, finetune_recipe, sweep_markdown
+    from vitkit.files import writable_folder
+    from vitkit.train.finetune import finetune, finetune_recipe, sweep_markdown
 
     writable_folder(args.out, "the fine-tuning runs", "choose another --out")  # before the data line, not after
     overrides = list(args.overrides)

@@ -103,8 +103,8 @@ def run(args: argparse.Namespace) -> int:
     from vitkit.checkpoint import load_with_metadata, untrained_head
     from vitkit.devices import pick_device
     from vitkit.errors import ConfigError
-    from vitkit.figures import write_report
-    from vitkit.inspection import inspect_model, normalize
+    from vitkit.evaluate.inspection import inspect_model, normalize
+    from vitkit.plots.figures import write_report
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -203,7 +203,7 @@ def _readable(sources: list, config, crop_pct: float, skip: bool, limit: int):
     import torch
 
     from vitkit.errors import DataError
-    from vitkit.inspection import image_input
+    from vitkit.evaluate.inspection import image_input
 
     kept: list[int] = []
     pixels: list = []

@@ -36,7 +36,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from vitkit.evaluation import knn_eval
+    from vitkit.evaluate.metrics import knn_eval
 
     model, features, open_split = setup(args)
     test = open_split(args.test_split, "--test-split")

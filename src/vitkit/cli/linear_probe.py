@@ -42,7 +42,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from vitkit.data.sources import hold_out
     from vitkit.errors import DataError
-    from vitkit.evaluation import linear_probe_eval
+    from vitkit.evaluate.metrics import linear_probe_eval
 
     model, features, open_split = setup(args)
     train, test = open_split("train"), open_split(args.test_split, "--test-split")

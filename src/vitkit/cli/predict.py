@@ -54,9 +54,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from vitkit.classifier import Classifier
     from vitkit.data.images import find_images
     from vitkit.errors import ConfigError, DataError
+    from vitkit.inference.classifier import Classifier
     from vitkit.paths import local_path
 
     if args.calibration_data is not None and args.precision != "int8":

@@ -89,7 +89,7 @@ def fitted_unless_named(path: str | None, named: bool, overrides: list[str], com
     follow."""
     if not path or named or any(o.startswith(("model.name=", "model.init=")) for o in overrides):
         return []
-    from vitkit.run_config import check_override_keys, load_run_config
+    from vitkit.train.config import check_override_keys, load_run_config
 
     check_override_keys(overrides)  # a misspelt key is one error before the scan, not after its line
 
@@ -120,7 +120,7 @@ def fit_to_data(
     (reported by `command`)."""
     from vitkit.data import DataSpec
     from vitkit.data.scan import scan
-    from vitkit.run_config import fitted_to_data
+    from vitkit.train.config import fitted_to_data
 
     train = DataSpec.from_config(data).open(
         data.train_split, channels=3, image_size=32, flag="data.train_split", hold_out="data.val_fraction"
@@ -145,8 +145,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from vitkit.errors import ConfigError
-    from vitkit.run_config import load_run_config
     from vitkit.train import resume_config, train
+    from vitkit.train.config import load_run_config
 
     overrides = list(args.overrides)
     # data.path=PATH names the data as --data does: the model is fitted to it too (it trained the 28-px grayscale default)

@@ -21,7 +21,7 @@ def cache_dir() -> Path:
 def build_library(source: Path, compiler: str, flags: list[str], link: list[str], *, key: list[str] = ()) -> Path:
     """The shared library `compiler flags source -o lib link` in the cache, built once per source, flags and `key`;
     raises RuntimeError (no compiler) or subprocess.SubprocessError (the compiler's first error line)."""
-    from vitkit.checkpoint.io import atomic_path
+    from vitkit.files import atomic_path
 
     if shutil.which(compiler) is None:
         raise RuntimeError(f"no C/C++ compiler ({compiler!r} not found; install gcc and g++, or set CC / CXX)")

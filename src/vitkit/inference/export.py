@@ -21,10 +21,11 @@ from pathlib import Path
 
 import torch
 
-from vitkit.checkpoint.io import WriteError, atomic_path, read_sidecar, scratch_folder, sha256, sidecar_path, write_json
+from vitkit.checkpoint.io import read_sidecar, sidecar_path
 from vitkit.errors import ConfigError, VitkitError, first_line
+from vitkit.files import WriteError, atomic_path, scratch_folder, sha256, write_json
+from vitkit.inference.precision import quiet_torch_internals
 from vitkit.models import VisionTransformer
-from vitkit.precision import quiet_torch_internals
 
 FORMATS = {"onnx": ".onnx", "openvino": ".xml", "torchscript": ".pt", "exported-program": ".pt2"}
 RUNTIMES = {"onnxruntime": "onnx", "openvino": "openvino"}  # runtime -> the extra that installs it
@@ -63,7 +64,7 @@ def refuse_replacing(out: Path, format: str) -> None:
     else (a checkpoint's weights, its sidecar, a user's file) is one error before any work, and so is `out` inside a
     checkpoint directory, which its writers replace as a whole (`train --resume` replaced final/ with an export in it)."""
     from vitkit.checkpoint import detect_format, export_kind
-    from vitkit.checkpoint.io import read_json
+    from vitkit.files import read_json
 
     out = Path(out)
     if out.parent.is_dir():

@@ -156,7 +156,7 @@ def evaluate_masked_patch(
     """Colour-prediction top-1/top-5 accuracy and mean loss over the corrupted patches of (uint8 images, labels) batches.
 
     The corruptions come from a generator seeded with `seed`, so every validation sees the same ones.
-    Keys match `vitkit.evaluation.evaluate` (top1, top5, loss, n: here n counts patches).
+    Keys match `vitkit.evaluate.metrics.evaluate` (top1, top5, loss, n: here n counts patches).
     """
     was_training = objective.training
     objective.eval()

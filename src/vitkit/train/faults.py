@@ -28,9 +28,9 @@ from pathlib import Path
 
 import torch
 
-from vitkit.checkpoint.io import read_json, write_json
 from vitkit.data import BadFiles
 from vitkit.errors import CheckpointError, TrainingError
+from vitkit.files import read_json, write_json
 
 BAD_FILES_NAME = "bad_files.json"
 _caught: list[str] = []  # names of the signals received while train() runs
@@ -149,7 +149,7 @@ def last_finite_checkpoint(out: Path) -> str:
 
 def check_finite_weights(model: torch.nn.Module, step: int, out: Path, world) -> None:
     """A TrainingError, before anything is saved, when a weight is NaN or infinite (a step that overflowed them)."""
-    from vitkit import distributed
+    from vitkit.train import distributed
 
     bad = next(
         (
@@ -169,7 +169,7 @@ def check_finite_weights(model: torch.nn.Module, step: int, out: Path, world) ->
 def check_run_directory(out: Path, world) -> None:
     """A TrainingError, before anything is written, when the run directory was removed or moved while training: the
     checkpoint would make a new folder there without run.yaml, metrics or lock, a run that could not be resumed."""
-    from vitkit import distributed
+    from vitkit.train import distributed
 
     if distributed.any_rank(world.main and not (out / "run.yaml").is_file(), world):
         raise TrainingError(

@@ -19,11 +19,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from vitkit.checkpoint.io import atomic_path, write_json
 from vitkit.data import BadFiles, Split, eval_batches
 from vitkit.data.augment import eval_transform
 from vitkit.data.sources import described
-from vitkit.errors import ConfigError, DataError
+from vitkit.errors import DataError
+from vitkit.files import atomic_path, write_json
 
 
 def topk_correct(logits: torch.Tensor, labels: torch.Tensor, k: int) -> torch.Tensor:
@@ -51,7 +51,7 @@ def evaluate(
 ) -> dict:
     """Run `model` over (uint8 images, labels) batches; top1/top5 in [0, 1], mean loss, per-class accuracy, confusion.
 
-    runner: what computes the logits instead of `model` itself (a vitkit.precision.Runner: bf16, int8, compiled).
+    runner: what computes the logits instead of `model` itself (a vitkit.inference.precision.Runner: bf16, int8, compiled).
     reference: a second one (fp32) to measure the runner's accuracy cost on the same images: adds its top-1
     ("reference_top1"), the difference ("top1_delta", runner minus reference) and the share of images on which
     both predict the same class ("agreement").
@@ -102,51 +102,6 @@ def evaluate(
     return result
 
 
-def calibration_images(
-    split: Split, model: nn.Module, *, n: int, crop_pct: float = 1.0, batch_size: int = 256, seed: int = 0
-) -> list[torch.Tensor]:
-    """`n` images of `split` drawn with `seed`, normalised as the model reads them: what int8 observers calibrate on."""
-    if n <= 0:  # observers that saw nothing quantize every activation to one value
-        raise ConfigError(f"calibration: int8 needs a positive number of calibration images (--calibration N), got {n}")
-    c = model.config
-    pick = torch.randperm(len(split), generator=torch.Generator().manual_seed(seed))[:n].sort().values
-    batches = eval_batches(
-        split.subset(pick.numpy()),
-        batch_size,
-        torch.device("cpu"),
-        channels=c.in_chans,
-        size=c.image_size,
-        crop_pct=crop_pct,
-    )
-    return CalibrationImages(
-        [eval_transform(images, c.image_size, crop_pct, c.mean, c.std) for images, _ in batches], split.source
-    )
-
-
-class CalibrationImages(list):
-    """Normalised image batches, and `where` they were drawn from (said wherever a figure reports int8)."""
-
-    def __init__(self, batches: list[torch.Tensor], where: str):
-        super().__init__(batches)
-        self.where = where
-
-
-@torch.no_grad()
-def predict(
-    model: nn.Module,
-    images: torch.Tensor,
-    *,
-    k: int = 5,
-    crop_pct: float = 1.0,
-    runner: Callable[[torch.Tensor], torch.Tensor] | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Top-k (probabilities, class indices) for uint8 images (B, C, H, W); `runner` as in `evaluate`."""
-    model.eval()
-    c = model.config
-    probs = (runner or model)(eval_transform(images, c.image_size, crop_pct, c.mean, c.std)).float().softmax(-1)
-    return probs.topk(min(k, probs.shape[-1]), dim=-1)
-
-
 # -- frozen features: few-shot linear, linear probe, k-NN (paper §4.1) ----------------------------
 BIAS_FEATURE = (
     100.0  # the constant bias feature of the official few-shot evaluator: large, so the bias is barely regularised
@@ -163,7 +118,7 @@ def extract_features(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Pre-logits features (N, D) float32 and labels (N,) of every (uint8 images, labels) batch, on the CPU.
 
-    runner: what computes the features instead of `model(x, pre_logits=True)` (a vitkit.precision.Runner
+    runner: what computes the features instead of `model(x, pre_logits=True)` (a vitkit.inference.precision.Runner
     built with pre_logits=True: bf16, int8, compiled)."""
     was_training = model.training
     model.eval()
@@ -353,7 +308,8 @@ def with_feature_runner(model: nn.Module, splits: list[Split], features: dict[st
     """split_features options for extracting the features of all `splits` at features["precision"] (default fp32):
     one runner for them all, compiled when their batch count pays for it, int8 calibrated on features["calibration"]
     (default 256) images of the first split."""
-    from vitkit import precision
+    from vitkit.inference import precision
+    from vitkit.inference.predict import calibration_images
 
     features = dict(features)
     chosen = features.pop("precision", "fp32")

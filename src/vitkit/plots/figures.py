@@ -1,4 +1,4 @@
-"""Figures for `vitkit.inspection`: the paper's Fig. 7 (left, centre, right) and Fig. 6-style attention maps.
+"""Figures for `vitkit.evaluate.inspection`: the paper's Fig. 7 (left, centre, right) and Fig. 6-style attention maps.
 
 Each `*_figure` function takes the tensors an inspection function returned and gives back a
 matplotlib Figure (drawn without pyplot, so no global backend is touched); `write_report` saves
@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from matplotlib.figure import Figure
 
-from vitkit.checkpoint.io import atomic_path, write_json
+from vitkit.files import atomic_path, write_json
 
 FIGURES = {
     "filters": "patch_embedding_filters.png",

@@ -22,14 +22,14 @@ from vitkit.checkpoint import load_with_metadata, refuse_untrained_head
 from vitkit.data.images import image_pixels, load_image
 from vitkit.devices import pick_device
 from vitkit.errors import DataError
-from vitkit.evaluation import calibration_images, predict
-from vitkit.precision import prepare
+from vitkit.inference.precision import prepare
+from vitkit.inference.predict import calibration_images, predict
 
 ImageLike = str | os.PathLike | Image.Image | np.ndarray | torch.Tensor
 
 
 class Classifier:
-    """A model with its class names and preprocessing, run at a precision (`vitkit.precision`) on a device."""
+    """A model with its class names and preprocessing, run at a precision (`vitkit.inference.precision`) on a device."""
 
     def __init__(
         self,

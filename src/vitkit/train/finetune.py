@@ -30,18 +30,18 @@ from typing import Any
 import yaml
 
 from vitkit.checkpoint import load_with_metadata, save_pretrained
-from vitkit.checkpoint.io import read_json, write_json
 from vitkit.checkpoint.native import is_native, load_native, read_native_config
 from vitkit.checkpoint.runs import resolve
 from vitkit.data import DataSpec
 from vitkit.data.sources import described, same_images
 from vitkit.data.spec import absolute, trained_on
 from vitkit.errors import ConfigError, DataError, VitkitError
-from vitkit.evaluation import markdown_table, write_report
+from vitkit.evaluate.metrics import markdown_table, write_report
+from vitkit.files import read_json, write_json
 from vitkit.models import BiTConfig, ModelConfig, VisionTransformer, build_model
 from vitkit.models.registry import MODELS
-from vitkit.run_config import RunConfig, from_dict, load_run_config, merge_layer
 from vitkit.train import step_checkpoints, train
+from vitkit.train.config import RunConfig, from_dict, load_run_config, merge_layer
 
 # The paper's fine-tuning recipe (App. B; warmup 500 steps and the Inception crop [official]); a
 # recipe file (configs/finetune_*.yaml) and KEY=VALUE overrides are applied on top of it. A run shorter than

@@ -9,7 +9,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from vitkit.checkpoint.io import atomic_path
+from vitkit.files import atomic_path
 
 
 def _pyplot():

@@ -22,8 +22,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from vitkit import precision
 from vitkit.errors import ConfigError
+from vitkit.inference import precision
 from vitkit.models import VisionTransformer, ViTConfig
 from vitkit.models.summary import count_flops
 
@@ -123,7 +123,7 @@ def build_vitkit(setup: Setup) -> torch.nn.Module:
     model.set_grad_checkpointing(setup.grad_checkpointing)
     if (
         setup.mode == "inference" and setup.dtype != "fp16"
-    ):  # what eval and predict run (vitkit.precision, with its kernels)
+    ):  # what eval and predict run (vitkit.inference.precision, with its kernels)
         runner = precision.prepare(
             model,
             setup.dtype,
@@ -143,7 +143,7 @@ def build_vitkit(setup: Setup) -> torch.nn.Module:
 
 
 class _Prepared(torch.nn.Module):
-    """A vitkit.precision.Runner as a module the benchmark can time (autocast is the runner's own)."""
+    """A vitkit.inference.precision.Runner as a module the benchmark can time (autocast is the runner's own)."""
 
     def __init__(self, runner: precision.Runner, model: torch.nn.Module):
         super().__init__()
@@ -219,7 +219,7 @@ def build_backend(
 ) -> Callable[[torch.Tensor], Any]:
     """`model` exported by vitkit to ONNX in `folder` and loaded into a deployment runtime at `precision_`, its threads
     pinned to torch's count (see export.runtime_session for spinning): a function of a batch."""
-    from vitkit.export import export, runtime_session
+    from vitkit.inference.export import export, runtime_session
 
     path = os.path.join(
         folder, ("int8.onnx" if name == "onnxruntime" else "int8.xml") if precision_ == "int8" else "model.onnx"
@@ -359,7 +359,7 @@ def resident_memory_mb(setup: Setup, name: str, precision_: str, folder: str) ->
 def _memory_child(setup: Setup, name: str, precision_: str, folder: str, threads: int, send) -> None:
     torch.set_num_threads(threads)
     if name in BACKENDS:
-        from vitkit.export import _import_runtime
+        from vitkit.inference.export import _import_runtime
 
         _import_runtime(name)  # the library is part of the baseline, like torch
     with open("/proc/self/clear_refs", "w") as f:

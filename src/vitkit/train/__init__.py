@@ -34,24 +34,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vitkit import distributed, faults
 from vitkit.checkpoint import untrained_head
-from vitkit.checkpoint.io import (
-    LOCK_NAME,
-    WriteError,
-    abort_replacement,
-    atomic_path,
-    begin_replacement,
-    commit_replacement,
-    exclusive,
-    read_json,
-    read_torch,
-    refuse_foreign,
-    remove_dir,
-    staging,
-    update_checksums,
-    write_json,
-)
+from vitkit.checkpoint.io import read_torch
 from vitkit.checkpoint.native import (
     is_native,
     load_native,
@@ -76,10 +60,26 @@ from vitkit.data.spec import absolute, trained_on
 from vitkit.data.summary import copies_of_training_images, copies_warning, data_format
 from vitkit.devices import pick_device
 from vitkit.errors import CheckpointError, ConfigError, DataError
-from vitkit.evaluation import evaluate
+from vitkit.evaluate.metrics import evaluate
+from vitkit.files import (
+    LOCK_NAME,
+    WriteError,
+    abort_replacement,
+    atomic_path,
+    begin_replacement,
+    commit_replacement,
+    exclusive,
+    read_json,
+    refuse_foreign,
+    remove_dir,
+    staging,
+    update_checksums,
+    write_json,
+)
 from vitkit.models import BiTConfig, ModelConfig, VisionTransformer, build_model
-from vitkit.pretrain import MaskedPatchPrediction, evaluate_masked_patch
-from vitkit.run_config import RunConfig, changed_settings, dump_run_config, load_run_config
+from vitkit.train import distributed, faults
+from vitkit.train.config import RunConfig, changed_settings, dump_run_config, load_run_config
+from vitkit.train.objectives import MaskedPatchPrediction, evaluate_masked_patch
 
 STATE_TENSORS, SHARDED = "train_state.pt", "sharded"
 

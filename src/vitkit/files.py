@@ -1,0 +1,565 @@
+"""The one place vitkit opens and replaces files: bounded reads of regular files, atomic replacement of files and
+directories under a lock per target, checksums, and sweeping the scratch left by a killed writer."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import socket
+import stat
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from safetensors import SafetensorError
+
+from vitkit.errors import CheckpointError, first_line
+
+
+class WriteError(CheckpointError):
+    """A write failed (full disk, quota, file-size limit); nothing was replaced."""
+
+    def __init__(
+        self,
+        path: Path,
+        reason: str,
+        then: str = "run the command again",
+        kept: str = "the file as it was and earlier checkpoints are intact",
+    ):
+        self.path, self.reason = path, reason
+        super().__init__(
+            f"{path}: cannot be written ({reason}; is the disk full?); nothing was replaced: {kept}; free some space, then {then}"
+        )
+
+
+def not_a_directory(path: str | os.PathLike) -> Path:
+    path = Path(path)
+    if path.is_dir():
+        raise CheckpointError(
+            f"{path}: is a directory, and a file would replace it; remove it or write to another name"
+        )
+    _refuse_special(path)
+    return path
+
+
+def _refuse_special(path: Path) -> None:
+    """A CheckpointError where `path` is a device, FIFO or socket: a write renamed a file over it (as root, over
+    /dev/null), or, for a directory, hung reading a FIFO it meant to remove."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:  # nothing there (or unreadable: the write says why)
+        return
+    kind = (
+        "a device"
+        if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+        else "a FIFO"
+        if stat.S_ISFIFO(mode)
+        else "a socket"
+        if stat.S_ISSOCK(mode)
+        else None
+    )
+    if kind:
+        raise CheckpointError(
+            f"{path}: is {kind}, not a file or folder a checkpoint can replace; write to another name (nothing was changed)"
+        )
+
+
+def scratch_prefix(path: Path) -> str:
+    """The start of a scratch file's or folder's name beside `path`: ".NAME.HOST-PID.", saying whose it is, so that
+    one left by a process killed mid-write (kill -9, the OOM killer, a preempted job) is swept by the next write."""
+    return f".{path.name}.{_host()}-{os.getpid()}."
+
+
+def sweep_scratch(path: Path) -> None:
+    """Remove the scratch files and folders beside `path` left by processes of this host that are gone. Another host's
+    (a shared file system) and a live process's are left alone: they may still be writing."""
+    mine = re.compile(re.escape(f".{path.name}.{_host()}-") + r"(\d+)\.")
+    try:
+        entries = list(os.scandir(path.parent))
+    except OSError:  # no folder yet, or one that cannot be listed: nothing to sweep
+        return
+    for entry in entries:
+        if (found := mine.match(entry.name)) and not _alive(int(found.group(1))):
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, ignore_errors=True)
+            else:
+                with contextlib.suppress(OSError):
+                    os.unlink(entry.path)
+
+
+@contextmanager
+def scratch_folder(path: Path) -> Iterator[Path]:
+    """A temporary folder beside `path` (removed when the block ends), after sweeping dead processes' ones."""
+    sweep_scratch(path)
+    with tempfile.TemporaryDirectory(prefix=scratch_prefix(path), dir=path.parent) as scratch:
+        yield Path(scratch)
+
+
+def _host() -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", socket.gethostname()) or "host"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: it exists
+        return True
+    return True
+
+
+@contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary path beside `path`; on success fsync it and rename it over `path`.
+
+    A crash (or kill -9) at any point leaves the previous file intact; no partial file is ever
+    visible under the final name. A write that fails (a full disk, a quota) is one CheckpointError.
+    """
+    path = not_a_directory(path)
+    _mkdir(path.parent)
+    sweep_scratch(path)
+    fd, tmp = tempfile.mkstemp(prefix=scratch_prefix(path), suffix=f".tmp{path.suffix}", dir=path.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+        os.chmod(tmp_path, 0o666 & ~_umask())  # mkstemp makes 0600; give the file the usual mode
+        with open(tmp_path, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp_path, path)
+        _fsync_dir(path.parent)
+    except (
+        OSError,
+        RuntimeError,
+        SafetensorError,
+    ) as err:  # what json, torch.save and safetensors raise when a write fails
+        tmp_path.unlink(missing_ok=True)
+        if isinstance(err, RuntimeError):  # torch.save's messages name C++ internals, not the cause
+            reason = "torch.save could not write the whole file"
+        else:
+            reason = getattr(err, "strerror", None) or first_line(err)
+        raise WriteError(path, reason) from None
+    except BaseException:
+        tmp_path.unlink(missing_ok=True)
+        raise
+
+
+def writable(path: str | os.PathLike, what: str, then: str) -> None:
+    """A CheckpointError naming `what` and saying `then` where `path` cannot be written (its folder cannot be made, is
+    read-only, `path` is a folder): checked before a long job, so that it does not fail at its last step."""
+    path = Path(path)
+    try:
+        not_a_directory(path)
+    except CheckpointError as err:
+        raise CheckpointError(f"{path}: cannot write {what} there ({first_line(err)}); {then}") from None
+    writable_folder(path.parent, what, then, named=path)
+
+
+def writable_folder(folder: str | os.PathLike, what: str, then: str, *, named: str | os.PathLike | None = None) -> None:
+    """As `writable`, for a folder that `what` will be written into. Nothing is made: a missing folder's nearest
+    existing parent must be a folder that takes a file (a refused command leaves no empty --out behind)."""
+    folder = Path(folder).absolute()
+    existing = next(p for p in (folder, *folder.parents) if p.exists())
+    try:
+        if not existing.is_dir():
+            raise CheckpointError(f"{existing}: is a file, not a directory; remove it or choose another name")
+        tempfile.TemporaryFile(dir=existing).close()
+    except (CheckpointError, OSError) as err:
+        reason = err.strerror if isinstance(err, OSError) and err.strerror else first_line(err)
+        raise CheckpointError(f"{named or folder}: cannot write {what} there ({reason}); {then}") from None
+
+
+def _mkdir(directory: Path) -> None:
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        blocking = next((p for p in (directory, *directory.parents) if p.exists() and not p.is_dir()), directory)
+        raise CheckpointError(f"{blocking}: is a file, not a directory; remove it or choose another name") from None
+
+
+# -- whole directories: built under a temporary name, then renamed into place -----------------------
+# Replacing `NAME` is two renames: NAME -> .NAME.old, then the complete .NAME.tmp -> NAME. The writer
+# holds an flock on .NAME.tmp from its creation to the last rename, so a reader that finds NAME missing
+# can tell a live writer between its renames (wait) from a killed one (finish the replacement).
+def staging(target: Path) -> tuple[Path, Path]:
+    """The temporary names a replacement of `target` uses: the new directory, the one it replaces."""
+    return target.parent / f".{target.name}.tmp", target.parent / f".{target.name}.old"
+
+
+def _try_lock(path: Path) -> int | None:
+    """An fd of `path` holding its exclusive flock, or None when another process holds it."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def between_renames(target: Path) -> bool:
+    """A replacement of `target` is between its two renames (or was cut there by a kill): no `target`, both
+    staging names."""
+    tmp, old = staging(target)
+    return not target.exists() and old.is_dir() and tmp.is_dir()
+
+
+def finish_replacement(target: Path, wait_s: float = 5.0) -> bool:
+    """Complete a replacement of `target` that a kill -9 cut between its two renames.
+
+    `.NAME.old` exists only after the new directory `.NAME.tmp` was complete, so with `target` missing
+    the new one takes its place; without `.old`, a `.tmp` may be half written and is left alone. A live
+    writer between its renames (its lock on `.tmp` held) is waited for, up to `wait_s`. Without write
+    access to the parent, a reader only waits. False when it gave up, the replacement still between its renames.
+    """
+    target = Path(target)
+    tmp, old = staging(target)
+    deadline = time.monotonic() + wait_s
+    while between_renames(target):
+        try:
+            fd = _try_lock(tmp)
+        except FileNotFoundError:
+            continue  # the writer has just renamed it into place
+        if fd is None:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.01)  # a live writer between its two renames
+            continue
+        try:  # the lock is ours: is it still the unrenamed `.tmp`, not one a writer renamed and released since?
+            if not target.exists() and os.path.samestat(os.fstat(fd), os.stat(tmp)):
+                os.replace(tmp, target)
+        except FileNotFoundError:
+            pass  # renamed meanwhile: the loop looks again
+        except PermissionError:
+            return False
+        finally:
+            os.close(fd)
+    if target.exists() and old.is_dir() and not tmp.is_dir():
+        shutil.rmtree(old, ignore_errors=True)
+    return True
+
+
+def _identity(path: Path) -> tuple[int, int, int] | None:
+    """Which directory `path` is now; with its ctime, as a replaced directory's inode number can be reused by a later one."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return stat.st_dev, stat.st_ino, stat.st_ctime_ns
+
+
+def _replaced_since(path: Path, before: tuple[int, int, int] | None) -> bool:
+    """Whether `path` may have been replaced since its identity was `before`: it is another directory now, or it was
+    missing then and a replacement is between its renames or has ended since (looked at in that order, so a rename
+    in between is seen by one of the two)."""
+    if before is not None:
+        return _identity(path) != before
+    return between_renames(path) or _identity(path) is not None
+
+
+def read_stable(path: str | os.PathLike, read, tries: int = 20):
+    """`read(path)` of a directory as it is between replacements (see `atomic_dir`), never a mix of two.
+
+    A read counts when the directory it started on is still in place at its end. A reader racing a
+    replacement may see half the old and half the new directory, or none (between the two renames);
+    that is not damage: it waits for a replacement in flight to end (`finish_replacement`) and reads
+    again, as often as the directory is replaced under it (up to `tries` reads). A failure with the
+    directory unchanged and no replacement in flight is the reader's own error, raised at once; a read
+    costs two stats more.
+    """
+    path = Path(path)
+    for _ in range(tries):
+        before = _identity(path)
+        try:
+            result = read(path)
+        except (CheckpointError, FileNotFoundError):  # a file renamed away under the reader is missing, not damaged
+            if not _replaced_since(path, before):
+                raise
+        else:
+            if _identity(path) == before:
+                return result
+        if not finish_replacement(path):
+            raise CheckpointError(
+                f"{path}: a replacement by another process is between its two renames and has not "
+                f"ended; run the command again (with write access to {path.parent} if that process "
+                "was killed)"
+            )
+    raise CheckpointError(
+        f"{path}: replaced by another process {tries} times while being read; run the command again once "
+        "it is written less often"
+    )
+
+
+def config_says(directory: str | os.PathLike, name: str, key: str, value: Any) -> bool:
+    """`directory`/`name` is a JSON object whose `key` is `value` (how a checkpoint directory says its format).
+
+    Asked of a directory being replaced, the answer is about the one in place before or after, never the
+    moment between the two renames (see `read_stable`).
+    """
+
+    def check(path: Path) -> None:
+        config = path / name
+        if not config.is_file() or not isinstance(data := read_json(config), dict) or data.get(key) != value:
+            raise CheckpointError(f"{config}: no {key}: {value!r}")
+
+    try:
+        read_stable(directory, check)
+    except CheckpointError:
+        return False
+    return True
+
+
+def begin_replacement(target: Path) -> tuple[Path, int]:
+    """An empty `.NAME.tmp` to build the new `target` in, and the fd holding its lock (see `commit_replacement`)."""
+    target = Path(target)
+    if target.name in ("", ".", ".."):
+        raise CheckpointError(
+            f"{target}: name a new or existing checkpoint directory (e.g. {target / 'model'}), not this folder itself"
+        )
+    if target.is_symlink():  # the replacement would put a directory in the link's place, beside what it points to
+        raise CheckpointError(
+            f"{target}: is a symbolic link; write to the directory it points to ({target.resolve()}) or to "
+            "another name (nothing was changed)"
+        )
+    _refuse_special(target)
+    if target.is_file():
+        raise CheckpointError(
+            f"{target}: is a file, and a directory would replace it; remove it or write to another name"
+        )
+    _mkdir(target.parent)
+    finish_replacement(target)
+    tmp, _ = staging(target)
+    tmp.mkdir(exist_ok=True)
+    fd = _try_lock(tmp)
+    if fd is None:
+        raise CheckpointError(
+            f"{target}: another vitkit process is writing it now ({tmp} is locked); wait for it to finish"
+        )
+    for child in tmp.iterdir():  # what a killed writer left
+        shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
+    return tmp, fd
+
+
+CHECKPOINT_SUFFIXES = (".json", ".safetensors", ".pt")  # what vitkit's and Hugging Face's checkpoint directories hold
+CHECKPOINT_DIRS = ("sharded",)  # an FSDP run's step checkpoint
+
+
+def refuse_foreign(target: Path, advice: str = "write to a new or empty directory") -> None:
+    """A CheckpointError where `target` is a directory holding more than a checkpoint: the checkpoint writers replace
+    their directory as a whole (`atomic_dir`), so someone's notes, a git clone's .git or a README there would be lost."""
+    target = Path(target)
+    try:
+        entries = sorted(target.iterdir()) if target.is_dir() else []
+    except OSError:
+        return  # unreadable: the write says why
+    foreign = [
+        e
+        for e in entries
+        if not (e.name in CHECKPOINT_DIRS and e.is_dir() or e.is_file() and e.suffix in CHECKPOINT_SUFFIXES)
+    ]
+    if foreign:
+        raise CheckpointError(
+            f"{target}: holds {foreign[0].name}{f' and {len(foreign) - 1} more' if len(foreign) > 1 else ''}, "
+            f"which is not part of a checkpoint, and writing here replaces the whole directory; {advice} "
+            "(nothing was changed)"
+        )
+
+
+def commit_replacement(target: Path, tmp: Path, fd: int) -> None:
+    """Rename the complete `tmp` over `target` (the old one moved aside first, then removed); releases the lock."""
+    target = Path(target)
+    _, old = staging(target)
+    try:
+        _fsync_dir(tmp)
+        if target.exists():
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(target, old)
+            os.replace(tmp, target)
+            _fsync_dir(target.parent)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, target)
+            _fsync_dir(target.parent)
+    finally:
+        os.close(fd)
+
+
+def remove_dir(directory: Path) -> None:
+    """Delete a directory so that no reader ever sees it half deleted: renamed to `.NAME.old` first."""
+    _, old = staging(directory)
+    shutil.rmtree(old, ignore_errors=True)
+    os.replace(directory, old)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def abort_replacement(tmp: Path, fd: int) -> None:
+    """Drop a half-built `tmp` (the target stays as it was)."""
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.close(fd)
+
+
+@contextmanager
+def atomic_dir(target: str | os.PathLike) -> Iterator[Path]:
+    """Yield an empty temporary directory beside `target`; when the block succeeds it replaces `target` as a whole.
+
+    A kill at any point leaves the old directory or the new one (the next reader finishes a replacement
+    cut between its renames, see `finish_replacement`); a failed write leaves the old one and says so.
+    """
+    target = Path(target)
+    tmp, fd = begin_replacement(target)
+    try:
+        yield tmp
+    except WriteError as err:  # named after the target: the temporary directory is gone
+        abort_replacement(tmp, fd)
+        raise WriteError(target, f"{err.path.name}: {err.reason}") from None
+    except BaseException:
+        abort_replacement(tmp, fd)
+        raise
+    try:
+        commit_replacement(target, tmp, fd)
+    except OSError as err:
+        raise WriteError(target, err.strerror or first_line(err)) from None
+
+
+# -- one writer per run directory -----------------------------------------------------------------
+LOCK_NAME = ".lock"
+
+
+@contextmanager
+def exclusive(
+    directory: str | os.PathLike, *, advice: str = "wait for it to end, or choose another --out"
+) -> Iterator[None]:
+    """Hold an exclusive OS lock (flock) on `directory`/.lock: one writer at a time, released when the process dies."""
+    directory = Path(directory)
+    _mkdir(directory)
+    fd = os.open(directory / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise CheckpointError(f"{directory}: in use by another vitkit process (pid {holder}); {advice}") from None
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# -- checksums: a sha256 per weights file, in a manifest written last ------------------------------
+# Binary files (weights, optimizer state) are listed; JSON files are not: their readers check every
+# key and value, and a user may edit them (e.g. class names) without making the checkpoint "damaged".
+CHECKSUMS_NAME = "checksums.json"
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_checksums(directory: str | os.PathLike, names: list[str]) -> None:
+    """checksums.json in `directory`: size and sha256 of each named file (written after them)."""
+    directory = Path(directory)
+    files = {
+        name: {"bytes": (directory / name).stat().st_size, "sha256": sha256(directory / name)} for name in sorted(names)
+    }
+    write_json(directory / CHECKSUMS_NAME, {"algorithm": "sha256", "files": files})
+
+
+def update_checksums(directory: str | os.PathLike) -> None:
+    """Extend checksums.json to every file of `directory` (hashing only those it does not list yet)."""
+    directory = Path(directory)
+    listed = _read_checksums(directory) or {}
+    names = sorted(p.name for p in directory.iterdir() if p.is_file() and p.suffix != ".json")
+    if set(names) == set(listed):
+        return
+    files = {
+        n: listed.get(n) or {"bytes": (directory / n).stat().st_size, "sha256": sha256(directory / n)} for n in names
+    }
+    write_json(directory / CHECKSUMS_NAME, {"algorithm": "sha256", "files": files})
+
+
+def _read_checksums(directory: Path) -> dict[str, dict] | None:
+    if not (directory / CHECKSUMS_NAME).is_file():
+        return None
+    data = read_json(directory / CHECKSUMS_NAME)
+    files = data.get("files") if isinstance(data, dict) else None
+    if not isinstance(files, dict) or not all(
+        isinstance(v, dict) and isinstance(v.get("sha256"), str) for v in files.values()
+    ):
+        raise CheckpointError(f"{directory / CHECKSUMS_NAME}: not a vitkit checksum list; the file is damaged")
+    return files
+
+
+def verify_checksums(directory: str | os.PathLike) -> None:
+    """Check every file listed in `directory`/checksums.json; raise naming the first missing or damaged one.
+
+    A directory without checksums.json (older or foreign checkpoints) passes.
+    """
+    directory = Path(directory)
+    advice = "restore it, or remove this checkpoint directory to use an older one"
+    for name, want in (_read_checksums(directory) or {}).items():
+        path = directory / name
+        if not path.is_file():
+            raise CheckpointError(f"{path}: missing, but listed in {CHECKSUMS_NAME}; {advice}")
+        size = path.stat().st_size
+        if size != want.get("bytes", size):
+            raise CheckpointError(
+                f"{path}: {size} bytes, {want['bytes']} when written: the file is truncated or corrupt; {advice}"
+            )
+        if sha256(path) != want["sha256"]:
+            raise CheckpointError(f"{path}: corrupt (its sha256 differs from the one in {CHECKSUMS_NAME}); {advice}")
+
+
+def write_json(path: str | os.PathLike, data: Any) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n")
+
+
+MAX_JSON_BYTES = 256 << 20  # config.json, train_state.json, checksums.json, bad_files.json: far smaller when intact
+
+
+def read_json(path: str | os.PathLike, *, damaged: str = "the file is damaged or not a config") -> Any:
+    """The JSON in `path`; a CheckpointError naming it, ending in `damaged` (what to do), where it is too large or bad."""
+    path = Path(path)
+    try:
+        if path.stat().st_size > MAX_JSON_BYTES:
+            raise CheckpointError(
+                f"{path}: {path.stat().st_size:,} bytes, over the {MAX_JSON_BYTES:,} a vitkit JSON file may have; "
+                "the file is damaged or not vitkit's"
+            )
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: file not found") from None
+    except (ValueError, RecursionError) as err:  # bad JSON, bad UTF-8, nesting too deep for the parser
+        raise CheckpointError(f"{path}: not valid JSON ({first_line(err)}); {damaged}") from None

@@ -1,0 +1,1 @@
+"""Inference: precision runners, the Classifier, export, benchmarks."""
