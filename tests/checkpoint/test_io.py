@@ -96,7 +96,7 @@ def test_a_failed_write_replaces_nothing(tmp_path, monkeypatch, writer, patched,
 KILLED_MID_WRITE = """
 import os, signal, sys
 from pathlib import Path
-from vitkit.checkpoint.io import atomic_path, scratch_folder
+from vitkit.files import atomic_path, scratch_folder
 target = Path(sys.argv[1])
 with scratch_folder(target.with_name("model.onnx")) as scratch:  # an export's scratch folder, half written
     (scratch / "model.onnx.data").write_bytes(b"w" * 1000)

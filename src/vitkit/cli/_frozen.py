@@ -135,7 +135,7 @@ def finish(args: argparse.Namespace, name: str, result: dict, title: str, scored
     from vitkit.evaluate.metrics import report_markdown, write_report
     from vitkit.train.finetune import picked_on
 
-    from ._copies import Against, scored_against_training
+    from vitkit.evaluate.provenance import Against, scored_against_training
 
     result = {
         "checkpoint": str(args.checkpoint),

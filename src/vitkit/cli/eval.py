@@ -8,7 +8,8 @@ import json
 import math
 from pathlib import Path
 
-from ._copies import scored_against_training
+from vitkit.evaluate.provenance import scored_against_training
+
 from ._precision import add_precision, calibration
 
 
