@@ -133,9 +133,8 @@ def finish(args: argparse.Namespace, name: str, result: dict, title: str, scored
 
     from vitkit.checkpoint.runs import data_tag, report_dir
     from vitkit.evaluate.metrics import report_markdown, write_report
-    from vitkit.train.finetune import picked_on
-
     from vitkit.evaluate.provenance import Against, scored_against_training
+    from vitkit.train.finetune import picked_on
 
     result = {
         "checkpoint": str(args.checkpoint),
