@@ -284,46 +284,20 @@ class Runner:
         self.description = check(precision, self.device)
         self._kernels = _cpu_kernels(model, precision, self.device) if kernels else None
         self.uses_kernels = self._kernels is not None
-        if self._kernels is _Int8DynamicKernels:
-            self.description += (
-                ", attention in vitkit's bf16 kernel (fp32 scores)"
-                if _bf16_kernel_covers(model)
-                else ", attention in vitkit's fp32 kernel"
-            ) + ", bias + GELU in its fp32 kernel"
-        elif self.uses_kernels:
-            self.description += ", vitkit's attention and bias + GELU kernels"
+        self.description += self._kernels_description(model)
         self._cast = precision == "bf16" and self.device.type == "cpu"  # a bf16 copy; the caller's model stays fp32
         self._autocast = (precision == "bf16" and not self._cast) or (precision == "int8" and int8_mixed_bf16())
         model.eval()
         self.forward = _Forward(copy.deepcopy(model).to(torch.bfloat16) if self._cast else model, pre_logits)
         if self._cast and explicit_bf16_attention() and hasattr(model, "set_inference_kernels"):
-            self.forward.model.set_inference_kernels(_Bf16Attention)  # on the runner's bf16 copy only
-            kernel = _bf16_kernel_covers(
-                model
-            )  # the kernel where it builds and covers the model's heads, else the written-out matmuls
-            self.description += (
-                ", attention in vitkit's bf16 kernel (fp32 scores)"
-                if kernel
-                else ", attention as bf16 matmuls and softmax"
-            )
+            self._set_bf16_attention(model)
         self.batch_size: int | None = None
         self._batches_left = batches
         self._compile = (
             compile if compile is not None or not precision.startswith("int8") else True
         )  # int8 only pays compiled
         self._fn: Callable[[torch.Tensor], torch.Tensor] | None = None
-        # fp32 GEMMs through oneDNN where MKL is slow (`onednn_fp32_gemms`): compiled, inductor packs them; eager, this
-        # mode does, for models large enough to gain from it (`OneDNNLinears.MIN_WEIGHTS`). Eager bf16 packs them too
-        # where the CPU has AVX512_BF16 but no AMX (with AMX, packed bf16 GEMMs stall: `_inference_settings`)
-        self._onednn = precision == "fp32" and self.device.type == "cpu" and onednn_fp32_gemms()
-        packs = self._onednn or (self._cast and native_bf16() == "AVX512_BF16")
-        self._eager_linears = (
-            OneDNNLinears(torch.bfloat16 if self._cast else torch.float32)
-            if packs and OneDNNLinears.worth_it(model)
-            else None
-        )
-        if self._eager_linears is not None:
-            self.description += ", oneDNN GEMMs" if self._onednn else ", eager GEMMs packed for oneDNN"
+        self._set_eager_linears(model)
         self._calibration = calibration
         if (
             precision == "int8" and calibration is None
@@ -333,6 +307,38 @@ class Runner:
         self._eager_seconds: float | None = None  # auto mode's eager batch, until compiled has been timed against it
         self._eager_description = self.description
         self._compiled_seconds: list[float] = []
+
+    def _kernels_description(self, model: nn.Module) -> str:
+        """What the description says of vitkit's CPU kernels, "" without them."""
+        if self._kernels is _Int8DynamicKernels:
+            return (
+                ", attention in vitkit's bf16 kernel (fp32 scores)"
+                if _bf16_kernel_covers(model)
+                else ", attention in vitkit's fp32 kernel"
+            ) + ", bias + GELU in its fp32 kernel"
+        return ", vitkit's attention and bias + GELU kernels" if self.uses_kernels else ""
+
+    def _set_bf16_attention(self, model: nn.Module) -> None:
+        """Attention of the runner's bf16 copy (never the caller's model) outside torch's flash kernel."""
+        self.forward.model.set_inference_kernels(_Bf16Attention)
+        kernel = _bf16_kernel_covers(model)  # the kernel where it builds and covers the heads, else bf16 matmuls
+        self.description += (
+            ", attention in vitkit's bf16 kernel (fp32 scores)" if kernel else ", attention as bf16 matmuls and softmax"
+        )
+
+    def _set_eager_linears(self, model: nn.Module) -> None:
+        """fp32 GEMMs through oneDNN where MKL is slow (`onednn_fp32_gemms`): compiled, inductor packs them; eager,
+        this mode does, for models large enough to gain from it (`OneDNNLinears.MIN_WEIGHTS`). Eager bf16 packs them
+        too where the CPU has AVX512_BF16 but no AMX (with AMX, packed bf16 GEMMs stall: `_inference_settings`)."""
+        self._onednn = self.precision == "fp32" and self.device.type == "cpu" and onednn_fp32_gemms()
+        packs = self._onednn or (self._cast and native_bf16() == "AVX512_BF16")
+        self._eager_linears = (
+            OneDNNLinears(torch.bfloat16 if self._cast else torch.float32)
+            if packs and OneDNNLinears.worth_it(model)
+            else None
+        )
+        if self._eager_linears is not None:
+            self.description += ", oneDNN GEMMs" if self._onednn else ", eager GEMMs packed for oneDNN"
 
     def _build(self, x: torch.Tensor) -> None:
         """The callable for batches shaped like x (the first batch)."""
