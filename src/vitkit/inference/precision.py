@@ -667,7 +667,7 @@ def _attention_bf16(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, *, 
 
 
 class _Bf16Attention:
-    """Inference kernels (vitkit.models.vit.InferenceKernels) for the bf16 model where `explicit_bf16_attention`:
+    """Inference kernels (vitkit.kernels.block_kernels.InferenceKernels) for the bf16 model where `explicit_bf16_attention`:
     vitkit's bf16 attention kernel (vitkit.kernels.cpu_inference.attention_bf16: fp32 scores and softmax) where it
     builds and covers the input, else attention written out in the model's dtype; the MLP keeps torch's ops (no
     `bias_gelu_`)."""
