@@ -1,4 +1,4 @@
-"""Where training runs attention written out instead of torch's fused kernel (`vitkit.models.vit`,
+"""Where training runs attention written out instead of torch's fused kernel (`vitkit.kernels.short_attention`,
 WRITTEN_OUT_MAX_TOKENS and WRITTEN_OUT_MAX_SCORES): forward + backward of both over a grid of shapes, then whole
 training steps of the demo model both ways, in turns.
 
@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 import vitkit
 from vitkit.inference.benchmark import device_name, interleaved_times
-from vitkit.models import vit
+from vitkit.kernels import short_attention
 
 SHAPES = [
     (256, 4, 16, 24),
@@ -55,7 +55,7 @@ def shape_times(shape: tuple[int, int, int, int], rounds: int) -> dict[str, floa
     )
     fused, out = (1e3 * statistics.median(times[name]) for name in ("fused", "written_out"))
     with torch.enable_grad():
-        picked = vit._written_out_is_faster(q, k)
+        picked = short_attention.written_out_is_faster(q, k)
     return {"fused_ms": fused, "written_out_ms": out, "speedup": fused / out, "rule_picks_written_out": picked}
 
 
@@ -65,16 +65,16 @@ def demo_steps(rounds: int) -> dict[str, float]:
     steps = {}
     for name in ("rule", "fused"):
         torch.manual_seed(0)
-        model = vitkit.create_model("vit_mini4_28", **config)
+        model = short_attention.install(vitkit.create_model("vit_mini4_28", **config))
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 
         def step(model=model, opt=opt, forced=name == "fused"):
-            limit = vit.WRITTEN_OUT_MAX_TOKENS
-            vit.WRITTEN_OUT_MAX_TOKENS = 0 if forced else limit
+            limit = short_attention.WRITTEN_OUT_MAX_TOKENS
+            short_attention.WRITTEN_OUT_MAX_TOKENS = 0 if forced else limit
             try:
                 F.cross_entropy(model(x), y).backward()
             finally:
-                vit.WRITTEN_OUT_MAX_TOKENS = limit
+                short_attention.WRITTEN_OUT_MAX_TOKENS = limit
             opt.step()
             opt.zero_grad(set_to_none=True)
 

@@ -285,9 +285,11 @@ def test_short_sequences_train_with_attention_written_out_and_the_same_gradients
     monkeypatch, pos_embed, class_token_only
 ):
     """fp32 CPU training of a short sequence skips torch's fused kernel; logits and gradients stay the fused ones."""
+    from vitkit.kernels import short_attention
     from vitkit.models import vit
 
     model = vitkit.create_model("vit_test", pos_embed=pos_embed, num_classes=5)
+    short_attention.install(model)
     torch.nn.init.normal_(model.head.weight)
     x = torch.randn(3, 3, 16, 16)
     fused_calls = []
@@ -302,7 +304,7 @@ def test_short_sequences_train_with_attention_written_out_and_the_same_gradients
 
     written, written_grads = logits_and_grads()
     assert not fused_calls
-    monkeypatch.setattr(vit, "WRITTEN_OUT_MAX_TOKENS", 0)  # the fused kernel
+    monkeypatch.setattr(short_attention, "WRITTEN_OUT_MAX_TOKENS", 0)  # the fused kernel
     reference, reference_grads = logits_and_grads()
     assert len(fused_calls) == model.config.depth
     torch.testing.assert_close(written, reference, atol=1e-5, rtol=1e-5)
@@ -312,7 +314,8 @@ def test_short_sequences_train_with_attention_written_out_and_the_same_gradients
 
 
 def test_attention_keeps_the_fused_kernel_where_written_out_is_not_faster():
-    from vitkit.models.vit import WRITTEN_OUT_MAX_SCORES, WRITTEN_OUT_MAX_TOKENS, _written_out_is_faster
+    from vitkit.kernels.short_attention import WRITTEN_OUT_MAX_SCORES, WRITTEN_OUT_MAX_TOKENS
+    from vitkit.kernels.short_attention import written_out_is_faster as _written_out_is_faster
 
     def qk(batch, tokens, dtype=torch.float32, grad=True):
         q = torch.randn(batch, 2, tokens, 8, dtype=dtype, requires_grad=grad)

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 
 from vitkit.errors import ConfigError
 from vitkit.inference import precision
+from vitkit.kernels import short_attention
 from vitkit.models import VisionTransformer, ViTConfig
 from vitkit.models.summary import count_flops
 
@@ -121,6 +122,8 @@ def _matmul(setup: Setup) -> tuple[Callable[[], Any], int]:
 def build_vitkit(setup: Setup) -> torch.nn.Module:
     model = VisionTransformer(setup.config).to(setup.device)
     model.set_grad_checkpointing(setup.grad_checkpointing)
+    if setup.mode == "train":  # as training runs it: short sequences on the CPU with attention written out
+        short_attention.install(model)
     if (
         setup.mode == "inference" and setup.dtype != "fp16"
     ):  # what eval and predict run (vitkit.inference.precision, with its kernels)
@@ -431,28 +434,7 @@ def run(setup: Setup, compare: list[str] | tuple[str, ...] = ()) -> dict[str, An
     with tempfile.TemporaryDirectory(prefix="vitkit-bench-") as folder:
         for label, name, prec in candidates:
             models[label] = build_candidate(name, prec, setup, folder, _plain(models["vitkit"]))
-        steps = {name: _step(model, setup, setup.batch_size) for name, model in models.items()}
-        peak_step, peak_flops = _matmul(setup)
-        times = interleaved_times(
-            {"matmul": peak_step, **steps}, device=setup.device, rounds=setup.rounds, warmup=setup.warmup
-        )
-        peak = [peak_flops / t for t in times["matmul"]]
-        results: dict[str, Any] = {}
-        for name in models:
-            ts = times[name]
-            external = not isinstance(models[name], torch.nn.Module)
-            results[name] = {
-                "ms_per_batch": 1e3 * statistics.median(ts),
-                "img_per_s": setup.batch_size / statistics.median(ts),
-                "tflops": flops / statistics.median(ts) / 1e12,
-                "mfu": statistics.median(flops / t / p for t, p in zip(ts, peak)),  # against the same round's peak
-                # torch's allocator only: a runtime's own arenas are seen by resident_memory_mb alone
-                "peak_memory_mb": None if external else peak_memory_mb(steps[name], setup.device),
-            }
-            if not train:
-                one = _step(models[name], setup, 1)
-                lat = interleaved_times({name: one}, device=setup.device, rounds=setup.rounds, warmup=1)[name]
-                results[name]["latency_ms_batch1"] = 1e3 * statistics.median(lat)
+        times, peak, results = _timed(models, setup, flops)
         if setup.process_memory:
             for label, name, prec in [("vitkit", "vitkit", setup.dtype), *candidates]:
                 results[label].update(resident_memory_mb(setup, name, prec, folder))
@@ -461,7 +443,50 @@ def run(setup: Setup, compare: list[str] | tuple[str, ...] = ()) -> dict[str, An
         for name in models
         if name != "vitkit"
     }
+    return {
+        **_what_was_run(setup, models, candidates),
+        "gflops_per_image": flops / setup.batch_size / 1e9,
+        "vitkit_executed_gflops_per_image": executed / setup.batch_size / 1e9,
+        "peak_tflops": statistics.median(peak) / 1e12,
+        "results": results,
+        "speedup": ratios,
+    }
+
+
+def _timed(
+    models: dict[str, Any], setup: Setup, flops: float
+) -> tuple[dict[str, list[float]], list[float], dict[str, Any]]:
+    """Every model's batches timed in turns with a matmul's peak: the times, the peak FLOP/s per round, and per model
+    its speed, MFU, memory and (in inference) batch-1 latency."""
+    steps = {name: _step(model, setup, setup.batch_size) for name, model in models.items()}
+    peak_step, peak_flops = _matmul(setup)
+    times = interleaved_times(
+        {"matmul": peak_step, **steps}, device=setup.device, rounds=setup.rounds, warmup=setup.warmup
+    )
+    peak = [peak_flops / t for t in times["matmul"]]
+    results: dict[str, Any] = {}
+    for name in models:
+        ts = times[name]
+        external = not isinstance(models[name], torch.nn.Module)
+        results[name] = {
+            "ms_per_batch": 1e3 * statistics.median(ts),
+            "img_per_s": setup.batch_size / statistics.median(ts),
+            "tflops": flops / statistics.median(ts) / 1e12,
+            "mfu": statistics.median(flops / t / p for t, p in zip(ts, peak)),  # against the same round's peak
+            # torch's allocator only: a runtime's own arenas are seen by resident_memory_mb alone
+            "peak_memory_mb": None if external else peak_memory_mb(steps[name], setup.device),
+        }
+        if setup.mode != "train":
+            one = _step(models[name], setup, 1)
+            lat = interleaved_times({name: one}, device=setup.device, rounds=setup.rounds, warmup=1)[name]
+            results[name]["latency_ms_batch1"] = 1e3 * statistics.median(lat)
+    return times, peak, results
+
+
+def _what_was_run(setup: Setup, models: dict[str, Any], candidates: list[tuple[str, str, str]]) -> dict[str, Any]:
+    """The report's header: when, where, and what each candidate ran."""
     c = setup.config
+    vitkit = models["vitkit"]
     return {
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "device": device_name(setup.device),
@@ -470,22 +495,15 @@ def run(setup: Setup, compare: list[str] | tuple[str, ...] = ()) -> dict[str, An
         "dtype": setup.dtype,
         "batch_size": setup.batch_size,
         "image_size": list(c.image_size),
-        "compile": models["vitkit"].runner.compiled
-        if isinstance(models["vitkit"], _Prepared)
-        else setup.compile is not False,
-        "kernels": inference_kernels(models["vitkit"]),
-        "precision": models["vitkit"].runner.description if isinstance(models["vitkit"], _Prepared) else setup.dtype,
+        "compile": vitkit.runner.compiled if isinstance(vitkit, _Prepared) else setup.compile is not False,
+        "kernels": inference_kernels(vitkit),
+        "precision": vitkit.runner.description if isinstance(vitkit, _Prepared) else setup.dtype,
         "candidates": {
             label: _what_ran(models[label], name, prec)
             for label, name, prec in [("vitkit", "vitkit", setup.dtype), *candidates]
         },
         "grad_checkpointing": setup.grad_checkpointing,
         "rounds": setup.rounds,
-        "gflops_per_image": flops / setup.batch_size / 1e9,
-        "vitkit_executed_gflops_per_image": executed / setup.batch_size / 1e9,
-        "peak_tflops": statistics.median(peak) / 1e12,
-        "results": results,
-        "speedup": ratios,
     }
 
 

@@ -12,10 +12,10 @@ fp32   the model as it is; torch.compile with frozen weights (packed GEMMs, fuse
        build, as `vitkit benchmark` measures them (`kernels=False`: torch's ops), set on the model only while
        the runner runs.
 bf16   on the CPU, a bf16 copy of the model (weights and activations in bf16; LayerNorm, softmax and GEMM
-       sums accumulated in fp32): no casts between ops and half the memory traffic, 1.05-1.12x faster than
-       autocast (benchmarks/RESULTS.md). Only where the CPU has native bf16 instructions (AVX512_BF16 or
+       sums accumulated in fp32): no casts between ops and half the memory traffic, so faster than
+       autocast. Only where the CPU has native bf16 instructions (AVX512_BF16 or
        AMX, read from /proc/cpuinfo); elsewhere bf16 would be emulated and slower than fp32, so it is refused
-       with a message. With AVX512_BF16 but no AMX (AMD Zen 4), torch's flash kernel is slow, and attention
+       with a message. With AVX512_BF16 but no AMX, torch's flash kernel is slow, and attention
        instead runs through vitkit's bf16 attention kernel (vitkit.kernels.cpu_inference.attention_bf16: fp32 scores and
        softmax, head sizes 32-128). For other head sizes it runs as explicit bf16 matmuls and softmax, whose
        scores are rounded to bf16 (`explicit_bf16_attention`). Compiled on a CPU with AMX, its GEMMs stay
@@ -24,18 +24,15 @@ int8   PyTorch's PT2E flow with the x86 inductor quantizer (from torchao): stati
        per-channel int8 weights, observers calibrated on the caller's images, then compiled (the
        quantized graph only runs fast once inductor fuses it into int8 GEMMs). CPU only. Attention, the largest
        float part, runs in bf16 where the CPU has it: on a CPU with AMX everything between the int8 GEMMs
-       (attention, LayerNorm, GELU) runs under bf16 autocast ("int8-mixed-bf16"; 1.34x plain int8 for ViT-S/16 on
-       an AMX Xeon); on AVX512_BF16 without AMX (AMD Zen 4), where that autocast was 7% slower than plain int8 and
-       torch's flash attention is no faster in bf16 than in fp32, attention alone runs as explicit bf16 matmuls
-       and softmax (1.19x / 1.09x plain int8 for ViT-S/16 / ViT-B/16 there). Every linear is quantized, also
+       (attention, LayerNorm, GELU) runs under bf16 autocast ("int8-mixed-bf16"); on AVX512_BF16 without AMX,
+       where that autocast's casts cost more than it saves and torch's flash attention is no faster in bf16 than in
+       fp32, attention alone runs as explicit bf16 matmuls and softmax. Every linear is quantized, also
        the class-token-only last layer's Q and K/V projections (slices of the fused weight).
 
 int8-dynamic  torchao's dynamic int8: per-channel int8 weights, activations quantized per token as each batch comes
-       (no calibration), then compiled. CPU only. Closer to fp32 than static int8: on a ViT-S/16 where every static
-       int8 (vitkit's, OpenVINO's, ONNX Runtime's) agreed with fp32 on 99.4% of the test images, it agreed on 99.6%.
-       Attention and fc1's bias + GELU run through vitkit's kernels, like fp32's; on AVX512_BF16 without AMX,
-       attention in the bf16 kernel (`_Int8DynamicKernels`: 1.27x inductor's own graph for ViT-S/16 on an AMD
-       EPYC, where it runs 1.27x / 1.50x OpenVINO bf16 for ViT-S/16 / ViT-B/16; benchmarks/RESULTS.md).
+       (no calibration), then compiled. CPU only. Closer to fp32 than static int8, whose activation scales are
+       fixed at calibration. Attention and fc1's bias + GELU run through vitkit's kernels, like fp32's; on AVX512_BF16
+       without AMX, attention in the bf16 kernel (`_Int8DynamicKernels`), where inductor's own graph is slower.
 
 Every runner pads a short last batch up to the batch size it was built for, so one compiled graph
 serves a whole dataset.
@@ -60,15 +57,14 @@ from vitkit.kernels import cpu_inference  # imports only torch; its libraries bu
 
 PRECISIONS = ("fp32", "bf16", "int8", "int8-dynamic")
 CALIBRATION_IMAGES = 256  # images the int8 observers see by default: a few hundred of the user's own
-# Compilation (inductor, frozen weights) costs about COMPILE_SECONDS once: ViT-S/16 took 140-280 s on the shared,
-# heavily loaded 2-core machine of benchmarks/RESULTS.md ("Reduced-precision CPU inference"), 10-20 s cold on an idle
-# one (benchmarks/compile_payoff.py); a job compiles when the first batch's time shows that its remaining batches,
-# each COMPILED_SPEEDUP times faster, save more than that. The loaded machine's cost is kept: a wrong "no" loses
-# at most the speedup, a wrong "yes" minutes of compiling.
+# Compilation (inductor, frozen weights) costs about COMPILE_SECONDS once, the cost on a small, loaded machine (an
+# idle one compiles several times faster); a job compiles when the first batch's time shows that its remaining
+# batches, each COMPILED_SPEEDUP times faster, save more than that. The loaded machine's cost is kept: a wrong "no"
+# loses at most the speedup, a wrong "yes" minutes of compiling. benchmarks/compile_payoff.py measures both.
 COMPILE_SECONDS = 150.0
-COMPILED_SPEEDUP = 1.2  # compiled over eager, ViT-S/16 batch 64: fp32 1.01-1.16x, bf16 1.24-1.27x (compile_payoff.py)
-# fp32 whose eager GEMMs are oneDNN's too (`OneDNNLinears`): compiled over eager on an AMD EPYC, ViT-S/16 batch 64 1.00x,
-# batch 8 1.07x, ViT-B/16 batch 8 1.02x (benchmarks/RESULTS.md): compiling such a job does not pay back
+COMPILED_SPEEDUP = 1.2  # compiled over eager: fusing bias + GELU and packing the GEMMs, more so in bf16 than fp32
+# fp32 whose eager GEMMs are oneDNN's too (`OneDNNLinears`): eager already runs packed GEMMs, so compiled adds little
+# and compiling such a job does not pay back
 ONEDNN_FP32_COMPILED_SPEEDUP = 1.03
 
 
@@ -125,9 +121,8 @@ def int8_vnni() -> str | None:
 def onednn_fp32_gemms() -> bool:
     """Whether fp32 runs its linear layers through oneDNN instead of MKL: on x86 CPUs not made by Intel.
 
-    MKL chooses its code path by CPU vendor: on an AMD EPYC (Zen 4) its fp32 GEMMs of ViT-B/16's shapes ran at 70-98
-    GFLOP/s where oneDNN's ran at 105-108 (2 threads), and compiled ViT-S/16 and ViT-B/16 ran 1.11x faster through
-    oneDNN (benchmarks/RESULTS.md). On Intel CPUs MKL's path, the one measured there, stays."""
+    MKL chooses its code path by CPU vendor: on other vendors' CPUs it leaves their vector units partly idle, where
+    oneDNN's GEMMs use them fully. On Intel CPUs MKL's path stays."""
     return cpuinfo("vendor_id") not in ("", "GenuineIntel") and torch.backends.mkldnn.is_available()
 
 
@@ -198,9 +193,8 @@ def explicit_bf16_attention() -> bool:
       (`_attention_bf16`).
     - In the bf16 model, it runs through vitkit's bf16 attention kernel (`_Bf16Attention`), which keeps the
       scores in fp32.
-    Measured on an AMD EPYC, compiled, against the flash kernel: ViT-S/16 1.21x, ViT-B/16 1.15x. Written out, with
-    the scores rounded to bf16, the same models ran 1.14x and 1.05x. On a ViT-S/16 the rounded scores agreed with
-    fp32 on 99.49% of the test images, against 99.78% with the kernel (benchmarks/RESULTS.md)."""
+    The kernel is both faster than the written-out matmuls and closer to fp32, since it does not round the scores
+    to bf16."""
     return native_bf16() == "AVX512_BF16"
 
 
@@ -242,11 +236,9 @@ def _inference_settings(precision: str) -> dict[str, bool]:
     """Inductor's settings for a CPU inference graph: weights frozen into constants (GEMMs packed for oneDNN, with bias
     and GELU fused into them) and the graph's kernel calls made from C++, not Python.
 
-    Except bf16 on a CPU with AMX, whose linears stay torch's GEMMs, unpacked: on a 16-core Xeon with AMX, ViT-S/16
-    with packed bf16 linears ran at 116-157 ms a batch of 8 at 16 threads, compiled or eager, where its eager bf16 ran
-    at 30-40 ms, and compiled without packing at 25 ms (benchmarks/RESULTS.md); every packed GEMM alone ran 1.3-1.9x
-    faster than torch's, so the loss comes from OpenMP's waiting threads between them. Unpacked is not a cure (a later
-    lease timed it at 116 ms against eager's 57): the runner's fallback to eager still decides. int8's GEMMs need the packing."""
+    Except bf16 on a CPU with AMX, whose linears stay torch's GEMMs, unpacked: there each packed GEMM alone is
+    faster than torch's, but the model as a whole runs several times slower, from OpenMP's waiting threads between
+    them. Unpacked is not a sure cure: the runner's fallback to eager still decides. int8's GEMMs need the packing."""
     packed = not (precision == "bf16" and native_bf16() == "AMX")
     return {"freezing": True, "cpp_wrapper": True, "cpp.weight_prepack": packed}
 
@@ -284,46 +276,20 @@ class Runner:
         self.description = check(precision, self.device)
         self._kernels = _cpu_kernels(model, precision, self.device) if kernels else None
         self.uses_kernels = self._kernels is not None
-        if self._kernels is _Int8DynamicKernels:
-            self.description += (
-                ", attention in vitkit's bf16 kernel (fp32 scores)"
-                if _bf16_kernel_covers(model)
-                else ", attention in vitkit's fp32 kernel"
-            ) + ", bias + GELU in its fp32 kernel"
-        elif self.uses_kernels:
-            self.description += ", vitkit's attention and bias + GELU kernels"
+        self.description += self._kernels_description(model)
         self._cast = precision == "bf16" and self.device.type == "cpu"  # a bf16 copy; the caller's model stays fp32
         self._autocast = (precision == "bf16" and not self._cast) or (precision == "int8" and int8_mixed_bf16())
         model.eval()
         self.forward = _Forward(copy.deepcopy(model).to(torch.bfloat16) if self._cast else model, pre_logits)
         if self._cast and explicit_bf16_attention() and hasattr(model, "set_inference_kernels"):
-            self.forward.model.set_inference_kernels(_Bf16Attention)  # on the runner's bf16 copy only
-            kernel = _bf16_kernel_covers(
-                model
-            )  # the kernel where it builds and covers the model's heads, else the written-out matmuls
-            self.description += (
-                ", attention in vitkit's bf16 kernel (fp32 scores)"
-                if kernel
-                else ", attention as bf16 matmuls and softmax"
-            )
+            self._set_bf16_attention(model)
         self.batch_size: int | None = None
         self._batches_left = batches
         self._compile = (
             compile if compile is not None or not precision.startswith("int8") else True
         )  # int8 only pays compiled
         self._fn: Callable[[torch.Tensor], torch.Tensor] | None = None
-        # fp32 GEMMs through oneDNN where MKL is slow (`onednn_fp32_gemms`): compiled, inductor packs them; eager, this
-        # mode does, for models large enough to gain from it (`OneDNNLinears.MIN_WEIGHTS`). Eager bf16 packs them too
-        # where the CPU has AVX512_BF16 but no AMX (with AMX, packed bf16 GEMMs stall: `_inference_settings`)
-        self._onednn = precision == "fp32" and self.device.type == "cpu" and onednn_fp32_gemms()
-        packs = self._onednn or (self._cast and native_bf16() == "AVX512_BF16")
-        self._eager_linears = (
-            OneDNNLinears(torch.bfloat16 if self._cast else torch.float32)
-            if packs and OneDNNLinears.worth_it(model)
-            else None
-        )
-        if self._eager_linears is not None:
-            self.description += ", oneDNN GEMMs" if self._onednn else ", eager GEMMs packed for oneDNN"
+        self._set_eager_linears(model)
         self._calibration = calibration
         if (
             precision == "int8" and calibration is None
@@ -333,6 +299,38 @@ class Runner:
         self._eager_seconds: float | None = None  # auto mode's eager batch, until compiled has been timed against it
         self._eager_description = self.description
         self._compiled_seconds: list[float] = []
+
+    def _kernels_description(self, model: nn.Module) -> str:
+        """What the description says of vitkit's CPU kernels, "" without them."""
+        if self._kernels is _Int8DynamicKernels:
+            return (
+                ", attention in vitkit's bf16 kernel (fp32 scores)"
+                if _bf16_kernel_covers(model)
+                else ", attention in vitkit's fp32 kernel"
+            ) + ", bias + GELU in its fp32 kernel"
+        return ", vitkit's attention and bias + GELU kernels" if self.uses_kernels else ""
+
+    def _set_bf16_attention(self, model: nn.Module) -> None:
+        """Attention of the runner's bf16 copy (never the caller's model) outside torch's flash kernel."""
+        self.forward.model.set_inference_kernels(_Bf16Attention)
+        kernel = _bf16_kernel_covers(model)  # the kernel where it builds and covers the heads, else bf16 matmuls
+        self.description += (
+            ", attention in vitkit's bf16 kernel (fp32 scores)" if kernel else ", attention as bf16 matmuls and softmax"
+        )
+
+    def _set_eager_linears(self, model: nn.Module) -> None:
+        """fp32 GEMMs through oneDNN where MKL is slow (`onednn_fp32_gemms`): compiled, inductor packs them; eager,
+        this mode does, for models large enough to gain from it (`OneDNNLinears.MIN_WEIGHTS`). Eager bf16 packs them
+        too where the CPU has AVX512_BF16 but no AMX (with AMX, packed bf16 GEMMs stall: `_inference_settings`)."""
+        self._onednn = self.precision == "fp32" and self.device.type == "cpu" and onednn_fp32_gemms()
+        packs = self._onednn or (self._cast and native_bf16() == "AVX512_BF16")
+        self._eager_linears = (
+            OneDNNLinears(torch.bfloat16 if self._cast else torch.float32)
+            if packs and OneDNNLinears.worth_it(model)
+            else None
+        )
+        if self._eager_linears is not None:
+            self.description += ", oneDNN GEMMs" if self._onednn else ", eager GEMMs packed for oneDNN"
 
     def _build(self, x: torch.Tensor) -> None:
         """The callable for batches shaped like x (the first batch)."""
@@ -395,7 +393,7 @@ class Runner:
 
     def _quantize_dynamic(self) -> None:
         """Every linear layer of a copy of the model with int8 weights (per channel) and int8 activations, quantized per
-        token as they come (torchao): no calibration, more exact than static int8 and slower (benchmarks/RESULTS.md)."""
+        token as they come (torchao): no calibration, more exact than static int8 and slower."""
         from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_
 
         model = copy.deepcopy(self.forward.model)  # the caller's model stays fp32
@@ -475,9 +473,8 @@ class Runner:
 
     def _run_checked(self, x: torch.Tensor) -> torch.Tensor:
         """A batch of a runner that chose to compile by itself: the faster of its two compiled batches after the one
-        that compiled must beat the eager batch it was chosen on, else the runner goes back to eager. On a 16-core Xeon
-        with AMX, compiled bf16 ViT-S/16 ran 3.3-4.3x slower than eager at 16 threads, from oneDNN's packed GEMMs between
-        OpenMP's spinning threads (benchmarks/RESULTS.md; now left unpacked there, `_inference_settings`)."""
+        that compiled must beat the eager batch it was chosen on, else the runner goes back to eager. Compiled can lose:
+        on many threads, oneDNN's packed GEMMs between OpenMP's spinning threads (`_inference_settings`)."""
         start = time.perf_counter()
         out = self._run(x)
         self._compiled_seconds.append(self._seconds_since(start))
@@ -496,13 +493,12 @@ class OneDNNLinears(torch.overrides.TorchFunctionMode):
     """Inside it, F.linear on CPU tensors of its dtype (fp32, or bf16) without gradients runs oneDNN's GEMM on a weight
     packed for it once.
 
-    Eager fp32 on CPUs where MKL is slow (`onednn_fp32_gemms`): ViT-S/16 / ViT-B/16 at batch 8 1.11x / 1.17x faster on
-    an AMD EPYC (benchmarks/RESULTS.md). A packed weight is reused while its source tensor's version counter is
+    Eager fp32 on CPUs where MKL is slow (`onednn_fp32_gemms`). A packed weight is reused while its source tensor's version counter is
     unchanged, so a weight written in place (an optimizer step, load_state_dict) is packed again; the packs hold their
     sources alive. Inference tensors (made under torch.inference_mode) have no version counter and keep torch's GEMM.
 
-    Each call to oneDNN costs ~55 us more than MKL's and the mode ~3.5 us on every torch function: the demo model
-    (0.45M weights) ran batch 1 1.84x slower through it (benchmarks/RESULTS.md). So only GEMMs of at least MIN_MACS
+    Each call to oneDNN costs more than MKL's and the mode adds a little to every torch function, which small models
+    and small GEMMs do not earn back. So only GEMMs of at least MIN_MACS
     go to oneDNN, and runners use the mode only for models with at least MIN_WEIGHTS linear weights (ViT-Ti: 5.5M)."""
 
     MIN_MACS = 16_000_000  # rows x inputs x outputs: ViT-S/16's smallest at batch 1 (197 x 384 x 384) is 29M
@@ -554,8 +550,8 @@ class OneDNNLinears(torch.overrides.TorchFunctionMode):
 
 def _size_oblivious() -> contextlib.AbstractContextManager:
     """Dynamo traces a batch of one like any other batch size, not as the constant 1, so that its graph's GEMMs are
-    packed for oneDNN too (batch-1 ViT-S/16 57.8 -> 46.9 ms on an AMD EPYC, benchmarks/RESULTS.md). A switch of torch's
-    own (torch.fx.experimental._config, pinned torch); where a torch lacks it, sizes of one stay constants."""
+    packed for oneDNN too. A switch of torch's own (torch.fx.experimental._config); where a torch lacks it, sizes of
+    one stay constants."""
     try:
         from torch.fx.experimental import _config as config
     except ImportError:
@@ -569,7 +565,7 @@ def _size_oblivious() -> contextlib.AbstractContextManager:
 
 def _cpu_kernels(model: nn.Module, precision: str, device: torch.device):
     """vitkit.kernels.cpu_inference where it serves this runner (fp32 or int8-dynamic, CPU, a model that takes them,
-    the library builds: once per machine and torch version, ~12 s on a 2-core AMD EPYC), else None. int8-dynamic
+    the library builds: once per machine and torch version, some seconds), else None. int8-dynamic
     takes `_Int8DynamicKernels` where attention runs in bf16 (`explicit_bf16_attention`)."""
     if (
         precision not in ("fp32", "int8-dynamic")
@@ -599,7 +595,7 @@ class _Int8DynamicKernels:
     attention through vitkit's bf16 kernel (q, k and v rounded to bf16, scores and softmax in fp32; its fp32 kernel
     where the bf16 one does not cover the heads), fc1's bias + GELU through vitkit's fp32 kernel. Left to inductor,
     the GELU fused with the per-token quantization that follows it computes erf twice an element, and attention runs
-    torch's fp32 flash kernel: together 1.27x slower for ViT-S/16 on an AMD EPYC (benchmarks/RESULTS.md)."""
+    torch's fp32 flash kernel: together slower than these kernels."""
 
     bias_gelu_ = staticmethod(cpu_inference.bias_gelu_)
 
@@ -618,7 +614,7 @@ def _quantizer_class():
             """As the x86 quantizer, and also every F.linear on a parameter called inside another module: it finds
             linears by their nn.Linear module, and the class-token-only last layer projects its one query and its
             keys and values with F.linear on slices of the fused Q/K/V weight (made parameters by
-            `_fold_weight_slices`), which otherwise stayed fp32 (5% of ViT-B/16's int8 time on an AMD EPYC)."""
+            `_fold_weight_slices`), which otherwise stayed fp32."""
             super().annotate(model)
             for node in model.graph.nodes:
                 if (
@@ -671,7 +667,7 @@ def _attention_bf16(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, *, 
 
 
 class _Bf16Attention:
-    """Inference kernels (vitkit.models.vit.InferenceKernels) for the bf16 model where `explicit_bf16_attention`:
+    """Inference kernels (vitkit.kernels.block_kernels.InferenceKernels) for the bf16 model where `explicit_bf16_attention`:
     vitkit's bf16 attention kernel (vitkit.kernels.cpu_inference.attention_bf16: fp32 scores and softmax) where it
     builds and covers the input, else attention written out in the model's dtype; the MLP keeps torch's ops (no
     `bias_gelu_`)."""
@@ -690,7 +686,7 @@ class _Bf16Attention:
 
 def _attention_in_bf16(graph: torch.fx.GraphModule) -> int:
     """Every scaled_dot_product_attention of a quantized graph as `_attention_bf16` (returns how many): on AVX512_BF16
-    without AMX, explicit bf16 matmuls run attention 1.2x faster than torch's fp32 (or bf16) flash kernel (benchmarks/RESULTS.md)."""
+    without AMX, explicit bf16 matmuls run attention faster than torch's fp32 (or bf16) flash kernel."""
     found = [
         node
         for node in graph.graph.nodes

@@ -5,8 +5,8 @@
 //   bias (3D) bf16 -> out (B, T, D) bf16, heads side by side:
 //       out_h = softmax(scale * (q_h + bq_h)(k_h + bk_h)^T) (v_h + bv_h)
 //   Why: written as two bf16 matmuls and a softmax, attention rounds its T x T scores to bf16
-//   (8 bits of mantissa) before the softmax. On ViT-S/16 that alone moved 0.3 points of top-1
-//   agreement with fp32 (benchmarks/RESULTS.md). Here the scores come out of vdpbf16ps in fp32
+//   (8 bits of mantissa) before the softmax, which visibly lowers top-1 agreement with fp32.
+//   Here the scores come out of vdpbf16ps in fp32
 //   and stay fp32 through the softmax; only the probabilities are rounded to bf16 for P V (as
 //   torch's flash kernel does). And it is as fast as the matmuls: one head's scores stay in the
 //   core's cache. As in the fp32 kernel, the key bias is left out (it adds the same q_i . bk to

@@ -11,7 +11,7 @@
 namespace vitkit_kernels {
 
 // row <- exp(row - max(row)), returns 1 / sum(row). Exponents are floored at -87 so that the
-// smallest weights are ~1e-38 rather than denormals, which would slow the next matmul ~2x;
+// smallest weights are ~1e-38 rather than denormals, which would slow the next matmul;
 // the output changes by less than 1e-37 of |v|.
 inline float exp_row(float* row, int64_t n) {
   using Vec = at::vec::Vectorized<float>;

@@ -11,7 +11,7 @@
 #include <jpeglib.h>
 
 #define MESSAGE 200
-#define ROWS 4 /* rows asked of libjpeg per call: 5% faster than one at a time (benchmarks/RESULTS.md) */
+#define ROWS 4 /* rows asked of libjpeg per call: fewer calls than one at a time */
 
 struct failure {
     struct jpeg_error_mgr manager;

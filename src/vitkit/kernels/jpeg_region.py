@@ -6,7 +6,7 @@
 
 An Inception crop covers about half of a photo on average: libjpeg-turbo's jpeg_crop_scanline and
 jpeg_skip_scanlines leave out the IDCT, upsampling and colour conversion of the columns and rows outside the box,
-and the rows below it are never read (benchmarks/RESULTS.md, "Input pipeline"). The pixels are exactly those of the
+and the rows below it are never read. The pixels are exactly those of the
 whole-image decode at the same DCT scale: the box is decoded with one extra column on each side where the image
 has one, because libjpeg's fancy upsampling treats a cropped region's edge columns as image edges, and at least
 MIN_SPAN columns wide, because it does not use that filter at all on a region only one or two chroma columns wide.

@@ -124,11 +124,29 @@ class ViTConfig:
     std: tuple[float, ...] = field(default=(0.5, 0.5, 0.5))
 
     def __post_init__(self) -> None:
-        def put(key: str, value: Any) -> None:
-            object.__setattr__(self, key, value)
+        self._put("image_size", _pair(self.image_size, "image_size"))
+        self._put("patch_size", _pair(self.patch_size, "patch_size"))
+        self._check_sizes()
+        self._check_options()
+        if isinstance(self.backbone, dict):
+            self._put("backbone", ResNetConfig(**_known(self.backbone, ResNetConfig, "backbone")))
+        elif self.backbone is not None and not isinstance(self.backbone, ResNetConfig):
+            raise ConfigError(f"backbone: expected null or a mapping (layers, width), got {shown(self.backbone)}")
+        if self.pos_embed == "sincos2d" and self.width % 4:
+            raise ConfigError(f"pos_embed: sincos2d needs a width divisible by 4, got {self.width}")
+        if self.pos_embed == "learned_2d" and self.width % 2:
+            raise ConfigError(f"pos_embed: learned_2d needs an even width (D/2 per axis), got {self.width}")
+        self._put("mean", _per_channel(self, "mean"))
+        self._put("std", _per_channel(self, "std"))
+        if any(s <= 0 for s in self.std):
+            raise ConfigError(f"std: expected positive values, got {shown(self.std)}")
+        self._check_patch_grid()
 
-        put("image_size", _pair(self.image_size, "image_size"))
-        put("patch_size", _pair(self.patch_size, "patch_size"))
+    def _put(self, key: str, value: Any) -> None:
+        object.__setattr__(self, key, value)
+
+    def _check_sizes(self) -> None:
+        """The layer sizes: positive integers, within the limits, heads dividing the width."""
         for key in ("in_chans", "width", "depth", "mlp_dim", "num_heads"):
             value = getattr(self, key)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
@@ -154,6 +172,9 @@ class ViTConfig:
             raise ConfigError(
                 f"representation_size: expected a positive integer or null, got {shown(self.representation_size)}"
             )
+
+    def _check_options(self) -> None:
+        """The named choices and the rates."""
         for key, allowed in (("classifier", CLASSIFIERS), ("pos_embed", POS_EMBEDS), ("mlp_act", MLP_ACTS)):
             if getattr(self, key) not in allowed:
                 raise ConfigError(f"{key}: expected one of {', '.join(allowed)}, got {shown(getattr(self, key))}")
@@ -163,18 +184,9 @@ class ViTConfig:
                 raise ConfigError(f"{key}: expected a rate in [0, 1), got {shown(value)}")
         if not _is_number(self.layer_norm_eps) or self.layer_norm_eps <= 0:
             raise ConfigError(f"layer_norm_eps: expected a positive number, got {shown(self.layer_norm_eps)}")
-        if isinstance(self.backbone, dict):
-            put("backbone", ResNetConfig(**_known(self.backbone, ResNetConfig, "backbone")))
-        elif self.backbone is not None and not isinstance(self.backbone, ResNetConfig):
-            raise ConfigError(f"backbone: expected null or a mapping (layers, width), got {shown(self.backbone)}")
-        if self.pos_embed == "sincos2d" and self.width % 4:
-            raise ConfigError(f"pos_embed: sincos2d needs a width divisible by 4, got {self.width}")
-        if self.pos_embed == "learned_2d" and self.width % 2:
-            raise ConfigError(f"pos_embed: learned_2d needs an even width (D/2 per axis), got {self.width}")
-        put("mean", _per_channel(self, "mean"))
-        put("std", _per_channel(self, "std"))
-        if any(s <= 0 for s in self.std):
-            raise ConfigError(f"std: expected positive values, got {shown(self.std)}")
+
+    def _check_patch_grid(self) -> None:
+        """The image divides into whole patches (of the backbone's feature map for hybrids)."""
         stride = self.total_patch_size
         for axis, (size, step) in enumerate(zip(self.image_size, stride)):
             if size % step:

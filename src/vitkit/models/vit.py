@@ -5,9 +5,11 @@
     z_l  = MLP(LN(z'_l)) + z'_l                               (3)  Block.forward, second line
     y    = LN(z_L^0)                                          (4)  forward_features + forward_head
 
-Attention has one fast path (torch's fused scaled_dot_product_attention; for short sequences trained in fp32 on
-the CPU, the same sums written out, which run faster there) and one explicit path that also returns the attention
-probabilities (`forward_explicit`), used only for inspection.
+Attention has one fused path (torch's scaled_dot_product_attention) and one explicit path that also returns the
+attention probabilities (`forward_explicit`), used only for inspection. Faster paths for particular settings stand in
+for the fused one through a single seam, `Attention.core` (`set_attention_core`); they live in vitkit.kernels and are
+installed by whoever runs the model where they pay (vitkit.kernels.short_attention for training short sequences on
+the CPU; the inference kernels below).
 
 Position embeddings (App. D.4, `pos_embed`): "learned" E_pos of Eq. 1; "learned_2d", a row and a column
 embedding of D/2 each, concatenated; "relative", a learned bias per head and layer for every 2D offset
@@ -29,55 +31,35 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from vitkit.errors import ConfigError
+from vitkit.kernels.block_kernels import InferenceKernels, KernelAttention
 
 from .config import ViTConfig
 from .resnet import ResNetBackbone
 
 
-class InferenceKernels(Protocol):
-    """Stand-ins for a block's two hot spots in inference (eval mode, no gradients); a module may be one."""
+class AttentionCore(Protocol):
+    """A speed path swapped in for the attention core (`Attention.core`): the same sums, faster where it applies.
 
-    def attention(self, qkv: torch.Tensor, bias: torch.Tensor, num_heads: int) -> torch.Tensor:
-        """(B, T, 3D) fused Q/K/V projections before their bias -> (B, T, D), heads side by side."""
-        ...
+    Given the block's normed tokens x (B, T, D), the logit bias (nh, Tq, T) or None and `queries` (None: every token
+    attends), it returns the heads side by side before the output projection, (B, Tq, D). Where it does not apply it
+    returns `attention.fused(x, bias, queries)`, the model's own path.
+    """
 
-    def bias_gelu_(self, h: torch.Tensor, bias: torch.Tensor, approximate: bool) -> torch.Tensor:
-        """GELU(h + bias), the tanh form if `approximate`; may write over h. None: the MLP keeps torch's ops."""
-        ...
+    def __call__(
+        self, attention: Attention, x: torch.Tensor, bias: torch.Tensor | None, queries: int | None
+    ) -> torch.Tensor: ...
 
 
 def _inference(module: nn.Module) -> bool:
     return not (module.training or torch.is_grad_enabled())
 
 
-# Short sequences train faster with attention written out than through torch's fused CPU kernel, whose backward
-# works block by block: forward + backward in fp32 on an AMD EPYC (2 threads), written out ran 2.9-3.7x faster for
-# the demo model's 16 tokens (head size 24), 1.2-2.0x for 17-65 tokens (head size 64), 1.2-1.3x at 101, 1.05-1.34x
-# at 129 and 0.56-1.13x at 197 (benchmarks/cpu_short_attention.py, RESULTS.md): the rule stays well inside the
-# winning region. The probabilities it keeps for backward are capped (16 MB a layer). Inference keeps the fused
-# kernel: there the written-out form was not reliably faster.
-WRITTEN_OUT_MAX_TOKENS = 100
-WRITTEN_OUT_MAX_SCORES = 4_000_000
-
-
-def _written_out_is_faster(q: torch.Tensor, k: torch.Tensor) -> bool:
-    """Whether attention over q (B, nh, Tq, hd) and k (B, nh, T, hd) runs written out: fp32 on the CPU with
-    gradients, short sequences, never while torch.compile or torch.export trace the model (they keep the fused op)."""
-    B, nh, Tq, _ = q.shape
-    T = k.shape[2]
-    return (
-        q.device.type == "cpu"
-        and q.dtype == torch.float32
-        and q.requires_grad
-        and torch.is_grad_enabled()
-        and T <= WRITTEN_OUT_MAX_TOKENS
-        and B * nh * Tq * T <= WRITTEN_OUT_MAX_SCORES
-        and not torch.compiler.is_compiling()
-    )
-
-
 class Attention(nn.Module):
-    """Multi-head self-attention: softmax(Q K^T / sqrt(d_head)) V per head, heads projected back to D."""
+    """Multi-head self-attention: softmax(Q K^T / sqrt(d_head)) V per head, heads projected back to D.
+
+    One fused path (torch's scaled_dot_product_attention) and one explicit path that also returns the probabilities
+    (`forward_explicit`); `core`, None by default, is the seam through which a faster path stands in for the fused one.
+    """
 
     def __init__(
         self, *, width: int, num_heads: int, attn_dropout: float, dropout: float, position_bias: nn.Module | None = None
@@ -91,39 +73,42 @@ class Attention(nn.Module):
         self.proj = nn.Linear(width, width)
         self.proj_drop = nn.Dropout(dropout)
         self.softmax = nn.Softmax(dim=-1)  # a named module, so inspection can hook it
-        self.kernel: Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor] | None = (
-            None  # InferenceKernels.attention
-        )
+        self.core: AttentionCore | None = None  # a swap-in for the fused path; None: the fused path
 
-    def _qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        B, T, D = x.shape
-        qkv = self.qkv(x).view(B, T, 3, self.num_heads, self.head_dim)
-        # unbind along Q/K/V in place (not after a permute): backward then stacks the three gradients
-        # straight into qkv's layout, with no extra copy (training step ~2% faster)
-        q, k, v = (t.transpose(1, 2) for t in qkv.unbind(2))  # each (B, nh, T, hd)
-        return q, k, v
-
-    def _out(self, y: torch.Tensor) -> torch.Tensor:
-        B, nh, T, hd = y.shape
-        return self.proj_drop(self.proj(y.transpose(1, 2).reshape(B, T, nh * hd)))
+    @property
+    def kernel(self) -> Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor] | None:
+        """The inference kernel standing in for attention (InferenceKernels.attention, `set_inference_kernels`)."""
+        return getattr(self.core, "attention", None)
 
     def forward(self, x: torch.Tensor, *, queries: int | None = None) -> torch.Tensor:
         """(B, T, D) -> (B, T, D); with `queries=n` only the first n tokens attend: (B, n, D)."""
-        bias = None if self.position_bias is None else self.position_bias()  # (nh, T, T)
-        if self.kernel is not None and queries is None and bias is None and _inference(self):
-            qkv = F.linear(x, self.qkv.weight)  # the kernel adds the bias
-            return self.proj_drop(self.proj(self.kernel(qkv, self.qkv.bias, self.num_heads)))
-        if queries is None:
-            q, k, v = self._qkv(x)
-        else:
-            q, k, v = self._qkv_first(x, queries)
-            bias = None if bias is None else bias[:, :queries]
+        bias = self.logit_bias(queries)
+        y = self.fused(x, bias, queries) if self.core is None else self.core(self, x, bias, queries)
+        return self.proj_drop(self.proj(y))
+
+    def logit_bias(self, queries: int | None = None) -> torch.Tensor | None:
+        """The position bias added to the logits, (nh, Tq, T) for the first `queries` rows; None without one."""
+        if self.position_bias is None:
+            return None
+        bias = self.position_bias()  # (nh, T, T)
+        return bias if queries is None else bias[:, :queries]
+
+    def fused(self, x: torch.Tensor, bias: torch.Tensor | None, queries: int | None) -> torch.Tensor:
+        """The fused path: (B, T, D) -> (B, Tq, D), heads side by side before the output projection."""
+        q, k, v = self.project(x, queries)
         dropout = self.attn_dropout if self.training else 0.0
-        if _written_out_is_faster(q, k):
-            y = F.dropout(self._probabilities(q, k, bias), dropout, self.training) @ v
-        else:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout)
-        return self._out(y)
+        return self.merge_heads(F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout))
+
+    def project(self, x: torch.Tensor, queries: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Q, K and V per head, each (B, nh, T, hd); with `queries=n`, Q for the first n tokens only."""
+        if queries is not None:
+            return self._qkv_first(x, queries)
+        B, T, D = x.shape
+        qkv = self.qkv(x).view(B, T, 3, self.num_heads, self.head_dim)
+        # unbind along Q/K/V in place (not after a permute): backward then stacks the three gradients
+        # straight into qkv's layout, with no extra copy
+        q, k, v = (t.transpose(1, 2) for t in qkv.unbind(2))  # each (B, nh, T, hd)
+        return q, k, v
 
     def _qkv_first(self, x: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Queries for the first n tokens, keys and values for all: the same weights, fewer rows."""
@@ -134,15 +119,20 @@ class Attention(nn.Module):
         k, v = (t.transpose(1, 2) for t in kv.unbind(2))  # each (B, nh, T, hd)
         return q, k, v
 
+    @staticmethod
+    def merge_heads(y: torch.Tensor) -> torch.Tensor:
+        """(B, nh, T, hd) -> (B, T, nh * hd), the heads side by side."""
+        B, nh, T, hd = y.shape
+        return y.transpose(1, 2).reshape(B, T, nh * hd)
+
     def forward_explicit(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The same attention written out; also returns the probabilities (B, nh, T, T)."""
-        q, k, v = self._qkv(x)
-        bias = None if self.position_bias is None else self.position_bias()
-        probs = self._probabilities(q, k, bias, self.softmax)  # (B, nh, T, T)
+        q, k, v = self.project(x)
+        probs = self.probabilities(q, k, self.logit_bias(), self.softmax)  # (B, nh, T, T)
         y = F.dropout(probs, self.attn_dropout, self.training) @ v  # (B, nh, T, hd)
-        return self._out(y), probs
+        return self.proj_drop(self.proj(self.merge_heads(y))), probs
 
-    def _probabilities(
+    def probabilities(
         self,
         q: torch.Tensor,
         k: torch.Tensor,
@@ -210,8 +200,8 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor, *, class_token_only: bool = False) -> torch.Tensor:
         if class_token_only:  # the last layer when only z_L^0 is read (Eq. 4): the same sums for one row
-            # contiguous: compiled int8 fuses this sum into the GEMM, writing into the residual's buffer, and
-            # gets a strided one wrong (torch 2.13; tests/test_precision.py)
+            # contiguous: compiled int8 may fuse this sum into the GEMM, writing into the residual's buffer, which
+            # must then be dense
             x = x[:, :1].contiguous() + self.drop_path(self.attn(self.norm1(x), queries=1))  # (2), (B, 1, D)
         else:
             x = x + self.drop_path(self.attn(self.norm1(x)))  # (2)
@@ -324,9 +314,8 @@ class VisionTransformer(nn.Module):
         """x_p^i E of Eq. 1 for every patch: (B, C, H, W) -> (B, N, D), patches in row-major order.
 
         E is stored as a strided convolution (the official checkpoints' layout). bf16 inference on the CPU multiplies
-        the flattened patches by E as one GEMM instead, as Eq. 1 writes it: oneDNN's bf16 convolution over 3 input
-        channels ran 1.2-1.3x slower than that GEMM on an AMD EPYC and took 13% of ViT-S/16's time on a 16-core Xeon
-        with AMX (benchmarks/RESULTS.md)."""
+        the flattened patches by E as one GEMM instead, as Eq. 1 writes it: a bf16 convolution over so few input
+        channels (3) makes poor use of the CPU's matrix units, where one GEMM over all patches keeps them busy."""
         ph, pw = self.patch_embed.kernel_size
         B, C, H, W = x.shape
         if x.device.type != "cpu" or x.dtype != torch.bfloat16 or not _inference(self) or H % ph or W % pw:
@@ -424,25 +413,31 @@ class VisionTransformer(nn.Module):
         """Activation checkpointing per block: less memory in training for one more forward pass."""
         self.grad_checkpointing = enable
 
+    def set_attention_core(self, core: AttentionCore | None) -> None:
+        """Every block's attention through `core` (an AttentionCore); None restores the fused path."""
+        for block in self.blocks:
+            block.attn.core = core
+
     def set_inference_kernels(self, kernels: InferenceKernels | None) -> None:
         """Inference only (no grad, eval mode): attention and the MLP's bias + GELU through `kernels`.
 
         None restores torch's ops (scaled_dot_product_attention, nn.GELU); training and gradients always use them.
         """
-        for block in self.blocks:  # the functions, not `kernels` itself: a model with them still deep-copies
-            block.attn.kernel = None if kernels is None else kernels.attention
+        # the functions, not `kernels` itself: a model with them still deep-copies
+        self.set_attention_core(None if kernels is None else KernelAttention(kernels.attention))
+        for block in self.blocks:
             block.mlp.kernel = None if kernels is None else kernels.bias_gelu_
 
     @contextlib.contextmanager
     def using_inference_kernels(self, kernels: InferenceKernels | None):
         """`set_inference_kernels(kernels)` inside a with block; afterwards the model has what it had before."""
-        before = [(block.attn.kernel, block.mlp.kernel) for block in self.blocks]
+        before = [(block.attn.core, block.mlp.kernel) for block in self.blocks]
         self.set_inference_kernels(kernels)
         try:
             yield self
         finally:
-            for block, (attention, bias_gelu) in zip(self.blocks, before):
-                block.attn.kernel, block.mlp.kernel = attention, bias_gelu
+            for block, (core, bias_gelu) in zip(self.blocks, before):
+                block.attn.core, block.mlp.kernel = core, bias_gelu
 
     def no_weight_decay(self) -> set[str]:
         """Parameter names that take no weight decay besides norms and biases."""
