@@ -31,7 +31,7 @@ import yaml
 
 from vitkit.checkpoint import load_with_metadata, save_pretrained
 from vitkit.checkpoint.native import is_native, load_native, read_native_config
-from vitkit.checkpoint.runs import resolve
+from vitkit.checkpoint.runs import resolve, step_checkpoints
 from vitkit.data import DataSpec
 from vitkit.data.sources import described, same_images
 from vitkit.data.spec import absolute, trained_on
@@ -40,8 +40,8 @@ from vitkit.evaluate.metrics import markdown_table, write_report
 from vitkit.files import read_json, write_json
 from vitkit.models import BiTConfig, ModelConfig, VisionTransformer, build_model
 from vitkit.models.registry import MODELS
-from vitkit.train import step_checkpoints, train
 from vitkit.train.config import RunConfig, from_dict, load_run_config, merge_layer
+from vitkit.train.loop import train
 
 # The paper's fine-tuning recipe (App. B; warmup 500 steps and the Inception crop [official]); a
 # recipe file (configs/finetune_*.yaml) and KEY=VALUE overrides are applied on top of it. A run shorter than
