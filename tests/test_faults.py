@@ -281,7 +281,7 @@ def test_a_run_directory_removed_while_training_is_not_written_again(tmp_path, m
     the run ended with exit 0, and neither --resume nor a new run would take that folder."""
     import shutil
 
-    import vitkit.train as training
+    import vitkit.train.loop as training
 
     out = tmp_path / "run"
     real, saves = training._save_step, []
@@ -325,7 +325,7 @@ def test_a_damaged_checkpoint_is_named_on_resume(tmp_path):
 # -- non-finite steps ------------------------------------------------------------------------
 def _poison_loss(monkeypatch, bad_calls):
     """Make the loss NaN on the given (0-based) calls of the training loss."""
-    from vitkit import train as train_module
+    from vitkit.train import loop as train_module
 
     real, calls = train_module.soft_cross_entropy, []
 

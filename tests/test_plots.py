@@ -90,7 +90,7 @@ def test_the_figures_say_what_was_measured(tmp_path, monkeypatch):
 
 
 def test_the_summarys_img_s_is_images_over_time_not_a_mean_of_window_rates():
-    from vitkit.train import _mean_rate
+    from vitkit.train.plan import mean_rate as _mean_rate
 
     rows = [
         {"kind": "train", "step": 10, "img_s": 100.0},

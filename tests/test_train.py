@@ -182,7 +182,7 @@ def test_the_time_estimate_probes_a_gpu_with_a_real_batch_and_the_runs_precision
     """A 1-image fp32 probe on a GPU measured kernel launches, not work: the plan block estimated 5:55 for a
     ViT-B/16 run that trained in 9 s on an H200."""
     from vitkit.models import get_config
-    from vitkit.train import _time_step, probe_images
+    from vitkit.train.plan import _time_step, probe_images
 
     vit_b = get_config("vit_b16")
     assert probe_images(vit_b, 256, torch.device("cpu")) == 1  # ~2e10 FLOPs on a CPU: one image of ViT-B/16
@@ -209,7 +209,7 @@ def test_init_from_a_head_that_never_trained_says_so(tmp_path):
     """finetune's start (init/, a new zero head for the data's classes) was announced as "its head scores the same 3
     classes", as if a trained head were kept."""
     from vitkit.checkpoint import save_pretrained
-    from vitkit.train import _init_from
+    from vitkit.train.init import init_from as _init_from
 
     names = ["ant", "bee", "cat"]
     save_pretrained(create_model("vit_test", num_classes=3), tmp_path / "zero", extra={"class_names": names})

@@ -9,7 +9,7 @@ import pytest
 import torch
 from PIL import Image
 
-from vitkit import train as training
+from vitkit.train import loop as training
 from vitkit.train.config import load_run_config
 
 RUN = [

@@ -437,7 +437,7 @@ def test_loads_racing_a_replacement_never_report_corrupt(tmp_path):
     out = tmp_path / "run"
     train(load_run_config(None, TINY + ["train.steps=2"]), out)
     from vitkit.checkpoint.native import load_native, write_pretrained
-    from vitkit.train import _write_dir
+    from vitkit.train.state import write_dir as _write_dir
 
     model, extra = load_native(out / "final")
     other = VisionTransformer(model.config)  # two models in turn: a read mixing them fails its checksums

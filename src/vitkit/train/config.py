@@ -232,7 +232,7 @@ def load_run_config(
             data = yaml.load(path.read_text(encoding="utf-8"), Loader=_NoAliasLoader) or {}
         except FileNotFoundError:
             shipped = (
-                Path(__file__).resolve().parents[2] / "configs" / path.name
+                Path(__file__).resolve().parents[3] / "configs" / path.name
             )  # the repository's recipes (a source checkout)
             hint = (
                 f"; the recipe of that name is {shipped} (configs/ paths in the docs are from the repository's root)"

@@ -31,7 +31,7 @@ import yaml
 
 from vitkit.checkpoint import load_with_metadata, save_pretrained
 from vitkit.checkpoint.native import is_native, load_native, read_native_config
-from vitkit.checkpoint.runs import resolve
+from vitkit.checkpoint.runs import resolve, step_checkpoints
 from vitkit.data import DataSpec
 from vitkit.data.sources import described, same_images
 from vitkit.data.spec import absolute, trained_on
@@ -40,8 +40,8 @@ from vitkit.evaluate.metrics import markdown_table, write_report
 from vitkit.files import read_json, write_json
 from vitkit.models import BiTConfig, ModelConfig, VisionTransformer, build_model
 from vitkit.models.registry import MODELS
-from vitkit.train import step_checkpoints, train
 from vitkit.train.config import RunConfig, from_dict, load_run_config, merge_layer
+from vitkit.train.loop import train
 
 # The paper's fine-tuning recipe (App. B; warmup 500 steps and the Inception crop [official]); a
 # recipe file (configs/finetune_*.yaml) and KEY=VALUE overrides are applied on top of it. A run shorter than
@@ -200,15 +200,7 @@ def finetune(
 
 def _sweep(recipe: RunConfig, checkpoint, out: Path, starting: tuple | None, lrs: list[float]) -> dict:
     """The runs of `finetune` in a claimed --out: the starting model saved once, a run per learning rate, the best."""
-    init = out / "init"
-    if starting is not None:
-        model, record = starting
-        save_pretrained(model, init, extra=record)  # once, atomically, in vitkit's format
-    start, _ = read_native_config(init)
-    model_section = {**start.to_dict(), "name": registered_name(start), "init": str(init)}
-    model_section.pop("num_classes")
-    model_section.pop("arch", None)  # the name says the family
-
+    model_section = _start_model_section(out / "init", starting)
     runs = []
     for i, lr in enumerate(lrs, 1):
         run_dir = out / run_name(lr)
@@ -224,35 +216,49 @@ def _sweep(recipe: RunConfig, checkpoint, out: Path, starting: tuple | None, lrs
         else:
             summary = train(config, run_dir, resume=bool(step_checkpoints(run_dir)))
             if "stopped_at" in summary:  # SIGTERM/SIGINT: no pick and no final/ until every learning rate has finished
-                return {
-                    "stopped": {
-                        "lr": lr,
-                        "run": run_dir.name,
-                        "step": summary["stopped_at"],
-                        "steps": summary["steps"],
-                        "runs_finished": len(runs),
-                        "runs": len(lrs),
-                    }
-                }
-        runs.append(
-            {
-                "lr": lr,
-                "run": run_dir.name,
-                **{
-                    k: summary.get(k)
-                    for k in (
-                        "final_val_top1",
-                        "final_val_top5",
-                        "best_val_top1",
-                        "best_step",
-                        "steps",
-                        "wall_time_s",
-                        "val_images",
-                    )
-                },
-            }
-        )
+                return {"stopped": _stopped(lr, run_dir, summary, len(runs), len(lrs))}
+        runs.append({"lr": lr, "run": run_dir.name, **{k: summary.get(k) for k in SWEEP_FIGURES}})
+    return _pick(recipe, checkpoint, out, runs, config)
 
+
+# the figures of each run that sweep.json keeps
+SWEEP_FIGURES = (
+    "final_val_top1",
+    "final_val_top5",
+    "best_val_top1",
+    "best_step",
+    "steps",
+    "wall_time_s",
+    "val_images",
+)
+
+
+def _start_model_section(init: Path, starting: tuple | None) -> dict:
+    """The model section of every run's config: the starting model, saved once to `init` (unless it is there)."""
+    if starting is not None:
+        model, record = starting
+        save_pretrained(model, init, extra=record)  # once, atomically, in vitkit's format
+    start, _ = read_native_config(init)
+    model_section = {**start.to_dict(), "name": registered_name(start), "init": str(init)}
+    model_section.pop("num_classes")
+    model_section.pop("arch", None)  # the name says the family
+    return model_section
+
+
+def _stopped(lr: float, run_dir: Path, summary: dict, finished: int, runs: int) -> dict:
+    """Where a stopped sweep stands: the run it stopped in, at which step, and how many runs had finished."""
+    return {
+        "lr": lr,
+        "run": run_dir.name,
+        "step": summary["stopped_at"],
+        "steps": summary["steps"],
+        "runs_finished": finished,
+        "runs": runs,
+    }
+
+
+def _pick(recipe: RunConfig, checkpoint, out: Path, runs: list[dict], config: RunConfig) -> dict:
+    """The best run, recorded in its model and linked as out/final; sweep.json and sweep.md."""
     best = pick_best(runs)
     if (
         len(runs) > 1

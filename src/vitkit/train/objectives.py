@@ -11,6 +11,10 @@ cross-entropy over the corrupted patches only; labels are never looked at.
 itself is unchanged (the corruption runs through its `forward_features(x, corrupt=...)` hook), so it
 is saved and loaded like any other vitkit model, without the prediction head.
 
+The training loop sees either objective through one seam, picked once from train.objective
+(`pick_objective`): `Classification` or `MaskedPatch`, each with the module the optimizer trains, the
+(logits, targets) of a batch, its validation and the tensors an exact resume needs.
+
     objective = MaskedPatchPrediction(vit)
     logits, targets = objective(x, generator)   # (M, K) colour logits, (M, K) one-hot targets
     loss = -(targets * logits.log_softmax(-1)).sum(-1).mean()
@@ -27,8 +31,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from vitkit.data.augment import eval_transform
-from vitkit.errors import CheckpointError
+from vitkit.errors import CheckpointError, ConfigError
+from vitkit.evaluate.metrics import evaluate
 from vitkit.models import VisionTransformer
+from vitkit.train import distributed
 
 COLOUR_BITS = 3  # bits per channel of the predicted mean colour
 CORRUPT_RATIO = 0.5  # share of the patches corrupted in every image
@@ -178,3 +184,73 @@ def evaluate_masked_patch(
     if n == 0:
         return {"n": 0, "top1": float("nan"), "top5": float("nan"), "loss": float("nan")}
     return {"n": n, "top1": top1 / n, "top5": top5 / n, "loss": loss_sum / n}
+
+
+# -- the training loop's seam ---------------------------------------------------------------
+class Classification:
+    """Supervised: the model's class logits against the data's (smoothed, mixed) soft targets."""
+
+    name = "classification"
+    uses_labels = True  # the data needs two or more classes
+    trains_head = True  # the saved model's classification head is trained
+    compiles = True  # train.compile applies to the step's module
+    always_top5 = False  # top-5 is shown only where there are more than 5 classes
+    measured = ""  # what the validation accuracy is of, as the log line says it
+
+    def __init__(self, model: nn.Module, resumed: dict | None = None):
+        self.module = model  # what the optimizer trains
+
+    def outputs(self, forward, x: torch.Tensor, targets: torch.Tensor, generator: torch.Generator):
+        """(logits, soft targets) of a batch of normalised images through `forward` (the step's module)."""
+        return forward(x), targets
+
+    def evaluate(self, model: nn.Module, batches, **kwargs) -> dict:
+        return evaluate(model, batches, **kwargs)
+
+    def checkpoint_tensors(self) -> dict:
+        """The objective's own weights for train_state.pt (none: the model is all)."""
+        return {}
+
+
+class MaskedPatch(Classification):
+    """Masked patch prediction: the corrupted patches' mean colours against the objective's own targets."""
+
+    name = "masked_patch"
+    uses_labels = trains_head = compiles = False
+    always_top5 = True
+    measured = " colour-prediction"
+
+    def __init__(self, model: nn.Module, resumed: dict | None = None):
+        if not isinstance(model, VisionTransformer):
+            raise ConfigError(
+                f"train.objective: masked_patch corrupts a Vision Transformer's patch embeddings; this model is a "
+                f"{type(model).__name__} (use train.objective=classification)"
+            )
+        # its [mask] embedding and colour head train beside the ViT; the saved model is the ViT
+        self.module = MaskedPatchPrediction(model)
+        for p in [*model.pre_logits.parameters(), *model.head.parameters()]:
+            p.requires_grad_(False)  # the classification head plays no part (and DDP must not wait for its gradients)
+        if resumed is not None:
+            self.module.load_objective_state(resumed["masked_patch"])
+
+    def outputs(self, forward, x: torch.Tensor, targets: torch.Tensor, generator: torch.Generator):
+        return forward(x, generator)  # reads no labels: the objective makes its own targets
+
+    def evaluate(self, model: nn.Module, batches, **kwargs) -> dict:
+        return evaluate_masked_patch(self.module, batches, **kwargs)  # `model` is the ViT inside it
+
+    def checkpoint_tensors(self) -> dict:
+        return {"masked_patch": distributed.full_tensors(self.module.objective_state())}  # gathered under FSDP
+
+
+OBJECTIVES = {"classification": Classification, "masked_patch": MaskedPatch}
+
+
+def pick_objective(name: str, model: nn.Module, resumed: dict | None) -> Classification:
+    """train.objective around `model`; on resume (`resumed`: train_state.pt), the objective it was started with."""
+    if resumed is not None and ("masked_patch" in resumed) != (name == "masked_patch"):
+        started = "masked_patch" if "masked_patch" in resumed else "classification"
+        raise ConfigError(
+            f"train.objective: this run was started with {started}; resume it with train.objective={started}"
+        )
+    return OBJECTIVES[name](model, resumed)

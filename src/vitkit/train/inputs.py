@@ -1,0 +1,129 @@
+"""The run's images: the training and validation splits opened and checked, the training batches in their
+reproducible order, and the generator of every device-side augmentation draw."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from vitkit.data import Batches, DataSpec, check_compatible, fits_in_memory, load_into_memory
+from vitkit.data.summary import copies_of_training_images
+from vitkit.errors import ConfigError, DataError
+from vitkit.train import distributed, faults
+from vitkit.train.config import RunConfig
+from vitkit.train.objectives import OBJECTIVES
+from vitkit.train.state import Data, Setup
+
+
+def prepare_data(config: RunConfig, out: Path, resume: bool, env: Setup) -> Data:
+    """Open the splits and check them; small ones are loaded onto the device whole."""
+    a, d = config.augment, config.data
+    # the model's input size and channels decide how images are read; the data decides the classes
+    shape = config.model_config()
+    spec = DataSpec.from_config(d)  # the split resolver; its record in the checkpoint names exactly these images
+    train_split = _open(spec, shape, d.train_split, "data.train_split")
+    val_split = _open(spec, shape, d.val_split, "data.val_split")
+    check_compatible(train_split, val_split)  # faults: the same classes, labels in range, before any work
+    val_copies = (copies_of_training_images({"train": train_split, "val": val_split}) or {}).get(
+        "val"
+    )  # said in the plan
+    record = spec.record({d.train_split: train_split, d.val_split: val_split})
+    val_files = frozenset(str(path) for path in val_split.paths) if val_split.paths is not None else frozenset()
+    bad = faults.bad_files(
+        out,
+        d.on_error,
+        resume,
+        writer=env.world.main,  # faults: unreadable image files, as data.on_error says
+        split_of=lambda path: d.val_split if path in val_files else d.train_split,
+    )
+    if fits_in_memory(val_split, shape.in_chans, shape.image_size, d.memory_mb):  # read as vitkit eval reads it
+        val_split = load_into_memory(
+            val_split, shape.in_chans, shape.image_size, a.eval_crop_pct, workers=d.workers, bad=bad
+        )
+    _check_classes(config, train_split, env.micro)
+    batches, augment = training_batches(config, train_split, env.micro, env.device, bad, env.world)
+    names = train_split.class_names
+    return Data(batches.split, val_split, names, bad, shape, batches, augment, record, val_files, val_copies)
+
+
+def _open(spec: DataSpec, shape, name: str, flag: str):
+    """Split `name` of the data, read at the model's input size and channels (`shape`)."""
+    return spec.open(
+        name, channels=shape.in_chans, image_size=shape.image_size[0], flag=flag, hold_out="data.val_fraction"
+    )
+
+
+def _check_classes(config: RunConfig, train_split, micro: int) -> None:
+    """The data's classes match model.num_classes, and suit the objective; a batch's worth of training images."""
+    class_names = train_split.class_names
+    if "num_classes" in config.model and config.model["num_classes"] != len(class_names):
+        raise ConfigError(
+            f"model.num_classes: {config.model['num_classes']} given but the data has {len(class_names)} classes"
+        )
+    if (
+        len(class_names) < 2 and OBJECTIVES[config.train.objective].uses_labels
+    ):  # masked patch prediction trains on a folder without class folders
+        raise DataError(
+            f"{train_split.source}: one class ({class_names[0]!r}); classification needs two or more "
+            "(root/<class>/<image>); to pre-train on images without labels use train.objective=masked_patch"
+        )
+    if len(train_split) < micro:
+        raise DataError(
+            f"{train_split.source}: {len(train_split)} training images, fewer than one batch of {micro}; lower train.batch_size"
+        )
+
+
+def training_batches(
+    config: RunConfig, split, micro: int, device: torch.device, bad, world: distributed.Dist = distributed.Dist()
+):
+    """The run's training batches (a `Batches`) and the augmentation the device applies to them.
+
+    Image files get the Inception crop from the whole decoded image in the loader (never from a resized
+    copy; the device then only flips and RandAugments); other data is held in memory when it fits
+    (data.memory_mb) and cropped on the device.
+    """
+    a, d = config.augment, config.data
+    shape = config.model_config()
+    size, channels = shape.image_size[0], shape.in_chans
+    load_size = d.load_size or (round(size * 8 / 7) if a.crop == "rrc" else size)
+    crop = (a.rrc_scale, a.rrc_ratio) if a.crop == "rrc" and split.images is None else None
+    if crop is None and fits_in_memory(split, channels, load_size, d.memory_mb):
+        split = load_into_memory(split, channels, load_size, workers=d.workers, bad=bad)
+    batches = Batches(
+        split,
+        micro,
+        config.train.seed,
+        device,
+        channels=channels,
+        size=size if crop else load_size,
+        workers=d.workers,
+        rank=world.rank,
+        world=world.size,
+        bad=bad,
+        crop=crop,
+    )  # faults: bad streamed files, as data.on_error says
+    return batches, replace(a, crop="none") if batches.cropped else a
+
+
+def augment_generator(seed: int, micro_batch: int, rank: int = 0) -> torch.Generator:
+    """The generator of every device-side augmentation draw of one micro-batch (number `micro_batch` of the run)."""
+    return torch.Generator().manual_seed(seed * 1_000_003 + micro_batch + rank * 7_919)
+
+
+def first_batch_pixels(config: RunConfig, count: int) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
+    """The first `count` images of the run's first micro-batch as training augments them (crop, flip, RandAugment;
+    computed on the CPU), before normalisation, random erasing and Mixup/CutMix: ((N, C, H, W) uint8, labels, class names)."""
+    from vitkit.data import BadFiles, augment_pixels
+
+    shape, d, t = config.model_config(), config.data, config.train
+    split = _open(DataSpec.from_config(d), shape, d.train_split, "data.train_split")
+    batches, augment = training_batches(
+        config, split, t.micro_batch or t.batch_size, torch.device("cpu"), BadFiles(d.on_error)
+    )
+    images, labels = next(batches.iterate(0, 0))
+    pixels = augment_pixels(images, shape.image_size, augment, augment_generator(t.seed, 0))[
+        :count
+    ]  # draws depend on the batch
+    return (pixels * 255).round().clamp(0, 255).to(torch.uint8), labels[:count], split.class_names

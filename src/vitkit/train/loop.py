@@ -1,0 +1,565 @@
+"""`train(config, out)`: one run from its start (or its newest checkpoint) to its final model.
+
+The run's phases: setup (device, processes, micro-batches), its data, its state (built, or restored for an
+exact resume), then the loop (step, log, validate, save) and its finish (final/, summary.json, figures).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shlex
+import shutil
+import time
+from contextlib import nullcontext
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from vitkit.checkpoint.native import write_pretrained
+from vitkit.checkpoint.runs import STATE_JSON, step_checkpoints
+from vitkit.data import eval_batches, mix, soft_targets, train_transform
+from vitkit.data.sources import where_from
+from vitkit.data.spec import absolute
+from vitkit.data.summary import data_format
+from vitkit.devices import pick_device
+from vitkit.errors import CheckpointError, ConfigError
+from vitkit.files import LOCK_NAME, WriteError, atomic_path, exclusive, refuse_foreign, write_json
+from vitkit.models import VisionTransformer, build_model
+from vitkit.train import distributed, faults
+from vitkit.train.config import RunConfig, dump_run_config, load_run_config
+from vitkit.train.init import init_from, pretrained_on
+from vitkit.train.inputs import augment_generator, prepare_data
+from vitkit.train.objectives import pick_objective
+from vitkit.train.optim import autocast_dtype, learning_rate, make_optimizer, soft_cross_entropy, update_ema
+from vitkit.train.plan import mean_rate, model_name, plan_block, segments
+from vitkit.train.state import (
+    RUN_FILES,
+    Data,
+    RunState,
+    Setup,
+    check_resumable,
+    load_checkpoint,
+    read_metrics,
+    restore_tensors,
+    save_checkpoint,
+    train_tensors,
+    truncate_metrics,
+    whole_model,
+    write_dir,
+)
+
+
+def train(config: RunConfig, out: str | os.PathLike, *, resume: bool = False, stop_at: int | None = None) -> dict:
+    """Train as `config` says, writing the run directory `out`; returns the summary.
+
+    resume=True continues from the newest checkpoint in `out` and ends with the same weights as an
+    uninterrupted run. stop_at ends early after that step (as if interrupted), with a checkpoint.
+    """
+    started = time.perf_counter()
+    if config.data.path is not None:  # a relative data.path would mean other data from another directory
+        config = dataclasses.replace(config, data=dataclasses.replace(config.data, path=absolute(config.data.path)))
+    out = Path(out)
+    _refuse_out(config, out, resume)
+    threads_before = torch.get_num_threads()
+    if config.train.threads:
+        torch.set_num_threads(config.train.threads)
+    created = not out.exists()
+    writer = exclusive(out, advice="wait for it to end, or choose another --out") if _main_process() else nullcontext()
+    try:
+        with writer, faults.stop_on_signals():  # one writer per run directory; SIGTERM/SIGINT stop at a step boundary
+            return _train(config, out, resume, stop_at, started)
+    except WriteError as err:  # a full disk: say how to go on
+        raise WriteError(err.path, err.reason, then=f"continue with vitkit train --resume {out}") from None
+    except BaseException:
+        if created and _main_process() and out.is_dir() and {p.name for p in out.iterdir()} <= {LOCK_NAME}:
+            shutil.rmtree(out, ignore_errors=True)  # failed before writing anything: leave no empty run directory
+        raise
+    finally:
+        torch.set_num_threads(threads_before)
+        distributed.teardown()
+
+
+def _refuse_out(config: RunConfig, out: Path, resume: bool) -> None:
+    """An --out that holds a model, or lies inside an image folder whose folders are classes (before its lock file)."""
+    if (
+        not resume and (out / "config.json").is_file() and not (out / "run.yaml").is_file()
+    ):  # eval OUT would read that model
+        raise ConfigError(
+            f"--out {out}: holds a model (config.json), not a run; {_train_from(out)}"
+        )  # before its lock file
+    data = config.data.path and Path(config.data.path).expanduser()
+    if (
+        data
+        and data.is_dir()
+        and Path(os.path.abspath(out)).is_relative_to(os.path.abspath(data))
+        and data_format(data).startswith("image folder")
+    ):  # its folders are classes (not so beside IDX files or shards)
+        raise ConfigError(
+            f"--out {out}: is inside the data folder {data}, whose folders are read as classes or splits; "
+            "choose an --out outside it"
+        )
+
+
+def _main_process() -> bool:
+    """Rank 0 under torchrun (it alone holds the run directory's lock), else the only process."""
+    return os.environ.get("RANK", "0") == "0"
+
+
+def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, started: float) -> dict:
+    env = _setup(config, out, resume)
+    data = prepare_data(config, out, resume, env)
+    config = config.with_steps_for(len(data.train))  # train.epochs -> train.steps, now that the split's size is known
+    t = config.train
+    run = _restore(config, out, env, data) if resume else _build(config, out, env, data)
+    extra = _model_record(config, env, data, run)
+    step = run.progress["step"]
+    if step < t.steps:  # a run resumed only to write its figures trains no stretch
+        run.progress["segments"] = [*run.progress.get("segments", []), _segment(env, step)]
+    last = min(t.steps, stop_at) if stop_at is not None else t.steps
+    if env.world.main:
+        resumed_from = env.checkpoints[-1] if resume else None
+        print(plan_block(config, run.model, data, env, step, last, resumed_from=resumed_from), flush=True)
+    step, val_metrics = _loop(config, out, env, data, run, extra, last, started)
+    if step < t.steps:
+        return {"stopped_at": step, "steps": t.steps}
+    if not val_metrics:  # resumed a run that had already finished
+        val_metrics = _validate(run, partial(_val_data, config, env, data), env.amp_dtype, config.augment.eval_crop_pct)
+    return _finish(config, out, env, data, run, val_metrics, extra)
+
+
+def _model_record(config: RunConfig, env: Setup, data: Data, run: RunState) -> dict:
+    """What the saved models record beside their weights: classes, preprocessing, the data, what they started from."""
+    extra = {
+        "class_names": data.class_names,
+        "preprocess": {"crop_pct": config.augment.eval_crop_pct},
+        "data": data.record,
+    }  # every evaluation command reads the same splits
+    if earlier := pretrained_on(
+        config, env.checkpoints
+    ):  # the data its starting weights were trained on: their images are not unseen
+        extra["pretrained_on"] = earlier
+    if not run.objective.trains_head:  # its classification head never trained: eval and predict say so
+        extra["objective"] = run.objective.name
+    return extra
+
+
+def _segment(env: Setup, step: int) -> dict:
+    """Where this stretch of the run trains (summary.json): a resumed run's device, processes and threads may differ."""
+    return {
+        "from_step": step,
+        "device": str(env.device),
+        "processes": env.world.size,
+        "threads": torch.get_num_threads(),
+    }
+
+
+def _loop(
+    config: RunConfig, out: Path, env: Setup, data: Data, run: RunState, extra: dict, last: int, started: float
+) -> tuple[int, dict]:
+    """Steps until `last` (or a stop signal): log, validate and save as train.* says; (the step reached, val metrics)."""
+    t, batches = config.train, data.batches
+    # data order: micro-batch number m is batch (m % per_epoch) of epoch (m // per_epoch), seeded by train.seed
+    step, elapsed_before = run.progress["step"], run.progress["elapsed_s"]
+    stream = batches.iterate(*divmod(step * env.accum, batches.per_epoch))
+    bar = _progress(t, step, show=env.world.main)
+    log = open(out / "metrics.jsonl" if env.world.main else os.devnull, "a")  # rank 0 logs
+    window = {"loss": 0.0, "steps": 0, **run.progress.get("window", {}), "images": 0, "time": time.perf_counter()}
+    val_metrics: dict[str, Any] = {}
+
+    def checkpoint() -> None:
+        elapsed = elapsed_before + time.perf_counter() - started
+        _save_step(out, config, env, data, run, batches, step, elapsed, window, extra)
+
+    run.model.train()
+    nonfinite = _nonfinite(t, run, out)
+    try:
+        while step < last:
+            lr, step_loss, grad_norm = _step(config, env, data, run, stream, step, nonfinite)
+            step += 1
+            window["loss"] += step_loss.detach().double()  # summed on the device: no wait for the GPU each step
+            window["steps"] += 1
+            window["images"] += t.batch_size
+            if step % t.log_every == 0 or step == t.steps:
+                epoch = step * env.accum / batches.per_epoch
+                window = _log_train(log, bar, window, step, epoch, lr, grad_norm, t, env.world.main)
+            if step % t.eval_every == 0 or step == t.steps:
+                val_metrics = _validate_and_log(log, bar, env, data, run, config, step)
+            if step % t.checkpoint_every == 0 or step == last:
+                checkpoint()
+            bar.update(1)
+            if _stop_requested(env) and step < last:  # faults: SIGTERM/SIGINT -> an ordinary step checkpoint, then stop
+                if step % t.checkpoint_every:
+                    checkpoint()
+                last = step
+    finally:
+        bar.close()
+        log.close()
+    return step, val_metrics
+
+
+def _nonfinite(t, run: RunState, out: Path) -> faults.NonFinite:
+    """faults: the watch on non-finite steps, skipped and counted up to train.max_nonfinite_steps in a row."""
+    return faults.NonFinite(
+        run.progress,
+        t.max_nonfinite_steps,
+        check_grads=not run.scaler.is_enabled(),
+        last_good=lambda: faults.last_finite_checkpoint(out),
+    )
+
+
+def _stop_requested(env: Setup) -> bool:
+    """A SIGTERM/SIGINT on any rank: every rank stops at the same step."""
+    return distributed.any_rank(faults.stop_requested() is not None, env.world)
+
+
+# -- the phases of a run ----------------------------------------------------------------------
+def _setup(config: RunConfig, out: Path, resume: bool) -> Setup:
+    """The device and processes, the micro-batch split, and whether `out` may be started or resumed."""
+    t = config.train
+    device = pick_device(t.device, key="train.device")
+    world, device = distributed.setup(t.strategy, device)  # under torchrun: DDP or FSDP across processes
+    micro = t.micro_batch or t.batch_size
+    if t.batch_size % micro:
+        raise ConfigError(f"train.micro_batch: {micro} does not divide train.batch_size {t.batch_size}")
+    if micro % world.size:
+        raise ConfigError(
+            f"train.micro_batch: {micro} images per micro-batch do not split evenly across {world.size} processes"
+        )
+    checkpoints = step_checkpoints(out)
+    if resume and not checkpoints:
+        raise CheckpointError(f"{out}: no checkpoint to resume from (expected {out}/checkpoints/step_*/)")
+    if not resume and (checkpoints or (out / "final").exists()):
+        raise ConfigError(f"--out {out}: already holds a run; continue it with --resume {out} or choose another --out")
+    if (
+        resume
+    ):  # its end replaces final/ as a whole: a user's file there (an export, notes) is refused now, not lost then
+        refuse_foreign(out / "final", f"move it out of {out / 'final'}, then resume")
+    theirs = [name for name in RUN_FILES if (out / name).exists()]
+    if not resume and theirs and not (out / "run.yaml").is_file():  # not a run stopped before its first checkpoint
+        raise ConfigError(
+            f"--out {out}: holds {theirs[0]}, which a run writes, and is not a vitkit run; choose a new or "
+            "empty --out (nothing was changed)"
+        )
+    return Setup(device, world, autocast_dtype(t.precision, device), micro, t.batch_size // micro, checkpoints)
+
+
+def _build(config: RunConfig, out: Path, env: Setup, data: Data) -> RunState:
+    """A new run: the initial weights (seeded, or from model.init), and the run directory."""
+    torch.manual_seed(config.train.seed)  # the initial weights, then dropout / stochastic depth draws
+    model = build_model(config.model_config(num_classes=len(data.class_names)))  # a ViT or a BiT ResNet
+    if config.model.get("init"):
+        note = init_from(model, Path(config.model["init"]), data.class_names)
+        if env.world.main:
+            print(f"model.init: {note}", flush=True)
+    run = _assemble(config, env, model, {"step": 0, "elapsed_s": 0.0, "best_val_top1": None, "best_step": None}, None)
+    if env.world.main:
+        out.mkdir(parents=True, exist_ok=True)
+        with atomic_path(out / "run.yaml") as tmp:
+            tmp.write_text(dump_run_config(config))
+        (out / "metrics.jsonl").unlink(missing_ok=True)
+    distributed.barrier(env.world)
+    return run
+
+
+def _restore(config: RunConfig, out: Path, env: Setup, data: Data) -> RunState:
+    """A resumed run: the model, optimizer, scaler, EMA and RNG state of the newest complete checkpoint."""
+    world, newest = env.world, env.checkpoints[-1]
+    if world.main:
+        faults.remove_partial_checkpoints(out, STATE_JSON)
+    distributed.barrier(world)
+    model, progress, tensors = load_checkpoint(newest)
+    check_resumable(config, out, env, data, (model, progress))
+    run = _assemble(config, env, model, progress, tensors)
+    restore_tensors(run, tensors, newest, env)
+    if world.main:
+        truncate_metrics(out, progress["step"])
+        with atomic_path(out / "run.yaml") as tmp:  # overrides on --resume (train.steps=N) hold for every later resume
+            tmp.write_text(dump_run_config(config))
+    distributed.barrier(world)
+    return run
+
+
+def _assemble(
+    config: RunConfig, env: Setup, model: VisionTransformer, progress: dict, tensors: dict | None
+) -> RunState:
+    """Around the model: the objective, the distributed wrapper, optimizer, scaler and EMA (not yet restored)."""
+    t = config.train
+    model.to(env.device)
+    model.set_grad_checkpointing(t.grad_checkpointing)
+    objective = pick_objective(t.objective, model, tensors)
+    trainable = objective.module
+    module = distributed.wrap(trainable, env.world, env.device, model.blocks)
+    optimizer = make_optimizer(trainable, t)
+    scaler = torch.amp.GradScaler(env.device.type, enabled=env.amp_dtype == torch.float16)
+    # EMA weights: shaped as the model's state dict, so sharded like it under FSDP (updated without communication)
+    ema = {k: v.detach().clone() for k, v in model.state_dict().items()} if t.ema else None
+    forward = torch.compile(module) if t.compile and objective.compiles else module
+    return RunState(model, objective, trainable, module, forward, optimizer, scaler, ema, progress)
+
+
+def _step(config: RunConfig, env: Setup, data: Data, run: RunState, stream, step: int, nonfinite) -> tuple:
+    """One optimizer step over `accum` micro-batches: (learning rate, the global batch's loss, gradient norm)."""
+    t, a, world, accum = config.train, config.augment, env.world, env.accum
+    shape = data.shape
+    lr = learning_rate(step, lr=t.lr, warmup=t.warmup_steps, total=t.steps, decay=t.decay, end_ratio=t.end_lr_ratio)
+    for group in run.optimizer.param_groups:
+        group["lr"] = lr
+    loss_sum = torch.zeros((), device=env.device)
+    for k in range(accum):
+        images, labels = next(stream)
+        g = augment_generator(t.seed, step * accum + k, world.rank)
+        x = train_transform(images, shape.image_size, data.augment, shape.mean, shape.std, g)
+        x, targets = mix(x, soft_targets(labels, len(data.class_names), a.label_smoothing), a, g)
+        with distributed.grad_sync(run.module, world, sync=k == accum - 1):  # reduce across ranks once per step
+            with torch.autocast(
+                env.device.type, dtype=env.amp_dtype or torch.float32, enabled=env.amp_dtype is not None
+            ):
+                logits, targets = run.objective.outputs(run.forward, x, targets, g)
+            loss = soft_cross_entropy(logits, targets)
+            run.scaler.scale(loss / accum).backward()
+        loss_sum += loss.detach() / accum
+    return lr, *_update(config, env, run, loss_sum, step, nonfinite)
+
+
+def _update(config: RunConfig, env: Setup, run: RunState, loss_sum, step: int, nonfinite) -> tuple:
+    """The optimizer's update from the accumulated gradients, clipped; skipped where non-finite: (loss, grad norm)."""
+    run.scaler.unscale_(run.optimizer)
+    grad_norm = nn.utils.clip_grad_norm_(run.trainable.parameters(), config.train.clip_norm or float("inf"))
+    step_loss = distributed.mean(loss_sum, env.world)  # the global batch's loss, the same on every rank
+    # faults: a non-finite step is skipped (no gradients, so the optimizer changes nothing); every rank
+    # decides alike: the loss is averaged over ranks and the gradient norm already is
+    if nonfinite.skip(step, step_loss, grad_norm):
+        run.optimizer.zero_grad(set_to_none=True)
+    run.scaler.step(run.optimizer)
+    run.scaler.update()
+    run.optimizer.zero_grad(set_to_none=True)
+    if run.ema is not None:
+        update_ema(run.ema, run.model, config.train.ema)
+    return step_loss, grad_norm
+
+
+# -- periodic events: log lines, validation, checkpoints -----------------------------------------
+def _log_train(log, bar, window: dict, step: int, epoch: float, lr: float, grad_norm, t, main: bool) -> dict:
+    """A train line in metrics.jsonl (the loss averaged since the last one) and the progress bar (without one,
+    train.progress=false, the same figures as a printed line); a new window."""
+    now = time.perf_counter()
+    row = {
+        "kind": "train",
+        "step": step,
+        "epoch": epoch,
+        "loss": float(window["loss"]) / window["steps"],
+        "lr": lr,
+        "grad_norm": float(grad_norm),
+        "img_s": window["images"] / max(now - window["time"], 1e-9),
+    }
+    log.write(json.dumps(row) + "\n")
+    log.flush()
+    bar.set_postfix(loss=f"{row['loss']:.4f}", lr=f"{lr:.2e}", img_s=f"{row['img_s']:.0f}")
+    if not t.progress and main:
+        bar.write(f"step {step}/{t.steps}: loss {row['loss']:.4f}  lr {lr:.2e}  {row['img_s']:.0f} img/s")
+    return {"loss": 0.0, "steps": 0, "images": 0, "time": now}
+
+
+def _val_data(config: RunConfig, env: Setup, data: Data):
+    return eval_batches(
+        data.val,
+        config.train.eval_batch_size,
+        env.device,
+        channels=data.channels,
+        size=data.shape.image_size,
+        crop_pct=config.augment.eval_crop_pct,
+        workers=config.data.workers,
+        bad=data.bad,
+    )
+
+
+def _validate(run: RunState, batches, amp_dtype, crop_pct) -> dict:
+    """The objective's validation metrics, through the EMA weights where kept (the live ones put back after)."""
+    model, ema, measure = run.model, run.ema, run.objective.evaluate
+    if ema is None:
+        return measure(model, batches(), crop_pct=crop_pct, autocast_dtype=amp_dtype)
+    live = {k: v.clone() for k, v in model.state_dict().items()}
+    model.load_state_dict(ema)
+    try:
+        return measure(model, batches(), crop_pct=crop_pct, autocast_dtype=amp_dtype)
+    finally:
+        model.load_state_dict(live)
+
+
+def _validate_and_log(log, bar, env: Setup, data: Data, run: RunState, config: RunConfig, step: int) -> dict:
+    """Validation (through the EMA weights if kept): a val line in metrics.jsonl, the best so far, a line on screen."""
+    val_data = partial(_val_data, config, env, data)
+    metrics = _validate(run, val_data, env.amp_dtype, config.augment.eval_crop_pct)
+    row = {"kind": "val", "step": step, **{f"val_{k}": metrics[k] for k in ("top1", "top5", "loss")}}
+    log.write(json.dumps(row) + "\n")
+    log.flush()
+    progress = run.progress
+    if progress["best_val_top1"] is None or metrics["top1"] > progress["best_val_top1"]:
+        progress["best_val_top1"], progress["best_step"] = metrics["top1"], step
+    if env.world.main:
+        shows_top5 = run.objective.always_top5 or len(data.class_names) > 5  # else always 1
+        top5 = f"  top-5 {metrics['top5']:.4f}" if shows_top5 else ""
+        what = run.objective.measured  # masked patch prediction: of the patches' colours
+        ema = " (EMA weights)" if run.ema is not None else ""
+        bar.write(f"step {step}: val{what} top-1 {metrics['top1']:.4f}{top5}  loss {metrics['loss']:.4f}{ema}")
+    return metrics
+
+
+def _save_step(
+    out: Path,
+    config: RunConfig,
+    env: Setup,
+    data: Data,
+    run: RunState,
+    batches,
+    step: int,
+    elapsed: float,
+    window: dict,
+    extra: dict,
+) -> None:
+    """checkpoints/step_N: the model and everything an exact resume needs (data order, optimizer, RNG, EMA)."""
+    world = env.world
+    faults.check_run_directory(out, world)
+    faults.check_finite_weights(run.model, step, out, world)  # never a checkpoint of unusable weights
+    faults.merge_bad_files(
+        data.bad, distributed.gather_objects(data.bad.files, world)
+    )  # each rank streams its own files
+    epoch, position = divmod(step * env.accum, batches.per_epoch)
+    run.progress.update(
+        step=step,
+        epoch=epoch,
+        position=position,
+        seed=config.train.seed,
+        micro_batch=env.micro,
+        elapsed_s=elapsed,
+        window={"loss": float(window["loss"]), "steps": window["steps"]},
+    )  # the loss averaged until the next log line
+    tensors = train_tensors(run, env)
+    keep = config.train.keep_checkpoints
+    save_checkpoint(out, run.model, extra, run.progress, tensors, keep, world, run.optimizer, run.ema, run.trainable)
+
+
+# -- the end of a run ---------------------------------------------------------------------------
+def _finish(
+    config: RunConfig, out: Path, env: Setup, data: Data, run: RunState, val_metrics: dict, extra: dict
+) -> dict:
+    """final/ (the EMA weights when kept), summary.json and the run's plots."""
+    world = env.world
+    faults.steps_done()
+    faults.check_run_directory(out, world)
+    if run.ema is None:
+        export = whole_model(run.model, world)
+    else:  # the average, not the live weights: no need to gather those too
+        export = build_model(run.model.config)
+        export.load_state_dict(distributed.full_tensors(run.ema))
+    skipped = data.unreadable(config.data.train_split, config.data.val_split)
+    if any(skipped.values()):  # the record says how many of each split's images the model never saw (vitkit info)
+        recorded = {
+            name: {**split, **({"unreadable": skipped[name]} if skipped.get(name) else {})}
+            for name, split in extra["data"].get("splits", {}).items()
+        }
+        extra = {**extra, "data": {**extra["data"], "splits": recorded}}
+    write_dir(out / "final", lambda tmp: world.main and write_pretrained(export, tmp, extra=extra), world)
+    if not world.main:
+        return {"rank": world.rank}
+    rows = read_metrics(out)
+    summary = _summary(config, out, env, data, run, val_metrics, rows)
+    write_json(out / "summary.json", summary)
+    _plot(config, out, data, run, rows, summary["unreadable"])
+    return summary
+
+
+def _summary(
+    config: RunConfig, out: Path, env: Setup, data: Data, run: RunState, val_metrics: dict, rows: list[dict]
+) -> dict:
+    """summary.json: the final and best validation figures, what trained on what, for how long and where."""
+    t, progress = config.train, run.progress
+    train_rows = [r for r in rows if r["kind"] == "train"]
+    return {
+        "final_val_top1": val_metrics.get("top1"),
+        "final_val_top5": val_metrics.get("top5"),
+        "best_val_top1": progress["best_val_top1"],
+        "best_step": progress["best_step"],
+        "val_split": config.data.val_split,
+        "val_images": data.record.get("splits", {}).get(config.data.val_split),  # which images those figures are on
+        "steps": t.steps,
+        "images_seen": t.steps * t.batch_size,
+        "wall_time_s": progress["elapsed_s"],
+        "img_s": mean_rate(train_rows, t.batch_size),
+        "model": model_name(
+            config.model.get("name"), run.model.config
+        ),  # the name where the architecture is that model's
+        "objective": t.objective,  # masked_patch: the val_* figures are the colour-prediction accuracy and loss
+        "ema": t.ema,  # a decay: the val_* figures and final/ are of the EMA weights
+        "params": sum(p.numel() for p in run.model.parameters()),
+        "device": str(env.device),  # these three: the last stretch of the run; "segments" has every one
+        "processes": env.world.size,
+        "threads": torch.get_num_threads(),
+        "segments": segments(progress.get("segments", []), t.steps),
+        "checkpoint": str(out / "final"),
+        "skipped_steps": progress["skipped_steps"],  # faults: non-finite steps
+        "bad_files": len(data.bad),
+        "unreadable": data.unreadable(
+            config.data.train_split, config.data.val_split
+        ),  # of each split: its figures count the rest
+    }
+
+
+def _plot(config: RunConfig, out: Path, data: Data, run: RunState, rows: list[dict], skipped: dict) -> None:
+    """loss.png, accuracy.png, lr.png, each captioned with the images it was drawn from."""
+    from vitkit.plots import plot_run  # matplotlib only when a run ends
+
+    splits = data.record.get("splits", {})
+    captions = {
+        name: f"{_images(split, skipped.get(name, 0))}, {where_from(split, all_said=False)}"
+        for name, split in splits.items()
+    }
+    a = config.augment
+    plot_run(
+        rows,
+        out,
+        train_data=captions.get(config.data.train_split),
+        val_data=captions.get(config.data.val_split),
+        classes=len(data.class_names),
+        objective=None if run.objective.trains_head else run.objective.name,
+        ema=config.train.ema is not None,
+        soft_targets=bool(a.label_smoothing or a.mixup or a.cutmix),
+    )
+
+
+def _images(split: dict, unreadable: int) -> str:
+    """A split's images for a figure: "120 images", or "117 of 120 images (3 unreadable skipped)"."""
+    return (
+        f"{split['n'] - unreadable:,} of {split['n']:,} images ({unreadable:,} unreadable skipped)"
+        if unreadable
+        else f"{split['n']:,} images"
+    )
+
+
+def _progress(t, step: int, show: bool = True):
+    from tqdm.auto import tqdm
+
+    return tqdm(
+        total=t.steps, initial=step, unit="step", disable=not (t.progress and show), dynamic_ncols=True, leave=True
+    )
+
+
+def resume_config(out: str | os.PathLike, overrides: list[str] = ()) -> RunConfig:
+    """The run config of an existing run directory, with `overrides` (e.g. train.steps=... to extend it)."""
+    path = Path(out) / "run.yaml"
+    if not path.is_file():
+        if Path(out).is_file() or (Path(out) / "config.json").is_file():  # a checkpoint: trained from, never into
+            raise CheckpointError(f"{out}: a model, not a vitkit run directory (no run.yaml); {_train_from(out)}")
+        raise CheckpointError(
+            f"{out}: not a vitkit run directory (no run.yaml); start it with vitkit train --out {out}"
+        )
+    return load_run_config(path, overrides)
+
+
+def _train_from(model: str | os.PathLike) -> str:
+    return f"to train from it, start a run in a new folder: vitkit train --out NEW_DIR model.init={shlex.quote(str(model))}"

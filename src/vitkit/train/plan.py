@@ -1,0 +1,209 @@
+"""The block a run prints before it trains (model, data, run, an estimated time), the timing probe behind the
+estimate, and the run's rate and stretches as summary.json reports them."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import torch
+
+from vitkit.data.sources import where_from
+from vitkit.data.summary import copies_warning
+from vitkit.errors import ConfigError
+from vitkit.models import BiTConfig, VisionTransformer
+from vitkit.train.config import RunConfig
+from vitkit.train.state import Data, Setup, is_number
+
+
+def plan_block(
+    config: RunConfig,
+    model: VisionTransformer,
+    data: Data,
+    env: Setup,
+    step: int,
+    last: int,
+    resumed_from: Path | None,
+) -> str:
+    """The block printed before training: model, its size and cost, the data of each split, the run, an estimated time."""
+    lines = [_model_line(config, model), *_data_lines(config, data), _training_line(config, data, env, step, last)]
+    lines += _warnings(config, data)
+    if (
+        env.world.size == 1 and not env.world.sharded and step < last
+    ):  # one process of FSDP: the wrapped objective, not the model, unshards it
+        seconds = _time_step(model, env.micro, env.device, env.amp_dtype) * env.accum * (last - step)
+        lines.append(
+            f"estimated  {_clock(seconds)} (forward + backward timed on this machine; data loading and evaluation come on top)"
+        )
+    if resumed_from is not None:
+        lines.insert(0, f"resuming from step {step} ({resumed_from})")
+    return "\n".join(lines)
+
+
+def _model_line(config: RunConfig, model: VisionTransformer) -> str:
+    """The model: its name, input, shape, parameters and cost per image."""
+    from vitkit.models.summary import count_flops
+
+    c = model.config
+    params = sum(p.numel() for p in model.parameters())
+    if isinstance(c, BiTConfig):  # a ResNet: stages and widths, no tokens
+        shape = f"units {'-'.join(map(str, c.layers))}, width {c.width * c.width_factor}, {c.stem} stem"
+    else:
+        b = c.backbone
+        stem = (
+            ""
+            if b is None
+            else f"ResNet {'stem' if not b.layers else 'units ' + '-'.join(map(str, b.layers))} (width {b.width}), "
+        )
+        shape = f"{stem}patch {c.patch_size[0]} ({c.num_patches} tokens), width {c.width}, depth {c.depth}"
+    return (
+        f"model      {model_name(config.model.get('name'), c)} at {c.image_size[0]}x{c.image_size[1]}, "
+        f"{c.in_chans} channel{'s' * (c.in_chans > 1)}, {shape}: {params:,} parameters, {count_flops(c) / 1e9:.3g} GFLOPs/image"
+    )
+
+
+def _data_lines(config: RunConfig, data: Data) -> list[str]:
+    """The data, its classes, each split's images and the unreadable ones skipped."""
+    record, names = data.record, data.class_names
+    shown = ", ".join(names[:10]) + (f", ... ({len(names)} in all)" if len(names) > 10 else "")
+    lines = [
+        f"data       {record['name'] if record['name'] == 'synthetic' else record['path']}: {len(names)} class{'es' * (len(names) != 1)} ({shown})",
+    ]
+    skipped = data.unreadable(t_split := config.data.train_split, config.data.val_split)
+    for name, split in record["splits"].items():
+        lines.append(
+            f"  {name:<8} {split['n']:>7,} images  {where_from(split)}"
+            + (
+                f": {skipped[name]:,} unreadable skipped, {split['n'] - skipped[name]:,} read"
+                if skipped.get(name)
+                else ""
+            )
+        )
+    if len(
+        data.bad
+    ):  # found while loading the data into memory, or listed by an earlier segment; a streamed run finds its own as it reads
+        lines.append(
+            f"  skipped  {len(data.bad):>7,} unreadable (data.on_error=skip, listed in bad_files.json): "
+            + ", ".join(f"{k:,} of {name}" for name, k in skipped.items())
+            + f"; {(read := len(data.train) - (0 if data.train.images is not None else skipped[t_split])):,} training "
+            + ("image is" if read == 1 else "images are")
+            + " read"
+        )
+    return lines
+
+
+def _training_line(config: RunConfig, data: Data, env: Setup, step: int, last: int) -> str:
+    """The steps left, the batch and schedule, the images they read and where they run."""
+    t = config.train
+    images = (last - step) * t.batch_size
+    epochs = images / max(len(data.train), 1)
+    threads = torch.get_num_threads()
+    length = f" (train.epochs={t.epochs:g})" if t.epochs is not None else ""
+    if step >= last:  # trained to its end before it stopped: only the final model and figures are left to write
+        return f"training   all {t.steps} steps done; writing the final model and figures"
+    return (
+        f"training   steps {step + 1}-{last} of {t.steps}{length}, batch {t.batch_size}, lr {t.lr:g} ({t.optimizer}, {t.decay}): "
+        f"{images:,} images ({epochs:.3g} epochs) on {env.device}, "
+        + (f"{env.world.size} processes x " if env.world.size > 1 else "")
+        + f"{threads} thread{'s' * (threads > 1)}"
+    )
+
+
+def _warnings(config: RunConfig, data: Data) -> list[str]:
+    """Validation images that are copies of training images; a warmup longer than the run."""
+    t, lines = config.train, []
+    if data.val_copies:
+        lines.append(f"warning    {copies_warning('val', data.val_copies)}")
+    if t.warmup_steps > t.steps:
+        lines.append(
+            f"warning    train.warmup_steps={t.warmup_steps} is more than train.steps={t.steps}: the learning rate only warms up "
+            f"(to {t.lr * t.steps / t.warmup_steps:.3g} at the last step) and never reaches {t.lr:g}; lower train.warmup_steps"
+        )
+    return lines
+
+
+def model_name(name: str | None, c) -> str:
+    """The run's model name where the architecture is that model's, else its family (e.g. a name kept only as a label)."""
+    from vitkit.models import get_config
+
+    family = "BiT ResNet" if isinstance(c, BiTConfig) else "ViT" if c.backbone is None else "hybrid ViT"
+    try:
+        known = get_config(name)
+    except (ConfigError, AttributeError, TypeError):
+        return family
+    keys = (
+        ("layers", "width_factor", "width", "stem")
+        if isinstance(c, BiTConfig)
+        else ("width", "depth", "mlp_dim", "num_heads")
+    )
+    same = type(known) is type(c) and all(getattr(known, k) == getattr(c, k) for k in keys)
+    return name if same else family
+
+
+PROBE_FLOPS = (
+    2e10  # the timed pass's size on a CPU: large enough for per-batch overheads not to dominate, quick everywhere
+)
+GPU_PROBE_FLOPS = (
+    2e13  # on a GPU: tens of ms of bf16 work, so that kernel launches do not dominate (as a 1-image pass's do)
+)
+
+
+def probe_images(config, micro: int, device: torch.device) -> int:
+    """Images in the timed pass: up to 64 (never more than the micro-batch), fewer where that exceeds the device's
+    budget of work (forward + backward: about 3x the forward's FLOPs)."""
+    from vitkit.models.summary import count_flops
+
+    budget = GPU_PROBE_FLOPS if device.type == "cuda" else PROBE_FLOPS
+    return max(1, min(micro, 64, int(budget / (3 * count_flops(config)))))
+
+
+def _time_step(model: VisionTransformer, micro: int, device: torch.device, amp_dtype: torch.dtype | None) -> float:
+    """Seconds of one forward + backward pass of a micro-batch, from a pass of `probe_images` images in the run's
+    autocast dtype, scaled to `micro`. A pass of a few images costs more per image than a full batch does, so the
+    probe is as large as the budget allows. (Eager: a compiled run's steps are somewhat quicker.)
+
+    Runs on the model itself (no copy: memory stays as it is) with the RNG state restored and the gradients
+    cleared afterwards, so the run's weights, data order and random draws are untouched."""
+    c = model.config
+    probe = probe_images(c, micro, device)
+    x = torch.zeros(probe, c.in_chans, *c.image_size, device=device)
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        times = []
+        for _ in range(3):  # the first pass warms up; the quicker of the other two
+            start = time.perf_counter()
+            with torch.autocast(device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
+                loss = model(x).float().logsumexp(-1).mean()
+            loss.backward()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            times.append(time.perf_counter() - start)
+    model.zero_grad(set_to_none=True)
+    return min(times[1:]) * micro / probe
+
+
+def _clock(seconds: float) -> str:
+    m, s = divmod(round(seconds), 60)
+    return f"{m // 60}:{m % 60:02d}:{s:02d}"
+
+
+def mean_rate(train_rows: list[dict], batch_size: int) -> float | None:
+    """Training images a second over the logged windows: their images over their time (an average of the windows'
+    rates weighed a short last window as much as a long one)."""
+    images = seconds = 0.0
+    previous = 0
+    for row in train_rows:
+        n = (row["step"] - previous) * batch_size
+        previous = row["step"]
+        if is_number(row.get("img_s")) and row["img_s"] > 0:
+            images, seconds = images + n, seconds + n / row["img_s"]
+    return images / seconds if seconds else None
+
+
+def segments(stretches: list[dict], steps: int) -> list[dict]:
+    """Each stretch of the run with the steps it trained: [from_step, to_step). A stretch stopped before its first
+    checkpoint is not among them (its steps were trained again by the next)."""
+    ends = [s["from_step"] for s in stretches[1:]] + [steps]
+    return [
+        {"steps": [s["from_step"], end], **{k: v for k, v in s.items() if k != "from_step"}}
+        for s, end in zip(stretches, ends)
+    ]
