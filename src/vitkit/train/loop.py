@@ -29,6 +29,7 @@ from vitkit.data.summary import data_format
 from vitkit.devices import pick_device
 from vitkit.errors import CheckpointError, ConfigError
 from vitkit.files import LOCK_NAME, WriteError, atomic_path, exclusive, refuse_foreign, write_json
+from vitkit.kernels import short_attention
 from vitkit.models import VisionTransformer, build_model
 from vitkit.train import distributed, faults
 from vitkit.train.config import RunConfig, dump_run_config, load_run_config
@@ -291,6 +292,7 @@ def _assemble(
     t = config.train
     model.to(env.device)
     model.set_grad_checkpointing(t.grad_checkpointing)
+    short_attention.install(model)  # short sequences train faster written out on the CPU
     objective = pick_objective(t.objective, model, tensors)
     trainable = objective.module
     module = distributed.wrap(trainable, env.world, env.device, model.blocks)
