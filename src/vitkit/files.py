@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from safetensors import SafetensorError
 
@@ -248,7 +248,7 @@ def finish_replacement(target: Path, wait_s: float = 5.0) -> bool:
     return True
 
 
-def _identity(path: Path) -> tuple[int, int, int] | None:
+def identity(path: Path) -> tuple[int, int, int] | None:
     """Which directory `path` is now; with its ctime, as a replaced directory's inode number can be reused by a later one."""
     try:
         stat = path.stat()
@@ -262,8 +262,8 @@ def _replaced_since(path: Path, before: tuple[int, int, int] | None) -> bool:
     missing then and a replacement is between its renames or has ended since (looked at in that order, so a rename
     in between is seen by one of the two)."""
     if before is not None:
-        return _identity(path) != before
-    return between_renames(path) or _identity(path) is not None
+        return identity(path) != before
+    return between_renames(path) or identity(path) is not None
 
 
 def read_stable(path: str | os.PathLike, read, tries: int = 20):
@@ -278,14 +278,14 @@ def read_stable(path: str | os.PathLike, read, tries: int = 20):
     """
     path = Path(path)
     for _ in range(tries):
-        before = _identity(path)
+        before = identity(path)
         try:
             result = read(path)
         except (CheckpointError, FileNotFoundError):  # a file renamed away under the reader is missing, not damaged
             if not _replaced_since(path, before):
                 raise
         else:
-            if _identity(path) == before:
+            if identity(path) == before:
                 return result
         if not finish_replacement(path):
             raise CheckpointError(
@@ -299,23 +299,38 @@ def read_stable(path: str | os.PathLike, read, tries: int = 20):
     )
 
 
-def config_says(directory: str | os.PathLike, name: str, key: str, value: Any) -> bool:
-    """`directory`/`name` is a JSON object whose `key` is `value` (how a checkpoint directory says its format).
+class Snapshot(NamedTuple):
+    """A JSON file of a directory as read once, with which directory it was read from (`identity`), so that a later
+    read of the same directory can use it instead of reading it again while the directory is still that one."""
 
-    Asked of a directory being replaced, the answer is about the one in place before or after, never the
-    moment between the two renames (see `read_stable`).
-    """
+    directory: Path
+    identity: tuple[int, int, int] | None
+    data: Any  # None where the file is missing, damaged or not JSON
 
-    def check(path: Path) -> None:
-        config = path / name
-        if not config.is_file() or not isinstance(data := read_json(config), dict) or data.get(key) != value:
-            raise CheckpointError(f"{config}: no {key}: {value!r}")
+
+def snapshot_json(directory: str | os.PathLike, name: str) -> Snapshot:
+    """`directory`/`name` as a `Snapshot`, read once. Asked of a directory being replaced, the answer is about the one
+    in place before or after, never the moment between the two renames (see `read_stable`)."""
+
+    def read(path: Path) -> Snapshot:
+        now = identity(path)
+        if now is None:  # gone: between the renames of a replacement, which read_stable waits out
+            raise CheckpointError(f"{path}: no such directory")
+        try:
+            data = read_json(path / name) if (path / name).is_file() else None
+        except CheckpointError:  # damaged: says nothing (the reader of the format says what is wrong)
+            data = None
+        return Snapshot(path, now, data)
 
     try:
-        read_stable(directory, check)
+        return read_stable(directory, read)
     except CheckpointError:
-        return False
-    return True
+        return Snapshot(Path(directory), None, None)
+
+
+def says(data: Any, key: str, value: Any) -> bool:
+    """`data` (a parsed JSON file) is an object whose `key` is `value`."""
+    return isinstance(data, dict) and data.get(key) == value
 
 
 def begin_replacement(target: Path) -> tuple[Path, int]:

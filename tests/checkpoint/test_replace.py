@@ -287,10 +287,10 @@ def test_a_directory_whose_inode_number_a_new_one_reuses_still_counts_as_replace
     two replacements for a read of one directory."""
     target = tmp_path / "final"
     target.mkdir()
-    before = io._identity(target)
+    before = io.identity(target)
     shutil.rmtree(target)
     target.mkdir()
-    assert io._identity(target) != before
+    assert io.identity(target) != before
 
 
 def test_one_writer_per_directory(tmp_path):

@@ -14,11 +14,12 @@ import os
 import zipfile
 from pathlib import Path
 from types import ModuleType
+from typing import NamedTuple
 
 import torch
 
 from vitkit.errors import CheckpointError, ConfigError, VitkitError, first_line
-from vitkit.files import finish_replacement, read_stable
+from vitkit.files import Snapshot, finish_replacement, identity, read_stable, snapshot_json
 from vitkit.limits import check_room
 from vitkit.models import ModelConfig, VisionTransformer
 from vitkit.paths import local_path, missing
@@ -54,28 +55,59 @@ def export_kind(path: Path) -> tuple[str, str] | None:
     return None
 
 
+class Located(NamedTuple):
+    """A checkpoint resolved once: its path, its format, and its config.json as read to tell the format (None for a
+    file), handed down to the format's reader instead of read again."""
+
+    path: Path
+    format: str
+    config: Snapshot | None = None
+
+
 def detect_format(path: str | os.PathLike) -> str:
     """The format of `path` from its content: a directory's config.json, a file's magic bytes (then its suffix)."""
     path = Path(path)
+    return _detect(path, _snapshot(path, None))
+
+
+def _snapshot(path: Path, known: Snapshot | None) -> Snapshot | None:
+    """The config.json of directory `path`, read once: `known` where it is that, else read now (None for a file)."""
+    if known is not None and known.directory == path:
+        return known
+    return snapshot_json(path, native.CONFIG_NAME) if path.is_dir() else None
+
+
+def _detect(path: Path, config: Snapshot | None) -> str:
+    """detect_format of `path`, whose config.json (a directory's) is `config`."""
     if path.is_dir():
-        if native.is_native(path):
-            return "vitkit"
-        if hf.is_hf(path):
-            return "hf"
-        if timm.is_timm_dir(path):
-            return "timm"
-        if (path / "finetune.json").is_file():  # transfer.finetune's claim on its directory, written first
-            raise CheckpointError(
-                f"{path}: a fine-tuning sweep that has not finished (no final/ yet); run the same vitkit finetune "
-                "command again to continue it, or name one of its lr_*/ runs"
-            )
-        raise CheckpointError(
-            f"{path}: unknown checkpoint format: neither a vitkit checkpoint or run directory (config.json with "
-            '"format": "vitkit"; run.yaml, final/), a Hugging Face one ("model_type": "vit") nor timm\'s '
-            '("architecture" beside model.safetensors or pytorch_model.bin)'
-        )
+        return _directory_format(path, config.data if config is not None else None)
     if not path.is_file():
         raise CheckpointError(f"{path}: no such file or directory")
+    return _file_format(path)
+
+
+def _directory_format(path: Path, config) -> str:
+    """The format of a checkpoint directory, told by its config.json (`config`, as read)."""
+    if native.says_native(config):
+        return "vitkit"
+    if hf.says_hf(config):
+        return "hf"
+    if timm.is_timm_dir(path, config):
+        return "timm"
+    if (path / "finetune.json").is_file():  # transfer.finetune's claim on its directory, written first
+        raise CheckpointError(
+            f"{path}: a fine-tuning sweep that has not finished (no final/ yet); run the same vitkit finetune "
+            "command again to continue it, or name one of its lr_*/ runs"
+        )
+    raise CheckpointError(
+        f"{path}: unknown checkpoint format: neither a vitkit checkpoint or run directory (config.json with "
+        '"format": "vitkit"; run.yaml, final/), a Hugging Face one ("model_type": "vit") nor timm\'s '
+        '("architecture" beside model.safetensors or pytorch_model.bin)'
+    )
+
+
+def _file_format(path: Path) -> str:
+    """The format of a checkpoint file, told by its magic bytes, then its suffix."""
     export = export_kind(path)
     if export is not None:
         kind, runtime = export
@@ -108,31 +140,48 @@ def detect_format(path: str | os.PathLike) -> str:
     )
 
 
-def _resolve(given: str | os.PathLike, format: str | None) -> tuple[Path, str]:
-    """A run directory stands for its model, a weights file inside a vitkit or HF directory for its directory. A URL or
-    a path that is not there is an error as given (a hub name like owner/name gets a hint), not as Path folds it."""
+def locate(given: str | os.PathLike, format: str | None = None) -> Located:
+    """The checkpoint `given` names, resolved once. A run directory stands for its model, a weights file inside a
+    vitkit or HF directory for its directory. A URL or a path that is not there is an error as given (a hub name like
+    owner/name gets a hint), not as Path folds it."""
     path = local_path(given, CheckpointError)
     if not path.exists():
         raise CheckpointError(missing(given))
+    config = None
     if format in (None, "vitkit", "hf"):
-        path = runs.resolve(path)
+        path, config = runs.locate(path)
     if format is None:
-        return path, detect_format(path)
+        config = _snapshot(path, config)
+        return Located(path, _detect(path, config), config)
     if format not in FORMATS:
         raise CheckpointError(f"format: unknown format {format!r}; choose one of {', '.join(FORMATS)}")
     if not path.exists():
         raise CheckpointError(f"{path}: no such file or directory")
+    config = _snapshot(path, config)
     try:
-        found = detect_format(path)
+        found = _detect(path, config)
     except VitkitError:  # content of no known format: the forced reader says what is wrong with it
-        return path, format
+        return Located(path, format)
     if found != format and (path.is_dir() != (format in ("vitkit", "hf")) or found == "npz" or format == "npz"):
         an = {"npz": "an npz", "hf": "an hf"}
         raise CheckpointError(
             f"{path}: its content is {an.get(found, f'a {found}')} checkpoint, not {an.get(format, f'a {format}')} "
             "one; drop --from (the format is detected from the content)"
         )
-    return path, format
+    return Located(path, format, config)
+
+
+def _read_stable(found: Located, read):
+    """`read(path)` of the checkpoint as `read_stable` reads it, handed the config.json read to tell its format while
+    the directory is still the one it was read from (then it is not read again)."""
+    config = found.config
+
+    def read_once(path: Path):
+        if config is not None and config.data is not None and identity(path) == config.identity:
+            return read(path, config=config.data)
+        return read(path)
+
+    return read_stable(found.path, read_once)
 
 
 def read_checkpoint(
@@ -142,12 +191,17 @@ def read_checkpoint(
 
     `image_size` only decides the grid when the position embeddings are not square.
     """
-    given, path = path, local_path(path, CheckpointError)
-    if not path.exists() and os.access(path.parent, os.W_OK):
-        finish_replacement(path)  # a replacement cut by a kill between its two renames
-    path, format = _resolve(given, format)
+    given = local_path(path, CheckpointError)
+    if not given.exists() and os.access(given.parent, os.W_OK):
+        finish_replacement(given)  # a replacement cut by a kill between its two renames
+    return _read_located(locate(path, format), image_size)
+
+
+def _read_located(found: Located, image_size) -> tuple[ModelConfig, dict[str, torch.Tensor], str]:
+    """read_checkpoint of a located checkpoint: every failure one CheckpointError naming the file."""
+    path, format = found.path, found.format
     try:
-        config, state = read_stable(path, lambda p: FORMATS[format].read(p, image_size=image_size))
+        config, state = _read_stable(found, lambda p, **given: FORMATS[format].read(p, image_size=image_size, **given))
     except CheckpointError:
         raise
     except ConfigError as err:  # the shapes of a damaged or foreign file imply an impossible model
@@ -177,31 +231,40 @@ def load_pretrained(
         dropped as in the official fine-tuning code unless `keep_pre_logits`.
     """
     config, state, format = read_checkpoint(path, format=format, image_size=image_size)
-    model = load_model(config, state, source=path, checked=True)  # read_checkpoint checked shapes and values
-    if image_size is not None:
-        model.set_image_size(image_size)
+    model = _ready(config, state, path, image_size)
     if num_classes is not None and num_classes != config.num_classes:
         model.reset_head(num_classes, keep_pre_logits=keep_pre_logits)
     return model.eval()
 
 
+def _ready(config: ModelConfig, state: dict, source, image_size) -> VisionTransformer:
+    """The model holding `state` (checked already), at `image_size` where one is given."""
+    model = load_model(config, state, source=source, checked=True)  # read_checkpoint checked shapes and values
+    if image_size is not None:
+        model.set_image_size(image_size)
+    return model
+
+
 def read_metadata(path: str | os.PathLike, *, format: str | None = None) -> dict:
     """What travels with the weights besides the architecture: `class_names`, `preprocess` (crop_pct) and the
     `data` the model was trained on, as far as the checkpoint holds them ({} when it holds none)."""
-    path, format = _resolve(path, format)
-    metadata = read_stable(path, FORMATS[format].read_metadata)
-    native.check_extra(metadata, None, path)  # the same checks as config.json's, for every format's record
+    found = locate(path, format)
+    metadata = _read_stable(found, FORMATS[found.format].read_metadata)
+    native.check_extra(metadata, None, found.path)  # the same checks as config.json's, for every format's record
     return metadata
 
 
 def load_with_metadata(
     path: str | os.PathLike, *, image_size: int | tuple[int, int] | None = None, format: str | None = None
 ) -> tuple[VisionTransformer, dict]:
-    """(model, metadata) of any checkpoint: `load_pretrained` and `read_metadata` of the same resolved path."""
-    path, format = _resolve(path, format)
-    model = load_pretrained(path, image_size=image_size, format=format)
-    metadata = read_stable(path, FORMATS[format].read_metadata)
-    native.check_extra(metadata, model.config, path)  # the same checks as config.json's, for every format's record
+    """(model, metadata) of any checkpoint: `load_pretrained` and `read_metadata` of the same path, resolved once."""
+    found = locate(path, format)
+    config, state, _ = _read_located(found, image_size)
+    model = _ready(config, state, found.path, image_size).eval()
+    metadata = _read_stable(found, FORMATS[found.format].read_metadata)
+    native.check_extra(
+        metadata, model.config, found.path
+    )  # the same checks as config.json's, for every format's record
     return model, metadata
 
 
@@ -252,9 +315,11 @@ def refuse_untrained_head(meta: dict, checkpoint, model: torch.nn.Module | None 
 
 __all__ = [
     "FORMATS",
+    "Located",
     "detect_format",
     "load_pretrained",
     "load_with_metadata",
+    "locate",
     "read_checkpoint",
     "read_metadata",
     "refuse_untrained_head",

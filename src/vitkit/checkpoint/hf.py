@@ -19,11 +19,12 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from vitkit.errors import CheckpointError, ConfigError
-from vitkit.files import atomic_dir, config_says, read_json, refuse_foreign, write_json
+from vitkit.files import atomic_dir, read_json, refuse_foreign, says, snapshot_json, write_json
 from vitkit.models import VisionTransformer, ViTConfig
 
 from .io import read_safetensors, read_torch, write_safetensors
@@ -38,7 +39,12 @@ ACTS = {"gelu": "gelu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh
 
 
 def is_hf(path: str | os.PathLike) -> bool:
-    return config_says(path, CONFIG_NAME, "model_type", "vit")
+    return says_hf(snapshot_json(path, CONFIG_NAME).data)
+
+
+def says_hf(config: Any) -> bool:
+    """`config` (a parsed config.json) is a Hugging Face ViT's."""
+    return says(config, "model_type", "vit")
 
 
 def hf_rules(c: ViTConfig, *, prefix: str) -> list[Rule]:
@@ -155,10 +161,10 @@ def _tensors(obj, path: Path) -> dict[str, torch.Tensor]:
     return obj
 
 
-def read(path: str | os.PathLike, *, image_size=None) -> tuple[ViTConfig, dict[str, torch.Tensor]]:
-    """(config, vitkit state dict) of an HF ViT directory."""
+def read(path: str | os.PathLike, *, image_size=None, config: Any = None) -> tuple[ViTConfig, dict[str, torch.Tensor]]:
+    """(config, vitkit state dict) of an HF ViT directory; `config`: its config.json as already read."""
     directory = Path(path)
-    hf = read_json(directory / CONFIG_NAME)
+    hf = read_json(directory / CONFIG_NAME) if config is None else config
     if not isinstance(hf, dict) or hf.get("model_type") != "vit":
         found = hf.get("model_type") if isinstance(hf, dict) else None
         raise CheckpointError(f"{directory / CONFIG_NAME}: model_type is {found!r}, expected 'vit'")
@@ -285,10 +291,10 @@ def _preprocessor_config(c: ViTConfig, crop_pct: float = 1.0) -> dict:
     }
 
 
-def read_metadata(path: str | os.PathLike) -> dict:
-    """vitkit's record in config.json, else the class names of id2label (unless HF's placeholders LABEL_i) and the crop
-    of preprocessor_config.json (`crop_pct_of`)."""
-    hf = read_json(Path(path) / CONFIG_NAME)
+def read_metadata(path: str | os.PathLike, *, config: Any = None) -> dict:
+    """vitkit's record in config.json (`config`: as already read), else the class names of id2label (unless HF's
+    placeholders LABEL_i) and the crop of preprocessor_config.json (`crop_pct_of`)."""
+    hf = read_json(Path(path) / CONFIG_NAME) if config is None else config
     if isinstance(hf.get("vitkit"), dict) and hf["vitkit"]:
         return hf["vitkit"]
     labels = hf.get("id2label") or {}

@@ -14,10 +14,11 @@ from torch import nn
 from vitkit.errors import CheckpointError, ConfigError, has_control_characters
 from vitkit.files import (
     atomic_dir,
-    config_says,
     read_json,
     read_stable,
     refuse_foreign,
+    says,
+    snapshot_json,
     verify_checksums,
     write_checksums,
     write_json,
@@ -33,7 +34,12 @@ WEIGHTS_NAME = "model.safetensors"
 
 
 def is_native(path: str | os.PathLike) -> bool:
-    return config_says(path, CONFIG_NAME, "format", FORMAT)
+    return says_native(snapshot_json(path, CONFIG_NAME).data)
+
+
+def says_native(config: Any) -> bool:
+    """`config` (a parsed config.json) is a vitkit checkpoint's."""
+    return says(config, "format", FORMAT)
 
 
 def save_pretrained(
@@ -66,10 +72,10 @@ def write_pretrained(model: VisionTransformer, directory: Path, *, extra: dict[s
     return directory
 
 
-def read_native_config(directory: str | os.PathLike) -> tuple[ModelConfig, dict[str, Any]]:
-    """The model config and the rest of config.json (e.g. class names)."""
+def read_native_config(directory: str | os.PathLike, config: Any = None) -> tuple[ModelConfig, dict[str, Any]]:
+    """The model config and the rest of config.json (e.g. class names); `config`: config.json as already read."""
     path = Path(directory) / CONFIG_NAME
-    data = read_json(path)
+    data = read_json(path) if config is None else config
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise CheckpointError(f'{path}: not a vitkit config (no "format": "vitkit")')
     try:
@@ -135,9 +141,9 @@ def load_native(directory: str | os.PathLike) -> tuple[VisionTransformer, dict[s
     return load_model(config, state, source=Path(directory) / WEIGHTS_NAME), extra
 
 
-def _read_files(directory: Path) -> tuple[ModelConfig, dict[str, Any], dict[str, torch.Tensor]]:
+def _read_files(directory: Path, config: Any = None) -> tuple[ModelConfig, dict[str, Any], dict[str, torch.Tensor]]:
     verify_checksums(directory)
-    config, extra = read_native_config(directory)
+    config, extra = read_native_config(directory, config)
     return config, extra, read_safetensors(directory / WEIGHTS_NAME)
 
 
@@ -199,15 +205,16 @@ def check_state(expected: dict, state: dict, *, source: str | os.PathLike) -> No
             )
 
 
-def read(directory: str | os.PathLike, *, image_size=None) -> tuple[ModelConfig, dict]:
-    """(config, state dict) of a vitkit directory; the config says the image size (resampling is the caller's)."""
-    config, _, state = _read_files(Path(directory))
+def read(directory: str | os.PathLike, *, image_size=None, config: Any = None) -> tuple[ModelConfig, dict]:
+    """(config, state dict) of a vitkit directory; the config says the image size (resampling is the caller's).
+    `config`: its config.json as already read."""
+    config, _, state = _read_files(Path(directory), config)
     return config, state
 
 
-def read_metadata(directory: str | os.PathLike) -> dict[str, Any]:
+def read_metadata(directory: str | os.PathLike, *, config: Any = None) -> dict[str, Any]:
     """Class names, preprocessing and training data recorded in config.json beside the model."""
-    return read_native_config(directory)[1]
+    return read_native_config(directory, config)[1]
 
 
 def write(model: VisionTransformer, directory: str | os.PathLike, *, metadata: dict[str, Any] | None = None) -> Path:

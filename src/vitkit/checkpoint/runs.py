@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 
 from vitkit.errors import CheckpointError
+from vitkit.files import Snapshot, snapshot_json
 
 from . import hf, native, timm
 
@@ -33,28 +34,35 @@ def is_run_dir(path: str | os.PathLike) -> bool:
     path = Path(path)
     return (
         path.is_dir()
-        and not native.is_native(path)
         and any((path / name).exists() for name in ("run.yaml", "final", "checkpoints"))
+        and not native.is_native(path)  # looked at last: it reads config.json, which a model directory has
     )
 
 
 def resolve(path: str | os.PathLike) -> Path:
     """The checkpoint `path` names: a run directory -> its final/ (else newest step); a weights file -> its directory."""
+    return locate(path)[0]
+
+
+def locate(path: str | os.PathLike) -> tuple[Path, Snapshot | None]:
+    """`resolve`, with the config.json of the directory it names where telling it read that (to be read only once)."""
     path = Path(path)
     if is_run_dir(path):
-        if native.is_native(path / "final"):  # waits out a replacement of final/ in flight, finishes one a kill cut
-            return path / "final"
+        final = snapshot_json(path / "final", native.CONFIG_NAME)  # waits out a replacement of final/ in flight
+        if native.says_native(final.data):
+            return path / "final", final
         steps = step_checkpoints(path)
         if steps:
-            return steps[-1]
+            return steps[-1], None
         raise CheckpointError(
             f"{path}: a run directory without a model yet (no final/ and no complete checkpoints/step_N/); "
             f"finish it with vitkit train --resume {path}"
         )
     if path.is_file() and path.name in (native.WEIGHTS_NAME, *hf.WEIGHTS_NAMES):
-        if native.is_native(path.parent) or hf.is_hf(path.parent) or timm.is_timm_dir(path.parent):
-            return path.parent
-    return path
+        folder = snapshot_json(path.parent, native.CONFIG_NAME)
+        if native.says_native(folder.data) or hf.says_hf(folder.data) or timm.is_timm_dir(path.parent, folder.data):
+            return path.parent, folder
+    return path, None
 
 
 def run_dir(checkpoint: str | os.PathLike) -> Path | None:

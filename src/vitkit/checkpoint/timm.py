@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors import safe_open
@@ -54,11 +55,12 @@ def _hub_weights(directory: Path) -> Path | None:
     return next((directory / name for name in HUB_WEIGHTS if (directory / name).is_file()), None)
 
 
-def _hub_config(directory: Path) -> dict | None:
-    """A timm Hub directory's config.json (one that names an "architecture", not a transformers "model_type"), else None."""
+def _hub_config(directory: Path, config: Any = None) -> dict | None:
+    """A timm Hub directory's config.json (one that names an "architecture", not a transformers "model_type"), else
+    None; `config`: config.json as already read."""
     if not (directory / HUB_CONFIG).is_file() or _hub_weights(directory) is None:
         return None
-    config = read_json(directory / HUB_CONFIG)
+    config = read_json(directory / HUB_CONFIG) if config is None else config
     return (
         config
         if isinstance(config, dict) and isinstance(config.get("architecture"), str) and "model_type" not in config
@@ -66,8 +68,9 @@ def _hub_config(directory: Path) -> dict | None:
     )
 
 
-def is_timm_dir(path: str | os.PathLike) -> bool:
-    return Path(path).is_dir() and _hub_config(Path(path)) is not None
+def is_timm_dir(path: str | os.PathLike, config: Any = None) -> bool:
+    """`path` is a timm Hub directory; `config`: its config.json as already read."""
+    return Path(path).is_dir() and _hub_config(Path(path), config) is not None
 
 
 def _hub_stored(config: dict) -> dict:
@@ -219,11 +222,14 @@ def pretrained_cfg(c: ModelConfig, metadata: dict) -> dict:
     return {"pretrained_cfg": cfg, "label_names": metadata.get("class_names")}
 
 
-def read(path: str | os.PathLike, *, image_size=None) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
-    """(config, vitkit state dict) of a timm checkpoint (.safetensors preferred; .pth/.bin read with weights_only)."""
+def read(
+    path: str | os.PathLike, *, image_size=None, config: Any = None
+) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
+    """(config, vitkit state dict) of a timm checkpoint (.safetensors preferred; .pth/.bin read with weights_only);
+    `config`: a Hub directory's config.json as already read."""
     path = Path(path)
     if path.is_dir():  # a timm Hub directory
-        config = _hub_config(path)
+        config = _hub_config(path, config)
         if config is None:
             raise CheckpointError(
                 f'{path}: not a timm Hub directory (config.json with "architecture", model.safetensors or '
@@ -277,8 +283,9 @@ def write(model: VisionTransformer, path: str | os.PathLike, *, metadata: dict |
     return path
 
 
-def read_metadata(path: str | os.PathLike) -> dict:
-    """Class names and preprocessing: vitkit's own record, else timm's label_names and pretrained_cfg."""
+def read_metadata(path: str | os.PathLike, *, config: Any = None) -> dict:
+    """Class names and preprocessing: vitkit's own record, else timm's label_names and pretrained_cfg; `config`: a Hub
+    directory's config.json as already read."""
     path = Path(path)
     if (
         path.is_file() and is_timm_dir(path.parent) and _hub_weights(path.parent) == path
@@ -287,7 +294,7 @@ def read_metadata(path: str | os.PathLike) -> dict:
     if path.is_dir():
         weights = _hub_weights(path)
         own = _stored(weights, EXTRA_KEY) if weights is not None and is_safetensors(weights) else None
-        found = {"vitkit": own, **(_hub_config(path) or {})}
+        found = {"vitkit": own, **(_hub_config(path, config) or {})}
     elif is_safetensors(path):
         found = {
             "vitkit": _stored(path, EXTRA_KEY),
