@@ -24,13 +24,3 @@ def add_precision(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="int8: training images the quantization observers see (default 256)",
     )
-
-
-def calibration(args: argparse.Namespace, model, training_split, *, crop_pct: float):
-    """int8's calibration images: --calibration images of `training_split()` (called only for int8); None for
-    the other precisions."""
-    if args.precision != "int8":
-        return None
-    from vitkit.inference.predict import calibration_images
-
-    return calibration_images(training_split(), model, n=args.calibration, crop_pct=crop_pct)

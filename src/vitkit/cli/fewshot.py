@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import json
 
-import numpy as np
+from ._frozen import add_common, add_splits, numbers
 
-from ._frozen import add_common, add_splits, finish, numbers, setup
-
-DEFAULT_SHOTS = (1, 5, 10, 25)  # the paper's (Fig. 3-4, Table 5)
 EPILOG = """\
 The evaluator: pre-logits features of `shots` training images per class (drawn per seed), standardised with
 their mean and population std + 1e-5, a constant bias feature of 100 appended, targets 2*onehot-1, ridge
@@ -45,36 +43,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from vitkit.errors import ConfigError, DataError
-    from vitkit.evaluate.metrics import fewshot_eval
+    from vitkit.evaluate.frozen import fewshot
+    from vitkit.train.finetune import picked_on
 
-    if args.seeds < 1:
-        raise ConfigError(f"--seeds: expected at least 1, got {args.seeds}")
-    model, features, open_split = setup(args)
-    train, test = open_split(args.train_split), open_split(args.test_split, "--test-split")
-    counts = np.bincount(np.asarray(train.labels), minlength=len(train.class_names))
-    smallest = int(counts.argmin())
-    have = int(counts[smallest])
-    fewest = f"class {train.class_names[smallest]!r} has {have} image{'s' * (have != 1)} in {train.source} ({args.train_split})"
-    shots = args.shots or [n for n in DEFAULT_SHOTS if n <= have]
-    if not shots or max(shots) > have:
-        raise DataError(f"{fewest}, fewer than {max(args.shots or DEFAULT_SHOTS[:1])} shots; ask for fewer --shots")
-    left_out = [n for n in DEFAULT_SHOTS if n not in shots] if args.shots is None else []
-    if left_out:
-        print(f"vitkit fewshot: {', '.join(map(str, left_out))} shots left out: {fewest}", flush=True)
-    result = fewshot_eval(model, train, test, shots=shots, seeds=args.seeds, l2_reg=args.l2, **features)
-    finish(
-        args,
-        "fewshot",
-        {
-            "split": args.test_split,
-            "n": len(test),
-            "train_split": args.train_split,
-            "test_split": args.test_split,
-            **result,
-            **({"shots_left_out": left_out, "fewest_per_class": have} if left_out else {}),
-        },
-        f"Few-shot linear accuracy of {args.checkpoint}",
-        test,
-    )
+    report = fewshot(args, picked_on)
+    print(report.markdown)
+    print(f"wrote {report.paths[0]} and {report.paths[1]}")
+    print(json.dumps(report.result))
     return 0

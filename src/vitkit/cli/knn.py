@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import json
 
-from ._frozen import add_common, add_splits, finish, numbers, setup
+from ._frozen import add_common, add_splits, numbers
 
 EPILOG = """\
 Every test image's pre-logits feature is compared (cosine similarity) with the features of the whole
@@ -36,24 +37,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from vitkit.evaluate.metrics import knn_eval
+    from vitkit.evaluate.frozen import knn
+    from vitkit.train.finetune import picked_on
 
-    model, features, open_split = setup(args)
-    test = open_split(args.test_split, "--test-split")
-    result = knn_eval(
-        model, open_split(args.train_split), test, ks=args.k, temperature=args.temperature or None, **features
-    )
-    finish(
-        args,
-        "knn",
-        {
-            "split": args.test_split,
-            "n": len(test),
-            "train_split": args.train_split,
-            "test_split": args.test_split,
-            **result,
-        },
-        f"k-NN accuracy of {args.checkpoint}",
-        test,
-    )
+    report = knn(args, picked_on)
+    print(report.markdown)
+    print(f"wrote {report.paths[0]} and {report.paths[1]}")
+    print(json.dumps(report.result))
     return 0

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import json
 
-from ._frozen import add_common, finish, numbers, setup
+from ._frozen import add_common, numbers
 
 EPILOG = """\
 Features are the pre-logits features, standardised with the training mean and std. One probe per --l2 is
@@ -40,32 +41,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from vitkit.data.sources import hold_out
-    from vitkit.errors import DataError
-    from vitkit.evaluate.metrics import linear_probe_eval
+    from vitkit.evaluate.frozen import linear_probe
+    from vitkit.train.finetune import picked_on
 
-    model, features, open_split = setup(args)
-    train, test = open_split("train"), open_split(args.test_split, "--test-split")
-    if args.test_split == "val":  # l2 is never picked on the images it is scored on: a share of train picks it
-        if args.val_fraction == 0:
-            raise DataError(
-                "--val-fraction 0: with --test-split val, l2 is picked on a share of the training images held out; "
-                "give a share above 0 (default 0.1)"
-            )
-        train, val = hold_out(train, args.spec.val_fraction or 0.1, args.spec.split_seed)
-    else:
-        val = open_split("val", "--val-fraction")
-    for part, what in ((train, "fit the probe on"), (val, "pick l2 on")):
-        if not len(part):
-            raise DataError(
-                f"{part.source}: no images to {what} ({part.selection}); raise --val-fraction, or score more data"
-            )
-    result = linear_probe_eval(model, train, val, test, l2s=args.l2, max_iter=args.max_iter, **features)
-    finish(
-        args,
-        "linear_probe",
-        {"split": args.test_split, "n": len(test), "test_split": args.test_split, **result},
-        f"Linear probe of {args.checkpoint}",
-        test,
-    )
+    report = linear_probe(args, picked_on)
+    print(report.markdown)
+    print(f"wrote {report.paths[0]} and {report.paths[1]}")
+    print(json.dumps(report.result))
     return 0

@@ -52,50 +52,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
+    from vitkit.errors import DataError
 
-    from vitkit.data.images import find_images
-    from vitkit.errors import ConfigError, DataError
-    from vitkit.inference.classifier import Classifier
-    from vitkit.paths import local_path
-
-    if args.calibration_data is not None and args.precision != "int8":
-        raise ConfigError(
-            f"--calibration-data: only --precision int8 calibrates (this is --precision {args.precision}); "
-            "leave it out, or add --precision int8"
-        )
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    classifier = Classifier.load(
-        args.checkpoint,
-        precision=args.precision,
-        device=args.device,
-        calibration=args.calibration,
-        calibration_data=args.calibration_data,
-        data_flag="--calibration-data PATH",
-    )
-    paths = [
-        str(p) for arg in args.images for p in (find_images([arg]) if local_path(arg, DataError).is_dir() else [arg])
-    ]
-
-    def answer(batch: list[tuple[str, torch.Tensor]]) -> None:
-        for (path, _), top in zip(batch, classifier.top(torch.stack([pixels for _, pixels in batch]), k=args.top)):
-            if args.json:
-                print(
-                    json.dumps(
-                        {
-                            "image": path,
-                            "top": [{"label": n, "prob": prob} for n, prob in top],
-                            "precision": classifier.runner.description,
-                        }
-                    )
-                )
-            else:
-                print(path)
-                for name, prob in top:
-                    print(f"  {prob:7.2%}  {name}")
-        sys.stdout.flush()
-
+    classifier = _load(args)
+    paths = _image_paths(args.images)
     failed, batch = 0, []
     for path in paths:
         try:
@@ -104,10 +64,62 @@ def run(args: argparse.Namespace) -> int:
             print(f"vitkit predict: error: {err}", file=sys.stderr, flush=True)
             failed += 1
         if len(batch) == args.batch_size:
-            answer(batch)
+            _answer(classifier, batch, args)
             batch = []
     if batch:
-        answer(batch)
+        _answer(classifier, batch, args)
     if not args.json and len(paths) > failed:  # what ran: complete once the first batch has built it
         print(f"({len(paths) - failed} image{'s' * (len(paths) - failed != 1)}; {classifier.runner.description})")
     return 2 if failed else 0
+
+
+def _load(args: argparse.Namespace):
+    """The Classifier of the checkpoint at --precision, after --calibration-data is checked."""
+    import torch
+
+    from vitkit.errors import ConfigError
+    from vitkit.inference.classifier import Classifier
+
+    if args.calibration_data is not None and args.precision != "int8":
+        raise ConfigError(
+            f"--calibration-data: only --precision int8 calibrates (this is --precision {args.precision}); "
+            "leave it out, or add --precision int8"
+        )
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    return Classifier.load(
+        args.checkpoint,
+        precision=args.precision,
+        device=args.device,
+        calibration=args.calibration,
+        calibration_data=args.calibration_data,
+        data_flag="--calibration-data PATH",
+    )
+
+
+def _image_paths(images: list[str]) -> list[str]:
+    """The files given, and the images of the folders given (searched recursively, sorted)."""
+    from vitkit.data.images import find_images
+    from vitkit.errors import DataError
+    from vitkit.paths import local_path
+
+    return [str(p) for arg in images for p in (find_images([arg]) if local_path(arg, DataError).is_dir() else [arg])]
+
+
+def _answer(classifier, batch: list[tuple[str, object]], args: argparse.Namespace) -> None:
+    """Print the top --top classes of each image of `batch`, as text or one JSON object per image."""
+    import torch
+
+    for (path, _), top in zip(batch, classifier.top(torch.stack([pixels for _, pixels in batch]), k=args.top)):
+        if args.json:
+            entry = {
+                "image": path,
+                "top": [{"label": n, "prob": prob} for n, prob in top],
+                "precision": classifier.runner.description,
+            }
+            print(json.dumps(entry))
+        else:
+            print(path)
+            for name, prob in top:
+                print(f"  {prob:7.2%}  {name}")
+    sys.stdout.flush()

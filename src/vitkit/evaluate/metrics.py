@@ -372,18 +372,7 @@ def fewshot_eval(
         labels[torch.tensor(new)[~kept]] = -1  # drawn again without them: every draw has its full shots
         draws = draw()
     test_x, test_y = split_features(model, test_split, **features)
-    K = len(train_split.class_names)
-    table = {}
-    for n in shots:
-        accs = []
-        for s in range(seeds):
-            drawn = draws[n, s].tolist()
-            accs.append(
-                lsr_accuracy(
-                    torch.stack([found[i] for i in drawn]), labels[drawn], test_x, test_y, l2_reg=l2_reg, num_classes=K
-                )
-            )
-        table[str(n)] = _mean_std(accs)
+    table = _shot_table(draws, found, labels, test_x, test_y, l2_reg=l2_reg, num_classes=len(train_split.class_names))
     return {
         "evaluation": "fewshot_lsr",
         "precision": features["runner"].description,
@@ -395,6 +384,24 @@ def fewshot_eval(
         "n_train_features": len(found),
         "shots_from": train_split.describe(),
     }
+
+
+def _shot_table(draws: dict, found: dict, labels, test_x, test_y, *, l2_reg: float, num_classes: int) -> dict:
+    """{shots: mean and std over seeds} of `lsr_accuracy` for each draw (shots, seed) of `draws`, in their order."""
+    accs: dict[int, list[float]] = {}
+    for (n, _), drawn in draws.items():
+        drawn = drawn.tolist()
+        accs.setdefault(n, []).append(
+            lsr_accuracy(
+                torch.stack([found[i] for i in drawn]),
+                labels[drawn],
+                test_x,
+                test_y,
+                l2_reg=l2_reg,
+                num_classes=num_classes,
+            )
+        )
+    return {str(n): _mean_std(values) for n, values in accs.items()}
 
 
 def linear_probe_eval(

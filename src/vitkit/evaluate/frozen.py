@@ -1,0 +1,254 @@
+"""What `vitkit fewshot`, `vitkit knn` and `vitkit linear-probe` share and compute: a checkpoint's frozen features
+on two or three splits of its data, scored, written as NAME.json and NAME.md and set against its training data."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vitkit.evaluate.metrics import fewshot_eval, knn_eval, linear_probe_eval, report_markdown, write_report
+from vitkit.evaluate.provenance import Against, scored_against_training
+
+DEFAULT_SHOTS = (1, 5, 10, 25)  # the paper's (Fig. 3-4, Table 5)
+
+PickNote = Callable[[Any, str, Any, dict], "str | None"]  # (checkpoint, split name, split, metadata) -> warning
+
+
+@dataclass
+class Frozen:
+    """A checkpoint ready for its features to be read: the command's options (checkpoint, data, out, image_size,
+    random_init, batch_size, device, threads, precision, calibration, val_fraction, skip_unreadable), the model and
+    its metadata, the data, the unreadable files met, and the options of `split_features`."""
+
+    opts: Any
+    model: Any
+    meta: dict
+    spec: Any
+    bad: Any
+    features: dict
+
+    @property
+    def config(self):
+        return self.model.config
+
+    @property
+    def input_size(self) -> list[int]:
+        """Said in every report: --image-size reads the features at another resolution."""
+        return list(self.model.config.image_size)
+
+    def open(self, split: str, flag: str = "--train-split"):
+        c = self.model.config
+        return self.spec.open(split, channels=c.in_chans, image_size=c.image_size[0], flag=flag)
+
+
+@dataclass
+class Report:
+    """A written report: the result (its JSON), its Markdown, and the paths of NAME.json and NAME.md."""
+
+    result: dict
+    markdown: str
+    paths: tuple[Path, Path]
+
+
+def prepare(opts) -> Frozen:
+    """The model (random weights of its architecture with --random-init), the data and the feature options for
+    `opts`; the --out folder is checked before any feature work."""
+    import torch
+
+    from vitkit.checkpoint import load_with_metadata
+    from vitkit.data import BadFiles, DataSpec
+    from vitkit.devices import pick_device
+    from vitkit.models import build_model
+
+    _refuse_same_splits(opts)
+    if opts.out is not None:  # before the feature work, not after it (a file there: "File exists", minutes later)
+        from vitkit.files import writable_folder
+
+        writable_folder(opts.out, "the reports", "choose another --out")
+    if opts.threads:
+        torch.set_num_threads(opts.threads)
+    size = (
+        None if opts.image_size is None else tuple(opts.image_size) if len(opts.image_size) == 2 else opts.image_size[0]
+    )
+    model, meta = load_with_metadata(opts.checkpoint, image_size=size)
+    if opts.random_init is not None:
+        torch.manual_seed(opts.random_init)
+        model = build_model(model.config).eval()
+    bad = BadFiles("skip" if opts.skip_unreadable else "fail", hint="; --skip-unreadable leaves such files out")
+    features = {
+        "batch_size": opts.batch_size,
+        "device": pick_device(opts.device),
+        "crop_pct": meta.get("preprocess", {}).get("crop_pct", 1.0),
+        "precision": opts.precision,
+        "calibration": opts.calibration,
+        "bad": bad,
+    }
+    spec = DataSpec.from_checkpoint(meta, opts.checkpoint, data=opts.data, val_fraction=opts.val_fraction)
+    return Frozen(opts, model, meta, spec, bad, features)
+
+
+def _refuse_same_splits(opts) -> None:
+    from vitkit.errors import ConfigError
+
+    if getattr(opts, "train_split", None) is not None and opts.train_split == opts.test_split:
+        raise ConfigError(
+            f"--train-split and --test-split are both {opts.test_split}: the images the classifier is built from "
+            "would be the images it is scored on, a figure that says nothing; choose two splits (e.g. --train-split "
+            f"train --test-split {opts.test_split if opts.test_split != 'train' else 'val'})"
+        )
+
+
+def fewshot(opts, picked_on: PickNote | None = None) -> Report:
+    """`vitkit fewshot`: few-shot linear accuracy for --shots (default: those of DEFAULT_SHOTS the smallest class has
+    images for, the others announced as left out), --seeds draws each, ridge lambda --l2."""
+    from vitkit.errors import ConfigError
+
+    if opts.seeds < 1:
+        raise ConfigError(f"--seeds: expected at least 1, got {opts.seeds}")
+    frozen = prepare(opts)
+    train, test = frozen.open(opts.train_split), frozen.open(opts.test_split, "--test-split")
+    shots, left_out, have = _shots(opts, train)
+    result = fewshot_eval(frozen.model, train, test, shots=shots, seeds=opts.seeds, l2_reg=opts.l2, **frozen.features)
+    result = {
+        **_splits(opts, test),
+        **result,
+        **({"shots_left_out": left_out, "fewest_per_class": have} if left_out else {}),
+    }
+    return report(frozen, "fewshot", result, f"Few-shot linear accuracy of {opts.checkpoint}", test, picked_on)
+
+
+def _shots(opts, train) -> tuple[list[int], list[int], int]:
+    """(the shot counts to run, those of the defaults left out, the images of the smallest class)."""
+    from vitkit.errors import DataError
+
+    counts = np.bincount(np.asarray(train.labels), minlength=len(train.class_names))
+    smallest = int(counts.argmin())
+    have = int(counts[smallest])
+    fewest = f"class {train.class_names[smallest]!r} has {have} image{'s' * (have != 1)} in {train.source} ({opts.train_split})"
+    shots = opts.shots or [n for n in DEFAULT_SHOTS if n <= have]
+    if not shots or max(shots) > have:
+        raise DataError(f"{fewest}, fewer than {max(opts.shots or DEFAULT_SHOTS[:1])} shots; ask for fewer --shots")
+    left_out = [n for n in DEFAULT_SHOTS if n not in shots] if opts.shots is None else []
+    if left_out:  # said before the features are read, which takes a while
+        print(f"vitkit fewshot: {', '.join(map(str, left_out))} shots left out: {fewest}", flush=True)
+    return shots, left_out, have
+
+
+def _splits(opts, test) -> dict:
+    return {"split": opts.test_split, "n": len(test), "train_split": opts.train_split, "test_split": opts.test_split}
+
+
+def knn(opts, picked_on: PickNote | None = None) -> Report:
+    """`vitkit knn`: cosine k-NN accuracy for each of --k, votes weighted by exp(sim / --temperature) (0: uniform)."""
+    frozen = prepare(opts)
+    test = frozen.open(opts.test_split, "--test-split")
+    result = knn_eval(
+        frozen.model,
+        frozen.open(opts.train_split),
+        test,
+        ks=opts.k,
+        temperature=opts.temperature or None,
+        **frozen.features,
+    )
+    return report(
+        frozen, "knn", {**_splits(opts, test), **result}, f"k-NN accuracy of {opts.checkpoint}", test, picked_on
+    )
+
+
+def linear_probe(opts, picked_on: PickNote | None = None) -> Report:
+    """`vitkit linear-probe`: one probe per --l2 fitted on train, the best on val scored on --test-split; with
+    --test-split val, l2 is picked on a held-out share of train instead."""
+    from vitkit.data.sources import hold_out
+    from vitkit.errors import DataError
+
+    frozen = prepare(opts)
+    train, test = frozen.open("train"), frozen.open(opts.test_split, "--test-split")
+    if opts.test_split == "val":  # l2 is never picked on the images it is scored on: a share of train picks it
+        if opts.val_fraction == 0:
+            raise DataError(
+                "--val-fraction 0: with --test-split val, l2 is picked on a share of the training images held out; "
+                "give a share above 0 (default 0.1)"
+            )
+        train, val = hold_out(train, frozen.spec.val_fraction or 0.1, frozen.spec.split_seed)
+    else:
+        val = frozen.open("val", "--val-fraction")
+    for part, what in ((train, "fit the probe on"), (val, "pick l2 on")):
+        if not len(part):
+            raise DataError(
+                f"{part.source}: no images to {what} ({part.selection}); raise --val-fraction, or score more data"
+            )
+    result = linear_probe_eval(frozen.model, train, val, test, l2s=opts.l2, max_iter=opts.max_iter, **frozen.features)
+    result = {"split": opts.test_split, "n": len(test), "test_split": opts.test_split, **result}
+    return report(frozen, "linear_probe", result, f"Linear probe of {opts.checkpoint}", test, picked_on)
+
+
+def report(frozen: Frozen, name: str, result: dict, title: str, scored, picked_on: PickNote | None = None) -> Report:
+    """Write NAME.json and NAME.md for `result` on the `scored` split, with the notes on its images: unreadable ones
+    left out, a fine-tuning sweep that picked the model on them, copies of training images, changed splits."""
+    from vitkit.checkpoint.runs import report_dir
+
+    opts = frozen.opts
+    result = {
+        "checkpoint": str(opts.checkpoint),
+        "random_init": opts.random_init,
+        "data": frozen.spec.where,
+        "image_size": frozen.input_size,
+        **result,
+    }
+    if len(frozen.bad):
+        result["unreadable"] = [{"path": p, "error": e} for p, e in frozen.bad.files.items()]
+    title += _images_said(frozen, result, scored)
+    warning = picked_on(opts.checkpoint, result["split"], scored, frozen.meta) if picked_on is not None else None
+    warning = None if opts.random_init is not None else warning  # random weights: nothing was picked
+    result["picked_on_this_split"] = warning is not None
+    h, w = frozen.input_size
+    if "precision" in result:  # what read the features, at which resolution
+        title += f"\n\nFeatures read at {result['precision']}, at {h}x{w} px."
+    if warning:
+        title += f"\n\n{warning[0].upper()}{warning[1:]}."
+    against = (
+        Against()
+        if opts.random_init is not None
+        else scored_against_training(frozen.meta, opts.checkpoint, result["split"], scored, frozen.config)
+    )
+    against.record(result)  # the features of images the backbone trained on, scored as held out; splits changed since
+    for note in against.notes(result["split"]):
+        note = note[len("note: ") :]
+        title += f"\n\n{note[0].upper()}{note[1:]}."
+    markdown = report_markdown(result, title)
+    paths = write_report(opts.out or report_dir(opts.checkpoint, _folder(frozen, name)), name, result, markdown)
+    return Report(result, markdown, paths)
+
+
+def _images_said(frozen: Frozen, result: dict, scored) -> str:
+    """' on SPLIT of DATA (N images: ...)', with the unreadable images left out and a random initialisation."""
+    opts, bad = frozen.opts, frozen.bad
+    names = {str(p) for p in scored.paths} if scored.paths is not None else set()
+    here = sum(path in names for path in bad.files)  # of the scored split; the others', of the images fitted on
+    skipped = f"; {here:,} unreadable left out" if here else ""
+    said = f" on {result['split']} of {frozen.spec.where} ({len(scored):,} image{'s' * (len(scored) != 1)}: {scored.source}, {scored.selection}{skipped})"
+    if elsewhere := len(bad) - here:
+        said += f"; {elsewhere:,} unreadable image{'s' * (elsewhere != 1)} of the other splits it read left out"
+    if opts.random_init is not None:
+        said += f" (its architecture, randomly initialised with seed {opts.random_init})"
+    return said
+
+
+def _folder(frozen: Frozen, name: str) -> str:
+    """The report's folder in the run: never over the report of the run's own data, nor over a trained model's, its
+    fp32 report, or the report at the model's own resolution."""
+    from vitkit.checkpoint.runs import data_tag
+
+    opts = frozen.opts
+    folder = name + data_tag(frozen.spec.path, frozen.meta)
+    folder += "" if opts.random_init is None else f"_random{opts.random_init}"
+    if opts.precision != "fp32":
+        folder += f"_{opts.precision}"
+    if opts.image_size is not None:
+        h, w = frozen.input_size
+        folder += f"_{h}px" if h == w else f"_{h}x{w}px"
+    return folder

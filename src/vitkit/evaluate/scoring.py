@@ -1,0 +1,242 @@
+"""What `vitkit eval` computes and writes: top-1, top-5, per-class accuracy and the confusion-matrix PNG of a
+checkpoint on one split of its data, set against its training data; the lines that report them."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from vitkit.evaluate.provenance import scored_against_training
+
+PickNote = Callable[[Any, str, Any, dict], "str | None"]  # (checkpoint, split name, split, metadata) -> warning
+
+
+@dataclass
+class Scored:
+    """What `score_checkpoint` found: the JSON result, the lines that say it, and the error of a confusion matrix that
+    could not be written (raised once the scores are shown, None where it was written)."""
+
+    result: dict
+    lines: list[str]
+    error: Exception | None = None
+
+
+def score_checkpoint(opts, picked_on: PickNote | None = None) -> Scored:
+    """Score `opts.checkpoint` on a split of its data (the options of `vitkit eval`: data, split, val_fraction,
+    batch_size, device, threads, confusion, labels_by_index, precision, calibration, compare_fp32, skip_unreadable).
+    `picked_on` says where the scored images picked the model in a fine-tuning sweep."""
+    import torch
+
+    from vitkit.checkpoint import load_with_metadata, refuse_untrained_head
+    from vitkit.checkpoint.runs import step_of
+    from vitkit.data import BadFiles
+    from vitkit.devices import pick_device
+    from vitkit.evaluate.metrics import evaluate
+    from vitkit.files import writable
+
+    if opts.threads:
+        torch.set_num_threads(opts.threads)
+    model, meta = load_with_metadata(opts.checkpoint)
+    refuse_untrained_head(meta, opts.checkpoint, model)
+    device = pick_device(opts.device)
+    spec, which, split = open_scored_split(opts, meta, model.config)
+    crop_pct = meta.get("preprocess", {}).get("crop_pct", 1.0)
+    bad = BadFiles("skip" if opts.skip_unreadable else "fail", hint="; --skip-unreadable scores without such files")
+    batches, runner, reference = _runners(opts, model, meta, spec, which, split, device, crop_pct, bad)
+    step = step_of(opts.checkpoint)
+    png = confusion_path(opts, which, spec, meta, step)
+    writable(png, "the confusion matrix", "pass --confusion PATH to write it elsewhere")  # before the images are scored
+    metrics = evaluate(model.to(device), batches, crop_pct=crop_pct, runner=runner, reference=reference)
+    class_names = meta.get("class_names") or split.class_names
+    skipped = f", {len(bad)} unreadable skipped" if len(bad) else ""
+    data = f"{which} of {spec.where}: {metrics['n']} images{skipped}; {runner.description}"
+    unwritten = _write_confusion(metrics["confusion"], class_names, png, data)
+    result = _result(opts, step, spec, which, split, metrics, class_names, png, unwritten, runner, bad, reference)
+    warning = picked_on(opts.checkpoint, which, split, meta) if picked_on is not None else None
+    result["picked_on_this_split"] = warning is not None
+    against = scored_against_training(meta, opts.checkpoint, which, split, model.config)
+    against.record(result)
+    head = f"{which} of {spec.where} ({metrics['n']} images: {split.source}, {split.selection}{skipped}; "
+    lines = _lines(opts, step, head, which, metrics, result, class_names, reference, runner)
+    lines.append(f"confusion matrix: {png}" if not unwritten else f"confusion matrix: not written ({png}: {unwritten})")
+    lines += ([warning] if warning else []) + against.notes(which)
+    return Scored(result, lines, _unwritten_error(png, unwritten))
+
+
+def open_scored_split(opts, meta: dict, config):
+    """(the data spec, the split's name, the split with labels numbered as the model's classes) that `opts` name."""
+    from vitkit.data import DataSpec
+    from vitkit.data.sources import is_flat
+    from vitkit.errors import DataError
+
+    spec = DataSpec.from_checkpoint(meta, opts.checkpoint, data=opts.data, val_fraction=opts.val_fraction)
+    flat = opts.data is not None and is_flat(spec.path)
+    which = opts.split or ("all" if flat else "test")
+    if which == "all" and not flat:
+        raise DataError(
+            f"--split all: takes every image of a --data folder or list without splits of its own; {spec.where} "
+            "has splits: choose one with --split"
+        )
+    size = config.image_size[0]
+    if which == "all":  # the folder, list or shards as one set
+        whole = dataclasses.replace(spec, val_fraction=0.0, train_images=None)
+        split = whole.open("train", channels=config.in_chans, image_size=size)
+    else:
+        split = spec.open(which, channels=config.in_chans, image_size=size)
+    # by name where the checkpoint names its classes
+    split = model_labels(split, meta.get("class_names"), opts.checkpoint, opts.labels_by_index)
+    if len(split) and int(split.labels.max()) >= config.num_classes:  # by position: more classes than the model has
+        raise DataError(
+            f"{split.source}: labels go up to {int(split.labels.max())} but {opts.checkpoint} has "
+            f"{config.num_classes} classes; evaluate it on the dataset it was trained for"
+        )
+    return spec, which, split
+
+
+def _runners(opts, model, meta: dict, spec, which: str, split, device, crop_pct: float, bad):
+    """(the batches of `split`, the runner at --precision, the fp32 runner of --compare-fp32 or None)."""
+    from vitkit.data import DataSpec, eval_batches
+    from vitkit.inference.precision import prepare
+
+    c = model.config
+    batches = eval_batches(
+        split, opts.batch_size, device, channels=c.in_chans, size=c.image_size, crop_pct=crop_pct, bad=bad
+    )
+    count = math.ceil(len(split) / opts.batch_size)
+
+    # int8's calibration images: training images, never the ones scored (for "all", those the checkpoint records)
+    def training_images():  # read only where int8 calibrates: the recorded data may be gone where --data names other data
+        trained = DataSpec.from_checkpoint(meta, opts.checkpoint) if which == "all" else spec
+        return split if which == "train" else trained.open("train", channels=c.in_chans, image_size=c.image_size[0])
+
+    images = int8_calibration(opts.precision, opts.calibration, model, training_images, crop_pct=crop_pct)
+    runner = prepare(model, opts.precision, device=device, batches=count, calibration=images)
+    reference = prepare(model, "fp32", device=device, batches=count) if opts.compare_fp32 else None
+    return batches, runner, reference
+
+
+def int8_calibration(precision: str, n: int, model, training_split: Callable, *, crop_pct: float):
+    """int8's calibration images: `n` images of `training_split()` (called only for int8); None for the other
+    precisions."""
+    if precision != "int8":
+        return None
+    from vitkit.inference.predict import calibration_images
+
+    return calibration_images(training_split(), model, n=n, crop_pct=crop_pct)
+
+
+def confusion_path(opts, which: str, spec, meta: dict, step: str | None) -> Path:
+    """--confusion, else RUN/eval/<confusion_name> beside the model."""
+    from vitkit.checkpoint.runs import report_dir
+
+    if opts.confusion:
+        return Path(opts.confusion)
+    return report_dir(opts.checkpoint, "eval") / confusion_name(which, spec, meta, step, opts.precision)
+
+
+def confusion_name(which: str, spec, meta: dict, step: str | None, precision: str) -> str:
+    """confusion_SPLIT.png for the data the checkpoint trained on; for other data (--data) the folder's name and a
+    digest of its path come too, for a step checkpoint its step_N, and for another precision than fp32 its name, so
+    that the run's own figure of its final model in fp32 is not replaced by one of other images, another model or
+    other arithmetic."""
+    from vitkit.checkpoint.runs import data_tag
+
+    return (
+        f"confusion_{which}{data_tag(spec.path, meta)}"
+        + (f"_{step}" if step else "")
+        + (f"_{precision}" if precision != "fp32" else "")
+        + ".png"
+    )
+
+
+def _write_confusion(confusion, class_names: list[str], png: Path, data: str) -> str | None:
+    """Draw the confusion matrix into `png`; why it could not be written (a full disk), else None."""
+    from vitkit.errors import first_line
+    from vitkit.files import WriteError
+    from vitkit.plots import plot_confusion
+
+    try:  # a full disk now: the scores are still printed, then the error
+        plot_confusion(confusion, class_names, png, data=data)
+    except (WriteError, OSError) as err:
+        return err.reason if isinstance(err, WriteError) else (err.strerror or first_line(err))
+    return None
+
+
+def _unwritten_error(png: Path, unwritten: str | None):
+    from vitkit.errors import CheckpointError
+
+    if not unwritten:
+        return None
+    return CheckpointError(
+        f"{png}: the confusion matrix cannot be written ({unwritten}; is the disk full?); the scores above "
+        "are complete; free some space or pass --confusion PATH to write it elsewhere"
+    )
+
+
+def _result(opts, step, spec, which, split, metrics, class_names, png, unwritten, runner, bad, reference) -> dict:
+    """The JSON object of `vitkit eval --json`."""
+    result = {
+        "checkpoint": str(opts.checkpoint),
+        **({"step_checkpoint": step} if step else {}),
+        "data": spec.where,
+        "split": which,
+        "images": split.describe(),
+        "n": metrics["n"],
+        "top1": metrics["top1"],
+        "top5": metrics["top5"],
+        "loss": metrics["loss"],
+        "per_class": dict(zip(class_names, metrics["per_class"])),
+        "per_class_n": dict(zip(class_names, [sum(row) for row in metrics["confusion"]])),
+        "confusion_png": None if unwritten else str(png),
+        "precision": runner.description,
+        **({"unreadable": [{"path": p, "error": e} for p, e in bad.files.items()]} if len(bad) else {}),
+    }
+    if reference is not None:
+        result.update({k: metrics[k] for k in ("reference_top1", "top1_delta", "agreement")})
+    return result
+
+
+def _lines(opts, step, head: str, which: str, metrics, result: dict, class_names, reference, runner) -> list[str]:
+    """The scores in words: the model and its images, the fp32 comparison, one line per class."""
+    from vitkit.checkpoint.runs import describe
+
+    lines = [
+        f"{describe(opts.checkpoint, step)} on {head}{runner.description}): top-1 {metrics['top1']:.4f}"
+        + (f"  top-5 {metrics['top5']:.4f}" if len(class_names) > 5 else "")
+    ]
+    if reference is not None:
+        lines.append(
+            f"against fp32 on the same {metrics['n']} {which} images: fp32 top-1 {metrics['reference_top1']:.4f}, "
+            f"difference {100 * metrics['top1_delta']:+.2f} points, same prediction on {100 * metrics['agreement']:.2f}%"
+        )
+    width = max(len(n) for n in class_names)
+    counts = result["per_class_n"]
+    for name, acc in result["per_class"].items():
+        images = f"{counts[name]:,} image" + "s" * (counts[name] != 1)
+        lines.append(f"  {name:<{width}}  {'-       (no images)' if acc is None else f'{acc:.4f}  ({images})'}")
+    return lines
+
+
+def model_labels(split, names: list[str] | None, checkpoint, by_index: bool = False):
+    """`split` with labels numbered as the model's classes `names`, matched by name (a val/ or --data folder that
+    lacks some classes, or orders them otherwise, is still scored right); DataError where a class of the data is
+    not the model's. A checkpoint without class names, or `by_index` (--labels-by-index), takes labels as they are."""
+    from vitkit.data.sources import class_name, on_classes
+    from vitkit.errors import DataError
+
+    if not names or by_index or list(split.class_names) == list(names):
+        return split
+    names = [class_name(n) for n in names]  # a checkpoint of an older vitkit may hold a folder's NFD names
+    unknown = [n for n in split.class_names if n not in names]
+    if unknown:
+        shown = ", ".join(names[:8]) + (" ..." if len(names) > 8 else "")
+        raise DataError(
+            f"{split.source}: class {unknown[0]!r}{f' (and {len(unknown) - 1} more)' if len(unknown) > 1 else ''} is not one of "
+            f"{checkpoint}'s classes ({shown}); evaluate it on data of its classes, or pass --labels-by-index if the "
+            "data names the same classes otherwise, in the same order"
+        )
+    return on_classes(split, names)

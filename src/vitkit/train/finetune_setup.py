@@ -1,0 +1,134 @@
+"""What `vitkit finetune` sets up before the sweep: the recipe's overrides from the command's options, and the data
+the checkpoint was trained on, cut into train and val as it was, where no data is named."""
+
+from __future__ import annotations
+
+CUT_KEYS = (
+    "train_split",
+    "val_split",
+    "val_fraction",
+    "split_seed",
+)  # how a checkpoint's data was split into train and val
+CUTTING = ("data.val_fraction", "data.split_seed")  # another split of train/ into train and val (not another named)
+
+
+def finetune_sweep(opts) -> dict:
+    """Fine-tune `opts.checkpoint` into `opts.out` (the options of `vitkit finetune`: overrides, data, config,
+    image_size, lr, steps, batch_size, micro_batch, keep_pre_logits, no_progress); the sweep's result."""
+    from vitkit.files import writable_folder
+    from vitkit.train.finetune import finetune, finetune_recipe
+
+    writable_folder(opts.out, "the fine-tuning runs", "choose another --out")  # before the data line, not after
+    overrides = recipe_overrides(opts)
+    size = (
+        None if opts.image_size is None else tuple(opts.image_size) if len(opts.image_size) == 2 else opts.image_size[0]
+    )
+    recipe = finetune_recipe(opts.config, overrides)
+    return finetune(
+        recipe, opts.checkpoint, opts.out, lrs=opts.lr, image_size=size, keep_pre_logits=opts.keep_pre_logits
+    )
+
+
+def recipe_overrides(opts) -> list:
+    """The dotted overrides of `opts`: its KEY=VALUE list, the checkpoint's data and cut where nothing names data
+    (sets `opts.data`), then the flags that stand for recipe keys."""
+    overrides = list(opts.overrides)
+    if (
+        opts.data is None
+        and not any(o.startswith(("data.path=", "data.name=")) for o in overrides)
+        and not names_data(opts.config)
+    ):
+        # the data the checkpoint was trained on, as for every other command, cut as it was: another held-out cut would
+        # score the lr sweep on images the checkpoint trained on
+        opts.data, cut = checkpoint_data(opts.checkpoint, overrides)
+        overrides += [
+            (key, value) for key, value in cut.items() if not any(str(o).startswith(f"{key}=") for o in overrides)
+        ]
+    for flag, key in (
+        ("data", "data.path"),
+        ("steps", "train.steps"),
+        ("batch_size", "train.batch_size"),
+        ("micro_batch", "train.micro_batch"),
+    ):
+        if getattr(opts, flag) is not None:
+            overrides.append((key, getattr(opts, flag)))  # already typed by argparse: never parsed again
+    if opts.no_progress:
+        overrides.append("train.progress=false")
+    return overrides
+
+
+def names_data(config: str | None) -> bool:
+    """Whether a recipe file sets data.path or data.name itself."""
+    import yaml
+
+    from vitkit.errors import ConfigError
+
+    if config is None:
+        return False
+    try:
+        data = (yaml.safe_load(open(config)) or {}).get("data") or {}
+    except (OSError, yaml.YAMLError, AttributeError) as err:
+        raise ConfigError(f"{config}: cannot read the recipe ({err})") from None
+    return "path" in data or "name" in data
+
+
+def checkpoint_data(checkpoint: str, overrides: list) -> tuple[str | None, dict]:
+    """The absolute data path a checkpoint records (announced; None: the recipe's default, Fashion-MNIST) and the
+    data.* overrides of its held-out cut ({} where it records none). `overrides` that cut it otherwise are warned of:
+    that val holds images the checkpoint trained on."""
+    from vitkit.checkpoint import read_metadata
+    from vitkit.errors import DataError
+
+    meta = read_metadata(checkpoint)
+    record = meta.get("data") if isinstance(meta.get("data"), dict) else {}
+    path = record.get("path")
+    if path and meta.get("class_names") == [
+        "unlabeled"
+    ]:  # pre-trained on images without labels: nothing to fine-tune on
+        raise DataError(
+            f"{checkpoint}: pre-trained on {path}, images without the labels fine-tuning needs; give labelled "
+            "data with --data PATH"
+        )
+    cut = (
+        {f"data.{key}": record[key] for key in CUT_KEYS if record.get(key) is not None}
+        if record.get("name", "auto") == "auto"
+        else {}
+    )
+    other = _cut_otherwise(cut, overrides)
+    if path or cut:
+        split = (
+            f", held out as it was: val_fraction {cut['data.val_fraction']:g}, split_seed {cut['data.split_seed']}"
+            if {"data.val_fraction", "data.split_seed"} <= set(cut) and not other
+            else ""
+        )
+        print(
+            f"vitkit finetune: data {path or 'Fashion-MNIST'} (what {checkpoint} was trained on{split}; --data to change)",
+            flush=True,
+        )
+    if other:
+        was = ", ".join(f"{key}={cut[key]}" for key in other)
+        print(
+            f"warning    {', '.join(f'{k}={v}' for k, v in other.items())} cuts the data anew ({checkpoint} was trained with {was}): "
+            "its val split holds images the checkpoint trained on, and the learning rate is picked on them",
+            flush=True,
+        )
+    return path, cut
+
+
+def _cut_otherwise(cut: dict, overrides: list) -> dict:
+    """The `overrides` of val_fraction and split_seed that differ from the recorded `cut` ({} where nothing is held
+    out: no val to overlap)."""
+    given = dict(
+        str(o).split("=", 1) for o in overrides if str(o).split("=", 1)[0] in CUTTING and str(o).split("=", 1)[0] in cut
+    )
+    other = {key: value for key, value in given.items() if not same_value(value, cut[key])}
+    if same_value(given.get("data.val_fraction", "1"), 0):  # nothing held out: no val to overlap
+        return {}
+    return other
+
+
+def same_value(given: str, recorded) -> bool:
+    try:
+        return float(given) == float(recorded)
+    except (TypeError, ValueError):
+        return given.strip() == str(recorded)
