@@ -40,7 +40,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from vitkit.data.sources import hold_out
+    from vitkit.data.split import hold_out
     from vitkit.errors import DataError
     from vitkit.evaluate.metrics import linear_probe_eval
 

@@ -55,8 +55,8 @@ from vitkit.data import (
     soft_targets,
     train_transform,
 )
-from vitkit.data.sources import described, same_images, where_from
 from vitkit.data.spec import absolute, trained_on
+from vitkit.data.split import described, same_images, where_from
 from vitkit.data.summary import copies_of_training_images, copies_warning, data_format
 from vitkit.devices import pick_device
 from vitkit.errors import CheckpointError, ConfigError, DataError
