@@ -22,7 +22,8 @@ from vitkit.errors import DataError, first_line
 from vitkit.paths import local_path
 
 from .copies import training_twins
-from .sources import idx, open_split, synthetic
+from .sources import idx, open_split
+from .sources.synthetic import synthetic
 from .split import MissingSplit, Split, described, first_of, same_images
 
 

@@ -1,5 +1,5 @@
-"""Where images come from: IDX files, an image-folder tree, a CSV/JSONL list, shards (tar, Parquet) or synthetic data,
-one module per kind; this module is the one dispatcher.
+"""Where images come from: IDX files, an image-folder tree, a CSV/JSONL list, shards (tar, Parquet) or synthetic data
+(which `DataSpec` makes by name), one module per kind; this module is the one dispatcher over a path.
 
 `open_split(path, split)` returns a `Split`: labels, class names, and either the pixels already in
 memory (IDX, synthetic) or the files to read (folders, lists). A "val" split a source does not have on
@@ -20,7 +20,6 @@ from . import idx
 from .folder import folder_classes, read_folder
 from .lists import listed_split, read_list, split_lists
 from .shards import is_sharded, names_splits, open_sharded, refuse_compressed
-from .synthetic import synthetic
 from .tar import clear_unfinished, finish_writing, write_tar_shards
 
 
@@ -146,6 +145,5 @@ __all__ = [
     "is_flat",
     "open_sharded",
     "open_split",
-    "synthetic",
     "write_tar_shards",
 ]

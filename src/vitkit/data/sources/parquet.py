@@ -122,7 +122,7 @@ def _check_row_group(path: Path, group, index: int, image: str) -> None:
 
 def _row_group_images(file: str, group: int) -> list[tuple[bytes | None, str | None]]:
     """(bytes, path) of every image of one row group; a few row groups are kept per process, and so is a row group that
-    cannot be read: its every row fails with its error, read once (each row read it again, a 1 GB one 90 times)."""
+    cannot be read: its every row fails with its error, read once (not again for each of its rows)."""
     images = _ROW_GROUPS.get(file, group)
     if isinstance(images, str):
         raise DataError(images)

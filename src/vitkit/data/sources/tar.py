@@ -112,7 +112,7 @@ def _index_tar(path: Path) -> tuple[list[TarMember], list[str | None], list[str]
 def _tar_files(f, path: Path):
     """(name, data offset, size, the first bytes of the data) of every regular file in an uncompressed tar, read from
     its 512-byte headers (one read per member, of the header and the block after it, so a small label file comes
-    with its header): ustar and GNU headers, GNU long names and POSIX pax records. About 4x quicker than tarfile,
+    with its header): ustar and GNU headers, GNU long names and POSIX pax records. Quicker than tarfile,
     which builds a TarInfo per member; anything else (a sparse file, a base-256 size ...) is handed to tarfile, so
     every tar that tarfile reads is indexed the same."""
     position, long_name, pax, end = 0, None, {}, os.fstat(f.fileno()).st_size
@@ -279,42 +279,50 @@ def write_tar_shards(
     written = []
     for number, start in enumerate(range(0, len(order), per_shard)):
         target = out / f"{prefix}-{number:06d}.tar"
-        tmp = target.with_name(f".{target.name}.tmp")
-        try:
-            with tarfile.open(tmp, "w") as tar:
-                for i in order[start : start + per_shard]:
-                    record = split.paths[i]
-                    try:
-                        data = record.read() if isinstance(record, Record) else Path(record).read_bytes()
-                    except (
-                        OSError
-                    ) as err:  # a listed file that is gone or unreadable: as data.on_error says, as training does
-                        data, why = (
-                            None,
-                            "image file not found"
-                            if isinstance(err, FileNotFoundError)
-                            else err.strerror or type(err).__name__,
-                        )
-                    if data is None or (why := _unreadable(data)) is not None:
-                        if bad is None:
-                            raise DataError(f"{record}: {why}; remove or replace it")
-                        bad.report([(int(i), str(record), f"{record}: {why}")])  # raises on "fail"
-                        continue
-                    suffix = _suffix(data, str(record))
-                    key = f"{i:09d}"
-                    for name, payload in ((key + suffix, data), (key + ".cls", str(int(split.labels[i])).encode())):
-                        info = tarfile.TarInfo(name)
-                        info.size = len(payload)
-                        tar.addfile(info, io.BytesIO(payload))
-        except BaseException:
-            tmp.unlink(missing_ok=True)  # a refused file or a kill: no half shard left (the folder stays marked)
-            raise
-        os.replace(tmp, target)
+        _write_shard(target, split, order[start : start + per_shard], bad)
         written.append(target)
     (out / "classes.txt").write_text("".join(f"{name}\n" for name in split.class_names), encoding="utf-8")
     if finish:
         finish_writing(out)
     return written
+
+
+def _write_shard(target: Path, split: Split, samples: np.ndarray, bad: BadFiles | None) -> None:
+    """Write the samples `samples` of `split` as the tar shard `target`: written under a temporary name and renamed
+    when complete, so that no half shard is ever left."""
+    tmp = target.with_name(f".{target.name}.tmp")
+    try:
+        with tarfile.open(tmp, "w") as tar:
+            for i in samples:
+                record = split.paths[i]
+                data = _sample_bytes(int(i), record, bad)
+                if data is None:
+                    continue
+                suffix = _suffix(data, str(record))
+                key = f"{i:09d}"
+                for name, payload in ((key + suffix, data), (key + ".cls", str(int(split.labels[i])).encode())):
+                    info = tarfile.TarInfo(name)
+                    info.size = len(payload)
+                    tar.addfile(info, io.BytesIO(payload))
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a refused file or a kill: no half shard left (the folder stays marked)
+        raise
+    os.replace(tmp, target)
+
+
+def _sample_bytes(index: int, record, bad: BadFiles | None) -> bytes | None:
+    """The bytes of one image to write, or None where it is no readable image and `bad` skips it (else it raises)."""
+    try:
+        data = record.read() if isinstance(record, Record) else Path(record).read_bytes()
+    except OSError as err:  # a listed file that is gone or unreadable: as data.on_error says, as training does
+        data = None
+        why = "image file not found" if isinstance(err, FileNotFoundError) else err.strerror or type(err).__name__
+    if data is None or (why := _unreadable(data)) is not None:
+        if bad is None:
+            raise DataError(f"{record}: {why}; remove or replace it")
+        bad.report([(index, str(record), f"{record}: {why}")])  # raises on "fail"
+        return None
+    return data
 
 
 def _unreadable(data: bytes) -> str | None:
