@@ -45,8 +45,7 @@ import torch
 from PIL import Image
 
 from vitkit.data import Batches
-from vitkit.data.shards import open_sharded, write_tar_shards
-from vitkit.data.sources import open_split
+from vitkit.data.sources import open_sharded, open_split, write_tar_shards
 from vitkit.kernels import jpeg_region
 
 SIZE = 224

@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from vitkit.data.shards import _tar_files, _tarfile_members
+from vitkit.data.sources.tar import _tar_files, _tarfile_members
 
 
 def main() -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from PIL import Image
 
-from vitkit.data.idx import FASHION_MNIST_CLASSES, default_dir, load_idx_split
+from vitkit.data.sources.idx import FASHION_MNIST_CLASSES, default_dir, load_idx_split
 
 CLASSES = {"T-shirt/top": "t-shirt", "Trouser": "trouser", "Bag": "bag", "Ankle boot": "ankle boot"}
 PER_CLASS = {"train": 300, "val": 100}

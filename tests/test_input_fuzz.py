@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from vitkit.checkpoint import load_pretrained, save_pretrained
-from vitkit.data.idx import read_idx
 from vitkit.data.sources import open_split
+from vitkit.data.sources.idx import read_idx
 from vitkit.errors import VitkitError
 from vitkit.models import VisionTransformer, get_config
 from vitkit.models.config import ViTConfig

@@ -12,8 +12,8 @@ import pytest
 from PIL import Image
 
 from vitkit.checkpoint.io import read_npz
-from vitkit.data.idx import load_idx_split, read_idx
 from vitkit.data.images import load_image
+from vitkit.data.sources.idx import load_idx_split, read_idx
 
 
 def _refused(result, *words):
@@ -165,7 +165,7 @@ def test_an_image_file_larger_than_any_image_needs_is_refused_before_reading(tmp
     folder and tar shard alike (3.46 GB)."""
     import tarfile
 
-    from vitkit.data.shards import TarMember
+    from vitkit.data.sources.tar import TarMember
 
     path = tmp_path / "big.png"
     Image.new("RGB", (8, 8)).save(path)

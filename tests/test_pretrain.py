@@ -9,7 +9,7 @@ import torch
 
 import vitkit
 from vitkit.checkpoint.io import read_safetensors
-from vitkit.data.idx import default_dir, find_idx
+from vitkit.data.sources.idx import default_dir, find_idx
 from vitkit.errors import ConfigError
 from vitkit.models import create_model
 from vitkit.train import train

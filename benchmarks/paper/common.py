@@ -25,11 +25,11 @@ import torch
 
 from vitkit.checkpoint.native import load_native
 from vitkit.data import DataSpec
-from vitkit.data.idx import default_dir
 from vitkit.data.loader import eval_batches
 from vitkit.data.scan import scan
-from vitkit.data.sources import described
+from vitkit.data.sources.idx import default_dir
 from vitkit.data.spec import absolute
+from vitkit.data.split import described
 from vitkit.errors import VitkitError
 from vitkit.evaluate.metrics import evaluate, fewshot_eval, markdown_table
 from vitkit.models.summary import count_flops

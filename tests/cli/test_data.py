@@ -109,7 +109,7 @@ def test_the_summary_counts_classes_splits_sizes_and_channels(tmp_path, run_cli)
 
 def test_to_shards_writes_every_image_of_a_folder_without_splits(tmp_path, vitkit_cmd):
     """A folder of class folders is one set: all 18 images as shard-*.tar, not the 14 left after data.val_fraction's hold-out."""
-    from vitkit.data.shards import open_sharded
+    from vitkit.data.sources import open_sharded
 
     root = photos(tmp_path / "photos")
     done = vitkit_cmd("data", root, "--to-shards", tmp_path / "shards", "--per-shard", "5", "data.val_fraction=0.25")
@@ -206,7 +206,7 @@ def test_an_image_over_the_pixel_limit_is_named_with_training_s_limit_and_header
 def test_to_shards_writes_each_split_a_folder_has_as_that_split_and_never_into_shards(tmp_path, vitkit_cmd):
     """train/ (6 a class), val/ and test/ (2 a class) become train-*, val-* and test-* shards that read back as the same
     splits; --split writes one; a folder already holding shards is one error and is left as it was."""
-    from vitkit.data.shards import open_sharded
+    from vitkit.data.sources import open_sharded
 
     root = tmp_path / "photos"
     photos(root / "train")
@@ -255,7 +255,7 @@ def test_to_shards_writes_each_split_a_folder_has_as_that_split_and_never_into_s
 def test_to_shards_leaves_unreadable_files_out_and_names_them(tmp_path, vitkit_cmd):
     """An empty and a truncated JPEG were copied into the shards, where they surfaced at training time as
     "train-000001.tar:000000009.jpg: empty file", their own names lost."""
-    from vitkit.data.shards import open_sharded
+    from vitkit.data.sources import open_sharded
 
     root = photos(tmp_path / "photos")
     (root / "ant" / "empty.jpg").write_bytes(b"")
@@ -296,7 +296,7 @@ def test_shards_of_a_stopped_to_shards_are_not_read_and_running_it_again_starts_
     """Stopped after the train split, the folder would read as train shards with a val held out of them: it is refused
     until the command, run again, has written every split."""
     from vitkit.cli import main
-    from vitkit.data import shards
+    from vitkit.data import sources as shards
     from vitkit.errors import DataError
 
     root = tmp_path / "photos"

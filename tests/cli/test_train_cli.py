@@ -11,8 +11,8 @@ import pytest
 from PIL import Image
 
 from vitkit.cli import main
-from vitkit.data.idx import default_dir, find_idx
 from vitkit.data.sources import open_split
+from vitkit.data.sources.idx import default_dir, find_idx
 
 FAST = [
     "model.name=vit_test",

@@ -9,7 +9,7 @@ from PIL import Image
 
 import vitkit
 from vitkit.cli import build_parser
-from vitkit.data.idx import default_dir, find_idx
+from vitkit.data.sources.idx import default_dir, find_idx
 
 needs_fashion_mnist = pytest.mark.skipif(
     find_idx(default_dir(), "train", "images") is None,

@@ -4,7 +4,7 @@ import struct
 import numpy as np
 import pytest
 
-from vitkit.data import idx
+from vitkit.data.sources import idx
 from vitkit.errors import DataError
 
 

@@ -75,7 +75,7 @@ def test_the_scan_measures_images_upright_and_reads_shard_records(tmp_path):
     and the sizes line read them), and a shard record (not a path) was opened as if it were a file."""
     from vitkit.data import Split
     from vitkit.data.scan import scan
-    from vitkit.data.shards import open_sharded, write_tar_shards
+    from vitkit.data.sources import open_sharded, write_tar_shards
 
     paths = []
     for i in range(3):

@@ -14,8 +14,9 @@ from PIL import Image
 
 from vitkit.data import Batches
 from vitkit.data.loader import block_order
-from vitkit.data.shards import expand_braces, is_sharded, open_sharded, write_tar_shards
-from vitkit.data.sources import _read_folder, open_split
+from vitkit.data.sources import open_sharded, open_split, write_tar_shards
+from vitkit.data.sources.folder import read_folder as _read_folder
+from vitkit.data.sources.shards import expand_braces, is_sharded
 from vitkit.errors import DataError
 from vitkit.train import resume_config, train
 from vitkit.train.config import load_run_config
@@ -247,7 +248,7 @@ def test_a_sample_key_twice_in_a_shard_is_one_error(tmp_path):
 def test_the_summary_names_an_unreadable_record_once():
     """A Parquet row whose image is empty was named twice: "f.parquet:row 0: f.parquet:row 0: the image is empty"."""
     from vitkit.data.images import Record
-    from vitkit.data.sources import Split
+    from vitkit.data.split import Split
     from vitkit.data.summary import image_sizes
 
     class Row(Record):
@@ -487,7 +488,7 @@ def test_parquet_batches_split_across_ranks_and_resume_with_workers(tmp_path):
 def test_tar_headers_are_read_as_tarfile_reads_them(tmp_path, fmt):
     """The quick header reader finds the same files at the same offsets as tarfile: long names (ustar prefix,
     GNU long-name members, pax records), non-ASCII names, directories and links left out; a cut shard too."""
-    from vitkit.data.shards import _index_tar, _tar_files, _tarfile_members
+    from vitkit.data.sources.tar import _index_tar, _tar_files, _tarfile_members
 
     names = ["a.jpg", "a.cls", "dir/b.png", "dir/b.json", "d" * 120 + "/c.jpg", "d" * 120 + "/c.cls"]
     if fmt != tarfile.USTAR_FORMAT:
@@ -528,7 +529,7 @@ def test_tar_headers_are_read_as_tarfile_reads_them(tmp_path, fmt):
 
 def test_a_header_only_tarfile_reads_is_read_once(tmp_path):
     """A base-256 size field (GNU, for members over 8 GB) hands the rest of the shard to tarfile: no member twice."""
-    from vitkit.data.shards import _tar_files, _tarfile_members
+    from vitkit.data.sources.tar import _tar_files, _tarfile_members
 
     path = tmp_path / "s.tar"
     with tarfile.open(path, "w", format=tarfile.GNU_FORMAT) as tar:
@@ -597,8 +598,8 @@ def test_an_unreadable_parquet_row_group_is_read_once_and_warned_about_once(tmp_
     """A row group pyarrow cannot read (a 1 GB row past memory) was read again for each of its rows, and each row printed
     its own copy of the same warning (90 lines)."""
     from vitkit.data import BadFiles
-    from vitkit.data import shards as sharding
     from vitkit.data.images import load_pixels
+    from vitkit.data.sources import parquet as sharding
 
     make_parquet(
         tmp_path / "train-00000-of-00001.parquet", [0, 1, 2, 0, 1, 2], [jpeg(i) for i in range(6)], row_group_size=3
@@ -666,7 +667,7 @@ def test_the_training_plan_names_a_parquet_split_s_images_in_one_parenthesis(tmp
 def test_parquet_row_groups_are_kept_by_their_bytes_and_one_too_large_to_read_whole_is_one_error(tmp_path, monkeypatch):
     """Row groups were kept 16 at a time whatever their size (16 GB of 1 GB ones per worker), and pyarrow's default
     writer puts up to a million rows in one row group, read whole: memory grew with the file, not with a batch."""
-    from vitkit.data import shards as sharding
+    from vitkit.data.sources import parquet as sharding
 
     images = [jpeg(i, size=(40, 30)) for i in range(9)]
     make_parquet(tmp_path / "train-00000-of-00001.parquet", [i % 3 for i in range(9)], images, row_group_size=3)

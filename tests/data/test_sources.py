@@ -203,8 +203,7 @@ def test_what_macs_and_notebooks_leave_in_a_folder_is_not_data(tmp_path):
 
 def test_which_data_is_one_set_without_splits_of_its_own(tmp_path):
     """eval scores all of such data by default (--split all): a list, a folder of class folders, shards named for no split."""
-    from vitkit.data.shards import write_tar_shards
-    from vitkit.data.sources import is_flat
+    from vitkit.data.sources import is_flat, write_tar_shards
 
     make_folder(tmp_path / "flat")
     (tmp_path / "list.csv").write_text("flat/cat/0.png,cat\n")
@@ -388,7 +387,7 @@ def test_a_class_missing_from_val_is_an_error(tmp_path):
 
 def test_splits_with_other_classes_or_labels_out_of_range(tmp_path):
     from vitkit.data import check_compatible
-    from vitkit.data.sources import Split
+    from vitkit.data.split import Split
 
     train = Split(labels=torch.tensor([0, 1, 2]), class_names=["0", "1", "2"], source="train-src")
     check_compatible(train, train.subset(np.array([0, 2])))

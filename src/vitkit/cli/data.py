@@ -212,7 +212,7 @@ def _whole_splits(config, shape) -> dict:
 def _refuse_shards_in(out: Path) -> None:
     """A folder that already holds shards is refused: old and new shards would mix, and the source could be overwritten.
     Except shards this command left unfinished (the folder still marked): they are removed, and it starts afresh."""
-    from vitkit.data.shards import clear_unfinished
+    from vitkit.data.sources import clear_unfinished
     from vitkit.errors import DataError
 
     if out.exists() and not out.is_dir():
@@ -234,7 +234,7 @@ def _to_shards(sets: dict, out: Path, per_shard: int, seed: int, on_error: str =
     """Write each set as tar shards into `out` (SPLIT-NNNNNN.tar; a set without a split: shard-NNNNNN.tar) + classes.txt,
     printing a line per set (`run` has refused a folder that already holds shards, before reading anything)."""
     from vitkit.data import BadFiles
-    from vitkit.data.shards import finish_writing, write_tar_shards
+    from vitkit.data.sources import finish_writing, write_tar_shards
     from vitkit.errors import DataError
 
     names = {tuple(images.class_names) for images in sets.values()}

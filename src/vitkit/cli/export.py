@@ -144,7 +144,7 @@ def _export_int8(args: argparse.Namespace, model, metadata: dict, out: Path) -> 
     import torch
 
     from vitkit.data import DataSpec
-    from vitkit.data.sources import MissingSplit
+    from vitkit.data.split import MissingSplit
     from vitkit.errors import ConfigError
     from vitkit.inference.export import INT8_PRESETS, companions, export, runtime_session, staged
     from vitkit.inference.predict import calibration_images

@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _held(meta: dict) -> dict[str, str]:
     """What the checkpoint holds beyond its config, in rows: class names, preprocessing, the data it was trained on."""
-    from vitkit.data.sources import described
+    from vitkit.data.split import described
 
     rows = {}
     if names := meta.get("class_names"):

@@ -6,9 +6,11 @@ from __future__ import annotations
 import os
 
 from .augment import AugmentConfig, augment_pixels, eval_transform, mix, soft_targets, train_transform
-from .loader import ON_ERROR, BadFiles, Batches, epoch_order, eval_batches, fits_in_memory, load_into_memory
-from .sources import SPLITS, MissingSplit, Split, available_splits, check_compatible, open_split, synthetic
+from .loader import Batches, epoch_order, eval_batches, fits_in_memory, load_into_memory
+from .sources import available_splits, open_split
+from .sources.synthetic import synthetic
 from .spec import DataSpec
+from .split import ON_ERROR, SPLITS, BadFiles, MissingSplit, Split, check_compatible
 
 
 def open_dataset(

@@ -18,7 +18,7 @@ import torch
 from vitkit.errors import DataError
 
 from .images import Record
-from .shards import TarMember
+from .sources.tar import TarMember
 
 CHECK_FILES = 200_000  # training files looked at; beyond that, not checked
 

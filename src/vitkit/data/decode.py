@@ -31,7 +31,7 @@ def crop_draws(seed: int, batch: int, slot: int) -> np.ndarray:
     """The uniform [0, 1) numbers of one image's crop: ATTEMPTS rows of (area, aspect, x, y).
 
     Python's Mersenne Twister seeded by one integer that packs (seed, batch, slot) without overlap
-    (slot < 2**24, batch < 2**40): about 30x cheaper to set up than a NumPy generator, per image."""
+    (slot < 2**24, batch < 2**40): far cheaper to set up per image than a NumPy generator."""
     g = random.Random((seed << 64) | (batch << 24) | slot)
     return np.array([g.random() for _ in range(4 * ATTEMPTS)]).reshape(ATTEMPTS, 4)
 
@@ -79,9 +79,9 @@ def inception_crop(
         load_pixels(source, channels, name=name, draft=needed, crop=box)
     )  # (h, w, C): the box alone
     # (1, C, h, w) with channels-last strides in every dimension: a (C, h, w) view with [None] put in front gets a batch
-    # stride of 1-3, and torch then takes its planar uint8 resize path, 1.5-2x slower (benchmarks/RESULTS.md)
+    # stride of 1-3, and torch then takes its slower planar uint8 resize path
     region = pixels[None].permute(0, 3, 1, 2)
-    # antialiased bilinear on channels-last uint8: torch's vectorised path, 4-5x Pillow's box resize here (benchmarks/RESULTS.md)
+    # antialiased bilinear on channels-last uint8: torch's vectorised path, quicker than Pillow's box resize
     out = F.interpolate(region, size=(out_h, out_w), mode="bilinear", antialias=True, align_corners=False)
     return out[0].numpy()  # (C, H, W) over channels-last memory: the batch's torch.stack does the one layout copy
 

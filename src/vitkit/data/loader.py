@@ -12,9 +12,8 @@ from __future__ import annotations
 import math
 import os
 import signal
-import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import replace
 
 import numpy as np
@@ -23,12 +22,10 @@ from torch.utils.data import DataLoader, Dataset
 
 from vitkit.errors import DataError
 
-from . import shards
 from .decode import crop_draws, inception_crop
 from .images import as_hw, load_image
-from .sources import Split
-
-ON_ERROR = ("skip", "fail")
+from .sources import parquet
+from .split import BadFiles, Split
 
 
 def epoch_order(n: int, seed: int, epoch: int) -> torch.Tensor:
@@ -37,7 +34,7 @@ def epoch_order(n: int, seed: int, epoch: int) -> torch.Tensor:
     return torch.randperm(n, generator=g)
 
 
-def block_order(blocks: np.ndarray, seed: int, epoch: int, window: int = shards.ROW_GROUP_WINDOW) -> torch.Tensor:
+def block_order(blocks: np.ndarray, seed: int, epoch: int, window: int = parquet.ROW_GROUP_WINDOW) -> torch.Tensor:
     """A permutation of range(len(blocks)) that keeps the samples of a block (a Parquet row group) near each
     other: the blocks in a seeded order, then the samples of every `window` consecutive blocks shuffled
     together. A function of (seed, epoch) only, like `epoch_order`."""
@@ -45,46 +42,6 @@ def block_order(blocks: np.ndarray, seed: int, epoch: int, window: int = shards.
     rank = np.empty(int(blocks.max()) + 1, dtype=np.int64)
     rank[g.permutation(len(rank))] = np.arange(len(rank))
     return torch.from_numpy(np.lexsort((g.random(len(blocks)), rank[blocks] // window)))
-
-
-class BadFiles:
-    """What to do with image files that cannot be decoded: "fail" (stop, naming the file) or "skip".
-
-    Skipped files are counted, warned about once each on stderr (once for those that share one message), and handed to `save` (e.g. to be
-    written to the run directory) whenever the list grows. Files go bad the same way every time they
-    are read, so skipping keeps the data order, and with it an exact resume, reproducible.
-    """
-
-    def __init__(
-        self,
-        policy: str = "fail",
-        save: Callable[[dict[str, str]], None] | None = None,
-        known: dict[str, str] | None = None,
-        hint: str = "",
-    ):
-        if policy not in ON_ERROR:
-            raise DataError(f"data.on_error: expected one of {', '.join(ON_ERROR)}, got {policy!r}")
-        self.policy, self.save, self.hint = policy, save, hint  # hint: appended to the error on "fail"
-        self.files: dict[str, str] = dict(known or {})  # path -> the error message
-        self._said: set[str] = set(self.files.values())  # messages warned about (or known from an earlier segment)
-
-    def __len__(self) -> int:
-        return len(self.files)
-
-    def report(self, errors: list[tuple[int, str, str]]) -> None:
-        """(index, path, message) of files that failed: raise on "fail", else record and warn."""
-        if not errors:
-            return
-        if self.policy == "fail":
-            raise DataError(errors[0][2] + self.hint)
-        new = [(path, message) for _, path, message in errors if path not in self.files]
-        for path, message in new:
-            if message not in self._said:  # the rows of one unreadable Parquet row group share one message
-                print(f"vitkit: skipping a bad image: {message}", file=sys.stderr)
-                self._said.add(message)
-            self.files[path] = message
-        if new and self.save is not None:
-            self.save(self.files)
 
 
 class FileImages(Dataset):
@@ -133,8 +90,8 @@ def collate(items: list) -> tuple[torch.Tensor | None, torch.Tensor | None, list
 
 def _stack(images: list[torch.Tensor]) -> torch.Tensor:
     """(B, C, H, W) of (C, H, W) images. Crops that lie channels-last in memory (`inception_crop`'s) stay so: stacked
-    as (H, W, C) it is a plain copy, where a (C, H, W) stack moves every byte to a new place (6% of the loader's
-    time per image, benchmarks/RESULTS.md); the batch is then a channels-last (B, C, H, W) view."""
+    as (H, W, C) it is a plain copy, where a (C, H, W) stack moves every byte to a new place; the batch is then a
+    channels-last (B, C, H, W) view."""
     if all(x.permute(1, 2, 0).is_contiguous() for x in images):
         return torch.stack([x.permute(1, 2, 0) for x in images]).permute(0, 3, 1, 2)
     return torch.stack(images)
@@ -246,7 +203,7 @@ class Batches:
         self.channels, self.size, self.workers, self.bad = channels, size, workers, bad
         self.crop = crop if split.images is None else None
         self.cropped = self.crop is not None  # the device-side transform must not crop again
-        self.blocks = shards.blocks(split)  # Parquet: row-group windows
+        self.blocks = parquet.blocks(split)  # Parquet: row-group windows
         self.per_epoch = len(split) // batch_size
         self.share = slice(rank * batch_size // world, (rank + 1) * batch_size // world)  # this rank's part of a batch
         if split.images is not None:

@@ -14,7 +14,7 @@ import numpy as np
 from PIL import Image
 
 from .images import ORIENTATION, Record
-from .sources import Split
+from .split import Split
 
 
 @dataclass(frozen=True)

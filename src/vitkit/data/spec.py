@@ -21,9 +21,10 @@ from typing import Any
 from vitkit.errors import DataError, first_line
 from vitkit.paths import local_path
 
-from . import idx
 from .copies import training_twins
-from .sources import MissingSplit, Split, described, first_of, open_split, same_images, synthetic
+from .sources import idx, open_split
+from .sources.synthetic import synthetic
+from .split import MissingSplit, Split, described, first_of, same_images
 
 
 def without_advice(err: Exception) -> str:

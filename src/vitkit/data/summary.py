@@ -14,10 +14,12 @@ from PIL import Image, ImageDraw, UnidentifiedImageError
 
 from vitkit.errors import DataError, first_line
 
-from . import idx, shards
 from .copies import pixel_twins, training_twins
 from .images import BOMB_ADVICE, MAX_PIXELS, ORIENTATION, Record
-from .sources import SPLITS, Split, metadata_list, split_folders, split_lists
+from .sources import idx, shards
+from .sources.folder import metadata_list
+from .sources.lists import split_lists
+from .split import SPLITS, Split, split_folders
 
 SIZE_SAMPLE = 1000  # image headers read for the size and channel figures (a seeded choice beyond that)
 

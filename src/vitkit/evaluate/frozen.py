@@ -162,7 +162,7 @@ def knn(opts, picked_on: PickNote | None = None) -> Report:
 def linear_probe(opts, picked_on: PickNote | None = None) -> Report:
     """`vitkit linear-probe`: one probe per --l2 fitted on train, the best on val scored on --test-split; with
     --test-split val, l2 is picked on a held-out share of train instead."""
-    from vitkit.data.sources import hold_out
+    from vitkit.data.split import hold_out
     from vitkit.errors import DataError
 
     frozen = prepare(opts)

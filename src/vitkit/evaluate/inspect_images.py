@@ -109,7 +109,7 @@ def training_images(metadata: dict, checkpoint, files, channels: int) -> tuple[l
 
 
 def changed_note(change: tuple[dict, dict]) -> str:
-    from vitkit.data.sources import described
+    from vitkit.data.split import described
 
     return f"changed since the checkpoint was trained ({described(change[0])} then, {described(change[1])} now)"
 

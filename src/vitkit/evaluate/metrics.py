@@ -21,7 +21,7 @@ from torch import nn
 
 from vitkit.data import BadFiles, Split, eval_batches
 from vitkit.data.augment import eval_transform
-from vitkit.data.sources import described
+from vitkit.data.split import described
 from vitkit.errors import DataError
 from vitkit.files import atomic_path, write_json
 

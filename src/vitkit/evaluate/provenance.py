@@ -25,7 +25,7 @@ class Against:
 
     def notes(self, which: str) -> list[str]:
         """The lines that say so, under the figures."""
-        from vitkit.data.sources import described
+        from vitkit.data.split import described
 
         lines = [copies_note(self.copies, which)] if self.copies is not None else []
         if self.unchecked:

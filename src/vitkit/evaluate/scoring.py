@@ -225,7 +225,7 @@ def model_labels(split, names: list[str] | None, checkpoint, by_index: bool = Fa
     """`split` with labels numbered as the model's classes `names`, matched by name (a val/ or --data folder that
     lacks some classes, or orders them otherwise, is still scored right); DataError where a class of the data is
     not the model's. A checkpoint without class names, or `by_index` (--labels-by-index), takes labels as they are."""
-    from vitkit.data.sources import class_name, on_classes
+    from vitkit.data.split import class_name, on_classes
     from vitkit.errors import DataError
 
     if not names or by_index or list(split.class_names) == list(names):

@@ -33,8 +33,8 @@ from vitkit.checkpoint import load_with_metadata, save_pretrained
 from vitkit.checkpoint.native import is_native, load_native, read_native_config
 from vitkit.checkpoint.runs import resolve, step_checkpoints
 from vitkit.data import DataSpec
-from vitkit.data.sources import described, same_images
 from vitkit.data.spec import absolute, trained_on
+from vitkit.data.split import described, same_images
 from vitkit.errors import ConfigError, DataError, VitkitError
 from vitkit.evaluate.metrics import markdown_table, write_report
 from vitkit.files import read_json, write_json

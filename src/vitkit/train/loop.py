@@ -23,8 +23,8 @@ from torch import nn
 from vitkit.checkpoint.native import write_pretrained
 from vitkit.checkpoint.runs import STATE_JSON, step_checkpoints
 from vitkit.data import eval_batches, mix, soft_targets, train_transform
-from vitkit.data.sources import where_from
 from vitkit.data.spec import absolute
+from vitkit.data.split import where_from
 from vitkit.data.summary import data_format
 from vitkit.devices import pick_device
 from vitkit.errors import CheckpointError, ConfigError

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from vitkit.data.sources import where_from
+from vitkit.data.split import where_from
 from vitkit.data.summary import copies_warning
 from vitkit.errors import ConfigError
 from vitkit.models import BiTConfig, VisionTransformer

@@ -22,7 +22,7 @@ from torch import nn
 from vitkit.checkpoint.io import read_torch
 from vitkit.checkpoint.native import is_native, load_native, read_native_config, write_pretrained
 from vitkit.checkpoint.runs import STATE_JSON, resolve, step_checkpoints
-from vitkit.data.sources import described, same_images
+from vitkit.data.split import described, same_images
 from vitkit.errors import CheckpointError, ConfigError, DataError
 from vitkit.files import (
     abort_replacement,

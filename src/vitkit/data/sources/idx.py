@@ -17,9 +17,12 @@ import zlib
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from vitkit.errors import DataError, first_line
 from vitkit.limits import check_expansion
+
+from ..split import Split, held_out
 
 DEFAULT_DIR = "/usr/share/datasets/fashion-mnist"
 FASHION_MNIST_CLASSES = (
@@ -162,3 +165,20 @@ def missing_message(directory: Path) -> str:
         f"t10k-images-idx3-ubyte.gz and t10k-labels-idx1-ubyte.gz in {directory} (or set VITKIT_DATA), "
         "or pass another dataset with --data PATH"
     )
+
+
+def open_idx(root: Path, split: str, channels: int, val_fraction: float, seed: int) -> Split:
+    """`split` of the IDX files in `root`: test from the test files, train and val from the training files (val held
+    out of them, or the test files where val_fraction is 0); `channels` 3 repeats the grey channel."""
+    on_disk = "test" if split == "test" or (split == "val" and val_fraction == 0.0) else "train"
+    images, labels = load_idx_split(root, on_disk)
+    pixels = torch.from_numpy(images)[:, None]  # (N, 1, H, W)
+    if channels == 3:
+        pixels = pixels.expand(-1, 3, -1, -1).contiguous()
+    n_classes = int(labels.max()) + 1
+    fashion = n_classes <= 10 and ("fashion" in str(root).lower() or is_fashion_mnist(str(root)))
+    names = list(FASHION_MNIST_CLASSES[:n_classes]) if fashion else [str(i) for i in range(n_classes)]
+    full = Split(labels=torch.from_numpy(labels), class_names=names, images=pixels, source=str(root))
+    if on_disk == "train" and val_fraction > 0.0:
+        return held_out(full, split, val_fraction, seed)
+    return full

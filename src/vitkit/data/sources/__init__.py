@@ -1,0 +1,149 @@
+"""Where images come from: IDX files, an image-folder tree, a CSV/JSONL list, shards (tar, Parquet) or synthetic data
+(which `DataSpec` makes by name), one module per kind; this module is the one dispatcher over a path.
+
+`open_split(path, split)` returns a `Split`: labels, class names, and either the pixels already in
+memory (IDX, synthetic) or the files to read (folders, lists). A "val" split a source does not have on
+disk is cut from its training images with a seeded, reproducible permutation. "test" is only ever data
+the source keeps apart (IDX test files, a test/ folder): a source without one raises MissingSplit.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from vitkit.errors import DataError
+
+from ..images import IMAGE_SUFFIXES
+from ..split import SPLITS, MissingSplit, Split, held_out, split_folders
+from . import idx
+from .folder import folder_classes, read_folder
+from .lists import listed_split, read_list, split_lists
+from .shards import is_sharded, names_splits, open_sharded, refuse_compressed
+from .tar import clear_unfinished, finish_writing, write_tar_shards
+
+
+def available_splits(path: str | os.PathLike | None, val_fraction: float) -> list[str]:
+    """The splits `open_split` can open for the data at `path`, in SPLITS order."""
+    root = idx.default_dir() if path is None else Path(path)
+    held = ["val"] if val_fraction > 0.0 else []
+    if root.is_dir() and idx.is_idx_dir(root):
+        return ["train", "val", "test"]
+    on_disk = list(split_folders(root))
+    if not on_disk and (lists := split_lists(root)):
+        on_disk = list(lists)
+    if not on_disk:
+        return ["train", *held]
+    if "train" in on_disk and "val" not in on_disk:
+        on_disk += held
+    return [s for s in SPLITS if s in on_disk]
+
+
+def is_flat(path: str | os.PathLike) -> bool:
+    """Whether the data at `path` is one set of images without splits of its own: a list file, a folder with no split
+    folders, lists by split or IDX files, or shards none of which is named for a split."""
+    if is_sharded(path):
+        return not names_splits(path)
+    root = Path(path)
+    return not (root.is_dir() and (idx.is_idx_dir(root) or split_folders(root) or split_lists(root)))
+
+
+def _missing(root: Path, split: str, val_fraction: float) -> MissingSplit:
+    available = available_splits(root, val_fraction)
+    return MissingSplit(f"{root}: has no {split!r} split (it has {', '.join(available)})", available)
+
+
+def open_split(
+    path: str | os.PathLike | None,
+    split: str,
+    *,
+    channels: int,
+    val_fraction: float = 0.1,
+    seed: int = 0,
+) -> Split:
+    """Open `split` ("train", "val" or "test") of the dataset at `path` (None: Fashion-MNIST's default place)."""
+    if split not in SPLITS:
+        raise DataError(f"data split {split!r}: expected one of {', '.join(SPLITS)}")
+    if path is not None and is_sharded(path):
+        return open_sharded(path, split, val_fraction=val_fraction, seed=seed)
+    if path is not None:
+        refuse_compressed(path)
+    root = idx.default_dir() if path is None else Path(path)
+    if not root.exists():
+        raise DataError(idx.missing_message(root) if path is None else f"{root}: no such file or directory (data.path)")
+    if root.is_file():
+        _refuse_archive(root)
+        if split == "test":
+            raise _missing(root, split, val_fraction)
+        return held_out(read_list(root), split, val_fraction, seed)
+    if idx.is_idx_dir(root):
+        return idx.open_idx(root, split, channels, val_fraction, seed)
+    split_dirs = split_folders(root)
+    if split_dirs:
+        return _folder_split(root, split_dirs, split, val_fraction, seed)
+    lists = split_lists(root)
+    if lists:
+        part = listed_split(lists, split, val_fraction, seed)
+        if part is None:
+            raise _missing(root, split, val_fraction)
+        return part
+    if path is None:
+        raise DataError(idx.missing_message(root))
+    if split == "test":  # a flat folder or a list has no images kept apart for testing
+        raise _missing(root, split, val_fraction)
+    return held_out(read_folder(root), split, val_fraction, seed)
+
+
+def _folder_split(root: Path, split_dirs: dict[str, Path], split: str, val_fraction: float, seed: int) -> Split:
+    """`split` of a folder of split folders (train/, val/, test/): its own folder, or held out of train/."""
+    # without a val/ folder, val is held out of train/ and "train" is the rest, as for IDX files
+    holds_out = "train" in split_dirs and "val" not in split_dirs and val_fraction > 0.0
+    if split in split_dirs and not (split == "train" and holds_out):
+        reference = split_dirs.get("train") if split != "train" else None  # val/test must hold train's classes
+        return read_folder(split_dirs[split], classes=folder_classes(reference) if reference else None)
+    if "train" in split_dirs and split != "test":
+        return held_out(read_folder(split_dirs["train"]), split, val_fraction, seed)
+    raise _missing(root, split, val_fraction)
+
+
+CHECKPOINT_SUFFIXES = (".npz", ".safetensors", ".pth", ".pt", ".bin", ".ckpt", ".onnx")
+
+ARCHIVES = (  # (first bytes, what, how to unpack it): archives of an image folder, which vitkit reads unpacked
+    (b"PK\x03\x04", "a zip archive", "unzip {path} -d DIR"),
+    (b"\x1f\x8b", "a gzip-compressed file", "tar -xzf {path} -C DIR"),
+    (b"BZh", "a bzip2-compressed file", "tar -xjf {path} -C DIR"),
+    (b"\xfd7zXZ\x00", "an xz-compressed file", "tar -xJf {path} -C DIR"),
+    (b"(\xb5/\xfd", "a zstd-compressed file", "tar --zstd -xf {path} -C DIR"),
+    (b"7z\xbc\xaf\x27\x1c", "a 7-Zip archive", "7z x {path} -oDIR"),
+)
+
+
+def _refuse_archive(path: Path) -> None:
+    """One error for an archive given as data (before: "cannot read the list (utf-8 codec ...)")."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(8)
+    except OSError:
+        return  # reading it as a list says why
+    data = "data is an image folder, a .csv/.jsonl list, tar shards or Parquet files"
+    if path.suffix.lower() in CHECKPOINT_SUFFIXES:  # an .npz is a zip too
+        raise DataError(f"{path}: a model checkpoint ({path.suffix}), not data; {data} (vitkit info reads checkpoints)")
+    if head.startswith((b"\xff\xd8\xff", b"\x89PNG\r\n")) or path.suffix.lower() in IMAGE_SUFFIXES:
+        raise DataError(f"{path}: one image, not data; {data} (vitkit predict classifies one image)")
+    for magic, what, unpack in ARCHIVES:
+        if head.startswith(magic):
+            raise DataError(
+                f"{path}: {what}, which vitkit does not read; unpack it ({unpack.format(path=path)}) and give the "
+                "folder, or write tar shards from that folder with vitkit data DIR --to-shards SHARDS"
+            )
+
+
+__all__ = [
+    "available_splits",
+    "clear_unfinished",
+    "finish_writing",
+    "is_flat",
+    "open_sharded",
+    "open_split",
+    "write_tar_shards",
+]

@@ -1,0 +1,261 @@
+"""Lists of images: a CSV (path,label) or JSONL ({"path": ..., "label": ...}) file, a folder holding one list per
+split (train.csv, val.jsonl, test.csv ...), and the metadata.csv / metadata.jsonl that labels a folder of images
+(Hugging Face's imagefolder). Paths are relative to the list; labels are class names or integers."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from pathlib import Path
+
+import torch
+
+from vitkit.errors import DataError, first_line
+
+from ..images import IMAGE_SUFFIXES
+from ..split import SPLITS, Split, class_name, held_out, label_order, on_classes, split_folders
+
+LIST_SUFFIXES = (".csv", ".jsonl", ".ndjson", ".tsv", ".txt")
+
+METADATA_LISTS = (
+    "metadata.csv",
+    "metadata.jsonl",
+)  # Hugging Face's imagefolder: a split's images and their labels beside them
+
+MAX_LABEL = 1000  # characters in a class name
+
+MAX_LIST_BYTES = 1 << 30  # a .csv/.jsonl list (ImageNet's 1.28M lines take ~60 MB)
+
+PATH_COLUMNS = (
+    "path",
+    "file_name",
+    "filename",
+    "file",
+    "filepath",
+    "file_path",
+    "image",
+    "image_path",
+    "img",
+    "img_path",
+)
+
+LABEL_COLUMNS = ("label", "class", "class_name", "category", "target", "y")
+
+_COLUMN_NAMES = "'path' (or file_name, filename, image ...) and 'label' (or class, category, target; text or integer)"
+
+
+def split_lists(root: Path) -> dict[str, Path]:
+    """A folder's lists named by split (train.csv, val.jsonl, test.csv ...), in SPLITS order: a dataset held as one list
+    per split, where it has a train list and no folders of images named train/, val/, test/ (those come first); else {}."""
+    if not root.is_dir() or split_folders(root):
+        return {}
+    found = {}
+    for split in SPLITS:
+        named = [root / f"{split}{suffix}" for suffix in LIST_SUFFIXES if (root / f"{split}{suffix}").is_file()]
+        if len(named) > 1:
+            raise DataError(f"{root}: {named[0].name} and {named[1].name} both list the {split} split; keep one")
+        if named:
+            found[split] = named[0]
+    return found if "train" in found else {}
+
+
+def listed_split(lists: dict[str, Path], split: str, val_fraction: float, seed: int) -> Split | None:
+    """`split` of a dataset held as one list per split: train.csv (val held out of it where there is no val list)
+    and, for val and test, their lists with labels numbered by train's classes (a class train lacks is an error).
+    None where the dataset has no such split (a test split without its list)."""
+    train = read_list(lists["train"])
+    if split == "train" and "val" in lists:
+        return train
+    if split == "train" or split == "val" and "val" not in lists:
+        return held_out(train, split, val_fraction, seed)
+    if split not in lists:
+        return None
+    listed = read_list(lists[split])
+    trained = {os.path.normpath(p) for p in train.paths}
+    shared = [p for p in listed.paths if os.path.normpath(p) in trained]
+    if shared:
+        raise DataError(
+            f"{lists[split]}: {len(shared)} of its {len(listed)} images {'is' if len(shared) == 1 else 'are'} also in {lists['train'].name} (e.g. {shared[0]}); "
+            f"the {split} split must hold images the model does not train on: list each in one of them"
+        )
+    return on_train_classes(listed, train.class_names, train.source)
+
+
+def on_train_classes(listed: Split, names: list[str], train_source: str) -> Split:
+    """A listed val or test split labelled by train's classes `names`; a class train lacks is an error."""
+    unknown = [name for name in listed.class_names if name not in names]
+    if unknown:
+        raise DataError(
+            f"{listed.source}: class {unknown[0]!r} is not one of the {len(names)} classes of {train_source}"
+        )
+    return on_classes(listed, names)
+
+
+def metadata_file(root: Path) -> Path | None:
+    found = [root / name for name in METADATA_LISTS if (root / name).is_file()]
+    if len(found) > 1:
+        raise DataError(f"{root}: {found[0].name} and {found[1].name} both label its images; keep one")
+    return found[0] if found else None
+
+
+def read_list(path: Path) -> Split:
+    """A CSV (path,label, with or without header) or JSONL ({"path": ..., "label": ...}) list; paths relative to the file."""
+    suffix = path.suffix.lower()
+    text = _list_text(path)
+    if suffix in (".jsonl", ".ndjson"):
+        rows, lines = _jsonl_rows(path, text)
+    elif suffix in (".csv", ".tsv", ".txt"):
+        rows, lines = _csv_rows(path, text, delimiter="\t" if suffix == ".tsv" else ",")
+    else:
+        raise DataError(f"{path}: unknown list format {suffix!r}; use .csv (path,label) or .jsonl")
+    if not rows:
+        raise DataError(f"{path}: the list is empty")
+    rows = [(p, class_name(label)) for p, label in rows]
+    names = sorted({label for _, label in rows}, key=label_order)
+    index = {name: i for i, name in enumerate(names)}
+    paths = [(path.parent / p) if not os.path.isabs(p) else Path(p) for p, _ in rows]
+    _refuse_repeats(path, paths, lines)
+    labels = torch.tensor([index[label] for _, label in rows], dtype=torch.long)
+    return Split(labels=labels, class_names=names, paths=paths, source=str(path))
+
+
+def _list_text(path: Path) -> str:
+    """The text of a list, of at most MAX_LIST_BYTES."""
+    try:
+        if path.stat().st_size > MAX_LIST_BYTES:
+            raise DataError(
+                f"{path}: {path.stat().st_size:,} bytes; a list of images is at most {MAX_LIST_BYTES:,} bytes"
+            )
+        return path.read_text(encoding="utf-8-sig")  # a byte-order mark (Excel's "CSV UTF-8") is not part of the header
+    except (OSError, UnicodeDecodeError) as err:
+        raise DataError(f"{path}: cannot read the list ({first_line(err)})") from None
+
+
+def _jsonl_rows(path: Path, text: str) -> tuple[list[tuple[str, str]], list[int]]:
+    """(path, label) of each object of a JSONL list, and the line each is on; the first object names the keys."""
+    rows: list[tuple[str, str]] = []
+    lines: list[int] = []  # each row's line in the file
+    keys: tuple[str, str] | None = None
+    for line_no, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise DataError(
+                f"{path}:{line_no}: not valid JSON ({err.msg} at column {err.colno}); each line is one JSON object "
+                f"with {_COLUMN_NAMES}"
+            ) from None
+        except RecursionError:
+            row = None
+        if keys is None and isinstance(row, dict) and (found := _columns(list(row))) is not None:
+            keys = tuple(list(row)[i] for i in found)  # the first object's names hold for every line
+            _refuse_split_column(path, list(row))
+        if (
+            keys is None
+            or not isinstance(row, dict)
+            or not isinstance(row.get(keys[0]), str)
+            or not _is_label(row.get(keys[1]))
+        ):
+            raise DataError(f"{path}:{line_no}: expected a JSON object with {_COLUMN_NAMES}")
+        rows.append((row[keys[0]], str(row[keys[1]])))
+        lines.append(line_no)
+    return rows, lines
+
+
+def _csv_rows(path: Path, text: str, delimiter: str) -> tuple[list[tuple[str, str]], list[int]]:
+    """(path, label) of each line of a CSV list, and the line each is on; a header, where there is one, names the
+    columns, else they are path,label."""
+    reader, table = csv.reader(text.splitlines(), delimiter=delimiter), []
+    try:
+        table += [(line_no, row) for line_no, row in enumerate(reader, 1) if row]
+    except csv.Error as err:  # a field over csv's size limit, a NUL byte, an unclosed quote
+        raise DataError(f"{path}:{reader.line_num}: not a valid CSV line ({first_line(err)})") from None
+    columns = (0, 1)
+    if table and _csv_header(path, table):
+        columns = _header_columns(path, table[0][1])
+        table = table[1:]
+    rows: list[tuple[str, str]] = []
+    for line_no, row in table:
+        if len(row) <= max(columns) or not row[columns[0]].strip() or not _is_label(row[columns[1]].strip()):
+            shown = repr(row) if len(repr(row)) < 80 else repr(row)[:77] + "..."
+            raise DataError(
+                f"{path}:{line_no}: expected 'path,label' (a label of at most {MAX_LABEL} characters), got {shown}"
+            )
+        rows.append((row[columns[0]].strip(), row[columns[1]].strip()))
+    return rows, [line_no for line_no, _ in table]
+
+
+def _header_columns(path: Path, header: list[str]) -> tuple[int, int]:
+    """(path column, label column) a CSV list's header names; a header naming neither is an error."""
+    columns = _columns(header)
+    _refuse_split_column(path, header)
+    if columns is None:
+        shown = ",".join(c.strip() for c in header)
+        raise DataError(
+            f"{path}:1: {shown[:60]!r} reads as a header, but names no path and label columns; name them "
+            f"{_COLUMN_NAMES}, or remove the line"
+        )
+    return columns
+
+
+def _refuse_repeats(path: Path, paths: list[Path], lines: list[int]) -> None:
+    """An image listed twice is one error naming both lines: a held-out cut could put one copy in train and the other
+    in val, and two labels for one image cannot both be right."""
+    seen: dict[str, int] = {}
+    for file, line in zip(paths, lines):
+        key = os.path.normpath(file)
+        if key in seen:
+            raise DataError(f"{path}:{line}: {file} is listed again (first on line {seen[key]}); list each image once")
+        seen[key] = line
+
+
+def _refuse_split_column(path: Path, names: list) -> None:
+    """A list saying which split each image is in would be read as one set, its val and test images trained on: one
+    error saying how vitkit takes splits from lists."""
+    if any(str(n).strip().lower() in ("split", "subset", "fold") for n in names):
+        raise DataError(
+            f"{path}: has a split column, which vitkit does not read (its val and test images would be trained on); "
+            "write one list per split (train.csv, val.csv, test.csv) in a folder and give the folder, or drop the "
+            "column to hold val out of all of the images (data.val_fraction)"
+        )
+
+
+def _columns(names: list) -> tuple[int, int] | None:
+    """(path column, label column) named in a CSV header or a JSON object's keys (any case), None unless both are."""
+    lowered = [str(n).strip().lower() for n in names]
+    found = tuple(
+        next((lowered.index(n) for n in group if n in lowered), None) for group in (PATH_COLUMNS, LABEL_COLUMNS)
+    )
+    return None if None in found else found
+
+
+def _csv_header(path: Path, table: list[tuple[int, list[str]]]) -> bool:
+    """Whether a CSV list's first line is a header: it names known columns, or its first field is no file and not an
+    image's name and its second is a label no other line has (a header of unknown names, which would otherwise become
+    a class)."""
+    first = table[0][1]
+    try:
+        if (path.parent / first[0].strip()).is_file():
+            return False
+    except (OSError, ValueError):  # a name too long for the file system, a NUL byte: no file, and no header name either
+        return False
+    if _columns(first) is not None:
+        return True
+    if (
+        Path(first[0].strip()).suffix.lower() in IMAGE_SUFFIXES
+    ):  # a line of a missing image: found missing later, by name
+        return False
+    return (
+        len(first) >= 2
+        and len(table) > 1
+        and all(len(row) < 2 or row[1].strip() != first[1].strip() for _, row in table[1:])
+    )
+
+
+def _is_label(value) -> bool:
+    """A class label of a list: non-empty text of at most MAX_LABEL characters, or an integer (not a bool)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return len(str(value)) <= MAX_LABEL
+    return isinstance(value, str) and 0 < len(value) <= MAX_LABEL and value.isprintable()

@@ -1,0 +1,181 @@
+"""Parquet files as Hugging Face `datasets` writes them, read through pyarrow (`pip install vitkit[parquet]`): an image
+column of {bytes, path} structs, an integer label column, class names from the `ClassLabel` feature in the schema
+metadata. Their samples come in row-group windows (see `loader.block_order`) so a worker reads each row group once.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from vitkit.errors import DataError
+
+from ..images import Record, read_image_file
+from ..split import Split
+
+NO_LABEL = "-1"  # a sample without a label, as Hugging Face writes an unlabelled split
+
+ROW_GROUP_WINDOW = 16  # Parquet row groups whose samples are shuffled together (and cached per worker)
+
+MAX_ROW_GROUP_BYTES = 2 << 30  # a row group's images, uncompressed: read whole, so a read holds this much at most
+
+CACHED_BYTES = 1 << 30  # images of the row groups kept per process (the one read last is kept whatever its size)
+
+
+@dataclass(frozen=True)
+class ParquetRow(Record):
+    file: str
+    row_group: int
+    row: int  # within the row group
+    index: int  # within the file, for the name
+
+    def __str__(self) -> str:
+        return f"{self.file}:row {self.index}"
+
+    def read(self) -> bytes:
+        images = _row_group_images(self.file, self.row_group)
+        data, path = images[self.row]
+        if data is None and path:  # an image stored as a path, relative to the file
+            return read_image_file(Path(self.file).parent / path)
+        if data is None:
+            raise DataError(f"{self}: the image is empty (no bytes and no path)")
+        return data
+
+
+# -- Parquet --------------------------------------------------------------------------------------
+def _pyarrow():
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise DataError("reading Parquet files needs pyarrow: pip install 'vitkit[parquet]'") from None
+    return pq
+
+
+def _columns(file, path: Path) -> tuple[str, str | None, list[str] | None]:
+    """(image column, label column or None, class names or None) of a Parquet file, from its Hugging Face features."""
+    schema = file.schema_arrow
+    features = {}
+    meta = (schema.metadata or {}).get(b"huggingface")
+    if meta:
+        try:
+            features = json.loads(meta).get("info", {}).get("features", {}) or {}
+        except (ValueError, AttributeError):
+            features = {}
+    image = next((k for k, f in features.items() if isinstance(f, dict) and f.get("_type") == "Image"), None)
+    if image is None:
+        image = next((n for n in ("image", "img", "jpg", "png") if n in schema.names), None)
+    if image is None or image not in schema.names:
+        raise DataError(
+            f"{path}: no image column (a Hugging Face Image feature, or a column named 'image'); found {', '.join(schema.names)}"
+        )
+    label = next((k for k, f in features.items() if isinstance(f, dict) and f.get("_type") == "ClassLabel"), None)
+    if label is None:
+        label = next((n for n in ("label", "labels", "cls", "fine_label") if n in schema.names), None)
+    names = features.get(label, {}).get("names") if label in features and isinstance(features[label], dict) else None
+    return image, label, names
+
+
+def read_parquet(files: list[Path]) -> tuple[list, list[str], list[str] | None]:
+    pq = _pyarrow()
+    records, raw, names = [], [], None
+    for path in files:
+        try:
+            file = pq.ParquetFile(path)
+            image, label, found = _columns(file, path)
+            values = file.read(columns=[label]).column(0).to_pylist() if label else [None] * file.metadata.num_rows
+        except DataError:
+            raise
+        except Exception as err:  # pyarrow's errors: ArrowInvalid, OSError ...
+            raise DataError(f"{path}: cannot read the Parquet file ({str(err).splitlines()[0]})") from None
+        names = names or found
+        index = 0
+        for group in range(file.metadata.num_row_groups):
+            _check_row_group(path, file.metadata.row_group(group), group, image)
+            for row in range(file.metadata.row_group(group).num_rows):
+                records.append(ParquetRow(str(path), group, row, index))
+                index += 1
+        # no label column: images alone ("" for all); a null in a label column: no label, as Hugging Face's -1
+        raw += ["" if not label else NO_LABEL if v is None else str(v) for v in values]
+    return records, raw, names
+
+
+def _check_row_group(path: Path, group, index: int, image: str) -> None:
+    """One error, before any is read, for a row group whose images are too large to read whole (pyarrow's default
+    writer puts up to a million rows in one)."""
+    held = sum(
+        group.column(i).total_uncompressed_size
+        for i in range(group.num_columns)
+        if group.column(i).path_in_schema == image or group.column(i).path_in_schema.startswith(image + ".")
+    )
+    if held > MAX_ROW_GROUP_BYTES:
+        raise DataError(
+            f"{path}: row group {index} holds {held / 2**30:.1f} GiB of images ({group.num_rows:,} rows), over the "
+            f"{MAX_ROW_GROUP_BYTES / 2**30:g} GiB vitkit reads at once (a row group is read whole); write the file "
+            "again in smaller row groups, e.g. pyarrow.parquet.write_table(table, path, row_group_size=100), as "
+            "Hugging Face datasets does for images"
+        )
+
+
+def _row_group_images(file: str, group: int) -> list[tuple[bytes | None, str | None]]:
+    """(bytes, path) of every image of one row group; a few row groups are kept per process, and so is a row group that
+    cannot be read: its every row fails with its error, read once (not again for each of its rows)."""
+    images = _ROW_GROUPS.get(file, group)
+    if isinstance(images, str):
+        raise DataError(images)
+    return images
+
+
+class _RowGroups:
+    """The row groups read last in this process: at most ROW_GROUP_WINDOW of them holding at most CACHED_BYTES of images,
+    the one read last kept whatever its size (a count alone held 16 row groups of any size: 16 GB of 1 GB ones per
+    worker)."""
+
+    def __init__(self) -> None:
+        self._kept: collections.OrderedDict[tuple[str, int], tuple[list | str, int]] = collections.OrderedDict()
+        self._bytes = 0
+
+    def get(self, file: str, group: int) -> list[tuple[bytes | None, str | None]] | str:
+        key = (file, group)
+        if key in self._kept:
+            self._kept.move_to_end(key)
+            return self._kept[key][0]
+        images = _read_row_group(file, group)
+        size = 0 if isinstance(images, str) else sum(len(data or b"") for data, _ in images)
+        self._kept[key] = (images, size)
+        self._bytes += size
+        while len(self._kept) > 1 and (len(self._kept) > ROW_GROUP_WINDOW or self._bytes > CACHED_BYTES):
+            _, (_, gone) = self._kept.popitem(last=False)
+            self._bytes -= gone
+        return images
+
+    def clear(self) -> None:
+        self._kept.clear()
+        self._bytes = 0
+
+
+_ROW_GROUPS = _RowGroups()
+
+
+def _read_row_group(file: str, group: int) -> list[tuple[bytes | None, str | None]] | str:
+    pq = _pyarrow()
+    try:
+        handle = pq.ParquetFile(file)
+        image = _columns(handle, Path(file))[0]
+        column = handle.read_row_group(group, columns=[image]).column(0).to_pylist()
+    except DataError as err:
+        return str(err)
+    except Exception as err:
+        return f"{file}: cannot read row group {group} ({str(err).splitlines()[0]})"
+    return [(v.get("bytes"), v.get("path")) if isinstance(v, dict) else (v, None) for v in column]
+
+
+def blocks(split: Split) -> np.ndarray | None:
+    """For Parquet samples, the row group each comes from (numbered in order); None for anything else."""
+    if not split.paths or not isinstance(split.paths[0], ParquetRow):
+        return None
+    seen: dict[tuple[str, int], int] = {}
+    return np.array([seen.setdefault((r.file, r.row_group), len(seen)) for r in split.paths], dtype=np.int64)

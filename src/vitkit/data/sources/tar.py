@@ -1,0 +1,379 @@
+"""Tar shards, WebDataset-style: reading them, and writing an image set as shards.
+
+A tar shard holds samples as members `KEY.jpg|jpeg|png|webp` + `KEY.cls` (the label: a class index or
+name) or `KEY.json` ({"label": ...}); class names come from `classes.txt` (one a line) beside the shards,
+where an index counts in it and a name must be in it; without it indices are named by their numbers, names are
+sorted, and the two kinds do not mix. Tars are indexed once (member offsets from the headers), so any sample is
+read with one seek: the data order, its exact resume, the split across torchrun ranks and DataLoader workers and
+`data.on_error` are those of image folders.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, UnidentifiedImageError
+
+from vitkit.errors import DataError, first_line
+
+from ..images import IMAGE_SUFFIXES, MAX_PIXELS, Record, check_file_size
+from ..split import SPLIT_NAMES, BadFiles, Split
+
+LABEL_SUFFIXES = (".cls", ".json")
+
+MAX_LABEL_BYTES = 64 << 10  # a .cls or .json label member; larger ones are refused unread
+
+MAX_CLASS_INDEX = 10**6  # class indices above it are refused (a class list is made up to the largest index)
+
+
+# A folder `write_tar_shards` is writing into holds this file until its last shard and classes.txt are in place: shards
+# of a writer that was stopped are not read as if they were all the images.
+WRITING = ".vitkit-writing"
+
+
+def refuse_unfinished(folder: Path) -> None:
+    if (folder / WRITING).exists():
+        raise DataError(
+            f"{folder}: its shards are incomplete: `vitkit data --to-shards` was writing them and did not finish "
+            f"({folder / WRITING} is still there); run that command again, which starts the folder afresh"
+        )
+
+
+# -- records: one image inside a shard --------------------------------------------------------------
+@dataclass(frozen=True)
+class TarMember(Record):
+    shard: str
+    name: str
+    offset: int
+    size: int
+
+    def __str__(self) -> str:
+        return f"{self.shard}:{self.name}"
+
+    def read(self) -> bytes:
+        check_file_size(self, self.size)  # from the tar header, before reading
+        with open(self.shard, "rb") as f:
+            f.seek(self.offset)
+            data = f.read(self.size)
+        if len(data) != self.size:
+            raise DataError(f"{self}: the shard ends inside this member (truncated tar); re-write the shard")
+        return data
+
+
+# -- tar shards -----------------------------------------------------------------------------------
+def _index_tar(path: Path) -> tuple[list[TarMember], list[str | None], list[str]]:
+    """(images, their raw labels, keys) of one tar shard, from its headers; labels None where a sample has none."""
+    images: dict[str, TarMember] = {}
+    labels: dict[str, str] = {}
+    seen_labels: set[tuple[str, str]] = set()
+    try:
+        with open(path, "rb") as f:
+            for name, offset, size, head in _tar_files(f, path):
+                folder, _, base = name.rpartition("/")
+                if base.startswith("."):
+                    continue
+                key, _, ext = base.partition(".")
+                key, ext = f"{folder}/{key}" if folder else key, "." + ext.lower()
+                if ext in IMAGE_SUFFIXES:
+                    if key in images:  # a second image of one sample: which one was meant cannot be told
+                        raise DataError(
+                            f"{path}: sample {key!r} has two images ({images[key].name} and {name}); a sample is one "
+                            "image with its label: give each its own key"
+                        )
+                    images[key] = TarMember(str(path), name, offset, size)
+                elif ext in LABEL_SUFFIXES:
+                    if (
+                        key,
+                        ext,
+                    ) in seen_labels:  # the same label member twice (a .cls beside a .json is read as before)
+                        raise DataError(f"{path}: sample {key!r} has two {ext} labels; give each sample one")
+                    seen_labels.add((key, ext))
+                    if len(head) < size:
+                        f.seek(offset)
+                        head = f.read(min(size, MAX_LABEL_BYTES + 1))  # a larger one is refused, not read
+                    labels[key] = _parse_label(head[:size], ext, f"{path}:{name}")
+    except tarfile.ReadError as err:
+        raise DataError(
+            f"{path}: not a readable uncompressed tar shard ({err}); shards must be plain .tar files"
+        ) from None
+    except (OSError, EOFError) as err:
+        raise DataError(f"{path}: cannot read the shard ({err}); it is truncated or unreadable") from None
+    keys = list(images)
+    return [images[k] for k in keys], [labels.get(k) for k in keys], keys
+
+
+def _tar_files(f, path: Path):
+    """(name, data offset, size, the first bytes of the data) of every regular file in an uncompressed tar, read from
+    its 512-byte headers (one read per member, of the header and the block after it, so a small label file comes
+    with its header): ustar and GNU headers, GNU long names and POSIX pax records. Quicker than tarfile,
+    which builds a TarInfo per member; anything else (a sparse file, a base-256 size ...) is handed to tarfile, so
+    every tar that tarfile reads is indexed the same."""
+    position, long_name, pax, end = 0, None, {}, os.fstat(f.fileno()).st_size
+    while True:
+        if position > end:  # the last member's data is cut short
+            raise tarfile.ReadError("unexpected end of data")
+        f.seek(position)
+        chunk = f.read(1024)
+        header = chunk[:512]
+        if len(header) < 512:  # no end-of-archive blocks: tarfile ends there too
+            if position == 0:
+                raise tarfile.ReadError("empty file" if not header else "too short for a tar header")
+            return
+        if header == bytes(512):  # the end-of-archive blocks
+            return
+        kind = header[156:157]
+        try:
+            if _checksum(header) != int(header[148:156].split(b"\0", 1)[0].strip() or b"-1", 8):
+                raise ValueError
+            size = int(header[124:136].split(b"\0", 1)[0].strip() or b"0", 8)
+        except ValueError:
+            if position == 0 and not header[257:262] == b"ustar":
+                raise tarfile.ReadError("no tar header at the start (bad checksum)") from None
+            # an exotic header: the standard library's reader decides, from here on (members before it are out)
+            yield from (m for m in _tarfile_members(path) if m[1] > position)
+            return
+        data = position + 512
+        position = data + -(-size // 512) * 512
+        if kind in (b"L", b"x", b"g"):  # the next member's long name, or pax records
+            f.seek(data)
+            payload = f.read(size)
+            if kind == b"L":
+                long_name = payload.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+            elif kind == b"x":
+                pax = _pax_records(payload)
+            continue
+        if kind not in (b"0", b"\0", b"7"):  # directories, links, devices: not samples
+            long_name, pax = None, {}
+            continue
+        name = pax.get("path") or long_name or _header_name(header)
+        if "size" in pax:
+            size = int(pax["size"])
+            position = data + -(-size // 512) * 512
+        long_name, pax = None, {}
+        yield name, data, size, chunk[512 : 512 + size]
+
+
+def _checksum(header: bytes) -> int:
+    return sum(header) - sum(header[148:156]) + 8 * 32  # the checksum field counts as spaces
+
+
+def _header_name(header: bytes) -> str:
+    name = header[0:100].split(b"\0", 1)[0]
+    if header[257:262] == b"ustar":
+        prefix = header[345:500].split(b"\0", 1)[0]
+        if prefix:
+            name = prefix + b"/" + name
+    return name.decode("utf-8", "surrogateescape")
+
+
+def _pax_records(payload: bytes) -> dict[str, str]:
+    """pax extended-header records: 'LEN key=value\\n' each, LEN counting the whole record."""
+    records, i = {}, 0
+    while i < len(payload):
+        space = payload.find(b" ", i)
+        if space < 0:
+            break
+        length = int(payload[i:space])
+        key, _, value = payload[space + 1 : i + length - 1].partition(b"=")
+        records[key.decode()] = value.decode("utf-8", "surrogateescape")
+        i += length
+    return records
+
+
+def _tarfile_members(path: Path):
+    with tarfile.open(path, "r:") as tar:
+        for m in tar:
+            if m.isfile():
+                yield m.name, m.offset_data, m.size, b""
+
+
+def _parse_label(data: bytes, ext: str, name: str) -> str:
+    what = 'a JSON object with "label": a class index or name' if ext == ".json" else "a class index or name"
+    if len(data) > MAX_LABEL_BYTES:
+        raise DataError(f"{name}: a label of over {MAX_LABEL_BYTES:,} bytes; expected {what}")
+    try:
+        if ext == ".cls":
+            label = data.decode().strip()
+        else:
+            value = json.loads(data)
+            label = value.get("label", value.get("cls")) if isinstance(value, dict) else value
+            if label is None or isinstance(label, (dict, list, float)):
+                raise ValueError
+            label = str(label)
+    except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: JSON nested thousands deep
+        raise DataError(f"{name}: expected {what}") from None
+    if label.lstrip("-").isdigit() and (len(label) > 7 or int(label) > MAX_CLASS_INDEX):
+        raise DataError(
+            f"{name}: class index {label[:20]}{'...' if len(label) > 20 else ''} is over the limit of {MAX_CLASS_INDEX:,}; "
+            "expected a class index or name"
+        )
+    return label
+
+
+def read_tars(files: list[Path]) -> tuple[list, list[str], list[str]]:
+    records, raw = [], []
+    for path in files:
+        found, labels, keys = _index_tar(path)
+        unlabeled = [k for k, label in zip(keys, labels) if label is None]
+        if unlabeled and len(unlabeled) < len(keys):
+            raise DataError(
+                f"{path}: sample {unlabeled[0]!r} has no .cls or .json label; every sample needs one (or none has)"
+            )
+        folders = {k.rsplit("/", 1)[0] for k in unlabeled if "/" in k}
+        if len(folders) > 1:  # a tar of an image folder (class/, train/class/), not shards: its folders would be lost
+            raise DataError(
+                f"{path}: a tar of images in folders ({', '.join(sorted(folders)[:2])}, ...) without .cls or .json "
+                f"labels: unpack it (tar -xf {path} -C DIR) and give DIR, whose folders are the classes, or write "
+                "labelled shards from DIR with vitkit data DIR --to-shards SHARDS"
+            )
+        records += found
+        raw += ["" if label is None else label for label in labels]
+    if not records:
+        raise DataError(
+            f"{files[0]}{' ...' * (len(files) > 1)}: no images (members KEY.jpg|jpeg|png|webp with KEY.cls or KEY.json); "
+            "a sample's key is its name up to the first dot, as WebDataset reads it, so a name like img.0.v1.jpg has "
+            "the extension 0.v1.jpg: rename such members without dots in their keys (img_0_v1.jpg)"
+        )
+    # beside the shards, or above their split folders (train/, validation/ ...)
+    beside = files[0].parent / "classes.txt"
+    in_split_folder = any(files[0].parent.name.lower() in names for names in SPLIT_NAMES.values())
+    names_file = files[0].parent.parent / "classes.txt" if in_split_folder and not beside.is_file() else beside
+    try:  # UTF-8 whatever the locale; a byte-order mark (a file saved by Excel or Notepad) is not part of the first name
+        known = names_file.read_text(encoding="utf-8-sig").splitlines() if names_file.is_file() else None
+    except (OSError, UnicodeDecodeError) as err:
+        raise DataError(
+            f"{names_file}: cannot read the class names ({first_line(err)}); one UTF-8 name a line"
+        ) from None
+    return records, raw, known
+
+
+# -- writing shards -------------------------------------------------------------------------------
+def write_tar_shards(
+    split: Split,
+    out: str | os.PathLike,
+    per_shard: int = 1000,
+    seed: int = 0,
+    prefix: str = "shard",
+    finish: bool = True,
+    bad: BadFiles | None = None,
+) -> list[Path]:
+    """Write the image files of `split` as tar shards out/PREFIX-NNNNNN.tar (samples shuffled with `seed`, labels as
+    KEY.cls class indices) plus out/classes.txt; returns the shard paths. A split's name as `prefix` (train, val,
+    test) makes the files that split when read back. Until they are all written the folder is marked unfinished
+    (`WRITING`); `finish=False` leaves the mark for a caller writing more splits, who calls `finish_writing` after the last.
+    A file that is no readable image is never written (in a shard it would lose its name): `bad` (a BadFiles, as
+    data.on_error says) stops at it or skips it and lists it; without one, a DataError names it."""
+    out = Path(out)
+    if split.paths is None:
+        raise DataError(f"{split.source}: only image files can be written as shards (this data is held as tensors)")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / WRITING).touch()
+    order = np.random.default_rng(seed).permutation(len(split))
+    written = []
+    for number, start in enumerate(range(0, len(order), per_shard)):
+        target = out / f"{prefix}-{number:06d}.tar"
+        _write_shard(target, split, order[start : start + per_shard], bad)
+        written.append(target)
+    (out / "classes.txt").write_text("".join(f"{name}\n" for name in split.class_names), encoding="utf-8")
+    if finish:
+        finish_writing(out)
+    return written
+
+
+def _write_shard(target: Path, split: Split, samples: np.ndarray, bad: BadFiles | None) -> None:
+    """Write the samples `samples` of `split` as the tar shard `target`: written under a temporary name and renamed
+    when complete, so that no half shard is ever left."""
+    tmp = target.with_name(f".{target.name}.tmp")
+    try:
+        with tarfile.open(tmp, "w") as tar:
+            for i in samples:
+                record = split.paths[i]
+                data = _sample_bytes(int(i), record, bad)
+                if data is None:
+                    continue
+                suffix = _suffix(data, str(record))
+                key = f"{i:09d}"
+                for name, payload in ((key + suffix, data), (key + ".cls", str(int(split.labels[i])).encode())):
+                    info = tarfile.TarInfo(name)
+                    info.size = len(payload)
+                    tar.addfile(info, io.BytesIO(payload))
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a refused file or a kill: no half shard left (the folder stays marked)
+        raise
+    os.replace(tmp, target)
+
+
+def _sample_bytes(index: int, record, bad: BadFiles | None) -> bytes | None:
+    """The bytes of one image to write, or None where it is no readable image and `bad` skips it (else it raises)."""
+    try:
+        data = record.read() if isinstance(record, Record) else Path(record).read_bytes()
+    except OSError as err:  # a listed file that is gone or unreadable: as data.on_error says, as training does
+        data = None
+        why = "image file not found" if isinstance(err, FileNotFoundError) else err.strerror or type(err).__name__
+    if data is None or (why := _unreadable(data)) is not None:
+        if bad is None:
+            raise DataError(f"{record}: {why}; remove or replace it")
+        bad.report([(index, str(record), f"{record}: {why}")])  # raises on "fail"
+        return None
+    return data
+
+
+def _unreadable(data: bytes) -> str | None:
+    """Why `data` is no readable image (None if it is): empty, not an image Pillow knows, damaged; a JPEG is decoded
+    only where it does not end in its end-of-image marker (a truncated file, or one with data after its image)."""
+    if not data:
+        return "empty file (0 bytes)"
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            if image.format == "JPEG" and not data.rstrip(b"\0").endswith(b"\xff\xd9"):
+                image.load()
+            else:
+                image.verify()
+    except UnidentifiedImageError:
+        return "not an image (or in a format Pillow cannot read)"
+    except Image.DecompressionBombError:
+        return f"more pixels than the limit of {MAX_PIXELS:,} (a decompression bomb, or an image far too large to train on)"
+    except Exception as err:  # Pillow's errors: OSError (truncated), SyntaxError (bad PNG) ...
+        return f"cannot read the image ({first_line(err) or type(err).__name__}); the file is truncated or corrupt"
+    return None
+
+
+def finish_writing(out: str | os.PathLike) -> None:
+    """The shards in `out` are complete: readers may take them (`write_tar_shards` marked the folder unfinished)."""
+    (Path(out) / WRITING).unlink(missing_ok=True)
+
+
+def clear_unfinished(out: str | os.PathLike) -> None:
+    """Where `out` is still marked unfinished, remove what `write_tar_shards` had written there (shards, their
+    temporary files, classes.txt, the mark), so that writing can start afresh; a folder without the mark is left alone."""
+    out = Path(out)
+    if not (out / WRITING).is_file():
+        return
+    for stale in out.iterdir():
+        if re.fullmatch(r"\.?\w+-\d{6}\.tar(\.tmp)?|classes\.txt", stale.name):
+            stale.unlink()
+    finish_writing(out)
+
+
+def _suffix(data: bytes, name: str) -> str:
+    """The member suffix of an image: its file's, else from its first bytes (Parquet rows have no name)."""
+    suffix = Path(name).suffix.lower()
+    if suffix in IMAGE_SUFFIXES:
+        return suffix
+    for magic, found in (
+        (b"\xff\xd8", ".jpg"),
+        (b"\x89PNG", ".png"),
+        (b"RIFF", ".webp"),
+        (b"GIF8", ".gif"),
+        (b"BM", ".bmp"),
+    ):
+        if data.startswith(magic):
+            return found
+    return ".png" if not data else ".tif"

@@ -1,0 +1,273 @@
+"""The split: what every data source returns (`Split`), the names of splits, and the seeded cuts of one (a held-out
+validation part, the first n of a seeded order). Every reader in `sources/` builds on this module, which imports none
+of them; `BadFiles` says what to do with a file that cannot be read, whoever reads it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import sys
+import unicodedata
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from itertools import zip_longest
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from vitkit.errors import DataError, has_control_characters
+
+SPLITS = ("train", "val", "test")
+
+SPLIT_NAMES = {
+    "train": ("train",),
+    "val": ("val", "validation", "valid", "dev"),
+    "test": ("test",),
+}  # folders, files; any case
+
+
+@dataclass
+class Split:
+    """One split of a dataset. `images` is (N, C, H, W) uint8 when in memory, else `paths` are read on use:
+    image files, or records inside shards (`images.Record`: a tar member, a Parquet row)."""
+
+    labels: torch.Tensor  # (N,) int64
+    class_names: list[str]
+    images: torch.Tensor | None = None
+    paths: list[Path] | None = None
+    source: str = ""
+    selection: str = "all"  # which of the source's images: "all", or the part of a seeded held-out cut
+    held_out: bool = False  # the part of a seeded cut kept apart as "val" (not "all", not "the rest")
+
+    def __post_init__(self) -> None:
+        bad = next((name for name in self.class_names if has_control_characters(name)), None)
+        if (
+            bad is not None
+        ):  # printed raw, a folder named "a\x1b[31mb" recoloured the terminal and a newline split lines
+            raise DataError(
+                f"{self.source or 'the data'}: class name {bad!r} holds control characters (a newline, tab or "
+                "terminal escape); rename it"
+            )
+
+    def describe(self) -> dict:
+        """Exactly which images these are: where from, which part, how many, and a digest of the images themselves."""
+        return {"source": self.source, "selection": self.selection, "n": len(self), "digest": self.digest()}
+
+    def digest(self) -> str:
+        """A fingerprint of these images and their classes: the files' names below `source` (so the same data moved
+        elsewhere matches), or the pixels where they are in memory. Two cuts of a folder that changed differ."""
+        h = hashlib.blake2b(digest_size=8)
+        h.update("\n".join(self.class_names).encode(errors="surrogateescape") + b"\0")
+        h.update(self.labels.numpy().astype("<i8").tobytes())
+        if self.images is not None:
+            h.update(self.images.numpy().tobytes())
+        elif self.paths is not None:
+            prefix = self.source.rstrip(os.sep) + os.sep
+            names = (n[len(prefix) :] if n.startswith(prefix) else n for n in map(str, self.paths))
+            h.update("\n".join(names).encode(errors="surrogateescape"))
+        return h.hexdigest()
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def subset(self, index: np.ndarray) -> Split:
+        t = torch.as_tensor(index, dtype=torch.long)
+        return Split(
+            labels=self.labels[t],
+            class_names=self.class_names,
+            images=None if self.images is None else self.images[t],
+            paths=None if self.paths is None else [self.paths[i] for i in index],
+            source=self.source,
+            selection=self.selection,
+            held_out=self.held_out,
+        )
+
+
+def where_from(record: dict, *, all_said: bool = True) -> str:
+    """ "SOURCE (SELECTION)" of a split's `describe()` record, in one parenthesis where the source already ends in one
+    (shards named by their split: "DIR (train)"); just "SOURCE" for all of it unless `all_said`."""
+    source, selection = record["source"], record.get("selection", "all")
+    if selection == "all" and not all_said:
+        return source
+    return f"{source[:-1]}, {selection})" if source.endswith(")") else f"{source} ({selection})"
+
+
+def described(record: dict) -> str:
+    """ "N images (source, selection)": a split's `describe()` record as reports and errors print it."""
+    return f"{record['n']:,} images ({record['source']}, {record['selection']})"
+
+
+def same_images(before, now: dict) -> bool:
+    """Whether a recorded `describe()` and today's name the same images: source, cut and count, and the digest where
+    both have one (records written before vitkit kept digests have none)."""
+    if not isinstance(before, dict):
+        return False
+    keys = ("source", "selection", "n") + (("digest",) if "digest" in before and "digest" in now else ())
+    return all(before.get(k) == now.get(k) for k in keys)
+
+
+def seeded_split(n: int, val_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(train, val) indices: a seeded permutation of range(n), the last val_fraction of it for val."""
+    order = np.random.default_rng(seed).permutation(n)
+    n_val = int(round(n * val_fraction))
+    return np.sort(order[: n - n_val]), np.sort(order[n - n_val :])
+
+
+class MissingSplit(DataError):
+    """The data has no such split (e.g. no test split); `available` names the splits it has."""
+
+    def __init__(self, message: str, available: list[str]):
+        super().__init__(message)
+        self.available = available
+
+
+def split_folders(root: Path) -> dict[str, Path]:
+    """root's folders named for a split, by split in SPLITS order: train/, val/ (or validation/, Hugging Face's name,
+    valid/, dev/), test/, each in lower case, Capitalised or UPPER case (Train/ is the train split, not a class). Two
+    folders for one split are one error."""
+    found: dict[str, Path] = {}
+    if not root.is_dir():
+        return found
+    for split, names in SPLIT_NAMES.items():
+        folders = [
+            root / n
+            for name in names
+            for n in dict.fromkeys((name, name.capitalize(), name.upper()))
+            if (root / n).is_dir()
+        ]
+        folders = list(
+            {os.path.normcase(os.path.realpath(f)): f for f in folders}.values()
+        )  # one folder on a case-blind disk
+        if len(folders) > 1:
+            raise DataError(f"{root}: {folders[0].name}/ and {folders[1].name}/ are both the {split} split; keep one")
+        if folders:
+            found[split] = folders[0]
+    return found
+
+
+def check_compatible(train: Split, val: Split) -> None:
+    """Both splits of a run must share their classes, and every label must name one of them."""
+    if val.class_names != train.class_names:
+        i, (a, b) = next((i, p) for i, p in enumerate(zip_longest(train.class_names, val.class_names)) if p[0] != p[1])
+        if b is None:
+            what = f"class {a!r} (label {i}) of {train.source} is missing here"
+        elif a is None:
+            what = f"class {b!r} (label {i}) is not one of the {len(train.class_names)} classes of {train.source}"
+        else:
+            what = f"label {i} is class {b!r} here but {a!r} in {train.source}"
+        raise DataError(f"{val.source}: {what}; the training and validation splits need the same classes")
+    for split in (train, val):
+        if len(split) and not 0 <= int(split.labels.min()) <= int(split.labels.max()) < len(train.class_names):
+            raise DataError(
+                f"{split.source}: labels run from {int(split.labels.min())} to {int(split.labels.max())}, "
+                f"but there are {len(train.class_names)} classes; labels must be 0 .. {len(train.class_names) - 1}"
+            )
+
+
+def on_classes(split: Split, names: list[str]) -> Split:
+    """`split` with its labels numbered as the classes `names` (which hold every class of `split`), matched by name: a
+    split that lacks some classes, or orders them otherwise, keeps each image's class."""
+    number = torch.tensor([names.index(name) for name in split.class_names], dtype=torch.long)
+    return replace(split, labels=number[split.labels], class_names=list(names))
+
+
+def held_out(full: Split, split: str, val_fraction: float, seed: int) -> Split:
+    """train (the rest) or val (the held-out part) of a source stored as one set; never "test"."""
+    if split == "test":  # a held-out part is validation data: a test split must be kept apart on disk
+        raise MissingSplit(
+            f"{full.source}: has no 'test' split (it has train{', val' if val_fraction > 0 else ''})",
+            ["train", *(["val"] if val_fraction > 0 else [])],
+        )
+    if split == "train" and val_fraction == 0.0:
+        return full
+    if not 0.0 < val_fraction < 1.0:
+        raise MissingSplit(
+            f"{full.source}: has no separate {split!r} split; set data.val_fraction in (0, 1) to hold one out",
+            ["train"],
+        )
+    rest, held = hold_out(full, val_fraction, seed)
+    return held if split == "val" else rest
+
+
+def hold_out(split: Split, fraction: float, seed: int) -> tuple[Split, Split]:
+    """(the rest, the held-out part) of `split`: a seeded cut of `fraction` of its images, each part's
+    `selection` saying which it is (within what `split` already was)."""
+    rest, held = (split.subset(index) for index in seeded_split(len(split), fraction, seed))
+    part = f"{fraction:g} held out (seed {seed})" + ("" if split.selection == "all" else f" of {split.selection}")
+    held.selection, rest.selection = part, f"all but the {part}"
+    held.held_out = True
+    return rest, held
+
+
+def first_of(split: Split, n: int, seed: int) -> Split:
+    """The first `n` images of a seeded order of `split`: for one seed, a smaller n is a subset of a larger one (the
+    nested training sets of the paper's Fig. 3-4); kept in the split's order. `selection` says which they are."""
+    if n > len(split):
+        raise DataError(
+            f"data.train_images: {n:,} is more than the training split holds ({described(split.describe())}); "
+            f"give at most {len(split):,}"
+        )
+    order = np.random.default_rng([seed, 1]).permutation(len(split))  # not hold_out's order: a cut within its part
+    part = split.subset(np.sort(order[:n]))
+    part.selection = f"first {n:,} of a seeded order (seed {seed})" + (
+        "" if split.selection == "all" else f" of {split.selection}"
+    )
+    return part
+
+
+def class_name(text: str) -> str:
+    """A class name as vitkit keeps it: Unicode NFC, so that a folder macOS named in NFD ("blu\u0308") is the class
+    a checkpoint or another split names in NFC ("bl\u00fc")."""
+    return unicodedata.normalize("NFC", text)
+
+
+def label_order(label: str) -> tuple:
+    """Integer labels in numeric order (2 before 10), then names alphabetically."""
+    number = re.fullmatch(r"-?[0-9]{1,18}", label) is not None
+    return (not number, int(label) if number else 0, label)
+
+
+ON_ERROR = ("skip", "fail")
+
+
+class BadFiles:
+    """What to do with image files that cannot be decoded: "fail" (stop, naming the file) or "skip".
+
+    Skipped files are counted, warned about once each on stderr (once for those that share one message), and handed to `save` (e.g. to be
+    written to the run directory) whenever the list grows. Files go bad the same way every time they
+    are read, so skipping keeps the data order, and with it an exact resume, reproducible.
+    """
+
+    def __init__(
+        self,
+        policy: str = "fail",
+        save: Callable[[dict[str, str]], None] | None = None,
+        known: dict[str, str] | None = None,
+        hint: str = "",
+    ):
+        if policy not in ON_ERROR:
+            raise DataError(f"data.on_error: expected one of {', '.join(ON_ERROR)}, got {policy!r}")
+        self.policy, self.save, self.hint = policy, save, hint  # hint: appended to the error on "fail"
+        self.files: dict[str, str] = dict(known or {})  # path -> the error message
+        self._said: set[str] = set(self.files.values())  # messages warned about (or known from an earlier segment)
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def report(self, errors: list[tuple[int, str, str]]) -> None:
+        """(index, path, message) of files that failed: raise on "fail", else record and warn."""
+        if not errors:
+            return
+        if self.policy == "fail":
+            raise DataError(errors[0][2] + self.hint)
+        new = [(path, message) for _, path, message in errors if path not in self.files]
+        for path, message in new:
+            if message not in self._said:  # the rows of one unreadable Parquet row group share one message
+                print(f"vitkit: skipping a bad image: {message}", file=sys.stderr)
+                self._said.add(message)
+            self.files[path] = message
+        if new and self.save is not None:
+            self.save(self.files)
