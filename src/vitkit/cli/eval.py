@@ -88,9 +88,8 @@ def _add_output_flags(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from vitkit.evaluate.scoring import score_checkpoint
-    from vitkit.train.finetune import picked_on
 
-    scored = score_checkpoint(args, picked_on=picked_on)
+    scored = score_checkpoint(args)
     for line in scored.lines:
         print(line)
     if args.json:

@@ -44,9 +44,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from vitkit.evaluate.frozen import fewshot
-    from vitkit.train.finetune import picked_on
 
-    report = fewshot(args, picked_on)
+    report = fewshot(args)
     print(report.markdown)
     print(f"wrote {report.paths[0]} and {report.paths[1]}")
     print(json.dumps(report.result))

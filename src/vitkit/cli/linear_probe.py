@@ -42,9 +42,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from vitkit.evaluate.frozen import linear_probe
-    from vitkit.train.finetune import picked_on
 
-    report = linear_probe(args, picked_on)
+    report = linear_probe(args)
     print(report.markdown)
     print(f"wrote {report.paths[0]} and {report.paths[1]}")
     print(json.dumps(report.result))

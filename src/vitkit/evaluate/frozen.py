@@ -3,7 +3,6 @@ on two or three splits of its data, scored, written as NAME.json and NAME.md and
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -11,11 +10,9 @@ from typing import Any
 import numpy as np
 
 from vitkit.evaluate.metrics import fewshot_eval, knn_eval, linear_probe_eval, report_markdown, write_report
-from vitkit.evaluate.provenance import Against, scored_against_training
+from vitkit.evaluate.provenance import Against, picked_on, scored_against_training
 
 DEFAULT_SHOTS = (1, 5, 10, 25)  # the paper's (Fig. 3-4, Table 5)
-
-PickNote = Callable[[Any, str, Any, dict], "str | None"]  # (checkpoint, split name, split, metadata) -> warning
 
 
 @dataclass
@@ -102,7 +99,7 @@ def _refuse_same_splits(opts) -> None:
         )
 
 
-def fewshot(opts, picked_on: PickNote | None = None) -> Report:
+def fewshot(opts) -> Report:
     """`vitkit fewshot`: few-shot linear accuracy for --shots (default: those of DEFAULT_SHOTS the smallest class has
     images for, the others announced as left out), --seeds draws each, ridge lambda --l2."""
     from vitkit.errors import ConfigError
@@ -118,7 +115,7 @@ def fewshot(opts, picked_on: PickNote | None = None) -> Report:
         **result,
         **({"shots_left_out": left_out, "fewest_per_class": have} if left_out else {}),
     }
-    return report(frozen, "fewshot", result, f"Few-shot linear accuracy of {opts.checkpoint}", test, picked_on)
+    return report(frozen, "fewshot", result, f"Few-shot linear accuracy of {opts.checkpoint}", test)
 
 
 def _shots(opts, train) -> tuple[list[int], list[int], int]:
@@ -142,7 +139,7 @@ def _splits(opts, test) -> dict:
     return {"split": opts.test_split, "n": len(test), "train_split": opts.train_split, "test_split": opts.test_split}
 
 
-def knn(opts, picked_on: PickNote | None = None) -> Report:
+def knn(opts) -> Report:
     """`vitkit knn`: cosine k-NN accuracy for each of --k, votes weighted by exp(sim / --temperature) (0: uniform)."""
     frozen = prepare(opts)
     test = frozen.open(opts.test_split, "--test-split")
@@ -154,12 +151,10 @@ def knn(opts, picked_on: PickNote | None = None) -> Report:
         temperature=opts.temperature or None,
         **frozen.features,
     )
-    return report(
-        frozen, "knn", {**_splits(opts, test), **result}, f"k-NN accuracy of {opts.checkpoint}", test, picked_on
-    )
+    return report(frozen, "knn", {**_splits(opts, test), **result}, f"k-NN accuracy of {opts.checkpoint}", test)
 
 
-def linear_probe(opts, picked_on: PickNote | None = None) -> Report:
+def linear_probe(opts) -> Report:
     """`vitkit linear-probe`: one probe per --l2 fitted on train, the best on val scored on --test-split; with
     --test-split val, l2 is picked on a held-out share of train instead."""
     from vitkit.data.split import hold_out
@@ -183,10 +178,10 @@ def linear_probe(opts, picked_on: PickNote | None = None) -> Report:
             )
     result = linear_probe_eval(frozen.model, train, val, test, l2s=opts.l2, max_iter=opts.max_iter, **frozen.features)
     result = {"split": opts.test_split, "n": len(test), "test_split": opts.test_split, **result}
-    return report(frozen, "linear_probe", result, f"Linear probe of {opts.checkpoint}", test, picked_on)
+    return report(frozen, "linear_probe", result, f"Linear probe of {opts.checkpoint}", test)
 
 
-def report(frozen: Frozen, name: str, result: dict, title: str, scored, picked_on: PickNote | None = None) -> Report:
+def report(frozen: Frozen, name: str, result: dict, title: str, scored) -> Report:
     """Write NAME.json and NAME.md for `result` on the `scored` split, with the notes on its images: unreadable ones
     left out, a fine-tuning sweep that picked the model on them, copies of training images, changed splits."""
     from vitkit.checkpoint.runs import report_dir
@@ -202,7 +197,7 @@ def report(frozen: Frozen, name: str, result: dict, title: str, scored, picked_o
     if len(frozen.bad):
         result["unreadable"] = [{"path": p, "error": e} for p, e in frozen.bad.files.items()]
     title += _images_said(frozen, result, scored)
-    warning = picked_on(opts.checkpoint, result["split"], scored, frozen.meta) if picked_on is not None else None
+    warning = picked_on(opts.checkpoint, result["split"], scored, frozen.meta)
     warning = None if opts.random_init is not None else warning  # random weights: nothing was picked
     result["picked_on_this_split"] = warning is not None
     h, w = frozen.input_size

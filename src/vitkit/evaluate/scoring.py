@@ -8,11 +8,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from vitkit.evaluate.provenance import scored_against_training
-
-PickNote = Callable[[Any, str, Any, dict], "str | None"]  # (checkpoint, split name, split, metadata) -> warning
+from vitkit.evaluate.provenance import picked_on, scored_against_training
 
 
 @dataclass
@@ -25,10 +22,10 @@ class Scored:
     error: Exception | None = None
 
 
-def score_checkpoint(opts, picked_on: PickNote | None = None) -> Scored:
+def score_checkpoint(opts) -> Scored:
     """Score `opts.checkpoint` on a split of its data (the options of `vitkit eval`: data, split, val_fraction,
-    batch_size, device, threads, confusion, labels_by_index, precision, calibration, compare_fp32, skip_unreadable).
-    `picked_on` says where the scored images picked the model in a fine-tuning sweep."""
+    batch_size, device, threads, confusion, labels_by_index, precision, calibration, compare_fp32, skip_unreadable);
+    it warns where the scored images picked the model in a fine-tuning sweep."""
     import torch
 
     from vitkit.checkpoint import load_with_metadata, refuse_untrained_head
@@ -56,7 +53,7 @@ def score_checkpoint(opts, picked_on: PickNote | None = None) -> Scored:
     data = f"{which} of {spec.where}: {metrics['n']} images{skipped}; {runner.description}"
     unwritten = _write_confusion(metrics["confusion"], class_names, png, data)
     result = _result(opts, step, spec, which, split, metrics, class_names, png, unwritten, runner, bad, reference)
-    warning = picked_on(opts.checkpoint, which, split, meta) if picked_on is not None else None
+    warning = picked_on(opts.checkpoint, which, split, meta)
     result["picked_on_this_split"] = warning is not None
     against = scored_against_training(meta, opts.checkpoint, which, split, model.config)
     against.record(result)

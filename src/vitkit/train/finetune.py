@@ -34,8 +34,8 @@ from vitkit.checkpoint.native import is_native, load_native, read_native_config
 from vitkit.checkpoint.runs import resolve, step_checkpoints
 from vitkit.data import DataSpec
 from vitkit.data.spec import absolute, trained_on
-from vitkit.data.split import described, same_images
-from vitkit.errors import ConfigError, DataError, VitkitError
+from vitkit.data.split import described
+from vitkit.errors import ConfigError, DataError
 from vitkit.evaluate.metrics import markdown_table, write_report
 from vitkit.files import read_json, write_json
 from vitkit.models import BiTConfig, ModelConfig, VisionTransformer, build_model
@@ -291,50 +291,6 @@ def _record_pick(final: Path, pick: dict) -> None:
     model, extra = load_native(final)
     if extra.get("picked") != pick:
         save_pretrained(model, final, extra={**extra, "picked": pick})  # replaced as a whole
-
-
-def picked_on(checkpoint: str | os.PathLike, name: str, split, extra: dict) -> str | None:
-    """A warning where the images of `split` (named `name`) picked `checkpoint` in a fine-tuning sweep of several
-    learning rates: its record says so (`extra["picked"]`, kept by every convert and copy), or, for a model picked
-    before records said so, it is a sweep's DIR/final (or the lr_X run final links to) and `split` holds exactly the
-    images its record (`extra["data"]["splits"]`) names for the sweep's validation split, whatever it is called here
-    (eval's "all" of that folder too). A figure on them is optimistic. Else None."""
-    pick = extra.get("picked")
-    if isinstance(pick, dict):
-        if not same_images(pick.get("images"), split.describe()):
-            return None
-        sweep = pick.get("sweep")
-        if (
-            isinstance(sweep, str) and not Path(sweep).is_file()
-        ):  # the sweep folder moved: its sweep.json where the model is now
-            try:
-                here = Path(os.path.realpath(resolve(checkpoint))).parent.parent / "sweep.json"
-            except (OSError, VitkitError):
-                here = None
-            sweep = here if here is not None and here.is_file() else f"{sweep}, no longer there"
-        return _pick_note(name, pick.get("among"), sweep)
-    try:
-        run = Path(os.path.realpath(resolve(checkpoint))).parent  # DIR/lr_X/final -> DIR/lr_X
-        sweep = read_json(run.parent / "sweep.json")
-    except (OSError, ValueError, VitkitError):  # not a sweep's model, or no readable sweep.json: nothing to say
-        return None
-    if (
-        not isinstance(sweep, dict)
-        or (sweep.get("best") or {}).get("run") != run.name
-        or len(sweep.get("runs", [])) < 2
-    ):
-        return None  # not the picked run; or a sweep of one learning rate, which picked nothing
-    if not same_images(((extra.get("data") or {}).get("splits") or {}).get(sweep.get("val_split")), split.describe()):
-        return None
-    return _pick_note(name, len(sweep["runs"]), run.parent / "sweep.json")
-
-
-def _pick_note(name: str, among, sweep) -> str:
-    these = "these images" if name == "all" else f"these {name} images"
-    return (
-        f"note: {these} picked this model's learning rate among {among} runs ({sweep}), so a figure on them is "
-        "optimistic; keep images out of both for an unbiased one (a test split)"
-    )
 
 
 def _starting_model(
