@@ -12,6 +12,8 @@ from vitkit.errors import CheckpointError, ConfigError
 from vitkit.limits import check_room
 from vitkit.models.summary import count_parameters
 
+from . import image_size_arg
+
 _BY_SUFFIX = {".npz": "npz", ".safetensors": "timm", ".pth": "timm", ".pt": "timm"}
 
 
@@ -123,15 +125,6 @@ def _refuse_other_files(dst: str) -> None:
             f"DST: {dst} is a file that holds no checkpoint (not a zip, pickle or safetensors file), and writing "
             "would replace it; write to another path, or remove it first (nothing was changed)"
         )
-
-
-def image_size_arg(values: list[int] | None) -> int | tuple[int, int] | None:
-    """--image-size H [W] as load_pretrained wants it."""
-    if values is None:
-        return None
-    if len(values) > 2:
-        raise SystemExit("vitkit: error: --image-size takes one or two numbers (H [W])")
-    return values[0] if len(values) == 1 else (values[0], values[1])
 
 
 def run(args: argparse.Namespace) -> int:
