@@ -192,8 +192,8 @@ def test_a_misspelt_key_with_a_folder_is_one_error_before_the_fit_scans_it(tmp_p
 
 def test_the_fit_to_a_folder_is_reported_by_rank_0_only(tmp_path, capsys, monkeypatch):
     """Under torchrun every process printed the fit's line."""
-    from vitkit.cli.train import fit_to_data
     from vitkit.train.config import load_run_config
+    from vitkit.train.fit import fit_to_data
 
     make_folder(tmp_path / "data")
     data = load_run_config(None, [("data.path", str(tmp_path / "data"))]).data

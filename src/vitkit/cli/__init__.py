@@ -124,6 +124,15 @@ def _fraction(text: str) -> float:
     return value
 
 
+def image_size_arg(values: list[int] | None) -> int | tuple[int, int] | None:
+    """--image-size H [W] (convert, info) as load_pretrained wants it."""
+    if values is None:
+        return None
+    if len(values) > 2:
+        raise SystemExit("vitkit: error: --image-size takes one or two numbers (H [W])")
+    return values[0] if len(values) == 1 else (values[0], values[1])
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="vitkit", description="Vision Transformers (Dosovitskiy et al., 2021) in PyTorch.")
     parser.add_argument("--version", action="version", version=f"vitkit {__version__}")

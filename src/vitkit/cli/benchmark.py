@@ -19,6 +19,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description="Every candidate and a large matmul (the measured peak) take turns for --rounds rounds; "
         "ratios and MFU are medians of per-round values, so a noisy shared machine still gives fair ratios.",
     )
+    _add_model_flags(p)
+    _add_compare_flags(p)
+    p.set_defaults(run=run)
+
+
+def _add_model_flags(p: argparse.ArgumentParser) -> None:
+    """What is measured: the model, its batch, precision, device, mode, compilation and kernels."""
     p.add_argument("--model", default="vit_b16", help="model name (default vit_b16)")
     p.add_argument("--batch", type=int, default=8, help="batch size (default 8)")
     p.add_argument("--image-size", type=int, default=None, help="resolution (default: the model's)")
@@ -49,6 +56,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "torch: always torch's scaled_dot_product_attention and GELU",
     )
     p.add_argument("--grad-checkpointing", action="store_true", help="train with activation checkpointing per block")
+
+
+def _add_compare_flags(p: argparse.ArgumentParser) -> None:
+    """What it is measured beside, how often, and where the report goes."""
     p.add_argument(
         "--compare",
         default="",
@@ -67,7 +78,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores available)")
     p.add_argument("--json", type=Path, default=None, help="also write the report as JSON to this file")
-    p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -77,7 +87,24 @@ def run(args: argparse.Namespace) -> int:
 
     benchmark.set_threads(args.threads)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    dtype = args.dtype or ("fp32" if device == "cpu" else "bf16")
+    config = _model_config(args)
+    if args.json:
+        writable(args.json, "the JSON report", "choose another --json")  # before the benchmark runs, not after
+    compare = benchmark.available_references() if args.compare == "all" else [c for c in args.compare.split(",") if c]
+    modes = ["inference", "train"] if args.mode == "both" else [args.mode]
+    reports = []
+    for mode in modes:
+        report = benchmark.run(_setup(args, config, device, mode), compare)
+        report["model"] = args.model
+        reports.append(report)
+        print(benchmark.format_table(report), flush=True)
+    if args.json:
+        write_json(args.json, reports if len(reports) > 1 else reports[0])
+    print(json.dumps(reports if len(reports) > 1 else reports[0]))
+    return 0
+
+
+def _model_config(args: argparse.Namespace) -> ViTConfig:
     overrides = {"num_classes": args.num_classes}
     if args.image_size:
         overrides["image_size"] = args.image_size
@@ -87,29 +114,21 @@ def run(args: argparse.Namespace) -> int:
             f"--model {args.model}: vitkit benchmark measures Vision Transformers (its kernels, MFU and references "
             "are ViT's); a BiT ResNet's size and GFLOPs are in `vitkit models`"
         )
-    if args.json:
-        writable(args.json, "the JSON report", "choose another --json")  # before the benchmark runs, not after
-    compare = benchmark.available_references() if args.compare == "all" else [c for c in args.compare.split(",") if c]
-    modes = ["inference", "train"] if args.mode == "both" else [args.mode]
-    reports = []
-    for mode in modes:
-        setup = benchmark.Setup(
-            config=config,
-            batch_size=args.batch,
-            dtype=dtype,
-            device=device,
-            mode=mode,
-            compile={"auto": None, "on": True, "off": False}[args.compile],
-            kernels=args.kernels,
-            rounds=args.rounds,
-            grad_checkpointing=args.grad_checkpointing,
-            process_memory=args.process_memory,
-        )
-        report = benchmark.run(setup, compare)
-        report["model"] = args.model
-        reports.append(report)
-        print(benchmark.format_table(report), flush=True)
-    if args.json:
-        write_json(args.json, reports if len(reports) > 1 else reports[0])
-    print(json.dumps(reports if len(reports) > 1 else reports[0]))
-    return 0
+    return config
+
+
+def _setup(args: argparse.Namespace, config: ViTConfig, device: str, mode: str):
+    from vitkit.inference import benchmark
+
+    return benchmark.Setup(
+        config=config,
+        batch_size=args.batch,
+        dtype=args.dtype or ("fp32" if device == "cpu" else "bf16"),
+        device=device,
+        mode=mode,
+        compile={"auto": None, "on": True, "off": False}[args.compile],
+        kernels=args.kernels,
+        rounds=args.rounds,
+        grad_checkpointing=args.grad_checkpointing,
+        process_memory=args.process_memory,
+    )

@@ -12,6 +12,8 @@ from vitkit.errors import CheckpointError, ConfigError
 from vitkit.limits import check_room
 from vitkit.models.summary import count_parameters
 
+from . import image_size_arg
+
 _BY_SUFFIX = {".npz": "npz", ".safetensors": "timm", ".pth": "timm", ".pt": "timm"}
 
 
@@ -24,6 +26,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "otherwise a vitkit directory) unless --to says otherwise (hf writes a directory). Class names and preprocessing "
         "travel with the weights: vitkit and HF config.json, safetensors metadata, else FILE.json beside the file.",
     )
+    _add_path_flags(p)
+    _add_format_flags(p)
+    p.set_defaults(run=run)
+
+
+def _add_path_flags(p: argparse.ArgumentParser) -> None:
+    """What is read and where it is written."""
     p.add_argument(
         "src", metavar="SRC", help="checkpoint file or directory to read (a run directory: its final/ model)"
     )
@@ -35,6 +44,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "old or the new; a directory holding anything else is refused)",
     )
     p.add_argument("--out", metavar="DST", default=None, help="DST given as an option, as `vitkit export` takes it")
+
+
+def _add_format_flags(p: argparse.ArgumentParser) -> None:
+    """The formats read and written, and what changes on the way: resolution, head."""
     p.add_argument(
         "--from", dest="src_format", choices=list(FORMATS), default=None, help="source format (default: detected)"
     )
@@ -56,7 +69,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="replace the head by a zero-initialised one with this many classes, where the checkpoint's has another count "
         "(drops pre-logits; its class names go with it)",
     )
-    p.set_defaults(run=run)
 
 
 _DEPLOYMENT = {".onnx": "onnx", ".xml": "openvino", ".pt2": "exported-program"}  # what `vitkit export` writes
@@ -113,15 +125,6 @@ def _refuse_other_files(dst: str) -> None:
             f"DST: {dst} is a file that holds no checkpoint (not a zip, pickle or safetensors file), and writing "
             "would replace it; write to another path, or remove it first (nothing was changed)"
         )
-
-
-def image_size_arg(values: list[int] | None) -> int | tuple[int, int] | None:
-    """--image-size H [W] as load_pretrained wants it."""
-    if values is None:
-        return None
-    if len(values) > 2:
-        raise SystemExit("vitkit: error: --image-size takes one or two numbers (H [W])")
-    return values[0] if len(values) == 1 else (values[0], values[1])
 
 
 def run(args: argparse.Namespace) -> int:

@@ -8,7 +8,7 @@ import json
 from vitkit.checkpoint import FORMATS, read_checkpoint, read_metadata
 from vitkit.errors import ConfigError
 
-from .convert import image_size_arg
+from . import image_size_arg
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

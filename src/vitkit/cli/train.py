@@ -8,6 +8,8 @@ import os
 import shlex
 import sys
 
+from vitkit.errors import ConfigError
+
 EPILOG = """\
 examples:
   vitkit train --config configs/fashion_mnist.yaml --out runs/demo
@@ -80,57 +82,6 @@ def _exit_interrupted(signum, frame):
     os._exit(130)
 
 
-def fitted_unless_named(path: str | None, named: bool, overrides: list[str], command: str) -> list[str]:
-    """`fit_to_data(path)` where a PATH is given and nothing names the model (`named`: a --config or resumed run, or a
-    model.name or model.init override among `overrides`); else no overrides. Other model.* overrides change the fitted
-    model (they come after it: model.depth=1 is the fitted model one block deep, where it was the built-in default's).
-    The fit reads the training split as the data.* overrides cut it (data.train_images, data.val_fraction, ...);
-    train.epochs or train.steps and train.batch_size overrides set its length, and its warmup, logging and evaluation
-    follow."""
-    if not path or named or any(o.startswith(("model.name=", "model.init=")) for o in overrides):
-        return []
-    from vitkit.train.config import check_override_keys, load_run_config
-
-    check_override_keys(overrides)  # a misspelt key is one error before the scan, not after its line
-
-    user = load_run_config(
-        None,
-        [o for o in overrides if o.startswith(("data.", "train.epochs=", "train.steps=", "train.batch_size="))]
-        + [("data.path", path)],
-    )
-    named_batch, named_steps = (
-        any(o.startswith(key) for o in overrides) for key in ("train.batch_size=", "train.steps=")
-    )
-    fitted = fit_to_data(
-        user.data,
-        command,
-        epochs=user.train.epochs,
-        batch=user.train.batch_size if named_batch else None,
-        steps=user.train.steps if named_steps else None,
-    )
-    return [
-        o for o in fitted if not (user.train.epochs is not None and o.startswith("train.steps="))
-    ]  # the user's length wins
-
-
-def fit_to_data(
-    data, command: str = "train", epochs: float | None = None, batch: int | None = None, steps: int | None = None
-) -> list[str]:
-    """The default recipe for the training split of a run config's `data` section, from a short scan of its images
-    (reported by `command`)."""
-    from vitkit.data import DataSpec
-    from vitkit.data.scan import scan
-    from vitkit.train.config import fitted_to_data
-
-    train = DataSpec.from_config(data).open(
-        data.train_split, channels=3, image_size=32, flag="data.train_split", hold_out="data.val_fraction"
-    )
-    overrides, note = fitted_to_data(scan(train), len(train), epochs=epochs, batch=batch, steps=steps)
-    if int(os.environ.get("RANK", "0")) == 0:  # under torchrun every rank fits (the same way); rank 0 says so
-        print(f"vitkit {command}: {note}", flush=True)
-    return overrides
-
-
 def run(args: argparse.Namespace) -> int:
     import signal
 
@@ -144,28 +95,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from vitkit.errors import ConfigError
     from vitkit.train import resume_config, train
     from vitkit.train.config import load_run_config
 
-    overrides = list(args.overrides)
-    # data.path=PATH names the data as --data does: the model is fitted to it too (it trained the 28-px grayscale default)
-    path = args.data or next(
-        (o.split("=", 1)[1] for o in reversed(overrides) if isinstance(o, str) and o.startswith("data.path=")), None
-    )
-    overrides = [
-        *fitted_unless_named(path, bool(args.config or args.resume), overrides, "train"),
-        *overrides,
-    ]  # user's win
-    if args.data:
-        overrides.append(("data.path", args.data))  # a path as given, never parsed
-    if args.no_progress:
-        overrides.append("train.progress=false")
+    overrides = _overrides(args)
     if args.resume:
-        if args.config:
-            raise ConfigError("--config: a resumed run keeps its own run.yaml; pass changes as KEY=VALUE overrides")
-        if args.out and args.out != args.resume:
-            raise ConfigError("--out: a resumed run writes into its own directory; drop --out")
+        _check_resume(args)
         config = resume_config(args.resume, overrides)
         summary = train(config, args.resume, resume=True)
         out = args.resume
@@ -177,6 +112,32 @@ def _run(args: argparse.Namespace) -> int:
         out = args.out
     if int(os.environ.get("RANK", "0")) != 0:  # under torchrun, rank 0 reports
         return 0
+    _report(out, summary)
+    return 0
+
+
+def _overrides(args: argparse.Namespace) -> list:
+    """The run's overrides: the recipe fitted to the data where nothing names the model, then the user's (which win)."""
+    from vitkit.train.fit import data_path, fitted_unless_named
+
+    overrides = list(args.overrides)
+    fitted = fitted_unless_named(data_path(args.data, overrides), bool(args.config or args.resume), overrides, "train")
+    overrides = [*fitted, *overrides]
+    if args.data:
+        overrides.append(("data.path", args.data))  # a path as given, never parsed
+    if args.no_progress:
+        overrides.append("train.progress=false")
+    return overrides
+
+
+def _check_resume(args: argparse.Namespace) -> None:
+    if args.config:
+        raise ConfigError("--config: a resumed run keeps its own run.yaml; pass changes as KEY=VALUE overrides")
+    if args.out and args.out != args.resume:
+        raise ConfigError("--out: a resumed run writes into its own directory; drop --out")
+
+
+def _report(out: str, summary: dict) -> None:
     print(f"run directory: {out}")
     if "stopped_at" in summary:  # SIGTERM/SIGINT: a checkpoint was saved at the step boundary
         world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))  # processes on this machine: --nproc_per_node
@@ -190,4 +151,3 @@ def _run(args: argparse.Namespace) -> int:
             f"continue with: {launch} --resume {shlex.quote(str(out))}"
         )
     print(json.dumps(summary))
-    return 0

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import errno
 import io
 import json
@@ -447,3 +448,174 @@ def verify(model: VisionTransformer, path: str | os.PathLike, format: str, *, ba
     if got.shape != expected.shape:
         raise ConfigError(f"{path}: export gives shape {tuple(got.shape)}, PyTorch {tuple(expected.shape)}")
     return (got - expected).abs().max().item()
+
+
+def export_checkpoint(
+    checkpoint: Path,
+    out: Path | None = None,
+    format: str | None = None,
+    *,
+    precision: str = "fp32",
+    atol: float = 1e-4,
+    threads: int = 0,
+    calibration: int = 256,
+    check_images: int = 500,
+    min_agreement: float = 0.99,
+    data: str | None = None,
+) -> dict:
+    """Export a checkpoint (`vitkit export`): to `out` (default: beside it, named by `format` and `precision`) in
+    `format` (default: what `out`'s suffix names, else onnx), checked against PyTorch before it replaces an earlier
+    export. fp32: within `atol` on a batch of 3; int8 (`export_int8`): calibrated on `calibration` training images of
+    `data` (default: the checkpoint's), then agreeing on top-1 on `check_images` held-out images by `min_agreement`.
+    What was written, as a record."""
+    from vitkit.checkpoint import load_with_metadata, refuse_untrained_head
+
+    if threads:
+        torch.set_num_threads(threads)
+    out, format = _named_target(checkpoint, out, format)
+    if not 0 <= min_agreement <= 1:
+        raise ConfigError(f"--min-agreement: expected a fraction from 0 to 1 (0.99 = 99%), got {min_agreement}")
+    model, metadata = load_with_metadata(checkpoint)
+    if (
+        model.config.num_classes
+    ):  # a head that never trained would export as uniform probabilities; a backbone exports features
+        refuse_untrained_head(metadata, checkpoint, model)
+    suffix = (".int8" if precision == "int8" else "") + FORMATS[format]  # int8 never takes its fp32 export's name
+    out = _checked_target(out or checkpoint.with_name(checkpoint.name.rstrip("/") + suffix), format)
+    if precision == "int8":
+        check = Int8Check(calibration, check_images, min_agreement, data)
+        return export_int8(model, metadata, out, format, checkpoint=checkpoint, check=check)
+    return _export_fp32(model, metadata, out, format, atol)
+
+
+def _named_target(checkpoint: Path, out: Path | None, format: str | None) -> tuple[Path | None, str]:
+    """(--out, the format): a given `out` is a file, of `format` where given, and not the checkpoint itself."""
+    if out is not None:
+        refuse_folder(out, format or "onnx")
+        format = format_of(out, format)
+        if out.resolve() == checkpoint.resolve():
+            raise ConfigError(f"--out {out}: is the checkpoint being exported; write the export to another file")
+    return out, format or "onnx"
+
+
+def _checked_target(out: Path, format: str) -> Path:
+    """`out`, refused before any work where it is a folder, cannot be written, or holds something not an export."""
+    from vitkit.files import writable
+
+    refuse_folder(Path(out), format)
+    writable(out, "the export", "choose another --out")  # before the work, not at its end
+    refuse_replacing(Path(out), format)
+    return out
+
+
+def _export_fp32(model: VisionTransformer, metadata: dict, out: Path, format: str, atol: float) -> dict:
+    """`model` exported to `out` in fp32, within `atol` of PyTorch; the record of what was written."""
+    with staged(out) as path:  # checked before it replaces an earlier export
+        export(model, path, format=format, metadata=metadata)
+        diff = verify(model, path, format)
+        if not diff <= atol:
+            raise VitkitError(
+                f"{out}: not written: the export differs from PyTorch by {diff:.2e} on a batch of 3, over --atol "
+                f"{atol}; what --out held is unchanged (a larger --atol accepts it)"
+            )
+    return {
+        "out": out,
+        "format": format,
+        "precision": "fp32",
+        "companions": [p.name for p in companions(out)],
+        "class_names": len(metadata.get("class_names") or []),
+        "head": bool(model.config.num_classes),
+        "diff": diff,
+        "openvino_default": openvino_default(model, out) if format == "openvino" else None,
+    }
+
+
+ONE_BY_ONE = 32  # int8 check images also run one at a time
+
+
+@dataclasses.dataclass(frozen=True)
+class Int8Check:
+    """How an int8 export is calibrated and checked: on `calibration` training images, then its top-1 agreeing with
+    PyTorch fp32 on `check_images` validation (else test) images by at least `min_agreement`; `data`: the images
+    (default: the data the checkpoint was trained on)."""
+
+    calibration: int = 256
+    check_images: int = 500
+    min_agreement: float = 0.99
+    data: str | None = None
+
+
+def export_int8(
+    model: VisionTransformer, metadata: dict, out: Path, format: str, *, checkpoint: Path, check: Int8Check
+) -> dict:
+    """Calibrate on training images, export quantized (NNCF's presets in turn, until one passes), then check top-1
+    against PyTorch fp32 on held-out images; the record of what was written."""
+    if format not in ("onnx", "openvino"):
+        raise ConfigError(f"--precision int8: exports ONNX or OpenVINO IR (quantized by NNCF); not --format {format}")
+    if check.calibration <= 0 or check.check_images <= 0:
+        raise ConfigError("--calibration and --check-images: expected positive image counts")
+    spec, split, calibration, checks = _int8_images(model, metadata, checkpoint, check)
+    with torch.inference_mode():
+        expected = [model(x).argmax(-1) for x in checks]
+    tried, total, singles = [], sum(len(x) for x in checks), min(len(checks[0]), ONE_BY_ONE)
+    with staged(out) as path:  # built and checked beside --out: a rejected export never replaces what --out holds
+        for preset in INT8_PRESETS:  # NNCF's transformer preset first; its plain flow where that one fails the check
+            export(model, path, format=format, metadata=metadata, calibration=calibration, preset=preset)
+            run = runtime_session("onnxruntime" if format == "onnx" else "openvino", path, precision="int8")
+            agreement = _agreement(run, checks, expected, singles)
+            tried.append(f"{preset} preset {agreement:.2%}")
+            if agreement >= check.min_agreement:
+                break
+        if agreement < check.min_agreement:
+            raise VitkitError(
+                f"{out}: not written: int8 top-1 agrees with PyTorch fp32 on too few of {total} {split} images of "
+                f"{spec.where} ({'; '.join(tried)}), under --min-agreement {check.min_agreement:.2%}; calibrate on more "
+                "images (--calibration) or export fp32"
+            )
+    return {
+        "out": out,
+        "format": format,
+        "precision": "int8",
+        "companions": [p.name for p in companions(out)],
+        "class_names": len(metadata.get("class_names") or []),
+        "preset": preset,
+        "tried": tried,
+        "calibration_images": sum(len(b) for b in calibration),
+        "data": spec.where,
+        "checked": {
+            "split": split,
+            "images": total,
+            "batches": sorted({len(x) for x in checks}),
+            "one_by_one": singles,
+        },
+        "agreement": agreement,
+    }
+
+
+def _int8_images(model: VisionTransformer, metadata: dict, checkpoint: Path, check: Int8Check):
+    """(the data, the held-out split checked on, calibration batches from train, check batches from that split)."""
+    from vitkit.data import DataSpec
+    from vitkit.data.sources import MissingSplit
+    from vitkit.inference.predict import calibration_images
+
+    c = model.config
+    crop_pct = metadata.get("preprocess", {}).get("crop_pct", 1.0)
+    spec = DataSpec.from_checkpoint(metadata, checkpoint, data=check.data)
+    train = spec.open("train", channels=c.in_chans, image_size=c.image_size[0])
+    try:
+        held, split = spec.open("val", channels=c.in_chans, image_size=c.image_size[0]), "val"
+    except MissingSplit:
+        held, split = spec.open("test", channels=c.in_chans, image_size=c.image_size[0]), "test"
+    calibration = calibration_images(train, model, n=check.calibration, crop_pct=crop_pct)
+    checks = calibration_images(held, model, n=check.check_images, crop_pct=crop_pct, seed=1)
+    return spec, split, calibration, checks
+
+
+def _agreement(run, checks: list[torch.Tensor], expected: list[torch.Tensor], singles: int) -> float:
+    """Top-1 agreement of `run` with `expected`: the lower of that in the check's batches and that of the first
+    `singles` images one at a time (runtimes pick kernels by batch)."""
+    total = sum(len(x) for x in checks)
+    with torch.inference_mode():
+        batched = sum(int((run(x).argmax(-1) == y).sum()) for x, y in zip(checks, expected)) / total
+        alone = sum(int(run(checks[0][i : i + 1]).argmax(-1) == expected[0][i]) for i in range(singles)) / singles
+    return min(batched, alone)

@@ -1,0 +1,194 @@
+"""What `vitkit data` reports of a dataset and writes from it: every split opened as training reads it
+(`open_splits`), the summary's lines (`summary_lines`), the data as tar shards (`write_shards`) and a preview of
+images as a labelled grid and an array (`write_samples`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+
+from vitkit.data.sources import SPLITS
+from vitkit.errors import DataError
+
+
+def open_splits(spec, shape) -> dict:
+    """Every split of `spec` by name, opened for a model of `shape`; a split the data lacks: the reason, a string."""
+    opened = {}
+    for split in SPLITS:
+        try:
+            opened[split] = spec.open(split, channels=shape.in_chans, image_size=shape.image_size[0])
+        except DataError as err:
+            opened[split] = str(err)
+    return opened
+
+
+def whole_splits(config, shape) -> dict:
+    """The splits the data holds of its own, each whole (nothing held out of train), by name; data without splits of
+    its own: all of its images, under None."""
+    from vitkit.data.sources import is_flat
+    from vitkit.data.spec import DataSpec
+
+    opened = open_splits(DataSpec.from_config(dataclasses.replace(config.data, val_fraction=0.0)), shape)
+    whole = {split: images for split, images in opened.items() if not isinstance(images, str)}
+    return {None: whole["train"]} if config.data.path and is_flat(config.data.path) else whole
+
+
+def summary_lines(s: dict, opened: dict) -> list[str]:
+    """The summary `describe` made of the splits `opened`, as `vitkit data` prints it: the data, its splits, the
+    sizes and channels of its images, and any copies of training images in the other splits."""
+    lines = [
+        f"data     {s['path'] or '(default: Fashion-MNIST)'}",
+        f"format   {s['format']}",
+        f"classes  {s['classes']}: {', '.join(s['class_names'][:12])}{' ...' if len(s['class_names']) > 12 else ''}",
+        *(_split_line(split, row) for split, row in s["splits"].items()),
+        *_size_lines(s["sizes"]),
+    ]
+    return lines + _copies_lines(s, opened)
+
+
+def _split_line(split: str, row: dict) -> str:
+    if "missing" in row:
+        return f"{split:<8} none ({row['missing']})"
+    counts = list(row["per_class"].values())
+    spread = (
+        ""
+        if not counts
+        else f"{min(counts)} per class"
+        if min(counts) == max(counts)
+        else f"{min(counts)}-{max(counts)} per class"
+    )
+    part = "" if row.get("selection", "all") == "all" else f", {row['selection']}"
+    return f"{split:<8} {row['images']:,} image{'s' * (row['images'] != 1)}, {spread} ({row['source']}{part})"
+
+
+def _size_lines(z: dict) -> list[str]:
+    looked = z["images"] + z.get("unreadable", 0)
+    sample = f"all {looked:,} images" if looked == z["of"] else f"{looked:,} of {z['of']:,} images (a seeded sample)"
+    if z.get("unreadable"):  # the figures are of the readable ones
+        sample = f"the {z['images']:,} readable of {sample}"
+    unread = (
+        f"; {z['unreadable']:,} unreadable from their header (first {z['first_unreadable']}; a file damaged past its header "
+        "is found when training reads it)"
+        if z.get("unreadable")
+        else ""
+    )
+    modes = ", ".join(f"{mode} {n}" for mode, n in sorted(z["modes"].items(), key=lambda kv: -kv[1]))
+    return [
+        f"sizes    {z['split']} split, {sample}: width {z['width'][0]}/{z['width'][1]:g}/{z['width'][2]}, "
+        f"height {z['height'][0]}/{z['height'][1]:g}/{z['height'][2]} (min/median/max){unread}",
+        f"channels {modes} (PIL modes of those images)",
+    ]
+
+
+def _copies_lines(s: dict, opened: dict) -> list[str]:
+    """Copies of training images in the other splits (kept apart by folder: a copy counts as unseen), or why they
+    were not looked for."""
+    from vitkit.data.summary import copies_warning
+
+    lines = []
+    if s["copies_of_training_images"] is None and sum(not isinstance(v, str) for v in opened.values()) > 1:
+        why = (
+            "Parquet rows: their bytes are not compared"
+            if s["format"].startswith("Parquet")
+            else "over 200,000 training images"
+        )
+        lines.append(f"copies   of training images in the other splits: not checked ({why})")
+    for name, copies in (s["copies_of_training_images"] or {}).items():
+        lines.append(f"warning  {copies_warning(name, copies)}")
+    return lines
+
+
+def refuse_shards_in(out: Path) -> None:
+    """A folder that already holds shards is refused: old and new shards would mix, and the source could be overwritten.
+    Except shards this command left unfinished (the folder still marked): they are removed, and it starts afresh."""
+    from vitkit.data.sources.tar import clear_unfinished
+
+    if out.exists() and not out.is_dir():
+        raise DataError(f"--to-shards {out}: is a file; name a new or empty folder to write the shards into")
+    clear_unfinished(out)
+    if out.is_dir() and (held := sorted(p.name for p in out.iterdir() if p.suffix in (".tar", ".parquet"))):
+        raise DataError(
+            f"--to-shards {out}: the folder already holds shards ({', '.join(held[:3])}{', ...' * (len(held) > 3)}); "
+            "write to an empty or new folder"
+        )
+    if (out / "classes.txt").exists():  # someone's own list of names, which the shards' would replace
+        raise DataError(
+            f"--to-shards {out}: the folder already holds classes.txt, which the shards' class names would "
+            "replace; write to an empty or new folder"
+        )
+
+
+def write_shards(
+    sets: dict, out: Path, per_shard: int, seed: int, on_error: str = "skip", say: Callable[[str], None] = print
+) -> dict:
+    """Write each set as tar shards into `out` (SPLIT-NNNNNN.tar; a set without a split: shard-NNNNNN.tar) + classes.txt,
+    saying a line per set (`refuse_shards_in` has refused a folder that already holds shards, before reading anything)."""
+    from vitkit.data import sources as shards
+    from vitkit.data.loader import BadFiles
+
+    names = {tuple(images.class_names) for images in sets.values()}
+    if len(names) > 1:
+        raise DataError(
+            f"--to-shards: the splits name different classes ({'; '.join(', '.join(n) for n in sorted(names))}); "
+            "write one with --split"
+        )
+    written, bad = {}, BadFiles(on_error, hint="; remove or replace it, or skip such files (data.on_error=skip)")
+    for split, images in sets.items():
+        prefix, before = split or "shard", len(bad)
+        files = shards.write_tar_shards(
+            images, out, per_shard=per_shard, seed=seed, prefix=prefix, finish=False, bad=bad
+        )
+        written[prefix] = _shard_set(images, len(files), left_out=len(bad) - before)
+        say(_shards_line(split, images, written[prefix], out, prefix))
+    shards.finish_writing(out)  # every split is in place: the folder reads as data from now on
+    say(f"wrote {out / 'classes.txt'}: {len(next(iter(names)))} class names")
+    return {
+        "dir": str(out),
+        "files": sum(w["files"] for w in written.values()),
+        "images": sum(w["images"] for w in written.values()),
+        **({"unreadable": [{"path": p, "error": e} for p, e in bad.files.items()]} if len(bad) else {}),
+        "sets": written,
+    }
+
+
+def _shard_set(images, files: int, left_out: int) -> dict:
+    return {
+        "files": files,
+        "images": len(images) - left_out,
+        "source": images.source,
+        "selection": images.selection,
+        "unreadable_left_out": left_out,
+    }
+
+
+def _shards_line(split: str | None, images, written: dict, out: Path, prefix: str) -> str:
+    what = f"of the {split} split ({images.source}, {images.selection})" if split else f"(all of {images.source})"
+    left_out = written["unreadable_left_out"]
+    unread = f" ({left_out} unreadable left out)" if left_out else ""
+    return (
+        f"wrote {written['images']:,} images {what}{unread} as {written['files']} tar shard(s): "
+        f"{out}/{prefix}-{{000000..{written['files'] - 1:06d}}}.tar"
+    )
+
+
+def write_samples(out: Path, pixels, captions: list[str], which: str) -> dict:
+    """`pixels` ((N, C, H, W) uint8) as OUT/samples.npy and a grid captioned `captions` under the title `which`
+    (what they are) as OUT/samples.png; what was written, for the summary."""
+    import numpy as np
+
+    from vitkit.data.summary import sample_grid
+    from vitkit.files import atomic_path
+
+    array = pixels.numpy()
+    with atomic_path(out / "samples.npy") as tmp:
+        with open(tmp, "wb") as f:
+            np.save(f, array)
+    with atomic_path(out / "samples.png") as tmp:
+        sample_grid(array, captions, title=which[0].upper() + which[1:]).save(tmp, format="PNG")
+    return {
+        "png": str(out / "samples.png"),
+        "npy": str(out / "samples.npy"),
+        "images": len(pixels),
+        "shape": list(pixels.shape),
+    }

@@ -1,0 +1,151 @@
+"""A run's recipe fitted to its data: the default model and schedule for a dataset, from a short scan of its images
+(`fit_to_data`), where nothing names the model (`fitted_unless_named`); and what `vitkit data` reports of a dataset
+as a run config reads it, with the first training batch that recipe would see (`data_report`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+
+def data_path(given: str | None, overrides: list) -> str | None:
+    """The data a run names: `given` (--data), else the last data.path=PATH override (it names the data as --data
+    does, so the model is fitted to it too)."""
+    return given or next(
+        (o.split("=", 1)[1] for o in reversed(overrides) if isinstance(o, str) and o.startswith("data.path=")), None
+    )
+
+
+def fitted_unless_named(path: str | None, named: bool, overrides: list[str], command: str) -> list[str]:
+    """`fit_to_data(path)` where a PATH is given and nothing names the model (`named`: a --config or resumed run, or a
+    model.name or model.init override among `overrides`); else no overrides. Other model.* overrides change the fitted
+    model (they come after it: model.depth=1 is the fitted model one block deep, where it was the built-in default's).
+    The fit reads the training split as the data.* overrides cut it (data.train_images, data.val_fraction, ...);
+    train.epochs or train.steps and train.batch_size overrides set its length, and its warmup, logging and evaluation
+    follow."""
+    if not path or named or any(o.startswith(("model.name=", "model.init=")) for o in overrides):
+        return []
+    from vitkit.train.config import check_override_keys, load_run_config
+
+    check_override_keys(overrides)  # a misspelt key is one error before the scan, not after its line
+
+    user = load_run_config(
+        None,
+        [o for o in overrides if o.startswith(("data.", "train.epochs=", "train.steps=", "train.batch_size="))]
+        + [("data.path", path)],
+    )
+    named_batch, named_steps = (
+        any(o.startswith(key) for o in overrides) for key in ("train.batch_size=", "train.steps=")
+    )
+    fitted = fit_to_data(
+        user.data,
+        command,
+        epochs=user.train.epochs,
+        batch=user.train.batch_size if named_batch else None,
+        steps=user.train.steps if named_steps else None,
+    )
+    return [
+        o for o in fitted if not (user.train.epochs is not None and o.startswith("train.steps="))
+    ]  # the user's length wins
+
+
+def fit_to_data(
+    data, command: str = "train", epochs: float | None = None, batch: int | None = None, steps: int | None = None
+) -> list[str]:
+    """The default recipe for the training split of a run config's `data` section, from a short scan of its images
+    (reported by `command`)."""
+    from vitkit.data import DataSpec
+    from vitkit.data.scan import scan
+    from vitkit.train.config import fitted_to_data
+
+    train = DataSpec.from_config(data).open(
+        data.train_split, channels=3, image_size=32, flag="data.train_split", hold_out="data.val_fraction"
+    )
+    overrides, note = fitted_to_data(scan(train), len(train), epochs=epochs, batch=batch, steps=steps)
+    if int(os.environ.get("RANK", "0")) == 0:  # under torchrun every rank fits (the same way); rank 0 says so
+        print(f"vitkit {command}: {note}", flush=True)
+    return overrides
+
+
+def data_report(
+    path: str | None,
+    config_file: str | None,
+    overrides: list[str],
+    *,
+    split: str | None = None,
+    samples: int = 0,
+    out: str | None = None,
+    to_shards: str | None = None,
+    per_shard: int = 1000,
+    say: Callable[[str], None] = print,
+) -> dict:
+    """What `vitkit data` reports of the data at `path` as the run config (`config_file` + `overrides`) reads it:
+    its summary, said line by line; with `to_shards`, its splits written there as tar shards; with `samples`, the
+    first images of the run's first training batch written to `out`. The summary, with what was written."""
+    from vitkit.data import DataSpec
+    from vitkit.data.report import open_splits, refuse_shards_in, summary_lines
+    from vitkit.data.summary import describe
+    from vitkit.errors import ConfigError
+
+    if samples < 0 or per_shard < 1:
+        raise ConfigError("--samples and --per-shard: expected positive numbers")
+    if samples and not out:
+        raise ConfigError("--samples: say where to write samples.png and samples.npy with --out DIR")
+    if to_shards:
+        refuse_shards_in(Path(to_shards))  # before reading anything
+    config = _data_config(path, config_file, overrides, fitted=bool(samples))
+    d, shape = config.data, config.model_config()
+    opened = open_splits(DataSpec.from_config(d), shape)  # as training reads them (data.train_images too)
+    summary = describe(opened, split or "train", d.path, d.name)
+    for line in summary_lines(summary, opened):
+        say(line)
+    if to_shards:
+        summary["shards"] = _shards(config, shape, opened, split, Path(to_shards), per_shard, say)
+    if samples:
+        summary["samples"] = _samples(config, split or "train", summary, samples, Path(out), say)
+    return summary
+
+
+def _data_config(path: str | None, config_file: str | None, overrides: list[str], fitted: bool):
+    """The run config `vitkit data` reads the data by; with `fitted`, of the model `vitkit train --data PATH` would fit
+    (where nothing names one). A PATH that is a KEY=VALUE (no such file) is an override given in its place."""
+    from vitkit.train.config import load_run_config
+
+    if path and "=" in path and not Path(path).exists():
+        overrides, path = [path, *overrides], None
+    named = list(overrides) + ([f"data.path={path}"] if path else [])
+    if fitted:  # the pixels of the model `vitkit train --data PATH` would fit
+        named = [*fitted_unless_named(path, bool(config_file), overrides, "data"), *named]
+    return load_run_config(config_file, named)
+
+
+def _shards(config, shape, opened: dict, split: str | None, out: Path, per_shard: int, say) -> dict:
+    """`split` as the run config cuts it, or else every split the data has of its own, whole, as tar shards in `out`."""
+    from vitkit.data.report import whole_splits, write_shards
+
+    sets = {split: opened[split]} if split else whole_splits(config, shape)
+    return write_shards(sets, out, per_shard, config.data.split_seed, config.data.on_error, say=say)
+
+
+def _samples(config, split: str, summary: dict, count: int, out: Path, say) -> dict:
+    """The first `count` images of the first training batch of `split`, as training augments them, written to `out`
+    (a split holding fewer images than a batch: one batch of all of it)."""
+    from vitkit.data.report import write_samples
+    from vitkit.train import first_batch_pixels
+
+    d, t = config.data, config.train
+    preview = dataclasses.replace(config, data=dataclasses.replace(d, train_split=split))
+    held, smaller = summary["splits"][split].get("images"), ""
+    if held is not None and held < (t.micro_batch or t.batch_size):  # a small (val) split: one batch of all of it
+        preview = dataclasses.replace(preview, train=dataclasses.replace(t, batch_size=held, micro_batch=None))
+        smaller = f", a batch of all {held} (the split holds fewer than train.batch_size={t.batch_size})"
+    pixels, labels, names = first_batch_pixels(preview, count)
+    which = (
+        f"the first {len(pixels)} images of the first training batch of {summary['splits'][split]['source']} "
+        f"(seed {t.seed}{smaller}), as training augments them before normalisation"
+    )
+    written = {**write_samples(out, pixels, [names[int(y)] for y in labels], which), "seed": t.seed}
+    say(f"samples: {out / 'samples.png'} and {out / 'samples.npy'} {tuple(pixels.shape)} uint8: {which}")
+    return written
