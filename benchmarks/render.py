@@ -75,6 +75,9 @@ def load(results_dir: Path) -> dict[str, list[dict[str, str]]]:
                 raise ValueError(f"{path.name} line {n}: id {row['id']} used twice")
             seen.add(row["id"])
         tables[stem] = rows
+    clash = seen & {section_id(stem) for stem in tables}
+    if clash:
+        raise ValueError(f"row ids equal to a section's anchor: {', '.join(sorted(clash))}")
     return tables
 
 
@@ -87,9 +90,9 @@ def with_unit(row: dict[str, str]) -> str:
     return row["figure"] + (unit if unit in ("x", "%") else f" {unit}")
 
 
-def slug(text: str) -> str:
-    out = "".join(c if c.isalnum() else "-" for c in text.lower())
-    return "-".join(part for part in out.split("-") if part)
+def section_id(stem: str) -> str:
+    """A section's anchor: its CSV's name (`gpu.csv` -> `#gpu`), stable when its title changes."""
+    return stem.replace("_", "-")
 
 
 def render_results(tables: dict[str, list[dict[str, str]]]) -> str:
@@ -104,10 +107,12 @@ def render_results(tables: dict[str, list[dict[str, str]]]) -> str:
         "",
     ]
     titles = {stem: rows[0]["benchmark"] for stem, rows in tables.items() if rows}
-    lines += [f"- [{titles[s]}](#{slug(titles[s])}) ([{s}.csv](results/{s}.csv))" for s in titles]
+    lines += [f"- [{titles[s]}](#{section_id(s)}) ([{s}.csv](results/{s}.csv))" for s in titles]
     for stem, title in titles.items():
         rows = tables[stem]
         lines += [
+            "",
+            f'<a id="{section_id(stem)}"></a>',
             "",
             f"## {title}",
             "",
@@ -125,7 +130,7 @@ def render_results(tables: dict[str, list[dict[str, str]]]) -> str:
                 r["machine"],
                 r["date"],
             ]
-            lines.append(f'| <a id="{r["id"]}"></a>' + " | ".join(cell(c) for c in cells) + " |")
+            lines.append(f'| <a id="{r["id"]}"></a>' + " | ".join(cell(c) or "-" for c in cells) + " |")
         software = list(dict.fromkeys(r["software"] for r in rows if r["software"]))
         if software:
             lines += ["", "Software: " + "; ".join(software) + "."]

@@ -103,3 +103,10 @@ def test_the_readme_needs_its_markers(tmp_path):
     readme = root / "README.md"
     readme.write_text(readme.read_text(encoding="utf-8").replace(render.START, ""), encoding="utf-8")
     assert render.main(["--check", "--root", str(root)]) == 2
+
+
+def test_every_link_into_results_md_from_the_readme_and_docs_finds_its_anchor():
+    anchors = set(re.findall(r'<a id="([^"]+)"></a>', (ROOT / "benchmarks" / "RESULTS.md").read_text(encoding="utf-8")))
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("**/*.md"))]:
+        for anchor in re.findall(r"RESULTS\.md#([A-Za-z0-9_-]+)", path.read_text(encoding="utf-8")):
+            assert anchor in anchors, f"{path.relative_to(ROOT)}: RESULTS.md#{anchor}"
