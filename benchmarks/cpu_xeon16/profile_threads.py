@@ -1,4 +1,4 @@
-"""The one-off script behind profile_s16.txt / profile_b16.txt (RESULTS.md, "Intel Xeon with AMX, all 16 cores"):
+"""The one-off script behind the 16-core Xeon profiles of 2026-11-26 (raw output and notes: git history of benchmarks/):
 bf16 SDPA and linear timings at all cores and 2, then vitkit's bf16 runner compiled and eager, timed at several
 thread counts (compiled at all cores first) and profiled with inductor's kernel profiling.
 

@@ -1,4 +1,4 @@
-"""The one-off script behind RESULTS.md's Xeon sections "the compiled-bf16 fault is OpenMP's spin-waiting" and
+"""The one-off script behind the 16-core Xeon findings (git history of benchmarks/RESULTS.md) "the compiled-bf16 fault is OpenMP's spin-waiting" and
 "oneDNN's packed bf16 linears are the fault" (2026-11-26): vitkit's bf16 runner at all cores, compiled or eager, one
 variant per process, median of 15 batches of 8 after the first.
 
