@@ -53,8 +53,7 @@ def _targets(markdown: str):
     """Every link target in `markdown`, outside fenced code blocks: (match, group index of the target)."""
     prose = FENCE.sub(lambda m: " " * len(m.group(0)), markdown)  # same offsets, no code
     for pattern in (LINK, REFERENCE):
-        for m in pattern.finditer(prose):
-            yield m
+        yield from pattern.finditer(prose)
 
 
 def _relative(target: str) -> tuple[str, str] | None:
@@ -89,7 +88,7 @@ def on_config(config):
         kept = []
         for item in items:
             if isinstance(item, dict):
-                (title, value), = item.items()
+                ((title, value),) = item.items()
                 if isinstance(value, list):
                     value = keep(value)
                     if value:
@@ -112,7 +111,7 @@ def on_config(config):
 def on_files(files, config):
     """Mount the repository files that pages link to outside docs/, following links from mounted pages too."""
     docs = _docs_prefix(config)
-    queue = [f for f in files.documentation_pages()]
+    queue = list(files.documentation_pages())
     mounted: set[str] = set()
     while queue:
         page = queue.pop()
