@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint install data clean
+.PHONY: demo test lint install data clean docs
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,16 @@ test: install data
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+
+# The docs site (mkdocs.yml) into site/: the docs extra in .venv (its own stamp), then a strict build, offline: a
+# warning (a broken link or anchor, a page left out of the nav, an API name not found) fails it.
+DOCS_STAMP := $(VENV)/.installed-docs
+$(DOCS_STAMP): pyproject.toml constraints.txt | $(BIN)/python
+	$(BIN)/python -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[docs]'
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict -d site
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache
