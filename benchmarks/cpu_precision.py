@@ -2,10 +2,14 @@
 runtimes (ONNX Runtime fp32, OpenVINO fp32 and bf16, fed vitkit's ONNX export; both in int8 as NNCF quantizes that
 export) on a checkpoint and a dataset split.
 
-    python benchmarks/cpu_precision.py runs/demo --split test [--threads 2] [--paths "vitkit bf16,openvino bf16"]
+    python benchmarks/cpu_precision.py runs/demo --split test [--threads 2] [--paths "vitkit bf16,openvino bf16"] [--results --label demo]
 
 Every candidate sees the same images; its top-1 and its agreement with vitkit fp32 (same predicted class) are
 printed as a Markdown table and one JSON line. The speed side is `vitkit benchmark --compare ...` (RESULTS.md).
+
+--results also writes the rows cpu-PRECISION-agreement-LABEL-SLUG (bf16, int8, int8-dynamic; LABEL from --label,
+SLUG the machine kind, e.g. xeon) of benchmarks/results/cpu_deployment.csv through benchmarks/rows.py; off by
+default so a quick run doesn't overwrite published figures. Then run `python benchmarks/render.py`.
 """
 
 from __future__ import annotations
@@ -53,6 +57,15 @@ def main() -> None:
     p.add_argument(
         "--paths",
         help="comma-separated: only these paths (names as in the table; vitkit fp32, the reference, always runs)",
+    )
+    p.add_argument(
+        "--results",
+        action="store_true",
+        help="write the rows cpu-PRECISION-agreement-LABEL-SLUG of benchmarks/results/cpu_deployment.csv",
+    )
+    p.add_argument(
+        "--label",
+        help="the rows' model part of the id, e.g. demo or vit-s16 (default: the checkpoint folder's name)",
     )
     args = p.parse_args()
     only = None if args.paths is None else {"vitkit fp32", *(name.strip() for name in args.paths.split(","))}
@@ -149,6 +162,41 @@ def main() -> None:
             {"checkpoint": str(folder), "split": args.split, "n": len(labels), "threads": threads, "results": rows}
         )
     )
+    if args.results:
+        write_results(rows, args.label or folder.name, f"{folder.name} ({100 * base:.2f}% {args.split})", len(labels))
+
+
+def write_results(rows: dict[str, dict], label: str, model: str, n: int) -> None:
+    """cpu_deployment.csv: each reduced-precision vitkit path's top-1 agreement with vitkit fp32."""
+    import re
+
+    from rows import write_rows
+
+    label = re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-")
+    others = [
+        f"{name.split(' ', 1)[1].replace('openvino', 'OpenVINO').replace('onnxruntime', 'ONNX Runtime')} "
+        f"{100 * r['agreement_with_vitkit_fp32']:.2f}%"
+        for name, r in rows.items()
+        if not name.startswith("vitkit")
+    ]
+    out = []
+    for name, r in rows.items():
+        if not name.startswith("vitkit ") or name == "vitkit fp32":
+            continue
+        precision = name.split(" ", 1)[1]
+        out.append(
+            {
+                "id": f"cpu-{precision}-agreement-{label}",
+                "benchmark": "CPU deployment: reduced precision, OpenVINO, ONNX Runtime",
+                "claim": f"{precision} top-1 agreement with fp32 ({n:,} {'test ' if n == 10000 else ''}images)",
+                "figure": f"{100 * r['agreement_with_vitkit_fp32']:.2f}",
+                "unit": "%",
+                "against": "fp32; " + ", ".join(others) if others else "fp32",
+                "model": model,
+                "setting": f"{precision}, top-1 {100 * r['top1']:.2f}%",
+            }
+        )
+    write_rows("cpu_deployment", out)
 
 
 if __name__ == "__main__":

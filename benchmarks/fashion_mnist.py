@@ -1,11 +1,15 @@
-"""Fashion-MNIST accuracy and wall time of the demo recipe, appended to benchmarks/RESULTS.md.
+"""Fashion-MNIST accuracy and wall time of the demo recipe.
 
-    PYTHONPATH=src python benchmarks/fashion_mnist.py [--config configs/fashion_mnist.yaml] [--out DIR] [KEY=VALUE ...]
+    PYTHONPATH=src python benchmarks/fashion_mnist.py [--config configs/fashion_mnist.yaml] [--out DIR] [--results] [KEY=VALUE ...]
 
 Runs exactly what a user runs: `vitkit train --config CONFIG --out DIR`, then
 `vitkit eval DIR --split test --json`, and records test top-1, training wall time, images/s, the
 machine and how loaded it was (the mean 1-minute load average during training; the CPU may be
 shared with other jobs). Target on a 2-core CPU: >= 90% test top-1 within 10 minutes of training.
+
+Prints one JSON line. With --results it also writes the rows demo-test-top1-SLUG and demo-train-time-SLUG of
+benchmarks/results/demo.csv (benchmarks/rows.py; SLUG names the machine kind, e.g. xeon, epyc); then run
+`python benchmarks/render.py`. Off by default so a quick run doesn't overwrite published figures.
 """
 
 from __future__ import annotations
@@ -42,8 +46,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default="configs/fashion_mnist.yaml")
     parser.add_argument("--out", default=None, help="run directory (default: runs/bench-<time>)")
-    parser.add_argument("--results", default=str(ROOT / "benchmarks" / "RESULTS.md"))
-    parser.add_argument("--note", default="", help="free text for the table row")
+    parser.add_argument(
+        "--results", action="store_true", help="write the figures to benchmarks/results/demo.csv (see rows.py)"
+    )
+    parser.add_argument("--note", default="", help="free text for the rows' setting column")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
     out = args.out or f"runs/bench-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}"
@@ -84,30 +90,35 @@ def main() -> int:
         "machine": f"{cpu_name()}, {os.cpu_count()} cores, torch {torch.__version__}",
     }
     print(json.dumps(row))
-    line = (
-        f"| {row['date']} | `{row['config']}` | {row['test_top1']:.4f} | {row['train_wall_s']:.0f} | {row['img_s']:.0f} "
-        f"| {row['steps']} | {row['threads']} | {row['load_mean']:.1f} | {row['machine']} | {args.note} |\n"
-    )
-    results = Path(args.results)
-    text = results.read_text() if results.exists() else "# Benchmark results\n"
-    header = "## Fashion-MNIST demo recipe (`benchmarks/fashion_mnist.py`)"
-    if header not in text:
-        text += (
-            f"\n{header}\n\n"
-            "`vitkit train --config configs/fashion_mnist.yaml --out DIR` then `vitkit eval DIR --split test --json`.\n"
-            "Target: >= 90% test top-1 within 10 minutes of training on the 2-core CPU. train s = training wall time\n"
-            "(summary.json, data loading and checkpoints included); load = mean 1-minute load average while training\n"
-            "(2.0 = both cores busy; above that the CPU was shared with other jobs).\n\n"
-            "| date | config | test top-1 | train s | img/s | steps | threads | load | machine | note |\n"
-            "|---|---|---|---|---|---|---|---|---|---|\n"
-        )
-    from vitkit.files import atomic_path
+    if args.results:
+        from rows import write_rows
 
-    head, sep, rest = text.partition(header)
-    table_end = rest.find("\n\n", rest.find("|---|"))
-    rest = rest + line if table_end < 0 else rest[: table_end + 1] + line + rest[table_end + 1 :]
-    with atomic_path(results) as tmp:
-        tmp.write_text(head + sep + rest)
+        model = args.config
+        setting = f"{row['steps']} steps, {row['threads']} threads, load {row['load_mean']:.1f}"
+        setting += f"; {args.note}" if args.note else ""
+        common = {"benchmark": "Fashion-MNIST demo (`make demo`)", "model": model, "setting": setting}
+        if args.overrides:
+            common["model"] += " with " + " ".join(args.overrides)
+        write_rows(
+            "demo",
+            [
+                {
+                    **common,
+                    "id": "demo-test-top1",
+                    "claim": "test top-1 on the 10,000 test images",
+                    "figure": f"{row['test_top1']:.4f}",
+                    "unit": "top-1",
+                },
+                {
+                    **common,
+                    "id": "demo-train-time",
+                    "claim": "training wall time (summary.json)",
+                    "figure": f"{row['train_wall_s']:.0f}",
+                    "unit": "s",
+                    "setting": f"{setting}; {row['img_s']:,.0f} img/s",
+                },
+            ],
+        )
     return 0
 
 

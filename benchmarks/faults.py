@@ -1,7 +1,7 @@
 """The fault campaign behind the table at the top of docs/reliability.md: kills, full disks and fuzzed inputs,
 counted. Every number it prints comes from this run.
 
-    .venv/bin/python benchmarks/faults.py [--fuzz-examples 300] [--random-kills 20] [--train-kills 5]
+    .venv/bin/python benchmarks/faults.py [--fuzz-examples 300] [--random-kills 20] [--train-kills 5] [--results]
 
 1. A SIGKILL at every file-system step (each rename, fsync, unlink, mkdir, open, close) of replacing a checkpoint,
    in every format (vitkit, hf, npz, timm): afterwards the checkpoint must read back as the old model or the new
@@ -13,6 +13,10 @@ counted. Every number it prints comes from this run.
    of a run never killed (to 1e-6).
 5. The hypothesis fuzzers (tests/test_input_fuzz.py and the existing image and checkpoint fuzzers) with many
    examples: every input ends in success or a one-line error with exit code 2.
+
+--results also writes the rows faults-bytes-lost-SLUG, faults-wrong-messages-SLUG and faults-train-kills-SLUG of
+benchmarks/results/reliability.csv through benchmarks/rows.py (SLUG: the machine kind, e.g. epyc); off by default
+so a quick run doesn't overwrite published figures. Then run `python benchmarks/render.py`.
 """
 
 from __future__ import annotations
@@ -190,6 +194,9 @@ TRAIN = [
 ]
 
 
+train_counts = {"killed": 0, "same": 0}  # the `vitkit train` kills alone, for their row
+
+
 def train_kills(work: Path, n: int, steps: int = 40) -> None:
     straight = work / "straight"
     started = time.monotonic()
@@ -221,6 +228,8 @@ def train_kills(work: Path, n: int, steps: int = 40) -> None:
         got = read_safetensors(out / "final" / "model.safetensors")
         same = all(torch.allclose(got[k], want[k], atol=1e-6, rtol=0) for k in want)
         counts["kills survived"] += same
+        train_counts["killed"] += 1
+        train_counts["same"] += same
         counts["bytes lost"] += 0 if same else _size(out / "final")
         print(f"SIGKILL of vitkit train {i + 1}/{n}: resumed to the same weights as a straight run: {same}")
 
@@ -254,6 +263,11 @@ def main() -> None:
     )
     parser.add_argument("--random-kills", type=int, default=20)
     parser.add_argument("--train-kills", type=int, default=5)
+    parser.add_argument(
+        "--results",
+        action="store_true",
+        help="write the rows faults-{bytes-lost,wrong-messages,train-kills}-SLUG of benchmarks/results/reliability.csv",
+    )
     args = parser.parse_args()
     started = time.time()
     with tempfile.TemporaryDirectory(prefix="vitkit-faults-") as tmp:
@@ -272,6 +286,47 @@ def main() -> None:
     print("|---|---|---|---|---|")
     print("| " + " | ".join(f"{counts[k]:,}" for k in counts) + " |")
     print(json.dumps(counts))
+    if args.results:
+        write_results()
+
+
+def write_results() -> None:
+    from rows import write_rows
+
+    common = {"benchmark": "Fault campaign (reliability)"}
+    write_rows(
+        "reliability",
+        [
+            {
+                **common,
+                "id": "faults-bytes-lost",
+                "claim": f"bytes lost over {counts['faults injected']:,} faults injected "
+                f"({counts['kills survived']:,} kills survived) and {counts['inputs tried']:,} fuzzed inputs",
+                "figure": f"{counts['bytes lost']}",
+                "unit": "bytes",
+                "model": "vitkit dir, HF dir, .npz + sidecar, timm .safetensors",
+                "setting": "SIGKILLs, file-size limits, full disk, fuzzing",
+            },
+            {
+                **common,
+                "id": "faults-wrong-messages",
+                "claim": "wrong messages over the same campaign",
+                "figure": f"{counts['wrong messages']}",
+                "unit": "messages",
+                "model": "all formats",
+                "setting": "each failure ends in one line, exit code 2",
+            },
+            {
+                **common,
+                "id": "faults-train-kills",
+                "claim": "`vitkit train` runs killed then `--resume`d that end with the unkilled run's weights (to 1e-6)",
+                "figure": f"{train_counts['same']} of {train_counts['killed']}",
+                "unit": "runs",
+                "model": "40 steps, a checkpoint each step",
+                "setting": "SIGKILL in the later half of the run",
+            },
+        ],
+    )
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """The GPU measurements of benchmarks/RESULTS.md ("GPU"), one part at a time, each in its own process.
 
-    PYTHONPATH=src python benchmarks/gpu.py PART [PART ...] --out DIR [--fmnist DIR] [--seconds 270]
+    PYTHONPATH=src python benchmarks/gpu.py PART [PART ...] --out DIR [--fmnist DIR] [--seconds 270] [--results]
 
 Parts:
   env      the device, driver, torch and timm versions
@@ -14,7 +14,11 @@ Parts:
   loop     `vitkit train` of ViT-B/16 on synthetic images against the bare step: what the training loop costs
   jpeg     `vitkit train` of ViT-S/16 on a folder of 224-px-and-up JPEGs: img/s and GPU utilisation by workers
 
-Every part writes DIR/PART.json (and logs); the last lines printed are a summary.
+Every part writes DIR/PART.json (and logs); the last lines printed are a summary. --results also writes the rows
+of the parts tests, train, infer, fmnist and memory (gpu-tests-SLUG, gpu-train-vit-b16-SLUG, gpu-infer-vit-b16-SLUG,
+gpu-fashion-mnist-SLUG, gpu-memory-vit-l16-SLUG, ...; SLUG the GPU, e.g. h100) to benchmarks/results/gpu.csv through
+benchmarks/rows.py; off by default so a quick run doesn't overwrite published figures. Then run
+`python benchmarks/render.py`.
 """
 
 from __future__ import annotations
@@ -515,6 +519,11 @@ def main() -> None:
         metavar=("BATCH", "LR"),
         help="fmnist: also probe img/s at this batch and learning rate",
     )
+    parser.add_argument(
+        "--results",
+        action="store_true",
+        help="write the rows of the parts tests, train, infer, fmnist and memory to benchmarks/results/gpu.csv",
+    )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     summary = {}
@@ -530,6 +539,83 @@ def main() -> None:
             f"== {name} ({summary[name + '_seconds']:.0f} s): {json.dumps(summary[name], default=str)[:3000]}",
             flush=True,
         )
+    if args.results:
+        rows = results_rows(summary)
+        if rows:
+            from rows import write_rows
+
+            write_rows("gpu", rows)
+
+
+def _pretty(model: str) -> str:
+    """vit_l16 -> ViT-L/16."""
+    return f"ViT-{model[4].upper()}/{model[5:]}"
+
+
+def results_rows(summary: dict) -> list[dict]:
+    """gpu.csv rows (ids as the published ones, the machine slug appended by rows.write_rows) of the parts that ran."""
+    common = {"benchmark": "GPU training and inference"}
+    rows = []
+    tests = summary.get("tests", {})
+    if "tail" in tests and tests.get("rc") in (0, 1):
+        found = [line for line in tests["tail"].splitlines() if " passed" in line or " failed" in line]
+        rows.append(
+            {
+                **common,
+                "id": "gpu-tests",
+                "claim": "`pytest -m gpu` (tests/test_gpu.py)",
+                "figure": found[-1].strip("= ").split(" in ")[0] if found else f"rc {tests['rc']}",
+                "unit": "tests",
+                "setting": f"{summary['tests_seconds']:.0f} s",
+            }
+        )
+    for mode, part in (("train", "train"), ("infer", "infer")):
+        for model, r in summary.get(part, {}).items():
+            if not isinstance(r, dict) or "speedup" not in r:
+                continue
+            rows.append(
+                {
+                    **common,
+                    "id": f"gpu-{mode}-{model.replace('_', '-')}",
+                    "claim": f"{'training' if mode == 'train' else 'inference'} speed over timm "
+                    f"({r['vitkit_img_s']:,.0f} img/s, MFU {100 * r['vitkit_mfu']:.1f}%)",
+                    "figure": f"{r['speedup']:.2f}",
+                    "unit": "x",
+                    "against": f"timm {r['timm_img_s']:,.0f} img/s, MFU {100 * r['timm_mfu']:.1f}%",
+                    "model": model,
+                    "setting": f"batch {r['batch']}, bf16, compiled" + (", fused AdamW" if mode == "train" else ""),
+                }
+            )
+    fmnist = summary.get("fmnist", {})
+    if "top1" in fmnist.get("test", {}):
+        wall = fmnist.get("summary", {}).get("wall_time_s", fmnist["command_seconds"])
+        rows.append(
+            {
+                **common,
+                "id": "gpu-fashion-mnist",
+                "claim": f"Fashion-MNIST test top-1 after {wall:.0f} s of training",
+                "figure": f"{100 * fmnist['test']['top1']:.2f}",
+                "unit": "%",
+                "model": "configs/fashion_mnist_gpu.yaml",
+                "setting": f"{fmnist['steps']:,} x {fmnist['batch']}, {fmnist['probe_img_s']:,.0f} img/s probe",
+            }
+        )
+    memory = summary.get("memory", {})
+    for model in ("vit_l16", "vit_h14"):
+        plain, ckpt = (memory.get(f"{model} {v}", {}) for v in ("plain", "grad_checkpointing"))
+        if "largest_batch" in plain and "largest_batch" in ckpt:
+            rows.append(
+                {
+                    **common,
+                    "id": f"gpu-memory-{model.replace('_', '-')}",
+                    "claim": f"largest batch that trains, {_pretty(model)} at 224: plain / `train.grad_checkpointing`",
+                    "figure": f"{plain['largest_batch']:,} / {ckpt['largest_batch']:,}",
+                    "unit": "images",
+                    "model": model,
+                    "setting": "bf16 autocast, fused AdamW, eager",
+                }
+            )
+    return rows
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Input-pipeline throughput per CPU core: decoding ImageNet-like JPEGs and making 224-px training crops.
 
-    PYTHONPATH=src python benchmarks/input_pipeline.py [--images 256] [--rounds 5] [--photo-size 500x375] [--json out.json]
+    PYTHONPATH=src python benchmarks/input_pipeline.py [--images 256] [--rounds 5] [--photo-size 500x375] [--json out.json] [--results]
 
 Generates JPEGs like ImageNet's photos (sizes drawn around 500x375, both orientations, quality 90, a
 1/f-like mix of smooth and fine texture) in a temporary folder, writes them once more as tar shards,
@@ -24,6 +24,10 @@ round, and reports medians of per-round ratios to the plain reference:
                    crop and resize on the GPU: img/s of one host thread and the GPU, not per core of work
 
 Flips, RandAugment and normalisation run on the training device in vitkit and are not counted here.
+
+--results writes the rows input-pipeline-folder-SLUG, -shards-SLUG and -torchvision-SLUG (where torchvision is
+installed) of benchmarks/results/input_pipeline.csv through benchmarks/rows.py (SLUG: the machine kind, e.g. epyc);
+off by default so a quick run doesn't overwrite published figures. Then run `python benchmarks/render.py`.
 """
 
 from __future__ import annotations
@@ -202,6 +206,11 @@ def main() -> None:
         "--photo-size", default="500x375", help="typical generated photo, WxH (e.g. 2000x1500 for phone photos)"
     )
     parser.add_argument("--json", help="write the results here")
+    parser.add_argument(
+        "--results",
+        action="store_true",
+        help="write the rows input-pipeline-{folder,shards,torchvision}-SLUG of benchmarks/results/input_pipeline.csv",
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory(prefix="vitkit-input-") as tmp:
@@ -280,6 +289,51 @@ def main() -> None:
     meta.update(reference_ms=reference_ms, entropy_decoding_ms=entropy_ms)
     if args.json:
         Path(args.json).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    if args.results:
+        write_results(rows, meta)
+
+
+def write_results(rows: list[dict], meta: dict) -> None:
+    """input_pipeline.csv: vitkit's loader (folder, shards) over the reference, and over torchvision's fastest CPU row."""
+    from rows import write_rows
+
+    by_name = {r["pipeline"]: r for r in rows}
+    model = f"{meta['images']} JPEGs, mean {meta['mean_kib']:.0f} KiB, {SIZE}-px Inception crops"
+    setting = f"1 process, 1 thread, medians of {meta['rounds']} rounds; load {meta['load_average_1min']:.1f}"
+    out = []
+    for kind, name in (("folder", "vitkit loader, folder"), ("shards", "vitkit loader, tar shards")):
+        r = by_name[name]
+        out.append(
+            {
+                "id": f"input-pipeline-{kind}",
+                "benchmark": "Input pipeline",
+                "claim": f"vitkit loader ({'image folder' if kind == 'folder' else 'tar shards'}) speed over a plain "
+                "Pillow pipeline, per core",
+                "figure": f"{r['vs_reference']:.2f}",
+                "unit": "x",
+                "against": f"Pillow crop + resize + to tensor ({by_name[REFERENCE]['img_s_per_core']:,.0f} img/s)",
+                "model": model,
+                "setting": f"{setting}; {r['img_s_per_core']:,.0f} img/s",
+            }
+        )
+    tv = [r for r in rows if r["pipeline"].startswith("torchvision") and "nvJPEG" not in r["pipeline"]]
+    if tv:
+        best = max(tv, key=lambda r: r["img_s_per_core"])
+        ours = by_name["vitkit loader, folder"]["img_s_per_core"]
+        out.append(
+            {
+                "id": "input-pipeline-torchvision",
+                "benchmark": "Input pipeline",
+                "claim": "vitkit loader speed over torchvision's fastest CPU pipeline, per core "
+                f"({ours:,.0f} vs {best['img_s_per_core']:,.0f} img/s)",
+                "figure": f"{ours / best['img_s_per_core']:.2f}",
+                "unit": "x",
+                "against": best["pipeline"],
+                "model": model,
+                "setting": setting,
+            }
+        )
+    write_rows("input_pipeline", out)
 
 
 if __name__ == "__main__":

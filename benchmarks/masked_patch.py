@@ -1,6 +1,6 @@
-"""Masked patch prediction (paper §4.6) in miniature on Fashion-MNIST, appended to benchmarks/RESULTS.md.
+"""Masked patch prediction (paper §4.6) in miniature on Fashion-MNIST.
 
-    PYTHONPATH=src python benchmarks/masked_patch.py [--out runs/mpp-bench] [--pretrain-steps 1000] [--finetune-steps 500]
+    PYTHONPATH=src python benchmarks/masked_patch.py [--out runs/mpp-bench] [--pretrain-steps 1000] [--finetune-steps 500] [--results]
 
 1. pre-train `configs/pretrain_masked_patch.yaml` (labels unused) for --pretrain-steps;
 2. few-shot: 5/10/25-shot closed-form ridge (PAPER.md §4) on the frozen features of the pre-trained model
@@ -9,6 +9,9 @@
    (model.init) and from random initialisation, and from random initialisation for pre-train + fine-tune
    steps (the same total compute); each evaluated on the test split with `vitkit eval`.
 Runs that already finished in --out are reused, so an interrupted benchmark continues.
+Prints a Markdown section; --results writes the rows mpp-finetune-top1-SLUG and mpp-fewshot-25-SLUG of
+benchmarks/results/masked_patch.csv through benchmarks/rows.py (SLUG: the machine kind, e.g. xeon); off by default
+so a quick run doesn't overwrite published figures. Then run `python benchmarks/render.py`.
 """
 
 from __future__ import annotations
@@ -135,7 +138,11 @@ def main() -> int:
     parser.add_argument("--out", default="runs/mpp-bench")
     parser.add_argument("--pretrain-steps", type=int, default=1000)
     parser.add_argument("--finetune-steps", type=int, default=500)
-    parser.add_argument("--results", default=str(ROOT / "benchmarks" / "RESULTS.md"))
+    parser.add_argument(
+        "--results",
+        action="store_true",
+        help="write the rows mpp-finetune-top1-SLUG and mpp-fewshot-25-SLUG of benchmarks/results/masked_patch.csv",
+    )
     args = parser.parse_args()
     out, P, S = ROOT / args.out, args.pretrain_steps, args.finetune_steps
     torch.set_num_threads(1)
@@ -206,18 +213,40 @@ def main() -> int:
     ]
     text = "\n".join(lines)
     print(text)
-    results = Path(args.results)
-    body = results.read_text() if results.exists() else "# Benchmark results\n"
-    header = "## Masked patch prediction (paper §4.6, `benchmarks/masked_patch.py`)"
-    if header not in body:
-        body += f"\n{header}\n"
-    head, sep, rest = body.partition(header)
-    end = rest.find("\n## ")
-    rest = rest + text if end < 0 else rest[:end] + text + rest[end:]
-    from vitkit.files import atomic_path
+    if args.results:
+        from rows import write_rows
 
-    with atomic_path(results) as tmp:
-        tmp.write_text(head + sep + rest)
+        common = {
+            "benchmark": "Masked patch prediction (paper §4.6)",
+            "model": "vit_mini4_28 (width 64, depth 6, 206k params)",
+        }
+        names = list(tuned)
+        n = max(SHOTS)
+        (pm, ps), (rm, rs) = (shots[(who, "token")][n] for who in ("masked patch pre-trained", "random init"))
+        write_rows(
+            "masked_patch",
+            [
+                {
+                    **common,
+                    "id": "mpp-finetune-top1",
+                    "claim": f"test top-1, pre-trained {P} steps + fine-tuned {S}",
+                    "figure": f"{100 * tuned[names[0]][0]:.2f}",
+                    "unit": "%",
+                    "against": f"{100 * tuned[names[1]][0]:.2f}% from scratch, {S} steps; "
+                    f"{100 * tuned[names[2]][0]:.2f}% from scratch, {P + S} steps",
+                    "setting": "batch 128, 1 thread per run",
+                },
+                {
+                    **common,
+                    "id": f"mpp-fewshot-{n}",
+                    "claim": f"{n}-shot linear accuracy on frozen class-token features",
+                    "figure": f"{100 * pm:.1f} ± {100 * ps:.1f}",
+                    "unit": "%",
+                    "against": f"{100 * rm:.1f} ± {100 * rs:.1f}% random init",
+                    "setting": f"seeds {min(SEEDS)}-{max(SEEDS)}, 10,000 test images",
+                },
+            ],
+        )
     return 0
 
 

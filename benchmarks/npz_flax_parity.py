@@ -10,10 +10,14 @@ Needs jax and flax, which vitkit does not depend on:
     pip install --target /tmp/flaxpkgs "flax>=0.12,<0.13" jax
     PYTHONPATH=src:/tmp/flaxpkgs python benchmarks/npz_flax_parity.py
 Prints one line per case and the worst relative error (max |diff| / max |flax|); exits 1 above 1e-4.
+--results also writes the rows npz-flax-worst-SLUG, npz-flax-token-SLUG, npz-flax-gap-SLUG and
+npz-flax-hybrid-r22-SLUG of benchmarks/results/checkpoint_parity.csv through benchmarks/rows.py (SLUG: the machine
+kind); off by default so a quick run doesn't overwrite published figures. Then run `python benchmarks/render.py`.
 """
 
 from __future__ import annotations
 
+import argparse
 import platform
 import sys
 import tempfile
@@ -201,7 +205,8 @@ CASES = {
 }
 
 
-def run_case(name: str, case: dict, seed: int, tmp: Path) -> float:
+def run_case(name: str, case: dict, seed: int, tmp: Path) -> tuple[float, float]:
+    """(max relative error of the load, worst of load and write) for one case; prints its line."""
     kw = dict(num_classes=7, patch=4, hidden=64, depth=2, mlp_dim=128, heads=4) | case["model"]
     model = OfficialViT(**kw)
     h, w = case["image"]
@@ -213,7 +218,7 @@ def run_case(name: str, case: dict, seed: int, tmp: Path) -> float:
     ours = vitkit.load_pretrained(path, image_size=(h, w))
     with torch.no_grad():
         got = ours(torch.from_numpy(x).permute(0, 3, 1, 2)).double().numpy()
-    err = float(np.abs(got - want).max() / np.abs(want).max())
+    err = load_err = float(np.abs(got - want).max() / np.abs(want).max())
     line = f"{name:<34} logits {tuple(want.shape)}  load: max rel err {err:.2e}"
     if "resnet" not in case["model"]:  # vitkit writes plain ViTs: the Flax model runs the .npz vitkit wrote
         back = tmp / f"written{seed}.npz"
@@ -227,20 +232,62 @@ def run_case(name: str, case: dict, seed: int, tmp: Path) -> float:
         line += f"  write: max rel err {write_err:.2e}"
         err = max(err, write_err)
     print(line)
-    return err
+    return load_err, err
 
 
-def main() -> int:
+# The cases with a row of their own in checkpoint_parity.csv (--results), by the id's middle part.
+CASE_IDS = {"token": "token", "gap": "gap", "hybrid R(2,2)+ViT, GN (1,1,1,C)": "hybrid-r22"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument(
+        "--results",
+        action="store_true",
+        help="write the rows npz-flax-{worst,token,gap,hybrid-r22}-SLUG of benchmarks/results/checkpoint_parity.csv",
+    )
+    args = parser.parse_args(argv)
     torch.set_num_threads(2)
     with tempfile.TemporaryDirectory() as tmp:
-        errors = [run_case(name, case, seed, Path(tmp)) for seed, (name, case) in enumerate(CASES.items())]
+        pairs = {name: run_case(name, case, seed, Path(tmp)) for seed, (name, case) in enumerate(CASES.items())}
+    errors = [both for _, both in pairs.values()]
     worst = max(errors)
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     print(
         f"worst max rel err {worst:.2e} over {len(errors)} cases (jax {jax.__version__}, flax {flax.__version__}, "
         f"torch {torch.__version__}, {platform.machine()} {platform.processor() or ''} CPU, {stamp})"
     )
+    if args.results:
+        write_results(pairs, worst)
     return 0 if worst <= 1e-4 else 1
+
+
+def write_results(pairs: dict[str, tuple[float, float]], worst: float) -> None:
+    from rows import write_rows
+
+    common = {"benchmark": "Checkpoint parity", "unit": "relative", "setting": "fp32, 2 images"}
+    out = [
+        {
+            **common,
+            "id": "npz-flax-worst",
+            "claim": f"worst max relative logit error, .npz loaded or written, {len(pairs)} cases",
+            "figure": f"{worst:.2e}",
+            "against": "the official Flax ViT on the same arrays",
+            "model": "random weights in the release layout, plain and hybrid",
+        }
+    ]
+    for name, middle in CASE_IDS.items():
+        out.append(
+            {
+                **common,
+                "id": f"npz-flax-{middle}",
+                "claim": f"max relative logit error, load: {name}",
+                "figure": f"{pairs[name][0]:.2e}",
+                "against": "the official Flax ViT",
+                "model": name,
+            }
+        )
+    write_rows("checkpoint_parity", out)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Cost as the work grows: throughput and memory against resolution and batch size.
 
-    PYTHONPATH=src python benchmarks/scaling.py [--model vit_s16] [--compile off] [--out benchmarks/scaling]
+    PYTHONPATH=src python benchmarks/scaling.py [--model vit_s16] [--compile off] [--out benchmarks/scaling] [--results]
 
 Training memory: the storage autograd keeps for backward in one training forward
 (benchmark.activation_memory_mb), through the fused attention (SDPA: no T x T matrix kept) and through
@@ -8,6 +8,10 @@ the explicit path (which keeps the softmax probabilities), at 224, 384 and 512 p
 Inference: img/s, MFU and the allocator's peak memory for one batch (`vitkit benchmark`'s figures, the
 model timed in turns with a matmul for the machine's peak) at each resolution (batch 8) and at batch
 sizes 1-32 (224 px). Writes scaling.json and scaling.png.
+
+--results also writes the rows scaling-RES-img-s-SLUG and scaling-RES-train-memory-SLUG of
+benchmarks/results/scaling.csv through benchmarks/rows.py (SLUG: the machine kind, e.g. xeon); off by default so
+a quick run doesn't overwrite published figures. Then run `python benchmarks/render.py`.
 """
 
 from __future__ import annotations
@@ -45,6 +49,11 @@ def main() -> None:
         "--compile", choices=["on", "off"], default="on", help="torch.compile, as vitkit benchmark does (default on)"
     )
     parser.add_argument("--out", type=Path, default=Path("benchmarks/scaling"))
+    parser.add_argument(
+        "--results",
+        action="store_true",
+        help="write the rows scaling-RES-{img-s,train-memory}-SLUG of benchmarks/results/scaling.csv",
+    )
     args = parser.parse_args()
     benchmark.set_threads(None)
     rows = []
@@ -72,6 +81,44 @@ def main() -> None:
         json.dumps({"model": args.model, "resolution": rows, "batch": batches}, indent=2)
     )
     plot(args.model, rows, batches, args.out.with_suffix(".png"))
+    if args.results:
+        write_results(args, rows)
+
+
+def write_results(args: argparse.Namespace, rows: list[dict]) -> None:
+    """scaling.csv: per resolution, inference img/s (batch 8) and training activations per image (fused SDPA)."""
+    from rows import write_rows
+
+    benchmark_name = "Cost as the work grows (`benchmarks/scaling.py`)"
+    out = []
+    for r in rows:
+        res, tokens = r["resolution"], r["tokens"]
+        if "img_s" in r:
+            out.append(
+                {
+                    "id": f"scaling-{res}-img-s",
+                    "benchmark": benchmark_name,
+                    "claim": f"inference speed at {res} px ({tokens} tokens), MFU {100 * r['mfu']:.1f}%",
+                    "figure": f"{r['img_s']:.1f}",
+                    "unit": "img/s",
+                    "model": f"{args.model}, {'compiled' if args.compile == 'on' else 'eager'}, fp32, "
+                    f"kernels: {r['kernels']}",
+                    "setting": f"batch 8, {torch.get_num_threads()} threads, {args.rounds} rounds",
+                }
+            )
+        out.append(
+            {
+                "id": f"scaling-{res}-train-memory",
+                "benchmark": benchmark_name,
+                "claim": f"training activations per image at {res} px (fused SDPA)",
+                "figure": f"{r['act_mb_fused']:.1f}",
+                "unit": "MB/img",
+                "against": f"{r['act_mb_explicit']:.1f} MB/img through the explicit softmax",
+                "model": args.model,
+                "setting": "exact count of saved tensors",
+            }
+        )
+    write_rows("scaling", out)
 
 
 def inference(config, batch: int, args: argparse.Namespace) -> dict:

@@ -2,12 +2,14 @@
 same 4x4 patches (7x7 -> 10x10 grid, position embeddings interpolated), and evaluate its frozen features
 (few-shot, linear probe, k-NN) against the same architecture randomly initialised.
 
-    PYTHONPATH=src python benchmarks/transfer_fashion_mnist.py [--runs runs] [--append]
+    PYTHONPATH=src python benchmarks/transfer_fashion_mnist.py [--runs runs] [--results]
 
 Runs exactly the `vitkit` commands it prints, in --runs. Finished steps are reused: the pre-training is
 skipped when RUNS/pretrain28/final exists and `vitkit finetune` keeps the finished runs of a sweep; the
-evaluations are always run again. Prints a Markdown section (commands, tables, machine, date); --append
-adds it to benchmarks/RESULTS.md.
+evaluations are always run again. Prints a Markdown section (commands, tables, machine, date); --results
+writes the rows transfer-finetune-top1-SLUG, transfer-fewshot-1shot-SLUG, transfer-linear-probe-SLUG and
+transfer-knn-SLUG of benchmarks/results/transfer.csv through benchmarks/rows.py (SLUG: the machine kind, e.g.
+xeon); off by default so a quick run doesn't overwrite published figures. Then run `python benchmarks/render.py`.
 """
 
 from __future__ import annotations
@@ -45,7 +47,11 @@ def cpu_name() -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", default="runs", help="folder for the run directories (default runs)")
-    parser.add_argument("--append", action="store_true", help="append the section to benchmarks/RESULTS.md")
+    parser.add_argument(
+        "--results",
+        action="store_true",
+        help="write the rows transfer-{finetune-top1,fewshot-1shot,linear-probe,knn}-SLUG of benchmarks/results/transfer.csv",
+    )
     args = parser.parse_args()
     r = args.runs
     commands = []
@@ -157,13 +163,53 @@ def main() -> int:
     ]
     text = "\n".join(lines)
     print(text)
-    if args.append:
-        from vitkit.files import atomic_path
+    if args.results:
+        from rows import write_rows
 
-        results = ROOT / "benchmarks" / "RESULTS.md"
-        old = results.read_text() if results.exists() else "# Benchmark results\n"
-        with atomic_path(results) as tmp:
-            tmp.write_text(old.rstrip("\n") + "\n\n" + text)
+        common = {
+            "benchmark": "Transfer on Fashion-MNIST (28 -> 40 px)",
+            "model": "vit_mini4_28 (width 64, depth 6, 206k params)",
+        }
+        pre_shots, random_shots = (next(iter(res["shots"].items())) for res in shots.values())
+        write_rows(
+            "transfer",
+            [
+                {
+                    **common,
+                    "id": "transfer-finetune-top1",
+                    "claim": f"test top-1 fine-tuned at 40x40, lr {lr}, 120 steps",
+                    "figure": f"{after_long['top1']:.4f}",
+                    "unit": "top-1",
+                    "against": f"{before['top1']:.4f} pre-trained at 28x28",
+                    "setting": "batch 512 (4 x 128)",
+                },
+                {
+                    **common,
+                    "id": f"transfer-fewshot-{pre_shots[0]}shot",
+                    "claim": f"{pre_shots[0]}-shot linear accuracy on frozen features",
+                    "figure": f"{pre_shots[1]['mean']:.4f} ± {pre_shots[1]['std']:.4f}",
+                    "unit": "top-1",
+                    "against": f"{random_shots[1]['mean']:.4f} ± {random_shots[1]['std']:.4f} random init",
+                    "setting": "3 seeds",
+                },
+                {
+                    **common,
+                    "id": "transfer-linear-probe",
+                    "claim": f"linear probe test top-1 (l2 {probe['best_l2']:g} picked on val)",
+                    "figure": f"{probe['test_top1']:.4f}",
+                    "unit": "top-1",
+                    "setting": "frozen features",
+                },
+                {
+                    **common,
+                    "id": "transfer-knn",
+                    "claim": "cosine k-NN test top-1, " + " / ".join(f"k={k}" for k in knn["top1"]),
+                    "figure": " / ".join(f"{v:.4f}" for v in knn["top1"].values()),
+                    "unit": "top-1",
+                    "setting": "frozen features",
+                },
+            ],
+        )
     return 0
 
 

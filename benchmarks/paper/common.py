@@ -139,7 +139,33 @@ def parser(doc: str) -> argparse.ArgumentParser:
         help="torch CPU threads (0: torch's default; 1 on a machine shared with other jobs)",
     )
     p.add_argument("--ci", action="store_true", help="a tiny end-to-end run (tests): few images, few steps")
+    p.add_argument(
+        "--results",
+        action="store_true",
+        help="also write this experiment's rows (paper-...-SLUG) to benchmarks/results/paper.csv; "
+        "off by default so a quick run doesn't overwrite published figures (never with --ci)",
+    )
     return p
+
+
+BENCHMARK = "The paper's experiments in miniature (Fig. 3-5, App. D.4)"
+
+
+def write_results(args, rows: list[dict]) -> None:
+    """With --results, upsert `rows` (each with id, claim, figure, unit, ...) into benchmarks/results/paper.csv
+    through benchmarks/rows.py, the benchmark and setting filled in; a --ci run's figures are never written."""
+    if not getattr(args, "results", False):
+        return
+    if args.ci:
+        print("--results: not written for a --ci run", file=sys.stderr)
+        return
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from rows import write_rows
+
+    setting = f"{args.steps} steps x {args.batch_size}"
+    if args.data != default_dir():
+        setting += f", data {args.data}"
+    write_rows("paper", [{"benchmark": BENCHMARK, "setting": setting, **row} for row in rows])
 
 
 def write_idx(path: Path, array: np.ndarray) -> None:

@@ -9,13 +9,28 @@ FLOPs of one forward and backward pass (counted on the meta device: matmuls, con
 multiply-add is 2) times the images seen. Writes compute.json, compute.md and compute.png (accuracy
 against training FLOPs, log scale, one line per family). The paper's claim: ViT needs 2-4x less compute
 than BiT ResNets for the same transfer accuracy; hybrids beat ViT at small compute, the gap closes with size.
+--results also writes the row paper-compute-best-SLUG of benchmarks/results/paper.csv (benchmarks/rows.py; SLUG:
+the machine kind); off by default so a quick run doesn't overwrite published figures.
 """
 
 from __future__ import annotations
 
 import sys
 
-from common import FAMILIES, chosen, defaults, families, header, lines, parser, pyplot, report, run_one, save_figure
+from common import (
+    FAMILIES,
+    chosen,
+    defaults,
+    families,
+    header,
+    lines,
+    parser,
+    pyplot,
+    report,
+    run_one,
+    save_figure,
+    write_results,
+)
 
 
 def sizes(image_size: int, channels: int) -> dict[str, list[tuple[str, dict]]]:
@@ -68,6 +83,20 @@ def main() -> int:
         "hybrids lead at small compute.",
     )
     plot(rows, names, args.out / "compute.png", result["header"])
+    best = {f: max((r for r in rows if r["family"] == f), key=lambda r: r["test_top1"]) for f in names}
+    write_results(
+        args,
+        [
+            {
+                "id": "paper-compute-best",
+                "claim": f"{args.test_split} top-1, best "
+                + " / ".join(f"{f} {r['size']} ({r['train_flops']:.2e} FLOPs)" for f, r in best.items()),
+                "figure": " / ".join(f"{r['test_top1']:.4f}" for r in best.values()),
+                "unit": "top-1",
+                "model": ", ".join(names),
+            }
+        ],
+    )
     return 0
 
 

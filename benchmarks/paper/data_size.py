@@ -12,6 +12,8 @@ a folder with only train/ and val/). Scores: test top-1
 frozen features (Fig. 4: the official least-squares few-shot evaluator, 10 images per class drawn from the full
 training split, mean of 2 draws). Writes data_size.json, data_size.md and data_size.png (accuracy against n).
 The paper's claim: ResNets do better on small data, ViT catches up and overtakes as the data grows.
+--results also writes the rows paper-data-size-N-SLUG (the smallest and largest subset) of benchmarks/results/paper.csv (benchmarks/rows.py;
+SLUG: the machine kind); off by default so a quick run doesn't overwrite published figures.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from common import (
     report,
     run_one,
     save_figure,
+    write_results,
 )
 
 FULL = {"sizes": "1000,5000,20000,57000", "steps": 500, "batch_size": 256, "test_images": None}
@@ -100,6 +103,19 @@ def main() -> int:
         "overtakes with more.",
     )
     plot(rows, names, sizes, args.out / "data_size.png", result["header"])
+    write_results(
+        args,
+        [
+            {
+                "id": f"paper-data-size-{n}",
+                "claim": f"{args.test_split} top-1 at {n:,} training images: " + " / ".join(names),
+                "figure": " / ".join(f"{_get(rows, f, n, 'test_top1'):.4f}" for f in names),
+                "unit": "top-1",
+                "model": ", ".join(names),
+            }
+            for n in (sizes[0], sizes[-1])
+        ],
+    )
     return 0
 
 

@@ -9,6 +9,8 @@ Variants (model.pos_embed): none, learned (1D), learned_2d (row + column), relat
 pos_embed.md (mean, sample std and each variant's difference from "none" with its standard error) and
 pos_embed.png. The paper's claim (Table 8): any position embedding beats none by a clear margin; 1D, 2D
 and relative perform about the same.
+--results also writes the rows paper-pos-embed-VARIANT-SLUG (each variant minus none) of benchmarks/results/paper.csv (benchmarks/rows.py;
+SLUG: the machine kind); off by default so a quick run doesn't overwrite published figures.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from __future__ import annotations
 import math
 import sys
 
-from common import chosen, defaults, families, header, parser, pyplot, report, run_one, save_figure
+from common import chosen, defaults, families, header, parser, pyplot, report, run_one, save_figure, write_results
 
 VARIANTS = ["none", "learned", "learned_2d", "relative", "sincos2d"]
 FULL = {"steps": 500, "batch_size": 256, "test_images": None, "seeds": 3}
@@ -70,6 +72,21 @@ def main() -> int:
         "none is clearly worse; 1D, 2D and relative about the same.",
     )
     plot(stats, args.out / "pos_embed.png", result["header"])
+    write_results(
+        args,
+        [
+            {
+                "id": f"paper-pos-embed-{v.replace('_', '-')}",
+                "claim": f"{v} position embedding minus none, mean {args.test_split} top-1 ({args.seeds} seeds)",
+                "figure": f"{s['minus_none']:+.4f} ± {s['stderr_of_difference']:.4f}",
+                "unit": "top-1",
+                "against": f"none {base['mean']:.4f}",
+                "model": "demo ViT",
+            }
+            for v, s in stats.items()
+            if "minus_none" in s
+        ],
+    )
     return 0
 
 
