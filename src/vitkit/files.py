@@ -94,6 +94,18 @@ def too_large(path: str | os.PathLike, size: int, limit: int, what: str) -> str:
     return f"{path}: {size:,} bytes is over the limit of {limit:,} for {what}; check that it is {what}"
 
 
+@contextmanager
+def naming(path: str | os.PathLike) -> Iterator[None]:
+    """An OSError raised inside the block names `path` where it names no file: a write() that fails (a full disk, a
+    quota) raises one without a name, and "a file: No space left on device" leaves the user to guess which."""
+    try:
+        yield
+    except OSError as err:
+        if err.filename is None:
+            err.filename = str(path)
+        raise
+
+
 class WriteError(CheckpointError):
     """A write failed (full disk, quota, file-size limit); nothing was replaced."""
 

@@ -22,7 +22,7 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from vitkit.errors import DataError, first_line
-from vitkit.files import open_regular
+from vitkit.files import naming, open_regular
 
 from ..images import IMAGE_SUFFIXES, MAX_PIXELS, Record, check_file_size, read_image_file
 from ..split import SPLIT_NAMES, BadFiles, Split
@@ -282,7 +282,8 @@ def write_tar_shards(
         target = out / f"{prefix}-{number:06d}.tar"
         _write_shard(target, split, order[start : start + per_shard], bad)
         written.append(target)
-    (out / "classes.txt").write_text("".join(f"{name}\n" for name in split.class_names), encoding="utf-8")
+    with naming(out / "classes.txt"):
+        (out / "classes.txt").write_text("".join(f"{name}\n" for name in split.class_names), encoding="utf-8")
     if finish:
         finish_writing(out)
     return written
@@ -293,7 +294,7 @@ def _write_shard(target: Path, split: Split, samples: np.ndarray, bad: BadFiles 
     when complete, so that no half shard is ever left."""
     tmp = target.with_name(f".{target.name}.tmp")
     try:
-        with tarfile.open(tmp, "w") as tar:
+        with naming(target), tarfile.open(tmp, "w") as tar:
             for i in samples:
                 record = split.paths[i]
                 data = _sample_bytes(int(i), record, bad)
