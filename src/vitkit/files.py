@@ -4,6 +4,7 @@ directories under a lock per target, checksums, and sweeping the scratch left by
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import json
@@ -17,11 +18,92 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, BinaryIO, NamedTuple
 
 from safetensors import SafetensorError
 
-from vitkit.errors import CheckpointError, first_line
+from vitkit.errors import CheckpointError, VitkitError, first_line
+
+# -- reading: regular files only, opened without waiting, read up to a limit --------------------------
+# Every file vitkit reads goes through `regular_file` (a library that opens the path itself) or `open_regular` /
+# `read_regular` (vitkit opens it). A device reads without end (/dev/zero), a FIFO's open waits for a writer that may
+# never come: neither is a file a dataset or a checkpoint holds, so both are refused before a byte is read.
+_KINDS = (
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _check_regular(path: Path, status: os.stat_result, error: type[VitkitError]) -> None:
+    """`error` naming what `path` is where it is no regular file; a directory is the IsADirectoryError open raises."""
+    if stat.S_ISREG(status.st_mode):
+        return
+    if stat.S_ISDIR(status.st_mode):
+        raise IsADirectoryError(errno.EISDIR, "Is a directory", str(path))
+    kind = next((name for test, name in _KINDS if test(status.st_mode)), "not a regular file")
+    raise error(f"{path}: is {kind}, not a regular file; vitkit reads regular files only, so give the file itself")
+
+
+def regular_file(path: str | os.PathLike, error: type[VitkitError] = CheckpointError) -> os.stat_result:
+    """The status of `path` (symbolic links followed) where it is a regular file; else `error` saying what it is. A
+    missing path raises FileNotFoundError, as open would. For a library that opens `path` itself."""
+    status = os.stat(path)
+    _check_regular(Path(path), status, error)
+    return status
+
+
+@contextmanager
+def open_regular(
+    path: str | os.PathLike, error: type[VitkitError] = CheckpointError, *, limit: int | None = None, what: str = ""
+) -> Iterator[BinaryIO]:
+    """`path` open for reading where it is a regular file of at most `limit` bytes (see `read_regular`). It is looked
+    at before it is opened, and opened so that a FIFO put in its place meanwhile does not make the open wait."""
+    path = Path(path)
+    regular_file(path, error)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        status = os.fstat(fd)
+        _check_regular(path, status, error)
+        if limit is not None and status.st_size > limit:
+            raise error(too_large(path, status.st_size, limit, what))
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    with os.fdopen(fd, "rb") as f:
+        yield f
+
+
+def read_regular(
+    path: str | os.PathLike, limit: int, error: type[VitkitError] = CheckpointError, *, what: str = "this kind of file"
+) -> bytes:
+    """The bytes of regular file `path`, at most `limit` (the most a valid file of its kind, `what`, can need): `error`
+    naming it where it is larger (on disk, or grown while read), no regular file (`regular_file`), or a directory."""
+    with open_regular(path, error, limit=limit, what=what) as f:
+        data = f.read(os.fstat(f.fileno()).st_size + 1)  # the whole file (a read of `limit` would allocate that)
+        while len(data) <= limit and (more := f.read(1 << 20)):  # a file that grew since
+            data += more
+    if len(data) > limit:
+        raise error(too_large(path, len(data), limit, what))
+    return data
+
+
+def too_large(path: str | os.PathLike, size: int, limit: int, what: str) -> str:
+    return f"{path}: {size:,} bytes is over the limit of {limit:,} for {what}; check that it is {what}"
+
+
+@contextmanager
+def naming(path: str | os.PathLike) -> Iterator[None]:
+    """An OSError raised inside the block names `path` where it names no file: a write() that fails (a full disk, a
+    quota) raises one without a name, and "a file: No space left on device" leaves the user to guess which."""
+    try:
+        yield
+    except OSError as err:
+        if err.filename is None:
+            err.filename = str(path)
+        raise
 
 
 class WriteError(CheckpointError):
@@ -568,13 +650,11 @@ def read_json(path: str | os.PathLike, *, damaged: str = "the file is damaged or
     """The JSON in `path`; a CheckpointError naming it, ending in `damaged` (what to do), where it is too large or bad."""
     path = Path(path)
     try:
-        if path.stat().st_size > MAX_JSON_BYTES:
-            raise CheckpointError(
-                f"{path}: {path.stat().st_size:,} bytes, over the {MAX_JSON_BYTES:,} a vitkit JSON file may have; "
-                "the file is damaged or not vitkit's"
-            )
-        return json.loads(path.read_text(encoding="utf-8"))
+        text = read_regular(path, MAX_JSON_BYTES, CheckpointError, what="a vitkit JSON file")
+        return json.loads(text.decode("utf-8"))
     except FileNotFoundError:
         raise CheckpointError(f"{path}: file not found") from None
+    except IsADirectoryError:
+        raise CheckpointError(f"{path}: is a directory, not a JSON file") from None
     except (ValueError, RecursionError) as err:  # bad JSON, bad UTF-8, nesting too deep for the parser
         raise CheckpointError(f"{path}: not valid JSON ({first_line(err)}); {damaged}") from None

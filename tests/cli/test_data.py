@@ -366,3 +366,32 @@ def test_samples_of_a_split_smaller_than_a_batch_are_drawn_from_one_batch_of_all
     assert done.returncode == 0, done.stderr
     assert "a batch of all 6 (the split holds fewer than train.batch_size=8)" in done.stdout
     assert np.load(tmp_path / "preview" / "samples.npy").shape[0] == 4
+
+
+@pytest.mark.parametrize("failing", ["shard", "classes.txt"])
+def test_a_full_disk_during_to_shards_names_the_file_it_was_writing(tmp_path, monkeypatch, vitkit_cmd, failing):
+    """A write that fails on a full disk raises OSError without a file name: the message said "a file: No space left
+    on device"."""
+    import errno
+    import tarfile
+
+    root = tmp_path / "photos"
+    photos(root / "train")
+    out = tmp_path / "shards"
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    if failing == "shard":
+        monkeypatch.setattr(tarfile.TarFile, "addfile", full)
+        named = out / "train-000000.tar"
+    else:
+        real = Path.write_text
+        monkeypatch.setattr(Path, "write_text", lambda p, *a, **k: full() if p.name == failing else real(p, *a, **k))
+        named = out / "classes.txt"
+    done = vitkit_cmd("data", root, "--to-shards", out)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"vitkit data: error: {named}: No space left on device"), lines
+    assert "a file" not in lines[0]
+    assert not any(p.name.endswith(".tmp") for p in out.iterdir())  # no half shard left

@@ -19,7 +19,15 @@ from typing import NamedTuple
 import torch
 
 from vitkit.errors import CheckpointError, ConfigError, VitkitError, first_line
-from vitkit.files import Snapshot, finish_replacement, identity, read_stable, snapshot_json
+from vitkit.files import (
+    Snapshot,
+    finish_replacement,
+    identity,
+    open_regular,
+    read_stable,
+    regular_file,
+    snapshot_json,
+)
 from vitkit.limits import check_room
 from vitkit.models import ModelConfig, VisionTransformer
 from vitkit.paths import local_path, missing
@@ -81,8 +89,9 @@ def _detect(path: Path, config: Snapshot | None) -> str:
     """detect_format of `path`, whose config.json (a directory's) is `config`."""
     if path.is_dir():
         return _directory_format(path, config.data if config is not None else None)
-    if not path.is_file():
+    if not path.exists():
         raise CheckpointError(f"{path}: no such file or directory")
+    regular_file(path)  # a device or a FIFO: said, never read
     return _file_format(path)
 
 
@@ -117,7 +126,7 @@ def _file_format(path: Path) -> str:
         )
     if is_safetensors(path):
         return "timm"  # vitkit's and HF's safetensors live in directories, handled above
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         head = f.read(2)
     if head == b"PK":
         try:

@@ -136,11 +136,11 @@ def read_weights(directory: Path) -> tuple[dict[str, torch.Tensor], Path]:
     """The tensors of an HF directory: model.safetensors, pytorch_model.bin, or the shards an index lists."""
     for name in WEIGHTS_NAMES:
         path = directory / name
-        if path.is_file():
+        if path.exists():  # a device or a FIFO under the name: its reader refuses it
             return (read_safetensors(path) if name.endswith(".safetensors") else _tensors(read_torch(path), path)), path
     for name in INDEX_NAMES:
         index = directory / name
-        if index.is_file():
+        if index.exists():
             data = read_json(index)
             weight_map = data.get("weight_map") if isinstance(data, dict) else None
             if not isinstance(weight_map, dict):

@@ -17,7 +17,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from vitkit.errors import CheckpointError, first_line
-from vitkit.files import atomic_path, not_a_directory, read_json, sha256, write_json
+from vitkit.files import atomic_path, not_a_directory, open_regular, read_json, regular_file, sha256, write_json
 from vitkit.limits import check_expansion
 
 
@@ -31,8 +31,10 @@ def write_safetensors(
 
 def read_safetensors(path: str | os.PathLike) -> dict[str, torch.Tensor]:
     path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"{path}: file not found")
+    try:
+        regular_file(path)  # safetensors opens it: no device, no FIFO
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: file not found") from None
     try:
         return load_file(str(path))
     except (SafetensorError, OSError, ValueError, RuntimeError) as err:
@@ -43,7 +45,7 @@ def read_torch(path: str | os.PathLike) -> Any:
     """torch.load with weights_only=True: tensors and plain containers only, never arbitrary objects."""
     path = Path(path)
     try:
-        if path.stat().st_size and not is_torch_file(path):
+        if regular_file(path).st_size and not is_torch_file(path):
             raise CheckpointError(
                 f"{path}: not a PyTorch weights file (neither the zip archive torch.save writes nor a pickle); "
                 "check the file, or give the checkpoint itself"
@@ -70,14 +72,14 @@ def read_torch(path: str | os.PathLike) -> Any:
 
 def is_safetensors(path: str | os.PathLike) -> bool:
     """A safetensors file starts with an 8-byte little-endian header length, then its JSON header."""
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         head = f.read(9)
     return len(head) == 9 and head[8:9] == b"{" and 2 <= int.from_bytes(head[:8], "little") < 100_000_000
 
 
 def is_torch_file(path: str | os.PathLike) -> bool:
     """What torch.save writes starts as a zip archive (older versions: a pickle); so does numpy's .npz (a zip)."""
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         head = f.read(4)
     return head.startswith(b"PK\x03\x04") or head[:1] == b"\x80"
 
@@ -92,8 +94,10 @@ def write_torch(path: str | os.PathLike, tensors: dict[str, torch.Tensor]) -> No
 def read_npz(path: str | os.PathLike) -> dict[str, np.ndarray]:
     """Every array of an .npz file, read eagerly and without pickle."""
     path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"{path}: file not found")
+    try:
+        regular_file(path)  # numpy opens it: no device, no FIFO
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: file not found") from None
     try:
         check_npz_sizes(path)
         with np.load(path, allow_pickle=False) as archive:

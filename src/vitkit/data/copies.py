@@ -17,7 +17,7 @@ import torch
 
 from vitkit.errors import DataError
 
-from .images import Record
+from .images import Record, read_image_file
 from .sources.tar import TarMember
 
 CHECK_FILES = 200_000  # training files looked at; beyond that, not checked
@@ -36,7 +36,7 @@ def training_twins(training: list, files: list) -> list | None:
     @functools.cache
     def digest(item) -> str | None:
         try:
-            data = item.read() if isinstance(item, Record) else Path(item).read_bytes()
+            data = item.read() if isinstance(item, Record) else read_image_file(Path(item))
         except (OSError, DataError):  # training's data.on_error deals with it
             return None
         return hashlib.blake2b(data, digest_size=16).hexdigest()

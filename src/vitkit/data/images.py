@@ -24,6 +24,7 @@ import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from vitkit.errors import DataError, first_line
+from vitkit.files import read_regular, too_large
 from vitkit.kernels import jpeg_region
 from vitkit.paths import local_path
 
@@ -314,19 +315,18 @@ def resize_center_crop(image: Image.Image, size: int | tuple[int, int], crop_pct
 
 
 def read_image_file(path: Path) -> bytes:
-    """The bytes of an image file, refused (DataError) before reading where it is larger than any image vitkit reads
-    can need: a 3 GB file (a sparse one, or a small image with gigabytes appended) was read whole into memory."""
-    with open(path, "rb") as f:
-        check_file_size(path, os.fstat(f.fileno()).st_size)
-        return f.read()
+    """The bytes of an image file, refused (DataError) before reading where it is no regular file (a device reads
+    without end, a FIFO waits) or larger than any image vitkit reads can need: a 3 GB file (a sparse one, or a small
+    image with gigabytes appended) was read whole into memory."""
+    return read_regular(path, MAX_FILE_BYTES, DataError, what=ONE_IMAGE)
+
+
+ONE_IMAGE = "one image"
 
 
 def check_file_size(name, size: int) -> None:
     if size > MAX_FILE_BYTES:
-        raise DataError(
-            f"{name}: {size:,} bytes is over the limit of {MAX_FILE_BYTES:,} for one image (the largest image "
-            f"vitkit reads, {MAX_PIXELS:,} pixels, needs less); remove it or check that it is an image"
-        )
+        raise DataError(too_large(name, size, MAX_FILE_BYTES, ONE_IMAGE))
 
 
 def open_image(
@@ -361,11 +361,10 @@ def _decode(source, channels: int, max_pixels: int, name: str | None, draft, cro
     try:
         if isinstance(source, Record):  # a member of a shard: its bytes
             source = source.read()
-        in_memory = isinstance(source, (bytes, bytearray, memoryview))
+        if not isinstance(source, (bytes, bytearray, memoryview)):  # read once, checked and decoded from memory
+            source = read_image_file(path)
         decoder = jpeg_decoder()
-        if decoder != "pillow" and not in_memory:  # read once, checked and decoded from memory
-            source, in_memory = read_image_file(path), True
-        if (len(source) if in_memory else path.stat().st_size) == 0:
+        if len(source) == 0:
             raise DataError(f"{path}: empty file (0 bytes); remove it or replace it with the image")
         if decoder != "pillow" and source[:2] == b"\xff\xd8":
             fast = _fast_jpeg(source, path, channels, max_pixels, draft, crop, decoder)
@@ -373,7 +372,7 @@ def _decode(source, channels: int, max_pixels: int, name: str | None, draft, cro
                 return fast
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # the limit below is ours
-            image = Image.open(io.BytesIO(source) if in_memory else path)
+            image = Image.open(io.BytesIO(source))
         with image:
             w, h = image.size
             if w * h > max_pixels:  # checked on the header, before any pixel is decoded

@@ -28,7 +28,7 @@ from vitkit.data.split import where_from
 from vitkit.data.summary import data_format
 from vitkit.devices import pick_device
 from vitkit.errors import CheckpointError, ConfigError
-from vitkit.files import LOCK_NAME, WriteError, atomic_path, exclusive, refuse_foreign, write_json
+from vitkit.files import LOCK_NAME, WriteError, atomic_path, exclusive, naming, refuse_foreign, write_json
 from vitkit.kernels import short_attention
 from vitkit.models import VisionTransformer, build_model
 from vitkit.train import distributed, faults
@@ -359,8 +359,9 @@ def _log_train(log, bar, window: dict, step: int, epoch: float, lr: float, grad_
         "grad_norm": float(grad_norm),
         "img_s": window["images"] / max(now - window["time"], 1e-9),
     }
-    log.write(json.dumps(row) + "\n")
-    log.flush()
+    with naming(log.name):  # a full disk: the message names metrics.jsonl
+        log.write(json.dumps(row) + "\n")
+        log.flush()
     bar.set_postfix(loss=f"{row['loss']:.4f}", lr=f"{lr:.2e}", img_s=f"{row['img_s']:.0f}")
     if not t.progress and main:
         bar.write(f"step {step}/{t.steps}: loss {row['loss']:.4f}  lr {lr:.2e}  {row['img_s']:.0f} img/s")
@@ -398,8 +399,9 @@ def _validate_and_log(log, bar, env: Setup, data: Data, run: RunState, config: R
     val_data = partial(_val_data, config, env, data)
     metrics = _validate(run, val_data, env.amp_dtype, config.augment.eval_crop_pct)
     row = {"kind": "val", "step": step, **{f"val_{k}": metrics[k] for k in ("top1", "top5", "loss")}}
-    log.write(json.dumps(row) + "\n")
-    log.flush()
+    with naming(log.name):  # a full disk: the message names metrics.jsonl
+        log.write(json.dumps(row) + "\n")
+        log.flush()
     progress = run.progress
     if progress["best_val_top1"] is None or metrics["top1"] > progress["best_val_top1"]:
         progress["best_val_top1"], progress["best_step"] = metrics["top1"], step

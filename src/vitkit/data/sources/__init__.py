@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 from vitkit.errors import DataError
+from vitkit.files import open_regular
 
 from ..images import IMAGE_SUFFIXES
 from ..split import SPLITS, MissingSplit, Split, held_out, split_folders
@@ -121,7 +122,7 @@ ARCHIVES = (  # (first bytes, what, how to unpack it): archives of an image fold
 def _refuse_archive(path: Path) -> None:
     """One error for an archive given as data (before: "cannot read the list (utf-8 codec ...)")."""
     try:
-        with open(path, "rb") as f:
+        with open_regular(path, DataError) as f:
             head = f.read(8)
     except OSError:
         return  # reading it as a list says why

@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 
 from vitkit.errors import DataError, first_line
+from vitkit.files import read_regular
 
 from ..images import IMAGE_SUFFIXES
 from ..split import SPLITS, Split, class_name, held_out, label_order, on_classes, split_folders
@@ -123,11 +124,8 @@ def read_list(path: Path) -> Split:
 def _list_text(path: Path) -> str:
     """The text of a list, of at most MAX_LIST_BYTES."""
     try:
-        if path.stat().st_size > MAX_LIST_BYTES:
-            raise DataError(
-                f"{path}: {path.stat().st_size:,} bytes; a list of images is at most {MAX_LIST_BYTES:,} bytes"
-            )
-        return path.read_text(encoding="utf-8-sig")  # a byte-order mark (Excel's "CSV UTF-8") is not part of the header
+        data = read_regular(path, MAX_LIST_BYTES, DataError, what="a list of images")
+        return data.decode("utf-8-sig")  # a byte-order mark (Excel's "CSV UTF-8") is not part of the header
     except (OSError, UnicodeDecodeError) as err:
         raise DataError(f"{path}: cannot read the list ({first_line(err)})") from None
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from vitkit.errors import DataError
+from vitkit.files import regular_file
 
 from ..images import Record, read_image_file
 from ..split import Split
@@ -84,6 +85,7 @@ def read_parquet(files: list[Path]) -> tuple[list, list[str], list[str] | None]:
     records, raw, names = [], [], None
     for path in files:
         try:
+            regular_file(path, DataError)  # pyarrow opens it: no device, no FIFO
             file = pq.ParquetFile(path)
             image, label, found = _columns(file, path)
             values = file.read(columns=[label]).column(0).to_pylist() if label else [None] * file.metadata.num_rows
@@ -163,6 +165,7 @@ _ROW_GROUPS = _RowGroups()
 def _read_row_group(file: str, group: int) -> list[tuple[bytes | None, str | None]] | str:
     pq = _pyarrow()
     try:
+        regular_file(file, DataError)
         handle = pq.ParquetFile(file)
         image = _columns(handle, Path(file))[0]
         column = handle.read_row_group(group, columns=[image]).column(0).to_pylist()

@@ -22,8 +22,9 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from vitkit.errors import DataError, first_line
+from vitkit.files import naming, open_regular
 
-from ..images import IMAGE_SUFFIXES, MAX_PIXELS, Record, check_file_size
+from ..images import IMAGE_SUFFIXES, MAX_PIXELS, Record, check_file_size, read_image_file
 from ..split import SPLIT_NAMES, BadFiles, Split
 
 LABEL_SUFFIXES = (".cls", ".json")
@@ -59,7 +60,7 @@ class TarMember(Record):
 
     def read(self) -> bytes:
         check_file_size(self, self.size)  # from the tar header, before reading
-        with open(self.shard, "rb") as f:
+        with open_regular(self.shard, DataError) as f:
             f.seek(self.offset)
             data = f.read(self.size)
         if len(data) != self.size:
@@ -74,7 +75,7 @@ def _index_tar(path: Path) -> tuple[list[TarMember], list[str | None], list[str]
     labels: dict[str, str] = {}
     seen_labels: set[tuple[str, str]] = set()
     try:
-        with open(path, "rb") as f:
+        with open_regular(path, DataError) as f:
             for name, offset, size, head in _tar_files(f, path):
                 folder, _, base = name.rpartition("/")
                 if base.startswith("."):
@@ -188,7 +189,7 @@ def _pax_records(payload: bytes) -> dict[str, str]:
 
 
 def _tarfile_members(path: Path):
-    with tarfile.open(path, "r:") as tar:
+    with open_regular(path, DataError) as f, tarfile.open(fileobj=f, mode="r:") as tar:
         for m in tar:
             if m.isfile():
                 yield m.name, m.offset_data, m.size, b""
@@ -281,7 +282,8 @@ def write_tar_shards(
         target = out / f"{prefix}-{number:06d}.tar"
         _write_shard(target, split, order[start : start + per_shard], bad)
         written.append(target)
-    (out / "classes.txt").write_text("".join(f"{name}\n" for name in split.class_names), encoding="utf-8")
+    with naming(out / "classes.txt"):
+        (out / "classes.txt").write_text("".join(f"{name}\n" for name in split.class_names), encoding="utf-8")
     if finish:
         finish_writing(out)
     return written
@@ -292,7 +294,7 @@ def _write_shard(target: Path, split: Split, samples: np.ndarray, bad: BadFiles 
     when complete, so that no half shard is ever left."""
     tmp = target.with_name(f".{target.name}.tmp")
     try:
-        with tarfile.open(tmp, "w") as tar:
+        with naming(target), tarfile.open(tmp, "w") as tar:
             for i in samples:
                 record = split.paths[i]
                 data = _sample_bytes(int(i), record, bad)
@@ -313,7 +315,7 @@ def _write_shard(target: Path, split: Split, samples: np.ndarray, bad: BadFiles 
 def _sample_bytes(index: int, record, bad: BadFiles | None) -> bytes | None:
     """The bytes of one image to write, or None where it is no readable image and `bad` skips it (else it raises)."""
     try:
-        data = record.read() if isinstance(record, Record) else Path(record).read_bytes()
+        data = record.read() if isinstance(record, Record) else read_image_file(Path(record))
     except OSError as err:  # a listed file that is gone or unreadable: as data.on_error says, as training does
         data = None
         why = "image file not found" if isinstance(err, FileNotFoundError) else err.strerror or type(err).__name__
