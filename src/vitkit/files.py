@@ -127,6 +127,11 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """
     path = not_a_directory(path)
     _mkdir(path.parent)
+    with target_lock(path):
+        yield from _replace_file(path)
+
+
+def _replace_file(path: Path) -> Iterator[Path]:
     sweep_scratch(path)
     fd, tmp = tempfile.mkstemp(prefix=scratch_prefix(path), suffix=f".tmp{path.suffix}", dir=path.parent)
     os.close(fd)
@@ -152,6 +157,65 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     except BaseException:
         tmp_path.unlink(missing_ok=True)
         raise
+
+
+class TargetBusy(CheckpointError):
+    """Another process holds the lock of the file being written."""
+
+
+_HELD: dict[Path, int] = {}  # the file targets whose lock this process holds, with how many blocks hold each
+
+
+def lock_name(path: Path) -> Path:
+    """The lock file of a file target: beside it, there only while a writer holds it."""
+    return path.parent / f".{path.name}.lock"
+
+
+@contextmanager
+def target_lock(path: str | os.PathLike) -> Iterator[None]:
+    """One writer at a time for the file `path` (as `begin_replacement` for a folder): an flock on `lock_name(path)`,
+    a CheckpointError naming the file while another process holds it. Held again by the same process, it nests. The
+    lock file is removed by its holder; one who locked a removed file sees it is not the one in place and tries again."""
+    path = Path(path)
+    key = path.absolute()
+    if key in _HELD:
+        _HELD[key] += 1
+        try:
+            yield
+        finally:
+            _HELD[key] -= 1
+        return
+    fd = _lock_file(path)
+    _HELD[key] = 1
+    try:
+        yield
+    finally:
+        del _HELD[key]
+        with contextlib.suppress(OSError):
+            os.unlink(lock_name(path))
+        os.close(fd)
+
+
+def _lock_file(path: Path) -> int:
+    lock = lock_name(path)
+    while True:
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        except OSError as err:
+            raise CheckpointError(f"{path}: cannot be written ({err.strerror}); nothing was changed") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise TargetBusy(
+                f"{path}: another vitkit process is writing it now ({lock.name} is locked); wait for it to finish"
+            ) from None
+        try:
+            if os.path.samestat(os.fstat(fd), os.stat(lock)):
+                return fd
+        except FileNotFoundError:
+            pass
+        os.close(fd)  # its holder removed it as we opened it: lock the one in place now
 
 
 def writable(path: str | os.PathLike, what: str, then: str) -> None:
