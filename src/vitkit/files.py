@@ -9,6 +9,7 @@ import fcntl
 import hashlib
 import json
 import os
+import pickle
 import re
 import shutil
 import socket
@@ -208,6 +209,11 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """
     path = not_a_directory(path)
     _mkdir(path.parent)
+    with target_lock(path):
+        yield from _replace_file(path)
+
+
+def _replace_file(path: Path) -> Iterator[Path]:
     sweep_scratch(path)
     fd, tmp = tempfile.mkstemp(prefix=scratch_prefix(path), suffix=f".tmp{path.suffix}", dir=path.parent)
     os.close(fd)
@@ -233,6 +239,65 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     except BaseException:
         tmp_path.unlink(missing_ok=True)
         raise
+
+
+class TargetBusy(CheckpointError):
+    """Another process holds the lock of the file being written."""
+
+
+_HELD: dict[Path, int] = {}  # the file targets whose lock this process holds, with how many blocks hold each
+
+
+def lock_name(path: Path) -> Path:
+    """The lock file of a file target: beside it, there only while a writer holds it."""
+    return path.parent / f".{path.name}.lock"
+
+
+@contextmanager
+def target_lock(path: str | os.PathLike) -> Iterator[None]:
+    """One writer at a time for the file `path` (as `begin_replacement` for a folder): an flock on `lock_name(path)`,
+    a CheckpointError naming the file while another process holds it. Held again by the same process, it nests. The
+    lock file is removed by its holder; one who locked a removed file sees it is not the one in place and tries again."""
+    path = Path(path)
+    key = path.absolute()
+    if key in _HELD:
+        _HELD[key] += 1
+        try:
+            yield
+        finally:
+            _HELD[key] -= 1
+        return
+    fd = _lock_file(path)
+    _HELD[key] = 1
+    try:
+        yield
+    finally:
+        del _HELD[key]
+        with contextlib.suppress(OSError):
+            os.unlink(lock_name(path))
+        os.close(fd)
+
+
+def _lock_file(path: Path) -> int:
+    lock = lock_name(path)
+    while True:
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        except OSError as err:
+            raise CheckpointError(f"{path}: cannot be written ({err.strerror}); nothing was changed") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise TargetBusy(
+                f"{path}: another vitkit process is writing it now ({lock.name} is locked); wait for it to finish"
+            ) from None
+        try:
+            if os.path.samestat(os.fstat(fd), os.stat(lock)):
+                return fd
+        except FileNotFoundError:
+            pass
+        os.close(fd)  # its holder removed it as we opened it: lock the one in place now
 
 
 def writable(path: str | os.PathLike, what: str, then: str) -> None:
@@ -594,10 +659,12 @@ def write_checksums(directory: str | os.PathLike, names: list[str]) -> None:
 
 
 def update_checksums(directory: str | os.PathLike) -> None:
-    """Extend checksums.json to every file of `directory` (hashing only those it does not list yet)."""
+    """Extend checksums.json to every file of `directory` and of its checkpoint folders (sharded/: each file as
+    "sharded/NAME"), hashing only those it does not list yet."""
     directory = Path(directory)
     listed = _read_checksums(directory) or {}
     names = sorted(p.name for p in directory.iterdir() if p.is_file() and p.suffix != ".json")
+    names += _tree_files(directory, CHECKPOINT_DIRS)
     if set(names) == set(listed):
         return
     files = {
@@ -606,26 +673,51 @@ def update_checksums(directory: str | os.PathLike) -> None:
     write_json(directory / CHECKSUMS_NAME, {"algorithm": "sha256", "files": files})
 
 
+def _tree_files(directory: Path, folders: tuple[str, ...]) -> list[str]:
+    """Every file under `directory`/FOLDER for each of `folders`, as a name relative to `directory` (a/b)."""
+    found = []
+    for folder in folders:
+        if (directory / folder).is_dir() and not (directory / folder).is_symlink():
+            found += [p.relative_to(directory).as_posix() for p in (directory / folder).rglob("*") if not p.is_dir()]
+    return sorted(found)
+
+
 def _read_checksums(directory: Path) -> dict[str, dict] | None:
     if not (directory / CHECKSUMS_NAME).is_file():
         return None
     data = read_json(directory / CHECKSUMS_NAME)
     files = data.get("files") if isinstance(data, dict) else None
     if not isinstance(files, dict) or not all(
-        isinstance(v, dict) and isinstance(v.get("sha256"), str) for v in files.values()
+        isinstance(v, dict) and isinstance(v.get("sha256"), str) and _inside(k) for k, v in files.items()
     ):
         raise CheckpointError(f"{directory / CHECKSUMS_NAME}: not a vitkit checksum list; the file is damaged")
     return files
 
 
-def verify_checksums(directory: str | os.PathLike) -> None:
+def _inside(name: str) -> bool:
+    """A checksum list's file name stays inside its directory: relative, no "..", no empty part."""
+    parts = name.split("/")
+    return bool(name) and not name.startswith("/") and all(part not in ("", ".", "..") for part in parts)
+
+
+def verify_checksums(directory: str | os.PathLike, *, complete: str | None = None) -> None:
     """Check every file listed in `directory`/checksums.json; raise naming the first missing or damaged one.
 
-    A directory without checksums.json (older or foreign checkpoints) passes.
+    A directory without checksums.json (older or foreign checkpoints) passes, unless `complete` names a folder of it
+    whose files are about to be deserialized by a reader that may run code (DCP's pickles): then each of its files
+    must be listed, and match, first.
     """
     directory = Path(directory)
     advice = "restore it, or remove this checkpoint directory to use an older one"
-    for name, want in (_read_checksums(directory) or {}).items():
+    listed = _read_checksums(directory) or {}
+    if complete is not None:
+        unlisted = [n for n in _tree_files(directory, (complete,)) if n not in listed]
+        if unlisted:
+            raise CheckpointError(
+                f"{directory / unlisted[0]}: has no digest in {directory / CHECKSUMS_NAME}, so it is not read (its "
+                "reader could run code); resume from a checkpoint vitkit wrote whole, or start a new run from this one"
+            )
+    for name, want in listed.items():
         path = directory / name
         if not path.is_file():
             raise CheckpointError(f"{path}: missing, but listed in {CHECKSUMS_NAME}; {advice}")
@@ -658,3 +750,31 @@ def read_json(path: str | os.PathLike, *, damaged: str = "the file is damaged or
         raise CheckpointError(f"{path}: is a directory, not a JSON file") from None
     except (ValueError, RecursionError) as err:  # bad JSON, bad UTF-8, nesting too deep for the parser
         raise CheckpointError(f"{path}: not valid JSON ({first_line(err)}); {damaged}") from None
+
+
+# -- pickles a library writes: read building only the types allowed, never calling anything else ----------------
+class _AllowedTypes(pickle.Unpickler):
+    def __init__(self, file, allowed, path: Path, what: str, advice: str):
+        super().__init__(file)
+        self.allowed, self.path, self.what, self.advice = allowed, path, what, advice
+
+    def find_class(self, module: str, name: str) -> Any:
+        if not self.allowed(module, name):
+            raise CheckpointError(f"{self.path}: names {module}.{name}, which is not {self.what}; {self.advice}")
+        return super().find_class(module, name)
+
+
+def read_pickle_of(path: str | os.PathLike, allowed, what: str, advice: str) -> Any:
+    """The pickle in `path`, as long as every type it names passes `allowed(module, name)`: a data format some library
+    writes as a pickle (DCP's .metadata), read without letting the file call anything else. A CheckpointError naming
+    the file, saying it is not `what` and `advice`, otherwise."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as f:
+            return _AllowedTypes(f, allowed, path, what, advice).load()
+    except CheckpointError:
+        raise
+    except OSError as err:
+        raise CheckpointError(f"{path}: cannot be read ({err.strerror or first_line(err)}); {advice}") from None
+    except Exception as err:  # a damaged pickle fails in many ways, each of them "not `what`"
+        raise CheckpointError(f"{path}: not {what} ({first_line(err)}); {advice}") from None

@@ -17,7 +17,18 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from vitkit.errors import CheckpointError, first_line
-from vitkit.files import atomic_path, not_a_directory, open_regular, read_json, regular_file, sha256, write_json
+from vitkit.files import (
+    TargetBusy,
+    atomic_path,
+    not_a_directory,
+    open_regular,
+    read_json,
+    regular_file,
+    scratch_folder,
+    sha256,
+    target_lock,
+    write_json,
+)
 from vitkit.limits import check_expansion
 
 
@@ -164,16 +175,14 @@ def write_with_sidecar(path: str | os.PathLike, write_weights, sidecar: dict | N
     ones it names, else drops it: either way the pair on disk is the old one or the new one, never a mix.
     """
     path = not_a_directory(path)
-    fresh = path.with_name(f".{path.name}.new")
-    try:
+    with target_lock(path), scratch_folder(path) as scratch:  # one writer; scratch names no other writer shares
+        fresh = scratch / path.name
         write_weights(fresh)
         if sidecar is not None:  # which weights it describes: a copy left beside other weights is not read as theirs
             sidecar = {**sidecar, SIDECAR_WEIGHTS: fingerprint(fresh)}
         write_json(_staged_sidecar(path), {"weights_sha256": sha256(fresh), "sidecar": sidecar})
         os.replace(fresh, path)
-    finally:
-        fresh.unlink(missing_ok=True)
-    settle_sidecar(path)
+        settle_sidecar(path)
 
 
 def settle_sidecar(path: str | os.PathLike) -> dict | None:
@@ -181,6 +190,19 @@ def settle_sidecar(path: str | os.PathLike) -> dict | None:
     now in force ({} when none). Where the folder is read-only, the answer is computed and nothing is changed."""
     path = Path(path)
     staged, side = _staged_sidecar(path), sidecar_path(path)
+    if staged.is_file():
+        try:
+            with target_lock(path):  # a writer between its renames holds it: its pair is left to it
+                return _settle(path, staged, side)
+        except TargetBusy:
+            pass
+        except CheckpointError:  # no lock in a read-only folder: the answer is computed, nothing changed
+            return _settle(path, staged, side)
+    data = read_json(side) if side.is_file() else {}
+    return data if isinstance(data, dict) else {}
+
+
+def _settle(path: Path, staged: Path, side: Path) -> dict:
     if staged.is_file():
         try:
             record = read_json(staged)

@@ -13,6 +13,7 @@ FSDP checkpoints go through torch.distributed.checkpoint, so a run resumes on an
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterable
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ import torch.distributed as dist
 from torch import nn
 
 from vitkit.errors import ConfigError
+from vitkit.files import read_pickle_of, verify_checksums
 
 STRATEGIES = ("auto", "ddp", "fsdp")
 
@@ -177,16 +179,80 @@ def load_sharded(
 ) -> None:
     """Load a sharded checkpoint written with any world size into this run's shards.
 
-    `ema` (sharded like the model's state dict) is filled in place when the checkpoint holds EMA weights;
-    a run that did not keep them starts its average from the current weights.
+    Every file of `path` must match the digest its step checkpoint's checksums.json took when it was saved, and the
+    files are then read without running code (`_dcp_classes`). `ema` (sharded like the model's state
+    dict) is filled in place when the checkpoint holds EMA weights; a run that did not keep them starts its average
+    from the current weights.
     """
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
+    verify_checksums(path.parent, complete=path.name)
+    safe_reader, safe_planner = _dcp_classes()
+    reader, planner = safe_reader(str(path)), safe_planner()
+    saved = reader.read_metadata().state_dict_metadata
     model_state, optim_state = get_state_dict(model, optimizer)
     state = {"model": model_state, "optim": optim_state}
-    saved = dcp.FileSystemReader(str(path)).read_metadata().state_dict_metadata
     if ema is not None and any(key.startswith("ema.") for key in saved):
         state["ema"] = ema
-    dcp.load(state, checkpoint_id=str(path))
+    dcp.load(state, storage_reader=reader, planner=planner)
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+
+
+# DCP writes its .metadata as a pickle of these types; reading it builds them and nothing else
+_DCP_MODULES = ("torch.distributed.checkpoint.metadata", "torch.distributed.checkpoint.filesystem")
+_DCP_OTHERS = {
+    ("torch", "Size"),
+    ("torch.serialization", "_get_layout"),
+    ("pathlib", "PosixPath"),
+    ("pathlib", "PurePosixPath"),
+    ("collections", "OrderedDict"),
+}
+
+
+def _dcp_type(module: str, name: str) -> bool:
+    if (module, name) in _DCP_OTHERS:
+        return True
+    if module == "torch":  # dtypes and memory formats are values of torch, not callables
+        return isinstance(getattr(torch, name, None), (torch.dtype, torch.memory_format))
+    if module in _DCP_MODULES:
+        found = getattr(sys.modules.get(module), name, None)
+        return isinstance(found, type) and found.__module__ == module  # its own dataclasses and enums, no function
+    return False
+
+
+def _dcp_classes():
+    from torch.distributed.checkpoint import DefaultLoadPlanner, FileSystemReader
+
+    class SafeReader(FileSystemReader):
+        """DCP's file reader, its .metadata read by an unpickler that builds DCP's own types only."""
+
+        def read_metadata(self, *args: Any, **kwargs: Any):
+            rank = kwargs.get("rank")
+            name = ".metadata" if rank is None else f"__{rank}.metadata"
+            metadata = read_pickle_of(
+                Path(self.path) / name,
+                _dcp_type,
+                "DCP metadata",
+                "the sharded checkpoint is damaged or was changed; resume from another checkpoint",
+            )
+            if getattr(metadata, "storage_meta", None) is None:
+                from torch.distributed.checkpoint.metadata import StorageMeta
+
+                metadata.storage_meta = StorageMeta()
+            metadata.storage_meta.load_id = self.load_id
+            return metadata
+
+    class SafePlanner(DefaultLoadPlanner):
+        """DCP's load planner, its non-tensor values (learning rates, betas) read with weights_only=True."""
+
+        def load_bytes(self, read_item, value) -> None:
+            loaded = torch.load(value, weights_only=True)
+            if self.flatten_state_dict:
+                from torch.distributed.checkpoint._traverse import set_element
+
+                set_element(self.original_state_dict, self.mappings[read_item.dest_index.fqn], loaded)
+            else:
+                self.state_dict[read_item.dest_index.fqn] = loaded
+
+    return SafeReader, SafePlanner
