@@ -78,7 +78,7 @@ def _vitkit_command() -> list[str]:
 def run_cli():
     """Run `vitkit ARGS...` as a user would; returns the CompletedProcess (text, never raises)."""
 
-    def run(*args: str, cwd=None, timeout: float = 300, env=None) -> subprocess.CompletedProcess:
+    def run(*args: str, cwd=None, timeout: float = 300, env=None, preexec_fn=None) -> subprocess.CompletedProcess:
         return subprocess.run(
             [*_vitkit_command(), *map(str, args)],
             capture_output=True,
@@ -86,6 +86,7 @@ def run_cli():
             cwd=cwd,
             timeout=timeout,
             env={**os.environ, **(env or {})},
+            preexec_fn=preexec_fn,  # e.g. a memory limit (resource.setrlimit) for the child alone
         )
 
     return run

@@ -267,6 +267,7 @@ def target_lock(path: str | os.PathLike) -> Iterator[None]:
         finally:
             _HELD[key] -= 1
         return
+    _mkdir(path.parent)  # the lock lives beside the file: its folder first, as the write would make it
     fd = _lock_file(path)
     _HELD[key] = 1
     try:

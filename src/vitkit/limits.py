@@ -59,3 +59,22 @@ def check_room(
             f"{path}: {what} needs about {_size(nbytes)} of memory and this machine has {_size(available)} available; "
             "choose a smaller model"
         )
+
+
+MAX_CLASS_INDEX = 10**6  # a class list is made up to the largest index: no dataset has more classes than this
+
+
+def is_class_index(label: str) -> bool:
+    """Whether a label is a class index: ASCII digits, a leading minus allowed (Hugging Face's -1, no label). Other
+    digits (superscripts, Arabic-Indic) make a class name: str.isdigit() takes them and int() refuses or reads them."""
+    digits = label[1:] if label.startswith("-") else label
+    return digits.isascii() and digits.isdigit()
+
+
+def check_class_index(label: str, where: str, error: type[Exception]) -> None:
+    """Raise `error` naming `where` if the class index `label` is over MAX_CLASS_INDEX, before any list is made up to it."""
+    if is_class_index(label) and (len(label) > 7 or int(label) > MAX_CLASS_INDEX):
+        shown = label[:20] + ("..." if len(label) > 20 else "")
+        raise error(
+            f"{where}: class index {shown} is over the limit of {MAX_CLASS_INDEX:,}; expected a class index or name"
+        )

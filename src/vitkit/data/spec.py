@@ -98,8 +98,8 @@ class DataSpec:
             and (data is None or absolute(data) == fields.get("path"))
         ):
             fields["trained"] = (str(source), recorded["splits"], fields.get("val_fraction", cls.val_fraction))
-        if data is not None:
-            fields["path"] = absolute(data)
+        if data is not None:  # the data given wins: what its path holds, whatever kind the record names
+            fields["path"], fields["name"] = absolute(data), "auto"
         elif fields.get("path") is not None and not Path(fields["path"]).exists():
             raise DataError(
                 f"{fields['path']}: the data {source} was trained on is not there (moved, or another machine); "

@@ -18,10 +18,18 @@ from .shards import is_sharded
 
 
 def class_dirs(root: Path) -> list[str]:
-    """The class folders' names as on disk, in the order of their NFC names (one order whichever form a disk keeps)."""
-    return sorted(
+    """The class folders' names as on disk, in the order of their NFC names (one order whichever form a disk keeps).
+    Two folders of one NFC name (café composed and decomposed) would be two classes of one name: a DataError names both."""
+    found = sorted(
         (d.name for d in root.iterdir() if d.is_dir() and not is_hidden(d.name)), key=lambda n: (class_name(n), n)
     )
+    for first, second in zip(found, found[1:]):
+        if class_name(first) == class_name(second):
+            raise DataError(
+                f"{root}: class folders {first!r} and {second!r} are one name in different Unicode forms "
+                f"({ascii(first)} and {ascii(second)}); rename one, or merge them"
+            )
+    return found
 
 
 def metadata_list(root: Path) -> Path | None:

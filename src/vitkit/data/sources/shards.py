@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from vitkit.errors import DataError
+from vitkit.limits import check_class_index, is_class_index
 
 from ..split import SPLIT_NAMES, MissingSplit, Split, held_out, label_order, split_folders
 from .parquet import read_parquet
@@ -28,20 +29,46 @@ SHARD_SUFFIXES = (".tar", ".parquet")
 
 
 # -- finding the shard files ---------------------------------------------------------------------
+MAX_SHARD_NAMES = 100_000  # names a brace pattern may make: a billion samples at ten thousand a shard
+
+MAX_RANGE_DIGITS = 18  # digits of a {FIRST..LAST} bound
+
+
 def expand_braces(pattern: str) -> list[str]:
-    """`shard-{000..002}.tar` -> shard-000.tar, shard-001.tar, shard-002.tar (zero padding kept); `{a,b}` lists too."""
+    """`shard-{000..002}.tar` -> shard-000.tar, shard-001.tar, shard-002.tar (zero padding kept); `{a,b}` lists too. A
+    pattern naming more than MAX_SHARD_NAMES files is a DataError, found before they are all made."""
+    names = []
+    for name in _expand(pattern):
+        if len(names) == MAX_SHARD_NAMES:
+            raise DataError(_too_many(pattern))
+        names.append(name)
+    return names
+
+
+def _too_many(pattern: str) -> str:
+    return (
+        f"{pattern[:120]}: the brace pattern names more than {MAX_SHARD_NAMES:,} shards; "
+        "name fewer, or give the folder that holds them"
+    )
+
+
+def _expand(pattern: str):
     match = re.search(r"\{([^{}]*)\}", pattern)
     if not match:
-        return [pattern]
+        yield pattern
+        return
     head, tail, body = pattern[: match.start()], pattern[match.end() :], match.group(1)
-    numbers = re.fullmatch(r"(\d+)\.\.(\d+)", body)
+    numbers = re.fullmatch(r"(\d+)\.\.(\d+)", body, flags=re.ASCII)
     if numbers:
         first, last = numbers.groups()
+        if max(len(first), len(last)) > MAX_RANGE_DIGITS or int(last) - int(first) >= MAX_SHARD_NAMES:
+            raise DataError(_too_many(pattern))
         width = len(first) if first.startswith("0") else 0
-        options = [str(i).zfill(width) for i in range(int(first), int(last) + 1)]
+        options = (str(i).zfill(width) for i in range(int(first), int(last) + 1))
     else:
         options = body.split(",")
-    return [name for option in options for name in expand_braces(head + option + tail)]
+    for option in options:
+        yield from _expand(head + option + tail)
 
 
 COMPRESSED_SHARDS = (".tar.gz", ".tgz", ".tar.zst", ".tar.xz", ".tar.bz2")
@@ -130,7 +157,10 @@ def _labels(
             f"{records[raw.index('')]}: has no .cls or .json label, where other samples have one; every sample "
             "needs one (or none has)"
         )
-    numeric = [r.lstrip("-").isdigit() for r in raw]
+    numeric = [is_class_index(r) for r in raw]
+    for r, record, number in zip(raw, records, numeric):
+        if number:  # before a list of names is made up to the largest index
+            check_class_index(r, str(record), DataError)
     if all(numeric) or known:
         names = list(known) if known else [str(i) for i in range(max(int(r) for r in raw) + 1)]
         index = {name: i for i, name in enumerate(names)}

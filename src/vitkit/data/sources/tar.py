@@ -23,6 +23,7 @@ from PIL import Image, UnidentifiedImageError
 
 from vitkit.errors import DataError, first_line
 from vitkit.files import naming, open_regular
+from vitkit.limits import check_class_index
 
 from ..images import IMAGE_SUFFIXES, MAX_PIXELS, Record, check_file_size, read_image_file
 from ..split import SPLIT_NAMES, BadFiles, Split
@@ -31,7 +32,7 @@ LABEL_SUFFIXES = (".cls", ".json")
 
 MAX_LABEL_BYTES = 64 << 10  # a .cls or .json label member; larger ones are refused unread
 
-MAX_CLASS_INDEX = 10**6  # class indices above it are refused (a class list is made up to the largest index)
+MAX_HEADER_BYTES = 1 << 20  # a GNU long name or pax header: a name and a few numbers; larger ones are refused
 
 
 # A folder `write_tar_shards` is writing into holds this file until its last shard and classes.txt are in place: shards
@@ -114,9 +115,10 @@ def _tar_files(f, path: Path):
     """(name, data offset, size, the first bytes of the data) of every regular file in an uncompressed tar, read from
     its 512-byte headers (one read per member, of the header and the block after it, so a small label file comes
     with its header): ustar and GNU headers, GNU long names and POSIX pax records. Quicker than tarfile,
-    which builds a TarInfo per member; anything else (a sparse file, a base-256 size ...) is handed to tarfile, so
-    every tar that tarfile reads is indexed the same."""
-    position, long_name, pax, end = 0, None, {}, os.fstat(f.fileno()).st_size
+    which builds a TarInfo per member; a base-256 size or a header whose checksum fails is handed to tarfile, so
+    every tar that tarfile reads is indexed the same. A header field or pax record that no tar writer makes is a
+    tarfile.ReadError: every header moves the reader forward, so it always ends."""
+    position, long_name, pax, extended, end = 0, None, {}, {}, os.fstat(f.fileno()).st_size
     while True:
         if position > end:  # the last member's data is cut short
             raise tarfile.ReadError("unexpected end of data")
@@ -130,35 +132,63 @@ def _tar_files(f, path: Path):
         if header == bytes(512):  # the end-of-archive blocks
             return
         kind = header[156:157]
-        try:
-            if _checksum(header) != int(header[148:156].split(b"\0", 1)[0].strip() or b"-1", 8):
-                raise ValueError
-            size = int(header[124:136].split(b"\0", 1)[0].strip() or b"0", 8)
-        except ValueError:
+        if any(header[i] & 0x80 for i in NUMBER_FIELDS) or not _checksum_holds(header):
             if position == 0 and not header[257:262] == b"ustar":
-                raise tarfile.ReadError("no tar header at the start (bad checksum)") from None
+                raise tarfile.ReadError("no tar header at the start (bad checksum)")
             # an exotic header: the standard library's reader decides, from here on (members before it are out)
             yield from (m for m in _tarfile_members(path) if m[1] > position)
             return
-        data = position + 512
+        data, size = position + 512, [_octal(header[i : i + n], "number") for i, n in NUMBER_FIELDS.items()][3]
         position = data + -(-size // 512) * 512
-        if kind in (b"L", b"x", b"g"):  # the next member's long name, or pax records
-            f.seek(data)
-            payload = f.read(size)
+        if kind in (b"L", b"x", b"g"):  # the next member's long name, or pax records (for all members after a g)
+            payload = _header_payload(f, data, size, end)
             if kind == b"L":
                 long_name = payload.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
-            elif kind == b"x":
-                pax = _pax_records(payload)
+            else:
+                (pax if kind == b"g" else extended).update(_pax_records(payload))
             continue
+        fields, extended = {**pax, **extended}, {}
         if kind not in (b"0", b"\0", b"7"):  # directories, links, devices: not samples
-            long_name, pax = None, {}
+            long_name = None
             continue
-        name = pax.get("path") or long_name or _header_name(header)
-        if "size" in pax:
-            size = int(pax["size"])
+        name = fields.get("path", "").rstrip("/") or long_name or _header_name(header)  # as tarfile reads a pax path
+        if "size" in fields:
+            size = _pax_size(fields["size"])
             position = data + -(-size // 512) * 512
-        long_name, pax = None, {}
+        long_name = None
         yield name, data, size, chunk[512 : 512 + size]
+
+
+NUMBER_FIELDS = {100: 8, 108: 8, 116: 8, 124: 12, 136: 12}  # mode, uid, gid, size, mtime: octal, or base-256
+
+
+def _checksum_holds(header: bytes) -> bool:
+    field = header[148:156].split(b"\0", 1)[0].strip()
+    return bool(field) and all(c in b"01234567" for c in field) and _checksum(header) == int(field, 8)
+
+
+def _octal(field: bytes, what: str) -> int:
+    """A header's octal number; anything but octal digits (a sign, underscores, letters) is a damaged header."""
+    text = field.split(b"\0", 1)[0].strip()
+    if not all(c in b"01234567" for c in text):
+        raise tarfile.ReadError(f"damaged header: its {what} field is {text[:20]!r}, not an octal number")
+    return int(text or b"0", 8)
+
+
+def _pax_size(value: str) -> int:
+    if not (value.isascii() and value.isdigit() and len(value) <= 20):
+        raise tarfile.ReadError(f"damaged pax header: size {value[:20]!r} is not a number")
+    return int(value)
+
+
+def _header_payload(f, data: int, size: int, end: int) -> bytes:
+    """The data of a long-name or pax member, of at most MAX_HEADER_BYTES."""
+    if size > MAX_HEADER_BYTES:
+        raise tarfile.ReadError(f"a long-name or pax header of {size:,} bytes (at most {MAX_HEADER_BYTES:,})")
+    if data + size > end:
+        raise tarfile.ReadError("unexpected end of data")
+    f.seek(data)
+    return f.read(size)
 
 
 def _checksum(header: bytes) -> int:
@@ -175,24 +205,38 @@ def _header_name(header: bytes) -> str:
 
 
 def _pax_records(payload: bytes) -> dict[str, str]:
-    """pax extended-header records: 'LEN key=value\\n' each, LEN counting the whole record."""
+    """pax extended-header records: 'LEN key=value\\n' each, LEN (ASCII digits) counting the whole record, the key
+    UTF-8; a record that breaks this is a damaged header (a length of 0 would never move on)."""
     records, i = {}, 0
-    while i < len(payload):
-        space = payload.find(b" ", i)
-        if space < 0:
-            break
-        length = int(payload[i:space])
-        key, _, value = payload[space + 1 : i + length - 1].partition(b"=")
-        records[key.decode()] = value.decode("utf-8", "surrogateescape")
+    while i < len(payload) and payload[i] != 0:  # NULs: the padding after the last record
+        space = payload.find(b" ", i, i + 21)
+        digits = payload[i:space] if space > i else b""
+        length = int(digits) if digits.isdigit() else 0
+        record = payload[i : i + length]
+        key, equals, value = record[len(digits) + 1 : -1].partition(b"=")
+        if length <= len(digits) + 1 or len(record) < length or not record.endswith(b"\n") or not equals or not key:
+            raise tarfile.ReadError(f"damaged pax record at byte {i} of its header")
+        try:
+            records[key.decode()] = value.decode("utf-8", "surrogateescape")
+        except UnicodeDecodeError:
+            raise tarfile.ReadError(f"damaged pax record at byte {i} of its header (a key that is not UTF-8)") from None
         i += length
     return records
 
 
 def _tarfile_members(path: Path):
-    with open_regular(path, DataError) as f, tarfile.open(fileobj=f, mode="r:") as tar:
-        for m in tar:
-            if m.isfile():
-                yield m.name, m.offset_data, m.size, b""
+    """tarfile's regular files, each after the last (a damaged header that sends tarfile back is a ReadError)."""
+    last = -1
+    try:
+        with open_regular(path, DataError) as f, tarfile.open(fileobj=f, mode="r:") as tar:
+            for m in tar:
+                if m.offset <= last:
+                    raise tarfile.ReadError("damaged header: a member before the one read last")
+                last = m.offset
+                if m.isfile():
+                    yield m.name, m.offset_data, m.size, b""
+    except (ValueError, UnicodeError, OverflowError) as err:  # tarfile's own parse of a damaged header
+        raise tarfile.ReadError(f"damaged header ({first_line(err)})") from None
 
 
 def _parse_label(data: bytes, ext: str, name: str) -> str:
@@ -210,11 +254,7 @@ def _parse_label(data: bytes, ext: str, name: str) -> str:
             label = str(label)
     except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: JSON nested thousands deep
         raise DataError(f"{name}: expected {what}") from None
-    if label.lstrip("-").isdigit() and (len(label) > 7 or int(label) > MAX_CLASS_INDEX):
-        raise DataError(
-            f"{name}: class index {label[:20]}{'...' if len(label) > 20 else ''} is over the limit of {MAX_CLASS_INDEX:,}; "
-            "expected a class index or name"
-        )
+    check_class_index(label, name, DataError)
     return label
 
 
