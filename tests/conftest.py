@@ -10,6 +10,11 @@ import pytest
 import torch
 
 torch.set_num_threads(min(2, os.cpu_count() or 1))
+# torch.compile's on-disk cache (shared under /tmp) keys a graph without the vector ISA its C++ was generated for: code
+# written for AVX2's 8-float vectors (`make test`'s ATEN_CPU_CAPABILITY=avx2 pass) is rebuilt with AVX-512's 16 by a later
+# uncapped run, and its full-vector stores then write past inductor's buffers (heap corruption). One tag per ISA.
+os.environ["TORCH_COMPILE_CACHE_KEY_TAG"] = f"vitkit-{torch.backends.cpu.get_cpu_capability()}"
+torch.compiler.config.cache_key_tag = os.environ["TORCH_COMPILE_CACHE_KEY_TAG"]
 # compiled kernels go to a fresh directory per session (CLI subprocesses inherit it), not to ~/.cache
 os.environ["VITKIT_CACHE"] = tempfile.mkdtemp(prefix="vitkit-cache-")
 

@@ -22,3 +22,13 @@ def pick_device(name: str = "auto", *, key: str = "--device") -> torch.device:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError(f"{key}: cuda was asked for but no CUDA device is available on this machine; use cpu")
     return device
+
+
+def compile_cache_by_isa() -> None:
+    """Tag torch.compile's on-disk cache with the CPU vector width torch runs at (ATEN_CPU_CAPABILITY can lower it).
+
+    The cache keys a compiled graph without the width its C++ was generated for: code written for AVX2's 8-float
+    vectors, rebuilt for AVX-512's 16 by a later run, stores past its buffers. A tag the user set is kept."""
+    config = torch.compiler.config
+    if not config.cache_key_tag:
+        config.cache_key_tag = f"vitkit-{torch.backends.cpu.get_cpu_capability()}"

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from vitkit.devices import compile_cache_by_isa
 from vitkit.errors import ConfigError
 from vitkit.inference import precision
 from vitkit.kernels import short_attention
@@ -141,6 +142,7 @@ def build_vitkit(setup: Setup) -> torch.nn.Module:
             )
         return _Prepared(runner, model)
     if setup.compile is not False:
+        compile_cache_by_isa()
         model = torch.compile(model)
     return model
 
@@ -250,6 +252,7 @@ def build_candidate(
     if name in BACKENDS:
         return build_backend(name, exported_from, setup, precision_, folder)
     reference = build_reference(name, setup.config, setup.device)
+    compile_cache_by_isa()
     return torch.compile(reference) if setup.compile is not False else reference
 
 

@@ -52,6 +52,7 @@ import torch
 import torch._inductor.config as inductor_config
 from torch import nn
 
+from vitkit.devices import compile_cache_by_isa
 from vitkit.errors import ConfigError
 from vitkit.kernels import cpu_inference  # imports only torch; its libraries build on first use
 
@@ -358,6 +359,7 @@ class Runner:
                 if self._eager_linears is None:  # else the description says so already
                     self.description += ", oneDNN GEMMs"
         self.description += ", compiled" if settings.get("cpp.weight_prepack", True) else ", compiled (GEMMs unpacked)"
+        compile_cache_by_isa()
         compiled = torch.compile(self.forward, dynamic=dynamic)
 
         def run(x: torch.Tensor) -> torch.Tensor:

@@ -26,7 +26,7 @@ from vitkit.data import eval_batches, mix, soft_targets, train_transform
 from vitkit.data.spec import absolute
 from vitkit.data.split import where_from
 from vitkit.data.summary import data_format
-from vitkit.devices import pick_device
+from vitkit.devices import compile_cache_by_isa, pick_device
 from vitkit.errors import CheckpointError, ConfigError
 from vitkit.files import LOCK_NAME, WriteError, atomic_path, exclusive, naming, refuse_foreign, write_json
 from vitkit.kernels import short_attention
@@ -300,6 +300,8 @@ def _assemble(
     scaler = torch.amp.GradScaler(env.device.type, enabled=env.amp_dtype == torch.float16)
     # EMA weights: shaped as the model's state dict, so sharded like it under FSDP (updated without communication)
     ema = {k: v.detach().clone() for k, v in model.state_dict().items()} if t.ema else None
+    if t.compile and objective.compiles:
+        compile_cache_by_isa()
     forward = torch.compile(module) if t.compile and objective.compiles else module
     return RunState(model, objective, trainable, module, forward, optimizer, scaler, ema, progress)
 
