@@ -351,7 +351,7 @@ def test_eval_of_a_step_checkpoint_never_writes_into_it(tmp_path, capsys):
     data = tmp_path / "list.csv"
     for i in range(4):
         Image.fromarray(np.full((8, 8, 3), 60 * i, np.uint8)).save(tmp_path / f"{i}.png")
-    data.write_text("".join(f"{i}.png,{i % 2}\n" for i in range(4)))
+    data.write_text("".join(f"{i}.png,class_{i % 2}\n" for i in range(4)))  # named as the model's classes
     assert main(["eval", str(out), "--data", str(data), "--split", "val", "--val-fraction", "0.5"]) == 0
     assert sorted(p.name for p in step.iterdir()) == before
     assert list(out.glob("**/confusion_val*.png")) and not list(
