@@ -30,12 +30,57 @@ def _size(nbytes: int) -> str:
 
 
 def memory_available() -> int | None:
-    """Bytes the kernel says can be allocated without swapping (Linux MemAvailable), or None where unknown."""
+    """Bytes this process may still allocate: the kernel's MemAvailable (Linux), lowered to what is left of the
+    process's address-space limit (RLIMIT_AS) where one is set; None where neither is known."""
     try:
         with open("/proc/meminfo") as f:
-            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
+            free = next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
     except (OSError, StopIteration, ValueError):
+        free = None
+    left = _address_space_left()
+    return free if left is None else left if free is None else min(free, left)
+
+
+def _address_space_left() -> int | None:
+    try:
+        import resource
+
+        limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+        if limit == resource.RLIM_INFINITY:
+            return None
+        with open("/proc/self/statm") as f:
+            used = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    except (ImportError, OSError, ValueError, IndexError):
         return None
+    return max(limit - used, 0)
+
+
+def forward_bytes(
+    batch: int, image_size: tuple[int, int], channels: int, *, tokens: int = 0, width: int = 0, mlp: int = 0
+) -> int:
+    """The least a forward pass over `batch` float32 images holds at once: the images, and for a Vision Transformer
+    (its `tokens` per image, `width` and `mlp` size) its position embeddings and one block's activations."""
+    h, w = image_size
+    floats = batch * channels * h * w + tokens * width + batch * tokens * (3 * width + mlp)
+    return 4 * floats
+
+
+def check_batch_room(
+    batch: int, image_size: int | tuple[int, int], channels: int, what: str, error: type[Exception], *,
+    hint: str, **model: int,
+) -> None:  # fmt: skip
+    """Raise `error` starting with `what` (the flags that chose these sizes) if a forward pass over `batch` images of
+    `image_size` (and the model's sizes, see forward_bytes) needs more memory than this process may allocate, before
+    any of it is allocated; `hint` says what to do."""
+    size = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
+    nbytes = forward_bytes(batch, size, channels, **model)
+    available = memory_available()
+    if available is not None and nbytes > available:
+        images = f"{batch:,} image{'s' * (batch != 1)} of {channels}x{size[0]}x{size[1]} px"
+        raise error(
+            f"{what}: a forward pass over {images} needs at least {_size(nbytes)} of memory and this process has {_size(available)} "
+            f"available; {hint}"
+        )
 
 
 def check_room(

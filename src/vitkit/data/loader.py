@@ -20,7 +20,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from vitkit.errors import DataError
+from vitkit.errors import ConfigError, DataError
+from vitkit.limits import check_batch_room
 
 from .decode import crop_draws, inception_crop
 from .images import as_hw, load_image
@@ -270,6 +271,10 @@ def eval_batches(
     bad: BadFiles | None = None,
 ):
     """Every image of `split` once, in order, as (uint8 images, labels) on `device` (files `bad` skips left out)."""
+    most = min(batch_size, len(split))  # the most held at once: a batch, or the whole split where it is smaller
+    check_batch_room(
+        most, as_hw(size), channels, f"--batch-size {batch_size}", ConfigError, hint="choose a smaller --batch-size"
+    )
     if split.images is not None:
         for start in range(0, len(split), batch_size):
             yield (

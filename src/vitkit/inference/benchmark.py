@@ -28,6 +28,7 @@ from vitkit.inference import precision
 from vitkit.kernels import short_attention
 from vitkit.models import VisionTransformer, ViTConfig
 from vitkit.models.summary import count_flops
+from vitkit.models.vit import check_room
 
 DTYPES = {
     "fp32": torch.float32,
@@ -66,6 +67,9 @@ class Setup:
             raise ConfigError("batch and rounds must be positive")
         if self.device.startswith("cuda") and not torch.cuda.is_available():
             raise ConfigError("device: CUDA was asked for but no GPU is visible; use --device cpu")
+        h, w = self.config.image_size
+        what = f"--batch {self.batch_size} at --image-size {h}" + (f"x{w}" if h != w else "")
+        check_room(self.config, self.batch_size, what, "choose a smaller --batch or --image-size")
 
 
 # -- what one step is ------------------------------------------------------------------------

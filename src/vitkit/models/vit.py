@@ -32,6 +32,7 @@ from torch.utils.checkpoint import checkpoint
 
 from vitkit.errors import ConfigError
 from vitkit.kernels.block_kernels import InferenceKernels, KernelAttention
+from vitkit.limits import check_batch_room
 
 from .config import ViTConfig
 from .resnet import ResNetBackbone
@@ -215,6 +216,16 @@ class Block(nn.Module):
         return x, probs
 
 
+def check_room(config: ViTConfig, batch: int = 1, what: str = "", hint: str = "choose a smaller --image-size") -> None:
+    """Raise ConfigError before a model of `config` is built (or resized) if it and a forward pass over `batch`
+    images at its resolution cannot fit in the memory this process may use; `what` names the flags that chose them."""
+    h, w = config.image_size
+    check_batch_room(
+        batch, config.image_size, config.in_chans, what or f"image size {h}x{w}", ConfigError, hint=hint,
+        tokens=config.num_prefix_tokens + config.num_patches, width=config.width, mlp=config.mlp_dim,
+    )  # fmt: skip
+
+
 class VisionTransformer(nn.Module):
     """ViT and hybrid ViT. Build with a `ViTConfig` (or `vitkit.create_model(name)`).
 
@@ -226,6 +237,7 @@ class VisionTransformer(nn.Module):
     def __init__(self, config: ViTConfig | None = None, **overrides):
         super().__init__()
         config = (config or ViTConfig()).replace(**overrides)
+        check_room(config)
         self.config = c = config
         D = c.width
         self.backbone = ResNetBackbone(c.backbone, in_chans=c.in_chans) if c.backbone else None
@@ -392,6 +404,7 @@ class VisionTransformer(nn.Module):
     def set_image_size(self, image_size: int | tuple[int, int]) -> None:
         """Change the input resolution; learned position embeddings are resampled (paper §3.2)."""
         old_grid = self.config.grid_size
+        check_room(self.config.replace(image_size=image_size))
         self.config = self.config.replace(image_size=image_size)
         new_grid = self.config.grid_size
         if self.config.pos_embed == "learned":
