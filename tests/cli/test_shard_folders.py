@@ -96,3 +96,21 @@ def test_a_folder_holding_other_files_is_refused_and_an_empty_one_is_filled(tmp_
     (tmp_path / "empty").mkdir()
     assert vitkit_cmd("data", ds, "--to-shards", tmp_path / "empty").returncode == 0
     assert _what_it_holds(tmp_path / "empty") == (["ant", "bee"], 8)
+
+
+def test_a_writer_finding_the_folder_being_written_is_one_line_and_leaves_it_to_the_other(tmp_path, vitkit_cmd):
+    """The loser of a race that overlaps: the folder's staging is locked by the other writer."""
+    from vitkit.files import abort_replacement, begin_replacement
+
+    ds = dataset(tmp_path / "ds", ("ant", "bee"), per_class=4)
+    out = tmp_path / "shards"
+    staged, fd = begin_replacement(out)  # another writer, part way
+    (staged / "theirs").write_text("")
+    try:
+        done = vitkit_cmd("data", ds, "--to-shards", out)
+    finally:
+        assert [p.name for p in staged.iterdir()] == ["theirs"]
+        abort_replacement(staged, fd)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1 and "another vitkit process is writing it now" in lines[0], lines
+    assert not out.exists()
