@@ -500,16 +500,32 @@ def begin_replacement(target: Path) -> tuple[Path, int]:
         )
     _mkdir(target.parent)
     finish_replacement(target)
-    tmp, _ = staging(target)
-    tmp.mkdir(exist_ok=True)
-    fd = _try_lock(tmp)
-    if fd is None:
-        raise CheckpointError(
-            f"{target}: another vitkit process is writing it now ({tmp} is locked); wait for it to finish"
-        )
+    tmp, fd = _lock_staging(target)
     for child in tmp.iterdir():  # what a killed writer left
         shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
     return tmp, fd
+
+
+def _lock_staging(target: Path) -> tuple[Path, int]:
+    """`.NAME.tmp` made where missing and locked; a CheckpointError while another process holds it. A writer that has
+    just renamed its own into place (and released it) leaves that one locked under the target's name: made again."""
+    tmp, _ = staging(target)
+    while True:
+        tmp.mkdir(exist_ok=True)
+        try:
+            fd = _try_lock(tmp)
+        except FileNotFoundError:
+            continue  # renamed into place between the two calls
+        if fd is None:
+            raise CheckpointError(
+                f"{target}: another vitkit process is writing it now ({tmp} is locked); wait for it to finish"
+            )
+        try:
+            if os.path.samestat(os.fstat(fd), os.stat(tmp)):
+                return tmp, fd
+        except FileNotFoundError:
+            pass
+        os.close(fd)
 
 
 CHECKPOINT_SUFFIXES = (".json", ".safetensors", ".pt")  # what vitkit's and Hugging Face's checkpoint directories hold

@@ -292,9 +292,10 @@ def test_to_shards_leaves_unreadable_files_out_and_names_them(tmp_path, vitkit_c
     )
 
 
-def test_shards_of_a_stopped_to_shards_are_not_read_and_running_it_again_starts_afresh(tmp_path, monkeypatch, capsys):
-    """Stopped after the train split, the folder would read as train shards with a val held out of them: it is refused
-    until the command, run again, has written every split."""
+def test_a_stopped_to_shards_leaves_no_folder_and_a_marked_one_is_not_read_but_replaced(tmp_path, monkeypatch, capsys):
+    """Stopped after the train split, the folder read as train shards with a val held out of them. The folder is staged
+    and renamed into place whole, so a stop leaves none; a folder still marked unfinished (written by the library, or
+    by an earlier vitkit) is refused by readers, and `--to-shards` into it replaces it whole."""
     from vitkit.cli import main
     from vitkit.data import sources as shards
     from vitkit.errors import DataError
@@ -311,16 +312,15 @@ def test_shards_of_a_stopped_to_shards_are_not_read_and_running_it_again_starts_
 
     monkeypatch.setattr(shards, "write_tar_shards", stopped_at_val)
     assert main(["data", str(root), "--to-shards", str(tmp_path / "shards")]) == 130  # "vitkit data: interrupted"
-    assert (tmp_path / "shards" / "train-000000.tar").is_file() and not (
-        tmp_path / "shards" / "val-000000.tar"
-    ).exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["photos"]  # no folder, no staging left beside it
+    monkeypatch.setattr(shards, "write_tar_shards", real)
+    real(shards.open_split(root, "train", channels=3), tmp_path / "shards", prefix="train", finish=False)
     capsys.readouterr()
     assert main(["data", str(tmp_path / "shards")]) == 2
     assert "its shards are incomplete" in capsys.readouterr().err
     with pytest.raises(DataError, match="run that command again"):
         shards.open_sharded(tmp_path / "shards", "train")
-    monkeypatch.setattr(shards, "write_tar_shards", real)
-    assert main(["data", str(root), "--to-shards", str(tmp_path / "shards")]) == 0  # its own unfinished folder: afresh
+    assert main(["data", str(root), "--to-shards", str(tmp_path / "shards")]) == 0  # an unfinished folder: replaced
     assert sorted(p.name for p in (tmp_path / "shards").iterdir()) == [
         "classes.txt",
         "train-000000.tar",
@@ -394,4 +394,4 @@ def test_a_full_disk_during_to_shards_names_the_file_it_was_writing(tmp_path, mo
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"vitkit data: error: {named}: No space left on device"), lines
     assert "a file" not in lines[0]
-    assert not any(p.name.endswith(".tmp") for p in out.iterdir())  # no half shard left
+    assert not out.exists() and [p.name for p in tmp_path.iterdir()] == ["photos"]  # no half shard, no scratch left

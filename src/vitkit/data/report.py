@@ -5,7 +5,9 @@ images as a labelled grid and an array (`write_samples`)."""
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable
+from contextlib import contextmanager
 from pathlib import Path
 
 from vitkit.data.sources import SPLITS
@@ -99,23 +101,51 @@ def _copies_lines(s: dict, opened: dict) -> list[str]:
     return lines
 
 
-def refuse_shards_in(out: Path) -> None:
-    """A folder that already holds shards is refused: old and new shards would mix, and the source could be overwritten.
-    Except shards this command left unfinished (the folder still marked): they are removed, and it starts afresh."""
-    from vitkit.data.sources.tar import clear_unfinished
+def refuse_shards_in(out: Path, source: str | os.PathLike | None = None) -> None:
+    """A DataError where `out` cannot take the shards: the shards replace the folder whole (`write_shards`), so it must
+    be new, empty or what a stopped `--to-shards` left there, and neither inside the data `source` nor holding it.
+    Checked before reading anything, and again by `write_shards` under the folder's lock."""
+    from vitkit.data.sources import written_by_shards
 
     if out.exists() and not out.is_dir():
         raise DataError(f"--to-shards {out}: is a file; name a new or empty folder to write the shards into")
-    clear_unfinished(out)
-    if out.is_dir() and (held := sorted(p.name for p in out.iterdir() if p.suffix in (".tar", ".parquet"))):
+    if not out.is_dir():
+        return _refuse_around(out, source)
+    left = sorted(set(os.listdir(out)) - written_by_shards(out))
+    if held := [name for name in left if Path(name).suffix in (".tar", ".parquet")]:
         raise DataError(
             f"--to-shards {out}: the folder already holds shards ({', '.join(held[:3])}{', ...' * (len(held) > 3)}); "
             "write to an empty or new folder"
         )
-    if (out / "classes.txt").exists():  # someone's own list of names, which the shards' would replace
+    if "classes.txt" in left:  # someone's own list of names, which the shards' would replace
         raise DataError(
             f"--to-shards {out}: the folder already holds classes.txt, which the shards' class names would "
             "replace; write to an empty or new folder"
+        )
+    if left:
+        more = f" and {len(left) - 1} more" if len(left) > 1 else ""
+        raise DataError(
+            f"--to-shards {out}: the folder holds {left[0]}{more}, and the shards replace the folder whole; "
+            "write to an empty or new folder (nothing was changed)"
+        )
+    _refuse_around(out, source)
+
+
+def _refuse_around(out: Path, source: str | os.PathLike | None) -> None:
+    """A DataError where `out` is inside the data folder `source` (the shards would become part of the data) or holds
+    it (replacing the folder would remove the data); both by where they are, links followed."""
+    if not source or not Path(source).is_dir():
+        return
+    data, target = Path(source).resolve(), out.resolve()
+    if target == data or data in target.parents:
+        raise DataError(
+            f"--to-shards {out}: is inside the data it is written from ({source}), which it would change; write the "
+            "shards to a folder outside it"
+        )
+    if target in data.parents:
+        raise DataError(
+            f"--to-shards {out}: holds the data it is written from ({source}), and the shards replace the folder "
+            "whole; write them to a new folder outside it"
         )
 
 
@@ -123,9 +153,10 @@ def write_shards(
     sets: dict, out: Path, per_shard: int, seed: int, on_error: str = "skip", say: Callable[[str], None] = print
 ) -> dict:
     """Write each set as tar shards into `out` (SPLIT-NNNNNN.tar; a set without a split: shard-NNNNNN.tar) + classes.txt,
-    saying a line per set (`refuse_shards_in` has refused a folder that already holds shards, before reading anything)."""
-    from vitkit.data import sources as shards
+    saying a line per set. The folder is written whole: staged beside `out` under its lock (a second writer is refused
+    while it is held) and renamed into place when every split is in it, so `out` holds one dataset or none."""
     from vitkit.data.loader import BadFiles
+    from vitkit.files import atomic_dir
 
     names = {tuple(images.class_names) for images in sets.values()}
     if len(names) > 1:
@@ -133,15 +164,11 @@ def write_shards(
             f"--to-shards: the splits name different classes ({'; '.join(', '.join(n) for n in sorted(names))}); "
             "write one with --split"
         )
-    written, bad = {}, BadFiles(on_error, hint="; remove or replace it, or skip such files (data.on_error=skip)")
-    for split, images in sets.items():
-        prefix, before = split or "shard", len(bad)
-        files = shards.write_tar_shards(
-            images, out, per_shard=per_shard, seed=seed, prefix=prefix, finish=False, bad=bad
-        )
-        written[prefix] = _shard_set(images, len(files), left_out=len(bad) - before)
-        say(_shards_line(split, images, written[prefix], out, prefix))
-    shards.finish_writing(out)  # every split is in place: the folder reads as data from now on
+    bad = BadFiles(on_error, hint="; remove or replace it, or skip such files (data.on_error=skip)")
+    with atomic_dir(out) as staged:
+        refuse_shards_in(out)  # again, under the lock: a writer that finished meanwhile is not replaced
+        with _named_at(staged, out):
+            written = _write_sets(sets, staged, out, per_shard, seed, bad, say)
     say(f"wrote {out / 'classes.txt'}: {len(next(iter(names)))} class names")
     return {
         "dir": str(out),
@@ -150,6 +177,33 @@ def write_shards(
         **({"unreadable": [{"path": p, "error": e} for p, e in bad.files.items()]} if len(bad) else {}),
         "sets": written,
     }
+
+
+def _write_sets(sets: dict, staged: Path, out: Path, per_shard: int, seed: int, bad, say) -> dict:
+    """Each set as shards in `staged` (to become `out`), a line said per set; what was written, by shard prefix."""
+    from vitkit.data import sources as shards
+
+    written = {}
+    for split, images in sets.items():
+        prefix, before = split or "shard", len(bad)
+        files = shards.write_tar_shards(
+            images, staged, per_shard=per_shard, seed=seed, prefix=prefix, finish=False, bad=bad
+        )
+        written[prefix] = _shard_set(images, len(files), left_out=len(bad) - before)
+        say(_shards_line(split, images, written[prefix], out, prefix))
+    shards.finish_writing(staged)
+    return written
+
+
+@contextmanager
+def _named_at(staged: Path, out: Path):
+    """An OSError about a file in `staged` names it where it will be, in `out`: the staging folder is gone after."""
+    try:
+        yield
+    except OSError as err:
+        if err.filename and Path(err.filename).parent == staged:
+            err.filename = str(out / Path(err.filename).name)
+        raise
 
 
 def _shard_set(images, files: int, left_out: int) -> dict:

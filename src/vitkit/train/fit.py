@@ -93,9 +93,9 @@ def data_report(
         raise ConfigError("--samples and --per-shard: expected positive numbers")
     if samples and not out:
         raise ConfigError("--samples: say where to write samples.png and samples.npy with --out DIR")
-    if to_shards:
-        refuse_shards_in(Path(to_shards))  # before reading anything
     config = _data_config(path, config_file, overrides, fitted=bool(samples))
+    if to_shards:
+        refuse_shards_in(Path(to_shards), config.data.path)  # before reading anything
     d, shape = config.data, config.model_config()
     opened = open_splits(DataSpec.from_config(d), shape)  # as training reads them (data.train_images too)
     summary = describe(opened, split or "train", d.path, d.name)

@@ -21,7 +21,7 @@ from . import idx
 from .folder import folder_classes, read_folder
 from .lists import listed_split, read_list, split_lists
 from .shards import is_sharded, names_splits, open_sharded, refuse_compressed
-from .tar import clear_unfinished, finish_writing, write_tar_shards
+from .tar import finish_writing, write_tar_shards, written_by_shards
 
 
 def available_splits(path: str | os.PathLike | None, val_fraction: float) -> list[str]:
@@ -141,10 +141,10 @@ def _refuse_archive(path: Path) -> None:
 
 __all__ = [
     "available_splits",
-    "clear_unfinished",
     "finish_writing",
     "is_flat",
     "open_sharded",
     "open_split",
     "write_tar_shards",
+    "written_by_shards",
 ]

@@ -392,16 +392,17 @@ def finish_writing(out: str | os.PathLike) -> None:
     (Path(out) / WRITING).unlink(missing_ok=True)
 
 
-def clear_unfinished(out: str | os.PathLike) -> None:
-    """Where `out` is still marked unfinished, remove what `write_tar_shards` had written there (shards, their
-    temporary files, classes.txt, the mark), so that writing can start afresh; a folder without the mark is left alone."""
+def written_by_shards(out: str | os.PathLike) -> set[str]:
+    """The names in `out` that `write_tar_shards` wrote where it left the folder marked unfinished (shards, their
+    temporary files, classes.txt, the mark), which a new writing replaces; none in a folder without the mark."""
     out = Path(out)
     if not (out / WRITING).is_file():
-        return
-    for stale in out.iterdir():
-        if re.fullmatch(r"\.?\w+-\d{6}\.tar(\.tmp)?|classes\.txt", stale.name):
-            stale.unlink()
-    finish_writing(out)
+        return set()
+    return {
+        p.name
+        for p in out.iterdir()
+        if re.fullmatch(r"\.?\w+-\d{6}\.tar(\.tmp)?|classes\.txt|" + re.escape(WRITING), p.name)
+    }
 
 
 def _suffix(data: bytes, name: str) -> str:
