@@ -80,3 +80,12 @@ def test_an_image_size_that_fits_still_runs(run_cli, tiny):
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     assert (tiny / "o3" / "fewshot.json").is_file()
+
+
+def test_train_with_a_batch_no_memory_holds(run_cli, tmp_path):
+    done = run_cli(
+        "train", "data.name=synthetic", "model.name=vit_test", "model.image_size=1024", "train.steps=2",
+        "train.batch_size=256", "--out", tmp_path / "run", timeout=TIMEOUT, preexec_fn=_limited,
+    )  # fmt: skip
+    refused(done, "train.batch_size 256", "1024x1024")
+    assert not (tmp_path / "run" / "checkpoints").exists()

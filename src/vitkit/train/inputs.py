@@ -11,6 +11,7 @@ import torch
 from vitkit.data import Batches, DataSpec, check_compatible, fits_in_memory, load_into_memory
 from vitkit.data.summary import copies_of_training_images
 from vitkit.errors import ConfigError, DataError
+from vitkit.limits import check_batch_room
 from vitkit.train import distributed, faults
 from vitkit.train.config import RunConfig
 from vitkit.train.objectives import OBJECTIVES
@@ -22,6 +23,7 @@ def prepare_data(config: RunConfig, out: Path, resume: bool, env: Setup) -> Data
     a, d = config.augment, config.data
     # the model's input size and channels decide how images are read; the data decides the classes
     shape = config.model_config()
+    _check_batch_room(shape, env.micro, config)  # before any image is read or generated
     spec = DataSpec.from_config(d)  # the split resolver; its record in the checkpoint names exactly these images
     train_split = _open(spec, shape, d.train_split, "data.train_split")
     val_split = _open(spec, shape, d.val_split, "data.val_split")
@@ -46,6 +48,18 @@ def prepare_data(config: RunConfig, out: Path, resume: bool, env: Setup) -> Data
     batches, augment = training_batches(config, train_split, env.micro, env.device, bad, env.world)
     names = train_split.class_names
     return Data(batches.split, val_split, names, bad, shape, batches, augment, record, val_files, val_copies)
+
+
+def _check_batch_room(shape, micro: int, config: RunConfig) -> None:
+    """Refuse a micro-batch whose forward pass alone cannot fit in the memory this process may use (training
+    keeps every block's activations, so this is a lower bound)."""
+    flag = "train.micro_batch" if config.train.micro_batch else "train.batch_size"
+    tokens = getattr(shape, "num_prefix_tokens", 0) + getattr(shape, "num_patches", 0)
+    check_batch_room(
+        micro, shape.image_size, shape.in_chans, f"{flag} {micro} at model.image_size {shape.image_size[0]}",
+        ConfigError, hint=f"lower {flag} (train.micro_batch splits a batch into smaller passes)",
+        tokens=tokens, width=getattr(shape, "width", 0), mlp=getattr(shape, "mlp_dim", 0),
+    )  # fmt: skip
 
 
 def _open(spec: DataSpec, shape, name: str, flag: str):
