@@ -11,8 +11,14 @@ counted. Every number it prints comes from this run.
    a real full tmpfs (root only): the old model must be intact and the error must say nothing was replaced.
 4. SIGKILL of `vitkit train` at random moments, then `vitkit train --resume`: the final weights must equal those
    of a run never killed (to 1e-6).
-5. The hypothesis fuzzers (tests/test_input_fuzz.py and the existing image and checkpoint fuzzers) with many
+5. The hypothesis fuzzers (tests/test_input_fuzz.py, the image, checkpoint and tar/brace-pattern fuzzers) with many
    examples: every input ends in success or a one-line error with exit code 2.
+6. Planted pickles: a pickle that creates a file when loaded, put where a checkpoint's tensors go (a timm .pth, an
+   HF pytorch_model.bin, an object array in an .npz, a run's train_state.pt), then read by the real commands
+   (info, predict, convert, eval, train --resume): every command must refuse in one line and no file may appear.
+   (DCP's pickled .metadata under torchrun is tests/test_sharded_trust.py's.)
+7. Special files: /dev/zero as an image and as a checkpoint, a FIFO as an image and a checkpoint, each under a
+   timeout and an address-space limit: one line, exit 2, never a hang or a runaway read.
 
 --results also writes the rows faults-bytes-lost-SLUG, faults-wrong-messages-SLUG and faults-train-kills-SLUG of
 benchmarks/results/reliability.csv through benchmarks/rows.py (SLUG: the machine kind, e.g. epyc); off by default
@@ -46,7 +52,15 @@ from vitkit.errors import CheckpointError  # noqa: E402
 from vitkit.train import step_checkpoints  # noqa: E402
 
 VITKIT = str(Path(sys.executable).with_name("vitkit"))
-counts = {"inputs tried": 0, "faults injected": 0, "kills survived": 0, "bytes lost": 0, "wrong messages": 0}
+counts = {
+    "inputs tried": 0,
+    "faults injected": 0,
+    "kills survived": 0,
+    "bytes lost": 0,
+    "wrong messages": 0,
+    "pickles executed": 0,
+    "hangs": 0,
+}
 
 
 def _size(path: Path) -> int:
@@ -234,8 +248,89 @@ def train_kills(work: Path, n: int, steps: int = 40) -> None:
         print(f"SIGKILL of vitkit train {i + 1}/{n}: resumed to the same weights as a straight run: {same}")
 
 
+class Payload:
+    """A pickle that creates `marker` when it is loaded: what an attacker puts where tensors are expected."""
+
+    def __init__(self, marker: Path):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def _one_line_refusal(command: list[str], what: str, **run) -> None:
+    """Run a vitkit command that must refuse: one line, exit 2; count a wrong message or a hang otherwise."""
+    counts["inputs tried"] += 1
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=120, **run)
+    except subprocess.TimeoutExpired:
+        counts["hangs"] += 1
+        print(f"  HANG: {what}")
+        return
+    lines = done.stderr.strip().splitlines()
+    if done.returncode != 2 or len(lines) != 1 or "Traceback" in done.stderr:
+        counts["wrong messages"] += 1
+        print(f"  WRONG MESSAGE: {what}: exit {done.returncode}: {done.stderr[-500:]}")
+
+
+def planted_pickles(work: Path) -> None:
+    from PIL import Image
+
+    run = work / "pickle-run"
+    subprocess.run(
+        [VITKIT, "train", "--out", str(run), *TRAIN, "train.steps=4", "train.checkpoint_every=2"],
+        check=True,
+        capture_output=True,
+    )
+    image = work / "pickle-image.png"
+    Image.new("RGB", (8, 8), (120, 30, 200)).save(image)
+    marker = work / "pwned"
+    payload = {"patch_embed.weight": Payload(marker)}
+    timm_file = work / "model.pth"
+    torch.save(payload, timm_file)
+    hf = work / "hf"
+    hf.mkdir(exist_ok=True)
+    (hf / "config.json").write_text(json.dumps({"model_type": "vit", "image_size": 8, "patch_size": 4}))
+    torch.save(payload, hf / "pytorch_model.bin")
+    import numpy as np
+
+    npz = work / "model.npz"
+    np.savez(npz, **{"embedding/kernel": np.array([Payload(marker)], dtype=object)})
+    step = sorted((run / "checkpoints").iterdir())[-1]
+    torch.save({"optimizer": Payload(marker)}, step / "train_state.pt")
+    for target in (timm_file, hf, npz):
+        for command in (["info", str(target)], ["predict", str(target), str(image)], ["convert", str(target)]):
+            args = [*command, str(work / "converted.npz")] if command[0] == "convert" else command
+            _one_line_refusal([VITKIT, *args], f"vitkit {' '.join(args)}")
+        _one_line_refusal([VITKIT, "eval", str(target), "--data", "synthetic"], f"vitkit eval {target}")
+    _one_line_refusal([VITKIT, "train", "--resume", str(run), "train.steps=6"], "train --resume, train_state.pt")
+    executed = marker.exists()
+    counts["pickles executed"] += executed
+    print(f"planted pickles: {'EXECUTED' if executed else 'none executed'}")
+
+
+def special_files(work: Path) -> None:
+    fifo = work / "fifo.png"
+    os.mkfifo(fifo)
+    zero = work / "zero.png"
+    zero.symlink_to("/dev/zero")
+    ckpt_fifo = work / "fifo.pth"
+    os.mkfifo(ckpt_fifo)
+    run = work / "pickle-run"
+    limit = lambda: resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+    for args in (["predict", str(run), str(fifo)], ["predict", str(run), str(zero)], ["info", str(ckpt_fifo)],
+                 ["info", "/dev/zero"]):  # fmt: skip
+        _one_line_refusal([VITKIT, *args], f"vitkit {' '.join(args)}", preexec_fn=limit)
+    print("special files: tried")
+
+
 def fuzz(examples: int) -> None:
-    files = ["tests/test_input_fuzz.py", "tests/data/test_images_fuzz.py", "tests/checkpoint/test_checkpoint_fuzz.py"]
+    files = [
+        "tests/test_input_fuzz.py",
+        "tests/data/test_images_fuzz.py",
+        "tests/checkpoint/test_checkpoint_fuzz.py",
+        "tests/data/test_shards_fuzz.py",
+    ]
     env = {**os.environ, "VITKIT_FUZZ_EXAMPLES": str(examples)}
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--hypothesis-show-statistics", *files],
@@ -277,13 +372,15 @@ def main() -> None:
         file_size_limits(work)
         tmpfs_full(work)
         train_kills(work, args.train_kills)
+        planted_pickles(work)
+        special_files(work)
     fuzz(args.fuzz_examples)
     print(
         f"\n{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {time.time() - started:.0f} s, "
         f"{os.cpu_count()} CPUs, torch {torch.__version__}"
     )
-    print("| inputs tried | faults injected | kills survived | bytes lost | wrong messages |")
-    print("|---|---|---|---|---|")
+    print("| " + " | ".join(counts) + " |")
+    print("|" + "---|" * len(counts))
     print("| " + " | ".join(f"{counts[k]:,}" for k in counts) + " |")
     print(json.dumps(counts))
     if args.results:
@@ -324,6 +421,25 @@ def write_results() -> None:
                 "unit": "runs",
                 "model": "40 steps, a checkpoint each step",
                 "setting": "SIGKILL in the later half of the run",
+            },
+            {
+                **common,
+                "id": "faults-pickles-executed",
+                "claim": "planted pickles executed (timm .pth, HF .bin, .npz object array, train_state.pt; "
+                "info, predict, convert, eval, train --resume)",
+                "figure": f"{counts['pickles executed']}",
+                "unit": "pickles",
+                "model": "vitkit run, HF dir, .npz, timm .pth",
+                "setting": "a pickle whose loading creates a file",
+            },
+            {
+                **common,
+                "id": "faults-hangs",
+                "claim": "hangs or runaway reads on special files (FIFO, /dev/zero as image and checkpoint)",
+                "figure": f"{counts['hangs']}",
+                "unit": "commands",
+                "model": "predict, info",
+                "setting": "120 s timeout, 4 GiB address space",
             },
         ],
     )
