@@ -111,6 +111,14 @@ def test_defaults_are_valid():
         ),
         (["train.max_nonfinite_steps=0"], r"train\.max_nonfinite_steps: expected a positive number"),
         (["data.on_error=ignore"], r"data\.on_error: expected one of skip, fail"),
+        (["train.layer_decay=1.5"], r"train\.layer_decay: expected a value in \(0, 1\]"),
+        (["data.repeats=0"], r"data\.repeats: expected a positive number"),
+        (["augment.auto_augment=rand-m9-x2"], r"augment\.auto_augment: 'x2' in 'rand-m9-x2' is not a part"),
+        (["augment.auto_augment=autoaug"], r"augment\.auto_augment: expected a RandAugment string such as"),
+        (
+            ["augment.auto_augment=ta_wide", "augment.randaugment_ops=2"],
+            r"augment\.auto_augment=ta_wide and augment\.randaugment_ops=2 are two RandAugments; keep one",
+        ),
     ],
 )
 def test_impossible_values_name_the_key_and_the_reason(overrides, message):

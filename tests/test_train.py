@@ -1,5 +1,6 @@
 import json
 import math
+import types
 
 import pytest
 import torch
@@ -37,6 +38,48 @@ def test_weight_decay_groups():
     assert {names[id(p)] for p in decay["params"]} >= {"patch_embed.weight", "blocks.0.attn.qkv.weight", "head.weight"}
     assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
     assert len(decay["params"]) + len(no_decay["params"]) == len(list(model.parameters()))
+
+
+def _layer_scale(name: str, depth: int, d: float) -> float:
+    """The BEiT/MAE rule with timm's grouping, written out: head at lr, block i (1-based) at d^(L + 1 - i), the final
+    norm with the last block (d^1), the embeddings (patch, position, class token, a hybrid's ResNet stem) at d^(L + 1)."""
+    if name.startswith("blocks."):
+        return d ** (depth + 1 - (int(name.split(".")[1]) + 1))
+    if name.startswith("norm."):
+        return d
+    if name.startswith(("head.", "pre_logits.")):
+        return 1.0
+    return d ** (depth + 1)
+
+
+def test_layer_decay_groups_follow_the_formula():
+    """Every parameter's lr scale is the formula's, for a plain ViT (relative position biases, GAP) and a hybrid with a
+    pre-logits layer; weight decay stays off norms, biases, position/class embeddings; the step's lr is scaled."""
+    from vitkit.errors import ConfigError
+    from vitkit.train.optim import set_learning_rate
+
+    d = 0.65
+    hybrid = dict(image_size=32, backbone={"layers": [1], "width": 32}, patch_size=1, representation_size=8)
+    for extra in (dict(pos_embed="relative", classifier="gap"), hybrid):
+        model = create_model("vit_test", depth=3, **extra)
+        groups = param_groups(model, 0.05, layer_decay=d)
+        scale = {id(p): g["lr_scale"] for g in groups for p in g["params"]}
+        decay = {id(p): g["weight_decay"] for g in groups for p in g["params"]}
+        for name, p in model.named_parameters():
+            assert scale[id(p)] == pytest.approx(_layer_scale(name, 3, d)), name
+            exempt = p.ndim <= 1 or name in ("cls_token", "pos_embed") or "position_bias" in name
+            assert decay[id(p)] == (0.0 if exempt else 0.05), name
+        assert len(scale) == len(list(model.parameters()))
+        optimizer = types.SimpleNamespace(param_groups=groups)  # what set_learning_rate reads of an optimizer
+        set_learning_rate(optimizer, 0.1)
+        assert [g["lr"] for g in groups] == pytest.approx([0.1 * g["lr_scale"] for g in groups])
+    assert {n for n, p in model.named_parameters() if scale[id(p)] == pytest.approx(d**4)} >= {
+        "cls_token",
+        "backbone.stem_conv.weight",
+        "patch_embed.weight",
+    }
+    with pytest.raises(ConfigError, match="train.layer_decay"):
+        param_groups(create_model("bit_r50x1", num_classes=2, layers=(1,), width=32), 0.0, layer_decay=d)
 
 
 def test_schedule_warmup_then_decay():

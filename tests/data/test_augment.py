@@ -115,3 +115,124 @@ def test_train_transform_is_reproducible():
     b = train_transform(images, (8, 8), cfg, (0.5,) * 3, (0.5,) * 3, gen(7))
     assert a.shape == (4, 3, 8, 8) and torch.equal(a, b)
     assert a.min() >= -1 and a.max() <= 1
+
+
+# -- timm RandAugment strings and TrivialAugment ------------------------------------------------
+# timm's op lists (data/auto_augment.py _RAND_TRANSFORMS, _RAND_INCREASING_TRANSFORMS) and torchvision's
+# TrivialAugmentWide space, written out
+TIMM_RAND = (
+    "AutoContrast Equalize Invert Rotate Posterize Solarize SolarizeAdd Color Contrast Brightness Sharpness "
+    "ShearX ShearY TranslateXRel TranslateYRel"
+).split()
+TIMM_RAND_INC = (
+    "AutoContrast Equalize Invert Rotate PosterizeIncreasing SolarizeIncreasing SolarizeAdd ColorIncreasing "
+    "ContrastIncreasing BrightnessIncreasing SharpnessIncreasing ShearX ShearY TranslateXRel TranslateYRel"
+).split()
+TRIVIAL_WIDE = (
+    "Identity ShearX ShearY TranslateX TranslateY Rotate Brightness Color Contrast Sharpness Posterize Solarize "
+    "AutoContrast Equalize"
+).split()
+
+
+def test_randaugment_strings_parse_as_timm_reads_them():
+    from vitkit.data.augment import parse_policy
+    from vitkit.errors import ConfigError
+
+    deit = parse_policy("rand-m9-mstd0.5-inc1")
+    assert (deit.magnitude, deit.num_ops, deit.mstd, deit.mmax, deit.prob) == (9, 2, 0.5, 10, 0.5)
+    assert list(deit.ops) == TIMM_RAND_INC
+    plain = parse_policy("rand-m7-n3-p1")
+    assert (plain.magnitude, plain.num_ops, plain.prob, list(plain.ops)) == (7, 3, 1.0, TIMM_RAND)
+    assert parse_policy("rand-mstd101").mstd == float("inf") and parse_policy("rand-mstd101").magnitude == 10
+    assert parse_policy("rand-m15-mmax15").mmax == 15 and parse_policy("rand-inc0").ops == parse_policy("rand").ops
+    trivial = parse_policy("ta_wide")
+    assert trivial.trivial and list(trivial.ops) == TRIVIAL_WIDE and trivial.num_ops == 1
+    for bad in ("rand-q3", "rand-m9x", "augmix-m3", "rand-p2", "rand-tweights"):
+        with pytest.raises(ConfigError, match="augment.auto_augment"):
+            parse_policy(bad)
+
+
+def test_randaugment_magnitude_law_is_timms():
+    """Each op's argument against timm's level functions, written out here (_LEVEL_DENOM = 10)."""
+    from vitkit.data.augment import draw_magnitudes, op_argument, parse_policy
+
+    m = torch.tensor([0.0, 2.5, 5.0, 9.0, 10.0], dtype=torch.float64)
+    s = torch.tensor([1.0, -1.0, 1.0, -1.0, 1.0], dtype=torch.float64)
+    law = {
+        "Rotate": lambda m, s: m / 10 * 30 * s,
+        "ShearX": lambda m, s: m / 10 * 0.3 * s,
+        "TranslateYRel": lambda m, s: m / 10 * 0.45 * s,
+        "Color": lambda m, s: m / 10 * 1.8 + 0.1,
+        "SharpnessIncreasing": lambda m, s: max(0.1, 1.0 + s * m / 10 * 0.9),
+        "Posterize": lambda m, s: int(m / 10 * 4),
+        "PosterizeIncreasing": lambda m, s: 4 - int(m / 10 * 4),
+        "Solarize": lambda m, s: int(m / 10 * 256),
+        "SolarizeIncreasing": lambda m, s: 256 - int(m / 10 * 256),
+        "SolarizeAdd": lambda m, s: int(m / 10 * 110),
+    }
+    for op, f in law.items():
+        want = [f(float(a), float(b)) for a, b in zip(m, s)]
+        assert op_argument(op, m, s).tolist() == pytest.approx(want), op
+    # the magnitude: fixed and clipped at 10 (mmax lifts the clip), N(m, mstd) clipped, uniform in [0, m] past 100
+    assert set(draw_magnitudes(parse_policy("rand-m15"), 50, gen()).tolist()) == {10.0}
+    assert set(draw_magnitudes(parse_policy("rand-m15-mmax12"), 50, gen()).tolist()) == {12.0}
+    noisy = draw_magnitudes(parse_policy("rand-m5-mstd0.5"), 20_000, gen(1))
+    assert noisy.mean().item() == pytest.approx(5, abs=0.02) and noisy.std().item() == pytest.approx(0.5, abs=0.02)
+    uniform = draw_magnitudes(parse_policy("rand-m8-mstd200"), 20_000, gen(2))
+    assert 0 <= uniform.min() and uniform.max() <= 8 and uniform.mean().item() == pytest.approx(4, abs=0.08)
+
+
+def test_trivial_augment_wide_bins():
+    from vitkit.data.augment import trivial_argument
+
+    bins, plus = torch.arange(31), torch.ones(31, dtype=torch.float64)
+    assert trivial_argument("Rotate", bins, plus).tolist() == pytest.approx(torch.linspace(0, 135, 31).tolist())
+    assert trivial_argument("TranslateX", bins, -plus).tolist() == pytest.approx((-torch.linspace(0, 32, 31)).tolist())
+    assert trivial_argument("Brightness", bins, plus).tolist() == pytest.approx(
+        (1 + torch.linspace(0, 0.99, 31)).tolist()
+    )
+    assert trivial_argument("Solarize", bins, plus).tolist() == pytest.approx(torch.linspace(255, 0, 31).tolist())
+    assert trivial_argument("Posterize", bins, plus).tolist() == (8 - (bins / 5).round()).tolist()
+
+
+def test_level_ops_match_pil_on_8_bit_images():
+    """Equalize, posterize and solarize are exact on 8-bit images (PIL's ImageOps); the enhance ops within a level."""
+    import numpy as np
+    from PIL import Image, ImageEnhance, ImageOps
+
+    from vitkit.data.augment import _apply_op, equalize
+
+    rng = np.random.default_rng(0)
+    for a in (
+        rng.integers(0, 256, (9, 7, 3), dtype=np.uint8),
+        (rng.random((9, 7, 3)) ** 3 * 200 + 20).astype(np.uint8),
+    ):
+        x = torch.from_numpy(a).permute(2, 0, 1)[None].float() / 255
+
+        def ours(op, arg):
+            out = _apply_op(op, x, torch.tensor([float(arg)], dtype=torch.float64), 0.5)
+            return (out[0].permute(1, 2, 0) * 255).round().numpy().astype(int)
+
+        pil = Image.fromarray(a)
+        assert np.array_equal(
+            (equalize(x)[0].permute(1, 2, 0) * 255).round().numpy(), np.asarray(ImageOps.equalize(pil))
+        )
+        for bits in (1, 3, 7):
+            assert np.array_equal(ours("Posterize", bits), np.asarray(ImageOps.posterize(pil, bits)))
+        for threshold in (0, 100, 256):
+            assert np.array_equal(ours("Solarize", threshold), np.asarray(ImageOps.solarize(pil, threshold)))
+        for kind in ("Color", "Contrast", "Brightness", "Sharpness"):
+            want = np.asarray(getattr(ImageEnhance, kind)(pil).enhance(1.7)).astype(int)
+            assert np.abs(ours(kind, 1.7) - want).max() <= 1, kind
+
+
+@pytest.mark.parametrize("policy", ["rand-m9-mstd0.5-inc1", "ta_wide"])
+def test_policies_are_drawn_from_the_seed(policy):
+    """A policy's batch is a function of (pixels, seed): the same seed gives the same pixels, another seed others."""
+    from vitkit.data.augment import augment_pixels
+
+    images = torch.randint(0, 256, (16, 3, 12, 12), dtype=torch.uint8)
+    cfg = AugmentConfig(crop="none", hflip=0.0, auto_augment=policy)
+    a, b, c = (augment_pixels(images, (12, 12), cfg, gen(seed)) for seed in (3, 3, 4))
+    assert torch.equal(a, b) and not torch.equal(a, c)
+    assert a.min() >= 0 and a.max() <= 1 and not torch.equal(a, images.float() / 255)

@@ -105,3 +105,23 @@ def test_a_scan_that_could_read_no_image_does_not_report_a_size():
         str(ImageScan(60, 90, 28, 30, 1, unreadable=4))
         == "scanned 60 of 90 images (4 unreadable): median 30x28 px, grayscale"
     )
+
+
+def test_repeated_augmentation_repeats_each_image_in_a_resumable_order():
+    """data.repeats=3 (DeiT): the epoch's order with each image three times in a row, cut to the epoch's length;
+    a function of (seed, epoch) like the plain order, so a resumed run reads what a straight one reads."""
+    from vitkit.data import epoch_order, open_dataset
+
+    split = open_dataset("synthetic", None, "train", channels=1, image_size=4, synthetic_size=30)
+    make = lambda k: Batches(split, 6, seed=2, device=torch.device("cpu"), channels=1, size=4, repeats=k)
+    batches, plain = make(3), make(1)
+    assert batches.per_epoch == plain.per_epoch == 5
+    for epoch in (0, 1):
+        order = batches._order(epoch).flatten()
+        assert torch.equal(order, epoch_order(30, 2, epoch).repeat_interleave(3)[:30])
+        assert torch.equal(order.view(-1, 3), order[::3, None].expand(-1, 3))  # three copies in a row
+    straight = batches.iterate(0, 0)
+    seen = [next(straight)[0] for _ in range(8)]
+    resumed = batches.iterate(1, 1)  # batch 6 = epoch 1, position 1
+    for a in seen[6:]:
+        assert torch.equal(a, next(resumed)[0])

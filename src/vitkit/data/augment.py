@@ -5,19 +5,23 @@ random choices, so an augmented batch is a pure function of (pixels, seed, step)
 makes an interrupted run resume exactly. Pixels are floats in [0, 1] until `normalize`.
 
 train: random-resized (Inception) crop or padded random crop -> horizontal flip -> RandAugment
-       -> normalise -> random erasing; then Mixup/CutMix on the batch with soft targets (label
-       smoothing included).
+       (vitkit's, or a timm config string / TrivialAugment: `auto_augment`) -> normalise -> random
+       erasing; then Mixup/CutMix on the batch with soft targets (label smoothing included).
 eval:  resize + centre crop -> normalise.
 """
 
 from __future__ import annotations
 
+import functools
 import math
+import re
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+from vitkit.errors import ConfigError, shown
 
 from .images import scaled_size
 
@@ -31,6 +35,9 @@ class AugmentConfig:
     hflip: float = 0.5
     randaugment_ops: int = 0  # RandAugment N (0: off)
     randaugment_magnitude: float = 9.0  # RandAugment M, out of 10
+    # timm's RandAugment config string ("rand-m9-mstd0.5-inc1", "rand-m10-n2": timm's ops and magnitude law) or
+    # "ta_wide" (TrivialAugment, torchvision's wide space); None: off. Not with randaugment_ops.
+    auto_augment: str | None = None
     mixup: float = 0.0  # Beta(alpha, alpha) for Mixup (0: off)
     cutmix: float = 0.0  # Beta(alpha, alpha) for CutMix (0: off)
     mix_prob: float = 1.0  # chance that a batch is mixed at all
@@ -121,18 +128,25 @@ def _geometric(kind: str, x: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
     return _warp(x, theta, tuple(x.shape[-2:]), fill=0.5)
 
 
-def _photometric(kind: str, x: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
-    s = 1.0 + 0.9 * m.to(x.device)  # enhancement factor in [0.1, 1.9]
+def enhance(kind: str, x: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    """PIL's ImageEnhance: x blended with a degenerate image by factor s (B,): 0 gives the degenerate image, 1 x."""
     if kind == "brightness":
         return _blend(x, torch.zeros_like(x), s)
     if kind == "contrast":
         return _blend(x, _gray(x).mean(dim=(1, 2, 3), keepdim=True).expand_as(x), s)
     if kind == "color":
         return _blend(x, _gray(x).expand_as(x), s)
-    if kind == "sharpness":
-        k = torch.tensor([[1, 1, 1], [1, 5, 1], [1, 1, 1]], dtype=x.dtype, device=x.device) / 13
-        blurred = F.conv2d(F.pad(x, (1, 1, 1, 1), mode="replicate"), k.expand(x.shape[1], 1, 3, 3), groups=x.shape[1])
-        return _blend(x, blurred, s)
+    # sharpness: the degenerate image is PIL's SMOOTH filter of the interior, the border pixels kept
+    k = torch.tensor([[1, 1, 1], [1, 5, 1], [1, 1, 1]], dtype=x.dtype, device=x.device) / 13
+    blurred = x.clone()
+    if min(x.shape[-2:]) >= 3:
+        blurred[..., 1:-1, 1:-1] = F.conv2d(x, k.expand(x.shape[1], 1, 3, 3), groups=x.shape[1])
+    return _blend(x, blurred, s)
+
+
+def _photometric(kind: str, x: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+    if kind in ("brightness", "contrast", "color", "sharpness"):
+        return enhance(kind, x, 1.0 + 0.9 * m.to(x.device))  # enhancement factor in [0.1, 1.9]
     if kind == "solarize":
         threshold = (1.0 - m.abs().to(x.device))[:, None, None, None]
         return torch.where(x >= threshold, 1.0 - x, x)
@@ -186,6 +200,262 @@ def randaugment(x: torch.Tensor, num_ops: int, magnitude: float, g: torch.Genera
     return x
 
 
+# -- RandAugment config strings (timm's op set and magnitude law) and TrivialAugment ---------------
+# "rand-m9-mstd0.5-inc1": parts m (magnitude, of 10), n (ops per image), mstd (std of a normal noise on the
+# magnitude of every op drawn; over 100: uniform in [0, m]), mmax (the magnitude's upper clip, 10), inc (1: ops
+# whose strength grows with the magnitude), p (the chance that a drawn op is applied). "ta_wide": TrivialAugment
+# (Mueller & Hutter 2021) in torchvision's wide space: one op a image, its strength one of 31 bins.
+LEVEL_DENOM = 10.0
+RAND_OPS = (
+    "AutoContrast",
+    "Equalize",
+    "Invert",
+    "Rotate",
+    "Posterize",
+    "Solarize",
+    "SolarizeAdd",
+    "Color",
+    "Contrast",
+    "Brightness",
+    "Sharpness",
+    "ShearX",
+    "ShearY",
+    "TranslateXRel",
+    "TranslateYRel",
+)
+RAND_INCREASING_OPS = tuple(
+    f"{op}Increasing" if op in ("Posterize", "Solarize", "Color", "Contrast", "Brightness", "Sharpness") else op
+    for op in RAND_OPS
+)
+TRIVIAL_OPS = (
+    "Identity",
+    "ShearX",
+    "ShearY",
+    "TranslateX",
+    "TranslateY",
+    "Rotate",
+    "Brightness",
+    "Color",
+    "Contrast",
+    "Sharpness",
+    "Posterize",
+    "Solarize",
+    "AutoContrast",
+    "Equalize",
+)
+TRIVIAL_BINS = 31
+_ENHANCE = ("Color", "Contrast", "Brightness", "Sharpness")
+_RAND_FILL = 128 / 255  # timm's fill of the pixels a geometric op uncovers; TrivialAugment (torchvision) fills 0
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A RandAugment (num_ops ops a image, each applied with chance prob) or, with trivial, TrivialAugment."""
+
+    ops: tuple[str, ...]
+    num_ops: int = 2
+    magnitude: float = LEVEL_DENOM
+    mstd: float = 0.0
+    mmax: float = LEVEL_DENOM
+    prob: float = 0.5
+    trivial: bool = False
+
+
+_PARTS = {"m": float, "n": int, "mstd": float, "mmax": float, "inc": int, "p": float}
+
+
+@functools.lru_cache(maxsize=16)
+def parse_policy(text: str, key: str = "augment.auto_augment") -> Policy:
+    """The policy a timm RandAugment string ("rand-m9-mstd0.5-inc1") or "ta_wide" names; a ConfigError naming `key`."""
+    if text == "ta_wide":
+        return Policy(TRIVIAL_OPS, num_ops=1, prob=1.0, trivial=True)
+    head, *parts = text.split("-")
+    if head != "rand":
+        raise ConfigError(
+            f"{key}: expected a RandAugment string such as rand-m9-mstd0.5-inc1 or ta_wide, got {shown(text)}"
+        )
+    values: dict = {}
+    for part in parts:
+        found = re.fullmatch(r"([a-z]+)(\d[\d.]*)", part)
+        kind = _PARTS.get(found.group(1)) if found else None
+        try:
+            values[found.group(1)] = kind(found.group(2))
+        except (AttributeError, TypeError, ValueError):
+            raise ConfigError(
+                f"{key}: {shown(part)} in {shown(text)} is not a part of a RandAugment string; the parts are "
+                "m<magnitude>, n<ops>, mstd<std>, mmax<clip>, inc<0|1>, p<chance> (e.g. rand-m9-mstd0.5-inc1)"
+            ) from None
+    mstd = values.get("mstd", 0.0)
+    policy = Policy(  # inc0 is off (timm takes any inc part, inc0 too, as on)
+        RAND_INCREASING_OPS if values.get("inc") else RAND_OPS,
+        num_ops=values.get("n", 2),
+        magnitude=values.get("m", LEVEL_DENOM),
+        mstd=math.inf if mstd > 100 else mstd,
+        mmax=values.get("mmax") or LEVEL_DENOM,
+        prob=values.get("p", 0.5),
+    )
+    if not 0.0 <= policy.prob <= 1.0:
+        raise ConfigError(f"{key}: p{policy.prob:g} in {shown(text)}: the chance an op is applied is in [0, 1]")
+    return policy
+
+
+def check_policy(cfg: AugmentConfig) -> None:
+    """augment.auto_augment names a policy, and vitkit's own RandAugment is not on beside it."""
+    if cfg.auto_augment is None:
+        return
+    parse_policy(cfg.auto_augment)
+    if cfg.randaugment_ops > 0:
+        raise ConfigError(
+            f"augment.auto_augment={cfg.auto_augment} and augment.randaugment_ops={cfg.randaugment_ops} are two "
+            "RandAugments; keep one (set augment.randaugment_ops=0)"
+        )
+
+
+def draw_magnitudes(policy: Policy, count: int, g: torch.Generator) -> torch.Tensor:
+    """(count,) float64 magnitudes: the policy's, with its noise, clipped to [0, mmax] (timm's AugmentOp)."""
+    m = torch.full((count,), float(policy.magnitude), dtype=torch.float64)
+    if policy.mstd == math.inf:
+        m = torch.rand(count, generator=g, dtype=torch.float64) * policy.magnitude
+    elif policy.mstd > 0:
+        m = m + policy.mstd * torch.randn(count, generator=g, dtype=torch.float64)
+    return m.clamp(0.0, policy.mmax)
+
+
+def op_argument(op: str, magnitude: torch.Tensor, sign: torch.Tensor) -> torch.Tensor:
+    """timm's level-to-argument law: what op applies at `magnitude` (of 10) with random `sign` (+-1), float64."""
+    level = magnitude / LEVEL_DENOM
+    if op == "Rotate":
+        return level * 30.0 * sign  # degrees
+    if op in ("ShearX", "ShearY"):
+        return level * 0.3 * sign
+    if op in ("TranslateXRel", "TranslateYRel"):
+        return level * 0.45 * sign  # of the image's side
+    if op in _ENHANCE:
+        return level * 1.8 + 0.1  # enhancement factor
+    if op.removesuffix("Increasing") in _ENHANCE:
+        return (1.0 + level * 0.9 * sign).clamp(min=0.1)
+    laws = {
+        "Posterize": (level * 4).floor(),  # bits kept
+        "PosterizeIncreasing": 4 - (level * 4).floor(),
+        "Solarize": (level * 256).floor(),  # threshold (of 255)
+        "SolarizeIncreasing": 256 - (level * 256).floor(),
+        "SolarizeAdd": (level * 110).floor(),  # added below 128
+    }
+    return laws.get(op, torch.zeros_like(magnitude))
+
+
+def trivial_argument(op: str, bins: torch.Tensor, sign: torch.Tensor) -> torch.Tensor:
+    """TrivialAugment's wide space (torchvision's TrivialAugmentWide): the argument of bin 0..30, float64."""
+    top = TRIVIAL_BINS - 1
+    frac = bins.double() / top
+    if op in ("ShearX", "ShearY"):
+        return frac * 0.99 * sign
+    if op in ("TranslateX", "TranslateY"):
+        return frac * 32.0 * sign  # pixels
+    if op == "Rotate":
+        return frac * 135.0 * sign
+    if op in _ENHANCE:
+        return 1.0 + frac * 0.99 * sign
+    if op == "Posterize":
+        return 8 - (bins.double() / (top / 6)).round()
+    if op == "Solarize":
+        return 255.0 * (1 - frac)
+    return torch.zeros_like(frac)
+
+
+def _affine(x: torch.Tensor, kind: str, arg: torch.Tensor, fill: float) -> torch.Tensor:
+    """PIL's geometric ops in normalised coordinates: rotation about the centre, shears about the top-left corner."""
+    H, W = x.shape[-2:]
+    a = arg.float()
+    theta = torch.zeros(len(a), 2, 3)
+    theta[:, 0, 0] = theta[:, 1, 1] = 1.0
+    if kind == "Rotate":
+        r = a * math.pi / 180
+        theta[:, 0, 0], theta[:, 0, 1] = r.cos(), -r.sin() * H / W
+        theta[:, 1, 0], theta[:, 1, 1] = r.sin() * W / H, r.cos()
+    elif kind == "ShearX":  # input x = x + f y (pixels from the corner)
+        theta[:, 0, 1] = theta[:, 0, 2] = a * H / W
+    elif kind == "ShearY":
+        theta[:, 1, 0] = theta[:, 1, 2] = a * W / H
+    elif kind == "TranslateXRel":
+        theta[:, 0, 2] = 2 * a
+    elif kind == "TranslateYRel":
+        theta[:, 1, 2] = 2 * a
+    elif kind == "TranslateX":  # pixels
+        theta[:, 0, 2] = 2 * a / W
+    elif kind == "TranslateY":
+        theta[:, 1, 2] = 2 * a / H
+    return _warp(x, theta, (H, W), fill=fill)
+
+
+def equalize(x: torch.Tensor) -> torch.Tensor:
+    """PIL's ImageOps.equalize per image and channel, on 8-bit levels: lut[i] = (step // 2 + count below i) // step,
+    step = (pixels - count of the highest level present) // 256; a channel of one level, or step 0, is kept."""
+    B, C = x.shape[:2]
+    v = (x * 255).round().clamp(0, 255).long().flatten(2)  # (B, C, HW)
+    hist = torch.zeros(B, C, 256, dtype=torch.long, device=x.device).scatter_add_(2, v, torch.ones_like(v))
+    top = 255 - (hist.flip(-1) > 0).long().argmax(-1, keepdim=True)  # the highest level present
+    step = (hist.sum(-1, keepdim=True) - hist.gather(2, top)) // 256
+    below = hist.cumsum(-1) - hist
+    lut = ((step // 2 + below) // step.clamp(min=1)).clamp(max=255)
+    keep = (step == 0) | ((hist > 0).sum(-1, keepdim=True) <= 1)
+    out = torch.where(keep, v, lut.gather(2, v)).float() / 255
+    return out.view_as(x).to(x.dtype)
+
+
+def _levels(op: str, x: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+    """The ops defined on 8-bit levels (posterize, solarize, solarize-add), `a` (n,) on x's device."""
+    v = (x * 255).round()
+    a = a[:, None, None, None]
+    if op.startswith("Posterize"):  # keep the top `a` bits
+        step = 2.0 ** (8 - a.clamp(max=8))
+        return torch.where(a >= 8, x, torch.floor(v / step) * step / 255)
+    if op.startswith("SolarizeAdd"):
+        return torch.where(v < 128, (x + a / 255).clamp(max=1.0), x)
+    return torch.where(v >= a, 1.0 - x, x)  # solarize above the threshold
+
+
+def _apply_op(op: str, x: torch.Tensor, arg: torch.Tensor, fill: float) -> torch.Tensor:
+    """One named op on images x (n, C, H, W) in [0, 1] with their arguments `arg` (n,)."""
+    base = op.removesuffix("Increasing")
+    if base in ("Rotate", "ShearX", "ShearY", "TranslateX", "TranslateY", "TranslateXRel", "TranslateYRel"):
+        return _affine(x, base, arg, fill)
+    if base in _ENHANCE:
+        return enhance(base.lower(), x, arg.to(x.device, x.dtype))
+    if base in ("Posterize", "Solarize", "SolarizeAdd"):
+        return _levels(base, x, arg.to(x.device, x.dtype))
+    if base == "Equalize":
+        return equalize(x)
+    if base == "AutoContrast":
+        return _photometric("autocontrast", x, arg)
+    return 1.0 - x if base == "Invert" else x
+
+
+def apply_policy(x: torch.Tensor, policy: Policy, g: torch.Generator) -> torch.Tensor:
+    """The policy on a batch in [0, 1]: each image draws its own ops, chances, magnitudes and signs from g (the
+    same number of draws whatever is drawn, so a batch stays a function of the seed and step)."""
+    B = x.shape[0]
+    for _ in range(policy.num_ops):
+        choice = torch.randint(0, len(policy.ops), (B,), generator=g)
+        applied = torch.rand(B, generator=g) < policy.prob
+        sign = torch.where(torch.rand(B, generator=g) < 0.5, -1.0, 1.0).double()
+        if policy.trivial:
+            strength = torch.randint(0, TRIVIAL_BINS, (B,), generator=g)
+        else:
+            strength = draw_magnitudes(policy, B, g)
+        out = x.clone()
+        for i, op in enumerate(policy.ops):
+            pick = ((choice == i) & applied).nonzero().flatten()
+            if len(pick) == 0 or op == "Identity":
+                continue
+            law = trivial_argument if policy.trivial else op_argument
+            arg = law(op, strength[pick], sign[pick])
+            on = pick.to(x.device)
+            out[on] = _apply_op(op, x[on], arg, 0.0 if policy.trivial else _RAND_FILL)
+        x = out
+    return x
+
+
 def random_erase(x: torch.Tensor, p: float, scale, ratio, g: torch.Generator) -> torch.Tensor:
     """Random erasing (Zhong et al. 2020) on a normalised batch: with chance p per image, one
     rectangle of random area (scale) and aspect (ratio, log-uniform) gets standard-normal noise."""
@@ -231,6 +501,8 @@ def augment_pixels(images: torch.Tensor, size: tuple[int, int], cfg: AugmentConf
         x = hflip(x, cfg.hflip, g)
     if cfg.randaugment_ops > 0:
         x = randaugment(x, cfg.randaugment_ops, cfg.randaugment_magnitude, g)
+    if cfg.auto_augment:
+        x = apply_policy(x, parse_policy(cfg.auto_augment), g)
     return x
 
 

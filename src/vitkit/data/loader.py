@@ -179,6 +179,9 @@ class Batches:
     With `world` > 1 processes, each yields only its contiguous share (rank) of every global batch.
     Streamed files are read by one DataLoader for the whole run (its workers live across epochs); with
     `crop` = (scale, ratio) they come as Inception crops of the whole image, `size` x `size` (`cropped`).
+    With `repeats` k > 1 (repeated augmentation, DeiT), every image of the epoch's order comes k times in a row, and
+    each copy is augmented on its own (its own place in the batch); the epoch keeps its length, so it holds the first
+    1/k of the order.
     """
 
     def __init__(
@@ -195,6 +198,7 @@ class Batches:
         world: int = 1,
         bad: BadFiles | None = None,
         crop: tuple | None = None,
+        repeats: int = 1,
     ):
         if len(split) < batch_size:
             raise DataError(
@@ -202,6 +206,7 @@ class Batches:
             )
         self.split, self.batch_size, self.seed, self.device = split, batch_size, seed, device
         self.channels, self.size, self.workers, self.bad = channels, size, workers, bad
+        self.repeats = repeats
         self.crop = crop if split.images is None else None
         self.cropped = self.crop is not None  # the device-side transform must not crop again
         self.blocks = parquet.blocks(split)  # Parquet: row-group windows
@@ -218,6 +223,8 @@ class Batches:
             if self.blocks is None
             else block_order(self.blocks, self.seed, epoch)
         )
+        if self.repeats > 1:
+            order = order.repeat_interleave(self.repeats)
         return order[: self.per_epoch * self.batch_size].view(self.per_epoch, self.batch_size)
 
     def _items(self, epoch: int, position: int):

@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from vitkit.data.augment import AugmentConfig
+from vitkit.data.augment import AugmentConfig, check_policy
 from vitkit.data.scan import ImageScan
 from vitkit.errors import ConfigError, first_line, shown
 from vitkit.models import BiTConfig, ModelConfig, ViTConfig, get_config
@@ -45,6 +45,9 @@ class DataConfig:
         None  # square size files are kept at for augment.crop=pad|none (None: image size); rrc crops the whole image
     )
     workers: int = 2  # DataLoader workers for streamed image files
+    # repeated augmentation (DeiT): each image drawn comes k times in a row, each copy augmented on its own; an
+    # epoch keeps its length, so it holds 1/k of the images k times each (1: off)
+    repeats: int = 1
     synthetic_size: int = 512
     synthetic_classes: int = 10
     on_error: str = (
@@ -66,6 +69,9 @@ class TrainConfig:
     weight_decay: float = 0.05  # decoupled; none on norms, biases, position embeddings, class token
     betas: tuple[float, float] = (0.9, 0.999)
     momentum: float = 0.9  # sgd
+    # layer-wise learning-rate decay (BEiT, MAE): block i of L at lr x layer_decay^(L + 1 - i), the embeddings at
+    # x layer_decay^(L + 1), the head at lr (timm's grouping: the final norm with the last block); None: off
+    layer_decay: float | None = None
     warmup_steps: int = 100
     decay: str = "cosine"  # cosine | linear | constant, after a linear warmup
     end_lr_ratio: float = 0.0  # final lr as a fraction of lr
@@ -117,6 +123,7 @@ POSITIVE = {
     "data.synthetic_classes",
     "data.memory_mb",
     "data.load_size",
+    "data.repeats",
     "augment.eval_crop_pct",
 }
 
@@ -139,6 +146,7 @@ INTERVALS = {
     "train.epochs": "(0, inf)",
     "train.end_lr_ratio": "[0, 1]",
     "train.ema": "(0, 1)",
+    "train.layer_decay": "(0, 1]",
     "train.clip_norm": "(0, inf)",
     "train.keep_checkpoints": "[1, inf)",
 }
@@ -383,6 +391,7 @@ def from_dict(data: dict[str, Any], where: str = "config") -> RunConfig:
         if low > high:
             raise ConfigError(f"augment.{key}: expected [low, high] with low <= high, got {[low, high]}")
     check_batches(sections["train"], world_size())
+    check_policy(sections["augment"])
     return RunConfig(model=model, **sections)
 
 

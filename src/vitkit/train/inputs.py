@@ -117,6 +117,7 @@ def training_batches(
         world=world.size,
         bad=bad,
         crop=crop,
+        repeats=d.repeats,
     )  # faults: bad streamed files, as data.on_error says
     return batches, replace(a, crop="none") if batches.cropped else a
 

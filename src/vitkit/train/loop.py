@@ -36,7 +36,14 @@ from vitkit.train.config import RunConfig, dump_run_config, load_run_config
 from vitkit.train.init import init_from, pretrained_on
 from vitkit.train.inputs import augment_generator, prepare_data
 from vitkit.train.objectives import pick_objective
-from vitkit.train.optim import autocast_dtype, learning_rate, make_optimizer, soft_cross_entropy, update_ema
+from vitkit.train.optim import (
+    autocast_dtype,
+    learning_rate,
+    make_optimizer,
+    set_learning_rate,
+    soft_cross_entropy,
+    update_ema,
+)
 from vitkit.train.plan import mean_rate, model_name, plan_block, segments
 from vitkit.train.state import (
     RUN_FILES,
@@ -311,8 +318,7 @@ def _step(config: RunConfig, env: Setup, data: Data, run: RunState, stream, step
     t, a, world, accum = config.train, config.augment, env.world, env.accum
     shape = data.shape
     lr = learning_rate(step, lr=t.lr, warmup=t.warmup_steps, total=t.steps, decay=t.decay, end_ratio=t.end_lr_ratio)
-    for group in run.optimizer.param_groups:
-        group["lr"] = lr
+    set_learning_rate(run.optimizer, lr)  # times each group's layer-wise scale
     loss_sum = torch.zeros((), device=env.device)
     for k in range(accum):
         images, labels = next(stream)

@@ -13,6 +13,7 @@ from vitkit.data.summary import copies_warning
 from vitkit.errors import ConfigError
 from vitkit.models import BiTConfig, VisionTransformer
 from vitkit.train.config import RunConfig
+from vitkit.train.optim import describe
 from vitkit.train.state import Data, Setup, is_number
 
 
@@ -27,6 +28,7 @@ def plan_block(
 ) -> str:
     """The block printed before training: model, its size and cost, the data of each split, the run, an estimated time."""
     lines = [_model_line(config, model), *_data_lines(config, data), _training_line(config, data, env, step, last)]
+    lines.append(f"optimizer  {describe(config.train, getattr(model.config, 'depth', None))}")
     lines += _warnings(config, data)
     if (
         env.world.size == 1 and not env.world.sharded and step < last
