@@ -1,4 +1,5 @@
-"""Paths users type that vitkit cannot read: URLs and model hub names are refused in one line that says why."""
+"""Paths users type that vitkit cannot read: URLs are refused in one line that says why; ORG/NAME that is no path gets
+the hub name's spelling."""
 
 import pytest
 
@@ -13,16 +14,17 @@ from vitkit.errors import CheckpointError, DataError
 )
 def test_a_url_is_named_as_given_and_refused_as_a_download(url):
     for read in (load_pretrained, read_metadata):
-        with pytest.raises(CheckpointError, match=f"^{url}: a URL; vitkit reads local files and never downloads"):
+        with pytest.raises(CheckpointError, match=f"^{url}: a URL; vitkit reads local files, never URLs"):
             read(url)  # as typed: Path would have folded 'https://' into 'https:/'
     with pytest.raises(DataError, match="a URL"):
         absolute(url)  # data.path, --data
 
 
-def test_a_model_hub_name_gets_a_download_hint_a_local_path_does_not(tmp_path, monkeypatch):
+def test_a_model_hub_name_gets_the_hub_spelling_a_local_path_does_not(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(
-        CheckpointError, match="google/vit-base-patch16-224: no such file or directory; vitkit never downloads"
+        CheckpointError,
+        match="google/vit-base-patch16-224: no such file or directory; .* write hf-hub:google/vit-base-patch16-224$",
     ):
         load_pretrained("google/vit-base-patch16-224")
     (tmp_path / "runs").mkdir()
@@ -39,6 +41,6 @@ def test_predict_refuses_a_url_image_in_one_line(tmp_path, capsys):
     ckpt = vitkit.save_pretrained(model, tmp_path / "ckpt")
     assert main(["predict", str(ckpt), "https://example.com/cat.jpg"]) == 2
     assert capsys.readouterr().err.strip() == (
-        "vitkit predict: error: https://example.com/cat.jpg: a URL; vitkit reads local files and "
-        "never downloads: save the file and pass its path"
+        "vitkit predict: error: https://example.com/cat.jpg: a URL; vitkit reads local files, never URLs: save the "
+        "file and pass its path (a model on the Hugging Face hub: hf-hub:ORG/NAME)"
     )

@@ -10,6 +10,7 @@ from vitkit.errors import CheckpointError, ConfigError, DataError, TrainingError
 _LAZY = {
     "load_pretrained": "vitkit.checkpoint",
     "save_pretrained": "vitkit.checkpoint",
+    "create_model": "vitkit.checkpoint",  # the named models, and with pretrained=True any checkpoint or hub name
     "Classifier": "vitkit.inference.classifier",
     **{
         name: "vitkit.models"
@@ -17,7 +18,6 @@ _LAZY = {
             "ResNetConfig",
             "ViTConfig",
             "VisionTransformer",
-            "create_model",
             "get_config",
             "list_models",
             "resample_pos_embed",

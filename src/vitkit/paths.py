@@ -1,6 +1,6 @@
-"""Paths a user gives: local files only. vitkit never downloads (no model hubs, no dataset URLs), so a URL or a
-hub name is refused in one line saying so, instead of a "missing file" that `Path` has already mangled
-('https://host/x' folds into 'https:/host/x')."""
+"""Paths a user gives: local files, never URLs (a model hub name, hf-hub:ORG/NAME, is the checkpoint readers' own:
+vitkit.checkpoint.hub). A URL is refused in one line saying so, instead of a "missing file" that `Path` has already
+mangled ('https://host/x' folds into 'https:/host/x'); a missing ORG/NAME gets the hub name's spelling."""
 
 from __future__ import annotations
 
@@ -16,7 +16,10 @@ _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 def local_path(text: str | os.PathLike, error: type[VitkitError] = VitkitError) -> Path:
     """`text` as a path; a URL is an `error` naming it."""
     if _URL.match(str(text)):
-        raise error(f"{text}: a URL; vitkit reads local files and never downloads: save the file and pass its path")
+        raise error(
+            f"{text}: a URL; vitkit reads local files, never URLs: save the file and pass its path (a model on the "
+            "Hugging Face hub: hf-hub:ORG/NAME)"
+        )
     return Path(text)
 
 
@@ -29,8 +32,5 @@ def missing(text: str | os.PathLike) -> str:
         and not str(text).startswith((".", "/", "~"))
         and "." not in parts[0]
     ):
-        return (
-            f"{text}: no such file or directory; vitkit never downloads, so a model hub name is not a checkpoint: "
-            "download it first (e.g. huggingface-cli download NAME --local-dir DIR) and pass DIR or the file"
-        )
+        return f"{text}: no such file or directory; for the model on the Hugging Face hub, write hf-hub:{text}"
     return f"{text}: no such file or directory"

@@ -227,7 +227,7 @@ def test_written_hf_directory_works_in_transformers_pipeline_with_its_class_name
             16 / 19,
         ),
         ({"image_processor_type": "ConvNextImageProcessor", "size": {"shortest_edge": 16}, "crop_pct": 0.875}, 0.875),
-        ({"image_processor_type": "ViTImageProcessor", "do_resize": True, "size": {"height": 16, "width": 16}}, None),
+        ({"image_processor_type": "ViTImageProcessor", "do_resize": True, "size": {"height": 16, "width": 16}}, 1.0),
     ],
 )
 def test_the_crop_of_an_hf_checkpoint_s_image_processor_is_read_and_kept(processor, crop_pct, make_model, tmp_path):
@@ -244,7 +244,7 @@ def test_the_crop_of_an_hf_checkpoint_s_image_processor_is_read_and_kept(process
     (tmp_path / "hf" / "preprocessor_config.json").write_text(json.dumps(processor))
     _, meta = vitkit.checkpoint.load_with_metadata(tmp_path / "hf")
     got = meta.get("preprocess", {}).get("crop_pct")
-    assert got == pytest.approx(crop_pct) if crop_pct else got is None
+    assert got == pytest.approx(crop_pct)  # 1.0 where the processor cuts nothing
     if crop_pct and "crop_size" in processor:  # vitkit resizes to exactly the processor's size
         resized = processor["size"].get("shortest_edge", processor["size"].get("height"))
         assert math.floor(16 / crop_pct_of(processor)) == resized

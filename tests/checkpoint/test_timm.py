@@ -219,7 +219,8 @@ def test_a_timm_hub_directory_loads_with_its_class_names_mean_std_and_input_size
     assert detect_format(hub) == "timm"
     for given in (hub, hub / weights):
         loaded, meta = load_with_metadata(given)
-        assert meta["class_names"] == ["cat", "dog", "emu"] and meta["preprocess"] == {"crop_pct": 0.875}
+        assert meta["class_names"] == ["cat", "dog", "emu"]
+        assert meta["preprocess"] == {"crop_pct": 0.875, "interpolation": "bicubic"}  # timm's resize filter too
         assert tuple(loaded.config.mean) == (0.485, 0.456, 0.406) and tuple(loaded.config.std) == (0.229, 0.224, 0.225)
         x = make_images(loaded.config)
         with torch.no_grad():
@@ -231,7 +232,7 @@ def test_a_timm_hub_directory_loads_with_its_class_names_mean_std_and_input_size
     assert (
         read_metadata(hub / weights, format="timm")
         == read_metadata(hub)
-        == {"class_names": ["cat", "dog", "emu"], "preprocess": {"crop_pct": 0.875}}
+        == {"class_names": ["cat", "dog", "emu"], "preprocess": {"crop_pct": 0.875, "interpolation": "bicubic"}}
     )
     (hub / "config.json").write_text(
         json.dumps({"label_names": {"0": "cat", "2": "emu", "1": "dog"}, "architecture": "x"})

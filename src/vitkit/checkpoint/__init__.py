@@ -29,10 +29,11 @@ from vitkit.files import (
     snapshot_json,
 )
 from vitkit.limits import check_room
-from vitkit.models import ModelConfig, VisionTransformer
+from vitkit.models import ModelConfig, VisionTransformer, canonical_name, list_models
+from vitkit.models import create_model as build_named
 from vitkit.paths import local_path, missing
 
-from . import hf, native, npz, runs, timm
+from . import hf, hub, native, npz, runs, timm
 from .io import is_safetensors
 from .native import check_state, load_model, model_shapes, save_pretrained
 
@@ -151,9 +152,9 @@ def _file_format(path: Path) -> str:
 
 def locate(given: str | os.PathLike, format: str | None = None) -> Located:
     """The checkpoint `given` names, resolved once. A run directory stands for its model, a weights file inside a
-    vitkit or HF directory for its directory. A URL or a path that is not there is an error as given (a hub name like
-    owner/name gets a hint), not as Path folds it."""
-    path = local_path(given, CheckpointError)
+    vitkit or HF directory for its directory, a hub name (`hub`) for its folder in huggingface_hub's cache. A URL or a
+    path that is not there is an error as given (owner/name gets a hint), not as Path folds it."""
+    path = hub.where(given) if hub.hub_name(given) else local_path(given, CheckpointError)
     if not path.exists():
         raise CheckpointError(missing(given))
     config = None
@@ -201,7 +202,7 @@ def read_checkpoint(
     `image_size` only decides the grid when the position embeddings are not square.
     """
     given = local_path(path, CheckpointError)
-    if not given.exists() and os.access(given.parent, os.W_OK):
+    if not given.exists() and not hub.hub_name(path) and os.access(given.parent, os.W_OK):
         finish_replacement(given)  # a replacement cut by a kill between its two renames
     return _read_located(locate(path, format), image_size)
 
@@ -244,6 +245,24 @@ def load_pretrained(
     if num_classes is not None and num_classes != config.num_classes:
         model.reset_head(num_classes, keep_pre_logits=keep_pre_logits)
     return model.eval()
+
+
+def create_model(name: str, *, pretrained: bool = False, **overrides) -> torch.nn.Module:
+    """A named model (`vitkit.models.create_model`); with `pretrained`, the model of the checkpoint or hub name `name`
+    (hf-hub:ORG/NAME[@REV], timm's MODEL.TAG), at `image_size` with `num_classes` as `load_pretrained` makes it."""
+    if not pretrained:
+        return build_named(name, **overrides)
+    unknown = sorted(set(overrides) - {"image_size", "num_classes", "keep_pre_logits"})
+    if unknown:
+        raise ConfigError(
+            f"{', '.join(unknown)}: a pretrained model keeps its architecture; only image_size and num_classes change it"
+        )
+    if canonical_name(name) in list_models() and not Path(name).exists():
+        raise CheckpointError(
+            f"{name}: a vitkit size, without weights of its own; with pretrained=True name a hub model "
+            "(hf-hub:google/vit-base-patch16-224, timm's vit_base_patch16_224.augreg2_in21k_ft_in1k) or a checkpoint"
+        )
+    return load_pretrained(name, **overrides)
 
 
 def _ready(config: ModelConfig, state: dict, source, image_size) -> VisionTransformer:
@@ -325,6 +344,7 @@ def refuse_untrained_head(meta: dict, checkpoint, model: torch.nn.Module | None 
 __all__ = [
     "FORMATS",
     "Located",
+    "create_model",
     "detect_format",
     "load_pretrained",
     "load_with_metadata",

@@ -29,6 +29,7 @@ from vitkit.models import VisionTransformer, ViTConfig
 
 from .io import read_safetensors, read_torch, write_safetensors
 from .keymap import Rule, from_vitkit, fused, infer_image_size, same, to_vitkit
+from .native import INTERPOLATIONS
 
 CONFIG_NAME = "config.json"
 PREPROCESSOR_NAME = "preprocessor_config.json"
@@ -119,13 +120,29 @@ def config_from_hf(
         dropout=hf.get("hidden_dropout_prob", 0.0), attn_dropout=hf.get("attention_probs_dropout_prob", 0.0),
     )  # fmt: skip
     if preprocessor:
-        for ours, theirs in (("mean", "image_mean"), ("std", "image_std")):
-            if theirs in preprocessor:
-                fields[ours] = tuple(preprocessor[theirs])
+        fields.update(_normalisation(preprocessor, fields["in_chans"]))
     try:
         return ViTConfig(**fields)
     except ConfigError as err:
         raise CheckpointError(f"{where}: describes a model vitkit cannot build: {err}") from None
+
+
+def _normalisation(processor: dict, channels: int) -> dict:
+    """mean and std on [0, 1] pixels that do what an image processor's rescale and normalise do: (x * rescale_factor
+    - image_mean) / image_std, with x in [0, 255], is (x / 255 - mean) / std for mean = image_mean / k and
+    std = image_std / k, k = 255 * rescale_factor."""
+    if processor.get("do_normalize", True):
+        given = {ours: processor.get(theirs) for ours, theirs in (("mean", "image_mean"), ("std", "image_std"))}
+        given = {k: tuple(v) if isinstance(v, list) else (v,) * channels for k, v in given.items() if v is not None}
+    else:
+        given = {"mean": (0.0,) * channels, "std": (1.0,) * channels}
+    factor = processor.get("rescale_factor", 1 / 255) if processor.get("do_rescale", True) else 1.0
+    k = 255 * factor
+    if not math.isclose(k, 1.0, rel_tol=1e-9) and isinstance(factor, (int, float)) and factor > 0:
+        given = {key: tuple(v / k for v in values) for key, values in given.items()}
+    if "std" in given and "mean" not in given:
+        given["mean"] = (0.0,) * channels
+    return given
 
 
 def _prefix(state: dict[str, torch.Tensor]) -> str:
@@ -218,8 +235,7 @@ def write(model: VisionTransformer, directory: str | os.PathLike, *, metadata: d
     if c.in_chans == 1:  # HF's pipeline feeds RGB: the patch embedding of a grayscale model reads luma from RGB instead
         kernel = f"{prefix}embeddings.patch_embeddings.projection.weight"
         tensors[kernel] = tensors[kernel] * torch.tensor(LUMA).view(1, 3, 1, 1)
-    crop_pct = (metadata.get("preprocess") or {}).get("crop_pct", 1.0)
-    hf, preprocessor = _hf_config(c, metadata, class_names), _preprocessor_config(c, crop_pct)
+    hf, preprocessor = _hf_config(c, metadata, class_names), _preprocessor_config(c, metadata.get("preprocess") or {})
     refuse_foreign(directory)
     with atomic_dir(directory) as tmp:  # replaces an older directory as a whole
         write_safetensors(tmp / WEIGHTS_NAMES[0], tensors, metadata={"format": "pt"})
@@ -263,17 +279,28 @@ def _hf_config(c: ViTConfig, metadata: dict, class_names: list[str] | None) -> d
     return hf
 
 
-def _preprocessor_config(c: ViTConfig, crop_pct: float = 1.0) -> dict:
-    """preprocessor_config.json with the model's size, mean and std (3 channels: RGB in). A square model gets HF's
+def _preprocessor_config(c: ViTConfig, preprocess: dict) -> dict:
+    """preprocessor_config.json with the model's size, mean and std (3 channels: RGB in) and the resize of
+    `preprocess` (vitkit's record: crop_pct, crop_mode, interpolation). crop_mode squash: ViTImageProcessor, which
+    resizes both sides to size / crop_pct and cuts the centre where that is larger; center, square: HF's
     CLIPImageProcessor, which resizes the shorter side to size / crop_pct and cuts the centre square, as vitkit does;
-    a non-square one ViTImageProcessor, which resizes the whole image to the model's size."""
+    center, not square: ViTImageProcessor resizing to the model's size (HF has no cover-the-box resize)."""
     h, w = c.image_size
-    if h == w:
-        shorter = max(h, math.floor(h / crop_pct))  # as vitkit.data.images.shorter_side (timm: floor)
+    crop_pct = preprocess.get("crop_pct") or 1.0
+    box = tuple(max(side, math.floor(side / crop_pct)) for side in (h, w))  # as vitkit.data.images.shorter_side
+    if preprocess.get("crop_mode") == "squash":
+        resize = {
+            "image_processor_type": "ViTImageProcessor",
+            "do_resize": True,
+            "size": {"height": box[0], "width": box[1]},
+            "do_center_crop": box != (h, w),
+            "crop_size": {"height": h, "width": w},
+        }
+    elif h == w:
         resize = {
             "image_processor_type": "CLIPImageProcessor",
             "do_resize": True,
-            "size": {"shortest_edge": shorter},
+            "size": {"shortest_edge": box[0]},
             "do_center_crop": True,
             "crop_size": {"height": h, "width": w},
             "do_convert_rgb": True,
@@ -282,7 +309,7 @@ def _preprocessor_config(c: ViTConfig, crop_pct: float = 1.0) -> dict:
         resize = {"image_processor_type": "ViTImageProcessor", "do_resize": True, "size": {"height": h, "width": w}}
     return {
         **resize,
-        "resample": 2,  # bilinear, as vitkit's resize
+        "resample": INTERPOLATIONS.index(preprocess.get("interpolation", "bilinear")),
         "do_rescale": True,
         "rescale_factor": 1 / 255,
         "do_normalize": True,
@@ -293,7 +320,7 @@ def _preprocessor_config(c: ViTConfig, crop_pct: float = 1.0) -> dict:
 
 def read_metadata(path: str | os.PathLike, *, config: Any = None) -> dict:
     """vitkit's record in config.json (`config`: as already read), else the class names of id2label (unless HF's
-    placeholders LABEL_i) and the crop of preprocessor_config.json (`crop_pct_of`)."""
+    placeholders LABEL_i) and the resize and crop of preprocessor_config.json (`preprocess_of`)."""
     hf = read_json(Path(path) / CONFIG_NAME) if config is None else config
     if isinstance(hf.get("vitkit"), dict) and hf["vitkit"]:
         return hf["vitkit"]
@@ -301,8 +328,25 @@ def read_metadata(path: str | os.PathLike, *, config: Any = None) -> dict:
     names = [str(labels.get(str(i), "")) for i in range(len(labels))]
     metadata = {"class_names": names} if names and names != [f"LABEL_{i}" for i in range(len(names))] else {}
     processor = Path(path) / PREPROCESSOR_NAME
-    crop_pct = crop_pct_of(read_json(processor)) if processor.is_file() else None
-    return {**metadata, "preprocess": {"crop_pct": crop_pct}} if crop_pct is not None else metadata
+    preprocess = preprocess_of(read_json(processor)) if processor.is_file() else None
+    return {**metadata, "preprocess": preprocess} if preprocess is not None else metadata
+
+
+def preprocess_of(processor) -> dict | None:
+    """vitkit's "preprocess" record of an HF image processor (None for what is no processor's config): crop_pct
+    (`crop_pct_of`; 1 where it cuts nothing), crop_mode (squash where it resizes to a height and width, center where
+    it resizes the shortest edge) and interpolation (its resample; the processor's own default where it names none:
+    bicubic for CLIP's, else bilinear)."""
+    if not isinstance(processor, dict):
+        return None
+    size = processor.get("size")
+    mode = "center" if isinstance(size, dict) and "shortest_edge" in size else "squash"
+    resample = processor.get("resample")
+    if isinstance(resample, int) and not isinstance(resample, bool) and 0 <= resample < len(INTERPOLATIONS):
+        interpolation = INTERPOLATIONS[resample]
+    else:
+        interpolation = "bicubic" if "CLIP" in str(processor.get("image_processor_type", "")) else "bilinear"
+    return {"crop_pct": crop_pct_of(processor) or 1.0, "crop_mode": mode, "interpolation": interpolation}
 
 
 def crop_pct_of(processor) -> float | None:

@@ -95,6 +95,21 @@ def _seed(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
+# PIL's filters, in the order of their numbers (Hugging Face's "resample"); timm's "interpolation" names them
+INTERPOLATIONS = ("nearest", "lanczos", "bilinear", "bicubic", "box", "hamming")
+CROP_MODES = ("center", "squash")  # keep the aspect ratio (the shorter side to size / crop_pct), or resize both sides
+
+
+def _preprocess_ok(v: Any) -> bool:
+    """`v` is a "preprocess" record: crop_pct in (0, 1], crop_mode and interpolation among the known ones."""
+    return (
+        isinstance(v, dict)
+        and (v.get("crop_pct") is None or _number(v["crop_pct"]) and 0 < v["crop_pct"] <= 1)
+        and v.get("crop_mode", "center") in CROP_MODES
+        and v.get("interpolation", "bilinear") in INTERPOLATIONS
+    )
+
+
 # config.json entries beside the model config: key -> (check, what it must be); one check for every reader
 EXTRA_CHECKS = {
     "class_names": (
@@ -107,10 +122,9 @@ EXTRA_CHECKS = {
         "a list of one distinct name per class of the head (text without newlines or terminal escapes)",
     ),
     "preprocess": (
-        lambda v, c: (
-            isinstance(v, dict) and (v.get("crop_pct") is None or _number(v["crop_pct"]) and 0 < v["crop_pct"] <= 1)
-        ),
-        "a mapping whose crop_pct is a number in (0, 1]",
+        lambda v, c: _preprocess_ok(v),
+        f"a mapping of crop_pct (a number in (0, 1]), crop_mode ({', '.join(CROP_MODES)}) and interpolation "
+        f"({', '.join(INTERPOLATIONS)})",
     ),
     "data": (
         lambda v, c: (

@@ -15,7 +15,7 @@ from pathlib import Path
 from vitkit.errors import CheckpointError
 from vitkit.files import Snapshot, snapshot_json
 
-from . import hf, native, timm
+from . import hf, hub, native, timm
 
 STATE_JSON = "train_state.json"  # written last into a step checkpoint: its presence marks it complete
 _STEP_DIR = re.compile(r"step_(\d+)")
@@ -46,7 +46,7 @@ def resolve(path: str | os.PathLike) -> Path:
 
 def locate(path: str | os.PathLike) -> tuple[Path, Snapshot | None]:
     """`resolve`, with the config.json of the directory it names where telling it read that (to be read only once)."""
-    path = Path(path)
+    path = hub.where(path)
     if is_run_dir(path):
         final = snapshot_json(path / "final", native.CONFIG_NAME)  # waits out a replacement of final/ in flight
         if native.says_native(final.data):
@@ -107,6 +107,9 @@ def report_dir(checkpoint: str | os.PathLike, name: str) -> Path:
     run = run_dir(resolved)
     if run is not None:
         return run / name
+    hub_name = hub.hub_name(checkpoint)
+    if hub_name is not None:  # never inside huggingface_hub's cache: here, named after the repository
+        return Path(f"{hub_name.repo.replace('/', '--')}.{name}")
     given = Path(checkpoint)
     if given.is_dir() and not native.is_native(given) and not hf.is_hf(given):
         return given / name

@@ -42,6 +42,7 @@ from .io import (
     write_with_sidecar,
 )
 from .keymap import Rule, count_indexed, from_vitkit, infer_image_size, same, to_vitkit
+from .native import CROP_MODES, INTERPOLATIONS
 
 METADATA_KEY = "vitkit_config"
 EXTRA_KEY = "vitkit_metadata"  # class names, preprocessing, training data
@@ -210,13 +211,14 @@ def _stored(path: Path, key: str = METADATA_KEY) -> dict | None:
 
 def pretrained_cfg(c: ModelConfig, metadata: dict) -> dict:
     """timm's description of a checkpoint's input and labels (its pretrained_cfg and label_names)."""
+    preprocess = metadata.get("preprocess") or {}
     cfg = {
         "input_size": [c.in_chans, *c.image_size],
         "mean": list(c.mean),
         "std": list(c.std),
-        "interpolation": "bilinear",
-        "crop_pct": metadata.get("preprocess", {}).get("crop_pct", 1.0),
-        "crop_mode": "center",
+        "interpolation": preprocess.get("interpolation", "bilinear"),
+        "crop_pct": preprocess.get("crop_pct") or 1.0,
+        "crop_mode": preprocess.get("crop_mode", "center"),
         "num_classes": c.num_classes,
     }
     return {"pretrained_cfg": cfg, "label_names": metadata.get("class_names")}
@@ -314,6 +316,23 @@ def read_metadata(path: str | os.PathLike, *, config: Any = None) -> dict:
         ]
     if isinstance(names, list):
         metadata["class_names"] = [str(n) for n in names]
-    if isinstance(found.get("pretrained_cfg"), dict) and "crop_pct" in found["pretrained_cfg"]:
-        metadata["preprocess"] = {"crop_pct": float(found["pretrained_cfg"]["crop_pct"])}
+    preprocess = preprocess_of(found.get("pretrained_cfg"))
+    if preprocess:
+        metadata["preprocess"] = preprocess
     return metadata
+
+
+def preprocess_of(cfg) -> dict:
+    """vitkit's "preprocess" record of timm's pretrained_cfg: its crop_pct, crop_mode (center or squash; timm's
+    border, which pads, is read as center) and interpolation, where it names them."""
+    if not isinstance(cfg, dict):
+        return {}
+    preprocess = {}
+    pct = cfg.get("crop_pct")
+    if isinstance(pct, (int, float)) and not isinstance(pct, bool) and 0 < pct <= 1:
+        preprocess["crop_pct"] = float(pct)
+    if cfg.get("crop_mode") in (*CROP_MODES, "border"):
+        preprocess["crop_mode"] = "squash" if cfg["crop_mode"] == "squash" else "center"
+    if cfg.get("interpolation") in INTERPOLATIONS:
+        preprocess["interpolation"] = cfg["interpolation"]
+    return preprocess

@@ -289,11 +289,57 @@ def as_hw(size: int | tuple[int, int]) -> tuple[int, int]:
     return (size, size) if isinstance(size, int) else (int(size[0]), int(size[1]))
 
 
+CROP_MODES = ("center", "squash")
+
+
+class Crop(float):
+    """A crop_pct that also says how an image is brought to size / crop_pct before the centre crop of size: `mode`
+    "center" keeps the aspect ratio (timm's crop_mode center, HF's shortest_edge), "squash" resizes both sides to
+    it (timm's squash, HF's height and width); `interpolation` names PIL's filter (bilinear, bicubic, nearest,
+    lanczos, box, hamming). A float, so every reader that passes crop_pct along passes all three."""
+
+    mode: str
+    interpolation: str
+
+    def __new__(cls, crop_pct: float = 1.0, mode: str = "center", interpolation: str = "bilinear") -> Crop:
+        if mode not in CROP_MODES:
+            raise DataError(f"preprocess.crop_mode: {mode!r} is not one of {', '.join(CROP_MODES)}")
+        if not hasattr(Image.Resampling, str(interpolation).upper()):
+            raise DataError(f"preprocess.interpolation: {interpolation!r} is not a filter PIL has")
+        crop = super().__new__(cls, crop_pct)
+        crop.mode, crop.interpolation = mode, str(interpolation).lower()
+        return crop
+
+    def __reduce__(self):  # data loader workers receive it pickled
+        return Crop, (float(self), self.mode, self.interpolation)
+
+    def __repr__(self) -> str:
+        return f"Crop({float(self)!r}, {self.mode!r}, {self.interpolation!r})"
+
+    def __str__(self) -> str:  # in messages, the number
+        return float.__repr__(self)
+
+
+def crop_of(metadata: dict) -> Crop:
+    """The preprocessing a checkpoint's metadata records (its "preprocess": crop_pct, crop_mode, interpolation)."""
+    given = metadata.get("preprocess") or {}
+    pct = given.get("crop_pct")
+    return Crop(1.0 if pct is None else pct, given.get("crop_mode", "center"), given.get("interpolation", "bilinear"))
+
+
+def _filter(crop_pct: float):
+    """The PIL filter `crop_pct` names (a `Crop`'s interpolation; bilinear for a plain number)."""
+    return getattr(Image.Resampling, getattr(crop_pct, "interpolation", "bilinear").upper())
+
+
 def scaled_size(width: int, height: int, size: int | tuple[int, int], crop_pct: float = 1.0) -> tuple[int, int]:
-    """(w, h) of an image resized, keeping its aspect ratio, to cover the box `size` / crop_pct (before the centre crop
-    of `size`): for a square `size`, its shorter side to size / crop_pct. Both sides rounded down, as timm's and
-    torchvision's Resize and Hugging Face's image processors round them."""
+    """(w, h) of an image resized to cover the box `size` / crop_pct (before the centre crop of `size`): keeping its
+    aspect ratio (for a square `size`, its shorter side to size / crop_pct), or to the box itself where `crop_pct` is
+    a `Crop` of mode "squash". Sides rounded down, as timm's and torchvision's Resize and Hugging Face's image
+    processors round them."""
     box_h, box_w = (shorter_side(side, crop_pct) for side in as_hw(size))
+    if getattr(crop_pct, "mode", "center") == "squash":
+        return box_w, box_h
     if width * box_h >= height * box_w:  # wider than the box: the height decides
         return (width, height) if height == box_h else (max(box_w, int(box_h * width / height)), box_h)
     return (width, height) if width == box_w else (box_w, max(box_h, int(box_w * height / width)))
@@ -305,10 +351,10 @@ def shorter_side(size: int, crop_pct: float) -> int:
 
 
 def resize_center_crop(image: Image.Image, size: int | tuple[int, int], crop_pct: float = 1.0) -> Image.Image:
-    """Resize the image to cover `size` / crop_pct (the shorter side to it, for a square size), then cut the central
-    `size` (one side, or (H, W))."""
+    """Resize the image to cover `size` / crop_pct (`scaled_size`; with a `Crop`'s filter, else bilinear), then cut
+    the central `size` (one side, or (H, W))."""
     if scaled_size(*image.size, size, crop_pct) != image.size:
-        image = image.resize(scaled_size(*image.size, size, crop_pct), Image.BILINEAR, reducing_gap=None)
+        image = image.resize(scaled_size(*image.size, size, crop_pct), _filter(crop_pct), reducing_gap=None)
     (height, width), (w, h) = as_hw(size), image.size
     left, top = (w - width) // 2, (h - height) // 2
     return image.crop((left, top, left + width, top + height))

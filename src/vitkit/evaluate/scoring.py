@@ -31,6 +31,7 @@ def score_checkpoint(opts) -> Scored:
     from vitkit.checkpoint import load_with_metadata, refuse_untrained_head
     from vitkit.checkpoint.runs import step_of
     from vitkit.data import BadFiles
+    from vitkit.data.images import crop_of
     from vitkit.devices import pick_device
     from vitkit.evaluate.metrics import evaluate
     from vitkit.files import writable
@@ -41,7 +42,7 @@ def score_checkpoint(opts) -> Scored:
     refuse_untrained_head(meta, opts.checkpoint, model)
     device = pick_device(opts.device)
     spec, which, split = open_scored_split(opts, meta, model.config)
-    crop_pct = meta.get("preprocess", {}).get("crop_pct", 1.0)
+    crop_pct = crop_of(meta)  # the checkpoint's resize, filter and crop
     bad = BadFiles("skip" if opts.skip_unreadable else "fail", hint="; --skip-unreadable scores without such files")
     batches, runner, reference = _runners(opts, model, meta, spec, which, split, device, crop_pct, bad)
     step = step_of(opts.checkpoint)

@@ -5,8 +5,9 @@
 
 Images are files, PIL images of any mode, uint8 arrays (H, W) / (H, W, C) or uint8 tensors (H, W) / (C, H, W) as
 torchvision.io.read_image gives them (a (B, C, H, W) tensor is a batch of them); each is converted to the model's
-channels, resized and centre-cropped as the checkpoint's preprocessing says (its crop_pct), exactly as `vitkit
-eval` and `vitkit predict` read files.
+channels, resized and centre-cropped as the checkpoint's preprocessing says (its crop_pct, crop_mode and
+interpolation: a Hugging Face preprocessor_config.json's or timm's pretrained_cfg where it came from there), exactly
+as `vitkit eval` and `vitkit predict` read files.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import torch
 from PIL import Image
 
 from vitkit.checkpoint import load_with_metadata, refuse_untrained_head
-from vitkit.data.images import image_pixels, load_image
+from vitkit.data.images import crop_of, image_pixels, load_image
 from vitkit.devices import pick_device
 from vitkit.errors import DataError
 from vitkit.inference.precision import prepare
@@ -36,7 +37,7 @@ class Classifier:
         model: torch.nn.Module,
         class_names: Sequence[str] | None = None,
         *,
-        crop_pct: float = 1.0,
+        crop_pct: float = 1.0,  # or a data.images.Crop: crop_pct with crop_mode and interpolation
         precision: str = "fp32",
         device: str | torch.device = "cpu",
         calibration: Iterable[torch.Tensor] | None = None,
@@ -68,7 +69,7 @@ class Classifier:
         data the checkpoint records it was trained on). `data_flag`: how errors name `calibration_data`."""
         model, meta = load_with_metadata(checkpoint)
         refuse_untrained_head(meta, checkpoint, model)
-        crop_pct = meta.get("preprocess", {}).get("crop_pct", 1.0)
+        crop_pct = crop_of(meta)  # the source's preprocessing: resize (keeping the aspect or not), filter, crop
         images = None
         if precision == "int8":
             from vitkit.data import DataSpec

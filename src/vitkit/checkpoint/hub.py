@@ -1,0 +1,146 @@
+"""Model hub names, resolved through huggingface_hub's own cache.
+
+    hf-hub:google/vit-base-patch16-224          a Hugging Face repository (transformers or timm layout)
+    hf-hub:google/vit-base-patch16-224@REV      at a branch, tag or commit
+    vit_base_patch16_224.augreg2_in21k_ft_in1k  timm's MODEL.TAG: the repository timm/MODEL.TAG
+
+A local path that exists always wins over a hub name: `./NAME` forces the file, `hf-hub:ORG/NAME` the hub.
+huggingface_hub finds the files (HF_HUB_CACHE, else HF_HOME/hub) and downloads what is missing; with
+HF_HUB_OFFLINE=1 it only reads the cache, and a model not there is one error naming the cache and the variable.
+Only the files a reader needs are fetched: the JSON configs and the safetensors weights (PyTorch's .bin where a
+repository has no safetensors).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import NamedTuple
+
+from vitkit.errors import CheckpointError, first_line
+
+PREFIX = "hf-hub:"
+_REPO = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
+_TIMM = re.compile(r"[a-z][a-z0-9_]*\.[a-z0-9_]+")  # vit_base_patch16_224.augreg2_in21k_ft_in1k
+# a file name with one of these suffixes is a file that is not there, never a timm MODEL.TAG
+_FILE_SUFFIXES = {"npz", "safetensors", "pth", "pt", "bin", "json", "yaml", "yml", "onnx", "xml", "ckpt", "h5", "zip"}
+CONFIGS = ["config.json", "preprocessor_config.json"]
+SAFE_WEIGHTS = ["model.safetensors", "model.safetensors.index.json", "model-*-of-*.safetensors"]
+TORCH_WEIGHTS = ["pytorch_model.bin", "pytorch_model.bin.index.json", "pytorch_model-*-of-*.bin"]
+_OFF = {"", "0", "false", "no", "off"}
+
+
+class HubName(NamedTuple):
+    """A model hub name as given, and the repository and revision it names."""
+
+    given: str
+    repo: str
+    revision: str | None = None
+
+    def __str__(self) -> str:
+        return self.given
+
+
+def parse(given: str | os.PathLike) -> HubName | None:
+    """The hub model `given` names (hf-hub:ORG/NAME[@REV], or timm's MODEL.TAG), else None; a malformed hf-hub: name
+    is an error."""
+    text = os.fspath(given)
+    if text.startswith(PREFIX):
+        repo, at, revision = text[len(PREFIX) :].partition("@")
+        if not _REPO.fullmatch(repo) or (at and not revision):
+            raise CheckpointError(
+                f"{text}: not a hub name; write hf-hub:ORG/NAME or hf-hub:ORG/NAME@REVISION (a branch, tag or commit)"
+            )
+        return HubName(text, repo, revision or None)
+    if _TIMM.fullmatch(text) and text.rsplit(".", 1)[1] not in _FILE_SUFFIXES:
+        return HubName(text, f"timm/{text}")
+    return None
+
+
+def hub_name(given: str | os.PathLike) -> HubName | None:
+    """`parse(given)` where no local path `given` exists (a local path always wins)."""
+    name = parse(given)
+    return None if name is None or Path(given).exists() else name
+
+
+def cache_dir() -> tuple[Path, str]:
+    """(huggingface_hub's cache folder, which variable set it), read now, as huggingface_hub reads them."""
+    for variable in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        if os.environ.get(variable):
+            return Path(os.path.expandvars(os.path.expanduser(os.environ[variable]))), f"set by {variable}"
+    if os.environ.get("HF_HOME"):
+        return Path(os.path.expandvars(os.path.expanduser(os.environ["HF_HOME"]))) / "hub", "set by HF_HOME"
+    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(xdg) / "huggingface" / "hub", "the default; HF_HUB_CACHE or HF_HOME moves it"
+
+
+def offline() -> bool:
+    """HF_HUB_OFFLINE (or TRANSFORMERS_OFFLINE) is set: the cache only, no network."""
+    return any(os.environ.get(v, "").strip().lower() not in _OFF for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+
+
+def where(given: str | os.PathLike) -> Path:
+    """The local folder of hub name `given` (fetched into the cache where online and missing), else `given` as a
+    path."""
+    name = hub_name(given)
+    return Path(given) if name is None else fetch(name)
+
+
+def fetch(name: HubName) -> Path:
+    """The snapshot folder of `name` in huggingface_hub's cache, with its configs and weights."""
+    try:
+        import huggingface_hub
+    except ImportError:
+        raise CheckpointError(
+            f"{name}: a model hub name, and reading one needs huggingface_hub: pip install 'vitkit[hub]'"
+        ) from None
+    folder = _snapshot(huggingface_hub, name, [*CONFIGS, *SAFE_WEIGHTS])
+    if not any(folder.glob("*.safetensors")) and not offline():  # an older repository: PyTorch's pickle-free .bin
+        folder = _snapshot(huggingface_hub, name, [*CONFIGS, *TORCH_WEIGHTS])
+    return folder
+
+
+def _snapshot(huggingface_hub, name: HubName, patterns: list[str]) -> Path:
+    """huggingface_hub.snapshot_download of the files `patterns` match; its errors as one line each."""
+    from huggingface_hub import errors
+
+    cache, set_by = cache_dir()
+    try:
+        return Path(
+            huggingface_hub.snapshot_download(
+                name.repo,
+                revision=name.revision,
+                cache_dir=cache,
+                allow_patterns=patterns,
+                local_files_only=offline(),
+                library_name="vitkit",
+            )
+        )
+    except errors.RevisionNotFoundError:
+        raise CheckpointError(f"{name}: {name.repo} has no revision {name.revision!r}; check the @REVISION") from None
+    except (errors.RepositoryNotFoundError, errors.GatedRepoError) as err:
+        raise CheckpointError(
+            f"{name}: the hub has no repository {name.repo} that this account may read ({type(err).__name__}); "
+            "check the name, or log in (hf auth login) for a private or gated one"
+        ) from None
+    except getattr(errors, "IncompleteSnapshotError", ()):  # huggingface_hub 1.x and later tell a partial download
+        raise CheckpointError(
+            f"{name}: {name.repo} is only partly in the Hugging Face cache {cache} ({set_by}), as an interrupted "
+            f"download leaves it; download it again (hf download {name.repo})"
+        ) from None
+    except errors.LocalEntryNotFoundError:
+        how = (
+            "HF_HUB_OFFLINE=1 forbids downloading it: unset HF_HUB_OFFLINE, or download it into that cache where "
+            f"there is network (hf download {name.repo})"
+            if offline()
+            else "the hub could not be reached: check the network, or copy the model into that cache"
+        )
+        raise CheckpointError(
+            f"{name}: {name.repo} is not in the Hugging Face cache {cache} ({set_by}), and {how}"
+        ) from None
+    except Exception as err:  # a network or disk failure inside huggingface_hub: one line, never a traceback
+        raise CheckpointError(
+            f"{name}: huggingface_hub could not fetch {name.repo} into {cache} ({type(err).__name__}: "
+            f"{first_line(err)}); check the network and the cache ({set_by})"
+        ) from None
