@@ -34,7 +34,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def _add_path_flags(p: argparse.ArgumentParser) -> None:
     """What is read and where it is written."""
     p.add_argument(
-        "src", metavar="SRC", help="checkpoint file or directory to read (a run directory: its final/ model)"
+        "src",
+        metavar="SRC",
+        help="checkpoint file or directory to read (a run directory: its final/ model), or a hub name "
+        "(hf-hub:ORG/NAME[@REV], timm's MODEL.TAG)",
     )
     p.add_argument(
         "dst",

@@ -53,7 +53,8 @@ def _add_inputs(p: argparse.ArgumentParser) -> None:
         dest="checkpoint",
         required=True,
         metavar="CKPT",
-        help="checkpoint to start from: vitkit checkpoint or run directory, .npz, timm file, HF directory",
+        help="checkpoint to start from: vitkit checkpoint or run directory, .npz, timm file, HF directory, or a hub "
+        "name (hf-hub:ORG/NAME[@REV], timm's MODEL.TAG)",
     )
     p.add_argument("--data", metavar="PATH", help=DATA_HELP + "; for a recipe file naming none")
     p.add_argument(

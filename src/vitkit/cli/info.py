@@ -20,7 +20,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "preprocessing and the images of each split it was trained and validated on. vitkit checkpoints are checked "
         "against their checksums.json; a truncated, corrupt or foreign file is one line naming it, exit code 2.",
     )
-    p.add_argument("ckpt", metavar="CKPT", help="checkpoint file or directory")
+    p.add_argument(
+        "ckpt",
+        metavar="CKPT",
+        help="checkpoint file or directory, or a hub name (hf-hub:ORG/NAME[@REV], timm's MODEL.TAG)",
+    )
     p.add_argument("--from", dest="src_format", choices=list(FORMATS), default=None, help="format (default: detected)")
     p.add_argument(
         "--image-size", type=int, nargs="+", metavar="PX", default=None, help="grid H [W] of a non-square checkpoint"
@@ -66,8 +70,11 @@ def _held(meta: dict) -> dict[str, str]:
     rows = {}
     if names := meta.get("class_names"):
         rows["class_names"] = f"{len(names)}: {', '.join(names[:8])}{' ...' if len(names) > 8 else ''}"
-    if "crop_pct" in meta.get("preprocess", {}):
-        rows["crop_pct"] = f"{meta['preprocess']['crop_pct']:g}"
+    preprocess = meta.get("preprocess") or {}
+    if "crop_pct" in preprocess:
+        rows["crop_pct"] = f"{preprocess['crop_pct']:g}"
+    if "crop_mode" in preprocess or "interpolation" in preprocess:  # how images reach size / crop_pct
+        rows["resize"] = f"{preprocess.get('crop_mode', 'center')}, {preprocess.get('interpolation', 'bilinear')}"
     if meta.get("objective"):
         rows["objective"] = meta["objective"]
     data = meta.get("data") or {}

@@ -8,6 +8,11 @@ import sys
 
 from ._precision import add_precision
 
+CKPT_HELP = (
+    "run directory, its final/, a step checkpoint, a checkpoint file of any format, or a hub name "
+    "(hf-hub:ORG/NAME[@REV], timm's MODEL.TAG; its preprocessing is the source's)"
+)
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -19,11 +24,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "line on stderr naming it; the other images still print, and the exit code is 2.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument(
-        "checkpoint",
-        metavar="CKPT",
-        help="run directory, its final/, a step checkpoint, or a checkpoint file of any format",
-    )
+    p.add_argument("checkpoint", metavar="CKPT", help=CKPT_HELP)
     p.add_argument(
         "images",
         nargs="+",

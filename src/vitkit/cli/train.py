@@ -30,7 +30,8 @@ patch_size, image_size, drop_path, ...); data.*, augment.*, train.*: see configs
 bad value is an error before any work starts.
 train.objective=masked_patch pre-trains by masked patch prediction (paper §4.6): half the patch embeddings
 corrupted, their 3-bit mean colour predicted; val_top1 is then the colour accuracy, and the saved model is a
-plain ViT to fine-tune with model.init=RUN_DIR.
+plain ViT to fine-tune with model.init=RUN_DIR. model.init also takes any checkpoint and hub names
+(hf-hub:ORG/NAME[@REV], timm's MODEL.TAG), read through huggingface_hub's cache.
 
 Faults: SIGTERM or Ctrl-C saves a checkpoint at the next step boundary and exits 0 with the resume command
 (a second signal stops at once); after a crash or kill -9, --resume continues from the newest complete
