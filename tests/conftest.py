@@ -17,6 +17,8 @@ os.environ["TORCH_COMPILE_CACHE_KEY_TAG"] = f"vitkit-{torch.backends.cpu.get_cpu
 torch.compiler.config.cache_key_tag = os.environ["TORCH_COMPILE_CACHE_KEY_TAG"]
 # compiled kernels go to a fresh directory per session (CLI subprocesses inherit it), not to ~/.cache
 os.environ["VITKIT_CACHE"] = tempfile.mkdtemp(prefix="vitkit-cache-")
+# nothing downloads in tests: a hub name reads huggingface_hub's cache only (tests that build one set HF_HUB_CACHE)
+os.environ["HF_HUB_OFFLINE"] = "1"
 
 
 ISA_CAP = os.environ.get("ONEDNN_MAX_CPU_ISA", "")  # `make test` runs the numerics-sensitive tests again under a cap

@@ -95,9 +95,14 @@ def fetch(name: HubName) -> Path:
         raise CheckpointError(
             f"{name}: a model hub name, and reading one needs huggingface_hub: pip install 'vitkit[hub]'"
         ) from None
-    folder = _snapshot(huggingface_hub, name, [*CONFIGS, *SAFE_WEIGHTS])
-    if not any(folder.glob("*.safetensors")) and not offline():  # an older repository: PyTorch's pickle-free .bin
-        folder = _snapshot(huggingface_hub, name, [*CONFIGS, *TORCH_WEIGHTS])
+    try:
+        folder = _snapshot(huggingface_hub, name, [*CONFIGS, *SAFE_WEIGHTS])
+        if not any(folder.glob("*.safetensors")) and not offline():  # an older repository: PyTorch's .bin
+            folder = _snapshot(huggingface_hub, name, [*CONFIGS, *TORCH_WEIGHTS])
+    except CheckpointError as err:
+        if name.given.startswith(PREFIX):
+            raise
+        raise CheckpointError(f"{err} (read as timm's MODEL.TAG, as no file or folder {name.given} is here)") from None
     return folder
 
 
