@@ -68,7 +68,7 @@ def _timm_folder(folder: Path) -> None:
     torch.manual_seed(1)
     model = vitkit.create_model("vit_test", num_classes=3)
     with torch.no_grad():
-        model.head.weight.normal_()
+        model.head.weight.normal_(0, 0.2)  # probabilities away from 0 and 1, where a difference shows
     save_checkpoint(model, folder / "vitkit.safetensors", "timm")
     save_file(load_file(folder / "vitkit.safetensors"), folder / "model.safetensors")  # tensors only, as timm's
     (folder / "vitkit.safetensors").unlink()
@@ -132,6 +132,14 @@ def test_hub_names_through_info_convert_and_train_keep_the_source_s_preprocessin
     assert processor["size"] == {"height": 17, "width": 17} and processor["crop_size"] == {"height": 16, "width": 16}
     assert processor["do_center_crop"] is True and processor["resample"] == 3  # floor(16 / 0.9), bicubic
     assert read_metadata(tmp_path / "as_hf")["preprocess"] == timm_preprocess
+    with warnings.catch_warnings():  # transformers runs the converted folder as vitkit runs timm's name
+        warnings.simplefilter("ignore")
+        classify = transformers.pipeline("image-classification", model=str(tmp_path / "as_hf"), device="cpu")
+        theirs = [{w["label"]: w["score"] for w in classify(Image.open(p), top_k=3)} for p in offline.images]
+    ours = vitkit.Classifier.load(TIMM_NAME).predict([str(p) for p in offline.images], top=3)
+    for mine, want in zip(ours, theirs):
+        assert max(p for _, p in mine) < 0.99  # not saturated: a change of pixels would show
+        np.testing.assert_allclose([p for _, p in mine], [want[n] for n, _ in mine], rtol=0, atol=1e-5)
     assert vitkit_cmd("convert", f"hf-hub:{HF_REPO}", tmp_path / "as_timm.safetensors").returncode == 0  # HF -> timm
     hf_preprocess = {"crop_pct": 1.0, "crop_mode": "squash", "interpolation": "bicubic"}
     assert read_metadata(tmp_path / "as_timm.safetensors")["preprocess"] == hf_preprocess
