@@ -10,6 +10,7 @@ of 4096 runs on a small machine. Checkpoints hold everything an exact resume nee
     objectives  what the model learns: classification, or masked patch prediction (paper §4.6)
     optim       optimizer, learning-rate schedule, loss, EMA
     state       step checkpoints, the train-state schema, the metrics log, the resume checks
+    trackers    where the scalars go (train.log_to): metrics.jsonl, csv, TensorBoard, W&B, MLflow
     plan        the block printed before training and its time estimate
     init        model.init: starting from a checkpoint's weights
     config, faults, distributed, finetune
@@ -17,6 +18,7 @@ of 4096 runs on a small machine. Checkpoints hold everything an exact resume nee
 Run directory (--out):
     run.yaml                      the resolved run config
     metrics.jsonl                 one JSON object per log line ("kind": "train" | "val")
+    metrics.csv, tensorboard/, wandb/, trackers.json   what train.log_to adds (trackers.json: W&B / MLflow run ids)
     checkpoints/step_0000500/     config.json + model.safetensors (a model alone) and
                                   train_state.json (step, data order, ...) + train_state.pt (optimizer, RNG, EMA)
     final/                        the trained model (EMA weights when train.ema is set)

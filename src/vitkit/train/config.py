@@ -91,6 +91,8 @@ class TrainConfig:
     eval_batch_size: int = 512
     progress: bool = True  # progress bar on stderr
     max_nonfinite_steps: int = 10  # steps with a non-finite loss/gradient are skipped; this many in a row stop the run
+    # where the scalars go: jsonl (metrics.jsonl, always written), csv, tensorboard, wandb, mlflow (see train/trackers.py)
+    log_to: tuple[str, ...] = ("jsonl",)
 
 
 MAX_CONFIG_BYTES = 1 << 20
@@ -108,6 +110,7 @@ CHOICES = {
     "train.decay": ("cosine", "linear", "constant"),
     "train.precision": ("auto", "fp32", "bf16", "fp16"),
     "train.strategy": ("auto", "ddp", "fsdp"),
+    "train.log_to": ("jsonl", "csv", "tensorboard", "wandb", "mlflow"),  # each item
 }
 POSITIVE = {
     "data.train_images",
@@ -452,11 +455,12 @@ def _check(key: str, value: Any, hint: Any) -> Any:
         if converted is not _BAD:
             break
     else:
-        names = " or ".join(getattr(o, "__name__", str(o)) for o in options if o is not type(None))
+        names = " or ".join(_type_name(o) for o in options if o is not type(None))
         raise ConfigError(f"{key}: expected {names}, got {shown(value)}")
-    if key in CHOICES and converted not in CHOICES[key]:
-        raise ConfigError(f"{key}: expected one of {', '.join(CHOICES[key])}, got {shown(value)}")
     values = converted if isinstance(converted, tuple) else (converted,)
+    if key in CHOICES and any(v not in CHOICES[key] for v in values):
+        wrong = next(v for v in values if v not in CHOICES[key])
+        raise ConfigError(f"{key}: expected one of {', '.join(CHOICES[key])}, got {shown(wrong)}")
     for v in values:
         if isinstance(v, float) and not math.isfinite(v):
             raise ConfigError(f"{key}: expected a finite number, got {shown(value)}")
@@ -476,6 +480,14 @@ def _check(key: str, value: Any, hint: Any) -> Any:
 _BAD = object()
 
 
+def _type_name(option: Any) -> str:
+    """How an error names a field type: int, float, ... or "a list of str" for a list of any length."""
+    args = typing.get_args(option)
+    if typing.get_origin(option) is tuple and args[1:] == (Ellipsis,):
+        return f"a list of {args[0].__name__}, e.g. [a, b]"
+    return getattr(option, "__name__", str(option))
+
+
 def _convert(value: Any, option: Any) -> Any:
     if option is bool:
         return value if isinstance(value, bool) else _BAD
@@ -492,6 +504,9 @@ def _convert(value: Any, option: Any) -> Any:
         return value if isinstance(value, str) else _BAD
     if typing.get_origin(option) is tuple:
         args = typing.get_args(option)
+        if args[1:] == (Ellipsis,):  # a list of any length; one item alone is a list of one
+            items = [_convert(v, args[0]) for v in (value if isinstance(value, (list, tuple)) else [value])]
+            return _BAD if any(i is _BAD for i in items) else tuple(items)
         if not isinstance(value, (list, tuple)) or len(value) != len(args):
             return _BAD
         items = [_convert(v, a) for v, a in zip(value, args)]
@@ -503,6 +518,7 @@ DISPLAY_KEYS = (
     "train.progress",
     "train.threads",
     "train.device",
+    "train.log_to",
 )  # how a run is shown or where it runs, not what it trains
 
 

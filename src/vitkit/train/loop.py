@@ -7,10 +7,10 @@ exact resume), then the loop (step, log, validate, save) and its finish (final/,
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import shlex
 import shutil
+import sys
 import time
 from contextlib import nullcontext
 from functools import partial
@@ -28,10 +28,10 @@ from vitkit.data.split import where_from
 from vitkit.data.summary import data_format
 from vitkit.devices import compile_cache_by_isa, pick_device
 from vitkit.errors import CheckpointError, ConfigError
-from vitkit.files import LOCK_NAME, WriteError, atomic_path, exclusive, naming, refuse_foreign, write_json
+from vitkit.files import LOCK_NAME, WriteError, atomic_path, exclusive, refuse_foreign, write_json
 from vitkit.kernels import short_attention
 from vitkit.models import VisionTransformer, build_model
-from vitkit.train import distributed, faults
+from vitkit.train import distributed, faults, trackers
 from vitkit.train.config import RunConfig, dump_run_config, load_run_config
 from vitkit.train.init import init_from, pretrained_on
 from vitkit.train.inputs import augment_generator, prepare_data
@@ -60,6 +60,7 @@ from vitkit.train.state import (
     whole_model,
     write_dir,
 )
+from vitkit.train.trackers import RunLog, check_installed, open_log
 
 
 def train(config: RunConfig, out: str | os.PathLike, *, resume: bool = False, stop_at: int | None = None) -> dict:
@@ -73,6 +74,7 @@ def train(config: RunConfig, out: str | os.PathLike, *, resume: bool = False, st
         config = dataclasses.replace(config, data=dataclasses.replace(config.data, path=absolute(config.data.path)))
     out = Path(out)
     _refuse_out(config, out, resume)
+    check_installed(config.train.log_to)  # a tracker's missing package: one line before any work
     threads_before = torch.get_num_threads()
     if config.train.threads:
         torch.set_num_threads(config.train.threads)
@@ -175,7 +177,7 @@ def _loop(
     step, elapsed_before = run.progress["step"], run.progress["elapsed_s"]
     stream = batches.iterate(*divmod(step * env.accum, batches.per_epoch))
     bar = _progress(t, step, show=env.world.main)
-    log = open(out / "metrics.jsonl" if env.world.main else os.devnull, "a")  # rank 0 logs
+    log = open_log(config, out, step, env.world.main)  # metrics.jsonl and train.log_to's trackers, on rank 0
     window = {"loss": 0.0, "steps": 0, **run.progress.get("window", {}), "images": 0, "time": time.perf_counter()}
     val_metrics: dict[str, Any] = {}
 
@@ -206,7 +208,7 @@ def _loop(
                 last = step
     finally:
         bar.close()
-        log.close()
+        log.close(failed=sys.exc_info()[0] is not None)
     return step, val_metrics
 
 
@@ -270,6 +272,7 @@ def _build(config: RunConfig, out: Path, env: Setup, data: Data) -> RunState:
         with atomic_path(out / "run.yaml") as tmp:
             tmp.write_text(dump_run_config(config))
         (out / "metrics.jsonl").unlink(missing_ok=True)
+        trackers.forget(out)
     distributed.barrier(env.world)
     return run
 
@@ -354,7 +357,7 @@ def _update(config: RunConfig, env: Setup, run: RunState, loss_sum, step: int, n
 
 
 # -- periodic events: log lines, validation, checkpoints -----------------------------------------
-def _log_train(log, bar, window: dict, step: int, epoch: float, lr: float, grad_norm, t, main: bool) -> dict:
+def _log_train(log: RunLog, bar, window: dict, step: int, epoch: float, lr: float, grad_norm, t, main: bool) -> dict:
     """A train line in metrics.jsonl (the loss averaged since the last one) and the progress bar (without one,
     train.progress=false, the same figures as a printed line); a new window."""
     now = time.perf_counter()
@@ -367,9 +370,7 @@ def _log_train(log, bar, window: dict, step: int, epoch: float, lr: float, grad_
         "grad_norm": float(grad_norm),
         "img_s": window["images"] / max(now - window["time"], 1e-9),
     }
-    with naming(log.name):  # a full disk: the message names metrics.jsonl
-        log.write(json.dumps(row) + "\n")
-        log.flush()
+    log.write(row)
     bar.set_postfix(loss=f"{row['loss']:.4f}", lr=f"{lr:.2e}", img_s=f"{row['img_s']:.0f}")
     if not t.progress and main:
         bar.write(f"step {step}/{t.steps}: loss {row['loss']:.4f}  lr {lr:.2e}  {row['img_s']:.0f} img/s")
@@ -402,14 +403,12 @@ def _validate(run: RunState, batches, amp_dtype, crop_pct) -> dict:
         model.load_state_dict(live)
 
 
-def _validate_and_log(log, bar, env: Setup, data: Data, run: RunState, config: RunConfig, step: int) -> dict:
+def _validate_and_log(log: RunLog, bar, env: Setup, data: Data, run: RunState, config: RunConfig, step: int) -> dict:
     """Validation (through the EMA weights if kept): a val line in metrics.jsonl, the best so far, a line on screen."""
     val_data = partial(_val_data, config, env, data)
     metrics = _validate(run, val_data, env.amp_dtype, config.augment.eval_crop_pct)
     row = {"kind": "val", "step": step, **{f"val_{k}": metrics[k] for k in ("top1", "top5", "loss")}}
-    with naming(log.name):  # a full disk: the message names metrics.jsonl
-        log.write(json.dumps(row) + "\n")
-        log.flush()
+    log.write(row)
     progress = run.progress
     if progress["best_val_top1"] is None or metrics["top1"] > progress["best_val_top1"]:
         progress["best_val_top1"], progress["best_step"] = metrics["top1"], step

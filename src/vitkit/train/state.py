@@ -303,7 +303,19 @@ def truncate_metrics(out: Path, step: int) -> None:
 # -- what may be started or resumed -----------------------------------------------------------
 # what a run writes into --out besides run.yaml, checkpoints/ and final/: a folder holding any without a run.yaml is
 # someone else's, whose files the run would replace
-RUN_FILES = ("summary.json", "metrics.jsonl", "bad_files.json", "accuracy.png", "loss.png", "lr.png", "eval")
+RUN_FILES = (
+    "summary.json",
+    "metrics.jsonl",
+    "bad_files.json",
+    "accuracy.png",
+    "loss.png",
+    "lr.png",
+    "eval",
+    "metrics.csv",  # and what train.log_to adds
+    "tensorboard",
+    "trackers.json",
+    "wandb",
+)
 
 
 def check_resumable(config: RunConfig, out: Path, env: Setup, data: Data, loaded: tuple) -> None:
