@@ -1,5 +1,6 @@
 """Data parallelism through torchrun with real processes (gloo on CPU): the same global batch gives the same losses."""
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -68,10 +69,15 @@ def single(tmp_path_factory):
 def test_two_ddp_processes_match_one_process(single, tmp_path):
     """Two FSDP processes are held to one process by the resume test below and to DDP by the masked-patch test."""
     out = tmp_path / "ddp"
-    done = vitkit_train("--out", str(out), "train.steps=6", "train.strategy=ddp", *COMMON, nproc=2)
+    logs = ["train.log_to=[csv,tensorboard]"] if importlib.util.find_spec("tensorboard") else []
+    done = vitkit_train("--out", str(out), "train.steps=6", "train.strategy=ddp", *COMMON, *logs, nproc=2)
     assert "on cpu, 2 processes x 1 thread" in done.stdout  # the plan said "on cpu, 1 thread"
     one, two = train_losses(single), train_losses(out)
     assert list(two) == [1, 2, 3, 4, 5, 6] and len(set(one.values())) > 1
+    if logs:  # rank 0 alone logs: one row a line of metrics.jsonl, one TensorBoard event file
+        csv_steps = [line.split(",")[1] for line in (out / "metrics.csv").read_text().splitlines()[1:]]
+        assert csv_steps == ["1", "2", "3", "4", "5", "6", "6"]
+        assert len(list((out / "tensorboard").iterdir())) == 1
     for step in one:
         assert two[step] == pytest.approx(one[step], abs=1e-5), step
     # compare what the models compute: the key bias has a zero true gradient (softmax ignores it), so Adam
