@@ -176,8 +176,8 @@ def _loop(
     # data order: micro-batch number m is batch (m % per_epoch) of epoch (m // per_epoch), seeded by train.seed
     step, elapsed_before = run.progress["step"], run.progress["elapsed_s"]
     stream = batches.iterate(*divmod(step * env.accum, batches.per_epoch))
-    bar = _progress(t, step, show=env.world.main)
     log = open_log(config, out, step, env.world.main)  # metrics.jsonl and train.log_to's trackers, on rank 0
+    bar = _progress(t, step, show=env.world.main)
     window = {"loss": 0.0, "steps": 0, **run.progress.get("window", {}), "images": 0, "time": time.perf_counter()}
     val_metrics: dict[str, Any] = {}
 

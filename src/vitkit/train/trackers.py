@@ -86,6 +86,8 @@ def open_log(config: RunConfig, out: Path, step: int, main: bool) -> RunLog:
     if not main:
         return RunLog(os.devnull, [])
     ids = read_json(out / IDS, damaged="delete it to start new W&B and MLflow runs") if (out / IDS).is_file() else {}
+    if not isinstance(ids, dict):
+        raise ConfigError(f"{out / IDS}: not a mapping of tracker run ids; delete it to start new W&B and MLflow runs")
     before = json.dumps(ids, sort_keys=True)
     trackers: list = []
     try:
@@ -206,10 +208,12 @@ class MlflowLog:
             else:
                 self.run_id = self._create(out.name, flat_config(config.to_dict()))
         except MlflowException as err:
-            raise ConfigError(
-                f"train.log_to: mlflow: {first_line(err)}; set MLFLOW_TRACKING_URI to a tracking server "
-                "(http://HOST:5000) or a store of yours"
-            ) from None
+            advice = (
+                f"is its store at {known.get('tracking_uri')} still there? (delete {out / IDS} to start new runs)"
+                if known
+                else "set MLFLOW_TRACKING_URI to a tracking server (http://HOST:5000) or a store of yours"
+            )
+            raise ConfigError(f"train.log_to: mlflow: {first_line(err)}; {advice}") from None
         ids["mlflow"] = {"run_id": self.run_id, "tracking_uri": self.client.tracking_uri}
 
     def _create(self, name: str, params: dict) -> str:
