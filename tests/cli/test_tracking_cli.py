@@ -58,6 +58,7 @@ def test_a_run_logs_to_every_tracker_and_a_resumed_run_continues_each_without_a_
         pytest.importorskip(package)
     from mlflow.tracking import MlflowClient
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.hparams import plugin_data_pb2
 
     env = {
         "WANDB_MODE": "offline",
@@ -96,6 +97,10 @@ def test_a_run_logs_to_every_tracker_and_a_resumed_run_continues_each_without_a_
     ]  # the first run's step 6 purged
     assert [e.step for e in events.Scalars("val/top1")] == [4, 6]
     assert "log_to:" in events.Tensors("config/text_summary")[0].tensor_proto.string_val[0].decode()
+    hparams = plugin_data_pb2.HParamsPluginData.FromString(
+        events.PluginTagToContent("hparams")["_hparams_/session_start_info"]
+    ).session_start_info.hparams
+    assert hparams["train.lr"].number_value == pytest.approx(1e-3) and hparams["model.name"].string_value == "vit_test"
 
     client = MlflowClient()
     run = client.get_run(ids["mlflow"]["run_id"])
