@@ -51,7 +51,8 @@ def fitted_overrides(opts, recipe, overrides: list, size) -> list[str]:
         named.add("train.steps")
     size = size or recipe.model.get("image_size")
     size = min(size) if isinstance(size, (list, tuple)) else size
-    fitted, note = fit_finetune(recipe.data, size, named, epochs, recipe.train.batch_size)
+    t = recipe.train
+    fitted, note = fit_finetune(recipe.data, size, named, epochs, t.batch_size, t.steps)
     print(f"vitkit finetune: {note}", flush=True)
     return fitted
 

@@ -161,11 +161,14 @@ FINETUNE_MAX_STEPS = 10_000
 CROP_FROM_SIDE = 64
 
 
-def fit_finetune(data, size: int | None, named: set[str], epochs: float | None, batch: int) -> tuple[list[str], str]:
+def fit_finetune(
+    data, size: int | None, named: set[str], epochs: float | None, batch: int, steps: int
+) -> tuple[list[str], str]:
     """The fine-tuning recipe fitted to the training split of a run config's `data` section at `size` px (None: the
     checkpoint's), for each key not in `named`: its length (`epochs`, else FINETUNE_EPOCHS), batch, logging and
-    evaluation from the split's size (`batch`: the recipe's, where `named` holds train.batch_size), and a crop and flip
-    that suit the images (those of `vitkit train --data` for small images). Returns (overrides, a line saying so)."""
+    evaluation from the split's size (`batch` and `steps`: the recipe's, used where `named` holds them), and a crop
+    and flip that suit the images (those of `vitkit train --data` for small images). Returns (overrides, a line
+    saying so)."""
     from vitkit.data import DataSpec
     from vitkit.data.scan import scan
     from vitkit.train.config import steps_for
@@ -177,7 +180,8 @@ def fit_finetune(data, size: int | None, named: set[str], epochs: float | None, 
     n = max(len(train) - found.unreadable, 1)
     if "train.batch_size" not in named:
         batch = min(512, max(min(64, n), 2 ** int(math.log2(max(n // 20, 1)))))  # 20 steps an epoch, up to 512
-    steps = min(steps_for(epochs or FINETUNE_EPOCHS, n, batch), FINETUNE_MAX_STEPS if epochs is None else 2**31 - 1)
+    if "train.steps" not in named:
+        steps = min(steps_for(epochs or FINETUNE_EPOCHS, n, batch), FINETUNE_MAX_STEPS if epochs is None else 2**31 - 1)
     chosen = {
         "train.batch_size": batch,
         "train.steps": steps,
@@ -188,7 +192,7 @@ def fit_finetune(data, size: int | None, named: set[str], epochs: float | None, 
     chosen.update(_finetune_augment(found, n, min(size or side, side), size or side))
     overrides = [f"{key}={value}" for key, value in chosen.items() if key not in named]
     kept = [key for key in chosen if key in named]
-    length = f"{epochs:g} epochs" if epochs is not None else f"{FINETUNE_EPOCHS} epochs"
+    length = "as given" if "train.steps" in named else f"{epochs or FINETUNE_EPOCHS:g} epochs"
     note = (
         f"fitted to {n:,} training images ({found}): {steps} steps of {batch} ({length}), "
         + ", ".join(o.split(".", 1)[1] for o in overrides if o.startswith("augment."))
