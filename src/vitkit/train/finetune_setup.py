@@ -33,8 +33,9 @@ def finetune_sweep(opts) -> dict:
 
 def fitted_overrides(opts, recipe, overrides: list, size) -> list[str]:
     """The recipe's length, batch and augmentation fitted to its training images (`fit.fit_finetune`) where neither
-    the recipe file nor the command names them; said in one line. A length in epochs (--epochs, or a train.epochs
-    override, taken out of `overrides`) becomes the steps that pass over the training images that often."""
+    the recipe file nor the command names them; said in one line. A length in epochs (--epochs, a train.epochs
+    override, taken out of `overrides`, or the recipe file's) becomes the steps that pass over the training images
+    that often."""
     from vitkit.errors import ConfigError
     from vitkit.train.fit import fit_finetune
 
@@ -44,11 +45,12 @@ def fitted_overrides(opts, recipe, overrides: list, size) -> list[str]:
         epochs = recipe.train.epochs
     if epochs is not None and not epochs > 0:
         raise ConfigError(f"--epochs: expected a positive number of passes over the training images, got {epochs:g}")
-    named = named_keys(opts.config, overrides)
-    if epochs is not None and "train.steps" in named:
+    given, in_file = named_keys(None, overrides), named_keys(opts.config, [])
+    if epochs is not None and "train.steps" in given:
         raise ConfigError("--epochs: the run's length is given twice (--steps or train.steps too); give one")
-    if epochs is None and "train.epochs" in named:  # the recipe file's length in epochs: the run turns it into steps
-        named.add("train.steps")
+    if epochs is None and "train.epochs" in in_file:  # the recipe file's length in epochs
+        epochs = recipe.train.epochs
+    named = (given | in_file) - ({"train.steps", "train.epochs"} if epochs is not None else set())
     size = size or recipe.model.get("image_size")
     size = min(size) if isinstance(size, (list, tuple)) else size
     t = recipe.train

@@ -193,9 +193,10 @@ def fit_finetune(
     overrides = [f"{key}={value}" for key, value in chosen.items() if key not in named]
     kept = [key for key in chosen if key in named]
     length = "as given" if "train.steps" in named else f"{epochs or FINETUNE_EPOCHS:g} epochs"
+    augment = [o.split(".", 1)[1] for o in overrides if o.startswith("augment.")]
     note = (
-        f"fitted to {n:,} training images ({found}): {steps} steps of {batch} ({length}), "
-        + ", ".join(o.split(".", 1)[1] for o in overrides if o.startswith("augment."))
+        f"fitted to {n:,} training images ({found}): {steps} steps of {batch} ({length})"
+        + (f", {', '.join(augment)}" if augment else "")
         + (f"; as given: {', '.join(kept)}" if kept else "")
     )
     return overrides, note
