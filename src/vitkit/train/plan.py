@@ -3,6 +3,7 @@ estimate, and the run's rate and stretches as summary.json reports them."""
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import torch
 from vitkit.data.augment import AugmentConfig
 from vitkit.data.split import where_from
 from vitkit.data.summary import copies_warning
-from vitkit.devices import usable_cpus
+from vitkit.devices import COUNT_KEYS, usable_cpus
 from vitkit.errors import ConfigError
 from vitkit.models import BiTConfig, VisionTransformer
 from vitkit.train.config import RunConfig
@@ -120,10 +121,11 @@ def _threads_why(asked: int, threads: int, device: torch.device) -> str:
     if asked or device.type != "cpu":
         return ""
     cpus = usable_cpus()
+    named = next((key for key in COUNT_KEYS if os.environ.get(key)), None)
+    if named:  # the user's count, which vitkit keeps
+        return f" ({named}={os.environ[named]}; {cpus} usable CPU{'s' * (cpus > 1)})"
     if threads < cpus:
         return f" (of {cpus} usable CPUs, the rest busy with other processes at start; train.threads=N to set)"
-    if threads > cpus:  # OMP_NUM_THREADS said so
-        return f" (more than the {cpus} usable CPU{'s' * (cpus > 1)}: they take turns; train.threads={cpus} to fit)"
     return f" (the {cpus} usable CPU{'s' * (cpus > 1)}; train.threads=N to set)"
 
 
