@@ -555,13 +555,13 @@ def test_train_warns_of_val_images_that_are_copies_of_training_images(own, run_c
 
 
 def test_finetune_fits_its_length_and_crop_to_the_data_and_compares_with_the_model_it_started_from(
-    own, vitkit_cmd, tmp_path
+    own, run_cli, tmp_path
 ):
     """A finetune of a run on 1,400 small images planned 10,000 steps of 512 with an Inception crop down to 5% of a
     32-px image, said the val/ folder was "held out as it was: val_fraction 0.1", and never said it made the model
     worse than the one it started from."""
     data, run, _ = own
-    done = vitkit_cmd(
+    done = run_cli(
         "finetune", "--from", run, "--image-size", "24", "--out", tmp_path / "ft", "--no-progress", "train.threads=1"
     )
     assert done.returncode == 0, done.stderr
