@@ -225,7 +225,7 @@ def test_the_time_estimate_probes_a_gpu_with_a_real_batch_and_the_runs_precision
     """A 1-image fp32 probe on a GPU measured kernel launches, not work: the plan block estimated 5:55 for a
     ViT-B/16 run that trained in 9 s on an H200."""
     from vitkit.models import get_config
-    from vitkit.train.plan import _time_step, probe_images
+    from vitkit.train.plan import TIMED_PASSES, _time_step, probe_images
 
     vit_b = get_config("vit_b16")
     assert probe_images(vit_b, 256, torch.device("cpu")) == 1  # ~2e10 FLOPs on a CPU: one image of ViT-B/16
@@ -241,11 +241,13 @@ def test_the_time_estimate_probes_a_gpu_with_a_real_batch_and_the_runs_precision
             seen.append(torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else None) or forward(x)
         ),
     )
-    assert _time_step(model, 8, torch.device("cpu"), torch.bfloat16) > 0
-    assert seen == [torch.bfloat16] * 3  # the probe runs in the run's autocast dtype
+    seconds, probe = _time_step(model, 8, torch.device("cpu"), torch.bfloat16)
+    assert seconds > 0 and probe == 8
+    passes = 1 + TIMED_PASSES  # a warm-up, then the timed passes
+    assert seen == [torch.bfloat16] * passes  # the probe runs in the run's autocast dtype
     assert all(p.grad is None for p in model.parameters())  # and leaves no gradients behind
     _time_step(model, 8, torch.device("cpu"), None)
-    assert seen[3:] == [None] * 3
+    assert seen[passes:] == [None] * passes
 
 
 def test_init_from_a_head_that_never_trained_says_so(tmp_path):
@@ -265,3 +267,22 @@ def test_init_from_a_head_that_never_trained_says_so(tmp_path):
     assert "its head scores the same 3 classes" in _init_from(
         create_model("vit_test", num_classes=3), tmp_path / "trained", names
     )
+
+
+def test_the_plan_names_every_augmentation_with_its_strength_and_the_eta_follows_the_running_rate():
+    from vitkit.data.augment import AugmentConfig
+    from vitkit.train.plan import augment_lines, running_step_time
+
+    a = AugmentConfig(crop="rrc", rrc_scale=(0.05, 1.0), randaugment_ops=2, mixup=0.8, cutmix=1.0, erase=0.25)
+    lines = augment_lines(a, 224, 10)
+    assert lines[0].startswith("augment    Inception crop of 5%-100% of the image's area")
+    named = {line.split()[0] for line in lines[1:]}
+    assert named == {"hflip", "randaug", "mixup", "cutmix", "erase", "off"}
+    assert lines[-1] == "  off      label smoothing (augment.label_smoothing=0.1)"  # and the one that is off
+    assert "2 ops at magnitude 9/10" in lines[2] and "0.25 of images lose a rectangle of 2%-33%" in lines[-2]
+    quiet = augment_lines(AugmentConfig(crop="none", hflip=0.0), 32, 10)
+    assert quiet[0].startswith("augment    no crop") and quiet[1].startswith("  off      hflip (augment.hflip=0.5)")
+    # the ETA's step time: an exponential moving average of the logged windows, not the estimate made at start
+    step_s = running_step_time(None, 10.0, 10)  # 1 s a step
+    assert step_s == 1.0 and running_step_time(step_s, 30.0, 10) == 2.0  # halfway to a slower 3 s a step
+    assert running_step_time(step_s, 5.0, 0) == 1.0  # a window without steps changes nothing

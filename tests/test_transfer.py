@@ -193,3 +193,20 @@ def test_the_checkpoints_patch_size_decides_which_sizes_it_fine_tunes_at(tmp_pat
             ConfigError, match=f"{key.split('=')[0]}: fine-tuning takes the architecture from the checkpoint"
         ):
             finetune_recipe(None, [*TINY, key])
+
+
+def test_finetune_crops_suit_the_images_and_flip_as_the_fitted_recipe_does():
+    """An Inception crop down to 5% of a 32-px digit left a few pixels of it; the paper's 5% is for large images."""
+    from vitkit.data.scan import ImageScan
+    from vitkit.train.config import fitted_to_data
+    from vitkit.train.fit import _finetune_augment
+
+    photos, digits = ImageScan(64, 5000, 375, 500, 3), ImageScan(64, 1400, 32, 32, 1)
+    flip = next(o.split("=")[1] for o in fitted_to_data(digits, 1400)[0] if o.startswith("augment.hflip="))
+    assert _finetune_augment(photos, 5000, 375, 384) == {
+        "augment.crop": "rrc",
+        "augment.rrc_scale": "[0.05,1.0]",
+        "augment.hflip": flip,
+    }
+    assert _finetune_augment(photos, 5000, 96, 96)["augment.rrc_scale"] == "[0.25,1.0]"  # a 48-px box of 96
+    assert _finetune_augment(digits, 1400, 32, 48) == {"augment.crop": "pad", "augment.pad": 3, "augment.hflip": flip}

@@ -554,6 +554,48 @@ def test_train_warns_of_val_images_that_are_copies_of_training_images(own, run_c
     ) in done.stdout
 
 
+def test_finetune_fits_its_length_and_crop_to_the_data_and_compares_with_the_model_it_started_from(
+    own, run_cli, tmp_path
+):
+    """A finetune of a run on 1,400 small images planned 10,000 steps of 512 with an Inception crop down to 5% of a
+    32-px image, said the val/ folder was "held out as it was: val_fraction 0.1", and never said it made the model
+    worse than the one it started from."""
+    data, run, _ = own
+    done = run_cli(
+        "finetune", "--from", run, "--image-size", "24", "--out", tmp_path / "ft", "--no-progress", "train.threads=1"
+    )
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert f"validated on {data / 'val'} as it was" in out and "held out as it was" not in out
+    assert "fitted to 30 training images" in out and "(5 epochs)" in out
+    plan = next(line for line in out.splitlines() if line.startswith("training   steps"))
+    steps, batch = int(plan.split(" of ")[1].split(",")[0]), int(plan.split("batch ")[1].split(",")[0])
+    assert steps * batch <= 5 * 30 < (steps + 1) * batch  # a few epochs' worth, not the paper's 10k steps
+    assert "augment    padded random crop, shifts of up to 1 px" in out  # no Inception crop of 17-40 px images
+    sweep = last_json(done)
+    start = sweep["started_from"]
+    assert start["images"] == 12 and start["image_size"] == [16, 16]
+    closing = f"val top-1 {sweep['best']['final_val_top1']:.4f} on 12 images ({data / 'val'}, all), was {start['val_top1']:.4f}"
+    assert closing in out, out
+
+
+def test_the_closing_line_warns_when_fine_tuning_made_the_model_worse():
+    from vitkit.train.finetune import compared_with_start
+
+    result = {
+        "best": {"final_val_top1": 0.698},
+        "val_images": {"source": "data/val", "selection": "all", "n": 397},
+        "started_from": {"val_top1": 0.856, "images": 397, "image_size": [32, 32]},
+    }
+    worse = compared_with_start(result, "runs/digits")
+    assert worse[0] == "val top-1 0.6980 on 397 images (data/val, all), was 0.8560 (runs/digits at 32 px)"
+    assert worse[1].startswith("warning    fine-tuning made it worse: 0.6980 against 0.8560 for runs/digits")
+    result["best"]["final_val_top1"] = 0.91
+    assert len(compared_with_start(result, "runs/digits")) == 1  # better: no warning
+    result["started_from"] = None  # other classes: nothing to compare with, and said so
+    assert "nothing to compare with" in compared_with_start(result, "runs/digits")[0]
+
+
 def test_a_fine_tuned_model_knows_the_images_it_was_pre_trained_on(own, vitkit_cmd, tmp_path):
     """A model fine-tuned from a run on data/train scored copies of data/train in its new test/ as unseen: its
     checkpoint recorded the fine-tuning data alone."""
@@ -890,9 +932,19 @@ def test_train_on_a_folder_fits_the_model_to_the_images_and_states_the_plan(own,
         "estimated  0:0",
         "step 1/2: loss ",
         "warning    train.warmup_steps=4 is more than train.steps=2: the learning rate only warms up (to 0.0015 at the last step)",
+        # every augmentation that is on, with its strength and the key that turns it off; then those that are off
+        "augment    padded random crop, shifts of up to 1 px (4% of 24 px): position varies; augment.pad=0 for none",
+        "  hflip    0.5: a mirrored photo is as real as the photo; off with augment.hflip=0 for digits, text",
+        "  smooth   0.1 (label smoothing): target 0.933 on the label",
+        "  off      RandAugment (augment.randaugment_ops=2), mixup (augment.mixup=0.2), cutmix (augment.cutmix=1), random erasing",
+        "timed over 5 passes at start, the median",
     ):
         assert line in out, (line, out)
-    assert json.loads((tmp_path / "fit" / "final" / "config.json").read_text())["model"]["in_chans"] == 3
+    assert "ETA 0:00:0" in out  # the printed step lines carry the running rate's ETA
+    model = json.loads((tmp_path / "fit" / "final" / "config.json").read_text())["model"]
+    assert model["in_chans"] == 3 and model["classifier"] == "token"  # a class token: every format holds the model
+    hf = vitkit_cmd("convert", tmp_path / "fit", tmp_path / "fit_hf", "--to", "hf")
+    assert hf.returncode == 0 and (tmp_path / "fit_hf" / "config.json").is_file(), hf.stderr
     preview = vitkit_cmd(
         "data", data, "--samples", "4", "--out", tmp_path / "preview"
     )  # what that model sees: its size and channels

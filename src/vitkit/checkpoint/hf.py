@@ -217,7 +217,7 @@ def write(model: VisionTransformer, directory: str | os.PathLike, *, metadata: d
         (
             c.classifier != "token",
             f"classifier {c.classifier!r} (HF ViT pools the class token)",
-            "vitkit, npz or timm (.safetensors)",
+            "vitkit, npz or timm (.safetensors), or train a model that converts with model.classifier=token",
         ),
         (c.pos_embed != "learned", f"pos_embed {c.pos_embed!r}", "vitkit"),
         (

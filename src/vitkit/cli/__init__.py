@@ -142,7 +142,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# commands that train, whose OpenMP threads sleep when idle (devices.yielding_openmp) unless the user chose otherwise
+TRAINING = ("train", "finetune")
+
+
 def main(argv: list[str] | None = None) -> int:
+    openmp_for(sys.argv[1:] if argv is None else argv)
     if (
         argv is None and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
     ):  # the program itself: SIGTERM while it starts
@@ -154,6 +159,15 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:  # while argparse or an import ran, before _run's own handling
         print("vitkit: interrupted", file=sys.stderr)
         return 130
+
+
+def openmp_for(argv: list[str]) -> None:
+    """A training command's OpenMP threads sleep when idle (`devices.yielding_openmp`), set before any command's
+    module loads torch."""
+    if next((a for a in argv if not a.startswith("-")), None) in TRAINING:
+        from vitkit.devices import yielding_openmp
+
+        yielding_openmp()
 
 
 def _interrupted(signum, frame):

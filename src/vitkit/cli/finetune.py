@@ -8,8 +8,12 @@ from ._frozen import DATA_HELP, numbers
 
 EPILOG = """\
 The recipe (paper App. B), the default under any --config: SGD momentum 0.9, no weight decay, global-norm
-clipping at 1, 500 warmup steps (a twentieth of a run shorter than 10k) then cosine decay, logical batch 512 (set --micro-batch to accumulate),
-Inception crop + flip, validation on a held-out 10% of train. The model: the checkpoint at --image-size
+clipping at 1, a twentieth of the steps of warmup (500 of 10k) then cosine decay. Fitted to the training images
+where neither --config nor the command sets them: 5 epochs (--epochs to change; at most 10k steps), a batch of 20
+steps an epoch (64..512), the padded shift and flip of `vitkit train --data` for images up to 64 px, else an
+Inception crop that keeps a 48-px box (the paper's 5% from 224 px). Validation on the data's val split, else a
+held-out 10% of train. The last line compares the picked model with the checkpoint on the same images (where
+it classifies the same classes) and warns when fine-tuning made it worse. The model: the checkpoint at --image-size
 (position embeddings 2D-interpolated, same patch size, longer sequence), a zero-initialised head for the
 data's classes, the pre-logits layer dropped (official rule) unless --keep-pre-logits.
 
@@ -80,7 +84,8 @@ def _add_recipe(p: argparse.ArgumentParser) -> None:
         metavar="LR[,LR...]",
         help="learning rate(s); several run a sweep (paper: 0.001,0.003,0.01,0.03)",
     )
-    p.add_argument("--steps", type=int, help="optimizer steps per run (= train.steps)")
+    p.add_argument("--steps", type=int, help="optimizer steps per run (= train.steps; default: 5 epochs)")
+    p.add_argument("--epochs", type=float, help="passes over the training images per run, instead of --steps")
     p.add_argument("--batch-size", type=int, help="logical batch (= train.batch_size, recipe: 512)")
     p.add_argument(
         "--micro-batch", type=int, help="images per forward pass; the logical batch accumulates (= train.micro_batch)"
@@ -96,7 +101,7 @@ def _add_recipe(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import json
 
-    from vitkit.train.finetune import sweep_markdown
+    from vitkit.train.finetune import compared_with_start, sweep_markdown
     from vitkit.train.finetune_setup import finetune_sweep
 
     result = finetune_sweep(args)
@@ -110,5 +115,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print(sweep_markdown(result))
     print(f"{'picked' if len(result['runs']) > 1 else 'final'}: {args.out}/final -> {result['best']['run']}/final")
+    for line in compared_with_start(result, args.checkpoint):
+        print(line)
     print(json.dumps(result))
     return 0

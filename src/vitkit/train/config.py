@@ -83,7 +83,7 @@ class TrainConfig:
     seed: int = 0
     device: str = "auto"  # auto | cpu | cuda | cuda:N | mps
     strategy: str = "auto"  # under torchrun: auto/ddp (DistributedDataParallel) or fsdp (FSDP2 fully_shard)
-    threads: int = 0  # torch.set_num_threads (0: leave torch's default)
+    threads: int = 0  # torch.set_num_threads (0: the CPUs this process can get, less those busy at start)
     log_every: int = 50
     eval_every: int = 500  # also at the end
     checkpoint_every: int = 500  # also at the end
@@ -548,7 +548,7 @@ def fitted_to_data(
     """The default recipe for a dataset of one's own (`vitkit train --data FOLDER` with no model given), as overrides.
 
     The image size follows the images (median shorter side, to a multiple of 8 in 16..64 px) and so do the
-    channels; a 4x4 grid of patches and the demo's small ViT (width 96, 6 layers, average pooling) keep a
+    channels; a 4x4 grid of patches and the demo's small ViT (width 96, 6 layers, a class token, which every format holds) keep a
     step cheap, and ~30 epochs (200..3000 steps of up to 64 images) end in minutes on a laptop CPU; `epochs` or
     `steps` (the user's train.epochs or train.steps) set the length instead, and warmup, logging and evaluation
     follow it, as they follow `batch` (the user's train.batch_size) where given.
@@ -570,7 +570,7 @@ def fitted_to_data(
         "model.mlp_dim=192",
         "model.num_heads=4",
         "model.depth=6",
-        "model.classifier=gap",
+        "model.classifier=token",  # a class token: every format (Hugging Face's included) holds the model
         f"train.batch_size={batch}",
         f"train.epochs={epochs}" if epochs is not None else f"train.steps={steps}",
         f"train.warmup_steps={steps // 10}",

@@ -273,6 +273,7 @@ def _pick(recipe: RunConfig, checkpoint, out: Path, runs: list[dict], config: Ru
             },
         )
     _link(out / "final", Path(best["run"]) / "final")
+    started = starting_top1(recipe, checkpoint)
     result = {
         "checkpoint": str(checkpoint),
         "image_size": list(config.model_config().image_size),
@@ -281,6 +282,7 @@ def _pick(recipe: RunConfig, checkpoint, out: Path, runs: list[dict], config: Ru
         "picked_by": "final_val_top1",
         "runs": runs,
         "best": best,
+        "started_from": started,
     }
     write_report(out, "sweep", result, sweep_markdown(result))
     return result
@@ -322,6 +324,57 @@ def _starting_model(
     tunable = {k: recipe.model[k] for k in TUNABLE if k in recipe.model and k != "image_size"}
     model = prepare_for_finetuning(model, len(classes), keep_pre_logits=keep_pre_logits, **tunable)
     return model, {"source": str(source), "class_names": classes, "pretrained_on": trained_on(meta)}
+
+
+def starting_top1(recipe: RunConfig, checkpoint) -> dict | None:
+    """The checkpoint's own top-1 on the recipe's validation images, with its own head at its own resolution: what
+    fine-tuning set out to improve. None where its head does not classify the data's classes (new classes, or a head
+    that never trained)."""
+    from vitkit.checkpoint import untrained_head
+    from vitkit.data.loader import eval_batches
+    from vitkit.devices import pick_device
+    from vitkit.evaluate.metrics import evaluate
+
+    model, meta = load_with_metadata(resolve(checkpoint))
+    c, d = model.config, recipe.data
+    if untrained_head(meta, checkpoint, model) is not None or not meta.get("class_names"):
+        return None
+    val = DataSpec.from_config(d).open(
+        d.val_split,
+        channels=c.in_chans,
+        image_size=c.image_size[0],
+        flag="data.val_split",
+        hold_out="data.val_fraction",
+    )
+    if list(val.class_names) != list(meta["class_names"]) or getattr(c, "num_classes", 0) != len(val.class_names):
+        return None
+    crop_pct = (meta.get("preprocess") or {}).get("crop_pct", 1.0)
+    device = pick_device(recipe.train.device, key="train.device")
+    batches = eval_batches(
+        val, recipe.train.eval_batch_size, device, channels=c.in_chans, size=c.image_size, crop_pct=crop_pct
+    )
+    metrics = evaluate(model.to(device), batches, crop_pct=crop_pct)
+    return {"val_top1": metrics["top1"], "images": metrics["n"], "image_size": list(c.image_size)}
+
+
+def compared_with_start(result: dict, checkpoint) -> list[str]:
+    """The closing line of a sweep: the picked model's validation top-1 against its starting model's on the same
+    images, and a warning where fine-tuning made it worse."""
+    best, start = result["best"], result.get("started_from")
+    images = result.get("val_images")
+    where = f" on {described(images)}" if images else ""
+    top1 = best.get("final_val_top1")
+    if top1 is None:
+        return []
+    if not start:
+        return [f"val top-1 {top1:.4f}{where} ({checkpoint} classifies other classes: nothing to compare with)"]
+    lines = [f"val top-1 {top1:.4f}{where}, was {start['val_top1']:.4f} ({checkpoint} at {start['image_size'][0]} px)"]
+    if top1 < start["val_top1"]:
+        lines.append(
+            f"warning    fine-tuning made it worse: {top1:.4f} against {start['val_top1']:.4f} for {checkpoint} on the "
+            "same images; keep that model, or try a lower --lr, fewer --steps or less augmentation (augment.*)"
+        )
+    return lines
 
 
 def pick_best(runs: list[dict]) -> dict:

@@ -24,9 +24,51 @@ def finetune_sweep(opts) -> dict:
         None if opts.image_size is None else tuple(opts.image_size) if len(opts.image_size) == 2 else opts.image_size[0]
     )
     recipe = finetune_recipe(opts.config, overrides)
+    fitted = fitted_overrides(opts, recipe, overrides, size)
+    recipe = finetune_recipe(opts.config, [*overrides, *fitted])
     return finetune(
         recipe, opts.checkpoint, opts.out, lrs=opts.lr, image_size=size, keep_pre_logits=opts.keep_pre_logits
     )
+
+
+def fitted_overrides(opts, recipe, overrides: list, size) -> list[str]:
+    """The recipe's length, batch and augmentation fitted to its training images (`fit.fit_finetune`) where neither
+    the recipe file nor the command names them; said in one line. A length in epochs (--epochs, a train.epochs
+    override, taken out of `overrides`, or the recipe file's) becomes the steps that pass over the training images
+    that often."""
+    from vitkit.errors import ConfigError
+    from vitkit.train.fit import fit_finetune
+
+    epochs = getattr(opts, "epochs", None)
+    for o in [o for o in overrides if isinstance(o, str) and o.startswith("train.epochs=")]:
+        overrides.remove(o)
+        epochs = recipe.train.epochs
+    if epochs is not None and not epochs > 0:
+        raise ConfigError(f"--epochs: expected a positive number of passes over the training images, got {epochs:g}")
+    given, in_file = named_keys(None, overrides), named_keys(opts.config, [])
+    if epochs is not None and "train.steps" in given:
+        raise ConfigError("--epochs: the run's length is given twice (--steps or train.steps too); give one")
+    if epochs is None and "train.epochs" in in_file:  # the recipe file's length in epochs
+        epochs = recipe.train.epochs
+    named = (given | in_file) - ({"train.steps", "train.epochs"} if epochs is not None else set())
+    size = size or recipe.model.get("image_size")
+    size = min(size) if isinstance(size, (list, tuple)) else size
+    t = recipe.train
+    fitted, note = fit_finetune(recipe.data, size, named, epochs, t.batch_size, t.steps)
+    print(f"vitkit finetune: {note}", flush=True)
+    return fitted
+
+
+def named_keys(config: str | None, overrides: list) -> set[str]:
+    """The dotted keys a recipe file (`config`) and the `overrides` set (strings KEY=VALUE or (KEY, VALUE) pairs)."""
+    import yaml
+
+    keys = {o[0] if isinstance(o, tuple) else str(o).split("=", 1)[0].strip() for o in overrides}
+    if config is not None:
+        with open(config, encoding="utf-8") as f:
+            data = yaml.safe_load(f) or {}
+        keys |= {f"{section}.{key}" for section, values in data.items() if isinstance(values, dict) for key in values}
+    return keys
 
 
 def recipe_overrides(opts) -> list:
@@ -96,9 +138,13 @@ def checkpoint_data(checkpoint: str, overrides: list) -> tuple[str | None, dict]
     )
     other = _cut_otherwise(cut, overrides)
     if path or cut:
+        val = (record.get("splits") or {}).get("val") or {}
+        held_out = val.get("selection", "all") != "all"  # a seeded share of train, not a val split of the data's own
         split = (
             f", held out as it was: val_fraction {cut['data.val_fraction']:g}, split_seed {cut['data.split_seed']}"
-            if {"data.val_fraction", "data.split_seed"} <= set(cut) and not other
+            if held_out and {"data.val_fraction", "data.split_seed"} <= set(cut) and not other
+            else f", validated on {val['source']} as it was"
+            if val.get("source") and not held_out
             else ""
         )
         print(

@@ -5,6 +5,7 @@ as a run config reads it, with the first training batch that recipe would see (`
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -149,3 +150,66 @@ def _samples(config, split: str, summary: dict, count: int, out: Path, say) -> d
     written = {**write_samples(out, pixels, [names[int(y)] for y in labels], which), "seed": t.seed}
     say(f"samples: {out / 'samples.png'} and {out / 'samples.npy'} {tuple(pixels.shape)} uint8: {which}")
     return written
+
+
+# Passes over the training images a fine-tune plans where nothing sets its length: a pre-trained model needs a few,
+# not the paper's 10k steps of 512 (sized for ImageNet-scale transfer sets); capped at those 10k steps.
+FINETUNE_EPOCHS = 5
+FINETUNE_MAX_STEPS = 10_000
+# The shortest side, in the images' own pixels, below which a fine-tune shifts (padded random crop) instead of
+# cropping (Inception crop): a crop of a small image keeps too few of its pixels to show the object.
+CROP_FROM_SIDE = 64
+
+
+def fit_finetune(
+    data, size: int | None, named: set[str], epochs: float | None, batch: int, steps: int
+) -> tuple[list[str], str]:
+    """The fine-tuning recipe fitted to the training split of a run config's `data` section at `size` px (None: the
+    checkpoint's), for each key not in `named`: its length (`epochs`, else FINETUNE_EPOCHS), batch, logging and
+    evaluation from the split's size (`batch` and `steps`: the recipe's, used where `named` holds them), and a crop
+    and flip that suit the images (those of `vitkit train --data` for small images). Returns (overrides, a line
+    saying so)."""
+    from vitkit.data import DataSpec
+    from vitkit.data.scan import scan
+    from vitkit.train.config import steps_for
+
+    train = DataSpec.from_config(data).open(
+        data.train_split, channels=3, image_size=32, flag="data.train_split", hold_out="data.val_fraction"
+    )
+    found = scan(train)
+    n = max(len(train) - found.unreadable, 1)
+    if "train.batch_size" not in named:
+        batch = min(512, max(min(64, n), 2 ** int(math.log2(max(n // 20, 1)))))  # 20 steps an epoch, up to 512
+    if "train.steps" not in named:
+        steps = min(steps_for(epochs or FINETUNE_EPOCHS, n, batch), FINETUNE_MAX_STEPS if epochs is None else 2**31 - 1)
+    chosen = {
+        "train.batch_size": batch,
+        "train.steps": steps,
+        "train.log_every": max(steps // 20, 1),
+        "train.eval_every": max(steps // 4, 1),
+    }
+    side = min(found.height, found.width) or 32
+    chosen.update(_finetune_augment(found, n, min(size or side, side), size or side))
+    overrides = [f"{key}={value}" for key, value in chosen.items() if key not in named]
+    kept = [key for key in chosen if key in named]
+    length = "as given" if "train.steps" in named else f"{epochs or FINETUNE_EPOCHS:g} epochs"
+    augment = [o.split(".", 1)[1] for o in overrides if o.startswith("augment.")]
+    note = (
+        f"fitted to {n:,} training images ({found}): {steps} steps of {batch} ({length})"
+        + (f", {', '.join(augment)}" if augment else "")
+        + (f"; as given: {', '.join(kept)}" if kept else "")
+    )
+    return overrides, note
+
+
+def _finetune_augment(found, n: int, side: int, size: int) -> dict:
+    """Crop and flip for fine-tuning on images of `side` px (their own, or the resolution where smaller) at `size`
+    px: the flip of `vitkit train --data`'s recipe; its padded random crop for small images, else an Inception crop
+    that keeps at least a 48-px box of them (the paper's 5% only for 224 px and up)."""
+    from vitkit.train.config import fitted_to_data
+
+    fitted = dict(o.split("=", 1) for o in fitted_to_data(found, n)[0])
+    if side <= CROP_FROM_SIDE:
+        return {"augment.crop": "pad", "augment.pad": max(size // 16, 1), "augment.hflip": fitted["augment.hflip"]}
+    low = min(max(0.05, round((48 / side) ** 2, 2)), 0.5)
+    return {"augment.crop": "rrc", "augment.rrc_scale": f"[{low:g},1.0]", "augment.hflip": fitted["augment.hflip"]}

@@ -26,7 +26,7 @@ from vitkit.data import eval_batches, mix, soft_targets, train_transform
 from vitkit.data.spec import absolute
 from vitkit.data.split import where_from
 from vitkit.data.summary import data_format
-from vitkit.devices import compile_cache_by_isa, pick_device
+from vitkit.devices import compile_cache_by_isa, compute_threads, pick_device
 from vitkit.errors import CheckpointError, ConfigError
 from vitkit.files import LOCK_NAME, WriteError, atomic_path, exclusive, refuse_foreign, write_json
 from vitkit.kernels import short_attention
@@ -44,7 +44,7 @@ from vitkit.train.optim import (
     soft_cross_entropy,
     update_ema,
 )
-from vitkit.train.plan import mean_rate, model_name, plan_block, segments
+from vitkit.train.plan import clock, mean_rate, model_name, plan_block, running_step_time, segments
 from vitkit.train.state import (
     RUN_FILES,
     Data,
@@ -76,8 +76,7 @@ def train(config: RunConfig, out: str | os.PathLike, *, resume: bool = False, st
     _refuse_out(config, out, resume)
     check_installed(config.train.log_to)  # a tracker's missing package: one line before any work
     threads_before = torch.get_num_threads()
-    if config.train.threads:
-        torch.set_num_threads(config.train.threads)
+    torch.set_num_threads(config.train.threads or compute_threads()[0])  # 0: the CPUs free at start
     created = not out.exists()
     writer = exclusive(out, advice="wait for it to end, or choose another --out") if _main_process() else nullcontext()
     try:
@@ -372,9 +371,13 @@ def _log_train(log: RunLog, bar, window: dict, step: int, epoch: float, lr: floa
     }
     log.write(row)
     bar.set_postfix(loss=f"{row['loss']:.4f}", lr=f"{lr:.2e}", img_s=f"{row['img_s']:.0f}")
-    if not t.progress and main:
-        bar.write(f"step {step}/{t.steps}: loss {row['loss']:.4f}  lr {lr:.2e}  {row['img_s']:.0f} img/s")
-    return {"loss": 0.0, "steps": 0, "images": 0, "time": now}
+    step_s = running_step_time(window.get("step_s"), now - window["time"], window["steps"])
+    if not t.progress and main:  # the bar's own ETA follows its running rate; this line's follows step_s
+        bar.write(
+            f"step {step}/{t.steps}: loss {row['loss']:.4f}  lr {lr:.2e}  {row['img_s']:.0f} img/s"
+            + (f"  ETA {clock(step_s * (t.steps - step))}" if step_s is not None else "")
+        )
+    return {"loss": 0.0, "steps": 0, "images": 0, "time": now, "step_s": step_s}
 
 
 def _val_data(config: RunConfig, env: Setup, data: Data):

@@ -3,13 +3,16 @@ estimate, and the run's rate and stretches as summary.json reports them."""
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
 import torch
 
+from vitkit.data.augment import AugmentConfig
 from vitkit.data.split import where_from
 from vitkit.data.summary import copies_warning
+from vitkit.devices import COUNT_KEYS, usable_cpus
 from vitkit.errors import ConfigError
 from vitkit.models import BiTConfig, VisionTransformer
 from vitkit.train.config import RunConfig
@@ -29,13 +32,16 @@ def plan_block(
     """The block printed before training: model, its size and cost, the data of each split, the run, an estimated time."""
     lines = [_model_line(config, model), *_data_lines(config, data), _training_line(config, data, env, step, last)]
     lines.append(f"optimizer  {describe(config.train, getattr(model.config, 'depth', None))}")
+    lines += augment_lines(config.augment, model.config.image_size[0], len(data.class_names))
     lines += _warnings(config, data)
     if (
         env.world.size == 1 and not env.world.sharded and step < last
     ):  # one process of FSDP: the wrapped objective, not the model, unshards it
-        seconds = _time_step(model, env.micro, env.device, env.amp_dtype) * env.accum * (last - step)
+        step_s, probe = _time_step(model, env.micro, env.device, env.amp_dtype)
         lines.append(
-            f"estimated  {_clock(seconds)} (forward + backward timed on this machine; data loading and evaluation come on top)"
+            f"estimated  {clock(step_s * env.accum * (last - step))} (forward + backward of {probe} image{'s' * (probe > 1)} "
+            f"timed over {TIMED_PASSES} passes at start, the median, scaled to the batch; data loading and evaluation "
+            "come on top; the progress ETA follows the running rate)"
         )
     if resumed_from is not None:
         lines.insert(0, f"resuming from step {step} ({resumed_from})")
@@ -108,7 +114,83 @@ def _training_line(config: RunConfig, data: Data, env: Setup, step: int, last: i
         f"{images:,} images ({epochs:.3g} epochs) on {env.device}, "
         + (f"{env.world.size} processes x " if env.world.size > 1 else "")
         + f"{threads} thread{'s' * (threads > 1)}"
+        + _threads_why(t.threads, threads, env.device)
     )
+
+
+def _threads_why(asked: int, threads: int, device: torch.device) -> str:
+    """Why a CPU run computes on as many threads as it does, where vitkit chose them (train.threads=0)."""
+    if asked or device.type != "cpu":
+        return ""
+    cpus = usable_cpus()
+    named = next((key for key in COUNT_KEYS if os.environ.get(key)), None)
+    if named:  # the user's count, which vitkit keeps
+        return f" ({named}={os.environ[named]}; {cpus} usable CPU{'s' * (cpus > 1)})"
+    if threads < cpus:
+        return f" (of {cpus} usable CPUs, the rest busy with other processes at start; train.threads=N to set)"
+    return f" (the {cpus} usable CPU{'s' * (cpus > 1)}; train.threads=N to set)"
+
+
+def augment_lines(a: AugmentConfig, size: int, classes: int) -> list[str]:
+    """Every augmentation the run applies, with its strength, why it is on and the key that turns it off; then the
+    ones that are off, with the key that turns each on."""
+    lines = [f"augment    {_crop(a, size)}"]
+    if a.hflip > 0:
+        lines.append(
+            f"  hflip    {a.hflip:g}: a mirrored photo is as real as the photo; "
+            "off with augment.hflip=0 for digits, text, signs and charts"
+        )
+    if a.randaugment_ops > 0:
+        lines.append(
+            f"  randaug  {a.randaugment_ops} ops at magnitude {a.randaugment_magnitude:g}/10: colour, contrast and "
+            "geometry vary, against overfitting few images; off with augment.randaugment_ops=0"
+        )
+    for name, alpha in (("mixup", a.mixup), ("cutmix", a.cutmix)):
+        if alpha > 0:
+            lines.append(
+                f"  {name:<8} alpha {alpha:g} in {a.mix_prob:.0%} of batches: blended images and targets, against "
+                f"overfitting; off with augment.{name}=0"
+            )
+    if a.label_smoothing > 0:
+        top = 1 - a.label_smoothing + a.label_smoothing / max(classes, 1)
+        lines.append(
+            f"  smooth   {a.label_smoothing:g} (label smoothing): target {top:.3g} on the label, against over-confident logits; "
+            "off with augment.label_smoothing=0"
+        )
+    if a.erase > 0:
+        lines.append(
+            f"  erase    {a.erase:g} of images lose a rectangle of {a.erase_scale[0]:.0%}-{a.erase_scale[1]:.0%} of "
+            "their area to noise, as if occluded; off with augment.erase=0"
+        )
+    off = [
+        f"{what} ({key})"
+        for what, key, on in (
+            ("hflip", "augment.hflip=0.5", a.hflip > 0),
+            ("RandAugment", "augment.randaugment_ops=2", a.randaugment_ops > 0),
+            ("mixup", "augment.mixup=0.2", a.mixup > 0),
+            ("cutmix", "augment.cutmix=1", a.cutmix > 0),
+            ("label smoothing", "augment.label_smoothing=0.1", a.label_smoothing > 0),
+            ("random erasing", "augment.erase=0.25", a.erase > 0),
+        )
+        if not on
+    ]
+    return lines + ([f"  off      {', '.join(off)}"] if off else [])
+
+
+def _crop(a: AugmentConfig, size: int) -> str:
+    """The crop, its strength and how to change it."""
+    if a.crop == "rrc":
+        low, high = a.rrc_scale
+        return (
+            f"Inception crop of {low:.0%}-{high:.0%} of the image's area (aspect {a.rrc_ratio[0]:.3g}-{a.rrc_ratio[1]:.3g}) "
+            f"resized to {size} px: scale and framing vary; augment.rrc_scale=[0.5,1] crops less, augment.crop=pad shifts"
+        )
+    if a.crop == "pad" and a.pad > 0:
+        return (
+            f"padded random crop, shifts of up to {a.pad} px ({a.pad / size:.0%} of {size} px): position varies; "
+            "augment.pad=0 for none"
+        )
+    return f"no crop: the whole image at {size} px; augment.crop=pad shifts it, augment.crop=rrc crops it"
 
 
 def _warnings(config: RunConfig, data: Data) -> list[str]:
@@ -159,10 +241,16 @@ def probe_images(config, micro: int, device: torch.device) -> int:
     return max(1, min(micro, 64, int(budget / (3 * count_flops(config)))))
 
 
-def _time_step(model: VisionTransformer, micro: int, device: torch.device, amp_dtype: torch.dtype | None) -> float:
-    """Seconds of one forward + backward pass of a micro-batch, from a pass of `probe_images` images in the run's
-    autocast dtype, scaled to `micro`. A pass of a few images costs more per image than a full batch does, so the
-    probe is as large as the budget allows. (Eager: a compiled run's steps are somewhat quicker.)
+TIMED_PASSES = 5  # after a warm-up pass; their median, as a busy machine slows some of them
+
+
+def _time_step(
+    model: VisionTransformer, micro: int, device: torch.device, amp_dtype: torch.dtype | None
+) -> tuple[float, int]:
+    """Seconds of one forward + backward pass of a micro-batch, from the median of `TIMED_PASSES` passes of
+    `probe_images` images in the run's autocast dtype, scaled to `micro`; and the images timed. A pass of a few images
+    costs more per image than a full batch does, so the probe is as large as the budget allows. (Eager: a compiled
+    run's steps are somewhat quicker.)
 
     Runs on the model itself (no copy: memory stays as it is) with the RNG state restored and the gradients
     cleared afterwards, so the run's weights, data order and random draws are untouched."""
@@ -171,7 +259,7 @@ def _time_step(model: VisionTransformer, micro: int, device: torch.device, amp_d
     x = torch.zeros(probe, c.in_chans, *c.image_size, device=device)
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         times = []
-        for _ in range(3):  # the first pass warms up; the quicker of the other two
+        for _ in range(1 + TIMED_PASSES):  # the first pass warms up
             start = time.perf_counter()
             with torch.autocast(device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
                 loss = model(x).float().logsumexp(-1).mean()
@@ -180,12 +268,22 @@ def _time_step(model: VisionTransformer, micro: int, device: torch.device, amp_d
                 torch.cuda.synchronize(device)
             times.append(time.perf_counter() - start)
     model.zero_grad(set_to_none=True)
-    return min(times[1:]) * micro / probe
+    return sorted(times[1:])[TIMED_PASSES // 2] * micro / probe, probe
 
 
-def _clock(seconds: float) -> str:
+def clock(seconds: float) -> str:
+    """h:mm:ss"""
     m, s = divmod(round(seconds), 60)
     return f"{m // 60}:{m % 60:02d}:{s:02d}"
+
+
+def running_step_time(previous: float | None, seconds: float, steps: int, weight: float = 0.5) -> float | None:
+    """The running seconds per step: an exponential moving average over logged windows of `steps` steps taking
+    `seconds`, each window weighed `weight` against those before it (None until a window holds a step)."""
+    if steps <= 0:
+        return previous
+    now = seconds / steps
+    return now if previous is None else weight * now + (1 - weight) * previous
 
 
 def mean_rate(train_rows: list[dict], batch_size: int) -> float | None:
