@@ -121,3 +121,24 @@ def test_dynamic_size_refuses_sides_off_the_patch_grid_and_fixed_models_refuse_o
         vitkit.create_model("vit_test")(torch.randn(1, 3, 12, 16))
     with pytest.raises(ConfigError, match="dynamic_img_size"):
         vitkit.create_model("vit_test", dynamic_img_size="yes")
+
+
+def test_every_checkpoint_format_keeps_dynamic_img_size(tmp_path):
+    from vitkit.checkpoint import load_pretrained, save_checkpoint
+
+    model = vitkit.create_model("vit_test", dynamic_img_size=True, mlp_act="gelu_tanh")  # the .npz's own GELU
+    x = torch.randn(1, 3, 8, 20)
+    for fmt, name in (
+        ("vitkit", "ck"),
+        ("npz", "ck.npz"),
+        ("timm", "ck.safetensors"),
+        ("timm", "ck.pth"),
+        ("hf", "hf"),
+    ):
+        back = load_pretrained(save_checkpoint(model, tmp_path / name, fmt)).eval()
+        assert back.config.dynamic_img_size, (fmt, name)
+        assert back(x).shape == (1, 10)
+    fixed = load_pretrained(
+        save_checkpoint(vitkit.create_model("vit_test", mlp_act="gelu_tanh"), tmp_path / "fixed.npz", "npz")
+    )
+    assert not fixed.config.dynamic_img_size
