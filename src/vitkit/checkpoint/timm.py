@@ -144,6 +144,9 @@ def _unwrap(obj, source) -> dict[str, torch.Tensor]:
     return {(k[len("module.") :] if k.startswith("module.") else k): v for k, v in obj.items()}
 
 
+NOT_IN_THE_TENSORS = ("mlp_act", "layer_norm_eps", "mean", "std", "dynamic_img_size")  # kept from the metadata
+
+
 def config_from_timm(
     state: dict[str, torch.Tensor], *, image_size=None, source, stored: dict | None = None
 ) -> ViTConfig:
@@ -192,13 +195,7 @@ def config_from_timm(
         image_size=image, patch_size=(ph, pw), in_chans=in_chans, num_classes=num_classes, width=width, depth=depth,
         mlp_dim=mlp_dim, num_heads=num_heads, classifier=classifier, representation_size=representation_size, backbone=backbone,
     )  # fmt: skip
-    for key in (
-        "mlp_act",
-        "layer_norm_eps",
-        "mean",
-        "std",
-        "dynamic_img_size",
-    ):  # not in the tensors: kept from the metadata
+    for key in NOT_IN_THE_TENSORS:
         if stored and key in stored:
             fields[key] = stored[key]
     try:

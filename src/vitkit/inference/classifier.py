@@ -49,7 +49,7 @@ class Classifier:
         c = model.config
         if keep_aspect and not getattr(c, "dynamic_img_size", False):
             raise ConfigError(
-                f"keep aspect: the model takes {c.image_size[0]}x{c.image_size[1]} images only; keeping each image's "
+                f"keep_aspect (--keep-aspect): the model takes {c.image_size[0]}x{c.image_size[1]} images only; keeping each image's "
                 "aspect ratio needs a model with model.dynamic_img_size=true (set it in the checkpoint's config.json, "
                 "or train or fine-tune with it), or leave the aspect ratio to the centre crop"
             )

@@ -221,6 +221,7 @@ def export(
     x = _example(model, 2)
     batch = input_dims(model)
     info = preprocessing(model, metadata)
+    info["dynamic_size"] = info["dynamic_size"] and format != "torchscript"  # a trace keeps the size it ran at
     int8 = None if calibration is None else (calibration, preset)  # what quantize_int8 takes
     n = 0 if calibration is None else sum(len(b) for b in calibration)
     info["precision"] = (
@@ -567,6 +568,7 @@ def _export_fp32(model: VisionTransformer, metadata: dict, out: Path, format: st
         "class_names": len(metadata.get("class_names") or []),
         "head": bool(model.config.num_classes),
         "diff": diff,
+        "dynamic_size": dynamic_size(model) and format != "torchscript",
         "openvino_default": openvino_default(model, out) if format == "openvino" else None,
     }
 
