@@ -47,12 +47,8 @@ class Classifier:
         keep_aspect: bool = False,
     ):
         c = model.config
-        if keep_aspect and not getattr(c, "dynamic_img_size", False):
-            raise ConfigError(
-                f"keep_aspect (--keep-aspect): the model takes {c.image_size[0]}x{c.image_size[1]} images only; keeping each image's "
-                "aspect ratio needs a model with model.dynamic_img_size=true (set it in the checkpoint's config.json, "
-                "or train or fine-tune with it), or leave the aspect ratio to the centre crop"
-            )
+        if keep_aspect:
+            refuse_fixed_size(c)
         self.keep_aspect = keep_aspect
         self.class_names = list(class_names) if class_names else [str(i) for i in range(c.num_classes)]
         if len(self.class_names) != c.num_classes:
@@ -128,10 +124,7 @@ class Classifier:
         if isinstance(image, Image.Image):
             return torch.from_numpy(image_pixels(image, c.in_chans, self._size(image), self.crop_pct).copy())
         if self.keep_aspect:
-            opened = open_image(image, c.in_chans)
-            return torch.from_numpy(
-                image_pixels(opened, c.in_chans, self._size(opened), self.crop_pct, name=image).copy()
-            )
+            return aspect_pixels(image, c, self.crop_pct)
         return torch.from_numpy(load_image(image, c.in_chans, c.image_size, self.crop_pct).copy())
 
     def _size(self, image: Image.Image) -> tuple[int, int]:
@@ -143,7 +136,7 @@ class Classifier:
         """The `k` likeliest (class name, probability) of each image of a uint8 (B, C, H, W) batch of `pixels` (or a
         list of (C, H, W) images, of one size or several with keep_aspect)."""
         answers = []
-        for group in _same_size_runs(pixels):
+        for group in same_size_runs(pixels):
             probs, index = predict(
                 self.model, group.to(self.device), k=k, crop_pct=self.crop_pct, runner=self.runner,
                 keep_size=self.keep_aspect,
@@ -182,7 +175,7 @@ class Classifier:
         images = self._images(images)
         vectors = []
         for start in range(0, len(images), batch_size):
-            for group in _same_size_runs([self.pixels(image) for image in images[start : start + batch_size]]):
+            for group in same_size_runs([self.pixels(image) for image in images[start : start + batch_size]]):
                 vectors.append(self._pooled(group, layer, pool, norm))
         return torch.cat(vectors) if vectors else torch.empty(0)
 
@@ -229,7 +222,24 @@ class Classifier:
         return images
 
 
-def _same_size_runs(pixels: torch.Tensor | Sequence[torch.Tensor]) -> list[torch.Tensor]:
+def refuse_fixed_size(c) -> None:
+    """A ConfigError where a model of config `c` takes one image size: keeping images' aspect ratios needs any size."""
+    if not getattr(c, "dynamic_img_size", False):
+        raise ConfigError(
+            f"keep_aspect (--keep-aspect): the model takes {c.image_size[0]}x{c.image_size[1]} images only; keeping each "
+            "image's aspect ratio needs a model with model.dynamic_img_size=true (set it in the checkpoint's config.json, "
+            "or train or fine-tune with it), or leave the aspect ratio to the centre crop"
+        )
+
+
+def aspect_pixels(source, c, crop_pct: float) -> torch.Tensor:
+    """(C, H, W) uint8 of an image file or shard record at its own aspect ratio on the patch grid (`aspect_size`)."""
+    image = open_image(source, c.in_chans)
+    size = aspect_size(*image.size, c.image_size, c.total_patch_size)
+    return torch.from_numpy(image_pixels(image, c.in_chans, size, crop_pct, name=source).copy())
+
+
+def same_size_runs(pixels: torch.Tensor | Sequence[torch.Tensor]) -> list[torch.Tensor]:
     """Images (C, H, W) as batches of consecutive ones of one size, in order; a (B, C, H, W) batch as it is."""
     if isinstance(pixels, torch.Tensor):
         return [pixels]
