@@ -374,7 +374,8 @@ class VisionTransformer(nn.Module):
         c = self.config
         if c.pos_embed in ("relative", "none"):
             return None
-        if grid is None or (tuple(grid) == c.grid_size and not tracing()):  # a tracer keeps the grid symbolic
+        # the stored embedding at the configured grid; a tracer keeps a dynamic grid symbolic: that one is resampled
+        if grid is None or not c.dynamic_img_size or (tuple(grid) == c.grid_size and not tracing()):
             return self._pos_embed_at(c.grid_size, resample=False)
         sources = [self.pos_embed_row, self.pos_embed_col] if c.pos_embed == "learned_2d" else [self.pos_embed]
         return cached(self._grid_cache, tuple(grid), sources, lambda: self._pos_embed_at(grid, resample=True))
@@ -419,6 +420,7 @@ class VisionTransformer(nn.Module):
 
     def _block(self, block: Block, x: torch.Tensor, grid: tuple[int, int], *, class_token_only: bool = False):
         """One layer, Eq. 2-3; recomputed in backward where activation checkpointing is on."""
+        grid = grid if self.config.dynamic_img_size else None  # None: the configured grid, as the blocks were built
         if self.grad_checkpointing and self.training:
             return checkpoint(block, x, class_token_only=class_token_only, grid=grid, use_reentrant=False)
         return block(x, class_token_only=class_token_only, grid=grid)
@@ -429,7 +431,7 @@ class VisionTransformer(nn.Module):
         x = self.embed(x)
         maps = []
         for block in self.blocks:
-            x, probs = block.forward_explicit(x, grid)
+            x, probs = block.forward_explicit(x, grid if self.config.dynamic_img_size else None)
             maps.append(probs)
         return self.norm(x), maps
 
