@@ -99,3 +99,69 @@ def test_images_come_from_any_iterable(checkpoint, tmp_path):
     )
     with pytest.raises(vitkit.DataError, match="2 names for a model of 3 classes"):
         vitkit.Classifier(vitkit.create_model("vit_test", num_classes=3), ["a", "b"])
+
+
+def test_embed_returns_the_features_of_a_chosen_layer(checkpoint, tmp_path):
+    from vitkit.data.augment import eval_transform
+    from vitkit.errors import ConfigError
+
+    rng = np.random.default_rng(1)
+    images = [rng.integers(0, 255, (24, 30, 3), dtype=np.uint8) for _ in range(3)]
+    clf = vitkit.Classifier.load(checkpoint)
+    model, c = clf.model, clf.model.config
+    x = eval_transform(torch.stack([clf.pixels(i) for i in images]), c.image_size, clf.crop_pct, c.mean, c.std)
+    with torch.no_grad():
+        tokens = model.forward_features(x)  # (B, 1 + N, D)
+        first = model.norm(model.blocks[0](model.embed(x)))  # layer 0, normed
+    last = clf.embed(images, batch_size=2)  # default: the class token of the last layer, what the head reads
+    assert last.shape == (3, c.width)
+    torch.testing.assert_close(last, tokens[:, 0], rtol=RTOL, atol=ATOL)
+    torch.testing.assert_close(clf.embed(images, layer=-1, pool="mean"), tokens[:, 1:].mean(1), rtol=RTOL, atol=ATOL)
+    torch.testing.assert_close(clf.embed(images, layer=0, pool="mean"), first[:, 1:].mean(1), rtol=RTOL, atol=ATOL)
+    for bad, match in ((dict(pool="max"), "pool: expected cls or mean"), (dict(layer=c.depth), "layer: expected")):
+        with pytest.raises(ConfigError, match=match):
+            clf.embed(images, **bad)
+    bit = vitkit.create_model("bit_test", num_classes=3).eval()
+    with torch.no_grad():
+        bit.head.weight.normal_()  # a trained head (Classifier refuses a zero one)
+    save_checkpoint(bit, tmp_path / "bit", "vitkit", metadata={"class_names": NAMES})
+    bit_clf = vitkit.Classifier.load(tmp_path / "bit")
+    xb = eval_transform(
+        torch.stack([bit_clf.pixels(i) for i in images]), (16, 16), 1.0, bit.config.mean, bit.config.std
+    )
+    with torch.no_grad():
+        pooled = bit.forward(xb, pre_logits=True)  # the final map's global average: what the head reads
+    torch.testing.assert_close(bit_clf.embed(images), pooled, rtol=RTOL, atol=ATOL)
+    with pytest.raises(ConfigError, match="no class token"):
+        bit_clf.embed(images, pool="cls")
+
+
+def test_predict_keep_aspect_reads_each_image_at_its_aspect_ratio_on_a_dynamic_size_model(tmp_path, vitkit_cmd):
+    from vitkit.errors import ConfigError
+
+    torch.manual_seed(0)
+    model = vitkit.create_model("vit_test", num_classes=3, dynamic_img_size=True)
+    with torch.no_grad():
+        model.head.weight.normal_()
+    save_checkpoint(model, tmp_path / "dyn", "vitkit", metadata={"class_names": NAMES})
+    rng = np.random.default_rng(2)
+    for name, shape in (("wide.png", (37, 53, 3)), ("tall.png", (64, 16, 3)), ("square.png", (20, 20, 3))):
+        Image.fromarray(rng.integers(0, 255, shape, dtype=np.uint8)).save(tmp_path / name)
+    clf = vitkit.Classifier.load(tmp_path / "dyn", keep_aspect=True)
+    pixels = [clf.pixels(tmp_path / n) for n in ("wide.png", "tall.png", "square.png")]
+    # about the model's 16x16 pixels at each image's aspect ratio, the sides multiples of the 4-pixel patch
+    assert [tuple(p.shape[1:]) for p in pixels] == [(12, 20), (32, 8), (16, 16)]
+    answers = clf.top(pixels, k=3)
+    with torch.no_grad():
+        from vitkit.data.augment import normalize
+
+        wide = model.eval()(normalize(pixels[0][None].float() / 255, model.config.mean, model.config.std)).softmax(-1)
+    assert [n for n, _ in answers[0]][0] == NAMES[int(wide.argmax())]
+    assert answers[0][0][1] == pytest.approx(float(wide.max()), rel=RTOL, abs=ATOL)
+    printed = vitkit_cmd("predict", str(tmp_path / "dyn"), str(tmp_path / "wide.png"), str(tmp_path / "tall.png"),
+                      "--keep-aspect", "--json", "--top", "3")  # fmt: skip
+    assert printed.returncode == 0, printed.stderr
+    cli = [json.loads(line)["top"] for line in printed.stdout.splitlines()]
+    assert _same([[(t["label"], t["prob"]) for t in top] for top in cli], answers[:2])
+    with pytest.raises(ConfigError, match="model.dynamic_img_size=true"):
+        vitkit.Classifier(vitkit.create_model("vit_test", num_classes=3), NAMES, keep_aspect=True)

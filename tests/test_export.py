@@ -451,3 +451,20 @@ def test_a_file_of_no_checkpoint_format_names_the_commands_that_take_a_format(vi
         "(vitkit convert or info --from FORMAT; format= in Python)" in done.stderr
         and not (tmp_path / "z.onnx").exists()
     )
+
+
+def test_a_dynamic_size_model_exports_to_onnx_with_dynamic_height_and_width(tmp_path):
+    pytest.importorskip("onnxscript")
+    pytest.importorskip("onnxruntime")
+    import onnx
+
+    model = vitkit.create_model("vit_test", image_size=(16, 20), dynamic_img_size=True).eval()
+    torch.nn.init.normal_(model.head.weight)
+    path = export(model, tmp_path / "model.onnx", format="onnx")
+    assert verify(model, path, "onnx") < 1e-4  # checks a second image size as well
+    for size in [(16, 20), (8, 32)]:  # the traced size and another grid (2 x 8 patches instead of 4 x 5)
+        x = torch.randn(2, 3, *size)
+        with torch.no_grad():
+            torch.testing.assert_close(run_exported(path, "onnx", x), model(x), rtol=1e-4, atol=1e-5)
+    meta = {p.key: json.loads(p.value) for p in onnx.load(str(path)).metadata_props}
+    assert meta["dynamic_size"] is True and meta["input_size"] == [3, 16, 20]

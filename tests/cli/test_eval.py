@@ -62,3 +62,34 @@ def test_reduced_precision_reports_its_cost_against_fp32(tmp_path, capsys):
     assert result["precision"].startswith("bf16 (") and result["n"] == 4
     assert result["top1_delta"] == pytest.approx(result["top1"] - result["reference_top1"])
     assert 0.5 <= result["agreement"] <= 1.0 and "same prediction on" in out
+
+
+def test_keep_aspect_scores_each_image_at_its_aspect_ratio_on_a_dynamic_size_model(tmp_path, capsys):
+    import json
+
+    import torch
+
+    from vitkit.checkpoint import save_checkpoint
+
+    model = vitkit.create_model("vit_test", num_classes=2, dynamic_img_size=True)
+    with torch.no_grad():
+        model.head.weight.normal_()
+    ckpt = save_checkpoint(model, tmp_path / "ckpt", "vitkit", metadata={"class_names": ["a", "b"]})
+    rng = np.random.default_rng(0)
+    for c, shapes in (("a", [(16, 40), (30, 12)]), ("b", [(16, 40), (20, 20)])):
+        (tmp_path / "data" / "test" / c).mkdir(parents=True)
+        for i, (h, w) in enumerate(shapes):
+            Image.fromarray(rng.integers(0, 255, (h, w, 3), dtype=np.uint8)).save(
+                tmp_path / "data" / "test" / c / f"{i}.png"
+            )
+    args = ["eval", str(ckpt), "--data", str(tmp_path / "data"), "--split", "test", "--json", "--keep-aspect"]
+    assert main(args + ["--batch-size", "3"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    clf = vitkit.Classifier.load(ckpt, keep_aspect=True)  # the same images, one at a time
+    files = sorted((tmp_path / "data" / "test").glob("*/*.png"))
+    hits = [clf.top(clf.pixels(f)[None], k=1)[0][0][0] == f.parent.name for f in files]
+    assert result["n"] == 4 and result["top1"] == sum(hits) / 4
+    fixed = vitkit.save_pretrained(_trained(2), tmp_path / "fixed")
+    assert main(["eval", str(fixed), *args[2:]]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "model.dynamic_img_size=true" in err

@@ -116,7 +116,7 @@ def config_from_hf(
     fields = dict(
         image_size=image, patch_size=patch, in_chans=hf.get("num_channels", 3), num_classes=0 if head is None else head.shape[0],
         width=width, depth=depth, mlp_dim=mlp, num_heads=heads, representation_size=None if pooler is None else pooler.shape[0],
-        layer_norm_eps=hf.get("layer_norm_eps", 1e-12), mlp_act=ACTS[act],
+        layer_norm_eps=hf.get("layer_norm_eps", 1e-12), mlp_act=ACTS[act], dynamic_img_size=hf.get("vitkit_dynamic_img_size", False),
         dropout=hf.get("hidden_dropout_prob", 0.0), attn_dropout=hf.get("attention_probs_dropout_prob", 0.0),
     )  # fmt: skip
     if preprocessor:
@@ -273,6 +273,8 @@ def _hf_config(c: ViTConfig, metadata: dict, class_names: list[str] | None) -> d
     }
     if c.in_chans == 1:
         hf["vitkit_luma"] = list(LUMA)  # read back as the grayscale model it was
+    if c.dynamic_img_size:  # HF's ViT takes other sizes when called with interpolate_pos_encoding=True
+        hf["vitkit_dynamic_img_size"] = True
     if classify:
         hf["id2label"] = {str(i): name for i, name in enumerate(labels)}
         hf["label2id"] = {name: i for i, name in enumerate(labels)}

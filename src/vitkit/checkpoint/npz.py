@@ -241,7 +241,8 @@ NOT_IN_THE_ARRAYS = (
     "layer_norm_eps",
     "mean",
     "std",
-)  # the release layout implies tanh-GELU, eps 1e-6, [-1, 1] inputs
+    "dynamic_img_size",
+)  # the release layout implies tanh-GELU, eps 1e-6, [-1, 1] inputs, one input size
 
 
 def read(path: str | os.PathLike, *, image_size=None) -> tuple[ModelConfig, dict[str, torch.Tensor]]:

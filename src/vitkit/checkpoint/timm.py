@@ -82,6 +82,8 @@ def _hub_stored(config: dict) -> dict:
     args = config.get("model_args") if isinstance(config.get("model_args"), dict) else {}
     if isinstance(args.get("num_heads"), int) and not isinstance(args["num_heads"], bool) and args["num_heads"] > 0:
         stored["num_heads"] = args["num_heads"]
+    if isinstance(args.get("dynamic_img_size"), bool):  # timm's VisionTransformer(dynamic_img_size=...)
+        stored["dynamic_img_size"] = args["dynamic_img_size"]
     cfg = config.get("pretrained_cfg") if isinstance(config.get("pretrained_cfg"), dict) else {}
     for key in ("mean", "std"):
         if isinstance(cfg.get(key), list) and all(isinstance(v, (int, float)) for v in cfg[key]):
@@ -142,6 +144,9 @@ def _unwrap(obj, source) -> dict[str, torch.Tensor]:
     return {(k[len("module.") :] if k.startswith("module.") else k): v for k, v in obj.items()}
 
 
+NOT_IN_THE_TENSORS = ("mlp_act", "layer_norm_eps", "mean", "std", "dynamic_img_size")  # kept from the metadata
+
+
 def config_from_timm(
     state: dict[str, torch.Tensor], *, image_size=None, source, stored: dict | None = None
 ) -> ViTConfig:
@@ -190,7 +195,7 @@ def config_from_timm(
         image_size=image, patch_size=(ph, pw), in_chans=in_chans, num_classes=num_classes, width=width, depth=depth,
         mlp_dim=mlp_dim, num_heads=num_heads, classifier=classifier, representation_size=representation_size, backbone=backbone,
     )  # fmt: skip
-    for key in ("mlp_act", "layer_norm_eps", "mean", "std"):  # not in the tensors: kept from vitkit's own metadata
+    for key in NOT_IN_THE_TENSORS:
         if stored and key in stored:
             fields[key] = stored[key]
     try:
@@ -221,7 +226,8 @@ def pretrained_cfg(c: ModelConfig, metadata: dict) -> dict:
         "crop_mode": preprocess.get("crop_mode", "center"),
         "num_classes": c.num_classes,
     }
-    return {"pretrained_cfg": cfg, "label_names": metadata.get("class_names")}
+    extra = {"model_args": {"dynamic_img_size": True}} if getattr(c, "dynamic_img_size", False) else {}
+    return {"pretrained_cfg": cfg, "label_names": metadata.get("class_names"), **extra}
 
 
 def read(

@@ -6,6 +6,7 @@ import argparse
 import json
 
 from ._precision import add_precision
+from .predict import add_keep_aspect
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -53,6 +54,7 @@ def _add_run_flags(p: argparse.ArgumentParser) -> None:
     """How the model runs over the images."""
     p.add_argument("--batch-size", type=int, default=256, help="images per forward pass (default 256)")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda (default auto)")
+    add_keep_aspect(p)
     p.add_argument(
         "--threads", type=int, default=0, help="CPU threads (default: torch's choice; 1 is faster on a busy machine)"
     )

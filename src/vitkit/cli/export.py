@@ -109,8 +109,8 @@ def _fp32_line(w: dict) -> str:
         else 'no classification head: its output "features" are the image features'
     )
     return (
-        f"wrote {w['out']}{also} ({w['format']}, dynamic batch, {outputs}); "
-        f"max |export - pytorch| on a batch of 3 = {w['diff']:.2e}"
+        f"wrote {w['out']}{also} ({w['format']}, dynamic batch{', height and width' * w['dynamic_size']}, {outputs}); "
+        f"max |export - pytorch| on a batch of 3{' at two image sizes' * w['dynamic_size']} = {w['diff']:.2e}"
     )
 
 

@@ -37,11 +37,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="one JSON object per image (image, top, precision) instead of text, which ends with how many images and what ran",
     )
+    _add_how_it_runs(p)
+    p.set_defaults(run=run)
+
+
+def _add_how_it_runs(p: argparse.ArgumentParser) -> None:
+    """Threads, batch size, device, image size, precision."""
     p.add_argument(
         "--threads", type=int, default=0, help="CPU threads (default: torch's choice; 1 is faster on a busy machine)"
     )
     p.add_argument("--batch-size", type=int, default=32, help="images per forward pass (default 32)")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda (default auto)")
+    add_keep_aspect(p)
     add_precision(p)
     p.add_argument(
         "--calibration-data",
@@ -49,7 +56,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="int8: data whose training images calibrate it, any data vitkit reads "
         "(default: the data the checkpoint was trained on)",
     )
-    p.set_defaults(run=run)
+
+
+def add_keep_aspect(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--keep-aspect",
+        action="store_true",
+        help="a model with model.dynamic_img_size: read each image at its own aspect ratio (about the model's number "
+        "of pixels, sides rounded to the patch size) instead of a centre crop",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -95,6 +110,7 @@ def _load(args: argparse.Namespace):
         calibration=args.calibration,
         calibration_data=args.calibration_data,
         data_flag="--calibration-data PATH",
+        keep_aspect=args.keep_aspect,
     )
 
 
@@ -109,9 +125,8 @@ def _image_paths(images: list[str]) -> list[str]:
 
 def _answer(classifier, batch: list[tuple[str, object]], args: argparse.Namespace) -> None:
     """Print the top --top classes of each image of `batch`, as text or one JSON object per image."""
-    import torch
 
-    for (path, _), top in zip(batch, classifier.top(torch.stack([pixels for _, pixels in batch]), k=args.top)):
+    for (path, _), top in zip(batch, classifier.top([pixels for _, pixels in batch], k=args.top)):
         if args.json:
             entry = {
                 "image": path,

@@ -345,6 +345,14 @@ def scaled_size(width: int, height: int, size: int | tuple[int, int], crop_pct: 
     return (width, height) if width == box_w else (box_w, max(box_h, int(box_w * height / width)))
 
 
+def aspect_size(width: int, height: int, size: int | tuple[int, int], step: tuple[int, int]) -> tuple[int, int]:
+    """(H, W) for a `width` x `height` image on a model of any input size (`dynamic_img_size`): the image's aspect
+    ratio at about the area of `size`, each side rounded to a multiple of `step` (the patch size), at least one."""
+    h, w = as_hw(size)
+    scale = math.sqrt(h * w / max(width * height, 1))
+    return tuple(max(s, round(side * scale / s) * s) for side, s in zip((height, width), step))  # type: ignore[return-value]
+
+
 def shorter_side(size: int, crop_pct: float) -> int:
     """The shorter side an image is resized to before its centre size x size crop (timm: floor(size / crop_pct))."""
     return max(size, math.floor(size / crop_pct))

@@ -48,9 +48,10 @@ def evaluate(
     autocast_dtype: torch.dtype | None = None,
     runner: Callable[[torch.Tensor], torch.Tensor] | None = None,
     reference: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    keep_size: bool = False,
 ) -> dict:
     """Run `model` over (uint8 images, labels) batches; top1/top5 in [0, 1], mean loss, per-class accuracy, confusion.
-
+    keep_size: each batch at its own size (a `dynamic_img_size` model), not resized to the model's.
     runner: what computes the logits instead of `model` itself (a vitkit.inference.precision.Runner: bf16, int8, compiled).
     reference: a second one (fp32) to measure the runner's accuracy cost on the same images: adds its top-1
     ("reference_top1"), the difference ("top1_delta", runner minus reference) and the share of images on which
@@ -61,11 +62,9 @@ def evaluate(
     c = model.config
     K = c.num_classes
     cm = torch.zeros(K, K, dtype=torch.long)
-    top5 = 0
-    loss_sum = 0.0
-    ref_correct = agree = 0
+    top5, loss_sum, ref_correct, agree = 0, 0.0, 0, 0
     for images, labels in batches:
-        x = eval_transform(images, c.image_size, crop_pct, c.mean, c.std)
+        x = eval_transform(images, tuple(images.shape[-2:]) if keep_size else c.image_size, crop_pct, c.mean, c.std)
         with torch.autocast(x.device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
             logits = (runner or model)(x).float()
         loss_sum += float(nn.functional.cross_entropy(logits, labels, reduction="sum"))

@@ -48,7 +48,8 @@ def score_checkpoint(opts) -> Scored:
     step = step_of(opts.checkpoint)
     png = confusion_path(opts, which, spec, meta, step)
     writable(png, "the confusion matrix", "pass --confusion PATH to write it elsewhere")  # before the images are scored
-    metrics = evaluate(model.to(device), batches, crop_pct=crop_pct, runner=runner, reference=reference)
+    keep = getattr(opts, "keep_aspect", False)
+    metrics = evaluate(model.to(device), batches, crop_pct=crop_pct, runner=runner, reference=reference, keep_size=keep)
     class_names = meta.get("class_names") or split.class_names
     skipped = f", {len(bad)} unreadable skipped" if len(bad) else ""
     data = f"{which} of {spec.where}: {metrics['n']} images{skipped}; {runner.description}"
@@ -101,9 +102,13 @@ def _runners(opts, model, meta: dict, spec, which: str, split, device, crop_pct:
     from vitkit.inference.precision import prepare
 
     c = model.config
-    batches = eval_batches(
-        split, opts.batch_size, device, channels=c.in_chans, size=c.image_size, crop_pct=crop_pct, bad=bad
-    )
+    keep = getattr(opts, "keep_aspect", False)
+    if keep:  # each image at its aspect ratio: batches of consecutive images of one size
+        batches = aspect_batches(split, opts.batch_size, device, c, crop_pct, bad)
+    else:
+        batches = eval_batches(
+            split, opts.batch_size, device, channels=c.in_chans, size=c.image_size, crop_pct=crop_pct, bad=bad
+        )
     count = math.ceil(len(split) / opts.batch_size)
 
     # int8's calibration images: training images, never the ones scored (for "all", those the checkpoint records)
@@ -112,9 +117,40 @@ def _runners(opts, model, meta: dict, spec, which: str, split, device, crop_pct:
         return split if which == "train" else trained.open("train", channels=c.in_chans, image_size=c.image_size[0])
 
     images = int8_calibration(opts.precision, opts.calibration, model, training_images, crop_pct=crop_pct)
-    runner = prepare(model, opts.precision, device=device, batches=count, calibration=images)
-    reference = prepare(model, "fp32", device=device, batches=count) if opts.compare_fp32 else None
+    compile = False if keep else None  # a compiled graph would be rebuilt for every image size
+    runner = prepare(model, opts.precision, device=device, batches=count, calibration=images, compile=compile)
+    reference = prepare(model, "fp32", device=device, batches=count, compile=compile) if opts.compare_fp32 else None
     return batches, runner, reference
+
+
+def aspect_batches(split, batch_size: int, device, c, crop_pct: float, bad):
+    """(uint8 images, labels) of `split`'s files, each image at its aspect ratio on the patch grid of a model of config
+    `c` (`dynamic_img_size`); a batch holds consecutive images of one size, at most `batch_size`. A file that cannot
+    be read goes to `bad` (a BadFiles: it stops the evaluation or is skipped)."""
+    import torch
+
+    from vitkit.errors import ConfigError, DataError
+    from vitkit.inference.classifier import aspect_pixels, refuse_fixed_size
+
+    refuse_fixed_size(c)
+    if split.paths is None:
+        raise ConfigError(
+            f"--keep-aspect: {split.source or 'the data'} is held in memory at one size (IDX, synthetic), so its "
+            "images have no aspect ratio of their own; leave --keep-aspect out for it"
+        )
+    run: list[tuple[torch.Tensor, int]] = []
+    for i, (path, label) in enumerate(zip(split.paths, split.labels.tolist())):
+        try:
+            pixels = aspect_pixels(path, c, crop_pct)
+        except DataError as err:
+            bad.report([(i, str(path), str(err))])
+            continue
+        if run and (pixels.shape != run[0][0].shape or len(run) == batch_size):
+            yield torch.stack([p for p, _ in run]).to(device), torch.tensor([y for _, y in run], device=device)
+            run = []
+        run.append((pixels, label))
+    if run:
+        yield torch.stack([p for p, _ in run]).to(device), torch.tensor([y for _, y in run], device=device)
 
 
 def int8_calibration(precision: str, n: int, model, training_split: Callable, *, crop_pct: float):

@@ -2,12 +2,14 @@
 
     clf = vitkit.Classifier.load("runs/clothes")                  # any checkpoint: its class names and preprocessing
     clf.predict(["shirt.png", Image.open("boot.jpg")], top=3)     # [[("shirt", 0.91), ("t-shirt", 0.05), ...], ...]
+    clf.embed(["shirt.png"], layer=-1, pool="cls")                # (1, D) features of a chosen layer
 
 Images are files, PIL images of any mode, uint8 arrays (H, W) / (H, W, C) or uint8 tensors (H, W) / (C, H, W) as
 torchvision.io.read_image gives them (a (B, C, H, W) tensor is a batch of them); each is converted to the model's
 channels, resized and centre-cropped as the checkpoint's preprocessing says (its crop_pct, crop_mode and
 interpolation: a Hugging Face preprocessor_config.json's or timm's pretrained_cfg where it came from there), exactly
-as `vitkit eval` and `vitkit predict` read files.
+as `vitkit eval` and `vitkit predict` read files. With `keep_aspect` (a `dynamic_img_size` model) each image keeps its
+aspect ratio instead, at about the model's number of pixels, its sides rounded to the patch size (`images.aspect_size`).
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ import torch
 from PIL import Image
 
 from vitkit.checkpoint import load_with_metadata, refuse_untrained_head
-from vitkit.data.images import crop_of, image_pixels, load_image
+from vitkit.data.augment import eval_transform
+from vitkit.data.images import aspect_size, crop_of, image_pixels, load_image, open_image
 from vitkit.devices import pick_device
-from vitkit.errors import DataError
+from vitkit.errors import ConfigError, DataError
 from vitkit.inference.precision import prepare
 from vitkit.inference.predict import calibration_images, predict
 
@@ -41,8 +44,12 @@ class Classifier:
         precision: str = "fp32",
         device: str | torch.device = "cpu",
         calibration: Iterable[torch.Tensor] | None = None,
+        keep_aspect: bool = False,
     ):
         c = model.config
+        if keep_aspect:
+            refuse_fixed_size(c)
+        self.keep_aspect = keep_aspect
         self.class_names = list(class_names) if class_names else [str(i) for i in range(c.num_classes)]
         if len(self.class_names) != c.num_classes:
             raise DataError(f"class_names: {len(self.class_names)} names for a model of {c.num_classes} classes")
@@ -63,6 +70,7 @@ class Classifier:
         calibration: int = 256,
         calibration_data: str | os.PathLike | None = None,
         data_flag: str = "calibration_data=PATH",
+        keep_aspect: bool = False,
     ) -> Classifier:
         """Any checkpoint (run directory, vitkit, .npz, timm, Hugging Face) with the class names and crop_pct it holds;
         int8 calibrates on `calibration` training images of `calibration_data` (any data vitkit reads; default: the
@@ -87,6 +95,7 @@ class Classifier:
             precision=precision,
             device=pick_device(device),
             calibration=images,
+            keep_aspect=keep_aspect,
         )
 
     def pixels(self, image: ImageLike) -> torch.Tensor:
@@ -113,18 +122,89 @@ class Classifier:
                 raise DataError(f"image array: expected uint8 (H, W) or (H, W, 1|3|4), got {image.dtype} {image.shape}")
             image = Image.fromarray(image[..., 0] if image.ndim == 3 and image.shape[2] == 1 else image)
         if isinstance(image, Image.Image):
-            return torch.from_numpy(image_pixels(image, c.in_chans, c.image_size, self.crop_pct).copy())
+            return torch.from_numpy(image_pixels(image, c.in_chans, self._size(image), self.crop_pct).copy())
+        if self.keep_aspect:
+            return aspect_pixels(image, c, self.crop_pct)
         return torch.from_numpy(load_image(image, c.in_chans, c.image_size, self.crop_pct).copy())
 
-    def top(self, pixels: torch.Tensor, k: int = 5) -> list[list[tuple[str, float]]]:
-        """The `k` likeliest (class name, probability) of each image of a uint8 (B, C, H, W) batch of `pixels`."""
-        probs, index = predict(self.model, pixels.to(self.device), k=k, crop_pct=self.crop_pct, runner=self.runner)
-        return [[(self.class_names[i], p) for p, i in zip(ps, ix)] for ps, ix in zip(probs.tolist(), index.tolist())]
+    def _size(self, image: Image.Image) -> tuple[int, int]:
+        """The (H, W) the image is read at: the model's, or with keep_aspect its own aspect ratio on the patch grid."""
+        c = self.model.config
+        return aspect_size(*image.size, c.image_size, c.total_patch_size) if self.keep_aspect else c.image_size
+
+    def top(self, pixels: torch.Tensor | Sequence[torch.Tensor], k: int = 5) -> list[list[tuple[str, float]]]:
+        """The `k` likeliest (class name, probability) of each image of a uint8 (B, C, H, W) batch of `pixels` (or a
+        list of (C, H, W) images, of one size or several with keep_aspect)."""
+        answers = []
+        for group in same_size_runs(pixels):
+            probs, index = predict(
+                self.model, group.to(self.device), k=k, crop_pct=self.crop_pct, runner=self.runner,
+                keep_size=self.keep_aspect,
+            )  # fmt: skip
+            answers += [
+                [(self.class_names[i], p) for p, i in zip(ps, ix)] for ps, ix in zip(probs.tolist(), index.tolist())
+            ]
+        return answers
+
+    @torch.no_grad()
+    def embed(
+        self,
+        images: ImageLike | Sequence[ImageLike],
+        *,
+        layer: int = -1,
+        pool: str | None = None,
+        norm: bool = True,
+        batch_size: int = 32,
+    ) -> torch.Tensor:
+        """One feature vector per image, (B, D) float32, from the fp32 model: the tokens after layer `layer` (0 the
+        first, -1 the last; a BiT's levels: 0 its stem, s its stage s), normed by the final LayerNorm (`norm`; for a
+        BiT, its final GN + ReLU on the last stage), pooled by `pool`: "cls" the class token, "mean" the mean of the
+        patch tokens (a BiT: of its map). Default: "cls" where the model classifies from it, else "mean".
+        layer=-1 with the default pool is what the head reads (before any pre-logits layer)."""
+        c = self.model.config
+        token = getattr(c, "classifier", None) == "token"  # a ViT with a class token (a BiT has none)
+        pool = pool or ("cls" if token else "mean")
+        if pool not in (("cls", "mean") if token else ("mean",)):
+            raise ConfigError(
+                f"pool: expected {'cls or mean' if token else 'mean (the model has no class token)'}, got {pool!r}"
+            )
+        vit = hasattr(self.model, "input_grid")
+        levels = len(self.model.blocks) if vit else 1 + len(self.model.stages)  # a BiT: its stem and stages
+        if not isinstance(layer, int) or not -levels <= layer < levels:
+            raise ConfigError(f"layer: expected a layer from {-levels} to {levels - 1} (-1: the last), got {layer!r}")
+        images = self._images(images)
+        vectors = []
+        for start in range(0, len(images), batch_size):
+            for group in same_size_runs([self.pixels(image) for image in images[start : start + batch_size]]):
+                vectors.append(self._pooled(group, layer, pool, norm))
+        return torch.cat(vectors) if vectors else torch.empty(0)
+
+    def _pooled(self, pixels: torch.Tensor, layer: int, pool: str, norm: bool) -> torch.Tensor:
+        """(B, D) features of layer `layer` of uint8 images (B, C, H, W), pooled by `pool`."""
+        c = self.model.config
+        size = tuple(pixels.shape[-2:]) if self.keep_aspect else c.image_size
+        x = eval_transform(pixels.to(self.device), size, self.crop_pct, c.mean, c.std)
+        if not hasattr(self.model, "input_grid"):  # a BiT ResNet: feature maps (B, C, h, w)
+            (fmap,) = self.model.forward_intermediates(x, [layer], norm=norm, intermediates_only=True, stop_early=True)
+            return fmap.float().mean(dim=(2, 3)).cpu()
+        ((patches, prefix),) = self.model.forward_intermediates(
+            x, [layer], norm=norm, output_fmt="NLC", return_prefix_tokens=True, intermediates_only=True, stop_early=True
+        )
+        return (prefix[:, 0] if pool == "cls" else patches.mean(dim=1)).float().cpu()
 
     def predict(
         self, images: ImageLike | Sequence[ImageLike], top: int = 5, batch_size: int = 32
     ) -> list[list[tuple[str, float]]]:
         """The `top` likeliest (class name, probability) of each image, in order; one image gives a list of one."""
+        images = self._images(images)
+        answers = []
+        for start in range(0, len(images), batch_size):
+            answers += self.top([self.pixels(image) for image in images[start : start + batch_size]], top)
+        return answers
+
+    @staticmethod
+    def _images(images: ImageLike | Sequence[ImageLike]) -> Sequence[ImageLike]:
+        """The images given, as a sequence: one image is a list of one; a folder is refused."""
         if isinstance(images, (str, os.PathLike, Image.Image, np.ndarray)) or (
             isinstance(images, torch.Tensor) and images.ndim < 4
         ):
@@ -139,7 +219,34 @@ class Classifier:
                     f"{image}: is a folder; pass its images (e.g. sorted(Path(folder).glob('*.jpg'))), or run "
                     f"`vitkit predict CHECKPOINT {image}`, which names each image it answers for"
                 )
-        answers = []
-        for start in range(0, len(images), batch_size):
-            answers += self.top(torch.stack([self.pixels(image) for image in images[start : start + batch_size]]), top)
-        return answers
+        return images
+
+
+def refuse_fixed_size(c) -> None:
+    """A ConfigError where a model of config `c` takes one image size: keeping images' aspect ratios needs any size."""
+    if not getattr(c, "dynamic_img_size", False):
+        raise ConfigError(
+            f"keep_aspect (--keep-aspect): the model takes {c.image_size[0]}x{c.image_size[1]} images only; keeping each "
+            "image's aspect ratio needs a model with model.dynamic_img_size=true (set it in the checkpoint's config.json, "
+            "or train or fine-tune with it), or leave the aspect ratio to the centre crop"
+        )
+
+
+def aspect_pixels(source, c, crop_pct: float) -> torch.Tensor:
+    """(C, H, W) uint8 of an image file or shard record at its own aspect ratio on the patch grid (`aspect_size`)."""
+    image = open_image(source, c.in_chans)
+    size = aspect_size(*image.size, c.image_size, c.total_patch_size)
+    return torch.from_numpy(image_pixels(image, c.in_chans, size, crop_pct, name=source).copy())
+
+
+def same_size_runs(pixels: torch.Tensor | Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """Images (C, H, W) as batches of consecutive ones of one size, in order; a (B, C, H, W) batch as it is."""
+    if isinstance(pixels, torch.Tensor):
+        return [pixels]
+    runs: list[list[torch.Tensor]] = []
+    for image in pixels:
+        if runs and runs[-1][0].shape == image.shape:
+            runs[-1].append(image)
+        else:
+            runs.append([image])
+    return [torch.stack(run) for run in runs]

@@ -1,6 +1,9 @@
 """Export a model for deployment: ONNX, OpenVINO IR, TorchScript or torch.export's ExportedProgram, batch dimension dynamic.
 
-Every export is checked against the PyTorch model on a batch size other than the one it was traced with.
+A ViT with `dynamic_img_size` exports with dynamic height and width too (ONNX, OpenVINO, ExportedProgram), each a
+multiple of the patch size, where its position embedding is resampled by ops the graph can hold (`DYNAMIC_SIZE`).
+Every export is checked against the PyTorch model on a batch size other than the one it was traced with (and, with a
+dynamic size, on an image size other than the one it was traced at).
 The deployment runtimes (ONNX Runtime, OpenVINO) run vitkit's own ONNX export: `runtime_session`.
 """
 
@@ -32,9 +35,38 @@ FORMATS = {"onnx": ".onnx", "openvino": ".xml", "torchscript": ".pt", "exported-
 RUNTIMES = {"onnxruntime": "onnx", "openvino": "openvino"}  # runtime -> the extra that installs it
 
 
-def _example(model: VisionTransformer, batch_size: int) -> torch.Tensor:
+def _example(model: VisionTransformer, batch_size: int, size: tuple[int, int] | None = None) -> torch.Tensor:
     c = model.config
-    return torch.randn(batch_size, c.in_chans, *c.image_size)
+    return torch.randn(batch_size, c.in_chans, *(size or c.image_size))
+
+
+DYNAMIC_SIZE = ("learned", "learned_2d", "sincos2d", "relative", "none")  # position embeddings a graph resamples
+MAX_GRID = 256  # patches along a side of an exported dynamic-size graph's input
+
+
+def dynamic_size(model: torch.nn.Module) -> bool:
+    """Whether `model`'s export takes any height and width (multiples of the patch size), not only its image size."""
+    c = model.config
+    return isinstance(model, VisionTransformer) and c.dynamic_img_size and c.pos_embed in DYNAMIC_SIZE
+
+
+def input_dims(model: torch.nn.Module) -> dict:
+    """torch.export's dynamic_shapes of the input: the batch, and height and width as patch multiples where
+    `dynamic_size`."""
+    dims = {0: torch.export.Dim("batch", min=1, max=4096)}
+    if dynamic_size(model):
+        (ph, pw), (gh, gw) = model.config.total_patch_size, model.config.grid_size
+        dims[2] = ph * torch.export.Dim("grid_h", min=1, max=max(MAX_GRID, gh))
+        dims[3] = pw * torch.export.Dim("grid_w", min=1, max=max(MAX_GRID, gw))
+    return {"x": dims}
+
+
+def other_size(model: torch.nn.Module) -> tuple[int, int] | None:
+    """An image size other than the model's, to check a dynamic-size export at (one patch shorter, one wider)."""
+    if not dynamic_size(model):
+        return None
+    (ph, pw), (gh, gw) = model.config.total_patch_size, model.config.grid_size
+    return (max(gh - 1, 1) * ph if gh > 1 else 2 * ph, (gw + 1) * pw)
 
 
 def preprocessing(model: VisionTransformer, metadata: dict | None = None) -> dict:
@@ -49,6 +81,7 @@ def preprocessing(model: VisionTransformer, metadata: dict | None = None) -> dic
         "resize": "keeping the aspect ratio, to cover input_size / crop_pct (bilinear; for a square input: the shorter side to size / crop_pct), then a centre crop of input_size",
         "crop_pct": metadata.get("preprocess", {}).get("crop_pct", 1.0),
         "channels": "grayscale (ITU-R 601 luma)" if c.in_chans == 1 else "RGB",
+        "dynamic_size": dynamic_size(model),  # any height and width, multiples of the patch size
     }
 
 
@@ -168,7 +201,8 @@ def export(
     calibration: list[torch.Tensor] | None = None,
     preset: str = "transformer",
 ) -> Path:
-    """Write `model` (eval mode, CPU) to `path` in `format`, with a dynamic batch dimension.
+    """Write `model` (eval mode, CPU) to `path` in `format`, with a dynamic batch dimension (and height and width
+    where `dynamic_size`).
 
     Class names and preprocessing go into the file where the format has a place (ONNX metadata_props),
     else into PATH.json beside it. With `calibration` (normalised image batches) an ONNX or OpenVINO export is
@@ -185,8 +219,9 @@ def export(
     path = Path(path)
     refuse_folder(path, format)
     x = _example(model, 2)
-    batch = torch.export.Dim("batch", min=1, max=4096)
+    batch = input_dims(model)
     info = preprocessing(model, metadata)
+    info["dynamic_size"] = info["dynamic_size"] and format != "torchscript"  # a trace keeps the size it ran at
     int8 = None if calibration is None else (calibration, preset)  # what quantize_int8 takes
     n = 0 if calibration is None else sum(len(b) for b in calibration)
     info["precision"] = (
@@ -207,7 +242,7 @@ def export(
                 warnings.simplefilter("ignore", torch.jit.TracerWarning)
                 torch.jit.save(torch.jit.trace(model, x), buffer)
         else:
-            torch.export.save(torch.export.export(model, (x,), dynamic_shapes={"x": {0: batch}}), buffer)
+            torch.export.save(torch.export.export(model, (x,), dynamic_shapes=batch), buffer)
     with atomic_path(path) as tmp:
         tmp.write_bytes(buffer.getbuffer())
     write_json(sidecar_path(path), info)
@@ -232,7 +267,7 @@ def _export_onnx(
     model: VisionTransformer,
     x: torch.Tensor,
     path: Path,
-    batch: torch.export.Dim,
+    batch: dict,
     info: dict,
     int8: tuple[list[torch.Tensor], str] | None = None,
 ) -> None:
@@ -258,7 +293,7 @@ def _export_onnx(
             (x,),
             str(graph),
             dynamo=True,
-            dynamic_shapes={"x": {0: batch}},
+            dynamic_shapes=batch,
             input_names=["images"],
             output_names=[output_name(model)],
             verbose=False,
@@ -285,7 +320,7 @@ def _export_openvino(
     model: VisionTransformer,
     x: torch.Tensor,
     path: Path,
-    batch: torch.export.Dim,
+    batch: dict,
     info: dict,
     int8: tuple[list[torch.Tensor], str] | None = None,
 ) -> None:
@@ -432,22 +467,29 @@ def openvino_default(
     return precision.replace("<Type: '", "").replace("'>", ""), (got - expected).abs().max().item()
 
 
-def _reference(model: VisionTransformer, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _reference(
+    model: VisionTransformer, batch_size: int, size: tuple[int, int] | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(a fresh example batch, the PyTorch model's output on it): what an export is checked against."""
     model = model.eval().cpu()
-    x = _example(model, batch_size)
+    x = _example(model, batch_size, size)
     with torch.no_grad():
         return x, model(x)
 
 
 def verify(model: VisionTransformer, path: str | os.PathLike, format: str, *, batch_size: int = 3) -> float:
-    """Largest absolute difference between the export and the PyTorch model on a fresh batch size."""
-    x, expected = _reference(model, batch_size)
-    with torch.no_grad():
-        got = run_exported(path, format, x)
-    if got.shape != expected.shape:
-        raise ConfigError(f"{path}: export gives shape {tuple(got.shape)}, PyTorch {tuple(expected.shape)}")
-    return (got - expected).abs().max().item()
+    """Largest absolute difference between the export and the PyTorch model on a fresh batch size (and, for a
+    dynamic-size export other than TorchScript's trace, at another image size too)."""
+    sizes = [None] + ([other_size(model)] if other_size(model) and format != "torchscript" else [])
+    worst = 0.0
+    for size in sizes:
+        x, expected = _reference(model, batch_size, size)
+        with torch.no_grad():
+            got = run_exported(path, format, x)
+        if got.shape != expected.shape:
+            raise ConfigError(f"{path}: export gives shape {tuple(got.shape)}, PyTorch {tuple(expected.shape)}")
+        worst = max(worst, (got - expected).abs().max().item())
+    return worst
 
 
 def export_checkpoint(
@@ -526,6 +568,7 @@ def _export_fp32(model: VisionTransformer, metadata: dict, out: Path, format: st
         "class_names": len(metadata.get("class_names") or []),
         "head": bool(model.config.num_classes),
         "diff": diff,
+        "dynamic_size": dynamic_size(model) and format != "torchscript",
         "openvino_default": openvino_default(model, out) if format == "openvino" else None,
     }
 

@@ -49,9 +49,12 @@ def predict(
     k: int = 5,
     crop_pct: float = 1.0,
     runner: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    keep_size: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Top-k (probabilities, class indices) for uint8 images (B, C, H, W); `runner` as in `evaluate`."""
+    """Top-k (probabilities, class indices) for uint8 images (B, C, H, W); `runner` as in `evaluate`. keep_size: run
+    the images at their own size (a `dynamic_img_size` model), not resized to the model's."""
     model.eval()
     c = model.config
-    probs = (runner or model)(eval_transform(images, c.image_size, crop_pct, c.mean, c.std)).float().softmax(-1)
+    size = tuple(images.shape[-2:]) if keep_size else c.image_size
+    probs = (runner or model)(eval_transform(images, size, crop_pct, c.mean, c.std)).float().softmax(-1)
     return probs.topk(min(k, probs.shape[-1]), dim=-1)

@@ -21,6 +21,7 @@ from torch.utils.checkpoint import checkpoint
 from vitkit.errors import ConfigError
 
 from .config import BiTConfig
+from .intermediates import check_output_fmt, take_indices
 from .resnet import StdConv2d, group_norm
 
 WS_EPS = 1e-10
@@ -57,6 +58,7 @@ class ResNetV2(nn.Module):
     forward_features(x) -> (B, C, h, w) feature map after the final GN + ReLU
     forward_head(features, pre_logits=False) -> pooled features (B, C) or logits
     forward(x) -> logits
+    forward_intermediates(x, indices) -> (final feature map, [the stem's and the stages' outputs asked for])
     """
 
     def __init__(self, config: BiTConfig | None = None, **overrides):
@@ -93,6 +95,12 @@ class ResNetV2(nn.Module):
         return [unit for stage in self.stages for unit in stage]
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        x = self._stem(x)
+        for unit in self.blocks:
+            x = self._unit(unit, x)
+        return F.relu(self.norm(x))  # (B, C, H / stride, W / stride)
+
+    def _stem(self, x: torch.Tensor) -> torch.Tensor:
         c = self.config
         if x.ndim != 4 or x.shape[1] != c.in_chans or tuple(x.shape[-2:]) != c.image_size:
             raise ConfigError(
@@ -102,9 +110,38 @@ class ResNetV2(nn.Module):
         x = self.stem(x)
         if c.stem == "bit":
             x = F.max_pool2d(F.pad(x, (1, 1, 1, 1)), 3, stride=2)  # pads with 0, as the release does
-        for unit in self.blocks:
-            x = checkpoint(unit, x, use_reentrant=False) if self.grad_checkpointing and self.training else unit(x)
-        return F.relu(self.norm(x))  # (B, C, H / stride, W / stride)
+        return x
+
+    def _unit(self, unit: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        return checkpoint(unit, x, use_reentrant=False) if self.grad_checkpointing and self.training else unit(x)
+
+    def forward_intermediates(
+        self,
+        x: torch.Tensor,
+        indices: int | list[int] | None = None,
+        *,
+        norm: bool = False,
+        output_fmt: str = "NCHW",
+        intermediates_only: bool = False,
+        stop_early: bool = False,
+    ) -> list | tuple[torch.Tensor, list]:
+        """Feature maps (B, C, h, w) of the levels `indices` picks (timm's semantics): level 0 the stem's output,
+        level s the output of stage s; None: all, n: the last n, a list: those (-1 the last stage), in order.
+        norm: the final GN + ReLU applied to the last stage's map (forward_features' map); intermediates_only:
+        the list alone, else (forward_features' map, the list); stop_early: no stage after the last one asked for."""
+        check_output_fmt(output_fmt, ("NCHW",))
+        take = take_indices(1 + len(self.stages), indices, "levels (stem and stages)")
+        x = self._stem(x)
+        taken = [x] if 0 in take else []
+        last = len(self.stages)
+        for level, stage in enumerate(self.stages[: take[-1]] if stop_early else self.stages, start=1):
+            for unit in stage:
+                x = self._unit(unit, x)
+            if level in take:
+                taken.append(F.relu(self.norm(x)) if norm and level == last else x)
+        if intermediates_only:
+            return taken
+        return F.relu(self.norm(x)), taken
 
     def forward_head(self, features: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
         y = features.mean(dim=(2, 3))  # global average pool, (B, C)

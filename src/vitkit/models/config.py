@@ -120,6 +120,8 @@ class ViTConfig:
     layer_norm_eps: float = 1e-6
     mlp_act: str = "gelu"  # "gelu" (exact) or "gelu_tanh" (the official Flax models' default)
     backbone: ResNetConfig | None = None  # hybrid: patches come from a BiT ResNet feature map
+    # any input size whose sides are multiples of the patch size: E_pos resampled to its grid (cached per grid)
+    dynamic_img_size: bool = False
     mean: tuple[float, ...] = field(default=(0.5, 0.5, 0.5))  # inputs scaled to [-1, 1]
     std: tuple[float, ...] = field(default=(0.5, 0.5, 0.5))
 
@@ -184,6 +186,8 @@ class ViTConfig:
                 raise ConfigError(f"{key}: expected a rate in [0, 1), got {shown(value)}")
         if not _is_number(self.layer_norm_eps) or self.layer_norm_eps <= 0:
             raise ConfigError(f"layer_norm_eps: expected a positive number, got {shown(self.layer_norm_eps)}")
+        if not isinstance(self.dynamic_img_size, bool):
+            raise ConfigError(f"dynamic_img_size: expected true or false, got {shown(self.dynamic_img_size)}")
 
     def _check_patch_grid(self) -> None:
         """The image divides into whole patches (of the backbone's feature map for hybrids)."""

@@ -16,6 +16,10 @@ embedding of D/2 each, concatenated; "relative", a learned bias per head and lay
 between two patches, added to the attention logits (to SDPA as its float attn_mask); "sincos2d"; "none".
 For inference, faster kernels can stand in for attention and the MLP's bias + GELU
 (`set_inference_kernels`, e.g. vitkit.kernels.cpu_inference); they compute the same sums.
+
+Any image size (`dynamic_img_size`): an input of another size whose sides are multiples of the patch size gets E_pos
+(or the relative bias table) resampled to its grid of patches, as `set_image_size` would, kept per grid.
+Per-layer features: `forward_intermediates` returns z_l of the layers asked for (timm's semantics).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from vitkit.kernels.block_kernels import InferenceKernels, KernelAttention
 from vitkit.limits import check_batch_room
 
 from .config import ViTConfig
+from .intermediates import cached, check_output_fmt, take_indices, tracing
 from .resnet import ResNetBackbone
 
 
@@ -81,17 +86,20 @@ class Attention(nn.Module):
         """The inference kernel standing in for attention (InferenceKernels.attention, `set_inference_kernels`)."""
         return getattr(self.core, "attention", None)
 
-    def forward(self, x: torch.Tensor, *, queries: int | None = None) -> torch.Tensor:
-        """(B, T, D) -> (B, T, D); with `queries=n` only the first n tokens attend: (B, n, D)."""
-        bias = self.logit_bias(queries)
+    def forward(
+        self, x: torch.Tensor, *, queries: int | None = None, grid: tuple[int, int] | None = None
+    ) -> torch.Tensor:
+        """(B, T, D) -> (B, T, D); with `queries=n` only the first n tokens attend: (B, n, D).
+        `grid`: the input's (h, w) patches where it is not the configured one (relative position bias)."""
+        bias = self.logit_bias(queries, grid)
         y = self.fused(x, bias, queries) if self.core is None else self.core(self, x, bias, queries)
         return self.proj_drop(self.proj(y))
 
-    def logit_bias(self, queries: int | None = None) -> torch.Tensor | None:
+    def logit_bias(self, queries: int | None = None, grid: tuple[int, int] | None = None) -> torch.Tensor | None:
         """The position bias added to the logits, (nh, Tq, T) for the first `queries` rows; None without one."""
         if self.position_bias is None:
             return None
-        bias = self.position_bias()  # (nh, T, T)
+        bias = self.position_bias(grid)  # (nh, T, T)
         return bias if queries is None else bias[:, :queries]
 
     def fused(self, x: torch.Tensor, bias: torch.Tensor | None, queries: int | None) -> torch.Tensor:
@@ -126,10 +134,12 @@ class Attention(nn.Module):
         B, nh, T, hd = y.shape
         return y.transpose(1, 2).reshape(B, T, nh * hd)
 
-    def forward_explicit(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward_explicit(
+        self, x: torch.Tensor, grid: tuple[int, int] | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """The same attention written out; also returns the probabilities (B, nh, T, T)."""
         q, k, v = self.project(x)
-        probs = self.probabilities(q, k, self.logit_bias(), self.softmax)  # (B, nh, T, T)
+        probs = self.probabilities(q, k, self.logit_bias(None, grid), self.softmax)  # (B, nh, T, T)
         y = F.dropout(probs, self.attn_dropout, self.training) @ v  # (B, nh, T, hd)
         return self.proj_drop(self.proj(self.merge_heads(y))), probs
 
@@ -199,18 +209,22 @@ class Block(nn.Module):
         self.mlp = Mlp(width=c.width, mlp_dim=c.mlp_dim, dropout=c.dropout, act=c.mlp_act)
         self.drop_path = DropPath(drop_path)
 
-    def forward(self, x: torch.Tensor, *, class_token_only: bool = False) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, *, class_token_only: bool = False, grid: tuple[int, int] | None = None
+    ) -> torch.Tensor:
         if class_token_only:  # the last layer when only z_L^0 is read (Eq. 4): the same sums for one row
             # contiguous: compiled int8 may fuse this sum into the GEMM, writing into the residual's buffer, which
             # must then be dense
-            x = x[:, :1].contiguous() + self.drop_path(self.attn(self.norm1(x), queries=1))  # (2), (B, 1, D)
+            x = x[:, :1].contiguous() + self.drop_path(self.attn(self.norm1(x), queries=1, grid=grid))  # (2), (B, 1, D)
         else:
-            x = x + self.drop_path(self.attn(self.norm1(x)))  # (2)
+            x = x + self.drop_path(self.attn(self.norm1(x), grid=grid))  # (2)
         x = x + self.drop_path(self.mlp(self.norm2(x)))  # (3)
         return x
 
-    def forward_explicit(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        a, probs = self.attn.forward_explicit(self.norm1(x))
+    def forward_explicit(
+        self, x: torch.Tensor, grid: tuple[int, int] | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        a, probs = self.attn.forward_explicit(self.norm1(x), grid)
         x = x + self.drop_path(a)
         x = x + self.drop_path(self.mlp(self.norm2(x)))
         return x, probs
@@ -232,6 +246,7 @@ class VisionTransformer(nn.Module):
     forward_features(x) -> (B, prefix + N, D) tokens after the final LayerNorm
     forward_head(tokens, pre_logits=False) -> pooled features or logits
     forward(x) -> logits
+    forward_intermediates(x, indices) -> (final tokens, [z_l of the layers asked for])
     """
 
     def __init__(self, config: ViTConfig | None = None, **overrides):
@@ -264,6 +279,7 @@ class VisionTransformer(nn.Module):
         self.pre_logits = self._make_pre_logits(c.representation_size)
         self.head = self._make_head(c.num_classes)
         self.grad_checkpointing = False  # recompute each block in backward instead of storing activations
+        self._grid_cache: dict = {}  # E_pos per input grid (dynamic_img_size), `intermediates.cached`
         self._init_weights()
 
     # -- construction -------------------------------------------------------------------
@@ -304,12 +320,7 @@ class VisionTransformer(nn.Module):
         `corrupt` maps the (B, N, D) patch embeddings x_p^i E to new ones before the class token and
         E_pos join them (masked patch prediction, paper §4.6).
         """
-        c = self.config
-        if x.ndim != 4 or x.shape[1] != c.in_chans or tuple(x.shape[-2:]) != c.image_size:
-            raise ConfigError(
-                f"input: expected images of shape (B, {c.in_chans}, {c.image_size[0]}, {c.image_size[1]}), "
-                f"got {tuple(x.shape)}; resize the images or call model.set_image_size(...)"
-            )
+        grid = self.input_grid(x)
         if self.backbone is not None:
             x = self.backbone(x)  # (B, C', H/s, W/s)
         x = self.patch_tokens(x)  # (B, N, D)
@@ -317,10 +328,29 @@ class VisionTransformer(nn.Module):
             x = corrupt(x)
         if self.cls_token is not None:
             x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)  # (B, 1 + N, D)
-        pos = self.position_embedding()
+        pos = self.position_embedding(grid)
         if pos is not None:
             x = x + pos
         return self.pos_drop(x)
+
+    def input_grid(self, x: torch.Tensor) -> tuple[int, int]:
+        """The (h, w) grid of patches of images `x`, (B, C, H, W): the configured image size, or with
+        `dynamic_img_size` any size whose sides are multiples of the patch size (of the backbone's stride x patch)."""
+        c = self.config
+        if x.ndim != 4 or x.shape[1] != c.in_chans or (not c.dynamic_img_size and tuple(x.shape[-2:]) != c.image_size):
+            raise ConfigError(
+                f"input: expected images of shape (B, {c.in_chans}, {c.image_size[0]}, {c.image_size[1]}), "
+                f"got {tuple(x.shape)}; resize the images or call model.set_image_size(...)"
+            )
+        if not c.dynamic_img_size:
+            return c.grid_size
+        (H, W), (ph, pw) = x.shape[-2:], c.total_patch_size
+        if H % ph or W % pw:
+            raise ConfigError(
+                f"input: {H}x{W} images do not divide into {ph}x{pw} patches; with model.dynamic_img_size each side "
+                f"must be a multiple of the patch size, e.g. {max(H // ph, 1) * ph}x{max(W // pw, 1) * pw}"
+            )
+        return (H // ph, W // pw)
 
     def patch_tokens(self, x: torch.Tensor) -> torch.Tensor:
         """x_p^i E of Eq. 1 for every patch: (B, C, H, W) -> (B, N, D), patches in row-major order.
@@ -336,15 +366,38 @@ class VisionTransformer(nn.Module):
         weight = self.patch_embed.weight
         return F.linear(patches, weight.reshape(weight.shape[0], -1), self.patch_embed.bias)
 
-    def position_embedding(self) -> torch.Tensor | None:
-        """E_pos of Eq. 1 as added to the tokens, (1, prefix + N, D); None without one (relative, none)."""
-        if self.config.pos_embed != "learned_2d":
-            return self.pos_embed
-        (gh, gw), half = self.config.grid_size, self.config.width // 2
-        rows = self.pos_embed_row[:, None].expand(gh, gw, half)
-        cols = self.pos_embed_col[None].expand(gh, gw, half)
-        grid = torch.cat([rows, cols], dim=-1).reshape(1, gh * gw, 2 * half)  # (1, N, D)
-        return F.pad(grid, (0, 0, self.config.num_prefix_tokens, 0))  # the class token gets no position
+    def position_embedding(self, grid: tuple[int, int] | None = None) -> torch.Tensor | None:
+        """E_pos of Eq. 1 as added to the tokens, (1, prefix + N, D); None without one (relative, none).
+
+        `grid`: an input's (h, w) patches other than the configured grid (`dynamic_img_size`): E_pos resampled to it
+        as `set_image_size` resamples it, kept per grid while the weights are unchanged."""
+        c = self.config
+        if c.pos_embed in ("relative", "none"):
+            return None
+        # the stored embedding at the configured grid; a tracer keeps a dynamic grid symbolic: that one is resampled
+        if grid is None or not c.dynamic_img_size or (tuple(grid) == c.grid_size and not tracing()):
+            return self._pos_embed_at(c.grid_size, resample=False)
+        sources = [self.pos_embed_row, self.pos_embed_col] if c.pos_embed == "learned_2d" else [self.pos_embed]
+        return cached(self._grid_cache, tuple(grid), sources, lambda: self._pos_embed_at(grid, resample=True))
+
+    def _pos_embed_at(self, grid: tuple[int, int], *, resample: bool) -> torch.Tensor:
+        """E_pos on `grid`; `resample`: from the weights of the configured grid (which it need not differ from)."""
+        c, (gh, gw) = self.config, grid
+        if c.pos_embed == "sincos2d":
+            pe = sincos_2d_pos_embed(grid, c.width, c.num_prefix_tokens) if resample else self.pos_embed
+            return pe.to(self.pos_embed.device)
+        if c.pos_embed == "learned":
+            if not resample:
+                return self.pos_embed
+            p = c.num_prefix_tokens
+            patches = _interpolate_grid(self.pos_embed[:, p:], c.grid_size, grid)
+            return torch.cat([self.pos_embed[:, :p], patches], dim=1)
+        rows, cols = self.pos_embed_row, self.pos_embed_col  # learned_2d: [row_i; col_j]
+        if resample:
+            rows, cols = _interpolate_1d(rows, gh), _interpolate_1d(cols, gw)
+        half = c.width // 2
+        pe = torch.cat([rows[:, None].expand(gh, gw, half), cols[None].expand(gh, gw, half)], dim=-1)
+        return F.pad(pe.reshape(1, gh * gw, 2 * half), (0, 0, c.num_prefix_tokens, 0))  # the class token: no position
 
     def forward_features(
         self,
@@ -358,24 +411,66 @@ class VisionTransformer(nn.Module):
         class_token_only: the last layer computes the class token alone, (B, 1, D): all Eq. 4 reads,
         with one layer's MLP and attention output for one token instead of T (ViT-S/16: 7% fewer FLOPs).
         """
+        grid = self.input_grid(x)
         x = self.embed(x, corrupt)
         last = len(self.blocks) - 1
         for i, block in enumerate(self.blocks):
-            only = class_token_only and i == last
-            if self.grad_checkpointing and self.training:
-                x = checkpoint(block, x, class_token_only=only, use_reentrant=False)
-            else:
-                x = block(x, class_token_only=only)
+            x = self._block(block, x, grid, class_token_only=class_token_only and i == last)
         return self.norm(x)
+
+    def _block(self, block: Block, x: torch.Tensor, grid: tuple[int, int], *, class_token_only: bool = False):
+        """One layer, Eq. 2-3; recomputed in backward where activation checkpointing is on."""
+        grid = grid if self.config.dynamic_img_size else None  # None: the configured grid, as the blocks were built
+        if self.grad_checkpointing and self.training:
+            return checkpoint(block, x, class_token_only=class_token_only, grid=grid, use_reentrant=False)
+        return block(x, class_token_only=class_token_only, grid=grid)
 
     def forward_features_explicit(self, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """forward_features through the explicit attention path; also the (B, nh, T, T) maps per layer."""
+        grid = self.input_grid(x)
         x = self.embed(x)
         maps = []
         for block in self.blocks:
-            x, probs = block.forward_explicit(x)
+            x, probs = block.forward_explicit(x, grid if self.config.dynamic_img_size else None)
             maps.append(probs)
         return self.norm(x), maps
+
+    def forward_intermediates(
+        self,
+        x: torch.Tensor,
+        indices: int | list[int] | None = None,
+        *,
+        norm: bool = False,
+        output_fmt: str = "NCHW",
+        intermediates_only: bool = False,
+        return_prefix_tokens: bool = False,
+        stop_early: bool = False,
+    ) -> list | tuple[torch.Tensor, list]:
+        """The outputs z_l of the layers `indices` picks (None: all; n: the last n; a list: those, -1 the last), in
+        layer order, with timm's semantics:
+
+            norm                  the final LayerNorm applied to each (z_L normed is forward_features' tokens)
+            output_fmt            "NCHW": patch tokens as (B, D, h, w); "NLC": (B, N, D)
+            return_prefix_tokens  each entry is (patch tokens, the class token (B, 1, D)) instead
+            intermediates_only    return the list alone; else (forward_features' tokens, the list)
+            stop_early            run no layer after the last one asked for (the final tokens are then its, normed)
+        """
+        check_output_fmt(output_fmt)
+        take = take_indices(len(self.blocks), indices)
+        grid = self.input_grid(x)
+        x = self.embed(x)
+        taken = []
+        for i, block in enumerate(self.blocks[: take[-1] + 1] if stop_early else self.blocks):
+            x = self._block(block, x, grid)
+            if i in take:
+                taken.append(self.norm(x) if norm else x)  # (B, prefix + N, D)
+        p = self.config.num_prefix_tokens
+        out = [z[:, p:] for z in taken]  # (B, N, D)
+        if output_fmt == "NCHW":
+            out = [z.reshape(z.shape[0], *grid, -1).permute(0, 3, 1, 2) for z in out]  # (B, D, h, w)
+        if return_prefix_tokens:
+            out = [(z, t[:, :p]) for z, t in zip(out, taken)]
+        return out if intermediates_only else (self.norm(x), out)
 
     def forward_head(self, tokens: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
         """Pool (class token, Eq. 4, or mean of the patch tokens), the pre-logits layer, the head."""
@@ -405,6 +500,7 @@ class VisionTransformer(nn.Module):
         """Change the input resolution; learned position embeddings are resampled (paper §3.2)."""
         old_grid = self.config.grid_size
         check_room(self.config.replace(image_size=image_size))
+        self._grid_cache.clear()
         self.config = self.config.replace(image_size=image_size)
         new_grid = self.config.grid_size
         if self.config.pos_embed == "learned":
@@ -472,25 +568,41 @@ class RelativePositionBias(nn.Module):
             torch.randn(num_heads, 2 * grid[0] - 1, 2 * grid[1] - 1) * 0.02
         )  # offsets -(g-1) .. g-1
         self.register_buffer("index", _offset_index(grid), persistent=False)
+        self.grid = tuple(grid)
+        self._grid_cache: dict = {}  # table and index per input grid (dynamic_img_size)
 
-    def forward(self) -> torch.Tensor:
-        bias = self.table.flatten(1)[:, self.index]  # (nh, N, N)
+    def forward(self, grid: tuple[int, int] | None = None) -> torch.Tensor:
+        """(nh, T, T) for the configured grid, or for an input's `grid` (the table resampled as `resize` does it,
+        kept per grid while the table is unchanged)."""
+        if grid is None or (tuple(grid) == self.grid and not tracing()):
+            table, index = self.table, self.index
+        else:
+            table = cached(self._grid_cache, ("table", *grid), [self.table], lambda: _resample_table(self.table, grid))
+            index = cached(
+                self._grid_cache, ("index", *grid), [self.table], lambda: _offset_index(grid, self.table.device)
+            )
+        bias = table.flatten(1)[:, index]  # (nh, N, N)
         p = self.num_prefix_tokens
         return F.pad(bias, (p, 0, p, 0))  # (nh, T, T)
 
     def resize(self, grid: tuple[int, int]) -> None:
         """A new grid: the table of offsets resampled linearly (offset 0 stays in the centre)."""
-        size = (2 * grid[0] - 1, 2 * grid[1] - 1)
-        if tuple(self.table.shape[1:]) != size:
-            table = F.interpolate(self.table.data[None].float(), size=size, mode="bilinear", align_corners=True)[0]
-            self.table = nn.Parameter(table.to(self.table.dtype))
+        if tuple(self.table.shape[1:]) != (2 * grid[0] - 1, 2 * grid[1] - 1):
+            self.table = nn.Parameter(_resample_table(self.table.data, grid))
         self.index = _offset_index(grid).to(self.table.device)
+        self.grid = tuple(grid)
 
 
-def _offset_index(grid: tuple[int, int]) -> torch.Tensor:
+def _resample_table(table: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
+    """A (nh, 2h-1, 2w-1) table of offsets resampled linearly to `grid`'s offsets (offset 0 stays in the centre)."""
+    size = (2 * grid[0] - 1, 2 * grid[1] - 1)
+    return F.interpolate(table[None].float(), size=size, mode="bilinear", align_corners=True)[0].to(table.dtype)
+
+
+def _offset_index(grid: tuple[int, int], device: torch.device | None = None) -> torch.Tensor:
     """(N, N) index into a flattened (2h-1, 2w-1) table: the offset of patch j from patch i."""
     h, w = grid
-    ys, xs = torch.meshgrid(torch.arange(h), torch.arange(w), indexing="ij")
+    ys, xs = torch.meshgrid(torch.arange(h, device=device), torch.arange(w, device=device), indexing="ij")
     ys, xs = ys.flatten(), xs.flatten()
     dy = ys[:, None] - ys[None] + h - 1  # (N, N) in 0 .. 2h-2
     dx = xs[:, None] - xs[None] + w - 1
@@ -501,8 +613,25 @@ def _resample_1d(emb: torch.Tensor, size: int) -> torch.Tensor:
     """(n, d) embeddings of n positions along one axis, linearly interpolated to `size` positions."""
     if emb.shape[0] == size:
         return emb
-    out = F.interpolate(emb.T[None].float(), size=size, mode="linear", align_corners=True)[0].T
-    return out.to(emb.dtype).contiguous()
+    return _interpolate_1d(emb, size).contiguous()
+
+
+def _interpolate_1d(emb: torch.Tensor, size: int) -> torch.Tensor:
+    """`_resample_1d` without its shortcut for the same size (a traced size may be symbolic); differentiable."""
+    return F.interpolate(emb.T[None].float(), size=size, mode="linear", align_corners=True)[0].T.to(emb.dtype)
+
+
+def _interpolate_grid(
+    grid: torch.Tensor, old_grid: tuple[int, int], new_grid: tuple[int, int], mode: str = "bilinear"
+) -> torch.Tensor:
+    """(1, h*w, D) embeddings of `old_grid` resampled to `new_grid` ("bilinear": corners onto corners), with no
+    shortcut for the same grid (a traced grid may be symbolic); differentiable."""
+    D = grid.shape[-1]
+    work = grid.reshape(1, old_grid[0], old_grid[1], D).permute(0, 3, 1, 2)  # (1, D, h, w)
+    dtype = work.dtype
+    work = work if dtype in (torch.float32, torch.float64) else work.float()  # low precision interpolated in fp32
+    out = F.interpolate(work, size=tuple(new_grid), mode=mode, align_corners=(mode == "bilinear")).to(dtype)
+    return out.permute(0, 2, 3, 1).reshape(1, -1, D)
 
 
 def resample_pos_embed(
@@ -531,15 +660,9 @@ def resample_pos_embed(
     new_grid = tuple(new_grid)
     if tuple(old_grid) == new_grid:
         return posemb
-    D = grid.shape[-1]
-    grid = grid.reshape(1, old_grid[0], old_grid[1], D).permute(0, 3, 1, 2)  # (1, D, h, w)
     if mode not in ("bilinear", "bicubic"):
         raise ConfigError(f"mode: expected bilinear or bicubic, got {mode!r}")
-    dtype = grid.dtype
-    work = grid if dtype in (torch.float32, torch.float64) else grid.float()  # interpolate low precision in fp32
-    grid = F.interpolate(work, size=new_grid, mode=mode, align_corners=(mode == "bilinear"))
-    grid = grid.to(dtype).permute(0, 2, 3, 1).reshape(1, new_grid[0] * new_grid[1], D)
-    return torch.cat([prefix, grid], dim=1)
+    return torch.cat([prefix, _interpolate_grid(grid, old_grid, new_grid, mode)], dim=1)
 
 
 def sincos_2d_pos_embed(
