@@ -56,6 +56,11 @@ def test_every_candidate_runs_the_precision_and_kernels_its_label_names(mode, dt
     for label, expected in (("vitkit", dtype), (f"vitkit:{other}", other)):
         assert report["results"][label]["matmul_dtypes"] == [expected], (label, report["candidates"])
         assert report["candidates"][label].startswith(f"vitkit {expected}")
+    if mode == "inference" and dtype == "bf16":  # the bf16 runner's own attention is named, not "torch"
+        assert report["kernels"] == ("vitkit-bf16" if precision.explicit_bf16_attention() else "torch")
+    # each precision's MFU is of its own measured matmul peak
+    assert set(report["peak_tflops_by_precision"]) == {"fp32", "bf16"}
+    assert "each candidate's MFU is of its own precision's peak" in benchmark.format_table(report)
     if (
         mode == "train"
     ):  # the kernels label too: short attention written out where asked for, never with --kernels torch

@@ -169,10 +169,11 @@ def _plain(model: torch.nn.Module) -> torch.nn.Module:
 
 def inference_kernels(model: torch.nn.Module) -> str:
     """Which attention and GELU a built vitkit candidate runs: "vitkit-cpu" where its runner chose vitkit's C++ kernels
-    (fp32 CPU inference, `Setup.kernels` auto, the library builds; see `precision.prepare`), "short-attention" where
+    (fp32 CPU inference, `Setup.kernels` auto, the library builds; see `precision.prepare`), "vitkit-bf16" where a
+    bf16 runner's attention leaves torch's flash kernel (`precision.explicit_bf16_attention`), "short-attention" where
     training writes short attention out (`short_attention.install`; it applies where its rule says), else "torch"."""
-    if isinstance(model, _Prepared):
-        return "vitkit-cpu" if model.runner.uses_kernels else "torch"
+    if isinstance(model, _Prepared):  # bf16 on AVX512_BF16 without AMX: its own attention, whatever --kernels says
+        return "vitkit-cpu" if model.runner.uses_kernels else "vitkit-bf16" if model.runner.bf16_attention else "torch"
     blocks = getattr(_plain(model), "blocks", [])
     return "short-attention" if any(b.attn.core is short_attention.written_out for b in blocks) else "torch"
 
@@ -482,7 +483,7 @@ def run(setup: Setup, compare: list[str] | tuple[str, ...] = ()) -> dict[str, An
     with tempfile.TemporaryDirectory(prefix="vitkit-bench-") as folder:
         for label, name, prec in candidates:
             models[label] = build_candidate(name, prec, setup, folder, _plain(models["vitkit"]))
-        times, peak, results = _timed(models, setups, flops)
+        times, peaks, results = _timed(models, setups, flops)
         if setup.process_memory:
             for label, name, prec in [("vitkit", "vitkit", setup.dtype), *candidates]:
                 results[label].update(resident_memory_mb(setup, name, prec, folder))
@@ -495,7 +496,8 @@ def run(setup: Setup, compare: list[str] | tuple[str, ...] = ()) -> dict[str, An
         **_what_was_run(setup, models, candidates),
         "gflops_per_image": flops / setup.batch_size / 1e9,
         "vitkit_executed_gflops_per_image": executed / setup.batch_size / 1e9,
-        "peak_tflops": statistics.median(peak) / 1e12,
+        "peak_tflops": statistics.median(peaks[_peak_dtype(setup.dtype)]) / 1e12,
+        "peak_tflops_by_precision": {kind: statistics.median(p) / 1e12 for kind, p in peaks.items()},
         "results": results,
         "speedup": ratios,
     }
@@ -503,17 +505,21 @@ def run(setup: Setup, compare: list[str] | tuple[str, ...] = ()) -> dict[str, An
 
 def _timed(
     models: dict[str, Any], setups: dict[str, Setup], flops: float
-) -> tuple[dict[str, list[float]], list[float], dict[str, Any]]:
-    """Every model's batches (each at its own `setups` entry's precision) timed in turns with a matmul's peak (in the
-    benchmark's, vitkit's, precision): the times, the peak FLOP/s per round, and per model its speed, MFU, memory,
-    the dtypes its matrix products ran in and (in inference) batch-1 latency."""
+) -> tuple[dict[str, list[float]], dict[str, list[float]], dict[str, Any]]:
+    """Every model's batches (each at its own `setups` entry's precision) timed in turns with a large matmul in each
+    precision among them (its peak): the times, each precision's peak FLOP/s per round, and per model its speed, MFU
+    (of its precision's peak), memory, the dtypes its matrix products ran in and (in inference) batch-1 latency."""
     setup = setups["vitkit"]
     steps = {name: _step(model, setups[name], setup.batch_size) for name, model in models.items()}
-    peak_step, peak_flops = _matmul(setup)
+    kinds = {name: _peak_dtype(s.dtype) for name, s in setups.items()}  # each candidate's MFU is of its own peak
+    matmuls = {kind: _matmul(dataclasses.replace(setup, dtype=kind)) for kind in dict.fromkeys(kinds.values())}
     times = interleaved_times(
-        {"matmul": peak_step, **steps}, device=setup.device, rounds=setup.rounds, warmup=setup.warmup
+        {**{f"matmul {k}": step for k, (step, _) in matmuls.items()}, **steps},
+        device=setup.device,
+        rounds=setup.rounds,
+        warmup=setup.warmup,
     )
-    peak = [peak_flops / t for t in times["matmul"]]
+    peaks = {k: [n / t for t in times[f"matmul {k}"]] for k, (_, n) in matmuls.items()}
     results: dict[str, Any] = {}
     for name in models:
         ts = times[name]
@@ -523,7 +529,8 @@ def _timed(
             "ms_per_batch": 1e3 * statistics.median(ts),
             "img_per_s": setup.batch_size / statistics.median(ts),
             "tflops": flops / statistics.median(ts) / 1e12,
-            "mfu": statistics.median(flops / t / p for t, p in zip(ts, peak)),  # against the same round's peak
+            # against the same round's peak in the candidate's precision
+            "mfu": statistics.median(flops / t / p for t, p in zip(ts, peaks[kinds[name]])),
             # torch's allocator only: a runtime's own arenas are seen by resident_memory_mb alone
             "peak_memory_mb": None if external else memory,
             "matmul_dtypes": matmuls,  # as torch's profiler saw them: what ran, whatever the label says
@@ -532,7 +539,7 @@ def _timed(
             one = _step(models[name], setups[name], 1)
             lat = interleaved_times({name: one}, device=setup.device, rounds=setup.rounds, warmup=1)[name]
             results[name]["latency_ms_batch1"] = 1e3 * statistics.median(lat)
-    return times, peak, results
+    return times, peaks, results
 
 
 def _what_was_run(setup: Setup, models: dict[str, Any], candidates: list[tuple[str, str, str]]) -> dict[str, Any]:
@@ -590,6 +597,19 @@ def _peak_dtype(dtype: str) -> str:
     )
 
 
+def _peak_line(report: dict[str, Any]) -> str:
+    """The measured matmul peak(s) that MFU is of: one per precision the candidates ran."""
+    peaks = report.get("peak_tflops_by_precision") or {_peak_dtype(report["dtype"]): report["peak_tflops"]}
+    if len(peaks) == 1:
+        ((kind, peak),) = peaks.items()
+        return (
+            f"measured {kind} matmul peak {peak * 1e3:.1f} GFLOP/s (every candidate's MFU is of it: "
+            "over 100% for one in a faster precision)\n"
+        )
+    listed = ", ".join(f"{kind} {peak * 1e3:.1f}" for kind, peak in peaks.items())
+    return f"measured matmul peaks (GFLOP/s): {listed}; each candidate's MFU is of its own precision's peak\n"
+
+
 def _cell(value: float | None, unit: str = " ") -> str:
     """A table cell 15 characters wide: one decimal from 10 up, three significant digits below (a small model's
     0.0234 MB is not 0.0)."""
@@ -607,8 +627,7 @@ def format_table(report: dict[str, Any]) -> str:
         f"random images and random weights (speed only); each figure a median over {report['rounds']} round{'s' * (report['rounds'] != 1)} of one"
         f" {'batch' if report['mode'] == 'inference' else 'step'} per candidate\n"
         f"{report['gflops_per_image']:.3g} GFLOPs per image (model FLOPs, for every MFU){_executed_note(report)}\n"
-        f"measured {_peak_dtype(report['dtype'])} matmul peak {report['peak_tflops'] * 1e3:.1f} GFLOP/s (every candidate's MFU is of it: "
-        f"over 100% for one in a faster precision)\n"
+        + _peak_line(report)
     )
     resident = any("rss_mb" in r for r in report["results"].values())
     cols = ["img/s", "ms/batch", "GFLOP/s", "MFU", "latency b1 ms", "step mem MB"] + (
