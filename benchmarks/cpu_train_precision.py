@@ -1,6 +1,7 @@
 """bf16 against fp32 training on the CPU: step time, speed-up and MFU, and the loss curves of a short Fashion-MNIST run.
 
     PYTHONPATH=src python benchmarks/cpu_train_precision.py speed [--compile on|off] [--rounds 3] [--results]
+    PYTHONPATH=src python benchmarks/cpu_train_precision.py speed --report R.json --command "vitkit benchmark ..."
     PYTHONPATH=src python benchmarks/cpu_train_precision.py curve [--steps 200] [--images 6000] [--results]
 
 speed  `vitkit benchmark --mode train` in one process: ViT-S/16 at 96 px, batch 32, fp32 and a vitkit:bf16 candidate
@@ -18,12 +19,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import tempfile
 from pathlib import Path
-
-import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from rows import fmt, write_rows
@@ -34,59 +32,45 @@ def _load() -> str:
 
 
 def speed(args) -> list[dict]:
+    """Rows from a `vitkit benchmark --mode train --precision fp32 --compare vitkit:bf16` report: run here, or read
+    from the --report JSON that command wrote (its command line in --command)."""
     from vitkit.inference import benchmark
     from vitkit.models import get_config
 
-    benchmark.set_threads(args.threads)
-    config = get_config("vit_s16", image_size=96, num_classes=10)
-    setup = benchmark.Setup(
-        config=config, batch_size=32, mode="train", compile=args.compile == "on", rounds=args.rounds, warmup=1
-    )
     before = _load()
-    report = benchmark.run(setup, ["vitkit:bf16"])
+    if args.report:
+        report = json.loads(Path(args.report).read_text())
+    else:
+        benchmark.set_threads(args.threads)
+        config = get_config("vit_s16", image_size=96, num_classes=10)
+        setup = benchmark.Setup(
+            config=config, batch_size=32, mode="train", compile=args.compile == "on", rounds=args.rounds, warmup=1
+        )
+        report = benchmark.run(setup, ["vitkit:bf16"])
     print(benchmark.format_table(report), flush=True)
     fp32, bf16 = report["results"]["vitkit"], report["results"]["vitkit:bf16"]
     assert fp32["matmul_dtypes"] == ["fp32"] and bf16["matmul_dtypes"] == ["bf16"], "a candidate ran another dtype"
     peaks = report["peak_tflops_by_precision"]
-    setting = (
-        f"batch 32, 96 px, {'compiled' if args.compile == 'on' else 'eager'}, {torch.get_num_threads()} threads, "
-        f"{args.rounds} rounds; {before} before, {_load()} after; {args.note}".rstrip("; ")
-    )
+    tag = "compiled" if report["compile"] else "eager"
+    setting = f"batch 32, 96 px, {tag}, {report['device']}, {report['rounds']} rounds; {before}; {args.note}"
     base = {"benchmark": "CPU training, bf16 against fp32", "model": "vit_s16, random weights", "setting": setting}
-    tag = "compiled" if args.compile == "on" else "eager"
+    if args.command:
+        base["command"] = args.command
     rows = [
         {
-            "id": f"train-fp32-ms-{tag}",
-            "claim": "fp32 ms a step",
-            "figure": f"{fp32['ms_per_batch']:.0f}",
-            "unit": "ms",
-        },
-        {
-            "id": f"train-bf16-ms-{tag}",
-            "claim": "bf16 ms a step",
-            "figure": f"{bf16['ms_per_batch']:.0f}",
-            "unit": "ms",
-        },
-        {
             "id": f"train-bf16-speedup-{tag}",
-            "claim": "bf16 speed over fp32 (median of per-round ratios)",
+            "claim": f"bf16 autocast speed over fp32, {tag} (median of per-round ratios)",
             "figure": fmt(1 / report["speedup"]["vitkit/vitkit:bf16"], 2),
             "unit": "x",
-            "headline": "CPU bf16 training" if args.compile == "on" else "",
+            "against": f"fp32 {fp32['ms_per_batch']:.0f} ms, bf16 {bf16['ms_per_batch']:.0f} ms a step",
         },
         {
-            "id": f"train-fp32-mfu-{tag}",
-            "claim": "fp32 MFU of the measured fp32 matmul peak",
+            "id": f"train-mfu-{tag}",
+            "claim": f"MFU, {tag}, each of its precision's measured matmul peak: fp32",
             "figure": f"{100 * fp32['mfu']:.1f}",
             "unit": "%",
-            "against": f"fp32 peak {peaks['fp32'] * 1e3:.0f} GFLOP/s",
-        },
-        {
-            "id": f"train-bf16-mfu-{tag}",
-            "claim": "bf16 MFU of the measured bf16 matmul peak",
-            "figure": f"{100 * bf16['mfu']:.1f}",
-            "unit": "%",
-            "against": f"bf16 peak {peaks['bf16'] * 1e3:.0f} GFLOP/s",
+            "against": f"bf16 {100 * bf16['mfu']:.1f}%; peaks fp32 {peaks['fp32'] * 1e3:.0f}, "
+            f"bf16 {peaks['bf16'] * 1e3:.0f} GFLOP/s",
         },
     ]
     return [{**base, **row} for row in rows]
@@ -95,7 +79,7 @@ def speed(args) -> list[dict]:
 def _losses(run: Path) -> tuple[list[tuple[int, float]], float]:
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     train = [(r["step"], r["loss"]) for r in rows if r["kind"] == "train"]
-    top1 = [r["top1"] for r in rows if r["kind"] == "val"][-1]
+    top1 = [r["val_top1"] for r in rows if r["kind"] == "val"][-1]
     return train, top1
 
 
@@ -134,36 +118,23 @@ def curve(args) -> list[dict]:
     )
     base = {"benchmark": "CPU training, bf16 against fp32", "model": "demo (configs/fashion_mnist.yaml)"}
     base["setting"] = setting
-    last = {name: statistics.mean(loss for _, loss in c[-3:]) for name, c in curves.items()}
+    every = max(1, len(curves["fp32"]) // 5)
+    points = {n: " ".join(f"{v:.2f}" for _, v in c[every - 1 :: every]) for n, c in curves.items()}
     rows = [
         {
             "id": "curve-loss-gap",
-            "claim": "bf16 train loss against fp32's, largest relative gap over the logged windows",
+            "claim": "bf16 train loss against fp32's: largest relative gap over the logged windows",
             "figure": f"{100 * max(diffs):.1f}",
             "unit": "%",
-            "against": "loss curves: "
-            + "; ".join(f"{n} " + " ".join(f"{v:.3f}" for _, v in c) for n, c in curves.items()),
-        },
-        {
-            "id": "curve-final-loss",
-            "claim": "train loss, mean of the last 3 logged windows: bf16",
-            "figure": f"{last['bf16']:.4f}",
-            "unit": "loss",
-            "against": f"fp32 {last['fp32']:.4f}",
-        },
-        {
-            "id": "curve-val-top1",
-            "claim": "validation top-1 at the end: bf16",
-            "figure": f"{100 * top1['bf16']:.2f}",
-            "unit": "%",
-            "against": f"fp32 {100 * top1['fp32']:.2f}%",
+            "against": f"loss every {10 * every} steps: fp32 {points['fp32']}; bf16 {points['bf16']}; val top-1 "
+            f"fp32 {100 * top1['fp32']:.1f}%, bf16 {100 * top1['bf16']:.1f}%",
         },
         {
             "id": "auto-demo-speedup",
-            "claim": "what train.precision=auto measures for the demo model: bf16 speed over fp32 (forward + backward, 32 images)",
+            "claim": "bf16 speed over fp32 for the demo model (forward + backward, 32 images)",
             "figure": fmt(auto, 2),
             "unit": "x",
-            "against": "auto skips models under 0.1 GFLOPs/image (the demo: 0.015) and trains them in fp32",
+            "against": "train.precision=auto keeps models under 0.1 GFLOPs/image (the demo: 0.015) in fp32",
         },
     ]
     return [{**base, **row} for row in rows]
@@ -178,6 +149,8 @@ def main() -> int:
     parser.add_argument("--images", type=int, default=6000)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--note", default="", help="e.g. how loaded the machine was")
+    parser.add_argument("--report", default=None, help="speed: rows from this `vitkit benchmark --json` report")
+    parser.add_argument("--command", default=None, help="speed --report: the command that wrote it")
     parser.add_argument("--results", action="store_true", help="write benchmarks/results/cpu_train_precision.csv")
     args = parser.parse_args()
     rows = speed(args) if args.part == "speed" else curve(args)
