@@ -52,7 +52,8 @@ def speed(args) -> list[dict]:
     assert fp32["matmul_dtypes"] == ["fp32"] and bf16["matmul_dtypes"] == ["bf16"], "a candidate ran another dtype"
     peaks = report["peak_tflops_by_precision"]
     tag = "compiled" if report["compile"] else "eager"
-    setting = f"batch 32, 96 px, {tag}, {report['device']}, {report['rounds']} rounds; {before}; {args.note}"
+    load = "" if args.report else f"; {before}"  # a saved report's load is the --note's to say
+    setting = f"batch 32, 96 px, {tag}, {report['device']}, {report['rounds']} rounds{load}; {args.note}"
     base = {"benchmark": "CPU training, bf16 against fp32", "model": "vit_s16, random weights", "setting": setting}
     if args.command:
         base["command"] = args.command
