@@ -34,8 +34,44 @@ def test_report_is_well_formed(mode):
     assert f"random images and random weights (speed only); each figure a median over 2 rounds of one {unit}" in table
     # MFU is of a peak measured in one precision: said, as bf16 candidates of an int8 run went over 100% unexplained
     assert f"measured {report['dtype']} matmul peak" in table and "MFU is of it" in table
-    # fp32 CPU inference runs vitkit's kernels; training always torch's ops
-    assert report["kernels"] == ("vitkit-cpu" if mode == "inference" else "torch")
+    # fp32 CPU inference runs vitkit's kernels; training writes its short attention out
+    assert report["kernels"] == ("vitkit-cpu" if mode == "inference" else "short-attention")
+
+
+@pytest.mark.parametrize("mode", ["train", "inference"])
+@pytest.mark.parametrize("dtype, other", [("fp32", "bf16"), ("bf16", "fp32")])
+def test_every_candidate_runs_the_precision_and_kernels_its_label_names(monkeypatch, mode, dtype, other):
+    """A vitkit:PRECISION candidate runs PRECISION, whatever --precision the benchmark runs (in training the candidate's
+    suffix was ignored: a "vitkit:bf16" row beside an fp32 run trained in fp32). What ran is read from torch's profiler:
+    the dtypes of every matrix product one step made."""
+    from vitkit.inference import precision
+
+    if mode == "inference" and precision.native_bf16() is None:
+        pytest.skip("bf16 inference on the CPU needs AVX512_BF16 or AMX")
+    from vitkit.kernels import cpu_inference
+
+    kernels = "auto" if mode == "train" else "torch"  # (inference kernels: test_report_is_well_formed)
+    # bf16 attention: the kernel where this process built it already, else bf16 matmuls (building it is a slow step
+    # of its own, tested with precision)
+    monkeypatch.setattr(cpu_inference, "load_bf16", lambda: bool(cpu_inference._bf16_loaded))
+    setup = benchmark.Setup(
+        config=get_config("vit_test"), batch_size=2, mode=mode, dtype=dtype, rounds=1, warmup=1, kernels=kernels
+    )
+    report = benchmark.run(setup, compare=[f"vitkit:{other}"])
+    for label, expected in (("vitkit", dtype), (f"vitkit:{other}", other)):
+        assert report["results"][label]["matmul_dtypes"] == [expected], (label, report["candidates"])
+        assert report["candidates"][label].startswith(f"vitkit {expected}")
+    if mode == "inference" and dtype == "bf16":  # the bf16 runner's own attention is named, not "torch"
+        assert report["kernels"] == ("vitkit-bf16" if precision.explicit_bf16_attention() else "torch")
+    # each precision's MFU is of its own measured matmul peak
+    assert set(report["peak_tflops_by_precision"]) == {"fp32", "bf16"}
+    assert "each candidate's MFU is of its own precision's peak" in benchmark.format_table(report)
+    if (
+        mode == "train"
+    ):  # the kernels label too: short attention written out where asked for, never with --kernels torch
+        assert "short-attention" in report["candidates"]["vitkit"]
+        plain = benchmark.build_vitkit(dataclasses.replace(setup, kernels="torch"))
+        assert benchmark.inference_kernels(plain) == "torch"
 
 
 @pytest.mark.parametrize("compiled_seconds, compiled", [(3.0, False), (0.5, True)])

@@ -23,6 +23,15 @@ def local_path(text: str | os.PathLike, error: type[VitkitError] = VitkitError) 
     return Path(text)
 
 
+def cache_root() -> Path:
+    """vitkit's cache folder on this machine: $VITKIT_CACHE, else $XDG_CACHE_HOME/vitkit (~/.cache/vitkit): native
+    code built at first use (vitkit.kernels), measurements kept per machine (vitkit.train.precision)."""
+    root = os.environ.get("VITKIT_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"), "vitkit"
+    )
+    return Path(root)
+
+
 def missing(text: str | os.PathLike) -> str:
     """The message for a path that is not there, with a hint where it reads as a model hub name ('owner/name')."""
     parts = Path(text).parts

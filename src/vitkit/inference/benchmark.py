@@ -127,7 +127,7 @@ def _matmul(setup: Setup) -> tuple[Callable[[], Any], int]:
 def build_vitkit(setup: Setup) -> torch.nn.Module:
     model = VisionTransformer(setup.config).to(setup.device)
     model.set_grad_checkpointing(setup.grad_checkpointing)
-    if setup.mode == "train":  # as training runs it: short sequences on the CPU with attention written out
+    if setup.mode == "train" and setup.kernels != "torch":  # as training runs it: short sequences written out
         short_attention.install(model)
     if (
         setup.mode == "inference" and setup.dtype != "fp16"
@@ -169,8 +169,13 @@ def _plain(model: torch.nn.Module) -> torch.nn.Module:
 
 def inference_kernels(model: torch.nn.Module) -> str:
     """Which attention and GELU a built vitkit candidate runs: "vitkit-cpu" where its runner chose vitkit's C++ kernels
-    (fp32 CPU inference, `Setup.kernels` auto, the library builds; see `precision.prepare`), else "torch"."""
-    return "vitkit-cpu" if isinstance(model, _Prepared) and model.runner.uses_kernels else "torch"
+    (fp32 CPU inference, `Setup.kernels` auto, the library builds; see `precision.prepare`), "vitkit-bf16" where a
+    bf16 runner's attention leaves torch's flash kernel (`precision.explicit_bf16_attention`), "short-attention" where
+    training writes short attention out (`short_attention.install`; it applies where its rule says), else "torch"."""
+    if isinstance(model, _Prepared):  # bf16 on AVX512_BF16 without AMX: its own attention, whatever --kernels says
+        return "vitkit-cpu" if model.runner.uses_kernels else "vitkit-bf16" if model.runner.bf16_attention else "torch"
+    blocks = getattr(_plain(model), "blocks", [])
+    return "short-attention" if any(b.attn.core is short_attention.written_out for b in blocks) else "torch"
 
 
 def build_reference(name: str, config: ViTConfig, device: str) -> torch.nn.Module:
@@ -329,23 +334,57 @@ def peak_memory_mb(step: Callable[[], Any], device: str) -> float:
     On CUDA from the allocator's statistics; on CPU, which keeps none, from the allocations and frees
     torch's profiler records. Either way it does not depend on what the C library keeps cached.
     """
-    if device.startswith("cuda"):
+    return profile_step(step, device)[0]
+
+
+# matrix products as torch's dispatcher runs them: eager, autocast, compiled graphs' GEMM calls, oneDNN's packed linears
+MATMUL_OPS = {
+    "aten::mm",
+    "aten::addmm",
+    "aten::bmm",
+    "aten::baddbmm",
+    "aten::_addmm_activation",
+    "mkldnn::_linear_pointwise",
+    "onednn::qlinear_pointwise",
+    "quantized::linear_dynamic",
+    "aten::_int_mm",
+}
+_DTYPE_NAMES = {
+    "float": "fp32",
+    "c10::BFloat16": "bf16",
+    "c10::Half": "fp16",
+    "unsigned char": "int8",
+    "signed char": "int8",
+}
+
+
+def profile_step(step: Callable[[], Any], device: str) -> tuple[float, list[str]]:
+    """One step under torch's profiler: its peak memory in MB (see `peak_memory_mb`) and the dtypes its matrix
+    products' first operands had ("fp32", "bf16", "fp16", "int8"), sorted: the precision that actually ran."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = device.startswith("cuda")
+    if cuda:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
+    with (
+        _stderr_silenced(),
+        profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True) as prof,
+    ):
         step()
-        torch.cuda.synchronize()
-        return (torch.cuda.max_memory_allocated() - base) / 2**20
-    from torch.profiler import ProfilerActivity, profile
-
-    with _stderr_silenced(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        step()
-    events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events() if e.name() == "[memory]")
+        _sync(device)
+    events = list(prof.profiler.kineto_results.events())
+    matmuls = sorted(
+        {_DTYPE_NAMES.get(e.dtypes()[0], e.dtypes()[0]) for e in events if e.name() in MATMUL_OPS and e.dtypes()}
+    )
+    if cuda:
+        return (torch.cuda.max_memory_allocated() - base) / 2**20, matmuls
     live = peak = 0
-    for _, nbytes in events:
+    for _, nbytes in sorted((e.start_ns(), e.nbytes()) for e in events if e.name() == "[memory]"):
         live += nbytes
         peak = max(peak, live)
-    return peak / 2**20
+    return peak / 2**20, matmuls
 
 
 def resident_memory_mb(setup: Setup, name: str, precision_: str, folder: str) -> dict[str, float]:
@@ -375,7 +414,8 @@ def _memory_child(setup: Setup, name: str, precision_: str, folder: str, threads
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")  # the high-water mark restarts from the resident set now
     base = _status_kb("VmRSS")
-    step = _step(build_candidate(name, precision_, setup, folder), setup, setup.batch_size)
+    mine = dataclasses.replace(setup, dtype=precision_)
+    step = _step(build_candidate(name, precision_, setup, folder), mine, setup.batch_size)
     for _ in range(setup.warmup + 2):
         step()
     send.send({"rss_mb": (_status_kb("VmRSS") - base) / 1024, "peak_rss_mb": (_status_kb("VmHWM") - base) / 1024})
@@ -438,10 +478,12 @@ def run(setup: Setup, compare: list[str] | tuple[str, ...] = ()) -> dict[str, An
     executed = count_flops(setup.config, setup.batch_size, backward=train, executed=True)
     models: dict[str, Any] = {"vitkit": build_vitkit(setup)}
     candidates = parse_candidates(compare, setup)
+    # each candidate's step runs at its own precision (a vitkit:bf16 row beside an fp32 run trains in bf16)
+    setups = {"vitkit": setup, **{label: dataclasses.replace(setup, dtype=prec) for label, _, prec in candidates}}
     with tempfile.TemporaryDirectory(prefix="vitkit-bench-") as folder:
         for label, name, prec in candidates:
             models[label] = build_candidate(name, prec, setup, folder, _plain(models["vitkit"]))
-        times, peak, results = _timed(models, setup, flops)
+        times, peaks, results = _timed(models, setups, flops)
         if setup.process_memory:
             for label, name, prec in [("vitkit", "vitkit", setup.dtype), *candidates]:
                 results[label].update(resident_memory_mb(setup, name, prec, folder))
@@ -454,40 +496,50 @@ def run(setup: Setup, compare: list[str] | tuple[str, ...] = ()) -> dict[str, An
         **_what_was_run(setup, models, candidates),
         "gflops_per_image": flops / setup.batch_size / 1e9,
         "vitkit_executed_gflops_per_image": executed / setup.batch_size / 1e9,
-        "peak_tflops": statistics.median(peak) / 1e12,
+        "peak_tflops": statistics.median(peaks[_peak_dtype(setup.dtype)]) / 1e12,
+        "peak_tflops_by_precision": {kind: statistics.median(p) / 1e12 for kind, p in peaks.items()},
         "results": results,
         "speedup": ratios,
     }
 
 
 def _timed(
-    models: dict[str, Any], setup: Setup, flops: float
-) -> tuple[dict[str, list[float]], list[float], dict[str, Any]]:
-    """Every model's batches timed in turns with a matmul's peak: the times, the peak FLOP/s per round, and per model
-    its speed, MFU, memory and (in inference) batch-1 latency."""
-    steps = {name: _step(model, setup, setup.batch_size) for name, model in models.items()}
-    peak_step, peak_flops = _matmul(setup)
+    models: dict[str, Any], setups: dict[str, Setup], flops: float
+) -> tuple[dict[str, list[float]], dict[str, list[float]], dict[str, Any]]:
+    """Every model's batches (each at its own `setups` entry's precision) timed in turns with a large matmul in each
+    precision among them (its peak): the times, each precision's peak FLOP/s per round, and per model its speed, MFU
+    (of its precision's peak), memory, the dtypes its matrix products ran in and (in inference) batch-1 latency."""
+    setup = setups["vitkit"]
+    steps = {name: _step(model, setups[name], setup.batch_size) for name, model in models.items()}
+    kinds = {name: _peak_dtype(s.dtype) for name, s in setups.items()}  # each candidate's MFU is of its own peak
+    matmuls = {kind: _matmul(dataclasses.replace(setup, dtype=kind)) for kind in dict.fromkeys(kinds.values())}
     times = interleaved_times(
-        {"matmul": peak_step, **steps}, device=setup.device, rounds=setup.rounds, warmup=setup.warmup
+        {**{f"matmul {k}": step for k, (step, _) in matmuls.items()}, **steps},
+        device=setup.device,
+        rounds=setup.rounds,
+        warmup=setup.warmup,
     )
-    peak = [peak_flops / t for t in times["matmul"]]
+    peaks = {k: [n / t for t in times[f"matmul {k}"]] for k, (_, n) in matmuls.items()}
     results: dict[str, Any] = {}
     for name in models:
         ts = times[name]
         external = not isinstance(models[name], torch.nn.Module)
+        memory, matmuls = profile_step(steps[name], setup.device)
         results[name] = {
             "ms_per_batch": 1e3 * statistics.median(ts),
             "img_per_s": setup.batch_size / statistics.median(ts),
             "tflops": flops / statistics.median(ts) / 1e12,
-            "mfu": statistics.median(flops / t / p for t, p in zip(ts, peak)),  # against the same round's peak
+            # against the same round's peak in the candidate's precision
+            "mfu": statistics.median(flops / t / p for t, p in zip(ts, peaks[kinds[name]])),
             # torch's allocator only: a runtime's own arenas are seen by resident_memory_mb alone
-            "peak_memory_mb": None if external else peak_memory_mb(steps[name], setup.device),
+            "peak_memory_mb": None if external else memory,
+            "matmul_dtypes": matmuls,  # as torch's profiler saw them: what ran, whatever the label says
         }
         if setup.mode != "train":
-            one = _step(models[name], setup, 1)
+            one = _step(models[name], setups[name], 1)
             lat = interleaved_times({name: one}, device=setup.device, rounds=setup.rounds, warmup=1)[name]
             results[name]["latency_ms_batch1"] = 1e3 * statistics.median(lat)
-    return times, peak, results
+    return times, peaks, results
 
 
 def _what_was_run(setup: Setup, models: dict[str, Any], candidates: list[tuple[str, str, str]]) -> dict[str, Any]:
@@ -515,8 +567,16 @@ def _what_was_run(setup: Setup, models: dict[str, Any], candidates: list[tuple[s
 
 
 def _what_ran(model, name: str, precision_: str) -> str:
-    """A candidate's description: a vitkit runner's own (precision, kernels, compiled), else library and precision."""
-    return f"vitkit {model.runner.description}" if isinstance(model, _Prepared) else f"{name} {precision_}"
+    """A candidate's description: a vitkit runner's own (precision, kernels, compiled), else library and precision
+    (autocast where not fp32), whether compiled, and vitkit's training kernels where installed."""
+    if isinstance(model, _Prepared):
+        return f"vitkit {model.runner.description}"
+    if not isinstance(model, torch.nn.Module):  # a deployment runtime
+        return f"{name} {precision_}"
+    autocast = " autocast" if DTYPES[precision_] != torch.float32 else ""
+    compiled = ", compiled" if hasattr(model, "_orig_mod") else ""
+    kernels = inference_kernels(model)
+    return f"{name} {precision_}{autocast}{compiled}" + (f", {kernels}" if kernels != "torch" else "")
 
 
 def _executed_note(report: dict[str, Any]) -> str:
@@ -537,6 +597,19 @@ def _peak_dtype(dtype: str) -> str:
     )
 
 
+def _peak_line(report: dict[str, Any]) -> str:
+    """The measured matmul peak(s) that MFU is of: one per precision the candidates ran."""
+    peaks = report.get("peak_tflops_by_precision") or {_peak_dtype(report["dtype"]): report["peak_tflops"]}
+    if len(peaks) == 1:
+        ((kind, peak),) = peaks.items()
+        return (
+            f"measured {kind} matmul peak {peak * 1e3:.1f} GFLOP/s (every candidate's MFU is of it: "
+            "over 100% for one in a faster precision)\n"
+        )
+    listed = ", ".join(f"{kind} {peak * 1e3:.1f}" for kind, peak in peaks.items())
+    return f"measured matmul peaks (GFLOP/s): {listed}; each candidate's MFU is of its own precision's peak\n"
+
+
 def _cell(value: float | None, unit: str = " ") -> str:
     """A table cell 15 characters wide: one decimal from 10 up, three significant digits below (a small model's
     0.0234 MB is not 0.0)."""
@@ -554,8 +627,7 @@ def format_table(report: dict[str, Any]) -> str:
         f"random images and random weights (speed only); each figure a median over {report['rounds']} round{'s' * (report['rounds'] != 1)} of one"
         f" {'batch' if report['mode'] == 'inference' else 'step'} per candidate\n"
         f"{report['gflops_per_image']:.3g} GFLOPs per image (model FLOPs, for every MFU){_executed_note(report)}\n"
-        f"measured {_peak_dtype(report['dtype'])} matmul peak {report['peak_tflops'] * 1e3:.1f} GFLOP/s (every candidate's MFU is of it: "
-        f"over 100% for one in a faster precision)\n"
+        + _peak_line(report)
     )
     resident = any("rss_mb" in r for r in report["results"].values())
     cols = ["img/s", "ms/batch", "GFLOP/s", "MFU", "latency b1 ms", "step mem MB"] + (

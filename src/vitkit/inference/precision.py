@@ -277,6 +277,7 @@ class Runner:
         self.description = check(precision, self.device)
         self._kernels = _cpu_kernels(model, precision, self.device) if kernels else None
         self.uses_kernels = self._kernels is not None
+        self.bf16_attention = False  # the bf16 copy's attention outside torch's flash kernel (`_set_bf16_attention`)
         self.description += self._kernels_description(model)
         self._cast = precision == "bf16" and self.device.type == "cpu"  # a bf16 copy; the caller's model stays fp32
         self._autocast = (precision == "bf16" and not self._cast) or (precision == "int8" and int8_mixed_bf16())
@@ -314,6 +315,7 @@ class Runner:
     def _set_bf16_attention(self, model: nn.Module) -> None:
         """Attention of the runner's bf16 copy (never the caller's model) outside torch's flash kernel."""
         self.forward.model.set_inference_kernels(_Bf16Attention)
+        self.bf16_attention = True
         kernel = _bf16_kernel_covers(model)  # the kernel where it builds and covers the heads, else bf16 matmuls
         self.description += (
             ", attention in vitkit's bf16 kernel (fp32 scores)" if kernel else ", attention as bf16 matmuls and softmax"

@@ -5,17 +5,15 @@ jpeg_region (C, decoding one box of a JPEG with the system's libjpeg-turbo)."""
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
 import subprocess
 from pathlib import Path
 
+from vitkit.paths import cache_root
+
 
 def cache_dir() -> Path:
-    root = os.environ.get("VITKIT_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"), "vitkit"
-    )
-    return Path(root) / "kernels"
+    return cache_root() / "kernels"
 
 
 def build_library(source: Path, compiler: str, flags: list[str], link: list[str], *, key: list[str] = ()) -> Path:

@@ -45,6 +45,7 @@ from vitkit.train.optim import (
     update_ema,
 )
 from vitkit.train.plan import clock, mean_rate, model_name, plan_block, running_step_time, segments
+from vitkit.train.precision import choose
 from vitkit.train.state import (
     RUN_FILES,
     Data,
@@ -125,6 +126,7 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
     config = config.with_steps_for(len(data.train))  # train.epochs -> train.steps, now that the split's size is known
     t = config.train
     run = _restore(config, out, env, data) if resume else _build(config, out, env, data)
+    env = _precision(config, env, run, resume)
     extra = _model_record(config, env, data, run)
     step = run.progress["step"]
     if step < t.steps:  # a run resumed only to write its figures trains no stretch
@@ -139,6 +141,17 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
     if not val_metrics:  # resumed a run that had already finished
         val_metrics = _validate(run, partial(_val_data, config, env, data), env.amp_dtype, config.augment.eval_crop_pct)
     return _finish(config, out, env, data, run, val_metrics, extra)
+
+
+def _precision(config: RunConfig, env: Setup, run: RunState, resume: bool) -> Setup:
+    """train.precision resolved for this run (auto: measured where bf16 may pay), kept in its progress: a resumed run
+    trains on in the precision it began in (one resumed from before runs kept it: fp32 on a CPU, as auto was then)."""
+    earlier = run.progress.get("precision")
+    if resume and earlier is None:
+        earlier = "bf16" if env.device.type == "cuda" else "fp32"
+    choice = choose(config.train.precision, run.model, env.device, env.micro, earlier=earlier, processes=env.world.size)
+    run.progress["precision"] = choice.name
+    return dataclasses.replace(env, amp_dtype=choice.dtype, precision=choice.reason)
 
 
 def _model_record(config: RunConfig, env: Setup, data: Data, run: RunState) -> dict:

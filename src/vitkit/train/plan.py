@@ -32,6 +32,7 @@ def plan_block(
     """The block printed before training: model, its size and cost, the data of each split, the run, an estimated time."""
     lines = [_model_line(config, model), *_data_lines(config, data), _training_line(config, data, env, step, last)]
     lines.append(f"optimizer  {describe(config.train, getattr(model.config, 'depth', None))}")
+    lines += [f"precision  {env.precision}"] if env.precision and step < last else []
     lines += augment_lines(config.augment, model.config.image_size[0], len(data.class_names))
     lines += _warnings(config, data)
     if (

@@ -53,6 +53,7 @@ class Setup:
     micro: int  # images per forward/backward pass, across all processes
     accum: int  # micro-batches per optimizer step
     checkpoints: list[Path]  # the run's complete step checkpoints, oldest first
+    precision: str = ""  # which precision runs and why (train.precision; the plan's line)
 
 
 @dataclass
@@ -242,6 +243,7 @@ TRAIN_STATE = {
     "best_val_top1": (True, lambda v: v is None or is_number(v)),
     "best_step": (True, lambda v: v is None or is_count(v)),
     "skipped_steps": (False, is_count),
+    "precision": (False, lambda v: v in ("fp32", "bf16", "fp16")),  # what train.precision=auto chose
     "nonfinite_in_a_row": (False, is_count),
     "window": (
         False,
