@@ -325,7 +325,7 @@ def test_a_damaged_checkpoint_is_named_on_resume(tmp_path):
 # -- non-finite steps ------------------------------------------------------------------------
 def _poison_loss(monkeypatch, bad_calls):
     """Make the loss NaN on the given (0-based) calls of the training loss."""
-    from vitkit.train import loop as train_module
+    from vitkit.train import objectives as train_module  # the loss of the classification objective
 
     real, calls = train_module.soft_cross_entropy, []
 

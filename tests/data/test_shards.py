@@ -688,3 +688,46 @@ def test_parquet_row_groups_are_kept_by_their_bytes_and_one_too_large_to_read_wh
         match=r"train-00000-of-00001\.parquet: row group 0 holds .* GiB of images \(3 rows\), over .* row_group_size=100",
     ):
         open_sharded(tmp_path, "train", val_fraction=0.0)
+
+
+def test_multi_label_shards_tar_json_lists_and_parquet_sequence_of_class_label(tmp_path):
+    """Several labels per sample: a tar's KEY.json {"labels": [...]} (names, or indices into classes.txt) and a
+    Parquet Sequence(ClassLabel) column read as multi-hot rows; written back as shards they read the same; a sample
+    with one label among lists is one error naming it."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    sets = [["dog", "cat"], [], ["emu"], ["cat", "emu", "dog"]]
+    (tmp_path / "t").mkdir()
+    labelled = [((f"{i}.jpg", jpeg(i)), (f"{i}.json", json.dumps({"labels": s}).encode())) for i, s in enumerate(sets)]
+    _tar_members(tmp_path / "t" / "s-0.tar", [member for sample in labelled for member in sample])
+    read = open_sharded(tmp_path / "t", "train", val_fraction=0.0)
+    hot = [[1, 1, 0], [0, 0, 0], [0, 0, 1], [1, 1, 1]]  # classes sorted: cat, dog, emu
+    assert read.multi_label and read.class_names == list(CLASSES) and read.labels.tolist() == hot
+    written = write_tar_shards(read, tmp_path / "again", per_shard=3)
+    back = open_sharded(tmp_path / "again", "train", val_fraction=0.0)  # KEY.json of indices into classes.txt
+    assert back.class_names == list(CLASSES) and len(written) == 2
+    assert {r.read(): y.tolist() for r, y in zip(back.paths, back.labels)} == {
+        r.read(): y.tolist() for r, y in zip(read.paths, read.labels)
+    }
+    features = {
+        "image": {"_type": "Image"},
+        "labels": {"feature": {"names": list(CLASSES), "_type": "ClassLabel"}, "_type": "Sequence"},
+    }
+    table = pa.table(
+        {"image": [{"bytes": jpeg(i), "path": None} for i in range(4)], "labels": [[1, 0], [], [2], [0, 2, 1]]}
+    )
+    table = table.replace_schema_metadata({"huggingface": json.dumps({"info": {"features": features}})})
+    pq.write_table(table, tmp_path / "train-0.parquet")
+    parquet = open_sharded(tmp_path / "train-0.parquet", "train", val_fraction=0.0)
+    assert parquet.class_names == list(CLASSES) and parquet.labels.tolist() == hot
+    _tar_members(tmp_path / "t" / "s-1.tar", [("x.jpg", jpeg(9)), ("x.cls", b"cat")])
+    with pytest.raises(DataError, match=r"s-1.tar:x.jpg: has one label \('cat'\), where .* has a list of labels"):
+        open_sharded(tmp_path / "t", "train", val_fraction=0.0)
+
+
+def _tar_members(path, members: list[tuple[str, bytes]]) -> None:
+    with tarfile.open(path, "w") as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))

@@ -472,3 +472,37 @@ def test_images_beside_the_class_folders_are_said_to_be_left_out(tmp_path):
     ):
         split = open_split(tmp_path / "data", "train", channels=3, val_fraction=0.0)
     assert len(split) == 10 and split.class_names == ["cat", "dog"]
+
+
+def test_lists_with_several_labels_per_image_read_as_multi_hot_rows_in_csv_and_jsonl_alike(tmp_path):
+    """A `labels` column gives each image a set of classes: 'cat;dog' in CSV, a JSON list in JSONL, none allowed; a val
+    list lacking a class keeps each image's classes (multi-hot columns moved by name); mixing kinds is one error."""
+    from vitkit.data import DataSpec, check_compatible
+
+    make_folder(tmp_path / "images", classes=("a",), per_class=6)
+    sets = [["cat", "dog"], ["dog"], [], ["bird", "cat"], ["cat"], ["dog", "bird"]]
+    (tmp_path / "train.csv").write_text(
+        "path,labels\n" + "".join(f"images/a/{i}.png,{';'.join(s)}\n" for i, s in enumerate(sets[:4]))
+    )
+    (tmp_path / "val.jsonl").write_text(
+        "".join(json.dumps({"path": f"images/a/{i}.png", "labels": sets[i]}) + "\n" for i in (4, 5))
+    )
+    spec = DataSpec(path=str(tmp_path))
+    train, val = (spec.open(s, channels=3, image_size=8) for s in ("train", "val"))
+    assert train.multi_label and val.multi_label and train.class_names == val.class_names == ["bird", "cat", "dog"]
+    assert train.labels.tolist() == [[0, 1, 1], [0, 0, 1], [0, 0, 0], [1, 1, 0]]
+    assert val.labels.tolist() == [[0, 1, 0], [1, 0, 1]]  # val's own classes were bird, cat, dog too: same places
+    assert train.class_counts().tolist() == [1, 2, 2]
+    check_compatible(train, val)
+    (tmp_path / "val.jsonl").write_text(json.dumps({"path": "images/a/5.png", "labels": ["dog"]}) + "\n")
+    only_dog = spec.open("val", channels=3, image_size=8)
+    assert only_dog.class_names == train.class_names and only_dog.labels.tolist() == [[0, 0, 1]]
+    (tmp_path / "val.jsonl").write_text(json.dumps({"path": "images/a/5.png", "label": "dog"}) + "\n")
+    with pytest.raises(DataError, match=r"val.jsonl: one label per image, where .*train.csv gives each image a list"):
+        check_compatible(train, spec.open("val", channels=3, image_size=8))
+    (tmp_path / "val.jsonl").write_text(json.dumps({"path": "images/a/5.png", "labels": "dog"}) + "\n")
+    with pytest.raises(DataError, match=r"val.jsonl:1: expected a list of labels"):
+        spec.open("val", channels=3, image_size=8)
+    (tmp_path / "val.jsonl").write_text(json.dumps({"path": "images/a/5.png", "labels": ["dog", "dog"]}) + "\n")
+    with pytest.raises(DataError, match=r"val.jsonl:1: a label is given twice"):
+        spec.open("val", channels=3, image_size=8)

@@ -29,7 +29,7 @@ from vitkit.models import VisionTransformer, ViTConfig
 
 from .io import read_safetensors, read_torch, write_safetensors
 from .keymap import Rule, from_vitkit, fused, infer_image_size, same, to_vitkit
-from .native import INTERPOLATIONS
+from .native import INTERPOLATIONS, MULTI_LABEL
 
 CONFIG_NAME = "config.json"
 PREPROCESSOR_NAME = "preprocessor_config.json"
@@ -276,6 +276,8 @@ def _hf_config(c: ViTConfig, metadata: dict, class_names: list[str] | None) -> d
     if c.dynamic_img_size:  # HF's ViT takes other sizes when called with interpolate_pos_encoding=True
         hf["vitkit_dynamic_img_size"] = True
     if classify:
+        if metadata.get("problem_type"):  # transformers picks its loss by it (multi-label: BCEWithLogitsLoss)
+            hf["problem_type"] = metadata["problem_type"]
         hf["id2label"] = {str(i): name for i, name in enumerate(labels)}
         hf["label2id"] = {name: i for i, name in enumerate(labels)}
     return hf
@@ -329,6 +331,8 @@ def read_metadata(path: str | os.PathLike, *, config: Any = None) -> dict:
     labels = hf.get("id2label") or {}
     names = [str(labels.get(str(i), "")) for i in range(len(labels))]
     metadata = {"class_names": names} if names and names != [f"LABEL_{i}" for i in range(len(names))] else {}
+    if hf.get("problem_type") == MULTI_LABEL:  # a sigmoid per class (transformers' BCEWithLogitsLoss)
+        metadata["problem_type"] = MULTI_LABEL
     processor = Path(path) / PREPROCESSOR_NAME
     preprocess = preprocess_of(read_json(processor)) if processor.is_file() else None
     return {**metadata, "preprocess": preprocess} if preprocess is not None else metadata

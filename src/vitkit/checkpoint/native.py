@@ -110,6 +110,16 @@ def _preprocess_ok(v: Any) -> bool:
     )
 
 
+# what the head's outputs are (Hugging Face's names): a softmax over classes, or a sigmoid per class
+PROBLEM_TYPES = ("single_label_classification", "multi_label_classification")
+MULTI_LABEL = PROBLEM_TYPES[1]
+
+
+def is_multi_label(metadata: dict) -> bool:
+    """Whether a checkpoint's metadata says its head is a sigmoid per class (trained with train.objective=multi_label)."""
+    return metadata.get("problem_type") == MULTI_LABEL
+
+
 # config.json entries beside the model config: key -> (check, what it must be); one check for every reader
 EXTRA_CHECKS = {
     "class_names": (
@@ -136,6 +146,7 @@ EXTRA_CHECKS = {
         "a mapping of path (text), val_fraction in [0, 1) and split_seed (an integer >= 0)",
     ),
     "source": (lambda v, c: isinstance(v, str), "text"),
+    "problem_type": (lambda v, c: v in PROBLEM_TYPES, "one of " + ", ".join(PROBLEM_TYPES)),
 }
 
 

@@ -24,3 +24,11 @@ def add_precision(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="int8: training images the quantization observers see (default 256)",
     )
+
+
+def check_threshold(threshold: float) -> None:
+    """--threshold: a probability in (0, 1]."""
+    from vitkit.errors import ConfigError
+
+    if not 0.0 < threshold <= 1.0:
+        raise ConfigError(f"--threshold: expected a probability in (0, 1], got {threshold}")

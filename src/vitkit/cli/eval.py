@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from ._precision import add_precision
+from ._precision import add_precision, check_threshold
 from .predict import add_keep_aspect
 
 
@@ -70,6 +70,13 @@ def _add_output_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--json", action="store_true", help="print the metrics as one JSON object on the last line")
     p.add_argument(
+        "--threshold",
+        type=float,
+        default=0.5,
+        help="a multi-label model: the probability from which a class counts as predicted, for precision, recall "
+        "and F1 (default 0.5; mAP needs none)",
+    )
+    p.add_argument(
         "--labels-by-index",
         action="store_true",
         help="score label i as the model's class i even where the data names its classes otherwise (default: by name)",
@@ -90,6 +97,8 @@ def _add_output_flags(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from vitkit.evaluate.scoring import score_checkpoint
+
+    check_threshold(args.threshold)
 
     scored = score_checkpoint(args)
     for line in scored.lines:

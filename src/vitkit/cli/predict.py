@@ -1,4 +1,5 @@
-"""`vitkit predict`: the top-5 classes of each image, with probabilities."""
+"""`vitkit predict`: the top-5 classes of each image, with probabilities; for a multi-label model every class over
+--threshold."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import argparse
 import json
 import sys
 
-from ._precision import add_precision
+from ._precision import add_precision, check_threshold
 
 CKPT_HELP = (
     "run directory, its final/, a step checkpoint, a checkpoint file of any format, or a hub name "
@@ -31,7 +32,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         metavar="IMAGE",
         help="image files or folders (searched recursively, sorted); any mode: grayscale, RGB(A), palette, 16-bit",
     )
-    p.add_argument("--top", type=int, default=5, help="how many classes per image (default 5)")
+    _add_answer_flags(p)
     p.add_argument(
         "--json",
         action="store_true",
@@ -67,8 +68,22 @@ def add_keep_aspect(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_answer_flags(p: argparse.ArgumentParser) -> None:
+    """How many classes each image gets."""
+    p.add_argument("--top", type=int, default=5, help="how many classes per image (default 5)")
+    p.add_argument(
+        "--threshold",
+        type=float,
+        default=0.5,
+        help="a multi-label model (trained with train.objective=multi_label): print every class whose probability is "
+        "at least this, instead of the top classes (default 0.5)",
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     from vitkit.errors import DataError
+
+    check_threshold(args.threshold)
 
     classifier = _load(args)
     paths = _image_paths(args.images)
@@ -124,18 +139,23 @@ def _image_paths(images: list[str]) -> list[str]:
 
 
 def _answer(classifier, batch: list[tuple[str, object]], args: argparse.Namespace) -> None:
-    """Print the top --top classes of each image of `batch`, as text or one JSON object per image."""
-
-    for (path, _), top in zip(batch, classifier.top([pixels for _, pixels in batch], k=args.top)):
+    """Print the top --top classes of each image of `batch` (a multi-label model: every class of at least --threshold),
+    as text or one JSON object per image."""
+    pixels, multi = [pixels for _, pixels in batch], classifier.multi_label
+    answers = classifier.labels(pixels, args.threshold) if multi else classifier.top(pixels, k=args.top)
+    for (path, _), top in zip(batch, answers):
         if args.json:
             entry = {
                 "image": path,
-                "top": [{"label": n, "prob": prob} for n, prob in top],
+                "labels" if multi else "top": [{"label": n, "prob": prob} for n, prob in top],
+                **({"threshold": args.threshold} if multi else {}),
                 "precision": classifier.runner.description,
             }
             print(json.dumps(entry))
-        else:
-            print(path)
-            for name, prob in top:
-                print(f"  {prob:7.2%}  {name}")
+            continue
+        print(path)
+        for name, prob in top:
+            print(f"  {prob:7.2%}  {name}")
+        if multi and not top:
+            print(f"  (no class at {args.threshold:.0%} or more)")
     sys.stdout.flush()

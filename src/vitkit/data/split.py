@@ -34,7 +34,9 @@ class Split:
     """One split of a dataset. `images` is (N, C, H, W) uint8 when in memory, else `paths` are read on use:
     image files, or records inside shards (`images.Record`: a tar member, a Parquet row)."""
 
-    labels: torch.Tensor  # (N,) int64
+    labels: (
+        torch.Tensor
+    )  # (N,) int64 class indices, or (N, K) uint8 multi-hot rows where an image has any number of classes
     class_names: list[str]
     images: torch.Tensor | None = None
     paths: list[Path] | None = None
@@ -51,6 +53,17 @@ class Split:
                 f"{self.source or 'the data'}: class name {bad!r} holds control characters (a newline, tab or "
                 "terminal escape); rename it"
             )
+
+    @property
+    def multi_label(self) -> bool:
+        """Whether each image has a set of classes (several, one or none: `labels` multi-hot), not one class."""
+        return self.labels.ndim == 2
+
+    def class_counts(self) -> np.ndarray:
+        """(K,) images of each class; with several labels an image counts once for each of its classes."""
+        if self.multi_label:
+            return self.labels.sum(0, dtype=torch.long).numpy()
+        return np.bincount(self.labels.numpy(), minlength=len(self.class_names))
 
     def describe(self) -> dict:
         """Exactly which images these are: where from, which part, how many, and a digest of the images themselves."""
@@ -148,8 +161,22 @@ def split_folders(root: Path) -> dict[str, Path]:
     return found
 
 
+def multi_hot(rows: list[list[int]], num_classes: int) -> torch.Tensor:
+    """(N, K) uint8 rows with a 1 at each class index of `rows` (an image's classes: several, one or none)."""
+    hot = torch.zeros(len(rows), num_classes, dtype=torch.uint8)
+    for i, row in enumerate(rows):
+        hot[i, list(row)] = 1
+    return hot
+
+
 def check_compatible(train: Split, val: Split) -> None:
     """Both splits of a run must share their classes, and every label must name one of them."""
+    if train.multi_label != val.multi_label:
+        several, one = (train, val) if train.multi_label else (val, train)
+        raise DataError(
+            f"{one.source}: one label per image, where {several.source} gives each image a list of labels; "
+            "label both splits the same way"
+        )
     if val.class_names != train.class_names:
         i, (a, b) = next((i, p) for i, p in enumerate(zip_longest(train.class_names, val.class_names)) if p[0] != p[1])
         if b is None:
@@ -160,6 +187,8 @@ def check_compatible(train: Split, val: Split) -> None:
             what = f"label {i} is class {b!r} here but {a!r} in {train.source}"
         raise DataError(f"{val.source}: {what}; the training and validation splits need the same classes")
     for split in (train, val):
+        if split.multi_label:  # multi-hot rows hold one column per class, built with the split's own classes
+            continue
         if len(split) and not 0 <= int(split.labels.min()) <= int(split.labels.max()) < len(train.class_names):
             raise DataError(
                 f"{split.source}: labels run from {int(split.labels.min())} to {int(split.labels.max())}, "
@@ -171,6 +200,10 @@ def on_classes(split: Split, names: list[str]) -> Split:
     """`split` with its labels numbered as the classes `names` (which hold every class of `split`), matched by name: a
     split that lacks some classes, or orders them otherwise, keeps each image's class."""
     number = torch.tensor([names.index(name) for name in split.class_names], dtype=torch.long)
+    if split.multi_label:  # each column moves to its class's place; classes the split lacks are 0 everywhere
+        hot = torch.zeros(len(split), len(names), dtype=split.labels.dtype)
+        hot[:, number] = split.labels
+        return replace(split, labels=hot, class_names=list(names))
     return replace(split, labels=number[split.labels], class_names=list(names))
 
 

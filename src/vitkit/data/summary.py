@@ -115,7 +115,7 @@ def describe(splits: dict[str, Split | str], sizes_of: str, path=None, name: str
         if isinstance(splits[s], str):
             rows[s] = {"missing": splits[s]}
             continue
-        counts = np.bincount(splits[s].labels.numpy(), minlength=len(splits[s].class_names))
+        counts = splits[s].class_counts()
         rows[s] = {
             "images": len(splits[s]),
             "source": splits[s].source,

@@ -101,6 +101,85 @@ def evaluate(
     return result
 
 
+# -- multi-label: a set of classes per image, scored by ranking and by a threshold ---------------
+THRESHOLD = 0.5  # a label is predicted where its sigmoid probability is at least this
+
+
+def average_precision(scores: torch.Tensor, truth: torch.Tensor) -> float | None:
+    """AP of one class: the precision at each distinct score, weighted by the recall it adds (tied scores are one
+    step, as scikit-learn's average_precision_score counts them); None where no image has the class."""
+    positives = int(truth.sum())
+    if positives == 0:
+        return None
+    order = scores.double().argsort(descending=True)
+    scores, hits = scores.double()[order], truth[order].double().cumsum(0)
+    last = torch.cat([scores[1:] != scores[:-1], torch.tensor([True])])  # the last image of each run of equal scores
+    hits, seen = hits[last], (torch.arange(len(scores), dtype=torch.float64) + 1)[last]
+    recall_step = torch.diff(hits, prepend=torch.zeros(1, dtype=torch.float64)) / positives
+    return float((recall_step * hits / seen).sum())
+
+
+def multilabel_scores(probs: torch.Tensor, truth: torch.Tensor, threshold: float = THRESHOLD) -> dict:
+    """mAP (over the classes some image has), per-class AP, and precision, recall and F1 at `threshold` summed over
+    every (image, class) pair (micro); `probs` and `truth` (N, K)."""
+    truth = truth.bool()
+    per_class = [average_precision(probs[:, k], truth[:, k]) for k in range(truth.shape[1])]
+    present = [ap for ap in per_class if ap is not None]
+    predicted = probs >= threshold
+    tp, fp, fn = (int((a & b).sum()) for a, b in ((predicted, truth), (predicted, ~truth), (~predicted, truth)))
+    precision, recall = tp / max(tp + fp, 1), tp / max(tp + fn, 1)
+    return {
+        "map": sum(present) / len(present) if present else float("nan"),
+        "per_class_ap": per_class,
+        "per_class_n": truth.sum(0).tolist(),
+        "threshold": threshold,
+        "precision": precision,
+        "recall": recall,
+        "f1": 2 * tp / max(2 * tp + fp + fn, 1),
+    }
+
+
+@torch.no_grad()
+def evaluate_multilabel(
+    model: nn.Module,
+    batches: Iterable[tuple[torch.Tensor, torch.Tensor]],
+    *,
+    crop_pct: float = 1.0,
+    autocast_dtype: torch.dtype | None = None,
+    runner: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    threshold: float = THRESHOLD,
+) -> dict:
+    """Run `model` over (uint8 images, multi-hot labels) batches, each class a sigmoid: `multilabel_scores`, the mean
+    binary cross-entropy, and top1/top5: the share of images whose 1 (any of 5) highest-scored classes hold one of
+    theirs (an image without labels counts as a miss), as single-label top-k reads."""
+    was_training = model.training
+    model.eval()
+    c = model.config
+    probs, truth, loss_sum = [], [], 0.0
+    for images, labels in batches:
+        x = eval_transform(images, c.image_size, crop_pct, c.mean, c.std)
+        with torch.autocast(x.device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
+            logits = (runner or model)(x).float()
+        hot = labels if labels.ndim == 2 else nn.functional.one_hot(labels, logits.shape[-1])
+        loss_sum += float(nn.functional.binary_cross_entropy_with_logits(logits, hot.float(), reduction="sum"))
+        probs.append(logits.sigmoid().cpu())
+        truth.append(hot.bool().cpu())
+    model.train(was_training)
+    if not probs:
+        nan = float("nan")
+        return {"n": 0, "top1": nan, "top5": nan, "loss": nan, "map": nan, "f1": nan, "precision": nan, "recall": nan}
+    probs, truth = torch.cat(probs), torch.cat(truth)
+    n, K = truth.shape
+    hit = {k: truth.gather(1, probs.topk(min(k, K), dim=-1).indices).any(-1) for k in (1, 5)}
+    return {
+        "n": n,
+        "top1": float(hit[1].float().mean()),
+        "top5": float(hit[5].float().mean()),
+        "loss": loss_sum / (n * K),  # per label, as the training loss
+        **multilabel_scores(probs, truth, threshold),
+    }
+
+
 # -- frozen features: few-shot linear, linear probe, k-NN (paper §4.1) ----------------------------
 BIAS_FEATURE = (
     100.0  # the constant bias feature of the official few-shot evaluator: large, so the bias is barely regularised

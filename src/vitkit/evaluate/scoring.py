@@ -29,6 +29,7 @@ def score_checkpoint(opts) -> Scored:
     import torch
 
     from vitkit.checkpoint import load_with_metadata, refuse_untrained_head
+    from vitkit.checkpoint.native import is_multi_label
     from vitkit.checkpoint.runs import step_of
     from vitkit.data import BadFiles
     from vitkit.data.images import crop_of
@@ -41,6 +42,8 @@ def score_checkpoint(opts) -> Scored:
     model, meta = load_with_metadata(opts.checkpoint)
     refuse_untrained_head(meta, opts.checkpoint, model)
     device = pick_device(opts.device)
+    if is_multi_label(meta):  # a sigmoid per class: ranked (AP) and thresholded (F1), no confusion matrix
+        return score_multilabel(opts, model, meta, device)
     spec, which, split = open_scored_split(opts, meta, model.config)
     crop_pct = crop_of(meta)  # the checkpoint's resize, filter and crop
     bad = BadFiles("skip" if opts.skip_unreadable else "fail", hint="; --skip-unreadable scores without such files")
@@ -88,12 +91,59 @@ def open_scored_split(opts, meta: dict, config):
         split = spec.open(which, channels=config.in_chans, image_size=size)
     # by name where the checkpoint names its classes
     split = model_labels(split, meta.get("class_names"), opts.checkpoint, opts.labels_by_index)
-    if len(split) and int(split.labels.max()) >= config.num_classes:  # by position: more classes than the model has
+    if (
+        len(split) and not split.multi_label and int(split.labels.max()) >= config.num_classes
+    ):  # by position: more classes than the model has
         raise DataError(
             f"{split.source}: labels go up to {int(split.labels.max())} but {opts.checkpoint} has "
             f"{config.num_classes} classes; evaluate it on the dataset it was trained for"
         )
     return spec, which, split
+
+
+def score_multilabel(opts, model, meta: dict, device) -> Scored:
+    """`vitkit eval` of a multi-label checkpoint: mAP, per-class AP, and precision, recall and F1 at --threshold."""
+    from vitkit.checkpoint.runs import describe, step_of
+    from vitkit.data import BadFiles
+    from vitkit.evaluate.metrics import THRESHOLD, evaluate_multilabel
+
+    spec, which, split = open_scored_split(opts, meta, model.config)
+    crop_pct = meta.get("preprocess", {}).get("crop_pct", 1.0)
+    bad = BadFiles("skip" if opts.skip_unreadable else "fail", hint="; --skip-unreadable scores without such files")
+    batches, runner, _ = _runners(opts, model, meta, spec, which, split, device, crop_pct, bad)
+    threshold = getattr(opts, "threshold", None) or THRESHOLD
+    m = evaluate_multilabel(model.to(device), batches, crop_pct=crop_pct, runner=runner, threshold=threshold)
+    names, step = meta.get("class_names") or split.class_names, step_of(opts.checkpoint)
+    skipped = f", {len(bad)} unreadable skipped" if len(bad) else ""
+    result = {
+        "checkpoint": str(opts.checkpoint),
+        **({"step_checkpoint": step} if step else {}),
+        "data": spec.where,
+        "split": which,
+        "images": split.describe(),
+        "problem_type": meta["problem_type"],
+        **{k: m.get(k) for k in ("n", "map", "f1", "top1", "top5", "loss", "threshold")},
+        "precision_at_threshold": m.get("precision"),
+        "recall_at_threshold": m.get("recall"),
+        "per_class_ap": dict(zip(names, m.get("per_class_ap", []))),
+        "per_class_n": dict(zip(names, m.get("per_class_n", []))),
+        "precision": runner.description,
+    }
+    head = f"{which} of {spec.where} ({m['n']} images: {split.source}, {split.selection}{skipped}; "
+    lines = [
+        f"{describe(opts.checkpoint, step)} on {head}{runner.description}): mAP {m['map']:.4f}  F1 {m['f1']:.4f} "
+        f"at {threshold:g} (precision {result['precision_at_threshold']:.4f}, recall "
+        f"{result['recall_at_threshold']:.4f})  top-1 {m['top1']:.4f}"
+    ]
+    width = max(len(n) for n in names)
+    for name, ap in result["per_class_ap"].items():
+        count = result["per_class_n"][name]
+        lines.append(
+            f"  {name:<{width}}  " + ("-       (no images)" if ap is None else f"AP {ap:.4f}  ({count:,} images)")
+        )
+    warning = picked_on(opts.checkpoint, which, split, meta)
+    result["picked_on_this_split"] = warning is not None
+    return Scored(result, lines + ([warning] if warning else []))
 
 
 def _runners(opts, model, meta: dict, spec, which: str, split, device, crop_pct: float, bad):

@@ -22,6 +22,7 @@ import torch
 from PIL import Image
 
 from vitkit.checkpoint import load_with_metadata, refuse_untrained_head
+from vitkit.checkpoint.native import is_multi_label
 from vitkit.data.augment import eval_transform
 from vitkit.data.images import aspect_size, crop_of, image_pixels, load_image, open_image
 from vitkit.devices import pick_device
@@ -45,11 +46,13 @@ class Classifier:
         device: str | torch.device = "cpu",
         calibration: Iterable[torch.Tensor] | None = None,
         keep_aspect: bool = False,
+        multi_label: bool = False,
     ):
         c = model.config
         if keep_aspect:
             refuse_fixed_size(c)
         self.keep_aspect = keep_aspect
+        self.multi_label = multi_label  # a sigmoid per class: `labels` gives every class over a threshold
         self.class_names = list(class_names) if class_names else [str(i) for i in range(c.num_classes)]
         if len(self.class_names) != c.num_classes:
             raise DataError(f"class_names: {len(self.class_names)} names for a model of {c.num_classes} classes")
@@ -96,6 +99,7 @@ class Classifier:
             device=pick_device(device),
             calibration=images,
             keep_aspect=keep_aspect,
+            multi_label=is_multi_label(meta),
         )
 
     def pixels(self, image: ImageLike) -> torch.Tensor:
@@ -135,16 +139,27 @@ class Classifier:
     def top(self, pixels: torch.Tensor | Sequence[torch.Tensor], k: int = 5) -> list[list[tuple[str, float]]]:
         """The `k` likeliest (class name, probability) of each image of a uint8 (B, C, H, W) batch of `pixels` (or a
         list of (C, H, W) images, of one size or several with keep_aspect)."""
-        answers = []
+        return [[(self.class_names[i], p) for p, i in zip(ps, ix)] for ps, ix in self._ranked(pixels, k)]
+
+    def labels(
+        self, pixels: torch.Tensor | Sequence[torch.Tensor], threshold: float = 0.5
+    ) -> list[list[tuple[str, float]]]:
+        """Every (class name, probability) of at least `threshold` of each image of `pixels` (as `top` takes them),
+        the likeliest first: for a multi-label model, any number of classes per image."""
+        ranked = self._ranked(pixels, len(self.class_names))
+        return [[(self.class_names[i], p) for p, i in zip(ps, ix) if p >= threshold] for ps, ix in ranked]
+
+    def _ranked(self, pixels, k: int) -> list[tuple[list[float], list[int]]]:
+        """(probabilities, class indices) of the `k` likeliest classes of each image, in order: a sigmoid per class
+        for a multi-label model, else the softmax."""
+        ranked = []
         for group in same_size_runs(pixels):
             probs, index = predict(
                 self.model, group.to(self.device), k=k, crop_pct=self.crop_pct, runner=self.runner,
-                keep_size=self.keep_aspect,
+                keep_size=self.keep_aspect, multi_label=self.multi_label,
             )  # fmt: skip
-            answers += [
-                [(self.class_names[i], p) for p, i in zip(ps, ix)] for ps, ix in zip(probs.tolist(), index.tolist())
-            ]
-        return answers
+            ranked += zip(probs.tolist(), index.tolist())
+        return ranked
 
     @torch.no_grad()
     def embed(

@@ -1,4 +1,5 @@
-"""What a model answers for uint8 images (top-k classes), and the normalised images int8 observers calibrate on."""
+"""What a model answers for uint8 images (top-k classes; for a multi-label model every class over a threshold), and
+the normalised images int8 observers calibrate on."""
 
 from __future__ import annotations
 
@@ -50,11 +51,14 @@ def predict(
     crop_pct: float = 1.0,
     runner: Callable[[torch.Tensor], torch.Tensor] | None = None,
     keep_size: bool = False,
+    multi_label: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Top-k (probabilities, class indices) for uint8 images (B, C, H, W); `runner` as in `evaluate`. keep_size: run
-    the images at their own size (a `dynamic_img_size` model), not resized to the model's."""
+    the images at their own size (a `dynamic_img_size` model), not resized to the model's. A multi-label model's
+    probabilities are each class's sigmoid (they need not sum to 1), else the softmax over classes."""
     model.eval()
     c = model.config
     size = tuple(images.shape[-2:]) if keep_size else c.image_size
-    probs = (runner or model)(eval_transform(images, size, crop_pct, c.mean, c.std)).float().softmax(-1)
+    logits = (runner or model)(eval_transform(images, size, crop_pct, c.mean, c.std)).float()
+    probs = logits.sigmoid() if multi_label else logits.softmax(-1)
     return probs.topk(min(k, probs.shape[-1]), dim=-1)

@@ -61,7 +61,9 @@ class TrainConfig:
     # the length in passes over the training split instead (the paper's unit, Table 3): steps = ceil(epochs x training
     # images / batch_size), set once the data is read; a layer of the config that sets one of the two drops the other
     epochs: float | None = None
-    objective: str = "classification"  # classification | masked_patch (self-supervised, paper §4.6; labels unused)
+    # classification | multi_label (a sigmoid per class: several labels per image) | masked_patch (self-supervised,
+    # paper §4.6; labels unused)
+    objective: str = "classification"
     batch_size: int = 128  # logical batch (the paper's 4096 runs as micro_batch x accumulation)
     micro_batch: int | None = None  # per forward pass; None = batch_size (no accumulation)
     optimizer: str = "adamw"  # adamw | adam | sgd
@@ -105,7 +107,7 @@ CHOICES = {
     "data.val_split": ("train", "val", "test"),
     "data.on_error": ("skip", "fail"),
     "augment.crop": ("rrc", "pad", "none"),
-    "train.objective": ("classification", "masked_patch"),
+    "train.objective": ("classification", "multi_label", "masked_patch"),
     "train.optimizer": ("adamw", "adam", "sgd"),
     "train.decay": ("cosine", "linear", "constant"),
     "train.precision": ("auto", "fp32", "bf16", "fp16"),

@@ -83,6 +83,12 @@ def _check_classes(config: RunConfig, train_split, micro: int) -> None:
             f"{train_split.source}: one class ({class_names[0]!r}); classification needs two or more "
             "(root/<class>/<image>); to pre-train on images without labels use train.objective=masked_patch"
         )
+    objective = OBJECTIVES[config.train.objective]
+    if train_split.multi_label and objective.uses_labels and not objective.several_labels:
+        raise ConfigError(
+            f"{train_split.source}: gives each image a list of labels; train.objective={objective.name} takes one "
+            "label per image: train with train.objective=multi_label"
+        )
     if len(train_split) < micro:
         raise DataError(
             f"{train_split.source}: {len(train_split)} training images, fewer than one batch of {micro}; lower train.batch_size"

@@ -22,7 +22,7 @@ from torch import nn
 
 from vitkit.checkpoint.native import write_pretrained
 from vitkit.checkpoint.runs import STATE_JSON, step_checkpoints
-from vitkit.data import eval_batches, mix, soft_targets, train_transform
+from vitkit.data import eval_batches, mix, train_transform
 from vitkit.data.spec import absolute
 from vitkit.data.split import where_from
 from vitkit.data.summary import data_format
@@ -41,7 +41,6 @@ from vitkit.train.optim import (
     learning_rate,
     make_optimizer,
     set_learning_rate,
-    soft_cross_entropy,
     update_ema,
 )
 from vitkit.train.plan import clock, mean_rate, model_name, plan_block, running_step_time, segments
@@ -167,7 +166,7 @@ def _model_record(config: RunConfig, env: Setup, data: Data, run: RunState) -> d
         extra["pretrained_on"] = earlier
     if not run.objective.trains_head:  # its classification head never trained: eval and predict say so
         extra["objective"] = run.objective.name
-    return extra
+    return {**extra, **run.objective.record}  # multi-label: eval, predict and every format read its problem type
 
 
 def _segment(env: Setup, step: int) -> dict:
@@ -339,13 +338,13 @@ def _step(config: RunConfig, env: Setup, data: Data, run: RunState, stream, step
         images, labels = next(stream)
         g = augment_generator(t.seed, step * accum + k, world.rank)
         x = train_transform(images, shape.image_size, data.augment, shape.mean, shape.std, g)
-        x, targets = mix(x, soft_targets(labels, len(data.class_names), a.label_smoothing), a, g)
+        x, targets = mix(x, run.objective.targets(labels, len(data.class_names), a.label_smoothing), a, g)
         with distributed.grad_sync(run.module, world, sync=k == accum - 1):  # reduce across ranks once per step
             with torch.autocast(
                 env.device.type, dtype=env.amp_dtype or torch.float32, enabled=env.amp_dtype is not None
             ):
                 logits, targets = run.objective.outputs(run.forward, x, targets, g)
-            loss = soft_cross_entropy(logits, targets)
+            loss = run.objective.loss(logits, targets)
             run.scaler.scale(loss / accum).backward()
         loss_sum += loss.detach() / accum
     return lr, *_update(config, env, run, loss_sum, step, nonfinite)
@@ -423,7 +422,8 @@ def _validate_and_log(log: RunLog, bar, env: Setup, data: Data, run: RunState, c
     """Validation (through the EMA weights if kept): a val line in metrics.jsonl, the best so far, a line on screen."""
     val_data = partial(_val_data, config, env, data)
     metrics = _validate(run, val_data, env.amp_dtype, config.augment.eval_crop_pct)
-    row = {"kind": "val", "step": step, **{f"val_{k}": metrics[k] for k in ("top1", "top5", "loss")}}
+    logged = ("top1", "top5", "loss", *run.objective.also_logged)  # multi-label: mAP and F1 too
+    row = {"kind": "val", "step": step, **{f"val_{k}": metrics[k] for k in logged}}
     log.write(row)
     progress = run.progress
     if progress["best_val_top1"] is None or metrics["top1"] > progress["best_val_top1"]:
@@ -433,7 +433,8 @@ def _validate_and_log(log: RunLog, bar, env: Setup, data: Data, run: RunState, c
         top5 = f"  top-5 {metrics['top5']:.4f}" if shows_top5 else ""
         what = run.objective.measured  # masked patch prediction: of the patches' colours
         ema = " (EMA weights)" if run.ema is not None else ""
-        bar.write(f"step {step}: val{what} top-1 {metrics['top1']:.4f}{top5}  loss {metrics['loss']:.4f}{ema}")
+        more = run.objective.shown(metrics)  # multi-label: mAP and F1
+        bar.write(f"step {step}: val{what} top-1 {metrics['top1']:.4f}{top5}{more}  loss {metrics['loss']:.4f}{ema}")
     return metrics
 
 

@@ -11,9 +11,10 @@ cross-entropy over the corrupted patches only; labels are never looked at.
 itself is unchanged (the corruption runs through its `forward_features(x, corrupt=...)` hook), so it
 is saved and loaded like any other vitkit model, without the prediction head.
 
-The training loop sees either objective through one seam, picked once from train.objective
-(`pick_objective`): `Classification` or `MaskedPatch`, each with the module the optimizer trains, the
-(logits, targets) of a batch, its validation and the tensors an exact resume needs.
+The training loop sees every objective through one seam, picked once from train.objective
+(`pick_objective`): `Classification`, `MultiLabel` (a sigmoid per class) or `MaskedPatch`, each with the
+module the optimizer trains, the targets and (logits, targets) of a batch, its loss, its validation and the
+tensors an exact resume needs.
 
     objective = MaskedPatchPrediction(vit)
     logits, targets = objective(x, generator)   # (M, K) colour logits, (M, K) one-hot targets
@@ -30,11 +31,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vitkit.data.augment import eval_transform
+from vitkit.data.augment import eval_transform, soft_targets
 from vitkit.errors import CheckpointError, ConfigError
-from vitkit.evaluate.metrics import evaluate
+from vitkit.evaluate.metrics import evaluate, evaluate_multilabel
 from vitkit.models import VisionTransformer
 from vitkit.train import distributed
+from vitkit.train.optim import soft_cross_entropy
 
 COLOUR_BITS = 3  # bits per channel of the predicted mean colour
 CORRUPT_RATIO = 0.5  # share of the patches corrupted in every image
@@ -196,9 +198,24 @@ class Classification:
     compiles = True  # train.compile applies to the step's module
     always_top5 = False  # top-5 is shown only where there are more than 5 classes
     measured = ""  # what the validation accuracy is of, as the log line says it
+    several_labels = False  # trains on data that gives an image a set of classes
+    record: dict = {}  # what the saved model records of the objective (config.json, and every format's metadata)
+    also_logged: tuple[str, ...] = ()  # validation figures beside top1, top5 and loss
 
     def __init__(self, model: nn.Module, resumed: dict | None = None):
         self.module = model  # what the optimizer trains
+
+    def targets(self, labels: torch.Tensor, num_classes: int, smoothing: float) -> torch.Tensor:
+        """(B, K) float targets of a batch's labels, label smoothing applied (Mixup/CutMix mix these)."""
+        return soft_targets(labels, num_classes, smoothing)
+
+    def loss(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Cross-entropy of the softmax against soft targets."""
+        return soft_cross_entropy(logits, targets)
+
+    def shown(self, metrics: dict) -> str:
+        """The validation figures beside top-1, top-5 and the loss in the log line (none)."""
+        return ""
 
     def outputs(self, forward, x: torch.Tensor, targets: torch.Tensor, generator: torch.Generator):
         """(logits, soft targets) of a batch of normalised images through `forward` (the step's module)."""
@@ -243,7 +260,32 @@ class MaskedPatch(Classification):
         return {"masked_patch": distributed.full_tensors(self.module.objective_state())}  # gathered under FSDP
 
 
-OBJECTIVES = {"classification": Classification, "masked_patch": MaskedPatch}
+class MultiLabel(Classification):
+    """Multi-label classification: each class a yes/no question, a sigmoid per class against the binary
+    cross-entropy, averaged over classes and images. Label smoothing pulls every target toward 0.5 (a label of
+    1 becomes 1 - s/2, a 0 becomes s/2: smoothing of a two-class decision); Mixup and CutMix mix the multi-hot
+    targets by the same weight as the images. One label per image (an index) is a multi-hot row with one class."""
+
+    name = "multi_label"
+    several_labels = True
+    record = {"problem_type": "multi_label_classification"}
+    also_logged = ("map", "f1")
+
+    def targets(self, labels: torch.Tensor, num_classes: int, smoothing: float) -> torch.Tensor:
+        hot = labels if labels.ndim == 2 else F.one_hot(labels, num_classes)
+        return hot.float() * (1.0 - smoothing) + smoothing / 2
+
+    def loss(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return F.binary_cross_entropy_with_logits(logits.float(), targets)
+
+    def evaluate(self, model: nn.Module, batches, **kwargs) -> dict:
+        return evaluate_multilabel(model, batches, **kwargs)
+
+    def shown(self, metrics: dict) -> str:
+        return f"  mAP {metrics['map']:.4f}  F1 {metrics['f1']:.4f}"
+
+
+OBJECTIVES = {"classification": Classification, "multi_label": MultiLabel, "masked_patch": MaskedPatch}
 
 
 def pick_objective(name: str, model: nn.Module, resumed: dict | None) -> Classification:

@@ -1,6 +1,9 @@
 """Lists of images: a CSV (path,label) or JSONL ({"path": ..., "label": ...}) file, a folder holding one list per
 split (train.csv, val.jsonl, test.csv ...), and the metadata.csv / metadata.jsonl that labels a folder of images
-(Hugging Face's imagefolder). Paths are relative to the list; labels are class names or integers."""
+(Hugging Face's imagefolder). Paths are relative to the list; labels are class names or integers.
+
+A `labels` (or `tags`) column gives each image a set of classes (multi-label): a JSON list in JSONL
+({"path": "a.jpg", "labels": ["cat", "dog"]}), labels joined by ';' in CSV (a.jpg,cat;dog); an empty set is allowed."""
 
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ from vitkit.errors import DataError, first_line
 from vitkit.files import read_regular
 
 from ..images import IMAGE_SUFFIXES
-from ..split import SPLITS, Split, class_name, held_out, label_order, on_classes, split_folders
+from ..split import SPLITS, Split, class_name, held_out, label_order, multi_hot, on_classes, split_folders
 
 LIST_SUFFIXES = (".csv", ".jsonl", ".ndjson", ".tsv", ".txt")
 
@@ -43,7 +46,14 @@ PATH_COLUMNS = (
 
 LABEL_COLUMNS = ("label", "class", "class_name", "category", "target", "y")
 
-_COLUMN_NAMES = "'path' (or file_name, filename, image ...) and 'label' (or class, category, target; text or integer)"
+MULTI_LABEL_COLUMNS = ("labels", "tags")  # each image's set of classes
+
+LABEL_SEPARATOR = ";"  # between the labels of one CSV cell
+
+_COLUMN_NAMES = (
+    "'path' (or file_name, filename, image ...) and 'label' (or class, category, target; text or integer), or "
+    "'labels' for several"
+)
 
 
 def split_lists(root: Path) -> dict[str, Path]:
@@ -112,12 +122,17 @@ def read_list(path: Path) -> Split:
         raise DataError(f"{path}: unknown list format {suffix!r}; use .csv (path,label) or .jsonl")
     if not rows:
         raise DataError(f"{path}: the list is empty")
-    rows = [(p, class_name(label)) for p, label in rows]
-    names = sorted({label for _, label in rows}, key=label_order)
+    sets = [[class_name(label) for label in (labels if isinstance(labels, tuple) else [labels])] for _, labels in rows]
+    names = sorted({label for labels in sets for label in labels}, key=label_order)
     index = {name: i for i, name in enumerate(names)}
     paths = [(path.parent / p) if not os.path.isabs(p) else Path(p) for p, _ in rows]
     _refuse_repeats(path, paths, lines)
-    labels = torch.tensor([index[label] for _, label in rows], dtype=torch.long)
+    if isinstance(rows[0][1], tuple):  # a labels column: each image's set of classes
+        if not names:
+            raise DataError(f"{path}: no image has a label; list at least one class in the labels column")
+        labels = multi_hot([[index[label] for label in labels] for labels in sets], len(names))
+    else:
+        labels = torch.tensor([index[labels[0]] for labels in sets], dtype=torch.long)
     return Split(labels=labels, class_names=names, paths=paths, source=str(path))
 
 
@@ -130,11 +145,13 @@ def _list_text(path: Path) -> str:
         raise DataError(f"{path}: cannot read the list ({first_line(err)})") from None
 
 
-def _jsonl_rows(path: Path, text: str) -> tuple[list[tuple[str, str]], list[int]]:
-    """(path, label) of each object of a JSONL list, and the line each is on; the first object names the keys."""
-    rows: list[tuple[str, str]] = []
+def _jsonl_rows(path: Path, text: str) -> tuple[list[tuple[str, str | tuple]], list[int]]:
+    """(path, label) of each object of a JSONL list, and the line each is on; the first object names the keys. The
+    label of a `labels` key is a tuple: the image's classes."""
+    rows: list[tuple[str, str | tuple]] = []
     lines: list[int] = []  # each row's line in the file
     keys: tuple[str, str] | None = None
+    multi = False
     for line_no, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
@@ -148,16 +165,17 @@ def _jsonl_rows(path: Path, text: str) -> tuple[list[tuple[str, str]], list[int]
         except RecursionError:
             row = None
         if keys is None and isinstance(row, dict) and (found := _columns(list(row))) is not None:
-            keys = tuple(list(row)[i] for i in found)  # the first object's names hold for every line
+            keys = tuple(list(row)[i] for i in found[:2])  # the first object's names hold for every line
+            multi = found[2]
             _refuse_split_column(path, list(row))
-        if (
-            keys is None
-            or not isinstance(row, dict)
-            or not isinstance(row.get(keys[0]), str)
-            or not _is_label(row.get(keys[1]))
-        ):
+        value = row.get(keys[1]) if keys is not None and isinstance(row, dict) else None
+        if multi and isinstance(row, dict) and isinstance(row.get(keys[0]), str):
+            rows.append((row[keys[0]], _label_set(value, f"{path}:{line_no}")))
+            lines.append(line_no)
+            continue
+        if keys is None or not isinstance(row, dict) or not isinstance(row.get(keys[0]), str) or not _is_label(value):
             raise DataError(f"{path}:{line_no}: expected a JSON object with {_COLUMN_NAMES}")
-        rows.append((row[keys[0]], str(row[keys[1]])))
+        rows.append((row[keys[0]], str(value)))
         lines.append(line_no)
     return rows, lines
 
@@ -170,12 +188,16 @@ def _csv_rows(path: Path, text: str, delimiter: str) -> tuple[list[tuple[str, st
         table += [(line_no, row) for line_no, row in enumerate(reader, 1) if row]
     except csv.Error as err:  # a field over csv's size limit, a NUL byte, an unclosed quote
         raise DataError(f"{path}:{reader.line_num}: not a valid CSV line ({first_line(err)})") from None
-    columns = (0, 1)
+    columns, multi = (0, 1), False
     if table and _csv_header(path, table):
-        columns = _header_columns(path, table[0][1])
+        *columns, multi = _header_columns(path, table[0][1])
         table = table[1:]
-    rows: list[tuple[str, str]] = []
+    rows: list[tuple[str, str | tuple]] = []
     for line_no, row in table:
+        if multi and len(row) > max(columns) and row[columns[0]].strip():
+            cell = [label.strip() for label in row[columns[1]].split(LABEL_SEPARATOR) if label.strip()]
+            rows.append((row[columns[0]].strip(), _label_set(cell, f"{path}:{line_no}")))
+            continue
         if len(row) <= max(columns) or not row[columns[0]].strip() or not _is_label(row[columns[1]].strip()):
             shown = repr(row) if len(repr(row)) < 80 else repr(row)[:77] + "..."
             raise DataError(
@@ -185,8 +207,9 @@ def _csv_rows(path: Path, text: str, delimiter: str) -> tuple[list[tuple[str, st
     return rows, [line_no for line_no, _ in table]
 
 
-def _header_columns(path: Path, header: list[str]) -> tuple[int, int]:
-    """(path column, label column) a CSV list's header names; a header naming neither is an error."""
+def _header_columns(path: Path, header: list[str]) -> tuple[int, int, bool]:
+    """(path column, label column, whether it is a labels column) a CSV list's header names; a header naming neither
+    is an error."""
     columns = _columns(header)
     _refuse_split_column(path, header)
     if columns is None:
@@ -220,13 +243,29 @@ def _refuse_split_column(path: Path, names: list) -> None:
         )
 
 
-def _columns(names: list) -> tuple[int, int] | None:
-    """(path column, label column) named in a CSV header or a JSON object's keys (any case), None unless both are."""
+def _columns(names: list) -> tuple[int, int, bool] | None:
+    """(path column, label column, whether it is a labels column: each image's set of classes) named in a CSV header
+    or a JSON object's keys (any case), None unless both are; one label wins over a set where both are named."""
     lowered = [str(n).strip().lower() for n in names]
-    found = tuple(
-        next((lowered.index(n) for n in group if n in lowered), None) for group in (PATH_COLUMNS, LABEL_COLUMNS)
+    path, label, labels = (
+        next((lowered.index(n) for n in group if n in lowered), None)
+        for group in (PATH_COLUMNS, LABEL_COLUMNS, MULTI_LABEL_COLUMNS)
     )
-    return None if None in found else found
+    if path is None or label is None and labels is None:
+        return None
+    return (path, label, False) if label is not None else (path, labels, True)
+
+
+def _label_set(value, where: str) -> tuple[str, ...]:
+    """The classes of one image in a labels column: a list of labels (JSONL) or a CSV cell's; none is allowed."""
+    if not isinstance(value, list) or not all(_is_label(v) for v in value):
+        raise DataError(
+            f'{where}: expected a list of labels (JSON: "labels": ["cat", "dog"]; CSV: cat;dog), '
+            f"each text of at most {MAX_LABEL} characters or an integer; [] or an empty cell for none"
+        )
+    if len(set(map(str, value))) != len(value):
+        raise DataError(f"{where}: a label is given twice ({value!r}); list each class of an image once")
+    return tuple(map(str, value))
 
 
 def _csv_header(path: Path, table: list[tuple[int, list[str]]]) -> bool:

@@ -1,6 +1,6 @@
 """Parquet files as Hugging Face `datasets` writes them, read through pyarrow (`pip install vitkit[parquet]`): an image
 column of {bytes, path} structs, an integer label column, class names from the `ClassLabel` feature in the schema
-metadata. Their samples come in row-group windows (see `loader.block_order`) so a worker reads each row group once.
+metadata; a `Sequence(ClassLabel)` column (a list of class indices per row) makes a multi-label set. Their samples come in row-group windows (see `loader.block_order`) so a worker reads each row group once.
 """
 
 from __future__ import annotations
@@ -73,11 +73,21 @@ def _columns(file, path: Path) -> tuple[str, str | None, list[str] | None]:
         raise DataError(
             f"{path}: no image column (a Hugging Face Image feature, or a column named 'image'); found {', '.join(schema.names)}"
         )
-    label = next((k for k, f in features.items() if isinstance(f, dict) and f.get("_type") == "ClassLabel"), None)
+    label = next((k for k, f in features.items() if _class_label(f) is not None), None)
     if label is None:
         label = next((n for n in ("label", "labels", "cls", "fine_label") if n in schema.names), None)
-    names = features.get(label, {}).get("names") if label in features and isinstance(features[label], dict) else None
+    names = _class_label(features.get(label)).get("names") if _class_label(features.get(label)) else None
     return image, label, names
+
+
+def _class_label(feature) -> dict | None:
+    """The ClassLabel of a Hugging Face feature: itself, or that of a sequence of them (Sequence(ClassLabel), List, or
+    the [ClassLabel] list form: each row's classes); None for any other feature."""
+    if isinstance(feature, list) and len(feature) == 1:
+        feature = feature[0]
+    elif isinstance(feature, dict) and feature.get("_type") in ("Sequence", "List", "LargeList"):
+        feature = feature.get("feature")
+    return feature if isinstance(feature, dict) and feature.get("_type") == "ClassLabel" else None
 
 
 def read_parquet(files: list[Path]) -> tuple[list, list[str], list[str] | None]:
@@ -101,8 +111,13 @@ def read_parquet(files: list[Path]) -> tuple[list, list[str], list[str] | None]:
                 records.append(ParquetRow(str(path), group, row, index))
                 index += 1
         # no label column: images alone ("" for all); a null in a label column: no label, as Hugging Face's -1
-        raw += ["" if not label else NO_LABEL if v is None else str(v) for v in values]
+        raw += ["" if not label else NO_LABEL if v is None else _raw_label(v) for v in values]
     return records, raw, names
+
+
+def _raw_label(value) -> str | tuple[str, ...]:
+    """A row's label as the shard reader numbers it: text, or a tuple for a list of labels (a multi-label row)."""
+    return tuple(str(v) for v in value) if isinstance(value, list) else str(value)
 
 
 def _check_row_group(path: Path, group, index: int, image: str) -> None:

@@ -21,8 +21,8 @@ import torch
 from vitkit.errors import DataError
 from vitkit.limits import check_class_index, is_class_index
 
-from ..split import SPLIT_NAMES, MissingSplit, Split, held_out, label_order, split_folders
-from .parquet import read_parquet
+from ..split import SPLIT_NAMES, MissingSplit, Split, held_out, label_order, multi_hot, split_folders
+from .parquet import NO_LABEL, read_parquet
 from .tar import TarMember, read_tars, refuse_unfinished
 
 SHARD_SUFFIXES = (".tar", ".parquet")
@@ -152,6 +152,8 @@ def _labels(
     is one error naming the sample (`records[i]`)."""
     if all(r == "" for r in raw):
         return torch.zeros(len(raw), dtype=torch.long), ["unlabeled"]
+    if any(isinstance(r, tuple) for r in raw):  # lists of labels: a multi-label set
+        return _label_sets(raw, known, source, records, origin)
     if "" in raw:  # one shard without labels among labelled ones
         raise DataError(
             f"{records[raw.index('')]}: has no .cls or .json label, where other samples have one; every sample "
@@ -190,6 +192,45 @@ def _labels(
     names = sorted(set(raw), key=label_order)
     index = {name: i for i, name in enumerate(names)}
     return torch.tensor([index[r] for r in raw], dtype=torch.long), names
+
+
+def _label_sets(
+    raw: list, known: list[str] | None, source: str, records: list, origin: str
+) -> tuple[torch.Tensor, list[str]]:
+    """(N, K) multi-hot labels and class names of samples that each have a list of labels (a .json "labels" list, a
+    Parquet Sequence(ClassLabel) column); indices and names read as `_labels` reads one label."""
+    single = next((i for i, r in enumerate(raw) if not isinstance(r, tuple)), None)
+    if single is not None:
+        several = next(i for i, r in enumerate(raw) if isinstance(r, tuple))
+        what = "no label" if raw[single] in ("", NO_LABEL) else f"one label ({raw[single]!r})"
+        raise DataError(
+            f"{records[single]}: has {what}, where {records[several]} has a list of labels; give every sample a list "
+            "of its labels ([] for none)"
+        )
+    flat = [label for labels in raw for label in labels]
+    if not known and not all(map(is_class_index, flat)) and any(map(is_class_index, flat)):
+        raise DataError(
+            f"{source}: labels mix class indices and class names; use one kind, or list the class names in "
+            "classes.txt beside the shards (an index then counts in it)"
+        )
+    if known:
+        names = list(known)
+    elif flat and all(map(is_class_index, flat)):
+        names = [str(i) for i in range(max(int(label) for label in flat) + 1)]
+    else:
+        names = sorted(set(flat), key=label_order)
+    index = {name: i for i, name in enumerate(names)}
+    rows = []
+    for labels, record in zip(raw, records):
+        row = [int(label) if is_class_index(label) else index.get(label, -1) for label in labels]
+        bad = next((label for label, i in zip(labels, row) if not 0 <= i < len(names)), None)
+        if bad is not None:
+            raise DataError(
+                f"{record}: label {bad!r} is not one of the {len(names)} classes"
+                f"{f' of {origin}' if known else ''}; fix the label"
+            )
+        rows.append(row)
+    return multi_hot(rows, len(names)), names
 
 
 def open_sharded(path: str | os.PathLike, split: str, *, val_fraction: float = 0.1, seed: int = 0) -> Split:

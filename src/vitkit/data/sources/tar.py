@@ -1,7 +1,7 @@
 """Tar shards, WebDataset-style: reading them, and writing an image set as shards.
 
 A tar shard holds samples as members `KEY.jpg|jpeg|png|webp` + `KEY.cls` (the label: a class index or
-name) or `KEY.json` ({"label": ...}); class names come from `classes.txt` (one a line) beside the shards,
+name) or `KEY.json` ({"label": ...}, or {"labels": [...]}: a multi-label sample's classes); class names come from `classes.txt` (one a line) beside the shards,
 where an index counts in it and a name must be in it; without it indices are named by their numbers, names are
 sorted, and the two kinds do not mix. Tars are indexed once (member offsets from the headers), so any sample is
 read with one seek: the data order, its exact resume, the split across torchrun ranks and DataLoader workers and
@@ -239,8 +239,14 @@ def _tarfile_members(path: Path):
         raise tarfile.ReadError(f"damaged header ({first_line(err)})") from None
 
 
-def _parse_label(data: bytes, ext: str, name: str) -> str:
-    what = 'a JSON object with "label": a class index or name' if ext == ".json" else "a class index or name"
+def _parse_label(data: bytes, ext: str, name: str) -> str | tuple[str, ...]:
+    """The label of a sample's .cls or .json member: a class index or name, or (a .json's "labels" list) a tuple of
+    them, the classes of a multi-label sample."""
+    what = (
+        'a JSON object with "label": a class index or name, or "labels": a list of them'
+        if ext == ".json"
+        else "a class index or name"
+    )
     if len(data) > MAX_LABEL_BYTES:
         raise DataError(f"{name}: a label of over {MAX_LABEL_BYTES:,} bytes; expected {what}")
     try:
@@ -248,14 +254,25 @@ def _parse_label(data: bytes, ext: str, name: str) -> str:
             label = data.decode().strip()
         else:
             value = json.loads(data)
+            if isinstance(value, dict) and "labels" in value:
+                labels = value["labels"]
+                if not isinstance(labels, list) or not all(_is_one_label(v) for v in labels):
+                    raise ValueError
+                for label in map(str, labels):
+                    check_class_index(label, name, DataError)
+                return tuple(map(str, labels))
             label = value.get("label", value.get("cls")) if isinstance(value, dict) else value
-            if label is None or isinstance(label, (dict, list, float)):
+            if not _is_one_label(label):
                 raise ValueError
             label = str(label)
     except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: JSON nested thousands deep
         raise DataError(f"{name}: expected {what}") from None
     check_class_index(label, name, DataError)
     return label
+
+
+def _is_one_label(value) -> bool:
+    return value is not None and not isinstance(value, (dict, list, float))
 
 
 def read_tars(files: list[Path]) -> tuple[list, list[str], list[str]]:
@@ -342,7 +359,7 @@ def _write_shard(target: Path, split: Split, samples: np.ndarray, bad: BadFiles 
                     continue
                 suffix = _suffix(data, str(record))
                 key = f"{i:09d}"
-                for name, payload in ((key + suffix, data), (key + ".cls", str(int(split.labels[i])).encode())):
+                for name, payload in ((key + suffix, data), _label_member(key, split.labels[i])):
                     info = tarfile.TarInfo(name)
                     info.size = len(payload)
                     tar.addfile(info, io.BytesIO(payload))
@@ -350,6 +367,14 @@ def _write_shard(target: Path, split: Split, samples: np.ndarray, bad: BadFiles 
         tmp.unlink(missing_ok=True)  # a refused file or a kill: no half shard left (the folder stays marked)
         raise
     os.replace(tmp, target)
+
+
+def _label_member(key: str, label) -> tuple[str, bytes]:
+    """(name, bytes) of a sample's label member: KEY.cls holding its class index, or for a multi-label sample
+    KEY.json holding {"labels": [its class indices]}."""
+    if label.ndim == 1:
+        return key + ".json", json.dumps({"labels": label.nonzero().flatten().tolist()}).encode()
+    return key + ".cls", str(int(label)).encode()
 
 
 def _sample_bytes(index: int, record, bad: BadFiles | None) -> bytes | None:
