@@ -58,6 +58,9 @@ def test_a_multi_label_list_trains_evaluates_predicts_and_converts(tmp_path, run
     assert " mAP " in scored.stdout and result["n"] == 12 and set(result["per_class_ap"]) == {"blue", "green", "red"}
     assert result["map"] > 0.9 and result["f1"] > 0.8  # the colours are easy: learned in 30 steps
 
+    knn = vitkit_cmd("knn", run, "--test-split", "val")
+    assert knn.returncode == 2 and "score one label per image" in knn.stderr
+
     two = next(r for r in rows[36:] if len(r["labels"]) == 2)  # a val image with two labels
     image = tmp_path / "data" / two["path"]
     hf, timm = tmp_path / "hf", tmp_path / "m.safetensors"

@@ -23,6 +23,7 @@ examples:
                                                    data-parallel (DDP); add train.strategy=fsdp to shard
   vitkit train --config configs/pretrain_masked_patch.yaml --out runs/mpp    self-supervised, labels unused
   vitkit train --data ~/unlabeled --out runs/mpp train.objective=masked_patch   a folder of images, no class folders
+  vitkit train --data tags/ --out runs/tags train.objective=multi_label   several labels per image (a "labels" list)
 
 Without --data or data.path the data is Fashion-MNIST from $VITKIT_DATA or /usr/share/datasets/fashion-mnist
 (sudo apt-get install dataset-fashion-mnist). Keys: model.name, model.init and any model field (width, depth,

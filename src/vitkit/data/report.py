@@ -42,7 +42,8 @@ def summary_lines(s: dict, opened: dict) -> list[str]:
     lines = [
         f"data     {s['path'] or '(default: Fashion-MNIST)'}",
         f"format   {s['format']}",
-        f"classes  {s['classes']}: {', '.join(s['class_names'][:12])}{' ...' if len(s['class_names']) > 12 else ''}",
+        f"classes  {s['classes']}: {', '.join(s['class_names'][:12])}{' ...' if len(s['class_names']) > 12 else ''}"
+        + (" (several labels per image: train.objective=multi_label)" if s.get("multi_label") else ""),
         *(_split_line(split, row) for split, row in s["splits"].items()),
         *_size_lines(s["sizes"]),
     ]

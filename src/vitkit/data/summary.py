@@ -127,6 +127,7 @@ def describe(splits: dict[str, Split | str], sizes_of: str, path=None, name: str
         "format": data_format(path, name),
         "classes": len(names),
         "class_names": names,
+        "multi_label": opened[sizes_of].multi_label,  # each image a list of labels: images per class count each once
         "splits": rows,
         "sizes": {"split": sizes_of, **image_sizes(opened[sizes_of])},
         "copies_of_training_images": copies_of_training_images(opened),

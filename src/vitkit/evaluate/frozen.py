@@ -38,8 +38,16 @@ class Frozen:
         return list(self.model.config.image_size)
 
     def open(self, split: str, flag: str = "--train-split"):
+        from vitkit.errors import DataError
+
         c = self.model.config
-        return self.spec.open(split, channels=c.in_chans, image_size=c.image_size[0], flag=flag)
+        opened = self.spec.open(split, channels=c.in_chans, image_size=c.image_size[0], flag=flag)
+        if opened.multi_label:  # their classifiers pick one class per image
+            raise DataError(
+                f"{opened.source}: gives each image a list of labels; few-shot, k-NN and the linear probe score one "
+                "label per image (vitkit eval scores a multi-label model: mAP, per-class AP, F1)"
+            )
+        return opened
 
 
 @dataclass
