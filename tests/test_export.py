@@ -10,7 +10,7 @@ import torch
 import vitkit
 from vitkit.checkpoint import save_pretrained
 from vitkit.errors import CheckpointError, ConfigError
-from vitkit.inference.export import export, run_exported, verify
+from vitkit.inference.export import export, preprocessing, run_exported, verify
 
 
 @pytest.fixture
@@ -256,7 +256,9 @@ def test_onnx_export_is_one_file_with_class_names_and_preprocessing(model, tmp_p
     assert [p.name for p in tmp_path.iterdir()] == ["m.onnx"]  # no unmentioned m.onnx.data
     props = {p.key: json.loads(p.value) for p in onnx.load(str(path)).metadata_props}
     assert props["class_names"] == names and props["crop_pct"] == 0.875 and props["input_size"] == [3, 16, 20]
-    assert props["mean"] == [0.5, 0.5, 0.5]
+    assert props["mean"] == [0.5, 0.5, 0.5] and props["problem_type"] == "single_label_classification"
+    multi = preprocessing(model, {"problem_type": "multi_label_classification"})  # a sigmoid per class
+    assert multi["problem_type"] == "multi_label_classification"
 
 
 @pytest.mark.openvino

@@ -82,6 +82,8 @@ def preprocessing(model: VisionTransformer, metadata: dict | None = None) -> dic
         "crop_pct": metadata.get("preprocess", {}).get("crop_pct", 1.0),
         "channels": "grayscale (ITU-R 601 luma)" if c.in_chans == 1 else "RGB",
         "dynamic_size": dynamic_size(model),  # any height and width, multiples of the patch size
+        # the outputs: a softmax over classes, or for multi_label_classification a sigmoid per class
+        "problem_type": metadata.get("problem_type", "single_label_classification"),
     }
 
 

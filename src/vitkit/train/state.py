@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from vitkit.checkpoint.io import read_torch
-from vitkit.checkpoint.native import is_native, load_native, read_native_config, write_pretrained
+from vitkit.checkpoint.native import is_multi_label, is_native, load_native, read_native_config, write_pretrained
 from vitkit.checkpoint.runs import STATE_JSON, resolve, step_checkpoints
 from vitkit.data.split import described, same_images
 from vitkit.errors import CheckpointError, ConfigError, DataError
@@ -327,7 +327,13 @@ def check_resumable(config: RunConfig, out: Path, env: Setup, data: Data, loaded
     refuse_another_model(model.config, config.model_config(num_classes=len(data.class_names)), newest)
     if progress["step"] >= t.steps:
         refuse_changes_with_nothing_to_train(config, out, progress["step"])
-    check_same_images(read_native_config(newest)[1].get("data"), data.record, newest)
+    saved = read_native_config(newest)[1]
+    check_same_images(saved.get("data"), data.record, newest)
+    if is_multi_label(saved) != (t.objective == "multi_label"):  # a sigmoid head does not continue as a softmax one
+        started = "multi_label" if is_multi_label(saved) else saved.get("objective", "classification")
+        raise ConfigError(
+            f"train.objective: this run was started with {started}; resume it with train.objective={started}"
+        )
     batch = (
         "train.micro_batch" if t.micro_batch else "train.batch_size"
     )  # the key the user set: a micro-batch is the batch unless split
