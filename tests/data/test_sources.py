@@ -493,6 +493,7 @@ def test_lists_with_several_labels_per_image_read_as_multi_hot_rows_in_csv_and_j
     assert train.labels.tolist() == [[0, 1, 1], [0, 0, 1], [0, 0, 0], [1, 1, 0]]
     assert val.labels.tolist() == [[0, 1, 0], [1, 0, 1]]  # val's own classes were bird, cat, dog too: same places
     assert train.class_counts().tolist() == [1, 2, 2]
+    assert [train.label_text(y) for y in train.labels] == ["cat+dog", "dog", "(none)", "bird+cat"]  # as inspect titles
     check_compatible(train, val)
     (tmp_path / "val.jsonl").write_text(json.dumps({"path": "images/a/5.png", "labels": ["dog"]}) + "\n")
     only_dog = spec.open("val", channels=3, image_size=8)

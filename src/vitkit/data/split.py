@@ -65,6 +65,12 @@ class Split:
             return self.labels.sum(0, dtype=torch.long).numpy()
         return np.bincount(self.labels.numpy(), minlength=len(self.class_names))
 
+    def label_text(self, label: torch.Tensor) -> str:
+        """One image's label as words: its class name, or its classes joined by '+' ('(none)' for an empty set)."""
+        if self.multi_label:
+            return "+".join(self.class_names[int(k)] for k in label.nonzero().flatten()) or "(none)"
+        return self.class_names[int(label)]
+
     def describe(self) -> dict:
         """Exactly which images these are: where from, which part, how many, and a digest of the images themselves."""
         return {"source": self.source, "selection": self.selection, "n": len(self), "digest": self.digest()}

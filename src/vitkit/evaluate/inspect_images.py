@@ -122,7 +122,7 @@ def recorded_images(opts, metadata: dict, config) -> Chosen:
     spec = DataSpec.from_checkpoint(metadata, opts.checkpoint, data=opts.data)
     name, split = _inspected_split(spec, opts.split, config)
     pixels, part, order, skipped = _read_in_class_turn(split, opts, config, crop_pct(metadata))
-    truth = [split.class_names[int(k)] for k in part.labels]
+    truth = [split.label_text(label) for label in part.labels]
     files = part.paths is not None and all(isinstance(p, (str, os.PathLike)) for p in part.paths)
     comparable = part.paths is not None and all(copies.comparable(p) for p in part.paths)  # files and tar members
     shown = [str(p) for p in part.paths] if files or comparable else [f"{name} image {i}" for i in order]
@@ -154,8 +154,10 @@ def _read_in_class_turn(split, opts, config, crop_pct: float):
     from vitkit.data.augment import resize_center_crop
 
     labels = split.labels.numpy()
-    by_class = [np.flatnonzero(labels == k) for k in range(len(split.class_names))]
+    in_class = (lambda k: labels[:, k]) if split.multi_label else (lambda k: labels == k)  # several: in each of them
+    by_class = [np.flatnonzero(in_class(k)) for k in range(len(split.class_names))]
     order = [c[i] for i in range(max(map(len, by_class), default=0)) for c in by_class if i < len(c)]
+    order = list(dict.fromkeys(order))  # an image of several classes is shown once
     if split.paths is None:  # arrays in memory: read as eval reads them
         order = order[: opts.num_images]
         part = split.subset(np.array(order, dtype=np.int64))
