@@ -268,3 +268,17 @@ def test_a_pre_logits_model_refused_by_hf_is_pointed_to_every_format_that_holds_
         back = vitkit.checkpoint.load_pretrained(tmp_path / name).eval()
         with torch.no_grad():
             torch.testing.assert_close(back(x), model(x))
+
+
+def test_transformers_problem_type_is_written_for_a_multi_label_model_and_read_without_vitkit_s_record(
+    make_model, tmp_path
+):
+    multi = {"problem_type": "multi_label_classification", "class_names": ["a", "b", "c"]}
+    save_checkpoint(make_model(num_classes=3), tmp_path / "hf", "hf", metadata=multi)
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert config["problem_type"] == "multi_label_classification"  # transformers trains it with BCEWithLogitsLoss
+    config.pop("vitkit")  # as transformers' own save_pretrained writes it
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(config))
+    assert vitkit.checkpoint.read_metadata(tmp_path / "hf")["problem_type"] == "multi_label_classification"
+    save_checkpoint(make_model(num_classes=3), tmp_path / "single", "hf")  # a softmax head: no problem_type written
+    assert "problem_type" not in json.loads((tmp_path / "single" / "config.json").read_text())
