@@ -45,6 +45,8 @@ TINY = [
 def test_a_multi_label_list_trains_evaluates_predicts_and_converts(tmp_path, run_cli, vitkit_cmd):
     rows = make_data(tmp_path / "data")
     data, run = tmp_path / "data", tmp_path / "run"
+    shown = vitkit_cmd("data", data, "--samples", "2", "--out", tmp_path / "preview", "model.image_size=16")
+    assert shown.returncode == 0 and "3: blue, green, red (several labels per image" in shown.stdout, shown.stderr
     refused = vitkit_cmd("train", "--data", data, "--out", tmp_path / "softmax", *TINY)
     assert refused.returncode == 2 and "train with train.objective=multi_label" in refused.stderr
     trained = run_cli("train", "--data", data, "--out", run, *TINY, "train.objective=multi_label")

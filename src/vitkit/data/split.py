@@ -66,10 +66,7 @@ class Split:
         return np.bincount(self.labels.numpy(), minlength=len(self.class_names))
 
     def label_text(self, label: torch.Tensor) -> str:
-        """One image's label as words: its class name, or its classes joined by '+' ('(none)' for an empty set)."""
-        if self.multi_label:
-            return "+".join(self.class_names[int(k)] for k in label.nonzero().flatten()) or "(none)"
-        return self.class_names[int(label)]
+        return label_text(label, self.class_names)
 
     def describe(self) -> dict:
         """Exactly which images these are: where from, which part, how many, and a digest of the images themselves."""
@@ -165,6 +162,13 @@ def split_folders(root: Path) -> dict[str, Path]:
         if folders:
             found[split] = folders[0]
     return found
+
+
+def label_text(label: torch.Tensor, names: list[str]) -> str:
+    """One image's label as words: its class name, or (a multi-hot row) its classes joined by '+', '(none)' for none."""
+    if label.ndim == 1:
+        return "+".join(names[int(k)] for k in label.nonzero().flatten()) or "(none)"
+    return names[int(label)]
 
 
 def multi_hot(rows: list[list[int]], num_classes: int) -> torch.Tensor:

@@ -134,6 +134,7 @@ def _samples(config, split: str, summary: dict, count: int, out: Path, say) -> d
     """The first `count` images of the first training batch of `split`, as training augments them, written to `out`
     (a split holding fewer images than a batch: one batch of all of it)."""
     from vitkit.data.report import write_samples
+    from vitkit.data.split import label_text
     from vitkit.train import first_batch_pixels
 
     d, t = config.data, config.train
@@ -147,7 +148,7 @@ def _samples(config, split: str, summary: dict, count: int, out: Path, say) -> d
         f"the first {len(pixels)} images of the first training batch of {summary['splits'][split]['source']} "
         f"(seed {t.seed}{smaller}), as training augments them before normalisation"
     )
-    written = {**write_samples(out, pixels, [names[int(y)] for y in labels], which), "seed": t.seed}
+    written = {**write_samples(out, pixels, [label_text(y, names) for y in labels], which), "seed": t.seed}
     say(f"samples: {out / 'samples.png'} and {out / 'samples.npy'} {tuple(pixels.shape)} uint8: {which}")
     return written
 
