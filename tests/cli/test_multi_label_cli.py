@@ -53,6 +53,9 @@ def test_a_multi_label_list_trains_evaluates_predicts_and_converts(tmp_path, run
     assert trained.returncode == 0, trained.stderr
     assert "step 30: val top-1" in trained.stdout and "mAP" in trained.stdout
     assert json.loads((run / "final" / "config.json").read_text())["problem_type"] == "multi_label_classification"
+    summary = json.loads((run / "summary.json").read_text())
+    logged = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert summary["objective"] == "multi_label" and summary["final_val_map"] == logged[-1]["val_map"] > 0.9
 
     scored = vitkit_cmd("eval", run, "--split", "val", "--json")
     assert scored.returncode == 0, scored.stderr

@@ -511,6 +511,7 @@ def _summary(
     return {
         "final_val_top1": val_metrics.get("top1"),
         "final_val_top5": val_metrics.get("top5"),
+        **{f"final_val_{k}": val_metrics.get(k) for k in run.objective.also_logged},  # multi-label: map, f1
         "best_val_top1": progress["best_val_top1"],
         "best_step": progress["best_step"],
         "val_split": config.data.val_split,
