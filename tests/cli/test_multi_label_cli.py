@@ -80,3 +80,4 @@ def test_a_multi_label_list_trains_evaluates_predicts_and_converts(tmp_path, run
     assert sorted(a["label"] for a in answers["run"]) == sorted(two["labels"])  # several labels, each over 0.5
     assert answers["hf"] == answers["m.safetensors"] == answers["run"]
     assert json.loads((tmp_path / "hf" / "config.json").read_text())["problem_type"] == "multi_label_classification"
+    assert "multi_label_classification" in vitkit_cmd("info", timm).stdout

@@ -77,6 +77,8 @@ def _held(meta: dict) -> dict[str, str]:
         rows["resize"] = f"{preprocess.get('crop_mode', 'center')}, {preprocess.get('interpolation', 'bilinear')}"
     if meta.get("objective"):
         rows["objective"] = meta["objective"]
+    if meta.get("problem_type"):  # multi_label_classification: a sigmoid per class
+        rows["problem_type"] = meta["problem_type"]
     data = meta.get("data") or {}
     for split, record in (data.get("splits") or {}).items():
         if isinstance(record, dict) and {"source", "selection", "n"} <= record.keys():
