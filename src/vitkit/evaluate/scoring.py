@@ -105,10 +105,11 @@ def score_multilabel(opts, model, meta: dict, device) -> Scored:
     """`vitkit eval` of a multi-label checkpoint: mAP, per-class AP, and precision, recall and F1 at --threshold."""
     from vitkit.checkpoint.runs import describe, step_of
     from vitkit.data import BadFiles
+    from vitkit.data.images import crop_of
     from vitkit.evaluate.metrics import THRESHOLD, evaluate_multilabel
 
     spec, which, split = open_scored_split(opts, meta, model.config)
-    crop_pct = meta.get("preprocess", {}).get("crop_pct", 1.0)
+    crop_pct = crop_of(meta)  # the checkpoint's resize, filter and crop
     bad = BadFiles("skip" if opts.skip_unreadable else "fail", hint="; --skip-unreadable scores without such files")
     batches, runner, _ = _runners(opts, model, meta, spec, which, split, device, crop_pct, bad)
     threshold = getattr(opts, "threshold", None) or THRESHOLD
