@@ -148,16 +148,17 @@ def evaluate_multilabel(
     autocast_dtype: torch.dtype | None = None,
     runner: Callable[[torch.Tensor], torch.Tensor] | None = None,
     threshold: float = THRESHOLD,
+    keep_size: bool = False,
 ) -> dict:
     """Run `model` over (uint8 images, multi-hot labels) batches, each class a sigmoid: `multilabel_scores`, the mean
     binary cross-entropy, and top1/top5: the share of images whose 1 (any of 5) highest-scored classes hold one of
-    theirs (an image without labels counts as a miss), as single-label top-k reads."""
+    theirs (an image without labels counts as a miss), as single-label top-k reads. keep_size as in `evaluate`."""
     was_training = model.training
     model.eval()
     c = model.config
     probs, truth, loss_sum = [], [], 0.0
     for images, labels in batches:
-        x = eval_transform(images, c.image_size, crop_pct, c.mean, c.std)
+        x = eval_transform(images, tuple(images.shape[-2:]) if keep_size else c.image_size, crop_pct, c.mean, c.std)
         with torch.autocast(x.device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
             logits = (runner or model)(x).float()
         hot = labels if labels.ndim == 2 else nn.functional.one_hot(labels, logits.shape[-1])

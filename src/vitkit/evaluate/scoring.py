@@ -113,7 +113,10 @@ def score_multilabel(opts, model, meta: dict, device) -> Scored:
     bad = BadFiles("skip" if opts.skip_unreadable else "fail", hint="; --skip-unreadable scores without such files")
     batches, runner, _ = _runners(opts, model, meta, spec, which, split, device, crop_pct, bad)
     threshold = getattr(opts, "threshold", None) or THRESHOLD
-    m = evaluate_multilabel(model.to(device), batches, crop_pct=crop_pct, runner=runner, threshold=threshold)
+    keep = getattr(opts, "keep_aspect", False)  # each image at its own aspect ratio, on the patch grid
+    m = evaluate_multilabel(
+        model.to(device), batches, crop_pct=crop_pct, runner=runner, threshold=threshold, keep_size=keep
+    )
     names, step = meta.get("class_names") or split.class_names, step_of(opts.checkpoint)
     skipped = f", {len(bad)} unreadable skipped" if len(bad) else ""
     result = {
