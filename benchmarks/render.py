@@ -47,6 +47,7 @@ ORDER = [
     "transfer",
     "paper",
     "own_images",
+    "recipes",
 ]
 START = "<!-- headline:start -->"
 END = "<!-- headline:end -->"
