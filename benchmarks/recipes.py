@@ -1,8 +1,8 @@
 """Recipe benchmark: the defaults of `vitkit train --data FOLDER` (the recipe fitted to the data) and of
 `vitkit finetune` against the best recipe a budgeted search finds, on six kinds of data.
 
-    nice python benchmarks/recipes.py --results                      # the whole benchmark (~25 CPU-minutes)
-    python benchmarks/recipes.py --datasets glyphs --budget 60 --finetune-budget 0   # a quick end-to-end check
+    nice python benchmarks/recipes.py --jobs 2 --results     # the whole benchmark: ~25 CPU-minutes on a quiet machine
+    python benchmarks/recipes.py --datasets glyphs --budget 1 --finetune-budget 0 --scale 0.3   # a quick check
 
 Each dataset is made by this script as a train/ + val/ image folder (PNG), deterministically from --seed:
 
@@ -11,16 +11,21 @@ Each dataset is made by this script as a train/ + val/ image folder (PNG), deter
 | fashion  | Fashion-MNIST (28 px grayscale), a seeded subset of its training images  | harmless  |
 | glyphs   | the digits 0-9 rendered from the machine's TrueType fonts, 32 px gray    | wrong     |
 | scenes   | RGB scenes: sky above ground, a sun, tree or house on the left or right  | wrong     |
-| shapes   | RGB mirror-symmetric shapes and stripes on noisy backgrounds             | harmless  |
+| shapes   | RGB mirror-symmetric shapes and stripes on noisy backgrounds, 32 px      | harmless  |
+| many     | 50 glyph classes (digits, capitals, distinct lowercase)                  | wrong     |
 | tiny     | Fashion-MNIST, 16 training images per class (160 in all)                 | harmless  |
-| many     | 50 glyph classes (digits, capitals, distinct lowercase), 20 per class    | wrong     |
+
+About 400 training and 300 validation images each (`DATASETS`): a small folder of one's own, where the fitted recipe
+plans its shortest run (200 steps of 64, ~15 CPU-seconds on a quiet core).
 
 The search is one factor at a time around the default (each candidate changes one thing: hflip, the crop, RandAugment
 and its strength, lr, weight decay, mixup, the length), then one run combining every change that beat the default by
-at least --combine-min points (the best of each kind). Candidates run in order until the dataset's CPU budget
-(--budget, CPU-seconds of this process) is spent; what did not fit is listed as skipped. The default is run twice
-(seeds 0 and 1): the spread of those two is the noise a gap must beat. Every figure is top-1 on val/, the split the
-search picks on, so the best is optimistic by about that noise.
+at least --combine-min points (the best of each kind). Candidates run in order until the dataset's budget (--budget,
+in runs of the default's length: a run twice as long counts 2; a count of work, so a loaded machine runs the same
+search, only slower) is spent; what did not fit is listed as skipped, and the tables give each run's CPU seconds.
+The default is run twice (seeds 0 and 1, the second after the first candidate): their spread is the noise a gap
+must beat. Every figure is top-1 on val/, the split the search picks on, so the best is optimistic by about that
+noise.
 
 Fine-tuning starts from the default run's model at 1.5x its image size, with the library's fine-tuning recipe
 (`finetune_recipe()`, one learning rate: the recipe's); where that recipe plans more than --ft-epochs passes over the
@@ -37,6 +42,7 @@ import json
 import math
 import os
 import random
+import re
 import resource
 import shutil
 import sys
@@ -208,12 +214,12 @@ def make_shapes(root: Path, seed: int = 0, train: int = 100, val: int = 50) -> d
 
 # name: (maker, images per class in train and val, whether a left-right flip keeps the class)
 DATASETS = {
-    "fashion": (make_fashion, {"train": 60, "val": 30}, True),
-    "glyphs": (make_glyphs, {"train": 60, "val": 30}, False),
-    "scenes": (make_scenes, {"train": 100, "val": 50}, False),
-    "shapes": (make_shapes, {"train": 75, "val": 40}, True),
+    "fashion": (make_fashion, {"train": 40, "val": 30}, True),
+    "glyphs": (make_glyphs, {"train": 40, "val": 30}, False),
+    "scenes": (make_scenes, {"train": 67, "val": 50}, False),
+    "shapes": (make_shapes, {"train": 50, "val": 38}, True),
+    "many": (lambda root, seed, **n: make_glyphs(root, seed, MANY, **n), {"train": 8, "val": 6}, False),
     "tiny": (make_fashion, {"train": 16, "val": 30}, True),
-    "many": (lambda root, seed, **n: make_glyphs(root, seed, MANY, **n), {"train": 12, "val": 6}, False),
 }
 
 
@@ -284,8 +290,9 @@ def finetune_run(folder: Path, start: Path, out: Path, changes: list[str], size:
 # the one-factor-at-a-time search: (kind, label, overrides); a kind's best joins the combined run
 TRAIN_SEARCH = [
     ("hflip", "hflip=0", ["augment.hflip=0"]),
-    ("randaug", "RandAugment 2/5", ["augment.randaugment_ops=2", "augment.randaugment_magnitude=5"]),
     ("length", "60 epochs", ["train.epochs=60"]),
+    ("length", "120 epochs", ["train.epochs=120"]),
+    ("randaug", "RandAugment 2/5", ["augment.randaugment_ops=2", "augment.randaugment_magnitude=5"]),
     ("crop", "rrc 0.35-1", ["augment.crop=rrc", "augment.rrc_scale=[0.35,1]"]),
     ("lr", "lr=1e-3", ["train.lr=1e-3"]),
     ("mixup", "mixup 0.2", ["augment.mixup=0.2"]),
@@ -296,8 +303,8 @@ TRAIN_SEARCH = [
     ("wd", "wd=0.01", ["train.weight_decay=0.01"]),
 ]
 FINETUNE_SEARCH = [
-    ("hflip", "hflip=0", ["augment.hflip=0"]),
     ("crop", "pad crop", ["augment.crop=pad", "augment.pad=3"]),
+    ("hflip", "hflip=0", ["augment.hflip=0"]),
     ("crop", "rrc 0.35-1", ["augment.rrc_scale=[0.35,1]"]),
     ("lr", "lr=0.003", ["train.lr=0.003"]),
     ("lr", "lr=0.03", ["train.lr=0.03"]),
@@ -318,21 +325,22 @@ def combined(tried: list[dict], baseline: float, min_gain: float) -> tuple[str, 
 
 
 def search(run, candidates: list, budget: float, min_gain: float, noise_run: bool) -> list[dict]:
-    """Run the default, (with `noise_run`) the default again with another seed, then `candidates` and their
-    combination while `budget` CPU-seconds last; `run(changes) -> {top1, cpu_s, steps}`. Every run, tried or
-    skipped, in order."""
+    """Run the default, then (with `noise_run`) the default with another seed after the first candidate, then the
+    other `candidates` and their combination while `budget` runs last (a run twice the default's length counts 2);
+    `run(changes) -> {top1, cpu_s, steps}`. Every run, tried or skipped, in order."""
     tried = [{"label": "default", "changes": [], **run([])}]
-    base, spent = tried[0], tried[0]["cpu_s"]
-    plan = [(None, "default, seed 1", ["train.seed=1"])] if noise_run else []
-    plan += list(candidates)
+    base, spent = tried[0], 1.0
+    plan = list(candidates)
+    if noise_run:
+        plan.insert(1, (None, "default, seed 1", ["train.seed=1"]))
     while plan:
         kind, label, changes = plan.pop(0)
-        longer = next((float(c.split("=")[1]) / 30 for c in changes if c.startswith("train.epochs=")), 1.0)
-        if spent + base["cpu_s"] * longer > budget:
+        cost = next((float(c.split("=")[1]) / 30 for c in changes if c.startswith("train.epochs=")), 1.0)
+        if spent + cost > budget + 1e-9:
             tried.append({"kind": kind, "label": label, "changes": changes, "top1": None, "skipped": "budget"})
             continue
         tried.append({"kind": kind, "label": label, "changes": changes, **run(changes)})
-        spent += tried[-1]["cpu_s"]
+        spent += cost
         if not plan and not any(t["label"].count(" + ") for t in tried):
             both = combined(tried, base["top1"], min_gain)
             if both:
@@ -412,34 +420,46 @@ def _table(tried: list[dict], base: float) -> list[str]:
     return lines
 
 
-def markdown(records: list[dict], header: str) -> str:
-    """Every run tried, per dataset: the page benchmarks/results/recipes.md."""
-    lines = [f"# {TITLE}", "", header, ""]
-    for r in records:
-        c = r["counts"]
-        lines += [f"## {r['name']}: {KINDS[r['name']]}", ""]
+INTRO = (
+    "Written by `benchmarks/recipes.py --results`, one section per dataset, each naming the command, machine and date "
+    "that made it. Every figure is val top-1. The default ran with seeds 0 and 1: their spread is the noise a gap "
+    "must beat. The search picks on val, so its best is optimistic by about that noise."
+)
+
+
+def section(r: dict, said: str) -> str:
+    """One dataset's runs, tried and skipped, as a section of benchmarks/results/recipes.md."""
+    c = r["counts"]
+    lines = [f"## {r['name']}: {KINDS[r['name']]}", "", said, ""]
+    lines += [
+        f"{c['classes']} classes, {c['train']} train / {c['val']} val images; "
+        f"flips {'harmless' if r['flip_safe'] else 'wrong'}.",
+        "",
+    ]
+    lines += ["`vitkit train --data` (the fitted recipe, then each run's overrides):", ""]
+    lines += _table(r["train"], r["train"][0]["top1"])
+    if r["finetune"]:
         lines += [
-            f"{c['classes']} classes, {c['train']} train / {c['val']} val images; "
-            f"flips {'harmless' if r['flip_safe'] else 'wrong'}.",
+            "",
+            f"`vitkit finetune` from the default run (val top-1 {r['start_top1']:.4f}) at {r['ft_size']} px, "
+            f"one lr; length {r['ft_length']}:",
             "",
         ]
-        lines += ["`vitkit train --data` (the fitted recipe, then each run's overrides):", ""]
-        lines += _table(r["train"], r["train"][0]["top1"]) + [""]
-        if r["finetune"]:
-            lines += [
-                f"`vitkit finetune` from the default run (val top-1 {r['start_top1']:.4f}) at {r['ft_size']} px, "
-                f"one lr; length {r['ft_length']}:",
-                "",
-            ]
-            lines += _table(r["finetune"], r["finetune"][0]["top1"]) + [""]
+        lines += _table(r["finetune"], r["finetune"][0]["top1"])
     return "\n".join(lines)
+
+
+def merged(old: str, records: list[dict], said: str) -> str:
+    """The page `old` with the sections of `records` written anew (other datasets' sections kept), in DATASETS order."""
+    sections = {chunk.split(":", 1)[0]: "## " + chunk.strip("\n") for chunk in old.split("\n## ")[1:]}
+    sections.update({r["name"]: section(r, said) for r in records})
+    return "\n\n".join([f"# {TITLE}", INTRO, *(sections[n] for n in DATASETS if n in sections)]) + "\n"
 
 
 def _row(r: dict, part: str, claim: str, model: str) -> dict:
     tried = r[part]
     base, best = tried[0], best_of(tried)
     noise, ran = noise_of(tried), [t for t in tried if t.get("top1") is not None]
-    gap = f"gap {(best['top1'] - base['top1']) * 100:+.1f} points"
     c = r["counts"]
     return {
         "id": f"recipes-{r['name']}-{part}",
@@ -447,29 +467,82 @@ def _row(r: dict, part: str, claim: str, model: str) -> dict:
         "claim": f"{KINDS[r['name']]}: {claim}",
         "figure": f"{base['top1']:.4f}",
         "unit": "val top-1",
-        "against": f"searched best {best['top1']:.4f} ({best['label']}), {gap}"
-        + (f"; seed noise {noise:.1f}" if noise is not None else ""),
+        "against": f"best {best['top1']:.4f} ({best['label']}), {(best['top1'] - base['top1']) * 100:+.1f} points"
+        + (f"; noise {noise:.1f}" if noise is not None else ""),
         "model": model,
-        "setting": f"{c['classes']} classes, {c['train']}/{c['val']} images; {len(ran)} runs, "
-        f"{sum(t['cpu_s'] for t in ran):.0f} CPU-s (results/recipes.md)",
+        "setting": f"{c['train']}/{c['val']} images, {c['classes']} classes; {len(ran)} runs, "
+        f"{sum(t['cpu_s'] for t in ran):.0f} CPU-s",
     }
 
 
 def rows(records: list[dict]) -> list[dict]:
+    """Two rows a dataset (train, finetune): the default's val top-1, against the searched best; every run tried is
+    in results/recipes.md."""
     out = []
     for r in records:
-        out.append(_row(r, "train", "`train --data` defaults", "fitted ViT (width 96, depth 6)"))
+        out.append(_row(r, "train", "`train --data` defaults", "fitted"))
         if r["finetune"]:
-            claim = f"`finetune` defaults at {r['ft_size']} px (start {r['start_top1']:.4f})"
-            out.append(_row(r, "finetune", claim, f"length {r['ft_length']}"))
+            claim = f"`finetune` defaults at {r['ft_size']} px, from {r['start_top1']:.4f}"
+            out.append(_row(r, "finetune", claim, "length " + r["ft_length"].split(", ")[-1]))
     return out
+
+
+SAID = re.compile(
+    r"^`(?P<command>.+)` on (?P<machine>.+?), (?P<date>\d{4}-\d\d-\d\d \d\d:\d\d UTC); load average (?P<load>[\d.]+)"
+)
+COUNTS = re.compile(r"^(\d+) classes, (\d+) train / (\d+) val images; flips (harmless|wrong)\.$")
+FINETUNE_LINE = re.compile(r"val top-1 ([\d.]+)\) at (\d+) px, one lr; length (.+):$")
+
+
+def _run_of(line: str) -> dict:
+    """A table line of `_table` back as a run."""
+    label, changes, top1, _, steps, cpu = (c.strip() for c in line.strip().strip("|").split(" | "))
+    run = {"label": label, "changes": [] if changes == "-" else [c.strip("`") for c in changes.split("` `")]}
+    if top1.startswith("not run"):
+        return {**run, "top1": None, "skipped": top1[len("not run (") : -1]}
+    return {**run, "top1": float(top1), "steps": int(steps), "cpu_s": float(cpu)}
+
+
+def records_from_page(text: str) -> list[tuple[dict, dict]]:
+    """Each dataset's record back from the page `merged` writes, with what its section says of the run that made it
+    (command, machine, date, load)."""
+    found = []
+    for chunk in text.split("\n## ")[1:]:
+        name, said, part = chunk.split(":", 1)[0], {}, "train"
+        record = {"name": name, "flip_safe": DATASETS[name][2], "train": [], "finetune": []}
+        for line in chunk.splitlines():
+            if SAID.match(line):
+                said = SAID.match(line).groupdict()
+            elif COUNTS.match(line):
+                classes, train, val, flips = COUNTS.match(line).groups()
+                record["counts"] = {"classes": int(classes), "train": int(train), "val": int(val)}
+            elif FINETUNE_LINE.search(line):
+                start, size, length = FINETUNE_LINE.search(line).groups()
+                record.update(start_top1=float(start), ft_size=int(size), ft_length=length)
+                part = "finetune"
+            elif line.startswith("| ") and not line.startswith("| run |"):
+                record[part].append(_run_of(line))
+        found.append((record, said))
+    return found
+
+
+def rows_from_page(page: Path) -> None:
+    """Write recipes.csv's rows anew from recipes.md (no run): each row with its section's command, machine, date."""
+    from rows import write_rows
+
+    for record, said in records_from_page(page.read_text(encoding="utf-8")):
+        table = rows([record])
+        for row in table:
+            row.update(command=said["command"], machine=said["machine"], date=said["date"])
+            row["setting"] = f"{row['setting']}; load {said['load']}"
+        write_rows("recipes", table)
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--datasets", default=",".join(DATASETS), help="comma-separated, of: " + ", ".join(DATASETS))
-    p.add_argument("--budget", type=float, default=150, help="CPU-seconds per dataset for the training search")
-    p.add_argument("--finetune-budget", type=float, default=40, help="CPU-seconds per dataset for fine-tuning (0: off)")
+    p.add_argument("--budget", type=float, default=12, help="training runs per dataset, the default's included")
+    p.add_argument("--finetune-budget", type=float, default=4, help="fine-tuning runs per dataset (0: off)")
     p.add_argument("--ft-epochs", type=float, default=5, help="most passes a fine-tuning run makes (default 5)")
     p.add_argument("--combine-min", type=float, default=1.0, help="points a change must gain to join the combination")
     p.add_argument("--scale", type=float, default=1.0, help="images per class times this (a quick check: 0.2)")
@@ -477,8 +550,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--work", help="folder for the data and runs (default: a temporary one, removed)")
     p.add_argument("--keep", action="store_true", help="keep the run folders")
     p.add_argument("--jobs", type=int, default=1, help="datasets benchmarked at once, one process each (default 1)")
+    p.add_argument("--rows-from-page", action="store_true", help="write recipes.csv from recipes.md, running nothing")
     p.add_argument("--results", action="store_true", help="write benchmarks/results/recipes.csv and recipes.md")
     args = p.parse_args(argv)
+    if args.rows_from_page:
+        rows_from_page(ROOT / "benchmarks" / "results" / "recipes.md")
+        return 0
     names = [n for n in args.datasets.split(",") if n]
     unknown = [n for n in names if n not in DATASETS]
     if unknown:
@@ -515,22 +592,21 @@ def _bench(name: str, work: Path, args) -> dict:
 
 
 def report(records: list[dict], args, wall: float, load: float) -> None:
+    """Print the sections of `records`; with --results, upsert their rows and their sections of recipes.md."""
     from rows import command, fmt, machine, today, write_rows
 
-    header = (
-        f"`{command()}` on {machine()}, {today()}; load average {load:.1f} at the start "
-        f"(a 2-core machine shared with other work), {wall / 60:.0f} min wall. One compute thread per run. "
-        "Each dataset's default ran with seeds 0 and 1; their spread is the noise. Picked on val: the best is "
-        "optimistic by about that noise."
+    said = (
+        f"`{command()}` on {machine()}, {today()}; load average {load:.1f} at the start (a machine shared with other "
+        f"work), {wall / 60:.0f} min wall by then; one compute thread per run."
     )
-    text = markdown(records, header)
-    print(text)
+    print(merged("", records, said))
     if args.results:
         table = rows(records)
         for row in table:
             row["setting"] = f"{row['setting']}; load {fmt(load, 1)}"
         write_rows("recipes", table)
-        (ROOT / "benchmarks" / "results" / "recipes.md").write_text(text, encoding="utf-8")
+        page = ROOT / "benchmarks" / "results" / "recipes.md"
+        page.write_text(merged(page.read_text(encoding="utf-8") if page.exists() else "", records, said), "utf-8")
 
 
 if __name__ == "__main__":
