@@ -259,7 +259,7 @@ def train_run(folder: Path, out: Path, changes: list[str]) -> dict:
     config = load_run_config(None, [*fitted, *overrides, ("data.path", str(folder))])
     started = cpu_seconds()
     summary = train(config, out)
-    return {"top1": summary["final_val_top1"], "cpu_s": cpu_seconds() - started, "steps": config.train.steps}
+    return {"top1": summary["final_val_top1"], "cpu_s": cpu_seconds() - started, "steps": summary["steps"]}
 
 
 def finetune_plan(n_train: int, max_epochs: float) -> tuple[list[str], str]:
@@ -349,7 +349,10 @@ def search(run, candidates: list, budget: float, min_gain: float, noise_run: boo
 
 
 def best_of(tried: list[dict]) -> dict:
-    return max((t for t in tried if t.get("top1") is not None), key=lambda t: t["top1"])
+    """The run with the highest val top-1; the default's second seed is no other recipe, so not a candidate."""
+    return max(
+        (t for t in tried if t.get("top1") is not None and t["label"] != "default, seed 1"), key=lambda t: t["top1"]
+    )
 
 
 def noise_of(tried: list[dict]) -> float | None:
