@@ -373,14 +373,17 @@ def bench_dataset(name: str, work: Path, args) -> dict:
         n["i"] += 1
         return runs / f"{prefix}{n['i']:02d}"
 
-    tried = search(lambda ch: train_run(folder, out("t"), ch), TRAIN_SEARCH, args.budget, args.combine_min, True)
+    known = args.known.get(name, {}) if args.known else {}  # --reuse: the page's runs, the default's excepted
+    spend, (train, tune) = (args.budget, args.combine_min), (known.get(p, {}) for p in ("train", "finetune"))
+    candidates = TRAIN_SEARCH[: args.candidates]
+    tried = search(lambda ch: train.get(tuple(ch)) or train_run(folder, out("t"), ch), candidates, *spend, True)
     record = {"name": name, "counts": counts, "flip_safe": DATASETS[name][2], "train": tried, "finetune": []}
     if args.finetune_budget > 0:
         start, size = runs / "t01", _fitted_size(runs / "t01") * 3 // 2
         length, said = finetune_plan(counts["train"], args.ft_epochs)
         record.update(ft_size=size, ft_length=said, start_top1=tried[0]["top1"])
         record["finetune"] = search(
-            lambda ch: finetune_run(folder, start, out("f"), ch, size, length),
+            lambda ch: tune.get(tuple(ch)) or finetune_run(folder, start, out("f"), ch, size, length),
             FINETUNE_SEARCH,
             args.finetune_budget,
             args.combine_min,
@@ -506,6 +509,16 @@ def _run_of(line: str) -> dict:
     return {**run, "top1": float(top1), "steps": int(steps), "cpu_s": float(cpu)}
 
 
+def _known(page: Path) -> dict:
+    """{dataset: {"train" | "finetune": {overrides: run}}} of the runs on `page` that ran, the default's excepted."""
+    known: dict = {}
+    for record, _ in records_from_page(page.read_text(encoding="utf-8")) if page.exists() else []:
+        for part in ("train", "finetune"):
+            runs = {tuple(t["changes"]): t for t in record[part] if t["changes"] and t.get("top1") is not None}
+            known.setdefault(record["name"], {})[part] = runs
+    return known
+
+
 def records_from_page(text: str) -> list[tuple[dict, dict]]:
     """Each dataset's record back from the page `merged` writes, with what its section says of the run that made it
     (command, machine, date, load)."""
@@ -553,6 +566,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--work", help="folder for the data and runs (default: a temporary one, removed)")
     p.add_argument("--keep", action="store_true", help="keep the run folders")
     p.add_argument("--jobs", type=int, default=1, help="datasets benchmarked at once, one process each (default 1)")
+    p.add_argument("--candidates", type=int, default=len(TRAIN_SEARCH), help="try only the first N training changes")
+    p.add_argument(
+        "--reuse",
+        action="store_true",
+        help="read runs already in recipes.md with the same overrides instead of running them again (a run is "
+        "deterministic for its seed; the default always runs, fine-tuning starts from it)",
+    )
     p.add_argument("--rows-from-page", action="store_true", help="write recipes.csv from recipes.md, running nothing")
     p.add_argument("--results", action="store_true", help="write benchmarks/results/recipes.csv and recipes.md")
     args = p.parse_args(argv)
@@ -563,6 +583,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [n for n in names if n not in DATASETS]
     if unknown:
         p.error(f"--datasets: no dataset {unknown[0]!r}; one of {', '.join(DATASETS)}")
+    args.known = _known(ROOT / "benchmarks" / "results" / "recipes.md") if args.reuse else None
     _no_plots()
     work = Path(args.work or tempfile.mkdtemp(prefix="vitkit-recipes-"))
     wall, load = time.monotonic(), os.getloadavg()[0]
@@ -601,6 +622,7 @@ def report(records: list[dict], args, wall: float, load: float) -> None:
     said = (
         f"`{command()}` on {machine()}, {today()}; load average {load:.1f} at the start (a machine shared with other "
         f"work), {wall / 60:.0f} min wall by then; one compute thread per run."
+        + (" Runs with the same overrides already on this page were read from it (`--reuse`)." if args.reuse else "")
     )
     print(merged("", records, said))
     if args.results:
