@@ -47,6 +47,7 @@ ORDER = [
     "transfer",
     "paper",
     "own_images",
+    "recipes",
 ]
 START = "<!-- headline:start -->"
 END = "<!-- headline:end -->"
@@ -116,24 +117,20 @@ def render_results(tables: dict[str, list[dict[str, str]]]) -> str:
             "",
             f"## {title}",
             "",
-            "| claim | figure | unit | against | model | setting | machine | date |",
-            "|---|---|---|---|---|---|---|---|",
         ]
+        columns = ["claim", "figure", "unit", "against", "model", "setting", "machine", "date"]
+        # a column every row of the section shares (one machine, one date) is said once, under the table
+        shared = [
+            c for c in ("model", "setting", "machine", "date") if len(rows) > 1 and len({r[c] for r in rows}) == 1
+        ]
+        shown = [c for c in columns if c not in shared]
+        lines += ["| " + " | ".join(shown) + " |", "|" + "---|" * len(shown)]
         for r in rows:
-            cells = [
-                r["claim"],
-                r["figure"],
-                r["unit"],
-                r["against"],
-                r["model"],
-                r["setting"],
-                r["machine"],
-                r["date"],
-            ]
-            lines.append(f'| <a id="{r["id"]}"></a>' + " | ".join(cell(c) or "-" for c in cells) + " |")
+            lines.append(f'| <a id="{r["id"]}"></a>' + " | ".join(cell(r[c]) or "-" for c in shown) + " |")
+        lines += ["", *(f"{c.capitalize()}: {cell(rows[0][c])}." for c in shared if rows[0][c].strip())]
         software = list(dict.fromkeys(r["software"] for r in rows if r["software"]))
         if software:
-            lines += ["", "Software: " + "; ".join(software) + "."]
+            lines += ["Software: " + "; ".join(software) + "."]
         lines += ["", "```sh"]
         lines += list(dict.fromkeys(r["command"] for r in rows))
         lines += ["```"]
