@@ -281,7 +281,9 @@ def test_the_plan_names_every_augmentation_with_its_strength_and_the_eta_follows
     assert lines[-1] == "  off      label smoothing (augment.label_smoothing=0.1)"  # and the one that is off
     assert "2 ops at magnitude 9/10" in lines[2] and "0.25 of images lose a rectangle of 2%-33%" in lines[-2]
     quiet = augment_lines(AugmentConfig(crop="none", hflip=0.0), 32, 10)
-    assert quiet[0].startswith("augment    no crop") and quiet[1].startswith("  off      hflip (augment.hflip=0.5)")
+    assert quiet[0].startswith("augment    no crop") and quiet[1].startswith(
+        "  off      hflip (augment.hflip=0.5 for photos"
+    )
     # the ETA's step time: an exponential moving average of the logged windows, not the estimate made at start
     step_s = running_step_time(None, 10.0, 10)  # 1 s a step
     assert step_s == 1.0 and running_step_time(step_s, 30.0, 10) == 2.0  # halfway to a slower 3 s a step

@@ -934,9 +934,8 @@ def test_train_on_a_folder_fits_the_model_to_the_images_and_states_the_plan(own,
         "warning    train.warmup_steps=4 is more than train.steps=2: the learning rate only warms up (to 0.0015 at the last step)",
         # every augmentation that is on, with its strength and the key that turns it off; then those that are off
         "augment    padded random crop, shifts of up to 1 px (4% of 24 px): position varies; augment.pad=0 for none",
-        "  hflip    0.5: a mirrored photo is as real as the photo; off with augment.hflip=0 for digits, text",
         "  smooth   0.1 (label smoothing): target 0.933 on the label",
-        "  off      RandAugment (augment.randaugment_ops=2), mixup (augment.mixup=0.2), cutmix (augment.cutmix=1), random erasing",
+        "  off      hflip (augment.hflip=0.5 for photos, where a mirrored image is as real), RandAugment (augment.randaugment_ops=2), mixup (augment.mixup=0.2), cutmix (augment.cutmix=1), random erasing",
         "timed over 5 passes at start, the median",
     ):
         assert line in out, (line, out)

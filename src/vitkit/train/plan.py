@@ -166,7 +166,7 @@ def augment_lines(a: AugmentConfig, size: int, classes: int) -> list[str]:
     off = [
         f"{what} ({key})"
         for what, key, on in (
-            ("hflip", "augment.hflip=0.5", a.hflip > 0),
+            ("hflip", "augment.hflip=0.5 for photos, where a mirrored image is as real", a.hflip > 0),
             ("RandAugment", "augment.randaugment_ops=2", a.randaugment_ops > 0),
             ("mixup", "augment.mixup=0.2", a.mixup > 0),
             ("cutmix", "augment.cutmix=1", a.cutmix > 0),
