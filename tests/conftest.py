@@ -15,8 +15,14 @@ torch.set_num_threads(min(2, os.cpu_count() or 1))
 # uncapped run, and its full-vector stores then write past inductor's buffers (heap corruption). One tag per ISA.
 os.environ["TORCH_COMPILE_CACHE_KEY_TAG"] = f"vitkit-{torch.backends.cpu.get_cpu_capability()}"
 torch.compiler.config.cache_key_tag = os.environ["TORCH_COMPILE_CACHE_KEY_TAG"]
-# compiled kernels go to a fresh directory per session (CLI subprocesses inherit it), not to ~/.cache
-os.environ["VITKIT_CACHE"] = tempfile.mkdtemp(prefix="vitkit-cache-")
+# compiled kernels go to a fresh directory per session (CLI subprocesses inherit it), not to ~/.cache; pytest-xdist's
+# workers of one run share it, so each kernel is built once per run
+_RUN = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+if _RUN:
+    os.environ["VITKIT_CACHE"] = os.path.join(tempfile.gettempdir(), f"vitkit-cache-{_RUN}")
+    os.makedirs(os.environ["VITKIT_CACHE"], exist_ok=True)
+else:
+    os.environ["VITKIT_CACHE"] = tempfile.mkdtemp(prefix="vitkit-cache-")
 # nothing downloads in tests: a hub name reads huggingface_hub's cache only (tests that build one set HF_HUB_CACHE)
 os.environ["HF_HUB_OFFLINE"] = "1"
 

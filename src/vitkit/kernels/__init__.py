@@ -4,6 +4,7 @@ jpeg_region (C, decoding one box of a JPEG with the system's libjpeg-turbo)."""
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import shutil
 import subprocess
@@ -27,9 +28,19 @@ def build_library(source: Path, compiler: str, flags: list[str], link: list[str]
     target = cache_dir() / f"{source.stem}-{digest}.so"
     if target.exists():
         return target
-    with atomic_path(target) as tmp:  # built aside, then renamed: never half a file
-        done = subprocess.run([compiler, *flags, str(source), "-o", str(tmp), *link], capture_output=True, text=True)
-        if done.returncode != 0:
-            errors = [line for line in done.stderr.splitlines() if "error" in line] or [f"exit code {done.returncode}"]
-            raise subprocess.SubprocessError(f"{compiler} failed: {errors[0].strip()}")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # processes that start at once (ranks, parallel commands) build it once: the others wait for it, then load it
+    with open(target.with_suffix(".build"), "a") as baton:
+        fcntl.flock(baton, fcntl.LOCK_EX)
+        if target.exists():
+            return target
+        with atomic_path(target) as tmp:  # built aside, then renamed: never half a file
+            done = subprocess.run(
+                [compiler, *flags, str(source), "-o", str(tmp), *link], capture_output=True, text=True
+            )
+            if done.returncode != 0:
+                errors = [line for line in done.stderr.splitlines() if "error" in line]
+                raise subprocess.SubprocessError(
+                    f"{compiler} failed: {(errors or [f'exit code {done.returncode}'])[0].strip()}"
+                )
     return target
