@@ -49,7 +49,6 @@ import warnings
 from collections.abc import Callable, Iterable
 
 import torch
-import torch._inductor.config as inductor_config
 from torch import nn
 
 from vitkit.devices import compile_cache_by_isa
@@ -368,6 +367,8 @@ class Runner:
             # inductor reads its settings when the first batch compiles, and on every recompilation: they are this
             # runner's while its graph runs, whatever other runners in the process set (torch.compile's own options
             # argument does not reach the freezing pass)
+            import torch._inductor.config as inductor_config  # loads dynamo: only where a graph compiles
+
             with inductor_config.patch(settings):
                 return compiled(x)
 
