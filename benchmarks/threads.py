@@ -1,7 +1,7 @@
 """Training threads on a shared CPU: vitkit's default thread count against train.threads=1, with and without one
 busy competing process on the same machine.
 
-    PYTHONPATH=src python benchmarks/threads.py --results          # the measurement: about 5 minutes on 2 cores
+    PYTHONPATH=src python benchmarks/threads.py --results          # the measurement: about 16 minutes on 2 cores
     PYTHONPATH=src python benchmarks/threads.py --rounds 1 --steps 10 --results-dir /tmp/threads   # a smoke run
 
 Run it on a quiet machine (nothing else busy: the competing process is the benchmark's own). Each run is a real
@@ -9,8 +9,8 @@ Run it on a quiet machine (nothing else busy: the competing process is the bench
 time is the inverse of summary.json's img_s (training steps alone: the logged windows, without start-up, data
 preparation, the timing probe or evaluation). The candidates, in turns within each round (the order rotates by round):
 
-  default      no train.threads: the CPUs this process can get less those busy at start, OpenMP threads that
-               sleep when idle (OMP_WAIT_POLICY=PASSIVE, set by the CLI)
+  default      no train.threads: the CPUs this process can get less those busy at start; OpenMP threads that
+               sleep when idle (OMP_WAIT_POLICY=PASSIVE, set by the CLI) where other processes run at start
   threads=1    train.threads=1
   spinning     the behaviour before: train.threads=<all cores> and libgomp's own spinning (GOMP_SPINCOUNT=300000,
                its default when no policy is set)

@@ -25,8 +25,11 @@ def yielding_openmp() -> bool:
     """OpenMP threads that sleep when idle instead of spinning (OMP_WAIT_POLICY=PASSIVE), where the user has chosen
     no waiting policy and torch has not yet loaded its OpenMP runtime (it reads the variable once). Spinning threads
     take the CPU from any other busy process, and from each other when they outnumber the free cores: one competing
-    process made a two-thread training step many times slower than a one-thread one. Whether it was set."""
+    process made a two-thread training step many times slower than a one-thread one. Set only where other processes
+    are running at start: on an idle machine sleeping threads cost a third of a small model's speed. Whether it was set."""
     if "torch" in sys.modules or any(key in os.environ for key in WAIT_KEYS):
+        return False
+    if not busy_elsewhere():  # on an idle machine spinning threads are the fastest (they wake at once)
         return False
     os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
     return True
