@@ -52,8 +52,9 @@ def _add_model_flags(p: argparse.ArgumentParser) -> None:
         "--kernels",
         choices=["auto", "torch"],
         default="auto",
-        help="auto: vitkit's C++ attention and bias+GELU kernels for fp32 and int8-dynamic CPU inference (built on first use); "
-        "torch: always torch's scaled_dot_product_attention and GELU",
+        help="auto: vitkit's C++ attention and bias+GELU kernels for fp32 and int8-dynamic CPU inference (built on first use), "
+        "and in --mode train the written-out attention for short sequences; torch: always torch's "
+        "scaled_dot_product_attention and GELU",
     )
     p.add_argument("--grad-checkpointing", action="store_true", help="train with activation checkpointing per block")
 
