@@ -110,7 +110,7 @@ def ratios(times: dict[tuple[str, str], list[float]]) -> dict[tuple[str, str], f
 def rows(found: dict[tuple[str, str], float], rounds: int, steps: int, load_at_start: str) -> list[dict]:
     setting = f"{steps} steps of 64 at 32 px, {rounds} rounds; /proc/loadavg at start {load_at_start}"
     claims = {
-        "default": "default threads (free CPUs at start, OpenMP threads that sleep) / train.threads=1, training time",
+        "default": "default threads / train.threads=1, training time",
         "spinning": "the old default (all cores, spinning OpenMP threads) / train.threads=1, training time",
     }
     return [
