@@ -403,7 +403,7 @@ def _fitted_size(run: Path) -> int:
 
 # ---------------------------------------------------------------------------------------------------------- reports
 
-TITLE = "Recipes: the defaults against a budgeted search (`benchmarks/recipes.py`; every run: results/recipes.md)"
+TITLE = "Recipes: defaults against a budgeted search (every run: results/recipes.md)"
 KINDS = {
     "fashion": "Fashion-MNIST subset",
     "glyphs": "digits from fonts",
