@@ -69,12 +69,13 @@ def test_a_changed_figure_makes_check_fail_and_render_repairs_it(tmp_path):
     root = _copy(tmp_path)
     path = root / "benchmarks" / "results" / "demo.csv"
     text = path.read_text(encoding="utf-8")
-    assert ",0.9010," in text
-    path.write_text(text.replace(",0.9010,", ",0.9011,", 1), encoding="utf-8")
+    shown = next(r for r in render.load(path.parent)["demo"] if r["headline"].strip())  # a figure the README shows
+    assert f",{shown['figure']}," in text and "0.1234" not in text
+    path.write_text(text.replace(f",{shown['figure']},", ",0.1234,", 1), encoding="utf-8")
     assert render.main(["--check", "--root", str(root)]) == 1
     assert render.main(["--root", str(root)]) == 0
     assert render.main(["--check", "--root", str(root)]) == 0
-    assert "0.9011" in (root / "README.md").read_text(encoding="utf-8")
+    assert "0.1234" in (root / "README.md").read_text(encoding="utf-8")
 
 
 def test_a_hand_edit_of_results_md_makes_check_fail(tmp_path):
