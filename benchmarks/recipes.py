@@ -27,9 +27,9 @@ The default is run twice (seeds 0 and 1, the second after the first candidate): 
 must beat. Every figure is top-1 on val/, the split the search picks on, so the best is optimistic by about that
 noise.
 
-Fine-tuning starts from the default run's model at 1.5x its image size, with the library's fine-tuning recipe
-(`finetune_recipe()`, one learning rate: the recipe's); where that recipe plans more than --ft-epochs passes over the
-training images, its length is cut to that (the table says so). Its search varies hflip, the crop and lr.
+Fine-tuning starts from the default run's model at 1.5x its image size, with what `vitkit finetune --data` fits to
+the training images (length, batch, crop and flip: `finetune_setup.fitted_overrides`, the command's own path) and one
+learning rate, the recipe's. Its search varies the crop, hflip and lr.
 
 Writes benchmarks/results/recipes.csv (with --results; rendered into RESULTS.md by render.py) and
 benchmarks/results/recipes.md (every run tried, with its val top-1 and CPU seconds).
@@ -262,19 +262,21 @@ def train_run(folder: Path, out: Path, changes: list[str]) -> dict:
     return {"top1": summary["final_val_top1"], "cpu_s": cpu_seconds() - started, "steps": summary["steps"]}
 
 
-def finetune_plan(n_train: int, max_epochs: float) -> tuple[list[str], str]:
-    """The fine-tuning recipe's length as `finetune_recipe()` plans it, cut to `max_epochs` passes over `n_train`
-    images where it plans more (batch at most 64 then); the overrides and what they say."""
-    from vitkit.train.finetune import finetune_recipe
+def finetune_plan(folder: Path, size: int) -> tuple[list[str], str]:
+    """The length, batch and augmentation `vitkit finetune --data folder --image-size size` fits to the training
+    images (`finetune_setup.fitted_overrides`, the command's own path); the overrides and the line it prints."""
+    import contextlib
+    import io
+    from types import SimpleNamespace
 
-    t = finetune_recipe(None, []).train
-    epochs = t.steps * t.batch_size / n_train
-    if epochs <= max_epochs:
-        return [], f"as planned: {t.steps} steps of {t.batch_size}"
-    batch = min(t.batch_size, 64, n_train)
-    steps = math.ceil(max_epochs * n_train / batch)
-    cut = [f"train.batch_size={batch}", f"train.steps={steps}", f"train.warmup_steps={max(steps // 20, 1)}"]
-    return cut, f"planned {t.steps} steps of {t.batch_size} ({epochs:,.0f} epochs), cut to {steps} of {batch}"
+    from vitkit.train.finetune import finetune_recipe
+    from vitkit.train.finetune_setup import fitted_overrides
+
+    base = [*QUIET, ("data.path", str(folder))]
+    said = io.StringIO()
+    with contextlib.redirect_stdout(said):
+        fitted = fitted_overrides(SimpleNamespace(epochs=None, config=None), finetune_recipe(None, base), base, size)
+    return fitted, said.getvalue().strip().removeprefix("vitkit finetune: ")
 
 
 def finetune_run(folder: Path, start: Path, out: Path, changes: list[str], size: int, length: list[str]) -> dict:
@@ -289,9 +291,9 @@ def finetune_run(folder: Path, start: Path, out: Path, changes: list[str], size:
 
 # the one-factor-at-a-time search: (kind, label, overrides); a kind's best joins the combined run
 TRAIN_SEARCH = [
-    ("hflip", "hflip=0", ["augment.hflip=0"]),
-    ("length", "60 epochs", ["train.epochs=60"]),
-    ("length", "120 epochs", ["train.epochs=120"]),
+    ("hflip", "hflip=0.5", ["augment.hflip=0.5"]),
+    ("length", "50 epochs", ["train.epochs=50"]),
+    ("length", "200 epochs", ["train.epochs=200"]),
     ("randaug", "RandAugment 2/5", ["augment.randaugment_ops=2", "augment.randaugment_magnitude=5"]),
     ("crop", "rrc 0.35-1", ["augment.crop=rrc", "augment.rrc_scale=[0.35,1]"]),
     ("lr", "lr=1e-3", ["train.lr=1e-3"]),
@@ -303,9 +305,8 @@ TRAIN_SEARCH = [
     ("wd", "wd=0.01", ["train.weight_decay=0.01"]),
 ]
 FINETUNE_SEARCH = [
-    ("crop", "pad crop", ["augment.crop=pad", "augment.pad=3"]),
-    ("hflip", "hflip=0", ["augment.hflip=0"]),
-    ("crop", "rrc 0.35-1", ["augment.rrc_scale=[0.35,1]"]),
+    ("crop", "rrc 0.35-1", ["augment.crop=rrc", "augment.rrc_scale=[0.35,1]"]),
+    ("hflip", "hflip=0.5", ["augment.hflip=0.5"]),
     ("lr", "lr=0.003", ["train.lr=0.003"]),
     ("lr", "lr=0.03", ["train.lr=0.03"]),
 ]
@@ -380,7 +381,7 @@ def bench_dataset(name: str, work: Path, args) -> dict:
     record = {"name": name, "counts": counts, "flip_safe": DATASETS[name][2], "train": tried, "finetune": []}
     if args.finetune_budget > 0:
         start, size = runs / "t01", _fitted_size(runs / "t01") * 3 // 2
-        length, said = finetune_plan(counts["train"], args.ft_epochs)
+        length, said = finetune_plan(folder, size)
         record.update(ft_size=size, ft_length=said, start_top1=tried[0]["top1"])
         record["finetune"] = search(
             lambda ch: tune.get(tuple(ch)) or finetune_run(folder, start, out("f"), ch, size, length),
@@ -448,7 +449,7 @@ def section(r: dict, said: str) -> str:
         lines += [
             "",
             f"`vitkit finetune` from the default run (val top-1 {r['start_top1']:.4f}) at {r['ft_size']} px, "
-            f"one lr; length {r['ft_length']}:",
+            f"one lr; {r['ft_length']}:",
             "",
         ]
         lines += _table(r["finetune"], r["finetune"][0]["top1"])
@@ -489,7 +490,7 @@ def rows(records: list[dict]) -> list[dict]:
         out.append(_row(r, "train", "`train --data` defaults", "fitted"))
         if r["finetune"]:
             claim = f"`finetune` defaults at {r['ft_size']} px, from {r['start_top1']:.4f}"
-            out.append(_row(r, "finetune", claim, "length " + r["ft_length"].split(", ")[-1]))
+            out.append(_row(r, "finetune", claim, r["ft_length"].split(": ", 1)[-1]))
     return out
 
 
@@ -497,7 +498,7 @@ SAID = re.compile(
     r"^`(?P<command>.+)` on (?P<machine>.+?), (?P<date>\d{4}-\d\d-\d\d \d\d:\d\d UTC); load average (?P<load>[\d.]+)"
 )
 COUNTS = re.compile(r"^(\d+) classes, (\d+) train / (\d+) val images; flips (harmless|wrong)\.$")
-FINETUNE_LINE = re.compile(r"val top-1 ([\d.]+)\) at (\d+) px, one lr; length (.+):$")
+FINETUNE_LINE = re.compile(r"val top-1 ([\d.]+)\) at (\d+) px, one lr; (.+):$")
 
 
 def _run_of(line: str) -> dict:
@@ -559,7 +560,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--datasets", default=",".join(DATASETS), help="comma-separated, of: " + ", ".join(DATASETS))
     p.add_argument("--budget", type=float, default=12, help="training runs per dataset, the default's included")
     p.add_argument("--finetune-budget", type=float, default=4, help="fine-tuning runs per dataset (0: off)")
-    p.add_argument("--ft-epochs", type=float, default=5, help="most passes a fine-tuning run makes (default 5)")
     p.add_argument("--combine-min", type=float, default=1.0, help="points a change must gain to join the combination")
     p.add_argument("--scale", type=float, default=1.0, help="images per class times this (a quick check: 0.2)")
     p.add_argument("--seed", type=int, default=0, help="the data's seed")
