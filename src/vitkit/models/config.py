@@ -93,7 +93,7 @@ class ResNetConfig:
         return 4 * self.width * 2 ** (len(self.layers) - 1)
 
 
-MAX_STEM_CONVS = 8  # stride 256: more leaves no pixels for a patch
+MAX_STEM_CONVS = 8  # a stride of 256; the early-convolution stems have 4 or 5
 MAX_STEM_CHANNELS = 4096  # per conv; the early-convolution stems have a few hundred
 
 
