@@ -456,11 +456,17 @@ def test_a_file_of_no_checkpoint_format_names_the_commands_that_take_a_format(vi
 
 
 def test_a_dynamic_size_model_exports_to_onnx_with_dynamic_height_and_width(tmp_path):
+    """A conv-stem hybrid (its BatchNorm in eval mode): 4x4-pixel tokens as vit_test's, from a 2x2 patch of the stem's
+    stride-2 map."""
     pytest.importorskip("onnxscript")
     pytest.importorskip("onnxruntime")
     import onnx
 
-    model = vitkit.create_model("vit_test", image_size=(16, 20), dynamic_img_size=True).eval()
+    model = vitkit.create_model(
+        "vit_test", image_size=(16, 20), dynamic_img_size=True, backbone={"convs": [8]}, patch_size=2
+    )
+    model(torch.randn(4, 3, 16, 20))  # training mode: BatchNorm's running statistics move off their start
+    model.eval()
     torch.nn.init.normal_(model.head.weight)
     path = export(model, tmp_path / "model.onnx", format="onnx")
     assert verify(model, path, "onnx") < 1e-4  # checks a second image size as well

@@ -60,7 +60,8 @@ def test_layer_decay_groups_follow_the_formula():
 
     d = 0.65
     hybrid = dict(image_size=32, backbone={"layers": [1], "width": 32}, patch_size=1, representation_size=8)
-    for extra in (dict(pos_embed="relative", classifier="gap"), hybrid):
+    conv_stem = dict(image_size=16, backbone={"convs": [8, 16]}, patch_size=1)  # BatchNorm: a norm, no decay
+    for extra in (dict(pos_embed="relative", classifier="gap"), conv_stem, hybrid):
         model = create_model("vit_test", depth=3, **extra)
         groups = param_groups(model, 0.05, layer_decay=d)
         scale = {id(p): g["lr_scale"] for g in groups for p in g["params"]}
@@ -152,6 +153,8 @@ def test_run_directory_contents(tmp_path):
             "augment.erase=0.5",
             "model.dropout=0.1",
             "train.ema=0.9",
+            "model.backbone={convs: [8]}",  # a conv stem: BatchNorm's running statistics resume too
+            "model.patch_size=2",
         ],
     ],
 )
@@ -219,6 +222,19 @@ def test_the_plan_names_a_hybrid_and_its_resnet(tmp_path, capsys):
     assert "hybrid ViT at 16x16" in model_line and "ResNet stem (width 32), patch 1 (16 tokens)" in model_line, (
         model_line
     )
+
+
+def test_timing_passes_leave_batchnorm_statistics_weights_and_random_state_as_they_were():
+    """The plan's time estimate and train.precision=auto's measurement run the model itself in training mode."""
+    from vitkit.train.plan import _time_step
+
+    model = create_model("vit_test", backbone={"convs": [8]}, patch_size=2, image_size=16, num_classes=3)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    draw = torch.get_rng_state()
+    seconds, _ = _time_step(model, 4, torch.device("cpu"), None)
+    assert seconds > 0 and model.backbone.convs[1].num_batches_tracked == 0
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+    assert torch.equal(torch.get_rng_state(), draw) and all(p.grad is None for p in model.parameters())
 
 
 def test_the_time_estimate_probes_a_gpu_with_a_real_batch_and_the_runs_precision(monkeypatch):

@@ -15,6 +15,7 @@ _LAZY = {
     **{
         name: "vitkit.models"
         for name in (
+            "ConvStemConfig",
             "ResNetConfig",
             "ViTConfig",
             "VisionTransformer",
@@ -49,6 +50,7 @@ __all__ = [
     "CheckpointError",
     "Classifier",
     "ConfigError",
+    "ConvStemConfig",
     "DataError",
     "ResNetConfig",
     "TrainingError",

@@ -28,7 +28,7 @@ from vitkit.files import atomic_dir, read_json, refuse_foreign, says, snapshot_j
 from vitkit.models import VisionTransformer, ViTConfig
 
 from .io import read_safetensors, read_torch, write_safetensors
-from .keymap import Rule, from_vitkit, fused, infer_image_size, same, to_vitkit
+from .keymap import Rule, from_vitkit, fused, infer_image_size, refuse_conv_stem, same, to_vitkit
 from .native import INTERPOLATIONS, MULTI_LABEL
 
 CONFIG_NAME = "config.json"
@@ -211,6 +211,7 @@ def write(model: VisionTransformer, directory: str | os.PathLike, *, metadata: d
         raise CheckpointError(
             f"{directory}: the Hugging Face format here is ViT's; save a BiT ResNet as vitkit, npz or timm"
         )
+    refuse_conv_stem(c, directory, "Hugging Face ViT", "it has no hybrids")
     class_names = metadata.get("class_names")
     problems = [  # (the model has it, what, the formats that hold it)
         (c.backbone is not None, "hybrid (ResNet) models", "vitkit, npz or timm (.safetensors)"),

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from vitkit.errors import CheckpointError
-from vitkit.models import ResNetConfig
+from vitkit.models import ConvStemConfig, ResNetConfig
 
 Shape = tuple[int, ...]
 
@@ -86,6 +86,15 @@ def fused(ours: str, theirs: tuple[str, ...], shape: Shape, *, n_in: int | None 
         return tuple(each_to_theirs(part) for part in t.chunk(len(theirs), dim=0))
 
     return Rule(ours, tuple(theirs), (shape,) * len(theirs), to_ours, to_theirs)
+
+
+def refuse_conv_stem(config, path: str | os.PathLike, fmt: str, why: str) -> None:
+    """A conv-stem hybrid has no names in `fmt` (`why`): one line saying so and which format holds it."""
+    if isinstance(getattr(config, "backbone", None), ConvStemConfig):
+        raise CheckpointError(
+            f"{path}: {fmt} cannot hold a conv-stem hybrid (3x3 convolutions with BatchNorm): {why}; "
+            "save as vitkit instead"
+        )
 
 
 def resnet_units(backbone: ResNetConfig):

@@ -40,6 +40,7 @@ from .keymap import (
     infer_image_size,
     kernel,
     permuted,
+    refuse_conv_stem,
     resnet_units,
     same,
     to_vitkit,
@@ -294,6 +295,7 @@ def write(model: VisionTransformer, path: str | os.PathLike, *, metadata: dict |
         }
         write_with_sidecar(path, lambda fresh: bit.write_npz_file(model, fresh), sidecar)
         return path
+    refuse_conv_stem(c, path, "the .npz format", "its layout names BiT ResNet hybrids only")
     if c.pos_embed != "learned":
         raise CheckpointError(
             f"{path}: the .npz format holds learned position embeddings only; this model uses {c.pos_embed!r}"

@@ -41,7 +41,7 @@ from .io import (
     write_torch,
     write_with_sidecar,
 )
-from .keymap import Rule, count_indexed, from_vitkit, infer_image_size, same, to_vitkit
+from .keymap import Rule, count_indexed, from_vitkit, infer_image_size, refuse_conv_stem, same, to_vitkit
 from .native import CROP_MODES, INTERPOLATIONS
 
 METADATA_KEY = "vitkit_config"
@@ -264,6 +264,7 @@ def write(model: VisionTransformer, path: str | os.PathLike, *, metadata: dict |
     metadata = metadata or {}
     path = Path(path)
     c = model.config
+    refuse_conv_stem(c, path, "a timm ViT checkpoint", "timm's ViT hybrids are BiT ResNets")
     if isinstance(model, ResNetV2):  # timm's resnetv2_*_bit
         tensors = from_vitkit(bit.timm_rules(c), model.state_dict())
     elif c.pos_embed != "learned":

@@ -1,7 +1,7 @@
-"""The model: config, Vision Transformer (Eq. 1-4), BiT ResNet for hybrids, BiT ResNet-v2 baseline, named variants."""
+"""The model: config, Vision Transformer (Eq. 1-4), BiT ResNet and conv stem for hybrids, BiT ResNet-v2 baseline, named variants."""
 
 from .bit import ResNetV2
-from .config import BiTConfig, ModelConfig, ResNetConfig, ViTConfig, config_from_dict
+from .config import BiTConfig, ConvStemConfig, ModelConfig, ResNetConfig, ViTConfig, config_from_dict
 from .registry import MODELS, build_model, canonical_name, create_model, get_config, list_models
 from .vit import VisionTransformer, resample_pos_embed, sincos_2d_pos_embed
 
@@ -11,6 +11,7 @@ __all__ = [
     "ModelConfig",
     "ResNetV2",
     "build_model",
+    "ConvStemConfig",
     "config_from_dict",
     "ResNetConfig",
     "ViTConfig",

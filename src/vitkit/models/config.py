@@ -93,6 +93,68 @@ class ResNetConfig:
         return 4 * self.width * 2 ** (len(self.layers) - 1)
 
 
+MAX_STEM_CONVS = 8  # a stride of 256; the early-convolution stems have 4 or 5
+MAX_STEM_CHANNELS = 4096  # per conv; the early-convolution stems have a few hundred
+
+
+@dataclass(frozen=True)
+class ConvStemConfig:
+    """A convolutional stem in front of a hybrid ViT (Xiao et al. 2021, "Early Convolutions Help Transformers See
+    Better"): one 3x3 stride-2 conv (padding 1, no bias) + BatchNorm + ReLU per entry of `convs`, its output channels.
+    The ViT's patch embedding (a 1x1 conv for patch_size 1) then makes the tokens."""
+
+    convs: tuple[int, ...] = (24, 48)
+
+    def __post_init__(self) -> None:
+        convs = self.convs
+        if (
+            not isinstance(convs, (list, tuple))
+            or not 0 < len(convs) <= MAX_STEM_CONVS
+            or not all(_is_int(n) and 0 < n <= MAX_STEM_CHANNELS for n in convs)
+        ):
+            raise ConfigError(
+                f"backbone.convs: expected a list of 1 to {MAX_STEM_CONVS} output channel counts (each 1 to "
+                f"{MAX_STEM_CHANNELS}), one per 3x3 stride-2 conv, e.g. [24, 48], got {shown(convs)}"
+            )
+        object.__setattr__(self, "convs", tuple(convs))
+
+    @property
+    def stride(self) -> int:
+        """Total stride: /2 per conv."""
+        return 2 ** len(self.convs)
+
+    @property
+    def out_channels(self) -> int:
+        return self.convs[-1]
+
+
+Backbone = ResNetConfig | ConvStemConfig
+RESNET_KEYS = ("layers", "width")
+
+
+def backbone_config(value: Any) -> Backbone | None:
+    """`model.backbone` as stored or written: a mapping with `convs` is a conv stem, one with `layers`/`width` a BiT
+    ResNet; a config object or None as it is."""
+    if value is None or isinstance(value, (ResNetConfig, ConvStemConfig)):
+        return value
+    if not isinstance(value, dict):
+        raise ConfigError(
+            "backbone: expected null or a mapping: {layers: [...], width: N} for a BiT ResNet, {convs: [...]} for a "
+            f"conv stem; got {shown(value)}"
+        )
+    known = ("convs", *RESNET_KEYS)
+    for key in value:
+        if key not in known:
+            raise ConfigError(f"backbone.{key}: unknown key; known keys are {', '.join(sorted(known))}")
+    resnet = [key for key in RESNET_KEYS if key in value]
+    if ("convs" in value) == bool(resnet):
+        raise ConfigError(
+            f"backbone: give either convs (a conv stem) or layers and width (a BiT ResNet), got "
+            f"{', '.join(value) or 'an empty mapping'}"
+        )
+    return ConvStemConfig(**value) if "convs" in value else ResNetConfig(**value)
+
+
 MAX_DEPTH = 1_000  # layers; ViT-22B has 48
 MAX_WEIGHTS = 10**11  # about 4x ViT-22B
 
@@ -119,7 +181,7 @@ class ViTConfig:
     drop_path: float = 0.0  # stochastic depth rate of the last block (linear in depth)
     layer_norm_eps: float = 1e-6
     mlp_act: str = "gelu"  # "gelu" (exact) or "gelu_tanh" (the official Flax models' default)
-    backbone: ResNetConfig | None = None  # hybrid: patches come from a BiT ResNet feature map
+    backbone: Backbone | None = None  # hybrid: patches come from a CNN feature map (BiT ResNet or conv stem)
     # any input size whose sides are multiples of the patch size: E_pos resampled to its grid (cached per grid)
     dynamic_img_size: bool = False
     mean: tuple[float, ...] = field(default=(0.5, 0.5, 0.5))  # inputs scaled to [-1, 1]
@@ -130,10 +192,7 @@ class ViTConfig:
         self._put("patch_size", _pair(self.patch_size, "patch_size"))
         self._check_sizes()
         self._check_options()
-        if isinstance(self.backbone, dict):
-            self._put("backbone", ResNetConfig(**_known(self.backbone, ResNetConfig, "backbone")))
-        elif self.backbone is not None and not isinstance(self.backbone, ResNetConfig):
-            raise ConfigError(f"backbone: expected null or a mapping (layers, width), got {shown(self.backbone)}")
+        self._put("backbone", backbone_config(self.backbone))
         if self.pos_embed == "sincos2d" and self.width % 4:
             raise ConfigError(f"pos_embed: sincos2d needs a width divisible by 4, got {self.width}")
         if self.pos_embed == "learned_2d" and self.width % 2:

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from .config import BiTConfig, ModelConfig, ViTConfig
+from .config import BiTConfig, ConvStemConfig, ModelConfig, ViTConfig
 from .registry import build_model
 
 
@@ -63,5 +63,7 @@ def _resolution(config: ModelConfig) -> int | str:
 def _backbone_name(config: ViTConfig) -> str:
     if config.backbone is None:
         return "-"
+    if isinstance(config.backbone, ConvStemConfig):
+        return "conv " + "-".join(map(str, config.backbone.convs))
     layers = config.backbone.layers
     return f"R{3 * sum(layers) + 2}" if layers else "R-stem"

@@ -38,7 +38,8 @@ from vitkit.errors import ConfigError
 from vitkit.kernels.block_kernels import InferenceKernels, KernelAttention
 from vitkit.limits import check_batch_room
 
-from .config import ViTConfig
+from .config import Backbone, ConvStemConfig, ViTConfig
+from .convstem import ConvStem
 from .intermediates import cached, check_output_fmt, take_indices, tracing
 from .resnet import ResNetBackbone
 
@@ -230,6 +231,15 @@ class Block(nn.Module):
         return x, probs
 
 
+def build_backbone(config: Backbone | None, *, in_chans: int) -> nn.Module | None:
+    """A hybrid's CNN (a BiT ResNet or a conv stem), None for a plain ViT; `.out_channels` is what E reads."""
+    if config is None:
+        return None
+    if isinstance(config, ConvStemConfig):
+        return ConvStem(config, in_chans=in_chans)
+    return ResNetBackbone(config, in_chans=in_chans)
+
+
 def check_room(config: ViTConfig, batch: int = 1, what: str = "", hint: str = "choose a smaller --image-size") -> None:
     """Raise ConfigError before a model of `config` is built (or resized) if it and a forward pass over `batch`
     images at its resolution cannot fit in the memory this process may use; `what` names the flags that chose them."""
@@ -255,7 +265,7 @@ class VisionTransformer(nn.Module):
         check_room(config)
         self.config = c = config
         D = c.width
-        self.backbone = ResNetBackbone(c.backbone, in_chans=c.in_chans) if c.backbone else None
+        self.backbone = build_backbone(c.backbone, in_chans=c.in_chans)
         embed_in = self.backbone.out_channels if self.backbone else c.in_chans
         self.patch_embed = nn.Conv2d(embed_in, D, kernel_size=c.patch_size, stride=c.patch_size)  # E
         self.cls_token = nn.Parameter(torch.zeros(1, 1, D)) if c.classifier == "token" else None

@@ -14,9 +14,10 @@ from vitkit.data.split import where_from
 from vitkit.data.summary import copies_warning
 from vitkit.devices import COUNT_KEYS, usable_cpus
 from vitkit.errors import ConfigError
-from vitkit.models import BiTConfig, VisionTransformer
+from vitkit.models import BiTConfig, ConvStemConfig, VisionTransformer
 from vitkit.train.config import RunConfig
 from vitkit.train.optim import describe
+from vitkit.train.precision import timing_passes
 from vitkit.train.state import Data, Setup, is_number
 
 
@@ -59,11 +60,12 @@ def _model_line(config: RunConfig, model: VisionTransformer) -> str:
         shape = f"units {'-'.join(map(str, c.layers))}, width {c.width * c.width_factor}, {c.stem} stem"
     else:
         b = c.backbone
-        stem = (
-            ""
-            if b is None
-            else f"ResNet {'stem' if not b.layers else 'units ' + '-'.join(map(str, b.layers))} (width {b.width}), "
-        )
+        if b is None:
+            stem = ""
+        elif isinstance(b, ConvStemConfig):
+            stem = f"conv stem {'-'.join(map(str, b.convs))} (stride {b.stride}), "
+        else:
+            stem = f"ResNet {'stem' if not b.layers else 'units ' + '-'.join(map(str, b.layers))} (width {b.width}), "
         shape = f"{stem}patch {c.patch_size[0]} ({c.num_patches} tokens), width {c.width}, depth {c.depth}"
     return (
         f"model      {model_name(config.model.get('name'), c)} at {c.image_size[0]}x{c.image_size[1]}, "
@@ -253,12 +255,12 @@ def _time_step(
     costs more per image than a full batch does, so the probe is as large as the budget allows. (Eager: a compiled
     run's steps are somewhat quicker.)
 
-    Runs on the model itself (no copy: memory stays as it is) with the RNG state restored and the gradients
-    cleared afterwards, so the run's weights, data order and random draws are untouched."""
+    Runs on the model itself, within `timing_passes` (the run's weights, buffers, data order and random draws are
+    untouched)."""
     c = model.config
     probe = probe_images(c, micro, device)
     x = torch.zeros(probe, c.in_chans, *c.image_size, device=device)
-    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+    with timing_passes(model, device):
         times = []
         for _ in range(1 + TIMED_PASSES):  # the first pass warms up
             start = time.perf_counter()
@@ -268,7 +270,6 @@ def _time_step(
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             times.append(time.perf_counter() - start)
-    model.zero_grad(set_to_none=True)
     return sorted(times[1:])[TIMED_PASSES // 2] * micro / probe, probe
 
 

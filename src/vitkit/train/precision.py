@@ -15,6 +15,7 @@ A resumed run keeps the precision its first stretch chose (train_state.json), so
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -115,10 +116,25 @@ def cached_speedup(model: nn.Module, images: int) -> tuple[float, str]:
     return speedup, date
 
 
+@contextlib.contextmanager
+def timing_passes(model: nn.Module, device: torch.device):
+    """Around passes that only time the model itself (no copy: memory stays as it is): afterwards the RNG state and
+    the buffers (BatchNorm's running statistics) are as before and the gradients cleared, so the run's weights, data
+    order and random draws are untouched."""
+    kept = [b.detach().clone() for b in model.buffers()]
+    try:
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            yield
+    finally:
+        with torch.no_grad():
+            for buffer, before in zip(model.buffers(), kept):
+                buffer.copy_(before)
+        model.zero_grad(set_to_none=True)
+
+
 def measure_speedup(model: nn.Module, images: int) -> float:
     """fp32's time over bf16 autocast's for forward + backward of `images` images through `model` (on the CPU), the
-    median of per-round ratios, the precisions taking turns. Runs on the model itself with the RNG state restored and
-    the gradients cleared afterwards: the run's weights and random draws are untouched."""
+    median of per-round ratios, the precisions taking turns, within `timing_passes`."""
     c = model.config
     x = torch.zeros(images, c.in_chans, *c.image_size)
     was_training = model.training
@@ -131,13 +147,12 @@ def measure_speedup(model: nn.Module, images: int) -> float:
         loss.backward()
         return time.perf_counter() - start
 
-    with torch.random.fork_rng(devices=[]):
+    with timing_passes(model, torch.device("cpu")):
         seconds(None), seconds(torch.bfloat16)  # warm-up: first passes allocate and pick kernels
         ratios = []
         for r in range(ROUNDS):
             order = (None, torch.bfloat16) if r % 2 == 0 else (torch.bfloat16, None)
             t = {dtype: seconds(dtype) for dtype in order}
             ratios.append(t[None] / t[torch.bfloat16])
-    model.zero_grad(set_to_none=True)
     model.train(was_training)
     return float(statistics.median(ratios))
