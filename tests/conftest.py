@@ -38,6 +38,12 @@ def pytest_collection_modifyitems(config, items):
             if "gpu" in item.keywords:
                 item.add_marker(skip)
     _skip_what_an_isa_cap_takes_away(items)
+    for item in items:  # the networks' math: every test of it computes floats
+        if item.path.is_relative_to(MODEL_TESTS):
+            item.add_marker(pytest.mark.numerics)
+
+
+MODEL_TESTS = Path(__file__).parent / "models"
 
 
 def _skip_what_an_isa_cap_takes_away(items):
