@@ -34,9 +34,9 @@ demo: install data
 TEST_WORKERS ?= 2
 # Then the numerics-sensitive tests again with oneDNN's instruction set capped (scripts/isa-caps.sh: AVX2 on every
 # CPU, and AVX512_CORE_BF16, what an AMD EPYC Zen 4 has, on an AMX Xeon), torch's own kernels at the same width: a
-# float comparison that holds on one CPU family only fails here on either. ISA_CAPS= skips it.
-NUMERIC_TESTS := tests/models tests/kernels tests/test_precision.py tests/test_classifier.py tests/test_train.py \
-	tests/test_export.py::test_export_matches_pytorch_on_another_batch_size tests/test_export.py::test_runtimes_run_the_onnx_export_alike
+# float comparison that holds on one CPU family only fails here on either. ISA_CAPS= skips it. The numerics-sensitive
+# tests are those marked `numerics` (and tests/models but its config and size tests; see tests/conftest.py).
+NUMERIC_TESTS := -m numerics tests
 ISA_CAPS ?= $(shell sh scripts/isa-caps.sh)
 test: install data
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS)

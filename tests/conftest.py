@@ -38,6 +38,12 @@ def pytest_collection_modifyitems(config, items):
             if "gpu" in item.keywords:
                 item.add_marker(skip)
     _skip_what_an_isa_cap_takes_away(items)
+    for item in items:  # the networks' math computes floats; their configs and sizes (integers) do not
+        if item.path.parent == MODEL_TESTS and item.path.name not in ("test_config.py", "test_registry.py"):
+            item.add_marker(pytest.mark.numerics)
+
+
+MODEL_TESTS = Path(__file__).parent / "models"
 
 
 def _skip_what_an_isa_cap_takes_away(items):

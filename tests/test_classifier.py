@@ -26,6 +26,7 @@ def checkpoint(tmp_path):
     return tmp_path / "ck"
 
 
+@pytest.mark.numerics
 def test_a_file_a_pil_image_and_an_array_of_one_picture_get_the_answer_vitkit_predict_prints(
     checkpoint, tmp_path, vitkit_cmd
 ):
@@ -63,6 +64,7 @@ def _same(a, b) -> bool:
     )
 
 
+@pytest.mark.numerics
 def test_uint8_tensors_as_torchvision_reads_them_get_the_answer_of_the_same_picture(checkpoint):
     rng = np.random.default_rng(1)
     pictures = [rng.integers(0, 255, (37, 53, 3), dtype=np.uint8), rng.integers(0, 255, (37, 53, 3), dtype=np.uint8)]
@@ -87,6 +89,7 @@ def test_images_it_cannot_read_are_one_clear_error(checkpoint, tmp_path):
         clf.predict([tmp_path])
 
 
+@pytest.mark.numerics
 def test_images_come_from_any_iterable(checkpoint, tmp_path):
     rng = np.random.default_rng(2)
     for i in range(3):
@@ -101,6 +104,7 @@ def test_images_come_from_any_iterable(checkpoint, tmp_path):
         vitkit.Classifier(vitkit.create_model("vit_test", num_classes=3), ["a", "b"])
 
 
+@pytest.mark.numerics
 def test_embed_returns_the_features_of_a_chosen_layer(checkpoint, tmp_path):
     from vitkit.data.augment import eval_transform
     from vitkit.errors import ConfigError
@@ -136,6 +140,7 @@ def test_embed_returns_the_features_of_a_chosen_layer(checkpoint, tmp_path):
         bit_clf.embed(images, pool="cls")
 
 
+@pytest.mark.numerics
 def test_predict_keep_aspect_reads_each_image_at_its_aspect_ratio_on_a_dynamic_size_model(tmp_path, vitkit_cmd):
     from vitkit.errors import ConfigError
 

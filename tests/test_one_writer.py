@@ -24,11 +24,11 @@ def weights_of(path):
         return {k: archive[k].copy() for k in archive.files}
 
 
-def test_two_converts_into_one_file_never_lose_a_write(tmp_path, run_cli):
+def test_two_converts_into_one_file_never_lose_a_write(tmp_path, run_cli, vitkit_cmd):
     a, b = two_models(tmp_path)
     alone = {}
-    for folder in (a, b):
-        assert run_cli("convert", folder, tmp_path / f"{folder.name}.npz").returncode == 0
+    for folder in (a, b):  # what each writes alone (in this process: the races below are real processes)
+        assert vitkit_cmd("convert", folder, tmp_path / f"{folder.name}.npz").returncode == 0
         alone[folder.name] = weights_of(tmp_path / f"{folder.name}.npz")
     for trial in range(4):
         target = tmp_path / f"cc{trial}.npz"

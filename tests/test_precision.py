@@ -7,6 +7,8 @@ from vitkit.evaluate.metrics import evaluate
 from vitkit.inference import precision
 from vitkit.kernels import cpu_inference
 
+pytestmark = pytest.mark.numerics  # float results: run again under ISA caps
+
 
 @pytest.fixture
 def model():

@@ -94,6 +94,7 @@ def test_schedule_warmup_then_decay():
     assert learning_rate(100, decay="constant", **kw) == 1.0
 
 
+@pytest.mark.numerics
 def test_overfits_one_batch(tmp_path):
     config = load_run_config(
         None,
@@ -117,6 +118,7 @@ def test_overfits_one_batch(tmp_path):
     assert losses[0] > 2.0 and losses[-1] < 0.1 * losses[0]
 
 
+@pytest.mark.numerics
 def test_run_directory_contents(tmp_path):
     out = tmp_path / "run"
     summary = train(load_run_config(None, TINY + ["train.steps=6", "train.ema=0.9", "train.keep_checkpoints=2"]), out)
@@ -142,6 +144,7 @@ def test_run_directory_contents(tmp_path):
     assert not torch.equal(final["head.weight"], last["head.weight"])
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize(
     "extra",
     [
@@ -182,6 +185,7 @@ def test_interrupted_and_resumed_equals_straight(tmp_path, extra):
         assert math.isclose(x, y, rel_tol=1e-5)
 
 
+@pytest.mark.numerics
 def test_summary_says_where_each_stretch_of_a_resumed_run_ran(tmp_path):
     """summary.json's device, processes and threads were those of the last stretch alone; segments lists each one."""
     from vitkit.train import resume_config
