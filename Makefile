@@ -29,8 +29,7 @@ demo: install data
 	else $(BIN)/vitkit train --config configs/fashion_mnist.yaml --out $(DEMO); fi
 	$(BIN)/vitkit eval $(DEMO) --split test --json --threads 1
 
-# Two pytest-xdist workers: on 2 cores the suite takes about 5 minutes instead of 8 in one process;
-# TEST_WORKERS=0 runs it in one process.
+# Two pytest-xdist workers, one per core of the machine CI runs on; TEST_WORKERS=0 runs the suite in one process.
 TEST_WORKERS ?= 2
 # Then the numerics-sensitive tests again with oneDNN's instruction set capped (scripts/isa-caps.sh: AVX2 on every
 # CPU, and AVX512_CORE_BF16, what an AMD EPYC Zen 4 has, on an AMX Xeon), torch's own kernels at the same width: a
