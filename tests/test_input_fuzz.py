@@ -11,7 +11,7 @@ import struct
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from vitkit.checkpoint import load_pretrained, save_pretrained
@@ -125,6 +125,8 @@ def test_run_config_overrides(overrides):
     ),
     raw=st.one_of(st.none(), st.binary(max_size=200)),
 )
+@example(document={"model": {"\n": None}}, raw=None)  # a key's newline once split the error over two lines
+@example(document={"model": {"backbone": {"\x1b[2J": 1}}, "train": {"steps\n": 1}}, raw=None)
 def test_run_config_files(tmp_path_factory, document, raw):
     path = tmp_path_factory.mktemp("y") / "run.yaml"
     path.write_bytes(raw if raw is not None else yaml.safe_dump(document).encode())

@@ -36,6 +36,14 @@ def shown(value: object, limit: int = 80) -> str:
     return short if len(short) <= limit else short[: limit - 3] + "..."
 
 
+def key_shown(key: object) -> str:
+    """A key from a user's file as an error message names it: as written when it is printable text without spaces,
+    else quoted by `shown` (a newline or terminal escape in a key must not break the one-line message)."""
+    if isinstance(key, str) and key and key.isprintable() and not any(ch.isspace() for ch in key):
+        return key
+    return shown(key)
+
+
 def first_line(err: BaseException) -> str:
     """The first line of an exception's message (its type name when the message is empty): for one-line errors."""
     text = str(err).strip()

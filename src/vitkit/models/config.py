@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from vitkit.errors import ConfigError, shown
+from vitkit.errors import ConfigError, key_shown, shown
 
 CLASSIFIERS = ("token", "gap")
 POS_EMBEDS = ("learned", "learned_2d", "relative", "sincos2d", "none")
@@ -145,7 +145,7 @@ def backbone_config(value: Any) -> Backbone | None:
     known = ("convs", *RESNET_KEYS)
     for key in value:
         if key not in known:
-            raise ConfigError(f"backbone.{key}: unknown key; known keys are {', '.join(sorted(known))}")
+            raise ConfigError(f"backbone.{key_shown(key)}: unknown key; known keys are {', '.join(sorted(known))}")
     resnet = [key for key in RESNET_KEYS if key in value]
     if ("convs" in value) == bool(resnet):
         raise ConfigError(
@@ -396,5 +396,5 @@ def _known(data: dict[str, Any], cls: type, where: str) -> dict[str, Any]:
     names = {f.name for f in dataclasses.fields(cls)}
     for key in data:
         if key not in names:
-            raise ConfigError(f"{where}.{key}: unknown key; known keys are {', '.join(sorted(names))}")
+            raise ConfigError(f"{where}.{key_shown(key)}: unknown key; known keys are {', '.join(sorted(names))}")
     return dict(data)

@@ -23,7 +23,7 @@ import yaml
 
 from vitkit.data.augment import AugmentConfig, check_policy
 from vitkit.data.scan import ImageScan
-from vitkit.errors import ConfigError, first_line, shown
+from vitkit.errors import ConfigError, first_line, key_shown, shown
 from vitkit.models import BiTConfig, ModelConfig, ViTConfig, get_config
 
 
@@ -424,7 +424,7 @@ def _model_keys(family: type) -> list[str]:
 
 def _known_key(section: str, key: str, known: list[str]) -> None:
     if key not in known:
-        raise ConfigError(f"{section}.{key}: unknown key; known keys are {', '.join(known)}")
+        raise ConfigError(f"{section}.{key_shown(key)}: unknown key; known keys are {', '.join(known)}")
 
 
 def _section(cls: type, values: dict[str, Any], section: str) -> Any:

@@ -35,7 +35,7 @@ from vitkit.checkpoint.runs import resolve, step_checkpoints
 from vitkit.data import DataSpec
 from vitkit.data.spec import absolute, trained_on
 from vitkit.data.split import described
-from vitkit.errors import ConfigError, DataError
+from vitkit.errors import ConfigError, DataError, key_shown
 from vitkit.evaluate.metrics import markdown_table, write_report
 from vitkit.files import read_json, write_json
 from vitkit.models import BiTConfig, ModelConfig, VisionTransformer, build_model
@@ -108,10 +108,10 @@ def _recipe(base: dict, overrides: Iterable) -> RunConfig:
 
 def _architecture_from_checkpoint(keys: Iterable[str]) -> None:
     """Refuses a recipe's model keys other than TUNABLE (a model.name too: the checkpoint names the model)."""
-    unknown = sorted(set(keys) - {"init", *TUNABLE})
+    unknown = sorted(set(keys) - {"init", *TUNABLE}, key=str)
     if unknown:
         raise ConfigError(
-            f"model.{unknown[0]}: fine-tuning takes the architecture from the checkpoint; "
+            f"model.{key_shown(unknown[0])}: fine-tuning takes the architecture from the checkpoint; "
             f"a recipe may only set model.{', model.'.join(TUNABLE)}"
         )
 
