@@ -31,9 +31,9 @@ demo: install data
 
 # Two pytest-xdist workers, one per core of the machine CI runs on; TEST_WORKERS=0 runs the suite in one process.
 TEST_WORKERS ?= 2
-# Then the numerics-sensitive tests again with oneDNN's instruction set capped (scripts/isa-caps.sh: AVX2 on every
-# CPU, and AVX512_CORE_BF16, what an AMD EPYC Zen 4 has, on an AMX Xeon), torch's own kernels at the same width: a
-# float comparison that holds on one CPU family only fails here on either. ISA_CAPS= skips it. The numerics-sensitive
+# Then the numerics-sensitive tests again with oneDNN's instruction set capped (scripts/isa-caps.sh: AVX512_CORE_BF16,
+# what an AMD EPYC Zen 4 has, on an AMX Xeon; AVX2 elsewhere), torch's own kernels at the same width: a float
+# comparison that holds on one CPU family only fails here on either. ISA_CAPS= skips it. The numerics-sensitive
 # tests are those marked `numerics` (and tests/models but its config and size tests; see tests/conftest.py).
 NUMERIC_TESTS := -m numerics tests
 ISA_CAPS ?= $(shell sh scripts/isa-caps.sh)
