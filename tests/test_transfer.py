@@ -210,3 +210,31 @@ def test_finetune_crops_suit_the_images_and_flip_as_the_fitted_recipe_does():
     }
     assert _finetune_augment(photos, 5000, 96, 96)["augment.rrc_scale"] == "[0.25,1.0]"  # a 48-px box of 96
     assert _finetune_augment(digits, 1400, 32, 48) == {"augment.crop": "pad", "augment.pad": 3, "augment.hflip": flip}
+
+
+def test_a_head_trained_on_the_data_s_classes_is_kept_with_its_rows_in_the_data_s_order(tmp_path, vitkit_cmd):
+    """Fine-tuning on the classes a checkpoint scores (a new resolution for the same task) started from a zero head, so
+    its first steps relearned what the checkpoint knew; that head is now kept, its rows matched by class name. Another
+    task's head, and --new-head, give the paper's zero head."""
+    model = create_model("vit_test", image_size=8, depth=1, num_classes=3)
+    with torch.no_grad():
+        model.head.weight.normal_()
+        model.head.bias.normal_()
+    order = ["class_2", "class_0", "class_1"]
+    vitkit.save_pretrained(model, tmp_path / "pre", extra={"class_names": order})
+    recipe = finetune_recipe(None, TINY)
+    finetune(recipe, tmp_path / "pre", tmp_path / "kept", image_size=16)
+    init, extra = load_native(tmp_path / "kept" / "init")
+    rows = [order.index(name) for name in extra["class_names"]]
+    assert extra["class_names"] == ["class_0", "class_1", "class_2"] and rows == [1, 2, 0]
+    torch.testing.assert_close(init.head.weight, model.head.weight[rows])
+    torch.testing.assert_close(init.head.bias, model.head.bias[rows])
+    done = vitkit_cmd(
+        "finetune", "--from", tmp_path / "pre", "--out", tmp_path / "new", "--image-size", "16", "--new-head", *TINY
+    )
+    assert done.returncode == 0, done.stderr
+    assert "its head, all zeros (not trained yet)" in done.stdout + done.stderr
+    assert not load_native(tmp_path / "new" / "init")[0].head.weight.any()
+    vitkit.save_pretrained(model, tmp_path / "other", extra={"class_names": ["ant", "bee", "cat"]})
+    finetune(recipe, tmp_path / "other", tmp_path / "other_ft", image_size=16)
+    assert not load_native(tmp_path / "other_ft" / "init")[0].head.weight.any()

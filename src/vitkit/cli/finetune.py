@@ -14,8 +14,9 @@ steps an epoch (64..512), the padded shift and flip of `vitkit train --data` for
 Inception crop that keeps a 48-px box (the paper's 5% from 224 px). Validation on the data's val split, else a
 held-out 10% of train. The last line compares the picked model with the checkpoint on the same images (where
 it classifies the same classes) and warns when fine-tuning made it worse. The model: the checkpoint at --image-size
-(position embeddings 2D-interpolated, same patch size, longer sequence), a zero-initialised head for the
-data's classes, the pre-logits layer dropped (official rule) unless --keep-pre-logits.
+(position embeddings 2D-interpolated, same patch size, longer sequence). Its head is kept where it was
+trained on the data's classes (by name); else, and with --new-head, a zero-initialised head for the data's
+classes, the pre-logits layer dropped (official rule) unless --keep-pre-logits.
 
 --lr with several values runs one fine-tune per value (DIR/lr_<value>/) and picks the best final
 validation top-1; DIR/final points at the picked model, DIR/sweep.json and sweep.md list every run.
@@ -34,8 +35,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "finetune",
         help="fine-tune a checkpoint (any format) at a new resolution with the paper's recipe and a learning-rate sweep",
-        description="Fine-tune a pre-trained ViT (paper §3.2): new zero-initialised head, position embeddings "
-        "resampled to the new resolution, SGD-momentum recipe, optional learning-rate sweep.",
+        description="Fine-tune a pre-trained ViT (paper §3.2): a zero-initialised head for new classes, position "
+        "embeddings resampled to the new resolution, SGD-momentum recipe, optional learning-rate sweep.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -94,6 +95,11 @@ def _add_recipe(p: argparse.ArgumentParser) -> None:
         "--keep-pre-logits",
         action="store_true",
         help="keep the checkpoint's pre-logits layer (default: dropped, as officially)",
+    )
+    p.add_argument(
+        "--new-head",
+        action="store_true",
+        help="a new zero-initialised head even where the checkpoint's scores the data's classes (the paper's rule)",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 

@@ -3,8 +3,9 @@
     finetune(recipe, "ViT-B_16.npz", "runs/ft", lrs=[0.001, 0.003, 0.01, 0.03], image_size=384)
 
 The starting model is built once: any checkpoint vitkit reads, at the new resolution (position
-embeddings 2D-interpolated), with a zero-initialised head for the data's classes and, as in the
-official fine-tuning code, without the pre-logits layer unless `keep_pre_logits`. Each learning rate
+embeddings 2D-interpolated). Its head is kept where it was trained on the data's classes (by name:
+a new resolution for the same task); else, and with `new_head`, a zero-initialised head for the data's
+classes and, as in the official fine-tuning code, no pre-logits layer unless `keep_pre_logits`. Each learning rate
 is then one ordinary `vitkit.train.train` run from it with the fine-tuning recipe (SGD momentum 0.9,
 no weight decay, global-norm clip 1, linear warmup then cosine decay, logical batch 512 through
 `train.micro_batch` accumulation); the run with the best final validation top-1 is picked.
@@ -27,6 +28,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import torch
 import yaml
 
 from vitkit.checkpoint import load_with_metadata, save_pretrained
@@ -117,12 +119,25 @@ def _architecture_from_checkpoint(keys: Iterable[str]) -> None:
 
 
 def prepare_for_finetuning(
-    model: VisionTransformer, num_classes: int, *, keep_pre_logits: bool = False, **tunable
+    model: VisionTransformer,
+    num_classes: int,
+    *,
+    keep_pre_logits: bool = False,
+    head_rows: list[int] | None = None,
+    **tunable,
 ) -> VisionTransformer:
-    """The paper's head rule (§3.2): a zero-initialised head for `num_classes` (always new, even for as many
-    classes as before) and, as in the official code, no pre-logits layer unless `keep_pre_logits`.
+    """The paper's head rule for a new task (§3.2): a zero-initialised head for `num_classes` and, as in the
+    official code, no pre-logits layer unless `keep_pre_logits`. `head_rows` (the same classes, `kept_head_rows`):
+    the trained head and the layers under it kept instead, its rows put in that order.
     `tunable`: dropout rates and stochastic depth (modules without weights) for the fine-tuning runs."""
-    model.reset_head(num_classes, keep_pre_logits=keep_pre_logits)
+    if head_rows is None:
+        model.reset_head(num_classes, keep_pre_logits=keep_pre_logits)
+    else:
+        rows = torch.tensor(head_rows)
+        with torch.no_grad():
+            for tensor in (model.head.weight, model.head.bias):
+                if tensor is not None:
+                    tensor.copy_(tensor[rows])
     if tunable:
         rebuilt = build_model(model.config.replace(**tunable))
         rebuilt.load_state_dict(model.state_dict())
@@ -165,9 +180,11 @@ def finetune(
     lrs: list[float] | None = None,
     image_size: int | tuple[int, int] | None = None,
     keep_pre_logits: bool = False,
+    new_head: bool = False,
 ) -> dict:
     """Fine-tune `checkpoint` with `recipe` once per learning rate (default: recipe's train.lr) into `out`,
-    at `image_size` (default: the recipe's model.image_size, else the checkpoint's).
+    at `image_size` (default: the recipe's model.image_size, else the checkpoint's). The checkpoint's trained head is
+    kept where it scores the data's classes, unless `new_head`.
 
     Returns {"runs": [{lr, final_val_top1, best_val_top1, ...}], "best": {...}}, or {"stopped": {lr, run, step, ...}}
     where SIGTERM/SIGINT stopped a run (a checkpoint saved; nothing picked, no `out/final`). Running it again on
@@ -181,9 +198,11 @@ def finetune(
         raise ConfigError(f"--lr: each learning rate once, got {lrs}")
     _architecture_from_checkpoint(key for key in recipe.model if key != "name")  # the name: the recipe's placeholder
     plan = {"checkpoint": str(checkpoint), "lrs": lrs, "keep_pre_logits": keep_pre_logits, "recipe": recipe.to_dict()}
+    if new_head:  # only then: the plan of a sweep started before the option stays the same
+        plan["new_head"] = True
     init = out / "init"
     # a checkpoint, size or data that cannot work is refused before --out holds anything a corrected command would refuse
-    starting = None if is_native(init) else _starting_model(recipe, checkpoint, keep_pre_logits)
+    starting = None if is_native(init) else _starting_model(recipe, checkpoint, keep_pre_logits, new_head)
     fresh, existed = not (out / "finetune.json").is_file(), out.exists()
     _claim(out, plan)
     try:
@@ -296,10 +315,10 @@ def _record_pick(final: Path, pick: dict) -> None:
 
 
 def _starting_model(
-    recipe: RunConfig, checkpoint: str | os.PathLike, keep_pre_logits: bool
+    recipe: RunConfig, checkpoint: str | os.PathLike, keep_pre_logits: bool, new_head: bool = False
 ) -> tuple[VisionTransformer, dict]:
-    """The starting model of every run (the checkpoint at the recipe's size, a new head for the data's classes) and the
-    record saved with it."""
+    """The starting model of every run (the checkpoint at the recipe's size; its head where it scores the data's
+    classes, else a new one) and the record saved with it."""
     source = resolve(checkpoint)
     size = recipe.model.get("image_size")
     try:
@@ -322,8 +341,21 @@ def _starting_model(
         .class_names
     )
     tunable = {k: recipe.model[k] for k in TUNABLE if k in recipe.model and k != "image_size"}
-    model = prepare_for_finetuning(model, len(classes), keep_pre_logits=keep_pre_logits, **tunable)
+    rows = None if new_head else kept_head_rows(meta, checkpoint, model, classes)
+    model = prepare_for_finetuning(model, len(classes), keep_pre_logits=keep_pre_logits, head_rows=rows, **tunable)
     return model, {"source": str(source), "class_names": classes, "pretrained_on": trained_on(meta)}
+
+
+def kept_head_rows(meta: dict, checkpoint, model: VisionTransformer, classes: list[str]) -> list[int] | None:
+    """For each of the data's `classes`, the row of the checkpoint's head that scores it, where that head was trained
+    on exactly these classes (by name: the same task, at a new resolution); else None, for a new head."""
+    from vitkit.checkpoint import untrained_head
+
+    names = meta.get("class_names") or []
+    same = len(names) == model.config.num_classes == len(set(classes)) == len(classes) and set(names) == set(classes)
+    if not same or untrained_head(meta, checkpoint, model) is not None:
+        return None
+    return [names.index(name) for name in classes]
 
 
 def starting_top1(recipe: RunConfig, checkpoint) -> dict | None:

@@ -14,7 +14,7 @@ CUTTING = ("data.val_fraction", "data.split_seed")  # another split of train/ in
 
 def finetune_sweep(opts) -> dict:
     """Fine-tune `opts.checkpoint` into `opts.out` (the options of `vitkit finetune`: overrides, data, config,
-    image_size, lr, steps, batch_size, micro_batch, keep_pre_logits, no_progress); the sweep's result."""
+    image_size, lr, steps, batch_size, micro_batch, keep_pre_logits, new_head, no_progress); the sweep's result."""
     from vitkit.files import writable_folder
     from vitkit.train.finetune import finetune, finetune_recipe
 
@@ -27,7 +27,13 @@ def finetune_sweep(opts) -> dict:
     fitted = fitted_overrides(opts, recipe, overrides, size)
     recipe = finetune_recipe(opts.config, [*overrides, *fitted])
     return finetune(
-        recipe, opts.checkpoint, opts.out, lrs=opts.lr, image_size=size, keep_pre_logits=opts.keep_pre_logits
+        recipe,
+        opts.checkpoint,
+        opts.out,
+        lrs=opts.lr,
+        image_size=size,
+        keep_pre_logits=opts.keep_pre_logits,
+        new_head=opts.new_head,
     )
 
 
