@@ -460,3 +460,15 @@ def test_short_real_fashion_mnist_run(tmp_path, capsys):
     assert result["n"] == 600 and result["top1"] > 0.2  # chance is 0.1
     assert "Ankle boot" in result["per_class"]
     assert len(open_split(None, "test", channels=1)) == 10_000
+
+
+def test_a_fitted_run_evaluates_four_times_without_a_second_evaluation_just_before_the_end():
+    """938 fitted steps evaluated every 234: at 936 and again at the final 938, two lines for one model."""
+    from vitkit.data.scan import ImageScan
+    from vitkit.train.config import fitted_to_data
+
+    for steps in (24, 100, 750, 938, 1001, 4999, 5000):
+        overrides, _ = fitted_to_data(ImageScan(64, 600, 28, 28, 1), 600, steps=steps)
+        every = int(next(o for o in overrides if o.startswith("train.eval_every=")).split("=")[1])
+        scheduled = list(range(every, steps + 1, every))
+        assert len(scheduled) <= 4 and steps - scheduled[-1] in (0, *range(every // 2, every)), (steps, every)

@@ -579,7 +579,7 @@ def fitted_to_data(
         f"train.warmup_steps={steps // 10}",
         "train.lr=3e-3",
         f"train.log_every={max(steps // 20, 1)}",
-        f"train.eval_every={max(steps // 4, 1)}",
+        f"train.eval_every={max(-(-steps // 4), 1)}",  # four evaluations, the last one the final step
         "augment.crop=pad",
         f"augment.pad={max(size // 16, 1)}",
         "augment.hflip=0",  # wrong for digits, text, signs, charts; within noise of flipping on photos here

@@ -187,7 +187,7 @@ def fit_finetune(
         "train.batch_size": batch,
         "train.steps": steps,
         "train.log_every": max(steps // 20, 1),
-        "train.eval_every": max(steps // 4, 1),
+        "train.eval_every": max(-(-steps // 4), 1),  # four evaluations, the last one the final step
     }
     side = min(found.height, found.width) or 32
     chosen.update(_finetune_augment(found, n, min(size or side, side), size or side))
