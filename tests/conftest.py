@@ -9,7 +9,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-torch.set_num_threads(min(2, os.cpu_count() or 1))
+# one share of the cores per pytest-xdist worker: two workers of two threads each on two cores wait on each other's
+# spinning threads (the oversubscription `train.threads` avoids for a user)
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+torch.set_num_threads(max(1, min(2, (os.cpu_count() or 1) // _WORKERS)))
 # torch.compile's on-disk cache (shared under /tmp) keys a graph without the vector ISA its C++ was generated for: code
 # written for AVX2's 8-float vectors (`make test`'s ATEN_CPU_CAPABILITY=avx2 pass) is rebuilt with AVX-512's 16 by a later
 # uncapped run, and its full-vector stores then write past inductor's buffers (heap corruption). One tag per ISA.
