@@ -28,7 +28,6 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import torch
 import yaml
 
 from vitkit.checkpoint import load_with_metadata, save_pretrained
@@ -43,6 +42,7 @@ from vitkit.files import read_json, write_json
 from vitkit.models import BiTConfig, ModelConfig, VisionTransformer, build_model
 from vitkit.models.registry import MODELS
 from vitkit.train.config import RunConfig, from_dict, load_run_config, merge_layer
+from vitkit.train.init import put_head_rows
 from vitkit.train.loop import train
 
 # The paper's fine-tuning recipe (App. B; warmup 500 steps and the Inception crop [official]); a
@@ -133,11 +133,7 @@ def prepare_for_finetuning(
     if head_rows is None:
         model.reset_head(num_classes, keep_pre_logits=keep_pre_logits)
     else:
-        rows = torch.tensor(head_rows)
-        with torch.no_grad():
-            for tensor in (model.head.weight, model.head.bias):
-                if tensor is not None:
-                    tensor.copy_(tensor[rows])
+        put_head_rows(model, head_rows)
     if tunable:
         rebuilt = build_model(model.config.replace(**tunable))
         rebuilt.load_state_dict(model.state_dict())

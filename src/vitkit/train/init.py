@@ -64,16 +64,24 @@ def init_from(model: VisionTransformer, path: Path, class_names: list[str]) -> s
     if head is None:
         source.reset_head(ours.num_classes, keep_pre_logits=False)
         theirs = source.config
-    elif head != list(range(len(head))):
-        rows = torch.tensor(head)
-        with torch.no_grad():
-            source.head.weight.copy_(source.head.weight[rows])
-            source.head.bias.copy_(source.head.bias[rows])
+    else:
+        put_head_rows(source, head)
     _refuse_another_architecture(theirs, ours, path)
     if theirs.image_size != ours.image_size:
         source.set_image_size(ours.image_size)  # position embeddings resampled (paper §3.2)
     load_state_dict_strict(model, source.state_dict(), source=path)  # faults: any other mismatch is one clear error
     return f"every weight from {path}; {note}"
+
+
+def put_head_rows(model: torch.nn.Module, rows: list[int]) -> None:
+    """Reorder the classification head's outputs in place: output i becomes the one that was `rows[i]`."""
+    if rows == list(range(len(rows))):
+        return
+    index = torch.tensor(rows)
+    with torch.no_grad():
+        for tensor in (model.head.weight, model.head.bias):
+            if tensor is not None:
+                tensor.copy_(tensor[index])
 
 
 def _refuse_another_architecture(theirs, ours, path: Path) -> None:
