@@ -331,8 +331,8 @@ def fuzz(examples: int) -> None:
         "tests/data/test_images_fuzz.py",
         "tests/checkpoint/test_checkpoint_fuzz.py",
         "tests/data/test_shards_fuzz.py",
-    ]
-    env = {**os.environ, "VITKIT_FUZZ_EXAMPLES": str(examples)}
+    ]  # under the fuzz profile: `examples` where a test run has 100, each test its own multiple of it
+    env = {**os.environ, "HYPOTHESIS_PROFILE": "fuzz", "VITKIT_FUZZ_EXAMPLES": str(examples)}
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--hypothesis-show-statistics", *files],
         cwd=ROOT,

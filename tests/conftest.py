@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from hypothesis import settings
 
 # one share of the cores per pytest-xdist worker: two workers of two threads each on two cores wait on each other's
 # spinning threads (the oversubscription `train.threads` avoids for a user)
@@ -28,6 +29,16 @@ else:
     os.environ["VITKIT_CACHE"] = tempfile.mkdtemp(prefix="vitkit-cache-")
 # nothing downloads in tests: a hub name reads huggingface_hub's cache only (tests that build one set HF_HUB_CACHE)
 os.environ["HF_HUB_OFFLINE"] = "1"
+
+# Hypothesis profiles. ci (chosen where CI is set): the same examples every run and no example database, so a run
+# passes or fails by the code alone. dev (elsewhere): a fresh random search each run, replaying what failed before.
+# fuzz: the long search a person starts by hand (CONTRIBUTING.md), VITKIT_FUZZ_EXAMPLES where the others have 100.
+# Each property test asks for a multiple of the profile's max_examples, so a profile scales them all.
+settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
+settings.register_profile("dev")
+FUZZ_EXAMPLES = int(os.environ.get("VITKIT_FUZZ_EXAMPLES", "2000"))
+settings.register_profile("fuzz", max_examples=FUZZ_EXAMPLES, database=None, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev"))
 
 
 ISA_CAP = os.environ.get("ONEDNN_MAX_CPU_ISA", "")  # `make test` runs the numerics-sensitive tests again under a cap

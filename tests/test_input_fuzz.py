@@ -5,7 +5,6 @@ more than the process has), so an input that makes them allocate without bound f
 
 import gzip
 import json
-import os
 import shutil
 import struct
 
@@ -23,7 +22,7 @@ from vitkit.models.config import ViTConfig
 from vitkit.train.config import SECTIONS, load_run_config
 
 FUZZ = settings(
-    max_examples=int(os.environ.get("VITKIT_FUZZ_EXAMPLES", "30")),
+    max_examples=3 * settings.default.max_examples // 10,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

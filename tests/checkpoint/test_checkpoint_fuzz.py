@@ -56,7 +56,11 @@ def _apply(data: bytes, edits) -> bytes:
     return bytes(data)
 
 
-@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=5 * settings.default.max_examples // 2,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 @given(layout=st.sampled_from(list(LAYOUTS)), data=st.data())
 def test_damaged_checkpoints_load_or_raise_checkpoint_error(originals, tmp_path_factory, layout, data):
     path, inner = LAYOUTS[layout]

@@ -55,7 +55,11 @@ def damaged_images(draw) -> bytes:
     return bytes(data)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=3 * settings.default.max_examples,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 @given(data=damaged_images(), channels=st.sampled_from([1, 3]))
 def test_only_pixels_or_a_data_error(tmp_path_factory, data, channels):
     path = tmp_path_factory.mktemp("fuzz") / "image.png"

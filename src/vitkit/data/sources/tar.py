@@ -114,11 +114,11 @@ def _index_tar(path: Path) -> tuple[list[TarMember], list[str | None], list[str]
 def _tar_files(f, path: Path):
     """(name, data offset, size, the first bytes of the data) of every regular file in an uncompressed tar, read from
     its 512-byte headers (one read per member, of the header and the block after it, so a small label file comes
-    with its header): ustar and GNU headers, GNU long names and POSIX pax records. Quicker than tarfile,
-    which builds a TarInfo per member; a base-256 size or a header whose checksum fails is handed to tarfile, so
-    every tar that tarfile reads is indexed the same. A header field or pax record that no tar writer makes is a
-    tarfile.ReadError: every header moves the reader forward, so it always ends."""
-    position, long_name, pax, extended, end = 0, None, {}, {}, os.fstat(f.fileno()).st_size
+    with its header): ustar and GNU headers, GNU long names and POSIX pax records, by tarfile's rules. Quicker than
+    tarfile, which builds a TarInfo per member; a base-256 size, a header whose checksum fails or a sparse file is
+    handed to tarfile, so every tar that tarfile reads is indexed the same. A header field or pax record that no tar
+    writer makes is a tarfile.ReadError: every header moves the reader forward, so it always ends."""
+    position, pending, pax, end = 0, [], {}, os.fstat(f.fileno()).st_size
     while True:
         if position > end:  # the last member's data is cut short
             raise tarfile.ReadError("unexpected end of data")
@@ -132,31 +132,63 @@ def _tar_files(f, path: Path):
         if header == bytes(512):  # the end-of-archive blocks
             return
         kind = header[156:157]
-        if any(header[i] & 0x80 for i in NUMBER_FIELDS) or not _checksum_holds(header):
-            if position == 0 and not header[257:262] == b"ustar":
-                raise tarfile.ReadError("no tar header at the start (bad checksum)")
-            # an exotic header: the standard library's reader decides, from here on (members before it are out)
+        exotic = any(header[i] & 0x80 for i in NUMBER_FIELDS) or not _checksum_holds(header)
+        if exotic and position == 0 and not header[257:262] == b"ustar":
+            raise tarfile.ReadError("no tar header at the start (bad checksum)")
+        if exotic or kind == SPARSE or any(key.startswith("GNU.sparse.") for key in pax):
+            # the standard library's reader decides, from here on (members before it are out)
             yield from (m for m in _tarfile_members(path) if m[1] > position)
             return
         data, size = position + 512, [_octal(header[i : i + n], "number") for i, n in NUMBER_FIELDS.items()][3]
-        position = data + -(-size // 512) * 512
-        if kind in (b"L", b"x", b"g"):  # the next member's long name, or pax records (for all members after a g)
+        if kind in LONG_NAMES or kind in PAX:
+            position = data + _blocks(size)
             payload = _header_payload(f, data, size, end)
             if kind == b"L":
-                long_name = payload.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
-            else:
-                (pax if kind == b"g" else extended).update(_pax_records(payload))
+                pending.append(("name", payload.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")))
+            elif kind == b"g":
+                pax.update(_pax_records(payload))
+            elif kind in PAX:
+                pending.append(("pax", {**pax, **_pax_records(payload)}))
+            continue  # a long link target (K) names nothing vitkit reads, and ends no chain
+        file = kind in REGULAR and not (kind == b"\0" and header[0:100].split(b"\0", 1)[0].endswith(b"/"))
+        carries_data = file or kind not in NO_DATA  # an unknown type flag is skipped as data, as tarfile does
+        name, size, position = _resolved(header, size, data, carries_data, pax, pending)
+        pending = []
+        if file:
+            yield name, data, size, chunk[512 : 512 + size]
+
+
+REGULAR = (b"0", b"\0", b"7")  # files (7: contiguous); a \0 member named with a trailing slash is a V7 directory
+NO_DATA = (b"1", b"2", b"3", b"4", b"5", b"6")  # links, devices, directories, FIFOs: a size on these has no data
+LONG_NAMES = (b"L", b"K")  # GNU: the next member's long name, or its long link target
+PAX = (b"x", b"X", b"g")  # pax records: for the next member (x, and X as Solaris wrote it), or all after (g)
+SPARSE = b"S"  # a GNU sparse file: its data is not the file's bytes in order
+
+
+def _blocks(size: int) -> int:
+    return -(-size // 512) * 512
+
+
+def _resolved(header: bytes, size: int, data: int, carries_data: bool, pax: dict, pending: list):
+    """(name, size, next header's position) of a member: its header, then global pax records, then the long names and
+    pax headers before it, nearest first, so the first of a chain has the last word (tarfile reads a chain that way).
+    A pax size moves the next header only from a pax header for this member, as in tarfile."""
+    name = _header_name(header)
+    position = data + _blocks(size) * carries_data
+    if "path" in pax:
+        name = pax["path"].rstrip("/")
+    if "size" in pax:
+        size = _pax_size(pax["size"])
+    for what, value in reversed(pending):
+        if what == "name":
+            name = value
             continue
-        fields, extended = {**pax, **extended}, {}
-        if kind not in (b"0", b"\0", b"7"):  # directories, links, devices: not samples
-            long_name = None
-            continue
-        name = fields.get("path", "").rstrip("/") or long_name or _header_name(header)  # as tarfile reads a pax path
-        if "size" in fields:
-            size = _pax_size(fields["size"])
-            position = data + -(-size // 512) * 512
-        long_name = None
-        yield name, data, size, chunk[512 : 512 + size]
+        if "path" in value:
+            name = value["path"].rstrip("/")
+        if "size" in value:
+            size = _pax_size(value["size"])
+            position = data + _blocks(size) * carries_data
+    return name, size, position
 
 
 NUMBER_FIELDS = {100: 8, 108: 8, 116: 8, 124: 12, 136: 12}  # mode, uid, gid, size, mtime: octal, or base-256
@@ -188,7 +220,7 @@ def _header_payload(f, data: int, size: int, end: int) -> bytes:
     if data + size > end:
         raise tarfile.ReadError("unexpected end of data")
     f.seek(data)
-    return f.read(size)
+    return f.read(_blocks(size))  # whole blocks, as tarfile reads them: its padding is read too
 
 
 def _checksum(header: bytes) -> int:
@@ -197,10 +229,9 @@ def _checksum(header: bytes) -> int:
 
 def _header_name(header: bytes) -> str:
     name = header[0:100].split(b"\0", 1)[0]
-    if header[257:262] == b"ustar":
-        prefix = header[345:500].split(b"\0", 1)[0]
-        if prefix:
-            name = prefix + b"/" + name
+    prefix = header[345:500].split(b"\0", 1)[0]  # the ustar prefix, joined whenever set, as tarfile does
+    if prefix:
+        name = prefix + b"/" + name
     return name.decode("utf-8", "surrogateescape")
 
 
