@@ -39,6 +39,19 @@ def _link_with_a_size() -> bytes:
     return bytes(data[:512]) + b"12 comment=\n".ljust(512, b"\0") + bytes(data[512:])
 
 
+def _v7_directory_with_a_size() -> bytes:
+    """The archive a long search found: a member named `/` with type flag NUL (a V7 directory, by its trailing slash)
+    whose size field says 1, then a file. A directory carries no data: the block after it is the next header."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for name in ("/", "0"):
+            tar.addfile(tarfile.TarInfo(name), io.BytesIO(b""))
+    data = bytearray(buffer.getvalue())
+    data[124:136], data[156:157] = b"%011o\0" % 1, b"\0"
+    _fix_checksum(data, 0)
+    return bytes(data[:512]) + bytes(512) + bytes(data[512:])
+
+
 def _fix_checksum(data: bytearray, block: int) -> None:
     data[block + 148 : block + 156] = b" " * 8
     data[block + 148 : block + 155] = b"%06o\0" % sum(data[block : block + 512])
@@ -82,6 +95,7 @@ def archives(draw) -> bytes:
 )
 @given(data=archives())
 @example(data=_link_with_a_size())
+@example(data=_v7_directory_with_a_size())
 def test_the_tar_header_reader_finds_what_tarfile_finds_or_says_the_shard_is_damaged(tmp_path_factory, data):
     path = tmp_path_factory.mktemp("tar") / "s.tar"
     path.write_bytes(data)

@@ -150,8 +150,10 @@ def _tar_files(f, path: Path):
             elif kind in PAX:
                 pending.append(("pax", {**pax, **_pax_records(payload)}))
             continue  # a long link target (K) names nothing vitkit reads, and ends no chain
-        file = kind in REGULAR and not (kind == b"\0" and header[0:100].split(b"\0", 1)[0].endswith(b"/"))
-        carries_data = file or kind not in NO_DATA  # an unknown type flag is skipped as data, as tarfile does
+        v7_directory = kind == b"\0" and header[0:100].split(b"\0", 1)[0].endswith(b"/")
+        file = kind in REGULAR and not v7_directory
+        # an unknown type flag is skipped as data, as tarfile does
+        carries_data = not v7_directory and kind not in NO_DATA
         name, size, position = _resolved(header, size, data, carries_data, pax, pending)
         pending = []
         if file:
