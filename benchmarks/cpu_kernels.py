@@ -1,7 +1,12 @@
 """Do vitkit's C++ CPU inference kernels (attention, bias + GELU) still pay? The same model with and without them,
 eager and compiled, interleaved round after round; medians of per-round ratios (torch ops time / kernels time).
 
-    python benchmarks/cpu_kernels.py --model vit_s16 --batch 8 --rounds 7
+    python benchmarks/cpu_kernels.py --model vit_s16 --batch 8 --rounds 7 --threads 2 --results
+    python benchmarks/cpu_kernels.py --model vit_ti16 --batch 1 --rounds 1 --compile off --results-dir /tmp/smoke
+
+--results writes the rows cpu-kernels-MODEL-MODE-SLUG (MODE: eager, compiled; SLUG: the machine kind) of
+benchmarks/results/cpu_kernels.csv through benchmarks/rows.py; --results-dir DIR writes DIR/cpu_kernels.csv instead.
+Then run `python benchmarks/render.py`.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ import json
 import statistics
 
 import torch
+from rows import add_results_arguments, write_asked_rows
 
 from vitkit.inference import benchmark
 from vitkit.models import get_config
@@ -23,6 +29,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--compile", choices=["on", "off", "both"], default="both")
+    add_results_arguments(p, "cpu_kernels")
     args = p.parse_args()
     benchmark.set_threads(args.threads)
     config = get_config(args.model)
@@ -48,6 +55,21 @@ def main() -> None:
                 t / k for t, k in zip(times[f"{mode} torch"], times[f"{mode} vitkit-cpu"])
             )
     print(json.dumps(report, indent=1))
+    rows = [
+        {
+            "id": f"cpu-kernels-{args.model.replace('_', '-')}-{mode}",
+            "benchmark": "CPU kernels, compiling, int8 flows",
+            "claim": f"vitkit's C++ kernels, speed over torch's ops ({mode})",
+            "figure": f"{report[f'{mode}: torch ops / kernels']:.2f}",
+            "unit": "x",
+            "against": "torch's ops",
+            "model": args.model,
+            "setting": f"batch {args.batch}, {config.image_size[0]} px, fp32, {torch.get_num_threads()} threads",
+        }
+        for mode in ("eager", "compiled")
+        if f"{mode}: torch ops / kernels" in report
+    ]
+    write_asked_rows(args, "cpu_kernels", rows)
 
 
 if __name__ == "__main__":

@@ -2,11 +2,16 @@
 WRITTEN_OUT_MAX_TOKENS and WRITTEN_OUT_MAX_SCORES): forward + backward of both over a grid of shapes, then whole
 training steps of the demo model both ways, in turns.
 
-    python benchmarks/cpu_short_attention.py [--threads 2] [--rounds 20]
+    python benchmarks/cpu_short_attention.py --threads 2 --rounds 20 --results
+    python benchmarks/cpu_short_attention.py --rounds 1 --results-dir /tmp/smoke   # a smoke run
 
 Per shape (batch, heads, tokens, head size): the median time of each and their ratio, and whether vitkit's rule picks
 the written-out form. Then the demo model (configs/fashion_mnist.yaml) at batch 256: ms per training step with the
 rule as it is and with the fused kernel forced, interleaved, and the median of per-round ratios.
+
+--results writes the demo model's row demo-step-written-out-attention-SLUG (SLUG: the machine kind) of
+benchmarks/results/demo.csv through benchmarks/rows.py; --results-dir DIR writes DIR/demo.csv instead. Then run
+`python benchmarks/render.py`.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import statistics
 
 import torch
 import torch.nn.functional as F
+from rows import add_results_arguments, write_asked_rows
 
 import vitkit
 from vitkit.inference.benchmark import device_name, interleaved_times
@@ -91,6 +97,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--rounds", type=int, default=20)
+    add_results_arguments(p, "demo")
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -114,6 +121,17 @@ def main() -> None:
         f"{d['speedup']:.2f}x"
     )
     print(json.dumps(report))
+    row = {
+        "id": "demo-step-written-out-attention",
+        "benchmark": "Fashion-MNIST demo (`make demo`)",
+        "claim": "training step, attention written out for short sequences",
+        "figure": f"{d['speedup']:.2f}",
+        "unit": "x",
+        "against": f"torch's fused attention ({d['rule_ms']:.1f} vs {d['fused_ms']:.1f} ms)",
+        "model": "demo model",
+        "setting": f"batch 256, fp32, {report['threads']} threads, interleaved rounds",
+    }
+    write_asked_rows(args, "demo", [row])
 
 
 if __name__ == "__main__":

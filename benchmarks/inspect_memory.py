@@ -1,12 +1,16 @@
 """Peak memory and time of `inspection.mean_attention_distance` against keeping every attention map.
 
-    PYTHONPATH=src python benchmarks/inspect_memory.py [--model vit_ti16 --image-size 384 --images 64]
+    PYTHONPATH=src python benchmarks/inspect_memory.py --results     # vit_ti16 at 384 px, 64 images, batches 16 and 4
+    PYTHONPATH=src python benchmarks/inspect_memory.py --image-size 32 --images 4 --batch-sizes 2 --results-dir DIR
 
 Each setting runs in a fresh process and reports its peak resident memory above the baseline
 (torch, the model and the images already loaded). "all maps" is the naive way: one explicit forward
 over all images keeping every layer's (B, heads, T, T) probabilities; the inspection function goes
 layer by layer and batch by batch, so its peak follows --batch-size, not the number of images.
-Append the printed table to benchmarks/RESULTS.md by hand with the machine and date.
+
+--results writes the rows inspect-memory-batchN-SLUG (one per --batch-sizes; SLUG: the machine kind) of
+benchmarks/results/memory.csv through benchmarks/rows.py; --results-dir DIR writes DIR/memory.csv instead. Then run
+`python benchmarks/render.py`.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ import platform
 import subprocess
 import sys
 import time
+
+from rows import add_results_arguments, write_asked_rows
 
 CHILD = """
 import json, resource, sys, time, torch, vitkit
@@ -44,6 +50,7 @@ def main() -> None:
     parser.add_argument("--image-size", type=int, default=384)
     parser.add_argument("--images", type=int, default=64)
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[16, 4])
+    add_results_arguments(parser, "memory")
     args = parser.parse_args()
 
     print(
@@ -51,6 +58,7 @@ def main() -> None:
     )
     print("| method | batch | peak memory above baseline (MiB) | time (s) |")
     print("|---|---|---|---|")
+    peaks = {}
     for batch in [0, *args.batch_sizes]:
         cmd = [sys.executable, "-c", CHILD, args.model, str(args.image_size), str(args.images), str(batch)]
         result = json.loads(
@@ -58,6 +66,21 @@ def main() -> None:
         )
         method = "all maps kept (forward_features_explicit)" if batch == 0 else "mean_attention_distance"
         print(f"| {method} | {batch or args.images} | {result['peak_mib']:.0f} | {result['seconds']:.1f} |", flush=True)
+        peaks[batch] = result["peak_mib"]
+    rows = [
+        {
+            "id": f"inspect-memory-batch{batch}",
+            "benchmark": "Memory: activation checkpointing and inspection",
+            "claim": f"peak memory of mean_attention_distance, batch {batch}",
+            "figure": f"{peaks[batch]:.0f}",
+            "unit": "MiB",
+            "against": f"{peaks[0]:,.0f} MiB with all attention maps kept",
+            "model": f"{args.model} at {args.image_size} px",
+            "setting": f"{args.images} random images",
+        }
+        for batch in args.batch_sizes
+    ]
+    write_asked_rows(args, "memory", rows)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@
 A row is a dict with at least id, benchmark, claim, figure and unit (against, model, setting and headline are
 optional); machine, software, date and command are filled from the running process unless the row gives them.
 The id gets the machine's short slug (`machine_slug()`: xeon, epyc, xeon16, h100, ...) appended unless it already
-ends with it, so two machines' rows sit side by side. A row whose id is already in the file replaces it in place
+ends with it, so two machines' rows sit side by side; `slug=False` keeps the ids as given, for a figure that is the
+same on any machine (a count, not a timing). A row whose id is already in the file replaces it in place
 (the newest figure wins; older ones are in git history); every other row and the column order stay.
 Standard library only; torch is imported, when installed, for its version and the GPU's name.
 """
@@ -171,16 +172,16 @@ def with_slug(row_id: str, slug: str) -> str:
     return row_id if row_id.endswith(f"-{slug}") or row_id == slug else f"{row_id}-{slug}"
 
 
-def write_rows(name: str, rows: list[dict], results_dir: Path | None = None) -> Path:
-    """Upsert `rows` into RESULTS_DIR/NAME.csv; returns the file's path.
+def write_rows(name: str, rows: list[dict], results_dir: Path | None = None, *, slug: bool = True) -> Path:
+    """Upsert `rows` into RESULTS_DIR/NAME.csv (RESULTS_DIR: `results_dir` where given); returns the file's path.
 
-    Each row's id gets the machine slug as its suffix (unless it has it); machine, software, date and command are
-    filled unless given. A row with an id already in the file replaces that row where it stands; new rows go at the
-    end; other rows and the columns (render.COLUMNS) stay.
+    Each row's id gets the machine slug as its suffix (unless it has it, or `slug` is False); machine, software,
+    date and command are filled unless given. A row with an id already in the file replaces that row where it
+    stands; new rows go at the end; other rows and the columns (render.COLUMNS) stay.
     """
     folder = Path(results_dir) if results_dir is not None else RESULTS_DIR
     path = folder / f"{name}.csv"
-    slug, filled = machine_slug(), None
+    suffix, filled = machine_slug() if slug else None, None
     incoming = []
     for row in rows:
         missing = [k for k in NEEDED if not str(row.get(k, "")).strip()]
@@ -193,7 +194,7 @@ def write_rows(name: str, rows: list[dict], results_dir: Path | None = None) -> 
             filled = {"machine": machine(), "software": software(), "date": today(), "command": command()}
         new = {c: "" for c in COLUMNS}
         new.update({k: ("" if v is None else str(v)) for k, v in row.items()})
-        new["id"] = with_slug(new["id"], slug)
+        new["id"] = with_slug(new["id"], suffix) if suffix else new["id"]
         for k, v in filled.items():
             new[k] = new[k] or v
         incoming.append(new)
@@ -229,3 +230,16 @@ def fmt(x: float, digits: int = 4) -> str:
     if x != 0 and abs(x) < 10 ** -(digits - 1):
         return f"{x:.2e}"
     return f"{x:.{digits}f}"
+
+
+def add_results_arguments(parser, name: str) -> None:
+    """--results (write benchmarks/results/NAME.csv) and --results-dir DIR (write DIR/NAME.csv instead)."""
+    parser.add_argument("--results", action="store_true", help=f"write the rows of benchmarks/results/{name}.csv")
+    parser.add_argument("--results-dir", type=Path, metavar="DIR", help=f"write them to DIR/{name}.csv instead")
+
+
+def write_asked_rows(args, name: str, rows: list[dict], *, slug: bool = True) -> Path | None:
+    """`write_rows` where `args` (of `add_results_arguments`) asked for it; None where it did not."""
+    if not (args.results or args.results_dir):
+        return None
+    return write_rows(name, rows, args.results_dir, slug=slug)

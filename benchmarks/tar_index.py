@@ -1,10 +1,14 @@
 """How long opening tar shards takes: vitkit's header reader against the standard library's tarfile.
 
-    python benchmarks/tar_index.py [--samples 20000] [--rounds 5]
+    python benchmarks/tar_index.py --results                                        # 20,000 samples, 5 rounds
+    python benchmarks/tar_index.py --samples 200 --rounds 1 --results-dir /tmp/smoke   # a smoke run
 
 Writes one shard of N samples (a 2 kB stand-in image + a .cls label each, as `vitkit data --to-shards` writes
 them) to a temporary folder, then lists it both ways, interleaved round by round, and prints microseconds per
 sample and the median of per-round ratios. Opening a dataset lists every shard once per process (per rank).
+
+--results writes the row tar-index-SLUG (SLUG: the machine kind) of benchmarks/results/input_pipeline.csv through
+benchmarks/rows.py; --results-dir DIR writes DIR/input_pipeline.csv instead. Then run `python benchmarks/render.py`.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from rows import add_results_arguments, write_asked_rows
+
 from vitkit.data.sources.tar import _tar_files, _tarfile_members
 
 
@@ -25,6 +31,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--samples", type=int, default=20000)
     p.add_argument("--rounds", type=int, default=5)
+    add_results_arguments(p, "input_pipeline")
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "shard-000000.tar"
@@ -49,14 +56,23 @@ def main() -> None:
                 start = time.perf_counter()
                 fn()
                 times[name].append(time.perf_counter() - start)
-    for name, ts in times.items():
-        print(
-            f"{name}: {1e6 * statistics.median(ts) / args.samples:.1f} us per sample ({args.samples} samples, 2 members each)"
-        )
-    print(
-        f"tarfile / vitkit: {statistics.median(a / b for a, b in zip(times['tarfile'], times['vitkit'])):.2f}x "
-        f"(median of {args.rounds} interleaved rounds)"
-    )
+    per_sample = {name: 1e6 * statistics.median(ts) / args.samples for name, ts in times.items()}
+    for name, us in per_sample.items():
+        print(f"{name}: {us:.1f} us per sample ({args.samples} samples, 2 members each)")
+    ratio = statistics.median(a / b for a, b in zip(times["tarfile"], times["vitkit"]))
+    print(f"tarfile / vitkit: {ratio:.2f}x (median of {args.rounds} interleaved rounds)")
+    row = {
+        "id": "tar-index",
+        "benchmark": "Input pipeline",
+        "claim": "opening tar shards: vitkit's header reader over tarfile "
+        f"({per_sample['vitkit']:.1f} vs {per_sample['tarfile']:.1f} us a sample)",
+        "figure": f"{ratio:.1f}",
+        "unit": "x",
+        "against": "Python's tarfile",
+        "model": f"one shard of {args.samples:,} samples",
+        "setting": f"{args.rounds} interleaved rounds",
+    }
+    write_asked_rows(args, "input_pipeline", [row])
 
 
 if __name__ == "__main__":

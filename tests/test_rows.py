@@ -98,6 +98,13 @@ def test_an_id_that_already_names_the_machine_is_kept_and_other_machines_rows_st
     ]
 
 
+def test_slug_false_keeps_the_id_of_a_figure_any_machine_gives(results):
+    rows.write_rows("memory", [{**ROW, "id": "checkpointing-vit-l16", "figure": "81"}], slug=False)
+    _, after = _read(results / "memory.csv")
+    assert [r["figure"] for r in after if r["id"] == "checkpointing-vit-l16"] == ["81"]
+    assert not any(r["id"].startswith("checkpointing-vit-l16-") for r in after)
+
+
 def test_a_new_file_gets_render_columns(results):
     rows.write_rows("brand_new", [ROW])
     columns, got = _read(results / "brand_new.csv")
