@@ -1,7 +1,7 @@
 """Eager bf16 CPU inference with its GEMMs packed for oneDNN (`OneDNNLinears` in bf16) against torch's own bf16 GEMMs:
 the same bf16 runner twice in one process, interleaved, the order swapped every round. Random weights, 224 px.
 
-    PYTHONPATH=src python benchmarks/eager_bf16_gemms.py vit_s16 vit_b16 [--threads 2]
+    PYTHONPATH=src python benchmarks/archive/eager_bf16_gemms.py vit_s16 vit_b16 [--threads 2]
 
 Prints, per model and batch size (8 and 1), the median ms of each and the median of the per-round ratios.
 """

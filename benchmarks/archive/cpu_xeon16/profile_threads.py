@@ -2,7 +2,7 @@
 bf16 SDPA and linear timings at all cores and 2, then vitkit's bf16 runner compiled and eager, timed at several
 thread counts (compiled at all cores first) and profiled with inductor's kernel profiling.
 
-    T=16 PYTHONPATH=src python benchmarks/cpu_xeon16/profile_threads.py vit_s16
+    T=16 PYTHONPATH=src python benchmarks/archive/cpu_xeon16/profile_threads.py vit_s16
 """
 import os, statistics, sys, time
 import torch

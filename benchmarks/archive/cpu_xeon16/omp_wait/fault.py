@@ -2,7 +2,7 @@
 "oneDNN's packed bf16 linears are the fault" (2026-11-26): vitkit's bf16 runner at all cores, compiled or eager, one
 variant per process, median of 15 batches of 8 after the first.
 
-    OMP_WAIT_POLICY=PASSIVE MODEL=vit_b16 PYTHONPATH=src python benchmarks/cpu_xeon16/omp_wait/fault.py compiled
+    OMP_WAIT_POLICY=PASSIVE MODEL=vit_b16 PYTHONPATH=src python benchmarks/archive/cpu_xeon16/omp_wait/fault.py compiled
 
 argv: eager | compiled | no_cpp_wrapper | no_freezing | no_prepack (inductor settings changed from vitkit's own;
 when these runs were made, vitkit's own settings were freezing, the C++ wrapper and packed weights for every
