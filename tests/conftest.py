@@ -51,7 +51,7 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             if "gpu" in item.keywords:
                 item.add_marker(skip)
-    _skip_what_an_isa_cap_takes_away(items)
+    _skip_what_the_cpu_cannot_do(items)
     for item in items:  # the networks' math computes floats; their configs and sizes (integers) do not
         if item.path.parent == MODEL_TESTS and item.path.name not in ("test_config.py", "test_registry.py"):
             item.add_marker(pytest.mark.numerics)
@@ -60,20 +60,19 @@ def pytest_collection_modifyitems(config, items):
 MODEL_TESTS = Path(__file__).parent / "models"
 
 
-def _skip_what_an_isa_cap_takes_away(items):
-    """Under an instruction-set cap, tests of what the CPU cannot do then are skipped with the reason: OpenVINO plans
-    its precision by the CPU's own flags (a cap makes it ask oneDNN for kernels that the cap took away), and int8
-    needs VNNI (vitkit refuses int8 without it; see precision.int8_vnni)."""
-    if not ISA_CAP:
-        return
+def _skip_what_the_cpu_cannot_do(items):
+    """Tests of what this CPU cannot do, as it is or under an instruction-set cap, are skipped with the reason: int8
+    needs VNNI (vitkit refuses int8 without it; see precision.int8_vnni), and OpenVINO plans its precision by the CPU's
+    own flags (a cap makes it ask oneDNN for kernels that the cap took away)."""
     from vitkit.inference import precision
 
     no_vnni = precision.int8_vnni() is None
+    lacks = f"which ONEDNN_MAX_CPU_ISA={ISA_CAP} takes away" if ISA_CAP else "which this CPU lacks"
     for item in items:
-        if "openvino" in item.keywords or "openvino" in item.name:
+        if ISA_CAP and ("openvino" in item.keywords or "openvino" in item.name):
             item.add_marker(pytest.mark.skip(reason=f"OpenVINO ignores ONEDNN_MAX_CPU_ISA={ISA_CAP} when it plans"))
         elif no_vnni and ("int8" in item.keywords or "int8" in item.name):
-            item.add_marker(pytest.mark.skip(reason=f"int8 needs VNNI, which ONEDNN_MAX_CPU_ISA={ISA_CAP} takes away"))
+            item.add_marker(pytest.mark.skip(reason=f"int8 needs VNNI, {lacks}"))
 
 
 @pytest.fixture(autouse=True)

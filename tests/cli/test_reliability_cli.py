@@ -397,13 +397,10 @@ def test_eval_of_a_step_checkpoint_keeps_the_final_models_figure_and_names_the_s
     assert (out / "eval" / "confusion_val_step_0000002.png").is_file()
 
 
-def test_eval_at_another_precision_keeps_the_fp32_figure_and_an_unwritable_folder_fails_before_scoring(
-    tmp_path, capsys, monkeypatch
-):
-    """eval --precision int8-dynamic wrote RUN/eval/confusion_val.png over the fp32 one, and a run whose eval/ could not
-    be written was scored in full before the PNG failed, with no hint to write it elsewhere."""
+@pytest.mark.int8
+def test_eval_at_another_precision_keeps_the_fp32_figure(tmp_path, capsys, monkeypatch):
+    """eval --precision int8-dynamic wrote RUN/eval/confusion_val.png over the fp32 one."""
     from vitkit import plots
-    from vitkit.evaluate import metrics as evaluation
 
     out = tmp_path / "run"
     train(load_run_config(None, TINY + ["train.steps=2"]), out)
@@ -423,10 +420,17 @@ def test_eval_at_another_precision_keeps_the_fp32_figure_and_an_unwritable_folde
     )
     assert "images; fp32" in titles["confusion_val.png"]  # the figure says what computed it
     assert titles["confusion_val_int8-dynamic.png"].endswith(f"images; {result['precision']}")
-    shutil.rmtree(out / "eval")
-    (out / "eval").write_text(
-        ""
-    )  # stands for a folder that cannot be written (tests run as root, for whom modes do not)
+
+
+def test_eval_into_a_folder_that_cannot_be_written_fails_before_scoring(tmp_path, capsys, monkeypatch):
+    """A run whose eval/ could not be written was scored in full before the PNG failed, with no hint to write it
+    elsewhere."""
+    from vitkit.evaluate import metrics as evaluation
+
+    out = tmp_path / "run"
+    train(load_run_config(None, TINY + ["train.steps=2"]), out)
+    # a file where eval/ goes stands for a folder that cannot be written (tests run as root, for whom modes do not)
+    (out / "eval").write_text("")
     scored = []
     monkeypatch.setattr(evaluation, "evaluate", lambda *a, **k: scored.append(1))
     line = _one_line_exit_2(capsys, "eval", str(out), "--split", "val")
