@@ -23,6 +23,7 @@ from vitkit.files import (
     Snapshot,
     finish_replacement,
     identity,
+    not_a_directory,
     open_regular,
     read_stable,
     regular_file,
@@ -34,11 +35,11 @@ from vitkit.models import create_model as build_named
 from vitkit.paths import local_path, missing
 
 from . import hf, hub, native, npz, runs, timm
+from .destination import SUFFIXES, refuse_other_files, refuse_overlap, target_format
 from .io import is_safetensors
 from .native import check_state, load_model, model_shapes, save_pretrained
 
 FORMATS: dict[str, ModuleType] = {"vitkit": native, "npz": npz, "timm": timm, "hf": hf}
-_SUFFIXES = {".npz": "npz", ".safetensors": "timm", ".pth": "timm", ".pt": "timm", ".bin": "timm"}
 
 
 def export_kind(path: Path) -> tuple[str, str] | None:
@@ -141,8 +142,9 @@ def _file_format(path: Path) -> str:
             return "timm"  # torch.save's zip format
     elif head[:1] == b"\x80":
         return "timm"  # torch.save's legacy (pickle) format, read with weights_only
-    if path.suffix in _SUFFIXES:
-        return _SUFFIXES[path.suffix]  # damaged or unusual: the reader says what is wrong
+    # damaged or unusual: the reader says what is wrong
+    if path.suffix in SUFFIXES:
+        return SUFFIXES[path.suffix]
     raise CheckpointError(
         f"{path}: unknown checkpoint format; expected a vitkit or Hugging Face directory, an .npz, or a "
         "timm .safetensors/.pth state dict; if the file is one of them, name its format (vitkit convert or info --from "
@@ -297,17 +299,70 @@ def load_with_metadata(
 
 
 def save_checkpoint(
-    model: VisionTransformer, path: str | os.PathLike, format: str = "vitkit", *, metadata: dict | None = None
+    model: VisionTransformer, path: str | os.PathLike, format: str | None = "vitkit", *, metadata: dict | None = None
 ) -> Path:
-    """Write `model` as `format`: vitkit/hf make a directory, npz an .npz file, timm a .safetensors or .pth file.
+    """Write `model` as `format`: vitkit/hf make a directory, npz an .npz file, timm a .safetensors or .pth file;
+    None: the format `path`'s suffix names (SUFFIXES), else a vitkit directory. A path that does not fit the format
+    (a timm file named m.npz, a vitkit directory named m.pth) is refused, and so is a disk without room for it.
 
     `metadata` (class names, preprocessing, training data: what `read_metadata` returns) goes where the
     format has a place for it (vitkit and HF config.json, safetensors metadata), else into FILE.json beside it."""
-    if format not in FORMATS:
-        raise CheckpointError(f"format: unknown format {format!r}; choose one of {', '.join(FORMATS)}")
-    nbytes = sum(t.numel() * t.element_size() for t in model.state_dict().values())
-    check_room(path, nbytes, f"the {format} checkpoint", CheckpointError)
+    format = _target(path, format)
+    check_room(path, _nbytes(model), f"the {format} checkpoint", CheckpointError)
     return FORMATS[format].write(model, path, metadata=metadata or {})
+
+
+def _target(path: str | os.PathLike, format: str | None) -> str:
+    """The format `path` is written in (`target_format`), after `format` is checked to be one vitkit writes and, for a
+    file format, `path` not to be a directory (what is there is told before what its name says)."""
+    if format is not None and format not in FORMATS:
+        raise CheckpointError(f"format: unknown format {format!r}; choose one of {', '.join(FORMATS)}")
+    if format in ("npz", "timm"):
+        not_a_directory(path)
+    return target_format(path, format)
+
+
+def _nbytes(model: torch.nn.Module) -> int:
+    """The bytes of `model`'s weights, about what any format writes of them."""
+    return sum(t.numel() * t.element_size() for t in model.state_dict().values())
+
+
+class Converted(NamedTuple):
+    """What `convert_checkpoint` wrote: the format, the model as written and the metadata that went with it."""
+
+    format: str
+    model: VisionTransformer
+    metadata: dict
+
+
+def convert_checkpoint(
+    src: str | os.PathLike,
+    dst: str | os.PathLike,
+    *,
+    src_format: str | None = None,
+    format: str | None = None,
+    image_size: int | tuple[int, int] | None = None,
+    num_classes: int | None = None,
+) -> Converted:
+    """Checkpoint `src` (of any format, or `src_format`) rewritten at `dst` as `format` (None: as `save_checkpoint`
+    chooses from the suffix), at `image_size`, with a new zero-initialised head where `num_classes` is not the
+    checkpoint's (its class names go with the old one). `dst` may not be `src`, hold it or lie in it, nor be a file
+    that holds no checkpoint; the room a new head needs, on disk and in memory, is checked before it is built."""
+    refuse_overlap(src, dst)
+    refuse_other_files(dst)
+    model, metadata = load_with_metadata(src, format=src_format, image_size=image_size)
+    format = _target(dst, format)
+    if num_classes is None or num_classes == model.config.num_classes:
+        check_room(dst, _nbytes(model), f"the {format} checkpoint", CheckpointError)
+    else:
+        # fp32, counted on the meta device before the head is built
+        nbytes = sum(t.numel() * 4 for t in model_shapes(model.config.replace(num_classes=num_classes)).values())
+        check_room(dst, nbytes, f"a model with {num_classes:,} classes", CheckpointError, memory=True)
+        model.reset_head(num_classes)
+        # a new head has no names yet
+        metadata = {k: v for k, v in metadata.items() if k != "class_names"}
+    FORMATS[format].write(model, dst, metadata=metadata)
+    return Converted(format, model, metadata)
 
 
 def untrained_head(meta: dict, checkpoint, model: torch.nn.Module | None = None) -> str | None:
@@ -343,7 +398,10 @@ def refuse_untrained_head(meta: dict, checkpoint, model: torch.nn.Module | None 
 
 __all__ = [
     "FORMATS",
+    "Converted",
     "Located",
+    "SUFFIXES",
+    "convert_checkpoint",
     "create_model",
     "detect_format",
     "load_pretrained",
@@ -353,6 +411,7 @@ __all__ = [
     "read_metadata",
     "refuse_untrained_head",
     "save_checkpoint",
+    "target_format",
     "untrained_head",
     "save_pretrained",
 ]
