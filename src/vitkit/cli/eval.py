@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING
 
 from ._precision import add_precision, check_threshold
+from ._request import request_of
 from .predict import add_keep_aspect
+
+if TYPE_CHECKING:
+    from vitkit.evaluate.requests import EvalRequest
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -95,12 +100,19 @@ def _add_output_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
+def request(args: argparse.Namespace) -> EvalRequest:
+    """The typed request of `vitkit eval`'s flags."""
+    from vitkit.evaluate.requests import EvalRequest
+
+    return request_of(EvalRequest, args)
+
+
 def run(args: argparse.Namespace) -> int:
     from vitkit.evaluate.scoring import score_checkpoint
 
     check_threshold(args.threshold)
 
-    scored = score_checkpoint(args)
+    scored = score_checkpoint(request(args))
     for line in scored.lines:
         print(line)
     if args.json:

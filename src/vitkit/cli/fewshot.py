@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING
 
 from ._frozen import add_common, add_splits, numbers
+from ._request import as_tuple, image_hw, request_of
+
+if TYPE_CHECKING:
+    from vitkit.evaluate.requests import FewshotRequest
 
 EPILOG = """\
 The evaluator: pre-logits features of `shots` training images per class (drawn per seed), standardised with
@@ -42,10 +47,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
+def request(args: argparse.Namespace) -> FewshotRequest:
+    """The typed request of `vitkit fewshot`'s flags."""
+    from vitkit.evaluate.requests import FewshotRequest
+
+    return request_of(FewshotRequest, args, image_size=image_hw(args.image_size), shots=as_tuple(args.shots))
+
+
 def run(args: argparse.Namespace) -> int:
     from vitkit.evaluate.frozen import fewshot
 
-    report = fewshot(args)
+    report = fewshot(request(args))
     print(report.markdown)
     print(f"wrote {report.paths[0]} and {report.paths[1]}")
     print(json.dumps(report.result))

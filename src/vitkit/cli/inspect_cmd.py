@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
+
+from ._request import as_tuple, image_hw, request_of
+
+if TYPE_CHECKING:
+    from vitkit.evaluate.requests import InspectRequest
 
 DESCRIPTION = """\
 Look inside a trained ViT (paper §4.5, App. D.7-D.8). Writes to DIR:
@@ -109,9 +115,16 @@ def _add_running(p: argparse.ArgumentParser) -> None:
     )
 
 
+def request(args: argparse.Namespace) -> InspectRequest:
+    """The typed request of `vitkit inspect`'s flags."""
+    from vitkit.evaluate.requests import InspectRequest
+
+    return request_of(InspectRequest, args, image_size=image_hw(args.image_size), images=as_tuple(args.images))
+
+
 def run(args: argparse.Namespace) -> int:
     from vitkit.evaluate.inspect_report import inspect_checkpoint
 
-    for line in inspect_checkpoint(args):
+    for line in inspect_checkpoint(request(args)):
         print(line)
     return 0

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING
 
 from ._frozen import add_common, add_splits, numbers
+from ._request import as_tuple, image_hw, request_of
+
+if TYPE_CHECKING:
+    from vitkit.evaluate.requests import KnnRequest
 
 EPILOG = """\
 Every test image's pre-logits feature is compared (cosine similarity) with the features of the whole
@@ -36,10 +41,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
+def request(args: argparse.Namespace) -> KnnRequest:
+    """The typed request of `vitkit knn`'s flags."""
+    from vitkit.evaluate.requests import KnnRequest
+
+    return request_of(KnnRequest, args, image_size=image_hw(args.image_size), k=as_tuple(args.k))
+
+
 def run(args: argparse.Namespace) -> int:
     from vitkit.evaluate.frozen import knn
 
-    report = knn(args)
+    report = knn(request(args))
     print(report.markdown)
     print(f"wrote {report.paths[0]} and {report.paths[1]}")
     print(json.dumps(report.result))

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING
 
 from ._frozen import add_common, numbers
+from ._request import as_tuple, image_hw, request_of
+
+if TYPE_CHECKING:
+    from vitkit.evaluate.requests import LinearProbeRequest
 
 EPILOG = """\
 Features are the pre-logits features, standardised with the training mean and std. One probe per --l2 is
@@ -40,10 +45,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
+def request(args: argparse.Namespace) -> LinearProbeRequest:
+    """The typed request of `vitkit linear-probe`'s flags."""
+    from vitkit.evaluate.requests import LinearProbeRequest
+
+    return request_of(LinearProbeRequest, args, image_size=image_hw(args.image_size), l2=as_tuple(args.l2))
+
+
 def run(args: argparse.Namespace) -> int:
     from vitkit.evaluate.frozen import linear_probe
 
-    report = linear_probe(args)
+    report = linear_probe(request(args))
     print(report.markdown)
     print(f"wrote {report.paths[0]} and {report.paths[1]}")
     print(json.dumps(report.result))

@@ -115,9 +115,15 @@ class DataSpec:
         return "synthetic" if self.name == "synthetic" else self.path or str(idx.default_dir().absolute())
 
     def open(
-        self, split: str, *, channels: int, image_size: int, flag: str = "--split", hold_out: str = "--val-fraction"
+        self,
+        split: str,
+        *,
+        channels: int,
+        image_size: int | tuple[int, int],
+        flag: str = "--split",
+        hold_out: str = "--val-fraction",
     ) -> Split:
-        """One split. A split the data lacks is a DataError naming the splits it has, `flag` (the option that
+        """One split, synthetic images made at `image_size` (H, W), one side: square. A split the data lacks is a DataError naming the splits it has, `flag` (the option that
         picks another) and `hold_out` (the option that holds part of train out as "val")."""
         opened = self._open(split, channels=channels, image_size=image_size, flag=flag, hold_out=hold_out)
         if opened.held_out and self.trained is not None:
@@ -126,7 +132,7 @@ class DataSpec:
             return first_of(opened, self.train_images, self.split_seed)
         return opened
 
-    def _open(self, split: str, *, channels: int, image_size: int, flag: str, hold_out: str) -> Split:
+    def _open(self, split: str, *, channels: int, image_size: int | tuple[int, int], flag: str, hold_out: str) -> Split:
         if self.name == "synthetic":
             size = self.synthetic_size if split == "train" else max(self.synthetic_size // 4, self.synthetic_classes)
             return synthetic(self.synthetic_classes, size, channels, image_size, self.split_seed, split)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from vitkit.evaluate.requests import InspectRequest
+
 COPIES_NOT_CHECKED = "copies not checked"  # the split is known, not whether it holds copies of training images
 
 
@@ -24,19 +26,22 @@ class Chosen:
     skipped: list[tuple[str, str]]
 
 
-def given_images(opts, metadata: dict, config) -> Chosen:
-    """The files and folders of `opts.images` (true class: the folder an image is in, where that names one of the
+def given_images(request: InspectRequest, metadata: dict, config) -> Chosen:
+    """The files and folders of `request.images` (true class: the folder an image is in, where that names one of the
     model's classes)."""
     from vitkit.data.images import find_images, spread_over_folders
 
-    candidates = spread_over_folders(find_images(opts.images))  # the shown images cover the classes
-    kept, pixels, skipped = readable(candidates, config, crop_pct(metadata), opts.skip_unreadable, opts.num_images)
+    # the shown images cover the classes
+    candidates = spread_over_folders(find_images(request.images))
+    kept, pixels, skipped = readable(
+        candidates, config, crop_pct(metadata), request.skip_unreadable, request.num_images
+    )
     files = [candidates[i] for i in kept]
     names = metadata.get("class_names") or [str(i) for i in range(config.num_classes)]
     truth = [f.parent.name if f.parent.name in names else "?" for f in files]
-    seen, training_data = training_images(metadata, opts.checkpoint, files, config.in_chans)
-    where = ", ".join(str(p) for p in opts.images[:3]) + (
-        f" and {len(opts.images) - 3} more" if len(opts.images) > 3 else ""
+    seen, training_data = training_images(metadata, request.checkpoint, files, config.in_chans)
+    where = ", ".join(str(p) for p in request.images[:3]) + (
+        f" and {len(request.images) - 3} more" if len(request.images) > 3 else ""
     )
     return Chosen(pixels, truth, seen, [str(f) for f in files], where, training_data, skipped)
 
@@ -114,20 +119,20 @@ def changed_note(change: tuple[dict, dict]) -> str:
     return f"changed since the checkpoint was trained ({described(change[0])} then, {described(change[1])} now)"
 
 
-def recorded_images(opts, metadata: dict, config) -> Chosen:
-    """`opts.num_images` images of a split of the checkpoint's data (`opts.split`, `opts.data`), taken in turn from
+def recorded_images(request: InspectRequest, metadata: dict, config) -> Chosen:
+    """`request.num_images` images of a split of the checkpoint's data (`request.split`, `request.data`), taken in turn from
     each class and read as `vitkit eval` reads them (the checkpoint's crop_pct)."""
     from vitkit.data import DataSpec, copies
 
-    spec = DataSpec.from_checkpoint(metadata, opts.checkpoint, data=opts.data)
-    name, split = _inspected_split(spec, opts.split, config)
-    pixels, part, order, skipped = _read_in_class_turn(split, opts, config, crop_pct(metadata))
+    spec = DataSpec.from_checkpoint(metadata, request.checkpoint, data=request.data)
+    name, split = _inspected_split(spec, request.split, config)
+    pixels, part, order, skipped = _read_in_class_turn(split, request, config, crop_pct(metadata))
     truth = [split.label_text(label) for label in part.labels]
     files = part.paths is not None and all(isinstance(p, (str, os.PathLike)) for p in part.paths)
     comparable = part.paths is not None and all(copies.comparable(p) for p in part.paths)  # files and tar members
     shown = [str(p) for p in part.paths] if files or comparable else [f"{name} image {i}" for i in order]
     where = f"the {name} split of {spec.where}"
-    seen, training_data = _seen_in_training(opts, metadata, config, spec, name, part, comparable)
+    seen, training_data = _seen_in_training(request, metadata, config, spec, name, part, comparable)
     return Chosen(pixels, truth, seen, shown, where, training_data, skipped)
 
 
@@ -135,7 +140,7 @@ def _inspected_split(spec, split: str | None, config):
     """(name, split): `split`, else test where the data has one, else val (else val's error says what there is)."""
     from vitkit.errors import DataError
 
-    size = config.image_size[0]
+    size = config.image_size
     if split is not None:
         return split, spec.open(split, channels=config.in_chans, image_size=size)
     try:
@@ -144,8 +149,8 @@ def _inspected_split(spec, split: str | None, config):
         return "val", spec.open("val", channels=config.in_chans, image_size=size)
 
 
-def _read_in_class_turn(split, opts, config, crop_pct: float):
-    """(pixels, the subset of `split` read, its indices in `split`, the unreadable left out): up to `opts.num_images`
+def _read_in_class_turn(split, request: InspectRequest, config, crop_pct: float):
+    """(pixels, the subset of `split` read, its indices in `split`, the unreadable left out): up to `request.num_images`
     images taken in turn from each class."""
     import numpy as np
     import torch
@@ -159,29 +164,34 @@ def _read_in_class_turn(split, opts, config, crop_pct: float):
     order = [c[i] for i in range(max(map(len, by_class), default=0)) for c in by_class if i < len(c)]
     order = list(dict.fromkeys(order))  # an image of several classes is shown once
     if split.paths is None:  # arrays in memory: read as eval reads them
-        order = order[: opts.num_images]
+        order = order[: request.num_images]
         part = split.subset(np.array(order, dtype=np.int64))
-        size = config.image_size[0]
         batches = eval_batches(
-            part, opts.batch_size, torch.device("cpu"), channels=config.in_chans, size=size, crop_pct=crop_pct
+            part,
+            request.batch_size,
+            torch.device("cpu"),
+            channels=config.in_chans,
+            size=config.image_size,
+            crop_pct=crop_pct,
         )
         pixels = torch.cat([resize_center_crop(x.float() / 255.0, config.image_size, crop_pct) for x, _ in batches])
         return pixels, part, order, []
     # files and shard records, each read once
     sources = [split.paths[i] for i in order]
-    kept, pixels, skipped = readable(sources, config, crop_pct, opts.skip_unreadable, opts.num_images)
+    kept, pixels, skipped = readable(sources, config, crop_pct, request.skip_unreadable, request.num_images)
     order = [order[i] for i in kept]
     return pixels, split.subset(np.array(order, dtype=np.int64)), order, skipped
 
 
-def _seen_in_training(opts, metadata: dict, config, spec, name: str, part, comparable: bool):
+def _seen_in_training(request: InspectRequest, metadata: dict, config, spec, name: str, part, comparable: bool):
     """(which images of `part`, of split `name`, the model trained on, or None; the training data in words)."""
     from vitkit.data import copies
 
     training = f"training data: {spec.where}, split {spec.train_split}"
     by_split = [name == spec.train_split] * len(part.labels)
-    if opts.data is None:  # the checkpoint's own data: its record says which split trained
-        train = spec.open(spec.train_split, channels=config.in_chans, image_size=config.image_size[0])
+    # the checkpoint's own data: its record says which split trained
+    if request.data is None:
+        train = spec.open(spec.train_split, channels=config.in_chans, image_size=config.image_size)
         if (change := spec.changed(spec.train_split, train)) is not None:  # a file moved out of it since: not told
             return None, f"{training}, {changed_note(change)}"
         if name == spec.train_split:
@@ -195,7 +205,8 @@ def _seen_in_training(opts, metadata: dict, config, spec, name: str, part, compa
     # the images checked against the training images the checkpoint records, by path and by content (a copy of a
     # training image in test/ was seen in training); for other data (--data), not against that data's own train split
     # (which said of a model's held-out images that it had trained on them)
-    seen, described = training_images(metadata, opts.checkpoint, part.paths, config.in_chans)
-    if seen is None and opts.data is None:  # too many training files to compare: the split is all that is known
+    seen, described = training_images(metadata, request.checkpoint, part.paths, config.in_chans)
+    # too many training files to compare: the split is all that is known
+    if seen is None and request.data is None:
         return by_split, f"{training}, {COPIES_NOT_CHECKED}"
     return seen, described

@@ -5,35 +5,35 @@ from __future__ import annotations
 
 from vitkit.evaluate import inspection
 from vitkit.evaluate.inspect_images import COPIES_NOT_CHECKED, Chosen, given_images, recorded_images
+from vitkit.evaluate.requests import InspectRequest
 
 
-def inspect_checkpoint(opts) -> list[str]:
-    """Inspect `opts.checkpoint` (the options of `vitkit inspect`: images, split, data, out, num_images, show,
-    components, image_size, batch_size, device, threads, skip_unreadable), write the figures and numbers into
-    `opts.out`, and return the lines that say what was inspected and written."""
+def inspect_checkpoint(request: InspectRequest) -> list[str]:
+    """Inspect `request.checkpoint` as `vitkit inspect` asks, write the figures and numbers into `request.out`, and
+    return the lines that say what was inspected and written."""
     import torch
 
     from vitkit.checkpoint import untrained_head
     from vitkit.plots.figures import write_report
 
-    if opts.threads:
-        torch.set_num_threads(opts.threads)
-    model, metadata = _load(opts)
+    if request.threads:
+        torch.set_num_threads(request.threads)
+    model, metadata = _load(request)
     config = model.config
-    chosen = (given_images if opts.images else recorded_images)(opts, metadata, config)
+    chosen = (given_images if request.images else recorded_images)(request, metadata, config)
     if chosen.skipped:
         chosen.where += f" ({len(chosen.skipped)} unreadable left out)"
     x = inspection.normalize(chosen.pixels, config)
     results = inspection.inspect_model(
-        model, x, num_show=opts.show, num_components=opts.components, batch_size=opts.batch_size
+        model, x, num_show=request.show, num_components=request.components, batch_size=request.batch_size
     )
-    trained_head = untrained_head(metadata, opts.checkpoint, model) is None
+    trained_head = untrained_head(metadata, request.checkpoint, model) is None
     titles = titles_of(
-        model, x[: opts.show], chosen.truth[: opts.show], metadata.get("class_names"), chosen.seen, trained_head
+        model, x[: request.show], chosen.truth[: request.show], metadata.get("class_names"), chosen.seen, trained_head
     )
     caption = _caption(chosen)
-    info = _info(opts, config, chosen, titles)
-    written = write_report(results, chosen.pixels, opts.out, info=info, titles=titles, caption=caption)
+    info = _info(request, config, chosen, titles)
+    written = write_report(results, chosen.pixels, request.out, info=info, titles=titles, caption=caption)
     distance = results["mean_attention_distance"].mean(dim=1)
     return [
         f"inspected {caption} ({chosen.training_data}), at {config.image_size[0]}x{config.image_size[1]} "
@@ -43,29 +43,19 @@ def inspect_checkpoint(opts) -> list[str]:
     ]
 
 
-def _load(opts):
-    """(model on --device, metadata), after the options are checked: a Vision Transformer at --image-size."""
+def _load(request: InspectRequest):
+    """(model on --device, metadata): a Vision Transformer at --image-size."""
     from vitkit.checkpoint import load_with_metadata
     from vitkit.devices import pick_device
     from vitkit.errors import ConfigError
 
-    for name in ("num_images", "show", "components", "batch_size"):
-        if getattr(opts, name) <= 0:
-            raise ConfigError(f"--{name.replace('_', '-')}: expected a positive number, got {getattr(opts, name)}")
-    image_size = None
-    if opts.image_size is not None:
-        if len(opts.image_size) > 2:
-            raise ConfigError(f"--image-size: expected H or H W, got {len(opts.image_size)} numbers")
-        image_size = tuple(opts.image_size) if len(opts.image_size) == 2 else opts.image_size[0]
-    model, metadata = load_with_metadata(opts.checkpoint, image_size=image_size)
-    model = model.to(pick_device(opts.device))
+    model, metadata = load_with_metadata(request.checkpoint, image_size=request.image_size)
+    model = model.to(pick_device(request.device))
     if not hasattr(model, "forward_features_explicit"):
         raise ConfigError(
-            f"{opts.checkpoint}: a {type(model).__name__} has no attention or position embeddings to inspect; "
+            f"{request.checkpoint}: a {type(model).__name__} has no attention or position embeddings to inspect; "
             "vitkit inspect reads Vision Transformers"
         )
-    if opts.images and (opts.split or opts.data):
-        raise ConfigError("--split and --data choose the images when --images is not given; drop them or --images")
     return model, metadata
 
 
@@ -82,12 +72,12 @@ def _caption(chosen: Chosen) -> str:
     )
 
 
-def _info(opts, config, chosen: Chosen, titles: list[str] | None) -> dict:
+def _info(request: InspectRequest, config, chosen: Chosen, titles: list[str] | None) -> dict:
     """inspection.json: the images, the model's geometry, the images shown with their titles."""
     seen = chosen.seen
     return {
-        "checkpoint": str(opts.checkpoint),
-        "images": [str(p) for p in opts.images] if opts.images else [chosen.where],
+        "checkpoint": str(request.checkpoint),
+        "images": [str(p) for p in request.images] if request.images else [chosen.where],
         "num_images": len(chosen.pixels),
         "in_training_data": None if seen is None else sum(seen),  # None: not checked (see training_data)
         "training_data": chosen.training_data,
@@ -97,7 +87,7 @@ def _info(opts, config, chosen: Chosen, titles: list[str] | None) -> dict:
         "hybrid": config.backbone is not None,
         "shown": [
             {"image": f, "label": t, "in_training_data": None if seen is None else seen[i]}
-            for i, (f, t) in enumerate(zip(chosen.shown[: opts.show], titles or [""] * opts.show))
+            for i, (f, t) in enumerate(zip(chosen.shown[: request.show], titles or [""] * request.show))
         ],
         **(
             {"unreadable": [{"path": path, "error": error} for path, error in chosen.skipped]} if chosen.skipped else {}

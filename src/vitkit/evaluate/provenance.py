@@ -67,7 +67,7 @@ def scored_against_training(meta: dict, checkpoint, which: str, split, config) -
         return Against()
     try:
         spec = DataSpec.from_checkpoint(meta, checkpoint)
-        trained = spec.open(spec.train_split, channels=config.in_chans, image_size=config.image_size[0])
+        trained = spec.open(spec.train_split, channels=config.in_chans, image_size=config.image_size)
     except DataError as err:  # the recorded data has moved, or is on another machine
         return Against(unchecked=without_advice(err))
     against = Against()
@@ -83,7 +83,7 @@ def scored_against_training(meta: dict, checkpoint, which: str, split, config) -
             try:
                 start = DataSpec.from_checkpoint({"data": record}, checkpoint)
                 theirs = held_out_twins(
-                    start.open(start.train_split, channels=config.in_chans, image_size=config.image_size[0]),
+                    start.open(start.train_split, channels=config.in_chans, image_size=config.image_size),
                     split,
                     which,
                 )

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vitkit.evaluate.provenance import picked_on, scored_against_training
+from vitkit.evaluate.requests import EvalRequest
 
 
 @dataclass
@@ -22,10 +23,9 @@ class Scored:
     error: Exception | None = None
 
 
-def score_checkpoint(opts) -> Scored:
-    """Score `opts.checkpoint` on a split of its data (the options of `vitkit eval`: data, split, val_fraction,
-    batch_size, device, threads, confusion, labels_by_index, precision, calibration, compare_fp32, skip_unreadable);
-    it warns where the scored images picked the model in a fine-tuning sweep."""
+def score_checkpoint(request: EvalRequest) -> Scored:
+    """Score `request.checkpoint` on a split of its data, as `vitkit eval` asks; it warns where the scored images
+    picked the model in a fine-tuning sweep."""
     import torch
 
     from vitkit.checkpoint import load_with_metadata, refuse_untrained_head
@@ -37,90 +37,92 @@ def score_checkpoint(opts) -> Scored:
     from vitkit.evaluate.metrics import evaluate
     from vitkit.files import writable
 
-    if opts.threads:
-        torch.set_num_threads(opts.threads)
-    model, meta = load_with_metadata(opts.checkpoint)
-    refuse_untrained_head(meta, opts.checkpoint, model)
-    device = pick_device(opts.device)
+    if request.threads:
+        torch.set_num_threads(request.threads)
+    model, meta = load_with_metadata(request.checkpoint)
+    refuse_untrained_head(meta, request.checkpoint, model)
+    device = pick_device(request.device)
     if is_multi_label(meta):  # a sigmoid per class: ranked (AP) and thresholded (F1), no confusion matrix
-        return score_multilabel(opts, model, meta, device)
-    spec, which, split = open_scored_split(opts, meta, model.config)
+        return score_multilabel(request, model, meta, device)
+    spec, which, split = open_scored_split(request, meta, model.config)
     crop_pct = crop_of(meta)  # the checkpoint's resize, filter and crop
-    bad = BadFiles("skip" if opts.skip_unreadable else "fail", hint="; --skip-unreadable scores without such files")
-    batches, runner, reference = _runners(opts, model, meta, spec, which, split, device, crop_pct, bad)
-    step = step_of(opts.checkpoint)
-    png = confusion_path(opts, which, spec, meta, step)
+    bad = BadFiles("skip" if request.skip_unreadable else "fail", hint="; --skip-unreadable scores without such files")
+    batches, runner, reference = _runners(request, model, meta, spec, which, split, device, crop_pct, bad)
+    step = step_of(request.checkpoint)
+    png = confusion_path(request, which, spec, meta, step)
     writable(png, "the confusion matrix", "pass --confusion PATH to write it elsewhere")  # before the images are scored
-    keep = getattr(opts, "keep_aspect", False)
-    metrics = evaluate(model.to(device), batches, crop_pct=crop_pct, runner=runner, reference=reference, keep_size=keep)
+    metrics = evaluate(
+        model.to(device), batches, crop_pct=crop_pct, runner=runner, reference=reference, keep_size=request.keep_aspect
+    )
     class_names = meta.get("class_names") or split.class_names
     skipped = f", {len(bad)} unreadable skipped" if len(bad) else ""
     data = f"{which} of {spec.where}: {metrics['n']} images{skipped}; {runner.description}"
     unwritten = _write_confusion(metrics["confusion"], class_names, png, data)
-    result = _result(opts, step, spec, which, split, metrics, class_names, png, unwritten, runner, bad, reference)
-    warning = picked_on(opts.checkpoint, which, split, meta)
+    result = _result(request, step, spec, which, split, metrics, class_names, png, unwritten, runner, bad, reference)
+    warning = picked_on(request.checkpoint, which, split, meta)
     result["picked_on_this_split"] = warning is not None
-    against = scored_against_training(meta, opts.checkpoint, which, split, model.config)
+    against = scored_against_training(meta, request.checkpoint, which, split, model.config)
     against.record(result)
     head = f"{which} of {spec.where} ({metrics['n']} images: {split.source}, {split.selection}{skipped}; "
-    lines = _lines(opts, step, head, which, metrics, result, class_names, reference, runner)
+    lines = _lines(request, step, head, which, metrics, result, class_names, reference, runner)
     lines.append(f"confusion matrix: {png}" if not unwritten else f"confusion matrix: not written ({png}: {unwritten})")
     lines += ([warning] if warning else []) + against.notes(which)
     return Scored(result, lines, _unwritten_error(png, unwritten))
 
 
-def open_scored_split(opts, meta: dict, config):
-    """(the data spec, the split's name, the split with labels numbered as the model's classes) that `opts` name."""
+def open_scored_split(request: EvalRequest, meta: dict, config):
+    """(the data spec, the split's name, the split with labels numbered as the model's classes) that `request` names,
+    its images at the model's (H, W) where they are made at a size (synthetic data)."""
     from vitkit.data import DataSpec
     from vitkit.data.sources import is_flat
     from vitkit.errors import DataError
 
-    spec = DataSpec.from_checkpoint(meta, opts.checkpoint, data=opts.data, val_fraction=opts.val_fraction)
-    flat = opts.data is not None and is_flat(spec.path)
-    which = opts.split or ("all" if flat else "test")
+    spec = DataSpec.from_checkpoint(meta, request.checkpoint, data=request.data, val_fraction=request.val_fraction)
+    flat = request.data is not None and is_flat(spec.path)
+    which = request.split or ("all" if flat else "test")
     if which == "all" and not flat:
         raise DataError(
             f"--split all: takes every image of a --data folder or list without splits of its own; {spec.where} "
             "has splits: choose one with --split"
         )
-    size = config.image_size[0]
+    size = config.image_size
     if which == "all":  # the folder, list or shards as one set
         whole = dataclasses.replace(spec, val_fraction=0.0, train_images=None)
         split = whole.open("train", channels=config.in_chans, image_size=size)
     else:
         split = spec.open(which, channels=config.in_chans, image_size=size)
     # by name where the checkpoint names its classes
-    split = model_labels(split, meta.get("class_names"), opts.checkpoint, opts.labels_by_index)
+    split = model_labels(split, meta.get("class_names"), request.checkpoint, request.labels_by_index)
     if (
         len(split) and not split.multi_label and int(split.labels.max()) >= config.num_classes
     ):  # by position: more classes than the model has
         raise DataError(
-            f"{split.source}: labels go up to {int(split.labels.max())} but {opts.checkpoint} has "
+            f"{split.source}: labels go up to {int(split.labels.max())} but {request.checkpoint} has "
             f"{config.num_classes} classes; evaluate it on the dataset it was trained for"
         )
     return spec, which, split
 
 
-def score_multilabel(opts, model, meta: dict, device) -> Scored:
+def score_multilabel(request: EvalRequest, model, meta: dict, device) -> Scored:
     """`vitkit eval` of a multi-label checkpoint: mAP, per-class AP, and precision, recall and F1 at --threshold."""
     from vitkit.checkpoint.runs import describe, step_of
     from vitkit.data import BadFiles
     from vitkit.data.images import crop_of
-    from vitkit.evaluate.metrics import THRESHOLD, evaluate_multilabel
+    from vitkit.evaluate.metrics import evaluate_multilabel
 
-    spec, which, split = open_scored_split(opts, meta, model.config)
+    spec, which, split = open_scored_split(request, meta, model.config)
     crop_pct = crop_of(meta)  # the checkpoint's resize, filter and crop
-    bad = BadFiles("skip" if opts.skip_unreadable else "fail", hint="; --skip-unreadable scores without such files")
-    batches, runner, _ = _runners(opts, model, meta, spec, which, split, device, crop_pct, bad)
-    threshold = getattr(opts, "threshold", None) or THRESHOLD
-    keep = getattr(opts, "keep_aspect", False)  # each image at its own aspect ratio, on the patch grid
+    bad = BadFiles("skip" if request.skip_unreadable else "fail", hint="; --skip-unreadable scores without such files")
+    batches, runner, _ = _runners(request, model, meta, spec, which, split, device, crop_pct, bad)
+    threshold = request.threshold
+    # keep_aspect: each image at its own aspect ratio, on the patch grid
     m = evaluate_multilabel(
-        model.to(device), batches, crop_pct=crop_pct, runner=runner, threshold=threshold, keep_size=keep
+        model.to(device), batches, crop_pct=crop_pct, runner=runner, threshold=threshold, keep_size=request.keep_aspect
     )
-    names, step = meta.get("class_names") or split.class_names, step_of(opts.checkpoint)
+    names, step = meta.get("class_names") or split.class_names, step_of(request.checkpoint)
     skipped = f", {len(bad)} unreadable skipped" if len(bad) else ""
     result = {
-        "checkpoint": str(opts.checkpoint),
+        "checkpoint": str(request.checkpoint),
         **({"step_checkpoint": step} if step else {}),
         "data": spec.where,
         "split": which,
@@ -135,7 +137,7 @@ def score_multilabel(opts, model, meta: dict, device) -> Scored:
     }
     head = f"{which} of {spec.where} ({m['n']} images: {split.source}, {split.selection}{skipped}; "
     lines = [
-        f"{describe(opts.checkpoint, step)} on {head}{runner.description}): mAP {m['map']:.4f}  F1 {m['f1']:.4f} "
+        f"{describe(request.checkpoint, step)} on {head}{runner.description}): mAP {m['map']:.4f}  F1 {m['f1']:.4f} "
         f"at {threshold:g} (precision {result['precision_at_threshold']:.4f}, recall "
         f"{result['recall_at_threshold']:.4f})  top-1 {m['top1']:.4f}"
     ]
@@ -145,35 +147,35 @@ def score_multilabel(opts, model, meta: dict, device) -> Scored:
         lines.append(
             f"  {name:<{width}}  " + ("-       (no images)" if ap is None else f"AP {ap:.4f}  ({count:,} images)")
         )
-    warning = picked_on(opts.checkpoint, which, split, meta)
+    warning = picked_on(request.checkpoint, which, split, meta)
     result["picked_on_this_split"] = warning is not None
     return Scored(result, lines + ([warning] if warning else []))
 
 
-def _runners(opts, model, meta: dict, spec, which: str, split, device, crop_pct: float, bad):
+def _runners(request: EvalRequest, model, meta: dict, spec, which: str, split, device, crop_pct: float, bad):
     """(the batches of `split`, the runner at --precision, the fp32 runner of --compare-fp32 or None)."""
     from vitkit.data import DataSpec, eval_batches
     from vitkit.inference.precision import prepare
 
     c = model.config
-    keep = getattr(opts, "keep_aspect", False)
+    keep = request.keep_aspect
     if keep:  # each image at its aspect ratio: batches of consecutive images of one size
-        batches = aspect_batches(split, opts.batch_size, device, c, crop_pct, bad)
+        batches = aspect_batches(split, request.batch_size, device, c, crop_pct, bad)
     else:
         batches = eval_batches(
-            split, opts.batch_size, device, channels=c.in_chans, size=c.image_size, crop_pct=crop_pct, bad=bad
+            split, request.batch_size, device, channels=c.in_chans, size=c.image_size, crop_pct=crop_pct, bad=bad
         )
-    count = math.ceil(len(split) / opts.batch_size)
+    count = math.ceil(len(split) / request.batch_size)
 
     # int8's calibration images: training images, never the ones scored (for "all", those the checkpoint records)
     def training_images():  # read only where int8 calibrates: the recorded data may be gone where --data names other data
-        trained = DataSpec.from_checkpoint(meta, opts.checkpoint) if which == "all" else spec
-        return split if which == "train" else trained.open("train", channels=c.in_chans, image_size=c.image_size[0])
+        trained = DataSpec.from_checkpoint(meta, request.checkpoint) if which == "all" else spec
+        return split if which == "train" else trained.open("train", channels=c.in_chans, image_size=c.image_size)
 
-    images = int8_calibration(opts.precision, opts.calibration, model, training_images, crop_pct=crop_pct)
+    images = int8_calibration(request.precision, request.calibration, model, training_images, crop_pct=crop_pct)
     compile = False if keep else None  # a compiled graph would be rebuilt for every image size
-    runner = prepare(model, opts.precision, device=device, batches=count, calibration=images, compile=compile)
-    reference = prepare(model, "fp32", device=device, batches=count, compile=compile) if opts.compare_fp32 else None
+    runner = prepare(model, request.precision, device=device, batches=count, calibration=images, compile=compile)
+    reference = prepare(model, "fp32", device=device, batches=count, compile=compile) if request.compare_fp32 else None
     return batches, runner, reference
 
 
@@ -217,13 +219,13 @@ def int8_calibration(precision: str, n: int, model, training_split: Callable, *,
     return calibration_images(training_split(), model, n=n, crop_pct=crop_pct)
 
 
-def confusion_path(opts, which: str, spec, meta: dict, step: str | None) -> Path:
+def confusion_path(request: EvalRequest, which: str, spec, meta: dict, step: str | None) -> Path:
     """--confusion, else RUN/eval/<confusion_name> beside the model."""
     from vitkit.checkpoint.runs import report_dir
 
-    if opts.confusion:
-        return Path(opts.confusion)
-    return report_dir(opts.checkpoint, "eval") / confusion_name(which, spec, meta, step, opts.precision)
+    if request.confusion:
+        return Path(request.confusion)
+    return report_dir(request.checkpoint, "eval") / confusion_name(which, spec, meta, step, request.precision)
 
 
 def confusion_name(which: str, spec, meta: dict, step: str | None, precision: str) -> str:
@@ -265,10 +267,12 @@ def _unwritten_error(png: Path, unwritten: str | None):
     )
 
 
-def _result(opts, step, spec, which, split, metrics, class_names, png, unwritten, runner, bad, reference) -> dict:
+def _result(
+    request: EvalRequest, step, spec, which, split, metrics, class_names, png, unwritten, runner, bad, reference
+) -> dict:
     """The JSON object of `vitkit eval --json`."""
     result = {
-        "checkpoint": str(opts.checkpoint),
+        "checkpoint": str(request.checkpoint),
         **({"step_checkpoint": step} if step else {}),
         "data": spec.where,
         "split": which,
@@ -288,12 +292,14 @@ def _result(opts, step, spec, which, split, metrics, class_names, png, unwritten
     return result
 
 
-def _lines(opts, step, head: str, which: str, metrics, result: dict, class_names, reference, runner) -> list[str]:
+def _lines(
+    request: EvalRequest, step, head: str, which: str, metrics, result: dict, class_names, reference, runner
+) -> list[str]:
     """The scores in words: the model and its images, the fp32 comparison, one line per class."""
     from vitkit.checkpoint.runs import describe
 
     lines = [
-        f"{describe(opts.checkpoint, step)} on {head}{runner.description}): top-1 {metrics['top1']:.4f}"
+        f"{describe(request.checkpoint, step)} on {head}{runner.description}): top-1 {metrics['top1']:.4f}"
         + (f"  top-5 {metrics['top5']:.4f}" if len(class_names) > 5 else "")
     ]
     if reference is not None:
