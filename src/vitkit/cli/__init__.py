@@ -19,6 +19,7 @@ from pathlib import Path
 
 from vitkit import __version__
 from vitkit.errors import VitkitError
+from vitkit.limits import MAX_INT
 
 # subcommand -> module under vitkit.cli (imported lazily, so `vitkit models` never loads training code)
 COMMANDS = {
@@ -55,7 +56,6 @@ POSITIVE_FLAGS = {
     "per_shard",
 }
 FRACTION_FLAGS = {"val_fraction"}  # shares of a split: below 1 too
-MAX_INT = 2**31 - 1
 NARGS_AT_MOST = {"image_size": 2}  # --image-size H [W]
 
 

@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from vitkit.train import resume_config, train
+    from vitkit.train import distributed, resume_config, train
     from vitkit.train.config import load_run_config
 
     overrides = _overrides(args)
@@ -112,7 +112,8 @@ def _run(args: argparse.Namespace) -> int:
         config = load_run_config(args.config, overrides)
         summary = train(config, args.out)
         out = args.out
-    if int(os.environ.get("RANK", "0")) != 0:  # under torchrun, rank 0 reports
+    # under torchrun, rank 0 reports
+    if not distributed.is_main():
         return 0
     _report(out, summary)
     return 0
@@ -140,12 +141,13 @@ def _check_resume(args: argparse.Namespace) -> None:
 
 
 def _report(out: str, summary: dict) -> None:
+    from vitkit.train import distributed
+
     print(f"run directory: {out}")
     if "stopped_at" in summary:  # SIGTERM/SIGINT: a checkpoint was saved at the step boundary
-        world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))  # processes on this machine: --nproc_per_node
         launch = (
-            f"torchrun --nproc_per_node={world} -m vitkit train"
-            if "TORCHELASTIC_RUN_ID" in os.environ
+            f"torchrun --nproc_per_node={distributed.local_world_size()} -m vitkit train"
+            if distributed.under_torchrun()
             else "vitkit train"
         )
         print(

@@ -24,7 +24,9 @@ import yaml
 from vitkit.data.augment import AugmentConfig, check_policy
 from vitkit.data.scan import ImageScan
 from vitkit.errors import ConfigError, first_line, key_shown, shown
+from vitkit.limits import MAX_INT
 from vitkit.models import BiTConfig, ModelConfig, ViTConfig, get_config
+from vitkit.train import distributed
 
 
 @dataclass(frozen=True)
@@ -98,7 +100,6 @@ class TrainConfig:
 
 
 MAX_CONFIG_BYTES = 1 << 20
-MAX_INT = 2**31 - 1  # every whole-number key (seeds feed torch generators, steps and sizes a loop)
 
 SECTIONS = {"data": DataConfig, "augment": AugmentConfig, "train": TrainConfig}
 CHOICES = {
@@ -162,16 +163,6 @@ def _in_interval(value: float, interval: str) -> bool:
     above = value > low if interval[0] == "(" else value >= low
     below = value < high if interval[-1] == ")" else value <= high
     return above and below
-
-
-def world_size() -> int:
-    """Processes the run is split across: WORLD_SIZE under torchrun, else 1."""
-    try:
-        return max(int(os.environ.get("WORLD_SIZE", "1")), 1)
-    except ValueError:
-        raise ConfigError(
-            f"WORLD_SIZE: expected a number of processes, got {shown(os.environ['WORLD_SIZE'])}"
-        ) from None
 
 
 def check_batches(train: TrainConfig, world: int) -> None:
@@ -395,7 +386,7 @@ def from_dict(data: dict[str, Any], where: str = "config") -> RunConfig:
         low, high = getattr(sections["augment"], key)
         if low > high:
             raise ConfigError(f"augment.{key}: expected [low, high] with low <= high, got {[low, high]}")
-    check_batches(sections["train"], world_size())
+    check_batches(sections["train"], distributed.world_size())
     check_policy(sections["augment"])
     return RunConfig(model=model, **sections)
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -59,13 +58,15 @@ def fit_to_data(
     (reported by `command`)."""
     from vitkit.data import DataSpec
     from vitkit.data.scan import scan
+    from vitkit.train import distributed
     from vitkit.train.config import fitted_to_data
 
     train = DataSpec.from_config(data).open(
         data.train_split, channels=3, image_size=32, flag="data.train_split", hold_out="data.val_fraction"
     )
     overrides, note = fitted_to_data(scan(train), len(train), epochs=epochs, batch=batch, steps=steps)
-    if int(os.environ.get("RANK", "0")) == 0:  # under torchrun every rank fits (the same way); rank 0 says so
+    # under torchrun every rank fits (the same way); rank 0 says so
+    if distributed.is_main():
         print(f"vitkit {command}: {note}", flush=True)
     return overrides
 
@@ -172,6 +173,7 @@ def fit_finetune(
     saying so)."""
     from vitkit.data import DataSpec
     from vitkit.data.scan import scan
+    from vitkit.limits import MAX_INT
     from vitkit.train.config import steps_for
 
     train = DataSpec.from_config(data).open(
@@ -182,7 +184,7 @@ def fit_finetune(
     if "train.batch_size" not in named:
         batch = min(512, max(min(64, n), 2 ** int(math.log2(max(n // 20, 1)))))  # 20 steps an epoch, up to 512
     if "train.steps" not in named:
-        steps = min(steps_for(epochs or FINETUNE_EPOCHS, n, batch), FINETUNE_MAX_STEPS if epochs is None else 2**31 - 1)
+        steps = min(steps_for(epochs or FINETUNE_EPOCHS, n, batch), FINETUNE_MAX_STEPS if epochs is None else MAX_INT)
     chosen = {
         "train.batch_size": batch,
         "train.steps": steps,

@@ -116,7 +116,7 @@ def _refuse_out(config: RunConfig, out: Path, resume: bool) -> None:
 
 def _main_process() -> bool:
     """Rank 0 under torchrun (it alone holds the run directory's lock), else the only process."""
-    return os.environ.get("RANK", "0") == "0"
+    return distributed.is_main()
 
 
 def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, started: float) -> dict:
@@ -244,13 +244,8 @@ def _setup(config: RunConfig, out: Path, resume: bool) -> Setup:
     t = config.train
     device = pick_device(t.device, key="train.device")
     world, device = distributed.setup(t.strategy, device)  # under torchrun: DDP or FSDP across processes
+    # split as the run config checked it (config.check_batches)
     micro = t.micro_batch or t.batch_size
-    if t.batch_size % micro:
-        raise ConfigError(f"train.micro_batch: {micro} does not divide train.batch_size {t.batch_size}")
-    if micro % world.size:
-        raise ConfigError(
-            f"train.micro_batch: {micro} images per micro-batch do not split evenly across {world.size} processes"
-        )
     checkpoints = step_checkpoints(out)
     if resume and not checkpoints:
         raise CheckpointError(f"{out}: no checkpoint to resume from (expected {out}/checkpoints/step_*/)")
