@@ -192,7 +192,7 @@ class RunConfig:
             self.train.epochs is not None
         ):  # the length is given in epochs: steps follow from the data (`with_steps_for`)
             del sections["train"]["steps"]
-        return {"model": dict(self.model), **sections}
+        return {"model": _plain(dict(self.model)), **sections}
 
     def with_steps_for(self, train_images: int) -> RunConfig:
         """This config with train.steps set from train.epochs for a training split of `train_images` (unchanged

@@ -1,4 +1,4 @@
-"""A run's recipe fitted to its data: the default model and schedule for a dataset, from a short scan of its images
+"""The run config a `vitkit train` request names (`run_config`); a run's recipe fitted to its data: the default model and schedule for a dataset, from a short scan of its images
 (`fit_to_data`), where nothing names the model (`fitted_unless_named`); and what `vitkit data` reports of a dataset
 as a run config reads it, with the first training batch that recipe would see (`data_report`)."""
 
@@ -8,6 +8,30 @@ import dataclasses
 import math
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from vitkit.train.config import RunConfig
+    from vitkit.train.requests import DataRequest, TrainRequest
+
+
+def run_config(request: TrainRequest) -> RunConfig:
+    """The run config a `vitkit train` request names: the recipe fitted to its data where nothing names the model,
+    the user's overrides over it (they win), then --data and --no-progress; a resumed run's run.yaml under them."""
+    from vitkit.train.config import load_run_config
+    from vitkit.train.loop import resume_config
+
+    overrides = list(request.overrides)
+    named = bool(request.config or request.resume)
+    overrides = [*fitted_unless_named(data_path(request.data, overrides), named, overrides, "train"), *overrides]
+    if request.data:
+        # a path as given, never parsed
+        overrides.append(("data.path", request.data))
+    if not request.progress:
+        overrides.append("train.progress=false")
+    if request.resume:
+        return resume_config(request.resume, overrides)
+    return load_run_config(request.config, overrides)
 
 
 def data_path(given: str | None, overrides: list) -> str | None:
@@ -71,42 +95,35 @@ def fit_to_data(
     return overrides
 
 
-def data_report(
-    path: str | None,
-    config_file: str | None,
-    overrides: list[str],
-    *,
-    split: str | None = None,
-    samples: int = 0,
-    out: str | None = None,
-    to_shards: str | None = None,
-    per_shard: int = 1000,
-    say: Callable[[str], None] = print,
-) -> dict:
-    """What `vitkit data` reports of the data at `path` as the run config (`config_file` + `overrides`) reads it:
-    its summary, said line by line; with `to_shards`, its splits written there as tar shards; with `samples`, the
+def data_report(request: DataRequest, say: Callable[[str], None] = print) -> dict:
+    """What `vitkit data` reports of the data at `request.path` as the run config (its config file + overrides) reads
+    it: its summary, said line by line; with `to_shards`, its splits written there as tar shards; with `samples`, the
     first images of the run's first training batch written to `out`. The summary, with what was written."""
     from vitkit.data import DataSpec
     from vitkit.data.report import open_splits, refuse_shards_in, summary_lines
     from vitkit.data.summary import describe
     from vitkit.errors import ConfigError
+    from vitkit.train.resolve import model_of
 
-    if samples < 0 or per_shard < 1:
+    r = request
+    if r.samples < 0 or r.per_shard < 1:
         raise ConfigError("--samples and --per-shard: expected positive numbers")
-    if samples and not out:
+    if r.samples and not r.out:
         raise ConfigError("--samples: say where to write samples.png and samples.npy with --out DIR")
-    config = _data_config(path, config_file, overrides, fitted=bool(samples))
-    if to_shards:
-        refuse_shards_in(Path(to_shards), config.data.path)  # before reading anything
-    d, shape = config.data, config.model_config()
+    config = _data_config(r.path, r.config, list(r.overrides), fitted=bool(r.samples))
+    if r.to_shards:
+        # before reading anything
+        refuse_shards_in(Path(r.to_shards), config.data.path)
+    # the model config, built once: splits, shards and samples read the images at its input size
+    d, shape = config.data, model_of(config)
     opened = open_splits(DataSpec.from_config(d), shape)  # as training reads them (data.train_images too)
-    summary = describe(opened, split or "train", d.path, d.name)
+    summary = describe(opened, r.split or "train", d.path, d.name)
     for line in summary_lines(summary, opened):
         say(line)
-    if to_shards:
-        summary["shards"] = _shards(config, shape, opened, split, Path(to_shards), per_shard, say)
-    if samples:
-        summary["samples"] = _samples(config, split or "train", summary, samples, Path(out), say)
+    if r.to_shards:
+        summary["shards"] = _shards(config, shape, opened, r.split, Path(r.to_shards), r.per_shard, say)
+    if r.samples:
+        summary["samples"] = _samples(config, shape, r.split or "train", summary, r.samples, Path(r.out), say)
     return summary
 
 
@@ -131,7 +148,7 @@ def _shards(config, shape, opened: dict, split: str | None, out: Path, per_shard
     return write_shards(sets, out, per_shard, config.data.split_seed, config.data.on_error, say=say)
 
 
-def _samples(config, split: str, summary: dict, count: int, out: Path, say) -> dict:
+def _samples(config, shape, split: str, summary: dict, count: int, out: Path, say) -> dict:
     """The first `count` images of the first training batch of `split`, as training augments them, written to `out`
     (a split holding fewer images than a batch: one batch of all of it)."""
     from vitkit.data.report import write_samples
@@ -144,7 +161,7 @@ def _samples(config, split: str, summary: dict, count: int, out: Path, say) -> d
     if held is not None and held < (t.micro_batch or t.batch_size):  # a small (val) split: one batch of all of it
         preview = dataclasses.replace(preview, train=dataclasses.replace(t, batch_size=held, micro_batch=None))
         smaller = f", a batch of all {held} (the split holds fewer than train.batch_size={t.batch_size})"
-    pixels, labels, names = first_batch_pixels(preview, count)
+    pixels, labels, names = first_batch_pixels(preview, shape, count)
     which = (
         f"the first {len(pixels)} images of the first training batch of {summary['splits'][split]['source']} "
         f"(seed {t.seed}{smaller}), as training augments them before normalisation"
