@@ -83,7 +83,6 @@ def fit_to_data(
     from vitkit.data import DataSpec
     from vitkit.data.scan import scan
     from vitkit.train import distributed
-    from vitkit.train.config import fitted_to_data
 
     train = DataSpec.from_config(data).open(
         data.train_split, channels=3, image_size=32, flag="data.train_split", hold_out="data.val_fraction"
@@ -226,10 +225,68 @@ def _finetune_augment(found, n: int, side: int, size: int) -> dict:
     """Crop and flip for fine-tuning on images of `side` px (their own, or the resolution where smaller) at `size`
     px: the flip of `vitkit train --data`'s recipe; its padded random crop for small images, else an Inception crop
     that keeps at least a 48-px box of them (the paper's 5% only for 224 px and up)."""
-    from vitkit.train.config import fitted_to_data
-
-    fitted = dict(o.split("=", 1) for o in fitted_to_data(found, n)[0])
     if side <= CROP_FROM_SIDE:
-        return {"augment.crop": "pad", "augment.pad": max(size // 16, 1), "augment.hflip": fitted["augment.hflip"]}
+        return {"augment.crop": "pad", "augment.pad": max(size // 16, 1), "augment.hflip": str(FITTED_HFLIP)}
     low = min(max(0.05, round((48 / side) ** 2, 2)), 0.5)
-    return {"augment.crop": "rrc", "augment.rrc_scale": f"[{low:g},1.0]", "augment.hflip": fitted["augment.hflip"]}
+    return {"augment.crop": "rrc", "augment.rrc_scale": f"[{low:g},1.0]", "augment.hflip": str(FITTED_HFLIP)}
+
+
+# the fitted recipes' flip: wrong for digits, text, signs, charts; within noise of flipping on photos here
+FITTED_HFLIP = 0
+
+
+def fitted_size(scan) -> int:
+    """The image size `fitted_to_data` trains at: the images' median shorter side, to a multiple of 8 in 16..64 px."""
+    side = min(scan.height, scan.width) or 32
+    return int(min(max(round(side / 8) * 8, 16), 64))
+
+
+def fitted_to_data(
+    scan, n_train: int, epochs: float | None = None, batch: int | None = None, steps: int | None = None
+) -> tuple[list[str], str]:
+    """The default recipe for a dataset of one's own (`vitkit train --data FOLDER` with no model given), as overrides.
+
+    The image size follows the images (median shorter side, to a multiple of 8 in 16..64 px) and so do the
+    channels; a 4x4 grid of patches and the demo's small ViT (width 96, 6 layers, a class token, which every format holds) keep a
+    step cheap, and ~100 epochs (750..5000 steps of up to 64 images) end in minutes on a laptop CPU; `epochs` or
+    `steps` (the user's train.epochs or train.steps) set the length instead, and warmup, logging and evaluation
+    follow it, as they follow `batch` (the user's train.batch_size) where given.
+    Returns (overrides, one line saying what was chosen and why)."""
+    from vitkit.train.config import steps_for
+
+    size = fitted_size(scan)
+    batch = batch or max(min(64, n_train - scan.unreadable), 1)  # a batch the readable images fill
+    if epochs is not None:
+        steps, length = steps_for(epochs, n_train, batch), f"{epochs:g} epochs = "
+    elif steps is None:
+        # the recipe benchmark (benchmarks/recipes.py): a shorter run underfits small sets by 7-30 points
+        steps, length = int(min(max(-(-100 * n_train // batch), 750), 5000)), ""
+    else:
+        length = ""
+    overrides = [
+        "model.name=vit_mini4_32",
+        f"model.image_size={size}",
+        f"model.patch_size={size // 4}",
+        f"model.in_chans={scan.channels}",
+        "model.width=96",
+        "model.mlp_dim=192",
+        "model.num_heads=4",
+        "model.depth=6",
+        "model.classifier=token",  # a class token: every format (Hugging Face's included) holds the model
+        f"train.batch_size={batch}",
+        f"train.epochs={epochs}" if epochs is not None else f"train.steps={steps}",
+        f"train.warmup_steps={steps // 10}",
+        "train.lr=3e-3",
+        f"train.log_every={max(steps // 20, 1)}",
+        f"train.eval_every={max(-(-steps // 4), 1)}",  # four evaluations, the last one the final step
+        "augment.crop=pad",
+        f"augment.pad={max(size // 16, 1)}",
+        f"augment.hflip={FITTED_HFLIP}",
+        "augment.label_smoothing=0.1",
+    ]
+    note = (
+        f"no model given, so fitted to the data: {scan} -> {size}x{size} px, {scan.channels} channel{'s' * (scan.channels > 1)}, "
+        f"patch {size // 4} (a 4x4 grid), width 96, depth 6; {length}{steps} steps of {batch} images (KEY=VALUE overrides change any of "
+        "it; model.name, model.init or --config replace it)"
+    )
+    return overrides, note
