@@ -198,8 +198,7 @@ def test_the_checkpoints_patch_size_decides_which_sizes_it_fine_tunes_at(tmp_pat
 def test_finetune_crops_suit_the_images_and_flip_as_the_fitted_recipe_does():
     """An Inception crop down to 5% of a 32-px digit left a few pixels of it; the paper's 5% is for large images."""
     from vitkit.data.scan import ImageScan
-    from vitkit.train.config import fitted_to_data
-    from vitkit.train.fit import _finetune_augment
+    from vitkit.train.fit import _finetune_augment, fitted_to_data
 
     photos, digits = ImageScan(64, 5000, 375, 500, 3), ImageScan(64, 1400, 32, 32, 1)
     flip = next(o.split("=")[1] for o in fitted_to_data(digits, 1400)[0] if o.startswith("augment.hflip="))

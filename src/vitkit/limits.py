@@ -8,6 +8,8 @@ import os
 import shutil
 from pathlib import Path
 
+# the largest whole number any key or flag takes: seeds feed torch generators, steps and sizes a loop
+MAX_INT = 2**31 - 1
 MAX_EXPANSION = 64  # weights and pixels compress a few times at most; a decompression bomb, thousands of times
 MIN_BUDGET = 256 << 20  # any file may expand to this much (small files of zeros compress well and are harmless)
 

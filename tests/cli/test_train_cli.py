@@ -465,7 +465,7 @@ def test_short_real_fashion_mnist_run(tmp_path, capsys):
 def test_a_fitted_run_evaluates_four_times_without_a_second_evaluation_just_before_the_end():
     """938 fitted steps evaluated every 234: at 936 and again at the final 938, two lines for one model."""
     from vitkit.data.scan import ImageScan
-    from vitkit.train.config import fitted_to_data
+    from vitkit.train.fit import fitted_to_data
 
     for steps in (24, 100, 750, 938, 1001, 4999, 5000):
         overrides, _ = fitted_to_data(ImageScan(64, 600, 28, 28, 1), 600, steps=steps)

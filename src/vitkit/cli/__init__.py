@@ -19,6 +19,7 @@ from pathlib import Path
 
 from vitkit import __version__
 from vitkit.errors import VitkitError
+from vitkit.limits import MAX_INT
 
 # subcommand -> module under vitkit.cli (imported lazily, so `vitkit models` never loads training code)
 COMMANDS = {
@@ -55,7 +56,6 @@ POSITIVE_FLAGS = {
     "per_shard",
 }
 FRACTION_FLAGS = {"val_fraction"}  # shares of a split: below 1 too
-MAX_INT = 2**31 - 1
 NARGS_AT_MOST = {"image_size": 2}  # --image-size H [W]
 
 
@@ -124,13 +124,11 @@ def _fraction(text: str) -> float:
     return value
 
 
-def image_size_arg(values: list[int] | None) -> int | tuple[int, int] | None:
-    """--image-size H [W] (convert, info) as load_pretrained wants it."""
-    if values is None:
-        return None
-    if len(values) > 2:
-        raise SystemExit("vitkit: error: --image-size takes one or two numbers (H [W])")
-    return values[0] if len(values) == 1 else (values[0], values[1])
+def image_size_arg(values: list[int] | None) -> tuple[int, int] | None:
+    """--image-size H [W] as (H, W), by the one parser of sizes (`models.config.size_pair`); None where not given."""
+    from vitkit.models.config import size_pair
+
+    return None if values is None else size_pair(values, "--image-size")
 
 
 def build_parser() -> argparse.ArgumentParser:

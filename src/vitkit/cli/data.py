@@ -70,17 +70,19 @@ def _add_output_flags(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from vitkit.train.fit import data_report
+    from vitkit.train.requests import DataRequest
 
-    summary = data_report(
+    request = DataRequest(
         args.path,
         args.config,
-        list(args.overrides),
+        tuple(args.overrides),
         split=args.split,
         samples=args.samples,
         out=args.out,
         to_shards=args.to_shards,
         per_shard=args.per_shard,
     )
+    summary = data_report(request)
     if args.json:
         print(json.dumps(summary))
     return 0

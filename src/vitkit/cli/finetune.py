@@ -110,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
     from vitkit.train.finetune import compared_with_start, sweep_markdown
     from vitkit.train.finetune_setup import finetune_sweep
 
-    result = finetune_sweep(args)
+    result = finetune_sweep(_request(args))
     if "stopped" in result:  # SIGTERM/SIGINT: a checkpoint was saved at the step boundary, nothing picked
         s = result["stopped"]
         print(
@@ -125,3 +125,20 @@ def run(args: argparse.Namespace) -> int:
         print(line)
     print(json.dumps(result))
     return 0
+
+
+def _request(args: argparse.Namespace):
+    """The typed request of the command's arguments (the flags named as its fields, then the ones it types anew)."""
+    import dataclasses
+
+    from vitkit.cli import image_size_arg
+    from vitkit.train.requests import FinetuneRequest
+
+    same = {f.name for f in dataclasses.fields(FinetuneRequest)} & set(vars(args))
+    return FinetuneRequest(
+        **{name: getattr(args, name) for name in same - {"overrides", "image_size"}},
+        overrides=tuple(args.overrides),
+        image_size=image_size_arg(args.image_size),
+        lrs=None if args.lr is None else tuple(args.lr),
+        progress=not args.no_progress,
+    )

@@ -8,8 +8,6 @@ import os
 import shlex
 import sys
 
-from vitkit.errors import ConfigError
-
 EPILOG = """\
 examples:
   vitkit train --config configs/fashion_mnist.yaml --out runs/demo
@@ -97,55 +95,29 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from vitkit.train import resume_config, train
-    from vitkit.train.config import load_run_config
+    from vitkit.train import distributed, train
+    from vitkit.train.fit import run_config
+    from vitkit.train.requests import TrainRequest
 
-    overrides = _overrides(args)
-    if args.resume:
-        _check_resume(args)
-        config = resume_config(args.resume, overrides)
-        summary = train(config, args.resume, resume=True)
-        out = args.resume
-    else:
-        if not args.out:
-            raise ConfigError("--out: required; name the run directory to create, e.g. --out runs/demo")
-        config = load_run_config(args.config, overrides)
-        summary = train(config, args.out)
-        out = args.out
-    if int(os.environ.get("RANK", "0")) != 0:  # under torchrun, rank 0 reports
+    request = TrainRequest(
+        tuple(args.overrides), args.config, args.out, args.data, args.resume, progress=not args.no_progress
+    )
+    summary = train(run_config(request), request.run_dir, resume=bool(request.resume))
+    # under torchrun, rank 0 reports
+    if not distributed.is_main():
         return 0
-    _report(out, summary)
+    _report(request.run_dir, summary)
     return 0
 
 
-def _overrides(args: argparse.Namespace) -> list:
-    """The run's overrides: the recipe fitted to the data where nothing names the model, then the user's (which win)."""
-    from vitkit.train.fit import data_path, fitted_unless_named
-
-    overrides = list(args.overrides)
-    fitted = fitted_unless_named(data_path(args.data, overrides), bool(args.config or args.resume), overrides, "train")
-    overrides = [*fitted, *overrides]
-    if args.data:
-        overrides.append(("data.path", args.data))  # a path as given, never parsed
-    if args.no_progress:
-        overrides.append("train.progress=false")
-    return overrides
-
-
-def _check_resume(args: argparse.Namespace) -> None:
-    if args.config:
-        raise ConfigError("--config: a resumed run keeps its own run.yaml; pass changes as KEY=VALUE overrides")
-    if args.out and args.out != args.resume:
-        raise ConfigError("--out: a resumed run writes into its own directory; drop --out")
-
-
 def _report(out: str, summary: dict) -> None:
+    from vitkit.train import distributed
+
     print(f"run directory: {out}")
     if "stopped_at" in summary:  # SIGTERM/SIGINT: a checkpoint was saved at the step boundary
-        world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))  # processes on this machine: --nproc_per_node
         launch = (
-            f"torchrun --nproc_per_node={world} -m vitkit train"
-            if "TORCHELASTIC_RUN_ID" in os.environ
+            f"torchrun --nproc_per_node={distributed.local_world_size()} -m vitkit train"
+            if distributed.under_torchrun()
             else "vitkit train"
         )
         print(

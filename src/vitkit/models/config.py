@@ -28,17 +28,18 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _pair(value: Any, key: str) -> tuple[int, int]:
-    """An int or a (h, w) pair as a tuple of two positive ints."""
+def size_pair(value: Any, key: str) -> tuple[int, int]:
+    """A size as (H, W), the one parser of "H [W]": an int N is (N, N); a list or tuple of one or two positive
+    ints is H [W]. `key` names what gave it (image_size, --image-size) in the error."""
     if isinstance(value, int) and not isinstance(value, bool):
         pair = (value, value)
-    elif isinstance(value, (tuple, list)) and len(value) == 2:
-        pair = tuple(value)
+    elif isinstance(value, (tuple, list)) and len(value) in (1, 2):
+        pair = (value[0], value[-1])
     else:
         raise ConfigError(f"{key}: expected an int or [height, width], got {shown(value)}")
     if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in pair):
         raise ConfigError(f"{key}: expected positive integers, got {shown(value)}")
-    return pair  # type: ignore[return-value]
+    return pair
 
 
 MAX_CHANNELS = 1024  # input channels: RGB, grayscale, multispectral bands; a bound before anything is sized by it
@@ -188,8 +189,8 @@ class ViTConfig:
     std: tuple[float, ...] = field(default=(0.5, 0.5, 0.5))
 
     def __post_init__(self) -> None:
-        self._put("image_size", _pair(self.image_size, "image_size"))
-        self._put("patch_size", _pair(self.patch_size, "patch_size"))
+        self._put("image_size", size_pair(self.image_size, "image_size"))
+        self._put("patch_size", size_pair(self.patch_size, "patch_size"))
         self._check_sizes()
         self._check_options()
         self._put("backbone", backbone_config(self.backbone))
@@ -325,7 +326,7 @@ class BiTConfig:
     ARCH = "bit"  # the tag that tells a stored BiT config from a ViT one (not a field)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "image_size", _pair(self.image_size, "image_size"))
+        object.__setattr__(self, "image_size", size_pair(self.image_size, "image_size"))
         layers = tuple(self.layers) if isinstance(self.layers, (list, tuple)) else self.layers
         if (
             not isinstance(layers, tuple)

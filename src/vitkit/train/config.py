@@ -22,9 +22,10 @@ from typing import Any
 import yaml
 
 from vitkit.data.augment import AugmentConfig, check_policy
-from vitkit.data.scan import ImageScan
 from vitkit.errors import ConfigError, first_line, key_shown, shown
+from vitkit.limits import MAX_INT
 from vitkit.models import BiTConfig, ModelConfig, ViTConfig, get_config
+from vitkit.train import distributed
 
 
 @dataclass(frozen=True)
@@ -98,7 +99,6 @@ class TrainConfig:
 
 
 MAX_CONFIG_BYTES = 1 << 20
-MAX_INT = 2**31 - 1  # every whole-number key (seeds feed torch generators, steps and sizes a loop)
 
 SECTIONS = {"data": DataConfig, "augment": AugmentConfig, "train": TrainConfig}
 CHOICES = {
@@ -164,16 +164,6 @@ def _in_interval(value: float, interval: str) -> bool:
     return above and below
 
 
-def world_size() -> int:
-    """Processes the run is split across: WORLD_SIZE under torchrun, else 1."""
-    try:
-        return max(int(os.environ.get("WORLD_SIZE", "1")), 1)
-    except ValueError:
-        raise ConfigError(
-            f"WORLD_SIZE: expected a number of processes, got {shown(os.environ['WORLD_SIZE'])}"
-        ) from None
-
-
 def check_batches(train: TrainConfig, world: int) -> None:
     """The logical batch splits into micro-batches, and each micro-batch evenly across the `world` processes."""
     micro = train.micro_batch or train.batch_size
@@ -201,7 +191,7 @@ class RunConfig:
             self.train.epochs is not None
         ):  # the length is given in epochs: steps follow from the data (`with_steps_for`)
             del sections["train"]["steps"]
-        return {"model": dict(self.model), **sections}
+        return {"model": _plain(dict(self.model)), **sections}
 
     def with_steps_for(self, train_images: int) -> RunConfig:
         """This config with train.steps set from train.epochs for a training split of `train_images` (unchanged
@@ -395,7 +385,7 @@ def from_dict(data: dict[str, Any], where: str = "config") -> RunConfig:
         low, high = getattr(sections["augment"], key)
         if low > high:
             raise ConfigError(f"augment.{key}: expected [low, high] with low <= high, got {[low, high]}")
-    check_batches(sections["train"], world_size())
+    check_batches(sections["train"], distributed.world_size())
     check_policy(sections["augment"])
     return RunConfig(model=model, **sections)
 
@@ -536,58 +526,3 @@ def changed_settings(saved: RunConfig, now: RunConfig) -> list[str]:
 
 def dump_run_config(config: RunConfig) -> str:
     return yaml.safe_dump(config.to_dict(), sort_keys=False)
-
-
-def fitted_size(scan: ImageScan) -> int:
-    """The image size `fitted_to_data` trains at: the images' median shorter side, to a multiple of 8 in 16..64 px."""
-    side = min(scan.height, scan.width) or 32
-    return int(min(max(round(side / 8) * 8, 16), 64))
-
-
-def fitted_to_data(
-    scan: ImageScan, n_train: int, epochs: float | None = None, batch: int | None = None, steps: int | None = None
-) -> tuple[list[str], str]:
-    """The default recipe for a dataset of one's own (`vitkit train --data FOLDER` with no model given), as overrides.
-
-    The image size follows the images (median shorter side, to a multiple of 8 in 16..64 px) and so do the
-    channels; a 4x4 grid of patches and the demo's small ViT (width 96, 6 layers, a class token, which every format holds) keep a
-    step cheap, and ~100 epochs (750..5000 steps of up to 64 images) end in minutes on a laptop CPU; `epochs` or
-    `steps` (the user's train.epochs or train.steps) set the length instead, and warmup, logging and evaluation
-    follow it, as they follow `batch` (the user's train.batch_size) where given.
-    Returns (overrides, one line saying what was chosen and why)."""
-    size = fitted_size(scan)
-    batch = batch or max(min(64, n_train - scan.unreadable), 1)  # a batch the readable images fill
-    if epochs is not None:
-        steps, length = steps_for(epochs, n_train, batch), f"{epochs:g} epochs = "
-    elif steps is None:
-        # the recipe benchmark (benchmarks/recipes.py): a shorter run underfits small sets by 7-30 points
-        steps, length = int(min(max(-(-100 * n_train // batch), 750), 5000)), ""
-    else:
-        length = ""
-    overrides = [
-        "model.name=vit_mini4_32",
-        f"model.image_size={size}",
-        f"model.patch_size={size // 4}",
-        f"model.in_chans={scan.channels}",
-        "model.width=96",
-        "model.mlp_dim=192",
-        "model.num_heads=4",
-        "model.depth=6",
-        "model.classifier=token",  # a class token: every format (Hugging Face's included) holds the model
-        f"train.batch_size={batch}",
-        f"train.epochs={epochs}" if epochs is not None else f"train.steps={steps}",
-        f"train.warmup_steps={steps // 10}",
-        "train.lr=3e-3",
-        f"train.log_every={max(steps // 20, 1)}",
-        f"train.eval_every={max(-(-steps // 4), 1)}",  # four evaluations, the last one the final step
-        "augment.crop=pad",
-        f"augment.pad={max(size // 16, 1)}",
-        "augment.hflip=0",  # wrong for digits, text, signs, charts; within noise of flipping on photos here
-        "augment.label_smoothing=0.1",
-    ]
-    note = (
-        f"no model given, so fitted to the data: {scan} -> {size}x{size} px, {scan.channels} channel{'s' * (scan.channels > 1)}, "
-        f"patch {size // 4} (a 4x4 grid), width 96, depth 6; {length}{steps} steps of {batch} images (KEY=VALUE overrides change any of "
-        "it; model.name, model.init or --config replace it)"
-    )
-    return overrides, note

@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from vitkit.errors import ConfigError
+from vitkit.errors import ConfigError, shown
 from vitkit.files import read_pickle_of, verify_checksums
 
 STRATEGIES = ("auto", "ddp", "fsdp")
@@ -55,6 +55,38 @@ class Dist:
 def launched() -> bool:
     """True inside a torchrun (or any torch.distributed) launch."""
     return "RANK" in os.environ and "WORLD_SIZE" in os.environ
+
+
+# The one reader of the launcher's environment: every other module asks these.
+def rank() -> int:
+    """This process's rank: RANK under torchrun, else 0."""
+    return int(os.environ.get("RANK", "0"))
+
+
+def is_main() -> bool:
+    """Rank 0 under torchrun (it alone says what the run does, holds its lock and writes its files), else the only
+    process."""
+    return os.environ.get("RANK", "0") == "0"
+
+
+def world_size() -> int:
+    """Processes the run is split across: WORLD_SIZE under torchrun, else 1."""
+    try:
+        return max(int(os.environ.get("WORLD_SIZE", "1")), 1)
+    except ValueError:
+        raise ConfigError(
+            f"WORLD_SIZE: expected a number of processes, got {shown(os.environ['WORLD_SIZE'])}"
+        ) from None
+
+
+def local_world_size() -> int:
+    """Processes on this machine (torchrun's --nproc_per_node): LOCAL_WORLD_SIZE, else 1."""
+    return int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+
+
+def under_torchrun() -> bool:
+    """Started by torchrun (its elastic agent forwards signals to every process)."""
+    return "TORCHELASTIC_RUN_ID" in os.environ
 
 
 def setup(strategy: str, device: torch.device) -> tuple[Dist, torch.device]:

@@ -31,6 +31,7 @@ import torch
 from vitkit.data import BadFiles
 from vitkit.errors import CheckpointError, TrainingError
 from vitkit.files import read_json, write_json
+from vitkit.train import distributed
 
 BAD_FILES_NAME = "bad_files.json"
 _caught: list[str] = []  # names of the signals received while train() runs
@@ -48,7 +49,7 @@ def stop_on_signals(signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT)) 
         return
 
     owner = os.getpid()
-    torchrun = "TORCHELASTIC_RUN_ID" in os.environ
+    torchrun = distributed.under_torchrun()
     first = [0.0]
 
     def handler(signum, frame):
@@ -61,7 +62,8 @@ def stop_on_signals(signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT)) 
             raise KeyboardInterrupt  # asked twice: stop now
         _caught.append(name)
         first[0] = time.monotonic()
-        if os.environ.get("RANK", "0") == "0":  # under torchrun every rank stops; rank 0 says so
+        # under torchrun every rank stops; rank 0 says so
+        if distributed.is_main():
             doing = (
                 "the steps are done: writing the final model and figures, then stopping"
                 if _finishing

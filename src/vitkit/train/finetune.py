@@ -40,8 +40,9 @@ from vitkit.errors import ConfigError, DataError, key_shown
 from vitkit.evaluate.metrics import markdown_table, write_report
 from vitkit.files import read_json, write_json
 from vitkit.models import BiTConfig, ModelConfig, VisionTransformer, build_model
+from vitkit.models.config import size_pair
 from vitkit.models.registry import MODELS
-from vitkit.train.config import RunConfig, from_dict, load_run_config, merge_layer
+from vitkit.train.config import RunConfig, load_run_config, merge_layer
 from vitkit.train.init import put_head_rows
 from vitkit.train.loop import train
 
@@ -188,7 +189,7 @@ def finetune(
     """
     out = Path(out)
     if image_size is not None:
-        recipe = _recipe(recipe.to_dict(), [("model.image_size", image_size)])
+        recipe = dataclasses.replace(recipe, model={**recipe.model, "image_size": _size_record(image_size)})
     lrs = [float(lr) for lr in (lrs or [recipe.train.lr])]
     if len(set(lrs)) != len(lrs):
         raise ConfigError(f"--lr: each learning rate once, got {lrs}")
@@ -213,6 +214,13 @@ def finetune(
         raise
 
 
+def _size_record(size: int | tuple[int, int]) -> int | tuple[int, int]:
+    """A fine-tuning size, (H, W) by the one size parser, as the recipe records it: N for a square, as a recipe file
+    holds it (and finetune.json of sweeps started before, which a rerun must match), else (H, W)."""
+    height, width = size_pair(size, "image_size")
+    return height if height == width else (height, width)
+
+
 def _sweep(recipe: RunConfig, checkpoint, out: Path, starting: tuple | None, lrs: list[float]) -> dict:
     """The runs of `finetune` in a claimed --out: the starting model saved once, a run per learning rate, the best."""
     model_section = _start_model_section(out / "init", starting)
@@ -222,10 +230,7 @@ def _sweep(recipe: RunConfig, checkpoint, out: Path, starting: tuple | None, lrs
         print(
             f"== learning rate {lr:g} (run {i} of {len(lrs)}): {run_dir}", flush=True
         )  # the lines below are this run's
-        data = recipe.to_dict()
-        data["model"] = model_section
-        data["train"]["lr"] = lr
-        config = from_dict(json.loads(json.dumps(data)), where=f"fine-tuning recipe (lr {lr:g})")
+        config = dataclasses.replace(recipe, model=model_section, train=dataclasses.replace(recipe.train, lr=lr))
         if (run_dir / "summary.json").is_file() and is_native(run_dir / "final"):
             summary = read_json(run_dir / "summary.json")
         else:
@@ -233,7 +238,7 @@ def _sweep(recipe: RunConfig, checkpoint, out: Path, starting: tuple | None, lrs
             if "stopped_at" in summary:  # SIGTERM/SIGINT: no pick and no final/ until every learning rate has finished
                 return {"stopped": _stopped(lr, run_dir, summary, len(runs), len(lrs))}
         runs.append({"lr": lr, "run": run_dir.name, **{k: summary.get(k) for k in SWEEP_FIGURES}})
-    return _pick(recipe, checkpoint, out, runs, config)
+    return _pick(recipe, checkpoint, out, runs, tuple(model_section["image_size"]))
 
 
 # the figures of each run that sweep.json keeps
@@ -272,8 +277,9 @@ def _stopped(lr: float, run_dir: Path, summary: dict, finished: int, runs: int) 
     }
 
 
-def _pick(recipe: RunConfig, checkpoint, out: Path, runs: list[dict], config: RunConfig) -> dict:
-    """The best run, recorded in its model and linked as out/final; sweep.json and sweep.md."""
+def _pick(recipe: RunConfig, checkpoint, out: Path, runs: list[dict], size: tuple[int, int]) -> dict:
+    """The best run, recorded in its model and linked as out/final; sweep.json and sweep.md; `size`: the (H, W) every
+    run trained at."""
     best = pick_best(runs)
     if (
         len(runs) > 1
@@ -291,7 +297,7 @@ def _pick(recipe: RunConfig, checkpoint, out: Path, runs: list[dict], config: Ru
     started = starting_top1(recipe, checkpoint)
     result = {
         "checkpoint": str(checkpoint),
-        "image_size": list(config.model_config().image_size),
+        "image_size": list(size),
         "val_split": recipe.data.val_split,
         "val_images": best.get("val_images"),
         "picked_by": "final_val_top1",

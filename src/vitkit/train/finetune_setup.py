@@ -3,6 +3,8 @@ the checkpoint was trained on, cut into train and val as it was, where no data i
 
 from __future__ import annotations
 
+from vitkit.train.requests import FinetuneRequest
+
 CUT_KEYS = (
     "train_split",
     "val_split",
@@ -12,32 +14,29 @@ CUT_KEYS = (
 CUTTING = ("data.val_fraction", "data.split_seed")  # another split of train/ into train and val (not another named)
 
 
-def finetune_sweep(opts) -> dict:
-    """Fine-tune `opts.checkpoint` into `opts.out` (the options of `vitkit finetune`: overrides, data, config,
-    image_size, lr, steps, batch_size, micro_batch, keep_pre_logits, new_head, no_progress); the sweep's result."""
+def finetune_sweep(request: FinetuneRequest) -> dict:
+    """Fine-tune `request.checkpoint` into `request.out` as `vitkit finetune` asked; the sweep's result."""
     from vitkit.files import writable_folder
     from vitkit.train.finetune import finetune, finetune_recipe
 
-    writable_folder(opts.out, "the fine-tuning runs", "choose another --out")  # before the data line, not after
-    overrides = recipe_overrides(opts)
-    size = (
-        None if opts.image_size is None else tuple(opts.image_size) if len(opts.image_size) == 2 else opts.image_size[0]
-    )
-    recipe = finetune_recipe(opts.config, overrides)
-    fitted = fitted_overrides(opts, recipe, overrides, size)
-    recipe = finetune_recipe(opts.config, [*overrides, *fitted])
+    # before the data line, not after
+    writable_folder(request.out, "the fine-tuning runs", "choose another --out")
+    overrides = recipe_overrides(request)
+    recipe = finetune_recipe(request.config, overrides)
+    fitted = fitted_overrides(request, recipe, overrides)
+    recipe = finetune_recipe(request.config, [*overrides, *fitted])
     return finetune(
         recipe,
-        opts.checkpoint,
-        opts.out,
-        lrs=opts.lr,
-        image_size=size,
-        keep_pre_logits=opts.keep_pre_logits,
-        new_head=opts.new_head,
+        request.checkpoint,
+        request.out,
+        lrs=None if request.lrs is None else list(request.lrs),
+        image_size=request.image_size,
+        keep_pre_logits=request.keep_pre_logits,
+        new_head=request.new_head,
     )
 
 
-def fitted_overrides(opts, recipe, overrides: list, size) -> list[str]:
+def fitted_overrides(request: FinetuneRequest, recipe, overrides: list) -> list[str]:
     """The recipe's length, batch and augmentation fitted to its training images (`fit.fit_finetune`) where neither
     the recipe file nor the command names them; said in one line. A length in epochs (--epochs, a train.epochs
     override, taken out of `overrides`, or the recipe file's) becomes the steps that pass over the training images
@@ -45,22 +44,23 @@ def fitted_overrides(opts, recipe, overrides: list, size) -> list[str]:
     from vitkit.errors import ConfigError
     from vitkit.train.fit import fit_finetune
 
-    epochs = getattr(opts, "epochs", None)
+    epochs = request.epochs
     for o in [o for o in overrides if isinstance(o, str) and o.startswith("train.epochs=")]:
         overrides.remove(o)
         epochs = recipe.train.epochs
     if epochs is not None and not epochs > 0:
         raise ConfigError(f"--epochs: expected a positive number of passes over the training images, got {epochs:g}")
-    given, in_file = named_keys(None, overrides), named_keys(opts.config, [])
+    given, in_file = named_keys(None, overrides), named_keys(request.config, [])
     if epochs is not None and "train.steps" in given:
         raise ConfigError("--epochs: the run's length is given twice (--steps or train.steps too); give one")
-    if epochs is None and "train.epochs" in in_file:  # the recipe file's length in epochs
+    # the recipe file's length in epochs
+    if epochs is None and "train.epochs" in in_file:
         epochs = recipe.train.epochs
     named = (given | in_file) - ({"train.steps", "train.epochs"} if epochs is not None else set())
-    size = size or recipe.model.get("image_size")
-    size = min(size) if isinstance(size, (list, tuple)) else size
+    size = request.image_size or recipe.model.get("image_size")
+    side = min(size) if isinstance(size, (list, tuple)) else size
     t = recipe.train
-    fitted, note = fit_finetune(recipe.data, size, named, epochs, t.batch_size, t.steps)
+    fitted, note = fit_finetune(recipe.data, side, named, epochs, t.batch_size, t.steps)
     print(f"vitkit finetune: {note}", flush=True)
     return fitted
 
@@ -77,30 +77,31 @@ def named_keys(config: str | None, overrides: list) -> set[str]:
     return keys
 
 
-def recipe_overrides(opts) -> list:
-    """The dotted overrides of `opts`: its KEY=VALUE list, the checkpoint's data and cut where nothing names data
-    (sets `opts.data`), then the flags that stand for recipe keys."""
-    overrides = list(opts.overrides)
+def recipe_overrides(request: FinetuneRequest) -> list:
+    """The dotted overrides of a request: its KEY=VALUE list, the checkpoint's data and cut where nothing names data,
+    then the flags that stand for recipe keys."""
+    overrides, data = list(request.overrides), request.data
     if (
-        opts.data is None
+        data is None
         and not any(o.startswith(("data.path=", "data.name=")) for o in overrides)
-        and not names_data(opts.config)
+        and not names_data(request.config)
     ):
         # the data the checkpoint was trained on, as for every other command, cut as it was: another held-out cut would
         # score the lr sweep on images the checkpoint trained on
-        opts.data, cut = checkpoint_data(opts.checkpoint, overrides)
+        data, cut = checkpoint_data(request.checkpoint, overrides)
         overrides += [
             (key, value) for key, value in cut.items() if not any(str(o).startswith(f"{key}=") for o in overrides)
         ]
-    for flag, key in (
-        ("data", "data.path"),
-        ("steps", "train.steps"),
-        ("batch_size", "train.batch_size"),
-        ("micro_batch", "train.micro_batch"),
+    for key, value in (
+        ("data.path", data),
+        ("train.steps", request.steps),
+        ("train.batch_size", request.batch_size),
+        ("train.micro_batch", request.micro_batch),
     ):
-        if getattr(opts, flag) is not None:
-            overrides.append((key, getattr(opts, flag)))  # already typed by argparse: never parsed again
-    if opts.no_progress:
+        if value is not None:
+            # typed by the request: never parsed again
+            overrides.append((key, value))
+    if not request.progress:
         overrides.append("train.progress=false")
     return overrides
 

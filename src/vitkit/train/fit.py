@@ -1,4 +1,4 @@
-"""A run's recipe fitted to its data: the default model and schedule for a dataset, from a short scan of its images
+"""The run config a `vitkit train` request names (`run_config`); a run's recipe fitted to its data: the default model and schedule for a dataset, from a short scan of its images
 (`fit_to_data`), where nothing names the model (`fitted_unless_named`); and what `vitkit data` reports of a dataset
 as a run config reads it, with the first training batch that recipe would see (`data_report`)."""
 
@@ -6,9 +6,32 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from vitkit.train.config import RunConfig
+    from vitkit.train.requests import DataRequest, TrainRequest
+
+
+def run_config(request: TrainRequest) -> RunConfig:
+    """The run config a `vitkit train` request names: the recipe fitted to its data where nothing names the model,
+    the user's overrides over it (they win), then --data and --no-progress; a resumed run's run.yaml under them."""
+    from vitkit.train.config import load_run_config
+    from vitkit.train.loop import resume_config
+
+    overrides = list(request.overrides)
+    named = bool(request.config or request.resume)
+    overrides = [*fitted_unless_named(data_path(request.data, overrides), named, overrides, "train"), *overrides]
+    if request.data:
+        # a path as given, never parsed
+        overrides.append(("data.path", request.data))
+    if not request.progress:
+        overrides.append("train.progress=false")
+    if request.resume:
+        return resume_config(request.resume, overrides)
+    return load_run_config(request.config, overrides)
 
 
 def data_path(given: str | None, overrides: list) -> str | None:
@@ -59,53 +82,47 @@ def fit_to_data(
     (reported by `command`)."""
     from vitkit.data import DataSpec
     from vitkit.data.scan import scan
-    from vitkit.train.config import fitted_to_data
+    from vitkit.train import distributed
 
     train = DataSpec.from_config(data).open(
         data.train_split, channels=3, image_size=32, flag="data.train_split", hold_out="data.val_fraction"
     )
     overrides, note = fitted_to_data(scan(train), len(train), epochs=epochs, batch=batch, steps=steps)
-    if int(os.environ.get("RANK", "0")) == 0:  # under torchrun every rank fits (the same way); rank 0 says so
+    # under torchrun every rank fits (the same way); rank 0 says so
+    if distributed.is_main():
         print(f"vitkit {command}: {note}", flush=True)
     return overrides
 
 
-def data_report(
-    path: str | None,
-    config_file: str | None,
-    overrides: list[str],
-    *,
-    split: str | None = None,
-    samples: int = 0,
-    out: str | None = None,
-    to_shards: str | None = None,
-    per_shard: int = 1000,
-    say: Callable[[str], None] = print,
-) -> dict:
-    """What `vitkit data` reports of the data at `path` as the run config (`config_file` + `overrides`) reads it:
-    its summary, said line by line; with `to_shards`, its splits written there as tar shards; with `samples`, the
+def data_report(request: DataRequest, say: Callable[[str], None] = print) -> dict:
+    """What `vitkit data` reports of the data at `request.path` as the run config (its config file + overrides) reads
+    it: its summary, said line by line; with `to_shards`, its splits written there as tar shards; with `samples`, the
     first images of the run's first training batch written to `out`. The summary, with what was written."""
     from vitkit.data import DataSpec
     from vitkit.data.report import open_splits, refuse_shards_in, summary_lines
     from vitkit.data.summary import describe
     from vitkit.errors import ConfigError
+    from vitkit.train.resolve import model_of
 
-    if samples < 0 or per_shard < 1:
+    r = request
+    if r.samples < 0 or r.per_shard < 1:
         raise ConfigError("--samples and --per-shard: expected positive numbers")
-    if samples and not out:
+    if r.samples and not r.out:
         raise ConfigError("--samples: say where to write samples.png and samples.npy with --out DIR")
-    config = _data_config(path, config_file, overrides, fitted=bool(samples))
-    if to_shards:
-        refuse_shards_in(Path(to_shards), config.data.path)  # before reading anything
-    d, shape = config.data, config.model_config()
+    config = _data_config(r.path, r.config, list(r.overrides), fitted=bool(r.samples))
+    if r.to_shards:
+        # before reading anything
+        refuse_shards_in(Path(r.to_shards), config.data.path)
+    # the model config, built once: splits, shards and samples read the images at its input size
+    d, shape = config.data, model_of(config)
     opened = open_splits(DataSpec.from_config(d), shape)  # as training reads them (data.train_images too)
-    summary = describe(opened, split or "train", d.path, d.name)
+    summary = describe(opened, r.split or "train", d.path, d.name)
     for line in summary_lines(summary, opened):
         say(line)
-    if to_shards:
-        summary["shards"] = _shards(config, shape, opened, split, Path(to_shards), per_shard, say)
-    if samples:
-        summary["samples"] = _samples(config, split or "train", summary, samples, Path(out), say)
+    if r.to_shards:
+        summary["shards"] = _shards(config, shape, opened, r.split, Path(r.to_shards), r.per_shard, say)
+    if r.samples:
+        summary["samples"] = _samples(config, shape, r.split or "train", summary, r.samples, Path(r.out), say)
     return summary
 
 
@@ -130,7 +147,7 @@ def _shards(config, shape, opened: dict, split: str | None, out: Path, per_shard
     return write_shards(sets, out, per_shard, config.data.split_seed, config.data.on_error, say=say)
 
 
-def _samples(config, split: str, summary: dict, count: int, out: Path, say) -> dict:
+def _samples(config, shape, split: str, summary: dict, count: int, out: Path, say) -> dict:
     """The first `count` images of the first training batch of `split`, as training augments them, written to `out`
     (a split holding fewer images than a batch: one batch of all of it)."""
     from vitkit.data.report import write_samples
@@ -143,7 +160,7 @@ def _samples(config, split: str, summary: dict, count: int, out: Path, say) -> d
     if held is not None and held < (t.micro_batch or t.batch_size):  # a small (val) split: one batch of all of it
         preview = dataclasses.replace(preview, train=dataclasses.replace(t, batch_size=held, micro_batch=None))
         smaller = f", a batch of all {held} (the split holds fewer than train.batch_size={t.batch_size})"
-    pixels, labels, names = first_batch_pixels(preview, count)
+    pixels, labels, names = first_batch_pixels(preview, shape, count)
     which = (
         f"the first {len(pixels)} images of the first training batch of {summary['splits'][split]['source']} "
         f"(seed {t.seed}{smaller}), as training augments them before normalisation"
@@ -172,6 +189,7 @@ def fit_finetune(
     saying so)."""
     from vitkit.data import DataSpec
     from vitkit.data.scan import scan
+    from vitkit.limits import MAX_INT
     from vitkit.train.config import steps_for
 
     train = DataSpec.from_config(data).open(
@@ -182,7 +200,7 @@ def fit_finetune(
     if "train.batch_size" not in named:
         batch = min(512, max(min(64, n), 2 ** int(math.log2(max(n // 20, 1)))))  # 20 steps an epoch, up to 512
     if "train.steps" not in named:
-        steps = min(steps_for(epochs or FINETUNE_EPOCHS, n, batch), FINETUNE_MAX_STEPS if epochs is None else 2**31 - 1)
+        steps = min(steps_for(epochs or FINETUNE_EPOCHS, n, batch), FINETUNE_MAX_STEPS if epochs is None else MAX_INT)
     chosen = {
         "train.batch_size": batch,
         "train.steps": steps,
@@ -207,10 +225,68 @@ def _finetune_augment(found, n: int, side: int, size: int) -> dict:
     """Crop and flip for fine-tuning on images of `side` px (their own, or the resolution where smaller) at `size`
     px: the flip of `vitkit train --data`'s recipe; its padded random crop for small images, else an Inception crop
     that keeps at least a 48-px box of them (the paper's 5% only for 224 px and up)."""
-    from vitkit.train.config import fitted_to_data
-
-    fitted = dict(o.split("=", 1) for o in fitted_to_data(found, n)[0])
     if side <= CROP_FROM_SIDE:
-        return {"augment.crop": "pad", "augment.pad": max(size // 16, 1), "augment.hflip": fitted["augment.hflip"]}
+        return {"augment.crop": "pad", "augment.pad": max(size // 16, 1), "augment.hflip": str(FITTED_HFLIP)}
     low = min(max(0.05, round((48 / side) ** 2, 2)), 0.5)
-    return {"augment.crop": "rrc", "augment.rrc_scale": f"[{low:g},1.0]", "augment.hflip": fitted["augment.hflip"]}
+    return {"augment.crop": "rrc", "augment.rrc_scale": f"[{low:g},1.0]", "augment.hflip": str(FITTED_HFLIP)}
+
+
+# the fitted recipes' flip: wrong for digits, text, signs, charts; within noise of flipping on photos here
+FITTED_HFLIP = 0
+
+
+def fitted_size(scan) -> int:
+    """The image size `fitted_to_data` trains at: the images' median shorter side, to a multiple of 8 in 16..64 px."""
+    side = min(scan.height, scan.width) or 32
+    return int(min(max(round(side / 8) * 8, 16), 64))
+
+
+def fitted_to_data(
+    scan, n_train: int, epochs: float | None = None, batch: int | None = None, steps: int | None = None
+) -> tuple[list[str], str]:
+    """The default recipe for a dataset of one's own (`vitkit train --data FOLDER` with no model given), as overrides.
+
+    The image size follows the images (median shorter side, to a multiple of 8 in 16..64 px) and so do the
+    channels; a 4x4 grid of patches and the demo's small ViT (width 96, 6 layers, a class token, which every format holds) keep a
+    step cheap, and ~100 epochs (750..5000 steps of up to 64 images) end in minutes on a laptop CPU; `epochs` or
+    `steps` (the user's train.epochs or train.steps) set the length instead, and warmup, logging and evaluation
+    follow it, as they follow `batch` (the user's train.batch_size) where given.
+    Returns (overrides, one line saying what was chosen and why)."""
+    from vitkit.train.config import steps_for
+
+    size = fitted_size(scan)
+    batch = batch or max(min(64, n_train - scan.unreadable), 1)  # a batch the readable images fill
+    if epochs is not None:
+        steps, length = steps_for(epochs, n_train, batch), f"{epochs:g} epochs = "
+    elif steps is None:
+        # the recipe benchmark (benchmarks/recipes.py): a shorter run underfits small sets by 7-30 points
+        steps, length = int(min(max(-(-100 * n_train // batch), 750), 5000)), ""
+    else:
+        length = ""
+    overrides = [
+        "model.name=vit_mini4_32",
+        f"model.image_size={size}",
+        f"model.patch_size={size // 4}",
+        f"model.in_chans={scan.channels}",
+        "model.width=96",
+        "model.mlp_dim=192",
+        "model.num_heads=4",
+        "model.depth=6",
+        "model.classifier=token",  # a class token: every format (Hugging Face's included) holds the model
+        f"train.batch_size={batch}",
+        f"train.epochs={epochs}" if epochs is not None else f"train.steps={steps}",
+        f"train.warmup_steps={steps // 10}",
+        "train.lr=3e-3",
+        f"train.log_every={max(steps // 20, 1)}",
+        f"train.eval_every={max(-(-steps // 4), 1)}",  # four evaluations, the last one the final step
+        "augment.crop=pad",
+        f"augment.pad={max(size // 16, 1)}",
+        f"augment.hflip={FITTED_HFLIP}",
+        "augment.label_smoothing=0.1",
+    ]
+    note = (
+        f"no model given, so fitted to the data: {scan} -> {size}x{size} px, {scan.channels} channel{'s' * (scan.channels > 1)}, "
+        f"patch {size // 4} (a 4x4 grid), width 96, depth 6; {length}{steps} steps of {batch} images (KEY=VALUE overrides change any of "
+        "it; model.name, model.init or --config replace it)"
+    )
+    return overrides, note

@@ -22,7 +22,7 @@ def prepare_data(config: RunConfig, out: Path, resume: bool, env: Setup) -> Data
     """Open the splits and check them; small ones are loaded onto the device whole."""
     a, d = config.augment, config.data
     # the model's input size and channels decide how images are read; the data decides the classes
-    shape = config.model_config()
+    shape = env.model
     _check_batch_room(shape, env.micro, config)  # before any image is read or generated
     spec = DataSpec.from_config(d)  # the split resolver; its record in the checkpoint names exactly these images
     train_split = _open(spec, shape, d.train_split, "data.train_split")
@@ -45,7 +45,7 @@ def prepare_data(config: RunConfig, out: Path, resume: bool, env: Setup) -> Data
             val_split, shape.in_chans, shape.image_size, a.eval_crop_pct, workers=d.workers, bad=bad
         )
     _check_classes(config, train_split, env.micro)
-    batches, augment = training_batches(config, train_split, env.micro, env.device, bad, env.world)
+    batches, augment = training_batches(config, shape, train_split, env.micro, env.device, bad, env.world)
     names = train_split.class_names
     return Data(batches.split, val_split, names, bad, shape, batches, augment, record, val_files, val_copies)
 
@@ -96,16 +96,22 @@ def _check_classes(config: RunConfig, train_split, micro: int) -> None:
 
 
 def training_batches(
-    config: RunConfig, split, micro: int, device: torch.device, bad, world: distributed.Dist = distributed.Dist()
+    config: RunConfig,
+    shape,
+    split,
+    micro: int,
+    device: torch.device,
+    bad,
+    world: distributed.Dist = distributed.Dist(),
 ):
-    """The run's training batches (a `Batches`) and the augmentation the device applies to them.
+    """The run's training batches (a `Batches`) and the augmentation the device applies to them, read at the input
+    size and channels of the model config `shape`.
 
     Image files get the Inception crop from the whole decoded image in the loader (never from a resized
     copy; the device then only flips and RandAugments); other data is held in memory when it fits
     (data.memory_mb) and cropped on the device.
     """
     a, d = config.augment, config.data
-    shape = config.model_config()
     size, channels = shape.image_size[0], shape.in_chans
     load_size = d.load_size or (round(size * 8 / 7) if a.crop == "rrc" else size)
     crop = (a.rrc_scale, a.rrc_ratio) if a.crop == "rrc" and split.images is None else None
@@ -133,15 +139,16 @@ def augment_generator(seed: int, micro_batch: int, rank: int = 0) -> torch.Gener
     return torch.Generator().manual_seed(seed * 1_000_003 + micro_batch + rank * 7_919)
 
 
-def first_batch_pixels(config: RunConfig, count: int) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
+def first_batch_pixels(config: RunConfig, shape, count: int) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
     """The first `count` images of the run's first micro-batch as training augments them (crop, flip, RandAugment;
-    computed on the CPU), before normalisation, random erasing and Mixup/CutMix: ((N, C, H, W) uint8, labels, class names)."""
+    computed on the CPU) for the model config `shape`, before normalisation, random erasing and Mixup/CutMix:
+    ((N, C, H, W) uint8, labels, class names)."""
     from vitkit.data import BadFiles, augment_pixels
 
-    shape, d, t = config.model_config(), config.data, config.train
+    d, t = config.data, config.train
     split = _open(DataSpec.from_config(d), shape, d.train_split, "data.train_split")
     batches, augment = training_batches(
-        config, split, t.micro_batch or t.batch_size, torch.device("cpu"), BadFiles(d.on_error)
+        config, shape, split, t.micro_batch or t.batch_size, torch.device("cpu"), BadFiles(d.on_error)
     )
     images, labels = next(batches.iterate(0, 0))
     pixels = augment_pixels(images, shape.image_size, augment, augment_generator(t.seed, 0))[

@@ -21,14 +21,14 @@ import torch
 from torch import nn
 
 from vitkit.checkpoint.native import write_pretrained
-from vitkit.checkpoint.runs import STATE_JSON, step_checkpoints
+from vitkit.checkpoint.runs import STATE_JSON
 from vitkit.data import eval_batches, mix, train_transform
 from vitkit.data.spec import absolute
 from vitkit.data.split import where_from
 from vitkit.data.summary import data_format
-from vitkit.devices import compile_cache_by_isa, compute_threads, pick_device
+from vitkit.devices import compile_cache_by_isa, compute_threads
 from vitkit.errors import CheckpointError, ConfigError
-from vitkit.files import LOCK_NAME, WriteError, atomic_path, exclusive, refuse_foreign, write_json
+from vitkit.files import LOCK_NAME, WriteError, atomic_path, exclusive, write_json
 from vitkit.kernels import short_attention
 from vitkit.models import VisionTransformer, build_model
 from vitkit.train import distributed, faults, trackers
@@ -37,7 +37,6 @@ from vitkit.train.init import init_from, pretrained_on
 from vitkit.train.inputs import augment_generator, prepare_data
 from vitkit.train.objectives import pick_objective
 from vitkit.train.optim import (
-    autocast_dtype,
     learning_rate,
     make_optimizer,
     set_learning_rate,
@@ -45,8 +44,8 @@ from vitkit.train.optim import (
 )
 from vitkit.train.plan import clock, mean_rate, model_name, plan_block, running_step_time, segments
 from vitkit.train.precision import choose
+from vitkit.train.resolve import resolve
 from vitkit.train.state import (
-    RUN_FILES,
     Data,
     RunState,
     Setup,
@@ -116,11 +115,11 @@ def _refuse_out(config: RunConfig, out: Path, resume: bool) -> None:
 
 def _main_process() -> bool:
     """Rank 0 under torchrun (it alone holds the run directory's lock), else the only process."""
-    return os.environ.get("RANK", "0") == "0"
+    return distributed.is_main()
 
 
 def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, started: float) -> dict:
-    env = _setup(config, out, resume)
+    env = resolve(config, out, resume)
     data = prepare_data(config, out, resume, env)
     config = config.with_steps_for(len(data.train))  # train.epochs -> train.steps, now that the split's size is known
     t = config.train
@@ -239,40 +238,11 @@ def _stop_requested(env: Setup) -> bool:
 
 
 # -- the phases of a run ----------------------------------------------------------------------
-def _setup(config: RunConfig, out: Path, resume: bool) -> Setup:
-    """The device and processes, the micro-batch split, and whether `out` may be started or resumed."""
-    t = config.train
-    device = pick_device(t.device, key="train.device")
-    world, device = distributed.setup(t.strategy, device)  # under torchrun: DDP or FSDP across processes
-    micro = t.micro_batch or t.batch_size
-    if t.batch_size % micro:
-        raise ConfigError(f"train.micro_batch: {micro} does not divide train.batch_size {t.batch_size}")
-    if micro % world.size:
-        raise ConfigError(
-            f"train.micro_batch: {micro} images per micro-batch do not split evenly across {world.size} processes"
-        )
-    checkpoints = step_checkpoints(out)
-    if resume and not checkpoints:
-        raise CheckpointError(f"{out}: no checkpoint to resume from (expected {out}/checkpoints/step_*/)")
-    if not resume and (checkpoints or (out / "final").exists()):
-        raise ConfigError(f"--out {out}: already holds a run; continue it with --resume {out} or choose another --out")
-    if (
-        resume
-    ):  # its end replaces final/ as a whole: a user's file there (an export, notes) is refused now, not lost then
-        refuse_foreign(out / "final", f"move it out of {out / 'final'}, then resume")
-    theirs = [name for name in RUN_FILES if (out / name).exists()]
-    if not resume and theirs and not (out / "run.yaml").is_file():  # not a run stopped before its first checkpoint
-        raise ConfigError(
-            f"--out {out}: holds {theirs[0]}, which a run writes, and is not a vitkit run; choose a new or "
-            "empty --out (nothing was changed)"
-        )
-    return Setup(device, world, autocast_dtype(t.precision, device), micro, t.batch_size // micro, checkpoints)
-
-
 def _build(config: RunConfig, out: Path, env: Setup, data: Data) -> RunState:
     """A new run: the initial weights (seeded, or from model.init), and the run directory."""
     torch.manual_seed(config.train.seed)  # the initial weights, then dropout / stochastic depth draws
-    model = build_model(config.model_config(num_classes=len(data.class_names)))  # a ViT or a BiT ResNet
+    # a ViT or a BiT ResNet, for the data's classes
+    model = build_model(env.model.replace(num_classes=len(data.class_names)))
     if config.model.get("init"):
         note = init_from(model, Path(config.model["init"]), data.class_names)
         if env.world.main:

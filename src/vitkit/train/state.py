@@ -53,6 +53,9 @@ class Setup:
     micro: int  # images per forward/backward pass, across all processes
     accum: int  # micro-batches per optimizer step
     checkpoints: list[Path]  # the run's complete step checkpoints, oldest first
+    # the model config, built once from the run config (resolve.model_of); the model's input (size, channels, mean,
+    # std) decides how images are read, the data's classes are set on it with replace
+    model: ModelConfig | None = None
     precision: str = ""  # which precision runs and why (train.precision; the plan's line)
 
 
@@ -324,7 +327,7 @@ def check_resumable(config: RunConfig, out: Path, env: Setup, data: Data, loaded
     """The newest checkpoint's (model, progress) continue this run exactly: same model, images, seed and batch."""
     t, newest = config.train, env.checkpoints[-1]
     model, progress = loaded
-    refuse_another_model(model.config, config.model_config(num_classes=len(data.class_names)), newest)
+    refuse_another_model(model.config, env.model.replace(num_classes=len(data.class_names)), newest)
     if progress["step"] >= t.steps:
         refuse_changes_with_nothing_to_train(config, out, progress["step"])
     saved = read_native_config(newest)[1]

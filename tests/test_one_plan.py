@@ -1,0 +1,98 @@
+"""One request, one plan (STYLE.md 15): a command builds its model config once, reads rank and world size in one
+module, parses "H [W]" in one place, and keeps each of its limits in one place."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+from vitkit.cli import main
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "vitkit"
+
+TINY = [
+    "data.name=synthetic",
+    "data.synthetic_size=32",
+    "model.name=vit_test",
+    "model.depth=1",
+    "train.steps=1",
+    "train.batch_size=16",
+    "train.threads=1",
+    "train.warmup_steps=0",
+    "train.log_every=1",
+    "train.eval_every=1",
+    "train.checkpoint_every=1",
+    "augment.crop=pad",
+]
+
+
+def _sources():
+    return sorted(SRC.rglob("*.py"))
+
+
+def test_vitkit_train_builds_its_model_config_once(tmp_path, monkeypatch, capsys):
+    """The model config came from the run config's model section at seven places (data, batches, the model, the
+    resume check, the fit's report, the sweep); now the plan builds it once and everything reads the plan."""
+    from vitkit.train.config import RunConfig
+
+    built = []
+    build = RunConfig.model_config
+
+    def counted(self, **fixed):
+        built.append(fixed)
+        return build(self, **fixed)
+
+    monkeypatch.setattr(RunConfig, "model_config", counted)
+    assert main(["train", "--out", str(tmp_path / "run"), "--no-progress", *TINY]) == 0
+    assert len(built) == 1, built
+
+
+def test_only_the_plan_builds_a_model_config_from_a_run_config():
+    callers = {p.relative_to(SRC).as_posix() for p in _sources() if ".model_config(" in p.read_text()}
+    assert callers <= {"train/resolve.py"}, callers
+
+
+def test_rank_and_world_size_are_read_from_the_environment_in_one_module():
+    names = re.compile(r"\b(RANK|WORLD_SIZE|LOCAL_RANK|LOCAL_WORLD_SIZE|TORCHELASTIC_RUN_ID)\b")
+    readers = {
+        p.relative_to(SRC).as_posix()
+        for p in _sources()
+        for line in p.read_text().splitlines()
+        if names.search(line) and ("environ" in line or "getenv" in line)
+    }
+    assert readers == {"train/distributed.py"}, readers
+
+
+def test_one_definition_of_the_largest_whole_number_and_one_micro_batch_check():
+    defined = [p.relative_to(SRC).as_posix() for p in _sources() if re.search(r"^MAX_INT\s*=", p.read_text(), re.M)]
+    assert len(defined) == 1, defined
+    checks = [p.relative_to(SRC).as_posix() for p in _sources() if "does not divide train.batch_size" in p.read_text()]
+    assert len(checks) == 1, checks
+
+
+@pytest.mark.parametrize(("values", "pair"), [([32], (32, 32)), ([32, 48], (32, 48)), (None, None)])
+def test_the_cli_size_is_always_height_and_width(values, pair):
+    from vitkit.cli import image_size_arg
+
+    assert image_size_arg(values) == pair
+
+
+def test_one_parser_of_h_w_sizes():
+    from vitkit.models.config import size_pair
+
+    assert size_pair(7, "image_size") == (7, 7)
+    assert size_pair([7], "--image-size") == (7, 7)
+    assert size_pair((7, 9), "image_size") == (7, 9)
+    with pytest.raises(Exception, match="--image-size: expected"):
+        size_pair([1, 2, 3], "--image-size")
+
+
+def test_training_never_reads_the_parsed_arguments():
+    """The parsers of train, finetune and data make a typed request (vitkit.train.requests); training never sees
+    argparse's Namespace."""
+    below = [
+        p.relative_to(SRC).as_posix()
+        for p in sorted((SRC / "train").glob("*.py"))
+        if re.search(r"\bopts\.|argparse", p.read_text())
+    ]
+    assert below == [], below
