@@ -336,7 +336,7 @@ def _starting_model(
         .open(
             d.train_split,
             channels=model.config.in_chans,
-            image_size=model.config.image_size[0],
+            image_size=model.config.image_size,
             flag="data.train_split",
             hold_out="data.val_fraction",
         )
@@ -376,7 +376,7 @@ def starting_top1(recipe: RunConfig, checkpoint) -> dict | None:
     val = DataSpec.from_config(d).open(
         d.val_split,
         channels=c.in_chans,
-        image_size=c.image_size[0],
+        image_size=c.image_size,
         flag="data.val_split",
         hold_out="data.val_fraction",
     )

@@ -65,7 +65,7 @@ def _check_batch_room(shape, micro: int, config: RunConfig) -> None:
 def _open(spec: DataSpec, shape, name: str, flag: str):
     """Split `name` of the data, read at the model's input size and channels (`shape`)."""
     return spec.open(
-        name, channels=shape.in_chans, image_size=shape.image_size[0], flag=flag, hold_out="data.val_fraction"
+        name, channels=shape.in_chans, image_size=shape.image_size, flag=flag, hold_out="data.val_fraction"
     )
 
 
