@@ -4,9 +4,14 @@ declared sizes, before anything is allocated or decompressed."""
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import os
 import shutil
 from pathlib import Path
+from typing import Any
+
+from vitkit.errors import shown
 
 # the largest whole number any key or flag takes: seeds feed torch generators, steps and sizes a loop
 MAX_INT = 2**31 - 1
@@ -125,3 +130,83 @@ def check_class_index(label: str, where: str, error: type[Exception]) -> None:
         raise error(
             f"{where}: class index {shown} is over the limit of {MAX_CLASS_INDEX:,}; expected a class index or name"
         )
+
+
+@dataclasses.dataclass(frozen=True)
+class Limit:
+    """What a field may hold, declared on the field itself (`limits`): `choices` (text, or each item of a list), a
+    positive number, or an `interval` ("[" / "]" closed, "(" / ")" open; a tuple element by element). `says` words the
+    expectation for a user where the interval alone would not ("a share from 0 to below 1"). A request's field whose
+    value becomes a run-config `key` (train.steps) is checked there, by that key's field, and not again."""
+
+    interval: str | None = None
+    positive: bool = False
+    choices: tuple[str, ...] = ()
+    says: str | None = None
+    key: str | None = None
+    # the flag that gives a request's field, where it is not the field's name (--lr for lrs)
+    flag: str | None = None
+
+    def contains(self, value: float) -> bool:
+        """Whether `value` lies in the interval (True without one)."""
+        if self.interval is None:
+            return True
+        low, high = (float(x) for x in self.interval[1:-1].split(","))
+        above = value > low if self.interval[0] == "(" else value >= low
+        below = value < high if self.interval[-1] == ")" else value <= high
+        return above and below
+
+
+NO_LIMIT = Limit()
+
+
+def limits(
+    interval: str | None = None,
+    *,
+    positive: bool = False,
+    choices: tuple[str, ...] = (),
+    says: str | None = None,
+    key: str | None = None,
+    flag: str | None = None,
+) -> dict[str, Limit]:
+    """The metadata of a dataclass field that carries its limit: `field(default=..., metadata=limits("[0, 1)"))`."""
+    return {"limit": Limit(interval, positive, choices, says, key, flag)}
+
+
+def limit_of(field: dataclasses.Field) -> Limit:
+    """The limit declared on a dataclass field (NO_LIMIT where it declares none)."""
+    return field.metadata.get("limit", NO_LIMIT)
+
+
+def limit_problem(value: Any, limit: Limit, given: Any = None) -> str | None:
+    """What is wrong with a converted `value` under `limit` and the bounds every number has (finite, at most MAX_INT,
+    and a single number not negative), worded after "KEY: "; None where nothing is. `given`: the value as the user wrote it, quoted."""
+    quoted = shown(value if given is None else given)
+    values = value if isinstance(value, tuple) else (value,)
+    wrong = next((v for v in values if limit.choices and v not in limit.choices), None)
+    if wrong is not None:
+        return f"expected one of {', '.join(limit.choices)}, got {shown(wrong)}"
+    numbers = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    if any(isinstance(v, float) and not math.isfinite(v) for v in numbers):
+        return f"expected a finite number, got {quoted}"
+    if any(isinstance(v, int) and v > MAX_INT for v in numbers):
+        return f"expected at most {MAX_INT}, got {quoted}"
+    if limit.positive and any(v <= 0 for v in numbers):
+        return f"expected {limit.says or 'a positive number'}, got {quoted}"
+    if not all(limit.contains(v) for v in numbers):
+        return f"expected {limit.says or f'a value in {limit.interval}'}, got {quoted}"
+    # a list may hold negative numbers where its field allows them; a single number may not
+    if not isinstance(value, tuple) and any(v < 0 for v in numbers):
+        return f"expected a number >= 0, got {quoted}"
+    return None
+
+
+def check_fields(request: Any, error: type[Exception]) -> None:
+    """Raise `error` naming the flag (--batch-size for batch_size, or the limit's own) of the first field of the dataclass `request` whose
+    value breaks its declared limit or the bounds every number has (see limit_problem); None values are not given, and
+    a field that becomes a run-config key is checked there."""
+    for field in dataclasses.fields(request):
+        value, limit = getattr(request, field.name), limit_of(field)
+        problem = None if value is None or limit.key else limit_problem(value, limit)
+        if problem:
+            raise error(f"{limit.flag or '--' + field.name.replace('_', '-')}: {problem}")

@@ -1,8 +1,9 @@
 """The `vitkit` command: one module per subcommand, each only parsing arguments and calling the library.
 
-Errors a user can cause end as one line on stderr and exit code 2: a VitkitError, a bad flag (every
-number flag is checked here, by `Parser`, for every command), and an operating-system error on a file
-vitkit reads or writes (permission denied, a full disk, a folder where a file was expected, ...).
+Errors a user can cause end as one line on stderr and exit code 2: a VitkitError, a bad flag (argparse
+converts every number flag; its range is checked once, by the limit on the request or run-config field it
+becomes, or here by `Parser` for the commands that make no request), and an operating-system error on a
+file vitkit reads or writes (permission denied, a full disk, a folder where a file was expected, ...).
 """
 
 from __future__ import annotations
@@ -40,40 +41,29 @@ COMMANDS = {
 }
 
 
-# number flags: every int is >= 0 and every float finite; these must be >= 1 too ("--batch-size 0" is no batch)
-POSITIVE_FLAGS = {
-    "batch_size",
-    "micro_batch",
-    "top",
-    "steps",
-    "image_size",
-    "num_images",
-    "components",
-    "max_iter",
-    "rounds",
-    "batch",
-    "seeds",
-    "per_shard",
-}
-FRACTION_FLAGS = {"val_fraction"}  # shares of a split: below 1 too
-NARGS_AT_MOST = {"image_size": 2}  # --image-size H [W]
+# the commands whose number flags become no typed request nor run-config key: their ranges are checked here, every
+# int >= 0 and every float finite and >= 0; other commands' flags are checked by the limits on their request's fields
+UNREQUESTED = ("benchmark", "convert", "export", "info", "models", "predict")
+# these must be >= 1 too ("--batch-size 0" is no batch)
+POSITIVE_FLAGS = {"batch_size", "top", "image_size", "batch", "rounds"}
+# --image-size H [W]
+NARGS_AT_MOST = {"image_size": 2}
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse with one-line errors (exit 2) and checked number flags, for every subcommand."""
+    """argparse with one-line errors (exit 2), for every subcommand; number flags of the UNREQUESTED commands
+    checked."""
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
     def add_argument(self, *names, **kwargs):
         kind = kwargs.get("type")
-        if kind in (int, float):
+        if kind in (int, float) and self.prog.split()[-1] in UNREQUESTED:
             dest = kwargs.get("dest") or next((n for n in names if n.startswith("--")), names[0]).lstrip("-").replace(
                 "-", "_"
             )
-            kwargs["type"] = (
-                _checked_int(dest) if kind is int else _fraction if dest in FRACTION_FLAGS else _finite_float
-            )
+            kwargs["type"] = _checked_int(dest) if kind is int else _finite_float
         action = super().add_argument(*names, **kwargs)
         if action.dest in NARGS_AT_MOST and action.nargs == "+":
             action.at_most = NARGS_AT_MOST[action.dest]
@@ -114,13 +104,6 @@ def _finite_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
     if not math.isfinite(value) or value < 0:
         raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
-    return value
-
-
-def _fraction(text: str) -> float:
-    value = _finite_float(text)
-    if value >= 1:
-        raise argparse.ArgumentTypeError(f"expected a share from 0 to below 1, got {text!r}")
     return value
 
 

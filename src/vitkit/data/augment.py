@@ -15,37 +15,49 @@ from __future__ import annotations
 import functools
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from vitkit.errors import ConfigError, shown
+from vitkit.limits import limits
 
 from .images import scaled_size
 
 
 @dataclass(frozen=True)
 class AugmentConfig:
-    crop: str = "rrc"  # "rrc" (random-resized crop), "pad" (padded random crop) or "none"
-    rrc_scale: tuple[float, float] = (0.08, 1.0)
-    rrc_ratio: tuple[float, float] = (3 / 4, 4 / 3)
-    pad: int = 4  # for crop="pad"
-    hflip: float = 0.5
-    randaugment_ops: int = 0  # RandAugment N (0: off)
-    randaugment_magnitude: float = 9.0  # RandAugment M, out of 10
+    # "rrc" (random-resized crop), "pad" (padded random crop) or "none"
+    crop: str = field(default="rrc", metadata=limits(choices=("rrc", "pad", "none")))
+    rrc_scale: tuple[float, float] = field(default=(0.08, 1.0), metadata=limits("(0, 1]"))
+    rrc_ratio: tuple[float, float] = field(default=(3 / 4, 4 / 3), metadata=limits("(0, inf)"))
+    # for crop="pad"
+    pad: int = 4
+    hflip: float = field(default=0.5, metadata=limits("[0, 1]"))
+    # RandAugment N (0: off)
+    randaugment_ops: int = 0
+    # RandAugment M, out of 10
+    randaugment_magnitude: float = field(default=9.0, metadata=limits("[0, 10]"))
     # timm's RandAugment config string ("rand-m9-mstd0.5-inc1", "rand-m10-n2": timm's ops and magnitude law) or
     # "ta_wide" (TrivialAugment, torchvision's wide space); None: off. Not with randaugment_ops.
     auto_augment: str | None = None
-    mixup: float = 0.0  # Beta(alpha, alpha) for Mixup (0: off)
-    cutmix: float = 0.0  # Beta(alpha, alpha) for CutMix (0: off)
-    mix_prob: float = 1.0  # chance that a batch is mixed at all
-    label_smoothing: float = 0.0
-    erase: float = 0.0  # chance that an image gets a random rectangle replaced by noise (0: off)
-    erase_scale: tuple[float, float] = (0.02, 1 / 3)  # the rectangle's area, as a fraction of the image
-    erase_ratio: tuple[float, float] = (0.3, 1 / 0.3)  # its aspect ratio h / w (log-uniform)
-    eval_crop_pct: float = 1.0  # eval: resize the shorter side to size / crop_pct, then centre crop
+    # Beta(alpha, alpha) for Mixup (0: off)
+    mixup: float = 0.0
+    # Beta(alpha, alpha) for CutMix (0: off)
+    cutmix: float = 0.0
+    # chance that a batch is mixed at all
+    mix_prob: float = field(default=1.0, metadata=limits("[0, 1]"))
+    label_smoothing: float = field(default=0.0, metadata=limits("[0, 1)"))
+    # chance that an image gets a random rectangle replaced by noise (0: off)
+    erase: float = field(default=0.0, metadata=limits("[0, 1]"))
+    # the rectangle's area, as a fraction of the image
+    erase_scale: tuple[float, float] = field(default=(0.02, 1 / 3), metadata=limits("(0, 1]"))
+    # its aspect ratio h / w (log-uniform)
+    erase_ratio: tuple[float, float] = field(default=(0.3, 1 / 0.3), metadata=limits("(0, inf)"))
+    # eval: resize the shorter side to size / crop_pct, then centre crop
+    eval_crop_pct: float = field(default=1.0, metadata=limits("(0, 1]", positive=True))
 
 
 def _uniform(n: int, low: float, high: float, g: torch.Generator) -> torch.Tensor:

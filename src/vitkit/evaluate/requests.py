@@ -1,12 +1,14 @@
 """What `vitkit eval`, `fewshot`, `knn`, `linear-probe` and `inspect` ask for: one frozen, typed request per command,
-made once from its parsed flags (checked here) and read, never re-derived, by everything below it."""
+made once from its parsed flags (checked here, by the limits declared on its fields) and read, never re-derived, by
+everything below it."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from vitkit.errors import ConfigError
 from vitkit.evaluate.metrics import THRESHOLD
+from vitkit.limits import check_fields, limits
 
 
 @dataclass(frozen=True)
@@ -17,8 +19,8 @@ class EvalRequest:
     data: str | None = None
     # None: test, or "all" of a `data` folder or list without splits of its own
     split: str | None = None
-    val_fraction: float | None = None
-    batch_size: int = 256
+    val_fraction: float | None = field(default=None, metadata=limits("[0, 1)", says="a share from 0 to below 1"))
+    batch_size: int = field(default=256, metadata=limits(positive=True))
     device: str = "auto"
     keep_aspect: bool = False
     threads: int = 0
@@ -30,6 +32,9 @@ class EvalRequest:
     calibration: int = 256
     compare_fp32: bool = False
     skip_unreadable: bool = False
+
+    def __post_init__(self) -> None:
+        check_fields(self, ConfigError)
 
 
 @dataclass(frozen=True)
@@ -43,13 +48,16 @@ class FeatureRequest:
     image_size: tuple[int, int] | None = None
     # the seed of random weights of the same architecture: the baseline
     random_init: int | None = None
-    batch_size: int = 256
+    batch_size: int = field(default=256, metadata=limits(positive=True))
     device: str = "auto"
     threads: int = 0
     precision: str = "fp32"
     calibration: int = 256
-    val_fraction: float | None = None
+    val_fraction: float | None = field(default=None, metadata=limits("[0, 1)", says="a share from 0 to below 1"))
     skip_unreadable: bool = False
+
+    def __post_init__(self) -> None:
+        check_fields(self, ConfigError)
 
 
 @dataclass(frozen=True)
@@ -60,6 +68,7 @@ class TwoSplitsRequest(FeatureRequest):
     test_split: str = "test"
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.train_split == self.test_split:
             other = self.test_split if self.test_split != "train" else "val"
             raise ConfigError(
@@ -75,13 +84,8 @@ class FewshotRequest(TwoSplitsRequest):
     each, ridge lambda `l2`."""
 
     shots: tuple[int, ...] | None = None
-    seeds: int = 3
+    seeds: int = field(default=3, metadata=limits(positive=True, says="at least 1"))
     l2: float = 2.0**10
-
-    def __post_init__(self) -> None:
-        if self.seeds < 1:
-            raise ConfigError(f"--seeds: expected at least 1, got {self.seeds}")
-        super().__post_init__()
 
 
 @dataclass(frozen=True)
@@ -97,7 +101,7 @@ class LinearProbeRequest(FeatureRequest):
     """`vitkit linear-probe`: one probe per penalty of `l2` fitted on train, picked on val, scored on `test_split`."""
 
     l2: tuple[float, ...] = (1e-6, 1e-4, 1e-2, 1.0)
-    max_iter: int = 500
+    max_iter: int = field(default=500, metadata=limits(positive=True))
     test_split: str = "test"
 
 
@@ -111,18 +115,16 @@ class InspectRequest:
     images: tuple[str, ...] | None = None
     split: str | None = None
     data: str | None = None
-    num_images: int = 128
-    show: int = 8
-    components: int = 28
+    num_images: int = field(default=128, metadata=limits(positive=True))
+    show: int = field(default=8, metadata=limits(positive=True))
+    components: int = field(default=28, metadata=limits(positive=True))
     image_size: tuple[int, int] | None = None
-    batch_size: int = 32
+    batch_size: int = field(default=32, metadata=limits(positive=True))
     device: str = "cpu"
     threads: int = 0
     skip_unreadable: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("num_images", "show", "components", "batch_size"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"--{name.replace('_', '-')}: expected a positive number, got {getattr(self, name)}")
+        check_fields(self, ConfigError)
         if self.images and (self.split or self.data):
             raise ConfigError("--split and --data choose the images when --images is not given; drop them or --images")

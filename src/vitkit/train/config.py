@@ -23,145 +23,118 @@ import yaml
 
 from vitkit.data.augment import AugmentConfig, check_policy
 from vitkit.errors import ConfigError, first_line, key_shown, shown
-from vitkit.limits import MAX_INT
+from vitkit.limits import Limit, limit_of, limit_problem, limits
 from vitkit.models import BiTConfig, ModelConfig, ViTConfig, get_config
 from vitkit.train import distributed
+
+SPLITS = ("train", "val", "test")
 
 
 @dataclass(frozen=True)
 class DataConfig:
-    name: str = "auto"  # "auto" (what `path` holds: IDX dir, image folder, .csv/.jsonl list) or "synthetic"
-    path: str | None = None  # None: Fashion-MNIST from $VITKIT_DATA or /usr/share/datasets/fashion-mnist
-    train_split: str = "train"
-    val_split: str = "val"  # split validated during training (a "val" folder, else held out of train with val_fraction)
-    val_fraction: float = 0.1  # share of train held out as "val" when the source has no val split on disk
+    # "auto" (what `path` holds: IDX dir, image folder, .csv/.jsonl list) or "synthetic"
+    name: str = field(default="auto", metadata=limits(choices=("auto", "synthetic")))
+    # None: Fashion-MNIST from $VITKIT_DATA or /usr/share/datasets/fashion-mnist
+    path: str | None = None
+    train_split: str = field(default="train", metadata=limits(choices=SPLITS))
+    # split validated during training (a "val" folder, else held out of train with val_fraction)
+    val_split: str = field(default="val", metadata=limits(choices=SPLITS))
+    # share of train held out as "val" when the source has no val split on disk
+    val_fraction: float = field(default=0.1, metadata=limits("[0, 1)"))
     split_seed: int = 0
     # train on only the first N images of a seeded order (split_seed) of the training split, after any val hold-out:
     # for one seed a smaller N is a subset of a larger one (the paper's data-size experiments, Fig. 3-4); None: all
-    train_images: int | None = None
-    memory_mb: float = (
-        4096.0  # image files up to this size are decoded once and kept on the device (not with augment.crop=rrc)
-    )
-    load_size: int | None = (
-        None  # square size files are kept at for augment.crop=pad|none (None: image size); rrc crops the whole image
-    )
-    workers: int = 2  # DataLoader workers for streamed image files
+    train_images: int | None = field(default=None, metadata=limits(positive=True))
+    # image files up to this size are decoded once and kept on the device (not with augment.crop=rrc)
+    memory_mb: float = field(default=4096.0, metadata=limits(positive=True))
+    # square size files are kept at for augment.crop=pad|none (None: image size); rrc crops the whole image
+    load_size: int | None = field(default=None, metadata=limits(positive=True))
+    # DataLoader workers for streamed image files
+    workers: int = 2
     # repeated augmentation (DeiT): each image drawn comes k times in a row, each copy augmented on its own; an
     # epoch keeps its length, so it holds 1/k of the images k times each (1: off)
-    repeats: int = 1
-    synthetic_size: int = 512
-    synthetic_classes: int = 10
-    on_error: str = (
-        "skip"  # an image file that cannot be read: "skip" (counted, warned, listed in bad_files.json) or "fail"
-    )
+    repeats: int = field(default=1, metadata=limits(positive=True))
+    synthetic_size: int = field(default=512, metadata=limits(positive=True))
+    synthetic_classes: int = field(default=10, metadata=limits(positive=True))
+    # an image file that cannot be read: "skip" (counted, warned, listed in bad_files.json) or "fail"
+    on_error: str = field(default="skip", metadata=limits(choices=("skip", "fail")))
+
+
+def _positive(default: int | None) -> Any:
+    """A field whose value, where given, is a positive number."""
+    return field(default=default, metadata=limits(positive=True))
 
 
 @dataclass(frozen=True)
 class TrainConfig:
-    steps: int = 1000  # optimizer steps
+    # optimizer steps
+    steps: int = _positive(1000)
     # the length in passes over the training split instead (the paper's unit, Table 3): steps = ceil(epochs x training
     # images / batch_size), set once the data is read; a layer of the config that sets one of the two drops the other
-    epochs: float | None = None
+    epochs: float | None = field(default=None, metadata=limits("(0, inf)"))
     # classification | multi_label (a sigmoid per class: several labels per image) | masked_patch (self-supervised,
     # paper §4.6; labels unused)
-    objective: str = "classification"
-    batch_size: int = 128  # logical batch (the paper's 4096 runs as micro_batch x accumulation)
-    micro_batch: int | None = None  # per forward pass; None = batch_size (no accumulation)
-    optimizer: str = "adamw"  # adamw | adam | sgd
-    lr: float = 1e-3
-    weight_decay: float = 0.05  # decoupled; none on norms, biases, position embeddings, class token
-    betas: tuple[float, float] = (0.9, 0.999)
-    momentum: float = 0.9  # sgd
+    objective: str = field(
+        default="classification", metadata=limits(choices=("classification", "multi_label", "masked_patch"))
+    )
+    # logical batch (the paper's 4096 runs as micro_batch x accumulation)
+    batch_size: int = _positive(128)
+    # per forward pass; None = batch_size (no accumulation)
+    micro_batch: int | None = _positive(None)
+    optimizer: str = field(default="adamw", metadata=limits(choices=("adamw", "adam", "sgd")))
+    lr: float = field(default=1e-3, metadata=limits("[0, inf)"))
+    # decoupled; none on norms, biases, position embeddings, class token
+    weight_decay: float = 0.05
+    betas: tuple[float, float] = field(default=(0.9, 0.999), metadata=limits("[0, 1)"))
+    # sgd
+    momentum: float = field(default=0.9, metadata=limits("[0, 1)"))
     # layer-wise learning-rate decay (BEiT, MAE): block i of L at lr x layer_decay^(L + 1 - i), the embeddings at
     # x layer_decay^(L + 1), the head at lr (timm's grouping: the final norm with the last block); None: off
-    layer_decay: float | None = None
+    layer_decay: float | None = field(default=None, metadata=limits("(0, 1]"))
     warmup_steps: int = 100
-    decay: str = "cosine"  # cosine | linear | constant, after a linear warmup
-    end_lr_ratio: float = 0.0  # final lr as a fraction of lr
-    clip_norm: float | None = 1.0  # global-norm gradient clipping (None: off)
-    precision: str = "auto"  # auto (bf16 on GPU; on CPU bf16 where measured faster) | fp32 | bf16 | fp16
-    compile: bool = False  # torch.compile the model
-    grad_checkpointing: bool = False  # recompute each block in backward: less activation memory, ~1/3 more compute
-    ema: float | None = None  # decay of an exponential moving average of the weights (e.g. 0.9998)
+    # after a linear warmup
+    decay: str = field(default="cosine", metadata=limits(choices=("cosine", "linear", "constant")))
+    # final lr as a fraction of lr
+    end_lr_ratio: float = field(default=0.0, metadata=limits("[0, 1]"))
+    # global-norm gradient clipping (None: off)
+    clip_norm: float | None = field(default=1.0, metadata=limits("(0, inf)"))
+    # auto (bf16 on GPU; on CPU bf16 where measured faster) | fp32 | bf16 | fp16
+    precision: str = field(default="auto", metadata=limits(choices=("auto", "fp32", "bf16", "fp16")))
+    # torch.compile the model
+    compile: bool = False
+    # recompute each block in backward: less activation memory, ~1/3 more compute
+    grad_checkpointing: bool = False
+    # decay of an exponential moving average of the weights (e.g. 0.9998)
+    ema: float | None = field(default=None, metadata=limits("(0, 1)"))
     seed: int = 0
-    device: str = "auto"  # auto | cpu | cuda | cuda:N | mps
-    strategy: str = "auto"  # under torchrun: auto/ddp (DistributedDataParallel) or fsdp (FSDP2 fully_shard)
-    threads: int = 0  # torch.set_num_threads (0: the CPUs this process can get, less those busy at start)
-    log_every: int = 50
-    eval_every: int = 500  # also at the end
-    checkpoint_every: int = 500  # also at the end
-    keep_checkpoints: int = 2  # step checkpoints kept besides the final one
-    eval_batch_size: int = 512
-    progress: bool = True  # progress bar on stderr
-    max_nonfinite_steps: int = 10  # steps with a non-finite loss/gradient are skipped; this many in a row stop the run
-    # where the scalars go: jsonl (metrics.jsonl, always written), csv, tensorboard, wandb, mlflow (see train/trackers.py)
-    log_to: tuple[str, ...] = ("jsonl",)
+    # auto | cpu | cuda | cuda:N | mps
+    device: str = "auto"
+    # under torchrun: auto/ddp (DistributedDataParallel) or fsdp (FSDP2 fully_shard)
+    strategy: str = field(default="auto", metadata=limits(choices=("auto", "ddp", "fsdp")))
+    # torch.set_num_threads (0: the CPUs this process can get, less those busy at start)
+    threads: int = 0
+    log_every: int = _positive(50)
+    # also at the end
+    eval_every: int = _positive(500)
+    # also at the end
+    checkpoint_every: int = _positive(500)
+    # step checkpoints kept besides the final one
+    keep_checkpoints: int = field(default=2, metadata=limits("[1, inf)"))
+    eval_batch_size: int = _positive(512)
+    # progress bar on stderr
+    progress: bool = True
+    # steps with a non-finite loss/gradient are skipped; this many in a row stop the run
+    max_nonfinite_steps: int = _positive(10)
+    # where the scalars go: jsonl (metrics.jsonl, always written), csv, tensorboard, wandb, mlflow (see train/trackers.py);
+    # each item one of them
+    log_to: tuple[str, ...] = field(
+        default=("jsonl",), metadata=limits(choices=("jsonl", "csv", "tensorboard", "wandb", "mlflow"))
+    )
 
 
 MAX_CONFIG_BYTES = 1 << 20
 
 SECTIONS = {"data": DataConfig, "augment": AugmentConfig, "train": TrainConfig}
-CHOICES = {
-    "data.name": ("auto", "synthetic"),
-    "data.train_split": ("train", "val", "test"),
-    "data.val_split": ("train", "val", "test"),
-    "data.on_error": ("skip", "fail"),
-    "augment.crop": ("rrc", "pad", "none"),
-    "train.objective": ("classification", "multi_label", "masked_patch"),
-    "train.optimizer": ("adamw", "adam", "sgd"),
-    "train.decay": ("cosine", "linear", "constant"),
-    "train.precision": ("auto", "fp32", "bf16", "fp16"),
-    "train.strategy": ("auto", "ddp", "fsdp"),
-    "train.log_to": ("jsonl", "csv", "tensorboard", "wandb", "mlflow"),  # each item
-}
-POSITIVE = {
-    "data.train_images",
-    "train.steps",
-    "train.batch_size",
-    "train.micro_batch",
-    "train.log_every",
-    "train.eval_every",
-    "train.checkpoint_every",
-    "train.eval_batch_size",
-    "train.max_nonfinite_steps",
-    "data.synthetic_size",
-    "data.synthetic_classes",
-    "data.memory_mb",
-    "data.load_size",
-    "data.repeats",
-    "augment.eval_crop_pct",
-}
-
-# values that must lie in an interval: "[" / "]" closed, "(" / ")" open; tuples are checked element by element
-INTERVALS = {
-    "data.val_fraction": "[0, 1)",
-    "augment.hflip": "[0, 1]",
-    "augment.mix_prob": "[0, 1]",
-    "augment.label_smoothing": "[0, 1)",
-    "augment.eval_crop_pct": "(0, 1]",
-    "augment.rrc_scale": "(0, 1]",
-    "augment.rrc_ratio": "(0, inf)",
-    "augment.erase": "[0, 1]",
-    "augment.erase_scale": "(0, 1]",
-    "augment.erase_ratio": "(0, inf)",
-    "augment.randaugment_magnitude": "[0, 10]",
-    "train.lr": "[0, inf)",
-    "train.momentum": "[0, 1)",
-    "train.betas": "[0, 1)",
-    "train.epochs": "(0, inf)",
-    "train.end_lr_ratio": "[0, 1]",
-    "train.ema": "(0, 1)",
-    "train.layer_decay": "(0, 1]",
-    "train.clip_norm": "(0, inf)",
-    "train.keep_checkpoints": "[1, inf)",
-}
-
-
-def _in_interval(value: float, interval: str) -> bool:
-    low, high = (float(x) for x in interval[1:-1].split(","))
-    above = value > low if interval[0] == "(" else value >= low
-    below = value < high if interval[-1] == ")" else value <= high
-    return above and below
 
 
 def check_batches(train: TrainConfig, world: int) -> None:
@@ -421,16 +394,16 @@ def _section(cls: type, values: dict[str, Any], section: str) -> Any:
     if not isinstance(values, dict):
         raise ConfigError(f"{section}: expected a mapping of keys, got {shown(values)}")
     hints = typing.get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls)]
+    fields = {f.name: f for f in dataclasses.fields(cls)}
     checked = {}
     for key, value in values.items():
-        _known_key(section, key, names)
-        checked[key] = _check(f"{section}.{key}", value, hints[key])
+        _known_key(section, key, list(fields))
+        checked[key] = _check(f"{section}.{key}", value, hints[key], limit_of(fields[key]))
     return cls(**checked)
 
 
-def _check(key: str, value: Any, hint: Any) -> Any:
-    """`value` converted to the field type `hint`, or a ConfigError naming `key`."""
+def _check(key: str, value: Any, hint: Any, limit: Limit) -> Any:
+    """`value` converted to the field type `hint` and within the field's `limit`, or a ConfigError naming `key`."""
     options = (
         typing.get_args(hint)
         if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union
@@ -449,23 +422,9 @@ def _check(key: str, value: Any, hint: Any) -> Any:
     else:
         names = " or ".join(_type_name(o) for o in options if o is not type(None))
         raise ConfigError(f"{key}: expected {names}, got {shown(value)}")
-    values = converted if isinstance(converted, tuple) else (converted,)
-    if key in CHOICES and any(v not in CHOICES[key] for v in values):
-        wrong = next(v for v in values if v not in CHOICES[key])
-        raise ConfigError(f"{key}: expected one of {', '.join(CHOICES[key])}, got {shown(wrong)}")
-    for v in values:
-        if isinstance(v, float) and not math.isfinite(v):
-            raise ConfigError(f"{key}: expected a finite number, got {shown(value)}")
-        if isinstance(v, int) and not isinstance(v, bool) and v > MAX_INT:
-            raise ConfigError(f"{key}: expected at most {MAX_INT}, got {shown(value)}")
-    if key in POSITIVE and converted <= 0:
-        raise ConfigError(f"{key}: expected a positive number, got {shown(value)}")
-    if key in INTERVALS and not all(
-        _in_interval(v, INTERVALS[key]) for v in values
-    ):  # before the generic bound: the exact one
-        raise ConfigError(f"{key}: expected a value in {INTERVALS[key]}, got {shown(value)}")
-    if isinstance(converted, (int, float)) and not isinstance(converted, bool) and converted < 0:
-        raise ConfigError(f"{key}: expected a number >= 0, got {shown(value)}")
+    problem = limit_problem(converted, limit, given=value)
+    if problem:
+        raise ConfigError(f"{key}: {problem}")
     return converted
 
 

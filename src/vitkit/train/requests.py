@@ -4,9 +4,10 @@ files they name, into a run config (`fit.run_config`) and its plan (`resolve`)."
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from vitkit.errors import ConfigError
+from vitkit.limits import check_fields, limits
 
 
 @dataclass(frozen=True)
@@ -45,14 +46,20 @@ class FinetuneRequest:
     data: str | None = None
     config: str | None = None
     image_size: tuple[int, int] | None = None
-    lrs: tuple[float, ...] | None = None
-    steps: int | None = None
-    epochs: float | None = None
-    batch_size: int | None = None
-    micro_batch: int | None = None
+    lrs: tuple[float, ...] | None = field(default=None, metadata=limits(flag="--lr"))
+    # these three become train.steps, train.batch_size and train.micro_batch, whose fields check them
+    steps: int | None = field(default=None, metadata=limits(key="train.steps"))
+    epochs: float | None = field(
+        default=None, metadata=limits("(0, inf)", says="a positive number of passes over the training images")
+    )
+    batch_size: int | None = field(default=None, metadata=limits(key="train.batch_size"))
+    micro_batch: int | None = field(default=None, metadata=limits(key="train.micro_batch"))
     keep_pre_logits: bool = False
     new_head: bool = False
     progress: bool = True
+
+    def __post_init__(self) -> None:
+        check_fields(self, ConfigError)
 
 
 @dataclass(frozen=True)
@@ -67,4 +74,7 @@ class DataRequest:
     samples: int = 0
     out: str | None = None
     to_shards: str | None = None
-    per_shard: int = 1000
+    per_shard: int = field(default=1000, metadata=limits(positive=True))
+
+    def __post_init__(self) -> None:
+        check_fields(self, ConfigError)
