@@ -82,18 +82,19 @@ def finetune_recipe(path: str | os.PathLike | None = None, overrides: list[str] 
     base = {section: dict(values) for section, values in FINETUNE_DEFAULTS.items()}
     for section, values in explicit.items():
         merge_layer(base, section, values or {}, str(path))
-    config = _recipe(base, overrides)
     named = "warmup_steps" in (explicit.get("train") or {}) or any(
         str(o).startswith("train.warmup_steps=") for o in overrides
     )
+    return warmed_up(_recipe(base, overrides), named)
+
+
+def warmed_up(config: RunConfig, named: bool) -> RunConfig:
+    """A run shorter than the paper's 10k steps (CIFAR) warms up for the same share of them, a twentieth, unless its
+    warmup is `named` (a recipe file or an override sets it)."""
     t = config.train
-    if (
-        not named and t.epochs is None and t.steps < 20 * t.warmup_steps
-    ):  # a shorter run than the paper's 10k (CIFAR) warms up
-        config = dataclasses.replace(
-            config, train=dataclasses.replace(t, warmup_steps=t.steps // 20)
-        )  # for the same share
-    return config
+    if named or t.epochs is not None or t.steps >= 20 * t.warmup_steps:
+        return config
+    return dataclasses.replace(config, train=dataclasses.replace(t, warmup_steps=t.steps // 20))
 
 
 # The architecture, its patch size included, comes from the checkpoint. A recipe's model section (image size, dropout)
