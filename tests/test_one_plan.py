@@ -30,21 +30,54 @@ def _sources():
     return sorted(SRC.rglob("*.py"))
 
 
-def test_vitkit_train_builds_its_model_config_once(tmp_path, monkeypatch, capsys):
+def _count_get_config(monkeypatch) -> list:
+    """Every call of vitkit.models.registry.get_config, by any module that bound it, counted in the returned list. The
+    modules that bind it are imported first: one imported while it is patched would keep the counting function."""
+    import importlib
+    import sys
+
+    from vitkit.models import registry
+
+    for name in ("vitkit.train.config", "vitkit.train.finetune", "vitkit.cli.models", "vitkit.cli.benchmark"):
+        importlib.import_module(name)
+
+    calls, real = [], registry.get_config
+
+    def counted(name, **overrides):
+        calls.append(name)
+        return real(name, **overrides)
+
+    for module in list(sys.modules.values()):
+        if getattr(module, "get_config", None) is real:
+            monkeypatch.setattr(module, "get_config", counted)
+    return calls
+
+
+def test_vitkit_train_builds_its_model_config_once(tmp_path, monkeypatch):
     """The model config came from the run config's model section at seven places (data, batches, the model, the
-    resume check, the fit's report, the sweep); now the plan builds it once and everything reads the plan."""
-    from vitkit.train.config import RunConfig
-
-    built = []
-    build = RunConfig.model_config
-
-    def counted(self, **fixed):
-        built.append(fixed)
-        return build(self, **fixed)
-
-    monkeypatch.setattr(RunConfig, "model_config", counted)
+    resume check, the fit's report, the sweep), and loading the run config built it twice (once to learn the family's
+    keys, once to check the overrides) and the plan's model line a third time for its label. Now checking the model
+    section builds it once, the typed model choice carries it, and everything reads that object."""
+    calls = _count_get_config(monkeypatch)
     assert main(["train", "--out", str(tmp_path / "run"), "--no-progress", *TINY]) == 0
-    assert len(built) == 1, built
+    assert calls == ["vit_test"], calls
+
+
+def test_vitkit_finetune_builds_its_model_config_once(tmp_path, monkeypatch):
+    """`vitkit finetune` with two learning rates: the recipe's model section is checked (its config built) once, the
+    fit is applied to that recipe with dataclasses.replace, and each run's model choice is the checkpoint's config as
+    read, built with replace on the registered config, never by name again: one get_config call for the whole sweep,
+    not one per candidate run."""
+    from vitkit import create_model, save_pretrained
+
+    model = create_model("vit_test", image_size=8, depth=1, num_classes=3)
+    save_pretrained(model, tmp_path / "pre")
+    calls = _count_get_config(monkeypatch)
+    argv = ["finetune", "--from", str(tmp_path / "pre"), "--out", str(tmp_path / "ft"), "--no-progress"]
+    argv += ["--lr", "0.01,0.03", "--steps", "1", "--batch-size", "16", "data.name=synthetic"]
+    argv += ["data.synthetic_size=32", "data.synthetic_classes=3", "train.threads=1", "augment.crop=pad"]
+    assert main(argv) == 0
+    assert len(calls) == 1, calls
 
 
 def test_only_the_plan_builds_a_model_config_from_a_run_config():

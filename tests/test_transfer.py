@@ -201,7 +201,7 @@ def test_finetune_crops_suit_the_images_and_flip_as_the_fitted_recipe_does():
     from vitkit.train.fit import _finetune_augment, fitted_to_data
 
     photos, digits = ImageScan(64, 5000, 375, 500, 3), ImageScan(64, 1400, 32, 32, 1)
-    flip = next(o.split("=")[1] for o in fitted_to_data(digits, 1400)[0] if o.startswith("augment.hflip="))
+    flip = f"{fitted_to_data(digits, 1400)[0]['augment.hflip']:g}"
     assert _finetune_augment(photos, 5000, 375, 384) == {
         "augment.crop": "rrc",
         "augment.rrc_scale": "[0.05,1.0]",

@@ -200,7 +200,7 @@ def test_the_fit_to_a_folder_is_reported_by_rank_0_only(tmp_path, capsys, monkey
     for rank, said in (("1", False), ("0", True)):
         monkeypatch.setenv("RANK", rank)
         fitted = fit_to_data(data)
-        assert ("fitted to the data" in capsys.readouterr().out) is said and "model.name=vit_mini4_32" in fitted
+        assert ("fitted to the data" in capsys.readouterr().out) is said and fitted["model.name"] == "vit_mini4_32"
 
 
 def test_a_new_run_into_a_folder_holding_a_run_s_file_names_is_refused(tmp_path, capsys):
@@ -468,7 +468,7 @@ def test_a_fitted_run_evaluates_four_times_without_a_second_evaluation_just_befo
     from vitkit.train.fit import fitted_to_data
 
     for steps in (24, 100, 750, 938, 1001, 4999, 5000):
-        overrides, _ = fitted_to_data(ImageScan(64, 600, 28, 28, 1), 600, steps=steps)
-        every = int(next(o for o in overrides if o.startswith("train.eval_every=")).split("=")[1])
+        changes, _ = fitted_to_data(ImageScan(64, 600, 28, 28, 1), 600, steps=steps)
+        every = changes["train.eval_every"]
         scheduled = list(range(every, steps + 1, every))
         assert len(scheduled) <= 4 and steps - scheduled[-1] in (0, *range(every // 2, every)), (steps, every)

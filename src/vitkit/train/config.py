@@ -15,6 +15,7 @@ import math
 import os
 import types
 import typing
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -152,19 +153,63 @@ def check_batches(train: TrainConfig, world: int) -> None:
 
 
 @dataclass(frozen=True)
+class ModelChoice(Mapping):
+    """The model section of a run config, typed: the model `name`, the checkpoint to start from (`init`) and the
+    ViTConfig (or BiTConfig) field `overrides` as (key, value) pairs in the order given. `config`, the model config
+    it names, is built here once, with `replace` on `known` (the registered config of `name`, looked up by
+    `from_dict` as it checks the section and handed on by `changed`): every reader takes that object. It reads as the
+    mapping of the section too (choice["name"], choice.get("init")), as the plain dict it replaces did."""
+
+    name: str = "vit_mini4_28"
+    init: str | None = None
+    overrides: tuple[tuple[str, Any], ...] = ()
+    # the registered config of `name` (None: looked up by name here); a new name is a new ModelChoice, not a replace
+    known: ModelConfig | None = field(default=None, compare=False, repr=False)
+    config: ModelConfig = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        known = self.known if self.known is not None else get_config(self.name)
+        object.__setattr__(self, "known", known)
+        object.__setattr__(self, "config", known.replace(**dict(self.overrides)))
+
+    def section(self) -> dict[str, Any]:
+        """The section as a run config file holds it: name, init where set, then the overrides."""
+        return {"name": self.name, **({"init": self.init} if self.init is not None else {}), **dict(self.overrides)}
+
+    def changed(self, drop: tuple[str, ...] = (), **values: Any) -> ModelChoice:
+        """This choice with `values` set and the `drop` keys left out (its config rebuilt from `known`)."""
+        kept = {k: v for k, v in self.overrides if k not in drop}
+        init = values.pop("init", self.init)
+        return dataclasses.replace(self, init=init, overrides=tuple({**kept, **values}.items()))
+
+    def __getitem__(self, key: str) -> Any:
+        return self.section()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.section())
+
+    def __len__(self) -> int:
+        return len(self.section())
+
+
+@dataclass(frozen=True)
 class RunConfig:
-    model: dict[str, Any] = field(default_factory=lambda: {"name": "vit_mini4_28"})
+    model: ModelChoice = field(default_factory=ModelChoice)
     data: DataConfig = DataConfig()
     augment: AugmentConfig = AugmentConfig()
     train: TrainConfig = TrainConfig()
 
+    def __post_init__(self) -> None:
+        # a model section given as a plain mapping (as before the typed choice) is checked as a run config's is
+        if not isinstance(self.model, ModelChoice):
+            object.__setattr__(self, "model", model_choice(dict(self.model)))
+
     def to_dict(self) -> dict[str, Any]:
         sections = {name: _plain(dataclasses.asdict(getattr(self, name))) for name in SECTIONS}
-        if (
-            self.train.epochs is not None
-        ):  # the length is given in epochs: steps follow from the data (`with_steps_for`)
+        # the length is given in epochs: steps follow from the data (`with_steps_for`)
+        if self.train.epochs is not None:
             del sections["train"]["steps"]
-        return {"model": _plain(dict(self.model)), **sections}
+        return {"model": _plain(self.model.section()), **sections}
 
     def with_steps_for(self, train_images: int) -> RunConfig:
         """This config with train.steps set from train.epochs for a training split of `train_images` (unchanged
@@ -177,9 +222,9 @@ class RunConfig:
         )
 
     def model_config(self, **fixed: Any) -> ModelConfig:
-        """The ViTConfig of model.name with the model.* overrides (and `fixed`, e.g. num_classes from the data)."""
-        overrides = {k: v for k, v in self.model.items() if k not in ("name", "init")}
-        return get_config(self.model["name"], **{**overrides, **fixed})
+        """The ViTConfig of model.name with the model.* overrides (and `fixed`, e.g. num_classes from the data): the
+        one the model choice built when it was checked."""
+        return self.model.config.replace(**fixed) if fixed else self.model.config
 
 
 def _plain(value: Any) -> Any:
@@ -333,25 +378,7 @@ def from_dict(data: dict[str, Any], where: str = "config") -> RunConfig:
             raise ConfigError(f"{where}: unknown section {shown(section)}; sections are model, data, augment, train")
     if not isinstance(data.get("model") or {}, dict):
         raise ConfigError(f"{where}: model: expected a mapping of keys (name, width, ...), got {shown(data['model'])}")
-    model = dict(data.get("model") or {})
-    model.setdefault("name", "vit_mini4_28")
-    if not isinstance(model["name"], str):
-        raise ConfigError(f"{where}: model.name: expected a model name (e.g. vit_b16), got {shown(model['name'])}")
-    try:
-        family = type(get_config(model["name"]))  # a ViT's fields, or a BiT ResNet's
-    except TypeError as err:
-        raise ConfigError(f"model: bad value ({err})") from None
-    for key in model:
-        _known_key("model", key, _model_keys(family))
-    for key in ("name", "init"):
-        if key in model and not (isinstance(model[key], str) or key == "init" and model[key] is None):
-            raise ConfigError(f"model.{key}: expected text, got {shown(model[key])}")
-    try:
-        get_config(model["name"], **{k: v for k, v in model.items() if k not in ("name", "init")})
-    except ConfigError as err:
-        raise ConfigError(f"model.{err}" if not str(err).startswith("model") else str(err)) from None
-    except (TypeError, ValueError) as err:
-        raise ConfigError(f"model: bad value ({err})") from None
+    model = model_choice(dict(data.get("model") or {}), where)
     _length_set(data.get("train"), where)
     sections = {name: _section(cls, data.get(name) or {}, name) for name, cls in SECTIONS.items()}
     for key in ("rrc_scale", "rrc_ratio", "erase_scale", "erase_ratio"):
@@ -361,6 +388,30 @@ def from_dict(data: dict[str, Any], where: str = "config") -> RunConfig:
     check_batches(sections["train"], distributed.world_size())
     check_policy(sections["augment"])
     return RunConfig(model=model, **sections)
+
+
+def model_choice(model: dict[str, Any], where: str = "config") -> ModelChoice:
+    """The model section of a run config, checked and typed: its model config built once (`ModelChoice`)."""
+    model.setdefault("name", "vit_mini4_28")
+    if not isinstance(model["name"], str):
+        raise ConfigError(f"{where}: model.name: expected a model name (e.g. vit_b16), got {shown(model['name'])}")
+    try:
+        # a ViT's fields, or a BiT ResNet's
+        known = get_config(model["name"])
+    except TypeError as err:
+        raise ConfigError(f"model: bad value ({err})") from None
+    for key in model:
+        _known_key("model", key, _model_keys(type(known)))
+    for key in ("name", "init"):
+        if key in model and not (isinstance(model[key], str) or key == "init" and model[key] is None):
+            raise ConfigError(f"model.{key}: expected text, got {shown(model[key])}")
+    overrides = tuple((k, v) for k, v in model.items() if k not in ("name", "init"))
+    try:
+        return ModelChoice(model["name"], model.get("init"), overrides, known=known)
+    except ConfigError as err:
+        raise ConfigError(f"model.{err}" if not str(err).startswith("model") else str(err)) from None
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"model: bad value ({err})") from None
 
 
 def check_override_keys(overrides: list[str], model: type = ViTConfig) -> None:

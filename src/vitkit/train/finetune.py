@@ -42,7 +42,7 @@ from vitkit.files import read_json, write_json
 from vitkit.models import BiTConfig, ModelConfig, VisionTransformer, build_model
 from vitkit.models.config import size_pair
 from vitkit.models.registry import MODELS
-from vitkit.train.config import RunConfig, load_run_config, merge_layer
+from vitkit.train.config import ModelChoice, RunConfig, load_run_config, merge_layer
 from vitkit.train.init import put_head_rows
 from vitkit.train.loop import train
 
@@ -82,18 +82,19 @@ def finetune_recipe(path: str | os.PathLike | None = None, overrides: list[str] 
     base = {section: dict(values) for section, values in FINETUNE_DEFAULTS.items()}
     for section, values in explicit.items():
         merge_layer(base, section, values or {}, str(path))
-    config = _recipe(base, overrides)
     named = "warmup_steps" in (explicit.get("train") or {}) or any(
         str(o).startswith("train.warmup_steps=") for o in overrides
     )
+    return warmed_up(_recipe(base, overrides), named)
+
+
+def warmed_up(config: RunConfig, named: bool) -> RunConfig:
+    """A run shorter than the paper's 10k steps (CIFAR) warms up for the same share of them, a twentieth, unless its
+    warmup is `named` (a recipe file or an override sets it)."""
     t = config.train
-    if (
-        not named and t.epochs is None and t.steps < 20 * t.warmup_steps
-    ):  # a shorter run than the paper's 10k (CIFAR) warms up
-        config = dataclasses.replace(
-            config, train=dataclasses.replace(t, warmup_steps=t.steps // 20)
-        )  # for the same share
-    return config
+    if named or t.epochs is not None or t.steps >= 20 * t.warmup_steps:
+        return config
+    return dataclasses.replace(config, train=dataclasses.replace(t, warmup_steps=t.steps // 20))
 
 
 # The architecture, its patch size included, comes from the checkpoint. A recipe's model section (image size, dropout)
@@ -106,7 +107,11 @@ ANY_SIZE = ("model.patch_size", 1)
 def _recipe(base: dict, overrides: Iterable) -> RunConfig:
     """`base` with `overrides`, validated as a fine-tuning recipe (`ANY_SIZE`)."""
     recipe = load_run_config(None, [*overrides, ANY_SIZE], base=base)
-    return dataclasses.replace(recipe, model={k: v for k, v in recipe.model.items() if k != "patch_size"})
+    # the section drops the placeholder's patch size; its config keeps patches of one pixel, so that a size set on it
+    # later (`finetune`'s image_size) is valid for any checkpoint
+    m = recipe.model
+    kept = tuple((k, v) for k, v in m.overrides if k != "patch_size")
+    return dataclasses.replace(recipe, model=dataclasses.replace(m, overrides=kept, known=m.config))
 
 
 def _architecture_from_checkpoint(keys: Iterable[str]) -> None:
@@ -189,7 +194,7 @@ def finetune(
     """
     out = Path(out)
     if image_size is not None:
-        recipe = dataclasses.replace(recipe, model={**recipe.model, "image_size": _size_record(image_size)})
+        recipe = dataclasses.replace(recipe, model=recipe.model.changed(image_size=_size_record(image_size)))
     lrs = [float(lr) for lr in (lrs or [recipe.train.lr])]
     if len(set(lrs)) != len(lrs):
         raise ConfigError(f"--lr: each learning rate once, got {lrs}")
@@ -253,16 +258,19 @@ SWEEP_FIGURES = (
 )
 
 
-def _start_model_section(init: Path, starting: tuple | None) -> dict:
-    """The model section of every run's config: the starting model, saved once to `init` (unless it is there)."""
+def _start_model_section(init: Path, starting: tuple | None) -> ModelChoice:
+    """The model section of every run's config: the starting model, saved once to `init` (unless it is there), as read
+    back, on the registered config of its name (no model built by name again)."""
     if starting is not None:
         model, record = starting
         save_pretrained(model, init, extra=record)  # once, atomically, in vitkit's format
     start, _ = read_native_config(init)
-    model_section = {**start.to_dict(), "name": registered_name(start), "init": str(init)}
-    model_section.pop("num_classes")
-    model_section.pop("arch", None)  # the name says the family
-    return model_section
+    fields = start.to_dict()
+    fields.pop("num_classes")
+    # the name says the family
+    fields.pop("arch", None)
+    name = registered_name(start)
+    return ModelChoice(name, str(init), tuple(fields.items()), known=MODELS[name])
 
 
 def _stopped(lr: float, run_dir: Path, summary: dict, finished: int, runs: int) -> dict:

@@ -22,9 +22,7 @@ def finetune_sweep(request: FinetuneRequest) -> dict:
     # before the data line, not after
     writable_folder(request.out, "the fine-tuning runs", "choose another --out")
     overrides = recipe_overrides(request)
-    recipe = finetune_recipe(request.config, overrides)
-    fitted = fitted_overrides(request, recipe, overrides)
-    recipe = finetune_recipe(request.config, [*overrides, *fitted])
+    recipe = fitted_recipe(request, finetune_recipe(request.config, overrides), overrides)
     return finetune(
         recipe,
         request.checkpoint,
@@ -36,15 +34,17 @@ def finetune_sweep(request: FinetuneRequest) -> dict:
     )
 
 
-def fitted_overrides(request: FinetuneRequest, recipe, overrides: list) -> list[str]:
-    """The recipe's length, batch and augmentation fitted to its training images (`fit.fit_finetune`) where neither
-    the recipe file nor the command names them; said in one line. A length in epochs (--epochs, a train.epochs
-    override, taken out of `overrides`, or the recipe file's) becomes the steps that pass over the training images
-    that often."""
+def fitted_recipe(request: FinetuneRequest, recipe, overrides: list):
+    """The recipe with its length, batch and augmentation fitted to its training images (`fit.fit_finetune`, typed
+    changes applied with dataclasses.replace) where neither the recipe file nor the command names them; said in one
+    line. A length in epochs (--epochs, a train.epochs override or the recipe file's) becomes the steps that pass
+    over the training images that often; a warmup not named follows the fitted length (`finetune.warmed_up`)."""
     from vitkit.errors import ConfigError
-    from vitkit.train.fit import fit_finetune
+    from vitkit.train.finetune import warmed_up
+    from vitkit.train.fit import fit_finetune, with_changes
 
     epochs = request.epochs
+    overrides = list(overrides)
     for o in [o for o in overrides if isinstance(o, str) and o.startswith("train.epochs=")]:
         overrides.remove(o)
         epochs = recipe.train.epochs
@@ -60,9 +60,9 @@ def fitted_overrides(request: FinetuneRequest, recipe, overrides: list) -> list[
     size = request.image_size or recipe.model.get("image_size")
     side = min(size) if isinstance(size, (list, tuple)) else size
     t = recipe.train
-    fitted, note = fit_finetune(recipe.data, side, named, epochs, t.batch_size, t.steps)
+    changes, note = fit_finetune(recipe.data, side, named, epochs, t.batch_size, t.steps)
     print(f"vitkit finetune: {note}", flush=True)
-    return fitted
+    return warmed_up(with_changes(recipe, changes), "train.warmup_steps" in given | in_file)
 
 
 def named_keys(config: str | None, overrides: list) -> set[str]:

@@ -8,7 +8,7 @@ import dataclasses
 import math
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from vitkit.train.config import RunConfig
@@ -23,7 +23,8 @@ def run_config(request: TrainRequest) -> RunConfig:
 
     overrides = list(request.overrides)
     named = bool(request.config or request.resume)
-    overrides = [*fitted_unless_named(data_path(request.data, overrides), named, overrides, "train"), *overrides]
+    # the fit, typed values under the user's overrides (they win)
+    fitted = fitted_unless_named(data_path(request.data, overrides), named, overrides, "train")
     if request.data:
         # a path as given, never parsed
         overrides.append(("data.path", request.data))
@@ -31,7 +32,38 @@ def run_config(request: TrainRequest) -> RunConfig:
         overrides.append("train.progress=false")
     if request.resume:
         return resume_config(request.resume, overrides)
-    return load_run_config(request.config, overrides)
+    return load_run_config(request.config, overrides, base=layers(fitted))
+
+
+def layers(changes: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Typed changes ({"section.key": value}) as the sections of a run config's first layer."""
+    sections: dict[str, dict[str, Any]] = {}
+    for key, value in changes.items():
+        section, name = key.split(".", 1)
+        sections.setdefault(section, {})[name] = value
+    return sections
+
+
+def with_changes(config: RunConfig, changes: dict[str, Any]) -> RunConfig:
+    """`config` with typed `changes` ({"section.key": value}), by dataclasses.replace; the batches and augmentation
+    checked as a loaded run config's are. A new train.steps drops train.epochs (the length is the one set)."""
+    from vitkit.data.augment import check_policy
+    from vitkit.train import distributed
+    from vitkit.train.config import check_batches
+
+    by = layers(changes)
+    train = by.get("train", {})
+    if "steps" in train:
+        train = {**train, "epochs": None}
+    config = dataclasses.replace(
+        config,
+        model=config.model.changed(**by["model"]) if "model" in by else config.model,
+        augment=dataclasses.replace(config.augment, **by.get("augment", {})),
+        train=dataclasses.replace(config.train, **train),
+    )
+    check_batches(config.train, distributed.world_size())
+    check_policy(config.augment)
+    return config
 
 
 def data_path(given: str | None, overrides: list) -> str | None:
@@ -42,15 +74,15 @@ def data_path(given: str | None, overrides: list) -> str | None:
     )
 
 
-def fitted_unless_named(path: str | None, named: bool, overrides: list[str], command: str) -> list[str]:
+def fitted_unless_named(path: str | None, named: bool, overrides: list[str], command: str) -> dict[str, Any]:
     """`fit_to_data(path)` where a PATH is given and nothing names the model (`named`: a --config or resumed run, or a
-    model.name or model.init override among `overrides`); else no overrides. Other model.* overrides change the fitted
+    model.name or model.init override among `overrides`); else no changes; typed ({"section.key": value}). Other model.* overrides change the fitted
     model (they come after it: model.depth=1 is the fitted model one block deep, where it was the built-in default's).
     The fit reads the training split as the data.* overrides cut it (data.train_images, data.val_fraction, ...);
     train.epochs or train.steps and train.batch_size overrides set its length, and its warmup, logging and evaluation
     follow."""
     if not path or named or any(o.startswith(("model.name=", "model.init=")) for o in overrides):
-        return []
+        return {}
     from vitkit.train.config import check_override_keys, load_run_config
 
     check_override_keys(overrides)  # a misspelt key is one error before the scan, not after its line
@@ -70,14 +102,13 @@ def fitted_unless_named(path: str | None, named: bool, overrides: list[str], com
         batch=user.train.batch_size if named_batch else None,
         steps=user.train.steps if named_steps else None,
     )
-    return [
-        o for o in fitted if not (user.train.epochs is not None and o.startswith("train.steps="))
-    ]  # the user's length wins
+    # the user's length wins
+    return {k: v for k, v in fitted.items() if not (user.train.epochs is not None and k == "train.steps")}
 
 
 def fit_to_data(
     data, command: str = "train", epochs: float | None = None, batch: int | None = None, steps: int | None = None
-) -> list[str]:
+) -> dict[str, Any]:
     """The default recipe for the training split of a run config's `data` section, from a short scan of its images
     (reported by `command`)."""
     from vitkit.data import DataSpec
@@ -87,11 +118,11 @@ def fit_to_data(
     train = DataSpec.from_config(data).open(
         data.train_split, channels=3, image_size=32, flag="data.train_split", hold_out="data.val_fraction"
     )
-    overrides, note = fitted_to_data(scan(train), len(train), epochs=epochs, batch=batch, steps=steps)
+    changes, note = fitted_to_data(scan(train), len(train), epochs=epochs, batch=batch, steps=steps)
     # under torchrun every rank fits (the same way); rank 0 says so
     if distributed.is_main():
         print(f"vitkit {command}: {note}", flush=True)
-    return overrides
+    return changes
 
 
 def data_report(request: DataRequest, say: Callable[[str], None] = print) -> dict:
@@ -134,9 +165,9 @@ def _data_config(path: str | None, config_file: str | None, overrides: list[str]
     if path and "=" in path and not Path(path).exists():
         overrides, path = [path, *overrides], None
     named = list(overrides) + ([f"data.path={path}"] if path else [])
-    if fitted:  # the pixels of the model `vitkit train --data PATH` would fit
-        named = [*fitted_unless_named(path, bool(config_file), overrides, "data"), *named]
-    return load_run_config(config_file, named)
+    # the pixels of the model `vitkit train --data PATH` would fit
+    changes = fitted_unless_named(path, bool(config_file), overrides, "data") if fitted else {}
+    return load_run_config(config_file, named, base=layers(changes))
 
 
 def _shards(config, shape, opened: dict, split: str | None, out: Path, per_shard: int, say) -> dict:
@@ -181,12 +212,12 @@ CROP_FROM_SIDE = 64
 
 def fit_finetune(
     data, size: int | None, named: set[str], epochs: float | None, batch: int, steps: int
-) -> tuple[list[str], str]:
+) -> tuple[dict[str, Any], str]:
     """The fine-tuning recipe fitted to the training split of a run config's `data` section at `size` px (None: the
     checkpoint's), for each key not in `named`: its length (`epochs`, else FINETUNE_EPOCHS), batch, logging and
     evaluation from the split's size (`batch` and `steps`: the recipe's, used where `named` holds them), and a crop
-    and flip that suit the images (those of `vitkit train --data` for small images). Returns (overrides, a line
-    saying so)."""
+    and flip that suit the images (those of `vitkit train --data` for small images). Returns (the typed changes
+    {"section.key": value}, a line saying so)."""
     from vitkit.data import DataSpec
     from vitkit.data.scan import scan
     from vitkit.limits import MAX_INT
@@ -208,17 +239,25 @@ def fit_finetune(
         "train.eval_every": max(-(-steps // 4), 1),  # four evaluations, the last one the final step
     }
     side = min(found.height, found.width) or 32
-    chosen.update(_finetune_augment(found, n, min(size or side, side), size or side))
-    overrides = [f"{key}={value}" for key, value in chosen.items() if key not in named]
+    crop = _finetune_augment(found, n, min(size or side, side), size or side)
+    chosen.update({key: _typed(text) for key, text in crop.items()})
+    changes = {key: value for key, value in chosen.items() if key not in named}
     kept = [key for key in chosen if key in named]
     length = "as given" if "train.steps" in named else f"{epochs or FINETUNE_EPOCHS:g} epochs"
-    augment = [o.split(".", 1)[1] for o in overrides if o.startswith("augment.")]
+    augment = [f"{key.split('.', 1)[1]}={text}" for key, text in crop.items() if key not in named]
     note = (
         f"fitted to {n:,} training images ({found}): {steps} steps of {batch} ({length})"
         + (f", {', '.join(augment)}" if augment else "")
         + (f"; as given: {', '.join(kept)}" if kept else "")
     )
-    return overrides, note
+    return changes, note
+
+
+def _typed(text: Any) -> Any:
+    """A value of `_finetune_augment` as its field holds it: "[a,b]" a pair of floats, "0" a float, else as it is."""
+    if isinstance(text, str) and text.startswith("["):
+        return tuple(float(v) for v in text[1:-1].split(","))
+    return float(text) if isinstance(text, str) and text.replace(".", "", 1).isdigit() else text
 
 
 def _finetune_augment(found, n: int, side: int, size: int) -> dict:
@@ -244,14 +283,14 @@ def fitted_size(scan) -> int:
 def fitted_to_data(
     scan, n_train: int, epochs: float | None = None, batch: int | None = None, steps: int | None = None
 ) -> tuple[list[str], str]:
-    """The default recipe for a dataset of one's own (`vitkit train --data FOLDER` with no model given), as overrides.
+    """The default recipe for a dataset of one's own (`vitkit train --data FOLDER` with no model given), as typed changes.
 
     The image size follows the images (median shorter side, to a multiple of 8 in 16..64 px) and so do the
     channels; a 4x4 grid of patches and the demo's small ViT (width 96, 6 layers, a class token, which every format holds) keep a
     step cheap, and ~100 epochs (750..5000 steps of up to 64 images) end in minutes on a laptop CPU; `epochs` or
     `steps` (the user's train.epochs or train.steps) set the length instead, and warmup, logging and evaluation
     follow it, as they follow `batch` (the user's train.batch_size) where given.
-    Returns (overrides, one line saying what was chosen and why)."""
+    Returns (the typed changes {"section.key": value}, one line saying what was chosen and why)."""
     from vitkit.train.config import steps_for
 
     size = fitted_size(scan)
@@ -263,30 +302,32 @@ def fitted_to_data(
         steps, length = int(min(max(-(-100 * n_train // batch), 750), 5000)), ""
     else:
         length = ""
-    overrides = [
-        "model.name=vit_mini4_32",
-        f"model.image_size={size}",
-        f"model.patch_size={size // 4}",
-        f"model.in_chans={scan.channels}",
-        "model.width=96",
-        "model.mlp_dim=192",
-        "model.num_heads=4",
-        "model.depth=6",
-        "model.classifier=token",  # a class token: every format (Hugging Face's included) holds the model
-        f"train.batch_size={batch}",
-        f"train.epochs={epochs}" if epochs is not None else f"train.steps={steps}",
-        f"train.warmup_steps={steps // 10}",
-        "train.lr=3e-3",
-        f"train.log_every={max(steps // 20, 1)}",
-        f"train.eval_every={max(-(-steps // 4), 1)}",  # four evaluations, the last one the final step
-        "augment.crop=pad",
-        f"augment.pad={max(size // 16, 1)}",
-        f"augment.hflip={FITTED_HFLIP}",
-        "augment.label_smoothing=0.1",
-    ]
+    changes = {
+        "model.name": "vit_mini4_32",
+        "model.image_size": size,
+        "model.patch_size": size // 4,
+        "model.in_chans": scan.channels,
+        "model.width": 96,
+        "model.mlp_dim": 192,
+        "model.num_heads": 4,
+        "model.depth": 6,
+        # a class token: every format (Hugging Face's included) holds the model
+        "model.classifier": "token",
+        "train.batch_size": batch,
+        **({"train.epochs": epochs} if epochs is not None else {"train.steps": steps}),
+        "train.warmup_steps": steps // 10,
+        "train.lr": 3e-3,
+        "train.log_every": max(steps // 20, 1),
+        # four evaluations, the last one the final step
+        "train.eval_every": max(-(-steps // 4), 1),
+        "augment.crop": "pad",
+        "augment.pad": max(size // 16, 1),
+        "augment.hflip": float(FITTED_HFLIP),
+        "augment.label_smoothing": 0.1,
+    }
     note = (
         f"no model given, so fitted to the data: {scan} -> {size}x{size} px, {scan.channels} channel{'s' * (scan.channels > 1)}, "
         f"patch {size // 4} (a 4x4 grid), width 96, depth 6; {length}{steps} steps of {batch} images (KEY=VALUE overrides change any of "
         "it; model.name, model.init or --config replace it)"
     )
-    return overrides, note
+    return changes, note

@@ -38,9 +38,9 @@ def pretrained_on(config: RunConfig, checkpoints: list[Path]) -> list[dict]:
 
     if checkpoints:
         return read_native_config(checkpoints[-1])[1].get("pretrained_on") or []
-    if not config.model.get("init"):
+    if not config.model.init:
         return []
-    return trained_on(read_metadata(resolve(Path(config.model["init"]))))
+    return trained_on(read_metadata(resolve(Path(config.model.init))))
 
 
 def init_from(model: VisionTransformer, path: Path, class_names: list[str]) -> str:

@@ -72,10 +72,9 @@ def _open(spec: DataSpec, shape, name: str, flag: str):
 def _check_classes(config: RunConfig, train_split, micro: int) -> None:
     """The data's classes match model.num_classes, and suit the objective; a batch's worth of training images."""
     class_names = train_split.class_names
-    if "num_classes" in config.model and config.model["num_classes"] != len(class_names):
-        raise ConfigError(
-            f"model.num_classes: {config.model['num_classes']} given but the data has {len(class_names)} classes"
-        )
+    given = dict(config.model.overrides).get("num_classes")
+    if given is not None and given != len(class_names):
+        raise ConfigError(f"model.num_classes: {given} given but the data has {len(class_names)} classes")
     if (
         len(class_names) < 2 and OBJECTIVES[config.train.objective].uses_labels
     ):  # masked patch prediction trains on a folder without class folders

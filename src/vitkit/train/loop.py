@@ -243,8 +243,8 @@ def _build(config: RunConfig, out: Path, env: Setup, data: Data) -> RunState:
     torch.manual_seed(config.train.seed)  # the initial weights, then dropout / stochastic depth draws
     # a ViT or a BiT ResNet, for the data's classes
     model = build_model(env.model.replace(num_classes=len(data.class_names)))
-    if config.model.get("init"):
-        note = init_from(model, Path(config.model["init"]), data.class_names)
+    if config.model.init:
+        note = init_from(model, Path(config.model.init), data.class_names)
         if env.world.main:
             print(f"model.init: {note}", flush=True)
     run = _assemble(config, env, model, {"step": 0, "elapsed_s": 0.0, "best_val_top1": None, "best_step": None}, None)
@@ -490,9 +490,8 @@ def _summary(
         "images_seen": t.steps * t.batch_size,
         "wall_time_s": progress["elapsed_s"],
         "img_s": mean_rate(train_rows, t.batch_size),
-        "model": model_name(
-            config.model.get("name"), run.model.config
-        ),  # the name where the architecture is that model's
+        # the name where the architecture is that model's
+        "model": model_name(config.model, run.model.config),
         "objective": t.objective,  # masked_patch: the val_* figures are the colour-prediction accuracy and loss
         "ema": t.ema,  # a decay: the val_* figures and final/ are of the EMA weights
         "params": sum(p.numel() for p in run.model.parameters()),

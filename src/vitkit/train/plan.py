@@ -13,7 +13,6 @@ from vitkit.data.augment import AugmentConfig
 from vitkit.data.split import where_from
 from vitkit.data.summary import copies_warning
 from vitkit.devices import COUNT_KEYS, usable_cpus
-from vitkit.errors import ConfigError
 from vitkit.models import BiTConfig, ConvStemConfig, VisionTransformer
 from vitkit.train.config import RunConfig
 from vitkit.train.optim import describe
@@ -68,7 +67,7 @@ def _model_line(config: RunConfig, model: VisionTransformer) -> str:
             stem = f"ResNet {'stem' if not b.layers else 'units ' + '-'.join(map(str, b.layers))} (width {b.width}), "
         shape = f"{stem}patch {c.patch_size[0]} ({c.num_patches} tokens), width {c.width}, depth {c.depth}"
     return (
-        f"model      {model_name(config.model.get('name'), c)} at {c.image_size[0]}x{c.image_size[1]}, "
+        f"model      {model_name(config.model, c)} at {c.image_size[0]}x{c.image_size[1]}, "
         f"{c.in_chans} channel{'s' * (c.in_chans > 1)}, {shape}: {params:,} parameters, {count_flops(c) / 1e9:.3g} GFLOPs/image"
     )
 
@@ -209,15 +208,11 @@ def _warnings(config: RunConfig, data: Data) -> list[str]:
     return lines
 
 
-def model_name(name: str | None, c) -> str:
-    """The run's model name where the architecture is that model's, else its family (e.g. a name kept only as a label)."""
-    from vitkit.models import get_config
-
+def model_name(choice, c) -> str:
+    """The run's model name (its model choice's) where the architecture is that model's, as registered, else its
+    family (e.g. a name kept only as a label)."""
     family = "BiT ResNet" if isinstance(c, BiTConfig) else "ViT" if c.backbone is None else "hybrid ViT"
-    try:
-        known = get_config(name)
-    except (ConfigError, AttributeError, TypeError):
-        return family
+    known, name = choice.known, choice.name
     keys = (
         ("layers", "width_factor", "width", "stem")
         if isinstance(c, BiTConfig)

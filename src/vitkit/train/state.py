@@ -43,7 +43,7 @@ STATE_TENSORS, SHARDED = "train_state.pt", "sharded"
 
 
 # -- the run's parts ------------------------------------------------------------------------
-@dataclass
+@dataclass(frozen=True)
 class Setup:
     """Where and how the run executes: device, processes, precision, micro-batches."""
 
