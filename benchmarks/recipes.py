@@ -28,7 +28,7 @@ must beat. Every figure is top-1 on val/, the split the search picks on, so the 
 noise.
 
 Fine-tuning starts from the default run's model at 1.5x its image size, with what `vitkit finetune --data` fits to
-the training images (length, batch, crop and flip: `finetune_setup.fitted_overrides`, the command's own path) and one
+the training images (length, batch, crop and flip: `finetune_setup.fitted_recipe`, the command's own path) and one
 learning rate, the recipe's. Its search varies the crop, hflip and lr.
 
 Writes benchmarks/results/recipes.csv (with --results; rendered into RESULTS.md by render.py) and
@@ -251,38 +251,42 @@ def train_run(folder: Path, out: Path, changes: list[str]) -> dict:
     """`vitkit train --data folder --out out CHANGES...` in this process: the fitted recipe, then `changes`."""
     from vitkit.train import train
     from vitkit.train.config import load_run_config
-    from vitkit.train.fit import fitted_unless_named
+    from vitkit.train.fit import fitted_unless_named, layers
 
     overrides = [*QUIET, *changes]
     fitted = fitted_unless_named(str(folder), False, overrides, "train")
-    config = load_run_config(None, [*fitted, *overrides, ("data.path", str(folder))])
+    config = load_run_config(None, [*overrides, ("data.path", str(folder))], base=layers(fitted))
     started = cpu_seconds()
     summary = train(config, out)
     return {"top1": summary["final_val_top1"], "cpu_s": cpu_seconds() - started, "steps": summary["steps"]}
 
 
-def finetune_plan(folder: Path, size: int) -> tuple[list[str], str]:
+def finetune_plan(folder: Path, size: int) -> tuple[dict, str]:
     """The length, batch and augmentation `vitkit finetune --data folder --image-size size` fits to the training
-    images (`finetune_setup.fitted_overrides`, the command's own path); the overrides and the line it prints."""
+    images (`finetune_setup.fitted_recipe`, the command's own path): the fitted recipe's sections and the line it
+    prints."""
     import contextlib
     import io
-    from types import SimpleNamespace
 
     from vitkit.train.finetune import finetune_recipe
-    from vitkit.train.finetune_setup import fitted_overrides
+    from vitkit.train.finetune_setup import fitted_recipe
+    from vitkit.train.requests import FinetuneRequest
 
     base = [*QUIET, ("data.path", str(folder))]
+    request = FinetuneRequest(checkpoint="", out="", image_size=(size, size))
     said = io.StringIO()
     with contextlib.redirect_stdout(said):
-        fitted = fitted_overrides(SimpleNamespace(epochs=None, config=None), finetune_recipe(None, base), base, size)
-    return fitted, said.getvalue().strip().removeprefix("vitkit finetune: ")
+        fitted = fitted_recipe(request, finetune_recipe(None, base), base)
+    return fitted.to_dict(), said.getvalue().strip().removeprefix("vitkit finetune: ")
 
 
-def finetune_run(folder: Path, start: Path, out: Path, changes: list[str], size: int, length: list[str]) -> dict:
-    """`vitkit finetune --from start --data folder --image-size size` with one learning rate, in this process."""
-    from vitkit.train.finetune import finetune, finetune_recipe
+def finetune_run(folder: Path, start: Path, out: Path, changes: list[str], size: int, fitted: dict) -> dict:
+    """`vitkit finetune --from start --data folder --image-size size` with one learning rate, in this process: the
+    fitted recipe's sections (`finetune_plan`), then `changes`."""
+    from vitkit.train.config import load_run_config
+    from vitkit.train.finetune import finetune
 
-    recipe = finetune_recipe(None, [*QUIET, *length, *changes, ("data.path", str(folder))])
+    recipe = load_run_config(None, list(changes), base=fitted)
     started = cpu_seconds()
     result = finetune(recipe, start / "final", out, image_size=size)
     return {"top1": result["best"]["final_val_top1"], "cpu_s": cpu_seconds() - started, "steps": recipe.train.steps}

@@ -48,8 +48,6 @@ def fitted_recipe(request: FinetuneRequest, recipe, overrides: list):
     for o in [o for o in overrides if isinstance(o, str) and o.startswith("train.epochs=")]:
         overrides.remove(o)
         epochs = recipe.train.epochs
-    if epochs is not None and not epochs > 0:
-        raise ConfigError(f"--epochs: expected a positive number of passes over the training images, got {epochs:g}")
     given, in_file = named_keys(None, overrides), named_keys(request.config, [])
     if epochs is not None and "train.steps" in given:
         raise ConfigError("--epochs: the run's length is given twice (--steps or train.steps too); give one")
