@@ -30,9 +30,8 @@ _LAZY = {
 def __getattr__(name: str):
     if name in _LAZY:
         value = getattr(importlib.import_module(_LAZY[name]), name)
-    elif (
-        importlib.util.find_spec(f"vitkit.{name}") is not None
-    ):  # a subpackage, as `import vitkit` made them before: vitkit.checkpoint
+    # a subpackage, as `import vitkit` made them before: vitkit.checkpoint
+    elif importlib.util.find_spec(f"vitkit.{name}") is not None:
         value = importlib.import_module(f"vitkit.{name}")
     else:
         raise AttributeError(f"module 'vitkit' has no attribute {name!r}")

@@ -292,9 +292,8 @@ def load_with_metadata(
     config, state, _ = _read_located(found, image_size)
     model = _ready(config, state, found.path, image_size).eval()
     metadata = _read_stable(found, FORMATS[found.format].read_metadata)
-    native.check_extra(
-        metadata, model.config, found.path
-    )  # the same checks as config.json's, for every format's record
+    # the same checks as config.json's, for every format's record
+    native.check_extra(metadata, model.config, found.path)
     return model, metadata
 
 

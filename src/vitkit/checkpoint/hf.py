@@ -187,9 +187,8 @@ def read(path: str | os.PathLike, *, image_size=None, config: Any = None) -> tup
         raise CheckpointError(f"{directory / CONFIG_NAME}: model_type is {found!r}, expected 'vit'")
     preprocessor = read_json(directory / PREPROCESSOR_NAME) if (directory / PREPROCESSOR_NAME).is_file() else None
     state, weights = read_weights(directory)
-    if hf.get(
-        "vitkit_luma"
-    ):  # a grayscale vitkit model written for RGB input: fold the luma weights back into one channel
+    # a grayscale vitkit model written for RGB input: fold the luma weights back into one channel
+    if hf.get("vitkit_luma"):
         kernel = f"{_prefix(state)}embeddings.patch_embeddings.projection.weight"
         if kernel in state and state[kernel].ndim == 4 and state[kernel].shape[1] == 3:
             state[kernel] = state[kernel].sum(dim=1, keepdim=True)

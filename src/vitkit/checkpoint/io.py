@@ -61,9 +61,8 @@ def read_torch(path: str | os.PathLike) -> Any:
                 f"{path}: not a PyTorch weights file (neither the zip archive torch.save writes nor a pickle); "
                 "check the file, or give the checkpoint itself"
             )
-        with (
-            warnings.catch_warnings()
-        ):  # torch's notice about a pickle protocol it may not read: the error below says it
+        # torch's notice about a pickle protocol it may not read: the error below says it
+        with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="Detected pickle protocol", category=UserWarning)
             return torch.load(path, map_location="cpu", weights_only=True)
     except CheckpointError:

@@ -214,9 +214,8 @@ def check_state(expected: dict, state: dict, *, source: str | os.PathLike) -> No
                 "model as the file's config, or where it has none its other tensors, describe it: this tensor "
                 "or one of those is damaged)"
             )
-        if (
-            value.is_floating_point() and not state[key].is_floating_point()
-        ):  # an int64 head truncates every weight to 0
+        # an int64 head truncates every weight to 0
+        if value.is_floating_point() and not state[key].is_floating_point():
             raise CheckpointError(
                 f"{source}: {key!r} has dtype {str(state[key].dtype).replace('torch.', '')}, expected a floating-point "
                 "tensor; the file is damaged or not this model's weights"

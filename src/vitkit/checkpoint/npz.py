@@ -286,9 +286,8 @@ def write(model: VisionTransformer, path: str | os.PathLike, *, metadata: dict |
     (what vit_jax, big_transfer and timm read); `metadata` (class names, preprocessing) goes to FILE.npz.json beside it, as the release layout has no
     place for it."""
     c, path = model.config, Path(path)
-    if isinstance(
-        model, ResNetV2
-    ):  # the arrays say nothing of the resolution and input scaling: vitkit keeps them beside
+    # the arrays say nothing of the resolution and input scaling: vitkit keeps them beside
+    if isinstance(model, ResNetV2):
         sidecar = {
             **({"vitkit": metadata} if metadata else {}),
             "model": {k: getattr(c, k) for k in ("image_size", "mean", "std")},
@@ -301,9 +300,8 @@ def write(model: VisionTransformer, path: str | os.PathLike, *, metadata: dict |
             f"{path}: the .npz format holds learned position embeddings only; this model uses {c.pos_embed!r}"
         )
     sidecar = {"vitkit": metadata} if metadata else {}
-    implied = ViTConfig(
-        in_chans=c.in_chans, mlp_act="gelu_tanh", layer_norm_eps=1e-6
-    )  # what a reader of the arrays assumes
+    # what a reader of the arrays assumes
+    implied = ViTConfig(in_chans=c.in_chans, mlp_act="gelu_tanh", layer_norm_eps=1e-6)
     kept = {key: getattr(c, key) for key in NOT_IN_THE_ARRAYS if getattr(c, key) != getattr(implied, key)}
     if c.grid_size[0] != c.grid_size[1]:  # the position embedding's length alone does not say which grid
         kept["image_size"] = list(c.image_size)

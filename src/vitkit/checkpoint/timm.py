@@ -296,9 +296,8 @@ def read_metadata(path: str | os.PathLike, *, config: Any = None) -> dict:
     """Class names and preprocessing: vitkit's own record, else timm's label_names and pretrained_cfg; `config`: a Hub
     directory's config.json as already read."""
     path = Path(path)
-    if (
-        path.is_file() and is_timm_dir(path.parent) and _hub_weights(path.parent) == path
-    ):  # the weights of a Hub folder:
+    # the weights of a Hub folder:
+    if path.is_file() and is_timm_dir(path.parent) and _hub_weights(path.parent) == path:
         return read_metadata(path.parent)  # its config.json names the classes and the crop (info left them out)
     if path.is_dir():
         weights = _hub_weights(path)

@@ -129,12 +129,10 @@ TRAINING = ("train", "finetune")
 
 def main(argv: list[str] | None = None) -> int:
     openmp_for(sys.argv[1:] if argv is None else argv)
-    if (
-        argv is None and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
-    ):  # the program itself: SIGTERM while it starts
-        signal.signal(
-            signal.SIGTERM, _interrupted
-        )  # (before train's own handlers, or after them) exits 130 as Ctrl-C does
+    # the program itself: SIGTERM while it starts
+    if argv is None and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        # (before train's own handlers, or after them) exits 130 as Ctrl-C does
+        signal.signal(signal.SIGTERM, _interrupted)
     try:
         return _main(argv)
     except KeyboardInterrupt:  # while argparse or an import ran, before _run's own handling
@@ -189,18 +187,16 @@ def _run(args: argparse.Namespace) -> int:
         sys.stdout.flush()  # a closed pipe shows here, not in Python's own flush at exit
         return code
     except BrokenPipeError:  # `vitkit info ... | head` closed the pipe: stop quietly, as cat would
-        os.dup2(
-            os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno()
-        )  # no second error when Python flushes stdout at exit
+        # no second error when Python flushes stdout at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
     except VitkitError as err:
         print(f"vitkit {args.command}: error: {err}", file=sys.stderr)
         return err.exit_code
     except KeyboardInterrupt:
         run = getattr(args, "resume", None) or getattr(args, "out", None) if args.command == "train" else None
-        kept = run is not None and any(
-            Path(run, "checkpoints").glob("step_*")
-        )  # a second Ctrl-C: what the first one saved
+        # a second Ctrl-C: what the first one saved
+        kept = run is not None and any(Path(run, "checkpoints").glob("step_*"))
         print(
             f"vitkit {args.command}: interrupted"
             + (f"; continue from its last checkpoint with vitkit train --resume {run}" if kept else ""),

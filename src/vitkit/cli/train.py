@@ -85,9 +85,8 @@ def _exit_interrupted(signum, frame):
 def run(args: argparse.Namespace) -> int:
     import signal
 
-    previous = signal.signal(
-        signal.SIGTERM, _interrupt
-    )  # outside the loop's own handling (a second SIGTERM as it ends): 130
+    # outside the loop's own handling (a second SIGTERM as it ends): 130
+    previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         return _run(args)
     finally:  # in vitkit's own process, to the end of it; a caller of main() gets its handler back

@@ -75,9 +75,8 @@ def inception_crop(
         top, bottom = _pixel_span(fraction[1], fraction[3], height)
         return left, top, right, bottom
 
-    pixels = torch.from_numpy(
-        load_pixels(source, channels, name=name, draft=needed, crop=box)
-    )  # (h, w, C): the box alone
+    # (h, w, C): the box alone
+    pixels = torch.from_numpy(load_pixels(source, channels, name=name, draft=needed, crop=box))
     # (1, C, h, w) with channels-last strides in every dimension: a (C, h, w) view with [None] put in front gets a batch
     # stride of 1-3, and torch then takes its slower planar uint8 resize path
     region = pixels[None].permute(0, 3, 1, 2)

@@ -29,9 +29,8 @@ from vitkit.kernels import jpeg_region
 from vitkit.paths import local_path
 
 MAX_PIXELS = 89_478_485  # larger images are refused before decoding (a decompression bomb); Pillow's own default
-MAX_FILE_BYTES = (
-    1 << 30
-)  # larger image files are refused before reading: MAX_PIXELS at 8 bytes a pixel (16-bit RGBA) fit
+# larger image files are refused before reading: MAX_PIXELS at 8 bytes a pixel (16-bit RGBA) fit
+MAX_FILE_BYTES = 1 << 30
 BOMB_ADVICE = "a decompression bomb, or an image far too large to train on; downscale it"
 ORIENTATION = 0x0112  # the EXIF tag
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff", ".ppm", ".pgm")
@@ -152,9 +151,8 @@ def _fast_jpeg(data: bytes, path: Path, channels: int, max_pixels: int, draft, c
         raise DataError(f"{path}: {w}x{h} pixels is over the limit of {max_pixels:,} ({BOMB_ADVICE})")
     orientation = _exif_orientation(data)
     need = _needed(draft, w, h, orientation)
-    gray = colorspace == "Gray" or (
-        channels == 1 and need is not None
-    )  # with DCT scaling Pillow's draft decodes luminance too
+    # with DCT scaling Pillow's draft decodes luminance too
+    gray = colorspace == "Gray" or (channels == 1 and need is not None)
     if channels == 1 and not gray:
         return None
     if libjpeg:
@@ -440,9 +438,8 @@ def _decode(source, channels: int, max_pixels: int, name: str | None, draft, cro
     except DataError:
         raise
     except Image.DecompressionBombError:
-        raise DataError(
-            f"{path}: more pixels than the limit of {max_pixels:,} ({BOMB_ADVICE})"
-        ) from None  # Pillow refused it first
+        # Pillow refused it first
+        raise DataError(f"{path}: more pixels than the limit of {max_pixels:,} ({BOMB_ADVICE})") from None
     except FileNotFoundError:
         raise DataError(
             f"{path}: image file not found" + (" (a symbolic link to a file that is gone)" if path.is_symlink() else "")
@@ -453,9 +450,8 @@ def _decode(source, channels: int, max_pixels: int, name: str | None, draft, cro
         raise DataError(f"{path}: permission denied; make the file readable") from None
     except UnidentifiedImageError:
         raise DataError(f"{path}: not an image (or in a format Pillow cannot read); remove it or convert it") from None
-    except (
-        Exception
-    ) as err:  # Pillow's decoders raise many types (OSError, SyntaxError, struct.error ...) on damaged files
+    # Pillow's decoders raise many types (OSError, SyntaxError, struct.error ...) on damaged files
+    except Exception as err:
         if isinstance(err, OSError) and err.errno == errno.ELOOP:
             raise DataError(f"{path}: a symbolic link that loops; remove it or point it at the image") from None
         raise DataError(

@@ -67,14 +67,12 @@ class FileImages(Dataset):
         i, batch, slot = item if self.crop is not None else (item, 0, 0)
         try:
             if self.crop is None:
-                pixels = np.array(
-                    load_image(self.paths[i], self.channels, self.size, self.crop_pct), copy=True
-                )  # writable
+                # writable
+                pixels = np.array(load_image(self.paths[i], self.channels, self.size, self.crop_pct), copy=True)
             else:
                 draws = crop_draws(self.seed, batch, slot)
-                pixels = inception_crop(
-                    self.paths[i], self.channels, (self.size, self.size), draws, *self.crop
-                )  # a new array
+                # a new array
+                pixels = inception_crop(self.paths[i], self.channels, (self.size, self.size), draws, *self.crop)
         except DataError as err:
             return None, self.labels[i], (i, str(self.paths[i]), str(err))
         return torch.from_numpy(pixels), self.labels[i], None

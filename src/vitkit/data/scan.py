@@ -48,9 +48,8 @@ def scan(split: Split, limit: int = 64) -> ImageScan:
                 turned = image.getexif().get(ORIENTATION, 1) in (5, 6, 7, 8)  # shown upright, as training reads it
                 sizes.append(image.size[::-1] if turned else image.size)
                 colour = colour or _has_colour(image)
-        except (
-            Exception
-        ):  # unreadable files (damaged, a decompression bomb) are the training run's business (data.on_error)
+        # unreadable files (damaged, a decompression bomb) are the training run's business (data.on_error)
+        except Exception:
             continue
     if not sizes:
         return ImageScan(0, len(split), 0, 0, 3, unreadable=len(pick))

@@ -34,9 +34,8 @@ class Split:
     """One split of a dataset. `images` is (N, C, H, W) uint8 when in memory, else `paths` are read on use:
     image files, or records inside shards (`images.Record`: a tar member, a Parquet row)."""
 
-    labels: (
-        torch.Tensor
-    )  # (N,) int64 class indices, or (N, K) uint8 multi-hot rows where an image has any number of classes
+    # (N,) int64 class indices, or (N, K) uint8 multi-hot rows where an image has any number of classes
+    labels: torch.Tensor
     class_names: list[str]
     images: torch.Tensor | None = None
     paths: list[Path] | None = None
@@ -46,9 +45,8 @@ class Split:
 
     def __post_init__(self) -> None:
         bad = next((name for name in self.class_names if has_control_characters(name)), None)
-        if (
-            bad is not None
-        ):  # printed raw, a folder named "a\x1b[31mb" recoloured the terminal and a newline split lines
+        # printed raw, a folder named "a\x1b[31mb" recoloured the terminal and a newline split lines
+        if bad is not None:
             raise DataError(
                 f"{self.source or 'the data'}: class name {bad!r} holds control characters (a newline, tab or "
                 "terminal escape); rename it"
@@ -154,9 +152,8 @@ def split_folders(root: Path) -> dict[str, Path]:
             for n in dict.fromkeys((name, name.capitalize(), name.upper()))
             if (root / n).is_dir()
         ]
-        folders = list(
-            {os.path.normcase(os.path.realpath(f)): f for f in folders}.values()
-        )  # one folder on a case-blind disk
+        # one folder on a case-blind disk
+        folders = list({os.path.normcase(os.path.realpath(f)): f for f in folders}.values())
         if len(folders) > 1:
             raise DataError(f"{root}: {folders[0].name}/ and {folders[1].name}/ are both the {split} split; keep one")
         if folders:

@@ -49,9 +49,8 @@ def _header(item) -> tuple[int, int, str]:
     orientation of 5-8 stores the image on its side)."""
     try:
         with warnings.catch_warnings():
-            warnings.simplefilter(
-                "ignore", Image.DecompressionBombWarning
-            )  # the limit below is vitkit's, as training's
+            # the limit below is vitkit's, as training's
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
             image = Image.open(io.BytesIO(item.read()) if isinstance(item, Record) else item)
     except Image.DecompressionBombError:
         raise DataError(f"more pixels than the limit of {MAX_PIXELS:,} ({BOMB_ADVICE})") from None
@@ -72,16 +71,13 @@ def image_sizes(split: Split, sample: int = SIZE_SAMPLE) -> dict:
     for i in chosen:
         try:
             w, h, mode = _header(split.paths[i])
-        except (
-            Exception
-        ) as err:  # an unreadable file: counted and the first named, training's data.on_error deals with it
+        # an unreadable file: counted and the first named, training's data.on_error deals with it
+        except Exception as err:
             unreadable += 1
-            why = (
-                "not an image Pillow reads" if isinstance(err, UnidentifiedImageError) else first_line(err)
-            )  # not its BytesIO
-            first = first or (
-                why if why.startswith(f"{split.paths[i]}:") else f"{split.paths[i]}: {why}"
-            )  # a record names itself
+            # not its BytesIO
+            why = "not an image Pillow reads" if isinstance(err, UnidentifiedImageError) else first_line(err)
+            # a record names itself
+            first = first or (why if why.startswith(f"{split.paths[i]}:") else f"{split.paths[i]}: {why}")
             continue
         sizes.append((w, h))
         modes[mode] += 1
@@ -104,9 +100,8 @@ def describe(splits: dict[str, Split | str], sizes_of: str, path=None, name: str
     """The summary of a dataset from its opened splits (a split that cannot be opened: the reason, a string)."""
     opened = {s: v for s, v in splits.items() if isinstance(v, Split)}
     if sizes_of not in opened:
-        raise DataError(
-            splits.get(sizes_of, f"the {sizes_of} split: not opened")
-        )  # why it cannot be opened names the data
+        # why it cannot be opened names the data
+        raise DataError(splits.get(sizes_of, f"the {sizes_of} split: not opened"))
     names = opened[sizes_of].class_names
     rows = {}
     for s in SPLITS:

@@ -85,9 +85,8 @@ def evaluate(
             "per_class": [],
             "confusion": cm.tolist(),
         }
-    per_class = [
-        None if count == 0 else hit / count for hit, count in zip(cm.diag().tolist(), cm.sum(1).tolist())
-    ]  # None: no image
+    # None: no image
+    per_class = [None if count == 0 else hit / count for hit, count in zip(cm.diag().tolist(), cm.sum(1).tolist())]
     result = {
         "n": n,
         "top1": float(cm.diag().sum()) / n,
@@ -182,9 +181,8 @@ def evaluate_multilabel(
 
 
 # -- frozen features: few-shot linear, linear probe, k-NN (paper §4.1) ----------------------------
-BIAS_FEATURE = (
-    100.0  # the constant bias feature of the official few-shot evaluator: large, so the bias is barely regularised
-)
+# the constant bias feature of the official few-shot evaluator: large, so the bias is barely regularised
+BIAS_FEATURE = 100.0
 
 
 def extract_features(
@@ -215,9 +213,8 @@ def extract_features(
     model.train(was_training)
     if not features:
         return torch.empty(0, 0), torch.empty(0, dtype=torch.long)
-    return torch.cat(features), torch.cat(
-        labels
-    )  # outside inference mode: ordinary tensors (a probe can train on them)
+    # outside inference mode: ordinary tensors (a probe can train on them)
+    return torch.cat(features), torch.cat(labels)
 
 
 def lsr_weights(

@@ -132,9 +132,8 @@ def picked_on(checkpoint: str | os.PathLike, name: str, split, extra: dict) -> s
         if not same_images(pick.get("images"), split.describe()):
             return None
         sweep = pick.get("sweep")
-        if (
-            isinstance(sweep, str) and not Path(sweep).is_file()
-        ):  # the sweep folder moved: its sweep.json where the model is now
+        # the sweep folder moved: its sweep.json where the model is now
+        if isinstance(sweep, str) and not Path(sweep).is_file():
             try:
                 here = Path(os.path.realpath(resolve(checkpoint))).parent.parent / "sweep.json"
             except (OSError, VitkitError):

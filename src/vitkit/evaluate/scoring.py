@@ -93,9 +93,8 @@ def open_scored_split(request: EvalRequest, meta: dict, config):
         split = spec.open(which, channels=config.in_chans, image_size=size)
     # by name where the checkpoint names its classes
     split = model_labels(split, meta.get("class_names"), request.checkpoint, request.labels_by_index)
-    if (
-        len(split) and not split.multi_label and int(split.labels.max()) >= config.num_classes
-    ):  # by position: more classes than the model has
+    # by position: more classes than the model has
+    if len(split) and not split.multi_label and int(split.labels.max()) >= config.num_classes:
         raise DataError(
             f"{split.source}: labels go up to {int(split.labels.max())} but {request.checkpoint} has "
             f"{config.num_classes} classes; evaluate it on the dataset it was trained for"

@@ -95,9 +95,8 @@ _PLAIN = re.compile(r"vit_(test|mini|ti|s|b|l|h)(\d+)")
 _TIMM_PLAIN = re.compile(r"vit_(tiny|small|base|large|huge)_patch(\d+)_(\d+)")
 _TIMM_SIZES = {"tiny": "ti", "small": "s", "base": "b", "large": "l", "huge": "h"}
 _TIMM_BIT = re.compile(r"resnetv2_(\d+x\d+)_bit")  # resnetv2_50x1_bit(.goog_in21k): BiT-M R50x1
-_BIT_RELEASE = re.compile(
-    r"bit_[sml]_(r\d+x\d+)"
-)  # BiT-M-R50x1 (the release's file names): the upstream data, then the size
+# BiT-M-R50x1 (the release's file names): the upstream data, then the size
+_BIT_RELEASE = re.compile(r"bit_[sml]_(r\d+x\d+)")
 _TIMM_HYBRIDS = {
     "vit_tiny_r_s16_p8": "r_vit_ti16",
     "vit_base_r50_s16": "r50_vit_b16",

@@ -252,9 +252,8 @@ def load_run_config(
                 )
             data = yaml.load(path.read_text(encoding="utf-8"), Loader=_NoAliasLoader) or {}
         except FileNotFoundError:
-            shipped = (
-                Path(__file__).resolve().parents[3] / "configs" / path.name
-            )  # the repository's recipes (a source checkout)
+            # the repository's recipes (a source checkout)
+            shipped = Path(__file__).resolve().parents[3] / "configs" / path.name
             hint = (
                 f"; the recipe of that name is {shipped} (configs/ paths in the docs are from the repository's root)"
                 if (not path.is_absolute() and shipped.is_file())

@@ -232,9 +232,8 @@ def _sweep(recipe: RunConfig, checkpoint, out: Path, starting: tuple | None, lrs
     runs = []
     for i, lr in enumerate(lrs, 1):
         run_dir = out / run_name(lr)
-        print(
-            f"== learning rate {lr:g} (run {i} of {len(lrs)}): {run_dir}", flush=True
-        )  # the lines below are this run's
+        # the lines below are this run's
+        print(f"== learning rate {lr:g} (run {i} of {len(lrs)}): {run_dir}", flush=True)
         config = dataclasses.replace(recipe, model=model_section, train=dataclasses.replace(recipe.train, lr=lr))
         if (run_dir / "summary.json").is_file() and is_native(run_dir / "final"):
             summary = read_json(run_dir / "summary.json")
@@ -289,9 +288,8 @@ def _pick(recipe: RunConfig, checkpoint, out: Path, runs: list[dict], size: tupl
     """The best run, recorded in its model and linked as out/final; sweep.json and sweep.md; `size`: the (H, W) every
     run trained at."""
     best = pick_best(runs)
-    if (
-        len(runs) > 1
-    ):  # the model carries its pick, into a converted or copied file too: its figures on these images are optimistic
+    # the model carries its pick, into a converted or copied file too: its figures on these images are optimistic
+    if len(runs) > 1:
         _record_pick(
             out / best["run"] / "final",
             {
@@ -431,9 +429,8 @@ def _claim(out: Path, plan: dict) -> None:
     marker = out / "finetune.json"
     plan = _absolute_paths(json.loads(json.dumps(plan)))
     if marker.is_file():
-        differ = _differing(
-            _absolute_paths(read_json(marker)), plan
-        )  # a plan of an older vitkit may hold paths as typed
+        # a plan of an older vitkit may hold paths as typed
+        differ = _differing(_absolute_paths(read_json(marker)), plan)
         if differ:
             raise ConfigError(
                 f"--out {out}: holds a fine-tuning run with other arguments ({', '.join(differ[:4])} differ; "

@@ -129,9 +129,8 @@ def checkpoint_data(checkpoint: str, overrides: list) -> tuple[str | None, dict]
     meta = read_metadata(checkpoint)
     record = meta.get("data") if isinstance(meta.get("data"), dict) else {}
     path = record.get("path")
-    if path and meta.get("class_names") == [
-        "unlabeled"
-    ]:  # pre-trained on images without labels: nothing to fine-tune on
+    # pre-trained on images without labels: nothing to fine-tune on
+    if path and meta.get("class_names") == ["unlabeled"]:
         raise DataError(
             f"{checkpoint}: pre-trained on {path}, images without the labels fine-tuning needs; give labelled "
             "data with --data PATH"

@@ -57,9 +57,8 @@ def init_from(model: VisionTransformer, path: Path, class_names: list[str]) -> s
             f"give this run that kind of model (model.name), or another checkpoint"
         )
     head, note = _head_for(meta.get("class_names"), theirs.num_classes, class_names)
-    if (
-        head is not None and untrained_head({}, path, source) is not None
-    ):  # finetune's start (init/): a head not trained yet
+    # finetune's start (init/): a head not trained yet
+    if head is not None and untrained_head({}, path, source) is not None:
         note = f"its head, all zeros (not trained yet), for the same {len(class_names)} classes"
     if head is None:
         source.reset_head(ours.num_classes, keep_pre_logits=False)

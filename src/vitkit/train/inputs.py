@@ -28,9 +28,8 @@ def prepare_data(config: RunConfig, out: Path, resume: bool, env: Setup) -> Data
     train_split = _open(spec, shape, d.train_split, "data.train_split")
     val_split = _open(spec, shape, d.val_split, "data.val_split")
     check_compatible(train_split, val_split)  # faults: the same classes, labels in range, before any work
-    val_copies = (copies_of_training_images({"train": train_split, "val": val_split}) or {}).get(
-        "val"
-    )  # said in the plan
+    # said in the plan
+    val_copies = (copies_of_training_images({"train": train_split, "val": val_split}) or {}).get("val")
     record = spec.record({d.train_split: train_split, d.val_split: val_split})
     val_files = frozenset(str(path) for path in val_split.paths) if val_split.paths is not None else frozenset()
     bad = faults.bad_files(
@@ -75,9 +74,8 @@ def _check_classes(config: RunConfig, train_split, micro: int) -> None:
     given = dict(config.model.overrides).get("num_classes")
     if given is not None and given != len(class_names):
         raise ConfigError(f"model.num_classes: {given} given but the data has {len(class_names)} classes")
-    if (
-        len(class_names) < 2 and OBJECTIVES[config.train.objective].uses_labels
-    ):  # masked patch prediction trains on a folder without class folders
+    # masked patch prediction trains on a folder without class folders
+    if len(class_names) < 2 and OBJECTIVES[config.train.objective].uses_labels:
         raise DataError(
             f"{train_split.source}: one class ({class_names[0]!r}); classification needs two or more "
             "(root/<class>/<image>); to pre-train on images without labels use train.objective=masked_patch"
@@ -150,7 +148,6 @@ def first_batch_pixels(config: RunConfig, shape, count: int) -> tuple[torch.Tens
         config, shape, split, t.micro_batch or t.batch_size, torch.device("cpu"), BadFiles(d.on_error)
     )
     images, labels = next(batches.iterate(0, 0))
-    pixels = augment_pixels(images, shape.image_size, augment, augment_generator(t.seed, 0))[
-        :count
-    ]  # draws depend on the batch
+    # draws depend on the batch
+    pixels = augment_pixels(images, shape.image_size, augment, augment_generator(t.seed, 0))[:count]
     return (pixels * 255).round().clamp(0, 255).to(torch.uint8), labels[:count], split.class_names

@@ -94,12 +94,10 @@ def train(config: RunConfig, out: str | os.PathLike, *, resume: bool = False, st
 
 def _refuse_out(config: RunConfig, out: Path, resume: bool) -> None:
     """An --out that holds a model, or lies inside an image folder whose folders are classes (before its lock file)."""
-    if (
-        not resume and (out / "config.json").is_file() and not (out / "run.yaml").is_file()
-    ):  # eval OUT would read that model
-        raise ConfigError(
-            f"--out {out}: holds a model (config.json), not a run; {_train_from(out)}"
-        )  # before its lock file
+    # eval OUT would read that model
+    if not resume and (out / "config.json").is_file() and not (out / "run.yaml").is_file():
+        # before its lock file
+        raise ConfigError(f"--out {out}: holds a model (config.json), not a run; {_train_from(out)}")
     data = config.data.path and Path(config.data.path).expanduser()
     if (
         data
@@ -159,9 +157,8 @@ def _model_record(config: RunConfig, env: Setup, data: Data, run: RunState) -> d
         "preprocess": {"crop_pct": config.augment.eval_crop_pct},
         "data": data.record,
     }  # every evaluation command reads the same splits
-    if earlier := pretrained_on(
-        config, env.checkpoints
-    ):  # the data its starting weights were trained on: their images are not unseen
+    # the data its starting weights were trained on: their images are not unseen
+    if earlier := pretrained_on(config, env.checkpoints):
         extra["pretrained_on"] = earlier
     if not run.objective.trains_head:  # its classification head never trained: eval and predict say so
         extra["objective"] = run.objective.name
@@ -424,9 +421,8 @@ def _save_step(
     world = env.world
     faults.check_run_directory(out, world)
     faults.check_finite_weights(run.model, step, out, world)  # never a checkpoint of unusable weights
-    faults.merge_bad_files(
-        data.bad, distributed.gather_objects(data.bad.files, world)
-    )  # each rank streams its own files
+    # each rank streams its own files
+    faults.merge_bad_files(data.bad, distributed.gather_objects(data.bad.files, world))
     epoch, position = divmod(step * env.accum, batches.per_epoch)
     run.progress.update(
         step=step,

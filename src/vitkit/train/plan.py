@@ -35,9 +35,8 @@ def plan_block(
     lines += [f"precision  {env.precision}"] if env.precision and step < last else []
     lines += augment_lines(config.augment, model.config.image_size[0], len(data.class_names))
     lines += _warnings(config, data)
-    if (
-        env.world.size == 1 and not env.world.sharded and step < last
-    ):  # one process of FSDP: the wrapped objective, not the model, unshards it
+    # one process of FSDP: the wrapped objective, not the model, unshards it
+    if env.world.size == 1 and not env.world.sharded and step < last:
         step_s, probe = _time_step(model, env.micro, env.device, env.amp_dtype)
         lines.append(
             f"estimated  {clock(step_s * env.accum * (last - step))} (forward + backward of {probe} image{'s' * (probe > 1)} "
@@ -89,9 +88,8 @@ def _data_lines(config: RunConfig, data: Data) -> list[str]:
                 else ""
             )
         )
-    if len(
-        data.bad
-    ):  # found while loading the data into memory, or listed by an earlier segment; a streamed run finds its own as it reads
+    # found while loading the data into memory, or listed by an earlier segment; a streamed run finds its own as it reads
+    if len(data.bad):
         lines.append(
             f"  skipped  {len(data.bad):>7,} unreadable (data.on_error=skip, listed in bad_files.json): "
             + ", ".join(f"{k:,} of {name}" for name, k in skipped.items())
@@ -222,12 +220,10 @@ def model_name(choice, c) -> str:
     return name if same else family
 
 
-PROBE_FLOPS = (
-    2e10  # the timed pass's size on a CPU: large enough for per-batch overheads not to dominate, quick everywhere
-)
-GPU_PROBE_FLOPS = (
-    2e13  # on a GPU: tens of ms of bf16 work, so that kernel launches do not dominate (as a 1-image pass's do)
-)
+# the timed pass's size on a CPU: large enough for per-batch overheads not to dominate, quick everywhere
+PROBE_FLOPS = 2e10
+# on a GPU: tens of ms of bf16 work, so that kernel launches do not dominate (as a 1-image pass's do)
+GPU_PROBE_FLOPS = 2e13
 
 
 def probe_images(config, micro: int, device: torch.device) -> int:

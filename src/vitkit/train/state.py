@@ -280,9 +280,8 @@ def read_metrics(out: Path) -> list[dict]:
     if not path.is_file():
         return []
     text = path.read_text(encoding="utf-8", errors="replace")
-    lines = (
-        text.splitlines() if text.endswith("\n") else text.splitlines()[:-1]
-    )  # faults: a kill -9 may tear the last line
+    # faults: a kill -9 may tear the last line
+    lines = text.splitlines() if text.endswith("\n") else text.splitlines()[:-1]
     rows, damaged = [], 0
     for line in lines:
         if line.strip():
@@ -337,9 +336,8 @@ def check_resumable(config: RunConfig, out: Path, env: Setup, data: Data, loaded
         raise ConfigError(
             f"train.objective: this run was started with {started}; resume it with train.objective={started}"
         )
-    batch = (
-        "train.micro_batch" if t.micro_batch else "train.batch_size"
-    )  # the key the user set: a micro-batch is the batch unless split
+    # the key the user set: a micro-batch is the batch unless split
+    batch = "train.micro_batch" if t.micro_batch else "train.batch_size"
     for key, saved, now in (("train.seed", progress["seed"], t.seed), (batch, progress["micro_batch"], env.micro)):
         if saved != now:
             raise ConfigError(

@@ -280,9 +280,8 @@ def _csv_header(path: Path, table: list[tuple[int, list[str]]]) -> bool:
         return False
     if _columns(first) is not None:
         return True
-    if (
-        Path(first[0].strip()).suffix.lower() in IMAGE_SUFFIXES
-    ):  # a line of a missing image: found missing later, by name
+    # a line of a missing image: found missing later, by name
+    if Path(first[0].strip()).suffix.lower() in IMAGE_SUFFIXES:
         return False
     return (
         len(first) >= 2

@@ -167,9 +167,8 @@ def _labels(
         names = list(known) if known else [str(i) for i in range(max(int(r) for r in raw) + 1)]
         index = {name: i for i, name in enumerate(names)}
         values = [int(r) if number else index.get(r, -2) for r, number in zip(raw, numeric)]
-        bad = next(
-            (i for i, v in enumerate(values) if v < -1 or v >= len(names)), None
-        )  # -1: no label (Hugging Face's)
+        # -1: no label (Hugging Face's)
+        bad = next((i for i, v in enumerate(values) if v < -1 or v >= len(names)), None)
         if bad is not None:
             shown = ", ".join(names[:8]) + (" ..." if len(names) > 8 else "")
             what = (
