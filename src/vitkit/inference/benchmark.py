@@ -179,7 +179,8 @@ def inference_kernels(model: torch.nn.Module) -> str:
     plain = _plain(model)
     if not isinstance(plain, VisionTransformer):
         return "torch"
-    return "short-attention" if any(b.attn.core is short_attention.written_out for b in plain.blocks) else "torch"
+    written_out = any(isinstance(b.attn, short_attention.WrittenOutAttention) for b in plain.blocks)
+    return "short-attention" if written_out else "torch"
 
 
 def build_reference(name: str, config: ViTConfig, device: str) -> torch.nn.Module:
