@@ -296,3 +296,73 @@ def test_the_device_line_counts_threads_in_words(monkeypatch):
     assert benchmark.device_name("cpu").endswith(", 1 thread")
     monkeypatch.setattr(benchmark.torch, "get_num_threads", lambda: 4)
     assert benchmark.device_name("cpu").endswith(", 4 threads")
+
+
+class _ForeignAttention(torch.nn.Module):
+    """Attention shaped like timm's: qkv and proj, and none of vitkit's seams."""
+
+    def __init__(self, width: int, num_heads: int):
+        super().__init__()
+        self.num_heads = num_heads
+        self.qkv = torch.nn.Linear(width, 3 * width)
+        self.proj = torch.nn.Linear(width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, D = x.shape
+        # (3, B, nh, T, hd)
+        q, k, v = self.qkv(x).view(B, T, 3, self.num_heads, D // self.num_heads).permute(2, 0, 3, 1, 4)
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+        return self.proj(y.transpose(1, 2).reshape(B, T, D))
+
+
+class _ForeignBlock(torch.nn.Module):
+    def __init__(self, width: int, num_heads: int, mlp_dim: int):
+        super().__init__()
+        self.norm1, self.norm2 = torch.nn.LayerNorm(width), torch.nn.LayerNorm(width)
+        self.attn = _ForeignAttention(width, num_heads)
+        self.mlp = torch.nn.Sequential(
+            torch.nn.Linear(width, mlp_dim), torch.nn.GELU(), torch.nn.Linear(mlp_dim, width)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.norm1(x))
+        return x + self.mlp(self.norm2(x))
+
+
+class _ForeignViT(torch.nn.Module):
+    """A ViT from another library, as the benchmark sees one: `blocks` whose attention has no `core`."""
+
+    def __init__(self, config):
+        super().__init__()
+        c = config
+        self.patch_embed = torch.nn.Conv2d(c.in_chans, c.width, c.patch_size, stride=c.patch_size)
+        self.cls_token = torch.nn.Parameter(torch.zeros(1, 1, c.width))
+        self.blocks = torch.nn.Sequential(*(_ForeignBlock(c.width, c.num_heads, c.mlp_dim) for _ in range(c.depth)))
+        self.norm = torch.nn.LayerNorm(c.width)
+        self.head = torch.nn.Linear(c.width, c.num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # (B, N, D)
+        x = self.patch_embed(x).flatten(2).transpose(1, 2)
+        x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)
+        return self.head(self.norm(self.blocks(x))[:, 0])
+
+
+@pytest.mark.parametrize("mode", ["inference", "train"])
+def test_a_candidate_from_another_library_gets_no_vitkit_kernels_and_is_reported_so(monkeypatch, mode):
+    """`benchmark --compare timm` on a GPU crashed in both modes: the report asked every candidate's blocks for
+    vitkit's attention seam, which timm's attention has not. A stand-in with timm's shape takes timm's place here."""
+    built = []
+
+    def foreign(name, config, device):
+        built.append(name)
+        return _ForeignViT(config).to(device)
+
+    monkeypatch.setattr(benchmark, "build_reference", foreign)
+    setup = benchmark.Setup(config=get_config("vit_test"), batch_size=2, mode=mode, rounds=1, warmup=1, kernels="torch")
+    report = benchmark.run(setup, compare=["timm"])
+    assert built == ["timm"]
+    assert report["candidates"]["timm"] == "timm fp32"
+    assert report["results"]["timm"]["img_per_s"] > 0 and report["speedup"]["vitkit/timm"] > 0
+    assert benchmark.inference_kernels(_ForeignViT(setup.config)) == "torch"
+    assert "timm: timm fp32" in benchmark.format_table(report)

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from vitkit.kernels import cpu_inference
+from vitkit.kernels import block_kernels, cpu_inference, swap
 from vitkit.models import VisionTransformer, get_config
 
 pytestmark = pytest.mark.numerics  # float results: run again under ISA caps
@@ -187,7 +187,7 @@ def test_model_with_kernels_matches_torch_in_inference(act):
     x = torch.randn(3, 3, 16, 16)
     with torch.inference_mode():
         want = model(x), model.forward_features(x)
-        model.set_inference_kernels(cpu_inference)
+        block_kernels.install(model, cpu_inference)
         got = model(x), model.forward_features(x)
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
@@ -195,11 +195,13 @@ def test_model_with_kernels_matches_torch_in_inference(act):
 
 def test_a_model_with_kernels_deep_copies():
     model = _model()
-    model.set_inference_kernels(cpu_inference)
+    block_kernels.install(model, cpu_inference)
     twin = copy.deepcopy(model)  # e.g. for an EMA copy
     assert (
-        twin.blocks[0].attn.kernel is cpu_inference.attention and twin.blocks[0].mlp.kernel is cpu_inference.bias_gelu_
+        twin.blocks[0].attn.kernel is cpu_inference.attention
+        and twin.blocks[0].mlp.bias_gelu_ is cpu_inference.bias_gelu_
     )
+    assert twin.state_dict().keys() == _model().state_dict().keys()
     x = torch.randn(2, 3, 16, 16)
     with torch.inference_mode():
         torch.testing.assert_close(twin(x), model(x))
@@ -208,7 +210,7 @@ def test_a_model_with_kernels_deep_copies():
 def test_training_and_gradients_never_reach_the_kernels(kernel_spy):
     spy, calls = kernel_spy
     model = _model()
-    model.set_inference_kernels(spy)
+    block_kernels.install(model, spy)
     x = torch.randn(2, 3, 16, 16)
     model(x).sum().backward()  # eval mode, gradients on
     model.train()
@@ -218,7 +220,7 @@ def test_training_and_gradients_never_reach_the_kernels(kernel_spy):
     with torch.no_grad():
         model.forward_features(x)
     assert sorted(calls) == ["attention"] * len(model.blocks) + ["bias_gelu_"] * len(model.blocks)
-    model.set_inference_kernels(None)
+    swap.unswap(model)
     with torch.no_grad():
         model.forward_features(x)
     assert len(calls) == 2 * len(model.blocks)
@@ -229,7 +231,7 @@ def test_compiled_model_calls_the_kernels():
     x = torch.randn(2, 3, 16, 16)
     with torch.inference_mode():
         want = model(x)
-        model.set_inference_kernels(cpu_inference)
+        block_kernels.install(model, cpu_inference)
         compiled = torch.compile(model, fullgraph=True)
         torch.testing.assert_close(compiled(x), want, atol=1e-5, rtol=1e-5)
 

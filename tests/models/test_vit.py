@@ -260,13 +260,23 @@ def test_corrupt_hook_replaces_patch_embeddings_before_position_embeddings():
 
 
 @pytest.mark.parametrize("name", ["vit_b16", "r50_vit_b16"])
-def test_bf16_cpu_inference_embeds_patches_with_one_gemm_that_matches_the_convolution(name):
+def test_bf16_cpu_inference_embeds_patches_with_one_gemm_that_matches_the_convolution(monkeypatch, name):
+    from vitkit.kernels import patch_gemm
+
     model = tiny(name, in_chans=1 if name == "vit_b16" else 3).to(torch.bfloat16).eval()
+    keys = model.state_dict().keys()
+    patch_gemm.install(model)
+    assert isinstance(model.patch_embed, patch_gemm.PatchGemm) and model.state_dict().keys() == keys
     c = model.config
     x = torch.randn(2, c.in_chans, *c.image_size).to(torch.bfloat16)
     conv = model.patch_embed
     calls = []
-    conv.register_forward_hook(lambda *_: calls.append(1))
+    convolve = torch.nn.Conv2d._conv_forward
+    monkeypatch.setattr(
+        torch.nn.Conv2d,
+        "_conv_forward",
+        lambda self, *a: (calls.append(1), convolve(self, *a))[1] if self is conv else convolve(self, *a),
+    )
     with torch.no_grad():
         features = model.backbone(x) if model.backbone is not None else x
         got = model.patch_tokens(features)

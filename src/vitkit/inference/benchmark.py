@@ -171,11 +171,16 @@ def inference_kernels(model: torch.nn.Module) -> str:
     """Which attention and GELU a built vitkit candidate runs: "vitkit-cpu" where its runner chose vitkit's C++ kernels
     (fp32 CPU inference, `Setup.kernels` auto, the library builds; see `precision.prepare`), "vitkit-bf16" where a
     bf16 runner's attention leaves torch's flash kernel (`precision.explicit_bf16_attention`), "short-attention" where
-    training writes short attention out (`short_attention.install`; it applies where its rule says), else "torch"."""
-    if isinstance(model, _Prepared):  # bf16 on AVX512_BF16 without AMX: its own attention, whatever --kernels says
+    training writes short attention out (`short_attention.install`; it applies where its rule says), else "torch".
+    A candidate from another library (timm, transformers) has none of vitkit's seams: "torch", its library's own ops."""
+    if isinstance(model, _Prepared):
+        # bf16 on AVX512_BF16 without AMX: its own attention, whatever --kernels says
         return "vitkit-cpu" if model.runner.uses_kernels else "vitkit-bf16" if model.runner.bf16_attention else "torch"
-    blocks = getattr(_plain(model), "blocks", [])
-    return "short-attention" if any(b.attn.core is short_attention.written_out for b in blocks) else "torch"
+    plain = _plain(model)
+    if not isinstance(plain, VisionTransformer):
+        return "torch"
+    written_out = any(isinstance(b.attn, short_attention.WrittenOutAttention) for b in plain.blocks)
+    return "short-attention" if written_out else "torch"
 
 
 def build_reference(name: str, config: ViTConfig, device: str) -> torch.nn.Module:

@@ -29,6 +29,7 @@ from vitkit.checkpoint.io import read_sidecar, sidecar_path
 from vitkit.errors import ConfigError, VitkitError, first_line
 from vitkit.files import WriteError, atomic_path, scratch_folder, sha256, write_json
 from vitkit.inference.precision import quiet_torch_internals
+from vitkit.kernels import swap
 from vitkit.models import VisionTransformer
 
 FORMATS = {"onnx": ".onnx", "openvino": ".xml", "torchscript": ".pt", "exported-program": ".pt2"}
@@ -216,8 +217,8 @@ def export(
             f"format {format}: int8 exports are ONNX or OpenVINO IR (quantized by NNCF); export {format} in fp32"
         )
     model = copy.deepcopy(model).eval().cpu()
-    if isinstance(model, VisionTransformer):
-        model.set_inference_kernels(None)  # torch's own ops: what every runtime knows
+    # the model's own modules, no speed path swapped in: torch's own ops, what every runtime knows
+    swap.unswap(model)
     path = Path(path)
     refuse_folder(path, format)
     x = _example(model, 2)

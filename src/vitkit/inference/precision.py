@@ -53,7 +53,8 @@ from torch import nn
 
 from vitkit.devices import compile_cache_by_isa
 from vitkit.errors import ConfigError
-from vitkit.kernels import cpu_inference  # imports only torch; its libraries build on first use
+from vitkit.kernels import block_kernels, cpu_inference, patch_gemm, swap
+from vitkit.models.vit import Block
 
 PRECISIONS = ("fp32", "bf16", "int8", "int8-dynamic")
 CALIBRATION_IMAGES = 256  # images the int8 observers see by default: a few hundred of the user's own
@@ -282,8 +283,12 @@ class Runner:
         self._autocast = (precision == "bf16" and not self._cast) or (precision == "int8" and int8_mixed_bf16())
         model.eval()
         self.forward = _Forward(copy.deepcopy(model).to(torch.bfloat16) if self._cast else model, pre_logits)
-        if self._cast and explicit_bf16_attention() and hasattr(model, "set_inference_kernels"):
+        if self._cast:
+            patch_gemm.install(self.forward.model)
+        if self._cast and explicit_bf16_attention() and block_kernels.takes_kernels(model):
             self._set_bf16_attention(model)
+        # vitkit's kernels swapped in for each call, the same swap-ins every time (a compiled graph keeps its modules)
+        self._kernel_swap_ins = None if self._kernels is None else block_kernels.replacement(self._kernels)
         self.batch_size: int | None = None
         self._batches_left = batches
         self._compile = (
@@ -313,7 +318,7 @@ class Runner:
 
     def _set_bf16_attention(self, model: nn.Module) -> None:
         """Attention of the runner's bf16 copy (never the caller's model) outside torch's flash kernel."""
-        self.forward.model.set_inference_kernels(_Bf16Attention)
+        block_kernels.install(self.forward.model, _Bf16Attention)
         self.bf16_attention = True
         kernel = _bf16_kernel_covers(model)  # the kernel where it builds and covers the heads, else bf16 matmuls
         self.description += (
@@ -383,7 +388,8 @@ class Runner:
         with torch.no_grad():
             batch = torch.export.Dim("batch", min=1, max=4096)  # one quantized graph for every batch size
             example = x if len(x) > 1 else x.expand(2, *x.shape[1:])  # a batch of one would fix the batch size at 1
-            graph = torch.export.export(self.forward, (example,), dynamic_shapes={"x": {0: batch}}).module()
+            with swap.swapped(self.forward, _dense_class_row):
+                graph = torch.export.export(self.forward, (example,), dynamic_shapes={"x": {0: batch}}).module()
             _fold_weight_slices(graph)
             observed = prepare_pt2e(graph, quantizer)
             seen = 0
@@ -424,11 +430,9 @@ class Runner:
 
     def _with_kernels(self):
         """vitkit's fp32 CPU kernels on the model for one call; afterwards the caller's model is as it was."""
-        return (
-            contextlib.nullcontext()
-            if self._kernels is None
-            else self.forward.model.using_inference_kernels(self._kernels)
-        )
+        if self._kernel_swap_ins is None:
+            return contextlib.nullcontext()
+        return swap.swapped(self.forward.model, self._kernel_swap_ins)
 
     @torch.inference_mode()
     def settle(self, x: torch.Tensor) -> None:
@@ -572,11 +576,7 @@ def _cpu_kernels(model: nn.Module, precision: str, device: torch.device):
     """vitkit.kernels.cpu_inference where it serves this runner (fp32 or int8-dynamic, CPU, a model that takes them,
     the library builds: once per machine and torch version, some seconds), else None. int8-dynamic
     takes `_Int8DynamicKernels` where attention runs in bf16 (`explicit_bf16_attention`)."""
-    if (
-        precision not in ("fp32", "int8-dynamic")
-        or device.type != "cpu"
-        or not hasattr(model, "using_inference_kernels")
-    ):
+    if precision not in ("fp32", "int8-dynamic") or device.type != "cpu" or not block_kernels.takes_kernels(model):
         return None
     with warnings.catch_warnings():  # where they cannot build (no compiler), torch's ops run, as they do without them
         warnings.simplefilter("ignore")
@@ -608,6 +608,26 @@ class _Int8DynamicKernels:
     def attention(qkv: torch.Tensor, bias: torch.Tensor, num_heads: int) -> torch.Tensor:
         out = cpu_inference.attention_bf16(qkv.to(torch.bfloat16), bias.to(torch.bfloat16), num_heads)
         return cpu_inference.attention(qkv, bias, num_heads) if out is None else out.float()
+
+
+class _DenseClassRow(Block):
+    """A block whose class-token-only pass adds its attention output to a dense copy of the class token's row:
+    compiled int8 may fuse that residual sum into the quantized GEMM, writing into the residual's buffer, which must
+    then be dense (the row of a (B, T, D) tensor is strided). The same sums as Block."""
+
+    def forward(
+        self, x: torch.Tensor, *, class_token_only: bool = False, grid: tuple[int, int] | None = None
+    ) -> torch.Tensor:
+        if not class_token_only:
+            return super().forward(x, grid=grid)
+        # (2) and (3) for the class token, (B, 1, D)
+        row = x[:, :1].contiguous() + self.drop_path(self.attn(self.norm1(x), queries=1, grid=grid))
+        return row + self.drop_path(self.mlp(self.norm2(row)))
+
+
+def _dense_class_row(module: nn.Module) -> nn.Module | None:
+    """The swap-in (vitkit.kernels.swap) that int8's graph is exported with: every Block as a `_DenseClassRow`."""
+    return swap.adopt(_DenseClassRow, module) if type(module) is Block else None
 
 
 def _quantizer_class():

@@ -2,7 +2,7 @@
 attention for CPUs with AVX512_BF16 (cpu_attention_bf16.cpp, `attention_bf16`).
 
     if cpu_inference.load():
-        model.set_inference_kernels(cpu_inference)   # eval + no_grad only; training keeps torch's ops
+        block_kernels.install(model, cpu_inference)   # eval + no_grad only; training keeps torch's ops
 
 `attention` takes the fused Q/K/V projection before its bias and does the bias and softmax(q k^T /
 sqrt(d_head)) v of every head in one pass; `bias_gelu_` adds the first MLP layer's bias and applies

@@ -14,6 +14,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from vitkit.kernels import swap
+
+# what a model's attention offers that the swap-in overrides and calls (vitkit.models.vit's Attention)
+ATTENTION = ("fused", "project", "probabilities", "merge_heads", "attn_dropout")
+
 # The rule stays well inside the region where written out wins: the gain shrinks as the sequence grows and turns
 # into a loss around 200 tokens. The probabilities kept for backward are capped (16 MB a layer in fp32).
 WRITTEN_OUT_MAX_TOKENS = 100
@@ -36,21 +41,26 @@ def written_out_is_faster(q: torch.Tensor, k: torch.Tensor) -> bool:
     )
 
 
-def written_out(attention: nn.Module, x: torch.Tensor, bias: torch.Tensor | None, queries: int | None) -> torch.Tensor:
-    """An attention core (vitkit.models.vit.AttentionCore): softmax(Q K^T / sqrt(d_head) + bias) V as matmuls where
-    `written_out_is_faster`, else torch's fused kernel on the same Q, K and V."""
-    q, k, v = attention.project(x, queries)
-    dropout = attention.attn_dropout if attention.training else 0.0
-    if written_out_is_faster(q, k):
-        y = F.dropout(attention.probabilities(q, k, bias), dropout, attention.training) @ v
-    else:
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout)
-    return attention.merge_heads(y)
+class WrittenOutAttention:
+    """A swap-in for attention (vitkit.kernels.swap) whose fused path is softmax(Q K^T / sqrt(d_head) + bias) V as matmuls where `written_out_is_faster`,
+    else torch's fused kernel on the same Q, K and V."""
+
+    def fused(self, x: torch.Tensor, bias: torch.Tensor | None, queries: int | None) -> torch.Tensor:
+        q, k, v = self.project(x, queries)
+        dropout = self.attn_dropout if self.training else 0.0
+        if written_out_is_faster(q, k):
+            y = F.dropout(self.probabilities(q, k, bias), dropout, self.training) @ v
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout)
+        return self.merge_heads(y)
+
+
+def _plain_attention(module: nn.Module) -> bool:
+    return swap.offers(module, *ATTENTION) and not isinstance(module, WrittenOutAttention)
 
 
 def install(model: nn.Module) -> nn.Module:
-    """Every attention layer of `model` through `written_out` (VisionTransformer.set_attention_core); returns the
-    model, unchanged where it has no attention."""
-    if hasattr(model, "set_attention_core"):
-        model.set_attention_core(written_out)
+    """Every attention layer of `model` as `WrittenOutAttention` (vitkit.kernels.swap); returns the model, unchanged
+    where it has no attention."""
+    swap.swap(model, lambda m: swap.adopt(WrittenOutAttention, m) if _plain_attention(m) else None)
     return model

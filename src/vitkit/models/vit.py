@@ -6,16 +6,16 @@
     y    = LN(z_L^0)                                          (4)  forward_features + forward_head
 
 Attention has one fused path (torch's scaled_dot_product_attention) and one explicit path that also returns the
-attention probabilities (`forward_explicit`), used only for inspection. Faster paths for particular settings stand in
-for the fused one through a single seam, `Attention.core` (`set_attention_core`); they live in vitkit.kernels and are
-installed by whoever runs the model where they pay (vitkit.kernels.short_attention for training short sequences on
-the CPU; the inference kernels below).
+attention probabilities (`forward_explicit`), used only for inspection. Faster paths for particular settings are
+swap-in modules that take the place of an Attention, Mlp, Block or the patch embedding's Conv2d, sharing its
+parameters (the state dict keeps its keys). They enter through one seam, vitkit.kernels.swap, installed by whoever runs
+the model where they pay: written-out attention for training short sequences, inference kernels for attention and the
+MLP's bias + GELU, the patch embedding as one GEMM for bf16 on the CPU, a dense class-token row for compiled int8.
+Nothing in this file branches on them.
 
 Position embeddings (App. D.4, `pos_embed`): "learned" E_pos of Eq. 1; "learned_2d", a row and a column
 embedding of D/2 each, concatenated; "relative", a learned bias per head and layer for every 2D offset
 between two patches, added to the attention logits (to SDPA as its float attn_mask); "sincos2d"; "none".
-For inference, faster kernels can stand in for attention and the MLP's bias + GELU
-(`set_inference_kernels`, e.g. vitkit.kernels.cpu_inference); they compute the same sums.
 
 Any image size (`dynamic_img_size`): an input of another size whose sides are multiples of the patch size gets E_pos
 (or the relative bias table) resampled to its grid of patches, as `set_image_size` would, kept per grid.
@@ -24,10 +24,8 @@ Per-layer features: `forward_intermediates` returns z_l of the layers asked for 
 
 from __future__ import annotations
 
-import contextlib
 import math
 from collections.abc import Callable
-from typing import Protocol
 
 import torch
 import torch.nn.functional as F
@@ -35,7 +33,6 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from vitkit.errors import ConfigError
-from vitkit.kernels.block_kernels import InferenceKernels, KernelAttention
 from vitkit.limits import check_batch_room
 
 from .config import Backbone, ConvStemConfig, ViTConfig
@@ -44,28 +41,11 @@ from .intermediates import cached, check_output_fmt, take_indices, tracing
 from .resnet import ResNetBackbone
 
 
-class AttentionCore(Protocol):
-    """A speed path swapped in for the attention core (`Attention.core`): the same sums, faster where it applies.
-
-    Given the block's normed tokens x (B, T, D), the logit bias (nh, Tq, T) or None and `queries` (None: every token
-    attends), it returns the heads side by side before the output projection, (B, Tq, D). Where it does not apply it
-    returns `attention.fused(x, bias, queries)`, the model's own path.
-    """
-
-    def __call__(
-        self, attention: Attention, x: torch.Tensor, bias: torch.Tensor | None, queries: int | None
-    ) -> torch.Tensor: ...
-
-
-def _inference(module: nn.Module) -> bool:
-    return not (module.training or torch.is_grad_enabled())
-
-
 class Attention(nn.Module):
     """Multi-head self-attention: softmax(Q K^T / sqrt(d_head)) V per head, heads projected back to D.
 
     One fused path (torch's scaled_dot_product_attention) and one explicit path that also returns the probabilities
-    (`forward_explicit`); `core`, None by default, is the seam through which a faster path stands in for the fused one.
+    (`forward_explicit`); a swap-in (vitkit.kernels.swap) may compute `fused` faster.
     """
 
     def __init__(
@@ -80,20 +60,13 @@ class Attention(nn.Module):
         self.proj = nn.Linear(width, width)
         self.proj_drop = nn.Dropout(dropout)
         self.softmax = nn.Softmax(dim=-1)  # a named module, so inspection can hook it
-        self.core: AttentionCore | None = None  # a swap-in for the fused path; None: the fused path
-
-    @property
-    def kernel(self) -> Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor] | None:
-        """The inference kernel standing in for attention (InferenceKernels.attention, `set_inference_kernels`)."""
-        return getattr(self.core, "attention", None)
 
     def forward(
         self, x: torch.Tensor, *, queries: int | None = None, grid: tuple[int, int] | None = None
     ) -> torch.Tensor:
         """(B, T, D) -> (B, T, D); with `queries=n` only the first n tokens attend: (B, n, D).
         `grid`: the input's (h, w) patches where it is not the configured one (relative position bias)."""
-        bias = self.logit_bias(queries, grid)
-        y = self.fused(x, bias, queries) if self.core is None else self.core(self, x, bias, queries)
+        y = self.fused(x, self.logit_bias(queries, grid), queries)
         return self.proj_drop(self.proj(y))
 
     def logit_bias(self, queries: int | None = None, grid: tuple[int, int] | None = None) -> torch.Tensor | None:
@@ -167,14 +140,8 @@ class Mlp(nn.Module):
         self.act = nn.GELU(approximate="tanh" if act == "gelu_tanh" else "none")
         self.fc2 = nn.Linear(mlp_dim, width)
         self.drop = nn.Dropout(dropout)
-        self.kernel: Callable[[torch.Tensor, torch.Tensor, bool], torch.Tensor] | None = (
-            None  # InferenceKernels.bias_gelu_
-        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.kernel is not None and _inference(self):  # fc1's bias and GELU in one pass
-            h = self.kernel(F.linear(x, self.fc1.weight), self.fc1.bias, self.act.approximate == "tanh")
-            return self.fc2(h)
         return self.drop(self.fc2(self.drop(self.act(self.fc1(x)))))
 
 
@@ -213,10 +180,9 @@ class Block(nn.Module):
     def forward(
         self, x: torch.Tensor, *, class_token_only: bool = False, grid: tuple[int, int] | None = None
     ) -> torch.Tensor:
-        if class_token_only:  # the last layer when only z_L^0 is read (Eq. 4): the same sums for one row
-            # contiguous: compiled int8 may fuse this sum into the GEMM, writing into the residual's buffer, which
-            # must then be dense
-            x = x[:, :1].contiguous() + self.drop_path(self.attn(self.norm1(x), queries=1, grid=grid))  # (2), (B, 1, D)
+        if class_token_only:
+            # the last layer when only z_L^0 is read (Eq. 4): the same sums for one row, (B, 1, D)
+            x = x[:, :1] + self.drop_path(self.attn(self.norm1(x), queries=1, grid=grid))  # (2)
         else:
             x = x + self.drop_path(self.attn(self.norm1(x), grid=grid))  # (2)
         x = x + self.drop_path(self.mlp(self.norm2(x)))  # (3)
@@ -365,16 +331,8 @@ class VisionTransformer(nn.Module):
     def patch_tokens(self, x: torch.Tensor) -> torch.Tensor:
         """x_p^i E of Eq. 1 for every patch: (B, C, H, W) -> (B, N, D), patches in row-major order.
 
-        E is stored as a strided convolution (the official checkpoints' layout). bf16 inference on the CPU multiplies
-        the flattened patches by E as one GEMM instead, as Eq. 1 writes it: a bf16 convolution over so few input
-        channels (3) makes poor use of the CPU's matrix units, where one GEMM over all patches keeps them busy."""
-        ph, pw = self.patch_embed.kernel_size
-        B, C, H, W = x.shape
-        if x.device.type != "cpu" or x.dtype != torch.bfloat16 or not _inference(self) or H % ph or W % pw:
-            return self.patch_embed(x).flatten(2).transpose(1, 2)
-        patches = x.reshape(B, C, H // ph, ph, W // pw, pw).permute(0, 2, 4, 1, 3, 5).reshape(B, -1, C * ph * pw)
-        weight = self.patch_embed.weight
-        return F.linear(patches, weight.reshape(weight.shape[0], -1), self.patch_embed.bias)
+        E is stored as a strided convolution (the official checkpoints' layout)."""
+        return self.patch_embed(x).flatten(2).transpose(1, 2)
 
     def position_embedding(self, grid: tuple[int, int] | None = None) -> torch.Tensor | None:
         """E_pos of Eq. 1 as added to the tokens, (1, prefix + N, D); None without one (relative, none).
@@ -531,32 +489,6 @@ class VisionTransformer(nn.Module):
     def set_grad_checkpointing(self, enable: bool = True) -> None:
         """Activation checkpointing per block: less memory in training for one more forward pass."""
         self.grad_checkpointing = enable
-
-    def set_attention_core(self, core: AttentionCore | None) -> None:
-        """Every block's attention through `core` (an AttentionCore); None restores the fused path."""
-        for block in self.blocks:
-            block.attn.core = core
-
-    def set_inference_kernels(self, kernels: InferenceKernels | None) -> None:
-        """Inference only (no grad, eval mode): attention and the MLP's bias + GELU through `kernels`.
-
-        None restores torch's ops (scaled_dot_product_attention, nn.GELU); training and gradients always use them.
-        """
-        # the functions, not `kernels` itself: a model with them still deep-copies
-        self.set_attention_core(None if kernels is None else KernelAttention(kernels.attention))
-        for block in self.blocks:
-            block.mlp.kernel = None if kernels is None else kernels.bias_gelu_
-
-    @contextlib.contextmanager
-    def using_inference_kernels(self, kernels: InferenceKernels | None):
-        """`set_inference_kernels(kernels)` inside a with block; afterwards the model has what it had before."""
-        before = [(block.attn.core, block.mlp.kernel) for block in self.blocks]
-        self.set_inference_kernels(kernels)
-        try:
-            yield self
-        finally:
-            for block, (core, bias_gelu) in zip(self.blocks, before):
-                block.attn.core, block.mlp.kernel = core, bias_gelu
 
     def no_weight_decay(self) -> set[str]:
         """Parameter names that take no weight decay besides norms and biases."""
