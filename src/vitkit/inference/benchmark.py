@@ -129,9 +129,8 @@ def build_vitkit(setup: Setup) -> torch.nn.Module:
     model.set_grad_checkpointing(setup.grad_checkpointing)
     if setup.mode == "train" and setup.kernels != "torch":  # as training runs it: short sequences written out
         short_attention.install(model)
-    if (
-        setup.mode == "inference" and setup.dtype != "fp16"
-    ):  # what eval and predict run (vitkit.inference.precision, with its kernels)
+    # what eval and predict run (vitkit.inference.precision, with its kernels)
+    if setup.mode == "inference" and setup.dtype != "fp16":
         runner = precision.prepare(
             model,
             setup.dtype,
@@ -321,9 +320,8 @@ def interleaved_times(
     times: dict[str, list[float]] = {name: [] for name in steps}
     names = list(steps)
     for r in range(rounds):
-        for name in (
-            names[r % len(names) :] + names[: r % len(names)]
-        ):  # each round starts one later: none always follows the same
+        # each round starts one later: none always follows the same
+        for name in names[r % len(names) :] + names[: r % len(names)]:
             step = steps[name]
             _sync(device)
             start = time.perf_counter()

@@ -227,9 +227,8 @@ class Classifier:
         elif not isinstance(images, (Sequence, torch.Tensor)):
             images = list(images)  # any iterable: a generator, Path.glob(...)
         for image in images:
-            if isinstance(image, (str, os.PathLike)) and os.path.isdir(
-                image
-            ):  # one answer per image given: a folder is none
+            # one answer per image given: a folder is none
+            if isinstance(image, (str, os.PathLike)) and os.path.isdir(image):
                 raise DataError(
                     f"{image}: is a folder; pass its images (e.g. sorted(Path(folder).glob('*.jpg'))), or run "
                     f"`vitkit predict CHECKPOINT {image}`, which names each image it answers for"

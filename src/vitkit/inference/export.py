@@ -239,9 +239,8 @@ def export(
     buffer = io.BytesIO()  # torch's C++ file writer aborts the process on a full disk: the file is written from Python
     with torch.no_grad():
         if format == "torchscript":
-            with (
-                warnings.catch_warnings()
-            ):  # shape checks read as Python values: the trace is checked on another batch size after
+            # shape checks read as Python values: the trace is checked on another batch size after
+            with warnings.catch_warnings():
                 warnings.simplefilter("ignore", torch.jit.TracerWarning)
                 torch.jit.save(torch.jit.trace(model, x), buffer)
         else:
@@ -364,9 +363,8 @@ def quantize_int8(
     flow. ONNX graphs take named inputs (`input_name`)."""
     if preset not in INT8_PRESETS:
         raise ConfigError(f"int8 preset: expected one of {', '.join(INT8_PRESETS)}, got {preset!r}")
-    os.environ.setdefault(
-        "NNCF_CI", "1"
-    )  # NNCF's switch for its usage telemetry: vitkit sends nothing over the network
+    # NNCF's switch for its usage telemetry: vitkit sends nothing over the network
+    os.environ.setdefault("NNCF_CI", "1")
     try:
         import nncf
     except ImportError:
@@ -521,9 +519,8 @@ def export_checkpoint(
     if not 0 <= min_agreement <= 1:
         raise ConfigError(f"--min-agreement: expected a fraction from 0 to 1 (0.99 = 99%), got {min_agreement}")
     model, metadata = load_with_metadata(checkpoint)
-    if (
-        model.config.num_classes
-    ):  # a head that never trained would export as uniform probabilities; a backbone exports features
+    # a head that never trained would export as uniform probabilities; a backbone exports features
+    if model.config.num_classes:
         refuse_untrained_head(metadata, checkpoint, model)
     suffix = (".int8" if precision == "int8" else "") + FORMATS[format]  # int8 never takes its fp32 export's name
     out = _checked_target(out or checkpoint.with_name(checkpoint.name.rstrip("/") + suffix), format)

@@ -291,15 +291,13 @@ class Runner:
         self._kernel_swap_ins = None if self._kernels is None else block_kernels.replacement(self._kernels)
         self.batch_size: int | None = None
         self._batches_left = batches
-        self._compile = (
-            compile if compile is not None or not precision.startswith("int8") else True
-        )  # int8 only pays compiled
+        # int8 only pays compiled
+        self._compile = compile if compile is not None or not precision.startswith("int8") else True
         self._fn: Callable[[torch.Tensor], torch.Tensor] | None = None
         self._set_eager_linears(model)
         self._calibration = calibration
-        if (
-            precision == "int8" and calibration is None
-        ):  # said before the first batch runs, so that no report leaves it out
+        # said before the first batch runs, so that no report leaves it out
+        if precision == "int8" and calibration is None:
             self.description += FIRST_BATCH_CALIBRATION
         self.compiled = False
         self._eager_seconds: float | None = None  # auto mode's eager batch, until compiled has been timed against it
@@ -520,9 +518,8 @@ class OneDNNLinears(torch.overrides.TorchFunctionMode):
     def __init__(self, dtype: torch.dtype = torch.float32):
         super().__init__()
         self.dtype = dtype  # the GEMMs it takes: fp32, or bf16 (a bf16 model's)
-        self._packed: dict[
-            tuple, tuple[torch.Tensor, int, torch.Tensor]
-        ] = {}  # (ptr, shape, strides) -> source, version, pack
+        # (ptr, shape, strides) -> source, version, pack
+        self._packed: dict[tuple, tuple[torch.Tensor, int, torch.Tensor]] = {}
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}

@@ -506,9 +506,8 @@ class RelativePositionBias(nn.Module):
     def __init__(self, grid: tuple[int, int], num_heads: int, num_prefix_tokens: int):
         super().__init__()
         self.num_prefix_tokens = num_prefix_tokens
-        self.table = nn.Parameter(
-            torch.randn(num_heads, 2 * grid[0] - 1, 2 * grid[1] - 1) * 0.02
-        )  # offsets -(g-1) .. g-1
+        # offsets -(g-1) .. g-1
+        self.table = nn.Parameter(torch.randn(num_heads, 2 * grid[0] - 1, 2 * grid[1] - 1) * 0.02)
         self.register_buffer("index", _offset_index(grid), persistent=False)
         self.grid = tuple(grid)
         self._grid_cache: dict = {}  # table and index per input grid (dynamic_img_size)
