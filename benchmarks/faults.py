@@ -16,7 +16,7 @@ counted. Every number it prints comes from this run.
 6. Planted pickles: a pickle that creates a file when loaded, put where a checkpoint's tensors go (a timm .pth, an
    HF pytorch_model.bin, an object array in an .npz, a run's train_state.pt), then read by the real commands
    (info, predict, convert, eval, train --resume): every command must refuse in one line and no file may appear.
-   (DCP's pickled .metadata under torchrun is tests/test_sharded_trust.py's.)
+   (DCP's pickled .metadata under torchrun is tests/train/test_sharded_trust.py's.)
 7. Special files: /dev/zero as an image and as a checkpoint, a FIFO as an image and a checkpoint, each under a
    timeout and an address-space limit: one line, exit 2, never a hang or a runaway read.
 

@@ -75,6 +75,14 @@ def _skip_what_the_cpu_cannot_do(items):
             item.add_marker(pytest.mark.skip(reason=f"int8 needs VNNI, {lacks}"))
 
 
+@pytest.fixture
+def tiny_run() -> list[str]:
+    """The overrides of the suite's tiny training run (tests/tiny_run.py), a copy to extend."""
+    from tiny_run import TINY_RUN
+
+    return list(TINY_RUN)
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)

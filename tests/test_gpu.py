@@ -4,17 +4,17 @@ evaluation, export, inspection, the benchmark and a one-GPU torchrun under DDP a
 Marked gpu: skipped where no CUDA device is visible (CI). Run them on a GPU machine with `pytest -m gpu`.
 
 Each has a CPU twin that runs the same logic on device cpu, so CI sees it break:
-    bf16 training               test_train_precision.py test_bf16_training_on_the_cpu_learns_like_fp32_and_resumes_exactly
-    interrupted and resumed     test_train.py test_interrupted_and_resumed_equals_straight (the same two settings)
+    bf16 training               train/test_train_precision.py test_bf16_training_on_the_cpu_learns_like_fp32_and_resumes_exactly
+    interrupted and resumed     train/test_loop.py test_interrupted_and_resumed_equals_straight (the same two settings)
     compiled training           test_gpu_twins.py test_compiled_training_matches_eager
     EMA                         test_gpu_twins.py test_ema_is_the_average_not_the_last_step
-    masked patch pre-training   test_pretrain.py test_loss_decreases_on_a_tiny_synthetic_set
+    masked patch pre-training   train/test_masked_patch.py test_loss_decreases_on_a_tiny_synthetic_set
     eval at reduced precision   cli/test_eval.py test_reduced_precision_reports_its_cost_against_fp32
-    export of a trained run     test_export.py test_cli_export
+    export of a trained run     inference/test_export.py test_cli_export
     inspection numbers          cli/test_inspect.py test_inspect_writes_every_figure_and_the_numbers
     benchmark against timm      test_gpu_twins.py test_benchmark_both_modes_reports_mfu_and_a_ratio_to_a_reference,
-                                test_benchmark.py test_a_candidate_from_another_library_gets_no_vitkit_kernels_and_is_reported_so
-    torchrun DDP and FSDP       test_distributed.py test_two_ddp_processes_match_one_process,
+                                inference/test_benchmark.py test_a_candidate_from_another_library_gets_no_vitkit_kernels_and_is_reported_so
+    torchrun DDP and FSDP       train/test_distributed.py test_two_ddp_processes_match_one_process,
                                 test_fsdp_resumes_on_another_world_size_with_its_ema_weights
     a runner choosing its path  test_gpu_twins.py test_a_runner_choosing_its_path_times_four_finished_batches
 """

@@ -6,7 +6,7 @@ import json
 
 import pytest
 import torch
-from test_train import TINY as TRAIN_TINY
+from tiny_run import TINY_RUN as TRAIN_TINY
 
 from vitkit.checkpoint.io import read_safetensors
 from vitkit.train import train
@@ -47,7 +47,7 @@ def test_benchmark_both_modes_reports_mfu_and_a_ratio_to_a_reference(vitkit_cmd,
     """test_benchmark_on_cuda_reports_mfu_and_a_ratio_to_timm on the CPU, through the same command: --mode both writes
     one report per mode, each with vitkit's MFU against the measured peak and the ratio to the reference. transformers
     stands in for timm, which is not installed where CI runs (its bookkeeping with a foreign model:
-    test_benchmark.py's test_a_candidate_from_another_library_gets_no_vitkit_kernels_and_is_reported_so)."""
+    inference/test_benchmark.py's test_a_candidate_from_another_library_gets_no_vitkit_kernels_and_is_reported_so)."""
     pytest.importorskip("transformers")
     out = tmp_path / "b.json"
     done = vitkit_cmd(

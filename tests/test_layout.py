@@ -5,7 +5,9 @@ The rules are read from that table, so the document and the tree cannot drift ap
 """
 
 import ast
+import io
 import re
+import tokenize
 from pathlib import Path
 
 import pytest
@@ -137,3 +139,51 @@ def test_functions_are_short(path):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > limit
     ]
     assert not long, f"over {limit} lines: {long}"
+
+
+def _wrapped_for_a_comment(source: str, limit: int = 120) -> list[int]:
+    """First lines of statements that span lines only for an end-of-line comment: without the comment they fit on one
+    line of `limit` (no multi-line string, no list with a trailing comma, no own-line comment inside)."""
+    tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
+    lines, found, statement = source.splitlines(), [], []
+    for token in tokens:
+        statement.append(token)
+        if token.type not in (tokenize.NEWLINE, tokenize.ENDMARKER):
+            continue
+        code = [t for t in statement if t.type not in SPACING and t.type != tokenize.COMMENT]
+        comments = [t for t in statement if t.type == tokenize.COMMENT]
+        statement = []
+        if not code or not comments or code[0].start[0] == code[-1].end[0]:
+            continue
+        first, last = code[0].start[0], code[-1].end[0]
+        rows = {r for t in code for r in range(t.start[0], t.end[0] + 1)}
+        if any(c.start[0] not in rows or c.start[0] > last for c in comments):
+            continue
+        if any(t.type == tokenize.STRING and t.start[0] != t.end[0] for t in code):
+            continue
+        texts = [lines[r - 1][: next((c.start[1] for c in comments if c.start[0] == r), None)].strip() for r in
+                 range(first, last + 1)]  # fmt: skip
+        if any(t.endswith(",") for t in texts[:-1]):
+            continue
+        joined = " ".join(t for t in texts if t)
+        for opened, closed in (("( ", "("), ("[ ", "["), ("{ ", "{"), (" )", ")"), (" ]", "]"), (" }", "}")):
+            joined = joined.replace(opened, closed)
+        if len(lines[first - 1]) - len(lines[first - 1].lstrip()) + len(joined) <= limit:
+            found.append(first)
+    return found
+
+
+SPACING = (tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER)
+
+
+@pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_comments_stand_on_their_own_line(path):
+    """A comment at the end of a line made the formatter wrap its statement (`x = (\\n    value  # why\\n)`,
+    `if (\\n    cond\\n):  # why`): it stands on its own line above the statement instead."""
+    wrapped = _wrapped_for_a_comment(path.read_text(encoding="utf-8"))
+    assert not wrapped, f"{path.relative_to(ROOT)}: lines {wrapped}: put the comment on its own line above"
+
+
+def test_the_wrapped_comment_finder_finds_one():
+    assert _wrapped_for_a_comment("x = (\n    4096.0  # why\n)\nif (\n    x\n):  # why\n    pass\n") == [1, 4]
+    assert _wrapped_for_a_comment("# why\nx = 4096.0\nitems = [\n    1,  # one\n    2,\n]\n") == []

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from tiny_run import TINY_RUN
 
 import vitkit
 from vitkit.checkpoint.io import read_safetensors
@@ -22,23 +23,7 @@ from vitkit.train.objectives import (
     mean_colour_targets,
 )
 
-TINY = [
-    "model.name=vit_test",
-    "model.depth=1",
-    "model.image_size=8",
-    "data.name=synthetic",
-    "data.synthetic_size=64",
-    "train.batch_size=16",
-    "train.warmup_steps=2",
-    "train.log_every=2",
-    "train.eval_every=4",
-    "train.checkpoint_every=2",
-    "train.progress=false",
-    "augment.crop=pad",
-    "augment.pad=1",
-    "train.threads=1",
-    "train.objective=masked_patch",
-]
+TINY = [*TINY_RUN, "train.objective=masked_patch"]
 
 
 def train_losses(out):
@@ -368,7 +353,7 @@ def test_short_real_fashion_mnist_pretraining(tmp_path, run_cli):
     done = run_cli(
         "train",
         "--config",
-        Path(__file__).resolve().parents[1] / "configs" / "pretrain_masked_patch.yaml",
+        Path(__file__).resolve().parents[2] / "configs" / "pretrain_masked_patch.yaml",
         "--out",
         out,
         "--no-progress",

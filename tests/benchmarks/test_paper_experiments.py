@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-PAPER = Path(__file__).resolve().parents[1] / "benchmarks" / "paper"
+PAPER = Path(__file__).resolve().parents[2] / "benchmarks" / "paper"
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -12,7 +12,7 @@ from vitkit.train import train
 from vitkit.train.config import load_run_config
 from vitkit.train.finetune import PAPER_LRS, finetune_recipe
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 IMAGENET_TRAIN = 1_281_167  # ILSVRC-2012 training images
 
 # the same file at a reduced scale: a tiny model on synthetic data, two steps of eight images
@@ -122,7 +122,7 @@ def test_better_plain_vit_baselines():
 )
 def test_each_recipe_runs_two_steps_reduced(name, extra, tmp_path, capsys, monkeypatch):
     """The recipe file with overrides for data and size trains two finite steps, through every knob it turns on."""
-    monkeypatch.setattr("vitkit.train.loop._plot", lambda *args: None)  # the figures: tests/test_plots.py
+    monkeypatch.setattr("vitkit.train.loop._plot", lambda *args: None)  # the figures: tests/plots/test_plots.py
     config = load_run_config(CONFIGS / name, REDUCED + extra)
     summary = train(config, tmp_path / "run")
     plan = capsys.readouterr().out

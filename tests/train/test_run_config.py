@@ -70,7 +70,7 @@ def test_a_model_name_that_is_not_a_string_is_one_clear_error(tmp_path, name):
 def test_shipped_configs_load():
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1] / "configs"
+    root = Path(__file__).resolve().parents[2] / "configs"
     for path in sorted(root.glob("*.yaml")):
         config = load_run_config(path)
         config.model_config(num_classes=10)

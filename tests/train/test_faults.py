@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
+from tiny_run import TINY_RUN
 
 from vitkit.checkpoint.io import read_safetensors
 from vitkit.errors import CheckpointError, ConfigError, DataError, TrainingError
@@ -22,23 +23,7 @@ from vitkit.files import verify_checksums
 from vitkit.train import faults, find_checkpoint, load_checkpoint, resume_config, step_checkpoints, train
 from vitkit.train.config import load_run_config
 
-TINY = [
-    "model.name=vit_test",
-    "model.depth=1",
-    "model.image_size=8",
-    "data.name=synthetic",
-    "data.synthetic_size=64",
-    "train.batch_size=16",
-    "train.warmup_steps=2",
-    "train.log_every=1",
-    "train.eval_every=100",
-    "train.checkpoint_every=2",
-    "train.progress=false",
-    "augment.crop=pad",
-    "augment.pad=1",
-    "train.threads=1",
-    "train.decay=constant",
-]
+TINY = [*TINY_RUN, "train.log_every=1", "train.eval_every=100", "train.decay=constant"]
 
 
 def _final_weights(run: Path) -> dict[str, torch.Tensor]:

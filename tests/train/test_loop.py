@@ -4,6 +4,7 @@ import types
 
 import pytest
 import torch
+from tiny_run import TINY_RUN
 
 from vitkit.checkpoint.io import read_safetensors
 from vitkit.errors import CheckpointError, ConfigError
@@ -11,22 +12,7 @@ from vitkit.models import create_model
 from vitkit.train import find_checkpoint, learning_rate, param_groups, train
 from vitkit.train.config import load_run_config
 
-TINY = [
-    "model.name=vit_test",
-    "model.depth=1",
-    "model.image_size=8",
-    "data.name=synthetic",
-    "data.synthetic_size=64",
-    "train.batch_size=16",
-    "train.warmup_steps=2",
-    "train.log_every=2",
-    "train.eval_every=4",
-    "train.checkpoint_every=2",
-    "train.progress=false",
-    "augment.crop=pad",
-    "augment.pad=1",
-    "train.threads=1",
-]
+TINY = TINY_RUN
 
 
 def test_weight_decay_groups():

@@ -5,7 +5,7 @@ import json
 
 import pytest
 import torch
-from test_train import TINY
+from tiny_run import TINY_RUN as TINY
 
 from vitkit.checkpoint.io import read_safetensors
 from vitkit.models import create_model

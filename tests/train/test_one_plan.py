@@ -8,7 +8,7 @@ import pytest
 
 from vitkit.cli import main
 
-SRC = Path(__file__).resolve().parents[1] / "src" / "vitkit"
+SRC = Path(__file__).resolve().parents[2] / "src" / "vitkit"
 
 TINY = [
     "data.name=synthetic",

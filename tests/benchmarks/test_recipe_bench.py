@@ -11,7 +11,7 @@ from PIL import Image
 
 from vitkit.data.sources.idx import default_dir, find_idx
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _load():
