@@ -27,6 +27,7 @@ import sys
 
 import pytest
 import torch
+from tiny_run import TINY_RUN
 
 from vitkit.checkpoint.io import read_safetensors
 from vitkit.checkpoint.native import load_native
@@ -35,20 +36,14 @@ from vitkit.train.config import load_run_config
 
 pytestmark = pytest.mark.gpu
 
+# the suite's tiny run, two blocks at 16 px on the GPU (threads back to the default: the CPU only feeds it)
 TINY = [
-    "model.name=vit_test",
+    *TINY_RUN,
     "model.depth=2",
     "model.image_size=16",
-    "data.name=synthetic",
     "data.synthetic_size=128",
     "train.batch_size=32",
-    "train.warmup_steps=2",
-    "train.log_every=2",
-    "train.eval_every=4",
-    "train.checkpoint_every=2",
-    "train.progress=false",
-    "augment.crop=pad",
-    "augment.pad=1",
+    "train.threads=0",
     "train.device=cuda",
 ]
 
