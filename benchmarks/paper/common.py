@@ -34,7 +34,8 @@ from vitkit.errors import VitkitError
 from vitkit.evaluate.metrics import evaluate, fewshot_eval, markdown_table
 from vitkit.models.summary import count_flops
 from vitkit.train import step_checkpoints, train
-from vitkit.train.config import changed_settings, fitted_size, from_dict, load_run_config
+from vitkit.train.config import changed_settings, from_dict, load_run_config
+from vitkit.train.fit import fitted_size
 
 # The demo's recipe (configs/fashion_mnist.yaml) for every family: AdamW, warmup + cosine, 1-pixel shifts, flips,
 # label smoothing; only the model and the length change.
