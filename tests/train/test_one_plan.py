@@ -47,8 +47,9 @@ def _count_get_config(monkeypatch) -> list:
         calls.append(name)
         return real(name, **overrides)
 
-    for module in list(sys.modules.values()):
-        if getattr(module, "get_config", None) is real:
+    # vitkit's modules only: another library's module may raise on the attribute (pydantic.config does)
+    for name, module in list(sys.modules.items()):
+        if name.split(".")[0] == "vitkit" and getattr(module, "get_config", None) is real:
             monkeypatch.setattr(module, "get_config", counted)
     return calls
 
