@@ -64,6 +64,25 @@ def test_vitkit_train_builds_its_model_config_once(tmp_path, monkeypatch):
     assert calls == ["vit_test"], calls
 
 
+def test_vitkit_train_fitted_to_a_folder_builds_its_model_config_once(tmp_path, monkeypatch):
+    """With no model named, the fit reads the data and train sections the overrides make before the model is chosen:
+    no model config is built for the default model the fit then replaces, only the fitted one."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for split in ("train", "val"):
+        for name in ("a", "b"):
+            (tmp_path / "data" / split / name).mkdir(parents=True)
+            for i in range(4):
+                pixels = rng.integers(0, 256, (12, 12, 3), dtype=np.uint8)
+                Image.fromarray(pixels).save(tmp_path / "data" / split / name / f"{i}.png")
+    calls = _count_get_config(monkeypatch)
+    argv = ["train", "--data", str(tmp_path / "data"), "--out", str(tmp_path / "run"), "--no-progress"]
+    assert main([*argv, "train.steps=1", "train.threads=1", "train.eval_every=1"]) == 0
+    assert len(calls) == 1 and calls[0] != "vit_mini4_28", calls
+
+
 def test_vitkit_finetune_builds_its_model_config_once(tmp_path, monkeypatch):
     """`vitkit finetune` with two learning rates: the recipe's model section is checked (its config built) once, the
     fit is applied to that recipe with dataclasses.replace, and each run's model choice is the checkpoint's config as
@@ -83,7 +102,7 @@ def test_vitkit_finetune_builds_its_model_config_once(tmp_path, monkeypatch):
 
 def test_only_the_plan_builds_a_model_config_from_a_run_config():
     callers = {p.relative_to(SRC).as_posix() for p in _sources() if ".model_config(" in p.read_text()}
-    assert callers <= {"train/resolve.py"}, callers
+    assert callers <= {"train/plan.py"}, callers
 
 
 def test_rank_and_world_size_are_read_from_the_environment_in_one_module():

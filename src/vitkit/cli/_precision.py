@@ -27,8 +27,11 @@ def add_precision(p: argparse.ArgumentParser) -> None:
 
 
 def check_threshold(threshold: float) -> None:
-    """--threshold: a probability in (0, 1]."""
+    """--threshold of a command without a typed request (predict), under the limit eval's request declares."""
     from vitkit.errors import ConfigError
+    from vitkit.evaluate.metrics import THRESHOLD_LIMIT
+    from vitkit.limits import limit_problem
 
-    if not 0.0 < threshold <= 1.0:
-        raise ConfigError(f"--threshold: expected a probability in (0, 1], got {threshold}")
+    problem = limit_problem(threshold, THRESHOLD_LIMIT["limit"])
+    if problem:
+        raise ConfigError(f"--threshold: {problem}")

@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import TYPE_CHECKING
 
-from ._precision import add_precision, check_threshold
+from ._precision import add_precision
 from ._request import request_of
 from .predict import add_keep_aspect
 
@@ -109,8 +109,6 @@ def request(args: argparse.Namespace) -> EvalRequest:
 
 def run(args: argparse.Namespace) -> int:
     from vitkit.evaluate.scoring import score_checkpoint
-
-    check_threshold(args.threshold)
 
     scored = score_checkpoint(request(args))
     for line in scored.lines:

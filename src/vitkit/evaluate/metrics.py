@@ -24,6 +24,7 @@ from vitkit.data.augment import eval_transform
 from vitkit.data.split import described
 from vitkit.errors import DataError
 from vitkit.files import atomic_path, write_json
+from vitkit.limits import limits
 
 
 def topk_correct(logits: torch.Tensor, labels: torch.Tensor, k: int) -> torch.Tensor:
@@ -102,6 +103,8 @@ def evaluate(
 
 # -- multi-label: a set of classes per image, scored by ranking and by a threshold ---------------
 THRESHOLD = 0.5  # a label is predicted where its sigmoid probability is at least this
+# what --threshold may be, for every command that takes one (a request's field metadata)
+THRESHOLD_LIMIT = limits("(0, 1]", says="a probability in (0, 1]", flag="--threshold")
 
 
 def average_precision(scores: torch.Tensor, truth: torch.Tensor) -> float | None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from vitkit.errors import ConfigError
-from vitkit.evaluate.metrics import THRESHOLD
+from vitkit.evaluate.metrics import THRESHOLD, THRESHOLD_LIMIT
 from vitkit.limits import check_fields, limits
 
 
@@ -26,7 +26,7 @@ class EvalRequest:
     threads: int = 0
     # where the confusion-matrix PNG goes; None: beside the model
     confusion: str | None = None
-    threshold: float = THRESHOLD
+    threshold: float = field(default=THRESHOLD, metadata=THRESHOLD_LIMIT)
     labels_by_index: bool = False
     precision: str = "fp32"
     calibration: int = 256

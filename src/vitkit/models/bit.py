@@ -7,7 +7,7 @@
 
 Every conv is weight-standardised ((w - mean) / (std + 1e-10), biased std, as the release's PyTorch port)
 with symmetric padding; every norm is GroupNorm with 32 groups (eps 1e-5). The stride sits on the 3x3 conv.
-Shares StdConv2d and GroupNorm with the hybrid's backbone (`resnet.py`), which follows the ViT release's
+Shares StdConv2d and GroupNorm with the hybrid's backbone (`backbones.py`), which follows the ViT release's
 post-activation ResNet instead.
 """
 
@@ -20,9 +20,9 @@ from torch.utils.checkpoint import checkpoint
 
 from vitkit.errors import ConfigError
 
+from .backbones import StdConv2d, group_norm
 from .config import BiTConfig
 from .intermediates import check_output_fmt, take_indices
-from .resnet import StdConv2d, group_norm
 
 WS_EPS = 1e-10
 GN_EPS = 1e-5

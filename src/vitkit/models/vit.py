@@ -35,10 +35,9 @@ from torch.utils.checkpoint import checkpoint
 from vitkit.errors import ConfigError
 from vitkit.limits import check_batch_room
 
+from .backbones import ConvStem, ResNetBackbone
 from .config import Backbone, ConvStemConfig, ViTConfig
-from .convstem import ConvStem
 from .intermediates import cached, check_output_fmt, take_indices, tracing
-from .resnet import ResNetBackbone
 
 
 class Attention(nn.Module):

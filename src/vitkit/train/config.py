@@ -270,7 +270,15 @@ def load_run_config(
             raise ConfigError(f"{path}: not valid YAML ({first_line(err)})") from None
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: expected a mapping of sections (model, data, augment, train)")
-    given: dict[str, dict[str, Any]] = {}  # the overrides, by section: the last of a key wins
+    where = str(path) if path else "config"
+    for section, values in override_layer(overrides).items():
+        merge_layer(data, section, values, "overrides")
+    return from_dict(data, where=where)
+
+
+def override_layer(overrides: list) -> dict[str, dict[str, Any]]:
+    """The overrides as one layer of a config, by section, typed by their keys; the last of a key wins."""
+    given: dict[str, dict[str, Any]] = {}
     for item in overrides:
         if isinstance(item, tuple):  # (key, value) from a CLI flag such as --data: the value as given, never parsed
             section, name = item[0].split(".", 1)
@@ -281,10 +289,15 @@ def load_run_config(
             raise ConfigError(f"override {shown(item)}: expected section.key=value, e.g. train.lr=1e-3")
         section, _, name = key.strip().partition(".")
         given.setdefault(section, {})[name.strip()] = override_value(section, name.strip(), text)
-    where = str(path) if path else "config"
-    for section, values in given.items():
-        merge_layer(data, section, values, "overrides")
-    return from_dict(data, where=where)
+    return given
+
+
+def data_and_train(overrides: list) -> tuple[DataConfig, TrainConfig]:
+    """The data and train sections that `overrides` (data.* and train.* keys) make over the defaults, checked as a
+    run config's are, with no model config built: what a fit to the data reads before the model is chosen."""
+    given = override_layer(overrides)
+    _length_set(given.get("train"), "overrides")
+    return _section(DataConfig, given.get("data", {}), "data"), _section(TrainConfig, given.get("train", {}), "train")
 
 
 LENGTH_KEYS = ("steps", "epochs")  # train.steps or train.epochs: the training length

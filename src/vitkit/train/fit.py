@@ -83,12 +83,11 @@ def fitted_unless_named(path: str | None, named: bool, overrides: list[str], com
     follow."""
     if not path or named or any(o.startswith(("model.name=", "model.init=")) for o in overrides):
         return {}
-    from vitkit.train.config import check_override_keys, load_run_config
+    from vitkit.train.config import check_override_keys, data_and_train
 
     check_override_keys(overrides)  # a misspelt key is one error before the scan, not after its line
 
-    user = load_run_config(
-        None,
+    data, train = data_and_train(
         [o for o in overrides if o.startswith(("data.", "train.epochs=", "train.steps=", "train.batch_size="))]
         + [("data.path", path)],
     )
@@ -96,14 +95,14 @@ def fitted_unless_named(path: str | None, named: bool, overrides: list[str], com
         any(o.startswith(key) for o in overrides) for key in ("train.batch_size=", "train.steps=")
     )
     fitted = fit_to_data(
-        user.data,
+        data,
         command,
-        epochs=user.train.epochs,
-        batch=user.train.batch_size if named_batch else None,
-        steps=user.train.steps if named_steps else None,
+        epochs=train.epochs,
+        batch=train.batch_size if named_batch else None,
+        steps=train.steps if named_steps else None,
     )
     # the user's length wins
-    return {k: v for k, v in fitted.items() if not (user.train.epochs is not None and k == "train.steps")}
+    return {k: v for k, v in fitted.items() if not (train.epochs is not None and k == "train.steps")}
 
 
 def fit_to_data(
@@ -133,7 +132,7 @@ def data_report(request: DataRequest, say: Callable[[str], None] = print) -> dic
     from vitkit.data.report import open_splits, refuse_shards_in, summary_lines
     from vitkit.data.summary import describe
     from vitkit.errors import ConfigError
-    from vitkit.train.resolve import model_of
+    from vitkit.train.plan import model_of
 
     r = request
     if r.samples < 0 or r.per_shard < 1:

@@ -42,9 +42,8 @@ from vitkit.train.optim import (
     set_learning_rate,
     update_ema,
 )
-from vitkit.train.plan import clock, mean_rate, model_name, plan_block, running_step_time, segments
+from vitkit.train.plan import clock, mean_rate, model_name, plan_block, resolve, running_step_time, segments
 from vitkit.train.precision import choose
-from vitkit.train.resolve import resolve
 from vitkit.train.state import (
     Data,
     RunState,

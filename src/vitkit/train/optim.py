@@ -120,11 +120,3 @@ def update_ema(ema: dict[str, torch.Tensor], model: nn.Module, decay: float) -> 
             ema[name].lerp_(value, 1.0 - decay)
         else:
             ema[name].copy_(value)
-
-
-def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
-    """The autocast dtype, or None for plain fp32: bf16 on GPU by default, fp32 on CPU until the run resolves auto
-    (vitkit.train.precision.choose, once the model is built)."""
-    if precision == "auto":
-        return torch.bfloat16 if device.type == "cuda" else None
-    return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]

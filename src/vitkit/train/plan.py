@@ -1,5 +1,9 @@
-"""The block a run prints before it trains (model, data, run, an estimated time), the timing probe behind the
-estimate, and the run's rate and stretches as summary.json reports them."""
+"""The run's plan: made once at the top (`resolve`: a run config and the run directory it names become a `Setup`: the
+model config, built once here; the device, rank and world (train.distributed); the micro-batches, as the run config
+checked them (config.check_batches); the checkpoints to resume from), and told to the user (`plan_block`: model, data,
+run, an estimated time, with the timing probe behind the estimate); the run's rate and stretches as summary.json
+reports them. Everything below reads the plan; a change of it (the precision chosen, the data's classes) is
+dataclasses.replace."""
 
 from __future__ import annotations
 
@@ -9,15 +13,65 @@ from pathlib import Path
 
 import torch
 
+from vitkit.checkpoint.runs import step_checkpoints
 from vitkit.data.augment import AugmentConfig
 from vitkit.data.split import where_from
 from vitkit.data.summary import copies_warning
-from vitkit.devices import COUNT_KEYS, usable_cpus
-from vitkit.models import BiTConfig, ConvStemConfig, VisionTransformer
+from vitkit.devices import COUNT_KEYS, pick_device, usable_cpus
+from vitkit.errors import CheckpointError, ConfigError
+from vitkit.files import refuse_foreign
+from vitkit.models import BiTConfig, ConvStemConfig, ModelConfig, VisionTransformer
+from vitkit.train import distributed
 from vitkit.train.config import RunConfig
 from vitkit.train.optim import describe
-from vitkit.train.precision import timing_passes
-from vitkit.train.state import Data, Setup, is_number
+from vitkit.train.precision import autocast_dtype, timing_passes
+from vitkit.train.state import RUN_FILES, Data, Setup, is_number
+
+
+def model_of(config: RunConfig) -> ModelConfig:
+    """The model config of a run config's model section (num_classes as the section says; the data's classes are set
+    on it with `replace` once the data is read). The one place a command builds it: it is built once and handed down."""
+    return config.model_config()
+
+
+def resolve(config: RunConfig, out: Path, resume: bool) -> Setup:
+    """The run's plan: its model config, device and processes, the micro-batch split, and whether `out` may be
+    started or resumed."""
+    t = config.train
+    device = pick_device(t.device, key="train.device")
+    # under torchrun: DDP or FSDP across processes
+    world, device = distributed.setup(t.strategy, device)
+    # split as the run config checked it (config.check_batches)
+    micro = t.micro_batch or t.batch_size
+    checkpoints = step_checkpoints(out)
+    _check_out(out, resume, checkpoints)
+    return Setup(
+        device,
+        world,
+        autocast_dtype(t.precision, device),
+        micro,
+        t.batch_size // micro,
+        checkpoints,
+        model=model_of(config),
+    )
+
+
+def _check_out(out: Path, resume: bool, checkpoints: list[Path]) -> None:
+    """`out` holds a run to resume, or none to start."""
+    if resume and not checkpoints:
+        raise CheckpointError(f"{out}: no checkpoint to resume from (expected {out}/checkpoints/step_*/)")
+    if not resume and (checkpoints or (out / "final").exists()):
+        raise ConfigError(f"--out {out}: already holds a run; continue it with --resume {out} or choose another --out")
+    if resume:
+        # its end replaces final/ as a whole: a user's file there (an export, notes) is refused now, not lost then
+        refuse_foreign(out / "final", f"move it out of {out / 'final'}, then resume")
+    theirs = [name for name in RUN_FILES if (out / name).exists()]
+    # not a run stopped before its first checkpoint
+    if not resume and theirs and not (out / "run.yaml").is_file():
+        raise ConfigError(
+            f"--out {out}: holds {theirs[0]}, which a run writes, and is not a vitkit run; choose a new or "
+            "empty --out (nothing was changed)"
+        )
 
 
 def plan_block(

@@ -53,7 +53,7 @@ class Setup:
     micro: int  # images per forward/backward pass, across all processes
     accum: int  # micro-batches per optimizer step
     checkpoints: list[Path]  # the run's complete step checkpoints, oldest first
-    # the model config, built once from the run config (resolve.model_of); the model's input (size, channels, mean,
+    # the model config, built once from the run config (plan.model_of); the model's input (size, channels, mean,
     # std) decides how images are read, the data's classes are set on it with replace
     model: ModelConfig | None = None
     precision: str = ""  # which precision runs and why (train.precision; the plan's line)

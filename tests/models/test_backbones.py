@@ -5,7 +5,7 @@ import torch
 
 import vitkit
 from vitkit.models import ResNetConfig
-from vitkit.models.resnet import Bottleneck, ResNetBackbone, StdConv2d, pad_same
+from vitkit.models.backbones import Bottleneck, ResNetBackbone, StdConv2d, pad_same
 
 
 def tf_same_out(size: int, stride: int) -> int:

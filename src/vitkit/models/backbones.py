@@ -1,9 +1,14 @@
-"""BiT ResNet backbone for hybrid ViTs (paper §3.1 "Hybrid Architecture", App. B).
+"""The CNN backbones of hybrid ViTs (paper §3.1 "Hybrid Architecture"; `model.backbone`): the BiT ResNet of the
+paper's hybrids, and a cheap convolutional stem. The ViT's patch embedding makes the tokens from their feature map.
 
-Matches the official hybrids: weight-standardised convolutions ((w - mean) / (std + 1e-5) over
+The BiT ResNet (App. B) matches the official hybrids: weight-standardised convolutions ((w - mean) / (std + 1e-5) over
 each output filter), GroupNorm with 32 groups (eps 1e-6), post-activation bottleneck units with a
 projection shortcut where shape or stride changes, the stride on the 3x3 conv, and TensorFlow
 'SAME' padding (asymmetric: the extra pixel goes after) for every conv and the 3x3/2 max-pool.
+
+The conv stem (Xiao et al. 2021, "Early Convolutions Help Transformers See Better"): a few 3x3 stride-2 convolutions,
+each followed by BatchNorm and ReLU, in place of the BiT ResNet: far cheaper on a CPU than GroupNorm bottleneck units
+(the ViT then embeds with a 1x1 conv for patch_size 1, as in the paper's stem, which ends in a 1x1 conv).
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .config import ResNetConfig
+from .config import ConvStemConfig, ResNetConfig
 
 
 def pad_same(x: torch.Tensor, kernel: int, stride: int, value: float = 0.0) -> torch.Tensor:
@@ -112,3 +117,24 @@ class ResNetBackbone(nn.Module):
         x = F.relu(self.stem_norm(self.stem_conv(x)))
         x = F.max_pool2d(pad_same(x, 3, 2, value=float("-inf")), 3, stride=2)
         return self.stages(x)
+
+
+class ConvStem(nn.Module):
+    """(B, C, H, W) -> (B, convs[-1], H / 2^n, W / 2^n): n times conv3x3/2 (no bias) -> BatchNorm -> ReLU."""
+
+    def __init__(self, config: ConvStemConfig, *, in_chans: int):
+        super().__init__()
+        self.config = config
+        layers: list[nn.Module] = []
+        chans = in_chans
+        for out in config.convs:
+            layers += [nn.Conv2d(chans, out, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(out), nn.ReLU()]
+            chans = out
+        self.convs = nn.Sequential(*layers)
+        self.out_channels = config.out_channels
+        for m in self.convs:
+            if isinstance(m, nn.Conv2d):  # He initialisation for a conv followed by ReLU
+                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.convs(x)
