@@ -292,7 +292,7 @@ def test_a_length_in_epochs_follows_the_training_images_and_is_kept_on_resume(tm
     assert (
         "4 epochs = 4 steps of 22 images" in printed and json.loads(printed.strip().splitlines()[-1])["steps"] == 4
     )  # 2 held out
-    assert "warning" not in printed
+    assert "warning    train.warmup_steps" not in printed  # the warmup follows the length
     # and the user's batch size: the note counts the steps the run will take
     assert (
         main(
@@ -339,7 +339,8 @@ def test_a_run_on_a_subset_of_the_training_images_records_it_and_the_fitted_reci
     )
     printed = capsys.readouterr().out
     # train.steps=2 is the user's, and the fitted recipe's warmup follows it (no "warms up ... never reaches" warning)
-    assert "scanned 10 of 10 images" in printed and "; 2 steps of 10 images" in printed and "warning" not in printed
+    assert "scanned 10 of 10 images" in printed and "; 2 steps of 10 images" in printed
+    assert "warning    train.warmup_steps" not in printed
     # the fitted model is a ViT of its own shape, not the registry's vit_mini4_32 it starts from
     assert json.loads(printed.strip().splitlines()[-1])["model"] == "ViT" and "model      ViT at 16x16" in printed
     assert (

@@ -27,6 +27,9 @@ Without --data or data.path the data is Fashion-MNIST from $VITKIT_DATA or /usr/
 (sudo apt-get install dataset-fashion-mnist). Keys: model.name, model.init and any model field (width, depth,
 patch_size, image_size, drop_path, ...); data.*, augment.*, train.*: see configs/*.yaml. An unknown key or a
 bad value is an error before any work starts.
+With --data and no model named, a pixel baseline (softmax regression on 16x16 pixels, fitted in seconds on the
+training split) is scored on the val split beside the model, with a warning where the model does not beat it
+(summary.json: "baseline"); train.baseline=false skips it, train.baseline=true adds it to a named model's run.
 train.objective=masked_patch pre-trains by masked patch prediction (paper §4.6): half the patch embeddings
 corrupted, their 3-bit mean colour predicted; val_top1 is then the colour accuracy, and the saved model is a
 plain ViT to fine-tune with model.init=RUN_DIR. model.init also takes any checkpoint and hub names

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from vitkit.evaluate.baseline import compared_lines
 from vitkit.evaluate.provenance import picked_on, scored_against_training
 from vitkit.evaluate.requests import EvalRequest
 
@@ -66,8 +67,45 @@ def score_checkpoint(request: EvalRequest) -> Scored:
     head = f"{which} of {spec.where} ({metrics['n']} images: {split.source}, {split.selection}{skipped}; "
     lines = _lines(request, step, head, which, metrics, result, class_names, reference, runner)
     lines.append(f"confusion matrix: {png}" if not unwritten else f"confusion matrix: not written ({png}: {unwritten})")
+    baseline = pixel_baseline(request, meta, model.config, split, which, crop_pct, bad, metrics["top1"])
+    if baseline is not None:  # a run of train.baseline: its pixel baseline on these images
+        result["baseline"] = baseline
+        lines += compared_lines(baseline)
     lines += ([warning] if warning else []) + against.notes(which)
     return Scored(result, lines, _unwritten_error(png, unwritten))
+
+
+def pixel_baseline(request: EvalRequest, meta: dict, config, split, which: str, crop_pct: float, bad, top1: float):
+    """The pixel baseline of a run that fitted one (train.baseline: its checkpoint records it), fitted again as the run
+    fitted it, on the checkpoint's training split, and scored on the images of `split` that the model was scored on,
+    beside the model's `top1`; None for a checkpoint that records none. Where the training data cannot be read, the
+    record says so."""
+    recorded = meta.get("baseline")
+    if not isinstance(recorded, dict) or "kind" not in recorded:
+        return None
+    import torch
+
+    from vitkit.data import BadFiles, DataSpec, eval_batches
+    from vitkit.data.spec import without_advice
+    from vitkit.errors import DataError
+    from vitkit.evaluate.baseline import compared, fit_and_score, has_cnn
+
+    def read(part):  # the scored split as the model read it; unreadable training files left out, as training did
+        quiet = bad if part is split else BadFiles("skip")
+        return eval_batches(
+            part, request.batch_size, torch.device("cpu"), channels=config.in_chans, size=config.image_size,
+            crop_pct=crop_pct, bad=quiet,
+        )  # fmt: skip
+
+    try:
+        trained = DataSpec.from_checkpoint(meta, request.checkpoint)
+        train = trained.open(trained.train_split, channels=config.in_chans, image_size=config.image_size)
+        train = model_labels(train, meta.get("class_names"), request.checkpoint)
+    except DataError as err:
+        return {"skipped": f"not fitted: its training data cannot be read ({without_advice(err)})"}
+    seed = recorded.get("seed", 0)
+    record = fit_and_score(train, split, read, config.num_classes, names=(trained.train_split, which), seed=seed)
+    return compared(record, top1, stem=has_cnn(config))
 
 
 def open_scored_split(request: EvalRequest, meta: dict, config):

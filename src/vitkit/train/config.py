@@ -126,6 +126,10 @@ class TrainConfig:
     progress: bool = True
     # steps with a non-finite loss/gradient are skipped; this many in a row stop the run
     max_nonfinite_steps: int = _positive(10)
+    # a pixel baseline (softmax regression on 16x16 pixels, evaluate/baseline.py) fitted on the training split before the
+    # first step and set beside the val figure, with a warning where the model does not beat it; `vitkit train --data`
+    # without a named model (the recipe fitted to the data) turns it on
+    baseline: bool = False
     # where the scalars go: jsonl (metrics.jsonl, always written), csv, tensorboard, wandb, mlflow (see train/trackers.py);
     # each item one of them
     log_to: tuple[str, ...] = field(

@@ -323,6 +323,8 @@ def fitted_to_data(
         "augment.pad": max(size // 16, 1),
         "augment.hflip": float(FITTED_HFLIP),
         "augment.label_smoothing": 0.1,
+        # a pixel baseline beside the val figure: a model that does not beat it is said to
+        "train.baseline": True,
     }
     note = (
         f"no model given, so fitted to the data: {scan} -> {size}x{size} px, {scan.channels} channel{'s' * (scan.channels > 1)}, "

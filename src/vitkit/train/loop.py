@@ -28,6 +28,7 @@ from vitkit.data.split import where_from
 from vitkit.data.summary import data_format
 from vitkit.devices import compile_cache_by_isa, compute_threads
 from vitkit.errors import CheckpointError, ConfigError
+from vitkit.evaluate.baseline import compared, compared_lines, fit_and_score, fitted_line, has_cnn, skipped_because
 from vitkit.files import LOCK_NAME, WriteError, atomic_path, exclusive, write_json
 from vitkit.kernels import short_attention
 from vitkit.models import VisionTransformer, build_model
@@ -122,7 +123,6 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
     t = config.train
     run = _restore(config, out, env, data) if resume else _build(config, out, env, data)
     env = _precision(config, env, run, resume)
-    extra = _model_record(config, env, data, run)
     step = run.progress["step"]
     if step < t.steps:  # a run resumed only to write its figures trains no stretch
         run.progress["segments"] = [*run.progress.get("segments", []), _segment(env, step)]
@@ -130,6 +130,10 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
     if env.world.main:
         resumed_from = env.checkpoints[-1] if resume else None
         print(plan_block(config, run.model, data, env, step, last, resumed_from=resumed_from), flush=True)
+    baseline = _baseline(config, env, data, run)  # after the plan: it reads images for a few seconds
+    if baseline is not None:
+        print(fitted_line(baseline, label="baseline   ") + "; off with train.baseline=false", flush=True)
+    extra = _model_record(config, env, data, run)
     step, val_metrics = _loop(config, out, env, data, run, extra, last, started)
     if step < t.steps:
         return {"stopped_at": step, "steps": t.steps}
@@ -161,7 +165,33 @@ def _model_record(config: RunConfig, env: Setup, data: Data, run: RunState) -> d
         extra["pretrained_on"] = earlier
     if not run.objective.trains_head:  # its classification head never trained: eval and predict say so
         extra["objective"] = run.objective.name
+    if "kind" in run.progress.get("baseline", {}):  # eval fits it again on the training split, scores its split
+        extra["baseline"] = run.progress["baseline"]
     return {**extra, **run.objective.record}  # multi-label: eval, predict and every format read its problem type
+
+
+def _baseline(config: RunConfig, env: Setup, data: Data, run: RunState) -> dict | None:
+    """train.baseline: the pixel baseline (evaluate.baseline), fitted on rank 0 before the first step on the training
+    split and scored on the val split, each read as validation reads it; kept in the run's progress, so a resumed run
+    has the one it started with. None where train.baseline is off (or on another rank)."""
+    if not config.train.baseline or not env.world.main:
+        return None
+    if "baseline" not in run.progress:
+        why = skipped_because(config.train.objective)
+        d = config.data
+        run.progress["baseline"] = (
+            {"skipped": why}
+            if why
+            else fit_and_score(
+                data.train,
+                data.val,
+                partial(_eval_data, config, env, data, device=torch.device("cpu")),
+                len(data.class_names),
+                names=(d.train_split, d.val_split),
+                seed=config.train.seed,
+            )
+        )
+    return run.progress["baseline"]
 
 
 def _segment(env: Setup, step: int) -> dict:
@@ -359,10 +389,15 @@ def _log_train(log: RunLog, bar, window: dict, step: int, epoch: float, lr: floa
 
 
 def _val_data(config: RunConfig, env: Setup, data: Data):
+    return _eval_data(config, env, data, data.val)
+
+
+def _eval_data(config: RunConfig, env: Setup, data: Data, split, device: torch.device | None = None):
+    """Every image of `split` once, as validation reads them (on `device`, else the run's)."""
     return eval_batches(
-        data.val,
+        split,
         config.train.eval_batch_size,
-        env.device,
+        device or env.device,
         channels=data.channels,
         size=data.shape.image_size,
         crop_pct=config.augment.eval_crop_pct,
@@ -463,6 +498,8 @@ def _finish(
     rows = read_metrics(out)
     summary = _summary(config, out, env, data, run, val_metrics, rows)
     write_json(out / "summary.json", summary)
+    for line in compared_lines(summary["baseline"]) if summary["baseline"] else []:
+        print(line, flush=True)
     _plot(config, out, data, run, rows, summary["unreadable"])
     return summary
 
@@ -500,6 +537,12 @@ def _summary(
         "unreadable": data.unreadable(
             config.data.train_split, config.data.val_split
         ),  # of each split: its figures count the rest
+        # train.baseline: the pixel baseline on the same val images, and a warning where the model does not beat it
+        "baseline": (
+            compared(progress["baseline"], val_metrics.get("top1"), stem=has_cnn(run.model.config))
+            if "baseline" in progress
+            else None
+        ),
     }
 
 

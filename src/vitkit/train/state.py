@@ -252,6 +252,7 @@ TRAIN_STATE = {
         False,
         lambda v: isinstance(v, dict) and is_number(v.get("loss", 0.0)) and is_count(v.get("steps", 0)),
     ),
+    "baseline": (False, lambda v: isinstance(v, dict)),  # train.baseline: the pixel baseline fitted at the start
     "segments": (
         False,
         lambda v: isinstance(v, list) and all(isinstance(s, dict) and is_count(s.get("from_step")) for s in v),
