@@ -215,3 +215,18 @@ def test_the_warning_is_given_below_the_baseline_and_level_with_it_short_of_one(
     assert "conv-stem" not in compared(record, 0.612, stem=True)["warning"]  # a hybrid has a conv stem already
     assert compared_lines(worse)[1] == f"warning    {worse['warning']}"
     assert compared({"skipped": "why"}, 0.5) == {"skipped": "why"}
+
+
+def test_eval_says_so_where_the_training_data_is_gone(tmp_path):
+    """The checkpoint's training data moved away: no figure, and a line saying why (the model is still scored)."""
+    from types import SimpleNamespace
+
+    from vitkit.evaluate.scoring import pixel_baseline
+    from vitkit.models import get_config
+
+    meta = {"baseline": {"kind": baseline.KIND, "seed": 0}, "data": {"path": str(tmp_path / "gone"), "splits": {}}}
+    request = SimpleNamespace(checkpoint=tmp_path / "run", batch_size=64)
+    record = pixel_baseline(request, meta, get_config("vit_test"), None, "val", 1.0, None, 0.5)
+    assert record["skipped"].startswith(f"not fitted: its training data cannot be read ({tmp_path / 'gone'}: ")
+    assert compared_lines(record) == [f"pixel baseline: {record['skipped']}"]
+    assert pixel_baseline(request, {}, get_config("vit_test"), None, "val", 1.0, None, 0.5) is None  # none recorded
