@@ -30,7 +30,8 @@ bad value is an error before any work starts.
 train.objective=masked_patch pre-trains by masked patch prediction (paper §4.6): half the patch embeddings
 corrupted, their 3-bit mean colour predicted; val_top1 is then the colour accuracy, and the saved model is a
 plain ViT to fine-tune with model.init=RUN_DIR. model.init also takes any checkpoint and hub names
-(hf-hub:ORG/NAME[@REV], timm's MODEL.TAG), read through huggingface_hub's cache.
+(hf-hub:ORG/NAME[@REV], timm's MODEL.TAG), read through huggingface_hub's cache. Without model.name the run
+takes the checkpoint's architecture (model.* keys change it); with --data, a batch and length fitted to the data.
 
 Faults: SIGTERM or Ctrl-C saves a checkpoint at the next step boundary and exits 0 with the resume command
 (a second signal stops at once); after a crash or kill -9, --resume continues from the newest complete
@@ -56,7 +57,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         metavar="YAML",
         help="run config file (default: built-in defaults, vit_mini4_28 on Fashion-MNIST; "
         "with --data and no model.name or model.init key, a small ViT fitted to the data's size and channels, "
-        "which other model.* keys change)",
+        "which other model.* keys change; with model.init=CKPT and no model.name, the checkpoint's architecture)",
     )
     p.add_argument("--out", metavar="DIR", help="run directory to create (required unless --resume)")
     p.add_argument(
