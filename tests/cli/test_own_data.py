@@ -106,10 +106,14 @@ def test_linear_probe_refuses_test_and_scores_val(own, vitkit_cmd, tmp_path):
     )
     assert (result["data"], result["split"], result["n"]) == (str(data), "val", 12)
     # l2 is not picked on the val images it is scored on, but on a held-out share of train/ (10% of 30)
-    assert named(result["picked_on"]) == {"source": str(data / "train"), "selection": "0.1 held out (seed 0)", "n": 3}
+    assert named(result["picked_on"]) == {
+        "source": str(data / "train"),
+        "selection": "0.1 held out by class (seed 0)",
+        "n": 3,
+    }
     assert named(result["fitted_on"]) == {
         "source": str(data / "train"),
-        "selection": "all but the 0.1 held out (seed 0)",
+        "selection": "all but the 0.1 held out by class (seed 0)",
         "n": 27,
     }
     assert "fitted on 27 images" in (tmp_path / "b" / "linear_probe.md").read_text()
@@ -297,7 +301,7 @@ def test_a_held_out_val_cut_again_from_changed_data_is_refused_by_every_evaluati
     shutil.copytree(data / "train", tmp_path / "data" / "train")
     last_json(vitkit_cmd("train", "--data", tmp_path / "data", "--out", tmp_path / "run", *TRAIN_ARGS))
     before = last_json(vitkit_cmd("eval", tmp_path / "run", "--split", "val", "--json", "--threads", "1"))
-    assert (before["n"], before["images"]["selection"]) == (3, "0.1 held out (seed 0)")
+    assert (before["n"], before["images"]["selection"]) == (3, "0.1 held out by class (seed 0)")
     for i in range(6):
         shutil.copy(data / "val" / "coat" / "000.png", tmp_path / "data" / "train" / "coat" / f"new{i}.png")
     for command, extra in (

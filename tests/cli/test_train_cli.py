@@ -72,7 +72,10 @@ def test_training_curves_name_the_images_they_were_drawn_from(tmp_path, monkeypa
         == 0
     )
     data = tmp_path / "data"
-    train, val = f"18 images, {data} (all but the 0.25 held out (seed 0))", f"6 images, {data} (0.25 held out (seed 0))"
+    train, val = (
+        f"18 images, {data} (all but the 0.25 held out by class (seed 0))",
+        f"6 images, {data} (0.25 held out by class (seed 0))",
+    )
     assert titles["loss.png"] == f"Loss\ntrain: {train}\nvalidation: {val}"
     assert titles["accuracy.png"] == f"Accuracy\nvalidation: {val}"
 
@@ -345,7 +348,7 @@ def test_a_run_on_a_subset_of_the_training_images_records_it_and_the_fitted_reci
     assert (
         "10 images  "
         + str(tmp_path / "data")
-        + " (first 10 of a seeded order (seed 0) of all but the 0.25 held out (seed 0))"
+        + " (first 10 of a seeded order (seed 0) of all but the 0.25 held out by class (seed 0))"
         in printed
     )
     record = json.loads((out / "final" / "config.json").read_text())["data"]

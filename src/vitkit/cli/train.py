@@ -21,12 +21,13 @@ examples:
                                                    data-parallel (DDP); add train.strategy=fsdp to shard
   vitkit train --config configs/pretrain_masked_patch.yaml --out runs/mpp    self-supervised, labels unused
   vitkit train --data ~/unlabeled --out runs/mpp train.objective=masked_patch   a folder of images, no class folders
-  vitkit train --data tags/ --out runs/tags train.objective=multi_label   several labels per image (a "labels" list)
+  vitkit train --data tags/ --out runs/tags      several labels per image (a "labels" list): multi-label unasked
 
 Without --data or data.path the data is Fashion-MNIST from $VITKIT_DATA or /usr/share/datasets/fashion-mnist
 (sudo apt-get install dataset-fashion-mnist). Keys: model.name, model.init and any model field (width, depth,
 patch_size, image_size, drop_path, ...); data.*, augment.*, train.*: see configs/*.yaml. An unknown key or a
-bad value is an error before any work starts.
+bad value is an error before any work starts. Data without a val split holds val out class by class (data.val_fraction,
+data.split_seed), listed in RUN/splits/val.txt.
 train.objective=masked_patch pre-trains by masked patch prediction (paper §4.6): half the patch embeddings
 corrupted, their 3-bit mean colour predicted; val_top1 is then the colour accuracy, and the saved model is a
 plain ViT to fine-tune with model.init=RUN_DIR. model.init also takes any checkpoint and hub names

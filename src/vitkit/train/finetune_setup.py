@@ -10,8 +10,13 @@ CUT_KEYS = (
     "val_split",
     "val_fraction",
     "split_seed",
+    "split_rule",
 )  # how a checkpoint's data was split into train and val
-CUTTING = ("data.val_fraction", "data.split_seed")  # another split of train/ into train and val (not another named)
+CUTTING = (
+    "data.val_fraction",
+    "data.split_seed",
+    "data.split_rule",
+)  # another split of train/ into train and val (not another named)
 
 
 def finetune_sweep(request: FinetuneRequest) -> dict:
@@ -140,6 +145,8 @@ def checkpoint_data(checkpoint: str, overrides: list) -> tuple[str | None, dict]
             f"{checkpoint}: pre-trained on {path}, images without the labels fine-tuning needs; give labelled "
             "data with --data PATH"
         )
+    if record and "split_rule" not in record:  # written before vitkit stratified its hold-out: val was cut at random
+        record = {**record, "split_rule": "random"}
     cut = (
         {f"data.{key}": record[key] for key in CUT_KEYS if record.get(key) is not None}
         if record.get("name", "auto") == "auto"
@@ -171,7 +178,7 @@ def checkpoint_data(checkpoint: str, overrides: list) -> tuple[str | None, dict]
 
 
 def _cut_otherwise(cut: dict, overrides: list) -> dict:
-    """The `overrides` of val_fraction and split_seed that differ from the recorded `cut` ({} where nothing is held
+    """The `overrides` of val_fraction, split_seed and split_rule that differ from the recorded `cut` ({} where nothing is held
     out: no val to overlap)."""
     given = dict(
         str(o).split("=", 1) for o in overrides if str(o).split("=", 1)[0] in CUTTING and str(o).split("=", 1)[0] in cut
