@@ -165,7 +165,14 @@ def _runners(request: EvalRequest, model, meta: dict, spec, which: str, split, d
         batches = aspect_batches(split, request.batch_size, device, c, crop_pct, bad)
     else:
         batches = eval_batches(
-            split, request.batch_size, device, channels=c.in_chans, size=c.image_size, crop_pct=crop_pct, bad=bad
+            split,
+            request.batch_size,
+            device,
+            channels=c.in_chans,
+            size=c.image_size,
+            crop_pct=crop_pct,
+            bad=bad,
+            background=c.background,
         )
     count = math.ceil(len(split) / request.batch_size)
 

@@ -45,7 +45,13 @@ def prepare_data(config: RunConfig, out: Path, resume: bool, env: Setup) -> Data
     )
     if fits_in_memory(val_split, shape.in_chans, shape.image_size, d.memory_mb):  # read as vitkit eval reads it
         val_split = load_into_memory(
-            val_split, shape.in_chans, shape.image_size, a.eval_crop_pct, workers=d.workers, bad=bad
+            val_split,
+            shape.in_chans,
+            shape.image_size,
+            a.eval_crop_pct,
+            workers=d.workers,
+            bad=bad,
+            background=shape.background,
         )
     _check_classes(config, train_split, env.micro)
     batches, augment = training_batches(config, shape, train_split, env.micro, env.device, bad, env.world)
@@ -143,7 +149,7 @@ def training_batches(
     load_size = d.load_size or (round(size * 8 / 7) if a.crop == "rrc" else size)
     crop = (a.rrc_scale, a.rrc_ratio) if a.crop == "rrc" and split.images is None else None
     if crop is None and fits_in_memory(split, channels, load_size, d.memory_mb):
-        split = load_into_memory(split, channels, load_size, workers=d.workers, bad=bad)
+        split = load_into_memory(split, channels, load_size, workers=d.workers, bad=bad, background=shape.background)
     batches = Batches(
         split,
         micro,
@@ -157,6 +163,7 @@ def training_batches(
         bad=bad,
         crop=crop,
         repeats=d.repeats,
+        background=shape.background,
     )  # faults: bad streamed files, as data.on_error says
     return batches, replace(a, crop="none") if batches.cropped else a
 
@@ -179,5 +186,5 @@ def first_batch_pixels(config: RunConfig, shape, count: int) -> tuple[torch.Tens
     )
     images, labels = next(batches.iterate(0, 0))
     # draws depend on the batch
-    pixels = augment_pixels(images, shape.image_size, augment, augment_generator(t.seed, 0))[:count]
+    pixels = augment_pixels(images, shape.image_size, augment, augment_generator(t.seed, 0), shape.background)[:count]
     return (pixels * 255).round().clamp(0, 255).to(torch.uint8), labels[:count], split.class_names

@@ -308,7 +308,7 @@ def _step(config: RunConfig, env: Setup, data: Data, run: RunState, stream, step
     for k in range(accum):
         images, labels = next(stream)
         g = augment_generator(t.seed, step * accum + k, world.rank)
-        x = train_transform(images, shape.image_size, data.augment, shape.mean, shape.std, g)
+        x = train_transform(images, shape.image_size, data.augment, shape.mean, shape.std, g, shape.background)
         x, targets = mix(x, run.objective.targets(labels, len(data.class_names), a.label_smoothing), a, g)
         with distributed.grad_sync(run.module, world, sync=k == accum - 1):  # reduce across ranks once per step
             with torch.autocast(
@@ -373,6 +373,7 @@ def _val_data(config: RunConfig, env: Setup, data: Data):
         crop_pct=config.augment.eval_crop_pct,
         workers=config.data.workers,
         bad=data.bad,
+        background=data.shape.background,
     )
 
 

@@ -54,7 +54,7 @@ class Setup:
     accum: int  # micro-batches per optimizer step
     checkpoints: list[Path]  # the run's complete step checkpoints, oldest first
     # the model config, built once from the run config (plan.model_of); the model's input (size, channels, mean,
-    # std) decides how images are read, the data's classes are set on it with replace
+    # std, background) decides how images are read, the data's classes are set on it with replace
     model: ModelConfig | None = None
     precision: str = ""  # which precision runs and why (train.precision; the plan's line)
     objective: str = ""  # what the model learns: train.objective, "auto" made what the data's labels call for
@@ -68,7 +68,8 @@ class Data:
     val: Any
     class_names: list[str]
     bad: Any  # unreadable image files, as data.on_error says
-    shape: ModelConfig  # the model's input (size, channels, mean, std) decides how images are read
+    # the model's input (size, channels, mean, std, background) decides how images are read
+    shape: ModelConfig
     batches: Any  # the training batches in their reproducible order (a Batches)
     augment: Any  # what the device does to them (an AugmentConfig: no crop where the loader cut it)
     record: dict  # the data spec and exactly which images each split holds (DataSpec.record), kept in the checkpoint
