@@ -403,6 +403,36 @@ def _finetune_augment(found, n: int, side: int, size: int) -> dict:
 FITTED_HFLIP = 0
 
 
+# The fitted recipe's family by the size of the training split: below this many images the conv-stem hybrid, from
+# it the plain ViT. Without large pre-training a plain ViT overfits small data where a convolutional stem does not
+# (paper §4.2, Fig. 3-4: hybrids win at small compute); the recipe benchmark's family rows (benchmarks/recipes.py
+# --families) measure the two on each kind of data.
+FITTED_HYBRID_BELOW = 10_000
+
+
+def fitted_family(size: int, n_train: int) -> tuple[dict[str, Any], str]:
+    """The fitted model's patches: a conv stem (2 stride-2 convolutions up to 24 px, else 3) and 1x1 patches on its
+    feature map for a training split under FITTED_HYBRID_BELOW images, else a plain ViT on a 4x4 grid of patches; the
+    changes ({"model.key": value}) and how the plan words them."""
+    if n_train >= FITTED_HYBRID_BELOW:
+        return {"model.patch_size": size // 4, "model.backbone": None}, f"patch {size // 4} (a 4x4 grid)"
+    convs = (32, 64, 128)[: 2 if size <= 24 else 3]
+    grid = size >> len(convs)
+    return (
+        {"model.patch_size": 1, "model.backbone": {"convs": list(convs)}},
+        f"a conv stem ({len(convs)} stride-2 convolutions: a {grid}x{grid} grid; under {FITTED_HYBRID_BELOW:,} "
+        "training images it beats a plain ViT, which overfits small data; not exportable to Hugging Face: "
+        "model.backbone=null for a plain ViT)",
+    )
+
+
+def _padding(scan) -> str:
+    """How the plan words the fitted model.background: the colour of the images' borders, which padding continues."""
+    if scan.border is None:
+        return ""
+    return f", padded with {'white' if scan.border >= 0.5 else 'black'} like the images' borders"
+
+
 def fitted_size(scan) -> int:
     """The image size `fitted_to_data` trains at: the images' median shorter side, to a multiple of 8 in 16..64 px."""
     side = min(scan.height, scan.width) or 32
@@ -423,6 +453,7 @@ def fitted_to_data(
     from vitkit.train.config import steps_for
 
     size = fitted_size(scan)
+    family, why = fitted_family(size, n_train)
     batch = batch or max(min(64, n_train - scan.unreadable), 1)  # a batch the readable images fill
     if epochs is not None:
         steps, length = steps_for(epochs, n_train, batch), f"{epochs:g} epochs = "
@@ -434,7 +465,7 @@ def fitted_to_data(
     changes = {
         "model.name": "vit_mini4_32",
         "model.image_size": size,
-        "model.patch_size": size // 4,
+        **family,
         "model.in_chans": scan.channels,
         "model.width": 96,
         "model.mlp_dim": 192,
@@ -451,12 +482,13 @@ def fitted_to_data(
         "train.eval_every": max(-(-steps // 4), 1),
         "augment.crop": "pad",
         "augment.pad": max(size // 16, 1),
+        **({} if scan.border is None else {"model.background": float(scan.border >= 0.5)}),
         "augment.hflip": float(FITTED_HFLIP),
         "augment.label_smoothing": 0.1,
     }
     note = (
         f"no model given, so fitted to the data: {scan} -> {size}x{size} px, {scan.channels} channel{'s' * (scan.channels > 1)}, "
-        f"patch {size // 4} (a 4x4 grid), width 96, depth 6; {length}{steps} steps of {batch} images (KEY=VALUE overrides change any of "
+        f"{why}, width 96, depth 6{_padding(scan)}; {length}{steps} steps of {batch} images (KEY=VALUE overrides change any of "
         "it; model.name, model.init or --config replace it)"
     )
     return changes, note
