@@ -273,10 +273,12 @@ def finetune_plan(folder: Path, size: int) -> tuple[dict, str]:
     from vitkit.train.requests import FinetuneRequest
 
     base = [*QUIET, ("data.path", str(folder))]
-    request = FinetuneRequest(checkpoint="", out="", image_size=(size, size))
+    recipe = finetune_recipe(None, base)
+    # one learning rate, the recipe's (the search varies it one factor at a time)
+    request = FinetuneRequest(checkpoint="", out="", image_size=(size, size), lrs=(recipe.train.lr,))
     said = io.StringIO()
     with contextlib.redirect_stdout(said):
-        fitted = fitted_recipe(request, finetune_recipe(None, base), base)
+        fitted, _ = fitted_recipe(request, recipe, base)
     return fitted.to_dict(), said.getvalue().strip().removeprefix("vitkit finetune: ")
 
 

@@ -60,7 +60,10 @@ def test_data_size(idx_data, tmp_path, monkeypatch):
     assert all(0 <= r["test_top1"] <= 1 and 0 <= r["fewshot10"] <= 1 and r["test_images"] == 40 for r in rows)
     # n images train: cut from the 190 left once 5% of the 200 are held out for validation
     assert [r["train_images"] for r in rows[::3]] == [50, 100]
-    assert rows[0]["train_selection"] == "first 50 of a seeded order (seed 0) of all but the 0.05 held out (seed 0)"
+    assert (
+        rows[0]["train_selection"]
+        == "first 50 of a seeded order (seed 0) of all but the 0.05 held out by class (seed 0)"
+    )
     h = result["header"]
     assert (h["image_size"], h["channels"], h["test_split"]) == (28, 1, "test")  # IDX: its own size, grayscale
 

@@ -3,6 +3,7 @@
 import json
 import warnings
 
+import numpy as np
 import pytest
 import torch
 
@@ -201,6 +202,78 @@ def test_written_hf_directory_works_in_transformers_pipeline_with_its_class_name
     x = torch.rand(2, in_chans, 16, 16) * 2 - 1
     with torch.no_grad():
         torch.testing.assert_close(back(x), model(x), atol=1e-5, rtol=1e-5)
+
+
+def _icons(folder):
+    """Transparent images as icons are: RGBA whose transparent pixels keep random colours, a half-transparent band, an
+    LA image and a palette image with a transparent entry; not square."""
+    from PIL import Image
+
+    rng = np.random.default_rng(3)
+    folder.mkdir()
+    for i in range(3):
+        rgba = rng.integers(0, 256, (20, 23, 4), dtype=np.uint8)
+        rgba[..., 3] = 0
+        rgba[4 + i : 15, 5:16, 3] = 255
+        rgba[1:3, :, 3] = 100
+        Image.fromarray(rgba, "RGBA").save(folder / f"rgba{i}.png")
+    la = rng.integers(0, 256, (18, 21, 2), dtype=np.uint8)
+    la[..., 1] = np.where(np.arange(21) < 9, 0, 255)[None]
+    Image.fromarray(la, "LA").save(folder / "la.png")
+    palette = Image.fromarray(rng.integers(0, 4, (19, 17), dtype=np.uint8), "P")
+    palette.putpalette(rng.integers(0, 256, 12).tolist() + [0] * 756)
+    palette.save(folder / "palette.png", transparency=2)
+    return sorted(folder.iterdir())
+
+
+@pytest.mark.numerics
+@pytest.mark.parametrize("background", [(1.0, 1.0, 1.0), (0.2, 0.5, 0.9)])
+def test_the_hf_pipeline_fed_as_convert_says_agrees_with_predict_on_transparent_images(
+    background, make_model, tmp_path, vitkit_cmd
+):
+    """transformers' pipeline converts a path or PIL image to RGB and drops its alpha (a transparent pixel shows the
+    colour it stores), and no image processor composites on another background than white: the pipeline disagreed
+    with `vitkit predict` on transparent icons, and convert said nothing. Convert now says so in one line and writes the Python that feeds
+    the pipeline as vitkit reads images; fed so, the pipeline agrees with predict (same top-1, probabilities to 2e-3)."""
+    from PIL import Image, ImageOps
+
+    names = ["ankle boot", "bag", "coat", "dress", "shirt"]
+    model = make_model(num_classes=5, background=background)
+    save_checkpoint(model, tmp_path / "ckpt", "vitkit", metadata={"class_names": names})
+    done = vitkit_cmd("convert", tmp_path / "ckpt", tmp_path / "hf", "--to", "hf")
+    assert done.returncode == 0, done.stderr
+    notes = [line for line in done.stdout.splitlines() if line.startswith("note: ")]
+    rgb = tuple(round(255 * v) for v in background)
+    assert len(notes) == 1 and "pipeline drops transparency" in notes[0] and f"RGB {rgb}" in notes[0]
+    processor = json.loads((tmp_path / "hf" / "preprocessor_config.json").read_text())
+    assert "vitkit_transparency_python" in notes[0] and processor["vitkit_transparency"] in notes[0].replace(
+        f" in {tmp_path / 'hf' / 'preprocessor_config.json'}", ""
+    )
+    images = _icons(tmp_path / "icons")
+    done = vitkit_cmd("predict", tmp_path / "ckpt", *images, "--top", "5", "--json")
+    assert done.returncode == 0, done.stderr
+    ours = [json.loads(line)["top"] for line in done.stdout.splitlines()]
+    clf = vitkit.Classifier.load(tmp_path / "ckpt")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        classify = transformers.pipeline("image-classification", model=str(tmp_path / "hf"), device="cpu")
+        for path, top in zip(images, ours):
+            fed = []
+            # the user's code, as convert wrote it: `image` a PIL image, `pipe` the pipeline
+            code = processor["vitkit_transparency_python"]
+            exec(code, {"Image": Image, "ImageOps": ImageOps, "image": Image.open(path), "pipe": fed.append})
+            got = classify(fed[0], top_k=5)
+            assert [g["label"] for g in got] == [t["label"] for t in top], path.name
+            assert np.allclose([g["score"] for g in got], [t["prob"] for t in top], atol=2e-3), path.name
+            # the Python API reads an image given as a PIL image or an array as predict reads the file
+            for given in (Image.open(path), np.asarray(Image.open(path).convert("RGBA"))):
+                again = clf.predict([given], top=5)[0]
+                assert [n for n, _ in again] == [t["label"] for t in top], path.name
+                assert np.allclose([p for _, p in again], [t["prob"] for t in top], rtol=1e-4, atol=1e-6)
+            # given the file, the pipeline sees an RGBA or LA image's stored colours where vitkit sees the background
+            # (a palette's transparent colour it puts on white)
+            plain = {g["label"]: g["score"] for g in classify(str(path), top_k=5)}
+            assert path.name.startswith("palette") or max(abs(plain[t["label"]] - t["prob"]) for t in top) > 2e-3
 
 
 @pytest.mark.parametrize(

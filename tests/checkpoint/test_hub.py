@@ -163,6 +163,29 @@ def test_hub_names_through_info_convert_and_train_keep_the_source_s_preprocessin
     assert f"model.init: every weight from hf-hub:{HF_REPO}" in run.stdout
 
 
+def test_train_from_a_hub_name_takes_the_hub_model_s_architecture(offline, vitkit_cmd, tmp_path):
+    """`train --data FOLDER model.init=HUB_NAME` built the built-in default model (one channel, width 192), which the
+    hub model's weights were then refused for; the run now takes the hub model's architecture and normalisation."""
+    rng = np.random.default_rng(0)
+    for split, count in (("train", 8), ("val", 2)):
+        for name in ("bird", "fish"):
+            (tmp_path / "data" / split / name).mkdir(parents=True)
+            for i in range(count):
+                Image.fromarray(rng.integers(0, 256, (16, 16, 3), dtype=np.uint8)).save(
+                    tmp_path / "data" / split / name / f"{i}.png"
+                )
+    for i, name in enumerate((f"hf-hub:{HF_REPO}", TIMM_NAME)):
+        done = vitkit_cmd(
+            "train", "--data", tmp_path / "data", "--out", tmp_path / f"run{i}", f"model.init={name}",
+            "train.steps=1", "train.threads=1", "--no-progress",
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert f"vitkit train: the model of model.init={name} as saved (16x16 px, 3 channels)" in done.stdout
+        ours = vitkit.load_pretrained(tmp_path / f"run{i}").config
+        theirs = vitkit.load_pretrained(name).config
+        assert ours == theirs.replace(num_classes=2) and ours.mean == theirs.mean != (0.5, 0.5, 0.5)
+
+
 def test_offline_and_not_cached_is_one_line_naming_the_repo_the_cache_and_the_variable(offline, vitkit_cmd, tmp_path):
     image = str(offline.images[0])
     for args in (

@@ -91,12 +91,13 @@ MODELS = {  # each with what its format's arrays cannot say set away from that f
         layer_norm_eps=1e-5,
         mean=(0.4, 0.45, 0.5),
         std=(0.2, 0.25, 0.3),
+        background=(0.2, 0.4, 0.6),
         image_size=(16, 24),
     ),
     "hybrid": dict(
         name="vit_test", backbone={"layers": (1,), "width": 32}, patch_size=1, image_size=(20, 20), mlp_act="gelu"
     ),
-    "bit": dict(name="bit_test", image_size=(48, 40), mean=(0.4, 0.45, 0.5), std=(0.2, 0.25, 0.3)),
+    "bit": dict(name="bit_test", image_size=(48, 40), mean=(0.4, 0.45, 0.5), std=(0.2, 0.25, 0.3), background=0.0),
 }
 
 
@@ -129,6 +130,33 @@ def test_info_reports_format_config_and_parameters(target, source, tmp_path, cap
     assert info["format"] == target
     assert info["parameters"] == sum(p.numel() for p in model.parameters())
     assert info["config"]["width"] == 32 and info["config"]["depth"] == 2 and info["config"]["num_classes"] == 10
+
+
+def test_the_background_is_recorded_in_every_checkpoint_and_read_back_from_every_format(tmp_path, vitkit_cmd, tiny_run):
+    """model.background (what transparent pixels are composited on, and what the padded crop fills with) is preprocessing
+    as mean and std are: a run records it in every checkpoint, info shows it, and each format keeps it where its readers
+    look: timm's beside its pretrained_cfg (timm's PretrainedCfg refuses a key it does not know), Hugging Face's in
+    preprocessor_config.json."""
+    from safetensors import safe_open
+
+    want = (0.2, 0.4, 0.6)
+    done = vitkit_cmd("train", "--out", tmp_path / "run", *tiny_run, "train.steps=2", f"model.background={list(want)}")
+    assert done.returncode == 0, done.stderr
+    for checkpoint in (tmp_path / "run", *sorted((tmp_path / "run" / "checkpoints").iterdir())):
+        assert vitkit.load_pretrained(checkpoint).config.background == pytest.approx(want), checkpoint
+    info = vitkit_cmd("info", tmp_path / "run")
+    assert dict(line.split(None, 1) for line in info.stdout.strip().splitlines())["background"] == str(want)
+    for target, name in [*TARGETS.items(), ("timm", "out.pth")]:
+        done = vitkit_cmd("convert", tmp_path / "run", tmp_path / name, "--to", target)
+        assert done.returncode == 0, done.stderr
+        assert vitkit.load_pretrained(tmp_path / name).config.background == pytest.approx(want), name
+    with safe_open(str(tmp_path / "out.safetensors"), "pt") as f:
+        stored = f.metadata()
+    assert json.loads(stored["background"]) == pytest.approx(list(want))
+    assert "background" not in json.loads(stored["pretrained_cfg"])
+    assert json.loads((tmp_path / "out.pth.json").read_text())["background"] == pytest.approx(list(want))
+    processor = json.loads((tmp_path / "out_hf" / "preprocessor_config.json").read_text())
+    assert processor["vitkit_background"] == pytest.approx(list(want))
 
 
 def test_convert_with_new_resolution_and_classes(source, tmp_path):

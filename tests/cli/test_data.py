@@ -44,8 +44,8 @@ def what_training_consumes(config, monkeypatch, out) -> np.ndarray:
     seen = []
     real = training.train_transform
 
-    def spy(images, size, cfg, mean, std, g):
-        x = real(images, size, cfg, mean, std, g)
+    def spy(images, size, cfg, mean, std, g, *background):
+        x = real(images, size, cfg, mean, std, g, *background)
         seen.append(x * torch.tensor(std)[:, None, None] + torch.tensor(mean)[:, None, None])
         return x
 
@@ -81,6 +81,45 @@ def test_samples_are_exactly_what_training_consumes(tmp_path, vitkit_cmd, monkey
     consumed = what_training_consumes(load_run_config(None, args), monkeypatch, tmp_path / "run")[:5]
     assert np.abs(consumed - samples).max() <= 0.5 + 1e-3  # the same pixels, rounded to uint8
     assert samples.std() > 10
+
+
+def icons(root, per_class=6):
+    """16x16 RGBA icons: transparent (each pixel storing a random colour, as icon files do) but for an opaque red
+    square whose place tells the class."""
+    rng = np.random.default_rng(1)
+    for c, name in enumerate(("left", "right")):
+        (root / name).mkdir(parents=True)
+        for i in range(per_class):
+            rgba = rng.integers(0, 256, (16, 16, 4), dtype=np.uint8)
+            rgba[..., 3] = 0
+            rgba[4:12, 2 + 6 * c : 8 + 6 * c] = (255, 0, 0, 255)
+            Image.fromarray(rgba, "RGBA").save(root / name / f"{i}.png")
+    return root
+
+
+@pytest.mark.parametrize("background", [None, [0, 0.5, 1]])
+def test_a_padded_crop_of_a_transparent_image_is_the_background_to_its_border(
+    tmp_path, vitkit_cmd, monkeypatch, background
+):
+    """Icons were composited on white when decoded and then padded with black: training images got black borders
+    that evaluation images never have. Decoding and the padded crop now both use model.background (white by
+    default), in `vitkit data --samples` and in what training consumes."""
+    args = [*RUN, f"data.path={icons(tmp_path / 'icons')}", "model.image_size=16", "augment.randaugment_ops=0"]
+    args += ["augment.crop=pad", "augment.pad=3", "data.val_fraction=0.25"]
+    args += [f"model.background={background}"] if background else []
+    colour = np.array([0, 128, 255] if background else [255, 255, 255])
+    done = vitkit_cmd("data", *args, "--samples", "6", "--out", tmp_path / "preview", "--json")
+    assert done.returncode == 0, done.stderr
+    samples = np.load(tmp_path / "preview" / "samples.npy").astype(np.float64)
+    consumed = what_training_consumes(load_run_config(None, args), monkeypatch, tmp_path / "run")[:6]
+    for pixels in (samples, consumed):
+        red = np.abs(pixels - np.array([255, 0, 0])[None, :, None, None]).max(1) <= 0.5
+        rest = np.abs(pixels - colour[None, :, None, None]).max(1)
+        # every pixel is the red square or the background: the transparent ones and the padded border alike
+        assert (red | (rest <= 0.5)).all(), np.unique(pixels.transpose(0, 2, 3, 1).reshape(-1, 3).round(), axis=0)
+        assert 0 < red.sum() < red.size / 2
+    # the crops were shifted: the border is in them
+    assert any((np.abs(s - colour[:, None, None]).max(0) <= 0.5)[[0, -1]].all(1).any() for s in samples)
 
 
 def test_the_summary_counts_classes_splits_sizes_and_channels(tmp_path, run_cli):

@@ -47,7 +47,9 @@ def test_a_multi_label_list_trains_evaluates_predicts_and_converts(tmp_path, run
     data, run = tmp_path / "data", tmp_path / "run"
     shown = vitkit_cmd("data", data, "--samples", "2", "--out", tmp_path / "preview", "model.image_size=16")
     assert shown.returncode == 0 and "3: blue, green, red (several labels per image" in shown.stdout, shown.stderr
-    refused = vitkit_cmd("train", "--data", data, "--out", tmp_path / "softmax", *TINY)
+    refused = vitkit_cmd(
+        "train", "--data", data, "--out", tmp_path / "softmax", *TINY, "train.objective=classification"
+    )
     assert refused.returncode == 2 and "train with train.objective=multi_label" in refused.stderr
     trained = run_cli("train", "--data", data, "--out", run, *TINY, "train.objective=multi_label")
     assert trained.returncode == 0, trained.stderr

@@ -72,7 +72,10 @@ def test_training_curves_name_the_images_they_were_drawn_from(tmp_path, monkeypa
         == 0
     )
     data = tmp_path / "data"
-    train, val = f"18 images, {data} (all but the 0.25 held out (seed 0))", f"6 images, {data} (0.25 held out (seed 0))"
+    train, val = (
+        f"18 images, {data} (all but the 0.25 held out by class (seed 0))",
+        f"6 images, {data} (0.25 held out by class (seed 0))",
+    )
     assert titles["loss.png"] == f"Loss\ntrain: {train}\nvalidation: {val}"
     assert titles["accuracy.png"] == f"Accuracy\nvalidation: {val}"
 
@@ -341,12 +344,13 @@ def test_a_run_on_a_subset_of_the_training_images_records_it_and_the_fitted_reci
     # train.steps=2 is the user's, and the fitted recipe's warmup follows it (no "warms up ... never reaches" warning)
     assert "scanned 10 of 10 images" in printed and "; 2 steps of 10 images" in printed
     assert "warning    train.warmup_steps" not in printed
-    # the fitted model is a ViT of its own shape, not the registry's vit_mini4_32 it starts from
-    assert json.loads(printed.strip().splitlines()[-1])["model"] == "ViT" and "model      ViT at 16x16" in printed
+    # the fitted model is a (small-data: hybrid) ViT of its own shape, not the registry's vit_mini4_32 it starts from
+    assert json.loads(printed.strip().splitlines()[-1])["model"] == "hybrid ViT"
+    assert "model      hybrid ViT at 16x16" in printed
     assert (
         "10 images  "
         + str(tmp_path / "data")
-        + " (first 10 of a seeded order (seed 0) of all but the 0.25 held out (seed 0))"
+        + " (first 10 of a seeded order (seed 0) of all but the 0.25 held out by class (seed 0))"
         in printed
     )
     record = json.loads((out / "final" / "config.json").read_text())["data"]

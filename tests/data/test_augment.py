@@ -25,6 +25,14 @@ def test_full_crop_is_identity():
     torch.testing.assert_close(out, x, atol=1e-5, rtol=0)
 
 
+def test_an_upsampled_crop_takes_the_edge_pixel_never_a_black_fill():
+    """The Inception crop's box lies inside the image, but an upsampled box's outermost samples reach past the pixel
+    centres at its edge: they blended with zeros, a dark rim a resize of the cropped box never has."""
+    x = torch.full((2, 3, 4, 4), 0.8)
+    out = random_resized_crop(x, (16, 16), (1.0, 1.0), (1.0, 1.0), gen())
+    torch.testing.assert_close(out, torch.full((2, 3, 16, 16), 0.8))
+
+
 def test_rrc_output_size_and_determinism():
     x = torch.rand(4, 3, 20, 16)
     a = random_resized_crop(x, (8, 8), (0.08, 1.0), (0.75, 1.33), gen(1))

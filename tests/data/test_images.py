@@ -30,6 +30,43 @@ def test_rgba_composited_on_white(tmp_path):
     assert (out[0, :, 2:] == 255).all() and (out[1:, :, 2:] == 0).all()  # opaque: red
 
 
+def _transparent(kind: str) -> Image.Image:
+    """A 4x4 image of `kind` whose left half is fully transparent (its stored colour a dark green, as icons keep any
+    colour there) and whose right half is opaque red (gray 200 where the mode has no colour)."""
+    rgba = np.zeros((4, 4, 4), dtype=np.uint8)
+    rgba[:, :2] = (0, 90, 0, 0)
+    rgba[:, 2:] = (200, 0, 0, 255)
+    if kind == "RGBA":
+        return Image.fromarray(rgba, "RGBA")
+    if kind == "LA":
+        return Image.fromarray(np.stack([np.where(rgba[..., 3] > 0, 200, 90), rgba[..., 3]], -1).astype(np.uint8), "LA")
+    if kind == "P":  # a palette with a transparent entry (GIF/PNG tRNS)
+        image = Image.fromarray((rgba[..., 3] > 0).astype(np.uint8), "P")
+        image.putpalette([0, 90, 0, 200, 0, 0] + [0] * 762)
+        image.info["transparency"] = 0
+        return image
+    # RGB with one colour marked transparent (a PNG's tRNS chunk)
+    image = Image.fromarray(rgba[..., :3], "RGB")
+    image.info["transparency"] = (0, 90, 0)
+    return image
+
+
+@pytest.mark.parametrize("kind", ["RGBA", "LA", "P", "RGB-tRNS"])
+@pytest.mark.parametrize("background", [None, (0.2, 0.5, 1.0)])
+def test_transparent_pixels_are_composited_on_the_model_s_background(tmp_path, kind, background):
+    """Transparency is read once, as the model config's background says (white without one): a palette's or one
+    colour's transparency too (an RGB PNG's tRNS was ignored: its transparent pixels kept their stored colour)."""
+    path = tmp_path / f"{kind}.png"
+    _transparent(kind).save(path)
+    given = {"background": background} if background else {}
+    out = load_image(path, 3, **given)
+    want = [51, 128, 255] if background else [255, 255, 255]
+    assert (out[:, :, :2] == np.array(want)[:, None, None]).all()  # transparent: the background, exactly
+    assert (out[:, :, 2:] == (200 if kind == "LA" else np.array([200, 0, 0])[:, None, None])).all()  # opaque: as stored
+    gray = load_image(path, 1, **({"background": (0.2,)} if background else {}))
+    assert (gray[0, :, :2] == (51 if background else 255)).all()
+
+
 def test_palette_image(tmp_path):
     image = Image.fromarray(np.array([[0, 1], [1, 0]], dtype=np.uint8), "P")
     image.putpalette([10, 20, 30, 200, 100, 50] + [0] * 762)

@@ -629,7 +629,7 @@ def test_an_unreadable_parquet_row_group_is_read_once_and_warned_about_once(tmp_
 
 
 def test_the_training_plan_names_a_parquet_split_s_images_in_one_parenthesis(tmp_path, capsys, monkeypatch):
-    """ "DIR (train) (all but the 0.5 held out (seed 0))" was printed for Parquet files named by their split."""
+    """ "DIR (train) (all but the 0.5 held out by class (seed 0))" was printed for Parquet files named by their split."""
     from vitkit.train import train
     from vitkit.train.config import load_run_config
 
@@ -658,9 +658,12 @@ def test_the_training_plan_names_a_parquet_split_s_images_in_one_parenthesis(tmp
         tmp_path / "run",
     )
     printed = capsys.readouterr().out
-    assert f"images  {tmp_path / 'pq'} (train, all but the 0.5 held out (seed 0))" in printed and ") (" not in printed
     assert (
-        captions["val_data"] == f"6 images, {tmp_path / 'pq'} (train, 0.5 held out (seed 0))"
+        f"images  {tmp_path / 'pq'} (train, all but the 0.5 held out by class (seed 0))" in printed
+        and ") (" not in printed
+    )
+    assert (
+        captions["val_data"] == f"6 images, {tmp_path / 'pq'} (train, 0.5 held out by class (seed 0))"
     )  # the figures' captions too
 
 

@@ -43,7 +43,7 @@ def test_train_images_are_nested_seeded_subsets_of_the_training_part_only(tmp_pa
     assert paths[5] < paths[12] < paths[30] == set(map(str, spec.open("train", channels=3, image_size=8).paths))
     held = set(map(str, DataSpec(**{**spec.__dict__, "train_images": 5}).open("val", channels=3, image_size=8).paths))
     assert len(held) == 10 and not held & paths[30]
-    assert subsets[12].selection == "first 12 of a seeded order (seed 3) of all but the 0.25 held out (seed 3)"
+    assert subsets[12].selection == "first 12 of a seeded order (seed 3) of all but the 0.25 held out by class (seed 3)"
     assert [str(p) for p in subsets[12].paths] == sorted(map(str, subsets[12].paths))  # in the split's own order
     other_seed = DataSpec(**{**spec.__dict__, "train_images": 12, "split_seed": 4}).open(
         "train", channels=3, image_size=8
@@ -79,7 +79,11 @@ def test_a_folder_of_lists_by_split_reads_each_split_from_its_own_list(tmp_path)
         spec.open("test", channels=3, image_size=8)
     (tmp_path / "val.jsonl").unlink()  # no val list: val is held out of train, as for one list
     held = DataSpec(path=str(tmp_path), val_fraction=0.25).open("val", channels=3, image_size=8)
-    assert len(held) == 2 and held.source == str(tmp_path / "train.csv") and held.selection == "0.25 held out (seed 0)"
+    assert (
+        len(held) == 2
+        and held.source == str(tmp_path / "train.csv")
+        and held.selection == "0.25 held out by class (seed 0)"
+    )
     (tmp_path / "train.jsonl").write_text("")
     with pytest.raises(DataError, match="train.csv and train.jsonl both list the train split"):
         spec.open("train", channels=3, image_size=8)

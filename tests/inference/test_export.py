@@ -42,6 +42,21 @@ def test_export_matches_pytorch_on_another_batch_size(model, tmp_path, fmt):
             vitkit.load_pretrained(exported)
 
 
+def test_the_onnx_metadata_says_what_transparent_pixels_are_composited_on(vitkit_cmd, tmp_path):
+    """The ONNX metadata said RGB and nothing of transparency: a deployment fed RGBA icons could not know that the model
+    saw them on its background. It carries the model's background now (per channel in [0, 1], as mean and std)."""
+    pytest.importorskip("onnxscript")
+    onnx = pytest.importorskip("onnx")
+    model = vitkit.create_model("vit_test", num_classes=3, background=(0.2, 0.4, 0.6)).eval()
+    torch.nn.init.normal_(model.head.weight)
+    save_pretrained(model, tmp_path / "ckpt")
+    done = vitkit_cmd("export", tmp_path / "ckpt", "--out", tmp_path / "m.onnx")
+    assert done.returncode == 0, done.stderr
+    props = {p.key: json.loads(p.value) for p in onnx.load(str(tmp_path / "m.onnx")).metadata_props}
+    assert props["background"] == pytest.approx([0.2, 0.4, 0.6]) and props["channels"] == "RGB"
+    assert "composited on background" in props["transparency"]
+
+
 def test_unknown_format(model, tmp_path):
     with pytest.raises(ConfigError, match="format"):
         export(model, tmp_path / "m", format="tflite")

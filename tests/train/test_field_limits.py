@@ -44,7 +44,7 @@ def test_every_limited_section_field_declares_its_limit_in_metadata():
         for f in dataclasses.fields(cls)
         if limits.limit_of(f) != limits.NO_LIMIT
     }
-    assert len(limited) == 45 and {"train.log_to", "augment.rrc_scale", "data.repeats"} <= limited
+    assert len(limited) == 46 and {"train.log_to", "augment.rrc_scale", "data.repeats", "data.split_rule"} <= limited
 
 
 def _number_types(parser):

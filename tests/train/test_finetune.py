@@ -237,3 +237,26 @@ def test_a_head_trained_on_the_data_s_classes_is_kept_with_its_rows_in_the_data_
     vitkit.save_pretrained(model, tmp_path / "other", extra={"class_names": ["ant", "bee", "cat"]})
     finetune(recipe, tmp_path / "other", tmp_path / "other_ft", image_size=16)
     assert not load_native(tmp_path / "other_ft" / "init")[0].head.weight.any()
+
+
+def test_finetune_on_small_data_tries_three_learning_rates_and_picks_on_val(tmp_path, vitkit_cmd):
+    """With no --lr, finetune ran the recipe's one rate, 0.01, on any data, and on a small set that made the model
+    worse at every rate tried after. Under 5,000 training images it now tries 0.003, 0.01 and 0.03, each as long as
+    the one was, picks on val and says so in its plan line; a rate given (--lr, train.lr) and 5,000 images run one."""
+    pretrained(tmp_path)
+    args = ("finetune", "--from", tmp_path / "pre", *TINY, "train.steps=1")
+    for out, extra, lrs in (
+        ("small", (), [0.003, 0.01, 0.03]),
+        ("given", ("train.lr=0.01",), [0.01]),
+        ("flag", ("--lr", "0.03"), [0.03]),
+        ("large", ("data.synthetic_size=5000",), [0.01]),
+    ):
+        done = vitkit_cmd(*args, "--out", tmp_path / out, *extra)
+        assert done.returncode == 0, done.stderr
+        plan = next(line for line in done.stdout.splitlines() if line.startswith("vitkit finetune: fitted to"))
+        sweep = json.loads((tmp_path / out / "sweep.json").read_text())
+        assert [run["lr"] for run in sweep["runs"]] == lrs, out
+        assert {run["steps"] for run in sweep["runs"]} == {1}
+        assert ("; tries lr 0.003, 0.01, 0.03; picks on val" in plan) == (len(lrs) == 3), plan
+        if len(lrs) == 3:
+            assert sweep["best"] == pick_best(sweep["runs"]) and f"picked: {tmp_path / out}/final" in done.stdout

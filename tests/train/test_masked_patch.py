@@ -196,7 +196,9 @@ def test_validation_is_repeatable_and_counts_corrupted_patches():
 
 
 def test_unknown_objective_is_a_config_error():
-    with pytest.raises(ConfigError, match="train.objective: expected one of classification, multi_label, masked_patch"):
+    with pytest.raises(
+        ConfigError, match="train.objective: expected one of auto, classification, multi_label, masked_patch"
+    ):
         load_run_config(None, ["train.objective=mae"])
 
 

@@ -182,3 +182,19 @@ def test_a_shipped_recipe_named_from_another_directory_is_pointed_to(tmp_path, m
         load_run_config("configs/fashion_mnist.yaml")
     with pytest.raises(ConfigError, match=r"nothing.yaml: config file not found$"):
         load_run_config("configs/nothing.yaml")
+
+
+def test_a_run_yaml_written_before_the_split_rule_resumes_with_the_random_hold_out_it_ran_with(tmp_path):
+    """Its run held val out at random (vitkit's only rule then); resumed with today's default, the stratified cut, it
+    would train on other images than its checkpoints (refused as "trained on other images"). A user's own config
+    naming no rule gets today's default."""
+    from vitkit.train.loop import resume_config
+
+    config = load_run_config(None, ["train.steps=7", "data.name=synthetic"])
+    saved = dump_run_config(config)
+    (tmp_path / "run.yaml").write_text("\n".join(line for line in saved.splitlines() if "split_rule" not in line))
+    assert "split_rule" in saved and resume_config(tmp_path).data.split_rule == "random"
+    assert resume_config(tmp_path, ["data.split_rule=stratified"]).data.split_rule == "stratified"
+    assert load_run_config(tmp_path / "run.yaml").data.split_rule == "stratified"
+    (tmp_path / "run.yaml").write_text(saved)
+    assert resume_config(tmp_path) == config and config.data.split_rule == "stratified"

@@ -25,6 +25,7 @@ import torch
 
 from vitkit.errors import CheckpointError, ConfigError
 from vitkit.models import BiTConfig, ResNetConfig
+from vitkit.models.config import INPUT_KEYS
 
 from .io import write_npz
 from .keymap import Rule, count_indexed, from_vitkit, kernel, permuted, resnet_units, same, to_vitkit
@@ -63,7 +64,7 @@ def _config(
     width, factor = (64, root // 64) if root % 64 == 0 else (root, 1)
     fields = dict(layers=layers, width_factor=factor, width=width, stem="bit" if kernel_size == 7 else "small",
                   in_chans=in_chans, num_classes=num_classes, image_size=image_size or 224)  # fmt: skip
-    for key in ("image_size", "mean", "std"):  # not in the tensors: kept from the config vitkit stored, if any
+    for key in ("image_size", *INPUT_KEYS):  # not in the tensors: kept from the config vitkit stored, if any
         if stored and key in stored and not (key == "image_size" and image_size):
             fields[key] = stored[key]
     try:

@@ -121,6 +121,8 @@ def config_from_hf(
     )  # fmt: skip
     if preprocessor:
         fields.update(_normalisation(preprocessor, fields["in_chans"]))
+        if isinstance(preprocessor.get("vitkit_background"), list):  # what vitkit wrote: see _preprocessor_config
+            fields["background"] = tuple(preprocessor["vitkit_background"])
     try:
         return ViTConfig(**fields)
     except ConfigError as err:
@@ -194,7 +196,8 @@ def read(path: str | os.PathLike, *, image_size=None, config: Any = None) -> tup
             state[kernel] = state[kernel].sum(dim=1, keepdim=True)
             hf = {**hf, "num_channels": 1}
             preprocessor = {
-                k: v[:1] if k in ("image_mean", "image_std") else v for k, v in (preprocessor or {}).items()
+                k: v[:1] if k in ("image_mean", "image_std", "vitkit_background") else v
+                for k, v in (preprocessor or {}).items()
             } or None
     config = config_from_hf(hf, state, preprocessor=preprocessor, image_size=image_size, source=directory)
     return config, to_vitkit(hf_rules(config, prefix=_prefix(state)), state, source=weights)
@@ -204,7 +207,8 @@ def write(model: VisionTransformer, directory: str | os.PathLike, *, metadata: d
     """Write an HF directory: ViTForImageClassification with a head, ViTModel (pooler = pre-logits) without.
 
     Class names become id2label/label2id; the rest of `metadata` (crop, training data) is kept in config.json
-    under "vitkit"."""
+    under "vitkit". preprocessor_config.json also holds the model's background, which no image processor composites
+    on, with what a user must do about it (`transparency_advice`) and the Python that does it."""
     directory, c, metadata = Path(directory), model.config, metadata or {}
     if not isinstance(model, VisionTransformer):
         raise CheckpointError(
@@ -319,7 +323,38 @@ def _preprocessor_config(c: ViTConfig, preprocess: dict) -> dict:
         "do_normalize": True,
         "image_mean": list(c.mean) * (3 // c.in_chans),
         "image_std": list(c.std) * (3 // c.in_chans),
+        # no image processor composites on a background: kept for vitkit and for the user, with what to do (and the
+        # Python that does it) in the keys below; transformers keeps unknown keys as attributes of the processor
+        "vitkit_background": list(c.background) * (3 // c.in_chans),
+        "vitkit_transparency": transparency_advice(c, "vitkit_transparency_python"),
+        "vitkit_transparency_python": transparency_snippet(c),
     }
+
+
+def background_rgb(c: ViTConfig) -> tuple[int, int, int]:
+    """The model's background as the 0-255 RGB colour a PIL image is composited on (a grayscale model's: its gray)."""
+    values = [round(255 * v) for v in c.background]
+    return tuple(values * 3 if len(values) == 1 else values)  # type: ignore[return-value]
+
+
+def transparency_advice(c: ViTConfig, code: str) -> str:
+    """What an HF export cannot say in an image processor, and what its user must do (as `code` names the Python that
+    does it), in one sentence."""
+    return (
+        "transformers' image-classification pipeline drops transparency (it converts a path or PIL image to RGB, so a "
+        "transparent RGBA or LA pixel shows the colour it stores; its processor puts a palette's on white), while this "
+        f"model composites transparent pixels on its background, RGB {background_rgb(c)}; composite images on it before "
+        f"calling the pipeline, as {code} does"
+    )
+
+
+def transparency_snippet(c: ViTConfig) -> str:
+    """Python that gives the pipeline `pipe` a PIL image `image` as vitkit reads it (PIL's Image and ImageOps
+    imported): upright by its EXIF tag, then composited on the background."""
+    return (
+        "rgba = ImageOps.exif_transpose(image).convert('RGBA'); "
+        f"pipe(Image.alpha_composite(Image.new('RGBA', rgba.size, {(*background_rgb(c), 255)}), rgba).convert('RGB'))"
+    )
 
 
 def read_metadata(path: str | os.PathLike, *, config: Any = None) -> dict:

@@ -93,7 +93,8 @@ def refuse_conv_stem(config, path: str | os.PathLike, fmt: str, why: str) -> Non
     if isinstance(getattr(config, "backbone", None), ConvStemConfig):
         raise CheckpointError(
             f"{path}: {fmt} cannot hold a conv-stem hybrid (3x3 convolutions with BatchNorm): {why}; "
-            "save as vitkit instead"
+            "save as vitkit, or export to ONNX or OpenVINO (vitkit export); a plain ViT converts: train it with "
+            "model.backbone=null"
         )
 
 

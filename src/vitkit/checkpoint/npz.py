@@ -29,6 +29,7 @@ import torch
 
 from vitkit.errors import CheckpointError, ConfigError
 from vitkit.models import ModelConfig, ResNetConfig, ResNetV2, VisionTransformer, ViTConfig
+from vitkit.models.config import INPUT_KEYS
 
 from . import bit
 from .io import read_npz, read_sidecar, write_npz, write_with_sidecar
@@ -237,13 +238,8 @@ def _dense(ours: str, theirs: str, n_in: int, n_out: int) -> list[Rule]:
     ]
 
 
-NOT_IN_THE_ARRAYS = (
-    "mlp_act",
-    "layer_norm_eps",
-    "mean",
-    "std",
-    "dynamic_img_size",
-)  # the release layout implies tanh-GELU, eps 1e-6, [-1, 1] inputs, one input size
+# the release layout implies tanh-GELU, eps 1e-6, [-1, 1] inputs, one input size (and says nothing of a background)
+NOT_IN_THE_ARRAYS = ("mlp_act", "layer_norm_eps", *INPUT_KEYS, "dynamic_img_size")
 
 
 def read(path: str | os.PathLike, *, image_size=None) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
@@ -290,7 +286,7 @@ def write(model: VisionTransformer, path: str | os.PathLike, *, metadata: dict |
     if isinstance(model, ResNetV2):
         sidecar = {
             **({"vitkit": metadata} if metadata else {}),
-            "model": {k: getattr(c, k) for k in ("image_size", "mean", "std")},
+            "model": {k: getattr(c, k) for k in ("image_size", *INPUT_KEYS)},
         }
         write_with_sidecar(path, lambda fresh: bit.write_npz_file(model, fresh), sidecar)
         return path

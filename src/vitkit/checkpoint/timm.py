@@ -29,6 +29,7 @@ from safetensors import safe_open
 from vitkit.errors import CheckpointError, ConfigError
 from vitkit.files import read_json
 from vitkit.models import ModelConfig, ResNetConfig, ResNetV2, VisionTransformer, ViTConfig
+from vitkit.models.config import INPUT_KEYS
 from vitkit.models.registry import SIZES
 
 from . import bit
@@ -144,7 +145,7 @@ def _unwrap(obj, source) -> dict[str, torch.Tensor]:
     return {(k[len("module.") :] if k.startswith("module.") else k): v for k, v in obj.items()}
 
 
-NOT_IN_THE_TENSORS = ("mlp_act", "layer_norm_eps", "mean", "std", "dynamic_img_size")  # kept from the metadata
+NOT_IN_THE_TENSORS = ("mlp_act", "layer_norm_eps", *INPUT_KEYS, "dynamic_img_size")  # kept from the metadata
 
 
 def config_from_timm(
@@ -215,7 +216,9 @@ def _stored(path: Path, key: str = METADATA_KEY) -> dict | None:
 
 
 def pretrained_cfg(c: ModelConfig, metadata: dict) -> dict:
-    """timm's description of a checkpoint's input and labels (its pretrained_cfg and label_names)."""
+    """timm's description of a checkpoint's input and labels (its pretrained_cfg and label_names), and the background
+    transparent pixels are composited on beside them: timm's PretrainedCfg has no such field and refuses an unknown
+    key (PretrainedCfg(**cfg) raises), so it is its own entry, in [0, 1] per channel as mean and std are."""
     preprocess = metadata.get("preprocess") or {}
     cfg = {
         "input_size": [c.in_chans, *c.image_size],
@@ -227,7 +230,12 @@ def pretrained_cfg(c: ModelConfig, metadata: dict) -> dict:
         "num_classes": c.num_classes,
     }
     extra = {"model_args": {"dynamic_img_size": True}} if getattr(c, "dynamic_img_size", False) else {}
-    return {"pretrained_cfg": cfg, "label_names": metadata.get("class_names"), **extra}
+    return {
+        "pretrained_cfg": cfg,
+        "label_names": metadata.get("class_names"),
+        "background": list(c.background),
+        **extra,
+    }
 
 
 def read(

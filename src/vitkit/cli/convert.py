@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from vitkit.checkpoint import FORMATS, convert_checkpoint
 from vitkit.errors import ConfigError
@@ -85,4 +86,9 @@ def run(args: argparse.Namespace) -> int:
     names = written.metadata.get("class_names")
     labels = f", class names {', '.join(names[:3])}{' ...' if len(names) > 3 else ''}" if names else ", no class names"
     print(f"wrote {dst} ({written.format}, {count_parameters(written.model):,} parameters{labels})")
+    if written.format == "hf":  # no image processor composites on a background: the user must, before the pipeline
+        from vitkit.checkpoint.hf import PREPROCESSOR_NAME, transparency_advice
+
+        code = f"vitkit_transparency_python in {Path(dst) / PREPROCESSOR_NAME}"
+        print(f"note: {transparency_advice(written.model.config, code)}")
     return 0

@@ -19,7 +19,9 @@ trained on the data's classes (by name); else, and with --new-head, a zero-initi
 classes, the pre-logits layer dropped (official rule) unless --keep-pre-logits.
 
 --lr with several values runs one fine-tune per value (DIR/lr_<value>/) and picks the best final
-validation top-1; DIR/final points at the picked model, DIR/sweep.json and sweep.md list every run.
+validation top-1; DIR/final points at the picked model, DIR/sweep.json and sweep.md list every run. Without
+--lr (or train.lr=), under 5,000 training images it tries the recipe's rate and a half decade either side
+(0.003, 0.01, 0.03), each run as long as one, and picks on val; from 5,000 images, the recipe's one.
 Running the same command again continues an interrupted sweep; a sweep stopped by Ctrl-C or SIGTERM picks
 nothing (no DIR/final) until every learning rate has finished.
 
@@ -83,7 +85,8 @@ def _add_recipe(p: argparse.ArgumentParser) -> None:
         "--lr",
         type=numbers(float),
         metavar="LR[,LR...]",
-        help="learning rate(s); several run a sweep (paper: 0.001,0.003,0.01,0.03)",
+        help="learning rate(s); several run a sweep (paper: 0.001,0.003,0.01,0.03; default: the recipe's, "
+        "and under 5,000 training images also a half decade either side)",
     )
     p.add_argument("--steps", type=int, help="optimizer steps per run (= train.steps; default: 5 epochs)")
     p.add_argument("--epochs", type=float, help="passes over the training images per run, instead of --steps")

@@ -21,19 +21,21 @@ examples:
                                                    data-parallel (DDP); add train.strategy=fsdp to shard
   vitkit train --config configs/pretrain_masked_patch.yaml --out runs/mpp    self-supervised, labels unused
   vitkit train --data ~/unlabeled --out runs/mpp train.objective=masked_patch   a folder of images, no class folders
-  vitkit train --data tags/ --out runs/tags train.objective=multi_label   several labels per image (a "labels" list)
+  vitkit train --data tags/ --out runs/tags      several labels per image (a "labels" list): multi-label unasked
 
 Without --data or data.path the data is Fashion-MNIST from $VITKIT_DATA or /usr/share/datasets/fashion-mnist
 (sudo apt-get install dataset-fashion-mnist). Keys: model.name, model.init and any model field (width, depth,
 patch_size, image_size, drop_path, ...); data.*, augment.*, train.*: see configs/*.yaml. An unknown key or a
-bad value is an error before any work starts.
+bad value is an error before any work starts. Data without a val split holds val out class by class (data.val_fraction,
+data.split_seed), listed in RUN/splits/val.txt.
 With --data and no model named, a pixel baseline (softmax regression on 16x16 pixels, fitted in seconds on the
 training split) is scored on the val split beside the model, with a warning where the model does not beat it
 (summary.json: "baseline"); train.baseline=false skips it, train.baseline=true adds it to a named model's run.
 train.objective=masked_patch pre-trains by masked patch prediction (paper §4.6): half the patch embeddings
 corrupted, their 3-bit mean colour predicted; val_top1 is then the colour accuracy, and the saved model is a
 plain ViT to fine-tune with model.init=RUN_DIR. model.init also takes any checkpoint and hub names
-(hf-hub:ORG/NAME[@REV], timm's MODEL.TAG), read through huggingface_hub's cache.
+(hf-hub:ORG/NAME[@REV], timm's MODEL.TAG), read through huggingface_hub's cache. Without model.name the run
+takes the checkpoint's architecture (model.* keys change it); with --data, a batch and length fitted to the data.
 
 Faults: SIGTERM or Ctrl-C saves a checkpoint at the next step boundary and exits 0 with the resume command
 (a second signal stops at once); after a crash or kill -9, --resume continues from the newest complete
@@ -59,7 +61,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         metavar="YAML",
         help="run config file (default: built-in defaults, vit_mini4_28 on Fashion-MNIST; "
         "with --data and no model.name or model.init key, a small ViT fitted to the data's size and channels, "
-        "which other model.* keys change)",
+        "which other model.* keys change; with model.init=CKPT and no model.name, the checkpoint's architecture)",
     )
     p.add_argument("--out", metavar="DIR", help="run directory to create (required unless --resume)")
     p.add_argument(

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from vitkit.errors import ConfigError, shown
 from vitkit.limits import limits
 
-from .images import scaled_size
+from .images import background_bytes, scaled_size
 
 
 @dataclass(frozen=True)
@@ -69,18 +69,28 @@ def _log_uniform(n: int, low: float, high: float, g: torch.Generator) -> torch.T
     return _uniform(n, math.log(low), math.log(high), g).exp()
 
 
-def _warp(x: torch.Tensor, theta: torch.Tensor, size: tuple[int, int], fill: float = 0.0) -> torch.Tensor:
-    """Sample x through per-image affine maps theta (B, 2, 3) in normalised coordinates."""
+def _warp(x: torch.Tensor, theta: torch.Tensor, size: tuple[int, int], fill: float | None = 0.0) -> torch.Tensor:
+    """Sample x through per-image affine maps theta (B, 2, 3) in normalised coordinates; what lies outside the image is
+    `fill`, or with fill None the nearest edge pixel."""
     grid = F.affine_grid(
         theta.to(x.device, x.dtype, non_blocking=True), [x.shape[0], x.shape[1], *size], align_corners=False
     )
-    if fill == 0.0:
-        return F.grid_sample(x, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
+    if fill is None or fill == 0.0:
+        padding = "zeros" if fill is not None else "border"
+        return F.grid_sample(x, grid, mode="bilinear", padding_mode=padding, align_corners=False)
     return F.grid_sample(x - fill, grid, mode="bilinear", padding_mode="zeros", align_corners=False) + fill
 
 
+def fill_of(background) -> tuple[float, ...]:
+    """The fill in [0, 1] of the model config's `background` (None: white) exactly as decoding composites on it: its
+    uint8 value / 255, so a padded border and a transparent pixel get the same colour."""
+    return tuple(v / 255.0 for v in background_bytes(background))
+
+
 def random_resized_crop(x: torch.Tensor, size: tuple[int, int], scale, ratio, g: torch.Generator) -> torch.Tensor:
-    """Inception crop: a box of random area (scale) and aspect (ratio) resized to `size`."""
+    """Inception crop: a box of random area (scale) and aspect (ratio) resized to `size`. The box lies inside the
+    image; an upsampled box's outermost samples, within half a pixel of the image's edge, take the edge pixel (as a
+    crop, then a resize would), never a fill colour."""
     B, _, H, W = x.shape
     area = _uniform(B, *scale, g)
     aspect = _log_uniform(B, *ratio, g)
@@ -92,13 +102,16 @@ def random_resized_crop(x: torch.Tensor, size: tuple[int, int], scale, ratio, g:
     theta = torch.zeros(B, 2, 3)
     theta[:, 0, 0], theta[:, 0, 2] = w, cx
     theta[:, 1, 1], theta[:, 1, 2] = h, cy
-    return _warp(x, theta, size)
+    return _warp(x, theta, size, fill=None)
 
 
-def padded_random_crop(x: torch.Tensor, pad: int, g: torch.Generator) -> torch.Tensor:
-    """Zero-pad by `pad` and cut a random window of the original size (per image)."""
+def padded_random_crop(x: torch.Tensor, pad: int, g: torch.Generator, fill=0.0) -> torch.Tensor:
+    """Pad by `pad` with `fill` (one value, or one per channel: the model's background) and cut a random window of the
+    original size (per image)."""
     B, C, H, W = x.shape
-    padded = F.pad(x, (pad, pad, pad, pad))
+    fill = torch.as_tensor(fill, dtype=x.dtype).to(x.device, non_blocking=True).reshape(1, -1, 1, 1)
+    padded = fill.expand(B, C, H + 2 * pad, W + 2 * pad).clone()
+    padded[..., pad : pad + H, pad : pad + W] = x
     top = torch.randint(0, 2 * pad + 1, (B,), generator=g).to(x.device, non_blocking=True)
     left = torch.randint(0, 2 * pad + 1, (B,), generator=g).to(x.device, non_blocking=True)
     rows = (top[:, None] + torch.arange(H, device=x.device))[:, None, :, None].expand(B, C, H, W + 2 * pad)
@@ -499,16 +512,19 @@ def normalize(x: torch.Tensor, mean, std) -> torch.Tensor:
     return (x - mean) / std
 
 
-def augment_pixels(images: torch.Tensor, size: tuple[int, int], cfg: AugmentConfig, g: torch.Generator) -> torch.Tensor:
+def augment_pixels(
+    images: torch.Tensor, size: tuple[int, int], cfg: AugmentConfig, g: torch.Generator, background=None
+) -> torch.Tensor:
     """uint8 (B, C, H, W) on any device -> cropped, flipped, RandAugmented float (B, C, *size) in [0, 1]:
-    the training pixels before normalisation (what `vitkit data --samples` shows)."""
-    x = images.float() / 255.0
+    the training pixels before normalisation (what `vitkit data --samples` shows). The padded crop fills its border
+    with `background` (the model config's; None: white), the colour transparent pixels were composited on."""
+    x, fill = images.float() / 255.0, fill_of(background)
     if cfg.crop == "rrc":
         x = random_resized_crop(x, size, cfg.rrc_scale, cfg.rrc_ratio, g)
     else:
         x = resize_center_crop(x, size, 1.0)
         if cfg.crop == "pad" and cfg.pad > 0:
-            x = padded_random_crop(x, cfg.pad, g)
+            x = padded_random_crop(x, cfg.pad, g, fill)
     if cfg.hflip > 0:
         x = hflip(x, cfg.hflip, g)
     if cfg.randaugment_ops > 0:
@@ -519,10 +535,11 @@ def augment_pixels(images: torch.Tensor, size: tuple[int, int], cfg: AugmentConf
 
 
 def train_transform(
-    images: torch.Tensor, size: tuple[int, int], cfg: AugmentConfig, mean, std, g: torch.Generator
+    images: torch.Tensor, size: tuple[int, int], cfg: AugmentConfig, mean, std, g: torch.Generator, background=None
 ) -> torch.Tensor:
-    """uint8 (B, C, H, W) on any device -> augmented, normalised float (B, C, *size)."""
-    x = normalize(augment_pixels(images, size, cfg, g), mean, std)
+    """uint8 (B, C, H, W) on any device -> augmented, normalised float (B, C, *size); the padded crop fills with
+    `background`. Random erasing writes noise, not a colour."""
+    x = normalize(augment_pixels(images, size, cfg, g, background), mean, std)
     if cfg.erase > 0:
         x = random_erase(x, cfg.erase, cfg.erase_scale, cfg.erase_ratio, g)
     return x

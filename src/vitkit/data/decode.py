@@ -57,9 +57,18 @@ def inception_box(width: int, height: int, draws: np.ndarray, scale, ratio) -> t
 
 
 def inception_crop(
-    source, channels: int, size: tuple[int, int], draws: np.ndarray, scale, ratio, *, name: str | None = None
+    source,
+    channels: int,
+    size: tuple[int, int],
+    draws: np.ndarray,
+    scale,
+    ratio,
+    *,
+    name: str | None = None,
+    background=None,
 ) -> np.ndarray:
-    """(C, *size) uint8, a new array: the Inception crop of one encoded image (a path, or bytes named `name`)."""
+    """(C, *size) uint8, a new array: the Inception crop of one encoded image (a path, or bytes named `name`; its
+    transparent pixels on `background`, the model config's)."""
     out_h, out_w = size
     fraction: list[float] = []
 
@@ -76,7 +85,7 @@ def inception_crop(
         return left, top, right, bottom
 
     # (h, w, C): the box alone
-    pixels = torch.from_numpy(load_pixels(source, channels, name=name, draft=needed, crop=box))
+    pixels = torch.from_numpy(load_pixels(source, channels, name=name, draft=needed, crop=box, background=background))
     # (1, C, h, w) with channels-last strides in every dimension: a (C, h, w) view with [None] put in front gets a batch
     # stride of 1-3, and torch then takes its slower planar uint8 resize path
     region = pixels[None].permute(0, 3, 1, 2)

@@ -4,7 +4,8 @@
 `vitkit inspect` go through it. Whatever is wrong with a file (missing, empty, truncated, corrupt,
 not an image, larger than the decompression-bomb limit) ends as one DataError naming the file;
 the EXIF orientation tag is applied, so photos come upright. Every PIL mode a dataset may hold ends up as 8-bit L (1 channel) or RGB (3 channels): palette
-images go through RGB(A); alpha is composited onto white; 16-bit and 32-bit integer images are
+images go through RGB(A); transparent pixels (alpha, a palette's or one colour's transparency) are composited on the
+model's background (`model.background`, white by default); 16-bit and 32-bit integer images are
 scaled down to 8 bits by their range; float images are read as [0, 1] (or [0, 255] when larger).
 """
 
@@ -248,7 +249,10 @@ class Record:
 
 
 def to_8bit(image: Image.Image) -> Image.Image:
-    """An 8-bit L, LA, RGB or RGBA image from any PIL mode (palette, 16-bit, 32-bit, float, CMYK ...)."""
+    """An 8-bit L, LA, RGB or RGBA image from any PIL mode (palette, 16-bit, 32-bit, float, CMYK ...); an L or RGB
+    image with one colour marked transparent (a PNG's tRNS) gets that as its alpha."""
+    if image.mode in ("L", "RGB") and "transparency" in image.info:
+        return image.convert(image.mode + "A")
     if image.mode in ("L", "LA", "RGB", "RGBA"):
         return image
     if image.mode == "P":
@@ -269,17 +273,30 @@ def to_8bit(image: Image.Image) -> Image.Image:
     return image.convert("RGB")  # CMYK, YCbCr, LAB, HSV
 
 
-def to_channels(image: Image.Image, channels: int) -> Image.Image:
-    """`image` as L (channels=1) or RGB (channels=3); alpha is composited onto white."""
+def to_channels(image: Image.Image, channels: int, background: Sequence[float] | None = None) -> Image.Image:
+    """`image` as L (channels=1) or RGB (channels=3); transparent pixels are composited on `background` (the model
+    config's: one value in [0, 1] per channel, or one for all; None: white)."""
+    if channels not in (1, 3):
+        raise DataError(f"model.in_chans: images can be read with 1 or 3 channels, not {channels}")
     image = to_8bit(image)
     if image.mode in ("LA", "RGBA"):
-        background = Image.new(image.mode, image.size, (255,) * len(image.mode))
-        image = Image.alpha_composite(background, image).convert(image.mode[:-1])
-    if channels == 1:
-        return image.convert("L")
-    if channels == 3:
-        return image.convert("RGB")
-    raise DataError(f"model.in_chans: images can be read with 1 or 3 channels, not {channels}")
+        image = on_background(image, background)
+    return image.convert("L" if channels == 1 else "RGB")
+
+
+def background_bytes(background: Sequence[float] | None) -> tuple[int, ...]:
+    """The uint8 value per channel of a background in [0, 1] (None: white), as decoding composites on it."""
+    return tuple(round(255 * float(v)) for v in (background if background is not None else (1.0,)))
+
+
+def on_background(image: Image.Image, background: Sequence[float] | None = None) -> Image.Image:
+    """An LA or RGBA image composited on `background` (`to_channels`): L where both are gray, else RGB."""
+    fill = background_bytes(background)
+    if image.mode == "LA" and len(set(fill)) == 1:
+        return Image.alpha_composite(Image.new("LA", image.size, (fill[0], 255)), image).convert("L")
+    fill = fill * 3 if len(fill) == 1 else fill
+    image = image.convert("RGBA")
+    return Image.alpha_composite(Image.new("RGBA", image.size, (*fill, 255)), image).convert("RGB")
 
 
 def as_hw(size: int | tuple[int, int]) -> tuple[int, int]:
@@ -382,33 +399,42 @@ def check_file_size(name, size: int) -> None:
 
 
 def open_image(
-    source, channels: int, *, max_pixels: int = MAX_PIXELS, name: str | None = None, draft=None
+    source, channels: int, *, max_pixels: int = MAX_PIXELS, name: str | None = None, draft=None, background=None
 ) -> Image.Image:
     """The decoded image of a file (a path, or its bytes named `name`) as L (channels=1) or RGB (channels=3),
-    upright by its EXIF tag.
+    upright by its EXIF tag, transparent pixels composited on `background` (`to_channels`).
 
     `draft(width, height)`, given the upright size, returns the smallest upright size the caller needs: a
     JPEG is then decoded with DCT scaling at the smallest scale that still gives at least that size.
     Raises DataError naming the file for anything but a readable image of at most `max_pixels` pixels.
     """
-    image = _decode(source, channels, max_pixels, name, draft, None)
+    image = _decode(source, channels, max_pixels, name, draft, None, background)
     return image if isinstance(image, Image.Image) else Image.fromarray(image[..., 0] if channels == 1 else image)
 
 
 def load_pixels(
-    source, channels: int, *, max_pixels: int = MAX_PIXELS, name: str | None = None, draft=None, crop=None
+    source,
+    channels: int,
+    *,
+    max_pixels: int = MAX_PIXELS,
+    name: str | None = None,
+    draft=None,
+    crop=None,
+    background=None,
 ) -> np.ndarray:
     """`open_image`'s pixels as an (H, W, channels) uint8 array (without a copy through PIL where libjpeg or simplejpeg
     decodes). `crop(width, height)`, given the decoded upright size, returns the (left, top, right, bottom) box to
     keep: only that box is returned, and libjpeg decodes little more than it."""
-    image = _decode(source, channels, max_pixels, name, draft, crop)
+    image = _decode(source, channels, max_pixels, name, draft, crop, background)
     if isinstance(image, Image.Image):
         image = np.array(image)  # writable (torch.from_numpy wants that)
         return image[..., None] if image.ndim == 2 else image
     return image
 
 
-def _decode(source, channels: int, max_pixels: int, name: str | None, draft, crop) -> Image.Image | np.ndarray:
+def _decode(
+    source, channels: int, max_pixels: int, name: str | None, draft, crop, background
+) -> Image.Image | np.ndarray:
     path = Path(name or str(source))
     try:
         if isinstance(source, Record):  # a member of a shard: its bytes
@@ -434,7 +460,7 @@ def _decode(source, channels: int, max_pixels: int, name: str | None, draft, cro
             if need is not None and image.format == "JPEG":
                 image.draft("L" if gray else "RGB", need)
             image.load()
-            return _cut(to_channels(ImageOps.exif_transpose(image), channels), crop)
+            return _cut(to_channels(ImageOps.exif_transpose(image), channels, background), crop)
     except DataError:
         raise
     except Image.DecompressionBombError:
@@ -466,11 +492,12 @@ def load_image(
     crop_pct: float = 1.0,
     *,
     max_pixels: int = MAX_PIXELS,
+    background=None,
 ) -> np.ndarray:
-    """(C, H, W) uint8 pixels of one file; resized and centre-cropped to `size` (one side, or (H, W)) when given."""
-    return image_pixels(
-        open_image(path, channels, max_pixels=max_pixels), channels, size, crop_pct, max_pixels=max_pixels, name=path
-    )
+    """(C, H, W) uint8 pixels of one file, transparent pixels on `background` (the model config's; None: white);
+    resized and centre-cropped to `size` (one side, or (H, W)) when given."""
+    image = open_image(path, channels, max_pixels=max_pixels, background=background)
+    return image_pixels(image, channels, size, crop_pct, max_pixels=max_pixels, name=path)
 
 
 def image_pixels(
@@ -481,13 +508,15 @@ def image_pixels(
     *,
     max_pixels: int = MAX_PIXELS,
     name="image",
+    background=None,
 ) -> np.ndarray:
-    """(C, H, W) uint8 pixels of a PIL image of any mode (`name` says which in errors), as `load_image` makes them."""
+    """(C, H, W) uint8 pixels of a PIL image of any mode (`name` says which in errors), as `load_image` makes them
+    (transparent pixels on `background`)."""
     if image.width * image.height > max_pixels:
         raise DataError(
             f"{name}: {image.width}x{image.height} pixels is over the limit of {max_pixels:,} ({BOMB_ADVICE})"
         )
-    image = to_channels(image, channels)
+    image = to_channels(image, channels, background)
     if size is not None:
         w, h = scaled_size(*image.size, size, crop_pct)
         if w * h > max_pixels:  # a thin image (1 x 5,000,000) grows with its shorter side: refused before resizing

@@ -55,10 +55,18 @@ class FileImages(Dataset):
     """
 
     def __init__(
-        self, split: Split, channels: int, size: int, crop_pct: float = 1.0, crop: tuple | None = None, seed: int = 0
+        self,
+        split: Split,
+        channels: int,
+        size: int,
+        crop_pct: float = 1.0,
+        crop: tuple | None = None,
+        seed: int = 0,
+        background=None,
     ):
         self.paths, self.labels = split.paths, split.labels
         self.channels, self.size, self.crop_pct, self.crop, self.seed = channels, size, crop_pct, crop, seed
+        self.background = background  # the model config's: transparent pixels are composited on it
 
     def __len__(self) -> int:
         return len(self.paths)
@@ -68,11 +76,16 @@ class FileImages(Dataset):
         try:
             if self.crop is None:
                 # writable
-                pixels = np.array(load_image(self.paths[i], self.channels, self.size, self.crop_pct), copy=True)
+                pixels = np.array(
+                    load_image(self.paths[i], self.channels, self.size, self.crop_pct, background=self.background),
+                    copy=True,
+                )
             else:
                 draws = crop_draws(self.seed, batch, slot)
                 # a new array
-                pixels = inception_crop(self.paths[i], self.channels, (self.size, self.size), draws, *self.crop)
+                pixels = inception_crop(
+                    self.paths[i], self.channels, (self.size, self.size), draws, *self.crop, background=self.background
+                )
         except DataError as err:
             return None, self.labels[i], (i, str(self.paths[i]), str(err))
         return torch.from_numpy(pixels), self.labels[i], None
@@ -125,14 +138,23 @@ def _start_workers(loader: DataLoader):
 
 
 def _file_batches(
-    split: Split, channels: int, size: int, crop_pct: float, bad: BadFiles | None, crop=None, seed=0, **loader_args
+    split: Split,
+    channels: int,
+    size: int,
+    crop_pct: float,
+    bad: BadFiles | None,
+    crop=None,
+    seed=0,
+    background=None,
+    **loader_args,
 ):
-    """(images, labels, errors) batches of decoded files; errors go to `bad` (default: fail on the first)."""
+    """(images, labels, errors) batches of decoded files, transparent pixels on `background`; errors go to `bad`
+    (default: fail on the first)."""
     bad = BadFiles("fail") if bad is None else bad
     if loader_args.get("num_workers"):  # keep the workers busy: a few batches decoded ahead
         loader_args.setdefault("prefetch_factor", 4)
     loader = DataLoader(
-        FileImages(split, channels, size, crop_pct, crop, seed),
+        FileImages(split, channels, size, crop_pct, crop, seed, background),
         collate_fn=collate,
         worker_init_fn=_sigterm_from_parent_only,
         **loader_args,
@@ -149,13 +171,17 @@ def load_into_memory(
     crop_pct: float = 1.0,
     workers: int = 0,
     bad: BadFiles | None = None,
+    background=None,
 ) -> Split:
-    """Decode every file of `split` once into a (N, C, H, W) uint8 tensor at `size` (one side, or (H, W)); files `bad`
-    skips are left out."""
+    """Decode every file of `split` once into a (N, C, H, W) uint8 tensor at `size` (one side, or (H, W)), transparent
+    pixels on `background` (the model config's); files `bad` skips are left out."""
     if split.images is not None:
         return split
     chunks, dropped = [], set()
-    for x, _, errors in _file_batches(split, channels, size, crop_pct, bad, batch_size=256, num_workers=workers):
+    batches = _file_batches(
+        split, channels, size, crop_pct, bad, background=background, batch_size=256, num_workers=workers
+    )
+    for x, _, errors in batches:
         chunks += [] if x is None else [x]
         dropped |= {i for i, _, _ in errors}
     if dropped:
@@ -177,6 +203,7 @@ class Batches:
     With `world` > 1 processes, each yields only its contiguous share (rank) of every global batch.
     Streamed files are read by one DataLoader for the whole run (its workers live across epochs); with
     `crop` = (scale, ratio) they come as Inception crops of the whole image, `size` x `size` (`cropped`).
+    Transparent pixels of streamed files are composited on `background` (the model config's).
     With `repeats` k > 1 (repeated augmentation, DeiT), every image of the epoch's order comes k times in a row, and
     each copy is augmented on its own (its own place in the batch); the epoch keeps its length, so it holds the first
     1/k of the order.
@@ -197,6 +224,7 @@ class Batches:
         bad: BadFiles | None = None,
         crop: tuple | None = None,
         repeats: int = 1,
+        background=None,
     ):
         if len(split) < batch_size:
             raise DataError(
@@ -204,7 +232,7 @@ class Batches:
             )
         self.split, self.batch_size, self.seed, self.device = split, batch_size, seed, device
         self.channels, self.size, self.workers, self.bad = channels, size, workers, bad
-        self.repeats = repeats
+        self.repeats, self.background = repeats, background
         self.crop = crop if split.images is None else None
         self.cropped = self.crop is not None  # the device-side transform must not crop again
         self.blocks = parquet.blocks(split)  # Parquet: row-group windows
@@ -247,6 +275,7 @@ class Batches:
                 self.bad,
                 crop=self.crop,
                 seed=self.seed,
+                background=self.background,
                 batch_size=self.share.stop - self.share.start,
                 sampler=self._items(epoch, position),
                 num_workers=self.workers,
@@ -274,8 +303,10 @@ def eval_batches(
     crop_pct: float,
     workers: int = 0,
     bad: BadFiles | None = None,
+    background=None,
 ):
-    """Every image of `split` once, in order, as (uint8 images, labels) on `device` (files `bad` skips left out)."""
+    """Every image of `split` once, in order, as (uint8 images, labels) on `device` (files `bad` skips left out;
+    transparent pixels on `background`, the model config's)."""
     most = min(batch_size, len(split))  # the most held at once: a batch, or the whole split where it is smaller
     check_batch_room(
         most, as_hw(size), channels, f"--batch-size {batch_size}", ConfigError, hint="choose a smaller --batch-size"
@@ -287,6 +318,9 @@ def eval_batches(
                 split.labels[start : start + batch_size].to(device),
             )
         return
-    for x, y, _ in _file_batches(split, channels, size, crop_pct, bad, batch_size=batch_size, num_workers=workers):
+    batches = _file_batches(
+        split, channels, size, crop_pct, bad, background=background, batch_size=batch_size, num_workers=workers
+    )
+    for x, y, _ in batches:
         if x is not None:
             yield x.to(device), y.to(device)

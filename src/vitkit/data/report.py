@@ -43,7 +43,11 @@ def summary_lines(s: dict, opened: dict) -> list[str]:
         f"data     {s['path'] or '(default: Fashion-MNIST)'}",
         f"format   {s['format']}",
         f"classes  {s['classes']}: {', '.join(s['class_names'][:12])}{' ...' if len(s['class_names']) > 12 else ''}"
-        + (" (several labels per image: train.objective=multi_label)" if s.get("multi_label") else ""),
+        + (
+            " (several labels per image: vitkit train picks train.objective=multi_label)"
+            if s.get("multi_label")
+            else ""
+        ),
         *(_split_line(split, row) for split, row in s["splits"].items()),
         *_size_lines(s["sizes"]),
     ]
@@ -86,8 +90,8 @@ def _size_lines(z: dict) -> list[str]:
 
 def _copies_lines(s: dict, opened: dict) -> list[str]:
     """Copies of training images in the other splits (kept apart by folder: a copy counts as unseen), or why they
-    were not looked for."""
-    from vitkit.data.summary import copies_warning
+    were not looked for; then copies of one image under different labels, in any split."""
+    from vitkit.data.summary import copies_warning, relabelled_warning
 
     lines = []
     if s["copies_of_training_images"] is None and sum(not isinstance(v, str) for v in opened.values()) > 1:
@@ -99,6 +103,8 @@ def _copies_lines(s: dict, opened: dict) -> list[str]:
         lines.append(f"copies   of training images in the other splits: not checked ({why})")
     for name, copies in (s["copies_of_training_images"] or {}).items():
         lines.append(f"warning  {copies_warning(name, copies)}")
+    if s.get("copies_labelled_otherwise"):
+        lines.append(f"warning  {relabelled_warning(s['copies_labelled_otherwise'])}")
     return lines
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image
 
-from .images import ORIENTATION, Record
+from .images import ORIENTATION, Record, to_channels
 from .split import Split
 
 
@@ -25,6 +25,8 @@ class ImageScan:
     width: int  # median width
     channels: int  # 3 if any scanned image has colour, else 1
     unreadable: int = 0  # images looked at that could not be read (training skips them under data.on_error=skip)
+    # median brightness in [0, 1] of the images' outermost pixels, transparent ones on white (None: not looked at)
+    border: float | None = None
 
     def __str__(self) -> str:
         kind = "colour" if self.channels == 3 else "grayscale"
@@ -36,11 +38,12 @@ class ImageScan:
 
 def scan(split: Split, limit: int = 64) -> ImageScan:
     """Median size and colour of up to `limit` images spread evenly over `split`."""
+    pick = np.unique(np.linspace(0, len(split) - 1, min(limit, len(split))).round().astype(int))
     if split.images is not None:
         _, c, h, w = split.images.shape
-        return ImageScan(len(split), len(split), h, w, 1 if c == 1 else 3)
-    pick = np.unique(np.linspace(0, len(split) - 1, min(limit, len(split))).round().astype(int))
-    sizes, colour = [], False
+        border = float(np.median([_border(split.images[i].numpy()) for i in pick])) / 255 if len(pick) else None
+        return ImageScan(len(split), len(split), h, w, 1 if c == 1 else 3, border=border)
+    sizes, colour, borders = [], False, []
     for i in pick:
         item = split.paths[i]
         try:
@@ -48,13 +51,30 @@ def scan(split: Split, limit: int = 64) -> ImageScan:
                 turned = image.getexif().get(ORIENTATION, 1) in (5, 6, 7, 8)  # shown upright, as training reads it
                 sizes.append(image.size[::-1] if turned else image.size)
                 colour = colour or _has_colour(image)
+                borders += _edge_of(image)
         # unreadable files (damaged, a decompression bomb) are the training run's business (data.on_error)
         except Exception:
             continue
     if not sizes:
         return ImageScan(0, len(split), 0, 0, 3, unreadable=len(pick))
     w, h = np.median(np.array(sizes), axis=0)
-    return ImageScan(len(sizes), len(split), int(h), int(w), 3 if colour else 1, unreadable=len(pick) - len(sizes))
+    border = float(np.median(borders)) / 255 if borders else None
+    return ImageScan(len(sizes), len(split), int(h), int(w), 3 if colour else 1, len(pick) - len(sizes), border)
+
+
+def _edge_of(image: Image.Image) -> list[float]:
+    """[the border brightness of `image` as gray on white], or [] where it cannot be told (the size is known)."""
+    try:
+        small = image.reduce(max(1, min(image.size) // 64)) if image.mode in ("L", "LA", "RGB", "RGBA") else image
+        return [_border(np.asarray(to_channels(small, 1))[None])]
+    except Exception:
+        return []
+
+
+def _border(pixels: np.ndarray) -> float:
+    """The mean of a (C, H, W) uint8 image's outermost rows and columns, over its channels."""
+    edge = np.concatenate([pixels[:, 0], pixels[:, -1], pixels[:, :, 0], pixels[:, :, -1]], axis=1)
+    return float(edge.mean())
 
 
 def _has_colour(image: Image.Image) -> bool:

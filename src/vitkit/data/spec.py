@@ -55,6 +55,9 @@ class DataSpec:
     val_split: str = "val"
     val_fraction: float = 0.1  # share of the training images held out as "val" where the data has no val split
     split_seed: int = 0
+    # how val is held out where the data has none (split.SPLIT_RULES): "stratified", or "random" (a record that names
+    # no rule was cut at random: vitkit's only rule then)
+    split_rule: str = "stratified"
     train_images: int | None = None  # only the first N of a seeded order of the training split (nested across N)
     synthetic_size: int = 512
     synthetic_classes: int = 10
@@ -92,6 +95,9 @@ class DataSpec:
             )
         known = {f.name for f in dataclasses.fields(cls)} - {"trained"}
         fields = {k: v for k, v in (recorded or {}).items() if k in known}
+        if isinstance(recorded, dict) and "split_rule" not in recorded:
+            # written before vitkit stratified its hold-out: cut again as it was then, the same images
+            fields["split_rule"] = "random"
         if (
             isinstance(recorded, dict)
             and isinstance(recorded.get("splits"), dict)
@@ -137,7 +143,14 @@ class DataSpec:
             size = self.synthetic_size if split == "train" else max(self.synthetic_size // 4, self.synthetic_classes)
             return synthetic(self.synthetic_classes, size, channels, image_size, self.split_seed, split)
         try:
-            return open_split(self.path, split, channels=channels, val_fraction=self.val_fraction, seed=self.split_seed)
+            return open_split(
+                self.path,
+                split,
+                channels=channels,
+                val_fraction=self.val_fraction,
+                seed=self.split_seed,
+                rule=self.split_rule,
+            )
         except MissingSplit as err:
             if "val" in err.available and split != "val":
                 raise DataError(f"{err}; choose one with {flag} val") from None

@@ -79,10 +79,14 @@ class Split:
         if self.images is not None:
             h.update(self.images.numpy().tobytes())
         elif self.paths is not None:
-            prefix = self.source.rstrip(os.sep) + os.sep
-            names = (n[len(prefix) :] if n.startswith(prefix) else n for n in map(str, self.paths))
-            h.update("\n".join(names).encode(errors="surrogateescape"))
+            h.update("\n".join(self.names(self.source)).encode(errors="surrogateescape"))
         return h.hexdigest()
+
+    def names(self, below: str) -> list[str]:
+        """Each image's file (or record: "SHARD:MEMBER") named from the folder `below`, as it is where outside it;
+        [] for images in memory."""
+        prefix = below.rstrip(os.sep) + os.sep
+        return [n[len(prefix) :] if n.startswith(prefix) else n for n in map(str, self.paths or [])]
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -123,11 +127,49 @@ def same_images(before, now: dict) -> bool:
     return all(before.get(k) == now.get(k) for k in keys)
 
 
+# How val is held out of the training images: "stratified" (each class its share) or "random" (a seeded cut blind to
+# the classes: vitkit's only rule before checkpoints named theirs, so a record naming none was cut by it)
+SPLIT_RULES = ("stratified", "random")
+
+
 def seeded_split(n: int, val_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """(train, val) indices: a seeded permutation of range(n), the last val_fraction of it for val."""
+    """(train, val) indices: a seeded permutation of range(n), the last val_fraction of it for val (the "random" rule)."""
     order = np.random.default_rng(seed).permutation(n)
     n_val = int(round(n * val_fraction))
     return np.sort(order[: n - n_val]), np.sort(order[n - n_val :])
+
+
+def stratified_split(strata: np.ndarray, val_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(train, val) indices of range(len(strata)), each stratum (an image's class) holding out its share of val: the
+    round(n x val_fraction) images of the random rule, shared among the strata by largest remainder (ties to the
+    lower stratum), where a stratum of k >= 2 images keeps at least one in train and a stratum of one image stays whole
+    in train (a class never trained on could not be learned). Within a stratum the last of one seeded permutation of
+    all images are held out, so a seed picks the same images on every run of the same data."""
+    n = len(strata)
+    order = np.random.default_rng(seed).permutation(n)
+    values, counts = np.unique(strata, return_counts=True)
+    share, room = counts * val_fraction, np.maximum(counts - 1, 0)
+    take = np.minimum(np.floor(share).astype(np.int64), room)
+    left = int(round(n * val_fraction)) - int(take.sum())
+    for i in sorted(range(len(values)), key=lambda i: (take[i] - share[i], i)):
+        if left > 0 and take[i] < room[i]:
+            take[i], left = take[i] + 1, left - 1
+    ranked, held = strata[order], [np.zeros(0, dtype=np.int64)]
+    for value, k in zip(values, take):
+        members = order[ranked == value]
+        held.append(members[len(members) - k :])
+    val = np.sort(np.concatenate(held))
+    return np.setdiff1d(np.arange(n), val), val
+
+
+def strata_of(labels: torch.Tensor) -> np.ndarray:
+    """(N,) the stratum of each image a stratified cut keeps in proportion: its class; with several labels per image
+    (multi-hot rows), its rarest class, so that a rare class keeps its share of val (K: an image without labels)."""
+    if labels.ndim == 1:
+        return labels.numpy()
+    hot = labels.numpy().astype(bool)
+    rarity = np.where(hot, hot.sum(0), np.iinfo(np.int64).max)
+    return np.where(hot.any(1), rarity.argmin(1), hot.shape[1])
 
 
 class MissingSplit(DataError):
@@ -214,7 +256,7 @@ def on_classes(split: Split, names: list[str]) -> Split:
     return replace(split, labels=number[split.labels], class_names=list(names))
 
 
-def held_out(full: Split, split: str, val_fraction: float, seed: int) -> Split:
+def held_out(full: Split, split: str, val_fraction: float, seed: int, rule: str = "stratified") -> Split:
     """train (the rest) or val (the held-out part) of a source stored as one set; never "test"."""
     if split == "test":  # a held-out part is validation data: a test split must be kept apart on disk
         raise MissingSplit(
@@ -228,15 +270,23 @@ def held_out(full: Split, split: str, val_fraction: float, seed: int) -> Split:
             f"{full.source}: has no separate {split!r} split; set data.val_fraction in (0, 1) to hold one out",
             ["train"],
         )
-    rest, held = hold_out(full, val_fraction, seed)
+    rest, held = hold_out(full, val_fraction, seed, rule)
     return held if split == "val" else rest
 
 
-def hold_out(split: Split, fraction: float, seed: int) -> tuple[Split, Split]:
-    """(the rest, the held-out part) of `split`: a seeded cut of `fraction` of its images, each part's
-    `selection` saying which it is (within what `split` already was)."""
-    rest, held = (split.subset(index) for index in seeded_split(len(split), fraction, seed))
-    part = f"{fraction:g} held out (seed {seed})" + ("" if split.selection == "all" else f" of {split.selection}")
+def hold_out(split: Split, fraction: float, seed: int, rule: str = "stratified") -> tuple[Split, Split]:
+    """(the rest, the held-out part) of `split`: a seeded cut of `fraction` of its images by `rule` (SPLIT_RULES), each
+    part's `selection` saying which it is (within what `split` already was) and, for a stratified cut, that it is one
+    (a random cut says what it said before rules were named, so that an old checkpoint's record matches it)."""
+    if rule not in SPLIT_RULES:
+        raise DataError(f"data.split_rule: expected one of {', '.join(SPLIT_RULES)}, got {rule!r}")
+    if rule == "stratified":
+        index = stratified_split(strata_of(split.labels), fraction, seed)
+    else:
+        index = seeded_split(len(split), fraction, seed)
+    rest, held = (split.subset(i) for i in index)
+    by = " by class" if rule == "stratified" else ""
+    part = f"{fraction:g} held out{by} (seed {seed})" + ("" if split.selection == "all" else f" of {split.selection}")
     held.selection, rest.selection = part, f"all but the {part}"
     held.held_out = True
     return rest, held

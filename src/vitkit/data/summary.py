@@ -10,11 +10,12 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
+import torch
 from PIL import Image, ImageDraw, UnidentifiedImageError
 
 from vitkit.errors import DataError, first_line
 
-from .copies import pixel_twins, training_twins
+from .copies import pixel_twins, relabelled, relabelled_pixels, training_twins
 from .images import BOMB_ADVICE, MAX_PIXELS, ORIENTATION, Record
 from .sources import idx, shards
 from .sources.folder import metadata_list
@@ -126,6 +127,7 @@ def describe(splits: dict[str, Split | str], sizes_of: str, path=None, name: str
         "splits": rows,
         "sizes": {"split": sizes_of, **image_sizes(opened[sizes_of])},
         "copies_of_training_images": copies_of_training_images(opened),
+        "copies_labelled_otherwise": copies_labelled_otherwise(opened),
     }
 
 
@@ -146,6 +148,54 @@ def copies_of_training_images(splits: dict[str, Split]) -> dict[str, dict] | Non
         if copies := [pair for pair in twins if pair is not None]:
             found[name] = {"images": len(copies), "example": list(copies[0])}
     return found
+
+
+def copies_labelled_otherwise(splits: dict[str, Split]) -> dict | None:
+    """Byte-identical images under different labels, in any of `splits` (one image filed under two classes, or given
+    two sets of classes): {"images": n, "groups": g, "example": [[image, its label], [its copy, that label]]}, {} where
+    there are none. None: not checked (Parquet rows, too many images). Files and shard members by their bytes,
+    images in memory by their pixels."""
+    opened = {name: split for name, split in splits.items() if isinstance(split, Split) and len(split)}
+    if not opened:
+        return {}
+    parts = list(opened.values())
+    labels = [label for split in parts for label in _label_texts(split)]
+    if all(split.images is not None for split in parts):
+        names = [f"{name} image {i}" for name, split in opened.items() for i in range(len(split))]
+        groups = relabelled_pixels(torch.cat([split.images for split in parts]), labels)
+    elif all(split.paths is not None for split in parts):
+        names = [str(path) for split in parts for path in split.paths]
+        groups = relabelled([path for split in parts for path in split.paths], labels)
+    else:  # arrays beside files
+        return None
+    if groups is None:
+        return None
+    if not groups:
+        return {}
+    first = groups[0]
+    other = next(i for i in first if labels[i] != labels[first[0]])
+    return {
+        "images": sum(map(len, groups)),
+        "groups": len(groups),
+        "example": [[names[first[0]], labels[first[0]]], [names[other], labels[other]]],
+    }
+
+
+def _label_texts(split: Split) -> list[str]:
+    """Each image's label as words (its class, or its classes joined by '+')."""
+    if split.multi_label:
+        return [split.label_text(row) for row in split.labels]
+    return [split.class_names[k] for k in split.labels.tolist()]
+
+
+def relabelled_warning(copies: dict) -> str:
+    """The warning `vitkit data` and `train` give of images filed under two labels (copies_labelled_otherwise)."""
+    n, groups, ((image, label), (copy, other)) = copies["images"], copies["groups"], copies["example"]
+    return (
+        f"{n:,} files are byte-identical copies of {groups:,} image{'s' * (groups != 1)} under different labels "
+        f"(e.g. {image} as {label} = {copy} as {other}): one image, two answers, so training learns noise and a "
+        "figure counts one answer wrong; keep each image under its one right label"
+    )
 
 
 def copies_warning(name: str, copies: dict) -> str:

@@ -167,7 +167,7 @@ def linear_probe(request: LinearProbeRequest) -> Report:
                 "--val-fraction 0: with --test-split val, l2 is picked on a share of the training images held out; "
                 "give a share above 0 (default 0.1)"
             )
-        train, val = hold_out(train, frozen.spec.val_fraction or 0.1, frozen.spec.split_seed)
+        train, val = hold_out(train, frozen.spec.val_fraction or 0.1, frozen.spec.split_seed, frozen.spec.split_rule)
     else:
         val = frozen.open("val", "--val-fraction")
     for part, what in ((train, "fit the probe on"), (val, "pick l2 on")):

@@ -173,6 +173,7 @@ def _read_in_class_turn(split, request: InspectRequest, config, crop_pct: float)
             channels=config.in_chans,
             size=config.image_size,
             crop_pct=crop_pct,
+            background=config.background,
         )
         pixels = torch.cat([resize_center_crop(x.float() / 255.0, config.image_size, crop_pct) for x, _ in batches])
         return pixels, part, order, []

@@ -241,7 +241,8 @@ def image_input(source, config: ViTConfig, crop_pct: float = 1.0) -> torch.Tenso
         raise ConfigError(
             f"in_chans: images can be read as 1 (grayscale) or 3 (RGB) channels, the model has {config.in_chans}"
         )
-    return torch.from_numpy(load_image(source, config.in_chans, config.image_size, crop_pct).copy()).float() / 255.0
+    pixels = load_image(source, config.in_chans, config.image_size, crop_pct, background=config.background)
+    return torch.from_numpy(pixels.copy()).float() / 255.0
 
 
 def normalize(pixels: torch.Tensor, config: ViTConfig) -> torch.Tensor:

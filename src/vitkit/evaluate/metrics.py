@@ -371,7 +371,14 @@ def split_features(
     c = model.config
     model.to(device)
     batches = eval_batches(
-        split, batch_size, torch.device(device), channels=c.in_chans, size=c.image_size, crop_pct=crop_pct, bad=bad
+        split,
+        batch_size,
+        torch.device(device),
+        channels=c.in_chans,
+        size=c.image_size,
+        crop_pct=crop_pct,
+        bad=bad,
+        background=c.background,
     )
     return extract_features(model, batches, crop_pct=crop_pct, autocast_dtype=autocast_dtype, runner=runner)
 

@@ -186,7 +186,10 @@ def score_multilabel(request: EvalRequest, model, meta: dict, device) -> Scored:
         )
     warning = picked_on(request.checkpoint, which, split, meta)
     result["picked_on_this_split"] = warning is not None
-    return Scored(result, lines + ([warning] if warning else []))
+    # copies of training images among the scored ones, and splits changed since it trained: as single-label eval says
+    against = scored_against_training(meta, request.checkpoint, which, split, model.config)
+    against.record(result)
+    return Scored(result, lines + ([warning] if warning else []) + against.notes(which))
 
 
 def _runners(request: EvalRequest, model, meta: dict, spec, which: str, split, device, crop_pct: float, bad):
@@ -200,7 +203,14 @@ def _runners(request: EvalRequest, model, meta: dict, spec, which: str, split, d
         batches = aspect_batches(split, request.batch_size, device, c, crop_pct, bad)
     else:
         batches = eval_batches(
-            split, request.batch_size, device, channels=c.in_chans, size=c.image_size, crop_pct=crop_pct, bad=bad
+            split,
+            request.batch_size,
+            device,
+            channels=c.in_chans,
+            size=c.image_size,
+            crop_pct=crop_pct,
+            bad=bad,
+            background=c.background,
         )
     count = math.ceil(len(split) / request.batch_size)
 

@@ -126,10 +126,13 @@ class Classifier:
                 raise DataError(f"image array: expected uint8 (H, W) or (H, W, 1|3|4), got {image.dtype} {image.shape}")
             image = Image.fromarray(image[..., 0] if image.ndim == 3 and image.shape[2] == 1 else image)
         if isinstance(image, Image.Image):
-            return torch.from_numpy(image_pixels(image, c.in_chans, self._size(image), self.crop_pct).copy())
+            pixels = image_pixels(image, c.in_chans, self._size(image), self.crop_pct, background=c.background)
+            return torch.from_numpy(pixels.copy())
         if self.keep_aspect:
             return aspect_pixels(image, c, self.crop_pct)
-        return torch.from_numpy(load_image(image, c.in_chans, c.image_size, self.crop_pct).copy())
+        return torch.from_numpy(
+            load_image(image, c.in_chans, c.image_size, self.crop_pct, background=c.background).copy()
+        )
 
     def _size(self, image: Image.Image) -> tuple[int, int]:
         """The (H, W) the image is read at: the model's, or with keep_aspect its own aspect ratio on the patch grid."""
@@ -248,7 +251,7 @@ def refuse_fixed_size(c) -> None:
 
 def aspect_pixels(source, c, crop_pct: float) -> torch.Tensor:
     """(C, H, W) uint8 of an image file or shard record at its own aspect ratio on the patch grid (`aspect_size`)."""
-    image = open_image(source, c.in_chans)
+    image = open_image(source, c.in_chans, background=c.background)
     size = aspect_size(*image.size, c.image_size, c.total_patch_size)
     return torch.from_numpy(image_pixels(image, c.in_chans, size, crop_pct, name=source).copy())
 

@@ -82,6 +82,9 @@ def preprocessing(model: VisionTransformer, metadata: dict | None = None) -> dic
         "resize": "keeping the aspect ratio, to cover input_size / crop_pct (bilinear; for a square input: the shorter side to size / crop_pct), then a centre crop of input_size",
         "crop_pct": metadata.get("preprocess", {}).get("crop_pct", 1.0),
         "channels": "grayscale (ITU-R 601 luma)" if c.in_chans == 1 else "RGB",
+        # per channel in [0, 1], as mean and std: transparent pixels (RGBA, LA, palette) are composited on it first
+        "background": list(c.background),
+        "transparency": "composited on background (alpha over it) before the resize, as vitkit decodes images",
         "dynamic_size": dynamic_size(model),  # any height and width, multiples of the patch size
         # the outputs: a softmax over classes, or for multi_label_classification a sigmoid per class
         "problem_type": metadata.get("problem_type", "single_label_classification"),

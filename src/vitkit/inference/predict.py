@@ -28,6 +28,7 @@ def calibration_images(
         channels=c.in_chans,
         size=c.image_size,
         crop_pct=crop_pct,
+        background=c.background,
     )
     return CalibrationImages(
         [eval_transform(images, c.image_size, crop_pct, c.mean, c.std) for images, _ in batches], split.source

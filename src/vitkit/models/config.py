@@ -61,6 +61,26 @@ def _per_channel(config: Any, key: str) -> tuple[float, ...]:
     return values
 
 
+def _put_input(config: Any) -> None:
+    """config.mean, .std and .background as one float per input channel, checked: std positive, background in
+    [0, 1]."""
+    for key in INPUT_KEYS:
+        object.__setattr__(config, key, _per_channel(config, key))
+    if any(s <= 0 for s in config.std):
+        raise ConfigError(f"std: expected positive values, got {shown(config.std)}")
+    if not all(0.0 <= v <= 1.0 for v in config.background):
+        raise ConfigError(
+            f"background: expected values in [0, 1] (0 black, 1 white), one per input channel or one for all, got "
+            f"{shown(config.background)}"
+        )
+
+
+# how the model's input is made from pixels in [0, 1]: normalisation, and the colour that transparent pixels are
+# composited on and that crops fill uncovered borders with (not in any weights file: every format keeps them beside)
+INPUT_KEYS = ("mean", "std", "background")
+WHITE = (1.0, 1.0, 1.0)
+
+
 @dataclass(frozen=True)
 class ResNetConfig:
     """BiT ResNet in front of a hybrid ViT (paper §3.1, App. B).
@@ -187,6 +207,9 @@ class ViTConfig:
     dynamic_img_size: bool = False
     mean: tuple[float, ...] = field(default=(0.5, 0.5, 0.5))  # inputs scaled to [-1, 1]
     std: tuple[float, ...] = field(default=(0.5, 0.5, 0.5))
+    # transparent pixels (RGBA, LA, palette) are composited on this colour when an image is decoded, and crops fill
+    # what they uncover (padded crop) with it: one value in [0, 1] per input channel, or one for all; white
+    background: tuple[float, ...] = field(default=WHITE)
 
     def __post_init__(self) -> None:
         self._put("image_size", size_pair(self.image_size, "image_size"))
@@ -198,10 +221,7 @@ class ViTConfig:
             raise ConfigError(f"pos_embed: sincos2d needs a width divisible by 4, got {self.width}")
         if self.pos_embed == "learned_2d" and self.width % 2:
             raise ConfigError(f"pos_embed: learned_2d needs an even width (D/2 per axis), got {self.width}")
-        self._put("mean", _per_channel(self, "mean"))
-        self._put("std", _per_channel(self, "std"))
-        if any(s <= 0 for s in self.std):
-            raise ConfigError(f"std: expected positive values, got {shown(self.std)}")
+        _put_input(self)
         self._check_patch_grid()
 
     def _put(self, key: str, value: Any) -> None:
@@ -322,6 +342,7 @@ class BiTConfig:
     num_classes: int = 1000  # 0: no head, forward returns pooled features
     mean: tuple[float, ...] = field(default=(0.5, 0.5, 0.5))  # BiT scales inputs to [-1, 1] too
     std: tuple[float, ...] = field(default=(0.5, 0.5, 0.5))
+    background: tuple[float, ...] = field(default=WHITE)  # as ViTConfig's
 
     ARCH = "bit"  # the tag that tells a stored BiT config from a ViT one (not a field)
 
@@ -347,10 +368,7 @@ class BiTConfig:
             raise ConfigError(f"num_classes: expected an integer >= 0, got {self.num_classes!r}")
         if self.stem not in BIT_STEMS:
             raise ConfigError(f"stem: expected one of {', '.join(BIT_STEMS)}, got {self.stem!r}")
-        object.__setattr__(self, "mean", _per_channel(self, "mean"))
-        object.__setattr__(self, "std", _per_channel(self, "std"))
-        if any(s <= 0 for s in self.std):
-            raise ConfigError(f"std: expected positive values, got {self.std!r}")
+        _put_input(self)
 
     @property
     def depth(self) -> int:

@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from vitkit.data.augment import AugmentConfig, check_policy
+from vitkit.data.split import SPLIT_RULES
 from vitkit.errors import ConfigError, first_line, key_shown, shown
 from vitkit.limits import Limit, limit_of, limit_problem, limits
 from vitkit.models import BiTConfig, ModelConfig, ViTConfig, get_config
@@ -43,6 +44,9 @@ class DataConfig:
     # share of train held out as "val" when the source has no val split on disk
     val_fraction: float = field(default=0.1, metadata=limits("[0, 1)"))
     split_seed: int = 0
+    # how val is held out of train: "stratified" (each class keeps its share; a class of one image stays in train) or
+    # "random" (a seeded cut blind to the classes, vitkit's rule before it stratified; a run.yaml naming no rule had it)
+    split_rule: str = field(default="stratified", metadata=limits(choices=SPLIT_RULES))
     # train on only the first N images of a seeded order (split_seed) of the training split, after any val hold-out:
     # for one seed a smaller N is a subset of a larger one (the paper's data-size experiments, Fig. 3-4); None: all
     train_images: int | None = field(default=None, metadata=limits(positive=True))
@@ -74,9 +78,10 @@ class TrainConfig:
     # images / batch_size), set once the data is read; a layer of the config that sets one of the two drops the other
     epochs: float | None = field(default=None, metadata=limits("(0, inf)"))
     # classification | multi_label (a sigmoid per class: several labels per image) | masked_patch (self-supervised,
-    # paper §4.6; labels unused)
+    # paper §4.6; labels unused) | auto: multi_label where the training split gives each image a set of labels (a list's
+    # labels column), else classification (chosen each time the data is read; run.yaml keeps "auto")
     objective: str = field(
-        default="classification", metadata=limits(choices=("classification", "multi_label", "masked_patch"))
+        default="auto", metadata=limits(choices=("auto", "classification", "multi_label", "masked_patch"))
     )
     # logical batch (the paper's 4096 runs as micro_batch x accumulation)
     batch_size: int = _positive(128)
@@ -242,7 +247,7 @@ def _plain(value: Any) -> Any:
 def load_run_config(
     path: str | os.PathLike | None = None, overrides: list[str] = (), *, base: dict | None = None
 ) -> RunConfig:
-    """Read a YAML run config (or start from the defaults, or from `base`), apply overrides, validate everything.
+    """Read a YAML run config over `base` (a layer under it) and the defaults, apply overrides, validate everything.
 
     An override is "section.key=value" text (typed by the key, see `override_value`) or a (key, value) pair.
     """
@@ -254,7 +259,7 @@ def load_run_config(
                 raise ConfigError(
                     f"{path}: {path.stat().st_size:,} bytes; a run config is a small YAML file (at most {MAX_CONFIG_BYTES:,})"
                 )
-            data = yaml.load(path.read_text(encoding="utf-8"), Loader=_NoAliasLoader) or {}
+            read = yaml.load(path.read_text(encoding="utf-8"), Loader=_NoAliasLoader) or {}
         except FileNotFoundError:
             # the repository's recipes (a source checkout)
             shipped = Path(__file__).resolve().parents[3] / "configs" / path.name
@@ -272,12 +277,28 @@ def load_run_config(
             raise ConfigError(f"{path}: not UTF-8 text (byte {err.start}); a run config is a YAML text file") from None
         except (yaml.YAMLError, RecursionError) as err:
             raise ConfigError(f"{path}: not valid YAML ({first_line(err)})") from None
-        if not isinstance(data, dict):
+        if not isinstance(read, dict):
             raise ConfigError(f"{path}: expected a mapping of sections (model, data, augment, train)")
+        for section, values in read.items():
+            # a section that is no mapping is the file's, and found wrong as such
+            if isinstance(values, dict) and isinstance(data.get(section), dict):
+                merge_layer(data, section, values, str(path))
+            else:
+                data[section] = values
     where = str(path) if path else "config"
     for section, values in override_layer(overrides).items():
         merge_layer(data, section, values, "overrides")
     return from_dict(data, where=where)
+
+
+# What a run.yaml written before a key existed ran with, where that is not the key's default today: its run's value
+RUN_YAML_BEFORE = {"data": {"split_rule": "random"}}
+
+
+def load_run_yaml(path: str | os.PathLike, overrides: list[str] = ()) -> RunConfig:
+    """A run directory's run.yaml (and `overrides`): every key as the run had it, a key added since as it was then
+    (RUN_YAML_BEFORE: a run of vitkit before it stratified its hold-out held val out at random)."""
+    return load_run_config(path, overrides, base=RUN_YAML_BEFORE)
 
 
 def override_layer(overrides: list) -> dict[str, dict[str, Any]]:

@@ -391,7 +391,13 @@ def starting_top1(recipe: RunConfig, checkpoint) -> dict | None:
     crop_pct = (meta.get("preprocess") or {}).get("crop_pct", 1.0)
     device = pick_device(recipe.train.device, key="train.device")
     batches = eval_batches(
-        val, recipe.train.eval_batch_size, device, channels=c.in_chans, size=c.image_size, crop_pct=crop_pct
+        val,
+        recipe.train.eval_batch_size,
+        device,
+        channels=c.in_chans,
+        size=c.image_size,
+        crop_pct=crop_pct,
+        background=c.background,
     )
     metrics = evaluate(model.to(device), batches, crop_pct=crop_pct)
     return {"val_top1": metrics["top1"], "images": metrics["n"], "image_size": list(c.image_size)}

@@ -10,8 +10,13 @@ CUT_KEYS = (
     "val_split",
     "val_fraction",
     "split_seed",
+    "split_rule",
 )  # how a checkpoint's data was split into train and val
-CUTTING = ("data.val_fraction", "data.split_seed")  # another split of train/ into train and val (not another named)
+CUTTING = (
+    "data.val_fraction",
+    "data.split_seed",
+    "data.split_rule",
+)  # another split of train/ into train and val (not another named)
 
 
 def finetune_sweep(request: FinetuneRequest) -> dict:
@@ -22,22 +27,23 @@ def finetune_sweep(request: FinetuneRequest) -> dict:
     # before the data line, not after
     writable_folder(request.out, "the fine-tuning runs", "choose another --out")
     overrides = recipe_overrides(request)
-    recipe = fitted_recipe(request, finetune_recipe(request.config, overrides), overrides)
+    recipe, lrs = fitted_recipe(request, finetune_recipe(request.config, overrides), overrides)
     return finetune(
         recipe,
         request.checkpoint,
         request.out,
-        lrs=None if request.lrs is None else list(request.lrs),
+        lrs=list(lrs),
         image_size=request.image_size,
         keep_pre_logits=request.keep_pre_logits,
         new_head=request.new_head,
     )
 
 
-def fitted_recipe(request: FinetuneRequest, recipe, overrides: list):
-    """The recipe with its length, batch and augmentation fitted to its training images (`fit.fit_finetune`, typed
-    changes applied with dataclasses.replace) where neither the recipe file nor the command names them; said in one
-    line. A length in epochs (--epochs, a train.epochs override or the recipe file's) becomes the steps that pass
+def fitted_recipe(request: FinetuneRequest, recipe, overrides: list) -> tuple:
+    """(the recipe with its length, batch and augmentation fitted to its training images (`fit.fit_finetune`, typed
+    changes applied with dataclasses.replace) where neither the recipe file nor the command names them, the learning
+    rates the sweep runs: --lr's, else around the recipe's on small data where no train.lr override names one); said
+    in one line. A length in epochs (--epochs, a train.epochs override or the recipe file's) becomes the steps that pass
     over the training images that often; a warmup not named follows the fitted length (`finetune.warmed_up`)."""
     from vitkit.errors import ConfigError
     from vitkit.train.finetune import warmed_up
@@ -58,9 +64,13 @@ def fitted_recipe(request: FinetuneRequest, recipe, overrides: list):
     size = request.image_size or recipe.model.get("image_size")
     side = min(size) if isinstance(size, (list, tuple)) else size
     t = recipe.train
-    changes, note = fit_finetune(recipe.data, side, named, epochs, t.batch_size, t.steps)
+    # the recipe's rate (its file's, else the paper's) where the command names none
+    lr = None if request.lrs is not None or "train.lr" in given else t.lr
+    changes, note, lrs = fit_finetune(recipe.data, side, named, epochs, t.batch_size, t.steps, lr)
     print(f"vitkit finetune: {note}", flush=True)
-    return warmed_up(with_changes(recipe, changes), "train.warmup_steps" in given | in_file)
+    return warmed_up(with_changes(recipe, changes), "train.warmup_steps" in given | in_file), (
+        request.lrs or lrs or (t.lr,)
+    )
 
 
 def named_keys(config: str | None, overrides: list) -> set[str]:
@@ -135,6 +145,8 @@ def checkpoint_data(checkpoint: str, overrides: list) -> tuple[str | None, dict]
             f"{checkpoint}: pre-trained on {path}, images without the labels fine-tuning needs; give labelled "
             "data with --data PATH"
         )
+    if record and "split_rule" not in record:  # written before vitkit stratified its hold-out: val was cut at random
+        record = {**record, "split_rule": "random"}
     cut = (
         {f"data.{key}": record[key] for key in CUT_KEYS if record.get(key) is not None}
         if record.get("name", "auto") == "auto"
@@ -166,7 +178,7 @@ def checkpoint_data(checkpoint: str, overrides: list) -> tuple[str | None, dict]
 
 
 def _cut_otherwise(cut: dict, overrides: list) -> dict:
-    """The `overrides` of val_fraction and split_seed that differ from the recorded `cut` ({} where nothing is held
+    """The `overrides` of val_fraction, split_seed and split_rule that differ from the recorded `cut` ({} where nothing is held
     out: no val to overlap)."""
     given = dict(
         str(o).split("=", 1) for o in overrides if str(o).split("=", 1)[0] in CUTTING and str(o).split("=", 1)[0] in cut

@@ -1,5 +1,6 @@
 """The run config a `vitkit train` request names (`run_config`); a run's recipe fitted to its data: the default model and schedule for a dataset, from a short scan of its images
-(`fit_to_data`), where nothing names the model (`fitted_unless_named`); and what `vitkit data` reports of a dataset
+(`fit_to_data`), where nothing names the model (`fitted_unless_named`), or a model.init checkpoint's own model with
+the schedule fitted to the data (`fit_to_checkpoint`); and what `vitkit data` reports of a dataset
 as a run config reads it, with the first training batch that recipe would see (`data_report`)."""
 
 from __future__ import annotations
@@ -75,17 +76,43 @@ def data_path(given: str | None, overrides: list) -> str | None:
 
 
 def fitted_unless_named(path: str | None, named: bool, overrides: list[str], command: str) -> dict[str, Any]:
-    """`fit_to_data(path)` where a PATH is given and nothing names the model (`named`: a --config or resumed run, or a
-    model.name or model.init override among `overrides`); else no changes; typed ({"section.key": value}). Other model.* overrides change the fitted
-    model (they come after it: model.depth=1 is the fitted model one block deep, where it was the built-in default's).
+    """The first layer of a run config where nothing names the model (`named`: a --config or resumed run, or a
+    model.name override among `overrides`): the model of the checkpoint a model.init override names, with the length,
+    batch and augmentation fitted to the data at PATH (`fit_to_checkpoint`); else `fit_to_data(path)` where a PATH is
+    given; else no changes; typed ({"section.key": value}). Other model.* overrides change the fitted model (they
+    come after it: model.depth=1 is the fitted model one block deep, where it was the built-in default's).
     The fit reads the training split as the data.* overrides cut it (data.train_images, data.val_fraction, ...);
     train.epochs or train.steps and train.batch_size overrides set its length, and its warmup, logging and evaluation
     follow."""
-    if not path or named or any(o.startswith(("model.name=", "model.init=")) for o in overrides):
+    if named or any(o.startswith("model.name=") for o in overrides):
         return {}
-    from vitkit.train.config import check_override_keys, data_and_train
+    init = _init_named(overrides)
+    if init is not None:
+        return fit_to_checkpoint(init, path, overrides, command)
+    if not path:
+        return {}
+    from vitkit.train.config import check_override_keys
 
     check_override_keys(overrides)  # a misspelt key is one error before the scan, not after its line
+
+    data, epochs, batch, steps = _data_and_length(path, overrides)
+    fitted = fit_to_data(data, command, epochs=epochs, batch=batch, steps=steps)
+    # the user's length wins
+    return {k: v for k, v in fitted.items() if not (epochs is not None and k == "train.steps")}
+
+
+def _init_named(overrides: list[str]) -> str | None:
+    """The checkpoint the last model.init= override names (None: none, or model.init=null)."""
+    from vitkit.train.config import override_value
+
+    given = [o.split("=", 1)[1] for o in overrides if o.startswith("model.init=")]
+    return override_value("model", "init", given[-1]) if given else None
+
+
+def _data_and_length(path: str, overrides: list[str]) -> tuple[Any, float | None, int | None, int | None]:
+    """The data section a fit reads (the data.* overrides, at `path`), and the length and batch the overrides give:
+    (data, train.epochs, train.batch_size, train.steps), each None where not given."""
+    from vitkit.train.config import data_and_train
 
     data, train = data_and_train(
         [o for o in overrides if o.startswith(("data.", "train.epochs=", "train.steps=", "train.batch_size="))]
@@ -94,15 +121,7 @@ def fitted_unless_named(path: str | None, named: bool, overrides: list[str], com
     named_batch, named_steps = (
         any(o.startswith(key) for o in overrides) for key in ("train.batch_size=", "train.steps=")
     )
-    fitted = fit_to_data(
-        data,
-        command,
-        epochs=train.epochs,
-        batch=train.batch_size if named_batch else None,
-        steps=train.steps if named_steps else None,
-    )
-    # the user's length wins
-    return {k: v for k, v in fitted.items() if not (train.epochs is not None and k == "train.steps")}
+    return data, train.epochs, train.batch_size if named_batch else None, train.steps if named_steps else None
 
 
 def fit_to_data(
@@ -110,18 +129,109 @@ def fit_to_data(
 ) -> dict[str, Any]:
     """The default recipe for the training split of a run config's `data` section, from a short scan of its images
     (reported by `command`)."""
-    from vitkit.data import DataSpec
-    from vitkit.data.scan import scan
     from vitkit.train import distributed
 
-    train = DataSpec.from_config(data).open(
-        data.train_split, channels=3, image_size=32, flag="data.train_split", hold_out="data.val_fraction"
-    )
-    changes, note = fitted_to_data(scan(train), len(train), epochs=epochs, batch=batch, steps=steps)
+    found, n = _scanned(data)
+    changes, note = fitted_to_data(found, n, epochs=epochs, batch=batch, steps=steps)
     # under torchrun every rank fits (the same way); rank 0 says so
     if distributed.is_main():
         print(f"vitkit {command}: {note}", flush=True)
     return changes
+
+
+def _scanned(data):
+    """(a short scan of the training split of a run config's `data` section, the images it holds)."""
+    from vitkit.data import DataSpec
+    from vitkit.data.scan import scan
+
+    train = DataSpec.from_config(data).open(
+        data.train_split, channels=3, image_size=32, flag="data.train_split", hold_out="data.val_fraction"
+    )
+    return scan(train), len(train)
+
+
+# A checkpoint's input size this many times the images' shorter side (or a this-many-th of it) is far from them: the
+# run resizes every image by that factor, and the line says so.
+FAR_SIZE = 2
+
+
+def fit_to_checkpoint(init: str, path: str | None, overrides: list[str], command: str) -> dict[str, Any]:
+    """The run of `vitkit train model.init=CKPT` where nothing else names the model: the checkpoint's architecture
+    as saved (width, depth, heads, patch, channels, image size, classifier, backbone, normalisation; every field but
+    its classes, which the data sets), under the user's model.* overrides; with data at `path`, the length, batch,
+    warmup and augmentation of `fitted_to_data` for its images (its crop for the run's size, its learning rate left
+    at the run's default: these weights are trained already). One line says so, with each key of the checkpoint that
+    does not fit the images (their channels, a size FAR_SIZE times theirs or more) and what becomes of it, where the
+    overrides do not set that key. Typed ({"section.key": value})."""
+    from vitkit.checkpoint import read_checkpoint
+    from vitkit.train import distributed
+    from vitkit.train.config import check_override_keys, override_layer
+
+    config = read_checkpoint(init)[0]
+    # a misspelt key is one error before the scan; the model keys are those of the checkpoint's family
+    check_override_keys(overrides, type(config))
+    changes = checkpoint_model(config)
+    (h, w), c = config.image_size, config.in_chans
+    said = [f"the model of model.init={init} as saved ({h}x{w} px, {c} channel{'s' * (c > 1)})"]
+    if path:
+        mine = override_layer([o for o in overrides if o.startswith("model.")]).get("model", {})
+        changes.update(_fitted_around(config, mine, path, overrides, said))
+    if distributed.is_main():
+        print(f"vitkit {command}: {'; '.join(said)}; KEY=VALUE overrides change any of it", flush=True)
+    return changes
+
+
+def _fitted_around(config, mine: dict, path: str, overrides: list[str], said: list[str]) -> dict[str, Any]:
+    """The train.* and augment.* changes of `fitted_to_data` for the images at `path`, but its learning rate, with
+    the crop for the size the run trains at (the model.* overrides `mine`, else the checkpoint's `config`); what was
+    chosen, and the keys of `config` that do not fit the images, appended to `said`."""
+    from vitkit.models.config import size_pair
+
+    data, epochs, batch, steps = _data_and_length(path, overrides)
+    found, n = _scanned(data)
+    recipe, _ = fitted_to_data(found, n, epochs=epochs, batch=batch, steps=steps)
+    size = min(size_pair(mine.get("image_size", config.image_size), "model.image_size"))
+    side = min(found.height, found.width) or 32
+    crop = _finetune_augment(found, n, min(size, side), size)
+    recipe.update({key: _typed(text) for key, text in crop.items()})
+    planned = recipe.get("train.steps", 0)
+    length = f"{epochs:g} epochs" if epochs is not None else f"{planned} step{'s' * (planned != 1)}"
+    said.append(f"{length} of {recipe['train.batch_size']} images fitted to the data ({found})")
+    said += [line for key, line in _misfits(config, found) if key not in mine]
+    return {k: v for k, v in recipe.items() if k.startswith(("train.", "augment.")) and k != "train.lr"}
+
+
+def checkpoint_model(config) -> dict[str, Any]:
+    """A checkpoint's model config as a run config's model section: a registered name of its family (a label) and
+    every field but num_classes (the data's), typed ({"model.key": value})."""
+    from vitkit.train.finetune import registered_name
+
+    fields = {k: v for k, v in config.to_dict().items() if k not in ("num_classes", "arch")}
+    return {"model.name": registered_name(config), **{f"model.{k}": v for k, v in fields.items()}}
+
+
+def _misfits(config, found) -> list[tuple[str, str]]:
+    """(key, what becomes of it) for each key of a checkpoint's model that does not fit the scanned images."""
+    said = []
+    if found.scanned and found.channels != config.in_chans:
+        kind = "colour" if found.channels == 3 else "grayscale"
+        said.append(
+            (
+                "in_chans",
+                f"model.in_chans={config.in_chans} (its patch embedding's): the {kind} images are read with "
+                f"{config.in_chans} channel{'s' * (config.in_chans > 1)}",
+            )
+        )
+    side, size = min(found.height, found.width), min(config.image_size)
+    if side and not 1 / FAR_SIZE < size / side < FAR_SIZE:
+        said.append(
+            (
+                "image_size",
+                f"model.image_size={size} is {size / side:.2g}x the images' {side} px, so each is resized by that "
+                "much; model.image_size=N sets another (position embeddings resampled; a multiple of the patch)",
+            )
+        )
+    return said
 
 
 def data_report(request: DataRequest, say: Callable[[str], None] = print) -> dict:
@@ -207,26 +317,39 @@ FINETUNE_MAX_STEPS = 10_000
 # The shortest side, in the images' own pixels, below which a fine-tune shifts (padded random crop) instead of
 # cropping (Inception crop): a crop of a small image keeps too few of its pixels to show the object.
 CROP_FROM_SIDE = 64
+# A fine-tune of fewer training images than this, where no learning rate is given, tries three (`finetune_lrs`) and
+# picks on val. A candidate there is short (5 epochs of under 5,000 images), so the three read no more images than one
+# fine-tune of a 15,000-image set; and few images are where one rate transfers worst (the paper sweeps it for every
+# transfer set, App. B; on a user's small set the recipe's 0.01 left the model worse than it started). Above it one
+# rate: each candidate costs more, and the val split (10% held out) is large enough that --lr sweeps are a choice.
+SWEEP_BELOW = 5_000
+
+
+def finetune_lrs(n: int, lr: float) -> tuple[float, ...]:
+    """The learning rates a fine-tune of `n` training images tries where none is given: the recipe's `lr`, and under
+    SWEEP_BELOW images also its neighbours on the paper's grid of 1 and 3 times a power of ten (0.003, 0.01, 0.03
+    for 0.01; 0.003, 0.005, 0.01 for 0.005)."""
+    if n >= SWEEP_BELOW or lr <= 0:
+        return (lr,)
+    k = math.floor(math.log10(lr))
+    grid = [float(f"{m}e{e}") for e in (k - 1, k, k + 1) for m in (1, 3)]
+    return (max(g for g in grid if g < lr * 0.99), lr, min(g for g in grid if g > lr * 1.01))
 
 
 def fit_finetune(
-    data, size: int | None, named: set[str], epochs: float | None, batch: int, steps: int
-) -> tuple[dict[str, Any], str]:
+    data, size: int | None, named: set[str], epochs: float | None, batch: int, steps: int, lr: float | None = None
+) -> tuple[dict[str, Any], str, tuple[float, ...] | None]:
     """The fine-tuning recipe fitted to the training split of a run config's `data` section at `size` px (None: the
     checkpoint's), for each key not in `named`: its length (`epochs`, else FINETUNE_EPOCHS), batch, logging and
-    evaluation from the split's size (`batch` and `steps`: the recipe's, used where `named` holds them), and a crop
-    and flip that suit the images (those of `vitkit train --data` for small images). Returns (the typed changes
-    {"section.key": value}, a line saying so)."""
-    from vitkit.data import DataSpec
-    from vitkit.data.scan import scan
+    evaluation from the split's size (`batch` and `steps`: the recipe's, used where `named` holds them), a crop
+    and flip that suit the images (those of `vitkit train --data` for small images), and the learning rates to try
+    around the recipe's `lr` (`finetune_lrs`; None: the command gives them). Returns (the typed changes
+    {"section.key": value}, a line saying so, the learning rates or None)."""
     from vitkit.limits import MAX_INT
     from vitkit.train.config import steps_for
 
-    train = DataSpec.from_config(data).open(
-        data.train_split, channels=3, image_size=32, flag="data.train_split", hold_out="data.val_fraction"
-    )
-    found = scan(train)
-    n = max(len(train) - found.unreadable, 1)
+    found, held = _scanned(data)
+    n = max(held - found.unreadable, 1)
     if "train.batch_size" not in named:
         batch = min(512, max(min(64, n), 2 ** int(math.log2(max(n // 20, 1)))))  # 20 steps an epoch, up to 512
     if "train.steps" not in named:
@@ -244,12 +367,19 @@ def fit_finetune(
     kept = [key for key in chosen if key in named]
     length = "as given" if "train.steps" in named else f"{epochs or FINETUNE_EPOCHS:g} epochs"
     augment = [f"{key.split('.', 1)[1]}={text}" for key, text in crop.items() if key not in named]
+    lrs = None if lr is None else finetune_lrs(n, lr)
+    tries = (
+        f"; tries lr {', '.join(f'{r:g}' for r in lrs)}; picks on val (under {SWEEP_BELOW:,} training images; --lr sets them)"
+        if lrs and len(lrs) > 1
+        else ""
+    )
     note = (
         f"fitted to {n:,} training images ({found}): {steps} steps of {batch} ({length})"
         + (f", {', '.join(augment)}" if augment else "")
         + (f"; as given: {', '.join(kept)}" if kept else "")
+        + tries
     )
-    return changes, note
+    return changes, note, lrs
 
 
 def _typed(text: Any) -> Any:
@@ -273,6 +403,36 @@ def _finetune_augment(found, n: int, side: int, size: int) -> dict:
 FITTED_HFLIP = 0
 
 
+# The fitted recipe's family by the size of the training split: below this many images the conv-stem hybrid, from
+# it the plain ViT. Without large pre-training a plain ViT overfits small data where a convolutional stem does not
+# (paper §4.2, Fig. 3-4: hybrids win at small compute); the recipe benchmark's family rows (benchmarks/recipes.py
+# --families) measure the two on each kind of data.
+FITTED_HYBRID_BELOW = 10_000
+
+
+def fitted_family(size: int, n_train: int) -> tuple[dict[str, Any], str]:
+    """The fitted model's patches: a conv stem (2 stride-2 convolutions up to 24 px, else 3) and 1x1 patches on its
+    feature map for a training split under FITTED_HYBRID_BELOW images, else a plain ViT on a 4x4 grid of patches; the
+    changes ({"model.key": value}) and how the plan words them."""
+    if n_train >= FITTED_HYBRID_BELOW:
+        return {"model.patch_size": size // 4, "model.backbone": None}, f"patch {size // 4} (a 4x4 grid)"
+    convs = (32, 64, 128)[: 2 if size <= 24 else 3]
+    grid = size >> len(convs)
+    return (
+        {"model.patch_size": 1, "model.backbone": {"convs": list(convs)}},
+        f"a conv stem ({len(convs)} stride-2 convolutions: a {grid}x{grid} grid; under {FITTED_HYBRID_BELOW:,} "
+        "training images it beats a plain ViT, which overfits small data; not exportable to Hugging Face: "
+        "model.backbone=null for a plain ViT)",
+    )
+
+
+def _padding(scan) -> str:
+    """How the plan words the fitted model.background: the colour of the images' borders, which padding continues."""
+    if scan.border is None:
+        return ""
+    return f", padded with {'white' if scan.border >= 0.5 else 'black'} like the images' borders"
+
+
 def fitted_size(scan) -> int:
     """The image size `fitted_to_data` trains at: the images' median shorter side, to a multiple of 8 in 16..64 px."""
     side = min(scan.height, scan.width) or 32
@@ -293,6 +453,7 @@ def fitted_to_data(
     from vitkit.train.config import steps_for
 
     size = fitted_size(scan)
+    family, why = fitted_family(size, n_train)
     batch = batch or max(min(64, n_train - scan.unreadable), 1)  # a batch the readable images fill
     if epochs is not None:
         steps, length = steps_for(epochs, n_train, batch), f"{epochs:g} epochs = "
@@ -304,7 +465,7 @@ def fitted_to_data(
     changes = {
         "model.name": "vit_mini4_32",
         "model.image_size": size,
-        "model.patch_size": size // 4,
+        **family,
         "model.in_chans": scan.channels,
         "model.width": 96,
         "model.mlp_dim": 192,
@@ -321,6 +482,7 @@ def fitted_to_data(
         "train.eval_every": max(-(-steps // 4), 1),
         "augment.crop": "pad",
         "augment.pad": max(size // 16, 1),
+        **({} if scan.border is None else {"model.background": float(scan.border >= 0.5)}),
         "augment.hflip": float(FITTED_HFLIP),
         "augment.label_smoothing": 0.1,
         # a pixel baseline beside the val figure: a model that does not beat it is said to
@@ -328,7 +490,7 @@ def fitted_to_data(
     }
     note = (
         f"no model given, so fitted to the data: {scan} -> {size}x{size} px, {scan.channels} channel{'s' * (scan.channels > 1)}, "
-        f"patch {size // 4} (a 4x4 grid), width 96, depth 6; {length}{steps} steps of {batch} images (KEY=VALUE overrides change any of "
+        f"{why}, width 96, depth 6{_padding(scan)}; {length}{steps} steps of {batch} images (KEY=VALUE overrides change any of "
         "it; model.name, model.init or --config replace it)"
     )
     return changes, note

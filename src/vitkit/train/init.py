@@ -29,6 +29,7 @@ INIT_FREE = (
     "mlp_act",
     "mean",
     "std",
+    "background",
 )
 
 

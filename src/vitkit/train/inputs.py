@@ -3,18 +3,20 @@ reproducible order, and the generator of every device-side augmentation draw."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from pathlib import Path
 
 import torch
 
 from vitkit.data import Batches, DataSpec, check_compatible, fits_in_memory, load_into_memory
-from vitkit.data.summary import copies_of_training_images
+from vitkit.data.summary import copies_labelled_otherwise, copies_of_training_images
 from vitkit.errors import ConfigError, DataError
+from vitkit.files import atomic_path
 from vitkit.limits import check_batch_room
 from vitkit.train import distributed, faults
 from vitkit.train.config import RunConfig
-from vitkit.train.objectives import OBJECTIVES
+from vitkit.train.objectives import OBJECTIVES, objective_for
 from vitkit.train.state import Data, Setup
 
 
@@ -30,6 +32,8 @@ def prepare_data(config: RunConfig, out: Path, resume: bool, env: Setup) -> Data
     check_compatible(train_split, val_split)  # faults: the same classes, labels in range, before any work
     # said in the plan
     val_copies = (copies_of_training_images({"train": train_split, "val": val_split}) or {}).get("val")
+    relabelled = copies_labelled_otherwise({"train": train_split, "val": val_split})
+    held = held_out_list(out, d, val_split)
     record = spec.record({d.train_split: train_split, d.val_split: val_split})
     val_files = frozenset(str(path) for path in val_split.paths) if val_split.paths is not None else frozenset()
     bad = faults.bad_files(
@@ -41,12 +45,44 @@ def prepare_data(config: RunConfig, out: Path, resume: bool, env: Setup) -> Data
     )
     if fits_in_memory(val_split, shape.in_chans, shape.image_size, d.memory_mb):  # read as vitkit eval reads it
         val_split = load_into_memory(
-            val_split, shape.in_chans, shape.image_size, a.eval_crop_pct, workers=d.workers, bad=bad
+            val_split,
+            shape.in_chans,
+            shape.image_size,
+            a.eval_crop_pct,
+            workers=d.workers,
+            bad=bad,
+            background=shape.background,
         )
     _check_classes(config, train_split, env.micro)
     batches, augment = training_batches(config, shape, train_split, env.micro, env.device, bad, env.world)
     names = train_split.class_names
-    return Data(batches.split, val_split, names, bad, shape, batches, augment, record, val_files, val_copies)
+    return Data(
+        batches.split, val_split, names, bad, shape, batches, augment, record, val_files, val_copies, relabelled, held
+    )
+
+
+def held_out_list(out: Path, d, val_split) -> tuple[Path, list[str] | None]:
+    """The file that lists the validation split where vitkit held it out of the training images, RUN/splits/VAL.txt,
+    and its lines: each image (a file or a shard record) named below the data folder; None where vitkit held none out,
+    or the images are arrays in memory."""
+    path = out / "splits" / f"{d.val_split}.txt"
+    if not val_split.held_out or val_split.paths is None:
+        return path, None
+    folder = d.path if os.path.isdir(d.path) else os.path.dirname(d.path)
+    return path, val_split.names(folder)
+
+
+def write_held_out(data: Data) -> None:
+    """The held-out validation images, one name a line (`held_out_list`); a list a run in this folder left before,
+    of other data, is removed where none is held out now."""
+    if data.held_out is None:
+        return
+    path, names = data.held_out
+    if names is None:
+        path.unlink(missing_ok=True)
+        return
+    with atomic_path(path) as tmp:
+        tmp.write_text("".join(f"{name}\n" for name in names), encoding="utf-8", errors="surrogateescape")
 
 
 def _check_batch_room(shape, micro: int, config: RunConfig) -> None:
@@ -75,12 +111,12 @@ def _check_classes(config: RunConfig, train_split, micro: int) -> None:
     if given is not None and given != len(class_names):
         raise ConfigError(f"model.num_classes: {given} given but the data has {len(class_names)} classes")
     # masked patch prediction trains on a folder without class folders
-    if len(class_names) < 2 and OBJECTIVES[config.train.objective].uses_labels:
+    objective = OBJECTIVES[objective_for(config.train.objective, train_split)]
+    if len(class_names) < 2 and objective.uses_labels:
         raise DataError(
             f"{train_split.source}: one class ({class_names[0]!r}); classification needs two or more "
             "(root/<class>/<image>); to pre-train on images without labels use train.objective=masked_patch"
         )
-    objective = OBJECTIVES[config.train.objective]
     if train_split.multi_label and objective.uses_labels and not objective.several_labels:
         raise ConfigError(
             f"{train_split.source}: gives each image a list of labels; train.objective={objective.name} takes one "
@@ -113,7 +149,7 @@ def training_batches(
     load_size = d.load_size or (round(size * 8 / 7) if a.crop == "rrc" else size)
     crop = (a.rrc_scale, a.rrc_ratio) if a.crop == "rrc" and split.images is None else None
     if crop is None and fits_in_memory(split, channels, load_size, d.memory_mb):
-        split = load_into_memory(split, channels, load_size, workers=d.workers, bad=bad)
+        split = load_into_memory(split, channels, load_size, workers=d.workers, bad=bad, background=shape.background)
     batches = Batches(
         split,
         micro,
@@ -127,6 +163,7 @@ def training_batches(
         bad=bad,
         crop=crop,
         repeats=d.repeats,
+        background=shape.background,
     )  # faults: bad streamed files, as data.on_error says
     return batches, replace(a, crop="none") if batches.cropped else a
 
@@ -149,5 +186,5 @@ def first_batch_pixels(config: RunConfig, shape, count: int) -> tuple[torch.Tens
     )
     images, labels = next(batches.iterate(0, 0))
     # draws depend on the batch
-    pixels = augment_pixels(images, shape.image_size, augment, augment_generator(t.seed, 0))[:count]
+    pixels = augment_pixels(images, shape.image_size, augment, augment_generator(t.seed, 0), shape.background)[:count]
     return (pixels * 255).round().clamp(0, 255).to(torch.uint8), labels[:count], split.class_names

@@ -33,10 +33,10 @@ from vitkit.files import LOCK_NAME, WriteError, atomic_path, exclusive, write_js
 from vitkit.kernels import short_attention
 from vitkit.models import VisionTransformer, build_model
 from vitkit.train import distributed, faults, trackers
-from vitkit.train.config import RunConfig, dump_run_config, load_run_config
+from vitkit.train.config import RunConfig, dump_run_config, load_run_yaml
 from vitkit.train.init import init_from, pretrained_on
-from vitkit.train.inputs import augment_generator, prepare_data
-from vitkit.train.objectives import pick_objective
+from vitkit.train.inputs import augment_generator, prepare_data, write_held_out
+from vitkit.train.objectives import objective_for, pick_objective
 from vitkit.train.optim import (
     learning_rate,
     make_optimizer,
@@ -120,6 +120,8 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
     env = resolve(config, out, resume)
     data = prepare_data(config, out, resume, env)
     config = config.with_steps_for(len(data.train))  # train.epochs -> train.steps, now that the split's size is known
+    # train.objective=auto: what the labels call for (run.yaml keeps "auto", as for train.precision)
+    env = dataclasses.replace(env, objective=objective_for(config.train.objective, data.train))
     t = config.train
     run = _restore(config, out, env, data) if resume else _build(config, out, env, data)
     env = _precision(config, env, run, resume)
@@ -278,6 +280,7 @@ def _build(config: RunConfig, out: Path, env: Setup, data: Data) -> RunState:
         out.mkdir(parents=True, exist_ok=True)
         with atomic_path(out / "run.yaml") as tmp:
             tmp.write_text(dump_run_config(config))
+        write_held_out(data)
         (out / "metrics.jsonl").unlink(missing_ok=True)
         trackers.forget(out)
     distributed.barrier(env.world)
@@ -298,6 +301,8 @@ def _restore(config: RunConfig, out: Path, env: Setup, data: Data) -> RunState:
         truncate_metrics(out, progress["step"])
         with atomic_path(out / "run.yaml") as tmp:  # overrides on --resume (train.steps=N) hold for every later resume
             tmp.write_text(dump_run_config(config))
+        # the same images (check_resumable); a run of a vitkit that did not list them gets the list now
+        write_held_out(data)
     distributed.barrier(world)
     return run
 
@@ -310,7 +315,7 @@ def _assemble(
     model.to(env.device)
     model.set_grad_checkpointing(t.grad_checkpointing)
     short_attention.install(model)  # short sequences train faster written out on the CPU
-    objective = pick_objective(t.objective, model, tensors)
+    objective = pick_objective(env.objective, model, tensors)
     trainable = objective.module
     module = distributed.wrap(trainable, env.world, env.device, model.blocks)
     optimizer = make_optimizer(trainable, t)
@@ -333,7 +338,7 @@ def _step(config: RunConfig, env: Setup, data: Data, run: RunState, stream, step
     for k in range(accum):
         images, labels = next(stream)
         g = augment_generator(t.seed, step * accum + k, world.rank)
-        x = train_transform(images, shape.image_size, data.augment, shape.mean, shape.std, g)
+        x = train_transform(images, shape.image_size, data.augment, shape.mean, shape.std, g, shape.background)
         x, targets = mix(x, run.objective.targets(labels, len(data.class_names), a.label_smoothing), a, g)
         with distributed.grad_sync(run.module, world, sync=k == accum - 1):  # reduce across ranks once per step
             with torch.autocast(
@@ -403,6 +408,7 @@ def _eval_data(config: RunConfig, env: Setup, data: Data, split, device: torch.d
         crop_pct=config.augment.eval_crop_pct,
         workers=config.data.workers,
         bad=data.bad,
+        background=data.shape.background,
     )
 
 
@@ -524,7 +530,7 @@ def _summary(
         "img_s": mean_rate(train_rows, t.batch_size),
         # the name where the architecture is that model's
         "model": model_name(config.model, run.model.config),
-        "objective": t.objective,  # masked_patch: the val_* figures are the colour-prediction accuracy and loss
+        "objective": run.objective.name,  # masked_patch: the val_* figures are the colour-prediction accuracy and loss
         "ema": t.ema,  # a decay: the val_* figures and final/ are of the EMA weights
         "params": sum(p.numel() for p in run.model.parameters()),
         "device": str(env.device),  # these three: the last stretch of the run; "segments" has every one
@@ -594,7 +600,7 @@ def resume_config(out: str | os.PathLike, overrides: list[str] = ()) -> RunConfi
         raise CheckpointError(
             f"{out}: not a vitkit run directory (no run.yaml); start it with vitkit train --out {out}"
         )
-    return load_run_config(path, overrides)
+    return load_run_yaml(path, overrides)
 
 
 def _train_from(model: str | os.PathLike) -> str:

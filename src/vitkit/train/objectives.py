@@ -288,6 +288,14 @@ class MultiLabel(Classification):
 OBJECTIVES = {"classification": Classification, "multi_label": MultiLabel, "masked_patch": MaskedPatch}
 
 
+def objective_for(name: str, split) -> str:
+    """train.objective for the training `split`: "auto" is multi_label where the split gives each image a set of
+    classes (a list's labels column, shards' label lists), else classification."""
+    if name != "auto":
+        return name
+    return "multi_label" if split.multi_label else "classification"
+
+
 def pick_objective(name: str, model: nn.Module, resumed: dict | None) -> Classification:
     """train.objective around `model`; on resume (`resumed`: train_state.pt), the objective it was started with."""
     if resumed is not None and ("masked_patch" in resumed) != (name == "masked_patch"):

@@ -16,7 +16,7 @@ import torch
 from vitkit.checkpoint.runs import step_checkpoints
 from vitkit.data.augment import AugmentConfig
 from vitkit.data.split import where_from
-from vitkit.data.summary import copies_warning
+from vitkit.data.summary import copies_warning, relabelled_warning
 from vitkit.devices import COUNT_KEYS, pick_device, usable_cpus
 from vitkit.errors import CheckpointError, ConfigError
 from vitkit.files import refuse_foreign
@@ -85,10 +85,11 @@ def plan_block(
 ) -> str:
     """The block printed before training: model, its size and cost, the data of each split, the run, an estimated time."""
     lines = [_model_line(config, model), *_data_lines(config, data), _training_line(config, data, env, step, last)]
+    lines += _objective_lines(config, data, env)
     lines.append(f"optimizer  {describe(config.train, getattr(model.config, 'depth', None))}")
     lines += [f"precision  {env.precision}"] if env.precision and step < last else []
     lines += augment_lines(config.augment, model.config.image_size[0], len(data.class_names))
-    lines += _warnings(config, data)
+    lines += _warnings(config, data, env)
     # one process of FSDP: the wrapped objective, not the model, unshards it
     if env.world.size == 1 and not env.world.sharded and step < last:
         step_s, probe = _time_step(model, env.micro, env.device, env.amp_dtype)
@@ -141,6 +142,10 @@ def _data_lines(config: RunConfig, data: Data) -> list[str]:
                 if skipped.get(name)
                 else ""
             )
+        )
+    if data.held_out is not None and data.held_out[1] is not None:
+        lines.append(
+            f"  listed   the {config.data.val_split} images in {data.held_out[0]} (one a line, below the data folder)"
         )
     # found while loading the data into memory, or listed by an earlier segment; a streamed run finds its own as it reads
     if len(data.bad):
@@ -247,15 +252,60 @@ def _crop(a: AugmentConfig, size: int) -> str:
     return f"no crop: the whole image at {size} px; augment.crop=pad shifts it, augment.crop=rrc crops it"
 
 
-def _warnings(config: RunConfig, data: Data) -> list[str]:
-    """Validation images that are copies of training images; a warmup longer than the run."""
+def _objective_lines(config: RunConfig, data: Data, env: Setup) -> list[str]:
+    """The objective, where vitkit chose one the user did not name (train.objective=auto) other than classification."""
+    if config.train.objective != "auto" or env.objective == "classification":
+        return []
+    return [
+        f"objective  {env.objective}: chosen by train.objective=auto (the default), as {data.train.source} gives each "
+        "image a set of labels: a sigmoid per class"
+    ]
+
+
+def _warnings(config: RunConfig, data: Data, env: Setup) -> list[str]:
+    """Validation images that are copies of training images; copies of one image under different labels; classes far
+    apart in size, or with no validation image; a warmup longer than the run."""
     t, lines = config.train, []
     if data.val_copies:
         lines.append(f"warning    {copies_warning('val', data.val_copies)}")
+    if data.relabelled:
+        lines.append(f"warning    {relabelled_warning(data.relabelled)}")
+    if len(data.class_names) > 1 and env.objective != "masked_patch":  # the labels are learned
+        lines += [f"warning    {line}" for line in class_warnings(data, config.data.val_split)]
     if t.warmup_steps > t.steps:
         lines.append(
             f"warning    train.warmup_steps={t.warmup_steps} is more than train.steps={t.steps}: the learning rate only warms up "
             f"(to {t.lr * t.steps / t.warmup_steps:.3g} at the last step) and never reaches {t.lr:g}; lower train.warmup_steps"
+        )
+    return lines
+
+
+# the largest class this many times the smallest: the plan says so
+IMBALANCE = 5
+
+
+def class_warnings(data: Data, val_split: str) -> list[str]:
+    """The training classes far apart in size (IMBALANCE), and the classes the validation split holds no image of."""
+    names, counts = data.class_names, data.train.class_counts()
+    lines, small, large = [], int(counts.argmin()), int(counts.argmax())
+    if counts[large] >= IMBALANCE * max(counts[small], 1):
+        ratio = (
+            f"the largest ({names[large]}) {counts[large] / counts[small]:.0f}x the smallest ({names[small]})"
+            if counts[small]
+            else f"none of {names[small]}"
+        )
+        lines.append(
+            f"classes: {counts[small]:,} to {counts[large]:,} training images, {ratio}: top-1 leans to the large "
+            "classes; read each class's accuracy in vitkit eval"
+        )
+    unscored = [name for name, n, v in zip(names, counts, data.val.class_counts()) if n and not v]
+    if unscored:
+        # a stratified hold-out leaves a class of one image whole in train
+        single = [name for name, n in zip(names, counts) if name in unscored and n == 1 and data.val.held_out]
+        lines.append(
+            f"{val_split} holds no image of {len(unscored)} class{'es' * (len(unscored) != 1)} "
+            f"({', '.join(unscored[:5])}{', ...' * (len(unscored) > 5)}): trained on, never scored"
+            + (f"; a class of one image ({', '.join(single[:5])}) stays whole in train" if single else "")
         )
     return lines
 

@@ -37,7 +37,7 @@ from vitkit.files import (
 )
 from vitkit.models import ModelConfig, VisionTransformer, build_model
 from vitkit.train import distributed
-from vitkit.train.config import RunConfig, changed_settings, load_run_config
+from vitkit.train.config import RunConfig, changed_settings, load_run_yaml
 
 STATE_TENSORS, SHARDED = "train_state.pt", "sharded"
 
@@ -54,9 +54,10 @@ class Setup:
     accum: int  # micro-batches per optimizer step
     checkpoints: list[Path]  # the run's complete step checkpoints, oldest first
     # the model config, built once from the run config (plan.model_of); the model's input (size, channels, mean,
-    # std) decides how images are read, the data's classes are set on it with replace
+    # std, background) decides how images are read, the data's classes are set on it with replace
     model: ModelConfig | None = None
     precision: str = ""  # which precision runs and why (train.precision; the plan's line)
+    objective: str = ""  # what the model learns: train.objective, "auto" made what the data's labels call for
 
 
 @dataclass
@@ -67,12 +68,16 @@ class Data:
     val: Any
     class_names: list[str]
     bad: Any  # unreadable image files, as data.on_error says
-    shape: ModelConfig  # the model's input (size, channels, mean, std) decides how images are read
+    # the model's input (size, channels, mean, std, background) decides how images are read
+    shape: ModelConfig
     batches: Any  # the training batches in their reproducible order (a Batches)
     augment: Any  # what the device does to them (an AugmentConfig: no crop where the loader cut it)
     record: dict  # the data spec and exactly which images each split holds (DataSpec.record), kept in the checkpoint
     val_files: frozenset = frozenset()  # the validation split's files, to tell which split an unreadable file is of
     val_copies: dict | None = None  # {"images": n, "example": [...]}: val images byte-identical to training images
+    relabelled: dict | None = None  # copies of one image under different labels, in either split (summary's)
+    # RUN/splits/VAL.txt, and its lines where vitkit held val out of the training images (each image below the data)
+    held_out: tuple[Path, list[str] | None] | None = None
 
     def unreadable(self, train_split: str, val_split: str) -> dict[str, int]:
         """How many unreadable files each split has had skipped so far (data.on_error=skip): its figures count the others."""
@@ -316,6 +321,7 @@ RUN_FILES = (
     "loss.png",
     "lr.png",
     "eval",
+    "splits",  # splits/val.txt: the images held out as val
     "metrics.csv",  # and what train.log_to adds
     "tensorboard",
     "trackers.json",
@@ -332,7 +338,7 @@ def check_resumable(config: RunConfig, out: Path, env: Setup, data: Data, loaded
         refuse_changes_with_nothing_to_train(config, out, progress["step"])
     saved = read_native_config(newest)[1]
     check_same_images(saved.get("data"), data.record, newest)
-    if is_multi_label(saved) != (t.objective == "multi_label"):  # a sigmoid head does not continue as a softmax one
+    if is_multi_label(saved) != (env.objective == "multi_label"):  # a sigmoid head does not continue as a softmax one
         started = "multi_label" if is_multi_label(saved) else saved.get("objective", "classification")
         raise ConfigError(
             f"train.objective: this run was started with {started}; resume it with train.objective={started}"
@@ -383,7 +389,7 @@ def refuse_another_model(saved, now, newest: Path) -> None:
 def refuse_changes_with_nothing_to_train(config: RunConfig, out: Path, step: int) -> None:
     """--resume of a finished run with overrides that change it: no step would train, yet run.yaml would keep them for
     a later resume (train.lr=1e-4 now, train.steps=N later trained at 1e-4). Display settings do not count."""
-    changed = changed_settings(load_run_config(out / "run.yaml"), config)
+    changed = changed_settings(load_run_yaml(out / "run.yaml"), config)
     if changed:
         where = (
             f"already finished at step {step} of {step}"

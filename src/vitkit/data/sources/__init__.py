@@ -3,7 +3,8 @@
 
 `open_split(path, split)` returns a `Split`: labels, class names, and either the pixels already in
 memory (IDX, synthetic) or the files to read (folders, lists). A "val" split a source does not have on
-disk is cut from its training images with a seeded, reproducible permutation. "test" is only ever data
+disk is cut from its training images with a seeded, reproducible permutation, each class keeping its share
+(split.stratified_split). "test" is only ever data
 the source keeps apart (IDX test files, a test/ folder): a source without one raises MissingSplit.
 """
 
@@ -61,12 +62,14 @@ def open_split(
     channels: int,
     val_fraction: float = 0.1,
     seed: int = 0,
+    rule: str = "stratified",
 ) -> Split:
-    """Open `split` ("train", "val" or "test") of the dataset at `path` (None: Fashion-MNIST's default place)."""
+    """Open `split` ("train", "val" or "test") of the dataset at `path` (None: Fashion-MNIST's default place); a val
+    split the data does not have is held out of its training images by `rule` (split.SPLIT_RULES)."""
     if split not in SPLITS:
         raise DataError(f"data split {split!r}: expected one of {', '.join(SPLITS)}")
     if path is not None and is_sharded(path):
-        return open_sharded(path, split, val_fraction=val_fraction, seed=seed)
+        return open_sharded(path, split, val_fraction=val_fraction, seed=seed, rule=rule)
     if path is not None:
         refuse_compressed(path)
     root = idx.default_dir() if path is None else Path(path)
@@ -76,15 +79,15 @@ def open_split(
         _refuse_archive(root)
         if split == "test":
             raise _missing(root, split, val_fraction)
-        return held_out(read_list(root), split, val_fraction, seed)
+        return held_out(read_list(root), split, val_fraction, seed, rule)
     if idx.is_idx_dir(root):
-        return idx.open_idx(root, split, channels, val_fraction, seed)
+        return idx.open_idx(root, split, channels, val_fraction, seed, rule)
     split_dirs = split_folders(root)
     if split_dirs:
-        return _folder_split(root, split_dirs, split, val_fraction, seed)
+        return _folder_split(root, split_dirs, split, val_fraction, seed, rule)
     lists = split_lists(root)
     if lists:
-        part = listed_split(lists, split, val_fraction, seed)
+        part = listed_split(lists, split, val_fraction, seed, rule)
         if part is None:
             raise _missing(root, split, val_fraction)
         return part
@@ -92,10 +95,12 @@ def open_split(
         raise DataError(idx.missing_message(root))
     if split == "test":  # a flat folder or a list has no images kept apart for testing
         raise _missing(root, split, val_fraction)
-    return held_out(read_folder(root), split, val_fraction, seed)
+    return held_out(read_folder(root), split, val_fraction, seed, rule)
 
 
-def _folder_split(root: Path, split_dirs: dict[str, Path], split: str, val_fraction: float, seed: int) -> Split:
+def _folder_split(
+    root: Path, split_dirs: dict[str, Path], split: str, val_fraction: float, seed: int, rule: str
+) -> Split:
     """`split` of a folder of split folders (train/, val/, test/): its own folder, or held out of train/."""
     # without a val/ folder, val is held out of train/ and "train" is the rest, as for IDX files
     holds_out = "train" in split_dirs and "val" not in split_dirs and val_fraction > 0.0
@@ -103,7 +108,7 @@ def _folder_split(root: Path, split_dirs: dict[str, Path], split: str, val_fract
         reference = split_dirs.get("train") if split != "train" else None  # val/test must hold train's classes
         return read_folder(split_dirs[split], classes=folder_classes(reference) if reference else None)
     if "train" in split_dirs and split != "test":
-        return held_out(read_folder(split_dirs["train"]), split, val_fraction, seed)
+        return held_out(read_folder(split_dirs["train"]), split, val_fraction, seed, rule)
     raise _missing(root, split, val_fraction)
 
 

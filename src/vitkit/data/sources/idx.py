@@ -167,7 +167,7 @@ def missing_message(directory: Path) -> str:
     )
 
 
-def open_idx(root: Path, split: str, channels: int, val_fraction: float, seed: int) -> Split:
+def open_idx(root: Path, split: str, channels: int, val_fraction: float, seed: int, rule: str = "stratified") -> Split:
     """`split` of the IDX files in `root`: test from the test files, train and val from the training files (val held
     out of them, or the test files where val_fraction is 0); `channels` 3 repeats the grey channel."""
     on_disk = "test" if split == "test" or (split == "val" and val_fraction == 0.0) else "train"
@@ -180,5 +180,5 @@ def open_idx(root: Path, split: str, channels: int, val_fraction: float, seed: i
     names = list(FASHION_MNIST_CLASSES[:n_classes]) if fashion else [str(i) for i in range(n_classes)]
     full = Split(labels=torch.from_numpy(labels), class_names=names, images=pixels, source=str(root))
     if on_disk == "train" and val_fraction > 0.0:
-        return held_out(full, split, val_fraction, seed)
+        return held_out(full, split, val_fraction, seed, rule)
     return full

@@ -71,7 +71,9 @@ def split_lists(root: Path) -> dict[str, Path]:
     return found if "train" in found else {}
 
 
-def listed_split(lists: dict[str, Path], split: str, val_fraction: float, seed: int) -> Split | None:
+def listed_split(
+    lists: dict[str, Path], split: str, val_fraction: float, seed: int, rule: str = "stratified"
+) -> Split | None:
     """`split` of a dataset held as one list per split: train.csv (val held out of it where there is no val list)
     and, for val and test, their lists with labels numbered by train's classes (a class train lacks is an error).
     None where the dataset has no such split (a test split without its list)."""
@@ -79,7 +81,7 @@ def listed_split(lists: dict[str, Path], split: str, val_fraction: float, seed: 
     if split == "train" and "val" in lists:
         return train
     if split == "train" or split == "val" and "val" not in lists:
-        return held_out(train, split, val_fraction, seed)
+        return held_out(train, split, val_fraction, seed, rule)
     if split not in lists:
         return None
     listed = read_list(lists[split])

@@ -232,8 +232,10 @@ def _label_sets(
     return multi_hot(rows, len(names)), names
 
 
-def open_sharded(path: str | os.PathLike, split: str, *, val_fraction: float = 0.1, seed: int = 0) -> Split:
-    """`split` of the shards at `path` (a pattern, a file or a folder)."""
+def open_sharded(
+    path: str | os.PathLike, split: str, *, val_fraction: float = 0.1, seed: int = 0, rule: str = "stratified"
+) -> Split:
+    """`split` of the shards at `path` (a pattern, a file or a folder); val held out by `rule` where none is named."""
     files = shard_files(path)
     if not files:
         raise DataError(f"{path}: no .tar or .parquet shards found")
@@ -244,7 +246,7 @@ def open_sharded(path: str | os.PathLike, split: str, *, val_fraction: float = 0
     records, raw, known = read(files)  # every file, so that the classes are the same in every split
     origin = "the Parquet schema's class names (ClassLabel)" if read is read_parquet else "classes.txt"
     labels, names = _labels(raw, known, str(path), records, origin)
-    return _labelled(_open_split(path, split, files, records, labels, names, val_fraction, seed), split)
+    return _labelled(_open_split(path, split, files, records, labels, names, (val_fraction, seed, rule)), split)
 
 
 def _labelled(part: Split, split: str) -> Split:
@@ -271,23 +273,24 @@ def _open_split(
     records: list,
     labels: torch.Tensor,
     names: list[str],
-    val_fraction: float,
-    seed: int,
+    cut: tuple[float, int, str],
 ) -> Split:
-    """`split` of the samples `records` of shard `files`, cut by their file names, folders or a held-out part."""
+    """`split` of the samples `records` of shard `files`, cut by their file names, folders or a held-out part (`cut`:
+    its val_fraction, seed and rule)."""
+    val_fraction = cut[0]
     by_split = {s: [f for f in files if _split_of(f) == s] for s in SPLIT_NAMES}
     named = {s: fs for s, fs in by_split.items() if fs}
     owner = np.array([str(Path(r.shard if isinstance(r, TarMember) else r.file)) for r in records])
     source = str(path)
     full = Split(labels=labels, class_names=names, paths=records, source=source)
     if not named:  # one set: val (and test) held out of it, unless val_fraction=0 asks to train on all of it
-        return full if split == "train" and val_fraction == 0.0 else held_out(full, split, val_fraction, seed)
+        return full if split == "train" and val_fraction == 0.0 else held_out(full, split, *cut)
     holds_out = "train" in named and "val" not in named and val_fraction > 0.0
     if split in named and not (split == "train" and holds_out):
         return _files_subset(full, owner, named[split], f"{source} ({split})")
     if "train" in named and split in ("train", "val"):
         train = _files_subset(full, owner, named["train"], f"{source} (train)")
-        return held_out(train, split, val_fraction, seed)
+        return held_out(train, split, *cut)
     available = [s for s in SPLIT_NAMES if s in named or (s == "val" and "train" in named and val_fraction > 0.0)]
     raise MissingSplit(
         f"{path}: has no {split!r} shards (it has {', '.join(available)}); name them {split}-*.tar|parquet or put them "

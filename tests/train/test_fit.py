@@ -1,0 +1,61 @@
+"""The recipe `vitkit train --data FOLDER` fits to the data (train/fit.py): the family by the size of the training
+split, and padding that continues the images' own borders."""
+
+import json
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from vitkit.cli import main
+from vitkit.data.scan import ImageScan
+from vitkit.train.fit import FITTED_HYBRID_BELOW, fitted_to_data
+
+
+@pytest.mark.parametrize(("side", "convs"), [(16, [32, 64]), (24, [32, 64]), (32, [32, 64, 128]), (64, [32, 64, 128])])
+def test_a_small_training_split_gets_the_conv_stem_hybrid_with_a_small_grid(side, convs):
+    changes, note = fitted_to_data(ImageScan(64, 600, side, side, 3), 600)
+    assert changes["model.backbone"] == {"convs": convs} and changes["model.patch_size"] == 1
+    grid = side // 2 ** len(convs)
+    assert 4 <= grid <= 8 and f"a conv stem ({len(convs)} stride-2 convolutions: a {grid}x{grid} grid" in note
+    assert "model.backbone=null for a plain ViT" in note
+
+
+def test_a_large_training_split_gets_the_plain_vit_on_a_4x4_grid():
+    n = FITTED_HYBRID_BELOW
+    changes, note = fitted_to_data(ImageScan(64, n, 28, 28, 1), n)
+    assert changes["model.backbone"] is None and changes["model.patch_size"] == 8 and "patch 8 (a 4x4 grid)" in note
+
+
+def _folder(root, draw):
+    for split in ("train", "val"):
+        for c, name in enumerate(("a", "b")):
+            (root / split / name).mkdir(parents=True)
+            for i in range(4):
+                draw(c, i).save(root / split / name / f"{i}.png")
+
+
+def _dark_digit(c, i):
+    pixels = np.zeros((16, 16), np.uint8)
+    pixels[4:12, 6 + c : 9 + c] = 200 + i
+    return Image.fromarray(pixels)
+
+
+def _transparent_icon(c, i):
+    pixels = np.zeros((16, 16, 4), np.uint8)
+    pixels[5:11, 5:11] = (200, 40 * c, 30 + i, 255)
+    return Image.fromarray(pixels, "RGBA")
+
+
+@pytest.mark.parametrize(
+    ("draw", "background", "said"), [(_dark_digit, 0.0, "black"), (_transparent_icon, 1.0, "white")]
+)
+def test_the_fitted_padding_continues_the_images_borders(tmp_path, capsys, draw, background, said):
+    """White-on-black digits padded with white (the background's default) would train on frames no image has; icons
+    composited on white and padded with black did. The fit pads with the colour the images' borders have."""
+    _folder(tmp_path / "data", draw)
+    argv = ["train", "--data", str(tmp_path / "data"), "--out", str(tmp_path / "run"), "--no-progress"]
+    assert main([*argv, "train.steps=1", "train.threads=1", "train.eval_every=1"]) == 0
+    assert f"padded with {said} like the images' borders" in capsys.readouterr().out
+    model = json.loads((tmp_path / "run" / "final" / "config.json").read_text())["model"]
+    assert np.allclose(model["background"], background)
