@@ -38,5 +38,9 @@ def test_a_conv_stem_trains_evaluates_and_converts_only_to_vitkit(run_cli, vitki
         convert = run_cli if to == "npz" else vitkit_cmd  # the console script's process once, then its main() here
         done = convert("convert", run, tmp_path / dst, "--to", to)
         assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
-        assert says in done.stderr and "save as vitkit, or export to ONNX or OpenVINO" in done.stderr and "model.backbone=null" in done.stderr
+        assert (
+            says in done.stderr
+            and "save as vitkit, or export to ONNX or OpenVINO" in done.stderr
+            and "model.backbone=null" in done.stderr
+        )
         assert not (tmp_path / dst).exists()
