@@ -140,3 +140,14 @@ def test_a_labels_list_trains_multi_label_unasked_and_its_eval_names_copies_of_t
         "train.objective=classification",
     )
     assert refused.returncode == 2 and "train with train.objective=multi_label" in refused.stderr
+
+
+def test_a_fitted_run_on_a_labels_list_skips_the_pixel_baseline_saying_why(tmp_path, vitkit_cmd):
+    """train.objective=auto makes a labels list multi-label: the fitted run's baseline (one class per image) must see
+    the objective the data chose, not the "auto" the run config says, and skip saying why."""
+    make_tags(tmp_path / "tags")
+    fitted = ["train.steps=2", "train.batch_size=8", "train.threads=1", "model.depth=1", "--no-progress"]
+    done = vitkit_cmd("train", "--data", tmp_path / "tags" / "tags.jsonl", "--out", tmp_path / "run", *fitted)
+    assert done.returncode == 0, done.stderr
+    assert "baseline   multi-label: a softmax regression predicts one class per image" in done.stdout
+    assert summary(done)["objective"] == "multi_label"

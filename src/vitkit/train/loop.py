@@ -179,7 +179,7 @@ def _baseline(config: RunConfig, env: Setup, data: Data, run: RunState) -> dict 
     if not config.train.baseline or not env.world.main:
         return None
     if "baseline" not in run.progress:
-        why = skipped_because(config.train.objective)
+        why = skipped_because(env.objective)
         d = config.data
         run.progress["baseline"] = (
             {"skipped": why}
