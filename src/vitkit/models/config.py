@@ -56,7 +56,10 @@ def _per_channel(config: Any, key: str) -> tuple[float, ...]:
     values = tuple(float(v) for v in values)
     if len(values) != config.in_chans:
         if len(set(values)) != 1:
-            raise ConfigError(f"{key}: expected {config.in_chans} values (one per input channel), got {shown(value)}")
+            raise ConfigError(
+                f"{key}: expected {config.in_chans} value{'s' * (config.in_chans != 1)} (one per input channel), "
+                f"got {shown(value)}"
+            )
         values = values[:1] * config.in_chans
     return values
 

@@ -405,8 +405,8 @@ FITTED_HFLIP = 0
 
 # The fitted recipe's family by the size of the training split: below this many images the conv-stem hybrid, from
 # it the plain ViT. Without large pre-training a plain ViT overfits small data where a convolutional stem does not
-# (paper §4.2, Fig. 3-4: hybrids win at small compute); the recipe benchmark's family rows (benchmarks/recipes.py
-# --families) measure the two on each kind of data.
+# (paper §4.2, Fig. 3-4: hybrids win at small compute); benchmarks/families.py measures the two, beside pixel
+# baselines, on each kind of data.
 FITTED_HYBRID_BELOW = 10_000
 
 
