@@ -1,33 +1,43 @@
 """Family benchmark: which model `vitkit train --data FOLDER` should fit to a small set of one's own, measured.
 
-    nice python benchmarks/families.py --runs /tmp/families --results       # every dataset: ~1 CPU-hour on 1 thread
-    python benchmarks/families.py --datasets fashion500 --runs /tmp/families   # one dataset
+    nice python benchmarks/families.py --runs /tmp/families --results            # every kind: hours on 1 thread
+    python benchmarks/families.py --kinds digits,glyphs --runs /tmp/families       # some kinds
 
-For each dataset it trains, with the fitted recipe's length, batch and augmentation (train.threads=1):
-- `plain`: the fitted recipe with a plain ViT (`model.backbone=null`, a 4x4 grid of patches);
-- `fitted`: the recipe as `vitkit train --data` fits it today (`FITTED_HYBRID_BELOW`: a conv-stem hybrid for small sets);
+For each kind of data it trains, one thread each, in this process (CPU seconds counted):
+- `fitted`: the recipe `vitkit train --data` fits today, as it is (its family, size, length and augmentation);
+- `plain`, `hybrid`, `resnet`: that recipe with each model family in its place (a plain ViT on a 4x4 grid of
+  patches; the conv-stem hybrid; BiT's small ResNet R11 at the same size), each run as long as the fitted run's CPU
+  time allows: a training step of each is timed side by side with the fitted model's (`matched_steps`), and its
+  step count scaled by the ratio. The fitted family's own row is the fitted run.
 and fits two pixel baselines on the same train/ split, scored on the same val/ split: a multinomial logistic
-regression and a random forest of 500 trees on 32x32 RGB pixels (RGBA composited on white), where scikit-learn is
-installed. A run directory already in --runs (RUNS/NAME_MODEL/final) is read, not trained again.
+regression and a random forest of 500 trees on 32x32 RGB pixels (RGBA composited on white). `best` is the best
+val top-1 of every model above (and of --try recipes), so the fitted default's distance to it is plain.
+Every figure is top-1 on val/, which no run picks on (each run's final step is its figure).
 
-| name       | what                                                                       | train | val |
-|------------|----------------------------------------------------------------------------|-------|-----|
-| icons      | the Adwaita icon theme's PNGs (RGBA, 32-96 px), 6 contexts, split by name  | 722   | 240 |
-| fashion500 | Fashion-MNIST, 50 training and 50 validation images a class                | 500   | 500 |
-| glyphs     | digits rendered from the machine's fonts (recipes.py)                      | 400   | 300 |
-| scenes     | RGB scenes whose label is what stands where (recipes.py)                   | 420   | 300 |
+| kind         | what                                                                              | train  | val   |
+|--------------|-----------------------------------------------------------------------------------|--------|-------|
+| icons        | the Adwaita icon theme's PNGs (RGBA, 32-96 px), 6 contexts, split by icon name    | 722    | 240   |
+| icons16      | the same theme's 16 and 24 px PNGs (RGBA), split by icon name                     | ~720   | ~240  |
+| fashion500   | Fashion-MNIST (28 px grayscale), 50 training images a class                       | 500    | 500   |
+| fashion2000  | Fashion-MNIST, 200 training images a class                                        | 2,000  | 1,000 |
+| fashion10000 | Fashion-MNIST, 1,000 training images a class                                      | 10,000 | 2,000 |
+| digits       | handwritten digits (scikit-learn's copy of UCI's 8x8 set), a seeded 60/20 split   | 1,078  | 359   |
+| glyphs       | digits rendered from the machine's fonts (recipes.py)                             | 400    | 300   |
+| scenes       | RGB scenes whose label is what stands where (recipes.py)                          | 420    | 300   |
 
-Writes benchmarks/results/families.csv (with --results): one row per dataset, the fitted model's val top-1, with
-the plain ViT's and the pixel baselines' beside it (`against`).
+Writes benchmarks/results/families.csv (with --results): per kind one row for each model and baseline, and the
+fitted row naming what it beat. A run directory already in --runs (RUNS/KIND/NAME/final) is read, not trained again.
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import random
+import re
 import shutil
-import subprocess
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -41,16 +51,15 @@ from rows import add_results_arguments, write_asked_rows
 
 THEME = Path("/usr/share/icons/Adwaita")
 ICON_CLASSES = ("actions", "devices", "emotes", "mimetypes", "places", "status")
-ICON_SIZES = ("32x32", "48x48", "64x64", "96x96")
 
 
-def make_icons(root: Path, seed: int = 0) -> dict:
+def make_icons(root: Path, sizes=("32x32", "48x48", "64x64", "96x96"), seed: int = 0) -> dict:
     """The theme's PNG icons of six contexts, each icon name in one split only (60% train, 20% val, 20% test), each
-    name at up to two of its sizes."""
+    name at up to two of `sizes`."""
     rng, counts = random.Random(seed), {}
     for c in ICON_CLASSES:
         by_name: dict[str, list[Path]] = {}
-        for size in ICON_SIZES:
+        for size in sizes:
             for p in sorted((THEME / size / c).glob("*.png")):
                 by_name.setdefault(p.name, []).append(p)
         names = sorted(by_name)
@@ -66,23 +75,136 @@ def make_icons(root: Path, seed: int = 0) -> dict:
     return counts
 
 
-DATASETS = {
-    "icons": lambda root: make_icons(root),
+def make_digits(root: Path, seed: int = 0) -> dict:
+    """scikit-learn's bundled copy of the UCI handwritten digits (1,797 images, 8x8, 17 gray levels) as 8x8 PNGs:
+    a seeded 60% train, 20% val, 20% test, stratified by digit."""
+    import sklearn.datasets
+
+    table = np.loadtxt(gzip.open(Path(sklearn.datasets.__file__).parent / "data" / "digits.csv.gz"), delimiter=",")
+    rng, counts = np.random.default_rng(seed), {}
+    for digit in range(10):
+        rows = table[table[:, -1] == digit]
+        rows = rows[rng.permutation(len(rows))]
+        a, b = round(len(rows) * 0.6), round(len(rows) * 0.8)
+        for split, part in (("train", rows[:a]), ("val", rows[a:b]), ("test", rows[b:])):
+            folder = root / split / str(digit)
+            folder.mkdir(parents=True, exist_ok=True)
+            for i, row in enumerate(part):
+                pixels = np.round(row[:64].reshape(8, 8) * 255 / 16).astype(np.uint8)
+                Image.fromarray(pixels).save(folder / f"{i:04d}.png")
+            counts[split] = counts.get(split, 0) + len(part)
+    return counts
+
+
+KINDS = {
+    "icons": make_icons,
+    "icons16": lambda root: make_icons(root, sizes=("16x16", "24x24")),
     "fashion500": lambda root: recipes.make_fashion(root, train=50, val=50),
+    "fashion2000": lambda root: recipes.make_fashion(root, train=200, val=100),
+    "fashion10000": lambda root: recipes.make_fashion(root, train=1000, val=200),
+    "digits": make_digits,
     "glyphs": lambda root: recipes.make_glyphs(root, train=40, val=30),
     "scenes": lambda root: recipes.make_scenes(root, train=70, val=50),
 }
+FAMILIES = ("plain", "hybrid", "resnet")
 
 
-def train(data: Path, out: Path, extra: list[str]) -> dict:
-    """summary.json of `vitkit train --data data` (with `extra` overrides), trained now unless `out` holds it."""
-    if not (out / "final").is_dir():
-        shutil.rmtree(out, ignore_errors=True)
-        argv = [sys.executable, "-m", "vitkit", "train", "--data", str(data), "--out", str(out), "--no-progress"]
-        subprocess.run([*argv, "train.threads=1", *extra], check=True, stdout=subprocess.DEVNULL)
-    summary = json.loads((out / "summary.json").read_text())
-    config = json.loads((out / "final" / "config.json").read_text())["model"]
-    return {**summary, "model_config": config}
+def fitted_recipe(folder: Path) -> tuple[dict, str]:
+    """The typed first layer `vitkit train --data folder` fits ({"section.key": value}), and the line it prints."""
+    import contextlib
+    import io
+
+    from vitkit.train.fit import fitted_unless_named
+
+    said = io.StringIO()
+    with contextlib.redirect_stdout(said):
+        fitted = fitted_unless_named(str(folder), False, list(recipes.QUIET), "train")
+    print(said.getvalue(), end="", flush=True)
+    return fitted, said.getvalue()
+
+
+def family_of(fitted: dict) -> str:
+    """The family of a fitted recipe's model."""
+    return "hybrid" if fitted.get("model.backbone") else "plain"
+
+
+def with_family(fitted: dict, family: str) -> dict:
+    """The fitted recipe with `family` as its model: the same size, channels and background, the rest of the recipe
+    as fitted."""
+    from vitkit.train.fit import FITTED_HYBRID_BELOW, fitted_family
+
+    size = fitted["model.image_size"]
+    if family == "resnet":
+        kept = {k: v for k, v in fitted.items() if not k.startswith("model.")}
+        model = {k: fitted[k] for k in ("model.image_size", "model.in_chans", "model.background") if k in fitted}
+        return {**kept, "model.name": "bit_r11_28", **model}
+    # fitted_family's choice for a small set (the hybrid) or a large one (the plain ViT)
+    model, _ = fitted_family(size, 0 if family == "hybrid" else FITTED_HYBRID_BELOW)
+    return {**fitted, **model}
+
+
+def run_config(folder: Path, recipe: dict, changes: list[str]):
+    from vitkit.train.config import load_run_config
+    from vitkit.train.fit import layers
+
+    return load_run_config(None, [*recipes.QUIET, *changes, ("data.path", str(folder))], base=layers(recipe))
+
+
+def step_seconds(configs: dict, rounds: int = 7) -> dict[str, float]:
+    """CPU seconds of one training step (forward + backward of a batch) of each run config's model, timed side by
+    side: the models take turns, and each one's median counts, so a busy machine slows them alike."""
+    import torch
+
+    from vitkit.models.registry import build_model
+
+    torch.set_num_threads(1)
+    timed = {}
+    for name, config in configs.items():
+        model = build_model(config.model_config().replace(num_classes=10))
+        c = model.config
+        x = torch.rand(config.train.batch_size, c.in_chans, *c.image_size)
+        timed[name] = (model, x, [])
+    for _ in range(rounds):
+        for model, x, times in timed.values():
+            start = time.process_time()
+            model(x).logsumexp(-1).mean().backward()
+            times.append(time.process_time() - start)
+    return {name: statistics.median(times[1:]) for name, (_, _, times) in timed.items()}
+
+
+def matched_steps(fitted_steps: int, seconds: dict[str, float], fitted: str) -> dict[str, int]:
+    """Each family's step count at the fitted run's CPU time: its steps times the fitted model's step time over the
+    family's."""
+    return {name: max(round(fitted_steps * seconds[fitted] / s), 1) for name, s in seconds.items()}
+
+
+def train_once(folder: Path, out: Path, recipe: dict, changes: list[str]) -> dict:
+    """val top-1, CPU seconds and steps of one run (read from out/summary.json where it finished before)."""
+    from vitkit.train import train
+
+    if (out / "final").is_dir() and (out / "record.json").is_file():
+        return json.loads((out / "record.json").read_text())
+    shutil.rmtree(out, ignore_errors=True)
+    started = recipes.cpu_seconds()
+    summary = train(run_config(folder, recipe, changes), out)
+    record = {
+        "top1": summary["final_val_top1"],
+        "cpu_s": recipes.cpu_seconds() - started,
+        "steps": summary["steps"],
+        "val_n": summary.get("val_images", {}).get("n"),
+    }
+    (out / "record.json").write_text(json.dumps(record))
+    return record
+
+
+def length(steps: int) -> list[str]:
+    """A run of `steps` steps, its warmup, logging and four evaluations following it as the fitted recipe's do."""
+    return [
+        f"train.steps={steps}",
+        f"train.warmup_steps={steps // 10}",
+        f"train.log_every={max(steps // 20, 1)}",
+        f"train.eval_every={max(-(-steps // 4), 1)}",
+    ]
 
 
 def pixels(root: Path, split: str, names: list[str], size: int = 32) -> tuple[np.ndarray, np.ndarray]:
@@ -111,36 +233,61 @@ def pixel_baselines(root: Path) -> dict[str, float]:
     return {"forest": float((forest.predict(vx) == vy).mean()), "logistic": float((logistic.predict(vx) == vy).mean())}
 
 
-def measure(name: str, runs: Path) -> list[dict]:
-    data = runs / name
+def measure(kind: str, runs: Path, tries: list[str], families: tuple[str, ...]) -> list[dict]:
+    """The rows of one kind of data: each family at matched CPU time, the fitted default, the pixel baselines, the
+    best of them."""
+    data, where = runs / kind / "data", runs / kind
     if not (data / "train").is_dir():
-        DATASETS[name](data)
-    fitted = train(data, runs / f"r_{name}_fitted", [])
-    size = fitted["model_config"]["image_size"][0]
-    plain = train(data, runs / f"r_{name}_plain", ["model.backbone=null", f"model.patch_size={size // 4}"])
-    n_train = sum(1 for _ in (data / "train").rglob("*.png"))
-    n_val = fitted["val_images"]["n"]
-    setting = f"{n_train} train / {n_val} val images, {fitted['steps']} steps of the fitted recipe, 1 thread"
+        KINDS[kind](data)
+    recipes._no_plots()
+    fitted, plan = fitted_recipe(data)
+    mirror = re.search(r"mirror images at (-?[0-9.]+)", plan)
+    mine = family_of(fitted)
+    recipes_by = {f: with_family(fitted, f) for f in families}
+    configs = {f: run_config(data, r, []) for f, r in recipes_by.items()}
+    seconds = step_seconds(configs)
+    steps = matched_steps(fitted["train.steps"], seconds, mine)
+    print(f"{kind}: step CPU s {json.dumps({k: round(v, 4) for k, v in seconds.items()})} -> steps {steps}", flush=True)
+    results = {"fitted": train_once(data, where / "fitted", fitted, [])}
+    for f in families:
+        results[f] = results["fitted"] if f == mine else train_once(data, where / f, recipes_by[f], length(steps[f]))
+    for i, extra in enumerate(tries):
+        results[f"try: {extra}"] = train_once(data, where / f"try{i}", fitted, extra.split())
     started = time.perf_counter()
     pixel = pixel_baselines(data)
-    print(f"{name}: pixel baselines in {time.perf_counter() - started:.0f} s", flush=True)
-    stem = fitted["model_config"].get("backbone")
-    what = f"conv-stem hybrid {stem['convs']}" if stem else "plain ViT"
-    against = [f"plain ViT {plain['final_val_top1']:.4f} ({plain['wall_time_s']:.0f} s)"]
-    against += [f"{model} on 32x32 pixels {top1:.4f}" for model, top1 in pixel.items()]
-    best = max([plain["final_val_top1"], *pixel.values()])
-    top1 = fitted["final_val_top1"]
-    verdict = "beats every other" if top1 > best else "ties the best other" if top1 == best else "below the best other"
-    claim = f"{name}: the fitted {what} ({fitted['wall_time_s']:.0f} s), {verdict}"
-    rows = [_row(name, "fitted", fitted["final_val_top1"], claim, setting)]
-    rows[0]["against"] = "; ".join(against)
+    print(f"{kind}: pixel baselines in {time.perf_counter() - started:.0f} s", flush=True)
+    n_train = sum(1 for p in (data / "train").rglob("*") if p.is_file())
+    n_val = results["fitted"]["val_n"]
+    setting = (
+        f"{n_train:,} train / {n_val:,} val images; each model at the fitted run's CPU time "
+        f"({results['fitted']['cpu_s']:.0f} s, 1 thread); mirror skill {mirror.group(1) if mirror else 'not told'}, "
+        f"hflip {fitted['augment.hflip']:g}"
+    )
+    rows = []
+    for name, r in results.items():
+        what = f"{r['steps']} steps, {r['cpu_s']:.0f} CPU s"
+        rows.append(_row(kind, name, r["top1"], f"{kind}: {name} ({what})", setting))
+    for name, top1 in pixel.items():
+        rows.append(_row(kind, name, top1, f"{kind}: {name} on 32x32 pixels", setting))
+    scores = {name: r["top1"] for name, r in results.items() if name != "fitted"}
+    best_name = max(scores, key=scores.get)
+    rows.append(_row(kind, "best", scores[best_name], f"{kind}: the best model found is {best_name}", setting))
+    top1, base = results["fitted"]["top1"], max(pixel.values(), default=0.0)
+    fitted_row = rows[0]
+    verdict = "beats" if top1 > base else "does not beat"
+    fitted_row["claim"] = (
+        f"{kind}: the fitted default ({mine}) {verdict} the best pixel baseline ({base:.4f}); "
+        f"{(scores[best_name] - top1) * 100:.1f} points below the best found ({best_name})"
+    )
+    fitted_row["against"] = "; ".join(f"{r['model']} {r['figure']}" for r in rows[1:])
     return rows
 
 
-def _row(data: str, model: str, top1: float, claim: str, setting: str) -> dict:
+def _row(kind: str, model: str, top1: float, claim: str, setting: str) -> dict:
+    slug = model.replace("try: ", "try-").replace(" ", "_").replace("=", "-")
     return {
-        "id": f"families-{data}-{model}",
-        "benchmark": "Recipe families on small sets",
+        "id": f"families-{kind}-{slug}",
+        "benchmark": "Model families on small sets",
         "claim": claim,
         "figure": f"{top1:.4f}",
         "unit": "val top-1",
@@ -151,19 +298,28 @@ def _row(data: str, model: str, top1: float, claim: str, setting: str) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--datasets", default=",".join(DATASETS), help="comma-separated: " + ", ".join(DATASETS))
+    parser.add_argument("--kinds", default=",".join(KINDS), help="comma-separated: " + ", ".join(KINDS))
+    parser.add_argument("--families", default=",".join(FAMILIES), help="comma-separated: " + ", ".join(FAMILIES))
     parser.add_argument("--runs", type=Path, required=True, help="where the data and the run directories go")
+    parser.add_argument(
+        "--try",
+        dest="tries",
+        action="append",
+        default=[],
+        metavar="OVERRIDES",
+        help="a recipe to try beside the families: space-separated KEY=VALUE over the fitted one",
+    )
     add_results_arguments(parser, "families")
     args = parser.parse_args()
     rows = []
-    for name in args.datasets.split(","):
-        if name == "icons" and not THEME.is_dir():
-            print(f"icons: skipped ({THEME} is not installed: apt install adwaita-icon-theme)")
+    for kind in args.kinds.split(","):
+        if kind.startswith("icons") and not THEME.is_dir():
+            print(f"{kind}: skipped ({THEME} is not installed: apt install adwaita-icon-theme)")
             continue
-        rows += measure(name, args.runs)
-    for row in rows:
-        print(f"{row['id']:32s} {row['figure']}  {row['claim']}")
-    write_asked_rows(args, "families", rows)
+        rows += measure(kind, args.runs, args.tries, tuple(args.families.split(",")))
+        for row in rows:
+            print(f"{row['id']:40s} {row['figure']}  {row['claim']}", flush=True)
+        write_asked_rows(args, "families", rows)
 
 
 if __name__ == "__main__":

@@ -51,6 +51,8 @@ ORDER = [
     "recipes",
     "families",
 ]
+# Sections drawn as a table of things measured by model (`render_matrix`)
+MATRICES = {"families"}
 START = "<!-- headline:start -->"
 END = "<!-- headline:end -->"
 MAX_HEADLINES = 8
@@ -126,16 +128,10 @@ def render_results(tables: dict[str, list[dict[str, str]]]) -> str:
             f"## {title}",
             "",
         ]
-        columns = ["claim", "figure", "unit", "against", "model", "setting", "machine", "date"]
-        # a column every row of the section shares (one machine, one date) is said once, under the table
-        shared = [
-            c for c in ("model", "setting", "machine", "date") if len(rows) > 1 and len({r[c] for r in rows}) == 1
-        ]
-        shown = [c for c in columns if c not in shared]
-        lines += ["| " + " | ".join(shown) + " |", "|" + "---|" * len(shown)]
-        for r in rows:
-            lines.append(f'| <a id="{r["id"]}"></a>' + " | ".join(cell(r[c]) or "-" for c in shown) + " |")
-        lines += ["", *(f"{c.capitalize()}: {cell(rows[0][c])}." for c in shared if rows[0][c].strip())]
+        if stem in MATRICES:
+            lines += render_matrix(rows)
+        else:
+            lines += render_table(rows)
         software = list(dict.fromkeys(r["software"] for r in rows if r["software"] and r["software"] != usual))
         if software:
             lines += ["Software: " + "; ".join(software) + "."]
@@ -143,6 +139,38 @@ def render_results(tables: dict[str, list[dict[str, str]]]) -> str:
         lines += list(dict.fromkeys(r["command"] for r in rows))
         lines += ["```"]
     return "\n".join(lines) + "\n"
+
+
+def render_table(rows: list[dict[str, str]]) -> list[str]:
+    """A section's rows, one a line; a column every row shares (one machine, one date) is said once, under it."""
+    columns = ["claim", "figure", "unit", "against", "model", "setting", "machine", "date"]
+    shared = [c for c in ("model", "setting", "machine", "date") if len(rows) > 1 and len({r[c] for r in rows}) == 1]
+    shown = [c for c in columns if c not in shared]
+    lines = ["| " + " | ".join(shown) + " |", "|" + "---|" * len(shown)]
+    for r in rows:
+        lines.append(f'| <a id="{r["id"]}"></a>' + " | ".join(cell(r[c]) or "-" for c in shown) + " |")
+    return lines + ["", *(f"{c.capitalize()}: {cell(rows[0][c])}." for c in shared if rows[0][c].strip())]
+
+
+def render_matrix(rows: list[dict[str, str]]) -> list[str]:
+    """A section of many figures of one unit as a table: a line for each thing measured (the claim's words before
+    its first colon), a column for each model; then the claims of the rows that compare (with `against`) and each
+    line's setting."""
+    things = list(dict.fromkeys(r["claim"].split(":", 1)[0] for r in rows))
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    at = {(r["claim"].split(":", 1)[0], r["model"]): r for r in rows}
+    lines = [
+        f"{rows[0]['unit']}:",
+        "",
+        "| | " + " | ".join(cell(m) for m in models) + " |",
+        "|---|" + "---|" * len(models),
+    ]
+    for thing in things:
+        cells = [f'<a id="{r["id"]}"></a>{r["figure"]}' if (r := at.get((thing, m))) else "-" for m in models]
+        lines.append(f"| {cell(thing)} | " + " | ".join(cells) + " |")
+    lines.append("")
+    lines += [f"- {cell(r['claim'])}. {cell(r['setting'])}; {r['machine']}, {r['date']}." for r in rows if r["against"]]
+    return lines
 
 
 def render_headline(tables: dict[str, list[dict[str, str]]]) -> str:

@@ -111,3 +111,19 @@ def test_every_link_into_results_md_from_the_readme_and_docs_finds_its_anchor():
     for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("**/*.md"))]:
         for anchor in re.findall(r"RESULTS\.md#([A-Za-z0-9_-]+)", path.read_text(encoding="utf-8")):
             assert anchor in anchors, f"{path.relative_to(ROOT)}: RESULTS.md#{anchor}"
+
+
+def test_a_matrix_section_gives_each_figure_its_cell_and_anchor():
+    """Many figures of one unit (a kind of data by a model) are drawn as a table, each cell linkable by its row id."""
+    base = {"unit": "val top-1", "setting": "s", "machine": "m", "date": "d", "against": ""}
+    rows = [
+        {**base, "id": f"f-{kind}-{model}", "claim": f"{kind}: {model}", "model": model, "figure": f"0.{i}{j}"}
+        for i, kind in enumerate(("icons", "digits"))
+        for j, model in enumerate(("fitted", "forest"))
+    ]
+    rows[0]["against"] = "forest 0.01"
+    lines = render.render_matrix(rows)
+    assert lines[2] == "| | fitted | forest |"
+    assert lines[4] == '| icons | <a id="f-icons-fitted"></a>0.00 | <a id="f-icons-forest"></a>0.01 |'
+    assert lines[5] == '| digits | <a id="f-digits-fitted"></a>0.10 | <a id="f-digits-forest"></a>0.11 |'
+    assert lines[-1] == "- icons: fitted. s; m, d."

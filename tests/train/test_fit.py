@@ -5,6 +5,7 @@ import json
 
 import numpy as np
 import pytest
+import yaml
 from PIL import Image
 
 from vitkit.cli import main
@@ -59,3 +60,39 @@ def test_the_fitted_padding_continues_the_images_borders(tmp_path, capsys, draw,
     assert f"padded with {said} like the images' borders" in capsys.readouterr().out
     model = json.loads((tmp_path / "run" / "final" / "config.json").read_text())["model"]
     assert np.allclose(model["background"], background)
+
+
+def _sides(c, i):
+    """Class a bright on the left, b on the right: a mirror image is the other class."""
+    g = np.random.default_rng([c, i])
+    pixels = g.integers(0, 40, (16, 16)).astype(np.uint8)
+    pixels[:, (0 if c == 0 else 8) : (8 if c == 0 else 16)] += 150
+    return Image.fromarray(pixels)
+
+
+def _stripes(c, i):
+    """Class a striped across, b striped down, each at a seeded offset: a mirror image is the same class."""
+    g = np.random.default_rng([c, i])
+    pixels = g.integers(0, 40, (16, 16)).astype(np.uint8)
+    k = int(g.integers(0, 4))
+    if c == 0:
+        pixels[k::4] += 150
+    else:
+        pixels[:, k::4] += 150
+    return Image.fromarray(pixels)
+
+
+@pytest.mark.parametrize(("draw", "flip", "said"), [(_sides, 0.0, "no flips"), (_stripes, 0.5, "flips")])
+def test_the_fitted_flip_follows_whether_a_mirror_image_keeps_its_class(tmp_path, capsys, draw, flip, said):
+    """Flips help photos and icons and are wrong for digits and scenes told apart by left and right: the fit flips
+    where a pixel model of the training images knows their mirror images (evaluate.baseline.mirror_skill)."""
+    for split, n in (("train", 20), ("val", 2)):
+        for c, name in enumerate(("a", "b")):
+            (tmp_path / "data" / split / name).mkdir(parents=True)
+            for i in range(n):
+                draw(c, i + 100 * (split == "val")).save(tmp_path / "data" / split / name / f"{i}.png")
+    argv = ["train", "--data", str(tmp_path / "data"), "--out", str(tmp_path / "run"), "--no-progress"]
+    assert main([*argv, "train.steps=1", "train.threads=1", "train.eval_every=1", "train.baseline=false"]) == 0
+    out = capsys.readouterr().out
+    assert f", {said} (a pixel model of the images knows their mirror images at " in out
+    assert yaml.safe_load((tmp_path / "run" / "run.yaml").read_text())["augment"]["hflip"] == flip

@@ -82,3 +82,30 @@ def _has_colour(image: Image.Image) -> bool:
         return False
     rgb = np.asarray(image.convert("RGB").resize((32, 32)), dtype=np.int16)
     return bool(np.abs(rgb - rgb.mean(axis=2, keepdims=True)).max() > 8)
+
+
+def small_pixels(split: Split, limit: int = 2000, side: int = 16) -> tuple[np.ndarray, np.ndarray]:
+    """(N, 3, side, side) uint8 pixels and (N,) class indices of up to `limit` images spread evenly over a
+    single-label `split`, each read as RGB (transparent pixels on white) and averaged down to side x side; an
+    unreadable file is left out. A cheap look at what the images show, for the fit's choices."""
+    pick = np.unique(np.linspace(0, len(split) - 1, min(limit, len(split))).round().astype(int))
+    labels = split.labels.numpy()
+    if split.images is not None:
+        import torch.nn.functional as F
+
+        images = F.adaptive_avg_pool2d(split.images[pick].float(), side).round().to(dtype=split.images.dtype)
+        return images.expand(-1, 3, -1, -1).numpy().astype(np.uint8), labels[pick]
+    xs, ys = [], []
+    for i in pick:
+        item = split.paths[i]
+        try:
+            with Image.open(io.BytesIO(item.read()) if isinstance(item, Record) else item) as image:
+                image.draft("RGB", (side * 4, side * 4))  # JPEGs decode at a fraction of their size
+                small = to_channels(image, 3).resize((side, side), Image.BOX)
+        except Exception:
+            continue
+        xs.append(np.asarray(small).transpose(2, 0, 1))
+        ys.append(labels[i])
+    if not xs:
+        return np.zeros((0, 3, side, side), np.uint8), np.zeros(0, np.int64)
+    return np.stack(xs), np.array(ys)

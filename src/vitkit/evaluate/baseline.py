@@ -183,3 +183,27 @@ def compared_lines(record: dict) -> list[str]:
         f"{record['train_split']} images)"
     )
     return [line] + ([f"warning    {record['warning']}"] if record["warning"] else [])
+
+
+def mirror_skill(images: np.ndarray, labels: np.ndarray, classes: int, seed: int = 0) -> float | None:
+    """How well the pixel baseline knows mirror images: fitted on half of the (N, C, H, W) `images`, its top-1 on the
+    other half mirrored left to right, above chance, as a share of its top-1 on them as they are, above chance (the
+    halves swapped and the two averaged). Near 1 where the classes do not hinge on left and right (clothes, icons,
+    photos), low or negative where a mirror image is another class or none (digits, text, scenes told apart by
+    where things stand). None where there are too few images to tell (under 10 a class) or the baseline knows the
+    images no better than chance."""
+    if classes < 2 or len(labels) < 10 * classes:
+        return None
+    order = np.random.default_rng([seed, 3]).permutation(len(labels))
+    halves = (order[::2], order[1::2])
+    x = torch.from_numpy(np.ascontiguousarray(images)).float()
+    y = torch.from_numpy(labels).long()
+    plain = mirrored = 0.0
+    for fit_on, scored in (halves, halves[::-1]):
+        model = fit(x[fit_on].flatten(1), y[fit_on], classes)
+        plain += float((model.predict(x[scored].flatten(1)) == y[scored]).float().mean()) / 2
+        mirrored += float((model.predict(x[scored].flip(-1).flatten(1)) == y[scored]).float().mean()) / 2
+    chance = 1 / classes
+    if plain - chance < 0.05:
+        return None
+    return (mirrored - chance) / (plain - chance)

@@ -131,8 +131,8 @@ def fit_to_data(
     (reported by `command`)."""
     from vitkit.train import distributed
 
-    found, n = _scanned(data)
-    changes, note = fitted_to_data(found, n, epochs=epochs, batch=batch, steps=steps)
+    found, n, mirror = _scanned(data)
+    changes, note = fitted_to_data(found, n, epochs=epochs, batch=batch, steps=steps, mirror=mirror)
     # under torchrun every rank fits (the same way); rank 0 says so
     if distributed.is_main():
         print(f"vitkit {command}: {note}", flush=True)
@@ -140,14 +140,20 @@ def fit_to_data(
 
 
 def _scanned(data):
-    """(a short scan of the training split of a run config's `data` section, the images it holds)."""
+    """(a short scan of the training split of a run config's `data` section, the images it holds, and how well a
+    pixel model of them knows their mirror images: `mirror_skill`, None where not told)."""
     from vitkit.data import DataSpec
-    from vitkit.data.scan import scan
+    from vitkit.data.scan import scan, small_pixels
+    from vitkit.evaluate.baseline import mirror_skill
 
     train = DataSpec.from_config(data).open(
         data.train_split, channels=3, image_size=32, flag="data.train_split", hold_out="data.val_fraction"
     )
-    return scan(train), len(train)
+    found = scan(train)
+    mirror = (
+        None if train.multi_label or not found.scanned else mirror_skill(*small_pixels(train), len(train.class_names))
+    )
+    return found, len(train), mirror
 
 
 # A checkpoint's input size this many times the images' shorter side (or a this-many-th of it) is far from them: the
@@ -188,11 +194,11 @@ def _fitted_around(config, mine: dict, path: str, overrides: list[str], said: li
     from vitkit.models.config import size_pair
 
     data, epochs, batch, steps = _data_and_length(path, overrides)
-    found, n = _scanned(data)
-    recipe, _ = fitted_to_data(found, n, epochs=epochs, batch=batch, steps=steps)
+    found, n, mirror = _scanned(data)
+    recipe, _ = fitted_to_data(found, n, epochs=epochs, batch=batch, steps=steps, mirror=mirror)
     size = min(size_pair(mine.get("image_size", config.image_size), "model.image_size"))
     side = min(found.height, found.width) or 32
-    crop = _finetune_augment(found, n, min(size, side), size)
+    crop = _finetune_augment(found, n, min(size, side), size, mirror)
     recipe.update({key: _typed(text) for key, text in crop.items()})
     planned = recipe.get("train.steps", 0)
     length = f"{epochs:g} epochs" if epochs is not None else f"{planned} step{'s' * (planned != 1)}"
@@ -348,7 +354,7 @@ def fit_finetune(
     from vitkit.limits import MAX_INT
     from vitkit.train.config import steps_for
 
-    found, held = _scanned(data)
+    found, held, mirror = _scanned(data)
     n = max(held - found.unreadable, 1)
     if "train.batch_size" not in named:
         batch = min(512, max(min(64, n), 2 ** int(math.log2(max(n // 20, 1)))))  # 20 steps an epoch, up to 512
@@ -361,7 +367,7 @@ def fit_finetune(
         "train.eval_every": max(-(-steps // 4), 1),  # four evaluations, the last one the final step
     }
     side = min(found.height, found.width) or 32
-    crop = _finetune_augment(found, n, min(size or side, side), size or side)
+    crop = _finetune_augment(found, n, min(size or side, side), size or side, mirror)
     chosen.update({key: _typed(text) for key, text in crop.items()})
     changes = {key: value for key, value in chosen.items() if key not in named}
     kept = [key for key in chosen if key in named]
@@ -389,18 +395,43 @@ def _typed(text: Any) -> Any:
     return float(text) if isinstance(text, str) and text.replace(".", "", 1).isdigit() else text
 
 
-def _finetune_augment(found, n: int, side: int, size: int) -> dict:
+def _finetune_augment(found, n: int, side: int, size: int, mirror: float | None = None) -> dict:
     """Crop and flip for fine-tuning on images of `side` px (their own, or the resolution where smaller) at `size`
-    px: the flip of `vitkit train --data`'s recipe; its padded random crop for small images, else an Inception crop
-    that keeps at least a 48-px box of them (the paper's 5% only for 224 px and up)."""
+    px: the flip of `vitkit train --data`'s recipe (`fitted_hflip`); its padded random crop for small images, else
+    an Inception crop that keeps at least a 48-px box of them (the paper's 5% only for 224 px and up)."""
+    flip = f"{fitted_hflip(mirror):g}"
     if side <= CROP_FROM_SIDE:
-        return {"augment.crop": "pad", "augment.pad": max(size // 16, 1), "augment.hflip": str(FITTED_HFLIP)}
+        return {"augment.crop": "pad", "augment.pad": max(size // 16, 1), "augment.hflip": flip}
     low = min(max(0.05, round((48 / side) ** 2, 2)), 0.5)
-    return {"augment.crop": "rrc", "augment.rrc_scale": f"[{low:g},1.0]", "augment.hflip": str(FITTED_HFLIP)}
+    return {"augment.crop": "rrc", "augment.rrc_scale": f"[{low:g},1.0]", "augment.hflip": flip}
 
 
-# the fitted recipes' flip: wrong for digits, text, signs, charts; within noise of flipping on photos here
-FITTED_HFLIP = 0
+# The fitted recipes flip (with probability 0.5) where a pixel model of the training images knows their mirror images
+# at least this well (`evaluate.baseline.mirror_skill`: its skill above chance on mirrored images, as a share of its
+# skill on them as they are). Clothes and icons, whose classes do not hinge on left and right, score well above it;
+# digits, glyphs and scenes told apart by where things stand, well below (benchmarks/families.py, `mirror`).
+# Not told (too few images, several labels an image): no flips, which is never wrong, only weaker.
+MIRROR_FLIPS_FROM = 0.5
+
+
+def fitted_hflip(mirror: float | None) -> float:
+    """The fitted recipes' flip probability for images whose `mirror_skill` is `mirror`."""
+    return 0.5 if mirror is not None and mirror >= MIRROR_FLIPS_FROM else 0.0
+
+
+def _flip_words(mirror: float | None) -> str:
+    """How the plan words the fitted flip."""
+    if mirror is None:
+        return "no flips (not told: too few images a class or several labels an image; augment.hflip=0.5 flips)"
+    if mirror >= MIRROR_FLIPS_FROM:
+        return (
+            f"flips (a pixel model of the images knows their mirror images at {mirror:.2f} of its skill: left and "
+            "right do not decide the class; augment.hflip=0 for none)"
+        )
+    return (
+        f"no flips (a pixel model of the images knows their mirror images at {mirror:.2f} of its skill, under "
+        f"{MIRROR_FLIPS_FROM}: left and right matter, as in digits and text; augment.hflip=0.5 flips)"
+    )
 
 
 # The fitted recipe's family by the size of the training split: below this many images the conv-stem hybrid, from
@@ -440,7 +471,12 @@ def fitted_size(scan) -> int:
 
 
 def fitted_to_data(
-    scan, n_train: int, epochs: float | None = None, batch: int | None = None, steps: int | None = None
+    scan,
+    n_train: int,
+    epochs: float | None = None,
+    batch: int | None = None,
+    steps: int | None = None,
+    mirror: float | None = None,
 ) -> tuple[list[str], str]:
     """The default recipe for a dataset of one's own (`vitkit train --data FOLDER` with no model given), as typed changes.
 
@@ -448,7 +484,8 @@ def fitted_to_data(
     channels; a 4x4 grid of patches and the demo's small ViT (width 96, 6 layers, a class token, which every format holds) keep a
     step cheap, and ~100 epochs (750..5000 steps of up to 64 images) end in minutes on a laptop CPU; `epochs` or
     `steps` (the user's train.epochs or train.steps) set the length instead, and warmup, logging and evaluation
-    follow it, as they follow `batch` (the user's train.batch_size) where given.
+    follow it, as they follow `batch` (the user's train.batch_size) where given. The images' `mirror_skill`
+    (`mirror`) decides the flip (`fitted_hflip`).
     Returns (the typed changes {"section.key": value}, one line saying what was chosen and why)."""
     from vitkit.train.config import steps_for
 
@@ -483,14 +520,14 @@ def fitted_to_data(
         "augment.crop": "pad",
         "augment.pad": max(size // 16, 1),
         **({} if scan.border is None else {"model.background": float(scan.border >= 0.5)}),
-        "augment.hflip": float(FITTED_HFLIP),
+        "augment.hflip": fitted_hflip(mirror),
         "augment.label_smoothing": 0.1,
         # a pixel baseline beside the val figure: a model that does not beat it is said to
         "train.baseline": True,
     }
     note = (
         f"no model given, so fitted to the data: {scan} -> {size}x{size} px, {scan.channels} channel{'s' * (scan.channels > 1)}, "
-        f"{why}, width 96, depth 6{_padding(scan)}; {length}{steps} steps of {batch} images (KEY=VALUE overrides change any of "
+        f"{why}, width 96, depth 6{_padding(scan)}, {_flip_words(mirror)}; {length}{steps} steps of {batch} images (KEY=VALUE overrides change any of "
         "it; model.name, model.init or --config replace it)"
     )
     return changes, note
