@@ -34,12 +34,12 @@ from vitkit.models import ModelConfig, VisionTransformer, canonical_name, list_m
 from vitkit.models import create_model as build_named
 from vitkit.paths import local_path, missing
 
-from . import hf, hub, native, npz, runs, timm
+from . import hf, hf_families, hub, native, npz, runs, timm
 from .destination import SUFFIXES, refuse_other_files, refuse_overlap, target_format
 from .io import is_safetensors
 from .native import check_state, load_model, model_shapes, save_pretrained
 
-FORMATS: dict[str, ModuleType] = {"vitkit": native, "npz": npz, "timm": timm, "hf": hf}
+FORMATS: dict[str, ModuleType] = {"vitkit": native, "npz": npz, "timm": timm, "hf": hf_families}
 
 
 def export_kind(path: Path) -> tuple[str, str] | None:

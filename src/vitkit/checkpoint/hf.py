@@ -36,7 +36,9 @@ PREPROCESSOR_NAME = "preprocessor_config.json"
 LUMA = (0.299, 0.587, 0.114)  # ITU-R 601, as PIL's convert("L"): gray = LUMA . (R, G, B)
 WEIGHTS_NAMES = ("model.safetensors", "pytorch_model.bin")
 INDEX_NAMES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
-ACTS = {"gelu": "gelu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh"}
+ACTS = {"gelu": "gelu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh", "quick_gelu": "quick_gelu"}
+# the backbones' model types, which hf_families reads and writes: DINOv2 (with registers), CLIP, SigLIP
+FAMILY_TYPES = ("dinov2", "dinov2_with_registers", "clip_vision_model", "clip", "siglip_vision_model", "siglip")
 
 
 def is_hf(path: str | os.PathLike) -> bool:
@@ -44,8 +46,8 @@ def is_hf(path: str | os.PathLike) -> bool:
 
 
 def says_hf(config: Any) -> bool:
-    """`config` (a parsed config.json) is a Hugging Face ViT's."""
-    return says(config, "model_type", "vit")
+    """`config` (a parsed config.json) is a Hugging Face ViT's, or one of the backbones' (FAMILY_TYPES)."""
+    return says(config, "model_type", "vit") or isinstance(config, dict) and config.get("model_type") in FAMILY_TYPES
 
 
 def hf_rules(c: ViTConfig, *, prefix: str) -> list[Rule]:
@@ -251,7 +253,7 @@ def write(model: VisionTransformer, directory: str | os.PathLike, *, metadata: d
 def _hf_config(c: ViTConfig, metadata: dict, class_names: list[str] | None) -> dict:
     """config.json of the HF directory: the architecture in HF's names, labels, and vitkit's metadata."""
     classify = c.num_classes > 0
-    act = {"gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh"}[c.mlp_act]
+    act = {"gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh", "quick_gelu": "quick_gelu"}[c.mlp_act]
     labels = class_names or [f"LABEL_{i}" for i in range(c.num_classes)]
     square = c.image_size[0] == c.image_size[1] and c.patch_size[0] == c.patch_size[1]
     hf = {

@@ -98,6 +98,25 @@ def refuse_conv_stem(config, path: str | os.PathLike, fmt: str, why: str) -> Non
         )
 
 
+# the family pieces (models.config) a format may have no place for: (has it, what it is called in a message)
+PIECES = (
+    (lambda c: c.layer_scale is not None, "LayerScale (layer_scale)"),
+    (lambda c: bool(c.reg_tokens), "register tokens (reg_tokens)"),
+    (lambda c: c.classifier == "map", "attention pooling (classifier=map)"),
+    (lambda c: c.mlp != "plain", "a gated MLP (mlp=swiglu)"),
+    (lambda c: c.pre_norm, "a LayerNorm before the blocks (pre_norm)"),
+    (lambda c: not c.patch_bias, "a patch embedding without bias (patch_bias=false)"),
+)
+
+
+def refuse_pieces(config, path: str | os.PathLike, fmt: str, holds: str) -> None:
+    """One line naming the first family piece of `config` that `fmt` has no place for, and the formats (`holds`) that
+    have one."""
+    for has, what in PIECES:
+        if has(config):
+            raise CheckpointError(f"{path}: {fmt} cannot hold {what}; save as {holds} instead")
+
+
 def resnet_units(backbone: ResNetConfig):
     """(stage, unit, in_chans, mid_chans, has_projection) of every bottleneck unit, as the model builds them."""
     chans = backbone.width

@@ -42,6 +42,7 @@ from .keymap import (
     kernel,
     permuted,
     refuse_conv_stem,
+    refuse_pieces,
     resnet_units,
     same,
     to_vitkit,
@@ -291,6 +292,7 @@ def write(model: VisionTransformer, path: str | os.PathLike, *, metadata: dict |
         write_with_sidecar(path, lambda fresh: bit.write_npz_file(model, fresh), sidecar)
         return path
     refuse_conv_stem(c, path, "the .npz format", "its layout names BiT ResNet hybrids only")
+    refuse_pieces(c, path, "the .npz format (the paper's ViT)", "vitkit, timm or hf")
     if c.pos_embed != "learned":
         raise CheckpointError(
             f"{path}: the .npz format holds learned position embeddings only; this model uses {c.pos_embed!r}"

@@ -10,8 +10,16 @@ A timm Hub directory (what `huggingface-cli download timm/NAME` or timm's save_f
 "architecture", "label_names" and "pretrained_cfg", beside model.safetensors or pytorch_model.bin) is read as its
 weights file (the head count following the width, as above), with its mean, std, input size and class names.
 
+The families' pieces have timm's names: blocks.i.ls1/ls2.gamma (LayerScale), reg_token, norm_pre (CLIP), a patch
+embedding without bias, attn_pool (MAP: latent is vitkit's probe, q and kv its packed qkv), SwiGLU's packed fc1.
+timm's DeiT III and DINOv2-with-registers keep no position for the class token (`no_embed_class`: pos_embed covers
+the patches alone): read with a zero class slot; written so wherever the model has registers or its slot is zero,
+the slot folded into the class token (the sums are the same). What the tensors do not say comes from the Hub
+config's architecture name: CLIP's LayerNorm epsilon 1e-5 and, for the quickgelu models, QuickGELU (timm's
+vit_base_patch16_clip_224 itself runs exact GELU, and so does vitkit reading it, to agree with timm).
+
 Not representable, and refused with the key named: timm's fc_norm (LayerNorm after average pooling,
-where the official GAP model pools after the final LayerNorm), register tokens and the like.
+where the official GAP model pools after the final LayerNorm), registers with positions, and the like.
 Numerics: timm's hybrid StdConv2dSame normalises with sqrt(var + 1e-8), vitkit (like the official
 Flax model) with std + 1e-5; the difference is far below fp32 noise for trained weights.
 """
@@ -19,11 +27,13 @@ Flax model) with std + 1e-5; the difference is far below fp32 noise for trained 
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from safetensors import safe_open
 
 from vitkit.errors import CheckpointError, ConfigError
@@ -92,7 +102,20 @@ def _hub_stored(config: dict) -> dict:
     size = cfg.get("input_size")
     if isinstance(size, list) and len(size) == 3 and all(isinstance(v, int) and v > 0 for v in size):
         stored["image_size"] = size[1:]
-    return stored
+    return {**_architecture_facts(config.get("architecture", "")), **stored}
+
+
+def _architecture_facts(name: str) -> dict:
+    """What a timm architecture name says that its tensors do not (timm builds these models so)."""
+    facts: dict[str, Any] = {}
+    if any(family in name for family in ("dinov2", "siglip", "clip", "deit3")):
+        facts["pos_embed_resample"] = "bicubic_antialias"  # timm's resample_abs_pos_embed
+    if "clip" in name and "siglip" not in name:
+        facts["layer_norm_eps"] = 1e-5
+        facts["mlp_act"] = "quick_gelu" if "quickgelu" in name else "gelu"
+    if "deit3" in name:
+        facts["layer_scale"] = 1e-6
+    return facts
 
 
 def _backbone_names(c: ViTConfig) -> list[tuple[str, str]]:
@@ -111,19 +134,57 @@ def _backbone_names(c: ViTConfig) -> list[tuple[str, str]]:
     return names
 
 
-def timm_rules(c: ViTConfig) -> list[Rule]:
-    """The key map vitkit <-> timm for config `c`; timm's tensors have vitkit's shapes, only the names differ."""
+def timm_rules(c: ViTConfig, *, class_slot: bool = True) -> list[Rule]:
+    """The key map vitkit <-> timm for config `c`; timm's tensors have vitkit's shapes, only the names differ, but for
+    attention pooling's packed Q/K/V and, without a `class_slot` (no_embed_class), the position embedding."""
     shapes = _shapes(c)
-    renames = [("patch_embed.", "patch_embed.proj."), ("pre_logits.0.", "pre_logits.fc.")]
+    renames = [("patch_embed.", "patch_embed.proj."), ("pre_logits.0.", "pre_logits.fc."), ("attn_pool.probe", "attn_pool.latent")]
     if c.backbone:
         renames += _backbone_names(c)
+    special = {f"attn_pool.qkv.{kind}": _q_and_kv(f"attn_pool.qkv.{kind}", c.width, kind) for kind in ("weight", "bias")}
+    if not class_slot and c.pos_prefix_tokens:
+        special["pos_embed"] = _without_class_slot(c)
     rules = []
     for key, shape in shapes.items():
         theirs = next(
             (t + key[len(o) :] for o, t in renames if key.startswith(o) and key[len(o) :].count(".") == 0), key
         )
-        rules.append(same(key, theirs, shape))
+        rules.append(special.get(key) or same(key, theirs, shape))
     return rules
+
+
+def _q_and_kv(ours: str, D: int, kind: str) -> Rule:
+    """timm's attention pooling keeps Q (the latent's) and K, V (the tokens') apart: vitkit's packed qkv rows."""
+    tail = (D,) if kind == "weight" else ()
+    return Rule(
+        ours,
+        (f"attn_pool.q.{kind}", f"attn_pool.kv.{kind}"),
+        ((D, *tail), (2 * D, *tail)),
+        lambda q, kv: torch.cat([q, kv]),
+        lambda t: (t[:D], t[D:]),
+    )
+
+
+def _without_class_slot(c: ViTConfig) -> Rule:
+    """pos_embed of the patches alone (timm's no_embed_class) as vitkit's, whose class slot is zero: padded, or cut
+    (after `fold_class_slot`)."""
+    shape = (1, c.num_patches, c.width)
+    return Rule("pos_embed", ("pos_embed",), (shape,), lambda t: F.pad(t, (0, 0, 1, 0)), lambda t: (t[:, 1:],))
+
+
+def fold_class_slot(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The class token's position added into the class token and its slot zeroed: the same sums, timm's
+    no_embed_class layout."""
+    pos = state["pos_embed"]
+    return {**state, "cls_token": state["cls_token"] + pos[:, :1], "pos_embed": F.pad(pos[:, 1:], (0, 0, 1, 0))}
+
+
+def writes_class_slot(c: ViTConfig, state: dict[str, torch.Tensor]) -> bool:
+    """Whether the timm file keeps a class slot in pos_embed: not with registers (timm's register models have none)
+    nor where the slot is zero (a model read from a no_embed_class file)."""
+    if not c.pos_prefix_tokens or c.pos_embed != "learned":
+        return True
+    return not c.reg_tokens and bool(state["pos_embed"][:, :1].any())
 
 
 def _shapes(c: ViTConfig) -> dict[str, tuple[int, ...]]:
@@ -145,7 +206,8 @@ def _unwrap(obj, source) -> dict[str, torch.Tensor]:
     return {(k[len("module.") :] if k.startswith("module.") else k): v for k, v in obj.items()}
 
 
-NOT_IN_THE_TENSORS = ("mlp_act", "layer_norm_eps", *INPUT_KEYS, "dynamic_img_size")  # kept from the metadata
+# kept from the metadata
+NOT_IN_THE_TENSORS = ("mlp_act", "layer_norm_eps", *INPUT_KEYS, "dynamic_img_size", "pos_embed_resample")
 
 
 def config_from_timm(
@@ -183,18 +245,19 @@ def config_from_timm(
                 f"{source}: a timm state dict does not record the number of heads and width {width} is not a named size; "
                 "convert from the original format or build the model with vitkit.create_model and load the weights"
             )
-    classifier = "token" if "cls_token" in state else "gap"
+    classifier = "token" if "cls_token" in state else "map" if "attn_pool.latent" in state else "gap"
     representation_size = shape("pre_logits.fc.weight")[0] if "pre_logits.fc.weight" in state else None
     num_classes = shape("head.weight")[0] if "head.weight" in state else 0
     stride = backbone.stride if backbone else 1
-    num_patches = shape("pos_embed")[1] - (classifier == "token")
     grid = stored.get("image_size") if stored and image_size is None else None  # a non-square grid vitkit wrote
+    slot = class_slot(state, (ph * stride, pw * stride), grid)
     image = infer_image_size(
-        num_patches, (ph * stride, pw * stride), image_size=image_size or grid, key="pos_embed", source=source
+        shape("pos_embed")[1] - slot, (ph * stride, pw * stride), image_size=image_size or grid, key="pos_embed", source=source
     )
     fields = dict(
         image_size=image, patch_size=(ph, pw), in_chans=in_chans, num_classes=num_classes, width=width, depth=depth,
         mlp_dim=mlp_dim, num_heads=num_heads, classifier=classifier, representation_size=representation_size, backbone=backbone,
+        **_pieces(state, stored or {}),
     )  # fmt: skip
     for key in NOT_IN_THE_TENSORS:
         if stored and key in stored:
@@ -203,6 +266,32 @@ def config_from_timm(
         return ViTConfig(**fields)
     except ConfigError as err:
         raise CheckpointError(f"{source}: the tensors describe an impossible model: {err}") from None
+
+
+def class_slot(state: dict[str, torch.Tensor], stride: tuple[int, int], image_size) -> bool:
+    """Whether a timm state dict's pos_embed has a slot for the class token: not without one, not with registers (timm's
+    no_embed_class), else where its length is one more than the patches (a known grid's, or a square one)."""
+    if "cls_token" not in state or "reg_token" in state:
+        return False
+    length = state["pos_embed"].shape[1] if "pos_embed" in state else 1
+    if image_size is not None:
+        return length == (image_size[0] // stride[0]) * (image_size[1] // stride[1]) + 1
+    return math.isqrt(length) ** 2 != length  # N is a square; N + 1 never is
+
+
+def _pieces(state: dict[str, torch.Tensor], stored: dict) -> dict:
+    """The family pieces a timm state dict holds, told by its keys (LayerScale's initial value from `stored`)."""
+    pieces: dict[str, Any] = {}
+    if "blocks.0.ls1.gamma" in state:
+        pieces["layer_scale"] = stored.get("layer_scale", 1e-5)
+    if "reg_token" in state:
+        pieces["reg_tokens"] = state["reg_token"].shape[1]
+    fc1, fc2 = state.get("blocks.0.mlp.fc1.weight"), state.get("blocks.0.mlp.fc2.weight")
+    if fc1 is not None and fc2 is not None and fc1.shape[0] == 2 * fc2.shape[1]:  # SwiGLU: fc1 packs gate and value
+        pieces.update(mlp="swiglu", mlp_dim=fc2.shape[1])
+    pieces["pre_norm"] = "norm_pre.weight" in state
+    pieces["patch_bias"] = "patch_embed.proj.bias" in state
+    return pieces
 
 
 def _stored(path: Path, key: str = METADATA_KEY) -> dict | None:
@@ -263,7 +352,8 @@ def read(
     if bit.is_bit_timm(state):  # timm's resnetv2_*_bit
         return bit.read_timm(state, image_size=image_size, source=path, stored=stored)
     config = config_from_timm(state, image_size=image_size, source=path, stored=stored)
-    return config, to_vitkit(timm_rules(config), state, source=path)
+    slot = class_slot(state, config.total_patch_size, config.image_size)
+    return config, to_vitkit(timm_rules(config, class_slot=slot), state, source=path)
 
 
 def write(model: VisionTransformer, path: str | os.PathLike, *, metadata: dict | None = None) -> Path:
@@ -280,7 +370,9 @@ def write(model: VisionTransformer, path: str | os.PathLike, *, metadata: dict |
             f"{path}: timm ViT checkpoints hold learned position embeddings; this model uses {c.pos_embed!r}"
         )
     else:
-        tensors = from_vitkit(timm_rules(c), model.state_dict())
+        state = model.state_dict()
+        slot = writes_class_slot(c, state)
+        tensors = from_vitkit(timm_rules(c, class_slot=slot), state if slot else fold_class_slot(state))
     timm_cfg = pretrained_cfg(c, metadata)
     if path.suffix == ".safetensors":
         write_safetensors(

@@ -85,7 +85,7 @@ def pos_embed_similarity(model: VisionTransformer) -> torch.Tensor:
     pos = model.position_embedding()
     if pos is None:
         raise ConfigError(f"pos_embed: this model has no position embeddings to compare (pos_embed={c.pos_embed!r})")
-    emb = pos.detach().float().cpu()[0, c.num_prefix_tokens :]  # (N, D)
+    emb = pos.detach().float().cpu()[0, c.pos_prefix_tokens :]  # (N, D)
     emb = F.normalize(emb, dim=-1)
     gh, gw = c.grid_size
     return (emb @ emb.T).reshape(gh, gw, gh, gw)

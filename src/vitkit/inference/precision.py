@@ -618,8 +618,8 @@ class _DenseClassRow(Block):
         if not class_token_only:
             return super().forward(x, grid=grid)
         # (2) and (3) for the class token, (B, 1, D)
-        row = x[:, :1].contiguous() + self.drop_path(self.attn(self.norm1(x), queries=1, grid=grid))
-        return row + self.drop_path(self.mlp(self.norm2(row)))
+        row = x[:, :1].contiguous() + self.drop_path(self.ls1(self.attn(self.norm1(x), queries=1, grid=grid)))
+        return row + self.drop_path(self.ls2(self.mlp(self.norm2(row))))
 
 
 def _dense_class_row(module: nn.Module) -> nn.Module | None:

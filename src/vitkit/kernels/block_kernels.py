@@ -78,7 +78,8 @@ def _is_attention(module: nn.Module) -> bool:
 
 
 def _is_mlp(module: nn.Module) -> bool:
-    return swap.offers(module, *MLP) and not _is_attention(module)
+    """An MLP whose activation is GELU (the kernels compute GELU; CLIP's QuickGELU keeps torch's ops)."""
+    return swap.offers(module, *MLP) and isinstance(module.act, nn.GELU) and not _is_attention(module)
 
 
 def _swap_in(kernels: InferenceKernels, module: nn.Module) -> nn.Module | None:

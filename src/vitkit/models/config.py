@@ -13,10 +13,18 @@ from typing import Any
 
 from vitkit.errors import ConfigError, key_shown, shown
 
-CLASSIFIERS = ("token", "gap")
+# "token": the class token (Eq. 4); "gap": the mean of the patch tokens; "map": multihead attention pooling, a learned
+# probe attending over the patch tokens (big_vision, SigLIP)
+CLASSIFIERS = ("token", "gap", "map")
 POS_EMBEDS = ("learned", "learned_2d", "relative", "sincos2d", "none")
 BIT_STEMS = ("bit", "small")
-MLP_ACTS = ("gelu", "gelu_tanh")
+MLP_ACTS = ("gelu", "gelu_tanh", "quick_gelu")  # quick_gelu: x * sigmoid(1.702 x), OpenAI's CLIP
+MLPS = ("plain", "swiglu")  # swiglu: SiLU(x W_gate) * (x W_value), then W_out (Shazeer 2020; DINOv2 giant)
+# how learned E_pos is resampled to another grid of patches: "bilinear", corners onto corners (the paper's
+# scipy.ndimage.zoom); "bicubic", corners not aligned (DINOv2's and CLIP's in transformers); "bicubic_antialias"
+# (timm's, and DINOv2 with registers in transformers)
+POS_RESAMPLES = ("bilinear", "bicubic", "bicubic_antialias")
+MAX_REG_TOKENS = 256  # register tokens; Darcet et al. use 4 to 16
 
 
 def _is_int(value: Any) -> bool:
@@ -204,7 +212,14 @@ class ViTConfig:
     attn_dropout: float = 0.0
     drop_path: float = 0.0  # stochastic depth rate of the last block (linear in depth)
     layer_norm_eps: float = 1e-6
-    mlp_act: str = "gelu"  # "gelu" (exact) or "gelu_tanh" (the official Flax models' default)
+    mlp_act: str = "gelu"  # "gelu" (exact), "gelu_tanh" (the official Flax models' default) or "quick_gelu" (CLIP)
+    # The family pieces (each one value with one meaning; a family is a row of them, see registry.FAMILIES):
+    mlp: str = "plain"  # "plain" (Linear, act, Linear) or "swiglu" (gated; mlp_dim is the gated width)
+    layer_scale: float | None = None  # LayerScale's initial value (CaiT, DeiT III, DINOv2); null: none
+    reg_tokens: int = 0  # register tokens after the class token, without position (Darcet et al. 2024)
+    pre_norm: bool = False  # a LayerNorm on z_0, before the first block (CLIP)
+    patch_bias: bool = True  # the patch embedding E has a bias (CLIP's has none)
+    pos_embed_resample: str = "bilinear"  # POS_RESAMPLES: how learned E_pos meets another grid
     backbone: Backbone | None = None  # hybrid: patches come from a CNN feature map (BiT ResNet or conv stem)
     # any input size whose sides are multiples of the patch size: E_pos resampled to its grid (cached per grid)
     dynamic_img_size: bool = False
@@ -260,7 +275,13 @@ class ViTConfig:
 
     def _check_options(self) -> None:
         """The named choices and the rates."""
-        for key, allowed in (("classifier", CLASSIFIERS), ("pos_embed", POS_EMBEDS), ("mlp_act", MLP_ACTS)):
+        for key, allowed in (
+            ("classifier", CLASSIFIERS),
+            ("pos_embed", POS_EMBEDS),
+            ("mlp_act", MLP_ACTS),
+            ("mlp", MLPS),
+            ("pos_embed_resample", POS_RESAMPLES),
+        ):
             if getattr(self, key) not in allowed:
                 raise ConfigError(f"{key}: expected one of {', '.join(allowed)}, got {shown(getattr(self, key))}")
         for key in ("dropout", "attn_dropout", "drop_path"):
@@ -269,8 +290,21 @@ class ViTConfig:
                 raise ConfigError(f"{key}: expected a rate in [0, 1), got {shown(value)}")
         if not _is_number(self.layer_norm_eps) or self.layer_norm_eps <= 0:
             raise ConfigError(f"layer_norm_eps: expected a positive number, got {shown(self.layer_norm_eps)}")
-        if not isinstance(self.dynamic_img_size, bool):
-            raise ConfigError(f"dynamic_img_size: expected true or false, got {shown(self.dynamic_img_size)}")
+        for key in ("dynamic_img_size", "pre_norm", "patch_bias"):
+            if not isinstance(getattr(self, key), bool):
+                raise ConfigError(f"{key}: expected true or false, got {shown(getattr(self, key))}")
+        self._check_pieces()
+
+    def _check_pieces(self) -> None:
+        """Layer scale and registers."""
+        scale = self.layer_scale
+        if scale is not None and (not _is_number(scale) or scale <= 0):
+            raise ConfigError(f"layer_scale: expected a positive initial value (e.g. 1e-5) or null, got {shown(scale)}")
+        if not _is_int(self.reg_tokens) or not 0 <= self.reg_tokens <= MAX_REG_TOKENS:
+            raise ConfigError(
+                f"reg_tokens: expected an integer from 0 to {MAX_REG_TOKENS} (register tokens), got "
+                f"{shown(self.reg_tokens)}"
+            )
 
     def _check_patch_grid(self) -> None:
         """The image divides into whole patches (of the backbone's feature map for hybrids)."""
@@ -309,6 +343,12 @@ class ViTConfig:
 
     @property
     def num_prefix_tokens(self) -> int:
+        """Tokens before the patches: the class token, then the registers."""
+        return self.pos_prefix_tokens + self.reg_tokens
+
+    @property
+    def pos_prefix_tokens(self) -> int:
+        """Prefix tokens that E_pos covers: the class token (registers carry no position)."""
         return 1 if self.classifier == "token" else 0
 
     def replace(self, **changes: Any) -> ViTConfig:

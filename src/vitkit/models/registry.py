@@ -55,6 +55,51 @@ def _bit_small(layers: tuple[int, ...], width: int, size: int, in_chans: int) ->
     return BiTConfig(layers=layers, width=width, stem="small", image_size=size, in_chans=in_chans, num_classes=10)
 
 
+# The families people start from, each a row of the pieces (config.py) besides its size, as their releases build them:
+# DeiT III (Touvron et al. 2022), DINOv2 (Oquab et al. 2024) and with registers (Darcet et al. 2024), OpenAI's CLIP
+# (Radford et al. 2021), SigLIP (Zhai et al. 2023). Readers start from the row and take the sizes from the file.
+IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+CLIP_MEAN, CLIP_STD = (0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711)
+FAMILIES: dict[str, dict[str, Any]] = {
+    "vit": {},  # the paper's
+    "deit3": dict(layer_scale=1e-6, mean=IMAGENET_MEAN, std=IMAGENET_STD),
+    "dinov2": dict(
+        layer_scale=1e-5, pos_embed_resample="bicubic", dynamic_img_size=True, mean=IMAGENET_MEAN, std=IMAGENET_STD
+    ),
+    "dinov2_reg": dict(
+        layer_scale=1e-5,
+        reg_tokens=4,
+        pos_embed_resample="bicubic_antialias",
+        dynamic_img_size=True,
+        mean=IMAGENET_MEAN,
+        std=IMAGENET_STD,
+    ),
+    "clip": dict(
+        pre_norm=True,
+        patch_bias=False,
+        mlp_act="quick_gelu",
+        layer_norm_eps=1e-5,
+        pos_embed_resample="bicubic",
+        mean=CLIP_MEAN,
+        std=CLIP_STD,
+    ),
+    "siglip": dict(classifier="map", mlp_act="gelu_tanh", pos_embed_resample="bicubic"),
+}
+
+
+def family(name: str, **rest: Any) -> ViTConfig:
+    """A ViTConfig of family `name` (FAMILIES) with `rest` (sizes, image size ...) on top."""
+    return ViTConfig(**{**FAMILIES[name], **rest})
+
+
+def _family(name: str, size: str, patch: int, image_size: int, **rest: Any) -> ViTConfig:
+    depth, width, mlp_dim, heads = SIZES[size]
+    return family(
+        name, depth=depth, width=width, mlp_dim=mlp_dim, num_heads=heads, patch_size=patch, image_size=image_size,
+        **rest,
+    )  # fmt: skip
+
+
 MODELS: dict[str, ModelConfig] = {
     "vit_ti16": _size("ti", 16),
     "vit_s16": _size("s", 16),
@@ -73,6 +118,17 @@ MODELS: dict[str, ModelConfig] = {
     "vit_mini4_28": _size("mini", 4, image_size=28, in_chans=1, num_classes=10),
     "vit_mini4_32": _size("mini", 4, image_size=32, in_chans=3, num_classes=10),
     "vit_test": _size("test", 4, image_size=16, in_chans=3, num_classes=10),
+    # the families' small and base sizes, without a head (backbones: their features are what one starts from)
+    "deit3_s16": _family("deit3", "s", 16, 224),
+    "deit3_b16": _family("deit3", "b", 16, 224),
+    "dinov2_s14": _family("dinov2", "s", 14, 224, num_classes=0),
+    "dinov2_b14": _family("dinov2", "b", 14, 224, num_classes=0),
+    "dinov2_reg_s14": _family("dinov2_reg", "s", 14, 224, num_classes=0),
+    "clip_b16": _family("clip", "b", 16, 224, num_classes=0),
+    "siglip_b16": _family("siglip", "b", 16, 224, num_classes=0),
+    "dinov2_test": _family("dinov2", "test", 4, 16, num_classes=10),
+    "clip_test": _family("clip", "test", 4, 16, num_classes=10),
+    "siglip_test": _family("siglip", "test", 4, 16, num_classes=10),
     # the paper's baseline: BiT-S/M ResNet-v2 (same architecture, different pre-training data)
     "bit_r50x1": _bit(50, 1),
     "bit_r50x3": _bit(50, 3),

@@ -20,6 +20,11 @@ between two patches, added to the attention logits (to SDPA as its float attn_ma
 Any image size (`dynamic_img_size`): an input of another size whose sides are multiples of the patch size gets E_pos
 (or the relative bias table) resampled to its grid of patches, as `set_image_size` would, kept per grid.
 Per-layer features: `forward_intermediates` returns z_l of the layers asked for (timm's semantics).
+
+The families people start from are rows of small pieces (`ViTConfig`, registry.FAMILIES), each a module here:
+LayerScale on both residual branches (CaiT, DeiT III, DINOv2), register tokens (`reg_token`, Darcet et al. 2024),
+AttentionPool for "map" pooling (SigLIP), SwiGLU (DINOv2 giant), QuickGELU and a LayerNorm before the blocks with no
+patch bias (CLIP); E_pos is resampled to another grid the way each family does it (`pos_embed_resample`).
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from vitkit.errors import ConfigError
 from vitkit.limits import check_batch_room
 
 from .backbones import ConvStem, ResNetBackbone
-from .config import Backbone, ConvStemConfig, ViTConfig
+from .config import POS_RESAMPLES, Backbone, ConvStemConfig, ViTConfig
 from .intermediates import cached, check_output_fmt, take_indices, tracing
 
 
@@ -131,17 +136,88 @@ class Attention(nn.Module):
 
 
 class Mlp(nn.Module):
-    """Two linear layers with GELU between (hidden size "MLP size")."""
+    """Two linear layers with GELU between (hidden size "MLP size"); CLIP's QuickGELU where `act` says so."""
 
     def __init__(self, *, width: int, mlp_dim: int, dropout: float, act: str):
         super().__init__()
         self.fc1 = nn.Linear(width, mlp_dim)
-        self.act = nn.GELU(approximate="tanh" if act == "gelu_tanh" else "none")
+        self.act = QuickGELU() if act == "quick_gelu" else nn.GELU(approximate="tanh" if act == "gelu_tanh" else "none")
         self.fc2 = nn.Linear(mlp_dim, width)
         self.drop = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.drop(self.fc2(self.drop(self.act(self.fc1(x)))))
+
+
+class QuickGELU(nn.Module):
+    """x * sigmoid(1.702 x): OpenAI CLIP's approximation of GELU, which its weights were trained with."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.sigmoid(1.702 * x)
+
+
+class SwiGLU(nn.Module):
+    """The gated MLP of DINOv2 giant (Shazeer 2020): fc1 makes a gate and a value of `mlp_dim` each (packed, gate
+    first), fc2 reads SiLU(gate) * value."""
+
+    def __init__(self, *, width: int, mlp_dim: int, dropout: float):
+        super().__init__()
+        self.fc1 = nn.Linear(width, 2 * mlp_dim)
+        self.fc2 = nn.Linear(mlp_dim, width)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, value = self.fc1(x).chunk(2, dim=-1)  # each (B, T, mlp_dim)
+        return self.drop(self.fc2(self.drop(F.silu(gate) * value)))
+
+
+def make_mlp(c: ViTConfig) -> nn.Module:
+    """The MLP of Eq. 3 that `c.mlp` names."""
+    if c.mlp == "swiglu":
+        return SwiGLU(width=c.width, mlp_dim=c.mlp_dim, dropout=c.dropout)
+    return Mlp(width=c.width, mlp_dim=c.mlp_dim, dropout=c.dropout, act=c.mlp_act)
+
+
+class LayerScale(nn.Module):
+    """A learned scale per channel on a residual branch (CaiT, Touvron et al. 2021; DeiT III; DINOv2), starting at
+    `init` so that each block starts close to the identity."""
+
+    def __init__(self, width: int, init: float):
+        super().__init__()
+        self.gamma = nn.Parameter(torch.full((width,), float(init)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.gamma
+
+
+def layer_scale(c: ViTConfig) -> nn.Module:
+    """LayerScale where `c.layer_scale` gives its initial value, else nothing."""
+    return nn.Identity() if c.layer_scale is None else LayerScale(c.width, c.layer_scale)
+
+
+class AttentionPool(nn.Module):
+    """Multihead attention pooling, "MAP" (big_vision; SigLIP): a learned probe attends over the patch tokens, then a
+    residual MLP, y = a + MLP(LN(a)) with a = MHA(probe, tokens). (B, N, D) -> (B, D)."""
+
+    def __init__(self, c: ViTConfig):
+        super().__init__()
+        D = c.width
+        self.num_heads = c.num_heads
+        self.probe = nn.Parameter(torch.zeros(1, 1, D))
+        self.qkv = nn.Linear(D, 3 * D)  # Q (of the probe), K and V (of the tokens) packed, as Attention packs them
+        self.proj = nn.Linear(D, D)
+        self.norm = nn.LayerNorm(D, eps=c.layer_norm_eps)
+        self.mlp = make_mlp(c)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, N, D = x.shape
+        nh = self.num_heads
+        w, b = self.qkv.weight, self.qkv.bias
+        q = F.linear(self.probe, w[:D], b[:D]).view(1, 1, nh, D // nh).transpose(1, 2).expand(B, -1, -1, -1)
+        kv = F.linear(x, w[D:], b[D:]).view(B, N, 2, nh, D // nh)
+        k, v = (t.transpose(1, 2) for t in kv.unbind(2))  # each (B, nh, N, hd); q (B, nh, 1, hd)
+        a = self.proj(Attention.merge_heads(F.scaled_dot_product_attention(q, k, v)))  # (B, 1, D)
+        return (a + self.mlp(self.norm(a)))[:, 0]
 
 
 class DropPath(nn.Module):
@@ -172,8 +248,10 @@ class Block(nn.Module):
         self.attn = Attention(
             width=c.width, num_heads=c.num_heads, attn_dropout=c.attn_dropout, dropout=c.dropout, position_bias=bias
         )
+        self.ls1 = layer_scale(c)  # LayerScale on each branch where the family has it, else the identity
         self.norm2 = nn.LayerNorm(c.width, eps=c.layer_norm_eps)
-        self.mlp = Mlp(width=c.width, mlp_dim=c.mlp_dim, dropout=c.dropout, act=c.mlp_act)
+        self.mlp = make_mlp(c)
+        self.ls2 = layer_scale(c)
         self.drop_path = DropPath(drop_path)
 
     def forward(
@@ -181,18 +259,18 @@ class Block(nn.Module):
     ) -> torch.Tensor:
         if class_token_only:
             # the last layer when only z_L^0 is read (Eq. 4): the same sums for one row, (B, 1, D)
-            x = x[:, :1] + self.drop_path(self.attn(self.norm1(x), queries=1, grid=grid))  # (2)
+            x = x[:, :1] + self.drop_path(self.ls1(self.attn(self.norm1(x), queries=1, grid=grid)))  # (2)
         else:
-            x = x + self.drop_path(self.attn(self.norm1(x), grid=grid))  # (2)
-        x = x + self.drop_path(self.mlp(self.norm2(x)))  # (3)
+            x = x + self.drop_path(self.ls1(self.attn(self.norm1(x), grid=grid)))  # (2)
+        x = x + self.drop_path(self.ls2(self.mlp(self.norm2(x))))  # (3)
         return x
 
     def forward_explicit(
         self, x: torch.Tensor, grid: tuple[int, int] | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         a, probs = self.attn.forward_explicit(self.norm1(x), grid)
-        x = x + self.drop_path(a)
-        x = x + self.drop_path(self.mlp(self.norm2(x)))
+        x = x + self.drop_path(self.ls1(a))
+        x = x + self.drop_path(self.ls2(self.mlp(self.norm2(x))))
         return x, probs
 
 
@@ -232,25 +310,28 @@ class VisionTransformer(nn.Module):
         D = c.width
         self.backbone = build_backbone(c.backbone, in_chans=c.in_chans)
         embed_in = self.backbone.out_channels if self.backbone else c.in_chans
-        self.patch_embed = nn.Conv2d(embed_in, D, kernel_size=c.patch_size, stride=c.patch_size)  # E
+        self.patch_embed = nn.Conv2d(embed_in, D, kernel_size=c.patch_size, stride=c.patch_size, bias=c.patch_bias)  # E
         self.cls_token = nn.Parameter(torch.zeros(1, 1, D)) if c.classifier == "token" else None
+        self.reg_token = nn.Parameter(torch.randn(1, c.reg_tokens, D) * 1e-6) if c.reg_tokens else None
         self.pos_embed: torch.Tensor | None
         if c.pos_embed == "learned":
-            self.pos_embed = nn.Parameter(torch.randn(1, c.num_prefix_tokens + c.num_patches, D) * 0.02)
+            self.pos_embed = nn.Parameter(torch.randn(1, c.pos_prefix_tokens + c.num_patches, D) * 0.02)
         elif c.pos_embed == "learned_2d":  # E_pos[i, j] = [row_i; col_j], built in position_embedding()
             self.pos_embed = None
             self.pos_embed_row = nn.Parameter(torch.randn(c.grid_size[0], D // 2) * 0.02)
             self.pos_embed_col = nn.Parameter(torch.randn(c.grid_size[1], D // 2) * 0.02)
         elif c.pos_embed == "sincos2d":
             self.register_buffer(
-                "pos_embed", sincos_2d_pos_embed(c.grid_size, D, c.num_prefix_tokens), persistent=False
+                "pos_embed", sincos_2d_pos_embed(c.grid_size, D, c.pos_prefix_tokens), persistent=False
             )
         else:
             self.pos_embed = None
         self.pos_drop = nn.Dropout(c.dropout)
+        self.norm_pre = nn.LayerNorm(D, eps=c.layer_norm_eps) if c.pre_norm else nn.Identity()
         rates = [c.drop_path * i / max(c.depth - 1, 1) for i in range(c.depth)]  # 0 ... drop_path
         self.blocks = nn.ModuleList(Block(c, drop_path=r) for r in rates)
         self.norm = nn.LayerNorm(D, eps=c.layer_norm_eps)
+        self.attn_pool = AttentionPool(c) if c.classifier == "map" else None
         self.pre_logits = self._make_pre_logits(c.representation_size)
         self.head = self._make_head(c.num_classes)
         self.grad_checkpointing = False  # recompute each block in backward instead of storing activations
@@ -277,20 +358,24 @@ class VisionTransformer(nn.Module):
     def _init_weights(self) -> None:
         """The official initialisation: Xavier-uniform dense layers, LeCun-normal patch embedding."""
         _lecun_normal_(self.patch_embed.weight)
-        nn.init.zeros_(self.patch_embed.bias)
+        if self.patch_embed.bias is not None:
+            nn.init.zeros_(self.patch_embed.bias)
+        if self.attn_pool is not None:
+            nn.init.trunc_normal_(self.attn_pool.probe, std=self.config.width**-0.5)
         for block in self.blocks:
             for q_k_or_v in block.attn.qkv.weight.chunk(3, dim=0):
                 nn.init.xavier_uniform_(q_k_or_v)
             nn.init.zeros_(block.attn.qkv.bias)
             nn.init.xavier_uniform_(block.attn.proj.weight)
             nn.init.zeros_(block.attn.proj.bias)
-            for fc in (block.mlp.fc1, block.mlp.fc2):
+            for fc in (block.mlp.fc1, block.mlp.fc2):  # (SwiGLU's fc1 holds gate and value)
                 nn.init.xavier_uniform_(fc.weight)
                 nn.init.normal_(fc.bias, std=1e-6)
 
     # -- forward ------------------------------------------------------------------------
     def embed(self, x: torch.Tensor, corrupt: Callable[[torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
-        """Eq. 1: (B, C, H, W) images -> (B, prefix + N, D) tokens with position embeddings added.
+        """Eq. 1: (B, C, H, W) images -> (B, prefix + N, D) tokens with position embeddings added; the registers
+        (which carry no position) join after the class token, and CLIP's LayerNorm (`pre_norm`) follows.
 
         `corrupt` maps the (B, N, D) patch embeddings x_p^i E to new ones before the class token and
         E_pos join them (masked patch prediction, paper §4.6).
@@ -306,7 +391,10 @@ class VisionTransformer(nn.Module):
         pos = self.position_embedding(grid)
         if pos is not None:
             x = x + pos
-        return self.pos_drop(x)
+        if self.reg_token is not None:
+            p = self.config.pos_prefix_tokens
+            x = torch.cat([x[:, :p], self.reg_token.expand(x.shape[0], -1, -1), x[:, p:]], dim=1)  # (B, prefix + N, D)
+        return self.norm_pre(self.pos_drop(x))
 
     def input_grid(self, x: torch.Tensor) -> tuple[int, int]:
         """The (h, w) grid of patches of images `x`, (B, C, H, W): the configured image size, or with
@@ -351,20 +439,20 @@ class VisionTransformer(nn.Module):
         """E_pos on `grid`; `resample`: from the weights of the configured grid (which it need not differ from)."""
         c, (gh, gw) = self.config, grid
         if c.pos_embed == "sincos2d":
-            pe = sincos_2d_pos_embed(grid, c.width, c.num_prefix_tokens) if resample else self.pos_embed
+            pe = sincos_2d_pos_embed(grid, c.width, c.pos_prefix_tokens) if resample else self.pos_embed
             return pe.to(self.pos_embed.device)
         if c.pos_embed == "learned":
             if not resample:
                 return self.pos_embed
-            p = c.num_prefix_tokens
-            patches = _interpolate_grid(self.pos_embed[:, p:], c.grid_size, grid)
+            p = c.pos_prefix_tokens
+            patches = _interpolate_grid(self.pos_embed[:, p:], c.grid_size, grid, c.pos_embed_resample)
             return torch.cat([self.pos_embed[:, :p], patches], dim=1)
         rows, cols = self.pos_embed_row, self.pos_embed_col  # learned_2d: [row_i; col_j]
         if resample:
             rows, cols = _interpolate_1d(rows, gh), _interpolate_1d(cols, gw)
         half = c.width // 2
         pe = torch.cat([rows[:, None].expand(gh, gw, half), cols[None].expand(gh, gw, half)], dim=-1)
-        return F.pad(pe.reshape(1, gh * gw, 2 * half), (0, 0, c.num_prefix_tokens, 0))  # the class token: no position
+        return F.pad(pe.reshape(1, gh * gw, 2 * half), (0, 0, c.pos_prefix_tokens, 0))  # the class token: no position
 
     def forward_features(
         self,
@@ -440,9 +528,12 @@ class VisionTransformer(nn.Module):
         return out if intermediates_only else (self.norm(x), out)
 
     def forward_head(self, tokens: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
-        """Pool (class token, Eq. 4, or mean of the patch tokens), the pre-logits layer, the head."""
+        """Pool (class token, Eq. 4; mean of the patch tokens; or attention pooling over them), the pre-logits layer,
+        the head."""
         if self.config.classifier == "token":
             y = tokens[:, 0]
+        elif self.attn_pool is not None:
+            y = self.attn_pool(tokens[:, self.config.num_prefix_tokens :])
         else:
             y = tokens[:, self.config.num_prefix_tokens :].mean(dim=1)
         y = self.pre_logits(y)
@@ -471,12 +562,14 @@ class VisionTransformer(nn.Module):
         self.config = self.config.replace(image_size=image_size)
         new_grid = self.config.grid_size
         if self.config.pos_embed == "learned":
+            c = self.config
             resampled = resample_pos_embed(
-                self.pos_embed.data, new_grid, old_grid=old_grid, num_prefix_tokens=self.config.num_prefix_tokens
-            )
+                self.pos_embed.data, new_grid, old_grid=old_grid, num_prefix_tokens=c.pos_prefix_tokens,
+                mode=c.pos_embed_resample,
+            )  # fmt: skip
             self.pos_embed = nn.Parameter(resampled)
         elif self.config.pos_embed == "sincos2d":
-            pe = sincos_2d_pos_embed(new_grid, self.config.width, self.config.num_prefix_tokens)
+            pe = sincos_2d_pos_embed(new_grid, self.config.width, self.config.pos_prefix_tokens)
             self.pos_embed = pe.to(self.norm.weight.device)
         elif self.config.pos_embed == "learned_2d":  # each axis linearly, corners onto corners
             self.pos_embed_row = nn.Parameter(_resample_1d(self.pos_embed_row.data, new_grid[0]))
@@ -491,7 +584,7 @@ class VisionTransformer(nn.Module):
 
     def no_weight_decay(self) -> set[str]:
         """Parameter names that take no weight decay besides norms and biases."""
-        names = {"cls_token", "pos_embed", "pos_embed_row", "pos_embed_col"}
+        names = {"cls_token", "reg_token", "pos_embed", "pos_embed_row", "pos_embed_col", "attn_pool.probe"}
         return names | {f"blocks.{i}.attn.position_bias.table" for i in range(len(self.blocks))}
 
 
@@ -564,13 +657,17 @@ def _interpolate_1d(emb: torch.Tensor, size: int) -> torch.Tensor:
 def _interpolate_grid(
     grid: torch.Tensor, old_grid: tuple[int, int], new_grid: tuple[int, int], mode: str = "bilinear"
 ) -> torch.Tensor:
-    """(1, h*w, D) embeddings of `old_grid` resampled to `new_grid` ("bilinear": corners onto corners), with no
-    shortcut for the same grid (a traced grid may be symbolic); differentiable."""
+    """(1, h*w, D) embeddings of `old_grid` resampled to `new_grid` as `mode` (config.POS_RESAMPLES) says: "bilinear",
+    corners onto corners; "bicubic", corners not aligned; "bicubic_antialias", the same, antialiased where it shrinks.
+    No shortcut for the same grid (a traced grid may be symbolic); differentiable."""
     D = grid.shape[-1]
     work = grid.reshape(1, old_grid[0], old_grid[1], D).permute(0, 3, 1, 2)  # (1, D, h, w)
     dtype = work.dtype
     work = work if dtype in (torch.float32, torch.float64) else work.float()  # low precision interpolated in fp32
-    out = F.interpolate(work, size=tuple(new_grid), mode=mode, align_corners=(mode == "bilinear")).to(dtype)
+    out = F.interpolate(
+        work, size=tuple(new_grid), mode="bilinear" if mode == "bilinear" else "bicubic",
+        align_corners=(mode == "bilinear"), antialias=(mode == "bicubic_antialias"),
+    ).to(dtype)  # fmt: skip
     return out.permute(0, 2, 3, 1).reshape(1, -1, D)
 
 
@@ -585,8 +682,8 @@ def resample_pos_embed(
     """2D-interpolate a (1, prefix + h*w, D) position embedding to a new (h', w') grid.
 
     The class-token slot is kept as is. "bilinear" maps the corner patches onto each other, which
-    is what the official code's scipy.ndimage.zoom(order=1) does; "bicubic" is timm's choice.
-    The same grid returns the input unchanged.
+    is what the official code's scipy.ndimage.zoom(order=1) does; "bicubic" (corners not aligned) is DINOv2's and
+    CLIP's in transformers, "bicubic_antialias" timm's. The same grid returns the input unchanged.
     """
     prefix, grid = posemb[:, :num_prefix_tokens], posemb[:, num_prefix_tokens:]
     n = grid.shape[1]
@@ -600,8 +697,8 @@ def resample_pos_embed(
     new_grid = tuple(new_grid)
     if tuple(old_grid) == new_grid:
         return posemb
-    if mode not in ("bilinear", "bicubic"):
-        raise ConfigError(f"mode: expected bilinear or bicubic, got {mode!r}")
+    if mode not in POS_RESAMPLES:
+        raise ConfigError(f"mode: expected one of {', '.join(POS_RESAMPLES)}, got {mode!r}")
     return torch.cat([prefix, _interpolate_grid(grid, old_grid, new_grid, mode)], dim=1)
 
 
