@@ -38,7 +38,7 @@ TEST_WORKERS ?= 2
 NUMERIC_TESTS := -m numerics tests
 ISA_CAPS ?= $(shell sh scripts/isa-caps.sh)
 test: install data
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS)
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --durations=20
 	@for cap in $(ISA_CAPS); do echo "numerics-sensitive tests under ONEDNN_MAX_CPU_ISA=$${cap%:*} ATEN_CPU_CAPABILITY=$${cap#*:}"; \
 	  ONEDNN_MAX_CPU_ISA=$${cap%:*} ATEN_CPU_CAPABILITY=$${cap#*:} $(BIN)/python -m pytest -q -n $(TEST_WORKERS) $(NUMERIC_TESTS) || exit 1; done
 

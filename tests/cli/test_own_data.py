@@ -939,10 +939,14 @@ def test_train_on_a_folder_fits_the_model_to_the_images_and_states_the_plan(own,
         # every augmentation that is on, with its strength and the key that turns it off; then those that are off
         "augment    padded random crop, shifts of up to 1 px (4% of 24 px): position varies; augment.pad=0 for none",
         "  smooth   0.1 (label smoothing): target 0.933 on the label",
-        "  off      hflip (augment.hflip=0.5 for photos, where a mirrored image is as real), RandAugment (augment.randaugment_ops=2), mixup (augment.mixup=0.2), cutmix (augment.cutmix=1), random erasing",
+        "RandAugment (augment.randaugment_ops=2), mixup (augment.mixup=0.2), cutmix (augment.cutmix=1), random erasing",
         "timed over 5 passes at start, the median",
+        "mirror images at ",
     ):
         assert line in out, (line, out)
+    # the fit's flip (by the images' mirror skill) is the one the augment lines say is on
+    flips = "  hflip    0.5: " in out
+    assert (", flips (a pixel model" in out) == flips and ("  off      hflip (" in out) == (not flips), out
     assert "ETA 0:00:0" in out  # the printed step lines carry the running rate's ETA
     model = json.loads((tmp_path / "fit" / "final" / "config.json").read_text())["model"]
     assert model["in_chans"] == 3 and model["classifier"] == "token"  # a class token: every format holds the model
