@@ -1,5 +1,6 @@
 """The README is a front door and the docs are task guides: sizes bounded, every relative link resolves."""
 
+import importlib.util
 import re
 from pathlib import Path
 
@@ -26,3 +27,42 @@ def test_every_relative_link_resolves(page):
         if not path.exists():
             broken.append(target)
     assert not broken, f"{page.name}: links to missing files: {broken}"
+
+
+def _reference_page_module():
+    spec = importlib.util.spec_from_file_location("cli_reference", ROOT / "scripts" / "cli_reference.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_cli_reference_page_is_what_the_parsers_make():
+    import argparse
+
+    from vitkit.cli import build_parser
+
+    page = _reference_page_module()
+    assert page.PAGE.read_text() == page.render(), "docs/reference/cli.md is stale: run python scripts/cli_reference.py"
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
+    text = page.PAGE.read_text()
+    for name, parser in commands.items():  # every command and flag is on the page, in its own section
+        section = text.split(f"\n## vitkit {name}\n", 1)[1].split("\n## ", 1)[0]
+        flags = {flag for action in parser._actions for flag in action.option_strings if flag not in ("-h", "--help")}
+        assert all(f"`{flag}" in section or f", {flag}" in section for flag in flags), name
+
+
+def test_every_name_importable_from_vitkit_is_in_the_api_reference_at_its_home():
+    """`from vitkit import X` names X of the module vitkit loads it from; the reference documents that object (the
+    create_model with pretrained=, not only the models' one), and every `::: name` on a page is a real object."""
+    import vitkit
+
+    pages = "\n".join(p.read_text() for p in sorted((ROOT / "docs" / "reference").glob("*.md")))
+    documented = re.findall(r"^::: ([\w.]+)", pages, flags=re.M)
+    missing = [f"{home}.{name}" for name, home in vitkit._LAZY.items() if f"{home}.{name}" not in documented]
+    assert not missing, f"importable from vitkit, not in docs/reference: {missing}"
+    for identifier in documented:
+        module, _, name = identifier.rpartition(".")
+        try:
+            importlib.import_module(identifier)
+        except ModuleNotFoundError:
+            assert hasattr(importlib.import_module(module), name), identifier

@@ -11,6 +11,7 @@ _LAZY = {
     "load_pretrained": "vitkit.checkpoint",
     "save_pretrained": "vitkit.checkpoint",
     "create_model": "vitkit.checkpoint",  # the named models, and with pretrained=True any checkpoint or hub name
+    "list_models": "vitkit.checkpoint",  # the named models, and with pretrained=True the hub models in the cache
     "Classifier": "vitkit.inference.classifier",
     **{
         name: "vitkit.models"
@@ -20,7 +21,6 @@ _LAZY = {
             "ViTConfig",
             "VisionTransformer",
             "get_config",
-            "list_models",
             "resample_pos_embed",
         )
     },

@@ -5,6 +5,7 @@ source's preprocessing (an HF image processor's, timm's pretrained_cfg) drives p
 import hashlib
 import json
 import os
+import shutil
 import warnings
 from pathlib import Path
 from types import SimpleNamespace
@@ -246,3 +247,31 @@ def test_online_a_missing_model_is_fetched_by_huggingface_hub_with_only_the_file
     assert {"config.json", "preprocessor_config.json", "model.safetensors"} <= set(kwargs["allow_patterns"])
     assert not any(p.endswith(".bin") for p in kwargs["allow_patterns"])  # PyTorch's only where no safetensors
     assert hub.parse("model.npz") is None and hub.parse("runs/demo") is None  # files, never hub names
+
+
+def test_pretrained_models_list_the_cached_hub_models_and_carry_their_preprocessing(offline, tmp_path):
+    """list_models(pretrained=True): the hub models in the cache that create_model(pretrained=True) reads; such a model
+    says its checkpoint's crop, filter and classes in timm's pretrained_cfg, and takes timm's fine-tuning arguments."""
+    assert vitkit.list_models(pretrained=True) == [f"hf-hub:{HF_REPO}", TIMM_NAME]
+    assert vitkit.list_models("vit_*", pretrained=True) == [TIMM_NAME]
+    assert vitkit.list_models(pretrained=True, exclude_filters="*tiny*") == []
+    unreadable = hub.cache_dir()[0] / "models--someone--notes"  # a repository of no model vitkit reads
+    try:
+        (unreadable / "snapshots" / "abc").mkdir(parents=True)
+        (unreadable / "refs").mkdir()
+        (unreadable / "refs" / "main").write_text("abc")
+        (unreadable / "snapshots" / "abc" / "README.md").write_text("notes")
+        assert set(hub.cached()) == {f"hf-hub:{HF_REPO}", TIMM_NAME, "hf-hub:someone/notes"}
+        assert vitkit.list_models(pretrained=True) == [f"hf-hub:{HF_REPO}", TIMM_NAME]
+    finally:
+        shutil.rmtree(unreadable)  # the cache is the module's
+    model = vitkit.create_model(TIMM_NAME, pretrained=True, drop_path_rate=0.1)
+    cfg = model.pretrained_cfg
+    assert (cfg["crop_pct"], cfg["crop_mode"], cfg["interpolation"]) == (0.9, "squash", "bicubic")
+    assert cfg["label_names"] == tuple(NAMES) and cfg["mean"] == pytest.approx((0.485, 0.456, 0.406))
+    assert model.config.drop_path == 0.1 and model.blocks[-1].drop_path.rate == pytest.approx(0.1)
+    assert "label_names" not in vitkit.create_model(TIMM_NAME, pretrained=True, num_classes=5).pretrained_cfg
+    features = vitkit.create_model(TIMM_NAME, pretrained=True, features_only=True, out_indices=(-1,))
+    assert features.feature_info.channels() == [model.num_features]
+    with pytest.raises(vitkit.ConfigError, match="depth: a pretrained model keeps its architecture"):
+        vitkit.create_model(TIMM_NAME, pretrained=True, depth=3)

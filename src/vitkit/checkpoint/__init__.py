@@ -30,8 +30,11 @@ from vitkit.files import (
     snapshot_json,
 )
 from vitkit.limits import check_room
-from vitkit.models import ModelConfig, VisionTransformer, canonical_name, list_models
+from vitkit.models import ModelConfig, VisionTransformer, canonical_name
 from vitkit.models import create_model as build_named
+from vitkit.models import list_models as named_models
+from vitkit.models.config import TIMM_NAMES
+from vitkit.models.registry import as_features, filtered
 from vitkit.paths import local_path, missing
 
 from . import hf, hf_families, hub, native, npz, runs, timm
@@ -40,6 +43,8 @@ from .io import is_safetensors
 from .native import check_state, load_model, model_shapes, save_pretrained
 
 FORMATS: dict[str, ModuleType] = {"vitkit": native, "npz": npz, "timm": timm, "hf": hf_families}
+# what a pretrained model may change, as vitkit and timm name them: no weight depends on them
+RATES = ("dropout", "attn_dropout", "drop_path", *(timm for timm, own in TIMM_NAMES.items() if own != "image_size"))
 
 
 def export_kind(path: Path) -> tuple[str, str] | None:
@@ -249,22 +254,53 @@ def load_pretrained(
     return model.eval()
 
 
-def create_model(name: str, *, pretrained: bool = False, **overrides) -> torch.nn.Module:
+def create_model(
+    name: str, *, pretrained: bool = False, features_only: bool = False, out_indices=None, **overrides
+) -> torch.nn.Module:
     """A named model (`vitkit.models.create_model`); with `pretrained`, the model of the checkpoint or hub name `name`
-    (hf-hub:ORG/NAME[@REV], timm's MODEL.TAG), at `image_size` with `num_classes` as `load_pretrained` makes it."""
+    (hf-hub:ORG/NAME[@REV], timm's MODEL.TAG), at `image_size` with `num_classes` as `load_pretrained` makes it, its
+    dropout and stochastic depth rates changed where given (timm's names too: drop_path_rate ...), and its
+    checkpoint's class names and crop in `pretrained_cfg`. features_only, out_indices: as timm's, a feature extractor
+    (`vitkit.models.FeatureNet`)."""
     if not pretrained:
-        return build_named(name, **overrides)
-    unknown = sorted(set(overrides) - {"image_size", "num_classes", "keep_pre_logits"})
+        return build_named(name, features_only=features_only, out_indices=out_indices, **overrides)
+    unknown = sorted(set(overrides) - {"image_size", "num_classes", "keep_pre_logits", *RATES})
     if unknown:
         raise ConfigError(
-            f"{', '.join(unknown)}: a pretrained model keeps its architecture; only image_size and num_classes change it"
+            f"{', '.join(unknown)}: a pretrained model keeps its architecture; only image_size, num_classes and the "
+            "dropout and drop_path rates change it"
         )
-    if canonical_name(name) in list_models() and not Path(name).exists():
+    if canonical_name(name) in named_models() and not Path(name).exists():
         raise CheckpointError(
             f"{name}: a vitkit size, without weights of its own; with pretrained=True name a hub model "
             "(hf-hub:google/vit-base-patch16-224, timm's vit_base_patch16_224.augreg2_in21k_ft_in1k) or a checkpoint"
         )
-    return load_pretrained(name, **overrides)
+    num_classes, keep = overrides.pop("num_classes", None), overrides.pop("keep_pre_logits", False)
+    model, metadata = load_with_metadata(name, image_size=overrides.pop("image_size", None), rates=overrides)
+    if num_classes is not None and num_classes != model.config.num_classes:
+        model.reset_head(num_classes, keep_pre_logits=keep)
+        metadata = {k: v for k, v in metadata.items() if k != "class_names"}  # a new head: other classes
+    model.pretrained_metadata = metadata
+    return as_features(model, features_only, out_indices)
+
+
+def list_models(filter="", *, pretrained: bool = False, exclude_filters=()) -> list[str]:
+    """The named models (`vitkit.models.list_models`: wildcard patterns, as timm's); with `pretrained`, the hub models
+    in huggingface_hub's cache (hf-hub:ORG/NAME, timm's MODEL.TAG) that `create_model(name, pretrained=True)` reads
+    offline: a vitkit size has no weights of its own."""
+    if not pretrained:
+        return named_models(filter, exclude_filters=exclude_filters)
+    found = hub.cached()
+    return [n for n in filtered(found, filter, exclude_filters) if _readable(found[n])]
+
+
+def _readable(folder: Path) -> bool:
+    """Whether `folder` holds a checkpoint of a format vitkit reads (told by its config.json and files)."""
+    try:
+        detect_format(folder)
+    except (VitkitError, OSError):
+        return False
+    return True
 
 
 def _ready(config: ModelConfig, state: dict, source, image_size) -> VisionTransformer:
@@ -285,11 +321,17 @@ def read_metadata(path: str | os.PathLike, *, format: str | None = None) -> dict
 
 
 def load_with_metadata(
-    path: str | os.PathLike, *, image_size: int | tuple[int, int] | None = None, format: str | None = None
+    path: str | os.PathLike,
+    *,
+    image_size: int | tuple[int, int] | None = None,
+    format: str | None = None,
+    rates: dict | None = None,
 ) -> tuple[VisionTransformer, dict]:
-    """(model, metadata) of any checkpoint: `load_pretrained` and `read_metadata` of the same path, resolved once."""
+    """(model, metadata) of any checkpoint: `load_pretrained` and `read_metadata` of the same path, resolved once;
+    `rates`: dropout and stochastic depth rates (config fields or timm's names) to train it with instead."""
     found = locate(path, format)
     config, state, _ = _read_located(found, image_size)
+    config = config.replace(**(rates or {}))  # no weight changes shape with them
     model = _ready(config, state, found.path, image_size).eval()
     metadata = _read_stable(found, FORMATS[found.format].read_metadata)
     # the same checks as config.json's, for every format's record

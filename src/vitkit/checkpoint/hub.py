@@ -80,6 +80,22 @@ def offline() -> bool:
     return any(os.environ.get(v, "").strip().lower() not in _OFF for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
 
 
+def cached() -> dict[str, Path]:
+    """{hub name: snapshot folder at main} of the models in huggingface_hub's cache, read without huggingface_hub:
+    timm's repositories as MODEL.TAG, others as hf-hub:ORG/NAME."""
+    root, _ = cache_dir()
+    found = {}
+    for folder in sorted(root.glob("models--*--*")):
+        org, _, name = folder.name.removeprefix("models--").partition("--")
+        try:
+            snapshot = folder / "snapshots" / (folder / "refs" / "main").read_text().strip()
+        except OSError:  # no main branch cached (a revision alone), or not readable: not listed
+            continue
+        if snapshot.is_dir() and _REPO.fullmatch(f"{org}/{name}"):
+            found[name if org == "timm" and _TIMM.fullmatch(name) else f"{PREFIX}{org}/{name}"] = snapshot
+    return found
+
+
 def where(given: str | os.PathLike) -> Path:
     """The local folder of hub name `given` (fetched into the cache where online and missing), else `given` as a
     path."""

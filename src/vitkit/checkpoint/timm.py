@@ -138,10 +138,16 @@ def timm_rules(c: ViTConfig, *, class_slot: bool = True) -> list[Rule]:
     """The key map vitkit <-> timm for config `c`; timm's tensors have vitkit's shapes, only the names differ, but for
     attention pooling's packed Q/K/V and, without a `class_slot` (no_embed_class), the position embedding."""
     shapes = _shapes(c)
-    renames = [("patch_embed.", "patch_embed.proj."), ("pre_logits.0.", "pre_logits.fc."), ("attn_pool.probe", "attn_pool.latent")]
+    renames = [
+        ("patch_embed.", "patch_embed.proj."),
+        ("pre_logits.0.", "pre_logits.fc."),
+        ("attn_pool.probe", "attn_pool.latent"),
+    ]
     if c.backbone:
         renames += _backbone_names(c)
-    special = {f"attn_pool.qkv.{kind}": _q_and_kv(f"attn_pool.qkv.{kind}", c.width, kind) for kind in ("weight", "bias")}
+    special = {
+        f"attn_pool.qkv.{kind}": _q_and_kv(f"attn_pool.qkv.{kind}", c.width, kind) for kind in ("weight", "bias")
+    }
     if not class_slot and c.pos_prefix_tokens:
         special["pos_embed"] = _without_class_slot(c)
     rules = []
@@ -252,7 +258,11 @@ def config_from_timm(
     grid = stored.get("image_size") if stored and image_size is None else None  # a non-square grid vitkit wrote
     slot = class_slot(state, (ph * stride, pw * stride), grid)
     image = infer_image_size(
-        shape("pos_embed")[1] - slot, (ph * stride, pw * stride), image_size=image_size or grid, key="pos_embed", source=source
+        shape("pos_embed")[1] - slot,
+        (ph * stride, pw * stride),
+        image_size=image_size or grid,
+        key="pos_embed",
+        source=source,
     )
     fields = dict(
         image_size=image, patch_size=(ph, pw), in_chans=in_chans, num_classes=num_classes, width=width, depth=depth,

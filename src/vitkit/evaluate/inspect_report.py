@@ -14,6 +14,11 @@ def inspect_checkpoint(request: InspectRequest) -> list[str]:
     import torch
 
     from vitkit.checkpoint import untrained_head
+    from vitkit.errors import ConfigError
+    from vitkit.plots import missing
+
+    if why := missing():
+        raise ConfigError(f"vitkit inspect draws figures: {why}")
     from vitkit.plots.figures import write_report
 
     if request.threads:

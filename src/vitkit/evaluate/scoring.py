@@ -291,11 +291,13 @@ def confusion_name(which: str, spec, meta: dict, step: str | None, precision: st
 
 
 def _write_confusion(confusion, class_names: list[str], png: Path, data: str) -> str | None:
-    """Draw the confusion matrix into `png`; why it could not be written (a full disk), else None."""
+    """Draw the confusion matrix into `png`; why it could not be written (a full disk, no matplotlib), else None."""
     from vitkit.errors import first_line
     from vitkit.files import WriteError
-    from vitkit.plots import plot_confusion
+    from vitkit.plots import missing, plot_confusion
 
+    if why := missing():
+        return why
     try:  # a full disk now: the scores are still printed, then the error
         plot_confusion(confusion, class_names, png, data=data)
     except (WriteError, OSError) as err:
@@ -305,8 +307,9 @@ def _write_confusion(confusion, class_names: list[str], png: Path, data: str) ->
 
 def _unwritten_error(png: Path, unwritten: str | None):
     from vitkit.errors import CheckpointError
+    from vitkit.plots import NO_MATPLOTLIB
 
-    if not unwritten:
+    if not unwritten or unwritten == NO_MATPLOTLIB:  # a figure left out by choice of extras: no failure
         return None
     return CheckpointError(
         f"{png}: the confusion matrix cannot be written ({unwritten}; is the disk full?); the scores above "

@@ -2,6 +2,7 @@
 
 from .bit import ResNetV2
 from .config import BiTConfig, ConvStemConfig, ModelConfig, ResNetConfig, ViTConfig, config_from_dict
+from .features import FeatureInfo, FeatureNet
 from .registry import MODELS, build_model, canonical_name, create_model, get_config, list_models
 from .vit import VisionTransformer, resample_pos_embed, sincos_2d_pos_embed
 
@@ -12,6 +13,8 @@ __all__ = [
     "ResNetV2",
     "build_model",
     "ConvStemConfig",
+    "FeatureInfo",
+    "FeatureNet",
     "config_from_dict",
     "ResNetConfig",
     "ViTConfig",

@@ -22,6 +22,7 @@ from vitkit.errors import ConfigError
 
 from .backbones import StdConv2d, group_norm
 from .config import BiTConfig
+from .interface import TimmInterface, feature_level
 from .intermediates import check_output_fmt, take_indices
 
 WS_EPS = 1e-10
@@ -52,13 +53,16 @@ class PreActBottleneck(nn.Module):
         return y + shortcut
 
 
-class ResNetV2(nn.Module):
+class ResNetV2(TimmInterface, nn.Module):
     """BiT ResNet-v2 classifier. Build with a `BiTConfig` (or `vitkit.create_model("bit_r50x1")`).
 
     forward_features(x) -> (B, C, h, w) feature map after the final GN + ReLU
     forward_head(features, pre_logits=False) -> pooled features (B, C) or logits
     forward(x) -> logits
     forward_intermediates(x, indices) -> (final feature map, [the stem's and the stages' outputs asked for])
+
+    timm's model API (`interface.TimmInterface`): num_classes, num_features, get_classifier, reset_classifier,
+    pretrained_cfg, group_matcher, feature_info (the stem, then each stage), prune_intermediate_layers.
     """
 
     def __init__(self, config: BiTConfig | None = None, **overrides):
@@ -133,7 +137,7 @@ class ResNetV2(nn.Module):
         take = take_indices(1 + len(self.stages), indices, "levels (stem and stages)")
         x = self._stem(x)
         taken = [x] if 0 in take else []
-        last = len(self.stages)
+        last = len(self.config.layers)  # the final GN + ReLU reads the last stage's channels (pruning leaves it)
         for level, stage in enumerate(self.stages[: take[-1]] if stop_early else self.stages, start=1):
             for unit in stage:
                 x = self._unit(unit, x)
@@ -154,7 +158,7 @@ class ResNetV2(nn.Module):
     def reset_head(self, num_classes: int, *, keep_pre_logits: bool = True) -> None:
         """A fresh zero-initialised head for `num_classes` (a ResNet has no pre-logits layer to keep)."""
         self.config = self.config.replace(num_classes=num_classes)
-        self.head = self._make_head(num_classes).to(self.norm.weight.device)
+        self.head = self._make_head(num_classes).to(self.stem.weight.device)
 
     def set_image_size(self, image_size: int | tuple[int, int]) -> None:
         """Another input resolution: a convolutional network needs no weight change."""
@@ -165,3 +169,39 @@ class ResNetV2(nn.Module):
 
     def no_weight_decay(self) -> set[str]:
         return set()
+
+    # -- timm's model API (interface.TimmInterface has the rest) ----------------------------
+    @property
+    def num_features(self) -> int:
+        return self.config.num_features
+
+    first_conv = "stem"
+
+    def group_matcher(self, coarse: bool = False) -> dict:
+        """Parameter groups as timm's layer-decay helpers read them: the stem, then each unit (each stage where
+        `coarse`), the final norm with the last one; the head matches none."""
+        return {
+            "stem": r"^stem",
+            "blocks": r"^stages\.(\d+)" if coarse else [(r"^stages\.(\d+)\.(\d+)", None), (r"^norm", (99999,))],
+        }
+
+    @property
+    def feature_info(self) -> list[dict]:
+        """forward_intermediates' levels: the stem's map, then each stage's (stride 2 from the second stage on)."""
+        c = self.config
+        root, first = c.width * c.width_factor, c.stride // 2 ** (len(c.layers) - 1)
+        stages = [feature_level(f"stages.{s}", 4 * root * 2**s, first * 2**s) for s in range(len(c.layers))]
+        return [feature_level("stem", root, first), *stages]
+
+    def prune_intermediate_layers(
+        self, indices: int | list[int] = 1, prune_norm: bool = False, prune_head: bool = True
+    ) -> list[int]:
+        """Drop the stages after the last level `indices` picks (and the final norm, the head where asked), as timm's
+        features_only does; returns the levels picked (forward_intermediates' numbering: 0 the stem)."""
+        take = take_indices(1 + len(self.stages), indices, "levels (stem and stages)")
+        self.stages = self.stages[: take[-1]]
+        if prune_head:
+            self.reset_head(0)
+        if prune_norm:
+            self.norm = nn.Identity()
+        return take

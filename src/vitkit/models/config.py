@@ -453,10 +453,30 @@ def config_from_dict(data: dict[str, Any]) -> ModelConfig:
     return ViTConfig.from_dict({k: v for k, v in data.items() if k != "arch"} if isinstance(data, dict) else data)
 
 
+# timm's constructor names of the same fields, so code written for timm passes them as they are
+# (timm.create_model(name, drop_path_rate=0.1)); None, as timm reads it, is the default
+TIMM_NAMES = {
+    "drop_path_rate": "drop_path",
+    "drop_rate": "dropout",
+    "attn_drop_rate": "attn_dropout",
+    "img_size": "image_size",
+}
+
+
 def _known(data: dict[str, Any], cls: type, where: str) -> dict[str, Any]:
-    """`data` if every key is a field of `cls`; otherwise a ConfigError naming the stranger."""
+    """`data` with timm's names as the fields they name (`TIMM_NAMES`) if every key is a field of `cls`; otherwise a
+    ConfigError naming the stranger."""
     names = {f.name for f in dataclasses.fields(cls)}
-    for key in data:
-        if key not in names:
+    known = {}
+    for key, value in data.items():
+        own = TIMM_NAMES.get(key) if isinstance(key, str) else None
+        if own is not None and own in data:
+            raise ConfigError(f"{where}.{key}: timm's name of {own}, which is given too; give one of them")
+        if own is not None and own not in names and value:
+            raise ConfigError(f"{where}.{key}: this model has no {own} ({cls.__name__} has none); leave it out or 0")
+        if own is not None and (own not in names or value is None):
+            continue
+        if (own or key) not in names:
             raise ConfigError(f"{where}.{key_shown(key)}: unknown key; known keys are {', '.join(sorted(names))}")
-    return dict(data)
+        known[own or key] = value
+    return known

@@ -11,7 +11,9 @@ release's six models (R50x1 ... R152x4) and small ones for 28-32 px images (3x3/
 
 from __future__ import annotations
 
+import fnmatch
 import re
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from torch import nn
@@ -20,6 +22,7 @@ from vitkit.errors import ConfigError
 
 from .bit import ResNetV2
 from .config import BiTConfig, ModelConfig, ResNetConfig, ViTConfig
+from .features import FeatureNet
 from .vit import VisionTransformer
 
 # size: (layers, hidden D, MLP size, heads)
@@ -180,8 +183,24 @@ def canonical_name(name: str) -> str:
     return name.strip().lower().replace("+", "_").replace("-", "_").replace("/", "")
 
 
-def list_models() -> list[str]:
-    return list(MODELS)
+def list_models(filter: str | Sequence[str] = "", *, exclude_filters: str | Sequence[str] = ()) -> list[str]:
+    """The named models in the table's order; `filter`: only those a wildcard pattern matches (fnmatch, as timm's
+    list_models: "*s16*", "bit_*"; a list: any of them); `exclude_filters`: without those these patterns match."""
+    return filtered(MODELS, filter, exclude_filters)
+
+
+def filtered(names: Iterable[str], filter: str | Sequence[str], exclude_filters: str | Sequence[str]) -> list[str]:
+    """`names` that a pattern of `filter` matches (all for none) and none of `exclude_filters` does, in any case."""
+    return [n for n in names if (not filter or _matches(n, filter)) and not _matches(n, exclude_filters)]
+
+
+def _matches(name: str, patterns: str | Sequence[str]) -> bool:
+    for pattern in [patterns] if isinstance(patterns, str) else patterns:
+        if not isinstance(pattern, str):
+            raise ConfigError(f"filter: expected a wildcard pattern or a list of them, got {pattern!r}")
+        if fnmatch.fnmatchcase(name.lower(), pattern.lower()):
+            return True
+    return False
 
 
 def get_config(name: str, **overrides: Any) -> ModelConfig:
@@ -204,9 +223,24 @@ def get_config(name: str, **overrides: Any) -> ModelConfig:
     return config.replace(**overrides)
 
 
-def create_model(name: str, **overrides: Any) -> nn.Module:
-    """Build a named model; e.g. create_model("vit_b16", num_classes=10, image_size=384) or create_model("bit_r50x1")."""
-    return build_model(get_config(name, **overrides))
+def create_model(
+    name: str, *, features_only: bool = False, out_indices: int | Sequence[int] | None = None, **overrides: Any
+) -> nn.Module:
+    """Build a named model; e.g. create_model("vit_b16", num_classes=10, image_size=384) or create_model("bit_r50x1").
+
+    `overrides` are config fields, or timm's names of them (drop_path_rate, drop_rate, attn_drop_rate, img_size).
+    features_only: the model as a feature extractor (`features.FeatureNet`, timm's features_only): forward returns
+    a list of (B, C, h, w) maps of the levels `out_indices` picks, described by its `feature_info`."""
+    return as_features(build_model(get_config(name, **overrides)), features_only, out_indices)
+
+
+def as_features(model: nn.Module, features_only: bool, out_indices: int | Sequence[int] | None) -> nn.Module:
+    """`model`, or with `features_only` its `FeatureNet` of the levels `out_indices` picks."""
+    if features_only:
+        return FeatureNet(model, out_indices)
+    if out_indices is not None:
+        raise ConfigError("out_indices: picks the levels of a feature extractor; pass features_only=True with it")
+    return model
 
 
 def build_model(config: ModelConfig) -> nn.Module:

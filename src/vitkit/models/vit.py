@@ -42,6 +42,7 @@ from vitkit.limits import check_batch_room
 
 from .backbones import ConvStem, ResNetBackbone
 from .config import POS_RESAMPLES, Backbone, ConvStemConfig, ViTConfig
+from .interface import TimmInterface, feature_level
 from .intermediates import cached, check_output_fmt, take_indices, tracing
 
 
@@ -293,13 +294,16 @@ def check_room(config: ViTConfig, batch: int = 1, what: str = "", hint: str = "c
     )  # fmt: skip
 
 
-class VisionTransformer(nn.Module):
+class VisionTransformer(TimmInterface, nn.Module):
     """ViT and hybrid ViT. Build with a `ViTConfig` (or `vitkit.create_model(name)`).
 
     forward_features(x) -> (B, prefix + N, D) tokens after the final LayerNorm
     forward_head(tokens, pre_logits=False) -> pooled features or logits
     forward(x) -> logits
     forward_intermediates(x, indices) -> (final tokens, [z_l of the layers asked for])
+
+    timm's model API (`interface.TimmInterface`): num_classes, num_features = embed_dim = D, get_classifier,
+    reset_classifier, pretrained_cfg, group_matcher, feature_info (one entry per block), prune_intermediate_layers.
     """
 
     def __init__(self, config: ViTConfig | None = None, **overrides):
@@ -551,8 +555,7 @@ class VisionTransformer(nn.Module):
         self.config = self.config.replace(num_classes=num_classes, representation_size=representation_size)
         if not keep_pre_logits:
             self.pre_logits = nn.Identity()
-        device = self.norm.weight.device
-        self.head = self._make_head(num_classes).to(device)
+        self.head = self._make_head(num_classes).to(self.patch_embed.weight.device)
 
     def set_image_size(self, image_size: int | tuple[int, int]) -> None:
         """Change the input resolution; learned position embeddings are resampled (paper §3.2)."""
@@ -570,7 +573,7 @@ class VisionTransformer(nn.Module):
             self.pos_embed = nn.Parameter(resampled)
         elif self.config.pos_embed == "sincos2d":
             pe = sincos_2d_pos_embed(new_grid, self.config.width, self.config.pos_prefix_tokens)
-            self.pos_embed = pe.to(self.norm.weight.device)
+            self.pos_embed = pe.to(next(self.parameters()).device)
         elif self.config.pos_embed == "learned_2d":  # each axis linearly, corners onto corners
             self.pos_embed_row = nn.Parameter(_resample_1d(self.pos_embed_row.data, new_grid[0]))
             self.pos_embed_col = nn.Parameter(_resample_1d(self.pos_embed_col.data, new_grid[1]))
@@ -586,6 +589,58 @@ class VisionTransformer(nn.Module):
         """Parameter names that take no weight decay besides norms and biases."""
         names = {"cls_token", "reg_token", "pos_embed", "pos_embed_row", "pos_embed_col", "attn_pool.probe"}
         return names | {f"blocks.{i}.attn.position_bias.table" for i in range(len(self.blocks))}
+
+    # -- timm's model API (interface.TimmInterface has the rest) ----------------------------
+    @property
+    def num_features(self) -> int:
+        """D, the width of forward_features' tokens."""
+        return self.config.width
+
+    embed_dim = num_features
+
+    @property
+    def head_hidden_size(self) -> int:
+        return self.config.representation_size or self.config.width
+
+    @property
+    def global_pool(self) -> str:
+        return "token" if self.config.classifier == "token" else "avg"
+
+    @property
+    def first_conv(self) -> str:
+        if isinstance(self.backbone, ConvStem):
+            return "backbone.convs.0"
+        return "backbone.stem_conv" if self.backbone is not None else "patch_embed"
+
+    def group_matcher(self, coarse: bool = False) -> dict:
+        """Parameter groups as timm's layer-decay helpers read them: the embedding (hybrid CNN, patch and position
+        embeddings, class token) first, then each block, the final norm with the last block; the head matches none."""
+        return {
+            "stem": r"^cls_token|^reg_token|^pos_embed|^patch_embed|^backbone|^norm_pre",
+            "blocks": [(r"^blocks\.(\d+)", None), (r"^norm", (99999,))],
+        }
+
+    @property
+    def feature_info(self) -> list[dict]:
+        """One level per block: D channels, each cell `total_patch_size` pixels (one int for square patches)."""
+        ph, pw = self.config.total_patch_size
+        return [
+            feature_level(f"blocks.{i}", self.config.width, ph if ph == pw else (ph, pw))
+            for i in range(self.config.depth)
+        ]
+
+    def prune_intermediate_layers(
+        self, indices: int | list[int] = 1, prune_norm: bool = False, prune_head: bool = True
+    ) -> list[int]:
+        """Drop the blocks after the last of `indices` (and the final norm, the head where asked), as timm's
+        features_only does; returns the blocks `indices` picks (forward_intermediates' numbering)."""
+        take = take_indices(len(self.blocks), indices)
+        self.blocks = self.blocks[: take[-1] + 1]
+        if prune_norm:
+            self.norm = nn.Identity()
+        if prune_head:
+            self.reset_head(0, keep_pre_logits=False)
+        return take
 
 
 # -- position embeddings ------------------------------------------------------------------

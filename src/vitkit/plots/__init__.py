@@ -1,6 +1,7 @@
 """PNG figures of a run: loss and accuracy curves, the learning-rate schedule, a confusion matrix.
 
-matplotlib is imported inside each function (Agg backend); every PNG is written atomically.
+matplotlib is imported inside each function (Agg backend); every PNG is written atomically. It is an optional extra
+(`pip install 'vitkit[plots]'`): `missing()` says so before a figure is asked of it.
 """
 
 from __future__ import annotations
@@ -10,6 +11,17 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from vitkit.files import atomic_path
+
+NO_MATPLOTLIB = "matplotlib is not installed; pip install 'vitkit[plots]' draws them"
+
+
+def missing() -> str | None:
+    """Why no figure can be drawn here (matplotlib, an optional extra, is not installed), else None."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return NO_MATPLOTLIB
+    return None
 
 
 def _pyplot():

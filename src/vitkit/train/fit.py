@@ -484,8 +484,7 @@ def fitted_to_data(
     channels; a 4x4 grid of patches and the demo's small ViT (width 96, 6 layers, a class token, which every format holds) keep a
     step cheap, and ~100 epochs (750..5000 steps of up to 64 images) end in minutes on a laptop CPU; `epochs` or
     `steps` (the user's train.epochs or train.steps) set the length instead, and warmup, logging and evaluation
-    follow it, as they follow `batch` (the user's train.batch_size) where given. The images' `mirror_skill`
-    (`mirror`) decides the flip (`fitted_hflip`).
+    follow it, as they follow `batch` (the user's train.batch_size) where given; `mirror` sets the flip (`fitted_hflip`).
     Returns (the typed changes {"section.key": value}, one line saying what was chosen and why)."""
     from vitkit.train.config import steps_for
 

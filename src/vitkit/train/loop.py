@@ -12,6 +12,7 @@ import shlex
 import shutil
 import sys
 import time
+import warnings
 from contextlib import nullcontext
 from functools import partial
 from pathlib import Path
@@ -553,8 +554,13 @@ def _summary(
 
 
 def _plot(config: RunConfig, out: Path, data: Data, run: RunState, rows: list[dict], skipped: dict) -> None:
-    """loss.png, accuracy.png, lr.png, each captioned with the images it was drawn from."""
-    from vitkit.plots import plot_run  # matplotlib only when a run ends
+    """loss.png, accuracy.png, lr.png, each captioned with the images it was drawn from; where matplotlib is not
+    installed, a warning instead (the run is complete without them)."""
+    from vitkit.plots import missing, plot_run  # matplotlib only when a run ends
+
+    if why := missing():
+        warnings.warn(f"loss.png, accuracy.png and lr.png not drawn: {why}", stacklevel=1)
+        return
 
     splits = data.record.get("splits", {})
     captions = {
