@@ -138,7 +138,8 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
     extra = _model_record(config, env, data, run)
     step, val_metrics = _loop(config, out, env, data, run, extra, last, started)
     if step < t.steps:
-        return {"stopped_at": step, "steps": t.steps}
+        signal = faults.stop_requested()  # SIGINT (Ctrl-C): the command exits 130, so `&&` and make stop there
+        return {"stopped_at": step, "steps": t.steps, **({"signal": signal} if signal else {})}
     if not val_metrics:  # resumed a run that had already finished
         val_metrics = _validate(run, partial(_val_data, config, env, data), env.amp_dtype, config.augment.eval_crop_pct)
     return _finish(config, out, env, data, run, val_metrics, extra)
