@@ -21,12 +21,14 @@ data:
 	@sh scripts/get-fashion-mnist.sh
 
 # The main job: train the demo ViT on Fashion-MNIST (CPU, about 10 minutes), then evaluate it on the
-# test split. A finished runs/demo is only evaluated again, an interrupted one is resumed.
+# test split. A finished runs/demo is only evaluated again, an interrupted one is resumed. Ctrl-C stops
+# here (train exits 130), and a run stopped before its last step (SIGTERM) is not evaluated.
 DEMO := runs/demo
 demo: install data
 	@if [ -d $(DEMO)/final ]; then echo "$(DEMO) is already trained (rm -rf $(DEMO) to train again)"; \
 	elif [ -d $(DEMO)/checkpoints ]; then $(BIN)/vitkit train --resume $(DEMO); \
 	else $(BIN)/vitkit train --config configs/fashion_mnist.yaml --out $(DEMO); fi
+	@[ -d $(DEMO)/final ] || { echo "$(DEMO) stopped before its last step; make demo resumes it" >&2; exit 1; }
 	$(BIN)/vitkit eval $(DEMO) --split test --json --threads 1
 
 # Two pytest-xdist workers, one per core of the machine CI runs on; TEST_WORKERS=0 runs the suite in one process.

@@ -66,3 +66,35 @@ def test_every_name_importable_from_vitkit_is_in_the_api_reference_at_its_home()
             importlib.import_module(identifier)
         except ModuleNotFoundError:
             assert hasattr(importlib.import_module(module), name), identifier
+
+
+def _table_lines(text: str, ends: str) -> list[tuple[int, str]]:
+    """(line number, line) of every line Markdown reads as part of a table: from a header row above a `|---|` row to
+    the next blank line or line matching `ends` (the start of another block), outside code blocks."""
+    lines, found, fenced, inside = text.splitlines(), [], False, False
+    for i, line in enumerate(lines):
+        if line.lstrip().startswith("```"):
+            fenced, inside = not fenced, False
+        elif not fenced and (not line.strip() or re.match(ends, line)):
+            inside = False
+        elif not fenced and not inside and i and re.fullmatch(r"\s*\|?\s*:?-+:?\s*(\|\s*:?-+:?\s*)*\|?\s*", line):
+            inside = True
+            found.append((i, lines[i - 1]))
+        if inside:
+            found.append((i + 1, line))
+    return found
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_sentence_is_rendered_as_a_table_row(page):
+    """A sentence directly under a table (no blank line between) is read as one more row of it, and a strict mkdocs
+    build passes: every line of a table starts and ends with a pipe."""
+    # GitHub (README, CONTRIBUTING, CHANGELOG) ends a table where another block starts (a list item, an HTML comment);
+    # mkdocs (docs/) only at a blank line
+    ends = r"\s*(<!--|[-*+] |\d+\. |#|>)" if page.parent == ROOT else r"(?!)"
+    prose = [
+        f"line {n}: {line[:60]}"
+        for n, line in _table_lines(page.read_text(), ends)
+        if not re.fullmatch(r"\s*\|.*\|\s*", line)
+    ]
+    assert not prose, f"{page.name}: lines read as table rows that are not rows: {prose}"

@@ -275,3 +275,32 @@ def test_pretrained_models_list_the_cached_hub_models_and_carry_their_preprocess
     assert features.feature_info.channels() == [model.num_features]
     with pytest.raises(vitkit.ConfigError, match="depth: a pretrained model keeps its architecture"):
         vitkit.create_model(TIMM_NAME, pretrained=True, depth=3)
+
+
+def _docs_block(page: str, heading: str) -> str:
+    """The first ```sh block under `heading` of docs/`page`."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / page).read_text()
+    after = text.split(f"\n{heading}\n", 1)[1]
+    return after.split("```sh\n", 1)[1].split("\n```", 1)[0]
+
+
+def test_the_docs_commands_put_a_saved_model_into_the_cache_offline(vitkit_cmd, monkeypatch, tmp_path):
+    """How a locally saved model goes into the hub cache was shown only by this file's `cache_repo`: the docs' commands,
+    run as written (bash, coreutils), make a cache that `hf-hub:ME/NAME` reads offline, weights and all."""
+    import subprocess
+
+    model = vitkit.create_model("vit_test", num_classes=3).eval()
+    vitkit.save_pretrained(model, tmp_path / "final")
+    script = _docs_block("finetune-pretrained.md", "## Put a model of your own into the cache").splitlines()
+    assert "MODEL=runs/pets/final REPO=me/pets-vit" in script and script[-1].startswith("HF_HUB_OFFLINE=1 vitkit info")
+    commands = "\n".join(script[:-1]).replace("MODEL=runs/pets/final", f"MODEL={tmp_path / 'final'}")
+    env = {**os.environ, "HF_HUB_CACHE": str(tmp_path / "cache")}
+    done = subprocess.run(["bash", "-ec", commands], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    info = vitkit_cmd("info", "hf-hub:me/pets-vit")  # the script's last line, in this process
+    assert info.returncode == 0 and "hf-hub:me/pets-vit" in info.stdout, info.stderr
+    loaded = vitkit.load_pretrained("hf-hub:me/pets-vit").state_dict()
+    for key, value in model.state_dict().items():
+        torch.testing.assert_close(loaded[key], value, atol=0, rtol=0, msg=key)

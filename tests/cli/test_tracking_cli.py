@@ -51,6 +51,18 @@ def wandb_run(path):
     return run_id, config, history
 
 
+def offline(monkeypatch, tmp_path, **more: str) -> None:
+    """The environment of a run whose trackers stay on this machine: W&B offline in `tmp_path`, no telemetry."""
+    env = {
+        "WANDB_MODE": "offline",
+        "WANDB_SILENT": "true",
+        "WANDB_DIR": str(tmp_path),
+        "WANDB_ERROR_REPORTING": "false",
+    }
+    for name, value in {**env, "MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true", **more}.items():
+        monkeypatch.setenv(name, value)
+
+
 def test_a_run_logs_to_every_tracker_and_a_resumed_run_continues_each_without_a_step_twice(
     tmp_path, run_cli, monkeypatch
 ):
@@ -60,18 +72,8 @@ def test_a_run_logs_to_every_tracker_and_a_resumed_run_continues_each_without_a_
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from tensorboard.plugins.hparams import plugin_data_pb2
 
-    env = {
-        "WANDB_MODE": "offline",
-        "WANDB_SILENT": "true",
-        "WANDB_DIR": str(tmp_path),
-        "WANDB_ERROR_REPORTING": "false",
-        "MLFLOW_TRACKING_URI": f"file:{tmp_path / 'mlruns'}",
-        "MLFLOW_ALLOW_FILE_STORE": "true",
-        "MLFLOW_DISABLE_TELEMETRY": "true",
-        "DO_NOT_TRACK": "true",
-    }
-    for name, value in env.items():  # for the vitkit processes and for the readers here alike
-        monkeypatch.setenv(name, value)
+    # for the vitkit processes and for the readers here alike
+    offline(monkeypatch, tmp_path, MLFLOW_TRACKING_URI=f"file:{tmp_path / 'mlruns'}", MLFLOW_ALLOW_FILE_STORE="true")
     out = tmp_path / "run"
     first = run_cli("train", "--out", out, *FAST, "train.steps=6", "train.log_to=[csv,tensorboard,wandb,mlflow]")
     assert first.returncode == 0, first.stderr
@@ -126,3 +128,60 @@ def test_a_tracker_whose_package_is_missing_is_one_line_before_any_work(tmp_path
     assert not out.exists()
     result = vitkit_cmd("train", "--out", out, *FAST, "train.log_to=[csv,comet]")
     assert result.returncode == 2 and "train.log_to: expected one of jsonl, csv, tensorboard" in result.stderr
+
+
+def test_the_trackers_get_the_figures_and_mlflow_the_model_in_its_own_store_and_one_epoch_count(
+    tmp_path, vitkit_cmd, monkeypatch
+):
+    """Trackers got scalars only; `train.log_to=[mlflow]` with no MLFLOW_TRACKING_URI failed with MLflow's own error
+    about sqlite (its default store needs a database driver the extra does not install); the logged train/epoch
+    counted the loader's whole batches (3 a step on 40 images in batches of 16) where the plan counts images.
+    Now TensorBoard and W&B get the run's figures, MLflow them and final/ in RUN/mlruns, and every count agrees."""
+    for package in ("tensorboard", "wandb", "mlflow"):
+        pytest.importorskip(package)
+    import re
+
+    from mlflow.tracking import MlflowClient
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    offline(monkeypatch, tmp_path)
+    for name in ("MLFLOW_TRACKING_URI", "MLFLOW_ALLOW_FILE_STORE"):  # unset here, and put back as they were after
+        monkeypatch.delenv(name, raising=False)
+    out = tmp_path / "run"
+    fast = [*FAST, "data.synthetic_size=40", "train.steps=6", "train.log_to=[csv,tensorboard,wandb,mlflow]"]
+    done = vitkit_cmd("train", "--out", out, *fast)
+    assert done.returncode == 0, done.stderr
+    planned = float(re.search(r"images \(([\d.]+) epochs\)", done.stdout).group(1))
+    assert planned == pytest.approx(6 * 16 / 40, rel=1e-2)  # 2.4, where the loader has made 3 passes of 2 batches
+    rows = [r for r in read_metrics(out) if r["kind"] == "train"]
+    assert rows[-1]["step"] == 6 and rows[-1]["epoch"] == pytest.approx(planned, rel=1e-2)
+    figures = {"loss", "accuracy", "lr", "confusion"}
+    assert {p.stem for p in out.glob("*.png")} == figures
+
+    events = EventAccumulator(str(out / "tensorboard"), size_guidance={"images": 0})
+    events.Reload()
+    assert events.Scalars("train/epoch")[-1].value == pytest.approx(planned, rel=1e-2)
+    assert set(events.Tags()["images"]) == {f"figures/{name}" for name in figures}
+    assert all(events.Images(f"figures/{name}")[-1].step == 6 for name in figures)
+
+    ids = json.loads((out / "trackers.json").read_text())
+    assert ids["mlflow"]["tracking_uri"] == (out / "mlruns").as_uri()  # its own store, in the run directory
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # for the reader here, as the run set it for itself
+    client = MlflowClient(tracking_uri=ids["mlflow"]["tracking_uri"])
+    run_id = ids["mlflow"]["run_id"]
+    assert client.get_metric_history(run_id, "train/epoch")[-1].value == pytest.approx(planned, rel=1e-2)
+    listed = {a.path for a in client.list_artifacts(run_id, "figures")} | {
+        a.path for a in client.list_artifacts(run_id, "model")
+    }
+    assert {f"figures/{name}.png" for name in figures} | {"model/config.json", "model/model.safetensors"} <= listed
+    assert client.get_run(run_id).info.status == "FINISHED"
+
+    (wandb_file,) = glob.glob(str(tmp_path / "wandb" / "offline-run-*" / "run-*.wandb"))
+    _, _, history = wandb_run(wandb_file)
+    assert history[6]["train/epoch"] == pytest.approx(planned, rel=1e-2)
+    logged = {
+        "/".join(key.split("/")[:2]) for key in history[6] if key.startswith("figures/")
+    }  # nested: figures/loss/...
+    assert logged == {f"figures/{name}" for name in figures} and history[6]["figures/loss/_type"] == "image-file"
+    media = glob.glob(str(tmp_path / "wandb" / "offline-run-*" / "files" / "media" / "images" / "figures" / "*.png"))
+    assert len(media) == len(figures)

@@ -3,7 +3,9 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -494,3 +496,95 @@ def test_a_dynamic_size_model_exports_to_onnx_with_dynamic_height_and_width(tmp_
             torch.testing.assert_close(run_exported(path, "onnx", x), model(x), rtol=1e-4, atol=1e-5)
     meta = {p.key: json.loads(p.value) for p in onnx.load(str(path)).metadata_props}
     assert meta["dynamic_size"] is True and meta["input_size"] == [3, 16, 20]
+
+
+def test_export_preprocess_takes_decoded_images_of_any_size_and_gives_predict_s_probabilities(
+    vitkit_cmd, tmp_path, capsys
+):
+    """An ONNX export took normalised float NCHW at the model's size: a deployment wrote the resize, crop and
+    normalisation by hand. With --preprocess it takes uint8 NHWC images as decoded (RGB, or RGBA composited on the
+    model's background) of any size; on real PNGs of odd sizes, onnxruntime's probabilities are `vitkit predict`'s
+    within 1e-2 (PIL rounds its resize in fixed point, the graph in float)."""
+    pytest.importorskip("onnxscript")
+    onnx = pytest.importorskip("onnx")
+    ort = pytest.importorskip("onnxruntime")
+    from PIL import Image
+
+    from vitkit.inference.onnx_preprocess import check_images
+
+    model = vitkit.create_model("vit_test", num_classes=3, image_size=(16, 20), background=(0.2, 0.4, 0.6)).eval()
+    torch.nn.init.normal_(model.head.weight, std=0.3)
+    names, preprocess = ["ant", "bee", "cat"], {"crop_pct": 0.875, "interpolation": "bicubic"}
+    save_pretrained(model, tmp_path / "ckpt", extra={"class_names": names, "preprocess": preprocess})
+    done = vitkit_cmd("export", tmp_path / "ckpt", "--preprocess", "--out", tmp_path / "m.onnx")
+    assert done.returncode == 0, done.stderr
+    assert "uint8 NHWC images of any size in" in done.stdout and "vitkit predict| in probabilities" in done.stdout
+    files = []
+    for i, pixels in enumerate([*check_images(3, seed=1), np.full((31, 8, 3), 200, np.uint8)]):
+        files.append(tmp_path / f"image_{i}_{pixels.shape[0]}x{pixels.shape[1]}.png")
+        Image.fromarray(pixels).save(files[-1])  # the third one RGBA
+    done = vitkit_cmd("predict", tmp_path / "ckpt", *files, "--json", "--top", "3")
+    assert done.returncode == 0, done.stderr
+    predicted = [{row["label"]: row["prob"] for row in json.loads(line)["top"]} for line in done.stdout.splitlines()]
+    session = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"])
+    assert [(i.name, i.type) for i in session.get_inputs()] == [("images", "tensor(uint8)")]
+    for file, expected in zip(files, predicted):
+        pixels = np.asarray(Image.open(file))  # (H, W, 3 or 4) uint8, as decoded
+        logits = session.run(None, {"images": pixels[None]})[0][0]
+        probs = np.exp(logits - logits.max()) / np.exp(logits - logits.max()).sum()
+        assert np.abs(probs - [expected[n] for n in names]).max() <= 1e-2, file.name
+    props = {p.key: json.loads(p.value) for p in onnx.load(str(tmp_path / "m.onnx")).metadata_props}
+    assert props["input"].startswith("uint8 NHWC") and "centre crop" in props["preprocess_in_graph"]
+    # the docs' onnxruntime example, as written, on the RGBA image: predict's top two
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "performance.md").read_text()
+    example = docs.split("## Images in: `--preprocess`", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    example = example.replace('"clothes.onnx"', repr(str(tmp_path / "m.onnx"))).replace(
+        '"shirt.png"', repr(str(files[2]))
+    )
+    exec(compile(example, "docs/performance.md", "exec"), {})
+    top = sorted(predicted[2].items(), key=lambda item: -item[1])[:2]
+    printed = [line.split() for line in capsys.readouterr().out.splitlines()]
+    assert [name for _, name in printed] == [name for name, _ in top]
+    assert [float(p.rstrip("%")) / 100 for p, _ in printed] == pytest.approx([p for _, p in top], abs=1e-2)
+    done = vitkit_cmd("export", tmp_path / "ckpt", "--preprocess", "--out", tmp_path / "m.pt2")
+    assert done.returncode == 2 and "--preprocess: an fp32 ONNX graph takes it" in done.stderr
+
+
+@pytest.mark.parametrize("interpolation", ["bilinear", "bicubic"])
+@pytest.mark.parametrize("mode", ["center", "squash"])
+@pytest.mark.parametrize("channels", [3, 1])
+def test_the_preprocessing_graph_gives_the_pixels_vitkit_reads(interpolation, mode, channels):
+    """The graph's pixels against vitkit's reader (PIL) on images of odd sizes, larger and smaller than the input,
+    with and without alpha: the same geometry, a few levels apart at most (PIL's fixed-point passes, in an order of
+    its choosing for some sizes), a third of a level on average."""
+    ort = pytest.importorskip("onnxruntime")
+    from onnx import TensorProto, helper
+    from PIL import Image
+
+    from vitkit.data.images import Crop, image_pixels
+    from vitkit.inference import onnx_preprocess
+
+    config = vitkit.create_model(
+        "vit_test",
+        image_size=(16, 20),
+        in_chans=channels,
+        background=(0.2, 0.4, 0.6)[:channels],
+        mean=(0.0,) * channels,
+        std=(1 / 255,) * channels,
+    ).config  # fmt: skip  (normalised to 0-255 levels)
+    crop = Crop(0.875, mode, interpolation)
+    graph = helper.make_graph(
+        onnx_preprocess._nodes(config, crop),
+        "preprocess",
+        [helper.make_tensor_value_info("images", TensorProto.UINT8, ["b", "h", "w", "c"])],
+        [helper.make_tensor_value_info(onnx_preprocess._PIXELS, TensorProto.FLOAT, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for pixels in onnx_preprocess.check_images(channels, seed=2):
+        image = Image.fromarray(pixels[..., 0] if pixels.shape[-1] == 1 else pixels)
+        expected = image_pixels(image, channels, config.image_size, crop, background=config.background)
+        got = session.run(None, {"images": pixels[None]})[0][0]
+        assert got.shape == expected.shape
+        off = np.abs(got - expected)
+        assert off.max() <= 4 + 1e-3 and off.mean() <= 0.35, (pixels.shape, off.max(), off.mean())

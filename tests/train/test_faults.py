@@ -136,6 +136,25 @@ def _newest_step(out: Path) -> int:
     return int(steps[-1].name.split("_")[1]) if steps else 0
 
 
+def test_ctrl_c_saves_a_checkpoint_and_exits_130_so_a_chain_of_commands_stops(tmp_path, vitkit_cmd, monkeypatch):
+    """Ctrl-C (SIGINT) stopped the run at a step boundary and exited 0: `make demo` (and any `train && eval`) went
+    on to evaluate the partial model. It exits 130 now, the checkpoint saved as before."""
+    from vitkit.train import loop
+
+    logged = loop._log_train
+
+    def interrupted_at_the_first_log_line(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGINT)  # the user's Ctrl-C, through train's own handler
+        return logged(*args, **kwargs)
+
+    monkeypatch.setattr(loop, "_log_train", interrupted_at_the_first_log_line)
+    out = tmp_path / "run"
+    done = vitkit_cmd("train", "--out", out, *TINY, "train.steps=6", "train.checkpoint_every=100")
+    assert done.returncode == 130, done.stderr
+    assert "SIGINT received" in done.stderr and "stopped at step 1 of 6, checkpoint saved" in done.stdout
+    assert _newest_step(out) == 1 and not (out / "final").exists()
+
+
 def test_sigterm_saves_a_checkpoint_exits_0_and_resume_continues_exactly(tmp_path, vitkit_cmd):
     """Images streamed by 2 DataLoader workers, 2 micro-batches a step; SIGTERM to the whole process group (as a
     scheduler, or Ctrl-C, delivers it): the workers leave it to the main process, which stops at the step boundary."""

@@ -37,7 +37,19 @@ def _add_target_flags(p: argparse.ArgumentParser) -> None:
         help="output file (default: beside the checkpoint, CKPT.onnx, CKPT.int8.onnx, ...); it replaces only an "
         "earlier export, never a checkpoint or another file, and is never inside a checkpoint directory",
     )
-    p.add_argument("--atol", type=float, default=1e-4, help="largest allowed difference from PyTorch (default 1e-4)")
+    p.add_argument(
+        "--preprocess",
+        action="store_true",
+        help="ONNX: the graph takes uint8 NHWC images of any size (RGB, or RGBA composited on the model's "
+        "background) and resizes, centre-crops and normalises them as vitkit predict does",
+    )
+    p.add_argument(
+        "--atol",
+        type=float,
+        default=None,
+        help="largest allowed difference from PyTorch (default 1e-4); with --preprocess, from vitkit predict's "
+        "probabilities on images of odd sizes (default 1e-2)",
+    )
     p.add_argument("--threads", type=int, default=0, help="CPU threads (default: torch's choice)")
 
 
@@ -91,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
         check_images=args.check_images,
         min_agreement=args.min_agreement,
         data=args.data,
+        preprocess=args.preprocess,
     )
     print(_int8_line(written) if written["precision"] == "int8" else _fp32_line(written))
     if (default := written.get("openvino_default")) is not None:
@@ -108,6 +121,12 @@ def _fp32_line(w: dict) -> str:
         if w["head"]
         else 'no classification head: its output "features" are the image features'
     )
+    if w["preprocess"]:
+        return (
+            f"wrote {w['out']}{also} ({w['format']}, uint8 NHWC images of any size in, RGB or RGBA; resize, crop and "
+            f"normalisation in the graph; {outputs}); max |export - vitkit predict| in probabilities on 3 images of "
+            f"odd sizes = {w['diff']:.2e}"
+        )
     return (
         f"wrote {w['out']}{also} ({w['format']}, dynamic batch{', height and width' * w['dynamic_size']}, {outputs}); "
         f"max |export - pytorch| on a batch of 3{' at two image sizes' * w['dynamic_size']} = {w['diff']:.2e}"

@@ -111,7 +111,9 @@ def _run(args: argparse.Namespace) -> int:
     if not distributed.is_main():
         return 0
     _report(request.run_dir, summary)
-    return 0
+    # Ctrl-C stopped it at a step boundary, checkpoint saved: not done, as a shell's `&&` (and make) must see; a
+    # scheduler's SIGTERM is a preemption the run is resumed from, exit 0
+    return 130 if summary.get("signal") == "SIGINT" else 0
 
 
 def _report(out: str, summary: dict) -> None:

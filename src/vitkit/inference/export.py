@@ -206,19 +206,17 @@ def export(
     metadata: dict | None = None,
     calibration: list[torch.Tensor] | None = None,
     preset: str = "transformer",
+    preprocess=None,
 ) -> Path:
     """Write `model` (eval mode, CPU) to `path` in `format`, with a dynamic batch dimension (and height and width
     where `dynamic_size`).
 
     Class names and preprocessing go into the file where the format has a place (ONNX metadata_props),
     else into PATH.json beside it. With `calibration` (normalised image batches) an ONNX or OpenVINO export is
-    quantized to int8 by NNCF (`quantize_int8`, with its `preset`), its activation ranges measured on those images."""
-    if format not in FORMATS:
-        raise ConfigError(f"format: expected one of {', '.join(FORMATS)}, got {format!r}")
-    if calibration is not None and format not in ("onnx", "openvino"):
-        raise ConfigError(
-            f"format {format}: int8 exports are ONNX or OpenVINO IR (quantized by NNCF); export {format} in fp32"
-        )
+    quantized to int8 by NNCF (`quantize_int8`, with its `preset`), its activation ranges measured on those images.
+    With `preprocess` (the checkpoint's `data.images.Crop`) an fp32 ONNX graph takes uint8 NHWC images and resizes,
+    crops and normalises them itself (`onnx_preprocess`)."""
+    _refuse_combination(format, calibration is not None, preprocess is not None)
     model = copy.deepcopy(model).eval().cpu()
     # the model's own modules, no speed path swapped in: torch's own ops, what every runtime knows
     swap.unswap(model)
@@ -234,7 +232,11 @@ def export(
         "fp32" if int8 is None else f"int8 (NNCF post-training quantization, {preset} preset, {n} calibration images)"
     )
     if format == "onnx":
-        _export_onnx(model, x, path, batch, info, int8)
+        if preprocess is not None:
+            from vitkit.inference.onnx_preprocess import describe
+
+            info.update(describe(model.config, preprocess))
+        _export_onnx(model, x, path, batch, info, int8, preprocess)
         return path
     if format == "openvino":
         _export_openvino(model, x, path, batch, info, int8)
@@ -252,6 +254,18 @@ def export(
         tmp.write_bytes(buffer.getbuffer())
     write_json(sidecar_path(path), info)
     return path
+
+
+def _refuse_combination(format: str, int8: bool, preprocess: bool) -> None:
+    """An unknown format, int8 outside ONNX and OpenVINO, preprocessing outside fp32 ONNX: one error each."""
+    if format not in FORMATS:
+        raise ConfigError(f"format: expected one of {', '.join(FORMATS)}, got {format!r}")
+    if preprocess and (format != "onnx" or int8):
+        raise ConfigError(f"--preprocess: an fp32 ONNX graph takes it, not {'int8' if format == 'onnx' else format}")
+    if int8 and format not in ("onnx", "openvino"):
+        raise ConfigError(
+            f"format {format}: int8 exports are ONNX or OpenVINO IR (quantized by NNCF); export {format} in fp32"
+        )
 
 
 def companions(path: str | os.PathLike) -> list[Path]:
@@ -275,6 +289,7 @@ def _export_onnx(
     batch: dict,
     info: dict,
     int8: tuple[list[torch.Tensor], str] | None = None,
+    preprocess=None,
 ) -> None:
     """One .onnx file holding graph, weights and metadata_props (class names, preprocessing); a model over
     protobuf's 2 GB keeps its weights in PATH.<id>.data beside it, a name no earlier export used.
@@ -308,6 +323,10 @@ def _export_onnx(
             produced.unlink()
         if int8 is not None:
             proto = quantize_int8(proto, *int8, input_name="images")
+        if preprocess is not None:  # uint8 images in: the resize, crop and normalisation in the graph
+            from vitkit.inference.onnx_preprocess import join
+
+            proto = join(proto, model.config, preprocess)
             del proto.metadata_props[:]
         for key, value in info.items():
             proto.metadata_props.add(key=key, value=json.dumps(value))
@@ -496,22 +515,55 @@ def verify(model: VisionTransformer, path: str | os.PathLike, format: str, *, ba
     return worst
 
 
+def verify_preprocessed(model: VisionTransformer, path, crop, problem_type: str) -> float:
+    """Largest difference between the joined graph at `path` and vitkit's own reading (PIL, then the PyTorch model) on
+    `onnx_preprocess.check_images`: in probabilities (softmax, or a sigmoid per class for multi-label), in features for a model
+    without a head."""
+    import numpy as np
+    import torch
+    from PIL import Image
+
+    from vitkit.data.images import image_pixels
+    from vitkit.inference.onnx_preprocess import check_images
+
+    c = model.config
+    run = runtime_session("onnxruntime", path)
+    mean, std = torch.tensor(c.mean).view(1, -1, 1, 1), torch.tensor(c.std).view(1, -1, 1, 1)
+
+    def outputs(logits: torch.Tensor) -> torch.Tensor:
+        if not c.num_classes:
+            return logits
+        return logits.sigmoid() if problem_type == "multi_label_classification" else logits.softmax(-1)
+
+    worst = 0.0
+    for pixels in check_images(c.in_chans):
+        image = Image.fromarray(pixels[..., 0] if pixels.shape[-1] == 1 else pixels)
+        ours = torch.from_numpy(image_pixels(image, c.in_chans, c.image_size, crop, background=c.background))
+        with torch.no_grad():
+            expected = outputs(model.eval().cpu()((ours[None].float() / 255.0 - mean) / std))
+        got = outputs(run(torch.from_numpy(np.ascontiguousarray(pixels[None]))))
+        worst = max(worst, (got - expected).abs().max().item())
+    return worst
+
+
 def export_checkpoint(
     checkpoint: Path,
     out: Path | None = None,
     format: str | None = None,
     *,
     precision: str = "fp32",
-    atol: float = 1e-4,
+    atol: float | None = None,
     threads: int = 0,
     calibration: int = 256,
     check_images: int = 500,
     min_agreement: float = 0.99,
     data: str | None = None,
+    preprocess: bool = False,
 ) -> dict:
     """Export a checkpoint (`vitkit export`): to `out` (default: beside it, named by `format` and `precision`) in
     `format` (default: what `out`'s suffix names, else onnx), checked against PyTorch before it replaces an earlier
-    export. fp32: within `atol` on a batch of 3; int8 (`export_int8`): calibrated on `calibration` training images of
+    export. fp32: within `atol` (default 1e-4) on a batch of 3; with `preprocess` (ONNX), a graph taking uint8 images,
+    within `atol` (default `onnx_preprocess.TOLERANCE`) of `vitkit predict`'s probabilities on images of odd sizes; int8 (`export_int8`): calibrated on `calibration` training images of
     `data` (default: the checkpoint's), then agreeing on top-1 on `check_images` held-out images by `min_agreement`.
     What was written, as a record."""
     from vitkit.checkpoint import load_with_metadata, refuse_untrained_head
@@ -527,10 +579,14 @@ def export_checkpoint(
         refuse_untrained_head(metadata, checkpoint, model)
     suffix = (".int8" if precision == "int8" else "") + FORMATS[format]  # int8 never takes its fp32 export's name
     out = _checked_target(out or checkpoint.with_name(checkpoint.name.rstrip("/") + suffix), format)
+    if preprocess and (format != "onnx" or precision != "fp32"):
+        raise ConfigError(
+            f"--preprocess: an fp32 ONNX graph takes it, not {format} {precision}; export to .onnx in fp32"
+        )
     if precision == "int8":
         check = Int8Check(calibration, check_images, min_agreement, data)
         return export_int8(model, metadata, out, format, checkpoint=checkpoint, check=check)
-    return _export_fp32(model, metadata, out, format, atol)
+    return _export_fp32(model, metadata, out, format, atol, preprocess)
 
 
 def _named_target(checkpoint: Path, out: Path | None, format: str | None) -> tuple[Path | None, str]:
@@ -553,15 +609,27 @@ def _checked_target(out: Path, format: str) -> Path:
     return out
 
 
-def _export_fp32(model: VisionTransformer, metadata: dict, out: Path, format: str, atol: float) -> dict:
-    """`model` exported to `out` in fp32, within `atol` of PyTorch; the record of what was written."""
+def _export_fp32(
+    model: VisionTransformer, metadata: dict, out: Path, format: str, atol: float | None, preprocess: bool = False
+) -> dict:
+    """`model` exported to `out` in fp32, within `atol` of PyTorch (with `preprocess`: of `vitkit predict`'s
+    probabilities, on uint8 images); the record of what was written."""
+    from vitkit.data.images import crop_of
+    from vitkit.inference import onnx_preprocess
+
+    crop = crop_of(metadata) if preprocess else None
     with staged(out) as path:  # checked before it replaces an earlier export
-        export(model, path, format=format, metadata=metadata)
-        diff = verify(model, path, format)
+        export(model, path, format=format, metadata=metadata, preprocess=crop)
+        if crop is None:
+            diff, atol, checked = verify(model, path, format), 1e-4 if atol is None else atol, "a batch of 3"
+        else:
+            problem = metadata.get("problem_type", "single_label_classification")
+            diff, checked = verify_preprocessed(model, path, crop, problem), "images of odd sizes"
+            atol = onnx_preprocess.TOLERANCE if atol is None else atol
         if not diff <= atol:
             raise VitkitError(
-                f"{out}: not written: the export differs from PyTorch by {diff:.2e} on a batch of 3, over --atol "
-                f"{atol}; what --out held is unchanged (a larger --atol accepts it)"
+                f"{out}: not written: the export differs from {'PyTorch' if crop is None else 'vitkit predict'} by "
+                f"{diff:.2e} on {checked}, over --atol {atol}; what --out held is unchanged (a larger --atol accepts it)"
             )
     return {
         "out": out,
@@ -572,6 +640,7 @@ def _export_fp32(model: VisionTransformer, metadata: dict, out: Path, format: st
         "head": bool(model.config.num_classes),
         "diff": diff,
         "dynamic_size": dynamic_size(model) and format != "torchscript",
+        "preprocess": crop is not None,
         "openvino_default": openvino_default(model, out) if format == "openvino" else None,
     }
 

@@ -333,6 +333,13 @@ def steps_for(epochs: float, train_images: int, batch_size: int) -> int:
     return max(math.ceil(epochs * train_images / batch_size), 1)
 
 
+def epochs_done(steps: int, batch_size: int, train_images: int) -> float:
+    """The epochs `steps` optimizer steps of `batch_size` images make: images read over training images, the one
+    count of train.epochs (`steps_for`), the plan and the logged train/epoch. (The loader's own epoch, a pass of whole
+    batches that leaves the remainder out, orders the data; it runs ahead of this where batches are large.)"""
+    return steps * batch_size / max(train_images, 1)
+
+
 def merge_layer(data: dict[str, Any], section: str, values: dict[str, Any], where: str) -> None:
     """`values` (one layer of a config: defaults, a YAML file, the overrides) over `data[section]`. A layer that sets
     train.steps or train.epochs replaces the other one of the layers before it; one layer may not set both."""

@@ -34,7 +34,7 @@ from vitkit.files import LOCK_NAME, WriteError, atomic_path, exclusive, write_js
 from vitkit.kernels import short_attention
 from vitkit.models import VisionTransformer, build_model
 from vitkit.train import distributed, faults, trackers
-from vitkit.train.config import RunConfig, dump_run_config, load_run_yaml
+from vitkit.train.config import RunConfig, dump_run_config, epochs_done, load_run_yaml
 from vitkit.train.init import init_from, pretrained_on
 from vitkit.train.inputs import augment_generator, prepare_data, write_held_out
 from vitkit.train.objectives import objective_for, pick_objective
@@ -137,12 +137,18 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
     if baseline is not None:
         print(fitted_line(baseline, label="baseline   ") + "; off with train.baseline=false", flush=True)
     extra = _model_record(config, env, data, run)
-    step, val_metrics = _loop(config, out, env, data, run, extra, last, started)
-    if step < t.steps:
-        return {"stopped_at": step, "steps": t.steps}
-    if not val_metrics:  # resumed a run that had already finished
-        val_metrics = _validate(run, partial(_val_data, config, env, data), env.amp_dtype, config.augment.eval_crop_pct)
-    return _finish(config, out, env, data, run, val_metrics, extra)
+    log = open_log(config, out, step, env.world.main)  # metrics.jsonl and train.log_to's trackers, on rank 0
+    try:
+        step, val_metrics = _loop(config, out, env, data, run, extra, last, started, log)
+        if step < t.steps:
+            signal = faults.stop_requested()  # SIGINT (Ctrl-C): the command exits 130, so `&&` and make stop there
+            return {"stopped_at": step, "steps": t.steps, **({"signal": signal} if signal else {})}
+        if not val_metrics:  # resumed a run that had already finished
+            crop = config.augment.eval_crop_pct
+            val_metrics = _validate(run, partial(_val_data, config, env, data), env.amp_dtype, crop)
+        return _finish(config, out, env, data, run, val_metrics, extra, log)
+    finally:
+        log.close(failed=sys.exc_info()[0] is not None)
 
 
 def _precision(config: RunConfig, env: Setup, run: RunState, resume: bool) -> Setup:
@@ -208,14 +214,21 @@ def _segment(env: Setup, step: int) -> dict:
 
 
 def _loop(
-    config: RunConfig, out: Path, env: Setup, data: Data, run: RunState, extra: dict, last: int, started: float
+    config: RunConfig,
+    out: Path,
+    env: Setup,
+    data: Data,
+    run: RunState,
+    extra: dict,
+    last: int,
+    started: float,
+    log: RunLog,
 ) -> tuple[int, dict]:
     """Steps until `last` (or a stop signal): log, validate and save as train.* says; (the step reached, val metrics)."""
     t, batches = config.train, data.batches
     # data order: micro-batch number m is batch (m % per_epoch) of epoch (m // per_epoch), seeded by train.seed
     step, elapsed_before = run.progress["step"], run.progress["elapsed_s"]
     stream = batches.iterate(*divmod(step * env.accum, batches.per_epoch))
-    log = open_log(config, out, step, env.world.main)  # metrics.jsonl and train.log_to's trackers, on rank 0
     bar = _progress(t, step, show=env.world.main)
     window = {"loss": 0.0, "steps": 0, **run.progress.get("window", {}), "images": 0, "time": time.perf_counter()}
     val_metrics: dict[str, Any] = {}
@@ -234,7 +247,7 @@ def _loop(
             window["steps"] += 1
             window["images"] += t.batch_size
             if step % t.log_every == 0 or step == t.steps:
-                epoch = step * env.accum / batches.per_epoch
+                epoch = epochs_done(step, t.batch_size, len(data.train))
                 window = _log_train(log, bar, window, step, epoch, lr, grad_norm, t, env.world.main)
             if step % t.eval_every == 0 or step == t.steps:
                 val_metrics = _validate_and_log(log, bar, env, data, run, config, step)
@@ -247,7 +260,6 @@ def _loop(
                 last = step
     finally:
         bar.close()
-        log.close(failed=sys.exc_info()[0] is not None)
     return step, val_metrics
 
 
@@ -481,9 +493,10 @@ def _save_step(
 
 # -- the end of a run ---------------------------------------------------------------------------
 def _finish(
-    config: RunConfig, out: Path, env: Setup, data: Data, run: RunState, val_metrics: dict, extra: dict
+    config: RunConfig, out: Path, env: Setup, data: Data, run: RunState, val_metrics: dict, extra: dict, log: RunLog
 ) -> dict:
-    """final/ (the EMA weights when kept), summary.json and the run's plots."""
+    """final/ (the EMA weights when kept), summary.json and the run's plots, which the trackers get too (with the
+    final model, where they keep files)."""
     world = env.world
     faults.steps_done()
     faults.check_run_directory(out, world)
@@ -507,7 +520,8 @@ def _finish(
     write_json(out / "summary.json", summary)
     for line in compared_lines(summary["baseline"]) if summary["baseline"] else []:
         print(line, flush=True)
-    _plot(config, out, data, run, rows, summary["unreadable"])
+    figures = _plot(config, out, data, run, rows, summary["unreadable"], val_metrics)
+    log.artifacts(figures, out / "final", config.train.steps)
     return summary
 
 
@@ -553,14 +567,17 @@ def _summary(
     }
 
 
-def _plot(config: RunConfig, out: Path, data: Data, run: RunState, rows: list[dict], skipped: dict) -> None:
-    """loss.png, accuracy.png, lr.png, each captioned with the images it was drawn from; where matplotlib is not
-    installed, a warning instead (the run is complete without them)."""
-    from vitkit.plots import missing, plot_run  # matplotlib only when a run ends
+def _plot(
+    config: RunConfig, out: Path, data: Data, run: RunState, rows: list[dict], skipped: dict, val_metrics: dict
+) -> list[Path]:
+    """loss.png, accuracy.png, lr.png and (one label per image) confusion.png of the final validation, each captioned
+    with the images it was drawn from; the files written. Where matplotlib is not installed, a warning instead (the
+    run is complete without them)."""
+    from vitkit.plots import missing, plot_confusion, plot_run  # matplotlib only when a run ends
 
     if why := missing():
-        warnings.warn(f"loss.png, accuracy.png and lr.png not drawn: {why}", stacklevel=1)
-        return
+        warnings.warn(f"loss.png, accuracy.png, lr.png and confusion.png not drawn: {why}", stacklevel=1)
+        return []
 
     splits = data.record.get("splits", {})
     captions = {
@@ -568,7 +585,7 @@ def _plot(config: RunConfig, out: Path, data: Data, run: RunState, rows: list[di
         for name, split in splits.items()
     }
     a = config.augment
-    plot_run(
+    written = plot_run(
         rows,
         out,
         train_data=captions.get(config.data.train_split),
@@ -578,6 +595,14 @@ def _plot(config: RunConfig, out: Path, data: Data, run: RunState, rows: list[di
         ema=config.train.ema is not None,
         soft_targets=bool(a.label_smoothing or a.mixup or a.cutmix),
     )
+    if "confusion" in val_metrics and run.objective.trains_head:
+        confusion = out / "confusion.png"
+        written.append(
+            plot_confusion(
+                val_metrics["confusion"], data.class_names, confusion, data=captions.get(config.data.val_split)
+            )
+        )
+    return written
 
 
 def _images(split: dict, unreadable: int) -> str:

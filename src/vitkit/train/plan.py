@@ -22,7 +22,7 @@ from vitkit.errors import CheckpointError, ConfigError
 from vitkit.files import refuse_foreign
 from vitkit.models import BiTConfig, ConvStemConfig, ModelConfig, VisionTransformer
 from vitkit.train import distributed
-from vitkit.train.config import RunConfig
+from vitkit.train.config import RunConfig, epochs_done
 from vitkit.train.optim import describe
 from vitkit.train.precision import autocast_dtype, timing_passes
 from vitkit.train.state import RUN_FILES, Data, Setup, is_number
@@ -163,7 +163,7 @@ def _training_line(config: RunConfig, data: Data, env: Setup, step: int, last: i
     """The steps left, the batch and schedule, the images they read and where they run."""
     t = config.train
     images = (last - step) * t.batch_size
-    epochs = images / max(len(data.train), 1)
+    epochs = epochs_done(last - step, t.batch_size, len(data.train))
     threads = torch.get_num_threads()
     length = f" (train.epochs={t.epochs:g})" if t.epochs is not None else ""
     if step >= last:  # trained to its end before it stopped: only the final model and figures are left to write

@@ -4,7 +4,9 @@
 
 Every tracker gets the same scalars at the same steps: train/loss, train/lr, train/grad_norm, train/img_s and
 train/epoch at each log line, val/top1, val/top5 and val/loss at each validation, and the run config once, when
-the tracker first sees the run. A resumed run continues the same run in each: metrics.csv is rebuilt from
+the tracker first sees the run. At the end, the run's figures (loss, accuracy, learning rate, confusion matrix) go to
+TensorBoard (images), W&B (media) and MLflow (artifacts under figures/, with the final model under model/). MLflow
+with no MLFLOW_TRACKING_URI writes a file store in the run directory, RUN/mlruns. A resumed run continues the same run in each: metrics.csv is rebuilt from
 metrics.jsonl (already cut back to the checkpoint's step), TensorBoard's events after that step are purged, and
 the W&B and MLflow runs are found again by the ids kept in RUN/trackers.json. Only rank 0 logs.
 
@@ -75,6 +77,11 @@ class RunLog:
         for tracker in self.trackers:
             tracker.log(row)
 
+    def artifacts(self, figures: list[Path], model: Path, step: int) -> None:
+        """The run's figures (PNG files) and its final model folder, at the last step, to each tracker that keeps them."""
+        for tracker in self.trackers:
+            tracker.artifacts(figures, model, step)
+
     def close(self, failed: bool = False) -> None:
         self.file.close()
         for tracker in self.trackers:
@@ -130,6 +137,9 @@ class CsvLog:
         with naming(self.path), open(self.path, "a", newline="") as f:
             csv.DictWriter(f, self.columns).writerow(row)
 
+    def artifacts(self, figures: list[Path], model: Path, step: int) -> None:
+        pass  # the figures are beside metrics.csv already
+
     def close(self, failed: bool) -> None:
         pass
 
@@ -152,6 +162,16 @@ class TensorBoardLog:
     def log(self, row: dict) -> None:
         for tag, value in scalars(row).items():
             self.writer.add_scalar(tag, value, row["step"])
+        self.writer.flush()
+
+    def artifacts(self, figures: list[Path], model: Path, step: int) -> None:
+        import numpy as np
+        from PIL import Image
+
+        for figure in figures:  # the IMAGES tab: figures/loss, figures/confusion, ...
+            with Image.open(figure) as image:
+                pixels = np.asarray(image.convert("RGB"))
+            self.writer.add_image(f"figures/{figure.stem}", pixels, step, dataformats="HWC")
         self.writer.flush()
 
     def close(self, failed: bool) -> None:
@@ -186,6 +206,11 @@ class WandbLog:
     def log(self, row: dict) -> None:
         self.run.log(scalars(row), step=row["step"])
 
+    def artifacts(self, figures: list[Path], model: Path, step: int) -> None:
+        import wandb
+
+        self.run.log({f"figures/{figure.stem}": wandb.Image(str(figure)) for figure in figures}, step=step)
+
     def close(self, failed: bool) -> None:
         self.run.finish(exit_code=1 if failed else 0)
 
@@ -199,8 +224,11 @@ class MlflowLog:
         from mlflow.tracking import MlflowClient
 
         known = ids.get("mlflow", {})
+        uri = known.get("tracking_uri") or (None if os.environ.get("MLFLOW_TRACKING_URI") else own_store(out))
+        if uri == own_store(out):  # MLflow keeps its file store behind this switch (a database needs the full mlflow)
+            os.environ["MLFLOW_ALLOW_FILE_STORE"] = "true"
         try:
-            self.client = MlflowClient(tracking_uri=known.get("tracking_uri"))
+            self.client = MlflowClient(tracking_uri=uri)
             self.run_id, self.last = known.get("run_id"), 0
             if self.run_id:
                 self.last = self._last_step()  # steps logged after the checkpoint (a killed run) are not sent twice
@@ -242,8 +270,20 @@ class MlflowLog:
         metrics = [Metric(key, value, now, row["step"]) for key, value in scalars(row).items()]
         self.client.log_batch(self.run_id, metrics=metrics)
 
+    def artifacts(self, figures: list[Path], model: Path, step: int) -> None:
+        for figure in figures:
+            self.client.log_artifact(self.run_id, str(figure), "figures")
+        self.client.log_artifacts(self.run_id, str(model), "model")  # final/: config.json and the weights
+
     def close(self, failed: bool) -> None:
         self.client.set_terminated(self.run_id, status="FAILED" if failed else "FINISHED")
+
+
+def own_store(out: Path) -> str:
+    """The MLflow store of a run with no MLFLOW_TRACKING_URI: a file store in RUN/mlruns (`mlflow ui
+    --backend-store-uri RUN/mlruns` shows it). MLflow's own default, sqlite:///mlflow.db in the working directory,
+    needs a database driver that the mlflow extra (mlflow-skinny) does not install."""
+    return (Path(os.path.abspath(out)) / "mlruns").as_uri()
 
 
 OPENERS = {"csv": CsvLog, "tensorboard": TensorBoardLog, "wandb": WandbLog, "mlflow": MlflowLog}
