@@ -530,11 +530,13 @@ def _lock_staging(target: Path) -> tuple[Path, int]:
 
 CHECKPOINT_SUFFIXES = (".json", ".safetensors", ".pt")  # what vitkit's and Hugging Face's checkpoint directories hold
 CHECKPOINT_DIRS = ("sharded",)  # an FSDP run's step checkpoint
+CHECKPOINT_NAMES = ("README.md",)  # the model card of a Hugging Face or timm export
 
 
 def refuse_foreign(target: Path, advice: str = "write to a new or empty directory") -> None:
     """A CheckpointError where `target` is a directory holding more than a checkpoint: the checkpoint writers replace
-    their directory as a whole (`atomic_dir`), so someone's notes, a git clone's .git or a README there would be lost."""
+    their directory as a whole (`atomic_dir`), so someone's notes or a git clone's .git there would be lost (a README.md is
+    an export's model card, written again with it)."""
     target = Path(target)
     try:
         entries = sorted(target.iterdir()) if target.is_dir() else []
@@ -543,7 +545,12 @@ def refuse_foreign(target: Path, advice: str = "write to a new or empty director
     foreign = [
         e
         for e in entries
-        if not (e.name in CHECKPOINT_DIRS and e.is_dir() or e.is_file() and e.suffix in CHECKPOINT_SUFFIXES)
+        if not (
+            e.name in CHECKPOINT_DIRS
+            and e.is_dir()
+            or e.is_file()
+            and (e.suffix in CHECKPOINT_SUFFIXES or e.name in CHECKPOINT_NAMES)
+        )
     ]
     if foreign:
         raise CheckpointError(
@@ -750,6 +757,12 @@ def verify_checksums(directory: str | os.PathLike, *, complete: str | None = Non
 def write_json(path: str | os.PathLike, data: Any) -> None:
     with atomic_path(path) as tmp:
         tmp.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n")
+
+
+def write_text(path: str | os.PathLike, text: str) -> None:
+    """`text` as UTF-8 at `path`, written atomically."""
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
 
 
 MAX_JSON_BYTES = 256 << 20  # config.json, train_state.json, checksums.json, bad_files.json: far smaller when intact

@@ -34,7 +34,7 @@ def test_detection_reads_the_table_for_a_damaged_file(tmp_path):
         ("m.onnx", None),
         ("m.bin", None),
         ("m.ckpt", None),
-        ("m", "timm"),
+        ("m.ckpt", "timm"),  # another framework's file; a name without a suffix is timm's Hub folder
         ("m.npz", "timm"),
         ("m.bin", "timm"),
         ("m.safetensors", "npz"),
@@ -54,7 +54,8 @@ def test_save_checkpoint_refuses_a_name_its_format_does_not_fit_as_convert_says(
 
 def test_a_timm_checkpoint_named_npz_is_refused_naming_the_file_to_give(tmp_path):
     with pytest.raises(
-        ConfigError, match=r"^DST: a timm checkpoint is a \.safetensors or \.pth file; name it .*/m\.safetensors$"
+        ConfigError,
+        match=r"^DST: a timm checkpoint is a \.safetensors or \.pth file, or a folder; name it .*/m\.safetensors or .*/m$",
     ):
         save_checkpoint(vitkit.create_model("vit_test"), tmp_path / "m.npz", "timm")
 

@@ -176,8 +176,9 @@ def test_a_full_disk_during_convert_keeps_the_old_model(tmp_path, small_disk, fo
 def test_a_file_never_silently_replaces_a_directory_or_back(tmp_path):
     model = _model(0)
     save_checkpoint(model, tmp_path / "dir")
+    (tmp_path / "dir").rename(tmp_path / "dir.safetensors")  # a timm file's name (a name without one is its folder)
     with pytest.raises(CheckpointError, match="is a directory"):
-        save_checkpoint(model, tmp_path / "dir", "timm")
+        save_checkpoint(model, tmp_path / "dir.safetensors", "timm")
     (tmp_path / "file").write_text("keep me")
     with pytest.raises(CheckpointError, match="is a file"):
         save_checkpoint(model, tmp_path / "file", "vitkit")

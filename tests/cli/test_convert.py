@@ -188,14 +188,15 @@ def test_errors_are_one_line_and_exit_2(tmp_path, vitkit_cmd):
     [
         ("m.onnx", [], "vitkit export SRC --format onnx --out"),
         ("m.bin", [], "reads as a file"),
-        ("m", ["--to", "timm"], "name it"),
-        ("m.npz", ["--to", "timm"], "/m.safetensors\n"),  # it said "name it .../m.npz.safetensors"
+        ("m.ckpt", ["--to", "timm"], "or a folder; name it"),  # another framework's file (a folder for timm's Hub)
+        ("m.npz", ["--to", "timm"], "/m.safetensors or "),  # it said "name it .../m.npz.safetensors"
         ("m.safetensors", ["--to", "npz"], "m.npz"),  # an npz zip named .safetensors, which no safetensors reader opens
         ("m.npz", ["--to", "hf"], "a hf checkpoint is a directory"),
     ],
 )
 def test_a_dst_convert_cannot_write_as_named_is_refused(source, tmp_path, capsys, dst, to, words):
-    """m.onnx and m.bin became vitkit directories of those names; --to timm without a suffix wrote a pickle named m."""
+    """m.onnx and m.bin became vitkit directories of those names; --to timm without a suffix wrote a pickle named m (it
+    is timm's Hub folder now: tests/checkpoint/test_timm_folder.py)."""
     _, src = source
     assert main(["convert", str(src), str(tmp_path / dst), *to]) == 2
     assert words in capsys.readouterr().err and not (tmp_path / dst).exists()

@@ -239,8 +239,9 @@ def test_a_figure_on_the_images_that_picked_a_sweeps_model_says_so(own, vitkit_c
     # the picked model converted, or copied out of the sweep, still says so (it said nothing: the pick lived in sweep.json)
     assert vitkit_cmd("convert", sweep, tmp_path / "picked.safetensors").returncode == 0
     shutil.copytree(sweep / picked / "final", tmp_path / "copied")
-    for checkpoint in (tmp_path / "picked.safetensors", tmp_path / "copied"):
-        done = vitkit_cmd("eval", checkpoint, "--split", "val", "--json", "--threads", "1")
+    # a converted model names its data by the folder's name only (no local path): the data is named
+    for checkpoint, named in ((tmp_path / "picked.safetensors", ["--data", data]), (tmp_path / "copied", [])):
+        done = vitkit_cmd("eval", checkpoint, *named, "--split", "val", "--json", "--threads", "1")
         assert (
             last_json(done)["picked_on_this_split"] and "picked this model's learning rate among 2 runs" in done.stdout
         )

@@ -329,7 +329,11 @@ def load_with_metadata(
 ) -> tuple[VisionTransformer, dict]:
     """(model, metadata) of any checkpoint: `load_pretrained` and `read_metadata` of the same path, resolved once;
     `rates`: dropout and stochastic depth rates (config fields or timm's names) to train it with instead."""
-    found = locate(path, format)
+    return _with_metadata(locate(path, format), image_size, rates)
+
+
+def _with_metadata(found: Located, image_size, rates: dict | None = None) -> tuple[VisionTransformer, dict]:
+    """`load_with_metadata` of a located checkpoint."""
     config, state, _ = _read_located(found, image_size)
     config = config.replace(**(rates or {}))  # no weight changes shape with them
     model = _ready(config, state, found.path, image_size).eval()
@@ -355,10 +359,11 @@ def save_checkpoint(
 
 def _target(path: str | os.PathLike, format: str | None) -> str:
     """The format `path` is written in (`target_format`), after `format` is checked to be one vitkit writes and, for a
-    file format, `path` not to be a directory (what is there is told before what its name says)."""
+    file, `path` not to be a directory (what is there is told before what its name says)."""
     if format is not None and format not in FORMATS:
         raise CheckpointError(f"format: unknown format {format!r}; choose one of {', '.join(FORMATS)}")
-    if format in ("npz", "timm"):
+    # a file's name (timm's Hub folder has no file suffix)
+    if format == "npz" or format == "timm" and Path(path).suffix.lower() in SUFFIXES:
         not_a_directory(path)
     return target_format(path, format)
 
@@ -391,8 +396,12 @@ def convert_checkpoint(
     that holds no checkpoint; the room a new head needs, on disk and in memory, is checked before it is built."""
     refuse_overlap(src, dst)
     refuse_other_files(dst)
-    model, metadata = load_with_metadata(src, format=src_format, image_size=image_size)
+    found = locate(src, src_format)
+    model, metadata = _with_metadata(found, image_size)
     format = _target(dst, format)
+    # the figures its run measured, on the model as it is: an export's model card names them
+    same = image_size is None and num_classes in (None, model.config.num_classes)
+    metrics = {"metrics": runs.run_metrics(found.path) if same else []} if format in ("hf", "timm") else {}
     if num_classes is None or num_classes == model.config.num_classes:
         check_room(dst, _nbytes(model), f"the {format} checkpoint", CheckpointError)
     else:
@@ -402,7 +411,7 @@ def convert_checkpoint(
         model.reset_head(num_classes)
         # a new head has no names yet
         metadata = {k: v for k, v in metadata.items() if k != "class_names"}
-    FORMATS[format].write(model, dst, metadata=metadata)
+    FORMATS[format].write(model, dst, metadata=metadata, **metrics)
     return Converted(format, model, metadata)
 
 

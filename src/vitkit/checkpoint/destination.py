@@ -25,17 +25,20 @@ _DEPLOYMENT = {".onnx": "onnx", ".xml": "openvino", ".pt2": "exported-program"}
 
 def target_format(dst: str | os.PathLike, given: str | None) -> str:
     """The format `dst` is written in: `given`, else what its suffix names (WRITTEN), else a vitkit directory.
-    A name that does not fit the format (a timm file without .safetensors/.pth, a directory named like a file, a file
-    of a format vitkit does not write) is one ConfigError naming the name to give instead."""
+    A name that does not fit the format (a timm file named .npz, a directory named like a file, a file of a format
+    vitkit does not write) is one ConfigError naming the name to give instead; --to timm with a name that is not a
+    file's writes timm's Hub folder."""
     suffix = Path(dst).suffix.lower()
     if suffix in _DEPLOYMENT:
         raise ConfigError(
             f"DST: {dst} names an {_DEPLOYMENT[suffix]} file, which vitkit export writes: vitkit export SRC "
             f"--format {_DEPLOYMENT[suffix]} --out {dst}"
         )
-    if given == "timm" and WRITTEN.get(suffix) != "timm":
+    # a timm checkpoint is a .safetensors or .pth file, or (any other name) timm's Hub folder
+    if given == "timm" and (suffix in SUFFIXES or suffix in _FOREIGN) and WRITTEN.get(suffix) != "timm":
         raise ConfigError(
-            f"DST: a timm checkpoint is a .safetensors or .pth file; name it {_renamed(dst, '.safetensors')}"
+            f"DST: a timm checkpoint is a .safetensors or .pth file, or a folder; name it "
+            f"{_renamed(dst, '.safetensors')} or {Path(dst).with_suffix('')}"
         )
     # an .npz named .safetensors is a zip no safetensors reader opens
     if given == "npz" and WRITTEN.get(suffix) != "npz":

@@ -24,9 +24,10 @@ from typing import Any
 import torch
 
 from vitkit.errors import CheckpointError, ConfigError
-from vitkit.files import atomic_dir, read_json, refuse_foreign, says, snapshot_json, write_json
+from vitkit.files import atomic_dir, read_json, refuse_foreign, says, snapshot_json, write_json, write_text
 from vitkit.models import VisionTransformer, ViTConfig
 
+from .card import CARD_NAME, model_card, publishable
 from .io import read_safetensors, read_torch, write_safetensors
 from .keymap import Rule, from_vitkit, fused, infer_image_size, refuse_conv_stem, same, to_vitkit
 from .native import INTERPOLATIONS, MULTI_LABEL
@@ -205,13 +206,16 @@ def read(path: str | os.PathLike, *, image_size=None, config: Any = None) -> tup
     return config, to_vitkit(hf_rules(config, prefix=_prefix(state)), state, source=weights)
 
 
-def write(model: VisionTransformer, directory: str | os.PathLike, *, metadata: dict | None = None) -> Path:
+def write(
+    model: VisionTransformer, directory: str | os.PathLike, *, metadata: dict | None = None, metrics: list | None = None
+) -> Path:
     """Write an HF directory: ViTForImageClassification with a head, ViTModel (pooler = pre-logits) without.
 
-    Class names become id2label/label2id; the rest of `metadata` (crop, training data) is kept in config.json
-    under "vitkit". preprocessor_config.json also holds the model's background, which no image processor composites
-    on, with what a user must do about it (`transparency_advice`) and the Python that does it."""
-    directory, c, metadata = Path(directory), model.config, metadata or {}
+    Class names become id2label/label2id; the rest of `metadata` (crop, training data, without local paths) is kept
+    in config.json under "vitkit". preprocessor_config.json also holds the model's background, which no image
+    processor composites on, with what a user must do about it (`transparency_advice`) and the Python that does it.
+    README.md is the model card (`card.model_card`, naming `metrics`)."""
+    directory, c, metadata = Path(directory), model.config, publishable(metadata or {})
     if not isinstance(model, VisionTransformer):
         raise CheckpointError(
             f"{directory}: the Hugging Face format here is ViT's; save a BiT ResNet as vitkit, npz or timm"
@@ -242,11 +246,13 @@ def write(model: VisionTransformer, directory: str | os.PathLike, *, metadata: d
         kernel = f"{prefix}embeddings.patch_embeddings.projection.weight"
         tensors[kernel] = tensors[kernel] * torch.tensor(LUMA).view(1, 3, 1, 1)
     hf, preprocessor = _hf_config(c, metadata, class_names), _preprocessor_config(c, metadata.get("preprocess") or {})
+    card = model_card(model, metadata, format="hf", metrics=metrics)
     refuse_foreign(directory)
     with atomic_dir(directory) as tmp:  # replaces an older directory as a whole
         write_safetensors(tmp / WEIGHTS_NAMES[0], tensors, metadata={"format": "pt"})
         write_json(tmp / PREPROCESSOR_NAME, preprocessor)
         write_json(tmp / CONFIG_NAME, hf)
+        write_text(tmp / CARD_NAME, card)
     return directory
 
 

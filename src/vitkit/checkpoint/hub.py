@@ -165,3 +165,47 @@ def _snapshot(huggingface_hub, name: HubName, patterns: list[str]) -> Path:
             f"{name}: huggingface_hub could not fetch {name.repo} into {cache} ({type(err).__name__}: "
             f"{first_line(err)}); check the network and the cache ({set_by})"
         ) from None
+
+
+def push(folder: str | os.PathLike, repo: str, *, private: bool = False, message: str | None = None) -> str:
+    """Upload an export folder (Hugging Face's or timm's layout, as `vitkit convert --to hf|timm` writes them) to the
+    hub repository `repo` (ORG/NAME, created where missing) through huggingface_hub.upload_folder, with the token of
+    Hugging Face's own login (`hf auth login`) or HF_TOKEN; returns the commit's address. Offline, a name that is no
+    repository's or a folder of another kind is one error before anything is sent."""
+    if offline():
+        raise CheckpointError(
+            "HF_HUB_OFFLINE (or TRANSFORMERS_OFFLINE) is set, so nothing can be uploaded; unset it to push (nothing "
+            "was sent)"
+        )
+    if not _REPO.fullmatch(repo):
+        raise CheckpointError(f"{repo}: not a hub repository; write ORG/NAME (your user or organisation, then a name)")
+    kind = export_folder_kind(Path(folder))
+    import huggingface_hub
+
+    try:
+        huggingface_hub.create_repo(repo, private=private, exist_ok=True)
+        commit = huggingface_hub.upload_folder(
+            repo_id=repo, folder_path=str(folder), commit_message=message or f"Upload a {kind} export of vitkit"
+        )
+    except Exception as err:  # huggingface_hub's HTTP, login and validation errors: one line, the folder unchanged
+        raise CheckpointError(
+            f"{repo}: the upload failed ({first_line(err)}); log in with `hf auth login` (or set HF_TOKEN) with a "
+            "token that may write there"
+        ) from None
+    return str(getattr(commit, "commit_url", commit))
+
+
+def export_folder_kind(folder: Path) -> str:
+    """ "hf" or "timm": the layout of an export folder that a hub repository serves as it is; anything else (a vitkit
+    checkpoint, a run, a file) is one error saying how to make one."""
+    from . import hf, timm
+
+    if folder.is_dir() and hf.is_hf(folder):
+        return "hf"
+    if timm.is_timm_dir(folder):
+        return "timm"
+    raise CheckpointError(
+        f'{folder}: not a Hugging Face or timm export folder (config.json with "model_type": "vit", or timm\'s '
+        '"architecture", beside model.safetensors); write one with vitkit convert CHECKPOINT --to hf DIR (or --to '
+        "timm DIR), then push DIR"
+    )

@@ -25,6 +25,7 @@ from vitkit.files import (
 )
 from vitkit.models import ModelConfig, VisionTransformer, build_model, config_from_dict
 
+from .card import publishable
 from .io import read_safetensors, write_safetensors
 
 FORMAT = "vitkit"
@@ -242,4 +243,6 @@ def read_metadata(directory: str | os.PathLike, *, config: Any = None) -> dict[s
 
 
 def write(model: VisionTransformer, directory: str | os.PathLike, *, metadata: dict[str, Any] | None = None) -> Path:
-    return save_pretrained(model, directory, extra=metadata)
+    """A vitkit directory as `convert` writes it: `metadata` without local paths (`card.publishable`), as every format's
+    writer keeps it; a run's own checkpoints (`save_pretrained`) keep theirs."""
+    return save_pretrained(model, directory, extra=publishable(metadata or {}))

@@ -32,6 +32,7 @@ from vitkit.models import ModelConfig, ResNetConfig, ResNetV2, VisionTransformer
 from vitkit.models.config import INPUT_KEYS
 
 from . import bit
+from .card import publishable
 from .io import read_npz, read_sidecar, write_npz, write_with_sidecar
 from .keymap import (
     Rule,
@@ -281,8 +282,8 @@ def to_release_layout(tensors: dict[str, torch.Tensor]) -> dict[str, np.ndarray]
 def write(model: VisionTransformer, path: str | os.PathLike, *, metadata: dict | None = None) -> Path:
     """Write a ViT, a hybrid (R50+ViT-B_16.npz's layout) or a BiT ResNet as an .npz in the official release layout
     (what vit_jax, big_transfer and timm read); `metadata` (class names, preprocessing) goes to FILE.npz.json beside it, as the release layout has no
-    place for it."""
-    c, path = model.config, Path(path)
+    place for it, without local paths."""
+    c, path, metadata = model.config, Path(path), publishable(metadata or {})
     # the arrays say nothing of the resolution and input scaling: vitkit keeps them beside
     if isinstance(model, ResNetV2):
         sidecar = {

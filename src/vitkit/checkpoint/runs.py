@@ -75,6 +75,39 @@ def run_dir(checkpoint: str | os.PathLike) -> Path | None:
     return None
 
 
+# the figures a run's summary.json keeps for its final model, and how a model card names them
+SUMMARY_FIGURES = {
+    "final_val_top1": "top-1 accuracy",
+    "final_val_top5": "top-5 accuracy",
+    "final_val_map": "mean average precision",
+}
+
+
+def run_metrics(checkpoint: str | os.PathLike) -> list[dict]:
+    """The figures the run measured on the model in its final/ (`checkpoint`, resolved), each with the split and the
+    number of images it was measured on, from the run's summary.json; [] for any other checkpoint."""
+    from vitkit.files import read_json
+
+    checkpoint = Path(checkpoint)
+    run = run_dir(checkpoint)
+    if run is None or checkpoint.name != "final" or not (run / "summary.json").is_file():
+        return []
+    summary = read_json(run / "summary.json")
+    if not isinstance(summary, dict):
+        return []
+    images = summary.get("val_images") if isinstance(summary.get("val_images"), dict) else {}
+    return [
+        {
+            "metric": name,
+            "value": float(summary[key]),
+            "split": str(summary.get("val_split", "val")),
+            "images": images.get("n"),
+        }
+        for key, name in SUMMARY_FIGURES.items()
+        if isinstance(summary.get(key), (int, float)) and not isinstance(summary.get(key), bool)
+    ]
+
+
 def step_of(checkpoint: str | os.PathLike) -> str | None:
     """ "step_N" where `checkpoint` names a run's step checkpoint (directly, or a run directory without final/), else None."""
     resolved = resolve(checkpoint)
@@ -111,6 +144,6 @@ def report_dir(checkpoint: str | os.PathLike, name: str) -> Path:
     if hub_name is not None:  # never inside huggingface_hub's cache: here, named after the repository
         return Path(f"{hub_name.repo.replace('/', '--')}.{name}")
     given = Path(checkpoint)
-    if given.is_dir() and not native.is_native(given) and not hf.is_hf(given):
+    if given.is_dir() and not native.is_native(given) and not hf.is_hf(given) and not timm.is_timm_dir(given):
         return given / name
     return resolved.with_name(f"{resolved.stem if resolved.is_file() else resolved.name}.{name}")

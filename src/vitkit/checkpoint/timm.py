@@ -37,12 +37,14 @@ import torch.nn.functional as F
 from safetensors import safe_open
 
 from vitkit.errors import CheckpointError, ConfigError
-from vitkit.files import read_json
+from vitkit.files import atomic_dir, read_json, refuse_foreign, write_json, write_text
 from vitkit.models import ModelConfig, ResNetConfig, ResNetV2, VisionTransformer, ViTConfig
 from vitkit.models.config import INPUT_KEYS
 from vitkit.models.registry import SIZES
 
 from . import bit
+from .card import CARD_NAME, model_card, publishable
+from .destination import SUFFIXES
 from .io import (
     is_safetensors,
     read_safetensors,
@@ -95,6 +97,11 @@ def _hub_stored(config: dict) -> dict:
         stored["num_heads"] = args["num_heads"]
     if isinstance(args.get("dynamic_img_size"), bool):  # timm's VisionTransformer(dynamic_img_size=...)
         stored["dynamic_img_size"] = args["dynamic_img_size"]
+    if args.get("act_layer") in ("gelu", "gelu_tanh"):  # timm's names of the exact GELU and its tanh form
+        stored["mlp_act"] = args["act_layer"]
+    background = config.get("background")  # vitkit's, beside timm's keys
+    if isinstance(background, list) and background and all(isinstance(v, (int, float)) for v in background):
+        stored["background"] = tuple(float(v) for v in background)
     cfg = config.get("pretrained_cfg") if isinstance(config.get("pretrained_cfg"), dict) else {}
     for key in ("mean", "std"):
         if isinstance(cfg.get(key), list) and all(isinstance(v, (int, float)) for v in cfg[key]):
@@ -366,13 +373,17 @@ def read(
     return config, to_vitkit(timm_rules(config, class_slot=slot), state, source=path)
 
 
-def write(model: VisionTransformer, path: str | os.PathLike, *, metadata: dict | None = None) -> Path:
+def write(
+    model: VisionTransformer, path: str | os.PathLike, *, metadata: dict | None = None, metrics: list | None = None
+) -> Path:
     """Write the timm state dict: .safetensors (vitkit's config, `metadata` and timm's pretrained_cfg in its
-    metadata) or, for any other suffix, a .pth (those three in FILE.pth.json beside it)."""
-    metadata = metadata or {}
-    path = Path(path)
+    metadata), .pth or .pt (those three in FILE.pth.json beside it), or, for a name without such a suffix, timm's
+    Hub folder (`write_folder`, its model card naming `metrics`). `metadata` is written without local paths."""
+    metadata, path = publishable(metadata or {}), Path(path)
     c = model.config
     refuse_conv_stem(c, path, "a timm ViT checkpoint", "timm's ViT hybrids are BiT ResNets")
+    if path.suffix.lower() not in SUFFIXES:
+        return write_folder(model, path, metadata=metadata, metrics=metrics)
     if isinstance(model, ResNetV2):  # timm's resnetv2_*_bit
         tensors = from_vitkit(bit.timm_rules(c), model.state_dict())
     elif c.pos_embed != "learned":
@@ -400,6 +411,97 @@ def write(model: VisionTransformer, path: str | os.PathLike, *, metadata: dict |
             path, lambda fresh: write_torch(fresh, tensors), {**timm_cfg, "vitkit": metadata, METADATA_KEY: c.to_dict()}
         )
     return path
+
+
+# timm's plain ViT entry points by width (Table 1's sizes): the architecture a folder names. Its model_args set every
+# size, so any of them builds the model; the named one reads right.
+ARCHITECTURES = {
+    192: "vit_tiny_patch16_224",
+    384: "vit_small_patch16_224",
+    768: "vit_base_patch16_224",
+    1024: "vit_large_patch16_224",
+    1280: "vit_huge_patch14_224",
+}
+TIMM_LAYER_NORM_EPS = 1e-6  # timm's LayerNorm, which model_args cannot change
+
+
+def write_folder(model: VisionTransformer, directory: Path, *, metadata: dict, metrics: list | None = None) -> Path:
+    """timm's Hub folder (what timm's save_for_hf writes and `read` reads): config.json with the architecture, the
+    constructor arguments (model_args), pretrained_cfg and label_names, so that timm.create_model("local-dir:DIR")
+    builds the model with no other argument; model.safetensors holding timm's tensors with vitkit's config and
+    `metadata` in its metadata (a round trip is exact); README.md, the model card. A model timm's VisionTransformer
+    cannot be is refused in one line."""
+    c = model.config
+    refuse_for_folder(model, directory)
+    tensors = from_vitkit(timm_rules(c), model.state_dict())
+    stored = {"format": "pt", METADATA_KEY: json.dumps(c.to_dict()), EXTRA_KEY: json.dumps(metadata)}
+    config, card = hub_config(c, metadata), model_card(model, metadata, format="timm", metrics=metrics)
+    refuse_foreign(directory)
+    with atomic_dir(directory) as tmp:  # replaces an older folder as a whole
+        write_safetensors(tmp / HUB_WEIGHTS[0], tensors, metadata=stored)
+        write_json(tmp / HUB_CONFIG, config)
+        write_text(tmp / CARD_NAME, card)
+    return directory
+
+
+def refuse_for_folder(model, directory: Path) -> None:
+    """One line where timm's VisionTransformer, built from model_args alone, would not be `model`."""
+    c = model.config
+    why = None
+    if isinstance(model, ResNetV2) or c.backbone is not None:
+        why = "a ResNet or hybrid (timm builds their backbones from fixed entry points, not from model_args)"
+    elif c.pos_embed != "learned":
+        why = f"pos_embed {c.pos_embed!r} (timm's ViT learns one position embedding per token)"
+    elif c.representation_size:
+        why = "a pre-logits layer (timm's ViT has none)"
+    elif c.layer_norm_eps != TIMM_LAYER_NORM_EPS:
+        why = f"layer_norm_eps {c.layer_norm_eps:g} (timm's ViT uses {TIMM_LAYER_NORM_EPS:g})"
+    elif int(c.width * (c.mlp_dim / c.width)) != c.mlp_dim:
+        why = f"an MLP of {c.mlp_dim} for width {c.width} (timm sizes it as int(width * mlp_ratio))"
+    if why:
+        raise CheckpointError(
+            f"{directory}: timm's Hub folder cannot hold {why}; write a timm file instead ({directory}.safetensors), "
+            "or save as vitkit"
+        )
+
+
+def hub_config(c: ViTConfig, metadata: dict) -> dict:
+    """config.json of timm's Hub folder: its root keys as timm's save_for_hf writes them, and the model's background
+    (no timm key holds it)."""
+    timm_cfg = pretrained_cfg(c, metadata)
+    square = c.image_size[0] == c.image_size[1] and c.patch_size[0] == c.patch_size[1]
+    args = {
+        "img_size": c.image_size[0] if square else list(c.image_size),
+        "patch_size": c.patch_size[0] if square else list(c.patch_size),
+        "in_chans": c.in_chans,
+        "embed_dim": c.width,
+        "depth": c.depth,
+        "num_heads": c.num_heads,
+        "mlp_ratio": c.mlp_dim / c.width,
+        "qkv_bias": True,
+        "class_token": c.classifier == "token",
+        "global_pool": "token" if c.classifier == "token" else "avg",
+        "fc_norm": False,  # vitkit's GAP pools after the final LayerNorm, as the paper's
+    }
+    if c.mlp_act != "gelu":  # timm's default is exact GELU
+        args["act_layer"] = c.mlp_act
+    if c.dynamic_img_size:
+        args["dynamic_img_size"] = True
+    return {
+        "architecture": ARCHITECTURES.get(c.width, ARCHITECTURES[768]),
+        "num_classes": c.num_classes,
+        "num_features": c.width,
+        "global_pool": args["global_pool"],
+        "model_args": args,
+        "pretrained_cfg": {
+            **timm_cfg["pretrained_cfg"],
+            "fixed_input_size": not c.dynamic_img_size,
+            "first_conv": "patch_embed.proj",
+            "classifier": "head",
+        },
+        **({"label_names": timm_cfg["label_names"]} if timm_cfg["label_names"] else {}),
+        "background": timm_cfg["background"],
+    }
 
 
 def read_metadata(path: str | os.PathLike, *, config: Any = None) -> dict:

@@ -27,6 +27,7 @@ COMMANDS = {
     "models": "models",
     "benchmark": "benchmark",
     "export": "export",
+    "push": "push",
     "inspect": "inspect_cmd",
     "convert": "convert",
     "info": "info",

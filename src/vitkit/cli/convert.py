@@ -18,8 +18,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="convert a checkpoint between formats: vitkit, npz (Google Flax), timm, hf (Hugging Face)",
         description="Read SRC in any supported format and write it to DST. The source format is detected from the "
         "content; the target format follows DST's suffix (.npz -> npz, .safetensors/.pth -> timm, "
-        "otherwise a vitkit directory) unless --to says otherwise (hf writes a directory). Class names and preprocessing "
-        "travel with the weights: vitkit and HF config.json, safetensors metadata, else FILE.json beside the file.",
+        "otherwise a vitkit directory) unless --to says otherwise (hf writes a directory; timm, to a name that is no "
+        "file's, timm's Hub folder). HF and timm folders get a model card (README.md). Class names and preprocessing "
+        "travel with the weights: vitkit and HF config.json, safetensors metadata, else FILE.json beside the file; "
+        "no local path does (the training data is named by its folder).",
     )
     _add_path_flags(p)
     _add_format_flags(p)

@@ -90,5 +90,5 @@ def _held(meta: dict) -> dict[str, str]:
                 else ""
             )
     if not data.get("splits") and data:
-        rows["data"] = str(data.get("path") or data.get("name"))
+        rows["data"] = str(data.get("path") or data.get("folder") or data.get("name"))
     return rows

@@ -93,6 +93,12 @@ class DataSpec:
             raise DataError(
                 f"{source}: records no training data (not trained by vitkit train); name the data with {flag}"
             )
+        # an export's record names its folder, not its path (`checkpoint.card.publishable`): never the default data
+        if data is None and "path" not in recorded and recorded.get("name") != "synthetic":
+            raise DataError(
+                f"{source}: records its training data by the folder's name only ({recorded.get('folder', '?')}: an "
+                f"export keeps no local paths); name the data with {flag}"
+            )
         known = {f.name for f in dataclasses.fields(cls)} - {"trained"}
         fields = {k: v for k, v in (recorded or {}).items() if k in known}
         if isinstance(recorded, dict) and "split_rule" not in recorded:

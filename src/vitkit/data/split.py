@@ -123,8 +123,24 @@ def same_images(before, now: dict) -> bool:
     both have one (records written before vitkit kept digests have none)."""
     if not isinstance(before, dict):
         return False
-    keys = ("source", "selection", "n") + (("digest",) if "digest" in before and "digest" in now else ())
-    return all(before.get(k) == now.get(k) for k in keys)
+    keys = ("selection", "n") + (("digest",) if "digest" in before and "digest" in now else ())
+    return all(before.get(k) == now.get(k) for k in keys) and _same_source(before, now)
+
+
+def _same_source(before: dict, now: dict) -> bool:
+    """The recorded source is today's; an export's record names it below the data folder, or by its last part
+    (`checkpoint.card.publishable`), and is then today's where it ends today's path and the digests agree."""
+    was, is_ = before.get("source"), now.get("source")
+    if was == is_:
+        return True
+    if (
+        not (isinstance(was, str) and isinstance(is_, str))
+        or os.path.isabs(was)
+        or not ("digest" in before and "digest" in now)
+    ):
+        return False
+    tail = Path(was).parts
+    return was == "." or Path(is_).parts[-len(tail) :] == tail
 
 
 # How val is held out of the training images: "stratified" (each class its share) or "random" (a seeded cut blind to

@@ -249,7 +249,8 @@ def export(
                 warnings.simplefilter("ignore", torch.jit.TracerWarning)
                 torch.jit.save(torch.jit.trace(model, x), buffer)
         else:
-            torch.export.save(torch.export.export(model, (x,), dynamic_shapes=batch), buffer)
+            program = torch.export.export(model, (x,), dynamic_shapes=batch)
+            torch.export.save(_without_stack_traces(program), buffer)
     with atomic_path(path) as tmp:
         tmp.write_bytes(buffer.getbuffer())
     write_json(sidecar_path(path), info)
@@ -266,6 +267,30 @@ def _refuse_combination(format: str, int8: bool, preprocess: bool) -> None:
         raise ConfigError(
             f"format {format}: int8 exports are ONNX or OpenVINO IR (quantized by NNCF); export {format} in fp32"
         )
+
+
+def _without_stack_traces(program):
+    """A torch.export program without the stack traces its nodes carry: they name this machine's files (the absolute
+    paths of the Python install), which an export is not to publish."""
+    for module in program.graph_module.modules():
+        graph = getattr(module, "graph", None)
+        for node in graph.nodes if graph is not None else ():
+            node.meta.pop("stack_trace", None)
+    return program
+
+
+def _onnx_without_stack_traces(proto) -> None:
+    """The ONNX graph without the stack trace torch's exporter puts on each node (see `_without_stack_traces`)."""
+    graphs = [proto.graph]
+    nodes = [n for f in proto.functions for n in f.node]
+    while graphs:
+        graph = graphs.pop()
+        nodes += graph.node
+        graphs += [g for n in graph.node for a in n.attribute for g in (*([a.g] if a.HasField("g") else []), *a.graphs)]
+    for node in nodes:
+        kept = [p for p in node.metadata_props if not p.key.endswith("stack_trace")]
+        del node.metadata_props[:]
+        node.metadata_props.extend(kept)
 
 
 def companions(path: str | os.PathLike) -> list[Path]:
@@ -328,6 +353,7 @@ def _export_onnx(
 
             proto = join(proto, model.config, preprocess)
             del proto.metadata_props[:]
+        _onnx_without_stack_traces(proto)
         for key, value in info.items():
             proto.metadata_props.add(key=key, value=json.dumps(value))
         small = sum(p.numel() * p.element_size() for p in model.parameters()) < ONNX_SINGLE_FILE_LIMIT
