@@ -211,9 +211,9 @@ class CsvLog:
 
 
 class TensorBoardLog:
-    """RUN/tensorboard: an event file per stretch of the run, written as the run logs, in its own thread (no writer
-    thread: a failed write is an error naming the file, and what was written before stays). A resumed run's file
-    begins by purging the events after its checkpoint's step (TensorBoard's SessionLog START)."""
+    """RUN/tensorboard: an event file per stretch of the run, each record written when the run logs it, by the run's
+    own thread (no writer thread behind it: a failed write is an error naming the file, and what was written before
+    stays). A resumed run's file begins by purging the events after its checkpoint's step (a SessionLog START)."""
 
     def __init__(self, out: Path, config: RunConfig, step: int, ids: dict) -> None:
         from tensorboard.compat.proto.event_pb2 import Event, SessionLog
@@ -310,7 +310,7 @@ class MlflowLog:
             self.run_id = self._continued(known, step)
             if self.run_id is None:
                 self.run_id = self._create(out.name, flat_config(config.to_dict()))
-                self._replay(read_metrics(out) if step else [])
+                self._send(read_metrics(out) if step else [])  # a new run of a resumed one: the rows so far first
                 self._replaces(known.get("run_id"))
         except MlflowException as err:
             advice = (
@@ -345,8 +345,7 @@ class MlflowLog:
             self.client.log_batch(run.info.run_id, params=items[start : start + 100])
         return run.info.run_id
 
-    def _replay(self, rows: list[dict]) -> None:
-        """metrics.jsonl's rows so far, into a new run of a resumed one."""
+    def _send(self, rows: list[dict]) -> None:
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
@@ -369,11 +368,7 @@ class MlflowLog:
         return max((m.step for key in keys for m in self.client.get_metric_history(run_id, key)), default=0)
 
     def log(self, row: dict) -> None:
-        from mlflow.entities import Metric
-
-        now = int(time.time() * 1000)
-        metrics = [Metric(key, value, now, row["step"]) for key, value in scalars(row).items()]
-        self.client.log_batch(self.run_id, metrics=metrics)
+        self._send([row])
 
     def close(self, failed: bool) -> None:
         self.client.set_terminated(self.run_id, status="FAILED" if failed else "FINISHED")
