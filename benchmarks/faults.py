@@ -433,7 +433,8 @@ def tracker_resumes(work: Path, kills: int) -> None:
             "MLFLOW_TRACKING_URI": f"file:{work / 'mlruns'}",
         }
         wandb_dir.mkdir()
-        logs = ["train.checkpoint_every=4", "train.log_to=[csv,tensorboard,wandb,mlflow]"]
+        # a cosine decay over train.steps: the retrained steps get other values than the killed run's
+        logs = ["train.checkpoint_every=4", "train.decay=cosine", "train.log_to=[csv,tensorboard,wandb,mlflow]"]
         run = subprocess.Popen(
             [VITKIT, "train", "--out", str(out), *TRAIN, *logs, "train.steps=400"],
             env=env,
