@@ -20,6 +20,11 @@ counted. Every number it prints comes from this run.
 7. Special files: /dev/zero as an image and as a checkpoint, a FIFO as an image and a checkpoint, each under a
    timeout and an address-space limit: one line, exit 2, never a hang or a runaway read.
 
+8. Live runs and trackers (`--only live-trackers` runs this group alone): predict, convert and info on a run while
+   it trains; kill -9 past a checkpoint, then `--resume` with another train.steps, each tracker's values per step
+   against metrics.jsonl; broken tracker packages, a setting W&B refuses, an MLflow store that cannot be made; a full
+   disk (a small tmpfs in a user namespace where unshare works, and a file-size limit) under csv and tensorboard.
+
 --results also writes the rows faults-bytes-lost-SLUG, faults-wrong-messages-SLUG and faults-train-kills-SLUG of
 benchmarks/results/reliability.csv through benchmarks/rows.py (SLUG: the machine kind, e.g. epyc); off by default
 so a quick run doesn't overwrite published figures. Then run `python benchmarks/render.py`.
@@ -45,6 +50,9 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "checkpoint"))
 from test_replace import FORMATS, _killed_at, _model, _which  # noqa: E402  (the tests' fault injection, reused)
+
+sys.path.insert(0, str(ROOT / "tests" / "cli"))
+from test_tracking_cli import TRACKER_ENV, wandb_run  # noqa: E402  (the trackers offline, and W&B's file reader)
 
 from vitkit.checkpoint import save_checkpoint  # noqa: E402
 from vitkit.checkpoint.io import read_safetensors  # noqa: E402
@@ -325,6 +333,252 @@ def special_files(work: Path) -> None:
     print("special files: tried")
 
 
+# -- live runs and trackers: reads of a run while it trains, trackers after a resume, tracker and disk faults ---------
+live_counts = {
+    "reads": 0,
+    "reads failed": 0,
+    "tracker runs": 0,
+    "disagreeing": 0,
+    "faults": 0,
+    "wrong lines": 0,
+    "data lost": 0,
+}
+
+
+def _wait_for(condition, what: str, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def live_run_reads(work: Path, n: int) -> None:
+    """predict, convert and info on a run while it trains (a checkpoint each step, one kept): each must read it whole."""
+    from PIL import Image
+
+    image = work / "live.png"
+    Image.new("RGB", (8, 8), (30, 120, 200)).save(image)
+    run = work / "live-run"
+    trainer = subprocess.Popen(
+        [VITKIT, "train", "--out", str(run), *TRAIN, "train.steps=1000000"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        _wait_for(lambda: step_checkpoints(run), "the live run's first checkpoint")
+        for i in range(n):
+            command = [
+                ["predict", str(run), str(image)],
+                ["convert", str(run), str(work / f"live{i}")],
+                ["info", str(run)],
+            ]
+            args = command[i % 3]
+            done = subprocess.run([VITKIT, *args], capture_output=True, text=True, timeout=300)
+            live_counts["reads"] += 1
+            counts["inputs tried"] += 1
+            if done.returncode != 0:
+                live_counts["reads failed"] += 1
+                counts["wrong messages"] += 1
+                print(f"  READ FAILED: vitkit {args[0]}: {done.stderr.strip()[-300:]}")
+        newest = step_checkpoints(run)[-1].name
+    finally:
+        trainer.kill()
+        trainer.wait()
+    print(f"reads of a live run (a checkpoint each step, up to {newest}): {live_counts['reads failed']} of {n} failed")
+
+
+def _tracker_views(out: Path, wandb_dir: Path) -> dict[str, dict[int, float]]:
+    """train/loss per step as each tracker's reader sees it (W&B: every value of the run's offline files, a step
+    logged twice listed twice); a step with two values is kept as a list."""
+    from mlflow.tracking import MlflowClient
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    def collect(pairs) -> dict:
+        found: dict = {}
+        for step, value in pairs:
+            found.setdefault(step, []).append(value)
+        return found
+
+    ids = json.loads((out / "trackers.json").read_text())
+    history = MlflowClient().get_metric_history(ids["mlflow"]["run_id"], "train/loss")
+    events = EventAccumulator(str(out / "tensorboard"))
+    events.Reload()
+    wandb_pairs = [
+        (step, row["train/loss"])
+        for path in sorted(wandb_dir.glob(f"wandb/offline-run-*/run-{ids['wandb']['id']}.wandb"))
+        for step, row in wandb_run(str(path))[2].items()
+        if "train/loss" in row
+    ]
+    csv_rows = [line.split(",") for line in (out / "metrics.csv").read_text().splitlines()[1:]]
+    return {
+        "csv": collect((int(r[1]), float(r[3])) for r in csv_rows if r[0] == "train"),
+        "tensorboard": collect((e.step, e.value) for e in events.Scalars("train/loss")),
+        "wandb": collect(wandb_pairs),
+        "mlflow": collect((m.step, m.value) for m in history),
+    }
+
+
+def tracker_resumes(work: Path, kills: int) -> None:
+    """kill -9 after a checkpoint, with steps logged past it; `--resume RUN train.steps=N` with another N: each tracker
+    must hold metrics.jsonl's train/loss, one value per step."""
+    from vitkit.train.state import read_metrics
+
+    for i in range(kills):
+        out, wandb_dir = work / f"tracked{i}", work / f"wandb{i}"
+        env = {
+            **os.environ,
+            **TRACKER_ENV,
+            "WANDB_DIR": str(wandb_dir),
+            "MLFLOW_TRACKING_URI": f"file:{work / 'mlruns'}",
+        }
+        wandb_dir.mkdir()
+        # a cosine decay over train.steps: the retrained steps get other values than the killed run's
+        logs = ["train.checkpoint_every=4", "train.decay=cosine", "train.log_to=[csv,tensorboard,wandb,mlflow]"]
+        run = subprocess.Popen(
+            [VITKIT, "train", "--out", str(out), *TRAIN, *logs, "train.steps=400"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        past = 2 + i  # steps logged after the newest checkpoint when the kill comes
+
+        def logged_past() -> bool:
+            steps = step_checkpoints(out)
+            rows = read_metrics(out) if steps else []
+            return bool(rows) and rows[-1]["step"] >= int(steps[-1].name.split("_")[1]) + past
+
+        _wait_for(logged_past, "steps logged past a checkpoint")
+        run.kill()
+        run.wait()
+        counts["faults injected"] += 1
+        checkpoint = int(step_checkpoints(out)[-1].name.split("_")[1])
+        resume = [VITKIT, "train", "--resume", str(out), f"train.steps={checkpoint + 3 + i}"]
+        subprocess.run(resume, env=env, check=True, capture_output=True)
+        want = {r["step"]: r["loss"] for r in read_metrics(out) if r["kind"] == "train"}
+        for tracker, got in _with_env(env, lambda: _tracker_views(out, wandb_dir)).items():
+            live_counts["tracker runs"] += 1
+            agrees = sorted(got) == sorted(want) and all(
+                len(values) == 1 and abs(values[0] - want[step]) <= 1e-6 * abs(want[step])
+                for step, values in got.items()
+            )
+            live_counts["disagreeing"] += not agrees
+            counts["wrong messages"] += not agrees
+            if not agrees:
+                print(f"  DISAGREES: {tracker} after kill {i + 1}: {got} against metrics.jsonl {want}")
+    print(
+        f"kill -9 past a checkpoint, --resume with another train.steps: {live_counts['disagreeing']} of "
+        f"{live_counts['tracker runs']} tracker runs differ from metrics.jsonl"
+    )
+
+
+def _with_env(env: dict, fn):
+    """fn() with os.environ as `env` (MLflow's client reads its store from MLFLOW_TRACKING_URI), put back after."""
+    before = dict(os.environ)
+    os.environ.update(env)
+    try:
+        return fn()
+    finally:
+        os.environ.clear()
+        os.environ.update(before)
+
+
+def _one_line_naming(command: list[str], named: str, what: str, **run) -> subprocess.CompletedProcess:
+    """A command that must fail in one line, exit 2, naming `named`; counted as a fault, and a wrong line otherwise."""
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, **run)
+    lines = done.stderr.strip().splitlines()
+    live_counts["faults"] += 1
+    counts["faults injected"] += 1
+    ok = done.returncode == 2 and len(lines) == 1 and named in lines[0] and "a file:" not in lines[0]
+    if not ok or "Traceback" in done.stderr:
+        live_counts["wrong lines"] += 1
+        counts["wrong messages"] += 1
+        print(f"  WRONG LINE: {what}: exit {done.returncode}: {done.stderr.strip()[-500:]}")
+    else:
+        print(f"  {what}: {lines[0][:160]}")
+    return done
+
+
+def tracker_environments(work: Path) -> None:
+    """Tracker packages installed but broken, a setting W&B refuses, an MLflow store that cannot be made."""
+    base = {**os.environ, **TRACKER_ENV, "WANDB_DIR": str(work), "MLFLOW_TRACKING_URI": f"file:{work / 'mlruns'}"}
+    for package in ("wandb", "mlflow"):
+        site = work / f"broken-{package}"
+        (site / package).mkdir(parents=True)
+        (site / package / "__init__.py").write_text(
+            "raise AttributeError(\"module 'pydantic' has no attribute 'v1'\")\n"
+        )
+        env = {**base, "PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))}
+        command = [VITKIT, "train", "--out", str(work / f"env-{package}"), *TRAIN, f"train.log_to=[{package}]"]
+        _one_line_naming(
+            command, f"the {package} package is installed but fails to import", f"broken {package}", env=env
+        )
+    settings = [("wandb", "WANDB_MODE", "ofline"), ("mlflow", "MLFLOW_TRACKING_URI", "file:/proc/vitkit/mlruns")]
+    for tracker, variable, value in settings:
+        command = [VITKIT, "train", "--out", str(work / f"env-{variable}"), *TRAIN, f"train.log_to=[{tracker}]"]
+        _one_line_naming(command, variable, f"{variable}={value}", env={**base, variable: value})
+    print(f"tracker environments: {live_counts['wrong lines']} wrong lines of {live_counts['faults']}")
+
+
+def _run_kept(out: Path) -> bool:
+    """What a run wrote before its disk filled stays: metrics.jsonl's train steps 1..k, metrics.csv and TensorBoard
+    holding none of other values."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from vitkit.train.state import read_metrics
+
+    loss = {r["step"]: r["loss"] for r in read_metrics(out) if r["kind"] == "train"}
+    if sorted(loss) != list(range(1, len(loss) + 1)):
+        return False
+    kept = {}
+    if (out / "tensorboard").is_dir():
+        events = EventAccumulator(str(out / "tensorboard"))
+        events.Reload()
+        kept = (
+            {e.step: e.value for e in events.Scalars("train/loss")} if "train/loss" in events.Tags()["scalars"] else {}
+        )
+    return all(step in loss and abs(value - loss[step]) <= 1e-6 * abs(loss[step]) for step, value in kept.items())
+
+
+def full_disks_under_trackers(work: Path) -> None:
+    """train.log_to=[csv,tensorboard] on a full disk: a real small tmpfs (a user and mount namespace, where unshare
+    works) and a file-size limit (EFBIG), at three sizes each: one line naming the file, what was written kept."""
+    logs = ["train.log_to=[csv,tensorboard]", "train.checkpoint_every=1000000", "train.steps=600"]
+    tmpfs = subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode == 0
+    for kb in (32, 64, 128):
+        out = work / f"fsize{kb}" / "run"
+        limit = lambda kb=kb: resource.setrlimit(resource.RLIMIT_FSIZE, (kb << 10, resource.RLIM_INFINITY))
+        _one_line_naming(
+            [VITKIT, "train", "--out", str(out), *TRAIN, *logs], str(out), f"{kb} KiB files", preexec_fn=limit
+        )
+        _count_kept(out, f"{kb} KiB files")
+        if not tmpfs:
+            continue
+        disk, copy = work / f"tmpfs{kb}", work / f"tmpfs{kb}-copy"
+        disk.mkdir()
+        script = 'mount -t tmpfs -o size="$1" tmpfs "$2" && "$3" train --out "$2/run" "${@:5}"; rc=$?; cp -r "$2/run" "$4"; exit $rc'
+        command = ["unshare", "-rm", "bash", "-c", script, "-", f"{kb}k", str(disk), VITKIT, str(copy), *TRAIN, *logs]
+        _one_line_naming(command, str(disk / "run"), f"a {kb} KiB tmpfs")
+        _count_kept(copy, f"a {kb} KiB tmpfs")
+    print(f"full disks under csv and tensorboard ({'tmpfs and ' if tmpfs else ''}file-size limits): done")
+
+
+def _count_kept(out: Path, what: str) -> None:
+    if not _run_kept(out):
+        live_counts["data lost"] += 1
+        counts["bytes lost"] += sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
+        print(f"  DATA LOST: {what}: {out}")
+
+
+def live_runs_and_trackers(work: Path, reads: int, kills: int) -> None:
+    """The group for reads of live runs and for trackers (reads, resumes, environments, full disks)."""
+    work.mkdir(exist_ok=True)
+    live_run_reads(work, reads)
+    tracker_resumes(work, kills)
+    tracker_environments(work)
+    full_disks_under_trackers(work)
+
+
 def fuzz(examples: int) -> None:
     files = [
         "tests/test_input_fuzz.py",
@@ -359,6 +613,14 @@ def main() -> None:
     )
     parser.add_argument("--random-kills", type=int, default=20)
     parser.add_argument("--train-kills", type=int, default=5)
+    parser.add_argument("--live-reads", type=int, default=12, help="reads of a run while it trains")
+    parser.add_argument("--tracker-kills", type=int, default=3, help="kill -9, then --resume with another train.steps")
+    parser.add_argument(
+        "--only",
+        choices=["live-trackers"],
+        help="run one group alone (live-trackers: reads of live runs, trackers after a resume, tracker and disk "
+        "faults); --results then writes its rows alone",
+    )
     parser.add_argument(
         "--results",
         action="store_true",
@@ -366,8 +628,11 @@ def main() -> None:
     )
     args = parser.parse_args()
     started = time.time()
+    if args.only == "live-trackers":
+        return live_trackers_alone(args, started)
     with tempfile.TemporaryDirectory(prefix="vitkit-faults-") as tmp:
         work = Path(tmp)
+        live_runs_and_trackers(work / "live", args.live_reads, args.tracker_kills)
         kill_every_step(work)
         random_convert_kills(work, args.random_kills)
         file_size_limits(work)
@@ -386,6 +651,57 @@ def main() -> None:
     print(json.dumps(counts))
     if args.results:
         write_results()
+        write_live_results()
+
+
+def live_trackers_alone(args, started: float) -> None:
+    with tempfile.TemporaryDirectory(prefix="vitkit-faults-") as tmp:
+        live_runs_and_trackers(Path(tmp), args.live_reads, args.tracker_kills)
+    print(
+        f"\n{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {time.time() - started:.0f} s, {os.cpu_count()} CPUs"
+    )
+    print(json.dumps(live_counts))
+    if args.results:
+        write_live_results()
+
+
+def write_live_results() -> None:
+    from rows import write_rows
+
+    common = {"benchmark": "Fault campaign (reliability)"}
+    c = live_counts
+    write_rows(
+        "reliability",
+        [
+            {
+                **common,
+                "id": "faults-live-reads",
+                "claim": "reads of a training run that failed (predict, convert, info)",
+                "figure": f"{c['reads failed']} of {c['reads']}",
+                "unit": "reads",
+                "model": "vitkit run",
+                "setting": "a checkpoint each step, 1 kept",
+            },
+            {
+                **common,
+                "id": "faults-trackers",
+                "claim": "tracker runs disagreeing with metrics.jsonl after kill -9 and --resume with other train.steps",
+                "figure": f"{c['disagreeing']} of {c['tracker runs']}",
+                "unit": "runs",
+                "model": "csv, TensorBoard, W&B, MLflow",
+                "setting": "killed past a checkpoint",
+            },
+            {
+                **common,
+                "id": "faults-tracker-lines",
+                "claim": "tracker faults and full disks not ending in one line naming the package, variable or file, or losing data",
+                "figure": f"{c['wrong lines'] + c['data lost']} of {c['faults']}",
+                "unit": "faults",
+                "model": "train.log_to",
+                "setting": "broken packages, bad env, tmpfs, file-size limits",
+            },
+        ],
+    )
 
 
 def write_results() -> None:

@@ -118,7 +118,9 @@ def test_with_the_core_alone_train_and_eval_work_and_figures_say_which_extra_dra
     )
     assert trained["code"] == 0, trained["err"]
     plots = "matplotlib is not installed; pip install 'vitkit[plots]' draws them"
-    assert f"vitkit train: warning: loss.png, accuracy.png and lr.png not drawn: {plots}" in trained["err"]
+    assert (
+        f"vitkit train: warning: loss.png, accuracy.png, lr.png and confusion.png not drawn: {plots}" in trained["err"]
+    )
     assert (run / "final").is_dir() and not list(run.glob("*.png"))
     assert scored["code"] == 0, scored["err"]
     assert f"confusion matrix: not written ({run / 'eval' / 'confusion_test.png'}: {plots})" in scored["out"]

@@ -587,6 +587,85 @@ def remove_dir(directory: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
+# -- pins: a reader's shared flock on a directory that a writer deletes (a run's rotated step checkpoints) -------------
+# The reader opens the directory and takes a shared flock on it; the remover takes an exclusive one without waiting,
+# and leaves a directory it cannot lock in place for a later removal. A flock belongs to the open directory, so a
+# reader killed mid-read leaves no pin behind.
+def pin_dir(directory: Path) -> int | None:
+    """An fd of `directory` holding a shared flock (close it to unpin), or None where it is gone or being removed."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    fcntl.flock(fd, fcntl.LOCK_SH)  # a remover holds its lock only while it renames and deletes
+    try:
+        if os.path.samestat(os.fstat(fd), os.stat(directory)):
+            return fd
+    except FileNotFoundError:
+        pass  # removed while we waited for the lock
+    os.close(fd)
+    return None
+
+
+_PINS: dict[Path, tuple[Path, int]] = {}  # what a pin is for (a run directory) -> (the directory pinned, the fd)
+_HOLDING: list[bool] = []  # non-empty inside holding_pins
+
+
+def pin(key: Path, directory: Path) -> bool:
+    """`directory` pinned as `key`'s (the one pinned for it before let go); False where it is gone."""
+    if key in _PINS and _PINS[key][0] == directory:
+        return True
+    fd = pin_dir(directory)
+    if fd is None:
+        return False
+    _unpin(key)
+    _PINS[key] = (directory, fd)
+    return True
+
+
+def held_pin(key: Path) -> Path | None:
+    """Inside `holding_pins`, the directory pinned for `key` (None outside, or where none is)."""
+    return _PINS[key][0] if _HOLDING and key in _PINS else None
+
+
+def _unpin(key: Path) -> None:
+    held = _PINS.pop(key, None)
+    if held is not None:
+        os.close(held[1])
+
+
+@contextmanager
+def holding_pins() -> Iterator[None]:
+    """Inside: a pin stays what it was first (`held_pin`), so a command reading a live run twice reads one checkpoint.
+    At the end every pin is let go."""
+    _HOLDING.append(True)
+    try:
+        yield
+    finally:
+        _HOLDING.pop()
+        if not _HOLDING:
+            for key in list(_PINS):
+                _unpin(key)
+
+
+def remove_unpinned(directory: Path) -> bool:
+    """`remove_dir`, unless a reader pins `directory` (`pin_dir`): then it stays, and False says so."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    except FileNotFoundError:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return False
+    try:
+        remove_dir(directory)
+    finally:
+        os.close(fd)
+    return True
+
+
 def abort_replacement(tmp: Path, fd: int) -> None:
     """Drop a half-built `tmp` (the target stays as it was)."""
     shutil.rmtree(tmp, ignore_errors=True)

@@ -7,6 +7,7 @@ import json
 import shutil
 import struct
 import sys
+import threading
 
 import pytest
 from test_train_cli import FAST as TRAIN_FAST  # the tiny model and schedule of the train command's tests
@@ -51,42 +52,61 @@ def wandb_run(path):
     return run_id, config, history
 
 
-def offline(monkeypatch, tmp_path, **more: str) -> None:
-    """The environment of a run whose trackers stay on this machine: W&B offline in `tmp_path`, no telemetry."""
-    env = {
-        "WANDB_MODE": "offline",
-        "WANDB_SILENT": "true",
-        "WANDB_DIR": str(tmp_path),
-        "WANDB_ERROR_REPORTING": "false",
-    }
-    for name, value in {**env, "MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true", **more}.items():
+TRACKER_ENV = {
+    "WANDB_MODE": "offline",
+    "WANDB_SILENT": "true",
+    "WANDB_ERROR_REPORTING": "false",
+    "MLFLOW_ALLOW_FILE_STORE": "true",
+    "MLFLOW_DISABLE_TELEMETRY": "true",
+    "DO_NOT_TRACK": "true",
+}
+
+
+def offline_trackers(tmp_path, monkeypatch):
+    """W&B offline and MLflow in a file store, both under tmp_path, for the vitkit processes and the readers here."""
+    env = {**TRACKER_ENV, "WANDB_DIR": str(tmp_path), "MLFLOW_TRACKING_URI": f"file:{tmp_path / 'mlruns'}"}
+    for name, value in env.items():
         monkeypatch.setenv(name, value)
+
+
+def wandb_history(tmp_path, run_id):
+    """{step: {key: value}} of a W&B run over its offline files (a resumed run adds one), the later file's value last."""
+    history = {}
+    for path in sorted(glob.glob(str(tmp_path / "wandb" / "offline-run-*" / f"run-{run_id}.wandb"))):
+        for step, row in wandb_run(path)[2].items():
+            history.setdefault(step, {}).update(row)
+    return history
 
 
 def test_a_run_logs_to_every_tracker_and_a_resumed_run_continues_each_without_a_step_twice(
     tmp_path, run_cli, monkeypatch
 ):
+    """Killed after logging steps 5-8 past its checkpoint at 4, resumed with train.steps=6 (another schedule, other
+    values at 5 and 6): every tracker holds metrics.jsonl's values, one per step. Then resumed once more (a run that
+    ended at its checkpoint): the same runs go on."""
     for package in ("tensorboard", "wandb", "mlflow"):
         pytest.importorskip(package)
     from mlflow.tracking import MlflowClient
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from tensorboard.plugins.hparams import plugin_data_pb2
 
-    # for the vitkit processes and for the readers here alike
-    offline(monkeypatch, tmp_path, MLFLOW_TRACKING_URI=f"file:{tmp_path / 'mlruns'}", MLFLOW_ALLOW_FILE_STORE="true")
+    offline_trackers(tmp_path, monkeypatch)
     out = tmp_path / "run"
-    first = run_cli("train", "--out", out, *FAST, "train.steps=6", "train.log_to=[csv,tensorboard,wandb,mlflow]")
+    every = "train.log_to=[csv,tensorboard,wandb,mlflow]"
+    first = run_cli("train", "--out", out, *FAST, "train.steps=8", "train.log_every=1", every)
     assert first.returncode == 0, first.stderr
-    ids = json.loads((out / "trackers.json").read_text())
-    # killed after step 6 was logged, before its checkpoint: the resumed run trains and logs step 6 again
-    shutil.rmtree(out / "checkpoints" / "step_0000006")
+    dead, ids = read_metrics(out), json.loads((out / "trackers.json").read_text())
+    shutil.rmtree(out / "checkpoints" / "step_0000008")  # as if killed after step 8 was logged, before its checkpoint
     shutil.rmtree(out / "final")
-    second = run_cli("train", "--resume", out)
+    second = run_cli("train", "--resume", out, "train.steps=6")
     assert second.returncode == 0, second.stderr
-    assert json.loads((out / "trackers.json").read_text()) == ids  # the same W&B and MLflow runs
     rows = read_metrics(out)
     loss = {r["step"]: r["loss"] for r in rows if r["kind"] == "train"}
-    assert sorted(loss) == [2, 4, 6] and [r["step"] for r in rows if r["kind"] == "val"] == [4, 6]
+    assert sorted(loss) == [1, 2, 3, 4, 5, 6] and [r["step"] for r in rows if r["kind"] == "val"] == [4, 6]
+    dead_loss = {r["step"]: r["loss"] for r in dead if r["kind"] == "train"}
+    assert all(dead_loss[s] == loss[s] for s in (1, 2, 3, 4)) and dead_loss[6] != loss[6]  # retrained, other values
+    new_ids = json.loads((out / "trackers.json").read_text())
+    assert new_ids["wandb"]["id"] != ids["wandb"]["id"] and new_ids["mlflow"]["run_id"] != ids["mlflow"]["run_id"]
 
     csv_rows = (out / "metrics.csv").read_text().splitlines()
     assert csv_rows[0].startswith("kind,step,epoch,loss") and len(csv_rows) == 1 + len(rows)
@@ -95,8 +115,8 @@ def test_a_run_logs_to_every_tracker_and_a_resumed_run_continues_each_without_a_
     events = EventAccumulator(str(out / "tensorboard"))
     events.Reload()
     assert [(e.step, e.value) for e in events.Scalars("train/loss")] == [
-        (s, pytest.approx(loss[s], rel=1e-6)) for s in (2, 4, 6)
-    ]  # the first run's step 6 purged
+        (s, pytest.approx(loss[s], rel=1e-6)) for s in sorted(loss)
+    ]  # the first run's steps 5 to 8 purged
     assert [e.step for e in events.Scalars("val/top1")] == [4, 6]
     assert "log_to:" in events.Tensors("config/text_summary")[0].tensor_proto.string_val[0].decode()
     hparams = plugin_data_pb2.HParamsPluginData.FromString(
@@ -105,18 +125,30 @@ def test_a_run_logs_to_every_tracker_and_a_resumed_run_continues_each_without_a_
     assert hparams["train.lr"].number_value == pytest.approx(1e-3) and hparams["model.name"].string_value == "vit_test"
 
     client = MlflowClient()
-    run = client.get_run(ids["mlflow"]["run_id"])
+    run = client.get_run(new_ids["mlflow"]["run_id"])
     assert run.info.status == "FINISHED" and run.data.params["train.lr"] == "0.001"
-    assert len(client.search_runs([run.info.experiment_id])) == 1
+    assert run.data.tags["vitkit.continues"] == ids["mlflow"]["run_id"]
+    old = client.get_run(ids["mlflow"]["run_id"])
+    assert old.info.status == "KILLED" and old.data.tags["vitkit.replaced_by"] == run.info.run_id
     history = client.get_metric_history(run.info.run_id, "train/loss")
-    assert sorted((m.step, m.value) for m in history) == [(s, pytest.approx(loss[s], rel=1e-6)) for s in (2, 4, 6)]
+    assert sorted((m.step, m.value) for m in history) == [(s, pytest.approx(loss[s], rel=1e-6)) for s in sorted(loss)]
     assert [m.step for m in client.get_metric_history(run.info.run_id, "val/loss")] == [4, 6]
 
-    files = sorted(glob.glob(str(tmp_path / "wandb" / "offline-run-*" / "run-*.wandb")))
-    (id_1, config, history_1), (id_2, _, history_2) = map(wandb_run, files)
-    assert id_1 == id_2 == ids["wandb"]["id"] and config["train"]["log_to"] == ["csv", "tensorboard", "wandb", "mlflow"]
-    assert sorted(history_1) == [2, 4, 6] and sorted(history_2) == [6]  # the resumed run continues after step 4
-    assert history_1[2]["train/loss"] == pytest.approx(loss[2], rel=1e-6) and "val/top1" in history_1[4]
+    (_, config, _), *_ = map(wandb_run, glob.glob(str(tmp_path / "wandb" / "offline-run-*" / "run-*.wandb")))
+    assert config["train"]["log_to"] == ["csv", "tensorboard", "wandb", "mlflow"]
+    history = wandb_history(tmp_path, new_ids["wandb"]["id"])
+    assert {s: row["train/loss"] for s, row in history.items() if "train/loss" in row} == pytest.approx(loss, rel=1e-6)
+    assert sorted(s for s, row in history.items() if "val/top1" in row) == [4, 6]
+
+    third = run_cli("train", "--resume", out, "train.steps=8")  # ended at its checkpoint: nothing past it to replace
+    assert third.returncode == 0, third.stderr
+    assert json.loads((out / "trackers.json").read_text()) == new_ids  # the same W&B and MLflow runs go on
+    loss = {r["step"]: r["loss"] for r in read_metrics(out) if r["kind"] == "train"}
+    assert sorted(loss) == list(range(1, 9))
+    history = client.get_metric_history(run.info.run_id, "train/loss")
+    assert sorted((m.step, m.value) for m in history) == [(s, pytest.approx(loss[s], rel=1e-6)) for s in sorted(loss)]
+    history = wandb_history(tmp_path, new_ids["wandb"]["id"])
+    assert {s: row["train/loss"] for s, row in history.items() if "train/loss" in row} == pytest.approx(loss, rel=1e-6)
 
 
 def test_a_tracker_whose_package_is_missing_is_one_line_before_any_work(tmp_path, vitkit_cmd, monkeypatch):
@@ -144,8 +176,8 @@ def test_the_trackers_get_the_figures_and_mlflow_the_model_in_its_own_store_and_
     from mlflow.tracking import MlflowClient
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    offline(monkeypatch, tmp_path)
-    for name in ("MLFLOW_TRACKING_URI", "MLFLOW_ALLOW_FILE_STORE"):  # unset here, and put back as they were after
+    offline_trackers(tmp_path, monkeypatch)
+    for name in ("MLFLOW_TRACKING_URI", "MLFLOW_ALLOW_FILE_STORE"):  # unset here: vitkit's own default store
         monkeypatch.delenv(name, raising=False)
     out = tmp_path / "run"
     fast = [*FAST, "data.synthetic_size=40", "train.steps=6", "train.log_to=[csv,tensorboard,wandb,mlflow]"]
@@ -185,3 +217,70 @@ def test_the_trackers_get_the_figures_and_mlflow_the_model_in_its_own_store_and_
     assert logged == {f"figures/{name}" for name in figures} and history[6]["figures/loss/_type"] == "image-file"
     media = glob.glob(str(tmp_path / "wandb" / "offline-run-*" / "files" / "media" / "images" / "figures" / "*.png"))
     assert len(media) == len(figures)
+
+
+@pytest.mark.parametrize("package", ["wandb", "mlflow"])
+def test_a_tracker_package_that_fails_to_import_is_one_line_before_any_work(tmp_path, vitkit_cmd, monkeypatch, package):
+    """Installed, so found, but broken: its import raises (here an AttributeError, as a mismatched dependency does)."""
+    broken = tmp_path / "site" / package
+    broken.mkdir(parents=True)
+    (broken / "__init__.py").write_text("raise AttributeError(\"module 'pydantic' has no attribute 'v1'\")\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    for name in [m for m in sys.modules if m == package or m.startswith(package + ".")]:
+        monkeypatch.delitem(sys.modules, name)  # the real one, where another test imported it: put back after
+    out = tmp_path / "run"
+    result = vitkit_cmd("train", "--out", out, *FAST, f"train.log_to=[csv,{package}]")
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert (
+        f"train.log_to: {package}: the {package} package is installed but fails to import (module 'pydantic' has no "
+        f"attribute 'v1'); reinstall it (pip install --force-reinstall 'vitkit[{package}]')" in result.stderr
+    )
+    assert not out.exists()
+
+
+def test_a_tracker_setting_its_package_refuses_is_one_line_naming_the_variable(tmp_path, vitkit_cmd, monkeypatch):
+    pytest.importorskip("wandb")
+    offline_trackers(tmp_path, monkeypatch)
+    monkeypatch.setenv("WANDB_MODE", "ofline")  # a typo: W&B's settings refuse it when a run starts
+    result = vitkit_cmd("train", "--out", tmp_path / "run", *FAST, "train.steps=1", "train.log_to=[wandb]")
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "vitkit train: error: train.log_to: wandb: WANDB_MODE='ofline': Input should be 'online', 'offline'" in (
+        result.stderr
+    )
+    assert "fix or unset WANDB_MODE" in result.stderr
+
+
+def test_a_full_disk_under_tensorboard_names_the_file_and_keeps_what_was_written(tmp_path, vitkit_cmd, monkeypatch):
+    """TensorBoard's event records are written through its RecordWriter: the 13th write (the second log line's
+    third scalar, after the file's header, hparams and config) finds the disk full."""
+    pytest.importorskip("tensorboard")
+    import errno
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.summary.writer import record_writer
+
+    real, writes = record_writer.RecordWriter.write, []
+
+    def write(self, data):
+        writes.append(len(data))
+        if len(writes) > 12:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self, data)
+
+    monkeypatch.setattr(record_writer.RecordWriter, "write", write)
+    thread_errors = []  # what a writer thread's failure would print as a traceback
+    monkeypatch.setattr(threading, "excepthook", thread_errors.append)
+    out = tmp_path / "run"
+    result = vitkit_cmd("train", "--out", out, *FAST, "train.log_every=1", "train.log_to=[csv,tensorboard]")
+    assert result.returncode == 2 and "Traceback" not in result.stderr and not thread_errors, result.stderr
+    lines = result.stderr.strip().splitlines()
+    events = sorted((out / "tensorboard").glob("events.out.tfevents.*"))
+    assert len(lines) == 1 and len(events) == 1
+    assert lines[0].startswith(f"vitkit train: error: {events[0]}: No space left on device; free some space")
+    loss = {r["step"]: r["loss"] for r in read_metrics(out)}
+    assert sorted(loss) == [1, 2]  # metrics.jsonl and the csv go first: both hold the line TensorBoard failed on
+    assert [line.split(",")[1] for line in (out / "metrics.csv").read_text().splitlines()[1:]] == ["1", "2"]
+    accumulator = EventAccumulator(str(out / "tensorboard"))
+    accumulator.Reload()
+    kept = {e.step: e.value for e in accumulator.Scalars("train/loss")}  # step 2's first scalars went in whole
+    assert 1 in kept and set(kept) <= {1, 2} and kept == pytest.approx({s: loss[s] for s in kept}, rel=1e-6)

@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 
 from vitkit.errors import CheckpointError
-from vitkit.files import Snapshot, snapshot_json
+from vitkit.files import Snapshot, held_pin, pin, snapshot_json
 
 from . import hf, hub, native, timm
 
@@ -48,21 +48,48 @@ def locate(path: str | os.PathLike) -> tuple[Path, Snapshot | None]:
     """`resolve`, with the config.json of the directory it names where telling it read that (to be read only once)."""
     path = hub.where(path)
     if is_run_dir(path):
+        held = held_pin(path.absolute())  # a command reading a live run again: the checkpoint it read
+        if held is not None:
+            return held, None
         final = snapshot_json(path / "final", native.CONFIG_NAME)  # waits out a replacement of final/ in flight
         if native.says_native(final.data):
             return path / "final", final
-        steps = step_checkpoints(path)
-        if steps:
-            return steps[-1], None
+        newest = _pinned_step(path)
+        if newest is not None:
+            return newest, None
         raise CheckpointError(
             f"{path}: a run directory without a model yet (no final/ and no complete checkpoints/step_N/); "
             f"finish it with vitkit train --resume {path}"
         )
+    if _STEP_DIR.fullmatch(path.name) and path.parent.name == "checkpoints" and is_run_dir(path.parent.parent):
+        pin(path.absolute(), path)  # named itself: pinned as it is, while it is there
+        return path, None
     if path.is_file() and path.name in (native.WEIGHTS_NAME, *hf.WEIGHTS_NAMES):
         folder = snapshot_json(path.parent, native.CONFIG_NAME)
         if native.says_native(folder.data) or hf.says_hf(folder.data) or timm.is_timm_dir(path.parent, folder.data):
             return path.parent, folder
     return path, None
+
+
+# -- a live run's step checkpoints, pinned while read ----------------------------------------------------------------
+# A run in training deletes its older step checkpoints (train.keep_checkpoints). A reader pins the newest one it
+# resolves (files.pin: a shared flock that the rotation honours), so the checkpoint it read config.json from is still
+# there when it reads the weights. One pin per run directory: resolving the run again pins its newest checkpoint then
+# and lets the earlier one go; inside files.holding_pins (a command) a run names the one it named first.
+PIN_TRIES = 100  # newest checkpoints rotated away before they were pinned, in a row, before giving up
+
+
+def _pinned_step(run: Path) -> Path | None:
+    """The newest complete step checkpoint of `run`, pinned (see above); None where it has none."""
+    for _ in range(PIN_TRIES):
+        steps = step_checkpoints(run)
+        if not steps:
+            return None
+        if pin(run.absolute(), steps[-1]):  # else rotated away since it was listed: the next newest
+            return steps[-1]
+    raise CheckpointError(
+        f"{run}: its newest checkpoint was removed {PIN_TRIES} times before it could be read; run the command again"
+    )
 
 
 def run_dir(checkpoint: str | os.PathLike) -> Path | None:

@@ -183,8 +183,11 @@ def _one_line_warnings(command: str, show):
 
 
 def _run(args: argparse.Namespace) -> int:
+    from vitkit.files import holding_pins
+
     try:
-        code = int(args.run(args) or 0)
+        with holding_pins():  # a live run read twice by the command: the checkpoint it read first, kept in place
+            code = int(args.run(args) or 0)
         sys.stdout.flush()  # a closed pipe shows here, not in Python's own flush at exit
         return code
     except BrokenPipeError:  # `vitkit info ... | head` closed the pipe: stop quietly, as cat would

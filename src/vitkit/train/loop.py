@@ -56,7 +56,6 @@ from vitkit.train.state import (
     restore_tensors,
     save_checkpoint,
     train_tensors,
-    truncate_metrics,
     whole_model,
     write_dir,
 )
@@ -311,7 +310,7 @@ def _restore(config: RunConfig, out: Path, env: Setup, data: Data) -> RunState:
     run = _assemble(config, env, model, progress, tensors)
     restore_tensors(run, tensors, newest, env)
     if world.main:
-        truncate_metrics(out, progress["step"])
+        trackers.cut_back(out, progress["step"])  # metrics.jsonl to the checkpoint; the trackers' runs past it marked
         with atomic_path(out / "run.yaml") as tmp:  # overrides on --resume (train.steps=N) hold for every later resume
             tmp.write_text(dump_run_config(config))
         # the same images (check_resumable); a run of a vitkit that did not list them gets the list now

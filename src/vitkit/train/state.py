@@ -30,7 +30,7 @@ from vitkit.files import (
     begin_replacement,
     commit_replacement,
     read_json,
-    remove_dir,
+    remove_unpinned,
     staging,
     update_checksums,
     write_json,
@@ -170,7 +170,7 @@ def save_checkpoint(
     write_dir(target, fill, world)
     if world.main:
         for old in step_checkpoints(out)[: -max(keep, 1)]:
-            remove_dir(old)
+            remove_unpinned(old)  # one a reader has pinned (checkpoint.runs) stays until a later save
     return target
 
 
