@@ -291,6 +291,11 @@ def write(model: VisionTransformer, path: str | os.PathLike, *, metadata: dict |
         write_with_sidecar(path, lambda fresh: bit.write_npz_file(model, fresh), sidecar)
         return path
     refuse_conv_stem(c, path, "the .npz format", "its layout names BiT ResNet hybrids only")
+    if c.distilled:
+        raise CheckpointError(
+            f"{path}: the .npz format (Google's Flax ViT) has no distillation token; save this DeiT model as vitkit, "
+            "timm (.safetensors) or hf (DeiTForImageClassificationWithTeacher)"
+        )
     if c.pos_embed != "learned":
         raise CheckpointError(
             f"{path}: the .npz format holds learned position embeddings only; this model uses {c.pos_embed!r}"

@@ -2,7 +2,8 @@
 
 timm's plain ViT already uses vitkit's names except patch_embed.proj and pre_logits.fc; its hybrids
 keep the BiT ResNet under patch_embed.backbone as stem.{conv,norm} and stages.S.blocks.U.*, or just
-{conv,norm} for the stem-only R+ViT-Ti. A state dict does not say how many heads the model has:
+{conv,norm} for the stem-only R+ViT-Ti. DeiT's distilled models (deit_*_distilled_*) add dist_token and head_dist, which
+vitkit names alike. A state dict does not say how many heads the model has:
 vitkit reads it from the vitkit config it stores in safetensors metadata when it wrote the file, else
 takes the head count of the named size with that width (Table 1; 64-wide heads otherwise).
 
@@ -184,10 +185,11 @@ def config_from_timm(
                 "convert from the original format or build the model with vitkit.create_model and load the weights"
             )
     classifier = "token" if "cls_token" in state else "gap"
+    distilled = "dist_token" in state  # DeiT's distillation token and its head_dist (deit_*_distilled_*)
     representation_size = shape("pre_logits.fc.weight")[0] if "pre_logits.fc.weight" in state else None
     num_classes = shape("head.weight")[0] if "head.weight" in state else 0
     stride = backbone.stride if backbone else 1
-    num_patches = shape("pos_embed")[1] - (classifier == "token")
+    num_patches = shape("pos_embed")[1] - (classifier == "token") - distilled
     grid = stored.get("image_size") if stored and image_size is None else None  # a non-square grid vitkit wrote
     image = infer_image_size(
         num_patches, (ph * stride, pw * stride), image_size=image_size or grid, key="pos_embed", source=source
@@ -195,6 +197,7 @@ def config_from_timm(
     fields = dict(
         image_size=image, patch_size=(ph, pw), in_chans=in_chans, num_classes=num_classes, width=width, depth=depth,
         mlp_dim=mlp_dim, num_heads=num_heads, classifier=classifier, representation_size=representation_size, backbone=backbone,
+        distilled=distilled,
     )  # fmt: skip
     for key in NOT_IN_THE_TENSORS:
         if stored and key in stored:

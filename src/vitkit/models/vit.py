@@ -37,6 +37,7 @@ from vitkit.limits import check_batch_room
 
 from .backbones import ConvStem, ResNetBackbone
 from .config import Backbone, ConvStemConfig, ViTConfig
+from .distill import dist_token, two_heads
 from .intermediates import cached, check_output_fmt, take_indices, tracing
 
 
@@ -220,7 +221,7 @@ class VisionTransformer(nn.Module):
 
     forward_features(x) -> (B, prefix + N, D) tokens after the final LayerNorm
     forward_head(tokens, pre_logits=False) -> pooled features or logits
-    forward(x) -> logits
+    forward(x) -> logits (DeiT's distilled model while training: class-token and distillation-token logits)
     forward_intermediates(x, indices) -> (final tokens, [z_l of the layers asked for])
     """
 
@@ -234,6 +235,7 @@ class VisionTransformer(nn.Module):
         embed_in = self.backbone.out_channels if self.backbone else c.in_chans
         self.patch_embed = nn.Conv2d(embed_in, D, kernel_size=c.patch_size, stride=c.patch_size)  # E
         self.cls_token = nn.Parameter(torch.zeros(1, 1, D)) if c.classifier == "token" else None
+        self.dist_token = dist_token(D) if c.distilled else None  # DeiT (models/distill.py)
         self.pos_embed: torch.Tensor | None
         if c.pos_embed == "learned":
             self.pos_embed = nn.Parameter(torch.randn(1, c.num_prefix_tokens + c.num_patches, D) * 0.02)
@@ -253,6 +255,7 @@ class VisionTransformer(nn.Module):
         self.norm = nn.LayerNorm(D, eps=c.layer_norm_eps)
         self.pre_logits = self._make_pre_logits(c.representation_size)
         self.head = self._make_head(c.num_classes)
+        self.head_dist = self._make_head(c.num_classes) if c.distilled else None
         self.grad_checkpointing = False  # recompute each block in backward instead of storing activations
         self._grid_cache: dict = {}  # E_pos per input grid (dynamic_img_size), `intermediates.cached`
         self._init_weights()
@@ -301,8 +304,8 @@ class VisionTransformer(nn.Module):
         x = self.patch_tokens(x)  # (B, N, D)
         if corrupt is not None:
             x = corrupt(x)
-        if self.cls_token is not None:
-            x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)  # (B, 1 + N, D)
+        prefix = [t.expand(x.shape[0], -1, -1) for t in (self.cls_token, self.dist_token) if t is not None]
+        x = torch.cat([*prefix, x], dim=1) if prefix else x  # (B, prefix + N, D)
         pos = self.position_embedding(grid)
         if pos is not None:
             x = x + pos
@@ -441,6 +444,8 @@ class VisionTransformer(nn.Module):
 
     def forward_head(self, tokens: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
         """Pool (class token, Eq. 4, or mean of the patch tokens), the pre-logits layer, the head."""
+        if self.head_dist is not None:  # DeiT: the class and distillation tokens, a head each
+            return two_heads(tokens, self.head, self.head_dist, pre_logits=pre_logits, training=self.training)
         if self.config.classifier == "token":
             y = tokens[:, 0]
         else:
@@ -450,7 +455,8 @@ class VisionTransformer(nn.Module):
 
     def forward(self, x: torch.Tensor, *, pre_logits: bool = False) -> torch.Tensor:
         """Logits (or, with pre_logits=True, the pooled features the head reads)."""
-        class_token_only = self.config.classifier == "token"  # the other tokens' last layer is never read
+        # the other tokens' last layer is never read (DeiT's heads read two)
+        class_token_only = self.config.classifier == "token" and not self.config.distilled
         return self.forward_head(self.forward_features(x, class_token_only=class_token_only), pre_logits=pre_logits)
 
     # -- surgery for transfer -----------------------------------------------------------
@@ -462,6 +468,8 @@ class VisionTransformer(nn.Module):
             self.pre_logits = nn.Identity()
         device = self.norm.weight.device
         self.head = self._make_head(num_classes).to(device)
+        if self.head_dist is not None:
+            self.head_dist = self._make_head(num_classes).to(device)
 
     def set_image_size(self, image_size: int | tuple[int, int]) -> None:
         """Change the input resolution; learned position embeddings are resampled (paper §3.2)."""
@@ -491,7 +499,7 @@ class VisionTransformer(nn.Module):
 
     def no_weight_decay(self) -> set[str]:
         """Parameter names that take no weight decay besides norms and biases."""
-        names = {"cls_token", "pos_embed", "pos_embed_row", "pos_embed_col"}
+        names = {"cls_token", "dist_token", "pos_embed", "pos_embed_row", "pos_embed_col"}
         return names | {f"blocks.{i}.attn.position_bias.table" for i in range(len(self.blocks))}
 
 
