@@ -112,7 +112,7 @@ def _directory_format(path: Path, config) -> str:
         )
     raise CheckpointError(
         f"{path}: unknown checkpoint format: neither a vitkit checkpoint or run directory (config.json with "
-        '"format": "vitkit"; run.yaml, final/), a Hugging Face one ("model_type": "vit") nor timm\'s '
+        '"format": "vitkit"; run.yaml, final/), a Hugging Face one ("model_type": "vit" or "deit") nor timm\'s '
         '("architecture" beside model.safetensors or pytorch_model.bin)'
     )
 

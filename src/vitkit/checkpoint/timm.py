@@ -2,7 +2,8 @@
 
 timm's plain ViT already uses vitkit's names except patch_embed.proj and pre_logits.fc; its hybrids
 keep the BiT ResNet under patch_embed.backbone as stem.{conv,norm} and stages.S.blocks.U.*, or just
-{conv,norm} for the stem-only R+ViT-Ti. A state dict does not say how many heads the model has:
+{conv,norm} for the stem-only R+ViT-Ti. DeiT's distilled models (deit_*_distilled_*) add dist_token and head_dist, which
+vitkit names alike. A state dict does not say how many heads the model has:
 vitkit reads it from the vitkit config it stores in safetensors metadata when it wrote the file, else
 takes the head count of the named size with that width (Table 1; 64-wide heads otherwise).
 
@@ -138,10 +139,16 @@ def timm_rules(c: ViTConfig, *, class_slot: bool = True) -> list[Rule]:
     """The key map vitkit <-> timm for config `c`; timm's tensors have vitkit's shapes, only the names differ, but for
     attention pooling's packed Q/K/V and, without a `class_slot` (no_embed_class), the position embedding."""
     shapes = _shapes(c)
-    renames = [("patch_embed.", "patch_embed.proj."), ("pre_logits.0.", "pre_logits.fc."), ("attn_pool.probe", "attn_pool.latent")]
+    renames = [
+        ("patch_embed.", "patch_embed.proj."),
+        ("pre_logits.0.", "pre_logits.fc."),
+        ("attn_pool.probe", "attn_pool.latent"),
+    ]
     if c.backbone:
         renames += _backbone_names(c)
-    special = {f"attn_pool.qkv.{kind}": _q_and_kv(f"attn_pool.qkv.{kind}", c.width, kind) for kind in ("weight", "bias")}
+    special = {
+        f"attn_pool.qkv.{kind}": _q_and_kv(f"attn_pool.qkv.{kind}", c.width, kind) for kind in ("weight", "bias")
+    }
     if not class_slot and c.pos_prefix_tokens:
         special["pos_embed"] = _without_class_slot(c)
     rules = []
@@ -181,8 +188,8 @@ def fold_class_slot(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 def writes_class_slot(c: ViTConfig, state: dict[str, torch.Tensor]) -> bool:
     """Whether the timm file keeps a class slot in pos_embed: not with registers (timm's register models have none)
-    nor where the slot is zero (a model read from a no_embed_class file)."""
-    if not c.pos_prefix_tokens or c.pos_embed != "learned":
+    nor where the slot is zero (a model read from a no_embed_class file); always with DeiT's distillation token."""
+    if not c.pos_prefix_tokens or c.pos_embed != "learned" or c.distilled:
         return True
     return not c.reg_tokens and bool(state["pos_embed"][:, :1].any())
 
@@ -250,9 +257,13 @@ def config_from_timm(
     num_classes = shape("head.weight")[0] if "head.weight" in state else 0
     stride = backbone.stride if backbone else 1
     grid = stored.get("image_size") if stored and image_size is None else None  # a non-square grid vitkit wrote
-    slot = class_slot(state, (ph * stride, pw * stride), grid)
+    slots = class_slot(state, (ph * stride, pw * stride), grid) + ("dist_token" in state)  # DeiT's distillation token
     image = infer_image_size(
-        shape("pos_embed")[1] - slot, (ph * stride, pw * stride), image_size=image_size or grid, key="pos_embed", source=source
+        shape("pos_embed")[1] - slots,
+        (ph * stride, pw * stride),
+        image_size=image_size or grid,
+        key="pos_embed",
+        source=source,
     )
     fields = dict(
         image_size=image, patch_size=(ph, pw), in_chans=in_chans, num_classes=num_classes, width=width, depth=depth,
@@ -269,8 +280,11 @@ def config_from_timm(
 
 
 def class_slot(state: dict[str, torch.Tensor], stride: tuple[int, int], image_size) -> bool:
-    """Whether a timm state dict's pos_embed has a slot for the class token: not without one, not with registers (timm's
-    no_embed_class), else where its length is one more than the patches (a known grid's, or a square one)."""
+    """Whether a timm state dict's pos_embed has a slot for the class token: with DeiT's distillation token yes, not without one,
+    not with registers (timm's no_embed_class), else where its length is one more than the patches (a known
+    grid's, or a square one)."""
+    if "dist_token" in state:  # DeiT's distilled models: positions for both tokens
+        return True
     if "cls_token" not in state or "reg_token" in state:
         return False
     length = state["pos_embed"].shape[1] if "pos_embed" in state else 1
@@ -289,6 +303,7 @@ def _pieces(state: dict[str, torch.Tensor], stored: dict) -> dict:
     fc1, fc2 = state.get("blocks.0.mlp.fc1.weight"), state.get("blocks.0.mlp.fc2.weight")
     if fc1 is not None and fc2 is not None and fc1.shape[0] == 2 * fc2.shape[1]:  # SwiGLU: fc1 packs gate and value
         pieces.update(mlp="swiglu", mlp_dim=fc2.shape[1])
+    pieces["distilled"] = "dist_token" in state  # DeiT's distillation token and head_dist (deit_*_distilled_*)
     pieces["pre_norm"] = "norm_pre.weight" in state
     pieces["patch_bias"] = "patch_embed.proj.bias" in state
     return pieces

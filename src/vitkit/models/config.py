@@ -187,6 +187,18 @@ def backbone_config(value: Any) -> Backbone | None:
     return ConvStemConfig(**value) if "convs" in value else ResNetConfig(**value)
 
 
+def check_distilled(config: Any) -> None:
+    """`distilled` is a bool, and a distilled model is DeiT's: a class token and no pre-logits layer."""
+    if not isinstance(config.distilled, bool):
+        raise ConfigError(f"distilled: expected true or false, got {shown(config.distilled)}")
+    if config.distilled and config.classifier != "token":
+        raise ConfigError(
+            f"distilled: the distillation token sits beside a class token; set classifier=token (got {config.classifier!r})"
+        )
+    if config.distilled and config.representation_size is not None:
+        raise ConfigError("distilled: DeiT's two heads read the tokens directly; set representation_size=null")
+
+
 MAX_DEPTH = 1_000  # layers; ViT-22B has 48
 MAX_WEIGHTS = 10**11  # about 4x ViT-22B
 
@@ -228,6 +240,9 @@ class ViTConfig:
     # transparent pixels (RGBA, LA, palette) are composited on this colour when an image is decoded, and crops fill
     # what they uncover (padded crop) with it: one value in [0, 1] per input channel, or one for all; white
     background: tuple[float, ...] = field(default=WHITE)
+    # DeiT's distillation token (models/distill.py): a second token after the class token with its own head, trained
+    # on a teacher's labels (train.teacher); in eval the two heads' logits averaged
+    distilled: bool = False
 
     def __post_init__(self) -> None:
         self._put("image_size", size_pair(self.image_size, "image_size"))
@@ -296,7 +311,7 @@ class ViTConfig:
         self._check_pieces()
 
     def _check_pieces(self) -> None:
-        """Layer scale and registers."""
+        """Layer scale, registers and the distillation token."""
         scale = self.layer_scale
         if scale is not None and (not _is_number(scale) or scale <= 0):
             raise ConfigError(f"layer_scale: expected a positive initial value (e.g. 1e-5) or null, got {shown(scale)}")
@@ -305,6 +320,7 @@ class ViTConfig:
                 f"reg_tokens: expected an integer from 0 to {MAX_REG_TOKENS} (register tokens), got "
                 f"{shown(self.reg_tokens)}"
             )
+        check_distilled(self)
 
     def _check_patch_grid(self) -> None:
         """The image divides into whole patches (of the backbone's feature map for hybrids)."""
@@ -343,13 +359,13 @@ class ViTConfig:
 
     @property
     def num_prefix_tokens(self) -> int:
-        """Tokens before the patches: the class token, then the registers."""
+        """Tokens before the patches: the class token, DeiT's distillation token where there is one, the registers."""
         return self.pos_prefix_tokens + self.reg_tokens
 
     @property
     def pos_prefix_tokens(self) -> int:
-        """Prefix tokens that E_pos covers: the class token (registers carry no position)."""
-        return 1 if self.classifier == "token" else 0
+        """Prefix tokens that E_pos covers: the class and distillation tokens (registers carry no position)."""
+        return (1 if self.classifier == "token" else 0) + int(self.distilled)
 
     def replace(self, **changes: Any) -> ViTConfig:
         """A copy with some fields changed; unknown keys are an error naming the key."""
