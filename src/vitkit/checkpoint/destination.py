@@ -33,9 +33,9 @@ def target_format(dst: str | os.PathLike, given: str | None) -> str:
             f"DST: {dst} names an {_DEPLOYMENT[suffix]} file, which vitkit export writes: vitkit export SRC "
             f"--format {_DEPLOYMENT[suffix]} --out {dst}"
         )
-    if given == "timm" and WRITTEN.get(suffix) != "timm":
+    if given in ("timm", "torchvision") and WRITTEN.get(suffix) != "timm":
         raise ConfigError(
-            f"DST: a timm checkpoint is a .safetensors or .pth file; name it {_renamed(dst, '.safetensors')}"
+            f"DST: a {given} checkpoint is a .safetensors or .pth file; name it {_renamed(dst, '.safetensors')}"
         )
     # an .npz named .safetensors is a zip no safetensors reader opens
     if given == "npz" and WRITTEN.get(suffix) != "npz":
