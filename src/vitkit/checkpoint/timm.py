@@ -116,6 +116,8 @@ def _architecture_facts(name: str) -> dict:
         facts["mlp_act"] = "quick_gelu" if "quickgelu" in name else "gelu"
     if "deit3" in name:
         facts["layer_scale"] = 1e-6
+    if "dinov2" in name:
+        facts["feature_pool"] = "cls_mean"  # DINOv2's linear protocol
     return facts
 
 
@@ -214,7 +216,9 @@ def _unwrap(obj, source) -> dict[str, torch.Tensor]:
 
 
 # kept from the metadata
-NOT_IN_THE_TENSORS = ("mlp_act", "layer_norm_eps", *INPUT_KEYS, "dynamic_img_size", "pos_embed_resample")
+NOT_IN_THE_TENSORS = (
+    "mlp_act", "layer_norm_eps", *INPUT_KEYS, "dynamic_img_size", "pos_embed_resample", "feature_pool",
+)  # fmt: skip
 
 
 def config_from_timm(

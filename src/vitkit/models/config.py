@@ -25,6 +25,10 @@ MLPS = ("plain", "swiglu")  # swiglu: SiLU(x W_gate) * (x W_value), then W_out (
 # (timm's, and DINOv2 with registers in transformers)
 POS_RESAMPLES = ("bilinear", "bicubic", "bicubic_antialias")
 MAX_REG_TOKENS = 256  # register tokens; Darcet et al. use 4 to 16
+# the frozen feature a linear probe, k-NN or few-shot reads (models/pooling.py): "head", what the head reads (the class
+# token, the mean of the patches or attention pooling: CLIP's and SigLIP's pooled output); "cls", the class token;
+# "mean", the mean of the patch tokens; "cls_mean", the two concatenated (DINOv2's linear protocol)
+FEATURE_POOLS = ("head", "cls", "mean", "cls_mean")
 
 
 def _is_int(value: Any) -> bool:
@@ -232,6 +236,7 @@ class ViTConfig:
     pre_norm: bool = False  # a LayerNorm on z_0, before the first block (CLIP)
     patch_bias: bool = True  # the patch embedding E has a bias (CLIP's has none)
     pos_embed_resample: str = "bilinear"  # POS_RESAMPLES: how learned E_pos meets another grid
+    feature_pool: str = "head"  # FEATURE_POOLS: the frozen feature linear-probe, knn and fewshot read
     backbone: Backbone | None = None  # hybrid: patches come from a CNN feature map (BiT ResNet or conv stem)
     # any input size whose sides are multiples of the patch size: E_pos resampled to its grid (cached per grid)
     dynamic_img_size: bool = False
@@ -296,6 +301,7 @@ class ViTConfig:
             ("mlp_act", MLP_ACTS),
             ("mlp", MLPS),
             ("pos_embed_resample", POS_RESAMPLES),
+            ("feature_pool", FEATURE_POOLS),
         ):
             if getattr(self, key) not in allowed:
                 raise ConfigError(f"{key}: expected one of {', '.join(allowed)}, got {shown(getattr(self, key))}")
@@ -321,6 +327,11 @@ class ViTConfig:
                 f"{shown(self.reg_tokens)}"
             )
         check_distilled(self)
+        if self.feature_pool in ("cls", "cls_mean") and self.classifier != "token":
+            raise ConfigError(
+                f"feature_pool: {self.feature_pool} reads the class token, and classifier={self.classifier} has none; "
+                "use head or mean"
+            )
 
     def _check_patch_grid(self) -> None:
         """The image divides into whole patches (of the backbone's feature map for hybrids)."""
