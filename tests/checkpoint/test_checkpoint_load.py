@@ -76,7 +76,10 @@ def test_missing_unexpected_and_misshapen_keys_are_named(make_model, tmp_path):
             {k: v for k, v in state.items() if k != "blocks.1.mlp.fc2.bias"},
             r"missing key 'blocks.1.mlp.fc2.bias'",
         ),
-        "unexpected": ({**state, "reg_token": torch.zeros(1, 4, 32)}, r"unexpected key 'reg_token'"),
+        "unexpected": (
+            {**state, "blocks.0.attn.q_norm.weight": torch.ones(16)},
+            r"unexpected key 'blocks.0.attn.q_norm.weight'",
+        ),
         "shape": (
             {**state, "blocks.0.norm1.weight": torch.ones(31)},
             r"'blocks.0.norm1.weight' has shape \(31,\), expected \(32,\)",

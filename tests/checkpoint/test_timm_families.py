@@ -109,6 +109,7 @@ def test_timm_hub_names_read_as_transformers_computes(name, changes, architectur
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
     ours = vitkit.load_pretrained(hub)
+    assert ours.config.feature_pool == ("cls_mean" if "dinov2" in architecture else "head")  # DINOv2's linear protocol
     x = torch.randn(2, 3, 32, 32)
     with torch.no_grad():
         assert (ours(x, pre_logits=True) - pooled(theirs, x)).abs().max() <= 1e-4

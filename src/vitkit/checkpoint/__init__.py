@@ -1,11 +1,11 @@
 """Checkpoints in every format users have, read and written by one call each.
 
 Formats: "vitkit" (a directory: config.json + model.safetensors), "npz" (Google's Flax .npz: the
-vision_transformer releases, AugReg and big_vision), "timm" (a state dict in .safetensors or .pth) and
-"hf" (a Hugging Face transformers ViT directory). `load_pretrained(path)` detects the format from the
-content and returns a ready model; `save_checkpoint(model, path, format)` writes any of them and
-`save_pretrained(model, dir)` vitkit's own. Nothing is ever unpickled: .pth/.bin files are read with
-torch.load(weights_only=True).
+vision_transformer releases, AugReg and big_vision), "timm" (a state dict in .safetensors or .pth), "torchvision"
+(torchvision's ViT state dict, .pth or .safetensors) and "hf" (a Hugging Face transformers directory).
+`load_pretrained(path)` detects the format from the content and returns a ready model;
+`save_checkpoint(model, path, format)` writes any of them and `save_pretrained(model, dir)` vitkit's own. Nothing is
+ever unpickled: .pth/.bin files are read with torch.load(weights_only=True).
 """
 
 from __future__ import annotations
@@ -37,12 +37,14 @@ from vitkit.models.config import TIMM_NAMES
 from vitkit.models.registry import as_features, filtered
 from vitkit.paths import local_path, missing
 
-from . import hf, hf_families, hub, native, npz, runs, timm
+from . import hf, hf_families, hub, native, npz, runs, timm, torchvision
 from .destination import SUFFIXES, refuse_other_files, refuse_overlap, target_format
 from .io import is_safetensors
 from .native import check_state, load_model, model_shapes, save_pretrained
 
-FORMATS: dict[str, ModuleType] = {"vitkit": native, "npz": npz, "timm": timm, "hf": hf_families}
+FORMATS: dict[str, ModuleType] = {
+    "vitkit": native, "npz": npz, "timm": timm, "torchvision": torchvision, "hf": hf_families,
+}  # fmt: skip
 # what a pretrained model may change, as vitkit and timm name them: no weight depends on them
 RATES = ("dropout", "attn_dropout", "drop_path", *(timm for timm, own in TIMM_NAMES.items() if own != "image_size"))
 
@@ -117,7 +119,7 @@ def _directory_format(path: Path, config) -> str:
         )
     raise CheckpointError(
         f"{path}: unknown checkpoint format: neither a vitkit checkpoint or run directory (config.json with "
-        '"format": "vitkit"; run.yaml, final/), a Hugging Face one ("model_type": "vit") nor timm\'s '
+        '"format": "vitkit"; run.yaml, final/), a Hugging Face one ("model_type": "vit" or "deit") nor timm\'s '
         '("architecture" beside model.safetensors or pytorch_model.bin)'
     )
 
@@ -131,8 +133,8 @@ def _file_format(path: Path) -> str:
             f"{path}: {kind}, a deployment file (vitkit export writes them), not a checkpoint; vitkit's commands "
             f"read checkpoints: give the one it was exported from (the file itself runs in {runtime})"
         )
-    if is_safetensors(path):
-        return "timm"  # vitkit's and HF's safetensors live in directories, handled above
+    if is_safetensors(path):  # vitkit's and HF's safetensors live in directories, handled above
+        return "torchvision" if torchvision.is_torchvision_file(path) else "timm"
     with open_regular(path) as f:
         head = f.read(2)
     if head == b"PK":
@@ -143,10 +145,10 @@ def _file_format(path: Path) -> str:
             names = []
         if any(n.endswith(".npy") for n in names):
             return "npz"
-        if any(n.endswith("data.pkl") for n in names):
-            return "timm"  # torch.save's zip format
-    elif head[:1] == b"\x80":
-        return "timm"  # torch.save's legacy (pickle) format, read with weights_only
+        if any(n.endswith("data.pkl") for n in names):  # torch.save's zip format
+            return "torchvision" if torchvision.is_torchvision_file(path) else "timm"
+    elif head[:1] == b"\x80":  # torch.save's legacy (pickle) format, read with weights_only
+        return "torchvision" if torchvision.is_torchvision_file(path) else "timm"
     # damaged or unusual: the reader says what is wrong
     if path.suffix in SUFFIXES:
         return SUFFIXES[path.suffix]
@@ -363,7 +365,7 @@ def _target(path: str | os.PathLike, format: str | None) -> str:
     if format is not None and format not in FORMATS:
         raise CheckpointError(f"format: unknown format {format!r}; choose one of {', '.join(FORMATS)}")
     # a file's name (timm's Hub folder has no file suffix)
-    if format == "npz" or format == "timm" and Path(path).suffix.lower() in SUFFIXES:
+    if format in ("npz", "torchvision") or format == "timm" and Path(path).suffix.lower() in SUFFIXES:
         not_a_directory(path)
     return target_format(path, format)
 

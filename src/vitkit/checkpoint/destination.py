@@ -40,6 +40,10 @@ def target_format(dst: str | os.PathLike, given: str | None) -> str:
             f"DST: a timm checkpoint is a .safetensors or .pth file, or a folder; name it "
             f"{_renamed(dst, '.safetensors')} or {Path(dst).with_suffix('')}"
         )
+    if given == "torchvision" and WRITTEN.get(suffix) != "timm":
+        raise ConfigError(
+            f"DST: a torchvision checkpoint is a .safetensors or .pth file; name it {_renamed(dst, '.safetensors')}"
+        )
     # an .npz named .safetensors is a zip no safetensors reader opens
     if given == "npz" and WRITTEN.get(suffix) != "npz":
         raise ConfigError(f"DST: an npz checkpoint is a .npz file; name it {_renamed(dst, '.npz')}")

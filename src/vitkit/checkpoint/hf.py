@@ -12,6 +12,11 @@ The config carries HF's own layer_norm_eps (default 1e-12, not the paper's 1e-6)
 tanh on the class token) is vitkit's pre-logits layer; such a model loads with num_classes 0 and
 returns the pooled output. HF ViT has a class token, learned position embeddings and no hybrid, and
 ViTForImageClassification has no pre-logits layer: other models cannot be written.
+
+DeiT (model_type "deit") is the same layout under "deit." with the distillation token
+(embeddings.distillation_token, position embeddings for 2 + N): vitkit's distilled model reads and writes
+DeiTForImageClassificationWithTeacher (cls_classifier and distillation_classifier, logits averaged). DeiTModel and
+DeiTForImageClassification read the distillation token with no head, or the class token alone: refused.
 """
 
 from __future__ import annotations
@@ -38,6 +43,8 @@ LUMA = (0.299, 0.587, 0.114)  # ITU-R 601, as PIL's convert("L"): gray = LUMA . 
 WEIGHTS_NAMES = ("model.safetensors", "pytorch_model.bin")
 INDEX_NAMES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 ACTS = {"gelu": "gelu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh", "quick_gelu": "quick_gelu"}
+MODEL_TYPES = ("vit", "deit")
+DEIT_HEADS = ("cls_classifier", "distillation_classifier")  # DeiTForImageClassificationWithTeacher's, per token
 # the backbones' model types, which hf_families reads and writes: DINOv2 (with registers), CLIP, SigLIP
 FAMILY_TYPES = ("dinov2", "dinov2_with_registers", "clip_vision_model", "clip", "siglip_vision_model", "siglip")
 
@@ -47,20 +54,25 @@ def is_hf(path: str | os.PathLike) -> bool:
 
 
 def says_hf(config: Any) -> bool:
-    """`config` (a parsed config.json) is a Hugging Face ViT's, or one of the backbones' (FAMILY_TYPES)."""
-    return says(config, "model_type", "vit") or isinstance(config, dict) and config.get("model_type") in FAMILY_TYPES
+    """`config` (a parsed config.json) is a Hugging Face ViT's (or DeiT's), or one of the backbones' (FAMILY_TYPES)."""
+    return any(says(config, "model_type", kind) for kind in MODEL_TYPES) or (
+        isinstance(config, dict) and config.get("model_type") in FAMILY_TYPES
+    )
 
 
 def hf_rules(c: ViTConfig, *, prefix: str) -> list[Rule]:
-    """The key map vitkit <-> HF ViT; `prefix` is "vit." for ViTForImageClassification, "" for ViTModel."""
+    """The key map vitkit <-> HF ViT; `prefix` is "vit." for ViTForImageClassification, "" for ViTModel; a distilled
+    model's is DeiTForImageClassificationWithTeacher's ("deit.")."""
     D, M = c.width, c.mlp_dim
     p = prefix
     rules = [
         same("patch_embed.weight", f"{p}embeddings.patch_embeddings.projection.weight", (D, c.in_chans, *c.patch_size)),
         same("patch_embed.bias", f"{p}embeddings.patch_embeddings.projection.bias", (D,)),
         same("cls_token", f"{p}embeddings.cls_token", (1, 1, D)),
-        same("pos_embed", f"{p}embeddings.position_embeddings", (1, 1 + c.num_patches, D)),
+        same("pos_embed", f"{p}embeddings.position_embeddings", (1, c.pos_prefix_tokens + c.num_patches, D)),
     ]
+    if c.distilled:
+        rules.append(same("dist_token", f"{p}embeddings.distillation_token", (1, 1, D)))
     for i in range(c.depth):
         o, h = f"blocks.{i}.", f"{p}encoder.layer.{i}."
         a = h + "attention.attention."
@@ -77,7 +89,12 @@ def hf_rules(c: ViTConfig, *, prefix: str) -> list[Rule]:
     if c.representation_size:
         rules += _linear("pre_logits.0", f"{p}pooler.dense", (c.representation_size, D))
     if c.num_classes:
-        rules += _linear("head", "classifier", (c.num_classes, c.representation_size or D))
+        heads = zip(("head", "head_dist"), DEIT_HEADS) if c.distilled else [("head", "classifier")]
+        rules += [
+            rule
+            for ours, theirs in heads
+            for rule in _linear(ours, theirs, (c.num_classes, c.representation_size or D))
+        ]
     return rules
 
 
@@ -108,19 +125,23 @@ def config_from_hf(
     prefix = _prefix(state)
     patch = hf.get("patch_size", 16)
     patch = (patch, patch) if isinstance(patch, int) else tuple(patch)
+    distilled = hf.get("model_type") == "deit"  # DeiTForImageClassificationWithTeacher (read checked the heads)
     pos_key = f"{prefix}embeddings.position_embeddings"
     if pos_key not in state:
         raise CheckpointError(f"{source}: missing key {pos_key!r}; not a ViT checkpoint")
     size = hf.get("image_size", 224)
     grid_hint = image_size if image_size is not None else (size if isinstance(size, int) else tuple(size))
-    image = infer_image_size(state[pos_key].shape[1] - 1, patch, image_size=grid_hint, key=pos_key, source=source)
+    image = infer_image_size(
+        state[pos_key].shape[1] - 1 - distilled, patch, image_size=grid_hint, key=pos_key, source=source
+    )
     pooler = state.get(f"{prefix}pooler.dense.weight")
-    head = state.get("classifier.weight")
+    head = state.get(f"{DEIT_HEADS[0] if distilled else 'classifier'}.weight")
     fields = dict(
         image_size=image, patch_size=patch, in_chans=hf.get("num_channels", 3), num_classes=0 if head is None else head.shape[0],
         width=width, depth=depth, mlp_dim=mlp, num_heads=heads, representation_size=None if pooler is None else pooler.shape[0],
         layer_norm_eps=hf.get("layer_norm_eps", 1e-12), mlp_act=ACTS[act], dynamic_img_size=hf.get("vitkit_dynamic_img_size", False),
         dropout=hf.get("hidden_dropout_prob", 0.0), attn_dropout=hf.get("attention_probs_dropout_prob", 0.0),
+        distilled=distilled,
     )  # fmt: skip
     if preprocessor:
         fields.update(_normalisation(preprocessor, fields["in_chans"]))
@@ -151,7 +172,7 @@ def _normalisation(processor: dict, channels: int) -> dict:
 
 
 def _prefix(state: dict[str, torch.Tensor]) -> str:
-    return "vit." if any(k.startswith("vit.") for k in state) else ""
+    return next((p for p in ("vit.", "deit.") if any(k.startswith(p) for k in state)), "")
 
 
 def read_weights(directory: Path) -> tuple[dict[str, torch.Tensor], Path]:
@@ -187,11 +208,15 @@ def read(path: str | os.PathLike, *, image_size=None, config: Any = None) -> tup
     """(config, vitkit state dict) of an HF ViT directory; `config`: its config.json as already read."""
     directory = Path(path)
     hf = read_json(directory / CONFIG_NAME) if config is None else config
-    if not isinstance(hf, dict) or hf.get("model_type") != "vit":
+    if not says_hf(hf):
         found = hf.get("model_type") if isinstance(hf, dict) else None
-        raise CheckpointError(f"{directory / CONFIG_NAME}: model_type is {found!r}, expected 'vit'")
+        raise CheckpointError(
+            f"{directory / CONFIG_NAME}: model_type is {found!r}, expected one of {', '.join(MODEL_TYPES)}"
+        )
     preprocessor = read_json(directory / PREPROCESSOR_NAME) if (directory / PREPROCESSOR_NAME).is_file() else None
     state, weights = read_weights(directory)
+    if hf["model_type"] == "deit":
+        _refuse_deit_without_teacher(hf, state, directory)
     # a grayscale vitkit model written for RGB input: fold the luma weights back into one channel
     if hf.get("vitkit_luma"):
         kernel = f"{_prefix(state)}embeddings.patch_embeddings.projection.weight"
@@ -204,6 +229,22 @@ def read(path: str | os.PathLike, *, image_size=None, config: Any = None) -> tup
             } or None
     config = config_from_hf(hf, state, preprocessor=preprocessor, image_size=image_size, source=directory)
     return config, to_vitkit(hf_rules(config, prefix=_prefix(state)), state, source=weights)
+
+
+def _refuse_deit_without_teacher(hf: dict, state: dict, directory: Path) -> None:
+    """A DeiT folder other than DeiTForImageClassificationWithTeacher: one line saying what vitkit reads."""
+    if all(f"{head}.weight" in state for head in DEIT_HEADS):
+        return
+    kind = (
+        (hf.get("architectures") or ["DeiTModel"])[0]
+        if "classifier.weight" not in state
+        else "DeiTForImageClassification"
+    )
+    raise CheckpointError(
+        f"{directory}: a {kind} folder, whose distillation token has no head of its own; vitkit reads DeiT as "
+        "DeiTForImageClassificationWithTeacher (a head on each token, logits averaged): save that class, or a timm "
+        "deit_*_distilled_* state dict"
+    )
 
 
 def write(
@@ -235,12 +276,17 @@ def write(
             "a pre-logits layer under a head (ViTForImageClassification has none)",
             "vitkit, npz or timm (.safetensors)",
         ),
+        (
+            c.distilled and not c.num_classes,
+            "a distilled model without heads (DeiTForImageClassificationWithTeacher has one on each token)",
+            "vitkit or timm (.safetensors)",
+        ),
     ]
     for bad, what, holds in problems:
         if bad:
             raise CheckpointError(f"{directory}: Hugging Face ViT cannot hold {what}; save as {holds} instead")
     classify = c.num_classes > 0
-    prefix = "vit." if classify else ""
+    prefix = "deit." if c.distilled else "vit." if classify else ""
     tensors = from_vitkit(hf_rules(c, prefix=prefix), model.state_dict())
     if c.in_chans == 1:  # HF's pipeline feeds RGB: the patch embedding of a grayscale model reads luma from RGB instead
         kernel = f"{prefix}embeddings.patch_embeddings.projection.weight"
@@ -262,9 +308,10 @@ def _hf_config(c: ViTConfig, metadata: dict, class_names: list[str] | None) -> d
     act = {"gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh", "quick_gelu": "quick_gelu"}[c.mlp_act]
     labels = class_names or [f"LABEL_{i}" for i in range(c.num_classes)]
     square = c.image_size[0] == c.image_size[1] and c.patch_size[0] == c.patch_size[1]
+    architecture = "ViTForImageClassification" if classify else "ViTModel"
     hf = {
-        "architectures": ["ViTForImageClassification" if classify else "ViTModel"],
-        "model_type": "vit",
+        "architectures": ["DeiTForImageClassificationWithTeacher" if c.distilled else architecture],
+        "model_type": "deit" if c.distilled else "vit",
         "hidden_size": c.width,
         "num_hidden_layers": c.depth,
         "num_attention_heads": c.num_heads,

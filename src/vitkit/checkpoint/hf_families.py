@@ -300,6 +300,7 @@ def refuse_unheld(c: ViTConfig, kind: str, directory: Path) -> None:
     """One line naming the first piece of `c` that the HF class of `kind` cannot hold, and the formats that do."""
     name = TYPES[kind][1]
     wants = {  # the piece: (what the class has, what the model has)
+        "distillation token (distilled)": (False, c.distilled),
         "classifier": ("map" if kind == "siglip_vision_model" else "token", c.classifier),
         "pre_norm": (kind == "clip_vision_model", c.pre_norm),
         "patch_bias": (kind != "clip_vision_model", c.patch_bias),

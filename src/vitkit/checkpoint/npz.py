@@ -203,7 +203,7 @@ def npz_rules(c: ViTConfig) -> list[Rule]:
     if c.classifier == "token":
         rules.append(same("cls_token", "cls", (1, 1, D)))
     if c.pos_embed == "learned":
-        rules.append(same("pos_embed", POSEMB, (1, c.num_prefix_tokens + c.num_patches, D)))
+        rules.append(same("pos_embed", POSEMB, (1, c.pos_prefix_tokens + c.num_patches, D)))
     for i in range(c.depth):
         b, o = f"Transformer/encoderblock_{i}/", f"blocks.{i}."
         a = b + "MultiHeadDotProductAttention_0/"
@@ -294,6 +294,11 @@ def write(model: VisionTransformer, path: str | os.PathLike, *, metadata: dict |
         return path
     refuse_conv_stem(c, path, "the .npz format", "its layout names BiT ResNet hybrids only")
     refuse_pieces(c, path, "the .npz format (the paper's ViT)", "vitkit, timm or hf")
+    if c.distilled:
+        raise CheckpointError(
+            f"{path}: the .npz format (Google's Flax ViT) has no distillation token; save this DeiT model as vitkit, "
+            "timm (.safetensors) or hf (DeiTForImageClassificationWithTeacher)"
+        )
     if c.pos_embed != "learned":
         raise CheckpointError(
             f"{path}: the .npz format holds learned position embeddings only; this model uses {c.pos_embed!r}"

@@ -2,7 +2,8 @@
 
 timm's plain ViT already uses vitkit's names except patch_embed.proj and pre_logits.fc; its hybrids
 keep the BiT ResNet under patch_embed.backbone as stem.{conv,norm} and stages.S.blocks.U.*, or just
-{conv,norm} for the stem-only R+ViT-Ti. A state dict does not say how many heads the model has:
+{conv,norm} for the stem-only R+ViT-Ti. DeiT's distilled models (deit_*_distilled_*) add dist_token and head_dist, which
+vitkit names alike. A state dict does not say how many heads the model has:
 vitkit reads it from the vitkit config it stores in safetensors metadata when it wrote the file, else
 takes the head count of the named size with that width (Table 1; 64-wide heads otherwise).
 
@@ -122,6 +123,8 @@ def _architecture_facts(name: str) -> dict:
         facts["mlp_act"] = "quick_gelu" if "quickgelu" in name else "gelu"
     if "deit3" in name:
         facts["layer_scale"] = 1e-6
+    if "dinov2" in name:
+        facts["feature_pool"] = "cls_mean"  # DINOv2's linear protocol
     return facts
 
 
@@ -194,8 +197,8 @@ def fold_class_slot(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 def writes_class_slot(c: ViTConfig, state: dict[str, torch.Tensor]) -> bool:
     """Whether the timm file keeps a class slot in pos_embed: not with registers (timm's register models have none)
-    nor where the slot is zero (a model read from a no_embed_class file)."""
-    if not c.pos_prefix_tokens or c.pos_embed != "learned":
+    nor where the slot is zero (a model read from a no_embed_class file); always with DeiT's distillation token."""
+    if not c.pos_prefix_tokens or c.pos_embed != "learned" or c.distilled:
         return True
     return not c.reg_tokens and bool(state["pos_embed"][:, :1].any())
 
@@ -220,7 +223,9 @@ def _unwrap(obj, source) -> dict[str, torch.Tensor]:
 
 
 # kept from the metadata
-NOT_IN_THE_TENSORS = ("mlp_act", "layer_norm_eps", *INPUT_KEYS, "dynamic_img_size", "pos_embed_resample")
+NOT_IN_THE_TENSORS = (
+    "mlp_act", "layer_norm_eps", *INPUT_KEYS, "dynamic_img_size", "pos_embed_resample", "feature_pool",
+)  # fmt: skip
 
 
 def config_from_timm(
@@ -263,9 +268,9 @@ def config_from_timm(
     num_classes = shape("head.weight")[0] if "head.weight" in state else 0
     stride = backbone.stride if backbone else 1
     grid = stored.get("image_size") if stored and image_size is None else None  # a non-square grid vitkit wrote
-    slot = class_slot(state, (ph * stride, pw * stride), grid)
+    slots = class_slot(state, (ph * stride, pw * stride), grid) + ("dist_token" in state)  # DeiT's distillation token
     image = infer_image_size(
-        shape("pos_embed")[1] - slot,
+        shape("pos_embed")[1] - slots,
         (ph * stride, pw * stride),
         image_size=image_size or grid,
         key="pos_embed",
@@ -286,8 +291,11 @@ def config_from_timm(
 
 
 def class_slot(state: dict[str, torch.Tensor], stride: tuple[int, int], image_size) -> bool:
-    """Whether a timm state dict's pos_embed has a slot for the class token: not without one, not with registers (timm's
-    no_embed_class), else where its length is one more than the patches (a known grid's, or a square one)."""
+    """Whether a timm state dict's pos_embed has a slot for the class token: with DeiT's distillation token yes, not without one,
+    not with registers (timm's no_embed_class), else where its length is one more than the patches (a known
+    grid's, or a square one)."""
+    if "dist_token" in state:  # DeiT's distilled models: positions for both tokens
+        return True
     if "cls_token" not in state or "reg_token" in state:
         return False
     length = state["pos_embed"].shape[1] if "pos_embed" in state else 1
@@ -306,6 +314,7 @@ def _pieces(state: dict[str, torch.Tensor], stored: dict) -> dict:
     fc1, fc2 = state.get("blocks.0.mlp.fc1.weight"), state.get("blocks.0.mlp.fc2.weight")
     if fc1 is not None and fc2 is not None and fc1.shape[0] == 2 * fc2.shape[1]:  # SwiGLU: fc1 packs gate and value
         pieces.update(mlp="swiglu", mlp_dim=fc2.shape[1])
+    pieces["distilled"] = "dist_token" in state  # DeiT's distillation token and head_dist (deit_*_distilled_*)
     pieces["pre_norm"] = "norm_pre.weight" in state
     pieces["patch_bias"] = "patch_embed.proj.bias" in state
     return pieces

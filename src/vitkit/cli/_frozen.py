@@ -66,6 +66,13 @@ def _add_reading(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's choice)")
     add_precision(p)
     p.add_argument(
+        "--pool",
+        choices=("head", "cls", "mean", "cls_mean"),
+        default=None,
+        help="the frozen feature: head (what the head reads: CLIP's and SigLIP's pooled output), cls, mean (of the "
+        "patch tokens) or cls_mean (both concatenated: DINOv2's linear protocol); default: the model's (feature_pool)",
+    )
+    p.add_argument(
         "--val-fraction",
         type=float,
         default=None,

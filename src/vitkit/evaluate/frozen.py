@@ -14,6 +14,12 @@ from vitkit.evaluate.provenance import Against, picked_on, scored_against_traini
 from vitkit.evaluate.requests import FeatureRequest, FewshotRequest, KnnRequest, LinearProbeRequest, TwoSplitsRequest
 
 DEFAULT_SHOTS = (1, 5, 10, 25)  # the paper's (Fig. 3-4, Table 5)
+POOLS_SAID = {  # the feature_pool of models.pooling, as a report says it
+    "head": "what the head reads (--pool head)",
+    "cls": "the class token (--pool cls)",
+    "mean": "the mean of the patch tokens (--pool mean)",
+    "cls_mean": "the class token with the mean of the patch tokens (--pool cls_mean)",
+}
 
 
 @dataclass
@@ -68,6 +74,7 @@ def prepare(request: FeatureRequest) -> Frozen:
     from vitkit.data import BadFiles, DataSpec
     from vitkit.devices import pick_device
     from vitkit.models import build_model
+    from vitkit.models.pooling import with_feature_pool
 
     # before the feature work, not after it (a file there: "File exists", minutes later)
     if request.out is not None:
@@ -80,6 +87,7 @@ def prepare(request: FeatureRequest) -> Frozen:
     if request.random_init is not None:
         torch.manual_seed(request.random_init)
         model = build_model(model.config).eval()
+    model = with_feature_pool(model, request.pool)  # DINOv2's class token with the mean of the patches, ...
     bad = BadFiles("skip" if request.skip_unreadable else "fail", hint="; --skip-unreadable leaves such files out")
     features = {
         "batch_size": request.batch_size,
@@ -193,6 +201,7 @@ def report(frozen: Frozen, name: str, result: dict, title: str, scored) -> Repor
         "random_init": request.random_init,
         "data": frozen.spec.where,
         "image_size": frozen.input_size,
+        "pool": getattr(frozen.model, "pool", "head"),
         **result,
     }
     if len(frozen.bad):
@@ -204,7 +213,7 @@ def report(frozen: Frozen, name: str, result: dict, title: str, scored) -> Repor
     result["picked_on_this_split"] = warning is not None
     h, w = frozen.input_size
     if "precision" in result:  # what read the features, at which resolution
-        title += f"\n\nFeatures read at {result['precision']}, at {h}x{w} px."
+        title += f"\n\nFeatures read at {result['precision']}, at {h}x{w} px: {POOLS_SAID[result['pool']]}."
     if warning:
         title += f"\n\n{warning[0].upper()}{warning[1:]}."
     against = (
@@ -245,6 +254,8 @@ def _folder(frozen: Frozen, name: str) -> str:
     folder += "" if request.random_init is None else f"_random{request.random_init}"
     if request.precision != "fp32":
         folder += f"_{request.precision}"
+    if request.pool is not None:  # not over the report of the model's own feature
+        folder += f"_{request.pool}"
     if request.image_size is not None:
         h, w = frozen.input_size
         folder += f"_{h}px" if h == w else f"_{h}x{w}px"

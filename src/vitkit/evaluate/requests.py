@@ -55,6 +55,7 @@ class FeatureRequest:
     calibration: int = 256
     val_fraction: float | None = field(default=None, metadata=limits("[0, 1)", says="a share from 0 to below 1"))
     skip_unreadable: bool = False
+    pool: str | None = None  # the frozen feature (models.pooling; None: the model's feature_pool)
 
     def __post_init__(self) -> None:
         check_fields(self, ConfigError)

@@ -27,6 +27,7 @@ from vitkit.errors import ConfigError
 from vitkit.inference import precision
 from vitkit.kernels import short_attention
 from vitkit.models import VisionTransformer, ViTConfig
+from vitkit.models.distill import one_output
 from vitkit.models.summary import count_flops
 from vitkit.models.vit import check_room
 
@@ -101,7 +102,7 @@ def _step(model: torch.nn.Module, setup: Setup, batch_size: int) -> Callable[[],
     def train_step():
         with _autocast(setup):
             out = model(x)
-            logits = out.logits if hasattr(out, "logits") else out
+            logits = out.logits if hasattr(out, "logits") else one_output(out)
             loss = F.cross_entropy(logits.float(), y)
         loss.backward()
         opt.step()

@@ -177,14 +177,16 @@ class Classifier:
         """One feature vector per image, (B, D) float32, from the fp32 model: the tokens after layer `layer` (0 the
         first, -1 the last; a BiT's levels: 0 its stem, s its stage s), normed by the final LayerNorm (`norm`; for a
         BiT, its final GN + ReLU on the last stage), pooled by `pool`: "cls" the class token, "mean" the mean of the
-        patch tokens (a BiT: of its map). Default: "cls" where the model classifies from it, else "mean".
-        layer=-1 with the default pool is what the head reads (before any pre-logits layer)."""
+        patch tokens (a BiT: of its map), "dist" DeiT's distillation token. Default: "cls" where the model classifies
+        from it, else "mean". layer=-1 with the default pool is what the head reads (before any pre-logits layer;
+        a distilled model's second head reads "dist")."""
         c = self.model.config
         token = getattr(c, "classifier", None) == "token"  # a ViT with a class token (a BiT has none)
         pool = pool or ("cls" if token else "mean")
-        if pool not in (("cls", "mean") if token else ("mean",)):
+        pools = ("cls", "dist", "mean") if getattr(c, "distilled", False) else ("cls", "mean") if token else ("mean",)
+        if pool not in pools:
             raise ConfigError(
-                f"pool: expected {'cls or mean' if token else 'mean (the model has no class token)'}, got {pool!r}"
+                f"pool: expected {' or '.join(pools)}{'' if token else ' (the model has no class token)'}, got {pool!r}"
             )
         vit = hasattr(self.model, "input_grid")
         levels = len(self.model.blocks) if vit else 1 + len(self.model.stages)  # a BiT: its stem and stages
@@ -208,7 +210,8 @@ class Classifier:
         ((patches, prefix),) = self.model.forward_intermediates(
             x, [layer], norm=norm, output_fmt="NLC", return_prefix_tokens=True, intermediates_only=True, stop_early=True
         )
-        return (prefix[:, 0] if pool == "cls" else patches.mean(dim=1)).float().cpu()
+        pooled = prefix[:, 0] if pool == "cls" else prefix[:, 1] if pool == "dist" else patches.mean(dim=1)
+        return pooled.float().cpu()
 
     def predict(
         self, images: ImageLike | Sequence[ImageLike], top: int = 5, batch_size: int = 32

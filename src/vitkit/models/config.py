@@ -25,6 +25,10 @@ MLPS = ("plain", "swiglu")  # swiglu: SiLU(x W_gate) * (x W_value), then W_out (
 # (timm's, and DINOv2 with registers in transformers)
 POS_RESAMPLES = ("bilinear", "bicubic", "bicubic_antialias")
 MAX_REG_TOKENS = 256  # register tokens; Darcet et al. use 4 to 16
+# the frozen feature a linear probe, k-NN or few-shot reads (models/pooling.py): "head", what the head reads (the class
+# token, the mean of the patches or attention pooling: CLIP's and SigLIP's pooled output); "cls", the class token;
+# "mean", the mean of the patch tokens; "cls_mean", the two concatenated (DINOv2's linear protocol)
+FEATURE_POOLS = ("head", "cls", "mean", "cls_mean")
 
 
 def _is_int(value: Any) -> bool:
@@ -187,6 +191,18 @@ def backbone_config(value: Any) -> Backbone | None:
     return ConvStemConfig(**value) if "convs" in value else ResNetConfig(**value)
 
 
+def check_distilled(config: Any) -> None:
+    """`distilled` is a bool, and a distilled model is DeiT's: a class token and no pre-logits layer."""
+    if not isinstance(config.distilled, bool):
+        raise ConfigError(f"distilled: expected true or false, got {shown(config.distilled)}")
+    if config.distilled and config.classifier != "token":
+        raise ConfigError(
+            f"distilled: the distillation token sits beside a class token; set classifier=token (got {config.classifier!r})"
+        )
+    if config.distilled and config.representation_size is not None:
+        raise ConfigError("distilled: DeiT's two heads read the tokens directly; set representation_size=null")
+
+
 MAX_DEPTH = 1_000  # layers; ViT-22B has 48
 MAX_WEIGHTS = 10**11  # about 4x ViT-22B
 
@@ -220,6 +236,7 @@ class ViTConfig:
     pre_norm: bool = False  # a LayerNorm on z_0, before the first block (CLIP)
     patch_bias: bool = True  # the patch embedding E has a bias (CLIP's has none)
     pos_embed_resample: str = "bilinear"  # POS_RESAMPLES: how learned E_pos meets another grid
+    feature_pool: str = "head"  # FEATURE_POOLS: the frozen feature linear-probe, knn and fewshot read
     backbone: Backbone | None = None  # hybrid: patches come from a CNN feature map (BiT ResNet or conv stem)
     # any input size whose sides are multiples of the patch size: E_pos resampled to its grid (cached per grid)
     dynamic_img_size: bool = False
@@ -228,6 +245,9 @@ class ViTConfig:
     # transparent pixels (RGBA, LA, palette) are composited on this colour when an image is decoded, and crops fill
     # what they uncover (padded crop) with it: one value in [0, 1] per input channel, or one for all; white
     background: tuple[float, ...] = field(default=WHITE)
+    # DeiT's distillation token (models/distill.py): a second token after the class token with its own head, trained
+    # on a teacher's labels (train.teacher); in eval the two heads' logits averaged
+    distilled: bool = False
 
     def __post_init__(self) -> None:
         self._put("image_size", size_pair(self.image_size, "image_size"))
@@ -281,6 +301,7 @@ class ViTConfig:
             ("mlp_act", MLP_ACTS),
             ("mlp", MLPS),
             ("pos_embed_resample", POS_RESAMPLES),
+            ("feature_pool", FEATURE_POOLS),
         ):
             if getattr(self, key) not in allowed:
                 raise ConfigError(f"{key}: expected one of {', '.join(allowed)}, got {shown(getattr(self, key))}")
@@ -296,7 +317,7 @@ class ViTConfig:
         self._check_pieces()
 
     def _check_pieces(self) -> None:
-        """Layer scale and registers."""
+        """Layer scale, registers and the distillation token."""
         scale = self.layer_scale
         if scale is not None and (not _is_number(scale) or scale <= 0):
             raise ConfigError(f"layer_scale: expected a positive initial value (e.g. 1e-5) or null, got {shown(scale)}")
@@ -304,6 +325,12 @@ class ViTConfig:
             raise ConfigError(
                 f"reg_tokens: expected an integer from 0 to {MAX_REG_TOKENS} (register tokens), got "
                 f"{shown(self.reg_tokens)}"
+            )
+        check_distilled(self)
+        if self.feature_pool in ("cls", "cls_mean") and self.classifier != "token":
+            raise ConfigError(
+                f"feature_pool: {self.feature_pool} reads the class token, and classifier={self.classifier} has none; "
+                "use head or mean"
             )
 
     def _check_patch_grid(self) -> None:
@@ -343,13 +370,13 @@ class ViTConfig:
 
     @property
     def num_prefix_tokens(self) -> int:
-        """Tokens before the patches: the class token, then the registers."""
+        """Tokens before the patches: the class token, DeiT's distillation token where there is one, the registers."""
         return self.pos_prefix_tokens + self.reg_tokens
 
     @property
     def pos_prefix_tokens(self) -> int:
-        """Prefix tokens that E_pos covers: the class token (registers carry no position)."""
-        return 1 if self.classifier == "token" else 0
+        """Prefix tokens that E_pos covers: the class and distillation tokens (registers carry no position)."""
+        return (1 if self.classifier == "token" else 0) + int(self.distilled)
 
     def replace(self, **changes: Any) -> ViTConfig:
         """A copy with some fields changed; unknown keys are an error naming the key."""

@@ -67,11 +67,17 @@ FAMILIES: dict[str, dict[str, Any]] = {
     "vit": {},  # the paper's
     "deit3": dict(layer_scale=1e-6, mean=IMAGENET_MEAN, std=IMAGENET_STD),
     "dinov2": dict(
-        layer_scale=1e-5, pos_embed_resample="bicubic", dynamic_img_size=True, mean=IMAGENET_MEAN, std=IMAGENET_STD
+        layer_scale=1e-5,
+        pos_embed_resample="bicubic",
+        dynamic_img_size=True,
+        mean=IMAGENET_MEAN,
+        std=IMAGENET_STD,
+        feature_pool="cls_mean",  # its linear protocol: the class token with the mean of the patch tokens
     ),
     "dinov2_reg": dict(
         layer_scale=1e-5,
         reg_tokens=4,
+        feature_pool="cls_mean",
         pos_embed_resample="bicubic_antialias",
         dynamic_img_size=True,
         mean=IMAGENET_MEAN,

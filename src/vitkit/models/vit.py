@@ -42,6 +42,7 @@ from vitkit.limits import check_batch_room
 
 from .backbones import ConvStem, ResNetBackbone
 from .config import POS_RESAMPLES, Backbone, ConvStemConfig, ViTConfig
+from .distill import dist_token, two_heads
 from .interface import TimmInterface, feature_level
 from .intermediates import cached, check_output_fmt, take_indices, tracing
 
@@ -299,7 +300,7 @@ class VisionTransformer(TimmInterface, nn.Module):
 
     forward_features(x) -> (B, prefix + N, D) tokens after the final LayerNorm
     forward_head(tokens, pre_logits=False) -> pooled features or logits
-    forward(x) -> logits
+    forward(x) -> logits (DeiT's distilled model while training: class-token and distillation-token logits)
     forward_intermediates(x, indices) -> (final tokens, [z_l of the layers asked for])
 
     timm's model API (`interface.TimmInterface`): num_classes, num_features = embed_dim = D, get_classifier,
@@ -316,6 +317,7 @@ class VisionTransformer(TimmInterface, nn.Module):
         embed_in = self.backbone.out_channels if self.backbone else c.in_chans
         self.patch_embed = nn.Conv2d(embed_in, D, kernel_size=c.patch_size, stride=c.patch_size, bias=c.patch_bias)  # E
         self.cls_token = nn.Parameter(torch.zeros(1, 1, D)) if c.classifier == "token" else None
+        self.dist_token = dist_token(D) if c.distilled else None  # DeiT (models/distill.py)
         self.reg_token = nn.Parameter(torch.randn(1, c.reg_tokens, D) * 1e-6) if c.reg_tokens else None
         self.pos_embed: torch.Tensor | None
         if c.pos_embed == "learned":
@@ -338,6 +340,7 @@ class VisionTransformer(TimmInterface, nn.Module):
         self.attn_pool = AttentionPool(c) if c.classifier == "map" else None
         self.pre_logits = self._make_pre_logits(c.representation_size)
         self.head = self._make_head(c.num_classes)
+        self.head_dist = self._make_head(c.num_classes) if c.distilled else None
         self.grad_checkpointing = False  # recompute each block in backward instead of storing activations
         self._grid_cache: dict = {}  # E_pos per input grid (dynamic_img_size), `intermediates.cached`
         self._init_weights()
@@ -390,8 +393,8 @@ class VisionTransformer(TimmInterface, nn.Module):
         x = self.patch_tokens(x)  # (B, N, D)
         if corrupt is not None:
             x = corrupt(x)
-        if self.cls_token is not None:
-            x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)  # (B, 1 + N, D)
+        prefix = [t.expand(x.shape[0], -1, -1) for t in (self.cls_token, self.dist_token) if t is not None]
+        x = torch.cat([*prefix, x], dim=1) if prefix else x  # (B, prefix + N, D)
         pos = self.position_embedding(grid)
         if pos is not None:
             x = x + pos
@@ -534,6 +537,8 @@ class VisionTransformer(TimmInterface, nn.Module):
     def forward_head(self, tokens: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
         """Pool (class token, Eq. 4; mean of the patch tokens; or attention pooling over them), the pre-logits layer,
         the head."""
+        if self.head_dist is not None:  # DeiT: the class and distillation tokens, a head each
+            return two_heads(tokens, self.head, self.head_dist, pre_logits=pre_logits, training=self.training)
         if self.config.classifier == "token":
             y = tokens[:, 0]
         elif self.attn_pool is not None:
@@ -545,7 +550,8 @@ class VisionTransformer(TimmInterface, nn.Module):
 
     def forward(self, x: torch.Tensor, *, pre_logits: bool = False) -> torch.Tensor:
         """Logits (or, with pre_logits=True, the pooled features the head reads)."""
-        class_token_only = self.config.classifier == "token"  # the other tokens' last layer is never read
+        # the other tokens' last layer is never read (DeiT's heads read two)
+        class_token_only = self.config.classifier == "token" and not self.config.distilled
         return self.forward_head(self.forward_features(x, class_token_only=class_token_only), pre_logits=pre_logits)
 
     # -- surgery for transfer -----------------------------------------------------------
@@ -555,7 +561,10 @@ class VisionTransformer(TimmInterface, nn.Module):
         self.config = self.config.replace(num_classes=num_classes, representation_size=representation_size)
         if not keep_pre_logits:
             self.pre_logits = nn.Identity()
-        self.head = self._make_head(num_classes).to(self.patch_embed.weight.device)
+        device = next(self.parameters()).device
+        self.head = self._make_head(num_classes).to(device)
+        if self.head_dist is not None:
+            self.head_dist = self._make_head(num_classes).to(device)
 
     def set_image_size(self, image_size: int | tuple[int, int]) -> None:
         """Change the input resolution; learned position embeddings are resampled (paper §3.2)."""
@@ -587,7 +596,15 @@ class VisionTransformer(TimmInterface, nn.Module):
 
     def no_weight_decay(self) -> set[str]:
         """Parameter names that take no weight decay besides norms and biases."""
-        names = {"cls_token", "reg_token", "pos_embed", "pos_embed_row", "pos_embed_col", "attn_pool.probe"}
+        names = {
+            "cls_token",
+            "dist_token",
+            "reg_token",
+            "pos_embed",
+            "pos_embed_row",
+            "pos_embed_col",
+            "attn_pool.probe",
+        }
         return names | {f"blocks.{i}.attn.position_bias.table" for i in range(len(self.blocks))}
 
     # -- timm's model API (interface.TimmInterface has the rest) ----------------------------

@@ -83,6 +83,9 @@ class TrainConfig:
     objective: str = field(
         default="auto", metadata=limits(choices=("auto", "classification", "multi_label", "masked_patch"))
     )
+    # a checkpoint vitkit reads (a run, a hub name, an HF folder) to distil from: DeiT's hard-label distillation through
+    # the student's distillation token (model.distilled=true), the teacher frozen, at its own size and normalisation
+    teacher: str | None = None
     # logical batch (the paper's 4096 runs as micro_batch x accumulation)
     batch_size: int = _positive(128)
     # per forward pass; None = batch_size (no accumulation)

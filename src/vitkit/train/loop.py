@@ -59,6 +59,7 @@ from vitkit.train.state import (
     whole_model,
     write_dir,
 )
+from vitkit.train.teacher import load_teacher
 from vitkit.train.trackers import RunLog, check_installed, open_log
 
 
@@ -123,6 +124,10 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
     # train.objective=auto: what the labels call for (run.yaml keeps "auto", as for train.precision)
     env = dataclasses.replace(env, objective=objective_for(config.train.objective, data.train))
     t = config.train
+    if t.teacher is not None:  # DeiT's distillation: the teacher loaded once, checked against the student and data
+        env = dataclasses.replace(
+            env, teacher=load_teacher(t.teacher, env.model, data.class_names, env.objective, env.device)
+        )
     run = _restore(config, out, env, data) if resume else _build(config, out, env, data)
     env = _precision(config, env, run, resume)
     step = run.progress["step"]
@@ -327,7 +332,7 @@ def _assemble(
     model.to(env.device)
     model.set_grad_checkpointing(t.grad_checkpointing)
     short_attention.install(model)  # short sequences train faster written out on the CPU
-    objective = pick_objective(env.objective, model, tensors)
+    objective = pick_objective(env.objective, model, tensors, env.teacher)
     trainable = objective.module
     module = distributed.wrap(trainable, env.world, env.device, model.blocks)
     optimizer = make_optimizer(trainable, t)

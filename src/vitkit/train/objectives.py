@@ -211,7 +211,7 @@ class Classification:
 
     def loss(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Cross-entropy of the softmax against soft targets."""
-        return soft_cross_entropy(logits, targets)
+        return each_head(soft_cross_entropy, logits, targets)
 
     def shown(self, metrics: dict) -> str:
         """The validation figures beside top-1, top-5 and the loss in the log line (none)."""
@@ -245,7 +245,8 @@ class MaskedPatch(Classification):
             )
         # its [mask] embedding and colour head train beside the ViT; the saved model is the ViT
         self.module = MaskedPatchPrediction(model)
-        for p in [*model.pre_logits.parameters(), *model.head.parameters()]:
+        heads = [model.pre_logits, model.head, *([model.head_dist] if model.head_dist is not None else [])]
+        for p in (p for head in heads for p in head.parameters()):
             p.requires_grad_(False)  # the classification head plays no part (and DDP must not wait for its gradients)
         if resumed is not None:
             self.module.load_objective_state(resumed["masked_patch"])
@@ -276,13 +277,40 @@ class MultiLabel(Classification):
         return hot.float() * (1.0 - smoothing) + smoothing / 2
 
     def loss(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        return F.binary_cross_entropy_with_logits(logits.float(), targets)
+        return each_head(lambda y, t: F.binary_cross_entropy_with_logits(y.float(), t), logits, targets)
 
     def evaluate(self, model: nn.Module, batches, **kwargs) -> dict:
         return evaluate_multilabel(model, batches, **kwargs)
 
     def shown(self, metrics: dict) -> str:
         return f"  mAP {metrics['map']:.4f}  F1 {metrics['f1']:.4f}"
+
+
+class Distillation(Classification):
+    """DeiT's hard-label distillation (Touvron et al. 2021, §5.2): the class head learns the data's (smoothed, mixed)
+    targets, the distillation head the teacher's argmax on the same image, half the loss each. Validation and every
+    later use read both heads averaged (the model in eval)."""
+
+    name = "distillation"
+
+    def __init__(self, model: nn.Module, resumed: dict | None = None, teacher=None):
+        self.module = model
+        self.teacher = teacher  # a vitkit.train.teacher.Teacher
+
+    def outputs(self, forward, x: torch.Tensor, targets: torch.Tensor, generator: torch.Generator):
+        return forward(x), (targets, self.teacher.labels(x))  # (class logits, distillation logits) while training
+
+    def loss(self, logits, targets) -> torch.Tensor:
+        (y, y_dist), (soft, hard) = logits, targets
+        return 0.5 * soft_cross_entropy(y, soft) + 0.5 * F.cross_entropy(y_dist.float(), hard)
+
+
+def each_head(loss, logits, targets: torch.Tensor) -> torch.Tensor:
+    """`loss(logits, targets)`, averaged over the heads where a distilled model in training gives two (without a
+    teacher both learn the data's targets)."""
+    if isinstance(logits, tuple):
+        return sum(loss(y, targets) for y in logits) / len(logits)
+    return loss(logits, targets)
 
 
 OBJECTIVES = {"classification": Classification, "multi_label": MultiLabel, "masked_patch": MaskedPatch}
@@ -296,8 +324,11 @@ def objective_for(name: str, split) -> str:
     return "multi_label" if split.multi_label else "classification"
 
 
-def pick_objective(name: str, model: nn.Module, resumed: dict | None) -> Classification:
-    """train.objective around `model`; on resume (`resumed`: train_state.pt), the objective it was started with."""
+def pick_objective(name: str, model: nn.Module, resumed: dict | None, teacher=None) -> Classification:
+    """train.objective around `model`; on resume (`resumed`: train_state.pt), the objective it was started with; with a
+    `teacher` (train.teacher, checked against the objective as it was loaded), distillation."""
+    if teacher is not None:
+        return Distillation(model, resumed, teacher)
     if resumed is not None and ("masked_patch" in resumed) != (name == "masked_patch"):
         started = "masked_patch" if "masked_patch" in resumed else "classification"
         raise ConfigError(

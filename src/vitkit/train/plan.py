@@ -21,6 +21,7 @@ from vitkit.devices import COUNT_KEYS, pick_device, usable_cpus
 from vitkit.errors import CheckpointError, ConfigError
 from vitkit.files import refuse_foreign
 from vitkit.models import BiTConfig, ConvStemConfig, ModelConfig, VisionTransformer
+from vitkit.models.distill import one_output
 from vitkit.train import distributed
 from vitkit.train.config import RunConfig, epochs_done
 from vitkit.train.optim import describe
@@ -119,7 +120,8 @@ def _model_line(config: RunConfig, model: VisionTransformer) -> str:
             stem = f"conv stem {'-'.join(map(str, b.convs))} (stride {b.stride}), "
         else:
             stem = f"ResNet {'stem' if not b.layers else 'units ' + '-'.join(map(str, b.layers))} (width {b.width}), "
-        shape = f"{stem}patch {c.patch_size[0]} ({c.num_patches} tokens), width {c.width}, depth {c.depth}"
+        dist = " + a distillation token" if c.distilled else ""
+        shape = f"{stem}patch {c.patch_size[0]} ({c.num_patches} tokens{dist}), width {c.width}, depth {c.depth}"
     return (
         f"model      {model_name(config.model, c)} at {c.image_size[0]}x{c.image_size[1]}, "
         f"{c.in_chans} channel{'s' * (c.in_chans > 1)}, {shape}: {params:,} parameters, {count_flops(c) / 1e9:.3g} GFLOPs/image"
@@ -253,7 +255,10 @@ def _crop(a: AugmentConfig, size: int) -> str:
 
 
 def _objective_lines(config: RunConfig, data: Data, env: Setup) -> list[str]:
-    """The objective, where vitkit chose one the user did not name (train.objective=auto) other than classification."""
+    """The objective, where vitkit chose one the user did not name (train.objective=auto) other than classification;
+    the teacher and the loss where the run distils."""
+    if env.teacher is not None:
+        return [env.teacher.line()]
     if config.train.objective != "auto" or env.objective == "classification":
         return []
     return [
@@ -360,7 +365,7 @@ def _time_step(
         for _ in range(1 + TIMED_PASSES):  # the first pass warms up
             start = time.perf_counter()
             with torch.autocast(device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
-                loss = model(x).float().logsumexp(-1).mean()
+                loss = one_output(model(x)).float().logsumexp(-1).mean()
             loss.backward()
             if device.type == "cuda":
                 torch.cuda.synchronize(device)

@@ -58,6 +58,7 @@ class Setup:
     model: ModelConfig | None = None
     precision: str = ""  # which precision runs and why (train.precision; the plan's line)
     objective: str = ""  # what the model learns: train.objective, "auto" made what the data's labels call for
+    teacher: Any = None  # train.teacher loaded and checked (a vitkit.train.teacher.Teacher), None without one
 
 
 @dataclass
