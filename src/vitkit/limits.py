@@ -1,6 +1,7 @@
 """Bounds on what a small input may make vitkit allocate: compressed data (a .npz, a gzipped IDX file) that
 expands far beyond its size, and headers that promise more than the file holds, are refused from their
-declared sizes, before anything is allocated or decompressed."""
+declared sizes, before anything is allocated or decompressed. And the domain of every number a key takes
+(`DOMAINS`), one per key for every reader: flags, run configs and the files of every checkpoint format."""
 
 from __future__ import annotations
 
