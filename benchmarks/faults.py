@@ -19,14 +19,21 @@ counted. Every number it prints comes from this run.
    (DCP's pickled .metadata under torchrun is tests/train/test_sharded_trust.py's.)
 7. Special files: /dev/zero as an image and as a checkpoint, a FIFO as an image and a checkpoint, each under a
    timeout and an address-space limit: one line, exit 2, never a hang or a runaway read.
+8. Bounded domains (`domains`): numbers out of their key's domain in every reader (Hugging Face's config.json and
+   preprocessor_config.json, vitkit's config.json, KEY=VALUE overrides), weights whose outputs overflow, safetensors
+   of every float8 kind and packed float4, a JSONL label -1, a folder named like an image: each refusal one line with
+   exit 2 naming the key and never a Python exception type, each readable input read (float8, 1e-3 in a list).
 
-8. Live runs and trackers (`--only live-trackers` runs this group alone): predict, convert and info on a run while
+9. Live runs and trackers (`--groups live-trackers` runs this group alone): predict, convert and info on a run while
    it trains; kill -9 past a checkpoint, then `--resume` with another train.steps, each tracker's values per step
    against metrics.jsonl; broken tracker packages, a setting W&B refuses, an MLflow store that cannot be made; a full
    disk (a small tmpfs in a user namespace where unshare works, and a file-size limit) under csv and tensorboard.
 
---results also writes the rows faults-bytes-lost-SLUG, faults-wrong-messages-SLUG and faults-train-kills-SLUG of
-benchmarks/results/reliability.csv through benchmarks/rows.py (SLUG: the machine kind, e.g. epyc); off by default
+--groups runs some of them (kills, convert-kills, fsize, tmpfs, train-kills, pickles, special, fuzz, domains, live-trackers); the
+rows of a group are written only where it ran, the campaign's shared rows only where every group ran.
+
+--results also writes the rows faults-bytes-lost-SLUG, faults-wrong-messages-SLUG, faults-train-kills-SLUG (and
+faults-domains-SLUG and faults-live-reads/-trackers/-tracker-lines-SLUG, from groups 8 and 9) of benchmarks/results/reliability.csv through benchmarks/rows.py (SLUG: the machine kind, e.g. epyc); off by default
 so a quick run doesn't overwrite published figures. Then run `python benchmarks/render.py`.
 """
 
@@ -49,6 +56,8 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "checkpoint"))
+sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "cli")]
+from test_domains_cli import dtype_copy, edited_copy  # noqa: E402  (the tests' edited checkpoints, reused)
 from test_replace import FORMATS, _killed_at, _model, _which  # noqa: E402  (the tests' fault injection, reused)
 
 sys.path.insert(0, str(ROOT / "tests" / "cli"))
@@ -579,6 +588,114 @@ def live_runs_and_trackers(work: Path, reads: int, kills: int) -> None:
     full_disks_under_trackers(work)
 
 
+domain_counts = {"tried": 0, "held": 0}  # the bounded-domain group alone, for its row
+
+
+def _domain_case(command: list[str], what: str, *, refused: bool, words: str = "", **run) -> None:
+    """One case of the bounded-domain group: a refusal must be one line with exit 2 that holds `words` and names no
+    Python exception type; a readable input must exit 0. Counted in the campaign's counts and the group's own."""
+    counts["inputs tried"] += 1
+    domain_counts["tried"] += 1
+    try:
+        done = subprocess.run([VITKIT, *command], capture_output=True, text=True, timeout=300, **run)
+    except subprocess.TimeoutExpired:
+        counts["hangs"] += 1
+        print(f"  HANG: {what}")
+        return
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    if refused:
+        held = (
+            done.returncode == 2
+            and len(lines) == 1
+            and words in lines[0]
+            and "%" not in done.stdout
+            and not re.search(r"\b[A-Z]\w*(Error|Exception)\b|Traceback", done.stderr)
+        )
+    else:
+        held = done.returncode == 0
+    domain_counts["held"] += held
+    if not held:
+        counts["wrong messages"] += 1
+        print(f"  WRONG: {what}: exit {done.returncode}: {done.stderr[-500:]}")
+
+
+def _domain_inputs(work: Path) -> tuple[Path, Path, Path, Path]:
+    """(vitkit checkpoint, its HF copy, a 40x30 PNG, an image folder of its 3 classes) for the group."""
+    import numpy as np
+    from PIL import Image
+
+    root = work / "domains"
+    root.mkdir(exist_ok=True)
+    model = _model(0)
+    torch.nn.init.normal_(model.head.weight)  # a head that answers: a zero head is refused for its own reason
+    native, hf = root / "vitkit", root / "hf"
+    save_checkpoint(model, native, metadata={"class_names": ["a", "b", "c"]})
+    save_checkpoint(model, hf, "hf")
+    image = root / "x.png"
+    Image.fromarray(np.full((30, 40, 3), 90, np.uint8)).save(image)
+    for name in "abc":
+        (root / "data" / "test" / name).mkdir(parents=True, exist_ok=True)
+        shutil.copy(image, root / "data" / "test" / name / "1.png")
+    return native, hf, image, root / "data"
+
+
+def bounded_domains(work: Path) -> None:
+    native, hf, image, data = _domain_inputs(work)
+    root = native.parent
+    edits = [  # (checkpoint, file, change, the words its line holds)
+        (hf, "preprocessor_config.json", {"image_std": [1e-300, 1, 1]}, "image_std: expected"),
+        (hf, "preprocessor_config.json", {"image_mean": [1e308, 0, 0]}, "image_mean: expected"),
+        (hf, "preprocessor_config.json", {"rescale_factor": "x"}, "rescale_factor: expected"),
+        (hf, "preprocessor_config.json", {"crop_pct": 1e-5}, "crop_pct: expected"),
+        (hf, "config.json", {"patch_size": 0}, "patch_size: expected"),
+        (hf, "config.json", {"patch_size": [4]}, "patch_size: expected"),
+        (hf, "config.json", {"image_size": [16]}, "image_size: expected"),
+        (hf, "config.json", {"num_channels": 3000}, "num_channels: expected"),
+        (hf, "config.json", {"layer_norm_eps": "1e-6"}, "layer_norm_eps: expected"),
+        (hf, "config.json", {"id2label": "x"}, "id2label: expected"),
+        (native, "config.json", {"model__std": [1e-300, 1, 1]}, "std: expected"),
+        (native, "config.json", {"model__mean": [1e308, 0, 0]}, "mean: expected"),
+        (native, "config.json", {"preprocess": {"crop_pct": 1e-5}}, "preprocess.crop_pct: expected"),
+    ]
+    for i, (source, name, change, words) in enumerate(edits):
+        edited = edited_copy(source, root / f"edit{i}", name, **change)
+        for command in (["predict", str(edited), str(image)], ["info", str(edited)]):
+            _domain_case(command, f"{command[0]} with {name} {change}", refused=True, words=words)
+    big = _model(0)
+    with torch.no_grad():
+        big.head.weight.fill_(3e38)  # finite weights whose outputs overflow
+    save_checkpoint(big, root / "big", metadata={"class_names": ["a", "b", "c"]})
+    for command in (["predict", str(root / "big"), str(image)], ["eval", str(root / "big"), "--data", str(data)]):
+        _domain_case(command, f"{command[0]}: infinite outputs", refused=True, words="NaN or infinite")
+    limit = lambda: resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+    for override in ("data.synthetic_classes=100000000", "train.threads=100000", "model.std=[1e-300,1,1]"):
+        command = ["train", "--out", str(root / "run"), *TRAIN, "train.steps=1", override]
+        _domain_case(command, override, refused=True, words=override.split("=")[0], preexec_fn=limit)
+    _domain_case(["train", "--out", str(root / "sci"), *TRAIN, "train.steps=1", "model.in_chans=3",
+                  "model.std=[1e-3,0.5,0.5]"], "model.std=[1e-3,0.5,0.5]", refused=False)  # fmt: skip
+    _domain_dtypes(root, hf, image, data)
+    (root / "dir.png").mkdir()
+    _domain_case(["predict", str(native), str(root / "dir.png")], "a folder named dir.png", refused=True,
+                 words="no images found")  # fmt: skip
+    (root / "list.jsonl").write_text('{"path": "x.png", "label": 0}\n{"path": "x.png", "label": -1}\n')
+    _domain_case(["data", str(root / "list.jsonl")], "JSONL label -1", refused=True, words="list.jsonl:2: label -1")
+    print(f"bounded domains: {domain_counts['held']} of {domain_counts['tried']} inputs held")
+
+
+def _domain_dtypes(root: Path, hf: Path, image: Path, data: Path) -> None:
+    """Safetensors of every float8 kind are read by every command; packed float4 is refused in one line."""
+    kinds = [k for k in ("float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz") if hasattr(torch, k)]
+    for kind in kinds:
+        stored = dtype_copy(hf, root / kind, getattr(torch, kind))
+        for command in (["info", str(stored)], ["predict", str(stored), str(image)],
+                        ["convert", str(stored), str(root / f"{kind}.npz")], ["eval", str(stored), "--data", str(data)]):  # fmt: skip
+            _domain_case(command, f"{command[0]} of {kind} safetensors", refused=False)
+    if hasattr(torch, "float4_e2m1fn_x2"):
+        stored = dtype_copy(hf, root / "float4", torch.float4_e2m1fn_x2)
+        for command in (["info", str(stored)], ["predict", str(stored), str(image)]):
+            _domain_case(command, f"{command[0]} of float4 safetensors", refused=True, words="float4_e2m1fn_x2")
+
+
 def fuzz(examples: int) -> None:
     files = [
         "tests/test_input_fuzz.py",
@@ -616,31 +733,24 @@ def main() -> None:
     parser.add_argument("--live-reads", type=int, default=12, help="reads of a run while it trains")
     parser.add_argument("--tracker-kills", type=int, default=3, help="kill -9, then --resume with another train.steps")
     parser.add_argument(
-        "--only",
-        choices=["live-trackers"],
-        help="run one group alone (live-trackers: reads of live runs, trackers after a resume, tracker and disk "
-        "faults); --results then writes its rows alone",
-    )
-    parser.add_argument(
         "--results",
         action="store_true",
-        help="write the rows faults-{bytes-lost,wrong-messages,train-kills}-SLUG of benchmarks/results/reliability.csv",
+        help="write the rows faults-{bytes-lost,wrong-messages,train-kills,domains}-SLUG of "
+        "benchmarks/results/reliability.csv (of the groups that ran)",
+    )
+    parser.add_argument(
+        "--groups", default=",".join(GROUPS), help=f"comma-separated groups to run (default: all): {', '.join(GROUPS)}"
     )
     args = parser.parse_args()
+    groups = [g.strip() for g in args.groups.split(",") if g.strip()]
+    unknown = sorted(set(groups) - set(GROUPS))
+    if unknown:
+        parser.error(f"--groups: unknown {', '.join(unknown)}; groups are {', '.join(GROUPS)}")
     started = time.time()
-    if args.only == "live-trackers":
-        return live_trackers_alone(args, started)
     with tempfile.TemporaryDirectory(prefix="vitkit-faults-") as tmp:
         work = Path(tmp)
-        live_runs_and_trackers(work / "live", args.live_reads, args.tracker_kills)
-        kill_every_step(work)
-        random_convert_kills(work, args.random_kills)
-        file_size_limits(work)
-        tmpfs_full(work)
-        train_kills(work, args.train_kills)
-        planted_pickles(work)
-        special_files(work)
-    fuzz(args.fuzz_examples)
+        for group in groups:
+            GROUPS[group](work, args)
     print(
         f"\n{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {time.time() - started:.0f} s, "
         f"{os.cpu_count()} CPUs, torch {torch.__version__}"
@@ -650,19 +760,7 @@ def main() -> None:
     print("| " + " | ".join(f"{counts[k]:,}" for k in counts) + " |")
     print(json.dumps(counts))
     if args.results:
-        write_results()
-        write_live_results()
-
-
-def live_trackers_alone(args, started: float) -> None:
-    with tempfile.TemporaryDirectory(prefix="vitkit-faults-") as tmp:
-        live_runs_and_trackers(Path(tmp), args.live_reads, args.tracker_kills)
-    print(
-        f"\n{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {time.time() - started:.0f} s, {os.cpu_count()} CPUs"
-    )
-    print(json.dumps(live_counts))
-    if args.results:
-        write_live_results()
+        write_results(groups)
 
 
 def write_live_results() -> None:
@@ -704,62 +802,96 @@ def write_live_results() -> None:
     )
 
 
-def write_results() -> None:
+# the campaign's groups in order; special files read the run the planted pickles trained
+GROUPS = {
+    "kills": lambda work, args: kill_every_step(work),
+    "convert-kills": lambda work, args: random_convert_kills(work, args.random_kills),
+    "fsize": lambda work, args: file_size_limits(work),
+    "tmpfs": lambda work, args: tmpfs_full(work),
+    "train-kills": lambda work, args: train_kills(work, args.train_kills),
+    "pickles": lambda work, args: planted_pickles(work),
+    "special": lambda work, args: special_files(work),
+    "fuzz": lambda work, args: fuzz(args.fuzz_examples),
+    "domains": lambda work, args: bounded_domains(work),
+    "live-trackers": lambda work, args: live_runs_and_trackers(work / "live", args.live_reads, args.tracker_kills),
+}
+
+
+def write_results(groups: list[str]) -> None:
     from rows import write_rows
 
     common = {"benchmark": "Fault campaign (reliability)"}
-    write_rows(
-        "reliability",
-        [
+    rows = _campaign_rows(common) if set(groups) >= set(GROUPS) else []  # the shared counts: the whole campaign only
+    if "domains" in groups:
+        rows.append(
             {
                 **common,
-                "id": "faults-bytes-lost",
-                "claim": f"bytes lost over {counts['faults injected']:,} faults injected "
-                f"({counts['kills survived']:,} kills survived) and {counts['inputs tried']:,} fuzzed inputs",
-                "figure": f"{counts['bytes lost']}",
-                "unit": "bytes",
-                "model": "vitkit dir, HF dir, .npz + sidecar, timm .safetensors",
-                "setting": "SIGKILLs, file-size limits, full disk, fuzzing",
-            },
-            {
-                **common,
-                "id": "faults-wrong-messages",
-                "claim": "wrong messages over the same campaign",
-                "figure": f"{counts['wrong messages']}",
-                "unit": "messages",
-                "model": "all formats",
-                "setting": "each failure ends in one line, exit code 2",
-            },
-            {
-                **common,
-                "id": "faults-train-kills",
-                "claim": "`vitkit train` runs killed then `--resume`d that end with the unkilled run's weights (to 1e-6)",
-                "figure": f"{train_counts['same']} of {train_counts['killed']}",
-                "unit": "runs",
-                "model": "40 steps, a checkpoint each step",
-                "setting": "SIGKILL in the later half of the run",
-            },
-            {
-                **common,
-                "id": "faults-pickles-executed",
-                "claim": "planted pickles executed (timm .pth, HF .bin, .npz object array, train_state.pt; "
-                "info, predict, convert, eval, train --resume)",
-                "figure": f"{counts['pickles executed']}",
-                "unit": "pickles",
-                "model": "vitkit run, HF dir, .npz, timm .pth",
-                "setting": "a pickle whose loading creates a file",
-            },
-            {
-                **common,
-                "id": "faults-hangs",
-                "claim": "hangs or runaway reads on special files (FIFO, /dev/zero as image and checkpoint)",
-                "figure": f"{counts['hangs']}",
-                "unit": "commands",
-                "model": "predict, info",
-                "setting": "120 s timeout, 4 GiB address space",
-            },
-        ],
-    )
+                "id": "faults-domains",
+                "claim": "inputs out of a key's domain refused in one line naming the key (no exception type), "
+                "and readable ones read: HF and vitkit configs, KEY=VALUE, float8/float4 safetensors, overflowing "
+                "outputs, a JSONL label -1, a folder named like an image",
+                "figure": f"{domain_counts['held']} of {domain_counts['tried']}",
+                "unit": "inputs",
+                "model": "vitkit dir, HF dir; predict, info, convert, eval, train, data",
+                "setting": "each refusal exit 2 and one line; each readable input exit 0",
+            }
+        )
+    if rows:
+        write_rows("reliability", rows)
+    if "live-trackers" in groups:
+        write_live_results()
+
+
+def _campaign_rows(common: dict) -> list[dict]:
+    return [
+        {
+            **common,
+            "id": "faults-bytes-lost",
+            "claim": f"bytes lost over {counts['faults injected']:,} faults injected "
+            f"({counts['kills survived']:,} kills survived) and {counts['inputs tried']:,} fuzzed inputs",
+            "figure": f"{counts['bytes lost']}",
+            "unit": "bytes",
+            "model": "vitkit dir, HF dir, .npz + sidecar, timm .safetensors",
+            "setting": "SIGKILLs, file-size limits, full disk, fuzzing",
+        },
+        {
+            **common,
+            "id": "faults-wrong-messages",
+            "claim": "wrong messages over the same campaign",
+            "figure": f"{counts['wrong messages']}",
+            "unit": "messages",
+            "model": "all formats",
+            "setting": "each failure ends in one line, exit code 2",
+        },
+        {
+            **common,
+            "id": "faults-train-kills",
+            "claim": "`vitkit train` runs killed then `--resume`d that end with the unkilled run's weights (to 1e-6)",
+            "figure": f"{train_counts['same']} of {train_counts['killed']}",
+            "unit": "runs",
+            "model": "40 steps, a checkpoint each step",
+            "setting": "SIGKILL in the later half of the run",
+        },
+        {
+            **common,
+            "id": "faults-pickles-executed",
+            "claim": "planted pickles executed (timm .pth, HF .bin, .npz object array, train_state.pt; "
+            "info, predict, convert, eval, train --resume)",
+            "figure": f"{counts['pickles executed']}",
+            "unit": "pickles",
+            "model": "vitkit run, HF dir, .npz, timm .pth",
+            "setting": "a pickle whose loading creates a file",
+        },
+        {
+            **common,
+            "id": "faults-hangs",
+            "claim": "hangs or runaway reads on special files (FIFO, /dev/zero as image and checkpoint)",
+            "figure": f"{counts['hangs']}",
+            "unit": "commands",
+            "model": "predict, info",
+            "setting": "120 s timeout, 4 GiB address space",
+        },
+    ]
 
 
 if __name__ == "__main__":

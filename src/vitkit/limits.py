@@ -1,6 +1,7 @@
 """Bounds on what a small input may make vitkit allocate: compressed data (a .npz, a gzipped IDX file) that
 expands far beyond its size, and headers that promise more than the file holds, are refused from their
-declared sizes, before anything is allocated or decompressed."""
+declared sizes, before anything is allocated or decompressed. And the domain of every number a key takes
+(`DOMAINS`), one per key for every reader: flags, run configs and the files of every checkpoint format."""
 
 from __future__ import annotations
 
@@ -146,6 +147,8 @@ class Limit:
     key: str | None = None
     # the flag that gives a request's field, where it is not the field's name (--lr for lrs)
     flag: str | None = None
+    # whole numbers only (a domain of DOMAINS; a field's type says it for the fields of a config)
+    integer: bool = False
 
     def contains(self, value: float) -> bool:
         """Whether `value` lies in the interval (True without one)."""
@@ -173,9 +176,59 @@ def limits(
     return {"limit": Limit(interval, positive, choices, says, key, flag)}
 
 
+MAX_THREADS = 1024  # CPU threads a process asks for; OpenMP fails on far more, a machine has far fewer
+MAX_SIDE = 65_536  # pixels on a side of an image or a patch, the model's input as a file or flag gives it
+MAX_CHANNELS = 1024  # input channels: RGB, grayscale, multispectral bands; a bound before anything is sized by it
+
+# One bounded domain per key, whoever reads it: a flag, a run config (YAML or KEY=VALUE), vitkit's config.json and the
+# foreign files whose keys map onto these (Hugging Face's image_std is std, timm's pretrained_cfg crop_pct is
+# crop_pct). A dataclass field of that name takes its domain from here (`limit_of`), and the checkpoint readers check
+# the keys they read with `number_problem`. mean and std are on pixels in [0, 1]: (x - mean) / std must stay a
+# number every precision holds.
+DOMAINS: dict[str, Limit] = {
+    "mean": Limit("[-1000, 1000]", says="a number from -1000 to 1000 per input channel (pixels are in [0, 1])"),
+    "std": Limit("[1e-4, 1000]", says="a number from 1e-4 to 1000 per input channel (pixels are in [0, 1])"),
+    "background": Limit("[0, 1]", says="a value in [0, 1] per input channel (0 black, 1 white)"),
+    "crop_pct": Limit("[0.1, 1]", says="a share from 0.1 to 1 (the centre crop over the resized image)"),
+    "layer_norm_eps": Limit("(0, 1]", says="a small positive number, at most 1"),
+    "rescale_factor": Limit("[1e-6, 1]", says="a number from 1e-6 to 1 (pixels of 0-255 times it)"),
+    "image_size": Limit(f"[1, {MAX_SIDE}]", integer=True, says=f"whole numbers from 1 to {MAX_SIDE:,} px"),
+    "patch_size": Limit(f"[1, {MAX_SIDE}]", integer=True, says=f"whole numbers from 1 to {MAX_SIDE:,} px"),
+    "in_chans": Limit(f"[1, {MAX_CHANNELS}]", integer=True, says=f"from 1 to {MAX_CHANNELS} input channels"),
+    "threads": Limit(f"[0, {MAX_THREADS}]", integer=True, says=f"a thread count from 0 (automatic) to {MAX_THREADS}"),
+    "synthetic_classes": Limit(
+        f"[1, {MAX_CLASS_INDEX}]", integer=True, says=f"a class count from 1 to {MAX_CLASS_INDEX:,}"
+    ),
+}
+
+
+def domain(key: str) -> dict[str, Limit]:
+    """The metadata of a dataclass field whose name is not its key's but whose domain is (augment.eval_crop_pct is a
+    crop_pct): `field(default=..., metadata=domain("crop_pct"))`."""
+    return {"limit": DOMAINS[key]}
+
+
 def limit_of(field: dataclasses.Field) -> Limit:
-    """The limit declared on a dataclass field (NO_LIMIT where it declares none)."""
-    return field.metadata.get("limit", NO_LIMIT)
+    """The domain of a dataclass field: its key's in DOMAINS, else the limit declared on the field (NO_LIMIT where
+    it declares none)."""
+    return DOMAINS.get(field.name) or field.metadata.get("limit", NO_LIMIT)
+
+
+def is_number(value: Any) -> bool:
+    """An int or a float, not a bool."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def number_problem(key: str, value: Any, given: Any = None) -> str | None:
+    """What is wrong with `value` (a number, or a list of numbers) as the key `key` takes it, by its domain in DOMAINS:
+    not a number (a whole one where the domain says so), not finite, or outside the domain; worded after "KEY: ", with
+    `given` (default `value`) quoted. None where nothing is."""
+    domain = DOMAINS[key]
+    values = value if isinstance(value, (list, tuple)) else (value,)
+    whole = domain.integer
+    if not values or not all(isinstance(v, int) and not isinstance(v, bool) if whole else is_number(v) for v in values):
+        return f"expected {domain.says}, got {shown(value if given is None else given)}"
+    return limit_problem(tuple(values), domain, given=value if given is None else given)
 
 
 def limit_problem(value: Any, limit: Limit, given: Any = None) -> str | None:

@@ -27,7 +27,9 @@ def test_the_run_config_keeps_no_tables_of_limits_away_from_its_fields():
         (config.DataConfig, "val_fraction", limits.Limit(interval="[0, 1)")),
         (config.DataConfig, "on_error", limits.Limit(choices=("skip", "fail"))),
         (AugmentConfig, "hflip", limits.Limit(interval="[0, 1]")),
-        (AugmentConfig, "eval_crop_pct", limits.Limit(interval="(0, 1]", positive=True)),
+        (AugmentConfig, "eval_crop_pct", limits.DOMAINS["crop_pct"]),
+        (config.TrainConfig, "threads", limits.DOMAINS["threads"]),
+        (eval_requests.FeatureRequest, "threads", limits.DOMAINS["threads"]),
         (eval_requests.InspectRequest, "show", limits.Limit(positive=True)),
         (train_requests.DataRequest, "per_shard", limits.Limit(positive=True)),
     ],
@@ -44,7 +46,10 @@ def test_every_limited_section_field_declares_its_limit_in_metadata():
         for f in dataclasses.fields(cls)
         if limits.limit_of(f) != limits.NO_LIMIT
     }
-    assert len(limited) == 46 and {"train.log_to", "augment.rrc_scale", "data.repeats", "data.split_rule"} <= limited
+    assert (
+        len(limited) == 47
+        and {"train.log_to", "train.threads", "augment.rrc_scale", "data.repeats", "data.split_rule"} <= limited
+    )
 
 
 def _number_types(parser):
@@ -72,7 +77,10 @@ def test_the_parser_checks_no_number_ranges_of_commands_that_make_a_request():
         ),
         (lambda: eval_requests.KnnRequest("ck", temperature=float("inf")), "--temperature: expected a finite number"),
         (lambda: eval_requests.LinearProbeRequest("ck", max_iter=0), "--max-iter: expected a positive number"),
-        (lambda: eval_requests.FeatureRequest("ck", threads=-1), "--threads: expected a number >= 0, got -1"),
+        (
+            lambda: eval_requests.FeatureRequest("ck", threads=-1),
+            "--threads: expected a thread count from 0 (automatic",
+        ),
         (lambda: eval_requests.FeatureRequest("ck", random_init=2**40), "--random-init: expected at most"),
         (lambda: train_requests.FinetuneRequest("ck", "o", lrs=(float("nan"),)), "--lr: expected a finite number"),
         (lambda: train_requests.FinetuneRequest("ck", "o", epochs=0.0), "--epochs: expected a positive number of"),

@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import torch
 
-from vitkit.errors import CheckpointError, ConfigError, VitkitError, first_line
+from vitkit.errors import CheckpointError, ConfigError, VitkitError
 from vitkit.files import (
     Snapshot,
     finish_replacement,
@@ -218,9 +218,20 @@ def read_checkpoint(
 
 def _read_located(found: Located, image_size) -> tuple[ModelConfig, dict[str, torch.Tensor], str]:
     """read_checkpoint of a located checkpoint: every failure one CheckpointError naming the file."""
+    format = found.format
+    config, state = _reading(found, lambda p, **given: FORMATS[format].read(p, image_size=image_size, **given))
+    # the config and the weights agree, every weight is finite
+    check_state(model_shapes(config), state, source=found.path)
+    return config, state, format
+
+
+def _reading(found: Located, read):
+    """`read` of a located checkpoint (its weights, or its metadata) as `_read_stable` reads it, every failure one
+    CheckpointError naming the file. The readers check each value they read against its key's domain (`values`) and
+    name the key; what still breaks one is said in words, never as a Python exception type."""
     path, format = found.path, found.format
     try:
-        config, state = _read_stable(found, lambda p, **given: FORMATS[format].read(p, image_size=image_size, **given))
+        return _read_stable(found, read)
     except CheckpointError:
         raise
     except ConfigError as err:  # the shapes of a damaged or foreign file imply an impossible model
@@ -228,11 +239,11 @@ def _read_located(found: Located, image_size) -> tuple[ModelConfig, dict[str, to
             f"{path}: does not describe a valid {format} ViT ({err}); the file is corrupt or of another model"
         ) from None
     except Exception as err:  # a reader met a value no intact file holds: one clear line, never a traceback
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else "no reason given"
         raise CheckpointError(
-            f"{path}: cannot read as a {format} checkpoint ({type(err).__name__}: {first_line(err)}); the file is corrupt"
+            f"{path}: cannot read as a {format} checkpoint: a value in it is of a kind no {format} checkpoint holds "
+            f"({reason}); the file is corrupt"
         ) from None
-    check_state(model_shapes(config), state, source=path)  # the config and the weights agree, every weight is finite
-    return config, state, format
 
 
 def load_pretrained(
@@ -317,7 +328,7 @@ def read_metadata(path: str | os.PathLike, *, format: str | None = None) -> dict
     """What travels with the weights besides the architecture: `class_names`, `preprocess` (crop_pct) and the
     `data` the model was trained on, as far as the checkpoint holds them ({} when it holds none)."""
     found = locate(path, format)
-    metadata = _read_stable(found, FORMATS[found.format].read_metadata)
+    metadata = _reading(found, FORMATS[found.format].read_metadata)
     native.check_extra(metadata, None, found.path)  # the same checks as config.json's, for every format's record
     return metadata
 
@@ -339,7 +350,7 @@ def _with_metadata(found: Located, image_size, rates: dict | None = None) -> tup
     config, state, _ = _read_located(found, image_size)
     config = config.replace(**(rates or {}))  # no weight changes shape with them
     model = _ready(config, state, found.path, image_size).eval()
-    metadata = _read_stable(found, FORMATS[found.format].read_metadata)
+    metadata = _reading(found, FORMATS[found.format].read_metadata)
     # the same checks as config.json's, for every format's record
     native.check_extra(metadata, model.config, found.path)
     return model, metadata

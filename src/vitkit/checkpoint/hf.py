@@ -28,10 +28,12 @@ from typing import Any
 
 import torch
 
-from vitkit.errors import CheckpointError, ConfigError
+from vitkit.errors import CheckpointError, ConfigError, shown
 from vitkit.files import atomic_dir, read_json, refuse_foreign, says, snapshot_json, write_json, write_text
+from vitkit.limits import is_number, number_problem
 from vitkit.models import VisionTransformer, ViTConfig
 
+from . import values
 from .card import CARD_NAME, model_card, publishable
 from .io import read_safetensors, read_torch, write_safetensors
 from .keymap import Rule, from_vitkit, fused, infer_image_size, refuse_conv_stem, same, to_vitkit
@@ -109,63 +111,90 @@ def _linear(ours: str, theirs: str, weight_shape: tuple[int, ...]) -> list[Rule]
 def config_from_hf(
     hf: dict, state: dict[str, torch.Tensor], *, preprocessor: dict | None, image_size=None, source
 ) -> ViTConfig:
-    """The ViTConfig of an HF ViT: sizes from config.json, head and pooler from which tensors exist."""
+    """The ViTConfig of an HF ViT: sizes from config.json, head and pooler from which tensors exist. Every value read
+    is checked against its domain first (`values`), naming the file and the key."""
     where = Path(source) / CONFIG_NAME
-    try:
-        width, depth, heads, mlp = (
-            hf[k] for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
-        )
-    except KeyError as err:
-        raise CheckpointError(f"{where}: missing key {err.args[0]!r}; not a ViT config") from None
+    missing = next((k for k in HF_SIZES if k not in hf), None)
+    if missing:
+        raise CheckpointError(f"{where}: missing key {missing!r}; not a ViT config")
     act = hf.get("hidden_act", "gelu")
     if act not in ACTS:
-        raise CheckpointError(f"{where}: hidden_act {act!r} is not supported; vitkit has {', '.join(ACTS)}")
-    if not hf.get("qkv_bias", True):
+        raise CheckpointError(f"{where}: hidden_act {shown(act)} is not supported; vitkit has {', '.join(ACTS)}")
+    if not values.flag(hf, "qkv_bias", True, where=where):
         raise CheckpointError(f"{where}: qkv_bias false is not supported; vitkit's attention always has q, k, v biases")
     prefix = _prefix(state)
-    patch = hf.get("patch_size", 16)
-    patch = (patch, patch) if isinstance(patch, int) else tuple(patch)
+    patch = values.size(hf, "patch_size", 16, domain="patch_size", where=where)
     distilled = hf.get("model_type") == "deit"  # DeiTForImageClassificationWithTeacher (read checked the heads)
     pos_key = f"{prefix}embeddings.position_embeddings"
     if pos_key not in state:
         raise CheckpointError(f"{source}: missing key {pos_key!r}; not a ViT checkpoint")
-    size = hf.get("image_size", 224)
-    grid_hint = image_size if image_size is not None else (size if isinstance(size, int) else tuple(size))
+    grid_hint = (
+        image_size if image_size is not None else values.size(hf, "image_size", 224, domain="image_size", where=where)
+    )
     image = infer_image_size(
         state[pos_key].shape[1] - 1 - distilled, patch, image_size=grid_hint, key=pos_key, source=source
     )
     pooler = state.get(f"{prefix}pooler.dense.weight")
     head = state.get(f"{DEIT_HEADS[0] if distilled else 'classifier'}.weight")
     fields = dict(
-        image_size=image, patch_size=patch, in_chans=hf.get("num_channels", 3), num_classes=0 if head is None else head.shape[0],
-        width=width, depth=depth, mlp_dim=mlp, num_heads=heads, representation_size=None if pooler is None else pooler.shape[0],
-        layer_norm_eps=hf.get("layer_norm_eps", 1e-12), mlp_act=ACTS[act], dynamic_img_size=hf.get("vitkit_dynamic_img_size", False),
-        dropout=hf.get("hidden_dropout_prob", 0.0), attn_dropout=hf.get("attention_probs_dropout_prob", 0.0),
+        image_size=image, patch_size=patch, num_classes=0 if head is None else head.shape[0], mlp_act=ACTS[act],
+        representation_size=None if pooler is None else pooler.shape[0],
+        **{ours: values.whole(hf, theirs, None, where=where) for theirs, ours in HF_SIZES.items()},
+        in_chans=values.number(hf, "num_channels", 3, domain="in_chans", where=where),
+        layer_norm_eps=values.number(hf, "layer_norm_eps", 1e-12, domain="layer_norm_eps", where=where),
+        dynamic_img_size=values.flag(hf, "vitkit_dynamic_img_size", False, where=where),
+        dropout=values.share(hf, "hidden_dropout_prob", 0.0, where=where),
+        attn_dropout=values.share(hf, "attention_probs_dropout_prob", 0.0, where=where),
         distilled=distilled,
     )  # fmt: skip
     if preprocessor:
-        fields.update(_normalisation(preprocessor, fields["in_chans"]))
-        if isinstance(preprocessor.get("vitkit_background"), list):  # what vitkit wrote: see _preprocessor_config
-            fields["background"] = tuple(preprocessor["vitkit_background"])
+        processor = Path(source) / PREPROCESSOR_NAME
+        fields.update(_normalisation(preprocessor, fields["in_chans"], processor))
+        if "vitkit_background" in preprocessor:  # what vitkit wrote: see _preprocessor_config
+            fields["background"] = values.number(
+                preprocessor, "vitkit_background", None, domain="background", where=processor
+            )
     try:
         return ViTConfig(**fields)
     except ConfigError as err:
         raise CheckpointError(f"{where}: describes a model vitkit cannot build: {err}") from None
 
 
-def _normalisation(processor: dict, channels: int) -> dict:
+# config.json's sizes, and the ViTConfig fields they are
+HF_SIZES = {
+    "hidden_size": "width",
+    "num_hidden_layers": "depth",
+    "num_attention_heads": "num_heads",
+    "intermediate_size": "mlp_dim",
+}
+
+
+def _normalisation(processor: dict, channels: int, where: Path) -> dict:
     """mean and std on [0, 1] pixels that do what an image processor's rescale and normalise do: (x * rescale_factor
     - image_mean) / image_std, with x in [0, 255], is (x / 255 - mean) / std for mean = image_mean / k and
-    std = image_std / k, k = 255 * rescale_factor."""
-    if processor.get("do_normalize", True):
-        given = {ours: processor.get(theirs) for ours, theirs in (("mean", "image_mean"), ("std", "image_std"))}
-        given = {k: tuple(v) if isinstance(v, list) else (v,) * channels for k, v in given.items() if v is not None}
-    else:
-        given = {"mean": (0.0,) * channels, "std": (1.0,) * channels}
-    factor = processor.get("rescale_factor", 1 / 255) if processor.get("do_rescale", True) else 1.0
+    std = image_std / k, k = 255 * rescale_factor; each in its domain (limits.DOMAINS), named by the file's key."""
+    if not values.flag(processor, "do_normalize", True, where=where):
+        return {"mean": (0.0,) * channels, "std": (1.0,) * channels}
+    rescale = values.flag(processor, "do_rescale", True, where=where)
+    factor = (
+        values.number(processor, "rescale_factor", 1 / 255, domain="rescale_factor", where=where) if rescale else 1.0
+    )
     k = 255 * factor
-    if not math.isclose(k, 1.0, rel_tol=1e-9) and isinstance(factor, (int, float)) and factor > 0:
-        given = {key: tuple(v / k for v in values) for key, values in given.items()}
+    given = {}
+    for ours, theirs in (("mean", "image_mean"), ("std", "image_std")):
+        raw = processor.get(theirs)
+        if raw is None:
+            continue
+        numbers = tuple(raw) if isinstance(raw, list) else (raw,) * channels
+        if not numbers or not all(is_number(v) for v in numbers):
+            values.refuse(where, theirs, f"expected a number or a list of one per input channel, got {shown(raw)}")
+        scaled = numbers if math.isclose(k, 1.0, rel_tol=1e-9) else tuple(v / k for v in numbers)
+        problem = number_problem(ours, scaled, given=raw)
+        if problem:
+            values.refuse(
+                where, theirs, problem + ("" if scaled is numbers else f" once divided by 255 x rescale_factor ({k:g})")
+            )
+        given[ours] = scaled
     if "std" in given and "mean" not in given:
         given["mean"] = (0.0,) * channels
     return given
@@ -224,7 +253,7 @@ def read(path: str | os.PathLike, *, image_size=None, config: Any = None) -> tup
             state[kernel] = state[kernel].sum(dim=1, keepdim=True)
             hf = {**hf, "num_channels": 1}
             preprocessor = {
-                k: v[:1] if k in ("image_mean", "image_std", "vitkit_background") else v
+                k: v[:1] if k in ("image_mean", "image_std", "vitkit_background") and isinstance(v, list) else v
                 for k, v in (preprocessor or {}).items()
             } or None
     config = config_from_hf(hf, state, preprocessor=preprocessor, image_size=image_size, source=directory)
@@ -419,16 +448,20 @@ def read_metadata(path: str | os.PathLike, *, config: Any = None) -> dict:
     if isinstance(hf.get("vitkit"), dict) and hf["vitkit"]:
         return hf["vitkit"]
     labels = hf.get("id2label") or {}
+    if not isinstance(labels, dict):
+        values.refuse(
+            Path(path) / CONFIG_NAME, "id2label", f"expected a mapping of class index to name, got {shown(labels)}"
+        )
     names = [str(labels.get(str(i), "")) for i in range(len(labels))]
     metadata = {"class_names": names} if names and names != [f"LABEL_{i}" for i in range(len(names))] else {}
     if hf.get("problem_type") == MULTI_LABEL:  # a sigmoid per class (transformers' BCEWithLogitsLoss)
         metadata["problem_type"] = MULTI_LABEL
     processor = Path(path) / PREPROCESSOR_NAME
-    preprocess = preprocess_of(read_json(processor)) if processor.is_file() else None
+    preprocess = preprocess_of(read_json(processor), processor) if processor.is_file() else None
     return {**metadata, "preprocess": preprocess} if preprocess is not None else metadata
 
 
-def preprocess_of(processor) -> dict | None:
+def preprocess_of(processor, where: str | os.PathLike = PREPROCESSOR_NAME) -> dict | None:
     """vitkit's "preprocess" record of an HF image processor (None for what is no processor's config): crop_pct
     (`crop_pct_of`; 1 where it cuts nothing), crop_mode (squash where it resizes to a height and width, center where
     it resizes the shortest edge) and interpolation (its resample; the processor's own default where it names none:
@@ -442,17 +475,17 @@ def preprocess_of(processor) -> dict | None:
         interpolation = INTERPOLATIONS[resample]
     else:
         interpolation = "bicubic" if "CLIP" in str(processor.get("image_processor_type", "")) else "bilinear"
-    return {"crop_pct": crop_pct_of(processor) or 1.0, "crop_mode": mode, "interpolation": interpolation}
+    return {"crop_pct": crop_pct_of(processor, where) or 1.0, "crop_mode": mode, "interpolation": interpolation}
 
 
-def crop_pct_of(processor) -> float | None:
+def crop_pct_of(processor, where: str | os.PathLike = PREPROCESSOR_NAME) -> float | None:
     """The crop_pct of an HF image processor that resizes, then cuts a centre crop: its own crop_pct (ConvNeXt's), else
-    crop size / resized size (CLIP's shortest_edge, DeiT's height: 256 -> 224 is 0.875); None where it cuts none."""
+    crop size / resized size (CLIP's shortest_edge, DeiT's height: 256 -> 224 is 0.875); None where it cuts none.
+    Either in the domain of crop_pct (limits.DOMAINS), else a CheckpointError naming `where`."""
     if not isinstance(processor, dict):
         return None
-    pct = processor.get("crop_pct")
-    if isinstance(pct, (int, float)) and not isinstance(pct, bool) and 0 < pct <= 1:
-        return float(pct)
+    if processor.get("crop_pct") is not None:
+        return float(values.number(processor, "crop_pct", None, domain="crop_pct", where=where))
     if not processor.get("do_center_crop"):
         return None
 
@@ -464,6 +497,9 @@ def crop_pct_of(processor) -> float | None:
     if crop is None or size is None or crop > size:
         return None
     pct = crop / size
+    problem = number_problem("crop_pct", pct, given=f"{crop} / {size}")
+    if problem:
+        values.refuse(where, "crop_size / size", problem)
     while math.floor(crop / pct) < size:  # as vitkit resizes (floor(size / crop_pct)), to exactly the processor's size
         pct = math.nextafter(pct, 0.0)
     return pct

@@ -23,6 +23,7 @@ from vitkit.files import (
     write_checksums,
     write_json,
 )
+from vitkit.limits import DOMAINS, number_problem
 from vitkit.models import ModelConfig, VisionTransformer, build_model, config_from_dict
 
 from .card import publishable
@@ -102,10 +103,11 @@ CROP_MODES = ("center", "squash")  # keep the aspect ratio (the shorter side to 
 
 
 def _preprocess_ok(v: Any) -> bool:
-    """`v` is a "preprocess" record: crop_pct in (0, 1], crop_mode and interpolation among the known ones."""
+    """`v` is a "preprocess" record: crop_pct in its domain (limits.DOMAINS), crop_mode and interpolation among the
+    known ones."""
     return (
         isinstance(v, dict)
-        and (v.get("crop_pct") is None or _number(v["crop_pct"]) and 0 < v["crop_pct"] <= 1)
+        and (v.get("crop_pct") is None or number_problem("crop_pct", v["crop_pct"]) is None)
         and v.get("crop_mode", "center") in CROP_MODES
         and v.get("interpolation", "bilinear") in INTERPOLATIONS
     )
@@ -134,7 +136,7 @@ EXTRA_CHECKS = {
     ),
     "preprocess": (
         lambda v, c: _preprocess_ok(v),
-        f"a mapping of crop_pct (a number in (0, 1]), crop_mode ({', '.join(CROP_MODES)}) and interpolation "
+        f"a mapping of crop_pct ({DOMAINS['crop_pct'].says}), crop_mode ({', '.join(CROP_MODES)}) and interpolation "
         f"({', '.join(INTERPOLATIONS)})",
     ),
     "data": (
@@ -153,6 +155,11 @@ EXTRA_CHECKS = {
 
 def check_extra(extra: dict[str, Any], config: ModelConfig | None, path: Path) -> None:
     """Every known config.json entry beside the model has the type and range its readers need."""
+    preprocess = extra.get("preprocess")
+    pct = preprocess.get("crop_pct") if isinstance(preprocess, dict) else None
+    problem = pct is not None and number_problem("crop_pct", pct)
+    if problem:  # the number a user most likely edits, named alone
+        raise CheckpointError(f"{path}: preprocess.crop_pct: {problem}; fix the file or remove the entry")
     for key, (ok, what) in EXTRA_CHECKS.items():
         if key in extra and not ok(extra[key], config):
             shown = repr(extra[key])
@@ -222,12 +229,26 @@ def check_state(expected: dict, state: dict, *, source: str | os.PathLike) -> No
                 "tensor; the file is damaged or not this model's weights"
             )
     for key, value in state.items():
-        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
-            bad = int((~torch.isfinite(value)).sum())
+        if value.is_floating_point() and not bool(torch.isfinite(_as_float32(value, key, source)).all()):
+            bad = int((~torch.isfinite(_as_float32(value, key, source))).sum())
             raise CheckpointError(
                 f"{source}: {key!r} holds {bad} non-finite values (NaN or infinity); the weights are "
                 "unusable: use an earlier checkpoint, or retrain"
             )
+
+
+def _as_float32(value: torch.Tensor, key: str, source) -> torch.Tensor:
+    """A floating-point tensor's values as the float32 model holds them: every kind torch stores is read (float64 and
+    the float8 kinds, which have no isfinite of their own, included; a float64 beyond float32's range becomes
+    infinite, as it would in the model); packed kinds that hold no value per element (float4_e2m1fn_x2) are
+    refused."""
+    try:
+        return value.float()
+    except (RuntimeError, NotImplementedError):
+        raise CheckpointError(
+            f"{source}: {key!r} has dtype {str(value.dtype).replace('torch.', '')}, packed values vitkit cannot read as "
+            "numbers; save the weights as float32, float16, bfloat16 or a float8 kind"
+        ) from None
 
 
 def read(directory: str | os.PathLike, *, image_size=None, config: Any = None) -> tuple[ModelConfig, dict]:

@@ -37,13 +37,14 @@ import torch
 import torch.nn.functional as F
 from safetensors import safe_open
 
-from vitkit.errors import CheckpointError, ConfigError
+from vitkit.errors import CheckpointError, ConfigError, shown
 from vitkit.files import atomic_dir, read_json, refuse_foreign, write_json, write_text
+from vitkit.limits import check_class_index
 from vitkit.models import ModelConfig, ResNetConfig, ResNetV2, VisionTransformer, ViTConfig
 from vitkit.models.config import INPUT_KEYS
 from vitkit.models.registry import SIZES
 
-from . import bit
+from . import bit, values
 from .card import CARD_NAME, model_card, publishable
 from .destination import SUFFIXES
 from .io import (
@@ -88,7 +89,7 @@ def is_timm_dir(path: str | os.PathLike, config: Any = None) -> bool:
     return Path(path).is_dir() and _hub_config(Path(path), config) is not None
 
 
-def _hub_stored(config: dict) -> dict:
+def _hub_stored(config: dict, where: Path) -> dict:
     """What a timm Hub config.json tells beyond the tensors, in the keys of vitkit's stored config: mean, std, input size
     and the head count of its `model_args` (what timm builds the model with; without them the count follows the width,
     as for any timm file)."""
@@ -105,11 +106,16 @@ def _hub_stored(config: dict) -> dict:
         stored["background"] = tuple(float(v) for v in background)
     cfg = config.get("pretrained_cfg") if isinstance(config.get("pretrained_cfg"), dict) else {}
     for key in ("mean", "std"):
-        if isinstance(cfg.get(key), list) and all(isinstance(v, (int, float)) for v in cfg[key]):
-            stored[key] = tuple(float(v) for v in cfg[key])
+        if cfg.get(key) is not None:
+            given = values.number(cfg, key, None, domain=key, where=where, name=f"pretrained_cfg.{key}")
+            stored[key] = tuple(float(v) for v in given) if isinstance(given, list) else float(given)
     size = cfg.get("input_size")
-    if isinstance(size, list) and len(size) == 3 and all(isinstance(v, int) and v > 0 for v in size):
-        stored["image_size"] = size[1:]
+    if size is not None:  # [channels, height, width]
+        if not (isinstance(size, list) and len(size) == 3):
+            values.refuse(where, "pretrained_cfg.input_size", f"expected [channels, height, width], got {shown(size)}")
+        stored["image_size"] = values.size(
+            {"input_size": size[1:]}, "input_size", None, domain="image_size", where=where
+        )
     return {**_architecture_facts(config.get("architecture", "")), **stored}
 
 
@@ -369,7 +375,7 @@ def read(
         weights = _hub_weights(path)
         state = read_safetensors(weights) if is_safetensors(weights) else _unwrap(read_torch(weights), weights)
         own = _stored(weights) if is_safetensors(weights) else None  # the config vitkit wrote into the file, if it did
-        stored = {**_hub_stored(config), **(own or {})}
+        stored = {**_hub_stored(config, path / HUB_CONFIG), **(own or {})}
     elif is_safetensors(path) or path.suffix.lower() == ".safetensors":  # a damaged one: safetensors says what is wrong
         state, stored = read_safetensors(path), _stored(path)
     else:  # the config vitkit wrote beside it, if any (a .pth written elsewhere has none)
@@ -537,27 +543,29 @@ def read_metadata(path: str | os.PathLike, *, config: Any = None) -> dict:
     metadata = {}
     names = found.get("label_names")
     if isinstance(names, dict):  # timm's {class index: name}, where indices may have gaps
+        for index in names:
+            check_class_index(str(index), f"{path}: label_names", CheckpointError)
         names = [
             names.get(str(i), names.get(i, ""))
             for i in range(1 + max((int(k) for k in names if str(k).isdigit()), default=-1))
         ]
     if isinstance(names, list):
         metadata["class_names"] = [str(n) for n in names]
-    preprocess = preprocess_of(found.get("pretrained_cfg"))
+    preprocess = preprocess_of(found.get("pretrained_cfg"), path)
     if preprocess:
         metadata["preprocess"] = preprocess
     return metadata
 
 
-def preprocess_of(cfg) -> dict:
-    """vitkit's "preprocess" record of timm's pretrained_cfg: its crop_pct, crop_mode (center or squash; timm's
-    border, which pads, is read as center) and interpolation, where it names them."""
+def preprocess_of(cfg, where: str | os.PathLike = "pretrained_cfg") -> dict:
+    """vitkit's "preprocess" record of timm's pretrained_cfg: its crop_pct (in its domain, limits.DOMAINS, else a
+    CheckpointError naming `where`), crop_mode (center or squash; timm's border, which pads, is read as center) and
+    interpolation, where it names them."""
     if not isinstance(cfg, dict):
         return {}
     preprocess = {}
-    pct = cfg.get("crop_pct")
-    if isinstance(pct, (int, float)) and not isinstance(pct, bool) and 0 < pct <= 1:
-        preprocess["crop_pct"] = float(pct)
+    if cfg.get("crop_pct") is not None:
+        preprocess["crop_pct"] = float(values.number(cfg, "crop_pct", None, domain="crop_pct", where=where))
     if cfg.get("crop_mode") in (*CROP_MODES, "border"):
         preprocess["crop_mode"] = "squash" if cfg["crop_mode"] == "squash" else "center"
     if cfg.get("interpolation") in INTERPOLATIONS:

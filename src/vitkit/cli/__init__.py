@@ -20,7 +20,7 @@ from pathlib import Path
 
 from vitkit import __version__
 from vitkit.errors import VitkitError
-from vitkit.limits import MAX_INT
+from vitkit.limits import DOMAINS, MAX_INT, limit_problem
 
 # subcommand -> module under vitkit.cli (imported lazily, so `vitkit models` never loads training code)
 COMMANDS = {
@@ -84,6 +84,7 @@ class Parser(argparse.ArgumentParser):
 
 def _checked_int(dest: str):
     low = 1 if dest in POSITIVE_FLAGS else 0
+    domain = DOMAINS.get(dest)  # --threads, --image-size: their keys' domains
 
     def parse(text: str) -> int:
         try:
@@ -92,6 +93,9 @@ def _checked_int(dest: str):
             raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
         if not low <= value <= MAX_INT:
             raise argparse.ArgumentTypeError(f"expected a whole number from {low} to {MAX_INT}, got {text!r}")
+        problem = domain and limit_problem(value, domain, given=text)
+        if problem:
+            raise argparse.ArgumentTypeError(problem)
         return value
 
     parse.__name__ = "int"

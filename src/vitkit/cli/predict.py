@@ -86,7 +86,9 @@ def run(args: argparse.Namespace) -> int:
     check_threshold(args.threshold)
 
     classifier = _load(args)
-    paths = _image_paths(args.images)
+    paths, empty = _image_paths(args.images)
+    for line in empty:  # a folder without images: said, and the other images still get their answer
+        print(f"vitkit predict: error: {line}", file=sys.stderr, flush=True)
     failed, batch = 0, []
     for path in paths:
         try:
@@ -101,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
         _answer(classifier, batch, args)
     if not args.json and len(paths) > failed:  # what ran: complete once the first batch has built it
         print(f"({len(paths) - failed} image{'s' * (len(paths) - failed != 1)}; {classifier.runner.description})")
-    return 2 if failed else 0
+    return 2 if failed or empty else 0
 
 
 def _load(args: argparse.Namespace):
@@ -129,13 +131,23 @@ def _load(args: argparse.Namespace):
     )
 
 
-def _image_paths(images: list[str]) -> list[str]:
-    """The files given, and the images of the folders given (searched recursively, sorted)."""
+def _image_paths(images: list[str]) -> tuple[list[str], list[str]]:
+    """The files given, and the images of the folders given (searched recursively, sorted); and the one-line errors
+    of the folders that hold none (whatever their names: a folder named dir.png is a folder)."""
     from vitkit.data.images import find_images
     from vitkit.errors import DataError
     from vitkit.paths import local_path
 
-    return [str(p) for arg in images for p in (find_images([arg]) if local_path(arg, DataError).is_dir() else [arg])]
+    paths, empty = [], []
+    for arg in images:
+        if not local_path(arg, DataError).is_dir():
+            paths.append(arg)
+            continue
+        try:
+            paths += [str(p) for p in find_images([arg])]
+        except DataError as err:
+            empty.append(str(err))
+    return paths, empty
 
 
 def _answer(classifier, batch: list[tuple[str, object]], args: argparse.Namespace) -> None:

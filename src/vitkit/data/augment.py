@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from vitkit.errors import ConfigError, shown
-from vitkit.limits import limits
+from vitkit.limits import domain, limits
 
 from .images import background_bytes, scaled_size
 
@@ -57,7 +57,7 @@ class AugmentConfig:
     # its aspect ratio h / w (log-uniform)
     erase_ratio: tuple[float, float] = field(default=(0.3, 1 / 0.3), metadata=limits("(0, inf)"))
     # eval: resize the shorter side to size / crop_pct, then centre crop
-    eval_crop_pct: float = field(default=1.0, metadata=limits("(0, 1]", positive=True))
+    eval_crop_pct: float = field(default=1.0, metadata=domain("crop_pct"))
 
 
 def _uniform(n: int, low: float, high: float, g: torch.Generator) -> torch.Tensor:

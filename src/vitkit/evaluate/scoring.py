@@ -196,6 +196,7 @@ def _runners(request: EvalRequest, model, meta: dict, spec, which: str, split, d
     """(the batches of `split`, the runner at --precision, the fp32 runner of --compare-fp32 or None)."""
     from vitkit.data import DataSpec, eval_batches
     from vitkit.inference.precision import prepare
+    from vitkit.inference.predict import FiniteOutputs
 
     c = model.config
     keep = request.keep_aspect
@@ -223,7 +224,8 @@ def _runners(request: EvalRequest, model, meta: dict, spec, which: str, split, d
     compile = False if keep else None  # a compiled graph would be rebuilt for every image size
     runner = prepare(model, request.precision, device=device, batches=count, calibration=images, compile=compile)
     reference = prepare(model, "fp32", device=device, batches=count, compile=compile) if request.compare_fp32 else None
-    return batches, runner, reference
+    # scores of outputs that are not numbers would be printed as figures: such an output ends the command instead
+    return batches, FiniteOutputs(runner), reference and FiniteOutputs(reference)
 
 
 def aspect_batches(split, batch_size: int, device, c, crop_pct: float, bad):

@@ -10,7 +10,7 @@ from torch import nn
 
 from vitkit.data import Split, eval_batches
 from vitkit.data.augment import eval_transform
-from vitkit.errors import ConfigError
+from vitkit.errors import CheckpointError, ConfigError
 
 
 def calibration_images(
@@ -61,5 +61,37 @@ def predict(
     c = model.config
     size = tuple(images.shape[-2:]) if keep_size else c.image_size
     logits = (runner or model)(eval_transform(images, size, crop_pct, c.mean, c.std)).float()
+    finite_outputs(logits, getattr(runner, "description", "fp32"))
     probs = logits.sigmoid() if multi_label else logits.softmax(-1)
     return probs.topk(min(k, probs.shape[-1]), dim=-1)
+
+
+def finite_outputs(logits: torch.Tensor, how: str) -> torch.Tensor:
+    """`logits` where every one is a number; else a CheckpointError, as no probability or score can be read from NaN
+    or infinity. `how`: the precision they were computed at."""
+    bad = int((~torch.isfinite(logits)).flatten(1).any(-1).sum())
+    if bad:
+        raise CheckpointError(
+            f"the model's outputs are NaN or infinite for {bad} of {len(logits)} image{'s' * (len(logits) != 1)} "
+            f"({how}), so they are no probabilities: its weights overflow"
+            + (
+                " or are damaged; check the checkpoint (vitkit info), or use another"
+                if how.startswith("fp32")
+                else " at this precision; run at --precision fp32"
+            )
+        )
+    return logits
+
+
+class FiniteOutputs:
+    """A runner (vitkit.inference.precision.Runner) whose every output passes `finite_outputs`; its other attributes
+    (description, ...) are the runner's."""
+
+    def __init__(self, runner):
+        self.runner = runner
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return finite_outputs(self.runner(x), self.runner.description)
+
+    def __getattr__(self, name: str):
+        return getattr(self.runner, name)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vitkit.errors import ConfigError, key_shown, shown
+from vitkit.limits import number_problem
 
 # "token": the class token (Eq. 4); "gap": the mean of the patch tokens; "map": multihead attention pooling, a learned
 # probe attending over the patch tokens (big_vision, SigLIP)
@@ -40,31 +41,33 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def size_pair(value: Any, key: str) -> tuple[int, int]:
-    """A size as (H, W), the one parser of "H [W]": an int N is (N, N); a list or tuple of one or two positive
-    ints is H [W]. `key` names what gave it (image_size, --image-size) in the error."""
+def size_pair(value: Any, key: str, *, domain: str = "image_size") -> tuple[int, int]:
+    """A size as (H, W), the one parser of "H [W]": an int N is (N, N); a list or tuple of one or two ints is H [W],
+    each in the `domain` of DOMAINS (image_size, patch_size). `key` names what gave it (image_size, --image-size) in
+    the error."""
     if isinstance(value, int) and not isinstance(value, bool):
         pair = (value, value)
     elif isinstance(value, (tuple, list)) and len(value) in (1, 2):
         pair = (value[0], value[-1])
     else:
         raise ConfigError(f"{key}: expected an int or [height, width], got {shown(value)}")
-    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in pair):
-        raise ConfigError(f"{key}: expected positive integers, got {shown(value)}")
+    problem = number_problem(domain, pair, given=value)
+    if problem:
+        raise ConfigError(f"{key}: {problem}")
     return pair
 
 
-MAX_CHANNELS = 1024  # input channels: RGB, grayscale, multispectral bands; a bound before anything is sized by it
-
-
 def _per_channel(config: Any, key: str) -> tuple[float, ...]:
-    """config.mean / config.std as one float per input channel (a single value is repeated)."""
-    if config.in_chans > MAX_CHANNELS:
-        raise ConfigError(f"in_chans: expected at most {MAX_CHANNELS} input channels, got {shown(config.in_chans)}")
+    """config.mean / config.std / config.background as one float per input channel (a single value is repeated),
+    each in its key's domain (DOMAINS)."""
+    problem = number_problem("in_chans", config.in_chans)
+    if problem:
+        raise ConfigError(f"in_chans: {problem}")
     value = getattr(config, key)
     values = (value,) if not isinstance(value, (list, tuple)) else tuple(value)
-    if not values or not all(_is_number(v) for v in values):
-        raise ConfigError(f"{key}: expected one finite number per input channel, got {shown(value)}")
+    problem = number_problem(key, values, given=value)
+    if problem:
+        raise ConfigError(f"{key}: {problem}")
     values = tuple(float(v) for v in values)
     if len(values) != config.in_chans:
         if len(set(values)) != 1:
@@ -77,17 +80,9 @@ def _per_channel(config: Any, key: str) -> tuple[float, ...]:
 
 
 def _put_input(config: Any) -> None:
-    """config.mean, .std and .background as one float per input channel, checked: std positive, background in
-    [0, 1]."""
+    """config.mean, .std and .background as one float per input channel, each in its domain (DOMAINS)."""
     for key in INPUT_KEYS:
         object.__setattr__(config, key, _per_channel(config, key))
-    if any(s <= 0 for s in config.std):
-        raise ConfigError(f"std: expected positive values, got {shown(config.std)}")
-    if not all(0.0 <= v <= 1.0 for v in config.background):
-        raise ConfigError(
-            f"background: expected values in [0, 1] (0 black, 1 white), one per input channel or one for all, got "
-            f"{shown(config.background)}"
-        )
 
 
 # how the model's input is made from pixels in [0, 1]: normalisation, and the colour that transparent pixels are
@@ -251,7 +246,7 @@ class ViTConfig:
 
     def __post_init__(self) -> None:
         self._put("image_size", size_pair(self.image_size, "image_size"))
-        self._put("patch_size", size_pair(self.patch_size, "patch_size"))
+        self._put("patch_size", size_pair(self.patch_size, "patch_size", domain="patch_size"))
         self._check_sizes()
         self._check_options()
         self._put("backbone", backbone_config(self.backbone))
@@ -309,8 +304,9 @@ class ViTConfig:
             value = getattr(self, key)
             if not _is_number(value) or not 0.0 <= value < 1.0:
                 raise ConfigError(f"{key}: expected a rate in [0, 1), got {shown(value)}")
-        if not _is_number(self.layer_norm_eps) or self.layer_norm_eps <= 0:
-            raise ConfigError(f"layer_norm_eps: expected a positive number, got {shown(self.layer_norm_eps)}")
+        problem = number_problem("layer_norm_eps", self.layer_norm_eps)
+        if problem:
+            raise ConfigError(f"layer_norm_eps: {problem}")
         for key in ("dynamic_img_size", "pre_norm", "patch_bias"):
             if not isinstance(getattr(self, key), bool):
                 raise ConfigError(f"{key}: expected true or false, got {shown(getattr(self, key))}")

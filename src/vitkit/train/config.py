@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 import types
 import typing
 from collections.abc import Iterator, Mapping
@@ -60,7 +61,7 @@ class DataConfig:
     # epoch keeps its length, so it holds 1/k of the images k times each (1: off)
     repeats: int = field(default=1, metadata=limits(positive=True))
     synthetic_size: int = field(default=512, metadata=limits(positive=True))
-    synthetic_classes: int = field(default=10, metadata=limits(positive=True))
+    synthetic_classes: int = 10  # its domain: limits.DOMAINS
     # an image file that cannot be read: "skip" (counted, warned, listed in bad_files.json) or "fail"
     on_error: str = field(default="skip", metadata=limits(choices=("skip", "fail")))
 
@@ -120,7 +121,7 @@ class TrainConfig:
     device: str = "auto"
     # under torchrun: auto/ddp (DistributedDataParallel) or fsdp (FSDP2 fully_shard)
     strategy: str = field(default="auto", metadata=limits(choices=("auto", "ddp", "fsdp")))
-    # torch.set_num_threads (0: the CPUs this process can get, less those busy at start)
+    # torch.set_num_threads (0: the CPUs this process can get, less those busy at start); its domain: limits.DOMAINS
     threads: int = 0
     log_every: int = _positive(50)
     # also at the end
@@ -262,7 +263,7 @@ def load_run_config(
                 raise ConfigError(
                     f"{path}: {path.stat().st_size:,} bytes; a run config is a small YAML file (at most {MAX_CONFIG_BYTES:,})"
                 )
-            read = yaml.load(path.read_text(encoding="utf-8"), Loader=_NoAliasLoader) or {}
+            read = parse_yaml(path.read_text(encoding="utf-8")) or {}
         except FileNotFoundError:
             # the repository's recipes (a source checkout)
             shipped = Path(__file__).resolve().parents[3] / "configs" / path.name
@@ -366,7 +367,9 @@ def _length_set(train: Any, where: str) -> bool:
 
 
 class _NoAliasLoader(yaml.SafeLoader):
-    """safe_load without aliases (*name): a run config needs none, and a few lines of them expand to billions of values."""
+    """safe_load without aliases (*name): a run config needs none, and a few lines of them expand to billions of values.
+    Numbers in scientific notation without a dot (1e-3, 2E+5) are floats, as in YAML 1.2 and JSON: YAML 1.1 reads them as
+    text, so that a list such as model.std=[1e-3,0.5,0.5] would hold a string."""
 
     def compose_node(self, parent, index):
         if self.check_event(yaml.events.AliasEvent):
@@ -375,6 +378,19 @@ class _NoAliasLoader(yaml.SafeLoader):
                 None, None, "aliases (*name) are not allowed in a run config", event.start_mark
             )
         return super().compose_node(parent, index)
+
+
+_NoAliasLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."),
+)
+
+
+def parse_yaml(text: str) -> Any:
+    """YAML text as a run config reads it (`_NoAliasLoader`): every reader of a run config or a KEY=VALUE list parses
+    with this, so one spelling of a number means one number everywhere."""
+    return yaml.load(text, Loader=_NoAliasLoader)
 
 
 _NULL = ("", "null", "none", "~")
@@ -411,10 +427,10 @@ def override_value(section: str, name: str, text: str) -> Any:
         try:
             return kinds[0](stripped)
         except ValueError:  # YAML's spellings of numbers (.nan, .inf, 1_000) are numbers too, checked as such
-            number = yaml.safe_load(stripped) if stripped.lower().lstrip("+-") in (".nan", ".inf") else None
+            number = parse_yaml(stripped) if stripped.lower().lstrip("+-") in (".nan", ".inf") else None
             return number if isinstance(number, float) else text
     try:
-        return yaml.safe_load(stripped)
+        return parse_yaml(stripped)
     except yaml.YAMLError:
         return text
 

@@ -28,8 +28,6 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from vitkit.checkpoint import load_with_metadata, save_pretrained
 from vitkit.checkpoint.native import is_native, load_native, read_native_config
 from vitkit.checkpoint.runs import resolve, step_checkpoints
@@ -42,7 +40,7 @@ from vitkit.files import read_json, write_json
 from vitkit.models import BiTConfig, ModelConfig, VisionTransformer, build_model
 from vitkit.models.config import size_pair
 from vitkit.models.registry import MODELS
-from vitkit.train.config import ModelChoice, RunConfig, load_run_config, merge_layer
+from vitkit.train.config import ModelChoice, RunConfig, load_run_config, merge_layer, parse_yaml
 from vitkit.train.init import put_head_rows
 from vitkit.train.loop import train
 
@@ -74,7 +72,7 @@ def finetune_recipe(path: str | os.PathLike | None = None, overrides: list[str] 
     explicit: dict[str, Any] = {}
     if path is not None:
         load_run_config(path, [ANY_SIZE])  # says what is wrong with the file, naming it
-        explicit = yaml.safe_load(Path(path).read_text()) or {}
+        explicit = parse_yaml(Path(path).read_text(encoding="utf-8")) or {}
     set_here = set(explicit.get("model") or {}) | {
         str(o).partition("=")[0].strip()[len("model.") :] for o in overrides if str(o).startswith("model.")
     }

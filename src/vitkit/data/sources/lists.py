@@ -171,6 +171,7 @@ def _jsonl_rows(path: Path, text: str) -> tuple[list[tuple[str, str | tuple]], l
             multi = found[2]
             _refuse_split_column(path, list(row))
         value = row.get(keys[1]) if keys is not None and isinstance(row, dict) else None
+        _refuse_negative_index(value, f"{path}:{line_no}")
         if multi and isinstance(row, dict) and isinstance(row.get(keys[0]), str):
             rows.append((row[keys[0]], _label_set(value, f"{path}:{line_no}")))
             lines.append(line_no)
@@ -290,6 +291,21 @@ def _csv_header(path: Path, table: list[tuple[int, list[str]]]) -> bool:
         and len(table) > 1
         and all(len(row) < 2 or row[1].strip() != first[1].strip() for _, row in table[1:])
     )
+
+
+def _refuse_negative_index(value, where: str) -> None:
+    """A DataError naming `where` for a JSON integer label (or one of a labels list) below 0: a class index is a whole
+    number >= 0, and -1 would otherwise become a class named "-1"."""
+    negative = next((v for v in (value if isinstance(value, list) else [value]) if _is_index(v) and v < 0), None)
+    if negative is not None:
+        raise DataError(
+            f'{where}: label {negative}: a class index is a whole number >= 0 (a class name is text, e.g. "{negative}"); '
+            "fix the line, or leave the image out"
+        )
+
+
+def _is_index(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _is_label(value) -> bool:
