@@ -28,11 +28,12 @@ from typing import Any
 import torch
 
 from vitkit.errors import CheckpointError, ConfigError
-from vitkit.files import atomic_dir, read_json, refuse_foreign, write_json
+from vitkit.files import atomic_dir, read_json, refuse_foreign, write_json, write_text
 from vitkit.models import VisionTransformer, ViTConfig, resample_pos_embed
 from vitkit.models.registry import FAMILIES
 
 from . import hf
+from .card import CARD_NAME, model_card, publishable
 from .io import write_safetensors
 from .keymap import Rule, count_indexed, from_vitkit, fused, infer_image_size, same, to_vitkit
 
@@ -185,12 +186,15 @@ def read(path: str | os.PathLike, *, image_size=None, config: Any = None) -> tup
     return read_family(directory, hf_config, image_size=image_size)
 
 
-def write(model: VisionTransformer, directory: str | os.PathLike, *, metadata: dict | None = None) -> Path:
+def write(
+    model: VisionTransformer, directory: str | os.PathLike, *, metadata: dict | None = None, metrics: list | None = None
+) -> Path:
     """Write the transformers folder of the class that holds `model`: ViT's (hf.py) for the paper's ViT, else the
-    family's (family_of), or one line saying which piece no class holds."""
+    family's (family_of), or one line saying which piece no class holds; a model card (README.md) in either, of
+    `metrics` (the run's figures) too."""
     if not isinstance(model, VisionTransformer) or family_of(model.config) is None:
-        return hf.write(model, directory, metadata=metadata)
-    return write_family(model, directory, metadata=metadata)
+        return hf.write(model, directory, metadata=metadata, metrics=metrics)
+    return write_family(model, directory, metadata=metadata, metrics=metrics)
 
 
 read_metadata = hf.read_metadata  # vitkit's record, id2label and the image processor: the same for every class
@@ -350,9 +354,12 @@ def refuse_unheld(c: ViTConfig, kind: str, directory: Path) -> None:
             )
 
 
-def write_family(model: VisionTransformer, directory: str | os.PathLike, *, metadata: dict | None = None) -> Path:
-    """Write the HF folder of the class that holds `model` (family_of), config.json and preprocessor_config.json."""
-    directory, c, metadata = Path(directory), model.config, metadata or {}
+def write_family(
+    model: VisionTransformer, directory: str | os.PathLike, *, metadata: dict | None = None, metrics: list | None = None
+) -> Path:
+    """Write the HF folder of the class that holds `model` (family_of): config.json, preprocessor_config.json and the
+    model card, with no local path in any of them (`publishable`)."""
+    directory, c, metadata = Path(directory), model.config, publishable(metadata or {})
     kind = family_of(c)
     refuse_unheld(c, kind, directory)
     # a classifying class holds the backbone under an attribute: vision_model (CLIP, SigLIP), dinov2 ...
@@ -369,11 +376,13 @@ def write_family(model: VisionTransformer, directory: str | os.PathLike, *, meta
         )
     hf_config = _family_config(c, kind, metadata)
     preprocessor = hf._preprocessor_config(c, metadata.get("preprocess") or {})
+    card = model_card(model, metadata, format="hf", metrics=metrics)
     refuse_foreign(directory)
     with atomic_dir(directory) as tmp:
         write_safetensors(tmp / hf.WEIGHTS_NAMES[0], tensors, metadata={"format": "pt"})
         write_json(tmp / hf.PREPROCESSOR_NAME, preprocessor)
         write_json(tmp / hf.CONFIG_NAME, hf_config)
+        write_text(tmp / CARD_NAME, card)
     return directory
 
 
