@@ -330,7 +330,7 @@ def refuse_unheld(c: ViTConfig, kind: str, directory: Path) -> None:
     wants = {  # the piece: (what the class has, what the model has)
         "distillation token (distilled)": (False, c.distilled),
         "classifier": (reads.get("classifier", "map" if kind == "siglip_vision_model" else "token"), c.classifier),
-        "head_pool": (reads.get("head_pool", "classifier"), c.head_pool),
+        "classification head's input (head_pool)": (reads.get("head_pool", "classifier"), c.head_pool),
         "final_norm": (reads.get("final_norm", True), c.final_norm),
         "pre_norm": (kind == "clip_vision_model", c.pre_norm),
         "patch_bias": (kind != "clip_vision_model", c.patch_bias),
