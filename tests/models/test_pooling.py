@@ -57,3 +57,27 @@ def test_a_pool_without_its_token_is_one_line():
         vitkit.create_model("siglip_test", feature_pool="cls")
     with pytest.raises(ConfigError, match="feature_pool: expected one of head, cls, mean, cls_mean"):
         vitkit.create_model("vit_test", feature_pool="max")
+
+
+def test_the_head_reads_its_head_pool_written_out_by_hand():
+    x = torch.randn(2, 3, 16, 16)
+    for head_pool, final_norm in (("cls_mean", True), ("mean", False)):
+        torch.manual_seed(0)
+        model = vitkit.create_model("vit_test", reg_tokens=2, head_pool=head_pool, final_norm=final_norm).eval()
+        torch.nn.init.normal_(model.head.weight)
+        grid = model.input_grid(x)
+        z = model.embed(x)
+        for block in model.blocks:
+            z = model._block(block, z, grid)  # (B, 1 + 2 + N, D): class token, registers, patches
+        z = torch.nn.functional.layer_norm(z, (32,), model.norm.weight, model.norm.bias, 1e-6) if final_norm else z
+        mean = z[:, 3:].mean(dim=1)  # the registers are no patches
+        pooled = torch.cat([z[:, 0], mean], dim=-1) if head_pool == "cls_mean" else mean
+        with torch.no_grad():
+            assert (model(x) - model.head(pooled)).abs().max() <= 1e-5
+        assert model.head.in_features == pooled.shape[-1] and final_norm == hasattr(model.norm, "weight")
+
+
+def test_a_head_pool_without_a_class_token_is_refused_in_one_line():
+    with pytest.raises(ConfigError, match="head_pool: mean pools beside one class token.*classifier=token") as caught:
+        vitkit.create_model("vit_test", classifier="gap", head_pool="mean")
+    assert "\n" not in str(caught.value)

@@ -36,7 +36,17 @@ from vitkit.models import VisionTransformer, ViTConfig
 from . import values
 from .card import CARD_NAME, model_card, publishable
 from .io import read_safetensors, read_torch, write_safetensors
-from .keymap import Rule, from_vitkit, fused, infer_image_size, refuse_conv_stem, same, to_vitkit
+from .keymap import (
+    HEAD_PIECES,
+    Rule,
+    from_vitkit,
+    fused,
+    infer_image_size,
+    refuse_conv_stem,
+    refuse_pieces,
+    same,
+    to_vitkit,
+)
 from .native import INTERPOLATIONS, MULTI_LABEL
 
 CONFIG_NAME = "config.json"
@@ -291,12 +301,13 @@ def write(
             f"{directory}: the Hugging Face format here is ViT's; save a BiT ResNet as vitkit, npz or timm"
         )
     refuse_conv_stem(c, directory, "Hugging Face ViT", "it has no hybrids")
+    refuse_pieces(c, directory, "Hugging Face ViT", "vitkit", HEAD_PIECES)  # DINOv2's and CLIP's classes hold their own
     class_names = metadata.get("class_names")
     problems = [  # (the model has it, what, the formats that hold it)
         (c.backbone is not None, "hybrid (ResNet) models", "vitkit, npz or timm (.safetensors)"),
         (
             c.classifier != "token",
-            f"classifier {c.classifier!r} (HF ViT pools the class token)",
+            f"classifier {c.classifier!r} (HF ViT pools the class token; SiglipForImageClassification is not written)",
             "vitkit, npz or timm (.safetensors), or train a model that converts with model.classifier=token",
         ),
         (c.pos_embed != "learned", f"pos_embed {c.pos_embed!r}", "vitkit"),
@@ -335,7 +346,6 @@ def _hf_config(c: ViTConfig, metadata: dict, class_names: list[str] | None) -> d
     """config.json of the HF directory: the architecture in HF's names, labels, and vitkit's metadata."""
     classify = c.num_classes > 0
     act = {"gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh", "quick_gelu": "quick_gelu"}[c.mlp_act]
-    labels = class_names or [f"LABEL_{i}" for i in range(c.num_classes)]
     square = c.image_size[0] == c.image_size[1] and c.patch_size[0] == c.patch_size[1]
     architecture = "ViTForImageClassification" if classify else "ViTModel"
     hf = {
@@ -363,11 +373,18 @@ def _hf_config(c: ViTConfig, metadata: dict, class_names: list[str] | None) -> d
         hf["vitkit_luma"] = list(LUMA)  # read back as the grayscale model it was
     if c.dynamic_img_size:  # HF's ViT takes other sizes when called with interpolate_pos_encoding=True
         hf["vitkit_dynamic_img_size"] = True
-    if classify:
-        if metadata.get("problem_type"):  # transformers picks its loss by it (multi-label: BCEWithLogitsLoss)
-            hf["problem_type"] = metadata["problem_type"]
-        hf["id2label"] = {str(i): name for i, name in enumerate(labels)}
-        hf["label2id"] = {name: i for i, name in enumerate(labels)}
+    return {**hf, **label_config(c, metadata, class_names)}
+
+
+def label_config(c: ViTConfig, metadata: dict, class_names: list[str] | None) -> dict:
+    """A classifying class's id2label, label2id and problem_type (the class names, else HF's LABEL_i); {} without a
+    head."""
+    if not c.num_classes:
+        return {}
+    labels = class_names or [f"LABEL_{i}" for i in range(c.num_classes)]
+    hf = {"id2label": {str(i): name for i, name in enumerate(labels)}, "label2id": {n: i for i, n in enumerate(labels)}}
+    if metadata.get("problem_type"):  # transformers picks its loss by it (multi-label: BCEWithLogitsLoss)
+        hf["problem_type"] = metadata["problem_type"]
     return hf
 
 

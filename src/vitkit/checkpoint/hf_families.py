@@ -56,6 +56,14 @@ TYPES = {
         dict(num_attention_heads=12, hidden_act="gelu_pytorch_tanh", layer_norm_eps=1e-6),
     ),
 }
+# the image classification classes (a linear `classifier` on the backbone's tokens): vision model_type -> (the class,
+# the vitkit pieces of what its head reads)
+CLASSIFYING = {
+    "dinov2": ("Dinov2ForImageClassification", dict(head_pool="cls_mean")),  # [class token; patch mean] after the norm
+    "dinov2_with_registers": ("Dinov2WithRegistersForImageClassification", dict(head_pool="cls_mean")),  # no registers
+    "clip_vision_model": ("CLIPForImageClassification", dict(head_pool="mean", final_norm=False)),  # before the norm
+    "siglip_vision_model": ("SiglipForImageClassification", dict(classifier="gap")),  # all tokens; the MAP head unused
+}
 TOWERS = {"clip": "clip_vision_model", "siglip": "siglip_vision_model"}  # image-text models: their vision_config
 TOWER = "vision_model."
 # an image-text model's keys that are not its vision tower's: left in the file, never read
@@ -86,7 +94,7 @@ def family_rules(c: ViTConfig, kind: str, *, prefix: str = "") -> list[Rule]:
         if c.reg_tokens:
             rules.append(same("reg_token", f"{p}embeddings.register_tokens", (1, c.reg_tokens, D)))
         rules += [r for i in range(c.depth) for r in _dinov2_block(c, i, f"{p}encoder.layer.{i}.")]
-        return rules + hf._linear("norm", f"{p}layernorm", (D,))
+        return rules + hf._linear("norm", f"{p}layernorm", (D,)) + _classifier(c)
     e = f"{p}embeddings."
     if kind == "clip_vision_model":
         rules = [
@@ -101,10 +109,18 @@ def family_rules(c: ViTConfig, kind: str, *, prefix: str = "") -> list[Rule]:
             _reshaped("pos_embed", e + "position_embedding.weight", (N, D), (1, N, D)),
         ]
     rules += [r for i in range(c.depth) for r in _clip_block(c, f"blocks.{i}.", f"{p}encoder.layers.{i}.")]
-    rules += hf._linear("norm", f"{p}post_layernorm", (D,))
-    if kind == "siglip_vision_model":
+    if c.final_norm:  # CLIPForImageClassification's post_layernorm is not read (its head reads no norm)
+        rules += hf._linear("norm", f"{p}post_layernorm", (D,))
+    if c.classifier == "map":
         rules += _map_head(c, f"{p}head.")
-    return rules
+    return rules + _classifier(c)
+
+
+def _classifier(c: ViTConfig) -> list[Rule]:
+    """The image classification classes' head, `classifier` (top level, beside the backbone's prefix)."""
+    if not c.num_classes:
+        return []
+    return hf._linear("head", "classifier", (c.num_classes, c.width * (2 if c.head_pool == "cls_mean" else 1)))
 
 
 def _reshaped(ours: str, theirs: str, their_shape: tuple[int, ...], our_shape: tuple[int, ...]) -> Rule:
@@ -190,7 +206,11 @@ def read_family(directory: Path, hf_config: dict, *, image_size=None) -> tuple[V
     kind, vision = vision_type(hf_config)
     state, weights = hf.read_weights(directory)
     state = _vision_tower(state, hf_config["model_type"])
-    prefix = TOWER if any(k.startswith(TOWER) for k in state) else ""
+    prefixes = (TOWER, hf_config["model_type"] + ".")  # the backbone's attribute in an image-text or classifying class
+    prefix = next((p for p in prefixes if any(k.startswith(p) for k in state)), "")
+    if "classifier.weight" in state:  # an image classification class: the pieces its head does not read are not read
+        unread = {"siglip_vision_model": f"{prefix}head.", "clip_vision_model": f"{prefix}post_layernorm."}.get(kind)
+        state = {k: v for k, v in state.items() if not (unread and k.startswith(unread))}
     processor = read_json(directory / hf.PREPROCESSOR_NAME) if (directory / hf.PREPROCESSOR_NAME).is_file() else None
     config = config_from_family(kind, vision, state, prefix=prefix, image_size=image_size, source=directory)
     if kind.startswith("dinov2"):
@@ -231,7 +251,8 @@ def config_from_family(
     act = v.get("hidden_act")
     if act not in ACTS:
         raise CheckpointError(f"{where}: hidden_act {act!r} is not supported; vitkit has {', '.join(ACTS)}")
-    if kind == "siglip_vision_model" and not v.get("vision_use_head", True):
+    head = state.get("classifier.weight")  # the image classification classes' head: (K, what it reads)
+    if kind == "siglip_vision_model" and not v.get("vision_use_head", True) and head is None:
         raise CheckpointError(
             f"{where}: vision_use_head false: this SigLIP has no pooling head, so it has no pooled feature to read"
         )
@@ -245,6 +266,8 @@ def config_from_family(
     if dinov2:
         fields.update(layer_scale=v.get("layerscale_value", 1.0), mlp="swiglu" if swiglu else "plain")
         fields["reg_tokens"] = shape("embeddings.register_tokens")[1] if kind == "dinov2_with_registers" else 0
+    if head is not None:
+        fields.update(CLASSIFYING[kind][1], num_classes=head.shape[0])
     fields.update({k: v[f"vitkit_{k}"] for k in ("dynamic_img_size", "pos_embed_resample") if f"vitkit_{k}" in v})
     try:
         return ViTConfig(**fields)
@@ -304,10 +327,13 @@ def family_of(c: ViTConfig) -> str | None:
 
 def refuse_unheld(c: ViTConfig, kind: str, directory: Path) -> None:
     """One line naming the first piece of `c` that the HF class of `kind` cannot hold, and the formats that do."""
-    name = TYPES[kind][1]
+    classify = bool(c.num_classes)
+    name, reads = CLASSIFYING[kind] if classify else (TYPES[kind][1], {})
     wants = {  # the piece: (what the class has, what the model has)
         "distillation token (distilled)": (False, c.distilled),
-        "classifier": ("map" if kind == "siglip_vision_model" else "token", c.classifier),
+        "classifier": (reads.get("classifier", "map" if kind == "siglip_vision_model" else "token"), c.classifier),
+        "classification head's input (head_pool)": (reads.get("head_pool", "classifier"), c.head_pool),
+        "final_norm": (reads.get("final_norm", True), c.final_norm),
         "pre_norm": (kind == "clip_vision_model", c.pre_norm),
         "patch_bias": (kind != "clip_vision_model", c.patch_bias),
         "layer_scale": (kind.startswith("dinov2"), c.layer_scale is not None),
@@ -318,7 +344,6 @@ def refuse_unheld(c: ViTConfig, kind: str, directory: Path) -> None:
         ),
         "pos_embed": ("learned", c.pos_embed),
         "a hybrid backbone": (False, c.backbone is not None),
-        "a classification head": (False, bool(c.num_classes)),
         "a pre-logits layer": (False, bool(c.representation_size)),
         f"{c.in_chans} input channels": (True, c.in_chans == 3),
         "a non-square image or patch": (True, c.image_size[0] == c.image_size[1] and c.patch_size[0] == c.patch_size[1]),
@@ -339,9 +364,18 @@ def write_family(
     directory, c, metadata = Path(directory), model.config, publishable(metadata or {})
     kind = family_of(c)
     refuse_unheld(c, kind, directory)
-    tensors = from_vitkit(family_rules(c, kind), model.state_dict())
+    # a classifying class holds the backbone under an attribute: vision_model (CLIP, SigLIP), dinov2 ...
+    prefix = (TOWER if kind in TOWERS.values() else kind + ".") if c.num_classes else ""
+    tensors = from_vitkit(family_rules(c, kind, prefix=prefix), model.state_dict())
     if kind.startswith("dinov2"):
-        tensors["embeddings.mask_token"] = torch.zeros(1, c.width)  # the class has one; vitkit never reads it
+        tensors[f"{prefix}embeddings.mask_token"] = torch.zeros(1, c.width)  # the class has one; vitkit never reads it
+    if not c.final_norm:  # CLIPForImageClassification has a post_layernorm its head does not read: the identity
+        tensors.update(
+            {
+                f"{prefix}post_layernorm.weight": torch.ones(c.width),
+                f"{prefix}post_layernorm.bias": torch.zeros(c.width),
+            }
+        )
     hf_config = _family_config(c, kind, metadata)
     preprocessor = hf._preprocessor_config(c, metadata.get("preprocess") or {})
     card = model_card(model, metadata, format="hf", metrics=metrics)
@@ -382,4 +416,12 @@ def _family_config(c: ViTConfig, kind: str, metadata: dict) -> dict:
         config.update(intermediate_size=c.mlp_dim, attention_dropout=c.attn_dropout)
         if kind == "siglip_vision_model":
             config["vision_use_head"] = True
-    return config
+    if not c.num_classes:
+        return config
+    top = {"architectures": [CLASSIFYING[kind][0]], "vitkit": metadata, "dtype": "float32"}
+    top.update(hf.label_config(c, metadata, metadata.get("class_names")))
+    if kind not in TOWERS.values():
+        return {**config, **top}
+    image_text = next(t for t, vision in TOWERS.items() if vision == kind)  # its config nests the vision model's
+    vision = {k: v for k, v in config.items() if k not in ("architectures", "vitkit", "dtype")}
+    return {**top, "model_type": image_text, "vision_config": vision}

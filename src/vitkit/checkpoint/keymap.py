@@ -107,12 +107,17 @@ PIECES = (
     (lambda c: c.pre_norm, "a LayerNorm before the blocks (pre_norm)"),
     (lambda c: not c.patch_bias, "a patch embedding without bias (patch_bias=false)"),
 )
+# the heads of transformers' image classification classes (hf_families.CLASSIFYING), which only "hf" and vitkit hold
+HEAD_PIECES = (
+    (lambda c: c.head_pool != "classifier", "a head on the patch tokens' mean beside the class token (head_pool)"),
+    (lambda c: not c.final_norm, "a model without a final LayerNorm (final_norm=false)"),
+)
 
 
-def refuse_pieces(config, path: str | os.PathLike, fmt: str, holds: str) -> None:
-    """One line naming the first family piece of `config` that `fmt` has no place for, and the formats (`holds`) that
-    have one."""
-    for has, what in PIECES:
+def refuse_pieces(config, path: str | os.PathLike, fmt: str, holds: str, pieces=PIECES + HEAD_PIECES) -> None:
+    """One line naming the first family piece of `config` (of `pieces`) that `fmt` has no place for, and the formats
+    (`holds`) that have one."""
+    for has, what in pieces:
         if has(config):
             raise CheckpointError(f"{path}: {fmt} cannot hold {what}; save as {holds} instead")
 

@@ -56,7 +56,17 @@ from .io import (
     write_torch,
     write_with_sidecar,
 )
-from .keymap import Rule, count_indexed, from_vitkit, infer_image_size, refuse_conv_stem, same, to_vitkit
+from .keymap import (
+    HEAD_PIECES,
+    Rule,
+    count_indexed,
+    from_vitkit,
+    infer_image_size,
+    refuse_conv_stem,
+    refuse_pieces,
+    same,
+    to_vitkit,
+)
 from .native import CROP_MODES, INTERPOLATIONS
 
 METADATA_KEY = "vitkit_config"
@@ -397,6 +407,8 @@ def write(
     metadata, path = publishable(metadata or {}), Path(path)
     c = model.config
     refuse_conv_stem(c, path, "a timm ViT checkpoint", "timm's ViT hybrids are BiT ResNets")
+    if isinstance(model, VisionTransformer):
+        refuse_pieces(c, path, "a timm ViT checkpoint", "vitkit or hf", HEAD_PIECES)
     if path.suffix.lower() not in SUFFIXES:
         return write_folder(model, path, metadata=metadata, metrics=metrics)
     if isinstance(model, ResNetV2):  # timm's resnetv2_*_bit

@@ -30,6 +30,10 @@ MAX_REG_TOKENS = 256  # register tokens; Darcet et al. use 4 to 16
 # token, the mean of the patches or attention pooling: CLIP's and SigLIP's pooled output); "cls", the class token;
 # "mean", the mean of the patch tokens; "cls_mean", the two concatenated (DINOv2's linear protocol)
 FEATURE_POOLS = ("head", "cls", "mean", "cls_mean")
+# what the head reads beside a class token (classifier=token): "classifier", the class token; "mean", the mean of the
+# patch tokens (CLIPForImageClassification); "cls_mean", [class token; mean of the patch tokens], 2D wide
+# (Dinov2ForImageClassification)
+HEAD_POOLS = ("classifier", "mean", "cls_mean")
 
 
 def _is_int(value: Any) -> bool:
@@ -232,6 +236,8 @@ class ViTConfig:
     patch_bias: bool = True  # the patch embedding E has a bias (CLIP's has none)
     pos_embed_resample: str = "bilinear"  # POS_RESAMPLES: how learned E_pos meets another grid
     feature_pool: str = "head"  # FEATURE_POOLS: the frozen feature linear-probe, knn and fewshot read
+    head_pool: str = "classifier"  # HEAD_POOLS: what the head reads beside a class token
+    final_norm: bool = True  # the LayerNorm after the last block (CLIPForImageClassification's head reads none)
     backbone: Backbone | None = None  # hybrid: patches come from a CNN feature map (BiT ResNet or conv stem)
     # any input size whose sides are multiples of the patch size: E_pos resampled to its grid (cached per grid)
     dynamic_img_size: bool = False
@@ -297,6 +303,7 @@ class ViTConfig:
             ("mlp", MLPS),
             ("pos_embed_resample", POS_RESAMPLES),
             ("feature_pool", FEATURE_POOLS),
+            ("head_pool", HEAD_POOLS),
         ):
             if getattr(self, key) not in allowed:
                 raise ConfigError(f"{key}: expected one of {', '.join(allowed)}, got {shown(getattr(self, key))}")
@@ -307,7 +314,7 @@ class ViTConfig:
         problem = number_problem("layer_norm_eps", self.layer_norm_eps)
         if problem:
             raise ConfigError(f"layer_norm_eps: {problem}")
-        for key in ("dynamic_img_size", "pre_norm", "patch_bias"):
+        for key in ("dynamic_img_size", "pre_norm", "patch_bias", "final_norm"):
             if not isinstance(getattr(self, key), bool):
                 raise ConfigError(f"{key}: expected true or false, got {shown(getattr(self, key))}")
         self._check_pieces()
@@ -327,6 +334,13 @@ class ViTConfig:
             raise ConfigError(
                 f"feature_pool: {self.feature_pool} reads the class token, and classifier={self.classifier} has none; "
                 "use head or mean"
+            )
+        if self.head_pool != "classifier" and (
+            self.classifier != "token" or self.distilled or self.representation_size is not None
+        ):
+            raise ConfigError(
+                f"head_pool: {self.head_pool} pools beside one class token under a plain head; it needs classifier=token, "
+                "distilled=false and representation_size=null (or use head_pool=classifier)"
             )
 
     def _check_patch_grid(self) -> None:

@@ -45,6 +45,7 @@ from .config import POS_RESAMPLES, Backbone, ConvStemConfig, ViTConfig
 from .distill import dist_token, two_heads
 from .interface import TimmInterface, feature_level
 from .intermediates import cached, check_output_fmt, take_indices, tracing
+from .pooling import pool_tokens
 
 
 class Attention(nn.Module):
@@ -336,7 +337,7 @@ class VisionTransformer(TimmInterface, nn.Module):
         self.norm_pre = nn.LayerNorm(D, eps=c.layer_norm_eps) if c.pre_norm else nn.Identity()
         rates = [c.drop_path * i / max(c.depth - 1, 1) for i in range(c.depth)]  # 0 ... drop_path
         self.blocks = nn.ModuleList(Block(c, drop_path=r) for r in rates)
-        self.norm = nn.LayerNorm(D, eps=c.layer_norm_eps)
+        self.norm = nn.LayerNorm(D, eps=c.layer_norm_eps) if c.final_norm else nn.Identity()
         self.attn_pool = AttentionPool(c) if c.classifier == "map" else None
         self.pre_logits = self._make_pre_logits(c.representation_size)
         self.head = self._make_head(c.num_classes)
@@ -357,7 +358,7 @@ class VisionTransformer(TimmInterface, nn.Module):
     def _make_head(self, num_classes: int) -> nn.Module:
         if num_classes == 0:
             return nn.Identity()
-        head = nn.Linear(self.config.representation_size or self.config.width, num_classes)
+        head = nn.Linear(self.head_hidden_size, num_classes)
         nn.init.zeros_(head.weight)  # fine-tuning starts from a zero-initialised D x K layer
         nn.init.zeros_(head.bias)
         return head
@@ -539,7 +540,9 @@ class VisionTransformer(TimmInterface, nn.Module):
         the head."""
         if self.head_dist is not None:  # DeiT: the class and distillation tokens, a head each
             return two_heads(tokens, self.head, self.head_dist, pre_logits=pre_logits, training=self.training)
-        if self.config.classifier == "token":
+        if self.config.head_pool != "classifier":  # CLIP's and DINOv2's image classification heads
+            y = pool_tokens(tokens, self.config.head_pool, self.config.num_prefix_tokens)
+        elif self.config.classifier == "token":
             y = tokens[:, 0]
         elif self.attn_pool is not None:
             y = self.attn_pool(tokens[:, self.config.num_prefix_tokens :])
@@ -551,7 +554,8 @@ class VisionTransformer(TimmInterface, nn.Module):
     def forward(self, x: torch.Tensor, *, pre_logits: bool = False) -> torch.Tensor:
         """Logits (or, with pre_logits=True, the pooled features the head reads)."""
         # the other tokens' last layer is never read (DeiT's heads read two)
-        class_token_only = self.config.classifier == "token" and not self.config.distilled
+        c = self.config
+        class_token_only = c.classifier == "token" and not c.distilled and c.head_pool == "classifier"
         return self.forward_head(self.forward_features(x, class_token_only=class_token_only), pre_logits=pre_logits)
 
     # -- surgery for transfer -----------------------------------------------------------
@@ -617,7 +621,9 @@ class VisionTransformer(TimmInterface, nn.Module):
 
     @property
     def head_hidden_size(self) -> int:
-        return self.config.representation_size or self.config.width
+        """The width the head reads: the pre-logits layer's, 2D for head_pool=cls_mean, else D."""
+        c = self.config
+        return c.representation_size or c.width * (2 if c.head_pool == "cls_mean" else 1)
 
     @property
     def global_pool(self) -> str:
