@@ -89,12 +89,14 @@ TIMM = [
 ]
 
 
-def hub_folder(root, name: str, state: dict, architecture: str, **cfg) -> str:
-    """`state` as timm's Hub repository timm/ARCH.TAG in the cache under `root`; returns the name."""
+def hub_folder(root, name: str, state: dict, architecture: str, labels: list | None = None, **cfg) -> str:
+    """`state` as timm's Hub repository timm/ARCH.TAG in the cache under `root` (a head's `labels` as label_names);
+    returns the name."""
     folder = root / name
     folder.mkdir()
     save_file({k: v.contiguous() for k, v in state.items()}, folder / "model.safetensors")
-    config = {"architecture": architecture.split(".")[0], "num_classes": 0, "pretrained_cfg": {"crop_pct": 1.0, **cfg}}
+    config = {"architecture": architecture.split(".")[0], "num_classes": len(labels or []),
+              "pretrained_cfg": {"crop_pct": 1.0, **cfg}, **({"label_names": labels} if labels else {})}  # fmt: skip
     (folder / "config.json").write_text(json.dumps(config))
     cache_repo(root / "cache", f"timm/{architecture}", folder)
     return architecture
@@ -185,3 +187,27 @@ def test_against_timm_itself(architecture, tmp_path):
     x = torch.randn(2, 3, 56, 56)
     with torch.no_grad():
         assert (ours(x, pre_logits=True) - model(x)).abs().max() <= 1e-4
+
+
+def test_deit3_through_the_cli_gives_the_written_out_forward_s_probabilities(tmp_path, monkeypatch, vitkit_cmd):
+    """`vitkit predict` on timm's DeiT III name (with a head of 3 classes) in the hub cache: the probabilities of the
+    forward written out above, on the image as the hub config's preprocessing makes it (16 px, ImageNet mean/std)."""
+    import numpy as np
+    from PIL import Image
+
+    state = deit3_state()
+    state |= {"head.weight": torch.randn(3, 32) * 0.3, "head.bias": torch.randn(3) * 0.3}
+    architecture = "deit3_small_patch16_224.fb_in22k_ft_in1k"
+    hub = hub_folder(tmp_path, "deit3", state, architecture, list("abc"), input_size=[3, 16, 16], **IMAGENET)
+    pixels = np.random.default_rng(0).integers(0, 256, (16, 16, 3), dtype=np.uint8)
+    Image.fromarray(pixels).save(tmp_path / "x.png")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
+    done = vitkit_cmd("predict", f"hf-hub:timm/{hub}", tmp_path / "x.png", "--top", "3", "--json", "--threads", "1")
+    assert done.returncode == 0, done.stderr
+    ours = {t["label"]: t["prob"] for t in json.loads(done.stdout.splitlines()[0])["top"]}
+    x = torch.from_numpy(pixels).permute(2, 0, 1)[None].float() / 255
+    x = (x - torch.tensor(IMAGENET["mean"]).view(1, 3, 1, 1)) / torch.tensor(IMAGENET["std"]).view(1, 3, 1, 1)
+    with torch.no_grad():
+        theirs = F.linear(deit3_forward(state, x, 2), state["head.weight"], state["head.bias"]).softmax(-1)[0]
+    assert max(abs(ours[name] - float(p)) for name, p in zip("abc", theirs)) <= 1e-4, (ours, theirs)
