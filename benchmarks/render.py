@@ -153,12 +153,13 @@ def render_table(rows: list[dict[str, str]]) -> list[str]:
 
 
 def render_matrix(rows: list[dict[str, str]]) -> list[str]:
-    """A section of many figures of one unit as a table: a line for each thing measured (the claim's words before
-    its first colon), a column for each model; then the claims of the rows that compare (with `against`) and each
-    line's setting."""
+    """A section of many figures of one unit as a table: a line for each thing measured (the claim's words before its
+    first colon), a column for each model; each line anchored by the id of its row that compares (with `against`),
+    whose claim and setting follow the table; the machine and the dates once."""
     things = list(dict.fromkeys(r["claim"].split(":", 1)[0] for r in rows))
     models = list(dict.fromkeys(r["model"] for r in rows))
     at = {(r["claim"].split(":", 1)[0], r["model"]): r for r in rows}
+    says = {r["claim"].split(":", 1)[0]: r for r in rows if r["against"]}
     lines = [
         f"{rows[0]['unit']}:",
         "",
@@ -166,11 +167,14 @@ def render_matrix(rows: list[dict[str, str]]) -> list[str]:
         "|---|" + "---|" * len(models),
     ]
     for thing in things:
-        cells = [f'<a id="{r["id"]}"></a>{r["figure"]}' if (r := at.get((thing, m))) else "-" for m in models]
-        lines.append(f"| {cell(thing)} | " + " | ".join(cells) + " |")
-    lines.append("")
-    lines += [f"- {cell(r['claim'])}. {cell(r['setting'])}; {r['machine']}, {r['date']}." for r in rows if r["against"]]
-    return lines
+        label = f'<a id="{says[thing]["id"]}"></a>{cell(thing)}' if thing in says else cell(thing)
+        lines.append(
+            f"| {label} | " + " | ".join(r["figure"] if (r := at.get((thing, m))) else "-" for m in models) + " |"
+        )
+    lines += ["", *(f"- {cell(r['claim'])} ({cell(r['setting'])})" for r in says.values())]
+    dates = sorted({r["date"] for r in rows})
+    when = dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}"
+    return lines + ["", f"Machine: {'; '.join(sorted({r['machine'] for r in rows}))}. Date: {when}."]
 
 
 def render_headline(tables: dict[str, list[dict[str, str]]]) -> str:

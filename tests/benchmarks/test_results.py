@@ -113,8 +113,9 @@ def test_every_link_into_results_md_from_the_readme_and_docs_finds_its_anchor():
             assert anchor in anchors, f"{path.relative_to(ROOT)}: RESULTS.md#{anchor}"
 
 
-def test_a_matrix_section_gives_each_figure_its_cell_and_anchor():
-    """Many figures of one unit (a kind of data by a model) are drawn as a table, each cell linkable by its row id."""
+def test_a_matrix_section_gives_each_figure_its_cell_and_each_line_its_anchor():
+    """Many figures of one unit (a kind of data by a model) are drawn as a table; each line is linkable by the id of
+    its row that compares, whose claim follows the table."""
     base = {"unit": "val top-1", "setting": "s", "machine": "m", "date": "d", "against": ""}
     rows = [
         {**base, "id": f"f-{kind}-{model}", "claim": f"{kind}: {model}", "model": model, "figure": f"0.{i}{j}"}
@@ -124,6 +125,6 @@ def test_a_matrix_section_gives_each_figure_its_cell_and_anchor():
     rows[0]["against"] = "forest 0.01"
     lines = render.render_matrix(rows)
     assert lines[2] == "| | fitted | forest |"
-    assert lines[4] == '| icons | <a id="f-icons-fitted"></a>0.00 | <a id="f-icons-forest"></a>0.01 |'
-    assert lines[5] == '| digits | <a id="f-digits-fitted"></a>0.10 | <a id="f-digits-forest"></a>0.11 |'
-    assert lines[-1] == "- icons: fitted. s; m, d."
+    assert lines[4] == '| <a id="f-icons-fitted"></a>icons | 0.00 | 0.01 |'
+    assert lines[5] == "| digits | 0.10 | 0.11 |"
+    assert lines[7:] == ["- icons: fitted (s)", "", "Machine: m. Date: d."]
