@@ -238,11 +238,13 @@ def test_a_tracker_package_that_fails_to_import_is_one_line_before_any_work(tmp_
     assert not out.exists()
 
 
-def test_a_tracker_setting_its_package_refuses_is_one_line_naming_the_variable(tmp_path, vitkit_cmd, monkeypatch):
+def test_a_tracker_setting_its_package_refuses_is_one_line_naming_the_variable(tmp_path, run_cli, monkeypatch):
+    """In a process of its own: W&B reads its settings from the environment once a process, so an earlier test's
+    run in this one would hide the typo."""
     pytest.importorskip("wandb")
     offline_trackers(tmp_path, monkeypatch)
     monkeypatch.setenv("WANDB_MODE", "ofline")  # a typo: W&B's settings refuse it when a run starts
-    result = vitkit_cmd("train", "--out", tmp_path / "run", *FAST, "train.steps=1", "train.log_to=[wandb]")
+    result = run_cli("train", "--out", tmp_path / "run", *FAST, "train.steps=1", "train.log_to=[wandb]")
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert "vitkit train: error: train.log_to: wandb: WANDB_MODE='ofline': Input should be 'online', 'offline'" in (
         result.stderr
