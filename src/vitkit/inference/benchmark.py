@@ -111,9 +111,13 @@ def _step(model: torch.nn.Module, setup: Setup, batch_size: int) -> Callable[[],
     return train_step
 
 
+# the side of the square matmul that measures a device's practical peak (`_matmul`)
+PEAK_SIDE = {"cpu": 2048, "cuda": 8192}
+
+
 def _matmul(setup: Setup) -> tuple[Callable[[], Any], int]:
     """A large square matmul in the benchmark's dtype (fp32 for int8): the device's practical peak."""
-    n = 2048 if setup.device == "cpu" else 8192
+    n = PEAK_SIDE["cpu" if setup.device == "cpu" else "cuda"]
     dtype = DTYPES[setup.dtype]
     a = torch.randn(n, n, device=setup.device).to(dtype)
     b = torch.randn(n, n, device=setup.device).to(dtype)
