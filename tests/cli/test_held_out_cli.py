@@ -5,10 +5,13 @@ and its `eval` says which scored images are copies of training images, as single
 
 import json
 import shutil
+import struct
 
 import numpy as np
+import pytest
 from PIL import Image
 
+from vitkit.data import DataSpec
 from vitkit.data.sources import open_split
 
 TINY = [
@@ -99,6 +102,45 @@ def test_train_lists_the_held_out_images_and_its_plan_says_the_classes_sizes_and
     assert any("classes: 1 to 27 training images, the largest (a) 27x the smallest (d)" in line for line in plan), plan
     assert any("val holds no image of 1 class (d)" in line and "stays whole in train" in line for line in plan), plan
     assert any("2 files are byte-identical copies of 1 image under different labels" in line for line in plan), plan
+
+
+def make_idx(root, n: int) -> np.ndarray:
+    """root's four IDX files, n training images of 8x8 whose top-left pixel is their row in the file; the images."""
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, (n, 8, 8), dtype=np.uint8)
+    images[:, 0, 0] = np.arange(n)
+    labels = rng.integers(0, 3, n, dtype=np.uint8)
+    root.mkdir()
+    for name, array in {
+        "train-images-idx3-ubyte": images,
+        "train-labels-idx1-ubyte": labels,
+        "t10k-images-idx3-ubyte": images[:6],
+        "t10k-labels-idx1-ubyte": labels[:6],
+    }.items():
+        header = bytes([0, 0, 0x08, array.ndim]) + struct.pack(f">{array.ndim}I", *array.shape)
+        (root / name).write_bytes(header + array.tobytes())
+    return images
+
+
+@pytest.mark.parametrize("train_images", [None, 20])
+def test_train_lists_the_rows_held_out_of_idx_files(tmp_path, vitkit_cmd, train_images):
+    """Images in memory (IDX files) held out as val were listed nowhere: splits/val.txt now holds each one's row in
+    the training file, also where data.train_images then took part of the rest."""
+    data, run = tmp_path / "idx", tmp_path / "run"
+    images = make_idx(data, 40)
+    fewer = [] if train_images is None else [f"data.train_images={train_images}"]
+    done = vitkit_cmd("train", "--data", data, "--out", run, *TINY, "data.val_fraction=0.2", *fewer)
+    assert done.returncode == 0, done.stderr
+    assert "(one a line, its row in the training file, from 0)" in done.stdout
+    listed = [int(line) for line in (run / "splits" / "val.txt").read_text().splitlines()]
+    # the splits as the run read them: the same images its checkpoint records
+    record = json.loads((run / "final" / "config.json").read_text())["data"]
+    spec = DataSpec(path=str(data), val_fraction=0.2, train_images=train_images)
+    val, train = (spec.open(name, channels=3, image_size=8) for name in ("val", "train"))
+    assert val.describe() == record["splits"]["val"] and train.describe() == record["splits"]["train"]
+    assert len(listed) == 8 and np.array_equal(images[listed], val.images[:, 0].numpy())
+    trained_rows = set(train.images[:, 0, 0, 0].tolist())  # each image's row, read from its own pixels
+    assert len(trained_rows) == (train_images or 32) and trained_rows.isdisjoint(listed)
 
 
 def make_tags(root, n: int = 24) -> None:

@@ -3,11 +3,12 @@ seed, and a checkpoint recorded before the rule was named is cut again by the ru
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
 from vitkit.data import DataSpec
 from vitkit.data.sources import open_split
-from vitkit.data.split import seeded_split, stratified_split
+from vitkit.data.split import Split, first_of, hold_out, seeded_split, stratified_split
 from vitkit.errors import DataError
 
 
@@ -55,3 +56,24 @@ def test_a_checkpoint_recorded_before_the_rule_was_named_is_cut_again_at_random(
     stratified = DataSpec.from_checkpoint({"data": {**record, "split_rule": "stratified"}}, tmp_path / "new")
     with pytest.raises(DataError, match="this cut is not the one"):
         stratified.open("val", channels=3, image_size=4)
+
+
+@pytest.mark.parametrize("rule", ["stratified", "random"])
+def test_each_image_keeps_its_source_row_through_cuts_and_subsets(rule):
+    """A held-out part of images in memory said nothing of which rows of the source they were; its `source_rows`
+    are now the rows as stored, through a cut, the first n of the rest and a subset of that, and leave the
+    images' digest as it was."""
+    n = 50
+    source = Split(
+        labels=torch.arange(n) % 4,
+        class_names=list("abcd"),
+        images=torch.arange(n, dtype=torch.uint8).view(n, 1, 1, 1),  # each image's pixel is its row
+    )
+    rest, held = hold_out(source, 0.2, seed=3, rule=rule)
+    part = first_of(rest, 20, seed=3)
+    picked = part.subset(np.array([7, 2, 19]))
+    for split in (rest, held, part, picked):
+        assert split.source_rows().tolist() == split.images.flatten().tolist()
+    assert set(held.source_rows().tolist()).isdisjoint(part.source_rows().tolist())
+    again = Split(labels=held.labels, class_names=list("abcd"), images=held.images)
+    assert held.describe() == {**again.describe(), "selection": held.selection}

@@ -27,7 +27,8 @@ Without --data or data.path the data is Fashion-MNIST from $VITKIT_DATA or /usr/
 (sudo apt-get install dataset-fashion-mnist). Keys: model.name, model.init and any model field (width, depth,
 patch_size, image_size, drop_path, ...); data.*, augment.*, train.*: see configs/*.yaml. An unknown key or a
 bad value is an error before any work starts. Data without a val split holds val out class by class (data.val_fraction,
-data.split_seed), listed in RUN/splits/val.txt.
+data.split_seed), listed in RUN/splits/val.txt: files below the data folder, or for images in memory (IDX)
+row numbers of the training file, counted from 0.
 With --data and no model named, a pixel baseline (softmax regression on 16x16 pixels, fitted in seconds on the
 training split) is scored on the val split beside the model, with a warning where the model does not beat it
 (summary.json: "baseline"); train.baseline=false skips it, train.baseline=true adds it to a named model's run.

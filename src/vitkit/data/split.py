@@ -42,6 +42,7 @@ class Split:
     source: str = ""
     selection: str = "all"  # which of the source's images: "all", or the part of a seeded held-out cut
     held_out: bool = False  # the part of a seeded cut kept apart as "val" (not "all", not "the rest")
+    rows: np.ndarray | None = None  # (N,) each image's row in the source as read; None: rows 0 .. N-1
 
     def __post_init__(self) -> None:
         bad = next((name for name in self.class_names if has_control_characters(name)), None)
@@ -91,7 +92,12 @@ class Split:
     def __len__(self) -> int:
         return len(self.labels)
 
+    def source_rows(self) -> np.ndarray:
+        """(N,) int64: each image's row (from 0) in the source as read, through every cut and subset since."""
+        return np.arange(len(self), dtype=np.int64) if self.rows is None else self.rows
+
     def subset(self, index: np.ndarray) -> Split:
+        index = np.asarray(index, dtype=np.int64)
         t = torch.as_tensor(index, dtype=torch.long)
         return Split(
             labels=self.labels[t],
@@ -101,6 +107,7 @@ class Split:
             source=self.source,
             selection=self.selection,
             held_out=self.held_out,
+            rows=self.source_rows()[index],
         )
 
 

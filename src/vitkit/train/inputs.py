@@ -63,11 +63,13 @@ def prepare_data(config: RunConfig, out: Path, resume: bool, env: Setup) -> Data
 
 def held_out_list(out: Path, d, val_split) -> tuple[Path, list[str] | None]:
     """The file that lists the validation split where vitkit held it out of the training images, RUN/splits/VAL.txt,
-    and its lines: each image (a file or a shard record) named below the data folder; None where vitkit held none out,
-    or the images are arrays in memory."""
+    and its lines: each image (a file or a shard record) named below the data folder, or, for images in memory (IDX
+    files), its row number in the training file, counted from 0; None where vitkit held none out."""
     path = out / "splits" / f"{d.val_split}.txt"
-    if not val_split.held_out or val_split.paths is None:
+    if not val_split.held_out:
         return path, None
+    if val_split.paths is None:
+        return path, [str(row) for row in val_split.source_rows()]
     folder = d.path if os.path.isdir(d.path) else os.path.dirname(d.path)
     return path, val_split.names(folder)
 

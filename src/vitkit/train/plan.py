@@ -146,9 +146,8 @@ def _data_lines(config: RunConfig, data: Data) -> list[str]:
             )
         )
     if data.held_out is not None and data.held_out[1] is not None:
-        lines.append(
-            f"  listed   the {config.data.val_split} images in {data.held_out[0]} (one a line, below the data folder)"
-        )
+        named = "below the data folder" if data.val_files else "its row in the training file, from 0"
+        lines.append(f"  listed   the {config.data.val_split} images in {data.held_out[0]} (one a line, {named})")
     # found while loading the data into memory, or listed by an earlier segment; a streamed run finds its own as it reads
     if len(data.bad):
         lines.append(

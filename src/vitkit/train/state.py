@@ -77,7 +77,8 @@ class Data:
     val_files: frozenset = frozenset()  # the validation split's files, to tell which split an unreadable file is of
     val_copies: dict | None = None  # {"images": n, "example": [...]}: val images byte-identical to training images
     relabelled: dict | None = None  # copies of one image under different labels, in either split (summary's)
-    # RUN/splits/VAL.txt, and its lines where vitkit held val out of the training images (each image below the data)
+    # RUN/splits/VAL.txt, and its lines where vitkit held val out of the training images (each image below the data,
+    # or its row in the training file for images in memory)
     held_out: tuple[Path, list[str] | None] | None = None
 
     def unreadable(self, train_split: str, val_split: str) -> dict[str, int]:
