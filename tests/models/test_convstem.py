@@ -31,7 +31,7 @@ def test_a_backbone_mapping_picks_its_kind_and_impossible_ones_name_the_key():
         ({"convs": [8] * 9}, "backbone.convs: expected a list of 1 to 8"),
         ({"convs": [8], "layers": [1]}, "backbone: give either convs .* or layers and width .*, got convs, layers"),
         ({}, "backbone: give either convs .* got an empty mapping"),
-        ({"conv": [8]}, "backbone.conv: unknown key; known keys are convs, layers, width"),
+        ({"conv": [8]}, "backbone.conv: unknown key; known keys are convs, layers, strides, width"),
         (5, r"backbone: expected null or a mapping: \{layers: \[...\], width: N\} .* \{convs: \[...\]\}"),
     ]:
         with pytest.raises(ConfigError, match=says) as err:
@@ -95,3 +95,23 @@ def test_a_native_checkpoint_keeps_the_stem_and_its_running_statistics(tmp_path)
         torch.testing.assert_close(back(x), model(x), rtol=1e-4, atol=1e-6)
     back.set_image_size(32)  # the stem takes any size; E_pos is resampled to the 8 x 8 grid
     assert back(torch.randn(1, 3, 32, 32)).shape == (1, 3)
+
+
+def test_strides_set_each_convs_step_and_the_grid_and_are_kept_in_files(tmp_path):
+    c = ViTConfig(backbone={"convs": [8, 8, 16], "strides": [1, 2, 1]}, patch_size=1, image_size=(16, 24), **SMALL)
+    assert c.backbone.stride == 2 and c.grid_size == (8, 12)
+    torch.manual_seed(0)
+    model = vitkit.VisionTransformer(c)
+    assert [m.stride for m in model.backbone.convs if isinstance(m, nn.Conv2d)] == [(1, 1), (2, 2), (1, 1)]
+    assert model.backbone(torch.randn(2, 3, 16, 24)).shape == (2, 16, 8, 12)
+    model.eval()
+    vitkit.save_pretrained(model, tmp_path / "m")
+    stored = json.loads((tmp_path / "m" / "config.json").read_text())["model"]["backbone"]
+    assert stored == {"convs": [8, 8, 16], "strides": [1, 2, 1]}
+    back = vitkit.load_pretrained(tmp_path / "m")
+    x = torch.randn(2, 3, 16, 24)
+    with torch.no_grad():
+        torch.testing.assert_close(back(x), model(x), rtol=1e-4, atol=1e-6)
+    for bad in ([1, 2], [1, 3, 1], "1,2,1"):
+        with pytest.raises(ConfigError, match=r"backbone.strides: expected one stride \(1 or 2\) per entry"):
+            ViTConfig(backbone={"convs": [8, 8, 16], "strides": bad}, patch_size=1, image_size=16, **SMALL)

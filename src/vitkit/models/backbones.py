@@ -120,15 +120,16 @@ class ResNetBackbone(nn.Module):
 
 
 class ConvStem(nn.Module):
-    """(B, C, H, W) -> (B, convs[-1], H / 2^n, W / 2^n): n times conv3x3/2 (no bias) -> BatchNorm -> ReLU."""
+    """(B, C, H, W) -> (B, convs[-1], H / stride, W / stride): per conv, conv3x3 at its stride (no bias) -> BatchNorm
+    -> ReLU."""
 
     def __init__(self, config: ConvStemConfig, *, in_chans: int):
         super().__init__()
         self.config = config
         layers: list[nn.Module] = []
         chans = in_chans
-        for out in config.convs:
-            layers += [nn.Conv2d(chans, out, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(out), nn.ReLU()]
+        for out, stride in zip(config.convs, config.conv_strides):
+            layers += [nn.Conv2d(chans, out, 3, stride=stride, padding=1, bias=False), nn.BatchNorm2d(out), nn.ReLU()]
             chans = out
         self.convs = nn.Sequential(*layers)
         self.out_channels = config.out_channels

@@ -135,10 +135,12 @@ MAX_STEM_CHANNELS = 4096  # per conv; the early-convolution stems have a few hun
 @dataclass(frozen=True)
 class ConvStemConfig:
     """A convolutional stem in front of a hybrid ViT (Xiao et al. 2021, "Early Convolutions Help Transformers See
-    Better"): one 3x3 stride-2 conv (padding 1, no bias) + BatchNorm + ReLU per entry of `convs`, its output channels.
-    The ViT's patch embedding (a 1x1 conv for patch_size 1) then makes the tokens."""
+    Better"): one 3x3 conv (padding 1, no bias) + BatchNorm + ReLU per entry of `convs`, its output channels, each of
+    stride 2 unless `strides` says otherwise (1 or 2 per conv: a stride-1 conv adds depth at its resolution, as in a
+    small CNN). The ViT's patch embedding (a 1x1 conv for patch_size 1) then makes the tokens."""
 
     convs: tuple[int, ...] = (24, 48)
+    strides: tuple[int, ...] | None = None  # None: 2 for every conv
 
     def __post_init__(self) -> None:
         convs = self.convs
@@ -149,14 +151,32 @@ class ConvStemConfig:
         ):
             raise ConfigError(
                 f"backbone.convs: expected a list of 1 to {MAX_STEM_CONVS} output channel counts (each 1 to "
-                f"{MAX_STEM_CHANNELS}), one per 3x3 stride-2 conv, e.g. [24, 48], got {shown(convs)}"
+                f"{MAX_STEM_CHANNELS}), one per 3x3 conv, e.g. [24, 48], got {shown(convs)}"
             )
         object.__setattr__(self, "convs", tuple(convs))
+        strides = self.strides
+        if strides is None:
+            return
+        if (
+            not isinstance(strides, (list, tuple))
+            or len(strides) != len(convs)
+            or not all(_is_int(n) and n in (1, 2) for n in strides)
+        ):
+            raise ConfigError(
+                f"backbone.strides: expected one stride (1 or 2) per entry of backbone.convs ({len(convs)}), "
+                f"e.g. {[1, *([2] * (len(convs) - 1))]}, got {shown(strides)}"
+            )
+        object.__setattr__(self, "strides", tuple(strides))
+
+    @property
+    def conv_strides(self) -> tuple[int, ...]:
+        """Each conv's stride."""
+        return self.strides or (2,) * len(self.convs)
 
     @property
     def stride(self) -> int:
-        """Total stride: /2 per conv."""
-        return 2 ** len(self.convs)
+        """Total stride: the product of the convs' strides."""
+        return math.prod(self.conv_strides)
 
     @property
     def out_channels(self) -> int:
@@ -177,7 +197,7 @@ def backbone_config(value: Any) -> Backbone | None:
             "backbone: expected null or a mapping: {layers: [...], width: N} for a BiT ResNet, {convs: [...]} for a "
             f"conv stem; got {shown(value)}"
         )
-    known = ("convs", *RESNET_KEYS)
+    known = ("convs", "strides", *RESNET_KEYS)
     for key in value:
         if key not in known:
             raise ConfigError(f"backbone.{key_shown(key)}: unknown key; known keys are {', '.join(sorted(known))}")
@@ -393,8 +413,12 @@ class ViTConfig:
         return dataclasses.replace(self, **_known(changes, ViTConfig, "model"))
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict (tuples become lists)."""
-        return dataclasses.asdict(self)
+        """JSON-ready dict (tuples become lists). A conv stem of stride-2 convs only is written without `strides`,
+        as before the key was."""
+        data = dataclasses.asdict(self)
+        if isinstance(self.backbone, ConvStemConfig) and self.backbone.strides is None:
+            del data["backbone"]["strides"]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ViTConfig:
