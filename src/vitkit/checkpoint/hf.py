@@ -158,12 +158,7 @@ def config_from_hf(
         distilled=distilled,
     )  # fmt: skip
     if preprocessor:
-        processor = Path(source) / PREPROCESSOR_NAME
-        fields.update(_normalisation(preprocessor, fields["in_chans"], processor))
-        if "vitkit_background" in preprocessor:  # what vitkit wrote: see _preprocessor_config
-            fields["background"] = values.number(
-                preprocessor, "vitkit_background", None, domain="background", where=processor
-            )
+        fields.update(preprocessing(preprocessor, fields["in_chans"], Path(source) / PREPROCESSOR_NAME))
     try:
         return ViTConfig(**fields)
     except ConfigError as err:
@@ -177,6 +172,16 @@ HF_SIZES = {
     "num_attention_heads": "num_heads",
     "intermediate_size": "mlp_dim",
 }
+
+
+def preprocessing(processor: dict, channels: int, where: Path) -> dict:
+    """The ViTConfig fields an image processor's file `where` gives: mean and std (`_normalisation`), and the
+    background vitkit wrote beside them (`_preprocessor_config`), each number within its key's domain."""
+    fields = _normalisation(processor, channels, where)
+    if "vitkit_background" in processor:
+        given = values.number(processor, "vitkit_background", None, domain="background", where=where)
+        fields["background"] = tuple(float(v) for v in given) if isinstance(given, list) else (float(given),)
+    return fields
 
 
 def _normalisation(processor: dict, channels: int, where: Path) -> dict:

@@ -32,7 +32,7 @@ from vitkit.files import atomic_dir, read_json, refuse_foreign, write_json, writ
 from vitkit.models import VisionTransformer, ViTConfig, resample_pos_embed
 from vitkit.models.registry import FAMILIES
 
-from . import hf, values
+from . import hf
 from .card import CARD_NAME, model_card, publishable
 from .io import write_safetensors
 from .keymap import Rule, count_indexed, from_vitkit, fused, infer_image_size, same, to_vitkit
@@ -280,11 +280,7 @@ def _at_run_size(config: ViTConfig, state: dict, processor: dict | None, vision:
     the family resamples it) unless `image_size` is asked for."""
     fields = {}
     if processor:  # each number within its key's domain (checkpoint.values), as for ViT's folders
-        where = Path(source) / hf.PREPROCESSOR_NAME
-        fields.update(hf._normalisation(processor, config.in_chans, where))
-        if "vitkit_background" in processor:  # what vitkit wrote (hf._preprocessor_config)
-            given = values.number(processor, "vitkit_background", None, domain="background", where=where)
-            fields["background"] = tuple(float(v) for v in given) if isinstance(given, list) else (float(given),)
+        fields.update(hf.preprocessing(processor, config.in_chans, Path(source) / hf.PREPROCESSOR_NAME))
     crop = _crop_size(processor)
     if image_size is None and crop is not None and crop != config.image_size:
         fields["image_size"] = crop
