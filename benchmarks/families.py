@@ -36,6 +36,7 @@ import gzip
 import json
 import random
 import re
+import shlex
 import shutil
 import statistics
 import sys
@@ -252,7 +253,7 @@ def measure(kind: str, runs: Path, tries: list[str], families: tuple[str, ...]) 
     for f in families:
         results[f] = results["fitted"] if f == mine else train_once(data, where / f, recipes_by[f], length(steps[f]))
     for i, extra in enumerate(tries):
-        results[f"try: {extra}"] = train_once(data, where / f"try{i}", fitted, extra.split())
+        results[f"try: {extra}"] = train_once(data, where / f"try{i}", fitted, shlex.split(extra))
     started = time.perf_counter()
     pixel = pixel_baselines(data)
     print(f"{kind}: pixel baselines in {time.perf_counter() - started:.0f} s", flush=True)
@@ -271,15 +272,17 @@ def measure(kind: str, runs: Path, tries: list[str], families: tuple[str, ...]) 
     scores = {name: r["top1"] for name, r in results.items() if name != "fitted"}
     best_name = max(scores, key=scores.get)
     rows.append(_row(kind, "best", scores[best_name], f"{kind}: the best model found is {best_name}", setting))
-    top1, base = results["fitted"]["top1"], max(pixel.values(), default=0.0)
-    fitted_row = rows[0]
-    verdict = "beats" if top1 > base else "does not beat"
-    fitted_row["claim"] = (
-        f"{kind}: the fitted default ({mine}) {verdict} the best pixel baseline ({base:.4f}); "
-        f"{(scores[best_name] - top1) * 100:.1f} points below the best found ({best_name})"
-    )
-    fitted_row["against"] = "; ".join(f"{r['model']} {r['figure']}" for r in rows[1:])
+    rows[0]["claim"] = verdict(kind, mine, results["fitted"]["top1"], pixel, scores[best_name], best_name)
+    rows[0]["against"] = "; ".join(f"{r['model']} {r['figure']}" for r in rows[1:])
     return rows
+
+
+def verdict(kind: str, family: str, top1: float, pixel: dict[str, float], best: float, best_name: str) -> str:
+    """The fitted row's claim: whether the fitted default beats the best pixel baseline, and how far the best model
+    found is above it."""
+    base_name = max(pixel, key=pixel.get, default="no baseline")
+    said = f"{kind}: fitted ({family}) {'beats' if top1 > pixel.get(base_name, 0.0) else 'does not beat'} {base_name}"
+    return said + (f"; {best_name} {(best - top1) * 100:.1f} points higher" if best > top1 else "")
 
 
 def _row(kind: str, model: str, top1: float, claim: str, setting: str) -> dict:
@@ -306,7 +309,7 @@ def main() -> None:
         action="append",
         default=[],
         metavar="OVERRIDES",
-        help="a recipe to try beside the families: space-separated KEY=VALUE over the fitted one",
+        help="a recipe to try beside the families: KEY=VALUE overrides over the fitted one, split as a shell splits",
     )
     add_results_arguments(parser, "families")
     args = parser.parse_args()
