@@ -260,8 +260,8 @@ def measure(kind: str, runs: Path, tries: list[str], families: tuple[str, ...]) 
     n_train = sum(1 for p in (data / "train").rglob("*") if p.is_file())
     n_val = results["fitted"]["val_n"]
     setting = (
-        f"{n_train:,} train / {n_val:,} val images; {results['fitted']['cpu_s']:.0f} CPU s a model, 1 thread; "
-        f"mirror skill {mirror.group(1) if mirror else 'not told'}, hflip {fitted['augment.hflip']:g}"
+        f"{n_train:,} train / {n_val:,} val images; {results['fitted']['cpu_s']:.0f} CPU s each, 1 thread; "
+        f"mirror skill {mirror.group(1) if mirror else 'not told'}, flip {fitted['augment.hflip']:g}"
     )
     rows = []
     for name, r in results.items():
