@@ -933,7 +933,7 @@ def test_train_on_a_folder_fits_the_model_to_the_images_and_states_the_plan(own,
     )  # odd sizes 17..40 px, mixed modes
     for line in (
         " at 24x24, 3 channels, conv stem 32-64 (stride 4), patch 1 (36 tokens), width 96, depth 6",
-        "a conv stem (2 stride-2 convolutions: a 6x6 grid; under 10,000 training images it beats a plain ViT",
+        "a conv stem (2 stride-2 convolutions: a 6x6 grid; under 100,000 training images it beats a plain ViT",
         "GFLOPs/image",
         f"data       {data}: 3 classes (ankle boot, bag, coat)",
         f"train         30 images  {data / 'train'} (all)",

@@ -1,7 +1,9 @@
 """The recipe `vitkit train --data FOLDER` fits to the data (train/fit.py): the family by the size of the training
 split, and padding that continues the images' own borders."""
 
+import csv
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,7 +12,7 @@ from PIL import Image
 
 from vitkit.cli import main
 from vitkit.data.scan import ImageScan
-from vitkit.train.fit import FITTED_HYBRID_BELOW, fitted_to_data
+from vitkit.train.fit import FAMILY_ROWS, FITTED_HYBRID_BELOW, fitted_to_data
 
 
 @pytest.mark.parametrize(("side", "convs"), [(16, [32, 64]), (24, [32, 64]), (32, [32, 64, 128]), (64, [32, 64, 128])])
@@ -25,7 +27,26 @@ def test_a_small_training_split_gets_the_conv_stem_hybrid_with_a_small_grid(side
 def test_a_large_training_split_gets_the_plain_vit_on_a_4x4_grid():
     n = FITTED_HYBRID_BELOW
     changes, note = fitted_to_data(ImageScan(64, n, 28, 28, 1), n)
-    assert changes["model.backbone"] is None and changes["model.patch_size"] == 8 and "patch 8 (a 4x4 grid)" in note
+    assert changes["model.backbone"] is None and changes["model.patch_size"] == 8 and "patch 8 (a 4x4 grid;" in note
+
+
+def test_the_plan_names_the_benchmark_rows_its_family_rests_on_and_they_hold_it_up():
+    """The fitted hybrid is named with the kinds of data of benchmarks/results/families.csv where it was measured;
+    there it beat the plain ViT at matched CPU time. The plain ViT, fitted only beyond the sizes measured, says so."""
+    table = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "families.csv"
+    with table.open(newline="", encoding="utf-8") as f:
+        figure = {row["id"]: float(row["figure"]) for row in csv.DictReader(f)}
+    _, note = fitted_to_data(ImageScan(64, 600, 32, 32, 3), 600)
+    assert FAMILY_ROWS["hybrid"] and "benchmarks/results/families.csv" in note
+    for prefix in FAMILY_ROWS["hybrid"]:
+        assert prefix.removeprefix("families-") in note
+        mine = {k.removeprefix(f"{prefix}-hybrid-"): v for k, v in figure.items() if k.startswith(f"{prefix}-hybrid-")}
+        plain = {k.removeprefix(f"{prefix}-plain-"): v for k, v in figure.items() if k.startswith(f"{prefix}-plain-")}
+        assert mine and mine.keys() == plain.keys(), prefix  # measured beside each other on each machine
+        assert all(mine[m] >= plain[m] for m in mine), (prefix, mine, plain)
+    n = FITTED_HYBRID_BELOW
+    _, note = fitted_to_data(ImageScan(64, n, 32, 32, 3), n)
+    assert not FAMILY_ROWS["plain"] and "beyond the sizes benchmarks/results/families.csv measures" in note
 
 
 def _folder(root, draw):
