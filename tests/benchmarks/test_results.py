@@ -53,7 +53,9 @@ def test_every_row_has_its_required_columns_filled():
 
 
 def test_results_md_is_small():
-    assert (ROOT / "benchmarks" / "RESULTS.md").stat().st_size <= 40 * 1024
+    assert (
+        ROOT / "benchmarks" / "RESULTS.md"
+    ).stat().st_size <= render.MAX_RESULTS_BYTES - 1024  # room for a new section's rows
 
 
 def test_every_headline_link_points_at_an_anchor_of_results_md():
