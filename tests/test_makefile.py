@@ -43,3 +43,23 @@ def test_make_demo_stops_on_ctrl_c_and_never_evaluates_a_run_that_stopped_early(
     assert done.returncode != 0 and calls == ["train"] and "make demo resumes it" in done.stderr
     done, calls = _demo(tmp_path / "finished", "mkdir $out/final")  # a run that finished is evaluated
     assert done.returncode == 0 and calls == ["train", "eval"], done.stderr
+
+
+@pytest.mark.parametrize(
+    "flags, caps",
+    [
+        ("fpu sse avx2 avx512f avx512_bf16 amx_bf16 amx_tile", "AVX512_CORE_BF16:avx512"),  # an AMX Xeon
+        ("fpu sse avx2 avx512f avx512_bf16", "AVX2:avx2"),  # an AMD EPYC Zen 4
+        ("fpu sse avx2 fma", ""),  # AVX2 is its own path: a cap there repeats the first pass
+    ],
+)
+def test_the_capped_pass_takes_away_what_the_cpu_has_and_is_not_run_where_it_would_change_nothing(
+    tmp_path, flags, caps
+):
+    """`make test`'s second pass caps the instruction set below the CPU's own; on an AVX2-only CPU it repeated the first."""
+    info = tmp_path / "cpuinfo"
+    info.write_text(f"processor\t: 0\nflags\t\t: {flags}\n")
+    done = subprocess.run(
+        ["sh", str(ROOT / "scripts" / "isa-caps.sh")], env={"CPUINFO": str(info)}, capture_output=True, text=True
+    )
+    assert done.returncode == 0 and done.stdout.split() == caps.split()

@@ -11,8 +11,12 @@ from vitkit.models import VisionTransformer, get_config
 
 pytestmark = pytest.mark.numerics  # float results: run again under ISA caps
 
-if not cpu_inference.load():
-    pytest.fail("the CPU inference kernels did not build on this machine (see the warning above)")
+
+@pytest.fixture(autouse=True, scope="module")
+def _kernels_built():
+    """Built by the first test, not at collection, where every pytest-xdist worker would wait on the compiler."""
+    if not cpu_inference.load():
+        pytest.fail("the CPU inference kernels did not build on this machine (see the warning above)")
 
 
 def sdpa_reference(qkv: torch.Tensor, bias: torch.Tensor, heads: int) -> torch.Tensor:
