@@ -180,9 +180,9 @@ def test_a_json_report_that_cannot_be_written_is_refused_before_the_benchmark_ru
     )
 
 
-def test_cli_benchmark_writes_json(run_cli, tmp_path):
+def test_cli_benchmark_writes_json(vitkit_cmd, tmp_path):
     out = tmp_path / "bench.json"
-    result = run_cli(  # the console script
+    result = vitkit_cmd(  # the command's own main(), in this process
         "benchmark",
         "--model",
         "vit_test",

@@ -15,23 +15,40 @@ from vitkit.errors import CheckpointError, ConfigError
 from vitkit.inference.export import export, preprocessing, run_exported, verify
 
 
-@pytest.fixture
-def model():
+def _model():
     m = vitkit.create_model("vit_test", image_size=(16, 20)).eval()
     torch.nn.init.normal_(m.head.weight)
     return m
 
 
+@pytest.fixture
+def model():
+    return _model()
+
+
+@pytest.fixture(scope="module")
+def onnx_export(tmp_path_factory):
+    """One ONNX export, in a folder of its own, for the tests that only read it: (the model, the export's path)."""
+    pytest.importorskip("onnxscript")
+    pytest.importorskip("onnxruntime")
+    torch.manual_seed(0)
+    m = _model()
+    return m, export(m, tmp_path_factory.mktemp("onnx") / "model.onnx", format="onnx")
+
+
 @pytest.mark.numerics
 @pytest.mark.parametrize("fmt", ["torchscript", "exported-program", "onnx", "openvino"])
-def test_export_matches_pytorch_on_another_batch_size(model, tmp_path, fmt):
+def test_export_matches_pytorch_on_another_batch_size(model, tmp_path, fmt, request):
     if fmt in ("onnx", "openvino"):
         pytest.importorskip("onnxscript")
         pytest.importorskip("onnxruntime" if fmt == "onnx" else "openvino")
-    path = export(model, tmp_path / ("model.xml" if fmt == "openvino" else f"model.{fmt}"), format=fmt)
+    if fmt == "onnx":  # the module's shared export, made alone in its folder
+        model, path = request.getfixturevalue("onnx_export")
+    else:
+        path = export(model, tmp_path / ("model.xml" if fmt == "openvino" else f"model.{fmt}"), format=fmt)
     assert path.stat().st_size > 0
     # no scratch files left; ONNX is one file, OpenVINO's IR its graph (.xml) and weights (.bin); metadata sidecars
-    assert {p.name for p in tmp_path.iterdir()} <= {path.name, path.name + ".json", path.with_suffix(".bin").name}
+    assert {p.name for p in path.parent.iterdir()} <= {path.name, path.name + ".json", path.with_suffix(".bin").name}
     assert verify(model, path, fmt, batch_size=5) < 1e-4
     out = run_exported(path, fmt, torch.randn(1, 3, 16, 20))
     assert out.shape == (1, 10)
@@ -245,14 +262,14 @@ def test_export_to_a_folder_is_refused_first_and_a_backbone_exports_its_features
         assert [o.name for o in onnx.load(str(tmp_path / "b.onnx")).graph.output] == ["features"]
 
 
-def test_an_openvino_export_says_what_openvino_runs_it_at_by_default(run_cli, model, tmp_path):
+def test_an_openvino_export_says_what_openvino_runs_it_at_by_default(vitkit_cmd, model, tmp_path):
     """The check runs the IR with an f32 hint; a plain compile_model on a CPU with bf16 runs it in bf16, 1e-3 away."""
     pytest.importorskip("onnxscript")
     pytest.importorskip("openvino")
     from vitkit.inference.export import openvino_default
 
     save_pretrained(model, tmp_path / "ckpt")
-    done = run_cli("export", tmp_path / "ckpt", "--format", "openvino", "--out", tmp_path / "m.xml")
+    done = vitkit_cmd("export", tmp_path / "ckpt", "--format", "openvino", "--out", tmp_path / "m.xml")
     assert done.returncode == 0, done.stderr
     default = openvino_default(model, tmp_path / "m.xml")
     if default is None:  # a CPU without bf16: f32 is OpenVINO's default
@@ -282,11 +299,10 @@ def test_onnx_export_is_one_file_with_class_names_and_preprocessing(model, tmp_p
 
 @pytest.mark.numerics
 @pytest.mark.openvino
-def test_runtimes_run_the_onnx_export_alike(model, tmp_path):
-    pytest.importorskip("onnxscript")
+def test_runtimes_run_the_onnx_export_alike(onnx_export):
     from vitkit.inference.export import runtime_session
 
-    path = export(model, tmp_path / "model.onnx", format="onnx")
+    model, path = onnx_export
     x = torch.randn(4, 3, 16, 20)
     expected = model(x).detach()
     for runtime in ("onnxruntime", "openvino"):
