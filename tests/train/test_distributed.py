@@ -2,47 +2,14 @@
 
 import importlib.util
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
+from torchrun_runs import COMMON, EMA, vitkit_train
 
 from vitkit.checkpoint import load_pretrained
-
-COMMON = [
-    "data.name=synthetic",
-    "data.synthetic_size=64",
-    "model.name=vit_test",
-    "train.batch_size=8",
-    "train.lr=3e-3",
-    "train.warmup_steps=0",
-    "train.decay=constant",
-    "train.log_every=1",
-    "train.eval_every=1000",
-    "train.checkpoint_every=3",
-    "augment.crop=none",
-    "augment.hflip=0",
-    "train.progress=false",
-    "train.threads=1",
-    "train.device=cpu",
-]
-
-
-def vitkit_train(*args: str, nproc: int = 0) -> subprocess.CompletedProcess:
-    """`vitkit train ...` in one plain process (nproc=0) or under torchrun with `nproc` processes."""
-    launcher = (
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
-        if nproc
-        else [sys.executable]
-    )
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    result = subprocess.run(
-        [*launcher, "-m", "vitkit", "train", *args], capture_output=True, text=True, env=env, timeout=600
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    return result
+from vitkit.train import train
+from vitkit.train.config import load_run_config
 
 
 def train_losses(run) -> dict[int, float]:
@@ -55,14 +22,12 @@ def val_losses(run) -> dict[int, float]:
     return {r["step"]: r["val_loss"] for r in rows if r["kind"] == "val"}
 
 
-EMA = ["train.ema=0.8", "train.eval_every=3"]  # validation through the EMA weights at steps 3 and 6
-
-
 @pytest.fixture(scope="module")
 def single(tmp_path_factory):
-    """One plain process, 6 steps, keeping an EMA: final/ holds the average, checkpoints/step_0000006 the live weights."""
+    """One plain process (this one: the reference, not what is tested), 6 steps, keeping an EMA: final/ holds the
+    average, checkpoints/step_0000006 the live weights."""
     out = tmp_path_factory.mktemp("dist") / "single"
-    vitkit_train("--out", str(out), "train.steps=6", *COMMON, *EMA)
+    train(load_run_config(None, ["train.steps=6", *COMMON, *EMA]), out)
     return out
 
 
@@ -94,11 +59,11 @@ def test_two_ddp_processes_match_one_process(single, tmp_path):
     assert summary["processes"] == 2
 
 
-def test_fsdp_resumes_on_another_world_size_with_its_ema_weights(single, tmp_path):
-    """2 FSDP ranks stopped at step 3, resumed by 1 (the strategy from the run's own run.yaml), train as one process
-    straight through; the EMA is averaged shard by shard, saved with the shards, resharded on resume, gathered at the end."""
-    sharded = tmp_path / "fsdp"
-    vitkit_train("--out", str(sharded), "train.steps=3", "train.strategy=fsdp", *COMMON, *EMA, nproc=2)
+def test_fsdp_resumes_on_another_world_size_with_its_ema_weights(single, fsdp_run):
+    """2 FSDP ranks stopped at step 3 (fsdp_run), resumed by 1 (the strategy from the run's own run.yaml), train as one
+    process straight through; the EMA is averaged shard by shard, saved with the shards, resharded on resume, gathered
+    at the end."""
+    sharded = fsdp_run
     assert (sharded / "checkpoints" / "step_0000003" / "sharded").is_dir()
     vitkit_train("--resume", str(sharded), "train.steps=6", nproc=1)  # no strategy given: it comes from run.yaml
     one, resumed = train_losses(single), train_losses(sharded)
@@ -181,7 +146,10 @@ def test_every_rank_s_bad_files_reach_bad_files_json(tmp_path):
     listed = {}
     for nproc in (0, 2):
         out = tmp_path / f"run{nproc}"
-        vitkit_train("--out", str(out), *folder, nproc=nproc)
+        if nproc:
+            vitkit_train("--out", str(out), *folder, nproc=nproc)
+        else:  # one plain process: this one
+            train(load_run_config(None, folder), out)
         rows = json.loads((out / "bad_files.json").read_text())
         listed[nproc] = {row["path"] for row in rows["files"]}
         assert rows["count"] == len(listed[nproc]) == json.loads((out / "summary.json").read_text())["bad_files"]

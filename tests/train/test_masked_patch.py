@@ -202,7 +202,7 @@ def test_unknown_objective_is_a_config_error():
         load_run_config(None, ["train.objective=mae"])
 
 
-def test_cli_pretrains_on_a_folder_without_labels(tmp_path, run_cli, vitkit_cmd):
+def test_cli_pretrains_on_a_folder_without_labels(tmp_path, vitkit_cmd):
     """`vitkit train --data FOLDER train.objective=masked_patch` with images directly in FOLDER (no class folders)."""
     import numpy as np
     from PIL import Image
@@ -213,7 +213,7 @@ def test_cli_pretrains_on_a_folder_without_labels(tmp_path, run_cli, vitkit_cmd)
     for i in range(24):
         Image.fromarray(rng.integers(0, 256, (16, 16, 3)).astype(np.uint8)).save(folder / f"{i}.png")
     out = tmp_path / "run"
-    done = run_cli(
+    done = vitkit_cmd(
         "train",
         "--data",
         folder,
@@ -349,10 +349,10 @@ def test_pretrained_checkpoint_goes_through_fewshot_and_finetune(tmp_path, capsy
     find_idx(default_dir(), "train", "images") is None,
     reason="Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)",
 )
-def test_short_real_fashion_mnist_pretraining(tmp_path, run_cli):
-    """A few steps of configs/pretrain_masked_patch.yaml through the console script: the colour loss falls from ln 8."""
+def test_short_real_fashion_mnist_pretraining(tmp_path, vitkit_cmd):
+    """A few steps of configs/pretrain_masked_patch.yaml through the CLI: the colour loss falls from ln 8."""
     out = tmp_path / "run"
-    done = run_cli(
+    done = vitkit_cmd(
         "train",
         "--config",
         Path(__file__).resolve().parents[2] / "configs" / "pretrain_masked_patch.yaml",

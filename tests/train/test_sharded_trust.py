@@ -3,33 +3,17 @@ its files matches the digest written when it was saved, and then without running
 before a byte of it is unpickled."""
 
 import json
-import os
 import pickle
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from torchrun_runs import torchrun
 
 import vitkit
 from vitkit.errors import CheckpointError
 from vitkit.files import update_checksums, verify_checksums
 from vitkit.train import distributed
-
-SHARDED_RUN = [
-    "data.name=synthetic",
-    "data.synthetic_size=64",
-    "model.name=vit_test",
-    "train.batch_size=8",
-    "train.warmup_steps=0",
-    "train.eval_every=1000",
-    "train.checkpoint_every=3",
-    "augment.crop=none",
-    "train.progress=false",
-    "train.threads=1",
-    "train.device=cpu",
-]
 
 
 class Payload:
@@ -40,14 +24,6 @@ class Payload:
 
     def __reduce__(self):
         return (open, (self.marker, "w"))
-
-
-def torchrun_train(*args: str, nproc: int) -> subprocess.CompletedProcess:
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.run(
-        [*launcher, "-m", "vitkit", "train", *args], capture_output=True, text=True, env=env, timeout=600
-    )
 
 
 def sharded_step(tmp_path: Path) -> Path:
@@ -93,15 +69,14 @@ def test_a_sharded_folder_without_digests_is_refused_and_a_forged_digest_still_r
     assert not marker.exists()
 
 
-def test_resume_refuses_a_tampered_sharded_metadata_before_unpickling_it(tmp_path):
-    """A real 2-process FSDP run; its .metadata replaced by a pickle that writes a file; `vitkit train --resume`."""
-    run = tmp_path / "fsdp"
-    done = torchrun_train("--out", str(run), "train.steps=3", "train.strategy=fsdp", *SHARDED_RUN, nproc=2)
-    assert done.returncode == 0, done.stderr[-3000:]
+def test_resume_refuses_a_tampered_sharded_metadata_before_unpickling_it(fsdp_run, tmp_path):
+    """A real 2-process FSDP run (a copy of the shared one); its .metadata replaced by a pickle that writes a file;
+    `vitkit train --resume`."""
+    run = fsdp_run
     metadata = run / "checkpoints" / "step_0000003" / "sharded" / ".metadata"
     marker = tmp_path / "pwned"
     metadata.write_bytes(pickle.dumps(Payload(marker)))
-    resumed = torchrun_train("--resume", str(run), "train.steps=6", nproc=1)
+    resumed = torchrun("--resume", str(run), "train.steps=6", nproc=1)
     assert not marker.exists(), "the tampered .metadata was unpickled"
     # vitkit's own one line (torchrun adds its report of the rank's exit code 2 after it)
     lines = [line for line in resumed.stderr.splitlines() if line.startswith("vitkit train: error:")]
