@@ -59,8 +59,22 @@ def ckpt(tmp_path_factory):
     return path
 
 
+@pytest.fixture(scope="module")
+def _finished(tmp_path_factory):
+    """A finished run of TINY with train.steps=2 (final/, its step checkpoint, figures), trained once."""
+    out = tmp_path_factory.mktemp("finished") / "run"
+    train(load_run_config(None, TINY + ["train.steps=2"]), out)
+    return out
+
+
+@pytest.fixture
+def finished_run(_finished, tmp_path) -> Path:
+    """The test's own copy of the finished 2-step run, at tmp_path/run."""
+    return Path(shutil.copytree(_finished, tmp_path / "run"))
+
+
 # -- two writers, one directory -------------------------------------------------------------------
-def test_a_second_writer_fails_at_once_naming_the_holder(tmp_path):
+def test_a_second_writer_fails_at_once_naming_the_holder(tmp_path, capsys):
     out = tmp_path / "run"
     first = subprocess.Popen(
         _vitkit("train", "--out", out, *TINY, "train.steps=100000", "train.checkpoint_every=1000"),
@@ -75,15 +89,9 @@ def test_a_second_writer_fails_at_once_naming_the_holder(tmp_path):
                 first.stderr.read() if first.poll() is not None else "slow"
             )
             time.sleep(0.05)
-        started = time.monotonic()
-        second = subprocess.run(
-            _vitkit("train", "--out", out, *TINY, "train.steps=4"), capture_output=True, text=True, timeout=120
-        )
-        assert second.returncode == 2, second.stderr
-        assert (
-            f"in use by another vitkit process (pid {first.pid})" in second.stderr
-            and len(second.stderr.splitlines()) == 1
-        )
+        started = time.monotonic()  # the second writer: this process
+        line = _one_line_exit_2(capsys, "train", "--out", out, *TINY, "train.steps=4")
+        assert f"in use by another vitkit process (pid {first.pid})" in line
         assert time.monotonic() - started < 60
     finally:
         first.kill()
@@ -91,9 +99,8 @@ def test_a_second_writer_fails_at_once_naming_the_holder(tmp_path):
     assert (out / "run.yaml").is_file()  # the first run's directory is untouched by the refused ones
 
 
-def test_a_new_run_never_replaces_a_finished_one(tmp_path, capsys):
-    out = tmp_path / "run"
-    train(load_run_config(None, TINY + ["train.steps=2"]), out)
+def test_a_new_run_never_replaces_a_finished_one(capsys, finished_run):
+    out = finished_run
     shutil.rmtree(out / "checkpoints")  # only final/ is left
     before = (out / "final" / "model.safetensors").read_bytes()
     line = _one_line_exit_2(capsys, "train", "--out", out, *TINY, "train.steps=2")
@@ -307,9 +314,8 @@ def test_damaged_run_files_on_resume(tmp_path, capsys):
     assert json.loads((out / "summary.json").read_text())["steps"] == 4
 
 
-def test_an_extended_run_stopped_again_resumes_to_the_new_step_count(tmp_path):
-    out = tmp_path / "run"
-    train(load_run_config(None, TINY + ["train.steps=2"]), out)
+def test_an_extended_run_stopped_again_resumes_to_the_new_step_count(finished_run):
+    out = finished_run
     train(resume_config(out, ["train.steps=6"]), out, resume=True, stop_at=4)  # as SIGTERM at step 4 does
     assert resume_config(out).train.steps == 6  # what `vitkit train --resume RUN` (the printed command) reads
     assert main(["train", "--resume", str(out)]) == 0
@@ -344,11 +350,10 @@ def test_eval_of_a_step_checkpoint_never_writes_into_it(tmp_path, capsys):
     )  # beside the run, not in the step folder
 
 
-def test_resuming_a_finished_run_with_changes_and_no_step_left_is_refused_and_run_yaml_kept(tmp_path):
+def test_resuming_a_finished_run_with_changes_and_no_step_left_is_refused_and_run_yaml_kept(finished_run):
     """--resume RUN train.lr=1e-4 of a finished run trained nothing, exit 0, but wrote lr 1e-4 into run.yaml, which a
     later --resume RUN train.steps=N then trained at."""
-    out = tmp_path / "run"
-    train(load_run_config(None, TINY + ["train.steps=2"]), out)
+    out = finished_run
     before = (out / "run.yaml").read_text()
     with pytest.raises(
         ConfigError, match=r"train.lr: .* already finished at step 2 of 2, so no step would train with it"
@@ -383,12 +388,11 @@ def test_eval_of_a_step_checkpoint_keeps_the_final_models_figure_and_names_the_s
 
 
 @pytest.mark.int8
-def test_eval_at_another_precision_keeps_the_fp32_figure(tmp_path, capsys, monkeypatch):
+def test_eval_at_another_precision_keeps_the_fp32_figure(capsys, monkeypatch, finished_run):
     """eval --precision int8-dynamic wrote RUN/eval/confusion_val.png over the fp32 one."""
     from vitkit import plots
 
-    out = tmp_path / "run"
-    train(load_run_config(None, TINY + ["train.steps=2"]), out)
+    out = finished_run
     titles = {}
     save = plots._save
     monkeypatch.setattr(
@@ -407,13 +411,12 @@ def test_eval_at_another_precision_keeps_the_fp32_figure(tmp_path, capsys, monke
     assert titles["confusion_val_int8-dynamic.png"].endswith(f"images; {result['precision']}")
 
 
-def test_eval_into_a_folder_that_cannot_be_written_fails_before_scoring(tmp_path, capsys, monkeypatch):
+def test_eval_into_a_folder_that_cannot_be_written_fails_before_scoring(capsys, monkeypatch, finished_run):
     """A run whose eval/ could not be written was scored in full before the PNG failed, with no hint to write it
     elsewhere."""
     from vitkit.evaluate import metrics as evaluation
 
-    out = tmp_path / "run"
-    train(load_run_config(None, TINY + ["train.steps=2"]), out)
+    out = finished_run
     # a file where eval/ goes stands for a folder that cannot be written (tests run as root, for whom modes do not)
     (out / "eval").write_text("")
     scored = []
@@ -422,9 +425,8 @@ def test_eval_into_a_folder_that_cannot_be_written_fails_before_scoring(tmp_path
     assert "confusion matrix" in line and "--confusion PATH" in line and not scored
 
 
-def test_loads_racing_a_replacement_never_report_corrupt(tmp_path):
-    out = tmp_path / "run"
-    train(load_run_config(None, TINY + ["train.steps=2"]), out)
+def test_loads_racing_a_replacement_never_report_corrupt(finished_run):
+    out = finished_run
     from vitkit.checkpoint.native import load_native, write_pretrained
     from vitkit.train.state import write_dir as _write_dir
 
@@ -537,13 +539,12 @@ def test_image_lists_with_odd_labels_huge_fields_or_deep_nesting(tmp_path, capsy
     assert not (tmp_path / "run").exists()
 
 
-def test_eval_prints_its_scores_when_the_confusion_png_meets_a_full_disk(tmp_path, capsys, monkeypatch):
+def test_eval_prints_its_scores_when_the_confusion_png_meets_a_full_disk(capsys, monkeypatch, finished_run):
     """A full disk at the confusion PNG, after every image was scored: no score was printed, only the error."""
     from vitkit import plots
     from vitkit.files import WriteError
 
-    out = tmp_path / "run"
-    train(load_run_config(None, TINY + ["train.steps=2"]), out)
+    out = finished_run
 
     def full(fig, path):
         raise WriteError(path, "No space left on device")

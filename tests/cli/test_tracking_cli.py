@@ -69,6 +69,15 @@ def offline_trackers(tmp_path, monkeypatch):
         monkeypatch.setenv(name, value)
 
 
+@pytest.fixture(autouse=True)
+def _wandb_reads_each_tests_environment():
+    """W&B reads its WANDB_* settings once a process, at its first run: after a test that ran W&B in this process,
+    its setup is ended, so the next test's WANDB_DIR and WANDB_MODE are read."""
+    yield
+    if "wandb" in sys.modules and hasattr(sys.modules["wandb"], "teardown"):
+        sys.modules["wandb"].teardown()
+
+
 def wandb_history(tmp_path, run_id):
     """{step: {key: value}} of a W&B run over its offline files (a resumed run adds one), the later file's value last."""
     history = {}
@@ -79,7 +88,7 @@ def wandb_history(tmp_path, run_id):
 
 
 def test_a_run_logs_to_every_tracker_and_a_resumed_run_continues_each_without_a_step_twice(
-    tmp_path, run_cli, monkeypatch
+    tmp_path, vitkit_cmd, monkeypatch
 ):
     """Killed after logging steps 5-8 past its checkpoint at 4, resumed with train.steps=6 (another schedule, other
     values at 5 and 6): every tracker holds metrics.jsonl's values, one per step. Then resumed once more (a run that
@@ -93,12 +102,12 @@ def test_a_run_logs_to_every_tracker_and_a_resumed_run_continues_each_without_a_
     offline_trackers(tmp_path, monkeypatch)
     out = tmp_path / "run"
     every = "train.log_to=[csv,tensorboard,wandb,mlflow]"
-    first = run_cli("train", "--out", out, *FAST, "train.steps=8", "train.log_every=1", every)
+    first = vitkit_cmd("train", "--out", out, *FAST, "train.steps=8", "train.log_every=1", every)
     assert first.returncode == 0, first.stderr
     dead, ids = read_metrics(out), json.loads((out / "trackers.json").read_text())
     shutil.rmtree(out / "checkpoints" / "step_0000008")  # as if killed after step 8 was logged, before its checkpoint
     shutil.rmtree(out / "final")
-    second = run_cli("train", "--resume", out, "train.steps=6")
+    second = vitkit_cmd("train", "--resume", out, "train.steps=6")
     assert second.returncode == 0, second.stderr
     rows = read_metrics(out)
     loss = {r["step"]: r["loss"] for r in rows if r["kind"] == "train"}
@@ -140,7 +149,7 @@ def test_a_run_logs_to_every_tracker_and_a_resumed_run_continues_each_without_a_
     assert {s: row["train/loss"] for s, row in history.items() if "train/loss" in row} == pytest.approx(loss, rel=1e-6)
     assert sorted(s for s, row in history.items() if "val/top1" in row) == [4, 6]
 
-    third = run_cli("train", "--resume", out, "train.steps=8")  # ended at its checkpoint: nothing past it to replace
+    third = vitkit_cmd("train", "--resume", out, "train.steps=8")  # ended at its checkpoint: nothing past it to replace
     assert third.returncode == 0, third.stderr
     assert json.loads((out / "trackers.json").read_text()) == new_ids  # the same W&B and MLflow runs go on
     loss = {r["step"]: r["loss"] for r in read_metrics(out) if r["kind"] == "train"}
