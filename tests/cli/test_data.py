@@ -122,7 +122,7 @@ def test_a_padded_crop_of_a_transparent_image_is_the_background_to_its_border(
     assert any((np.abs(s - colour[:, None, None]).max(0) <= 0.5)[[0, -1]].all(1).any() for s in samples)
 
 
-def test_the_summary_counts_classes_splits_sizes_and_channels(tmp_path, run_cli):
+def test_the_summary_counts_classes_splits_sizes_and_channels(tmp_path, run_cli, vitkit_cmd):
     root = photos(tmp_path / "photos")
     Image.new("L", (64, 48), 90).save(root / "cat" / "gray.png")
     done = run_cli("data", root, "--json", "data.val_fraction=0.25")  # the console script
@@ -142,7 +142,8 @@ def test_the_summary_counts_classes_splits_sizes_and_channels(tmp_path, run_cli)
     Image.new("RGB", (300, 20), (90, 20, 20)).save(root / "cat" / "turned.jpg", exif=exif)
     Image.new("RGB", (20, 300), (90, 20, 20)).save(root / "ant" / "tall.jpg")
     Image.new("RGB", (20, 300), (90, 20, 20)).save(root / "bee" / "tall.jpg")
-    sizes = json.loads(run_cli("data", root, "--json", "data.val_fraction=0").stdout.strip().splitlines()[-1])["sizes"]
+    done = vitkit_cmd("data", root, "--json", "data.val_fraction=0")  # in-process: the same entry point
+    sizes = json.loads(done.stdout.strip().splitlines()[-1])["sizes"]
     assert (sizes["width"], sizes["height"]) == ([20, 20.0, 20], [300, 300.0, 300])  # as training decodes them
 
 

@@ -179,9 +179,9 @@ def test_linear_probe_and_knn(vitkit_cmd, checkpoint, tmp_path):
 
 
 @needs_fashion_mnist
-def test_finetune_at_a_higher_resolution_then_eval(run_cli, vitkit_cmd, checkpoint, tmp_path):
+def test_finetune_at_a_higher_resolution_then_eval(vitkit_cmd, checkpoint, tmp_path):
     out = tmp_path / "ft"
-    done = run_cli(
+    done = vitkit_cmd(  # in-process (fewshot above runs the console script)
         "finetune",
         "--from",
         checkpoint / "vit.npz",

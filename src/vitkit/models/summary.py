@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
@@ -14,6 +16,7 @@ def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
+@functools.lru_cache(maxsize=256)  # a config is frozen and its count fixed: a run start asks for it more than once
 def count_flops(config: ModelConfig, batch_size: int = 1, *, backward: bool = False, executed: bool = False) -> int:
     """FLOPs of one batch (a multiply-add counts 2): matmuls, convolutions and attention.
 
