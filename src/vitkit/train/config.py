@@ -133,6 +133,8 @@ class TrainConfig:
     eval_batch_size: int = _positive(512)
     # progress bar on stderr
     progress: bool = True
+    # loss.png, accuracy.png, lr.png and confusion.png when a run ends; false draws none (sweeps, tests)
+    figures: bool = True
     # steps with a non-finite loss/gradient are skipped; this many in a row stop the run
     max_nonfinite_steps: int = _positive(10)
     # a pixel baseline (softmax regression on 16x16 pixels, evaluate/baseline.py) fitted on the training split before the
@@ -581,6 +583,7 @@ def _convert(value: Any, option: Any) -> Any:
 
 DISPLAY_KEYS = (
     "train.progress",
+    "train.figures",
     "train.threads",
     "train.device",
     "train.log_to",

@@ -524,7 +524,7 @@ def _finish(
     write_json(out / "summary.json", summary)
     for line in compared_lines(summary["baseline"]) if summary["baseline"] else []:
         print(line, flush=True)
-    figures = _plot(config, out, data, run, rows, summary["unreadable"], val_metrics)
+    figures = _plot(config, out, data, run, rows, summary["unreadable"], val_metrics) if config.train.figures else []
     log.artifacts(figures, out / "final", config.train.steps)
     return summary
 
