@@ -111,7 +111,7 @@ def core_only(*commands: list, cwd: Path) -> list[dict]:
 def test_with_the_core_alone_train_and_eval_work_and_figures_say_which_extra_draws_them(tmp_path):
     run = tmp_path / "run"
     trained, scored, inspected = core_only(
-        ["train", "--out", run, *TINY_RUN, "train.steps=2", "train.eval_every=2"],
+        ["train", "--out", run, *TINY_RUN, "train.steps=2", "train.eval_every=2", "train.figures=true"],
         ["eval", run, "--split", "test", "--threads", "1"],
         ["inspect", run, "--out", tmp_path / "inspect", "--threads", "1"],
         cwd=tmp_path,

@@ -13,6 +13,7 @@ TINY_RUN = [
     "train.eval_every=4",
     "train.checkpoint_every=2",
     "train.progress=false",
+    "train.figures=false",  # tests of the figures turn them on
     "augment.crop=pad",
     "augment.pad=1",
     "train.threads=1",

@@ -107,7 +107,8 @@ def test_overfits_one_batch(tmp_path):
 @pytest.mark.numerics
 def test_run_directory_contents(tmp_path):
     out = tmp_path / "run"
-    summary = train(load_run_config(None, TINY + ["train.steps=6", "train.ema=0.9", "train.keep_checkpoints=2"]), out)
+    overrides = ["train.steps=6", "train.ema=0.9", "train.keep_checkpoints=2", "train.figures=true"]
+    summary = train(load_run_config(None, TINY + overrides), out)
     for name in (
         "run.yaml",
         "metrics.jsonl",
@@ -115,6 +116,7 @@ def test_run_directory_contents(tmp_path):
         "loss.png",
         "accuracy.png",
         "lr.png",
+        "confusion.png",
         "final/config.json",
         "final/model.safetensors",
     ):
@@ -128,6 +130,14 @@ def test_run_directory_contents(tmp_path):
     final = read_safetensors(out / "final" / "model.safetensors")
     last = read_safetensors(out / "checkpoints" / "step_0000006" / "model.safetensors")
     assert not torch.equal(final["head.weight"], last["head.weight"])
+
+
+def test_a_run_without_figures_writes_everything_else(tmp_path):
+    """train.figures=false (the suite's tiny run) draws no PNG; the run, its summary and model are whole."""
+    out = tmp_path / "run"
+    summary = train(load_run_config(None, TINY + ["train.steps=2", "train.figures=false"]), out)
+    assert not list(out.glob("*.png"))
+    assert (out / "final" / "model.safetensors").is_file() and summary["steps"] == 2
 
 
 @pytest.mark.numerics
