@@ -33,6 +33,7 @@ TRAIN_ARGS = (
     "train.threads=1",
     "train.eval_batch_size=64",
     "augment.crop=none",
+    "train.figures=false",
     "--no-progress",
 )
 

@@ -21,6 +21,7 @@ FAST = [
     "train.eval_every=4",
     "train.checkpoint_every=4",
     "augment.crop=pad",
+    "train.figures=false",  # the tests of the figures turn them on
 ]
 
 
@@ -48,7 +49,10 @@ def folder_run(tmp_path_factory):
             plots, "_save", lambda fig, path: titles.setdefault(path.name, fig.axes[0].get_title()) and save(fig, path)
         )
         args = ["train", "--data", root / "data", "--out", root / "run", "train.steps=4", "data.val_fraction=0.25"]
-        assert main([*map(str, args), "--no-progress", *FAST, "train.lr=3e-3", "augment.hflip=0"]) == 0
+        assert (
+            main([*map(str, args), "--no-progress", *FAST, "train.lr=3e-3", "augment.hflip=0", "train.figures=true"])
+            == 0
+        )
     return root / "data", root / "run", titles
 
 

@@ -363,6 +363,7 @@ TRAIN = [
     "train.batch_size=8",
     "train.threads=1",
     "train.progress=false",
+    "train.figures=false",
     "train.log_every=1",
     "train.eval_every=1000",
     "train.checkpoint_every=2",
