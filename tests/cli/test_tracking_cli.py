@@ -189,7 +189,13 @@ def test_the_trackers_get_the_figures_and_mlflow_the_model_in_its_own_store_and_
     for name in ("MLFLOW_TRACKING_URI", "MLFLOW_ALLOW_FILE_STORE"):  # unset here: vitkit's own default store
         monkeypatch.delenv(name, raising=False)
     out = tmp_path / "run"
-    fast = [*FAST, "data.synthetic_size=40", "train.steps=6", "train.log_to=[csv,tensorboard,wandb,mlflow]"]
+    fast = [
+        *FAST,
+        "data.synthetic_size=40",
+        "train.steps=6",
+        "train.log_to=[csv,tensorboard,wandb,mlflow]",
+        "train.figures=true",
+    ]
     done = vitkit_cmd("train", "--out", out, *fast)
     assert done.returncode == 0, done.stderr
     planned = float(re.search(r"images \(([\d.]+) epochs\)", done.stdout).group(1))

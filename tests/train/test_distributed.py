@@ -140,6 +140,7 @@ def test_every_rank_s_bad_files_reach_bad_files_json(tmp_path):
         "train.checkpoint_every=3",
         "augment.crop=none",
         "train.progress=false",
+        "train.figures=false",
         "train.threads=1",
         "train.device=cpu",
     ]

@@ -26,6 +26,7 @@ TINY = [
     "train.log_every=1",
     "train.checkpoint_every=3",
     "train.progress=false",
+    "train.figures=false",
     "train.threads=1",
     "augment.crop=none",
 ]

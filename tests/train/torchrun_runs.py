@@ -18,6 +18,7 @@ COMMON = [
     "augment.crop=none",
     "augment.hflip=0",
     "train.progress=false",
+    "train.figures=false",
     "train.threads=1",
     "train.device=cpu",
 ]
