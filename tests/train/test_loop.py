@@ -26,6 +26,28 @@ def test_weight_decay_groups():
     assert len(decay["params"]) + len(no_decay["params"]) == len(list(model.parameters()))
 
 
+def test_ema_averages_the_parameters_and_keeps_the_live_batchnorm_statistics():
+    """update_ema lerps learned weights only: a conv stem's BatchNorm running statistics are the live model's (their
+    average lags behind weights that shrink, and the averaged model normalised with the wrong variances)."""
+    from vitkit.train.optim import update_ema
+
+    model = create_model("vit_test", image_size=16, backbone={"convs": [8, 16]}, patch_size=1)
+    ema = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    before = {k: v.clone() for k, v in ema.items()}
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(1.0)
+    model.train()
+    model(torch.randn(4, 3, 16, 16))  # moves the running statistics
+    update_ema(ema, model, 0.75)
+    live = model.state_dict()
+    stats = [k for k in live if "running_" in k]
+    assert stats and all(torch.equal(ema[k], live[k]) for k in stats)
+    assert not torch.equal(live[stats[0]], before[stats[0]])
+    for name, p in model.named_parameters():
+        assert torch.allclose(ema[name], before[name] + 0.25), name
+
+
 def _layer_scale(name: str, depth: int, d: float) -> float:
     """The BEiT/MAE rule with timm's grouping, written out: head at lr, block i (1-based) at d^(L + 1 - i), the final
     norm with the last block (d^1), the embeddings (patch, position, class token, a hybrid's ResNet stem) at d^(L + 1)."""

@@ -115,8 +115,13 @@ def soft_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Ten
 
 @torch.no_grad()
 def update_ema(ema: dict[str, torch.Tensor], model: nn.Module, decay: float) -> None:
+    """Moves the averaged weights `ema` towards the model's parameters by 1 - decay; buffers are copied as they are.
+    BatchNorm's running statistics already average recent batches under the live weights: averaged again, they lag
+    behind weights that weight decay keeps shrinking, and the averaged model normalises with variances far off its
+    own."""
+    learned = {name for name, _ in model.named_parameters()}
     for name, value in model.state_dict().items():
-        if value.is_floating_point():
+        if value.is_floating_point() and name in learned:
             ema[name].lerp_(value, 1.0 - decay)
         else:
             ema[name].copy_(value)
