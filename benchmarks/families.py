@@ -2,6 +2,7 @@
 
     nice python benchmarks/families.py --runs /tmp/families --results            # every kind: hours on 1 thread
     python benchmarks/families.py --kinds digits,glyphs --runs /tmp/families       # some kinds
+    python benchmarks/families.py --kinds icons16 --seeds 3 --runs /tmp/families   # each figure a mean of 3 seeds
 
 For each kind of data it trains, one thread each, in this process (CPU seconds counted):
 - `fitted`: the recipe `vitkit train --data` fits today, as it is (its family, size, length and augmentation);
@@ -12,7 +13,9 @@ For each kind of data it trains, one thread each, in this process (CPU seconds c
 and fits two pixel baselines on the same train/ split, scored on the same val/ split: a multinomial logistic
 regression and a random forest of 500 trees on 32x32 RGB pixels (RGBA composited on white). `best` is the best
 val top-1 of every model above (and of --try recipes), so the fitted default's distance to it is plain.
-Every figure is top-1 on val/, which no run picks on (each run's final step is its figure).
+Every figure is top-1 on val/, which no run picks on (each run's final step is its figure). A val split of a few
+hundred images moves several points between seeds: --seeds N trains each model with train.seed 0..N-1 and fits the
+forest with N random states, and each figure is their mean (the rows list each seed's).
 
 | kind         | what                                                                              | train  | val   |
 |--------------|-----------------------------------------------------------------------------------|--------|-------|
@@ -198,6 +201,30 @@ def train_once(folder: Path, out: Path, recipe: dict, changes: list[str]) -> dic
     return record
 
 
+def train_seeds(folder: Path, out: Path, recipe: dict, changes: list[str], seeds: int) -> dict:
+    """`train_once` with train.seed 0..seeds-1 (seed 0 in `out`, seed s in `out`-seed{s}): their mean top-1 and CPU
+    seconds, and each seed's top-1 in "tops". A small val split moves several points between seeds."""
+    runs = [
+        train_once(
+            folder, out if s == 0 else out.with_name(f"{out.name}-seed{s}"), recipe, [*changes, f"train.seed={s}"]
+        )
+        for s in range(seeds)
+    ]
+    return averaged(runs)
+
+
+def averaged(runs: list[dict]) -> dict:
+    """One record of several seeds' runs: mean top-1 and CPU seconds, the first run's steps and val images, and each
+    run's top-1 in "tops"."""
+    return {
+        "top1": statistics.fmean(r["top1"] for r in runs),
+        "cpu_s": statistics.fmean(r["cpu_s"] for r in runs),
+        "steps": runs[0]["steps"],
+        "val_n": runs[0]["val_n"],
+        "tops": [r["top1"] for r in runs],
+    }
+
+
 def length(steps: int) -> list[str]:
     """A run of `steps` steps, its warmup, logging and four evaluations following it as the fitted recipe's do."""
     return [
@@ -220,8 +247,9 @@ def pixels(root: Path, split: str, names: list[str], size: int = 32) -> tuple[np
     return np.stack(xs), np.array(ys)
 
 
-def pixel_baselines(root: Path) -> dict[str, float]:
-    """Val top-1 of a logistic regression and a 500-tree random forest on the pixels ({} without scikit-learn)."""
+def pixel_baselines(root: Path, seeds: int = 1) -> dict[str, float]:
+    """Val top-1 of a logistic regression and a 500-tree random forest on the pixels, the forest's the mean of `seeds`
+    random states ({} without scikit-learn)."""
     try:
         from sklearn.ensemble import RandomForestClassifier
         from sklearn.linear_model import LogisticRegression
@@ -229,14 +257,15 @@ def pixel_baselines(root: Path) -> dict[str, float]:
         return {}
     names = sorted(p.name for p in (root / "train").iterdir())
     (x, y), (vx, vy) = pixels(root, "train", names), pixels(root, "val", names)
-    forest = RandomForestClassifier(500, random_state=0, n_jobs=1).fit(x, y)
+    forests = [RandomForestClassifier(500, random_state=s, n_jobs=1).fit(x, y) for s in range(seeds)]
     logistic = LogisticRegression(max_iter=500).fit(x, y)
-    return {"forest": float((forest.predict(vx) == vy).mean()), "logistic": float((logistic.predict(vx) == vy).mean())}
+    forest = statistics.fmean(float((f.predict(vx) == vy).mean()) for f in forests)
+    return {"forest": forest, "logistic": float((logistic.predict(vx) == vy).mean())}
 
 
-def measure(kind: str, runs: Path, tries: list[str], families: tuple[str, ...]) -> list[dict]:
+def measure(kind: str, runs: Path, tries: list[str], families: tuple[str, ...], seeds: int = 1) -> list[dict]:
     """The rows of one kind of data: each family at matched CPU time, the fitted default, the pixel baselines, the
-    best of them."""
+    best of them; each figure the mean of `seeds` runs."""
     data, where = runs / kind / "data", runs / kind
     if not (data / "train").is_dir():
         KINDS[kind](data)
@@ -249,23 +278,28 @@ def measure(kind: str, runs: Path, tries: list[str], families: tuple[str, ...]) 
     seconds = step_seconds(configs)
     steps = matched_steps(fitted["train.steps"], seconds, mine)
     print(f"{kind}: step CPU s {json.dumps({k: round(v, 4) for k, v in seconds.items()})} -> steps {steps}", flush=True)
-    results = {"fitted": train_once(data, where / "fitted", fitted, [])}
+    results = {"fitted": train_seeds(data, where / "fitted", fitted, [], seeds)}
     for f in families:
-        results[f] = results["fitted"] if f == mine else train_once(data, where / f, recipes_by[f], length(steps[f]))
+        results[f] = (
+            results["fitted"] if f == mine else train_seeds(data, where / f, recipes_by[f], length(steps[f]), seeds)
+        )
     for i, extra in enumerate(tries):
-        results[f"try: {extra}"] = train_once(data, where / f"try{i}", fitted, shlex.split(extra))
+        results[f"try: {extra}"] = train_seeds(data, where / f"try{i}", fitted, shlex.split(extra), seeds)
     started = time.perf_counter()
-    pixel = pixel_baselines(data)
+    pixel = pixel_baselines(data, seeds)
     print(f"{kind}: pixel baselines in {time.perf_counter() - started:.0f} s", flush=True)
     n_train = sum(1 for p in (data / "train").rglob("*") if p.is_file())
     n_val = results["fitted"]["val_n"]
     setting = (
         f"{n_train:,} train / {n_val:,} val images; {results['fitted']['cpu_s']:.0f} CPU s each, 1 thread; "
         f"mirror skill {mirror.group(1) if mirror else 'not told'}, flip {fitted['augment.hflip']:g}"
+        + (f"; means of seeds 0-{seeds - 1} (train.seed; the forest's random state)" if seeds > 1 else "")
     )
     rows = []
     for name, r in results.items():
-        what = f"{r['steps']} steps, {r['cpu_s']:.0f} CPU s"
+        what = f"{r['steps']} steps, {r['cpu_s']:.0f} CPU s" + (
+            f"; seeds {' / '.join(f'{t:.4f}' for t in r['tops'])}" if seeds > 1 else ""
+        )
         rows.append(_row(kind, name, r["top1"], f"{kind}: {name} ({what})", setting))
     for name, top1 in pixel.items():
         rows.append(_row(kind, name, top1, f"{kind}: {name} on 32x32 pixels", setting))
@@ -311,6 +345,9 @@ def main() -> None:
         metavar="OVERRIDES",
         help="a recipe to try beside the families: KEY=VALUE overrides over the fitted one, split as a shell splits",
     )
+    parser.add_argument(
+        "--seeds", type=int, default=1, help="runs of each model (train.seed 0..N-1); each figure is their mean"
+    )
     add_results_arguments(parser, "families")
     args = parser.parse_args()
     rows = []
@@ -318,7 +355,7 @@ def main() -> None:
         if kind.startswith("icons") and not THEME.is_dir():
             print(f"{kind}: skipped ({THEME} is not installed: apt install adwaita-icon-theme)")
             continue
-        rows += measure(kind, args.runs, args.tries, tuple(args.families.split(",")))
+        rows += measure(kind, args.runs, args.tries, tuple(args.families.split(",")), args.seeds)
         for row in rows:
             print(f"{row['id']:40s} {row['figure']}  {row['claim']}", flush=True)
         write_asked_rows(args, "families", rows)
