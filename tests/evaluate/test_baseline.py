@@ -214,7 +214,7 @@ def test_the_warning_is_given_below_the_baseline_and_level_with_it_short_of_one(
     assert compared(record, 0.68)["warning"] and compared(record, 0.70)["warning"] is None
     assert compared(record, 0.70)["beaten"] is True
     assert compared({**record, "top1": 1.0}, 1.0)["warning"] is None  # nothing left to beat
-    assert "conv-stem" not in compared(record, 0.612, stem=True)["warning"]  # a hybrid has a conv stem already
+    assert "conv-stem" not in compared(record, 0.612, advice="")["warning"]  # a hybrid has a conv stem already
     assert compared_lines(worse)[1] == f"warning    {worse['warning']}"
     assert compared({"skipped": "why"}, 0.5) == {"skipped": "why"}
 
@@ -232,3 +232,20 @@ def test_eval_says_so_where_the_training_data_is_gone(tmp_path):
     assert record["skipped"].startswith(f"not fitted: its training data cannot be read ({tmp_path / 'gone'}: ")
     assert compared_lines(record) == [f"pixel baseline: {record['skipped']}"]
     assert pixel_baseline(request, {}, get_config("vit_test"), None, "val", 1.0, None, 0.5) is None  # none recorded
+
+
+@pytest.mark.parametrize(
+    ("size", "convs"), [(32, [32, 64, 128]), (224, [32, 64, 128]), (28, [32, 64]), ((28, 32), [32, 64]), (30, None)]
+)
+def test_the_suggested_stem_fits_the_model_s_size(size, convs):
+    """A 28-px plain ViT (Fashion-MNIST's) is told of a stem of 2 stride-2 convolutions, which leave a 7x7 grid: the
+    3 a 32-px one is told of leave none at 28; a size neither divides gets no stem, and a model with one, no other."""
+    from vitkit.evaluate.baseline import stem_advice
+    from vitkit.models.config import ViTConfig
+
+    advice = stem_advice(ViTConfig(image_size=size, patch_size=2))
+    said = f'the conv-stem hybrid (model.patch_size=1 "model.backbone={{convs: {convs}}}"), '
+    assert advice == ("" if convs is None else said)
+    if convs is not None:  # what it suggests is a model that builds
+        assert ViTConfig(image_size=size, patch_size=1, backbone={"convs": convs}).backbone.convs == tuple(convs)
+    assert stem_advice(ViTConfig(image_size=32, patch_size=1, backbone={"convs": [8, 16]})) == ""

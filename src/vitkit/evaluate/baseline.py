@@ -22,8 +22,8 @@ SIDE = 16  # pixels a side the images are averaged down to
 MAX_TRAIN = 10_000  # training images it is fitted on at most (a seeded draw of a larger split)
 MAX_ITER = 100  # L-BFGS iterations: its time is bounded by the images it reads
 KIND = f"softmax regression on {SIDE}x{SIDE} pixels"
-# what the warning suggests: a hybrid's conv stem (any fitted size, a multiple of 8, leaves a grid for patch 1) where the
-# model has none, more augmentation, a longer run
+# what the warning suggests: a hybrid's conv stem where the model has none (`stem_advice`), more augmentation, a longer
+# run
 STEM = 'the conv-stem hybrid (model.patch_size=1 "model.backbone={convs: [32, 64, 128]}"), '
 MORE = "more augmentation (augment.randaugment_ops=2, augment.mixup=0.2) or a longer run (train.epochs=N)"
 
@@ -154,17 +154,29 @@ def has_cnn(config) -> bool:
     return getattr(config, "backbone", True) is not None  # a BiTConfig has no backbone: it is all CNN
 
 
-def compared(record: dict, model_top1: float | None, *, stem: bool = False) -> dict:
+def stem_advice(config) -> str:
+    """The warning's suggestion of a conv stem for a model of `config`: the hybrid with 3 stride-2 convolutions where
+    they divide its image size, else 2 (28 px: a 7x7 grid); none for a model with a CNN already, or a size neither
+    divides."""
+    if has_cnn(config):
+        return ""
+    for convs in ([32, 64, 128], [32, 64]):
+        if all(side % 2 ** len(convs) == 0 for side in config.image_size):
+            return f'the conv-stem hybrid (model.patch_size=1 "model.backbone={{convs: {convs}}}"), '
+    return ""
+
+
+def compared(record: dict, model_top1: float | None, *, advice: str = STEM) -> dict:
     """`record` with the model's top-1 on the same images, whether it beats the baseline, and the warning where it
-    does not (below it, or level with it short of 1.0; None otherwise). `stem`: the model has a CNN stem already, so
-    the warning does not suggest one."""
+    does not (below it, or level with it short of 1.0; None otherwise). `advice`: the conv stem the warning suggests
+    first (`stem_advice` of the model's config; "" for none)."""
     if "skipped" in record or record.get("top1") is None or model_top1 is None:
         return record
     base, split, n = record["top1"], record["scored_split"], record["scored_images"]
     warning = (
         f"the model's {split} top-1 {model_top1:.4f} does not beat the pixel baseline's {base:.4f} on the same {n:,} "
         f"images: it learned less from them than a linear model finds in their {SIDE}x{SIDE} pixels; try "
-        + ("" if stem else STEM)
+        + advice
         + MORE
         if model_top1 < base or model_top1 == base < 1
         else None

@@ -88,7 +88,7 @@ def pixel_baseline(request: EvalRequest, meta: dict, config, split, which: str, 
     from vitkit.data import BadFiles, DataSpec, eval_batches
     from vitkit.data.spec import without_advice
     from vitkit.errors import DataError
-    from vitkit.evaluate.baseline import compared, fit_and_score, has_cnn
+    from vitkit.evaluate.baseline import compared, fit_and_score, stem_advice
 
     def read(part):  # the scored split as the model read it; unreadable training files left out, as training did
         quiet = bad if part is split else BadFiles("skip")
@@ -105,7 +105,7 @@ def pixel_baseline(request: EvalRequest, meta: dict, config, split, which: str, 
         return {"skipped": f"not fitted: its training data cannot be read ({without_advice(err)})"}
     seed = recorded.get("seed", 0)
     record = fit_and_score(train, split, read, config.num_classes, names=(trained.train_split, which), seed=seed)
-    return compared(record, top1, stem=has_cnn(config))
+    return compared(record, top1, advice=stem_advice(config))
 
 
 def open_scored_split(request: EvalRequest, meta: dict, config):

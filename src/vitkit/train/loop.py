@@ -29,7 +29,7 @@ from vitkit.data.split import where_from
 from vitkit.data.summary import data_format
 from vitkit.devices import compile_cache_by_isa, compute_threads
 from vitkit.errors import CheckpointError, ConfigError
-from vitkit.evaluate.baseline import compared, compared_lines, fit_and_score, fitted_line, has_cnn, skipped_because
+from vitkit.evaluate.baseline import compared, compared_lines, fit_and_score, fitted_line, skipped_because, stem_advice
 from vitkit.files import LOCK_NAME, WriteError, atomic_path, exclusive, write_json
 from vitkit.kernels import short_attention
 from vitkit.models import VisionTransformer, build_model
@@ -564,7 +564,7 @@ def _summary(
         ),  # of each split: its figures count the rest
         # train.baseline: the pixel baseline on the same val images, and a warning where the model does not beat it
         "baseline": (
-            compared(progress["baseline"], val_metrics.get("top1"), stem=has_cnn(run.model.config))
+            compared(progress["baseline"], val_metrics.get("top1"), advice=stem_advice(run.model.config))
             if "baseline" in progress
             else None
         ),
