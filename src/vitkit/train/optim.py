@@ -119,7 +119,7 @@ def update_ema(ema: dict[str, torch.Tensor], model: nn.Module, decay: float) -> 
     BatchNorm's running statistics already average recent batches under the live weights: averaged again, they lag
     behind weights that weight decay keeps shrinking, and the averaged model normalises with variances far off its
     own."""
-    learned = {name for name, _ in model.named_parameters()}
+    learned = {name for name, _ in model.named_parameters(remove_duplicate=False)}  # a shared tensor by every name
     for name, value in model.state_dict().items():
         if value.is_floating_point() and name in learned:
             ema[name].lerp_(value, 1.0 - decay)
