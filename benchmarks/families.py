@@ -293,7 +293,7 @@ def measure(kind: str, runs: Path, tries: list[str], families: tuple[str, ...], 
     setting = (
         f"{n_train:,} train / {n_val:,} val images; {results['fitted']['cpu_s']:.0f} CPU s each, 1 thread; "
         f"mirror skill {mirror.group(1) if mirror else 'not told'}, flip {fitted['augment.hflip']:g}"
-        + (f"; means of seeds 0-{seeds - 1} (train.seed; the forest's random state)" if seeds > 1 else "")
+        + (f"; mean of {seeds} seeds" if seeds > 1 else "")
     )
     rows = []
     for name, r in results.items():
