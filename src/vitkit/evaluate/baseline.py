@@ -24,7 +24,6 @@ MAX_ITER = 100  # L-BFGS iterations: its time is bounded by the images it reads
 KIND = f"softmax regression on {SIDE}x{SIDE} pixels"
 # what the warning suggests: a hybrid's conv stem where the model has none (`stem_advice`), more augmentation, a longer
 # run
-STEM = 'the conv-stem hybrid (model.patch_size=1 "model.backbone={convs: [32, 64, 128]}"), '
 MORE = "more augmentation (augment.randaugment_ops=2, augment.mixup=0.2) or a longer run (train.epochs=N)"
 
 
@@ -166,7 +165,7 @@ def stem_advice(config) -> str:
     return ""
 
 
-def compared(record: dict, model_top1: float | None, *, advice: str = STEM) -> dict:
+def compared(record: dict, model_top1: float | None, *, advice: str = "") -> dict:
     """`record` with the model's top-1 on the same images, whether it beats the baseline, and the warning where it
     does not (below it, or level with it short of 1.0; None otherwise). `advice`: the conv stem the warning suggests
     first (`stem_advice` of the model's config; "" for none)."""

@@ -119,9 +119,8 @@ def update_ema(ema: dict[str, torch.Tensor], model: nn.Module, decay: float) -> 
     BatchNorm's running statistics already average recent batches under the live weights: averaged again, they lag
     behind weights that weight decay keeps shrinking, and the averaged model normalises with variances far off its
     own."""
-    learned = {name for name, _ in model.named_parameters(remove_duplicate=False)}  # a shared tensor by every name
-    for name, value in model.state_dict().items():
-        if value.is_floating_point() and name in learned:
-            ema[name].lerp_(value, 1.0 - decay)
-        else:
+    for name, value in model.named_parameters(remove_duplicate=False):  # a shared tensor under every name
+        ema[name].lerp_(value, 1.0 - decay)
+    for name, value in model.named_buffers(remove_duplicate=False):
+        if name in ema:  # a non-persistent buffer is in no state dict
             ema[name].copy_(value)
