@@ -6,10 +6,10 @@
 
 For each kind of data it trains, one thread each, in this process (CPU seconds counted):
 - `fitted`: the recipe `vitkit train --data` fits today, as it is (its family, size, length and augmentation);
-- `plain`, `hybrid`, `resnet`: that recipe with each model family in its place (a plain ViT on a 4x4 grid of
-  patches; the conv-stem hybrid; BiT's small ResNet R11 at the same size), each run as long as the fitted run's CPU
-  time allows: a training step of each is timed side by side with the fitted model's (`matched_steps`), and its
-  step count scaled by the ratio. The fitted family's own row is the fitted run.
+- `plain`, `hybrid`, `deep`, `resnet`: that recipe with each model family in its place (a plain ViT on a 4x4 grid
+  of patches; the conv-stem hybrid; the deep stem with one block; BiT's small ResNet R11 at the same size), each run
+  as long as the fitted run's CPU time allows: a training step of each is timed side by side with the fitted
+  model's (`matched_steps`), and its step count scaled by the ratio. The fitted family's own row is the fitted run.
 and fits two pixel baselines on the same train/ split, scored on the same val/ split: a multinomial logistic
 regression and a random forest of 500 trees on 32x32 RGB pixels (RGBA composited on white). `best` is the best
 val top-1 of every model above (and of --try recipes), so the fitted default's distance to it is plain.
@@ -110,7 +110,7 @@ KINDS = {
     "glyphs": lambda root: recipes.make_glyphs(root, train=40, val=30),
     "scenes": lambda root: recipes.make_scenes(root, train=70, val=50),
 }
-FAMILIES = ("plain", "hybrid", "resnet")
+FAMILIES = ("plain", "hybrid", "deep", "resnet")
 
 
 def fitted_recipe(folder: Path) -> tuple[dict, str]:
@@ -129,22 +129,24 @@ def fitted_recipe(folder: Path) -> tuple[dict, str]:
 
 def family_of(fitted: dict) -> str:
     """The family of a fitted recipe's model."""
-    return "hybrid" if fitted.get("model.backbone") else "plain"
+    from vitkit.train.fit import family_model
+
+    size = fitted["model.image_size"]
+    model = {k: v for k, v in fitted.items() if k.startswith("model.")}
+    return next((f for f in ("plain", "hybrid", "deep") if family_model(f, size).items() <= model.items()), "other")
 
 
 def with_family(fitted: dict, family: str) -> dict:
     """The fitted recipe with `family` as its model: the same size, channels and background, the rest of the recipe
     as fitted."""
-    from vitkit.train.fit import FITTED_HYBRID_BELOW, fitted_family
+    from vitkit.train.fit import family_model
 
     size = fitted["model.image_size"]
     if family == "resnet":
         kept = {k: v for k, v in fitted.items() if not k.startswith("model.")}
         model = {k: fitted[k] for k in ("model.image_size", "model.in_chans", "model.background") if k in fitted}
         return {**kept, "model.name": "bit_r11_28", **model}
-    # fitted_family's choice for a small set (the hybrid) or a large one (the plain ViT)
-    model, _ = fitted_family(size, 0 if family == "hybrid" else FITTED_HYBRID_BELOW)
-    return {**fitted, **model}
+    return {**fitted, **family_model(family, size)}
 
 
 def run_config(folder: Path, recipe: dict, changes: list[str]):

@@ -38,3 +38,19 @@ def test_the_fitted_row_says_whether_it_beats_the_best_pixel_baseline():
     assert families.verdict("digits", "hybrid", 0.99, {"forest": 0.96}, 0.99, "hybrid") == (
         "digits: fitted (hybrid) beats forest"
     )
+
+
+@pytest.mark.parametrize(("side", "n", "family"), [(16, 600, "deep"), (32, 600, "hybrid"), (32, 10**6, "plain")])
+def test_the_fitted_recipe_is_named_by_its_family_and_each_family_replaces_its_model(side, n, family):
+    """The fitted row's family is the one fitted_to_data chose; each family's recipe keeps the rest of the fit."""
+    from vitkit.data.scan import ImageScan
+    from vitkit.train.fit import fitted_to_data
+
+    fitted, _ = fitted_to_data(ImageScan(64, n, side, side, 3), n)
+    assert families.family_of(fitted) == family
+    for other in ("plain", "hybrid", "deep"):
+        recipe = families.with_family(fitted, other)
+        assert families.family_of(recipe) == other
+        assert {k: v for k, v in recipe.items() if not k.startswith("model.")} == {
+            k: v for k, v in fitted.items() if not k.startswith("model.")
+        }

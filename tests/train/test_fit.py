@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 import yaml
 from PIL import Image
 
@@ -15,13 +16,32 @@ from vitkit.data.scan import ImageScan
 from vitkit.train.fit import FAMILY_ROWS, FITTED_HYBRID_BELOW, fitted_to_data
 
 
-@pytest.mark.parametrize(("side", "convs"), [(16, [32, 64]), (24, [32, 64]), (32, [32, 64, 128]), (64, [32, 64, 128])])
+@pytest.mark.parametrize(("side", "convs"), [(24, [32, 64]), (32, [32, 64, 128]), (64, [32, 64, 128])])
 def test_a_small_training_split_gets_the_conv_stem_hybrid_with_a_small_grid(side, convs):
     changes, note = fitted_to_data(ImageScan(64, 600, side, side, 3), 600)
     assert changes["model.backbone"] == {"convs": convs} and changes["model.patch_size"] == 1
+    assert (changes["model.depth"], changes["model.classifier"]) == (6, "token")
     grid = side // 2 ** len(convs)
     assert 4 <= grid <= 8 and f"a conv stem ({len(convs)} stride-2 convolutions: a {grid}x{grid} grid" in note
-    assert "model.backbone=null for a plain ViT" in note
+    assert "model.backbone=null for a plain ViT" in note and "width 96, depth 6" in note
+
+
+@pytest.mark.parametrize("side", [8, 12, 16])
+def test_tiny_images_get_the_deep_stem_with_one_block_that_builds_to_a_4x4_grid(side):
+    """Images fitted at 16 px get 6 convolutions (2 of stride 2) and one average-pooled block over their 4x4 map."""
+    from vitkit.models.registry import build_model
+    from vitkit.train.config import load_run_config
+    from vitkit.train.fit import layers
+
+    changes, note = fitted_to_data(ImageScan(64, 600, side, side, 1), 600)
+    stem = changes["model.backbone"]
+    assert len(stem["convs"]) == 6 and stem["strides"].count(2) == 2 and set(stem["strides"]) == {1, 2}
+    assert (changes["model.depth"], changes["model.classifier"], changes["model.image_size"]) == (1, "gap", 16)
+    assert "a deep conv stem (6 convolutions, 2 of stride 2: a 4x4 grid) with 1 transformer block" in note
+    assert "width 96, depth 1" in note
+    model = build_model(load_run_config(None, [], base=layers(changes)).model_config().replace(num_classes=3))
+    assert model(torch.rand(2, 1, 16, 16)).shape == (2, 3)
+    assert model.config.grid_size == (4, 4)
 
 
 def test_a_large_training_split_gets_the_plain_vit_on_a_4x4_grid():
@@ -44,6 +64,14 @@ def test_the_plan_names_the_benchmark_rows_its_family_rests_on_and_they_hold_it_
         plain = {k.removeprefix(f"{prefix}-plain-"): v for k, v in figure.items() if k.startswith(f"{prefix}-plain-")}
         assert mine and mine.keys() == plain.keys(), prefix  # measured beside each other on each machine
         assert all(mine[m] >= plain[m] for m in mine), (prefix, mine, plain)
+    _, note = fitted_to_data(ImageScan(64, 600, 16, 16, 3), 600)
+    assert FAMILY_ROWS["deep"]
+    for prefix in FAMILY_ROWS["deep"]:  # the deep stem beat the 6-block hybrid where it is fitted
+        assert prefix.removeprefix("families-") in note
+        mine = {k.removeprefix(f"{prefix}-deep-"): v for k, v in figure.items() if k.startswith(f"{prefix}-deep-")}
+        six = {k.removeprefix(f"{prefix}-hybrid-"): v for k, v in figure.items() if k.startswith(f"{prefix}-hybrid-")}
+        assert mine and mine.keys() == six.keys(), prefix
+        assert all(mine[m] >= six[m] for m in mine), (prefix, mine, six)
     n = FITTED_HYBRID_BELOW
     _, note = fitted_to_data(ImageScan(64, n, 32, 32, 3), n)
     assert not FAMILY_ROWS["plain"] and "beyond the sizes benchmarks/results/families.csv measures" in note
@@ -117,3 +145,23 @@ def test_the_fitted_flip_follows_whether_a_mirror_image_keeps_its_class(tmp_path
     out = capsys.readouterr().out
     assert f", {said} (a pixel model of the images knows their mirror images at " in out
     assert yaml.safe_load((tmp_path / "run" / "run.yaml").read_text())["augment"]["hflip"] == flip
+
+
+@pytest.mark.parametrize("side", [16, 32])
+def test_model_backbone_null_fits_a_plain_vit_on_a_4x4_grid_not_the_hybrid_less_its_stem(tmp_path, side):
+    """The plan's "model.backbone=null for a plain ViT" gives the plain family (patches of a quarter of the size,
+    6 blocks, a class token), not 1x1 patches of the pixels under the hybrid's depth and head."""
+    from vitkit.train.fit import fitted_unless_named
+
+    for split in ("train", "val"):
+        for c in ("a", "b"):
+            (tmp_path / split / c).mkdir(parents=True)
+            for i in range(6):
+                Image.fromarray(np.full((side, side, 3), 20 * i + 100 * (c == "b"), np.uint8)).save(
+                    tmp_path / split / c / f"{i}.png"
+                )
+    fitted = fitted_unless_named(str(tmp_path), False, ["model.backbone=null"], "train")
+    assert (fitted["model.patch_size"], fitted["model.depth"], fitted["model.classifier"]) == (side // 4, 6, "token")
+    assert fitted["model.backbone"] is None
+    hybrid = fitted_unless_named(str(tmp_path), False, [], "train")
+    assert hybrid["model.backbone"] and hybrid["model.patch_size"] == 1

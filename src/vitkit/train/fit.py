@@ -96,17 +96,25 @@ def fitted_unless_named(path: str | None, named: bool, overrides: list[str], com
     check_override_keys(overrides)  # a misspelt key is one error before the scan, not after its line
 
     data, epochs, batch, steps = _data_and_length(path, overrides)
-    fitted = fit_to_data(data, command, epochs=epochs, batch=batch, steps=steps)
+    # model.backbone=null asks for the plain ViT: its patches, depth and head, not the hybrid's less its stem
+    plain = _last_value(overrides, "model", "backbone", "stem") is None
+    fitted = fit_to_data(data, command, epochs=epochs, batch=batch, steps=steps, plain=plain)
     # the user's length wins
     return {k: v for k, v in fitted.items() if not (epochs is not None and k == "train.steps")}
 
 
 def _init_named(overrides: list[str]) -> str | None:
     """The checkpoint the last model.init= override names (None: none, or model.init=null)."""
+    return _last_value(overrides, "model", "init")
+
+
+def _last_value(overrides: list, section: str, name: str, unset: Any = None) -> Any:
+    """The typed value of the last SECTION.NAME= override among `overrides` (`unset` where none sets it)."""
     from vitkit.train.config import override_value
 
-    given = [o.split("=", 1)[1] for o in overrides if o.startswith("model.init=")]
-    return override_value("model", "init", given[-1]) if given else None
+    key = f"{section}.{name}="
+    given = [o.split("=", 1)[1] for o in overrides if isinstance(o, str) and o.startswith(key)]
+    return override_value(section, name, given[-1]) if given else unset
 
 
 def _data_and_length(path: str, overrides: list[str]) -> tuple[Any, float | None, int | None, int | None]:
@@ -125,14 +133,19 @@ def _data_and_length(path: str, overrides: list[str]) -> tuple[Any, float | None
 
 
 def fit_to_data(
-    data, command: str = "train", epochs: float | None = None, batch: int | None = None, steps: int | None = None
+    data,
+    command: str = "train",
+    epochs: float | None = None,
+    batch: int | None = None,
+    steps: int | None = None,
+    plain: bool = False,
 ) -> dict[str, Any]:
     """The default recipe for the training split of a run config's `data` section, from a short scan of its images
-    (reported by `command`)."""
+    (reported by `command`); with `plain`, a plain ViT's."""
     from vitkit.train import distributed
 
     found, n, mirror = _scanned(data)
-    changes, note = fitted_to_data(found, n, epochs=epochs, batch=batch, steps=steps, mirror=mirror)
+    changes, note = fitted_to_data(found, n, epochs=epochs, batch=batch, steps=steps, mirror=mirror, plain=plain)
     # under torchrun every rank fits (the same way); rank 0 says so
     if distributed.is_main():
         print(f"vitkit {command}: {note}", flush=True)
@@ -447,28 +460,59 @@ FAMILY_ROWS = {
         "families-icons", "families-icons16", "families-fashion500", "families-fashion2000",
         "families-fashion10000", "families-glyphs",
     ),
+    "deep": ("families-icons16", "families-digits"),
     "plain": (),
 }  # fmt: skip
 
 
-def fitted_family(size: int, n_train: int) -> tuple[dict[str, Any], str]:
-    """The fitted model's patches: a conv stem (2 stride-2 convolutions up to 24 px, else 3) and 1x1 patches on its
-    feature map for a training split under FITTED_HYBRID_BELOW images, else a plain ViT on a 4x4 grid of patches; the
-    changes ({"model.key": value}) and how the plan words them."""
+def fitted_family(size: int, n_train: int, plain: bool = False) -> tuple[dict[str, Any], str]:
+    """The fitted model's family for `n_train` training images of `size` px: under FITTED_HYBRID_BELOW images the
+    conv-stem hybrid (`family_model`), its deep stem at DEEP_STEM_UPTO px and under, else (or with `plain`: the user's
+    model.backbone=null) a plain ViT; its changes ({"model.key": value}) and how the plan words them."""
+    if plain:
+        return family_model("plain", size), f"patch {size // 4} (a 4x4 grid; model.backbone=null: a plain ViT)"
     if n_train >= FITTED_HYBRID_BELOW:
         return (
-            {"model.patch_size": size // 4, "model.backbone": None},
+            family_model("plain", size),
             f"patch {size // 4} (a 4x4 grid; from {FITTED_HYBRID_BELOW:,} training images, beyond the sizes "
             "benchmarks/results/families.csv measures, a plain ViT gains most from more data: paper Fig. 3-4)",
         )
-    convs = (32, 64, 128)[: 2 if size <= 24 else 3]
+    export = "not exportable to Hugging Face: model.backbone=null for a plain ViT)"
+    if size <= DEEP_STEM_UPTO:
+        return (
+            family_model("deep", size),
+            f"a deep conv stem (6 convolutions, 2 of stride 2: a {size // 4}x{size // 4} grid) with 1 transformer "
+            f"block and average pooling (at {DEEP_STEM_UPTO} px and under it beats the 6-block hybrid: "
+            f"{_rows('deep')}; {export}",
+        )
+    convs = family_model("hybrid", size)["model.backbone"]["convs"]
     grid = size >> len(convs)
     return (
-        {"model.patch_size": 1, "model.backbone": {"convs": list(convs)}},
+        family_model("hybrid", size),
         f"a conv stem ({len(convs)} stride-2 convolutions: a {grid}x{grid} grid; under {FITTED_HYBRID_BELOW:,} "
-        f"training images it beats a plain ViT, which overfits small data: {_rows('hybrid')}; not exportable to "
-        "Hugging Face: model.backbone=null for a plain ViT)",
+        f"training images it beats a plain ViT, which overfits small data: {_rows('hybrid')}; {export}",
     )
+
+
+# Images this small (the fitted size, px) get the deep stem: at 16 px 2 stride-2 convolutions leave a 4x4 grid from
+# little computation, and 6 transformer blocks over it overfit a small set; more convolutions at full resolution
+# (a CNN's strength on small data, paper §4.2) and one block over the grid learn more from the same images.
+DEEP_STEM_UPTO = 16
+
+
+def family_model(family: str, size: int) -> dict[str, Any]:
+    """The model keys ({"model.key": value}) of a fitted family at `size` px, width 96 each: "plain", a ViT of 6 blocks
+    on a 4x4 grid of patches; "hybrid", 6 blocks on 1x1 patches of a conv stem of 2 stride-2 convolutions (up to 24
+    px, else 3); "deep", 1 block on the 4x4-downsampled map of a deep stem (6 3x3 convolutions in pairs of 32, 64 and
+    128 channels, the first of the second and third pairs of stride 2), average-pooled. The ViTs of 6 blocks read a
+    class token (every format, Hugging Face's included, holds it)."""
+    if family == "deep":
+        stem = {"convs": [32, 32, 64, 64, 128, 128], "strides": [1, 1, 2, 1, 2, 1]}
+        return {"model.patch_size": 1, "model.backbone": stem, "model.depth": 1, "model.classifier": "gap"}
+    body = {"model.depth": 6, "model.classifier": "token"}
+    if family == "plain":
+        return {"model.patch_size": size // 4, "model.backbone": None, **body}
+    return {"model.patch_size": 1, "model.backbone": {"convs": [32, 64, 128][: 2 if size <= 24 else 3]}, **body}
 
 
 def _rows(family: str) -> str:
@@ -497,19 +541,21 @@ def fitted_to_data(
     batch: int | None = None,
     steps: int | None = None,
     mirror: float | None = None,
+    plain: bool = False,
 ) -> tuple[list[str], str]:
     """The default recipe for a dataset of one's own (`vitkit train --data FOLDER` with no model given), as typed changes.
 
     The image size follows the images (median shorter side, to a multiple of 8 in 16..64 px) and so do the
-    channels; a 4x4 grid of patches and the demo's small ViT (width 96, 6 layers, a class token, which every format holds) keep a
+    channels; the family follows their size and number (`fitted_family`), each of width 96 on a small grid to keep a
     step cheap, and ~100 epochs (750..5000 steps of up to 64 images) end in minutes on a laptop CPU; `epochs` or
     `steps` (the user's train.epochs or train.steps) set the length instead, and warmup, logging and evaluation
-    follow it, as they follow `batch` (the user's train.batch_size) where given; `mirror` sets the flip (`fitted_hflip`).
+    follow it, as they follow `batch` (the user's train.batch_size) where given; `mirror` sets the flip (`fitted_hflip`);
+    `plain` (the user's model.backbone=null) fits a plain ViT at any size.
     Returns (the typed changes {"section.key": value}, one line saying what was chosen and why)."""
     from vitkit.train.config import steps_for
 
     size = fitted_size(scan)
-    family, why = fitted_family(size, n_train)
+    family, why = fitted_family(size, n_train, plain)
     batch = batch or max(min(64, n_train - scan.unreadable), 1)  # a batch the readable images fill
     if epochs is not None:
         steps, length = steps_for(epochs, n_train, batch), f"{epochs:g} epochs = "
@@ -526,9 +572,6 @@ def fitted_to_data(
         "model.width": 96,
         "model.mlp_dim": 192,
         "model.num_heads": 4,
-        "model.depth": 6,
-        # a class token: every format (Hugging Face's included) holds the model
-        "model.classifier": "token",
         "train.batch_size": batch,
         **({"train.epochs": epochs} if epochs is not None else {"train.steps": steps}),
         "train.warmup_steps": steps // 10,
@@ -546,7 +589,7 @@ def fitted_to_data(
     }
     note = (
         f"no model given, so fitted to the data: {scan} -> {size}x{size} px, {scan.channels} channel{'s' * (scan.channels > 1)}, "
-        f"{why}, width 96, depth 6{_padding(scan)}, {_flip_words(mirror)}; {length}{steps} steps of {batch} images (KEY=VALUE overrides change any of "
+        f"{why}, width 96, depth {family['model.depth']}{_padding(scan)}, {_flip_words(mirror)}; {length}{steps} steps of {batch} images (KEY=VALUE overrides change any of "
         "it; model.name, model.init or --config replace it)"
     )
     return changes, note
