@@ -454,7 +454,8 @@ def _flip_words(mirror: float | None) -> str:
 # training images (the demos' rows); the plain ViT is the choice only beyond that, where the paper has it gain most.
 FITTED_HYBRID_BELOW = 100_000
 # The rows of that benchmark (benchmarks/results/families.csv, ids less the machine's suffix) each fitted family rests
-# on: the kinds of data where it beat the other ViT family at matched CPU time.
+# on: the kinds of data where it beat the ViT family it replaces (the plain ViT; the 6-block hybrid) at matched CPU
+# time.
 FAMILY_ROWS = {
     "hybrid": (
         "families-icons", "families-icons16", "families-fashion500", "families-fashion2000",
