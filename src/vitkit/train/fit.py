@@ -97,7 +97,7 @@ def fitted_unless_named(path: str | None, named: bool, overrides: list[str], com
 
     data, epochs, batch, steps = _data_and_length(path, overrides)
     # model.backbone=null asks for the plain ViT: its patches, depth and head, not the hybrid's less its stem
-    plain = _last_value(overrides, "model", "backbone", "stem") is None
+    plain = _last_value(overrides, "model", "backbone", unset=...) is None
     fitted = fit_to_data(data, command, epochs=epochs, batch=batch, steps=steps, plain=plain)
     # the user's length wins
     return {k: v for k, v in fitted.items() if not (epochs is not None and k == "train.steps")}
@@ -486,10 +486,11 @@ def fitted_family(size: int, n_train: int, plain: bool = False) -> tuple[dict[st
             f"block and average pooling (at {DEEP_STEM_UPTO} px and under it beats the 6-block hybrid: "
             f"{_rows('deep')}; {export}",
         )
-    convs = family_model("hybrid", size)["model.backbone"]["convs"]
+    hybrid = family_model("hybrid", size)
+    convs = hybrid["model.backbone"]["convs"]
     grid = size >> len(convs)
     return (
-        family_model("hybrid", size),
+        hybrid,
         f"a conv stem ({len(convs)} stride-2 convolutions: a {grid}x{grid} grid; under {FITTED_HYBRID_BELOW:,} "
         f"training images it beats a plain ViT, which overfits small data: {_rows('hybrid')}; {export}",
     )
