@@ -40,7 +40,9 @@ def test_the_fitted_row_says_whether_it_beats_the_best_pixel_baseline():
     )
 
 
-@pytest.mark.parametrize(("side", "n", "family"), [(16, 600, "deep"), (32, 600, "hybrid"), (32, 10**6, "plain")])
+@pytest.mark.parametrize(
+    ("side", "n", "family"), [(16, 600, "deep"), (48, 600, "deep"), (32, 2000, "hybrid"), (32, 10**6, "plain")]
+)
 def test_the_fitted_recipe_is_named_by_its_family_and_each_family_replaces_its_model(side, n, family):
     """The fitted row's family is the one fitted_to_data chose; each family's recipe keeps the rest of the fit."""
     from vitkit.data.scan import ImageScan

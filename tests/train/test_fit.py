@@ -13,12 +13,13 @@ from PIL import Image
 
 from vitkit.cli import main
 from vitkit.data.scan import ImageScan
-from vitkit.train.fit import FAMILY_ROWS, FITTED_HYBRID_BELOW, fitted_to_data
+from vitkit.train.fit import DEEP_BELOW, FAMILY_ROWS, FITTED_HYBRID_BELOW, fitted_to_data
 
 
 @pytest.mark.parametrize(("side", "convs"), [(24, [32, 64]), (32, [32, 64, 128]), (64, [32, 64, 128])])
 def test_a_small_training_split_gets_the_conv_stem_hybrid_with_a_small_grid(side, convs):
-    changes, note = fitted_to_data(ImageScan(64, 600, side, side, 3), 600)
+    n = DEEP_BELOW
+    changes, note = fitted_to_data(ImageScan(64, n, side, side, 3), n)
     assert changes["model.backbone"] == {"convs": convs} and changes["model.patch_size"] == 1
     assert (changes["model.depth"], changes["model.classifier"]) == (6, "token")
     grid = side // 2 ** len(convs)
@@ -44,6 +45,24 @@ def test_tiny_images_get_the_deep_stem_with_one_block_that_builds_to_a_4x4_grid(
     assert model.config.grid_size == (4, 4)
 
 
+@pytest.mark.parametrize(("side", "grid"), [(32, 4), (48, 6), (64, 8)])
+def test_a_set_under_a_thousand_images_gets_the_deep_stem_at_any_size_on_a_4_to_8_grid(side, grid):
+    """Under DEEP_BELOW training images the deep stem is fitted at every size: from 32 px its first convolution strides
+    too, so the block reads a grid of size / 8; its LayerScale starts the block near the identity."""
+    from vitkit.models.registry import build_model
+    from vitkit.train.config import load_run_config
+    from vitkit.train.fit import layers
+
+    changes, note = fitted_to_data(ImageScan(64, 700, side, side, 3), 700)
+    assert changes["model.backbone"]["strides"] == [2, 1, 2, 1, 2, 1] and changes["model.depth"] == 1
+    assert 0 < changes["model.layer_scale"] < 0.01
+    assert f"a deep conv stem (6 convolutions, 3 of stride 2: a {grid}x{grid} grid) with 1 transformer block" in note
+    model = build_model(load_run_config(None, [], base=layers(changes)).model_config().replace(num_classes=6))
+    assert model.config.grid_size == (grid, grid) and model(torch.rand(2, 3, side, side)).shape == (2, 6)
+    n = DEEP_BELOW
+    assert fitted_to_data(ImageScan(64, n, side, side, 3), n)[0]["model.depth"] == 6  # from DEEP_BELOW: the hybrid
+
+
 def test_a_large_training_split_gets_the_plain_vit_on_a_4x4_grid():
     n = FITTED_HYBRID_BELOW
     changes, note = fitted_to_data(ImageScan(64, n, 28, 28, 1), n)
@@ -56,7 +75,7 @@ def test_the_plan_names_the_benchmark_rows_its_family_rests_on_and_they_hold_it_
     table = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "families.csv"
     with table.open(newline="", encoding="utf-8") as f:
         figure = {row["id"]: float(row["figure"]) for row in csv.DictReader(f)}
-    _, note = fitted_to_data(ImageScan(64, 600, 32, 32, 3), 600)
+    _, note = fitted_to_data(ImageScan(64, DEEP_BELOW, 32, 32, 3), DEEP_BELOW)
     assert FAMILY_ROWS["hybrid"] and "benchmarks/results/families.csv" in note
     for prefix in FAMILY_ROWS["hybrid"]:
         assert prefix.removeprefix("families-") in note
