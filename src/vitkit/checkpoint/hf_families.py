@@ -192,9 +192,9 @@ def write(
     """Write the transformers folder of the class that holds `model`: ViT's (hf.py) for the paper's ViT, else the
     family's (family_of), or one line saying which piece no class holds; a model card (README.md) in either, of
     `metrics` (the run's figures) too."""
-    hybrid = isinstance(model, VisionTransformer) and model.config.backbone is not None  # no family class has one
-    if not isinstance(model, VisionTransformer) or hybrid or family_of(model.config) is None:
-        return hf.write(model, directory, metadata=metadata, metrics=metrics)  # refuses a hybrid in its one line
+    # no family class holds a hybrid: ViT's writer refuses it in its one line
+    if not isinstance(model, VisionTransformer) or model.config.backbone is not None or family_of(model.config) is None:
+        return hf.write(model, directory, metadata=metadata, metrics=metrics)
     return write_family(model, directory, metadata=metadata, metrics=metrics)
 
 
