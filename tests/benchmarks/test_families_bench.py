@@ -41,7 +41,7 @@ def test_the_fitted_row_says_whether_it_beats_the_best_pixel_baseline():
 
 
 @pytest.mark.parametrize(
-    ("side", "n", "family"), [(16, 600, "deep"), (48, 600, "deep"), (32, 2000, "hybrid"), (32, 10**6, "plain")]
+    ("side", "n", "family"), [(16, 600, "conv"), (48, 600, "conv"), (32, 2000, "hybrid"), (32, 10**6, "plain")]
 )
 def test_the_fitted_recipe_is_named_by_its_family_and_each_family_replaces_its_model(side, n, family):
     """The fitted row's family is the one fitted_to_data chose; each family's recipe keeps the rest of the fit."""
@@ -50,7 +50,7 @@ def test_the_fitted_recipe_is_named_by_its_family_and_each_family_replaces_its_m
 
     fitted, _ = fitted_to_data(ImageScan(64, n, side, side, 3), n)
     assert families.family_of(fitted) == family
-    for other in ("plain", "hybrid", "deep"):
+    for other in ("plain", "hybrid", "deep", "conv"):
         recipe = families.with_family(fitted, other)
         assert families.family_of(recipe) == other
         assert {k: v for k, v in recipe.items() if not k.startswith("model.")} == {

@@ -131,6 +131,11 @@ def test_user_errors_are_one_line_and_exit_2(checkpoint, image_dir, tmp_path, ca
         == 2
     )
     assert "--device" in capsys.readouterr().err
+    conv_net = vitkit.create_model("vit_test", backbone={"convs": [8, 16]}, patch_size=1, depth=0, classifier="gap")
+    where = vitkit.save_pretrained(conv_net, tmp_path / "conv_net")
+    assert main(["inspect", str(where), "--images", str(image_dir), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err  # a conv net (depth 0) has no attention: said before any image is read
+    assert "model.depth is 0" in err and "no attention" in err and len(err.strip().splitlines()) == 1
 
 
 def test_help_names_every_output(capsys):

@@ -958,8 +958,9 @@ def test_train_on_a_folder_fits_the_model_to_the_images_and_states_the_plan(own,
         "scanned 30 of 30 images: median" in out and "colour -> 24x24 px, 3 channels" in out
     )  # odd sizes 17..40 px, mixed modes
     for line in (
-        " at 24x24, 3 channels, conv stem 32-32-64-64-128-128 (stride 4), patch 1 (36 tokens), width 96, depth 1",
-        "a deep conv stem (6 convolutions, 2 of stride 2: a 6x6 grid) with 1 transformer block and average pooling",
+        " at 24x24, 3 channels, conv stem 32-32-64-64-128-128 (stride 4), patch 1 (36 tokens), width 96, depth 0",
+        "a conv net: a deep conv stem (6 convolutions, 2 of stride 2: a 6x6 map) average-pooled into the head, no "
+        "transformer block",
         "GFLOPs/image",
         f"data       {data}: 3 classes (ankle boot, bag, coat)",
         f"train         30 images  {data / 'train'} (all)",
@@ -980,7 +981,7 @@ def test_train_on_a_folder_fits_the_model_to_the_images_and_states_the_plan(own,
     assert (", flips (a pixel model" in out) == flips and ("  off      hflip (" in out) == (not flips), out
     assert "ETA 0:00:0" in out  # the printed step lines carry the running rate's ETA
     model = json.loads((tmp_path / "fit" / "final" / "config.json").read_text())["model"]
-    assert model["in_chans"] == 3 and model["classifier"] == "gap" and model["depth"] == 1  # the deep stem's block
+    assert model["in_chans"] == 3 and model["classifier"] == "gap" and model["depth"] == 0  # a conv net
     # a small set gets the deep conv stem, which Hugging Face's ViT cannot hold: one line says what can
     hf = vitkit_cmd("convert", tmp_path / "fit", tmp_path / "fit_hf", "--to", "hf")
     assert hf.returncode == 2 and "model.backbone=null" in hf.stderr and len(hf.stderr.strip().splitlines()) == 1

@@ -115,3 +115,29 @@ def test_strides_set_each_convs_step_and_the_grid_and_are_kept_in_files(tmp_path
     for bad in ([1, 2], [1, 3, 1], "1,2,1"):
         with pytest.raises(ConfigError, match=r"backbone.strides: expected one stride \(1 or 2\) per entry"):
             ViTConfig(backbone={"convs": [8, 8, 16], "strides": bad}, patch_size=1, image_size=16, **SMALL)
+
+
+def test_depth_0_is_a_conv_net_its_stems_map_pooled_into_the_head_and_kept_in_files(tmp_path):
+    """With a conv stem and average pooling, depth 0 is a CNN: no block, the stem's map projected, normed and averaged
+    into the head. Its one level (embed, features) is that map. Without a backbone, or with a class token, 0 is
+    refused in one line."""
+    stem = {"convs": [8, 16], "strides": [1, 2]}
+    c = ViTConfig(backbone=stem, patch_size=1, image_size=8, classifier="gap", **{**SMALL, "depth": 0})
+    model = vitkit.VisionTransformer(c).eval()
+    x = torch.rand(2, 3, 8, 8)
+    assert len(model.blocks) == 0 and model(x).shape == (2, 3) and model.levels == 1
+    tokens = model.norm(model.patch_tokens(model.backbone(x)) + model.position_embedding(c.grid_size))
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), model.head(tokens.mean(dim=1)), rtol=1e-4, atol=1e-6)
+    (level,) = model.forward_intermediates(x, [-1], intermediates_only=True)
+    assert level.shape == (2, 32, 4, 4) and model.feature_info[0]["module"] == "patch_embed"
+    vitkit.save_pretrained(model, tmp_path / "conv_net")
+    again = vitkit.load_pretrained(tmp_path / "conv_net")
+    assert again.config.depth == 0
+    with torch.no_grad():
+        torch.testing.assert_close(again(x), model(x), rtol=1e-4, atol=1e-6)
+    for changes in ({"backbone": None, "patch_size": 4}, {"classifier": "token"}):
+        with pytest.raises(ConfigError, match=r"depth: expected a positive integer \(0 only with model.backbone"):
+            ViTConfig(
+                **{**dict(backbone=stem, patch_size=1, image_size=8, classifier="gap"), **changes, **SMALL, "depth": 0}
+            )

@@ -13,12 +13,12 @@ from PIL import Image
 
 from vitkit.cli import main
 from vitkit.data.scan import ImageScan
-from vitkit.train.fit import DEEP_BELOW, FAMILY_ROWS, FITTED_HYBRID_BELOW, fitted_to_data
+from vitkit.train.fit import CONV_NET_BELOW, FAMILY_ROWS, FITTED_HYBRID_BELOW, fitted_to_data
 
 
 @pytest.mark.parametrize(("side", "convs"), [(24, [32, 64]), (32, [32, 64, 128]), (64, [32, 64, 128])])
 def test_a_small_training_split_gets_the_conv_stem_hybrid_with_a_small_grid(side, convs):
-    n = DEEP_BELOW
+    n = CONV_NET_BELOW
     changes, note = fitted_to_data(ImageScan(64, n, side, side, 3), n)
     assert changes["model.backbone"] == {"convs": convs} and changes["model.patch_size"] == 1
     assert (changes["model.depth"], changes["model.classifier"]) == (6, "token")
@@ -27,40 +27,44 @@ def test_a_small_training_split_gets_the_conv_stem_hybrid_with_a_small_grid(side
     assert "model.backbone=null for a plain ViT" in note and "width 96, depth 6" in note
 
 
+@pytest.mark.parametrize("n", [600, CONV_NET_BELOW * 10])
 @pytest.mark.parametrize("side", [8, 12, 16])
-def test_tiny_images_get_the_deep_stem_with_one_block_that_builds_to_a_4x4_grid(side):
-    """Images fitted at 16 px get 6 convolutions (2 of stride 2) and one average-pooled block over their 4x4 map."""
+def test_tiny_images_get_a_conv_net_with_no_block_that_builds_to_a_4x4_map(side, n):
+    """Images fitted at 16 px, however many, get the conv net: 6 convolutions (2 of stride 2), their 4x4 map
+    average-pooled into the head, depth 0."""
     from vitkit.models.registry import build_model
     from vitkit.train.config import load_run_config
     from vitkit.train.fit import layers
 
-    changes, note = fitted_to_data(ImageScan(64, 600, side, side, 1), 600)
+    changes, note = fitted_to_data(ImageScan(64, n, side, side, 1), n)
     stem = changes["model.backbone"]
     assert len(stem["convs"]) == 6 and stem["strides"].count(2) == 2 and set(stem["strides"]) == {1, 2}
-    assert (changes["model.depth"], changes["model.classifier"], changes["model.image_size"]) == (1, "gap", 16)
-    assert "a deep conv stem (6 convolutions, 2 of stride 2: a 4x4 grid) with 1 transformer block" in note
-    assert "width 96, depth 1" in note
+    assert (changes["model.depth"], changes["model.classifier"], changes["model.image_size"]) == (0, "gap", 16)
+    assert (
+        "a conv net: a deep conv stem (6 convolutions, 2 of stride 2: a 4x4 map) average-pooled into the head" in note
+    )
+    assert "no transformer block" in note and "width 96, depth 0" in note
     model = build_model(load_run_config(None, [], base=layers(changes)).model_config().replace(num_classes=3))
     assert model(torch.rand(2, 1, 16, 16)).shape == (2, 3)
-    assert model.config.grid_size == (4, 4)
+    assert model.config.grid_size == (4, 4) and len(model.blocks) == 0
 
 
-@pytest.mark.parametrize(("side", "grid"), [(32, 4), (48, 6), (64, 8)])
-def test_a_set_under_a_thousand_images_gets_the_deep_stem_at_any_size_on_a_4_to_8_grid(side, grid):
-    """Under DEEP_BELOW training images the deep stem is fitted at every size: from 32 px its first convolution strides
-    too, so the block reads a grid of size / 8; its LayerScale starts the block near the identity."""
+@pytest.mark.parametrize(("side", "strides", "grid"), [(32, 2, 8), (48, 3, 6), (64, 3, 8)])
+def test_a_set_under_a_thousand_images_gets_the_conv_net_at_any_size_on_a_6_to_8_map(side, strides, grid):
+    """Under CONV_NET_BELOW training images the conv net is fitted at every size: over 32 px its first convolution
+    strides too, so the head pools a map of size / 8."""
     from vitkit.models.registry import build_model
     from vitkit.train.config import load_run_config
     from vitkit.train.fit import layers
 
     changes, note = fitted_to_data(ImageScan(64, 700, side, side, 3), 700)
-    assert changes["model.backbone"]["strides"] == [2, 1, 2, 1, 2, 1] and changes["model.depth"] == 1
-    assert 0 < changes["model.layer_scale"] < 0.01
-    assert f"a deep conv stem (6 convolutions, 3 of stride 2: a {grid}x{grid} grid) with 1 transformer block" in note
+    assert changes["model.backbone"]["strides"].count(2) == strides and changes["model.depth"] == 0
+    assert changes["model.layer_scale"] is None
+    assert f"a deep conv stem (6 convolutions, {strides} of stride 2: a {grid}x{grid} map)" in note
     model = build_model(load_run_config(None, [], base=layers(changes)).model_config().replace(num_classes=6))
     assert model.config.grid_size == (grid, grid) and model(torch.rand(2, 3, side, side)).shape == (2, 6)
-    n = DEEP_BELOW
-    assert fitted_to_data(ImageScan(64, n, side, side, 3), n)[0]["model.depth"] == 6  # from DEEP_BELOW: the hybrid
+    n = CONV_NET_BELOW
+    assert fitted_to_data(ImageScan(64, n, side, side, 3), n)[0]["model.depth"] == 6  # from CONV_NET_BELOW: the hybrid
 
 
 def test_a_large_training_split_gets_the_plain_vit_on_a_4x4_grid():
@@ -75,7 +79,7 @@ def test_the_plan_names_the_benchmark_rows_its_family_rests_on_and_they_hold_it_
     table = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "families.csv"
     with table.open(newline="", encoding="utf-8") as f:
         figure = {row["id"]: float(row["figure"]) for row in csv.DictReader(f)}
-    _, note = fitted_to_data(ImageScan(64, DEEP_BELOW, 32, 32, 3), DEEP_BELOW)
+    _, note = fitted_to_data(ImageScan(64, CONV_NET_BELOW, 32, 32, 3), CONV_NET_BELOW)
     assert FAMILY_ROWS["hybrid"] and "benchmarks/results/families.csv" in note
     for prefix in FAMILY_ROWS["hybrid"]:
         assert prefix.removeprefix("families-") in note
@@ -84,13 +88,16 @@ def test_the_plan_names_the_benchmark_rows_its_family_rests_on_and_they_hold_it_
         assert mine and mine.keys() == plain.keys(), prefix  # measured beside each other on each machine
         assert all(mine[m] >= plain[m] for m in mine), (prefix, mine, plain)
     _, note = fitted_to_data(ImageScan(64, 600, 16, 16, 3), 600)
-    assert FAMILY_ROWS["deep"]
-    for prefix in FAMILY_ROWS["deep"]:  # the deep stem beat the 6-block hybrid where it is fitted
+    assert FAMILY_ROWS["conv"]
+    for prefix in FAMILY_ROWS["conv"]:  # the conv net beat the stem with 1 block and the 6-block hybrid where fitted
         assert prefix.removeprefix("families-") in note
-        mine = {k.removeprefix(f"{prefix}-deep-"): v for k, v in figure.items() if k.startswith(f"{prefix}-deep-")}
-        six = {k.removeprefix(f"{prefix}-hybrid-"): v for k, v in figure.items() if k.startswith(f"{prefix}-hybrid-")}
-        assert mine and mine.keys() == six.keys(), prefix
-        assert all(mine[m] >= six[m] for m in mine), (prefix, mine, six)
+        mine = {k.removeprefix(f"{prefix}-conv-"): v for k, v in figure.items() if k.startswith(f"{prefix}-conv-")}
+        for other in ("deep", "hybrid"):
+            them = {
+                k.removeprefix(f"{prefix}-{other}-"): v for k, v in figure.items() if k.startswith(f"{prefix}-{other}-")
+            }
+            assert mine and mine.keys() == them.keys(), (prefix, other)
+            assert all(mine[m] >= them[m] for m in mine), (prefix, other, mine, them)
     n = FITTED_HYBRID_BELOW
     _, note = fitted_to_data(ImageScan(64, n, 32, 32, 3), n)
     assert not FAMILY_ROWS["plain"] and "beyond the sizes benchmarks/results/families.csv measures" in note

@@ -61,6 +61,11 @@ def _load(request: InspectRequest):
             f"{request.checkpoint}: a {type(model).__name__} has no attention or position embeddings to inspect; "
             "vitkit inspect reads Vision Transformers"
         )
+    if not model.config.depth:
+        raise ConfigError(
+            f"{request.checkpoint}: model.depth is 0 (a conv net: the conv stem average-pooled, no transformer block), "
+            "so it has no attention to inspect; vitkit eval and predict read it"
+        )
     return model, metadata
 
 

@@ -189,7 +189,7 @@ class Classifier:
                 f"pool: expected {' or '.join(pools)}{'' if token else ' (the model has no class token)'}, got {pool!r}"
             )
         vit = hasattr(self.model, "input_grid")
-        levels = len(self.model.blocks) if vit else 1 + len(self.model.stages)  # a BiT: its stem and stages
+        levels = self.model.levels if vit else 1 + len(self.model.stages)  # a BiT: its stem and stages
         if not isinstance(layer, int) or not -levels <= layer < levels:
             raise ConfigError(f"layer: expected a layer from {-levels} to {levels - 1} (-1: the last), got {layer!r}")
         images = self._images(images)

@@ -235,7 +235,7 @@ class ViTConfig:
     in_chans: int = 3
     num_classes: int = 1000  # 0: no head, forward returns pooled features
     width: int = 768  # hidden size D
-    depth: int = 12  # layers L
+    depth: int = 12  # layers L; 0 with a backbone and classifier gap or map: the backbone's map pooled, a CNN
     mlp_dim: int = 3072
     num_heads: int = 12
     classifier: str = "token"  # "token" (class token, Eq. 4) or "gap" (global average pooling)
@@ -290,8 +290,11 @@ class ViTConfig:
         """The layer sizes: positive integers, within the limits, heads dividing the width."""
         for key in ("in_chans", "width", "depth", "mlp_dim", "num_heads"):
             value = getattr(self, key)
+            if key == "depth" and value == 0 and self.backbone is not None and self.classifier != "token":
+                continue  # no layer: the backbone's map, projected and pooled into the head (a CNN)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ConfigError(f"{key}: expected a positive integer, got {shown(value)}")
+                zero = " (0 only with model.backbone and classifier gap or map: a CNN)" if key == "depth" else ""
+                raise ConfigError(f"{key}: expected a positive integer{zero}, got {shown(value)}")
         if not _is_int(self.num_classes) or self.num_classes < 0:
             raise ConfigError(f"num_classes: expected an integer >= 0, got {shown(self.num_classes)}")
         if self.depth > MAX_DEPTH:

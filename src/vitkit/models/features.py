@@ -62,7 +62,7 @@ class FeatureNet(nn.Module):
     def __init__(self, model: nn.Module, out_indices: int | Sequence[int] | None = None, *, norm: bool = False):
         super().__init__()
         if out_indices is None and isinstance(model, VisionTransformer):
-            out_indices = min(VIT_DEFAULT_LEVELS, len(model.blocks))
+            out_indices = min(VIT_DEFAULT_LEVELS, model.levels)
         take = model.prune_intermediate_layers(out_indices, prune_norm=not norm)
         self.model = model
         self.out_indices = tuple(take)

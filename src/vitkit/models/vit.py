@@ -519,10 +519,10 @@ class VisionTransformer(TimmInterface, nn.Module):
             stop_early            run no layer after the last one asked for (the final tokens are then its, normed)
         """
         check_output_fmt(output_fmt)
-        take = take_indices(len(self.blocks), indices)
+        take = take_indices(self.levels, indices)
         grid = self.input_grid(x)
         x = self.embed(x)
-        taken = []
+        taken = [] if self.blocks else [self.norm(x) if norm else x]  # a conv net's one level: its embedded map
         for i, block in enumerate(self.blocks[: take[-1] + 1] if stop_early else self.blocks):
             x = self._block(block, x, grid)
             if i in take:
@@ -647,17 +647,20 @@ class VisionTransformer(TimmInterface, nn.Module):
     def feature_info(self) -> list[dict]:
         """One level per block: D channels, each cell `total_patch_size` pixels (one int for square patches)."""
         ph, pw = self.config.total_patch_size
-        return [
-            feature_level(f"blocks.{i}", self.config.width, ph if ph == pw else (ph, pw))
-            for i in range(self.config.depth)
-        ]
+        names = [f"blocks.{i}" for i in range(self.config.depth)] or ["patch_embed"]  # a conv net: its embedded map
+        return [feature_level(name, self.config.width, ph if ph == pw else (ph, pw)) for name in names]
+
+    @property
+    def levels(self) -> int:
+        """How many levels forward_intermediates numbers: one per block, or for a conv net (depth 0) its embedded map."""
+        return max(len(self.blocks), 1)
 
     def prune_intermediate_layers(
         self, indices: int | list[int] = 1, prune_norm: bool = False, prune_head: bool = True
     ) -> list[int]:
         """Drop the blocks after the last of `indices` (and the final norm, the head where asked), as timm's
         features_only does; returns the blocks `indices` picks (forward_intermediates' numbering)."""
-        take = take_indices(len(self.blocks), indices)
+        take = take_indices(self.levels, indices)
         self.blocks = self.blocks[: take[-1] + 1]
         if prune_norm:
             self.norm = nn.Identity()

@@ -461,8 +461,8 @@ FAMILY_ROWS = {
         "families-icons", "families-icons16", "families-fashion500", "families-fashion2000",
         "families-fashion10000", "families-glyphs",
     ),
-    "deep": (
-        "families-icons", "families-icons16", "families-fashion500", "families-glyphs",
+    "conv": (
+        "families-icons", "families-fashion500", "families-digits", "families-glyphs",
     ),
     "plain": (),
 }  # fmt: skip
@@ -470,9 +470,9 @@ FAMILY_ROWS = {
 
 def fitted_family(size: int, n_train: int, plain: bool = False) -> tuple[dict[str, Any], str]:
     """The fitted model's family for `n_train` training images of `size` px: under FITTED_HYBRID_BELOW images a
-    conv-stem hybrid (`family_model`), the deep stem with one block under DEEP_BELOW images or at DEEP_STEM_UPTO px and
-    under, else the 6-block hybrid; from FITTED_HYBRID_BELOW (or with `plain`: the user's model.backbone=null) a plain
-    ViT. Returns its changes ({"model.key": value}) and how the plan words them."""
+    conv-stem hybrid (`family_model`): a conv net (the deep stem, no block) under CONV_NET_BELOW images or at
+    CONV_NET_UPTO px and under, else the 6-block hybrid; from FITTED_HYBRID_BELOW (or with `plain`: the user's
+    model.backbone=null) a plain ViT. Returns its changes ({"model.key": value}) and how the plan words them."""
     if plain:
         return family_model("plain", size), f"patch {size // 4} (a 4x4 grid; model.backbone=null: a plain ViT)"
     if n_train >= FITTED_HYBRID_BELOW:
@@ -482,15 +482,16 @@ def fitted_family(size: int, n_train: int, plain: bool = False) -> tuple[dict[st
             "benchmarks/results/families.csv measures, a plain ViT gains most from more data: paper Fig. 3-4)",
         )
     export = "not exportable to Hugging Face: model.backbone=null for a plain ViT)"
-    if size <= DEEP_STEM_UPTO or n_train < DEEP_BELOW:
-        deep = family_model("deep", size)
-        strides = deep["model.backbone"]["strides"]
+    if size <= CONV_NET_UPTO or n_train < CONV_NET_BELOW:
+        conv = family_model("conv", size)
+        strides = conv["model.backbone"]["strides"]
         grid = size >> strides.count(2)
         return (
-            deep,
-            f"a deep conv stem (6 convolutions, {strides.count(2)} of stride 2: a {grid}x{grid} grid) with 1 "
-            f"transformer block and average pooling (under {DEEP_BELOW:,} images or at {DEEP_STEM_UPTO} px and under "
-            f"it beats the 6-block hybrid: {_rows('deep')}; {export}",
+            conv,
+            f"a conv net: a deep conv stem (6 convolutions, {strides.count(2)} of stride 2: a {grid}x{grid} map) "
+            f"average-pooled into the head, no transformer block (under {CONV_NET_BELOW:,} training images or at "
+            f"{CONV_NET_UPTO} px and under a CNN learns more than a ViT from few images, paper §4.2: it beats the "
+            f"stem with 1 block and the 6-block hybrid: {_rows('conv')}; {export}",
         )
     hybrid = family_model("hybrid", size)
     convs = hybrid["model.backbone"]["convs"]
@@ -502,32 +503,35 @@ def fitted_family(size: int, n_train: int, plain: bool = False) -> tuple[dict[st
     )
 
 
-# Images this small (the fitted size, px), and training splits this small, get the deep stem: more convolutions at
-# full resolution (a CNN's strength on small data, paper §4.2) and one block over their map learn more from few
-# images than 6 transformer blocks over a 2- or 3-convolution stem, which overfit them.
-DEEP_STEM_UPTO = 16
-DEEP_BELOW = 1_000
-# LayerScale's initial value on the deep stem's block: the block starts near the identity, so the model starts as the
-# stem's average-pooled features and the block adds what the data supports
+# Images this small (the fitted size, px), and training splits this small, get a conv net: the deep stem's
+# convolutions, average-pooled, with no transformer block. Without pre-training a CNN learns more from few images
+# than a ViT (paper §4.2, Fig. 3-4); even one block over the stem's map overfits them.
+CONV_NET_UPTO = 16
+CONV_NET_BELOW = 1_000
+# LayerScale's initial value on the block of the "deep" family (the deep stem with one block, a benchmark column): the
+# block starts near the identity, so the model starts as the stem's average-pooled features
 DEEP_LAYER_SCALE = 1e-4
 
 
 def family_model(family: str, size: int) -> dict[str, Any]:
     """The model keys ({"model.key": value}) of a fitted family at `size` px, width 96 each: "plain", a ViT of 6 blocks
     on a 4x4 grid of patches; "hybrid", 6 blocks on 1x1 patches of a conv stem of 2 stride-2 convolutions (up to 24
-    px, else 3); "deep", 1 block with LayerScale (DEEP_LAYER_SCALE) on the map of a deep stem (6 3x3 convolutions in
-    pairs of 32, 64 and 128 channels, the first of the second and third pairs of stride 2, and from 32 px the first
-    convolution too: a grid of size / 4, from 32 px size / 8), average-pooled. The ViTs of 6 blocks read a class
+    px, else 3); "conv", a conv net: a deep stem (6 3x3 convolutions in pairs of 32, 64 and 128 channels, the first of
+    the second and third pairs of stride 2, and over 32 px the first convolution too: a map of size / 4, over 32 px
+    size / 8) average-pooled into the head, depth 0; "deep", that stem with 1 block with LayerScale (DEEP_LAYER_SCALE)
+    on its map (its first convolution strides from 32 px), average-pooled. The ViTs of 6 blocks read a class
     token (every format, Hugging Face's included, holds it). Each family sets every key another one sets."""
-    if family == "deep":
-        first = 2 if size >= 32 else 1  # from 32 px the first convolution strides too: a grid of size / 8
+    if family in ("conv", "deep"):
+        strides_from = 33 if family == "conv" else 32  # from this size the first convolution strides too: size / 8
+        first = 2 if size >= strides_from else 1
         stem = {"convs": [32, 32, 64, 64, 128, 128], "strides": [first, 1, 2, 1, 2, 1]}
+        depth, scale = (0, None) if family == "conv" else (1, DEEP_LAYER_SCALE)
         return {
             "model.patch_size": 1,
             "model.backbone": stem,
-            "model.depth": 1,
+            "model.depth": depth,
             "model.classifier": "gap",
-            "model.layer_scale": DEEP_LAYER_SCALE,
+            "model.layer_scale": scale,
         }
     body = {"model.depth": 6, "model.classifier": "token", "model.layer_scale": None}
     if family == "plain":
