@@ -55,8 +55,8 @@ def test_a_run_from_ones_own_fitted_model_keeps_its_architecture(tmp_path, vitki
     assert "every weight from" in again.stdout
     (theirs, their_train), (ours, our_train) = saved(tmp_path / "first"), saved(tmp_path / "again")
     assert ours == {**theirs, "drop_path": 0.1} and theirs["drop_path"] == 0.0
-    # the fitted model of 16-px images (the deep stem, one block), not the built-in default
-    assert (ours["width"], ours["depth"], ours["in_chans"], len(ours["backbone"]["convs"])) == (96, 1, 3, 6)
+    # the fitted model of 16-px images (a conv net: the deep stem, no block), not the built-in default
+    assert (ours["width"], ours["depth"], ours["in_chans"], len(ours["backbone"]["convs"])) == (96, 0, 3, 6)
     assert our_train["batch_size"] == their_train["batch_size"] == 24
     # trained weights: the run's default rate, not the from-scratch fit's
     assert our_train["lr"] == TrainConfig().lr != their_train["lr"]
