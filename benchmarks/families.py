@@ -6,11 +6,11 @@
 
 For each kind of data it trains, one thread each, in this process (CPU seconds counted):
 - `fitted`: the recipe `vitkit train --data` fits today, as it is (its family, size, length and augmentation);
-- `plain`, `hybrid`, `deep`, `conv`, `resnet`: that recipe with each model family in its place (a plain ViT on a 4x4 grid
-  of patches; the conv-stem hybrid; the deep stem with one block; that stem alone, average-pooled (a conv net, depth
-  0); BiT's small ResNet R11 at the same size), each run
-  as long as the fitted run's CPU time allows: a training step of each is timed side by side with the fitted
-  model's (`matched_steps`), and its step count scaled by the ratio. The fitted family's own row is the fitted run.
+- `plain`, `hybrid`, `deep`, `conv`, `resnet`: that recipe with each model family in its place (a plain ViT on a
+  4x4 grid of patches; the conv-stem hybrid; the deep stem with one block; that stem alone, average-pooled (a conv
+  net, depth 0); BiT's small ResNet R11 at the same size), each run as long as the fitted run's CPU time allows: a
+  training step of each is timed side by side with the fitted model's (`matched_steps`), and its step count scaled
+  by the ratio. The fitted family's own row is the fitted run.
 and fits two pixel baselines on the same train/ split, scored on the same val/ split: a multinomial logistic
 regression and a random forest of 500 trees on 32x32 RGB pixels (RGBA composited on white). `best` is the best
 val top-1 of every model above (and of --try recipes), so the fitted default's distance to it is plain.
@@ -134,9 +134,8 @@ def family_of(fitted: dict) -> str:
 
     size = fitted["model.image_size"]
     model = {k: v for k, v in fitted.items() if k.startswith("model.")}
-    return next(
-        (f for f in ("plain", "hybrid", "deep", "conv") if family_model(f, size).items() <= model.items()), "other"
-    )
+    vits = (f for f in FAMILIES if f != "resnet")  # the families family_model builds
+    return next((f for f in vits if family_model(f, size).items() <= model.items()), "other")
 
 
 def with_family(fitted: dict, family: str) -> dict:
