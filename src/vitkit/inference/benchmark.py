@@ -96,7 +96,7 @@ def _step(model: torch.nn.Module, setup: Setup, batch_size: int) -> Callable[[],
         return infer
     model.train()
     y = torch.randint(0, max(c.num_classes, 1), (batch_size,), device=setup.device)
-    fused = torch.device(setup.device).type == "cuda"
+    fused = torch.device(setup.device).type in ("cuda", "cpu")  # as training's optimizer (vitkit.train.optim)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=fused or None)
 
     def train_step():
@@ -132,7 +132,8 @@ def _matmul(setup: Setup) -> tuple[Callable[[], Any], int]:
 def build_vitkit(setup: Setup) -> torch.nn.Module:
     model = VisionTransformer(setup.config).to(setup.device)
     model.set_grad_checkpointing(setup.grad_checkpointing)
-    if setup.mode == "train" and setup.kernels != "torch":  # as training runs it: short sequences written out
+    train = setup.mode == "train"
+    if train and setup.kernels != "torch":  # as training runs it: short sequences written out
         short_attention.install(model)
     # what eval and predict run (vitkit.inference.precision, with its kernels)
     if setup.mode == "inference" and setup.dtype != "fp16":
@@ -151,7 +152,7 @@ def build_vitkit(setup: Setup) -> torch.nn.Module:
         return _Prepared(runner, model)
     if setup.compile is not False:
         compile_cache_by_isa()
-        model = torch.compile(model)
+        model = torch.compile(model, options=short_attention.compile_options(setup.device) if train else None)
     return model
 
 

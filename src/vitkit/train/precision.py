@@ -81,9 +81,16 @@ def choose(
     )
 
 
+# what the timed pass runs: a new number when that changes (short bf16 attention written out), so older measurements
+# in the cache are not reused
+PASS_VERSION = 2
+
+
 def cache_key(model: nn.Module, images: int) -> str:
-    """The measurement's key: CPU model and flags, torch version, threads, the model's shape and the pass's images."""
+    """The measurement's key: the pass's version, CPU model and flags, torch version, threads, the model's shape and
+    the pass's images."""
     what = [
+        PASS_VERSION,
         cpuinfo("model name"),
         sorted(cpu_flags()),
         torch.__version__,
