@@ -1,7 +1,7 @@
 """Where to compute: one parser for every `--device` / `train.device` value; how many CPU threads to compute with
 (`compute_threads`: never more than the CPUs this process can get); OpenMP threads that sleep when idle
-(`yielding_openmp`, before torch loads). Torch is imported inside the functions that use it, so that the CLI can
-set OpenMP's environment first."""
+(`yielding_openmp`, before torch loads); whether AdamW runs fused there (`fused_optimizer`). Torch is imported
+inside the functions that use it, so that the CLI can set OpenMP's environment first."""
 
 from __future__ import annotations
 
@@ -144,3 +144,11 @@ def compile_cache_by_isa() -> None:
     config = torch.compiler.config
     if not config.cache_key_tag:
         config.cache_key_tag = f"vitkit-{torch.backends.cpu.get_cpu_capability()}"
+
+
+def fused_optimizer(device: torch.device | str) -> bool | None:
+    """AdamW's `fused` argument on `device`: one fused kernel for the whole update on GPUs and CPUs alike, far quicker
+    than the per-parameter loop and the same update to rounding; None (torch's choice) elsewhere."""
+    import torch
+
+    return True if torch.device(device).type in ("cuda", "cpu") else None

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from vitkit.devices import compile_cache_by_isa
+from vitkit.devices import compile_cache_by_isa, fused_optimizer
 from vitkit.errors import ConfigError
 from vitkit.inference import precision
 from vitkit.kernels import short_attention
@@ -96,8 +96,7 @@ def _step(model: torch.nn.Module, setup: Setup, batch_size: int) -> Callable[[],
         return infer
     model.train()
     y = torch.randint(0, max(c.num_classes, 1), (batch_size,), device=setup.device)
-    fused = torch.device(setup.device).type in ("cuda", "cpu")  # as training's optimizer (vitkit.train.optim)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=fused or None)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=fused_optimizer(setup.device))  # as training's
 
     def train_step():
         with _autocast(setup):

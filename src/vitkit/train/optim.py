@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from vitkit.devices import fused_optimizer
 from vitkit.errors import ConfigError
 from vitkit.models import VisionTransformer
 
@@ -70,10 +71,8 @@ def make_optimizer(model: nn.Module, t) -> torch.optim.Optimizer:
     if t.optimizer == "sgd":
         return torch.optim.SGD(groups, lr=t.lr, momentum=t.momentum)
     # "adam" and "adamw" are the same here: Adam with decoupled weight decay, as in the paper's code
-    # one fused kernel for the whole update, on GPUs and CPUs alike: far quicker than the per-parameter
-    # loop, and the same update to rounding
-    fused = next(model.parameters()).device.type in ("cuda", "cpu")
-    return torch.optim.AdamW(groups, lr=t.lr, betas=t.betas, fused=fused or None)
+    fused = fused_optimizer(next(model.parameters()).device)
+    return torch.optim.AdamW(groups, lr=t.lr, betas=t.betas, fused=fused)
 
 
 def set_learning_rate(optimizer: torch.optim.Optimizer, lr: float) -> None:
