@@ -276,6 +276,7 @@ def measure(kind: str, runs: Path, tries: list[str], families: tuple[str, ...], 
     recipes._no_plots()
     fitted, plan = fitted_recipe(data)
     mirror = re.search(r"mirror images at (-?[0-9.]+)", plan)
+    shift = re.search(r"keeps (-?[0-9.]+) of its skill when they move", plan)
     mine = family_of(fitted)
     recipes_by = {f: with_family(fitted, f) for f in families}
     configs = {f: run_config(data, r, []) for f, r in recipes_by.items()}
@@ -296,7 +297,8 @@ def measure(kind: str, runs: Path, tries: list[str], families: tuple[str, ...], 
     n_val = results["fitted"]["val_n"]
     setting = (
         f"{n_train:,} train / {n_val:,} val images; {results['fitted']['cpu_s']:.0f} CPU s each, 1 thread; "
-        f"mirror skill {mirror.group(1) if mirror else 'not told'}, flip {fitted['augment.hflip']:g}"
+        f"mirror skill {mirror.group(1) if mirror else 'not told'}, flip {fitted['augment.hflip']:g}; "
+        f"shift skill {shift.group(1) if shift else 'not told'}, crop {fitted['augment.crop']}"
         + (f"; mean of {seeds} seeds" if seeds > 1 else "")
     )
     rows = []

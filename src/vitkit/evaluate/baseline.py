@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -196,25 +197,50 @@ def compared_lines(record: dict) -> list[str]:
     return [line] + ([f"warning    {record['warning']}"] if record["warning"] else [])
 
 
-def mirror_skill(images: np.ndarray, labels: np.ndarray, classes: int, seed: int = 0) -> float | None:
-    """How well the pixel baseline knows mirror images: fitted on half of the (N, C, H, W) `images`, its top-1 on the
-    other half mirrored left to right, above chance, as a share of its top-1 on them as they are, above chance (the
-    halves swapped and the two averaged). Near 1 where the classes do not hinge on left and right (clothes, icons,
-    photos), low or negative where a mirror image is another class or none (digits, text, scenes told apart by
-    where things stand). None where there are too few images to tell (under 10 a class) or the baseline knows the
-    images no better than chance."""
+class PixelSkills(NamedTuple):
+    """What the pixel baseline knows of the images changed two ways (`pixel_skills`): its skill above chance on them
+    mirrored left to right (`mirror`) and shifted by one pixel of SIDE (`shift`), each as a share of its skill above
+    chance on them as they are."""
+
+    mirror: float
+    shift: float
+
+
+def _shifted(x: torch.Tensor, dy: int, dx: int) -> torch.Tensor:
+    """(N, C, H, W) images moved dy pixels down and dx right, their edge pixels continued into the gap."""
+    padded = F.pad(x, (max(dx, 0), max(-dx, 0), max(dy, 0), max(-dy, 0)), mode="replicate")
+    h, w = x.shape[-2:]
+    return padded[..., max(-dy, 0) : max(-dy, 0) + h, max(-dx, 0) : max(-dx, 0) + w]
+
+
+def pixel_skills(images: np.ndarray, labels: np.ndarray, classes: int, seed: int = 0) -> PixelSkills | None:
+    """How well the pixel baseline knows the (N, C, H, W) `images` changed: fitted on half of them, its top-1 on the
+    other half mirrored left to right, and shifted by one pixel (the mean of up, down, left and right), each above
+    chance as a share of its top-1 on them as they are, above chance (the halves swapped and the two averaged).
+    - mirror: near 1 where the classes do not hinge on left and right (clothes, icons, photos), low or negative
+      where a mirror image is another class or none (digits, text, scenes told apart by where things stand).
+    - shift: how much of what tells the classes apart survives a one-pixel move: high for shapes (clothes, digits,
+      scenes), low where single pixels in place tell them apart (icons drawn on a pixel grid).
+    None where there are too few images to tell (under 10 a class) or the baseline knows the images no better than
+    chance."""
     if classes < 2 or len(labels) < 10 * classes:
         return None
     order = np.random.default_rng([seed, 3]).permutation(len(labels))
     halves = (order[::2], order[1::2])
     x = torch.from_numpy(np.ascontiguousarray(images)).float()
     y = torch.from_numpy(labels).long()
-    plain = mirrored = 0.0
+    moves = ((1, 0), (-1, 0), (0, 1), (0, -1))
+    plain = mirrored = shifted = 0.0
     for fit_on, scored in (halves, halves[::-1]):
         model = fit(x[fit_on].flatten(1), y[fit_on], classes)
-        plain += float((model.predict(x[scored].flatten(1)) == y[scored]).float().mean()) / 2
-        mirrored += float((model.predict(x[scored].flip(-1).flatten(1)) == y[scored]).float().mean()) / 2
+
+        def top1(images: torch.Tensor) -> float:
+            return float((model.predict(images.flatten(1)) == y[scored]).float().mean()) / 2
+
+        plain += top1(x[scored])
+        mirrored += top1(x[scored].flip(-1))
+        shifted += sum(top1(_shifted(x[scored], dy, dx)) for dy, dx in moves) / len(moves)
     chance = 1 / classes
     if plain - chance < 0.05:
         return None
-    return (mirrored - chance) / (plain - chance)
+    return PixelSkills((mirrored - chance) / (plain - chance), (shifted - chance) / (plain - chance))

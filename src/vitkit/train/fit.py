@@ -144,8 +144,10 @@ def fit_to_data(
     (reported by `command`); with `plain`, a plain ViT's."""
     from vitkit.train import distributed
 
-    found, n, mirror = _scanned(data)
-    changes, note = fitted_to_data(found, n, epochs=epochs, batch=batch, steps=steps, mirror=mirror, plain=plain)
+    found, n, mirror, shift = _scanned(data)
+    changes, note = fitted_to_data(
+        found, n, epochs=epochs, batch=batch, steps=steps, mirror=mirror, shift=shift, plain=plain
+    )
     # under torchrun every rank fits (the same way); rank 0 says so
     if distributed.is_main():
         print(f"vitkit {command}: {note}", flush=True)
@@ -154,19 +156,19 @@ def fit_to_data(
 
 def _scanned(data):
     """(a short scan of the training split of a run config's `data` section, the images it holds, and how well a
-    pixel model of them knows their mirror images: `mirror_skill`, None where not told)."""
+    pixel model of them knows them mirrored and shifted by a pixel: `pixel_skills`, each None where not told)."""
     from vitkit.data import DataSpec
     from vitkit.data.scan import scan, small_pixels
-    from vitkit.evaluate.baseline import mirror_skill
+    from vitkit.evaluate.baseline import pixel_skills
 
     train = DataSpec.from_config(data).open(
         data.train_split, channels=3, image_size=32, flag="data.train_split", hold_out="data.val_fraction"
     )
     found = scan(train)
-    mirror = (
-        None if train.multi_label or not found.scanned else mirror_skill(*small_pixels(train), len(train.class_names))
+    skills = (
+        None if train.multi_label or not found.scanned else pixel_skills(*small_pixels(train), len(train.class_names))
     )
-    return found, len(train), mirror
+    return found, len(train), *((None, None) if skills is None else skills)
 
 
 # A checkpoint's input size this many times the images' shorter side (or a this-many-th of it) is far from them: the
@@ -207,8 +209,8 @@ def _fitted_around(config, mine: dict, path: str, overrides: list[str], said: li
     from vitkit.models.config import size_pair
 
     data, epochs, batch, steps = _data_and_length(path, overrides)
-    found, n, mirror = _scanned(data)
-    recipe, _ = fitted_to_data(found, n, epochs=epochs, batch=batch, steps=steps, mirror=mirror)
+    found, n, mirror, shift = _scanned(data)
+    recipe, _ = fitted_to_data(found, n, epochs=epochs, batch=batch, steps=steps, mirror=mirror, shift=shift)
     size = min(size_pair(mine.get("image_size", config.image_size), "model.image_size"))
     side = min(found.height, found.width) or 32
     crop = _finetune_augment(found, n, min(size, side), size, mirror)
@@ -367,7 +369,7 @@ def fit_finetune(
     from vitkit.limits import MAX_INT
     from vitkit.train.config import steps_for
 
-    found, held, mirror = _scanned(data)
+    found, held, mirror, _ = _scanned(data)
     n = max(held - found.unreadable, 1)
     if "train.batch_size" not in named:
         batch = min(512, max(min(64, n), 2 ** int(math.log2(max(n // 20, 1)))))  # 20 steps an epoch, up to 512
@@ -420,15 +422,45 @@ def _finetune_augment(found, n: int, side: int, size: int, mirror: float | None 
 
 
 # The fitted recipes flip (with probability 0.5) where a pixel model of the training images knows their mirror images
-# at least this well (`evaluate.baseline.mirror_skill`: its skill above chance on mirrored images, as a share of its
+# at least this well (`evaluate.baseline.pixel_skills`: its skill above chance on mirrored images, as a share of its
 # skill on them as they are). Clothes and icons, whose classes do not hinge on left and right, score well above it;
 # digits, glyphs and scenes told apart by where things stand, well below (benchmarks/families.py, `mirror`).
 # Not told (too few images, several labels an image): no flips, which is never wrong, only weaker.
 MIRROR_FLIPS_FROM = 0.5
 
 
+# The fitted recipe shifts its training images (a padded random crop, a 16th of the size each way) where a pixel model
+# of them keeps at least this share of its skill when they move by one pixel (`evaluate.baseline.pixel_skills`:
+# clothes, digits, glyphs and scenes keep 0.77-0.92), and trains on them unshifted where single pixels in place tell
+# the classes apart (icons drawn on a pixel grid keep 0.42-0.46, and shifting them cost 3-4 points of val top-1:
+# benchmarks/results/families.csv, rows of icons and icons16). Not told: shifts, as for most images.
+SHIFT_CROPS_FROM = 0.6
+
+
+def fitted_crop(shift: float | None, size: int) -> dict[str, Any]:
+    """The fitted recipe's crop at `size` px for images whose `pixel_skills` shift is `shift`."""
+    if shift is not None and shift < SHIFT_CROPS_FROM:
+        return {"augment.crop": "none"}
+    return {"augment.crop": "pad", "augment.pad": max(size // 16, 1)}
+
+
+def _crop_words(shift: float | None) -> str:
+    """How the plan words the fitted crop."""
+    if shift is None:
+        return "shifted by a padded random crop"
+    if shift >= SHIFT_CROPS_FROM:
+        return (
+            f"shifted by a padded random crop (a pixel model of the images keeps {shift:.2f} of its skill when they "
+            "move by a pixel; augment.crop=none for none)"
+        )
+    return (
+        f"not shifted (a pixel model of the images keeps {shift:.2f} of its skill when they move by a pixel, under "
+        f"{SHIFT_CROPS_FROM}: single pixels in place tell the classes apart, as in icons; augment.crop=pad shifts)"
+    )
+
+
 def fitted_hflip(mirror: float | None) -> float:
-    """The fitted recipes' flip probability for images whose `mirror_skill` is `mirror`."""
+    """The fitted recipes' flip probability for images whose `pixel_skills` mirror is `mirror`."""
     return 0.5 if mirror is not None and mirror >= MIRROR_FLIPS_FROM else 0.0
 
 
@@ -471,7 +503,7 @@ FAMILY_ROWS = {
 def fitted_family(size: int, n_train: int, plain: bool = False) -> tuple[dict[str, Any], str]:
     """The fitted model's family for `n_train` training images of `size` px: under FITTED_HYBRID_BELOW images a
     conv-stem hybrid (`family_model`): a conv net (the deep stem, no block) under CONV_NET_BELOW images or at
-    CONV_NET_UPTO px and under, else the 6-block hybrid; from FITTED_HYBRID_BELOW (or with `plain`: the user's
+    CONV_NET_UPTO px and under, read at CONV_NET_SIZE px at most, else the 6-block hybrid; from FITTED_HYBRID_BELOW (or with `plain`: the user's
     model.backbone=null) a plain ViT. Returns its changes ({"model.key": value}) and how the plan words them."""
     if plain:
         return family_model("plain", size), f"patch {size // 4} (a 4x4 grid; model.backbone=null: a plain ViT)"
@@ -483,13 +515,17 @@ def fitted_family(size: int, n_train: int, plain: bool = False) -> tuple[dict[st
         )
     export = "not exportable to Hugging Face: model.backbone=null for a plain ViT)"
     if size <= CONV_NET_UPTO or n_train < CONV_NET_BELOW:
-        conv = family_model("conv", size)
+        smaller = ""
+        if size > CONV_NET_SIZE:
+            smaller = f" at {CONV_NET_SIZE} px, not {size}, where its first convolution reads every pixel"
+            size = CONV_NET_SIZE
+        conv = {"model.image_size": size, **family_model("conv", size)}
         strides = conv["model.backbone"]["strides"]
         grid = size >> strides.count(2)
         return (
             conv,
-            f"a conv net: a deep conv stem (6 convolutions, {strides.count(2)} of stride 2: a {grid}x{grid} map) "
-            f"average-pooled into the head, no transformer block (under {CONV_NET_BELOW:,} training images or at "
+            f"a conv net{smaller}: a deep conv stem (6 convolutions, {strides.count(2)} of stride 2: a {grid}x{grid} "
+            f"map) average-pooled into the head, no transformer block (under {CONV_NET_BELOW:,} training images or at "
             f"{CONV_NET_UPTO} px and under a CNN learns more than a ViT from few images, paper §4.2: it beats the "
             f"stem with 1 block and the 6-block hybrid: {_rows('conv')}; {export}",
         )
@@ -508,6 +544,10 @@ def fitted_family(size: int, n_train: int, plain: bool = False) -> tuple[dict[st
 # than a ViT (paper §4.2, Fig. 3-4); even one block over the stem's map overfits them.
 CONV_NET_UPTO = 16
 CONV_NET_BELOW = 1_000
+# The conv net reads images at this size at most: from 33 px its first convolution strides (`family_model`), and on
+# icons of 32-96 px, read at 48 px, that cost 1-3 points of val top-1 at twice the CPU time of 32 px
+# (benchmarks/results/families.csv, rows of icons).
+CONV_NET_SIZE = 32
 # LayerScale's initial value on the block of the "deep" family (the deep stem with one block, a benchmark column): the
 # block starts near the identity, so the model starts as the stem's average-pooled features
 DEEP_LAYER_SCALE = 1e-4
@@ -565,6 +605,7 @@ def fitted_to_data(
     batch: int | None = None,
     steps: int | None = None,
     mirror: float | None = None,
+    shift: float | None = None,
     plain: bool = False,
 ) -> tuple[list[str], str]:
     """The default recipe for a dataset of one's own (`vitkit train --data FOLDER` with no model given), as typed changes.
@@ -573,13 +614,13 @@ def fitted_to_data(
     channels; the family follows their size and number (`fitted_family`), each of width 96 on a small grid to keep a
     step cheap, and ~100 epochs (750..5000 steps of up to 64 images) end in minutes on a laptop CPU; `epochs` or
     `steps` (the user's train.epochs or train.steps) set the length instead, and warmup, logging and evaluation
-    follow it, as they follow `batch` (the user's train.batch_size) where given; `mirror` sets the flip (`fitted_hflip`);
-    `plain` (the user's model.backbone=null) fits a plain ViT at any size.
+    follow it, as they follow `batch` (the user's train.batch_size) where given; `mirror` sets the flip (`fitted_hflip`),
+    `shift` the crop (`fitted_crop`); `plain` (the user's model.backbone=null) fits a plain ViT at any size.
     Returns (the typed changes {"section.key": value}, one line saying what was chosen and why)."""
     from vitkit.train.config import steps_for
 
-    size = fitted_size(scan)
-    family, why = fitted_family(size, n_train, plain)
+    family, why = fitted_family(fitted_size(scan), n_train, plain)
+    size = family.get("model.image_size", fitted_size(scan))
     batch = batch or max(min(64, n_train - scan.unreadable), 1)  # a batch the readable images fill
     if epochs is not None:
         steps, length = steps_for(epochs, n_train, batch), f"{epochs:g} epochs = "
@@ -603,8 +644,7 @@ def fitted_to_data(
         "train.log_every": max(steps // 20, 1),
         # four evaluations, the last one the final step
         "train.eval_every": max(-(-steps // 4), 1),
-        "augment.crop": "pad",
-        "augment.pad": max(size // 16, 1),
+        **fitted_crop(shift, size),
         **({} if scan.border is None else {"model.background": float(scan.border >= 0.5)}),
         "augment.hflip": fitted_hflip(mirror),
         "augment.label_smoothing": 0.1,
@@ -613,7 +653,7 @@ def fitted_to_data(
     }
     note = (
         f"no model given, so fitted to the data: {scan} -> {size}x{size} px, {scan.channels} channel{'s' * (scan.channels > 1)}, "
-        f"{why}, width 96, depth {family['model.depth']}{_padding(scan)}, {_flip_words(mirror)}; {length}{steps} steps of {batch} images (KEY=VALUE overrides change any of "
+        f"{why}, width 96, depth {family['model.depth']}{_padding(scan)}, {_crop_words(shift)}, {_flip_words(mirror)}; {length}{steps} steps of {batch} images (KEY=VALUE overrides change any of "
         "it; model.name, model.init or --config replace it)"
     )
     return changes, note
