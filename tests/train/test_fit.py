@@ -52,7 +52,7 @@ def test_tiny_images_get_a_conv_net_with_no_block_that_builds_to_a_4x4_map(side,
 @pytest.mark.parametrize("side", [32, 48, 64])
 def test_a_set_under_a_thousand_images_gets_the_conv_net_read_at_32_px_at_most_on_an_8x8_map(side):
     """Under CONV_NET_BELOW training images the conv net is fitted at every size, and reads larger images at 32 px,
-    where its first convolution does not stride (it did at 48 px, on a 6x6 map: icons lost 1-3 points). The hybrid,
+    where its first convolution does not stride (at 48 px it strided, and icons lost detail). The hybrid,
     from CONV_NET_BELOW images, keeps the images' size."""
     from vitkit.models.registry import build_model
     from vitkit.train.config import load_run_config
@@ -207,7 +207,7 @@ def _halves(c, i):
 def test_the_fitted_crop_shifts_the_images_unless_single_pixels_in_place_tell_the_classes_apart(
     tmp_path, capsys, draw, crop, said
 ):
-    """Shifting icons drawn on a pixel grid cost them 3-4 points (benchmarks/results/families.csv): the fit shifts
+    """Shifting icons drawn on a pixel grid cost them points (benchmarks/results/families.csv): the fit shifts
     the images (a padded random crop) only where a pixel model of them keeps its skill on them moved by a pixel
     (evaluate.baseline.pixel_skills)."""
     out, augment = _fitted(tmp_path, capsys, draw)

@@ -430,10 +430,10 @@ MIRROR_FLIPS_FROM = 0.5
 
 
 # The fitted recipe shifts its training images (a padded random crop, a 16th of the size each way) where a pixel model
-# of them keeps at least this share of its skill when they move by one pixel (`evaluate.baseline.pixel_skills`:
-# clothes, digits, glyphs and scenes keep 0.77-0.92), and trains on them unshifted where single pixels in place tell
-# the classes apart (icons drawn on a pixel grid keep 0.42-0.46, and shifting them cost 3-4 points of val top-1:
-# benchmarks/results/families.csv, rows of icons and icons16). Not told: shifts, as for most images.
+# of them keeps at least this share of its skill when they move by one pixel (`evaluate.baseline.pixel_skills`):
+# clothes, digits, glyphs and scenes keep well above it and keep their shifts. Icons drawn on a pixel grid, where
+# single pixels in place tell the classes apart, keep well below it and train better unshifted
+# (benchmarks/results/families.csv, rows of icons and icons16). Not told: shifts, as for most images.
 SHIFT_CROPS_FROM = 0.6
 
 
@@ -544,9 +544,8 @@ def fitted_family(size: int, n_train: int, plain: bool = False) -> tuple[dict[st
 # than a ViT (paper §4.2, Fig. 3-4); even one block over the stem's map overfits them.
 CONV_NET_UPTO = 16
 CONV_NET_BELOW = 1_000
-# The conv net reads images at this size at most: from 33 px its first convolution strides (`family_model`), and on
-# icons of 32-96 px, read at 48 px, that cost 1-3 points of val top-1 at twice the CPU time of 32 px
-# (benchmarks/results/families.csv, rows of icons).
+# The conv net reads images at this size at most: from 33 px its first convolution strides (`family_model`), and
+# thin strokes of larger icons read at their own size were lost to it (benchmarks/results/families.csv, rows of icons).
 CONV_NET_SIZE = 32
 # LayerScale's initial value on the block of the "deep" family (the deep stem with one block, a benchmark column): the
 # block starts near the identity, so the model starts as the stem's average-pooled features
