@@ -209,8 +209,8 @@ def _fitted_around(config, mine: dict, path: str, overrides: list[str], said: li
     from vitkit.models.config import size_pair
 
     data, epochs, batch, steps = _data_and_length(path, overrides)
-    found, n, mirror, shift = _scanned(data)
-    recipe, _ = fitted_to_data(found, n, epochs=epochs, batch=batch, steps=steps, mirror=mirror, shift=shift)
+    found, n, mirror, _ = _scanned(data)  # the crop is fine-tuning's (`_finetune_augment`), below
+    recipe, _ = fitted_to_data(found, n, epochs=epochs, batch=batch, steps=steps, mirror=mirror)
     size = min(size_pair(mine.get("image_size", config.image_size), "model.image_size"))
     side = min(found.height, found.width) or 32
     crop = _finetune_augment(found, n, min(size, side), size, mirror)
@@ -503,8 +503,9 @@ FAMILY_ROWS = {
 def fitted_family(size: int, n_train: int, plain: bool = False) -> tuple[dict[str, Any], str]:
     """The fitted model's family for `n_train` training images of `size` px: under FITTED_HYBRID_BELOW images a
     conv-stem hybrid (`family_model`): a conv net (the deep stem, no block) under CONV_NET_BELOW images or at
-    CONV_NET_UPTO px and under, read at CONV_NET_SIZE px at most, else the 6-block hybrid; from FITTED_HYBRID_BELOW (or with `plain`: the user's
-    model.backbone=null) a plain ViT. Returns its changes ({"model.key": value}) and how the plan words them."""
+    CONV_NET_UPTO px and under, read at CONV_NET_SIZE px at most, else the 6-block hybrid; from FITTED_HYBRID_BELOW
+    (or with `plain`: the user's model.backbone=null) a plain ViT. Returns its changes ({"model.key": value}) and how
+    the plan words them."""
     if plain:
         return family_model("plain", size), f"patch {size // 4} (a 4x4 grid; model.backbone=null: a plain ViT)"
     if n_train >= FITTED_HYBRID_BELOW:
@@ -613,13 +614,14 @@ def fitted_to_data(
     channels; the family follows their size and number (`fitted_family`), each of width 96 on a small grid to keep a
     step cheap, and ~100 epochs (750..5000 steps of up to 64 images) end in minutes on a laptop CPU; `epochs` or
     `steps` (the user's train.epochs or train.steps) set the length instead, and warmup, logging and evaluation
-    follow it, as they follow `batch` (the user's train.batch_size) where given; `mirror` sets the flip (`fitted_hflip`),
-    `shift` the crop (`fitted_crop`); `plain` (the user's model.backbone=null) fits a plain ViT at any size.
+    follow it, as they follow `batch` (the user's train.batch_size) where given; `mirror` sets the flip
+    (`fitted_hflip`), `shift` the crop (`fitted_crop`); `plain` (model.backbone=null) fits a plain ViT at any size.
     Returns (the typed changes {"section.key": value}, one line saying what was chosen and why)."""
     from vitkit.train.config import steps_for
 
-    family, why = fitted_family(fitted_size(scan), n_train, plain)
-    size = family.get("model.image_size", fitted_size(scan))
+    size = fitted_size(scan)
+    family, why = fitted_family(size, n_train, plain)
+    size = family.get("model.image_size", size)  # the conv net's may be smaller
     batch = batch or max(min(64, n_train - scan.unreadable), 1)  # a batch the readable images fill
     if epochs is not None:
         steps, length = steps_for(epochs, n_train, batch), f"{epochs:g} epochs = "
