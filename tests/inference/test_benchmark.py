@@ -369,3 +369,20 @@ def test_a_candidate_from_another_library_gets_no_vitkit_kernels_and_is_reported
     assert report["results"]["timm"]["img_per_s"] > 0 and report["speedup"]["vitkit/timm"] > 0
     assert benchmark.inference_kernels(_ForeignViT(setup.config)) == "torch"
     assert "timm: timm fp32" in benchmark.format_table(report)
+
+
+def test_int8_mfu_is_of_a_measured_int8_peak_multiplied_as_int8_runs_its_gemms(monkeypatch):
+    monkeypatch.setitem(benchmark.PEAK_SIDE, "cpu", 64)
+    torch.manual_seed(0)
+    step, flops = benchmark._matmul(benchmark.Setup(config=get_config("vit_test"), batch_size=2, dtype="int8"))
+    torch.manual_seed(0)  # the same operands again
+    n = 64
+    x = torch.randint(0, 256, (n, n), dtype=torch.uint8)
+    weight = torch.randint(-127, 128, (n, n), dtype=torch.int8)
+    x_scale, x_zero, w_scale = benchmark.INT8_SCALES
+    expected = (x.double() - x_zero) @ weight.double().T * (x_scale * w_scale)
+    assert flops == benchmark.INT8_REPEATS * 2 * n**3
+    torch.testing.assert_close(step().double(), expected, rtol=1e-5, atol=1e-3)
+    assert benchmark._peak_dtype("int8") == benchmark._peak_dtype("int8-dynamic") == "int8"
+    line = benchmark._peak_line({"peak_tflops_by_precision": {"int8": 4.0, "bf16": 2.0}})
+    assert "int8 4000.0" in line and "GOP/s" in line

@@ -115,8 +115,10 @@ PEAK_SIDE = {"cpu": 2048, "cuda": 8192}
 
 
 def _matmul(setup: Setup) -> tuple[Callable[[], Any], int]:
-    """A large square matmul in the benchmark's dtype (fp32 for int8): the device's practical peak."""
+    """A large square matmul in the benchmark's dtype: the device's practical peak (int8: `_int8_matmul`)."""
     n = PEAK_SIDE["cpu" if setup.device == "cpu" else "cuda"]
+    if setup.dtype.startswith("int8"):
+        return _int8_matmul(n), INT8_REPEATS * 2 * n**3
     dtype = DTYPES[setup.dtype]
     a = torch.randn(n, n, device=setup.device).to(dtype)
     b = torch.randn(n, n, device=setup.device).to(dtype)
@@ -125,6 +127,33 @@ def _matmul(setup: Setup) -> tuple[Callable[[], Any], int]:
         weight, gemm = b.t().contiguous(), precision.OneDNNLinears()
         return (lambda: gemm.linear(a, weight)), 2 * n**3
     return (lambda: torch.mm(a, b)), 2 * n**3
+
+
+INT8_SCALES = (0.02, 128, 0.01)  # the peak GEMM's activation scale and zero point, and its weights' scale
+# the int8 peak multiplies its square this many times a call: one multiply is short beside bf16's, and a larger
+# square runs slower (it outgrows the caches)
+INT8_REPEATS = 4
+
+
+def _int8_matmul(n: int) -> Callable[[], torch.Tensor]:
+    """u8 x s8 -> fp32 through oneDNN's quantized linear on a packed weight, as int8's compiled graph runs its GEMMs,
+    INT8_REPEATS times: int8 peaks at about twice bf16 where the CPU has AMX; torch's own int8 matmul reaches only
+    bf16's."""
+    x = torch.randint(0, 256, (n, n), dtype=torch.uint8)
+    weight = torch.randint(-127, 128, (n, n), dtype=torch.int8)
+    packed = torch.ops.onednn.qlinear_prepack(weight, [n, n])
+    x_scale, x_zero, w_scale = INT8_SCALES
+    scales, zeros = torch.full((n,), w_scale), torch.zeros(n, dtype=torch.int64)
+    x_scale_t, x_zero_t = torch.tensor(x_scale), torch.tensor(x_zero)
+
+    def multiply() -> torch.Tensor:
+        for _ in range(INT8_REPEATS):
+            out = torch.ops.onednn.qlinear_pointwise.tensor(
+                x, x_scale_t, x_zero_t, packed, scales, zeros, None, 1.0, 0, torch.float32, "none", [None], ""
+            )
+        return out
+
+    return multiply
 
 
 # -- the candidates ---------------------------------------------------------------------------
@@ -596,6 +625,8 @@ def _executed_note(report: dict[str, Any]) -> str:
 
 def _peak_dtype(dtype: str) -> str:
     """The dtype `_matmul` measures the peak in, for a benchmark run in `dtype`."""
+    if dtype.startswith("int8"):
+        return "int8"
     return (
         str(DTYPES[dtype])
         .replace("torch.", "")
@@ -611,11 +642,12 @@ def _peak_line(report: dict[str, Any]) -> str:
     if len(peaks) == 1:
         ((kind, peak),) = peaks.items()
         return (
-            f"measured {kind} matmul peak {peak * 1e3:.1f} GFLOP/s (every candidate's MFU is of it: "
+            f"measured {kind} matmul peak {peak * 1e3:.1f} {'GOP/s' if kind == 'int8' else 'GFLOP/s'} (every candidate's MFU is of it: "
             "over 100% for one in a faster precision)\n"
         )
     listed = ", ".join(f"{kind} {peak * 1e3:.1f}" for kind, peak in peaks.items())
-    return f"measured matmul peaks (GFLOP/s): {listed}; each candidate's MFU is of its own precision's peak\n"
+    unit = "GFLOP/s, int8 in GOP/s" if "int8" in peaks else "GFLOP/s"
+    return f"measured matmul peaks ({unit}): {listed}; each candidate's MFU is of its own precision's peak\n"
 
 
 def _cell(value: float | None, unit: str = " ") -> str:
