@@ -13,6 +13,9 @@ Parts:
   profile  torch.profiler over ViT-B/16 training steps: where the GPU time goes, by kernel family
   loop     `vitkit train` of ViT-B/16 on synthetic images against the bare step: what the training loop costs
   jpeg     `vitkit train` of ViT-S/16 on a folder of 224-px-and-up JPEGs: img/s and GPU utilisation by workers
+  fp8      train.precision=fp8 (torchao's float8 linears): `vitkit benchmark --mode train --precision fp8` of
+           ViT-B/16 and ViT-L/16 beside timm and vitkit in bf16 (compiled), and the GPU demo's loss curve in fp8
+           against bf16 over --fp8-steps steps
 
 Every part writes DIR/PART.json (and logs); the last lines printed are a summary. --results also writes the rows
 of the parts tests, train, infer, fmnist and memory (gpu-tests-SLUG, gpu-train-vit-b16-SLUG, gpu-infer-vit-b16-SLUG,
@@ -186,8 +189,9 @@ def part_tests(out: Path, args) -> dict:
     return {"rc": rc, "tail": text[-1500:]}
 
 
-def _bench(out: Path, name: str, mode: str, batch: int, timeout: float, extra=()) -> dict:
-    path = out / f"{mode}-{name}-b{batch}.json"
+def _bench(out: Path, name: str, mode: str, batch: int, timeout: float, extra=(), compare="timm") -> dict:
+    tag = "".join(f"-{flag.lstrip('-')}" for flag in extra)  # e.g. -precision-fp8-compile-on
+    path = out / f"{mode}-{name}-b{batch}{tag}.json"
     rc, text = sh(
         [
             *VITKIT,
@@ -201,7 +205,7 @@ def _bench(out: Path, name: str, mode: str, batch: int, timeout: float, extra=()
             "--mode",
             mode,
             "--compare",
-            "timm",
+            compare,
             "--rounds",
             "20",
             "--json",
@@ -226,6 +230,8 @@ def _bench(out: Path, name: str, mode: str, batch: int, timeout: float, extra=()
         "vitkit_mem_mb": r["vitkit"]["peak_memory_mb"],
         "timm_mem_mb": r["timm"]["peak_memory_mb"],
         "gflops_per_image": report["gflops_per_image"],
+        "speedups": report["speedup"],
+        "candidates": report.get("candidates", {}),
     }
 
 
@@ -234,6 +240,28 @@ def part_train(out: Path, args) -> dict:
     return {
         name: _bench(out, name, "train", batch, 240) for name, batch in models if name in args.train_models.split(",")
     }
+
+
+def part_fp8(out: Path, args) -> dict:
+    """fp8 training's speed beside bf16's (timm's and vitkit's own, all compiled), and its loss curve beside bf16's."""
+    speed = {
+        name: _bench(out, name, "train", batch, 300, ["--precision", "fp8", "--compile", "on"], "timm,vitkit:bf16")
+        for name, batch in (("vit_b16", 256), ("vit_l16", 128))
+    }
+    base = [*VITKIT, "train", "--config", str(ROOT / "configs" / "fashion_mnist_gpu.yaml"), "--data", args.fmnist]
+    steps = [f"train.steps={args.fp8_steps}", "train.log_every=20", "train.eval_every=100000", "--no-progress"]
+    curves = {}
+    for precision in ("bf16", "fp8"):
+        run = out / f"fp8-curve-{precision}"
+        rc, text = sh([*base, "--out", str(run), *steps, f"train.precision={precision}"], out / "fp8.log", 600)
+        curves[precision] = (
+            {"loss": [r["loss"] for r in train_rows(run)], "img_s": steady_img_s(run)}
+            if rc == 0
+            else {"rc": rc, "tail": text[-1500:]}
+        )
+    pairs = zip(curves["bf16"].get("loss", []), curves["fp8"].get("loss", []))
+    gaps = [abs(f - b) / b for b, f in pairs]
+    return {"speed": speed, "curves": curves, "largest_loss_gap": max(gaps) if gaps else None}
 
 
 def part_infer(out: Path, args) -> dict:
@@ -491,6 +519,7 @@ PARTS = {
     "profile": part_profile,
     "loop": part_loop,
     "jpeg": part_jpeg,
+    "fp8": part_fp8,
 }
 
 
@@ -511,6 +540,7 @@ def main() -> None:
     parser.add_argument("--part-timeout", type=float, default=240)
     parser.add_argument("--train-models", default="vit_s16,vit_b16,vit_l16", help="train: which of the three models")
     parser.add_argument("--jpeg-workers", default="6,14", help="jpeg: the DataLoader worker counts to run")
+    parser.add_argument("--fp8-steps", type=int, default=600, help="fp8: the loss curves' length in steps")
     parser.add_argument(
         "--compare-batch",
         nargs=2,

@@ -5,6 +5,7 @@ Marked gpu: skipped where no CUDA device is visible (CI). Run them on a GPU mach
 
 Each has a CPU twin that runs the same logic on device cpu, so CI sees it break:
     bf16 training               train/test_train_precision.py test_bf16_training_on_the_cpu_learns_like_fp32_and_resumes_exactly
+    fp8 training                train/test_float8.py test_fp8_training_follows_the_bf16_loss_curve_and_saves_a_plain_model
     interrupted and resumed     train/test_loop.py test_interrupted_and_resumed_equals_straight (the same two settings)
     compiled training           test_gpu_twins.py test_compiled_training_matches_eager
     EMA                         test_gpu_twins.py test_ema_is_the_average_not_the_last_step
@@ -73,6 +74,27 @@ def test_bf16_training_on_cuda_learns_and_saves_weights_a_cpu_loads(tmp_path):
     assert all(math.isfinite(x) for x in losses) and losses[-1] < 0.3 * losses[0]
     model, _ = load_native(tmp_path / "run" / "final")  # saved from the GPU, loaded on the CPU
     assert next(model.parameters()).device.type == "cpu"
+
+
+@pytest.mark.skipif(
+    torch.cuda.is_available() and torch.cuda.get_device_capability() < (8, 9), reason="no fp8 tensor cores"
+)
+def test_fp8_training_on_cuda_compiled_follows_bf16(tmp_path):
+    """train.precision=fp8 on a GPU with fp8 tensor cores, compiled: it learns, close to bf16's loss curve (CPU twin:
+    train/test_float8.py)."""
+    overfit = ["data.synthetic_size=16", "train.batch_size=16", "train.steps=30", "train.lr=1e-2"]
+    overfit += [
+        "train.weight_decay=0",
+        "augment.crop=none",
+        "augment.hflip=0",
+        "train.log_every=1",
+        "train.compile=true",
+    ]
+    for precision in ("fp8", "bf16"):
+        train(load_run_config(None, TINY + overfit + [f"train.precision={precision}"]), tmp_path / precision)
+    fp8, bf16 = ([r["loss"] for r in _train_rows(tmp_path / p)] for p in ("fp8", "bf16"))
+    assert all(math.isfinite(x) for x in fp8) and fp8[-1] < 0.3 * fp8[0]
+    assert fp8 != bf16 and fp8 == pytest.approx(bf16, rel=0.15)
 
 
 @pytest.mark.parametrize(

@@ -386,3 +386,17 @@ def test_int8_mfu_is_of_a_measured_int8_peak_multiplied_as_int8_runs_its_gemms(m
     assert benchmark._peak_dtype("int8") == benchmark._peak_dtype("int8-dynamic") == "int8"
     line = benchmark._peak_line({"peak_tflops_by_precision": {"int8": 4.0, "bf16": 2.0}})
     assert "int8 4000.0" in line and "GOP/s" in line
+
+
+def test_fp8_trains_the_blocks_in_float8_beside_references_in_bf16(monkeypatch):
+    monkeypatch.setitem(benchmark.PEAK_SIDE, "cpu", 64)
+    monkeypatch.setattr(benchmark, "FP8_CPU_SIDE", 32)
+    setup = benchmark.Setup(config=get_config("vit_test"), batch_size=2, mode="train", dtype="fp8", rounds=1, warmup=1)
+    report = benchmark.run(setup, compare=["vitkit:bf16"])
+    assert report["candidates"]["vitkit"].startswith("vitkit fp8 (8 linear layers in torchao's float8")
+    assert set(report["peak_tflops_by_precision"]) == {"fp8", "bf16"}  # MFU of each against its own peak
+    assert [p for _, _, p in benchmark.parse_candidates(["transformers"], setup)] == ["bf16"]
+    with pytest.raises(Exception, match="references run at the benchmark's --precision"):
+        benchmark.parse_candidates(["transformers:fp8"], setup)
+    with pytest.raises(Exception, match="fp8: training only"):
+        benchmark.Setup(config=get_config("vit_test"), dtype="fp8")

@@ -34,10 +34,11 @@ def _add_model_flags(p: argparse.ArgumentParser) -> None:
         "--precision",
         "--dtype",
         dest="dtype",
-        choices=[*PRECISIONS, "fp16"],
+        choices=[*PRECISIONS, "fp16", "fp8"],
         default=None,
         help="vitkit's precision, as in eval and predict (default fp32 on CPU, bf16 on GPU); bf16 on the CPU "
-        "needs AVX512_BF16/AMX, int8 the int8 extra (its observers calibrated on random images: speed only)",
+        "needs AVX512_BF16/AMX, int8 the int8 extra (its observers calibrated on random images: speed only); fp8 "
+        "(--mode train) trains as train.precision=fp8, references beside it in bf16",
     )
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present)")
     p.add_argument("--mode", choices=["inference", "train", "both"], default="inference")

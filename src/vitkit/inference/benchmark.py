@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from vitkit.devices import compile_cache_by_isa, fused_optimizer
 from vitkit.errors import ConfigError
 from vitkit.inference import precision
-from vitkit.kernels import short_attention
+from vitkit.kernels import float8, short_attention
 from vitkit.models import VisionTransformer, ViTConfig
 from vitkit.models.distill import one_output
 from vitkit.models.summary import count_flops
@@ -37,6 +37,7 @@ DTYPES = {
     "fp16": torch.float16,
     "int8": torch.float32,
     "int8-dynamic": torch.float32,
+    "fp8": torch.bfloat16,  # training: the blocks' linear layers in torchao's float8, bf16 autocast elsewhere
 }
 REFERENCES = ("transformers", "timm")
 BACKENDS = ("onnxruntime", "openvino")  # deployment runtimes, fed vitkit's own ONNX export
@@ -64,6 +65,8 @@ class Setup:
             raise ConfigError(f"kernels: expected auto or torch, got {self.kernels!r}")
         if self.mode not in ("inference", "train"):
             raise ConfigError(f"mode: expected inference or train, got {self.mode!r}")
+        if self.dtype == "fp8" and self.mode != "train":
+            raise ConfigError("--precision fp8: training only (torchao's float8 training linears); use --mode train")
         if self.batch_size <= 0 or self.rounds <= 0:
             raise ConfigError("batch and rounds must be positive")
         if self.device.startswith("cuda") and not torch.cuda.is_available():
@@ -119,6 +122,9 @@ def _matmul(setup: Setup) -> tuple[Callable[[], Any], int]:
     n = PEAK_SIDE["cpu" if setup.device == "cpu" else "cuda"]
     if setup.dtype.startswith("int8"):
         return _int8_matmul(n), INT8_REPEATS * 2 * n**3
+    if setup.dtype == "fp8":
+        n = n if torch.device(setup.device).type == "cuda" else FP8_CPU_SIDE
+        return _fp8_matmul(n, setup.device), 2 * n**3
     dtype = DTYPES[setup.dtype]
     a = torch.randn(n, n, device=setup.device).to(dtype)
     b = torch.randn(n, n, device=setup.device).to(dtype)
@@ -156,6 +162,17 @@ def _int8_matmul(n: int) -> Callable[[], torch.Tensor]:
     return multiply
 
 
+FP8_CPU_SIDE = 256  # the CPU multiplies fp8 without matrix units, slowly: a small square measures it
+
+
+def _fp8_matmul(n: int, device: str) -> Callable[[], torch.Tensor]:
+    """e4m3 x e4m3 -> bf16 through torch's scaled matmul, as float8 training's linear layers multiply."""
+    a = torch.randn(n, n, device=device).to(torch.float8_e4m3fn)
+    b = torch.randn(n, n, device=device).to(torch.float8_e4m3fn).t()  # column-major, as the scaled matmul takes it
+    one = torch.ones((), device=device)
+    return lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+
+
 # -- the candidates ---------------------------------------------------------------------------
 def build_vitkit(setup: Setup) -> torch.nn.Module:
     model = VisionTransformer(setup.config).to(setup.device)
@@ -163,6 +180,8 @@ def build_vitkit(setup: Setup) -> torch.nn.Module:
     train = setup.mode == "train"
     if train and setup.kernels != "torch":  # as training runs it: short sequences written out
         short_attention.install(model)
+    if train and setup.dtype == "fp8":  # as train.precision=fp8 runs it
+        float8.convert(model, torch.device(setup.device))
     # what eval and predict run (vitkit.inference.precision, with its kernels)
     if setup.mode == "inference" and setup.dtype != "fp16":
         runner = precision.prepare(
@@ -309,15 +328,18 @@ def parse_candidates(compare: list[str] | tuple[str, ...], setup: Setup) -> list
     out = []
     for entry in compare:
         name, _, prec = entry.partition(":")
-        prec = prec or setup.dtype
+        reference_precision = "bf16" if setup.dtype == "fp8" else setup.dtype  # no reference has fp8 of its own
+        prec = prec or (reference_precision if name in REFERENCES else setup.dtype)
         if name not in (*REFERENCES, *BACKENDS, "vitkit"):
             raise ConfigError(
                 f"--compare: unknown candidate {name!r}; choose from vitkit, {', '.join(REFERENCES + BACKENDS)}"
             )
         if prec not in DTYPES:
             raise ConfigError(f"--compare {entry}: unknown precision {prec!r}; choose from {', '.join(DTYPES)}")
-        if name in REFERENCES and prec != setup.dtype:
-            raise ConfigError(f"--compare {entry}: references run at the benchmark's --precision ({setup.dtype})")
+        if name in REFERENCES and prec != reference_precision:
+            raise ConfigError(
+                f"--compare {entry}: references run at the benchmark's --precision ({setup.dtype}; bf16 beside fp8)"
+            )
         if name in BACKENDS and prec == "int8-dynamic":
             raise ConfigError(f"--compare {entry}: the runtimes' int8 is NNCF's static quantization; use {name}:int8")
         if name in BACKENDS and setup.mode != "inference":
@@ -611,6 +633,8 @@ def _what_ran(model, name: str, precision_: str) -> str:
     if not isinstance(model, torch.nn.Module):  # a deployment runtime
         return f"{name} {precision_}"
     autocast = " autocast" if DTYPES[precision_] != torch.float32 else ""
+    if precision_ == "fp8":
+        autocast = f" ({float8.converted(_plain(model))} linear layers in torchao's float8, bf16 autocast elsewhere)"
     compiled = ", compiled" if hasattr(model, "_orig_mod") else ""
     kernels = inference_kernels(model)
     return f"{name} {precision_}{autocast}{compiled}" + (f", {kernels}" if kernels != "torch" else "")
@@ -625,8 +649,8 @@ def _executed_note(report: dict[str, Any]) -> str:
 
 def _peak_dtype(dtype: str) -> str:
     """The dtype `_matmul` measures the peak in, for a benchmark run in `dtype`."""
-    if dtype.startswith("int8"):
-        return "int8"
+    if dtype.startswith("int8") or dtype == "fp8":
+        return dtype[:4]
     return (
         str(DTYPES[dtype])
         .replace("torch.", "")
@@ -646,7 +670,7 @@ def _peak_line(report: dict[str, Any]) -> str:
             "over 100% for one in a faster precision)\n"
         )
     listed = ", ".join(f"{kind} {peak * 1e3:.1f}" for kind, peak in peaks.items())
-    unit = "GFLOP/s, int8 in GOP/s" if "int8" in peaks else "GFLOP/s"
+    unit = "GFLOP/s, int8 in GOP/s" if "int8" in peaks else "GFLOP/s"  # fp8's peak: fp8 FLOP/s
     return f"measured matmul peaks ({unit}): {listed}; each candidate's MFU is of its own precision's peak\n"
 
 

@@ -53,7 +53,7 @@ from torch import nn
 
 from vitkit.devices import compile_cache_by_isa
 from vitkit.errors import ConfigError
-from vitkit.kernels import block_kernels, cpu_inference, patch_gemm, swap
+from vitkit.kernels import block_kernels, cpu_inference, import_torchao, patch_gemm, swap
 from vitkit.models.vit import Block
 
 PRECISIONS = ("fp32", "bf16", "int8", "int8-dynamic")
@@ -159,7 +159,7 @@ def check(precision: str, device: torch.device | str = "cpu") -> str:
             f"--precision {precision}: runs on the CPU only (x86 int8 GEMMs); use --device cpu or --precision bf16"
         )
     try:
-        _import_torchao()
+        import_torchao()
     except ImportError:
         raise ConfigError(
             f"--precision {precision}: needs torchao; install the int8 extra (pip install 'vitkit[int8]')"
@@ -197,23 +197,6 @@ def explicit_bf16_attention() -> bool:
     The kernel is both faster than the written-out matmuls and closer to fp32, since it does not round the scores
     to bf16."""
     return native_bf16() == "AVX512_BF16"
-
-
-def _import_torchao():
-    """torchao, without its import-time lines about GPU libraries a CPU build cannot load."""
-    import logging
-
-    logs = [logging.getLogger(name) for name in ("torchao", "torch.utils._pytree")]  # the second: a deprecation notice
-    levels = [log.level for log in logs]
-    for log in logs:
-        log.setLevel(logging.ERROR)
-    try:
-        import torchao
-
-        return torchao
-    finally:
-        for log, level in zip(logs, levels):
-            log.setLevel(level)
 
 
 def worth_compiling(first_batch_seconds: float, batches_left: int, speedup: float = COMPILED_SPEEDUP) -> bool:

@@ -1,6 +1,7 @@
 """Native code vitkit compiles on the user's machine at first use, with the system compiler, into a cache
 directory ($VITKIT_CACHE, else ~/.cache/vitkit): cpu_inference (C++ transformer-block kernels for torch) and
-jpeg_region (C, decoding one box of a JPEG with the system's libjpeg-turbo)."""
+jpeg_region (C, decoding one box of a JPEG with the system's libjpeg-turbo). Also torchao, the optional library of
+int8 inference and fp8 training, imported quietly (`import_torchao`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,23 @@ import subprocess
 from pathlib import Path
 
 from vitkit.paths import cache_root
+
+
+def import_torchao():
+    """torchao, without its import-time lines about GPU libraries a CPU build cannot load."""
+    import logging
+
+    logs = [logging.getLogger(name) for name in ("torchao", "torch.utils._pytree")]  # the second: a deprecation notice
+    levels = [log.level for log in logs]
+    for log in logs:
+        log.setLevel(logging.ERROR)
+    try:
+        import torchao
+
+        return torchao
+    finally:
+        for log, level in zip(logs, levels):
+            log.setLevel(level)
 
 
 def cache_dir() -> Path:

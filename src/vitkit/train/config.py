@@ -108,8 +108,9 @@ class TrainConfig:
     end_lr_ratio: float = field(default=0.0, metadata=limits("[0, 1]"))
     # global-norm gradient clipping (None: off)
     clip_norm: float | None = field(default=1.0, metadata=limits("(0, inf)"))
-    # auto (bf16 on GPU; on CPU bf16 where measured faster) | fp32 | bf16 | fp16
-    precision: str = field(default="auto", metadata=limits(choices=("auto", "fp32", "bf16", "fp16")))
+    # auto (bf16 on GPU; on CPU bf16 where measured faster) | fp32 | bf16 | fp16 | fp8 (the blocks' linear layers in
+    # torchao's float8, bf16 elsewhere: vitkit.kernels.float8)
+    precision: str = field(default="auto", metadata=limits(choices=("auto", "fp32", "bf16", "fp16", "fp8")))
     # torch.compile the model
     compile: bool = False
     # recompute each block in backward: less activation memory, ~1/3 more compute

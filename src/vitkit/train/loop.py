@@ -31,7 +31,7 @@ from vitkit.devices import compile_cache_by_isa, compute_threads
 from vitkit.errors import CheckpointError, ConfigError
 from vitkit.evaluate.baseline import compared, compared_lines, fit_and_score, fitted_line, skipped_because, stem_advice
 from vitkit.files import LOCK_NAME, WriteError, atomic_path, exclusive, write_json
-from vitkit.kernels import short_attention
+from vitkit.kernels import float8, short_attention
 from vitkit.models import VisionTransformer, build_model
 from vitkit.train import distributed, faults, trackers
 from vitkit.train.config import RunConfig, dump_run_config, epochs_done, load_run_yaml
@@ -332,6 +332,8 @@ def _assemble(
     model.to(env.device)
     model.set_grad_checkpointing(t.grad_checkpointing)
     short_attention.install(model)  # short sequences train faster written out on the CPU
+    if t.precision == "fp8":  # before the wrapper and the optimizer see the layers
+        float8.convert(model, env.device)
     objective = pick_objective(env.objective, model, tensors, env.teacher)
     trainable = objective.module
     module = distributed.wrap(trainable, env.world, env.device, model.blocks)

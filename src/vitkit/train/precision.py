@@ -5,6 +5,7 @@
     choice.reason    # "bf16: 1.62x fp32 (forward + backward, measured 2026-11-27 on this CPU)"
 
 fp32 / bf16 / fp16   as asked.
+fp8    as asked: the blocks' linear layers in torchao's float8, bf16 autocast elsewhere (vitkit.kernels.float8).
 auto   bf16 autocast on a GPU. On a CPU with native bf16 (AVX512_BF16 or AMX) bf16 where a measurement shows it
        faster: forward + backward of the run's model in both precisions, in turns, a few passes each (some seconds,
        once). The result is kept in a small JSON file in vitkit's cache folder, per CPU (model, flags), torch
@@ -28,10 +29,11 @@ from torch import nn
 
 from vitkit.files import read_json, write_json
 from vitkit.inference.precision import cpu_flags, cpuinfo, native_bf16
+from vitkit.kernels import float8
 from vitkit.models.distill import one_output
 from vitkit.paths import cache_root
 
-DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.bfloat16}  # fp8: autocast dtype
 MIN_GFLOPS = 0.1  # per image, forward: below it a CPU step is short and bf16 gains nothing (the demo's model: 0.015)
 FASTER = 1.1  # bf16 must beat fp32 by this much: a smaller margin is within a shared machine's noise
 ROUNDS = 3  # timed passes per precision, in turns, after one warm-up pass each
@@ -40,7 +42,7 @@ CACHE_FILE = "train_precision.json"
 
 @dataclasses.dataclass(frozen=True)
 class Choice:
-    name: str  # fp32 | bf16 | fp16
+    name: str  # fp32 | bf16 | fp16 | fp8
     reason: str  # what the plan prints
 
     @property
@@ -53,6 +55,8 @@ def choose(
 ) -> Choice:
     """The precision a run trains in: `asked` (train.precision), or for "auto" what pays on `device` (see the module
     docstring). `earlier`: the precision a resumed run trained in so far (kept, for an exact resume)."""
+    if asked == "fp8":
+        return Choice(asked, float8.describe(model, device))
     if asked != "auto":
         return Choice(asked, f"{asked} (train.precision={asked})")
     if earlier is not None:
@@ -171,4 +175,4 @@ def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
     (vitkit.train.precision.choose, once the model is built)."""
     if precision == "auto":
         return torch.bfloat16 if device.type == "cuda" else None
-    return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+    return DTYPES[precision]
