@@ -592,3 +592,43 @@ def test_compiled_bf16_on_an_amx_cpu_keeps_torchs_gemms_unpacked(model, monkeypa
     assert (
         inductor_config.cpp.weight_prepack and not inductor_config.freezing
     )  # the process's own settings, as they were
+
+
+def test_smoothing_moves_an_outlier_channel_into_the_weights_and_keeps_the_function(model):
+    """SmoothQuant before static int8: each block's LayerNorm-fed layers get inputs whose channels range alike, the
+    copy computes what the model does in fp32, and the caller's model is untouched."""
+    with torch.no_grad():
+        model.blocks[0].norm1.weight[3] = 40.0  # one channel of the first Q/K/V input ranges 40x wider
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    batches = [torch.randn(8, 3, 16, 16) for _ in range(2)]
+    copy, layers = precision.smoothed(model, batches)
+    assert layers == 2 * len(model.blocks)
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    x = torch.randn(4, 3, 16, 16)
+    torch.testing.assert_close(copy(x, pre_logits=True), model(x, pre_logits=True), rtol=1e-4, atol=1e-4)
+
+    def spread(m) -> float:  # widest channel range over the median one, at the first Q/K/V input
+        with torch.no_grad():
+            peaks = m.blocks[0].norm1(m.patch_embed(x).flatten(2).transpose(1, 2)).abs().amax((0, 1))
+        return float(peaks.max() / peaks.median())
+
+    assert spread(copy) < spread(model) / 3
+    bit = vitkit.create_model("bit_test", num_classes=3).eval()
+    assert precision.smoothed(bit, [torch.randn(2, 3, *bit.config.image_size)]) == (bit, 0)
+
+
+def test_int8_says_it_smoothed_and_stays_closer_to_fp32_than_without(model, monkeypatch):
+    pytest.importorskip("torchao")
+    with torch.no_grad():
+        for block in model.blocks:  # outlier channels, as trained ViTs have them
+            block.norm1.weight[:2] = 30.0
+            block.norm2.weight[:2] = 30.0
+    calibration = [torch.randn(8, 3, 16, 16) for _ in range(4)]
+    x = torch.randn(32, 3, 16, 16)
+    ref = model(x).detach()
+    runner = precision.prepare(model, "int8", compile=False, calibration=calibration)
+    smoothed_error = (runner(x) - ref).abs().mean()
+    assert f"{2 * len(model.blocks)} layers smoothed (SmoothQuant, alpha 0.5)" in runner.description
+    monkeypatch.setattr(precision, "smoothed", lambda m, batches: (m, 0))
+    plain_error = (precision.prepare(model, "int8", compile=False, calibration=calibration)(x) - ref).abs().mean()
+    assert smoothed_error < plain_error

@@ -27,7 +27,9 @@ int8   PyTorch's PT2E flow with the x86 inductor quantizer (from torchao): stati
        (attention, LayerNorm, GELU) runs under bf16 autocast ("int8-mixed-bf16"); on AVX512_BF16 without AMX,
        where that autocast's casts cost more than it saves and torch's flash attention is no faster in bf16 than in
        fp32, attention alone runs as explicit bf16 matmuls and softmax. Every linear is quantized, also
-       the class-token-only last layer's Q and K/V projections (slices of the fused weight).
+       the class-token-only last layer's Q and K/V projections (slices of the fused weight). Before that, the
+       layers a LayerNorm feeds (each block's Q/K/V and first MLP layer) are smoothed on the calibration images
+       (`smoothed`, SmoothQuant): the same function in fp32, with activations that one int8 scale fits better.
 
 int8-dynamic  torchao's dynamic int8: per-channel int8 weights, activations quantized per token as each batch comes
        (no calibration), then compiled. CPU only. Closer to fp32 than static int8, whose activation scales are
@@ -366,6 +368,11 @@ class Runner:
 
         quantizer = _quantizer_class()()
         quantizer.set_global(xiq.get_default_x86_inductor_quantization_config())
+        batches = [x] if self._calibration is None else list(self._calibration)
+        model, layers = smoothed(self.forward.model, [b.to(self.device, torch.float32) for b in batches])
+        self.forward = _Forward(model, self.forward.pre_logits)  # a smoothed copy: the caller's model stays as it is
+        if layers:
+            self.description += f", {layers} layers smoothed (SmoothQuant, alpha {SMOOTHING})"
         with torch.no_grad():
             batch = torch.export.Dim("batch", min=1, max=4096)  # one quantized graph for every batch size
             example = x if len(x) > 1 else x.expand(2, *x.shape[1:])  # a batch of one would fix the batch size at 1
@@ -374,7 +381,7 @@ class Runner:
             _fold_weight_slices(graph)
             observed = prepare_pt2e(graph, quantizer)
             seen = 0
-            for images in self._calibration if self._calibration is not None else [x]:
+            for images in batches:
                 for chunk in images.split(len(x)):
                     observed(self._pad(chunk.to(self.device, torch.float32)))
                     seen += len(chunk)
@@ -608,6 +615,56 @@ class _DenseClassRow(Block):
 def _dense_class_row(module: nn.Module) -> nn.Module | None:
     """The swap-in (vitkit.kernels.swap) that int8's graph is exported with: every Block as a `_DenseClassRow`."""
     return swap.adopt(_DenseClassRow, module) if type(module) is Block else None
+
+
+SMOOTHING = 0.5  # SmoothQuant's migration strength: how much of an activation channel's range moves to the weights
+
+
+@torch.no_grad()
+def smoothed(model: nn.Module, batches: list[torch.Tensor], alpha: float = SMOOTHING) -> tuple[nn.Module, int]:
+    """A copy of `model` whose layers fed by a LayerNorm (each block's Q/K/V and first MLP layer) take their inputs
+    divided per channel by s = max|x|^alpha / max|w|^(1 - alpha): the LayerNorm's scale and shift divided by s, the
+    layer's weight columns multiplied by it. The same function in fp32; a channel whose activations range far wider
+    than the others no longer sets the one scale static int8 gives the whole tensor (SmoothQuant, Xiao et al. 2023).
+    The maxima are of the LayerNorms' outputs over `batches`. Returns the copy and how many layers it smoothed;
+    (the model itself, 0) for a model without such blocks (BiT)."""
+    pairs = [
+        (getattr(block, norm, None), functools.reduce(lambda m, name: getattr(m, name, None), linear.split("."), block))
+        for block in getattr(model, "blocks", [])
+        for norm, linear in (("norm1", "attn.qkv"), ("norm2", "mlp.fc1"))
+    ]
+    pairs = [
+        (norm, linear)
+        for norm, linear in pairs
+        if isinstance(norm, nn.LayerNorm) and norm.elementwise_affine and isinstance(linear, nn.Linear)
+    ]
+    if not pairs:
+        return model, 0
+    maxima: dict[nn.Module, torch.Tensor] = {}
+
+    def record(norm: nn.Module, _, out: torch.Tensor) -> None:
+        peak = out.detach().abs().reshape(-1, out.shape[-1]).amax(0)
+        maxima[norm] = peak if norm not in maxima else torch.maximum(maxima[norm], peak)
+
+    hooks = [norm.register_forward_hook(record) for norm, _ in pairs]
+    try:
+        for images in batches:
+            model(images)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    where = {id(m): name for name, m in model.named_modules()}
+    names = [(where[id(norm)], where[id(linear)]) for norm, linear in pairs]
+    copied = copy.deepcopy(model)
+    for (norm_name, linear_name), (norm, linear) in zip(names, pairs):
+        s = (maxima[norm].clamp(min=1e-5) ** alpha / linear.weight.abs().amax(0).clamp(min=1e-5) ** (1 - alpha)).clamp(
+            min=1e-5
+        )
+        new_norm, new_linear = copied.get_submodule(norm_name), copied.get_submodule(linear_name)
+        new_norm.weight.div_(s)
+        new_norm.bias.div_(s)
+        new_linear.weight.mul_(s)
+    return copied, len(pairs)
 
 
 def _quantizer_class():
