@@ -174,7 +174,7 @@ def write_results(rows: dict[str, dict], label: str, model: str, n: int) -> None
 
     label = re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-")
     others = [
-        f"{name.split(' ', 1)[1].replace('openvino', 'OpenVINO').replace('onnxruntime', 'ONNX Runtime')} "
+        f"{name.replace('openvino', 'OpenVINO').replace('onnxruntime', 'ONNX Runtime')} "
         f"{100 * r['agreement_with_vitkit_fp32']:.2f}%"
         for name, r in rows.items()
         if not name.startswith("vitkit")
