@@ -390,7 +390,6 @@ def test_int8_mfu_is_of_a_measured_int8_peak_multiplied_as_int8_runs_its_gemms(m
 
 def test_fp8_trains_the_blocks_in_float8_beside_references_in_bf16(monkeypatch):
     monkeypatch.setitem(benchmark.PEAK_SIDE, "cpu", 64)
-    monkeypatch.setattr(benchmark, "FP8_CPU_SIDE", 32)
     setup = benchmark.Setup(config=get_config("vit_test"), batch_size=2, mode="train", dtype="fp8", rounds=1, warmup=1)
     report = benchmark.run(setup, compare=["vitkit:bf16"])
     assert report["candidates"]["vitkit"].startswith("vitkit fp8 (8 linear layers in torchao's float8")

@@ -122,8 +122,9 @@ def _matmul(setup: Setup) -> tuple[Callable[[], Any], int]:
     n = PEAK_SIDE["cpu" if setup.device == "cpu" else "cuda"]
     if setup.dtype.startswith("int8"):
         return _int8_matmul(n), INT8_REPEATS * 2 * n**3
-    if setup.dtype == "fp8":
-        n = n if torch.device(setup.device).type == "cuda" else FP8_CPU_SIDE
+    if setup.dtype == "fp8":  # the CPU emulates fp8 (vitkit.kernels.float8): its multiplies are fp32's
+        if torch.device(setup.device).type != "cuda":
+            return _matmul(dataclasses.replace(setup, dtype="fp32"))
         return _fp8_matmul(n, setup.device), 2 * n**3
     dtype = DTYPES[setup.dtype]
     a = torch.randn(n, n, device=setup.device).to(dtype)
@@ -160,9 +161,6 @@ def _int8_matmul(n: int) -> Callable[[], torch.Tensor]:
         return out
 
     return multiply
-
-
-FP8_CPU_SIDE = 256  # the CPU multiplies fp8 without matrix units, slowly: a small square measures it
 
 
 def _fp8_matmul(n: int, device: str) -> Callable[[], torch.Tensor]:

@@ -9,7 +9,8 @@ Only linear layers inside the blocks (Q/K/V, the attention output, both MLP laye
 16 (what fp8 matrix units multiply) convert; the patch embedding and the head keep bf16, as torchao advises for the
 first and last layers. A converted layer keeps its parameters, so checkpoints, EMA and exports are those of a bf16 run.
 fp8 matmuls pay on GPUs with fp8 tensor cores (compute capability 8.9 and up: Ada, Hopper, Blackwell); an older GPU is
-refused. The CPU has none: there it runs, slower than bf16, to check a recipe before a GPU run.
+refused. The CPU has none: there the layers are emulated (inputs rounded to fp8, multiplied in fp32), several times
+slower than bf16, to check a recipe before a GPU run.
 """
 
 from __future__ import annotations
@@ -62,10 +63,13 @@ def convert(model: nn.Module, device: torch.device) -> int:
     """The eligible linear layers of `model` as torchao's float8 training linears, in place (their parameters kept):
     how many converted. Raises ConfigError where fp8 cannot run (`check`)."""
     check(device)
-    from torchao.float8 import convert_to_float8_training
+    from torchao.float8 import Float8LinearConfig, convert_to_float8_training
 
     before = {name for name, m in model.named_modules() if eligible(m, name)}
-    convert_to_float8_training(model, module_filter_fn=lambda m, name: name in before)
+    # without fp8 matrix units, emulated: inputs rounded to fp8 as on a GPU, multiplied in fp32 (torch's own fp8
+    # matmul on the CPU is a reference loop, hundreds of times slower)
+    config = Float8LinearConfig(emulate=device.type != "cuda")
+    convert_to_float8_training(model, module_filter_fn=lambda m, name: name in before, config=config)
     return len(before)
 
 
@@ -78,7 +82,8 @@ def describe(model: nn.Module, device: torch.device) -> str:
     """The plan's precision line for an fp8 run."""
     linears = sum(isinstance(m, nn.Linear) for m in model.modules())
     where = (
-        "; the CPU has no fp8 matrix units, so this runs slower than bf16: a check before a GPU run"
+        "; the CPU has no fp8 matrix units: emulated (rounded to fp8, multiplied in fp32), several times slower "
+        "than bf16, a check before a GPU run"
         if device.type == "cpu"
         else ""
     )
