@@ -67,7 +67,7 @@ def convert(model: nn.Module, device: torch.device) -> int:
 
     before = {name for name, m in model.named_modules() if eligible(m, name)}
     # without fp8 matrix units, emulated: inputs rounded to fp8 as on a GPU, multiplied in fp32 (torch's own fp8
-    # matmul on the CPU is a reference loop, hundreds of times slower)
+    # matmul on the CPU is a plain reference loop)
     config = Float8LinearConfig(emulate=device.type != "cuda")
     convert_to_float8_training(model, module_filter_fn=lambda m, name: name in before, config=config)
     return len(before)
