@@ -65,7 +65,7 @@ def _add_compare_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--compare",
         default="",
-        help="comma-separated candidates, each optionally :fp32/:bf16/:int8/:int8-dynamic (default: --precision): references "
+        help="comma-separated candidates, each optionally :fp32/:bf16/:int8/:int8-dynamic/:fp8 (default: --precision): references "
         "transformers,timm ('all': those installed), deployment runtimes onnxruntime,openvino (fed vitkit's "
         "ONNX export; same thread count, ONNX Runtime not spinning; :int8 quantizes that export with NNCF) and vitkit "
         "itself, e.g. vitkit:fp32,openvino:bf16,openvino:int8",
