@@ -324,9 +324,9 @@ def parse_candidates(compare: list[str] | tuple[str, ...], setup: Setup) -> list
     """(label, library, precision) of every --compare entry: a reference, "vitkit" or a backend, each optionally
     ":fp32", ":bf16" or ":int8" (default: the benchmark's precision; references run it through autocast)."""
     out = []
+    reference_precision = "bf16" if setup.dtype == "fp8" else setup.dtype  # no reference has fp8 of its own
     for entry in compare:
         name, _, prec = entry.partition(":")
-        reference_precision = "bf16" if setup.dtype == "fp8" else setup.dtype  # no reference has fp8 of its own
         prec = prec or (reference_precision if name in REFERENCES else setup.dtype)
         if name not in (*REFERENCES, *BACKENDS, "vitkit"):
             raise ConfigError(
@@ -647,8 +647,10 @@ def _executed_note(report: dict[str, Any]) -> str:
 
 def _peak_dtype(dtype: str) -> str:
     """The dtype `_matmul` measures the peak in, for a benchmark run in `dtype`."""
-    if dtype.startswith("int8") or dtype == "fp8":
-        return dtype[:4]
+    if dtype.startswith("int8"):  # int8 and int8-dynamic multiply alike
+        return "int8"
+    if dtype == "fp8":
+        return "fp8"
     return (
         str(DTYPES[dtype])
         .replace("torch.", "")

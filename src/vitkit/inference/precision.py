@@ -628,16 +628,7 @@ def smoothed(model: nn.Module, batches: list[torch.Tensor], alpha: float = SMOOT
     than the others no longer sets the one scale static int8 gives the whole tensor (SmoothQuant, Xiao et al. 2023).
     The maxima are of the LayerNorms' outputs over `batches`. Returns the copy and how many layers it smoothed;
     (the model itself, 0) for a model without such blocks (BiT)."""
-    pairs = [
-        (getattr(block, norm, None), functools.reduce(lambda m, name: getattr(m, name, None), linear.split("."), block))
-        for block in getattr(model, "blocks", [])
-        for norm, linear in (("norm1", "attn.qkv"), ("norm2", "mlp.fc1"))
-    ]
-    pairs = [
-        (norm, linear)
-        for norm, linear in pairs
-        if isinstance(norm, nn.LayerNorm) and norm.elementwise_affine and isinstance(linear, nn.Linear)
-    ]
+    pairs = [pair for block in getattr(model, "blocks", []) for pair in _layernorm_fed(block)]
     if not pairs:
         return model, 0
     maxima: dict[nn.Module, torch.Tensor] = {}
@@ -653,18 +644,30 @@ def smoothed(model: nn.Module, batches: list[torch.Tensor], alpha: float = SMOOT
     finally:
         for hook in hooks:
             hook.remove()
-    where = {id(m): name for name, m in model.named_modules()}
-    names = [(where[id(norm)], where[id(linear)]) for norm, linear in pairs]
-    copied = copy.deepcopy(model)
-    for (norm_name, linear_name), (norm, linear) in zip(names, pairs):
-        s = (maxima[norm].clamp(min=1e-5) ** alpha / linear.weight.abs().amax(0).clamp(min=1e-5) ** (1 - alpha)).clamp(
-            min=1e-5
-        )
-        new_norm, new_linear = copied.get_submodule(norm_name), copied.get_submodule(linear_name)
-        new_norm.weight.div_(s)
-        new_norm.bias.div_(s)
-        new_linear.weight.mul_(s)
+    originals: dict[int, object] = {}  # id of each of the model's objects -> its copy
+    copied = copy.deepcopy(model, originals)
+    for norm, linear in pairs:
+        s = maxima[norm].clamp(min=1e-5) ** alpha / linear.weight.abs().amax(0).clamp(min=1e-5) ** (1 - alpha)
+        s = s.clamp(min=1e-5)
+        originals[id(norm)].weight.div_(s)
+        originals[id(norm)].bias.div_(s)
+        originals[id(linear)].weight.mul_(s)
     return copied, len(pairs)
+
+
+def _layernorm_fed(block: nn.Module) -> list[tuple[nn.LayerNorm, nn.Linear]]:
+    """A transformer block's (LayerNorm, the linear layer it feeds) pairs: (norm1, Q/K/V) and (norm2, fc1); none for
+    other blocks (a ResNet unit)."""
+    attn, mlp = getattr(block, "attn", None), getattr(block, "mlp", None)
+    found = (
+        (getattr(block, "norm1", None), getattr(attn, "qkv", None)),
+        (getattr(block, "norm2", None), getattr(mlp, "fc1", None)),
+    )
+    return [
+        (norm, linear)
+        for norm, linear in found
+        if isinstance(norm, nn.LayerNorm) and norm.elementwise_affine and isinstance(linear, nn.Linear)
+    ]
 
 
 def _quantizer_class():
