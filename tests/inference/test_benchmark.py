@@ -399,3 +399,16 @@ def test_fp8_trains_the_blocks_in_float8_beside_references_in_bf16(monkeypatch):
         benchmark.parse_candidates(["transformers:fp8"], setup)
     with pytest.raises(Exception, match="fp8: training only"):
         benchmark.Setup(config=get_config("vit_test"), dtype="fp8")
+
+
+def test_the_fp8_peak_multiplies_as_float8_training_does():
+    """The GPU's fp8 peak (run on the CPU here, where torch's scaled matmul also runs): e4m3 operands, the second
+    column-major, unit scales, a bf16 product of the rounded operands."""
+    torch.manual_seed(0)
+    step = benchmark._fp8_matmul(32, "cpu")
+    torch.manual_seed(0)  # the same operands again
+    a = torch.randn(32, 32).to(torch.float8_e4m3fn).float()
+    b = torch.randn(32, 32).to(torch.float8_e4m3fn).float().t()
+    out = step()
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.float(), a @ b, rtol=1e-2, atol=1e-1)
