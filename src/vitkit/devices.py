@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 import sys
 import time
 from typing import TYPE_CHECKING
@@ -144,6 +145,15 @@ def compile_cache_by_isa() -> None:
     config = torch.compiler.config
     if not config.cache_key_tag:
         config.cache_key_tag = f"vitkit-{torch.backends.cpu.get_cpu_capability()}"
+
+
+def cpu_compiler() -> str | None:
+    """The C++ compiler torch.compile builds CPU code with ($CXX, else inductor's candidates); None where none is on
+    PATH, and there a compiled CPU graph fails at its first call."""
+    from torch._inductor import config as inductor
+
+    names = [os.environ.get("CXX"), *inductor.cpp.cxx]
+    return next((name for name in names if name and shutil.which(name)), None)
 
 
 def fused_optimizer(device: torch.device | str) -> bool | None:

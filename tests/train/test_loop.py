@@ -326,3 +326,49 @@ def test_the_plan_names_every_augmentation_with_its_strength_and_the_eta_follows
     step_s = running_step_time(None, 10.0, 10)  # 1 s a step
     assert step_s == 1.0 and running_step_time(step_s, 30.0, 10) == 2.0  # halfway to a slower 3 s a step
     assert running_step_time(step_s, 5.0, 0) == 1.0  # a window without steps changes nothing
+
+
+def test_compiled_cpu_training_follows_eager_and_the_plan_says_it_compiled(tmp_path, capsys):
+    """The demo configs train compiled on the CPU (train.compile=true): the same run eager and compiled lands on the
+    same weights to rounding, and the plan says it compiles."""
+    overrides = [*TINY, "train.steps=3", "train.eval_every=3"]
+    eager = train(load_run_config(None, overrides), tmp_path / "eager")
+    capsys.readouterr()
+    compiled = train(load_run_config(None, [*overrides, "train.compile=true"]), tmp_path / "compiled")
+    plan = capsys.readouterr().out
+    assert "compile    torch.compile (train.compile=true)" in plan, plan
+    a = read_safetensors(tmp_path / "eager" / "final" / "model.safetensors")
+    b = read_safetensors(tmp_path / "compiled" / "final" / "model.safetensors")
+    assert a.keys() == b.keys()
+    for name in a:
+        torch.testing.assert_close(b[name], a[name], rtol=1e-4, atol=1e-5, msg=name)
+    assert compiled["final_val_top1"] == pytest.approx(eager["final_val_top1"], abs=1 / 16)
+
+
+def test_without_a_cpp_compiler_train_compile_trains_eager_and_the_plan_says_why(tmp_path, capsys, monkeypatch):
+    """torch.compile builds CPU code with a C++ compiler; without one its first call failed deep in the step. The run
+    trains eager and the plan names the missing compiler."""
+    from vitkit.train import plan
+
+    monkeypatch.setattr(plan, "cpu_compiler", lambda: None)
+    monkeypatch.setattr(torch, "compile", lambda *a, **k: pytest.fail("compiled without a C++ compiler"))
+    summary = train(load_run_config(None, [*TINY, "train.steps=2", "train.compile=true"]), tmp_path / "run")
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("compile "))
+    assert "needs a C++ compiler and none is on PATH" in line and "training eager" in line, line
+    assert summary["steps"] == 2
+
+
+def test_cpu_compiler_reads_cxx_then_inductors_candidates(monkeypatch, tmp_path):
+    from torch._inductor import config as inductor
+
+    from vitkit.devices import cpu_compiler
+
+    compiler = tmp_path / "my-c++"
+    compiler.write_text("#!/bin/sh\n")
+    compiler.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(inductor.cpp, "cxx", (None, "g++"))
+    monkeypatch.setenv("CXX", "my-c++")
+    assert cpu_compiler() == "my-c++"
+    monkeypatch.delenv("CXX")
+    assert cpu_compiler() is None

@@ -341,7 +341,7 @@ def _assemble(
     scaler = torch.amp.GradScaler(env.device.type, enabled=env.amp_dtype == torch.float16)
     # EMA weights: shaped as the model's state dict, so sharded like it under FSDP (updated without communication)
     ema = {k: v.detach().clone() for k, v in model.state_dict().items()} if t.ema else None
-    compiles = t.compile and objective.compiles
+    compiles = env.compiles and objective.compiles
     if compiles:
         compile_cache_by_isa()
     forward = torch.compile(module, options=short_attention.compile_options(env.device)) if compiles else module

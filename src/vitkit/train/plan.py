@@ -17,7 +17,7 @@ from vitkit.checkpoint.runs import step_checkpoints
 from vitkit.data.augment import AugmentConfig
 from vitkit.data.split import where_from
 from vitkit.data.summary import copies_warning, relabelled_warning
-from vitkit.devices import COUNT_KEYS, pick_device, usable_cpus
+from vitkit.devices import COUNT_KEYS, cpu_compiler, pick_device, usable_cpus
 from vitkit.errors import CheckpointError, ConfigError
 from vitkit.files import refuse_foreign
 from vitkit.models import BiTConfig, ConvStemConfig, ModelConfig, VisionTransformer
@@ -54,6 +54,7 @@ def resolve(config: RunConfig, out: Path, resume: bool) -> Setup:
         t.batch_size // micro,
         checkpoints,
         model=model_of(config),
+        compiles=t.compile and (device.type != "cpu" or cpu_compiler() is not None),
     )
 
 
@@ -89,6 +90,7 @@ def plan_block(
     lines += _objective_lines(config, data, env)
     lines.append(f"optimizer  {describe(config.train, getattr(model.config, 'depth', None))}")
     lines += [f"precision  {env.precision}"] if env.precision and step < last else []
+    lines += [f"compile    {_compile_line(env)}"] if config.train.compile and step < last else []
     lines += augment_lines(config.augment, model.config.image_size[0], len(data.class_names))
     lines += _warnings(config, data, env)
     # one process of FSDP: the wrapped objective, not the model, unshards it
@@ -265,6 +267,16 @@ def _objective_lines(config: RunConfig, data: Data, env: Setup) -> list[str]:
         f"objective  {env.objective}: chosen by train.objective=auto (the default), as {data.train.source} gives each "
         "image a set of labels: a sigmoid per class"
     ]
+
+
+def _compile_line(env: Setup) -> str:
+    """train.compile: compiled (its first steps compile), or why the run trains eager."""
+    if env.compiles:
+        return "torch.compile (train.compile=true): the first steps compile the graph, then run fused"
+    return (
+        "off: train.compile=true, but torch.compile on the CPU needs a C++ compiler and none is on PATH (g++ or $CXX); "
+        "training eager (install g++ to compile)"
+    )
 
 
 def _warnings(config: RunConfig, data: Data, env: Setup) -> list[str]:

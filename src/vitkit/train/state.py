@@ -59,6 +59,9 @@ class Setup:
     precision: str = ""  # which precision runs and why (train.precision; the plan's line)
     objective: str = ""  # what the model learns: train.objective, "auto" made what the data's labels call for
     teacher: Any = None  # train.teacher loaded and checked (a vitkit.train.teacher.Teacher), None without one
+    # train.compile where it can run: on the CPU torch.compile needs a C++ compiler, and without one the run trains
+    # eager and the plan says so
+    compiles: bool = False
 
 
 @dataclass
