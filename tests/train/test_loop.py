@@ -367,8 +367,19 @@ def test_cpu_compiler_reads_cxx_then_inductors_candidates(monkeypatch, tmp_path)
     compiler.write_text("#!/bin/sh\n")
     compiler.chmod(0o755)
     monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.setattr(inductor.cpp, "cxx", (None, "g++"))
-    monkeypatch.setenv("CXX", "my-c++")
-    assert cpu_compiler() == "my-c++"
-    monkeypatch.delenv("CXX")
-    assert cpu_compiler() is None
+    with inductor.patch({"cpp.cxx": (None, "g++")}):  # torch's config, restored on leaving
+        monkeypatch.setenv("CXX", "my-c++")
+        assert cpu_compiler() == "my-c++"
+        monkeypatch.delenv("CXX")
+        assert cpu_compiler() is None
+    assert inductor.cpp.cxx
+
+
+def test_the_plan_says_masked_patch_training_runs_eager_under_train_compile(tmp_path, capsys):
+    """Masked patch prediction never compiles; the plan said it did."""
+    train(
+        load_run_config(None, [*TINY, "train.steps=1", "train.objective=masked_patch", "train.compile=true"]),
+        tmp_path / "run",
+    )
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("compile "))
+    assert "off: the masked_patch objective trains eager" in line, line

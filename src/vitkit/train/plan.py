@@ -24,6 +24,7 @@ from vitkit.models import BiTConfig, ConvStemConfig, ModelConfig, VisionTransfor
 from vitkit.models.distill import one_output
 from vitkit.train import distributed
 from vitkit.train.config import RunConfig, epochs_done
+from vitkit.train.objectives import OBJECTIVES
 from vitkit.train.optim import describe
 from vitkit.train.precision import autocast_dtype, timing_passes
 from vitkit.train.state import RUN_FILES, Data, Setup, is_number
@@ -271,6 +272,8 @@ def _objective_lines(config: RunConfig, data: Data, env: Setup) -> list[str]:
 
 def _compile_line(env: Setup) -> str:
     """train.compile: compiled (its first steps compile), or why the run trains eager."""
+    if env.objective in OBJECTIVES and not OBJECTIVES[env.objective].compiles:
+        return f"off: the {env.objective} objective trains eager (train.compile applies to classification)"
     if env.compiles:
         return "torch.compile (train.compile=true): the first steps compile the graph, then run fused"
     return (
