@@ -47,13 +47,16 @@ def step_times(config_name: str, rounds: int) -> dict[str, float]:
     x = torch.randn(t.batch_size, model_config.in_chans, *model_config.image_size)
     y = torch.randint(0, model_config.num_classes, (t.batch_size,))
     compile_cache_by_isa()
+    compiled = copy.deepcopy(eager)
+    forwards = {
+        "eager": (eager, eager),
+        "compiled": (compiled, torch.compile(compiled, options=short_attention.compile_options(torch.device("cpu")))),
+    }
     steps = {}
-    for name in ("eager", "compiled"):
-        model = eager if name == "eager" else copy.deepcopy(eager)
-        forward = torch.compile(model, options=short_attention.compile_options(torch.device("cpu")))
+    for name, (model, forward) in forwards.items():
         opt = make_optimizer(model, t)
 
-        def step(forward=model if name == "eager" else forward, opt=opt):
+        def step(forward=forward, opt=opt):
             F.cross_entropy(forward(x), y, label_smoothing=config.augment.label_smoothing).backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
