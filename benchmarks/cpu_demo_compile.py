@@ -1,15 +1,16 @@
-"""The CPU demos' training step eager and under torch.compile (train.compile=true), in turns.
+"""The CPU demos' training step eager, under torch.compile (train.compile=true), and compiled in bf16, in turns.
 
     python benchmarks/cpu_demo_compile.py --threads 2 --rounds 20 --results
     python benchmarks/cpu_demo_compile.py --rounds 1 --results-dir /tmp/smoke   # a smoke run
 
 For configs/fashion_mnist.yaml (the plain demo) and configs/fashion_mnist_hybrid.yaml (the hybrid demo): the model,
-optimizer and loss of the config at its batch size, one copy eager and one compiled as `vitkit train` compiles it,
-both from the same weights on the same random batch. Prints ms per step of each and the median of per-round ratios.
+optimizer and loss of the config at its batch size, one copy eager (fp32), one compiled as `vitkit train` compiles it
+(fp32), one compiled under bf16 autocast (what train.precision=auto picks for a compiled run on AMX), all from the same
+weights on the same random batch. Prints ms per step of each and the medians of per-round ratios.
 
---results writes demo-step-compiled-SLUG (benchmarks/results/demo.csv) and hybrid-demo-step-compiled-SLUG
-(benchmarks/results/hybrid_demo.csv) through benchmarks/rows.py; --results-dir DIR writes under DIR instead. Then run
-`python benchmarks/render.py`.
+--results writes demo-step-compiled-SLUG (compiled over eager) and demo-step-compiled-bf16-SLUG (compiled bf16 over
+compiled fp32) to benchmarks/results/demo.csv, the hybrid-demo-* rows to benchmarks/results/hybrid_demo.csv, through
+benchmarks/rows.py; --results-dir DIR writes under DIR instead. Then run `python benchmarks/render.py`.
 """
 
 from __future__ import annotations
@@ -32,41 +33,47 @@ from vitkit.train.config import load_run_config
 from vitkit.train.optim import make_optimizer
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
-DEMOS = {  # results file: (row id, config)
-    "demo": ("demo-step-compiled", "fashion_mnist.yaml"),
-    "hybrid_demo": ("hybrid-demo-step-compiled", "fashion_mnist_hybrid.yaml"),
+DEMOS = {  # results file: (row id prefix, config)
+    "demo": ("demo-step", "fashion_mnist.yaml"),
+    "hybrid_demo": ("hybrid-demo-step", "fashion_mnist_hybrid.yaml"),
 }
+VARIANTS = {"eager": (False, None), "compiled": (True, None), "compiled_bf16": (True, torch.bfloat16)}
 
 
 def step_times(config_name: str, rounds: int) -> dict[str, float]:
-    """ms per training step, eager and compiled, and the median of per-round eager / compiled ratios."""
+    """ms per training step of each variant, and the medians of per-round ratios: compiled over eager (fp32), and
+    compiled bf16 over compiled fp32."""
     config = load_run_config(CONFIGS / config_name)
     model_config, t = config.model_config(), config.train
     torch.manual_seed(0)
-    eager = short_attention.install(build_model(model_config))
+    base = short_attention.install(build_model(model_config))
     x = torch.randn(t.batch_size, model_config.in_chans, *model_config.image_size)
     y = torch.randint(0, model_config.num_classes, (t.batch_size,))
     compile_cache_by_isa()
-    compiled = copy.deepcopy(eager)
-    forwards = {
-        "eager": (eager, eager),
-        "compiled": (compiled, torch.compile(compiled, options=short_attention.compile_options(torch.device("cpu")))),
-    }
     steps = {}
-    for name, (model, forward) in forwards.items():
+    for name, (compiled, dtype) in VARIANTS.items():
+        model = copy.deepcopy(base)
+        forward = torch.compile(model, options=short_attention.compile_options("cpu")) if compiled else model
         opt = make_optimizer(model, t)
 
-        def step(forward=forward, opt=opt):
-            F.cross_entropy(forward(x), y, label_smoothing=config.augment.label_smoothing).backward()
+        def step(forward=forward, opt=opt, dtype=dtype):
+            with torch.autocast("cpu", dtype=dtype or torch.float32, enabled=dtype is not None):
+                logits = forward(x)
+            F.cross_entropy(logits.float(), y, label_smoothing=config.augment.label_smoothing).backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
 
         steps[name] = step
-    times = interleaved_times(steps, device="cpu", rounds=rounds, warmup=3)  # the first compiled call compiles
+    times = interleaved_times(steps, device="cpu", rounds=rounds, warmup=3)  # the first compiled calls compile
+    ms = {f"{name}_ms": 1e3 * statistics.median(times[name]) for name in VARIANTS}
+
+    def ratio(slow: str, fast: str) -> float:
+        return statistics.median(a / b for a, b in zip(times[slow], times[fast]))
+
     return {
-        "eager_ms": 1e3 * statistics.median(times["eager"]),
-        "compiled_ms": 1e3 * statistics.median(times["compiled"]),
-        "speedup": statistics.median(e / c for e, c in zip(times["eager"], times["compiled"])),
+        **ms,
+        "compiled": ratio("eager", "compiled"),
+        "bf16": ratio("compiled", "compiled_bf16"),
         "batch": t.batch_size,
     }
 
@@ -79,26 +86,39 @@ def main() -> None:
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    print(f"{device_name('cpu')}, torch {torch.__version__}, fp32, {torch.get_num_threads()} threads")
+    print(f"{device_name('cpu')}, torch {torch.__version__}, {torch.get_num_threads()} threads")
     report = {"device": device_name("cpu"), "threads": torch.get_num_threads(), "torch": torch.__version__}
-    for results, (row_id, config_name) in DEMOS.items():
+    for results, (prefix, config_name) in DEMOS.items():
         r = report[config_name] = step_times(config_name, args.rounds)
         print(
-            f"configs/{config_name} training step, batch {r['batch']}: {r['compiled_ms']:.1f} ms compiled against "
-            f"{r['eager_ms']:.1f} ms eager: {r['speedup']:.2f}x",
+            f"configs/{config_name} training step, batch {r['batch']}: eager {r['eager_ms']:.1f} ms, compiled "
+            f"{r['compiled_ms']:.1f} ms ({r['compiled']:.2f}x), compiled bf16 {r['compiled_bf16_ms']:.1f} ms "
+            f"({r['bf16']:.2f}x compiled fp32)",
             flush=True,
         )
-        row = {
-            "id": row_id,
+        common = {
             "benchmark": "Fashion-MNIST demo (`make demo`)" if results == "demo" else "Hybrid demo",
-            "claim": "training step compiled (train.compile=true) over eager",
-            "figure": f"{r['speedup']:.2f}",
             "unit": "x",
-            "against": f"eager ({r['compiled_ms']:.1f} vs {r['eager_ms']:.1f} ms)",
             "model": f"configs/{config_name}",
-            "setting": f"batch {r['batch']}, fp32, {report['threads']} threads, interleaved rounds",
+            "setting": f"batch {r['batch']}, {report['threads']} threads, interleaved rounds",
         }
-        write_asked_rows(args, results, [row])
+        rows = [
+            {
+                **common,
+                "id": f"{prefix}-compiled",
+                "claim": "training step compiled (train.compile=true) over eager, fp32",
+                "figure": f"{r['compiled']:.2f}",
+                "against": f"eager ({r['compiled_ms']:.1f} vs {r['eager_ms']:.1f} ms)",
+            },
+            {
+                **common,
+                "id": f"{prefix}-compiled-bf16",
+                "claim": "training step compiled in bf16 (train.precision=auto on AMX) over compiled fp32",
+                "figure": f"{r['bf16']:.2f}",
+                "against": f"compiled fp32 ({r['compiled_bf16_ms']:.1f} vs {r['compiled_ms']:.1f} ms)",
+            },
+        ]
+        write_asked_rows(args, results, rows)
     print(json.dumps(report))
 
 

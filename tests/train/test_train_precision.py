@@ -58,6 +58,29 @@ def test_auto_measures_once_per_model_shape_and_keeps_the_result(measured, monke
     assert precision.choose("auto", small, cpu, 64, earlier="fp32").dtype is None and len(calls) == 3
 
 
+def test_a_compiled_run_on_amx_trains_bf16_unmeasured_and_the_plan_says_why(measured, monkeypatch, capsys, tmp_path):
+    """Compiled, the casts fuse and AMX multiplies bf16 tiles: even the demo's small model trains faster in bf16, so a
+    compiled run on AMX takes bf16 without measuring (that would compile twice more). Without AMX, or eager, as
+    before: a model this small stays fp32."""
+    calls, _ = measured
+    cpu, small = torch.device("cpu"), create_model("vit_test")
+    monkeypatch.setattr(precision, "native_bf16", lambda: "AMX")
+    assert precision.choose("auto", small, cpu, 16).dtype is None  # eager: too small to gain
+    choice = precision.choose("auto", small, cpu, 16, compiled=True)
+    assert choice.dtype == torch.bfloat16 and "bf16 (AMX, compiled" in choice.reason and not calls
+    assert precision.choose("fp32", small, cpu, 16, compiled=True).dtype is None  # asked: as asked
+    assert precision.choose("auto", small, cpu, 16, compiled=True, processes=2).dtype is None
+    monkeypatch.setattr(precision, "native_bf16", lambda: "AVX512_BF16")
+    assert precision.choose("auto", small, cpu, 16, compiled=True).dtype is None and not calls
+    # a run with train.compile=true: torch.compile stands in as the identity (nothing compiles), AMX as the CPU's
+    monkeypatch.setattr(precision, "native_bf16", lambda: "AMX")
+    monkeypatch.setattr(torch, "compile", lambda module, **kwargs: module)
+    train(load_run_config(None, [*TINY, "train.steps=2", "train.compile=true"]), tmp_path / "compiled")
+    assert "precision  bf16 (AMX, compiled" in capsys.readouterr().out
+    train(load_run_config(None, [*TINY, "train.steps=2"]), tmp_path / "eager")
+    assert "precision  fp32: bf16 gains nothing for a model this small" in capsys.readouterr().out and not calls
+
+
 def test_bf16_training_on_the_cpu_learns_like_fp32_and_resumes_exactly(measured, monkeypatch, tmp_path, capsys):
     """auto picks bf16 where measured faster, the plan says so, and the run keeps bf16 when resumed whatever a new
     measurement says. The resumed run's weights equal the straight run's bit for bit (same machine: exact)."""

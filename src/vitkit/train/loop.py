@@ -37,7 +37,7 @@ from vitkit.train import distributed, faults, trackers
 from vitkit.train.config import RunConfig, dump_run_config, epochs_done, load_run_yaml
 from vitkit.train.init import init_from, pretrained_on
 from vitkit.train.inputs import augment_generator, prepare_data, write_held_out
-from vitkit.train.objectives import objective_for, pick_objective
+from vitkit.train.objectives import OBJECTIVES, objective_for, pick_objective
 from vitkit.train.optim import (
     learning_rate,
     make_optimizer,
@@ -121,8 +121,10 @@ def _train(config: RunConfig, out: Path, resume: bool, stop_at: int | None, star
     env = resolve(config, out, resume)
     data = prepare_data(config, out, resume, env)
     config = config.with_steps_for(len(data.train))  # train.epochs -> train.steps, now that the split's size is known
-    # train.objective=auto: what the labels call for (run.yaml keeps "auto", as for train.precision)
-    env = dataclasses.replace(env, objective=objective_for(config.train.objective, data.train))
+    # train.objective=auto: what the labels call for (run.yaml keeps "auto", as for train.precision); a step
+    # compiles where the device can and the objective does (masked patch prediction trains eager)
+    objective = objective_for(config.train.objective, data.train)
+    env = dataclasses.replace(env, objective=objective, compiles=env.compiles and OBJECTIVES[objective].compiles)
     t = config.train
     if t.teacher is not None:  # DeiT's distillation: the teacher loaded once, checked against the student and data
         env = dataclasses.replace(
@@ -161,7 +163,15 @@ def _precision(config: RunConfig, env: Setup, run: RunState, resume: bool) -> Se
     earlier = run.progress.get("precision")
     if resume and earlier is None:
         earlier = "bf16" if env.device.type == "cuda" else "fp32"
-    choice = choose(config.train.precision, run.model, env.device, env.micro, earlier=earlier, processes=env.world.size)
+    choice = choose(
+        config.train.precision,
+        run.model,
+        env.device,
+        env.micro,
+        earlier=earlier,
+        processes=env.world.size,
+        compiled=env.compiles,  # auto measures the step as the run takes it
+    )
     run.progress["precision"] = choice.name
     return dataclasses.replace(env, amp_dtype=choice.dtype, precision=choice.reason)
 
@@ -341,10 +351,9 @@ def _assemble(
     scaler = torch.amp.GradScaler(env.device.type, enabled=env.amp_dtype == torch.float16)
     # EMA weights: shaped as the model's state dict, so sharded like it under FSDP (updated without communication)
     ema = {k: v.detach().clone() for k, v in model.state_dict().items()} if t.ema else None
-    compiles = env.compiles and objective.compiles
-    if compiles:
+    if env.compiles:
         compile_cache_by_isa()
-    forward = torch.compile(module, options=short_attention.compile_options(env.device)) if compiles else module
+    forward = torch.compile(module, options=short_attention.compile_options(env.device)) if env.compiles else module
     return RunState(model, objective, trainable, module, forward, optimizer, scaler, ema, progress)
 
 

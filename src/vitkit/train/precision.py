@@ -11,6 +11,9 @@ auto   bf16 autocast on a GPU. On a CPU with native bf16 (AVX512_BF16 or AMX) bf
        once). The result is kept in a small JSON file in vitkit's cache folder, per CPU (model, flags), torch
        version, thread count and model shape, so later runs read it. Models under MIN_GFLOPS per image stay fp32
        unmeasured: their steps are too short for bf16's casts to pay back. A CPU without native bf16 stays fp32.
+       A compiled run (train.compile) on a CPU with AMX trains bf16 unmeasured: the compiled graph fuses the casts
+       into the work around them and AMX multiplies bf16 tiles, so small models gain too (the rows
+       demo-step-compiled-bf16-* in benchmarks/results); measuring it would compile the model twice more.
 A resumed run keeps the precision its first stretch chose (train_state.json), so a resume stays exact.
 """
 
@@ -51,10 +54,18 @@ class Choice:
 
 
 def choose(
-    asked: str, model: nn.Module, device: torch.device, micro: int, *, earlier: str | None = None, processes: int = 1
+    asked: str,
+    model: nn.Module,
+    device: torch.device,
+    micro: int,
+    *,
+    earlier: str | None = None,
+    processes: int = 1,
+    compiled: bool = False,
 ) -> Choice:
     """The precision a run trains in: `asked` (train.precision), or for "auto" what pays on `device` (see the module
-    docstring). `earlier`: the precision a resumed run trained in so far (kept, for an exact resume)."""
+    docstring). `earlier`: the precision a resumed run trained in so far (kept, for an exact resume); `compiled`:
+    whether the run's step is compiled."""
     if asked == "fp8":
         return Choice(asked, float8.describe(model, device))
     if asked != "auto":
@@ -70,6 +81,12 @@ def choose(
         return Choice("fp32", "fp32: this CPU has no native bf16 (train.precision=auto)")
     if processes > 1:  # every process must train alike: each measuring for itself could disagree
         return Choice("fp32", "fp32: several processes (train.precision=auto); train.precision=bf16 asks for bf16")
+    if compiled and isa == "AMX":
+        return Choice(
+            "bf16",
+            "bf16 (AMX, compiled: the casts fuse and AMX multiplies bf16 tiles; rows demo-step-compiled-bf16-* in "
+            "benchmarks/results; train.precision=auto, fp32 for fp32)",
+        )
     from vitkit.models.summary import count_flops
 
     gflops = count_flops(model.config) / 1e9

@@ -60,7 +60,7 @@ class Setup:
     objective: str = ""  # what the model learns: train.objective, "auto" made what the data's labels call for
     teacher: Any = None  # train.teacher loaded and checked (a vitkit.train.teacher.Teacher), None without one
     # train.compile where it can run: on the CPU torch.compile needs a C++ compiler, and without one the run trains
-    # eager and the plan says so
+    # eager and the plan says so; masked patch prediction trains eager (set once the objective is known)
     compiles: bool = False
 
 
