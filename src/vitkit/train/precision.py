@@ -13,7 +13,8 @@ auto   bf16 autocast on a GPU. On a CPU with native bf16 (AVX512_BF16 or AMX) bf
        unmeasured: their steps are too short for bf16's casts to pay back. A CPU without native bf16 stays fp32.
        A compiled run (train.compile) on a CPU with AMX trains bf16 unmeasured: the compiled graph fuses the casts
        into the work around them and AMX multiplies bf16 tiles, so small models gain too (the rows
-       demo-step-compiled-bf16-* in benchmarks/results); measuring it would compile the model twice more.
+       demo-step-compiled-* in benchmarks/results); measuring it would compile the model twice more. Without AMX a
+       compiled run chooses as an eager one: AVX512_BF16's dot products alone do not pay for a small model's casts.
 A resumed run keeps the precision its first stretch chose (train_state.json), so a resume stays exact.
 """
 
@@ -84,7 +85,7 @@ def choose(
     if compiled and isa == "AMX":
         return Choice(
             "bf16",
-            "bf16 (AMX, compiled: the casts fuse and AMX multiplies bf16 tiles; rows demo-step-compiled-bf16-* in "
+            "bf16 (AMX, compiled: the casts fuse and AMX multiplies bf16 tiles; rows demo-step-compiled-* in "
             "benchmarks/results; train.precision=auto, fp32 for fp32)",
         )
     from vitkit.models.summary import count_flops
