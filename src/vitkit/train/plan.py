@@ -97,12 +97,12 @@ def plan_block(
     # one process of FSDP: the wrapped objective, not the model, unshards it
     if env.world.size == 1 and not env.world.sharded and step < last:
         step_s, probe = _time_step(model, env.micro, env.device, env.amp_dtype)
-        eager = "an eager " if env.compiles else ""  # the probe does not compile: compiled steps run faster
+        # the probe runs eager: a compiled run's steps are faster
+        eager, faster = ("an eager ", "compiled steps run faster; ") if env.compiles else ("", "")
         lines.append(
             f"estimated  {clock(step_s * env.accum * (last - step))} ({eager}forward + backward of {probe} "
             f"image{'s' * (probe > 1)} timed over {TIMED_PASSES} passes at start, the median, scaled to the batch; "
-            f"{'compiled steps run faster; ' * env.compiles}data loading and evaluation come on top; the progress ETA "
-            "follows the running rate)"
+            f"{faster}data loading and evaluation come on top; the progress ETA follows the running rate)"
         )
     if resumed_from is not None:
         lines.insert(0, f"resuming from step {step} ({resumed_from})")
