@@ -40,6 +40,8 @@ TEST_WORKERS ?= 2
 # its config and size tests; see tests/conftest.py).
 NUMERIC_TESTS := -m numerics tests
 ISA_CAPS ?= $(shell sh scripts/isa-caps.sh)
+# both passes build vitkit's C++ kernels into one fresh cache (tests/conftest.py)
+test: export VITKIT_TEST_RUN := make-$(shell date +%s%N)
 test: install data
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --durations=20
 	@[ -n "$(ISA_CAPS)" ] || echo "no capped pass (ISA_CAPS is empty; scripts/isa-caps.sh gives none on a CPU without AVX-512: it ran AVX2's path)"

@@ -20,8 +20,9 @@ torch.set_num_threads(max(1, min(2, (os.cpu_count() or 1) // _WORKERS)))
 os.environ["TORCH_COMPILE_CACHE_KEY_TAG"] = f"vitkit-{torch.backends.cpu.get_cpu_capability()}"
 torch.compiler.config.cache_key_tag = os.environ["TORCH_COMPILE_CACHE_KEY_TAG"]
 # compiled kernels go to a fresh directory per session (CLI subprocesses inherit it), not to ~/.cache; pytest-xdist's
-# workers of one run share it, so each kernel is built once per run
-_RUN = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+# workers of one run share it, so each kernel is built once per run, and `make test`'s passes share one (VITKIT_TEST_RUN):
+# a kernel's name holds its build flags, so a capped pass builds only what its cap changes
+_RUN = os.environ.get("VITKIT_TEST_RUN") or os.environ.get("PYTEST_XDIST_TESTRUNUID")
 if _RUN:
     os.environ["VITKIT_CACHE"] = os.path.join(tempfile.gettempdir(), f"vitkit-cache-{_RUN}")
     os.makedirs(os.environ["VITKIT_CACHE"], exist_ok=True)
@@ -86,6 +87,17 @@ def tiny_run() -> list[str]:
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+@pytest.fixture
+def bf16_kernel():
+    """vitkit's bf16 attention kernel, built by the first test that asks (at collection every pytest-xdist worker would
+    wait on the compiler); skips where the CPU has no AVX512_BF16 or the kernel does not build."""
+    from vitkit.kernels import cpu_inference
+
+    if not cpu_inference.load_bf16():
+        pytest.skip("the CPU has no AVX512_BF16 (or the bf16 kernel did not build)")
+    return cpu_inference
 
 
 @pytest.fixture

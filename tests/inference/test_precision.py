@@ -430,13 +430,10 @@ def test_bf16_attention_is_written_out_where_the_cpu_has_bf16_but_no_amx(model, 
     assert got.dtype == torch.float32 and (got - want).abs().max() < 0.05 * want.abs().max()
 
 
-@pytest.mark.skipif(
-    not cpu_inference.load_bf16(), reason="the CPU has no AVX512_BF16 (or the bf16 kernel did not build)"
-)
 @pytest.mark.parametrize(
     "heads, kernel", [(2, True), (4, False)]
 )  # head size 32: the kernel; 16: the written-out matmuls
-def test_bf16_runner_says_whether_its_attention_ran_in_the_kernel(monkeypatch, heads, kernel):
+def test_bf16_runner_says_whether_its_attention_ran_in_the_kernel(monkeypatch, bf16_kernel, heads, kernel):
     monkeypatch.setattr(precision, "native_bf16", lambda: "AVX512_BF16")
     model = vitkit.create_model("vit_test", num_classes=10, width=64, num_heads=heads).eval()
     runner = precision.prepare(model, "bf16", compile=False)

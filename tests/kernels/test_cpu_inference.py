@@ -56,9 +56,7 @@ def test_attention_wrapper_hands_what_the_kernel_does_not_cover_to_sdpa(monkeypa
     torch.testing.assert_close(cpu_inference.attention(qkv, bias, 2), sdpa_reference(qkv, bias, 2))
 
 
-needs_bf16_kernel = pytest.mark.skipif(
-    not cpu_inference.load_bf16(), reason="the CPU has no AVX512_BF16 (or the bf16 kernel did not build)"
-)
+needs_bf16_kernel = pytest.mark.usefixtures("bf16_kernel")
 
 
 def attention_f64(qkv: torch.Tensor, bias: torch.Tensor, heads: int) -> torch.Tensor:
