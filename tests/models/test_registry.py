@@ -76,6 +76,33 @@ def test_flops_match_the_closed_form(name):
     assert count_flops(c) == _closed_form_flops(c)
 
 
+@pytest.mark.parametrize(
+    "name, overrides",
+    [
+        ("vit_test", {}),
+        ("vit_test", {"classifier": "gap", "pos_embed": "relative", "drop_path": 0.1}),
+        ("vit_test", {"classifier": "map", "representation_size": 16}),
+        ("vit_test", {"distilled": True}),
+        ("vit_test", {"backbone": {"convs": [8, 16]}, "patch_size": 1}),
+        ("dinov2_test", {}),
+        ("clip_test", {}),
+        ("r26_vit_b32", {"depth": 3, "width": 64, "mlp_dim": 128, "num_heads": 2, "image_size": 64}),
+    ],
+)
+def test_a_vits_count_from_one_and_two_blocks_is_the_whole_models(name, overrides):
+    """count_flops and `vitkit models` extend a ViT's one- and two-block counts to its depth; here against the whole
+    model counted: forward, executed (a class token's last block computes that token alone) and a training step."""
+    from vitkit.models.summary import _counted_flops, _meta_parameters, describe
+
+    c = get_config(name, **{"depth": 5, **overrides})
+    runs = [(1, False, False), (2, False, True), (1, True, False)]
+    for batch, backward, executed in runs[:2] if c.distilled else runs:  # a distilled ViT trains on a pair of logits
+        assert count_flops(c, batch, backward=backward, executed=executed) == _counted_flops(
+            c, batch, backward, executed
+        )
+    assert describe(c)["params"] == _meta_parameters(c) == count_parameters(vitkit.create_model(name, **c.__dict__))
+
+
 def test_vit_b16_is_about_35_gflops():
     assert abs(count_flops(get_config("vit_b16")) / 1e9 - 35.1) < 0.1
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -24,6 +26,10 @@ def count_flops(config: ModelConfig, batch_size: int = 1, *, backward: bool = Fa
     The model's FLOPs, as the paper and MFU count them: every token through every layer. With
     executed=True, what `model(x)` runs: with a class token, its last layer computes that token alone.
     """
+    return _by_blocks(lambda c: _counted_flops(c, batch_size, backward, executed), config)
+
+
+def _counted_flops(config: ModelConfig, batch_size: int, backward: bool, executed: bool) -> int:
     with torch.device("meta"):
         model = build_model(config)
     x = torch.empty(batch_size, config.in_chans, *config.image_size, device="meta")
@@ -34,10 +40,23 @@ def count_flops(config: ModelConfig, batch_size: int = 1, *, backward: bool = Fa
     return counter.get_total_flops()
 
 
+def _by_blocks(measure: Callable[[ModelConfig], int], config: ModelConfig) -> int:
+    """measure(config) for a ViT of L blocks from its versions of one and two blocks: the blocks are alike, so each
+    adds the same; the last (a class token's alone where executed) is in both. Exact, and L times less to run."""
+    if not isinstance(config, ViTConfig) or config.depth <= 2:
+        return measure(config)
+    one, two = measure(dataclasses.replace(config, depth=1)), measure(dataclasses.replace(config, depth=2))
+    return one + (config.depth - 1) * (two - one)
+
+
+def _meta_parameters(config: ModelConfig) -> int:
+    with torch.device("meta"):
+        return count_parameters(build_model(config))
+
+
 def describe(config: ModelConfig) -> dict:
     """One row of `vitkit models`: shape of the model, parameters and GFLOPs per image."""
-    with torch.device("meta"):
-        params = count_parameters(build_model(config))
+    params = _by_blocks(_meta_parameters, config)
     if isinstance(config, BiTConfig):  # a ResNet: no heads, MLP or patches; "width" is the feature width
         return {
             "layers": config.depth, "width": config.num_features, "mlp": "-", "heads": "-", "patch": "-",
