@@ -42,7 +42,7 @@ def _counted_flops(config: ModelConfig, batch_size: int, backward: bool, execute
 
 def _by_blocks(measure: Callable[[ModelConfig], int], config: ModelConfig) -> int:
     """measure(config) for a ViT of L blocks from its versions of one and two blocks: the blocks are alike, so each
-    adds the same; the last (a class token's alone where executed) is in both. Exact, and L times less to run."""
+    adds the same; the last (a class token's alone where executed) is in both. Exact, with three blocks run, not L."""
     if not isinstance(config, ViTConfig) or config.depth <= 2:
         return measure(config)
     one, two = measure(dataclasses.replace(config, depth=1)), measure(dataclasses.replace(config, depth=2))
