@@ -86,7 +86,7 @@ def test_flops_match_the_closed_form(name):
         ("vit_test", {"backbone": {"convs": [8, 16]}, "patch_size": 1}),
         ("dinov2_test", {}),
         ("clip_test", {}),
-        ("r26_vit_b32", {"depth": 3, "width": 64, "mlp_dim": 128, "num_heads": 2, "image_size": 64}),
+        ("r26_vit_b32", {"width": 64, "mlp_dim": 128, "num_heads": 2, "image_size": 64}),
     ],
 )
 def test_a_vits_count_from_one_and_two_blocks_is_the_whole_models(name, overrides):
@@ -94,7 +94,7 @@ def test_a_vits_count_from_one_and_two_blocks_is_the_whole_models(name, override
     model counted: forward, executed (a class token's last block computes that token alone) and a training step."""
     from vitkit.models.summary import _counted_flops, _meta_parameters, describe
 
-    c = get_config(name, **{"depth": 5, **overrides})
+    c = get_config(name, **{"depth": 3, **overrides})
     runs = [(1, False, False), (2, False, True), (1, True, False)]
     for batch, backward, executed in runs[:2] if c.distilled else runs:  # a distilled ViT trains on a pair of logits
         assert count_flops(c, batch, backward=backward, executed=executed) == _counted_flops(
