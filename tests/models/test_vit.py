@@ -129,6 +129,35 @@ def test_head_is_zero_initialised_and_pre_logits_is_linear_tanh():
     assert model.head.in_features == 24
 
 
+def test_mimetic_attention_starts_near_the_identity_and_is_saved_only_where_chosen():
+    """Trockman & Kolter's init: W_q^T W_k per head near a Z + b I (b = 0.7, rank d_head), W_v^T W_o^T near a Z - b I
+    (b = 0.4); the official Xavier init has neither. The key is written only where it is not the default."""
+
+    def products(model):
+        attn = model.blocks[-1].attn
+        wq, wk, wv = attn.qkv.weight.detach().chunk(3, dim=0)
+        heads = [wq[h * 16 : (h + 1) * 16].T @ wk[h * 16 : (h + 1) * 16] for h in range(4)]  # (64, 64) each
+        return heads, wv.T @ attn.proj.weight.detach().T
+
+    torch.manual_seed(0)
+    model = vitkit.create_model("vit_test", width=64, num_heads=4, attention_init="mimetic")
+    heads, vo = products(model)
+    off = ~torch.eye(64, dtype=torch.bool)
+    assert all(qk.diag().mean() > 0.2 and qk.diag().mean() > 3 * qk[off].abs().mean() for qk in heads)
+    assert torch.linalg.matrix_rank(heads[0]) == 16 and vo.diag().mean() == pytest.approx(-0.4, abs=0.05)
+    assert torch.count_nonzero(model.blocks[0].attn.qkv.bias) == 0
+    torch.manual_seed(0)
+    again = vitkit.create_model("vit_test", width=64, num_heads=4, attention_init="mimetic")
+    assert torch.equal(again.blocks[1].attn.qkv.weight, model.blocks[1].attn.qkv.weight)  # seeded as every init
+    heads, vo = products(vitkit.create_model("vit_test", width=64, num_heads=4))
+    assert all(qk.diag().mean().abs() < 0.05 for qk in heads) and vo.diag().mean().abs() < 0.05
+    assert model.config.to_dict()["attention_init"] == "mimetic"
+    assert "attention_init" not in again.config.replace(attention_init="xavier").to_dict()  # as before the key was
+    assert ViTConfig.from_dict(model.config.to_dict()) == model.config
+    with pytest.raises(ConfigError, match="attention_init: expected one of xavier, mimetic, got 'identity'"):
+        get_config("vit_test").replace(attention_init="identity")
+
+
 def test_reset_head_keeps_or_drops_pre_logits():
     model = vitkit.create_model("vit_test", representation_size=24)
     torch.nn.init.normal_(model.head.weight)

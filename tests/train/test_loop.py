@@ -246,6 +246,18 @@ def test_the_plan_names_a_hybrid_and_its_resnet(tmp_path, capsys):
     )
 
 
+def test_the_plan_names_mimetic_attention_init_only_where_the_weights_start_fresh(tmp_path, capsys):
+    def model_line(*overrides):
+        train(
+            load_run_config(None, TINY + ["train.steps=1", *overrides]), tmp_path / str(len(list(tmp_path.iterdir())))
+        )
+        return next(line for line in capsys.readouterr().out.splitlines() if line.startswith("model "))
+
+    assert "depth 1, mimetic attention init:" in model_line("model.attention_init=mimetic")
+    assert "mimetic" not in model_line()
+    assert "mimetic" not in model_line("model.attention_init=mimetic", f"model.init={tmp_path / '0'}")  # read weights
+
+
 def test_timing_passes_leave_batchnorm_statistics_weights_and_random_state_as_they_were():
     """The plan's time estimate and train.precision=auto's measurement run the model itself in training mode."""
     from vitkit.train.plan import _time_step

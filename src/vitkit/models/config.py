@@ -34,6 +34,10 @@ FEATURE_POOLS = ("head", "cls", "mean", "cls_mean")
 # patch tokens (CLIPForImageClassification); "cls_mean", [class token; mean of the patch tokens], 2D wide
 # (Dinov2ForImageClassification)
 HEAD_POOLS = ("classifier", "mean", "cls_mean")
+# how attention's weights start: "xavier", the official initialisation; "mimetic" (Trockman & Kolter 2023), each head's
+# W_q W_k^T near the identity and W_v W_o near minus it, as trained ViTs have them: from scratch on small data it
+# learns faster
+ATTENTION_INITS = ("xavier", "mimetic")
 
 
 def _is_int(value: Any) -> bool:
@@ -269,6 +273,7 @@ class ViTConfig:
     # DeiT's distillation token (models/distill.py): a second token after the class token with its own head, trained
     # on a teacher's labels (train.teacher); in eval the two heads' logits averaged
     distilled: bool = False
+    attention_init: str = "xavier"  # ATTENTION_INITS: a model's fresh weights only (a checkpoint's are read)
 
     def __post_init__(self) -> None:
         self._put("image_size", size_pair(self.image_size, "image_size"))
@@ -327,6 +332,7 @@ class ViTConfig:
             ("pos_embed_resample", POS_RESAMPLES),
             ("feature_pool", FEATURE_POOLS),
             ("head_pool", HEAD_POOLS),
+            ("attention_init", ATTENTION_INITS),
         ):
             if getattr(self, key) not in allowed:
                 raise ConfigError(f"{key}: expected one of {', '.join(allowed)}, got {shown(getattr(self, key))}")
@@ -417,10 +423,12 @@ class ViTConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (tuples become lists). A conv stem of stride-2 convs only is written without `strides`,
-        as before the key was."""
+        and the official initialisation without `attention_init`, as before those keys were."""
         data = dataclasses.asdict(self)
         if isinstance(self.backbone, ConvStemConfig) and self.backbone.strides is None:
             del data["backbone"]["strides"]
+        if self.attention_init == "xavier":
+            del data["attention_init"]
         return data
 
     @classmethod

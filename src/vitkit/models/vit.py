@@ -364,7 +364,8 @@ class VisionTransformer(TimmInterface, nn.Module):
         return head
 
     def _init_weights(self) -> None:
-        """The official initialisation: Xavier-uniform dense layers, LeCun-normal patch embedding."""
+        """The official initialisation: Xavier-uniform dense layers, LeCun-normal patch embedding; attention mimetic
+        where the config says so."""
         _lecun_normal_(self.patch_embed.weight)
         if self.patch_embed.bias is not None:
             nn.init.zeros_(self.patch_embed.bias)
@@ -379,6 +380,8 @@ class VisionTransformer(TimmInterface, nn.Module):
             for fc in (block.mlp.fc1, block.mlp.fc2):  # (SwiGLU's fc1 holds gate and value)
                 nn.init.xavier_uniform_(fc.weight)
                 nn.init.normal_(fc.bias, std=1e-6)
+            if self.config.attention_init == "mimetic":
+                _mimetic_(block.attn)
 
     # -- forward ------------------------------------------------------------------------
     def embed(self, x: torch.Tensor, corrupt: Callable[[torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
@@ -795,6 +798,39 @@ def sincos_2d_pos_embed(
     y = y.flatten()[:, None] * omega[None]
     pe = torch.cat([x.sin(), x.cos(), y.sin(), y.cos()], dim=1).float()  # (N, D)
     return torch.cat([torch.zeros(num_prefix_tokens, width), pe])[None]
+
+
+def _mimetic_(attn: Attention, qk: tuple[float, float] = (0.7, 0.7), vo: tuple[float, float] = (0.4, 0.4)) -> None:
+    """Mimetic initialisation (Trockman & Kolter 2023, their ViT values): each head's W_q^T W_k is a rank-d_head
+    approximation of a Z + b I, and over all heads W_v^T W_o^T is a Z - b I (Z ~ N(0, 1/D)), as in trained ViTs: a
+    token starts out attending most to tokens like itself, and attention's output near minus the mix it reads. The
+    biases stay zero."""
+    d, hd = attn.proj.in_features, attn.head_dim
+    wq, wk, wv = attn.qkv.weight.detach().chunk(3, dim=0)
+    with torch.no_grad():
+        for h in range(attn.num_heads):
+            rows = slice(h * hd, (h + 1) * hd)
+            wq[rows], wk[rows] = _split(_near_identity(d, *qk), hd)
+        left, right = _split(_near_identity(d, vo[0], -vo[1]), d)
+        wv.copy_(left)
+        attn.proj.weight.copy_(right.T)
+
+
+def _near_identity(d: int, a: float, b: float) -> torch.Tensor:
+    """a Z + b I, Z a (d, d) Gaussian of variance 1/d."""
+    return a * torch.randn(d, d) / math.sqrt(d) + b * torch.eye(d)
+
+
+def _split(m: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(k, d) A and B whose A^T B is m (k = d) or a rank-k approximation of it, m's singular values shared evenly:
+    m = U S V^T, A = S^1/2 U^T, B = S^1/2 V^T. Cheap forms of the SVD (a full one per head, cubic in D, is slow on a
+    large ViT): a randomized one for rank k, and for all of m the eigenvectors V of m^T m, with U S^1/2 = m V S^-1/2."""
+    if k < len(m):
+        u, s, v = torch.svd_lowrank(m, q=k, niter=2)
+        return (u * s.sqrt()).T, (v * s.sqrt()).T
+    squares, v = torch.linalg.eigh(m.T @ m)
+    root = squares.clamp_min(1e-12).sqrt().sqrt()  # S^1/2
+    return (m @ v / root).T, (v * root).T
 
 
 def _lecun_normal_(weight: torch.Tensor) -> None:

@@ -127,6 +127,8 @@ def _model_line(config: RunConfig, model: VisionTransformer) -> str:
             stem = f"ResNet {'stem' if not b.layers else 'units ' + '-'.join(map(str, b.layers))} (width {b.width}), "
         dist = " + a distillation token" if c.distilled else ""
         shape = f"{stem}patch {c.patch_size[0]} ({c.num_patches} tokens{dist}), width {c.width}, depth {c.depth}"
+        if c.attention_init == "mimetic" and config.model.init is None:  # fresh weights
+            shape += ", mimetic attention init"
     return (
         f"model      {model_name(config.model, c)} at {c.image_size[0]}x{c.image_size[1]}, "
         f"{c.in_chans} channel{'s' * (c.in_chans > 1)}, {shape}: {params:,} parameters, {count_flops(c) / 1e9:.3g} GFLOPs/image"
