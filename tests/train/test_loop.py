@@ -256,6 +256,8 @@ def test_the_plan_names_mimetic_attention_init_only_where_the_weights_start_fres
     assert "depth 1, mimetic attention init:" in model_line("model.attention_init=mimetic")
     assert "mimetic" not in model_line()
     assert "mimetic" not in model_line("model.attention_init=mimetic", f"model.init={tmp_path / '0'}")  # read weights
+    cnn = ["model.attention_init=mimetic", "model.depth=0", "model.backbone={convs: [8]}", "model.classifier=gap"]
+    assert "mimetic" not in model_line(*cnn, "model.patch_size=1")  # no attention to start
 
 
 def test_timing_passes_leave_batchnorm_statistics_weights_and_random_state_as_they_were():

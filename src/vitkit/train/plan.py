@@ -127,7 +127,7 @@ def _model_line(config: RunConfig, model: VisionTransformer) -> str:
             stem = f"ResNet {'stem' if not b.layers else 'units ' + '-'.join(map(str, b.layers))} (width {b.width}), "
         dist = " + a distillation token" if c.distilled else ""
         shape = f"{stem}patch {c.patch_size[0]} ({c.num_patches} tokens{dist}), width {c.width}, depth {c.depth}"
-        if c.attention_init == "mimetic" and config.model.init is None:  # fresh weights
+        if c.attention_init == "mimetic" and c.depth and config.model.init is None:  # fresh attention weights
             shape += ", mimetic attention init"
     return (
         f"model      {model_name(config.model, c)} at {c.image_size[0]}x{c.image_size[1]}, "
