@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from collections.abc import Callable
 
@@ -45,7 +44,7 @@ def _by_blocks(measure: Callable[[ModelConfig], int], config: ModelConfig) -> in
     adds the same; the last (a class token's alone where executed) is in both. Exact, with three blocks run, not L."""
     if not isinstance(config, ViTConfig) or config.depth <= 2:
         return measure(config)
-    one, two = measure(dataclasses.replace(config, depth=1)), measure(dataclasses.replace(config, depth=2))
+    one, two = measure(config.replace(depth=1)), measure(config.replace(depth=2))
     return one + (config.depth - 1) * (two - one)
 
 
