@@ -58,10 +58,12 @@ def test_auto_measures_once_per_model_shape_and_keeps_the_result(measured, monke
     assert precision.choose("auto", small, cpu, 64, earlier="fp32").dtype is None and len(calls) == 3
 
 
-def test_a_compiled_run_on_amx_trains_bf16_unmeasured_and_the_plan_says_why(measured, monkeypatch, capsys, tmp_path):
-    """Compiled, the casts fuse and AMX multiplies bf16 tiles: even the demo's small model trains faster in bf16, so a
-    compiled run on AMX takes bf16 without measuring (that would compile twice more). Without AMX, or eager, as
-    before: a model this small stays fp32."""
+def test_a_compiled_run_on_native_bf16_trains_bf16_unmeasured_and_the_plan_says_why(
+    measured, monkeypatch, capsys, tmp_path
+):
+    """Compiled, the casts fuse: even the demo's small model trains faster in bf16 on AMX and on AVX512_BF16, so a
+    compiled run there takes bf16 without measuring (that would compile twice more). Eager, or on a CPU without
+    native bf16, a model this small stays fp32."""
     calls, _ = measured
     cpu, small = torch.device("cpu"), create_model("vit_test")
     monkeypatch.setattr(precision, "native_bf16", lambda: "AMX")
@@ -71,6 +73,10 @@ def test_a_compiled_run_on_amx_trains_bf16_unmeasured_and_the_plan_says_why(meas
     assert precision.choose("fp32", small, cpu, 16, compiled=True).dtype is None  # asked: as asked
     assert precision.choose("auto", small, cpu, 16, compiled=True, processes=2).dtype is None
     monkeypatch.setattr(precision, "native_bf16", lambda: "AVX512_BF16")
+    choice = precision.choose("auto", small, cpu, 16, compiled=True)
+    assert choice.dtype == torch.bfloat16 and "bf16 (AVX512_BF16, compiled" in choice.reason and not calls
+    assert precision.choose("auto", small, cpu, 16).dtype is None  # eager: too small to gain
+    monkeypatch.setattr(precision, "native_bf16", lambda: None)
     assert precision.choose("auto", small, cpu, 16, compiled=True).dtype is None and not calls
     # a run with train.compile=true: torch.compile stands in as the identity (nothing compiles), AMX as the CPU's
     monkeypatch.setattr(precision, "native_bf16", lambda: "AMX")

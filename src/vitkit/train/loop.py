@@ -170,7 +170,7 @@ def _precision(config: RunConfig, env: Setup, run: RunState, resume: bool) -> Se
         env.micro,
         earlier=earlier,
         processes=env.world.size,
-        compiled=env.compiles,  # auto: a compiled run on AMX trains bf16
+        compiled=env.compiles,  # auto: a compiled run on a CPU with native bf16 trains bf16
     )
     run.progress["precision"] = choice.name
     return dataclasses.replace(env, amp_dtype=choice.dtype, precision=choice.reason)

@@ -11,10 +11,9 @@ auto   bf16 autocast on a GPU. On a CPU with native bf16 (AVX512_BF16 or AMX) bf
        once). The result is kept in a small JSON file in vitkit's cache folder, per CPU (model, flags), torch
        version, thread count and model shape, so later runs read it. Models under MIN_GFLOPS per image stay fp32
        unmeasured: their steps are too short for bf16's casts to pay back. A CPU without native bf16 stays fp32.
-       A compiled run (train.compile) on a CPU with AMX trains bf16 unmeasured: the compiled graph fuses the casts
-       into the work around them and AMX multiplies bf16 tiles, so small models gain too (the rows
-       demo-step-compiled-* in benchmarks/results); measuring it would compile the model twice more. Without AMX a
-       compiled run chooses as an eager one: AVX512_BF16's dot products alone do not pay for a small model's casts.
+       A compiled run (train.compile) on a CPU with native bf16 trains bf16 unmeasured: the compiled graph fuses the
+       casts into the work around them, and AMX's bf16 tiles or AVX512_BF16's dot products then pay even for a small
+       model (the rows demo-step-compiled-* in benchmarks/results); measuring it would compile the model twice more.
 A resumed run keeps the precision its first stretch chose (train_state.json), so a resume stays exact.
 """
 
@@ -82,10 +81,10 @@ def choose(
         return Choice("fp32", "fp32: this CPU has no native bf16 (train.precision=auto)")
     if processes > 1:  # every process must train alike: each measuring for itself could disagree
         return Choice("fp32", "fp32: several processes (train.precision=auto); train.precision=bf16 asks for bf16")
-    if compiled and isa == "AMX":
+    if compiled:
         return Choice(
             "bf16",
-            "bf16 (AMX, compiled: the casts fuse and AMX multiplies bf16 tiles; rows demo-step-compiled-* in "
+            f"bf16 ({isa}, compiled: the casts fuse into the work around them; rows demo-step-compiled-* in "
             "benchmarks/results; train.precision=auto, fp32 for fp32)",
         )
     from vitkit.models.summary import count_flops
