@@ -5,8 +5,9 @@
 
 For configs/fashion_mnist.yaml (the plain demo) and configs/fashion_mnist_hybrid.yaml (the hybrid demo): the model,
 optimizer and loss of the config at its batch size, one copy eager (fp32), one compiled as `vitkit train` compiles it
-(fp32), one compiled under bf16 autocast (what train.precision=auto picks for a compiled run on AMX or AVX512_BF16), all from the same
-weights on the same random batch. Prints ms per step of each and the medians of per-round ratios.
+(fp32), one compiled under bf16 autocast (what train.precision=auto picks for a compiled run on a CPU with AMX or
+AVX512_BF16), all from the same weights on the same random batch. Prints ms per step of each and the medians of
+per-round ratios.
 
 --results writes demo-step-compiled-SLUG (compiled fp32 and compiled bf16 over eager fp32) to
 benchmarks/results/demo.csv and hybrid-demo-step-compiled-SLUG to benchmarks/results/hybrid_demo.csv, through
@@ -107,7 +108,7 @@ def main() -> None:
             {
                 **common,
                 "id": f"{prefix}-compiled",
-                "claim": "training step compiled over eager fp32: fp32 / bf16 (train.precision=auto, native bf16)",
+                "claim": "step compiled over eager fp32: fp32 / bf16 (auto)",
                 "figure": f"{r['compiled']:.2f} / {r['compiled_bf16']:.2f}",
                 "against": f"eager fp32 ({r['compiled_ms']:.1f} / {r['compiled_bf16_ms']:.1f} vs {r['eager_ms']:.1f} ms)",
             }
