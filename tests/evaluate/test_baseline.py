@@ -219,6 +219,28 @@ def test_the_warning_is_given_below_the_baseline_and_level_with_it_short_of_one(
     assert compared({"skipped": "why"}, 0.5) == {"skipped": "why"}
 
 
+def test_level_with_the_baseline_is_level_whatever_the_last_bits_of_the_two_figures():
+    """Both got 129 of 182 images right; the baseline's top-1 was a float32 mean (0.70879120), a hair under the
+    model's exact 129/182, which was then said to beat it, with no warning."""
+    record = {"kind": baseline.KIND, "top1": float(torch.tensor(129 / 182, dtype=torch.float32)), "scored_split": "val"}
+    record |= {"scored_images": 182, "scored_data": "digits/val, all", "train_images": 719, "train_split": "train"}
+    level = compared(record, 129 / 182)
+    assert level["beaten"] is False and level["warning"].startswith("the model's val top-1 0.7088 does not beat")
+    assert compared(record, 130 / 182)["beaten"] is True
+
+
+def test_the_baseline_top1_is_the_exact_fraction_of_images_right():
+    from vitkit.data.split import Split
+
+    images, labels = _blobs(30, 0)
+    train = Split(labels, ["a", "b", "c"], images=images, source="blobs", selection="all")
+    labels = labels[:7].clone()
+    labels[:2] = (labels[:2] + 1) % 3  # two of seven scored images labelled as another class: 5/7 right
+    scored = Split(labels, ["a", "b", "c"], images=images[:7], source="blobs", selection="7")
+    record = fit_and_score(train, scored, lambda s: [(s.images, s.labels)], 3, names=("train", "val"), seed=0)
+    assert record["top1"] == 5 / 7
+
+
 def test_eval_says_so_where_the_training_data_is_gone(tmp_path):
     """The checkpoint's training data moved away: no figure, and a line saying why (the model is still scored)."""
     from types import SimpleNamespace

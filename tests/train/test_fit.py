@@ -127,16 +127,43 @@ def _transparent_icon(c, i):
     return Image.fromarray(pixels, "RGBA")
 
 
+def _glyph(c, i, ink=0):
+    """A bar of `ink` on a transparent ground, as symbolic icons are drawn."""
+    pixels = np.zeros((16, 16, 4), np.uint8)
+    pixels[..., :3] = ink
+    pixels[4:12, 6 + c : 9 + c, 3] = 255
+    return Image.fromarray(pixels, "RGBA")
+
+
+def _light_glyph(c, i):
+    return _glyph(c, i, ink=255)
+
+
+def _digits_and_glyphs(c, i):
+    """Opaque white-on-black digits, and one image in four a black glyph on a transparent ground."""
+    return _glyph(c, i) if i == 3 else _dark_digit(c, i)
+
+
 @pytest.mark.parametrize(
-    ("draw", "background", "said"), [(_dark_digit, 0.0, "black"), (_transparent_icon, 1.0, "white")]
+    ("draw", "background", "said"),
+    [
+        (_dark_digit, 0.0, "padded with black like the images' borders"),
+        (_transparent_icon, 1.0, "padded with white like the images' borders"),
+        # on their borders' colour (black, white) the glyphs were blank images: the fit takes the other
+        (_digits_and_glyphs, 1.0, "composited on white and padded with it: 2 of 8 images looked at are transparent"),
+        (_light_glyph, 0.0, "composited on black and padded with it: 8 of 8 images looked at are transparent"),
+    ],
 )
-def test_the_fitted_padding_continues_the_images_borders(tmp_path, capsys, draw, background, said):
+def test_the_fitted_background_continues_the_borders_and_never_hides_transparent_images(
+    tmp_path, capsys, draw, background, said
+):
     """White-on-black digits padded with white (the background's default) would train on frames no image has; icons
-    composited on white and padded with black did. The fit pads with the colour the images' borders have."""
+    composited on white and padded with black did. The fit pads with the colour the images' borders have, unless
+    that colour would hide what transparent images show."""
     _folder(tmp_path / "data", draw)
     argv = ["train", "--data", str(tmp_path / "data"), "--out", str(tmp_path / "run"), "--no-progress"]
     assert main([*argv, "train.steps=1", "train.threads=1", "train.eval_every=1"]) == 0
-    assert f"padded with {said} like the images' borders" in capsys.readouterr().out
+    assert said in capsys.readouterr().out
     model = json.loads((tmp_path / "run" / "final" / "config.json").read_text())["model"]
     assert np.allclose(model["background"], background)
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image
 
-from .images import ORIENTATION, Record, to_channels
+from .images import ORIENTATION, Record, to_8bit, to_channels
 from .split import Split
 
 
@@ -27,6 +27,10 @@ class ImageScan:
     unreadable: int = 0  # images looked at that could not be read (training skips them under data.on_error=skip)
     # median brightness in [0, 1] of the images' outermost pixels, transparent ones on white (None: not looked at)
     border: float | None = None
+    # images looked at that are partly transparent, and the median brightness in [0, 1] of what they show (their
+    # opaque pixels, weighted by opacity; None: none looked at): a background that bright would hide them
+    clear: int = 0
+    ink: float | None = None
 
     def __str__(self) -> str:
         kind = "colour" if self.channels == 3 else "grayscale"
@@ -43,7 +47,7 @@ def scan(split: Split, limit: int = 64) -> ImageScan:
         _, c, h, w = split.images.shape
         border = float(np.median([_border(split.images[i].numpy()) for i in pick])) / 255 if len(pick) else None
         return ImageScan(len(split), len(split), h, w, 1 if c == 1 else 3, border=border)
-    sizes, colour, borders = [], False, []
+    sizes, colour, borders, inks = [], False, [], []
     for i in pick:
         item = split.paths[i]
         try:
@@ -52,6 +56,7 @@ def scan(split: Split, limit: int = 64) -> ImageScan:
                 sizes.append(image.size[::-1] if turned else image.size)
                 colour = colour or _has_colour(image)
                 borders += _edge_of(image)
+                inks += _ink_of(image)
         # unreadable files (damaged, a decompression bomb) are the training run's business (data.on_error)
         except Exception:
             continue
@@ -59,7 +64,10 @@ def scan(split: Split, limit: int = 64) -> ImageScan:
         return ImageScan(0, len(split), 0, 0, 3, unreadable=len(pick))
     w, h = np.median(np.array(sizes), axis=0)
     border = float(np.median(borders)) / 255 if borders else None
-    return ImageScan(len(sizes), len(split), int(h), int(w), 3 if colour else 1, len(pick) - len(sizes), border)
+    ink = float(np.median(inks)) if inks else None
+    return ImageScan(
+        len(sizes), len(split), int(h), int(w), 3 if colour else 1, len(pick) - len(sizes), border, len(inks), ink
+    )
 
 
 def _edge_of(image: Image.Image) -> list[float]:
@@ -69,6 +77,24 @@ def _edge_of(image: Image.Image) -> list[float]:
         return [_border(np.asarray(to_channels(small, 1))[None])]
     except Exception:
         return []
+
+
+def _ink_of(image: Image.Image) -> list[float]:
+    """[the opacity-weighted brightness in [0, 1] of what a partly transparent `image` shows], or [] for an opaque
+    image (under a twentieth of its pixels under half opacity), a wholly transparent one, or one that cannot be told."""
+    try:
+        image = to_8bit(image)  # a palette or a colour marked transparent (tRNS) as alpha, as training reads it
+        if image.mode not in ("LA", "RGBA"):
+            return []
+        image = image.convert("RGBA")
+        small = np.asarray(image.reduce(max(1, min(image.size) // 64)), dtype=np.float64)
+    except Exception:
+        return []
+    alpha = small[..., 3] / 255
+    if (alpha < 0.5).mean() < 0.05 or alpha.sum() == 0:
+        return []
+    gray = small[..., :3] @ np.array([0.299, 0.587, 0.114]) / 255  # as PIL's L
+    return [float((gray * alpha).sum() / alpha.sum())]
 
 
 def _border(pixels: np.ndarray) -> float:

@@ -585,11 +585,28 @@ def _rows(family: str) -> str:
     return f"benchmarks/results/families.csv, rows of {kinds}"
 
 
-def _padding(scan) -> str:
-    """How the plan words the fitted model.background: the colour of the images' borders, which padding continues."""
+# Partly transparent images are composited on the background: where this many of the images looked at are, and what
+# they show is within INK_NEAR of the border colour, that colour would hide them and the fit takes the other.
+CLEAR_SHARE, INK_NEAR = 0.1, 0.25
+
+
+def fitted_background(scan) -> tuple[dict[str, float], str]:
+    """The fitted model.background (black or white: padding continues the images' borders, and transparent images
+    are composited on it, so it is the other where the border colour would hide what they show), and how the plan
+    words it. ({}, "") where the scan did not look at the borders."""
     if scan.border is None:
-        return ""
-    return f", padded with {'white' if scan.border >= 0.5 else 'black'} like the images' borders"
+        return {}, ""
+    white = scan.border >= 0.5
+    words = f", padded with {'white' if white else 'black'} like the images' borders"
+    hidden = scan.ink is not None and scan.clear >= CLEAR_SHARE * scan.scanned and abs(scan.ink - white) < INK_NEAR
+    if hidden:
+        words = (
+            f", composited on {'black' if white else 'white'} and padded with it: {scan.clear} of {scan.scanned} "
+            f"images looked at are transparent and show {'light' if white else 'dark'} shapes that "
+            f"{'white' if white else 'black'} (their borders) would hide"
+        )
+        white = not white
+    return {"model.background": float(white)}, words
 
 
 def fitted_size(scan) -> int:
@@ -621,6 +638,7 @@ def fitted_to_data(
 
     size = fitted_size(scan)
     family, why = fitted_family(size, n_train, plain)
+    background, padding = fitted_background(scan)
     size = family.get("model.image_size", size)  # the conv net's may be smaller
     batch = batch or max(min(64, n_train - scan.unreadable), 1)  # a batch the readable images fill
     if epochs is not None:
@@ -646,7 +664,7 @@ def fitted_to_data(
         # four evaluations, the last one the final step
         "train.eval_every": max(-(-steps // 4), 1),
         **fitted_crop(shift, size),
-        **({} if scan.border is None else {"model.background": float(scan.border >= 0.5)}),
+        **background,
         "augment.hflip": fitted_hflip(mirror),
         "augment.label_smoothing": 0.1,
         # a pixel baseline beside the val figure: a model that does not beat it is said to
@@ -654,7 +672,7 @@ def fitted_to_data(
     }
     note = (
         f"no model given, so fitted to the data: {scan} -> {size}x{size} px, {scan.channels} channel{'s' * (scan.channels > 1)}, "
-        f"{why}, width 96, depth {family['model.depth']}{_padding(scan)}, {_crop_words(shift)}, {_flip_words(mirror)}; {length}{steps} steps of {batch} images (KEY=VALUE overrides change any of "
+        f"{why}, width 96, depth {family['model.depth']}{padding}, {_crop_words(shift)}, {_flip_words(mirror)}; {length}{steps} steps of {batch} images (KEY=VALUE overrides change any of "
         "it; model.name, model.init or --config replace it)"
     )
     return changes, note
