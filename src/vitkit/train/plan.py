@@ -153,8 +153,9 @@ def _data_lines(config: RunConfig, data: Data) -> list[str]:
             )
         )
     if data.held_out is not None and data.held_out[1] is not None:
-        # as held_out_list names them: files below the data folder, or rows of images in memory
-        named = "its row in the training file, from 0" if data.val.paths is None else "below the data folder"
+        # as held_out_list names them: files below the data folder, or rows of images in memory (IDX files); a
+        # folder's val images may be in memory by now, read whole, but its list names their files
+        named = "below the data folder" if data.val_files else "its row in the training file, from 0"
         lines.append(f"  listed   the {config.data.val_split} images in {data.held_out[0]} (one a line, {named})")
     # found while loading the data into memory, or listed by an earlier segment; a streamed run finds its own as it reads
     if len(data.bad):
