@@ -271,3 +271,17 @@ def test_finetune_on_small_data_tries_three_learning_rates_and_picks_on_val(tmp_
         assert ("; tries lr 0.003, 0.01, 0.03; picks on val" in plan) == (len(lrs) == 3), plan
         if len(lrs) == 3:
             assert sweep["best"] == pick_best(sweep["runs"]) and f"picked: {tmp_path / out}/final" in done.stdout
+
+
+def test_the_sweep_table_gives_seconds_in_tenths_and_marks_the_pick():
+    from vitkit.train.finetune import sweep_markdown
+
+    runs = [
+        {"lr": lr, "final_val_top1": top1, "best_val_top1": top1, "best_step": 16, "steps": 64, "wall_time_s": 2.318247}
+        for lr, top1 in ((0.003, 0.9444), (0.01, 0.9333))
+    ]
+    table = sweep_markdown(
+        {"runs": runs, "best": runs[0], "checkpoint": "run", "image_size": [48, 48], "val_split": "val"}
+    )
+    assert "| **0.003** | 0.9444 | 0.9444 | 16 | 64 | 2.3 |" in table and "| 0.01 | 0.9333 |" in table
+    assert "picked lr 0.003 by final top-1 on the val split" in table

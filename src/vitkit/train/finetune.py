@@ -485,7 +485,7 @@ def sweep_markdown(result: dict) -> str:
             r["best_val_top1"],
             r["best_step"],
             r["steps"],
-            r["wall_time_s"],
+            f"{r['wall_time_s']:.1f}",  # seconds: tenths are all a reader compares
         ]
         for r in result["runs"]
     ]
