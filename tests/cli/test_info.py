@@ -1,5 +1,7 @@
 """`vitkit info` on damaged checkpoints of every format: exit code 2, one line naming the file, no traceback."""
 
+import json
+
 import pytest
 
 import vitkit
@@ -42,3 +44,14 @@ def test_info_through_the_real_command(tmp_path, run_cli):
     assert done.returncode == 2 and "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
     assert done.stderr.startswith(f"vitkit info: error: {target}: {target.stat().st_size} bytes")
     assert "the file is truncated or corrupt" in done.stderr
+
+
+def test_info_counts_the_parameters_training_counts_not_batchnorm_statistics(tmp_path, capsys):
+    """A conv-stem hybrid's BatchNorm running means and variances are in its checkpoint but learn nothing: info said
+    306,987 parameters where train's plan and convert said 306,085."""
+    model = vitkit.create_model("vit_test", patch_size=1, backbone={"convs": [8, 16]}, image_size=16)
+    path = save_checkpoint(model, tmp_path / "ckpt", "vitkit")
+    assert main(["info", str(path), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["parameters"] == sum(p.numel() for p in model.parameters())
+    assert shown["parameters"] < sum(t.numel() for t in model.state_dict().values())  # the statistics are buffers

@@ -7,6 +7,7 @@ import json
 
 from vitkit.checkpoint import FORMATS, read_checkpoint, read_metadata
 from vitkit.errors import ConfigError
+from vitkit.models.summary import config_parameters
 
 from . import image_size_arg
 
@@ -35,7 +36,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     asked = image_size_arg(args.image_size)
-    config, state, format = read_checkpoint(args.ckpt, format=args.src_format, image_size=asked)
+    config, _, format = read_checkpoint(args.ckpt, format=args.src_format, image_size=asked)
     if asked is not None and tuple(config.image_size) != ((asked, asked) if isinstance(asked, int) else tuple(asked)):
         shown = "x".join(map(str, config.image_size))
         raise ConfigError(
@@ -43,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
             f"the grid of a non-square one; to run it at another size, convert it with --image-size"
         )
     meta = read_metadata(args.ckpt, format=format)
-    params = sum(t.numel() for t in state.values())
+    params = config_parameters(config)  # learnable, as train and convert say: not BatchNorm's running statistics
     if args.json:
         print(
             json.dumps(

@@ -53,9 +53,15 @@ def _meta_parameters(config: ModelConfig) -> int:
         return count_parameters(build_model(config))
 
 
+def config_parameters(config: ModelConfig) -> int:
+    """The learnable parameters of a model of `config`, as training counts them: no buffers (BatchNorm's running
+    statistics are in a checkpoint, not among them)."""
+    return _by_blocks(_meta_parameters, config)
+
+
 def describe(config: ModelConfig) -> dict:
     """One row of `vitkit models`: shape of the model, parameters and GFLOPs per image."""
-    params = _by_blocks(_meta_parameters, config)
+    params = config_parameters(config)
     if isinstance(config, BiTConfig):  # a ResNet: no heads, MLP or patches; "width" is the feature width
         return {
             "layers": config.depth, "width": config.num_features, "mlp": "-", "heads": "-", "patch": "-",
