@@ -168,6 +168,31 @@ def test_the_fitted_background_continues_the_borders_and_never_hides_transparent
     assert np.allclose(model["background"], background)
 
 
+@pytest.mark.parametrize(("background", "warned"), [(0, True), (1, False)])
+def test_a_named_model_warns_where_transparent_images_are_blank_on_its_background(tmp_path, capsys, background, warned):
+    """Black glyphs on a transparent ground, composited on a black model.background, trained as blank images and
+    nothing said so; a model named (or a checkpoint's, or a fine-tuned one's) background is the user's to change."""
+    _folder(tmp_path / "data", _glyph)
+    argv = ["train", "--data", str(tmp_path / "data"), "--out", str(tmp_path / "run"), "--no-progress"]
+    argv += [
+        "model.name=vit_test",
+        "model.image_size=16",
+        f"model.background={background}",
+        "train.steps=1",
+        "train.batch_size=4",
+    ]
+    assert main([*argv, "train.threads=1", "train.eval_every=1", "train.warmup_steps=0"]) == 0
+    said = [line for line in capsys.readouterr().out.splitlines() if "partly transparent" in line]
+    assert said == (
+        [
+            "warning    8 of 8 partly transparent training images looked at are one flat colour on model.background "
+            "black: what they show is that colour, so the model sees blank images; model.background=1 (white) shows them"
+        ]
+        if warned
+        else []
+    )
+
+
 def _sides(c, i):
     """Class a bright on the left, b on the right: a mirror image is the other class."""
     g = np.random.default_rng([c, i])

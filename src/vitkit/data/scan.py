@@ -97,6 +97,35 @@ def _ink_of(image: Image.Image) -> list[float]:
     return [float((gray * alpha).sum() / alpha.sum())]
 
 
+# a composited image whose pixels span at most this many levels (of 255) in every channel is one flat colour
+FLAT_LEVELS = 8
+
+
+def blank_on(split: Split, background, channels: int, limit: int = 64) -> tuple[int, int]:
+    """(how many, of up to `limit` images spread over a split of files, are partly transparent and one flat colour
+    once composited on `background` as training reads them; how many of those looked at are partly transparent).
+    Only transparent files are decoded; (0, 0) for images in memory, already composited."""
+    if split.paths is None:
+        return 0, 0
+    pick = np.unique(np.linspace(0, len(split) - 1, min(limit, len(split))).round().astype(int))
+    blank = clear = 0
+    for i in pick:
+        item = split.paths[i]
+        try:
+            with Image.open(io.BytesIO(item.read()) if isinstance(item, Record) else item) as image:
+                if image.mode not in ("LA", "RGBA", "PA") and "transparency" not in image.info:
+                    continue  # opaque: nothing of it depends on the background
+                small = image.reduce(max(1, min(image.size) // 64)) if image.mode in ("LA", "RGBA") else image
+                if not _ink_of(small):
+                    continue
+                clear += 1
+                pixels = np.asarray(to_channels(small, channels, background), dtype=np.int16)
+                blank += int(np.ptp(pixels.reshape(-1, channels), axis=0).max() <= FLAT_LEVELS)
+        except Exception:  # unreadable files are the training run's business (data.on_error)
+            continue
+    return blank, clear
+
+
 def _border(pixels: np.ndarray) -> float:
     """The mean of a (C, H, W) uint8 image's outermost rows and columns, over its channels."""
     edge = np.concatenate([pixels[:, 0], pixels[:, -1], pixels[:, :, 0], pixels[:, :, -1]], axis=1)

@@ -636,8 +636,7 @@ def fitted_to_data(
     Returns (the typed changes {"section.key": value}, one line saying what was chosen and why)."""
     from vitkit.train.config import steps_for
 
-    size = fitted_size(scan)
-    family, why = fitted_family(size, n_train, plain)
+    family, why = fitted_family(size := fitted_size(scan), n_train, plain)
     background, padding = fitted_background(scan)
     size = family.get("model.image_size", size)  # the conv net's may be smaller
     batch = batch or max(min(64, n_train - scan.unreadable), 1)  # a batch the readable images fill

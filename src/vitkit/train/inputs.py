@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 
 from vitkit.data import Batches, DataSpec, check_compatible, fits_in_memory, load_into_memory
+from vitkit.data.scan import blank_on
 from vitkit.data.summary import copies_labelled_otherwise, copies_of_training_images
 from vitkit.errors import ConfigError, DataError
 from vitkit.files import atomic_path
@@ -34,6 +35,7 @@ def prepare_data(config: RunConfig, out: Path, resume: bool, env: Setup) -> Data
     val_copies = (copies_of_training_images({"train": train_split, "val": val_split}) or {}).get("val")
     relabelled = copies_labelled_otherwise({"train": train_split, "val": val_split})
     held = held_out_list(out, d, val_split)
+    blank = blank_on(train_split, shape.background, shape.in_chans)  # before reading into memory composites them
     record = spec.record({d.train_split: train_split, d.val_split: val_split})
     val_files = frozenset(str(path) for path in val_split.paths) if val_split.paths is not None else frozenset()
     bad = faults.bad_files(
@@ -56,9 +58,8 @@ def prepare_data(config: RunConfig, out: Path, resume: bool, env: Setup) -> Data
     _check_classes(config, train_split, env.micro)
     batches, augment = training_batches(config, shape, train_split, env.micro, env.device, bad, env.world)
     names = train_split.class_names
-    return Data(
-        batches.split, val_split, names, bad, shape, batches, augment, record, val_files, val_copies, relabelled, held
-    )
+    said = (val_copies, relabelled, held, blank)  # the plan's lines on them
+    return Data(batches.split, val_split, names, bad, shape, batches, augment, record, val_files, *said)
 
 
 def held_out_list(out: Path, d, val_split) -> tuple[Path, list[str] | None]:

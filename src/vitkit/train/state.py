@@ -83,6 +83,8 @@ class Data:
     # RUN/splits/VAL.txt, and its lines where vitkit held val out of the training images (each image below the data,
     # or its row in the training file for images in memory)
     held_out: tuple[Path, list[str] | None] | None = None
+    # (blank, partly transparent) of the training images looked at: transparent ones one flat colour on the background
+    blank: tuple[int, int] = (0, 0)
 
     def unreadable(self, train_split: str, val_split: str) -> dict[str, int]:
         """How many unreadable files each split has had skipped so far (data.on_error=skip): its figures count the others."""
