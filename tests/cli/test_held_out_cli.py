@@ -194,3 +194,19 @@ def test_a_fitted_run_on_a_labels_list_skips_the_pixel_baseline_saying_why(tmp_p
     assert done.returncode == 0, done.stderr
     assert "baseline   multi-label: a softmax regression predicts one class per image" in done.stdout
     assert summary(done)["objective"] == "multi_label"
+
+
+def test_a_csv_whose_labels_are_joined_by_spaces_trains_on_the_labels_and_says_how_it_read_them(tmp_path, vitkit_cmd):
+    """Kaggle's lists join an image's tags with spaces: vitkit read "red blue" as one class, a class for each
+    combination, and said nothing of it."""
+    make_tags(tmp_path / "tags")
+    rows = [json.loads(line) for line in (tmp_path / "tags" / "tags.jsonl").read_text().splitlines()]
+    (tmp_path / "tags" / "tags.csv").write_text(
+        "path,labels\n" + "".join(f"{row['path']},{' '.join(row['labels'])}\n" for row in rows)
+    )
+    done = vitkit_cmd("train", "--data", tmp_path / "tags" / "tags.csv", "--out", tmp_path / "run", *TINY)
+    assert done.returncode == 0, done.stderr
+    assert "3 classes (blue, green, red)" in done.stdout
+    assert (
+        "gives each image a set of labels (joined by spaces in its labels column, as no cell holds ';')" in done.stdout
+    )

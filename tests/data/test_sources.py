@@ -511,3 +511,48 @@ def test_lists_with_several_labels_per_image_read_as_multi_hot_rows_in_csv_and_j
     (tmp_path / "val.jsonl").write_text(json.dumps({"path": "images/a/5.png", "labels": ["dog", "dog"]}) + "\n")
     with pytest.raises(DataError, match=r"val.jsonl:1: a label is given twice"):
         spec.open("val", channels=3, image_size=8)
+
+
+@pytest.mark.parametrize("val_cells", [["red blue", "green"], ["red blue"]])
+def test_labels_joined_by_spaces_are_read_as_sets_where_no_cell_holds_a_semicolon(tmp_path, val_cells):
+    """Kaggle's multi-label lists join tags with spaces ("clear primary water"): read with ';' alone, each
+    combination became a class of its own (7 'classes' from 3 tags). A val list follows train's classes, however
+    few of its cells."""
+    from vitkit.data import DataSpec
+
+    make_folder(tmp_path / "images", classes=("a",), per_class=8)
+    cells = ["red", "blue", "red blue", "green", "blue green", "red green blue"]
+    (tmp_path / "train.csv").write_text(
+        "path,labels\n" + "".join(f"images/a/{i}.png,{c}\n" for i, c in enumerate(cells))
+    )
+    (tmp_path / "val.csv").write_text(
+        "path,labels\n" + "".join(f"images/a/{6 + i}.png,{c}\n" for i, c in enumerate(val_cells))
+    )
+    spec = DataSpec(path=str(tmp_path))
+    train, val = (spec.open(s, channels=3, image_size=8) for s in ("train", "val"))
+    assert train.class_names == val.class_names == ["blue", "green", "red"]
+    assert [train.label_text(y) for y in train.labels] == [
+        "red",
+        "blue",
+        "blue+red",
+        "green",
+        "blue+green",
+        "blue+green+red",
+    ]
+    assert val.labels.tolist()[0] == [1, 0, 1]
+    assert train.labels_read == "joined by spaces in its labels column, as no cell holds ';'"
+
+
+def test_multi_word_labels_stay_whole_where_they_are_no_sets_of_other_labels(tmp_path):
+    """'ankle boot' is a class, not the set {ankle, boot}; where a cell holds ';', ';' alone joins labels."""
+    from vitkit.data import DataSpec
+
+    make_folder(tmp_path / "images", classes=("a",), per_class=6)
+    for cells, names in (
+        (["ankle boot", "bag", "ankle boot", "t shirt"], ["ankle boot", "bag", "t shirt"]),
+        (["red blue;green", "red blue", "green"], ["green", "red blue"]),
+    ):
+        rows = "".join(f"images/a/{i}.png,{c}\n" for i, c in enumerate(cells))
+        (tmp_path / "train.csv").write_text("path,labels\n" + rows)
+        train = DataSpec(path=str(tmp_path), val_fraction=0.0).open("train", channels=3, image_size=8)
+        assert train.class_names == names and train.labels_read == ""

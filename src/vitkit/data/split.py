@@ -43,6 +43,7 @@ class Split:
     selection: str = "all"  # which of the source's images: "all", or the part of a seeded held-out cut
     held_out: bool = False  # the part of a seeded cut kept apart as "val" (not "all", not "the rest")
     rows: np.ndarray | None = None  # (N,) each image's row in the source as read; None: rows 0 .. N-1
+    labels_read: str = ""  # how a list's labels were told apart, where the plan says it (spaces joining them)
 
     def __post_init__(self) -> None:
         bad = next((name for name in self.class_names if has_control_characters(name)), None)
@@ -99,14 +100,11 @@ class Split:
     def subset(self, index: np.ndarray) -> Split:
         index = np.asarray(index, dtype=np.int64)
         t = torch.as_tensor(index, dtype=torch.long)
-        return Split(
+        return replace(
+            self,
             labels=self.labels[t],
-            class_names=self.class_names,
             images=None if self.images is None else self.images[t],
             paths=None if self.paths is None else [self.paths[i] for i in index],
-            source=self.source,
-            selection=self.selection,
-            held_out=self.held_out,
             rows=self.source_rows()[index],
         )
 

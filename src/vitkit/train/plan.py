@@ -269,9 +269,10 @@ def _objective_lines(config: RunConfig, data: Data, env: Setup) -> list[str]:
         return [env.teacher.line()]
     if config.train.objective != "auto" or env.objective == "classification":
         return []
+    read = f" ({data.train.labels_read})" if data.train.labels_read else ""
     return [
         f"objective  {env.objective}: chosen by train.objective=auto (the default), as {data.train.source} gives each "
-        "image a set of labels: a sigmoid per class"
+        f"image a set of labels{read}: a sigmoid per class"
     ]
 
 

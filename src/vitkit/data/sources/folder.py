@@ -75,7 +75,7 @@ def read_folder(root: Path, classes: list[str] | None = None) -> Split:
 
 def _read_metadata(root: Path, metadata: Path, classes: list[str] | None) -> Split:
     """The images of a folder without class folders that its metadata list labels, on train's `classes` if given."""
-    listed = read_list(metadata)
+    listed = read_list(metadata, classes)
     named = {os.path.abspath(p) for p in listed.paths}
     unlisted = [p for p in root.iterdir() if p.is_file() and is_image_file(p) and os.path.abspath(p) not in named]
     if unlisted:  # as Hugging Face's imagefolder reads it: only what the list labels; said, not silent

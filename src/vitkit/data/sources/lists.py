@@ -3,7 +3,8 @@ split (train.csv, val.jsonl, test.csv ...), and the metadata.csv / metadata.json
 (Hugging Face's imagefolder). Paths are relative to the list; labels are class names or integers.
 
 A `labels` (or `tags`) column gives each image a set of classes (multi-label): a JSON list in JSONL
-({"path": "a.jpg", "labels": ["cat", "dog"]}), labels joined by ';' in CSV (a.jpg,cat;dog); an empty set is allowed."""
+({"path": "a.jpg", "labels": ["cat", "dog"]}), labels joined by ';' in CSV (a.jpg,cat;dog), or by spaces where no cell
+holds ';' and the cells are sets of a few words (`_label_separator`); an empty set is allowed."""
 
 from __future__ import annotations
 
@@ -84,7 +85,7 @@ def listed_split(
         return held_out(train, split, val_fraction, seed, rule)
     if split not in lists:
         return None
-    listed = read_list(lists[split])
+    listed = read_list(lists[split], train.class_names)
     trained = {os.path.normpath(p) for p in train.paths}
     shared = [p for p in listed.paths if os.path.normpath(p) in trained]
     if shared:
@@ -112,14 +113,17 @@ def metadata_file(root: Path) -> Path | None:
     return found[0] if found else None
 
 
-def read_list(path: Path) -> Split:
-    """A CSV (path,label, with or without header) or JSONL ({"path": ..., "label": ...}) list; paths relative to the file."""
+def read_list(path: Path, classes: list[str] | None = None) -> Split:
+    """A CSV (path,label, with or without header) or JSONL ({"path": ..., "label": ...}) list; paths relative to the
+    file. `classes`: train's, where this list is of another split (a CSV labels column's labels are told apart by
+    them)."""
     suffix = path.suffix.lower()
     text = _list_text(path)
+    spaced = False
     if suffix in (".jsonl", ".ndjson"):
         rows, lines = _jsonl_rows(path, text)
     elif suffix in (".csv", ".tsv", ".txt"):
-        rows, lines = _csv_rows(path, text, delimiter="\t" if suffix == ".tsv" else ",")
+        rows, lines, spaced = _csv_rows(path, text, "\t" if suffix == ".tsv" else ",", classes)
     else:
         raise DataError(f"{path}: unknown list format {suffix!r}; use .csv (path,label) or .jsonl")
     if not rows:
@@ -135,7 +139,8 @@ def read_list(path: Path) -> Split:
         labels = multi_hot([[index[label] for label in labels] for labels in sets], len(names))
     else:
         labels = torch.tensor([index[labels[0]] for labels in sets], dtype=torch.long)
-    return Split(labels=labels, class_names=names, paths=paths, source=str(path))
+    said = "joined by spaces in its labels column, as no cell holds ';'" if spaced else ""
+    return Split(labels=labels, class_names=names, paths=paths, source=str(path), labels_read=said)
 
 
 def _list_text(path: Path) -> str:
@@ -183,9 +188,12 @@ def _jsonl_rows(path: Path, text: str) -> tuple[list[tuple[str, str | tuple]], l
     return rows, lines
 
 
-def _csv_rows(path: Path, text: str, delimiter: str) -> tuple[list[tuple[str, str]], list[int]]:
-    """(path, label) of each line of a CSV list, and the line each is on; a header, where there is one, names the
-    columns, else they are path,label."""
+def _csv_rows(
+    path: Path, text: str, delimiter: str, classes: list[str] | None = None
+) -> tuple[list[tuple[str, str]], list[int], bool]:
+    """(path, label) of each line of a CSV list, the line each is on, and whether spaces join a labels column's labels
+    (`_label_separator`, with train's `classes` where given); a header, where there is one, names the columns, else
+    they are path,label."""
     reader, table = csv.reader(text.splitlines(), delimiter=delimiter), []
     try:
         table += [(line_no, row) for line_no, row in enumerate(reader, 1) if row]
@@ -196,9 +204,11 @@ def _csv_rows(path: Path, text: str, delimiter: str) -> tuple[list[tuple[str, st
         *columns, multi = _header_columns(path, table[0][1])
         table = table[1:]
     rows: list[tuple[str, str | tuple]] = []
+    # where no cell of a labels column holds ';', spaces may join its labels (Kaggle's lists: "clear primary water")
+    separator = _label_separator([row[columns[1]] for _, row in table if multi and len(row) > max(columns)], classes)
     for line_no, row in table:
         if multi and len(row) > max(columns) and row[columns[0]].strip():
-            cell = [label.strip() for label in row[columns[1]].split(LABEL_SEPARATOR) if label.strip()]
+            cell = [label.strip() for label in row[columns[1]].split(separator) if label.strip()]
             rows.append((row[columns[0]].strip(), _label_set(cell, f"{path}:{line_no}")))
             continue
         if len(row) <= max(columns) or not row[columns[0]].strip() or not _is_label(row[columns[1]].strip()):
@@ -207,7 +217,7 @@ def _csv_rows(path: Path, text: str, delimiter: str) -> tuple[list[tuple[str, st
                 f"{path}:{line_no}: expected 'path,label' (a label of at most {MAX_LABEL} characters), got {shown}"
             )
         rows.append((row[columns[0]].strip(), row[columns[1]].strip()))
-    return rows, [line_no for line_no, _ in table]
+    return rows, [line_no for line_no, _ in table], multi and separator is None
 
 
 def _header_columns(path: Path, header: list[str]) -> tuple[int, int, bool]:
@@ -257,6 +267,22 @@ def _columns(names: list) -> tuple[int, int, bool] | None:
     if path is None or label is None and labels is None:
         return None
     return (path, label, False) if label is not None else (path, labels, True)
+
+
+def _label_separator(cells: list[str], classes: list[str] | None) -> str | None:
+    """What joins the labels in the cells of a CSV labels column: ';' (LABEL_SEPARATOR), or spaces (None, as
+    str.split takes it) where no cell holds ';' and some cell holds words, and the cells are sets of a few words
+    (fewer different words than different cells: "red", "blue", "red blue", "blue green"), or, given train's
+    `classes`, a cell that is no class is words that all are. "ankle boot", "bag" stay a label each."""
+    cells = [cell.strip() for cell in cells]
+    if any(LABEL_SEPARATOR in cell for cell in cells) or not any(len(cell.split()) > 1 for cell in cells):
+        return LABEL_SEPARATOR
+    if classes is not None:
+        known = set(classes)
+        joined = [cell for cell in set(cells) if cell not in known and len(cell.split()) > 1]
+        return None if joined and all(set(cell.split()) <= known for cell in joined) else LABEL_SEPARATOR
+    words = {word for cell in cells for word in cell.split()}
+    return None if len(words) < len(set(cells)) else LABEL_SEPARATOR
 
 
 def _label_set(value, where: str) -> tuple[str, ...]:
