@@ -104,15 +104,15 @@ FLAT_LEVELS = 8
 def blank_on(split: Split, background, channels: int, limit: int = 64) -> tuple[int, int]:
     """(how many, of up to `limit` images spread over a split of files, are partly transparent and one flat colour
     once composited on `background` as training reads them; how many of those looked at are partly transparent).
-    Only transparent files are decoded; (0, 0) for images in memory, already composited."""
-    if split.paths is None:
+    Only transparent files are decoded; (0, 0) for images in memory, already composited, and for records in shards
+    or Parquet files, where reading 64 spread over them can mean as many row groups or seeks."""
+    if split.paths is None or (len(split) and isinstance(split.paths[0], Record)):
         return 0, 0
     pick = np.unique(np.linspace(0, len(split) - 1, min(limit, len(split))).round().astype(int))
     blank = clear = 0
     for i in pick:
-        item = split.paths[i]
         try:
-            with Image.open(io.BytesIO(item.read()) if isinstance(item, Record) else item) as image:
+            with Image.open(split.paths[i]) as image:
                 if image.mode not in ("LA", "RGBA", "PA") and "transparency" not in image.info:
                     continue  # opaque: nothing of it depends on the background
                 small = image.reduce(max(1, min(image.size) // 64)) if image.mode in ("LA", "RGBA") else image
