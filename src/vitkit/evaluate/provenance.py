@@ -112,7 +112,7 @@ def copies_note(copies: dict, which: str) -> str:
     )
     return (
         f"note: {n:,} of {_these(which)} {'are byte-identical to images' if n != 1 else 'is byte-identical to an image'} "
-        f"{trained_on} (e.g. {example}), and {'count' if n != 1 else 'counts'} as unseen in the figures above"
+        f"{trained_on} (e.g. {example}), and {'count' if n != 1 else 'counts'} as unseen in these figures"
     )
 
 
