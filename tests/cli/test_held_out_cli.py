@@ -208,5 +208,11 @@ def test_a_csv_whose_labels_are_joined_by_spaces_trains_on_the_labels_and_says_h
     assert done.returncode == 0, done.stderr
     assert "3 classes (blue, green, red)" in done.stdout
     assert (
-        "gives each image a set of labels (joined by spaces in its labels column, as no cell holds ';')" in done.stdout
+        "gives each image a set of labels (joined by spaces in the labels column of tags.csv, as no cell holds ';')"
+        in done.stdout
+    )
+    shown = vitkit_cmd("data", tmp_path / "tags" / "tags.csv")
+    assert (
+        "classes  3: blue, green, red (several labels per image, joined by spaces in the labels column of tags.csv"
+        in shown.stdout
     )

@@ -540,7 +540,7 @@ def test_labels_joined_by_spaces_are_read_as_sets_where_no_cell_holds_a_semicolo
         "blue+green+red",
     ]
     assert val.labels.tolist()[0] == [1, 0, 1]
-    assert train.labels_read == "joined by spaces in its labels column, as no cell holds ';'"
+    assert train.labels_read == "joined by spaces in the labels column of train.csv, as no cell holds ';'"
 
 
 def test_multi_word_labels_stay_whole_where_they_are_no_sets_of_other_labels(tmp_path):

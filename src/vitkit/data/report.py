@@ -44,7 +44,8 @@ def summary_lines(s: dict, opened: dict) -> list[str]:
         f"format   {s['format']}",
         f"classes  {s['classes']}: {', '.join(s['class_names'][:12])}{' ...' if len(s['class_names']) > 12 else ''}"
         + (
-            " (several labels per image: vitkit train picks train.objective=multi_label)"
+            f" (several labels per image{', ' + s['labels_read'] if 'labels_read' in s else ''}: vitkit train picks "
+            "train.objective=multi_label)"
             if s.get("multi_label")
             else ""
         ),

@@ -124,6 +124,7 @@ def describe(splits: dict[str, Split | str], sizes_of: str, path=None, name: str
         "classes": len(names),
         "class_names": names,
         "multi_label": opened[sizes_of].multi_label,  # each image a list of labels: images per class count each once
+        **({"labels_read": opened[sizes_of].labels_read} if opened[sizes_of].labels_read else {}),
         "splits": rows,
         "sizes": {"split": sizes_of, **image_sizes(opened[sizes_of])},
         "copies_of_training_images": copies_of_training_images(opened),

@@ -139,7 +139,7 @@ def read_list(path: Path, classes: list[str] | None = None) -> Split:
         labels = multi_hot([[index[label] for label in labels] for labels in sets], len(names))
     else:
         labels = torch.tensor([index[labels[0]] for labels in sets], dtype=torch.long)
-    said = "joined by spaces in its labels column, as no cell holds ';'" if spaced else ""
+    said = f"joined by spaces in the labels column of {path.name}, as no cell holds ';'" if spaced else ""
     return Split(labels=labels, class_names=names, paths=paths, source=str(path), labels_read=said)
 
 
