@@ -154,3 +154,26 @@ def test_machine_slug_names_the_kind_of_machine(monkeypatch):
     monkeypatch.setattr(rows, "gpu_name", lambda: "NVIDIA H100 80GB HBM3")
     assert rows.machine_slug() == "h100"
     assert rows.machine().startswith("NVIDIA H100 80GB HBM3, ")
+
+
+def test_the_demo_script_writes_top1_and_time_in_one_row_and_keeps_its_headline(tmp_path, monkeypatch):
+    """benchmarks/fashion_mnist.py wrote demo-test-top1 (top-1 alone) and demo-train-time rows, the shape the results
+    dropped, and a rewritten row lost the README headline it carried."""
+    demo = _load("fashion_mnist")
+    monkeypatch.setattr(demo, "machine_slug", lambda: "epyc")
+    monkeypatch.setattr(rows, "machine_slug", lambda: "epyc")
+    shutil.copy(BENCHMARKS / "results" / "demo.csv", tmp_path / "demo.csv")
+    summary = {"wall_time_s": 421.4, "img_s": 4250.2, "steps": 7000, "threads": 2, "batch_size": 256}
+    monkeypatch.setattr(demo, "trained", lambda *a: (summary, {"top1": 0.91516}, 0.3))
+    monkeypatch.setattr(sys, "argv", ["fashion_mnist.py", "--results-dir", str(tmp_path), "--out", "x"])
+    before = {r["id"]: r for r in _read(tmp_path / "demo.csv")[1]}["demo-test-top1-epyc"]
+    assert demo.main() == 0
+    written = {r["id"]: r for r in _read(tmp_path / "demo.csv")[1]}
+    row = written["demo-test-top1-epyc"]
+    assert (row["figure"], row["unit"]) == ("0.9152 / 421", "top-1 / s")
+    assert row["headline"] == before["headline"] and row["against"] == before["against"]
+    assert row["setting"].startswith("7,000 steps x 256, 2 threads, 4,250 img/s, load 0.3")
+    assert not any(i.startswith("demo-train-time") for i in written)
+    monkeypatch.setattr(sys, "argv", ["fashion_mnist.py", "--results-dir", str(tmp_path), "train.steps=5"])
+    with pytest.raises(SystemExit):  # a row is of the config as it ships
+        demo.main()
