@@ -978,7 +978,7 @@ def test_train_on_a_folder_fits_the_model_to_the_images_and_states_the_plan(own,
         assert line in out, (line, out)
     # the fit's flip (by the images' mirror skill) is the one the augment lines say is on
     flips = "  hflip    0.5: " in out
-    assert (", flips (a pixel model" in out) == flips and ("  off      hflip (" in out) == (not flips), out
+    assert ("  flips      flips (a pixel model" in out) == flips and ("  off      hflip (" in out) == (not flips), out
     assert "ETA 0:00:0" in out  # the printed step lines carry the running rate's ETA
     model = json.loads((tmp_path / "fit" / "final" / "config.json").read_text())["model"]
     assert model["in_chans"] == 3 and model["classifier"] == "gap" and model["depth"] == 0  # a conv net

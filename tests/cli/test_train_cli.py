@@ -311,7 +311,7 @@ def test_a_run_on_a_subset_of_the_training_images_records_it_and_the_fitted_reci
     )
     printed = capsys.readouterr().out
     # train.steps=2 is the user's, and the fitted recipe's warmup follows it (no "warms up ... never reaches" warning)
-    assert "scanned 10 of 10 images" in printed and "; 2 steps of 10 images" in printed
+    assert "scanned 10 of 10 images" in printed and "  length     2 steps of 10 images" in printed
     assert "warning    train.warmup_steps" not in printed
     # the fitted model is a (small-data: hybrid) ViT of its own shape, not the registry's vit_mini4_32 it starts from
     assert json.loads(printed.strip().splitlines()[-1])["model"] == "hybrid ViT"

@@ -231,7 +231,7 @@ def test_the_fitted_flip_follows_whether_a_mirror_image_keeps_its_class(tmp_path
     """Flips help photos and icons and are wrong for digits and scenes told apart by left and right: the fit flips
     where a pixel model of the training images knows their mirror images (evaluate.baseline.pixel_skills)."""
     out, augment = _fitted(tmp_path, capsys, draw)
-    assert f", {said} (a pixel model of the images knows their mirror images at " in out
+    assert f"  flips      {said} (a pixel model of the images knows their mirror images at " in out
     assert augment["hflip"] == flip
 
 
@@ -263,7 +263,7 @@ def test_the_fitted_crop_shifts_the_images_unless_single_pixels_in_place_tell_th
     the images (a padded random crop) only where a pixel model of them keeps its skill on them moved by a pixel
     (evaluate.baseline.pixel_skills)."""
     out, augment = _fitted(tmp_path, capsys, draw)
-    assert f", {said} of the images keeps " in out and " of its skill when they move by a pixel" in out
+    assert f"  shifts     {said} of the images keeps " in out and " of its skill when they move by a pixel" in out
     assert augment["crop"] == crop
 
 

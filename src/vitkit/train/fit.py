@@ -597,11 +597,11 @@ def fitted_background(scan) -> tuple[dict[str, float], str]:
     if scan.border is None:
         return {}, ""
     white = scan.border >= 0.5
-    words = f", padded with {'white' if white else 'black'} like the images' borders"
+    words = f"padded with {'white' if white else 'black'} like the images' borders"
     hidden = scan.ink is not None and scan.clear >= CLEAR_SHARE * scan.scanned and abs(scan.ink - white) < INK_NEAR
     if hidden:
         words = (
-            f", composited on {'black' if white else 'white'} and padded with it: {scan.clear} of {scan.scanned} "
+            f"composited on {'black' if white else 'white'} and padded with it: {scan.clear} of {scan.scanned} "
             f"images looked at are transparent and show {'light' if white else 'dark'} shapes that "
             f"{'white' if white else 'black'} (their borders) would hide"
         )
@@ -669,9 +669,17 @@ def fitted_to_data(
         # a pixel baseline beside the val figure: a model that does not beat it is said to
         "train.baseline": True,
     }
-    note = (
-        f"no model given, so fitted to the data: {scan} -> {size}x{size} px, {scan.channels} channel{'s' * (scan.channels > 1)}, "
-        f"{why}, width 96, depth {family['model.depth']}{padding}, {_crop_words(shift)}, {_flip_words(mirror)}; {length}{steps} steps of {batch} images (KEY=VALUE overrides change any of "
-        "it; model.name, model.init or --config replace it)"
+    said = [f"{why}, width 96, depth {family['model.depth']}", padding, _crop_words(shift), _flip_words(mirror)]
+    return changes, _fit_note(scan, size, [*said, f"{length}{steps} step{'s' * (steps != 1)} of {batch} images"])
+
+
+def _fit_note(scan, size: int, said: list[str]) -> str:
+    """The fitted recipe in words: what the scan found, then a line for each choice of `said` (family, background,
+    shifts, flips, length), with why; a choice not made ("") has no line."""
+    head = (
+        f"no model given, so fitted to the data: {scan} -> {size}x{size} px, {scan.channels} channel"
+        f"{'s' * (scan.channels > 1)}; KEY=VALUE overrides change any of it, model.name, model.init or --config "
+        "replace it"
     )
-    return changes, note
+    keys = ("family", "background", "shifts", "flips", "length")
+    return "\n".join([head, *(f"  {key:<10} {words}" for key, words in zip(keys, said) if words)])
