@@ -177,3 +177,16 @@ def test_a_model_without_a_trained_head_is_refused_in_one_line(checkpoint, image
             )
         with pytest.raises(vitkit.CheckpointError, match=why):
             vitkit.Classifier.load(path)
+
+
+def test_a_quoted_pattern_is_expanded_and_one_matching_nothing_is_said(checkpoint, images, tmp_path, capsys):
+    """'DIR/*.png' in quotes reached vitkit as it was typed, and was refused as a file not found."""
+    good, *_ = images
+    Image.open(good).save(tmp_path / "more.png")
+    assert main(["predict", str(checkpoint), str(tmp_path / "[gm]*.png"), "--json"]) == 0
+    assert [json.loads(line)["image"] for line in capsys.readouterr().out.splitlines()] == [
+        str(good),
+        str(tmp_path / "more.png"),
+    ]
+    assert main(["predict", str(checkpoint), str(tmp_path / "*.gif")]) == 2
+    assert f"{tmp_path / '*.gif'}: image file not found" in capsys.readouterr().err

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import sys
 
@@ -30,7 +31,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "images",
         nargs="+",
         metavar="IMAGE",
-        help="image files or folders (searched recursively, sorted); any mode: grayscale, RGB(A), palette, 16-bit",
+        help="image files, folders (searched recursively, sorted) or quoted patterns ('photos/**/*.jpg'); any mode: "
+        "grayscale, RGB(A), palette, 16-bit",
     )
     _add_answer_flags(p)
     p.add_argument(
@@ -132,15 +134,23 @@ def _load(args: argparse.Namespace):
 
 
 def _image_paths(images: list[str]) -> tuple[list[str], list[str]]:
-    """The files given, and the images of the folders given (searched recursively, sorted); and the one-line errors
-    of the folders that hold none (whatever their names: a folder named dir.png is a folder)."""
+    """The files given, the files a pattern given matches (`*`, `?`, `[...]`, `**`: quoted, the shell left it), and the
+    images of the folders given (searched recursively, sorted); and the one-line errors of the folders that hold none
+    (whatever their names: a folder named dir.png is a folder)."""
     from vitkit.data.images import find_images
     from vitkit.errors import DataError
     from vitkit.paths import local_path
 
     paths, empty = [], []
     for arg in images:
-        if not local_path(arg, DataError).is_dir():
+        path = local_path(arg, DataError)
+        if not path.exists() and any(
+            c in arg for c in "*?["
+        ):  # a quoted pattern the shell left as it was: expanded here
+            found = sorted(glob.glob(str(path), recursive=True))
+            paths += found or [arg]  # none: the pattern itself, said as a file not found
+            continue
+        if not path.is_dir():
             paths.append(arg)
             continue
         try:
