@@ -633,7 +633,7 @@ def fitted_to_data(
     `steps` (the user's train.epochs or train.steps) set the length instead, and warmup, logging and evaluation
     follow it, as they follow `batch` (the user's train.batch_size) where given; `mirror` sets the flip
     (`fitted_hflip`), `shift` the crop (`fitted_crop`); `plain` (model.backbone=null) fits a plain ViT at any size.
-    Returns (the typed changes {"section.key": value}, one line saying what was chosen and why)."""
+    Returns (the typed changes {"section.key": value}, what was chosen and why: a line for each choice)."""
     from vitkit.train.config import steps_for
 
     family, why = fitted_family(size := fitted_size(scan), n_train, plain)
