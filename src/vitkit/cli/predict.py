@@ -148,7 +148,8 @@ def _image_paths(images: list[str]) -> tuple[list[str], list[str]]:
             c in arg for c in "*?["
         ):  # a quoted pattern the shell left as it was: expanded here
             found = sorted(glob.glob(str(path), recursive=True))
-            paths += found or [arg]  # none: the pattern itself, said as a file not found
+            # none: the pattern itself, said as a file not found
+            paths += found or [arg]
             continue
         if not path.is_dir():
             paths.append(arg)
