@@ -144,9 +144,8 @@ def _image_paths(images: list[str]) -> tuple[list[str], list[str]]:
     paths, empty = [], []
     for arg in images:
         path = local_path(arg, DataError)
-        if not path.exists() and any(
-            c in arg for c in "*?["
-        ):  # a quoted pattern the shell left as it was: expanded here
+        # a quoted pattern the shell left as it was: expanded here
+        if not path.exists() and any(c in arg for c in "*?["):
             found = sorted(glob.glob(str(path), recursive=True))
             # none: the pattern itself, said as a file not found
             paths += found or [arg]
