@@ -8,6 +8,7 @@ import shutil
 import struct
 import sys
 import threading
+from pathlib import Path
 
 import pytest
 from test_train_cli import FAST as TRAIN_FAST  # the tiny model and schedule of the train command's tests
@@ -78,10 +79,24 @@ def _wandb_reads_each_tests_environment():
         sys.modules["wandb"].teardown()
 
 
+def wandb_files(tmp_path, run_id: str = "*") -> list[str]:
+    """The offline files of W&B runs under tmp_path, in the order the runs began. A run's finish() returns before W&B's
+    service has written all of its file (2 of 40 were incomplete then): W&B's teardown waits for it to write them and
+    stop (the next run starts another). A run begun in the same second as one of the same id is DIR-1, DIR-2 ..."""
+    if "wandb" in sys.modules and hasattr(sys.modules["wandb"], "teardown"):
+        sys.modules["wandb"].teardown()
+
+    def begun(path: str) -> tuple[str, int]:
+        parts = Path(path).parent.name.split("-")  # offline-run-YYYYMMDD_HHMMSS-ID[-N]
+        return parts[2], int(parts[4]) if len(parts) > 4 else 0
+
+    return sorted(glob.glob(str(tmp_path / "wandb" / "offline-run-*" / f"run-{run_id}.wandb")), key=begun)
+
+
 def wandb_history(tmp_path, run_id):
     """{step: {key: value}} of a W&B run over its offline files (a resumed run adds one), the later file's value last."""
     history = {}
-    for path in sorted(glob.glob(str(tmp_path / "wandb" / "offline-run-*" / f"run-{run_id}.wandb"))):
+    for path in wandb_files(tmp_path, run_id):
         for step, row in wandb_run(path)[2].items():
             history.setdefault(step, {}).update(row)
     return history
@@ -143,7 +158,7 @@ def test_a_run_logs_to_every_tracker_and_a_resumed_run_continues_each_without_a_
     assert sorted((m.step, m.value) for m in history) == [(s, pytest.approx(loss[s], rel=1e-6)) for s in sorted(loss)]
     assert [m.step for m in client.get_metric_history(run.info.run_id, "val/loss")] == [4, 6]
 
-    (_, config, _), *_ = map(wandb_run, glob.glob(str(tmp_path / "wandb" / "offline-run-*" / "run-*.wandb")))
+    (_, config, _), *_ = map(wandb_run, wandb_files(tmp_path))
     assert config["train"]["log_to"] == ["csv", "tensorboard", "wandb", "mlflow"]
     history = wandb_history(tmp_path, new_ids["wandb"]["id"])
     assert {s: row["train/loss"] for s, row in history.items() if "train/loss" in row} == pytest.approx(loss, rel=1e-6)
@@ -223,7 +238,7 @@ def test_the_trackers_get_the_figures_and_mlflow_the_model_in_its_own_store_and_
     assert {f"figures/{name}.png" for name in figures} | {"model/config.json", "model/model.safetensors"} <= listed
     assert client.get_run(run_id).info.status == "FINISHED"
 
-    (wandb_file,) = glob.glob(str(tmp_path / "wandb" / "offline-run-*" / "run-*.wandb"))
+    (wandb_file,) = wandb_files(tmp_path)
     _, _, history = wandb_run(wandb_file)
     assert history[6]["train/epoch"] == pytest.approx(planned, rel=1e-2)
     logged = {
