@@ -6,6 +6,7 @@ in summary.json and its checkpoints, and `vitkit eval` fits it again for the spl
 import contextlib
 import io
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -111,6 +112,39 @@ def test_eval_fits_the_baseline_on_the_training_split_and_scores_the_split_it_ev
     )
     train = vitkit_cmd("eval", out, "--split", "train", "--json", "--threads", "1")  # another split: scored there
     assert json.loads(train.stdout.strip().splitlines()[-1])["baseline"]["scored_images"] == 32
+
+
+def test_eval_reads_the_baseline_s_images_on_the_model_s_background(tmp_path, vitkit_cmd):
+    """White shapes on a transparent ground: the fit composites them on black, and so did the run's baseline (1.0);
+    eval's composited them on white, blank images, and scored 0.5. Eval says, too, where scored images are blank."""
+    for split, n in (("train", 12), ("val", 6)):
+        for label, name in enumerate(("left", "right")):
+            (tmp_path / "data" / split / name).mkdir(parents=True)
+            for i in range(n):
+                rgba = np.zeros((12, 12, 4), np.uint8)
+                rgba[..., :3] = 255
+                rgba[:, label * 6 : label * 6 + 6, 3] = 200 + i
+                Image.fromarray(rgba, "RGBA").save(tmp_path / "data" / split / name / f"{i}.png")
+    out = tmp_path / "run"
+    done = vitkit_cmd("train", "--data", tmp_path / "data", "--out", out, "train.steps=1", *FITTED_RUN)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    scored = vitkit_cmd("eval", out, "--split", "val", "--json", "--threads", "1")
+    assert scored.returncode == 0, scored.stderr
+    result = json.loads(scored.stdout.strip().splitlines()[-1])
+    assert summary["baseline"]["top1"] == result["baseline"]["top1"] == 1.0
+    assert "blank_on_background" not in result  # on black, as trained: nothing hidden
+    (tmp_path / "white").mkdir()
+    shutil.copytree(tmp_path / "data" / "val", tmp_path / "white" / "val")
+    for path in (tmp_path / "white" / "val").rglob("*.png"):  # black shapes now: on the model's black, blank
+        rgba = np.asarray(Image.open(path)).copy()
+        rgba[..., :3] = 0
+        Image.fromarray(rgba, "RGBA").save(path)
+    other = vitkit_cmd("eval", out, "--data", tmp_path / "white", "--split", "val", "--json", "--threads", "1")
+    assert json.loads(other.stdout.strip().splitlines()[-1])["blank_on_background"] == {"images": 12, "transparent": 12}
+    assert "note: 12 of 12 partly transparent val images looked at are one flat colour on model.background black" in (
+        other.stdout
+    )
 
 
 def test_the_key_turns_it_off_and_a_named_model_has_none_unless_asked(folder, vitkit_cmd, tmp_path):

@@ -126,6 +126,22 @@ def blank_on(split: Split, background, channels: int, limit: int = 64) -> tuple[
     return blank, clear
 
 
+def blank_words(blank: int, clear: int, background, images: str) -> str:
+    """`blank_on`'s finding in words: `blank` of `clear` partly transparent `images` ("training images") are one
+    flat colour on `background` (the model config's, in [0, 1])."""
+    values = [round(255 * v) for v in background]
+    colour = "black" if max(values) == 0 else "white" if min(values) == 255 else str(tuple(values))
+    return (
+        f"{blank} of {clear} partly transparent {images} looked at are one flat colour on model.background {colour}: "
+        "what they show is that colour, so the model sees blank images"
+    )
+
+
+def other_background(background) -> str:
+    """The black or white value of model.background furthest from `background`, as a KEY=VALUE value and its name."""
+    return "1 (white)" if sum(background) / len(background) < 0.5 else "0 (black)"
+
+
 def _border(pixels: np.ndarray) -> float:
     """The mean of a (C, H, W) uint8 image's outermost rows and columns, over its channels."""
     edge = np.concatenate([pixels[:, 0], pixels[:, -1], pixels[:, :, 0], pixels[:, :, -1]], axis=1)

@@ -71,8 +71,21 @@ def score_checkpoint(request: EvalRequest) -> Scored:
     if baseline is not None:  # a run of train.baseline: its pixel baseline on these images
         result["baseline"] = baseline
         lines += compared_lines(baseline)
-    lines += ([warning] if warning else []) + against.notes(which)
+    lines += ([warning] if warning else []) + against.notes(which) + _blank_notes(split, model.config, which, result)
     return Scored(result, lines, _unwritten_error(png, unwritten))
+
+
+def _blank_notes(split, config, which: str, result: dict) -> list[str]:
+    """A note where partly transparent scored images are one flat colour on the model's background (`blank_on`), also
+    in the JSON; none otherwise."""
+    from vitkit.data.scan import blank_on, blank_words, other_background
+
+    blank, clear = blank_on(split, config.background, config.in_chans)
+    if not blank:
+        return []
+    result["blank_on_background"] = {"images": blank, "transparent": clear}
+    said = blank_words(blank, clear, config.background, f"{which} images")
+    return [f"note: {said}; a model trained with model.background={other_background(config.background)} sees them"]
 
 
 def pixel_baseline(request: EvalRequest, meta: dict, config, split, which: str, crop_pct: float, bad, top1: float):
@@ -94,7 +107,7 @@ def pixel_baseline(request: EvalRequest, meta: dict, config, split, which: str, 
         quiet = bad if part is split else BadFiles("skip")
         return eval_batches(
             part, request.batch_size, torch.device("cpu"), channels=config.in_chans, size=config.image_size,
-            crop_pct=crop_pct, bad=quiet,
+            crop_pct=crop_pct, bad=quiet, background=config.background,
         )  # fmt: skip
 
     try:

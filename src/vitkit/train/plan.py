@@ -15,6 +15,7 @@ import torch
 
 from vitkit.checkpoint.runs import step_checkpoints
 from vitkit.data.augment import AugmentConfig
+from vitkit.data.scan import blank_words, other_background
 from vitkit.data.split import where_from
 from vitkit.data.summary import copies_warning, relabelled_warning
 from vitkit.devices import COUNT_KEYS, cpu_compiler, pick_device, usable_cpus
@@ -300,24 +301,15 @@ def _warnings(config: RunConfig, data: Data, env: Setup) -> list[str]:
     if len(data.class_names) > 1 and env.objective != "masked_patch":  # the labels are learned
         lines += [f"warning    {line}" for line in class_warnings(data, config.data.val_split)]
     if data.blank[0]:
-        lines.append(f"warning    {blank_warning(*data.blank, data.shape.background)}")
+        background = data.shape.background
+        said = blank_words(*data.blank, background, "training images")
+        lines.append(f"warning    {said}; model.background={other_background(background)} shows them")
     if t.warmup_steps > t.steps:
         lines.append(
             f"warning    train.warmup_steps={t.warmup_steps} is more than train.steps={t.steps}: the learning rate only warms up "
             f"(to {t.lr * t.steps / t.warmup_steps:.3g} at the last step) and never reaches {t.lr:g}; lower train.warmup_steps"
         )
     return lines
-
-
-def blank_warning(blank: int, clear: int, background) -> str:
-    """Transparent training images that are one flat colour on the background (`blank_on`), and the keys that help."""
-    values = [round(255 * v) for v in background]
-    other = "1 (white)" if sum(values) / len(values) < 128 else "0 (black)"
-    return (
-        f"{blank} of {clear} partly transparent training images looked at are one flat colour on model.background "
-        f"{'black' if max(values) == 0 else 'white' if min(values) == 255 else tuple(values)}: what they show is "
-        f"that colour, so the model sees blank images; model.background={other} shows them"
-    )
 
 
 # the largest class this many times the smallest: the plan says so
