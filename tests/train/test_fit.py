@@ -226,7 +226,16 @@ def _fitted(tmp_path, capsys, draw):
     return out, yaml.safe_load((tmp_path / "run" / "run.yaml").read_text())["augment"]
 
 
-@pytest.mark.parametrize(("draw", "flip", "said"), [(_sides, 0.0, "no flips"), (_stripes, 0.5, "flips")])
+def _white_stripes(c, i):
+    """_stripes as white ink on a transparent ground (the stripes opaque): blank images on white."""
+    gray = np.asarray(_stripes(c, i))
+    return Image.fromarray(np.dstack([np.full((16, 16, 3), 255, np.uint8), (gray > 100).astype(np.uint8) * 255]))
+
+
+# the pixel model reads the images on the fitted background: on white, white stripes were blank and nothing was told
+@pytest.mark.parametrize(
+    ("draw", "flip", "said"), [(_sides, 0.0, "no flips"), (_stripes, 0.5, "flips"), (_white_stripes, 0.5, "flips")]
+)
 def test_the_fitted_flip_follows_whether_a_mirror_image_keeps_its_class(tmp_path, capsys, draw, flip, said):
     """Flips help photos and icons and are wrong for digits and scenes told apart by left and right: the fit flips
     where a pixel model of the training images knows their mirror images (evaluate.baseline.pixel_skills)."""

@@ -155,10 +155,10 @@ def _has_colour(image: Image.Image) -> bool:
     return bool(np.abs(rgb - rgb.mean(axis=2, keepdims=True)).max() > 8)
 
 
-def small_pixels(split: Split, limit: int = 2000, side: int = 16) -> tuple[np.ndarray, np.ndarray]:
+def small_pixels(split: Split, limit: int = 2000, side: int = 16, background=None) -> tuple[np.ndarray, np.ndarray]:
     """(N, 3, side, side) uint8 pixels and (N,) class indices of up to `limit` images spread evenly over a
-    single-label `split`, each read as RGB (transparent pixels on white) and averaged down to side x side; an
-    unreadable file is left out. A cheap look at what the images show, for the fit's choices."""
+    single-label `split`, each read as RGB (transparent pixels on `background`, None: white) and averaged down to
+    side x side; an unreadable file is left out. A cheap look at what the images show, for the fit's choices."""
     pick = np.unique(np.linspace(0, len(split) - 1, min(limit, len(split))).round().astype(int))
     labels = split.labels.numpy()
     if split.images is not None:
@@ -172,7 +172,7 @@ def small_pixels(split: Split, limit: int = 2000, side: int = 16) -> tuple[np.nd
         try:
             with Image.open(io.BytesIO(item.read()) if isinstance(item, Record) else item) as image:
                 image.draft("RGB", (side * 4, side * 4))  # JPEGs decode at a fraction of their size
-                small = to_channels(image, 3).resize((side, side), Image.BOX)
+                small = to_channels(image, 3, background).resize((side, side), Image.BOX)
         except Exception:
             continue
         xs.append(np.asarray(small).transpose(2, 0, 1))

@@ -165,8 +165,13 @@ def _scanned(data):
         data.train_split, channels=3, image_size=32, flag="data.train_split", hold_out="data.val_fraction"
     )
     found = scan(train)
+    # the images as the fitted model reads them: transparent ones on its background
+    background = fitted_background(found)[0].get("model.background")
+    on = None if background is None else (background,)
     skills = (
-        None if train.multi_label or not found.scanned else pixel_skills(*small_pixels(train), len(train.class_names))
+        None
+        if train.multi_label or not found.scanned
+        else pixel_skills(*small_pixels(train, background=on), len(train.class_names))
     )
     return found, len(train), *((None, None) if skills is None else skills)
 
