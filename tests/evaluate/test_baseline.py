@@ -305,3 +305,15 @@ def test_the_suggested_stem_fits_the_model_s_size(size, convs):
     if convs is not None:  # what it suggests is a model that builds
         assert ViTConfig(image_size=size, patch_size=1, backbone={"convs": convs}).backbone.convs == tuple(convs)
     assert stem_advice(ViTConfig(image_size=32, patch_size=1, backbone={"convs": [8, 16]})) == ""
+
+
+def test_one_scored_image_is_one_image():
+    """A flat folder of ten images holds one out: "val top-1 1.0000 on 1 images" was printed."""
+    from vitkit.data.split import described
+
+    record = {"kind": baseline.KIND, "top1": 1.0, "scored_split": "val", "scored_images": 1, "seconds": 0.0}
+    record |= {"scored_data": "tiny, held out", "train_images": 9, "train_drawn": 9, "train_split_images": 9}
+    record |= {"train_split": "train", "train_data": "tiny, the rest"}
+    assert "val top-1 1.0000 on 1 image (tiny, held out)" in baseline.fitted_line(record)
+    assert compared_lines(compared(record, 1.0))[0].startswith("val top-1 1.0000 on 1 image (tiny, held out);")
+    assert described({"n": 1, "source": "tiny", "selection": "all"}) == "1 image (tiny, all)"

@@ -120,7 +120,7 @@ def where_from(record: dict, *, all_said: bool = True) -> str:
 
 def described(record: dict) -> str:
     """ "N images (source, selection)": a split's `describe()` record as reports and errors print it."""
-    return f"{record['n']:,} images ({record['source']}, {record['selection']})"
+    return f"{record['n']:,} image{'s' * (record['n'] != 1)} ({record['source']}, {record['selection']})"
 
 
 def same_images(before, now: dict) -> bool:

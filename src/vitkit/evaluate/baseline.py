@@ -144,7 +144,7 @@ def fitted_line(record: dict, label: str = "pixel baseline: ") -> str:
     )
     return (
         f"{label}{record['kind']}: {record['scored_split']} top-1 {record['top1']:.4f} on {record['scored_images']:,} "
-        f"images ({record['scored_data']}), fitted on {n:,} {record['train_split']} images ({record['train_data']}"
+        f"image{'s' * (record['scored_images'] != 1)} ({record['scored_data']}), fitted on {n:,} {record['train_split']} images ({record['train_data']}"
         f"{which}) in {record['seconds']:.1f} s"
     )
 
@@ -193,7 +193,7 @@ def compared_lines(record: dict) -> list[str]:
         return [fitted_line(record)]
     split, n = record["scored_split"], record["scored_images"]
     line = (
-        f"{split} top-1 {record['model_top1']:.4f} on {n:,} images ({record['scored_data']}); pixel baseline "
+        f"{split} top-1 {record['model_top1']:.4f} on {n:,} image{'s' * (n != 1)} ({record['scored_data']}); pixel baseline "
         f"{record['top1']:.4f} on the same images ({record['kind']}, fitted on {record['train_images']:,} "
         f"{record['train_split']} images)"
     )

@@ -626,7 +626,7 @@ def _images(split: dict, unreadable: int) -> str:
     return (
         f"{split['n'] - unreadable:,} of {split['n']:,} images ({unreadable:,} unreadable skipped)"
         if unreadable
-        else f"{split['n']:,} images"
+        else f"{split['n']:,} image{'s' * (split['n'] != 1)}"
     )
 
 

@@ -146,7 +146,7 @@ def _data_lines(config: RunConfig, data: Data) -> list[str]:
     skipped = data.unreadable(t_split := config.data.train_split, config.data.val_split)
     for name, split in record["splits"].items():
         lines.append(
-            f"  {name:<8} {split['n']:>7,} images  {where_from(split)}"
+            f"  {name:<8} {split['n']:>7,} image{'s' if split['n'] != 1 else ' '}  {where_from(split)}"
             + (
                 f": {skipped[name]:,} unreadable skipped, {split['n'] - skipped[name]:,} read"
                 if skipped.get(name)
