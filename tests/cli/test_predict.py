@@ -190,3 +190,23 @@ def test_a_quoted_pattern_is_expanded_and_one_matching_nothing_is_said(checkpoin
     ]
     assert main(["predict", str(checkpoint), str(tmp_path / "*.gif")]) == 2
     assert f"{tmp_path / '*.gif'}: image file not found" in capsys.readouterr().err
+
+
+def test_transparent_images_blank_on_the_model_s_background_are_said_to_be(tmp_path, images, capsys):
+    """Black glyphs on a transparent ground, given to a model whose background is black: confident answers about blank
+    images, and nothing said."""
+    model = vitkit.create_model("vit_test", num_classes=3, background=0.0)
+    torch.nn.init.normal_(model.head.weight)
+    ckpt = vitkit.save_pretrained(model, tmp_path / "black", extra={"class_names": ["ant", "bee", "cat"]})
+    glyph = np.zeros((16, 16, 4), np.uint8)
+    glyph[4:12, 6:9, 3] = 255
+    Image.fromarray(glyph, "RGBA").save(tmp_path / "glyph.png")
+    assert main(["predict", str(ckpt), str(tmp_path / "glyph.png"), str(images[0])]) == 0
+    err = capsys.readouterr().err
+    assert err.startswith("vitkit predict: note: 1 of 1 partly transparent images looked at are one flat colour on ")
+    assert f"(e.g. {tmp_path / 'glyph.png'})" in err
+    on_white = vitkit.create_model("vit_test", num_classes=3, background=1.0)  # where the glyph shows
+    torch.nn.init.normal_(on_white.head.weight)
+    white = vitkit.save_pretrained(on_white, tmp_path / "white", extra={"class_names": ["ant", "bee", "cat"]})
+    assert main(["predict", str(white), str(tmp_path / "glyph.png")]) == 0
+    assert capsys.readouterr().err == ""

@@ -105,7 +105,22 @@ def run(args: argparse.Namespace) -> int:
         _answer(classifier, batch, args)
     if not args.json and len(paths) > failed:  # what ran: complete once the first batch has built it
         print(f"({len(paths) - failed} image{'s' * (len(paths) - failed != 1)}; {classifier.runner.description})")
+    _say_blank(paths, classifier.model.config)
     return 2 if failed or empty else 0
+
+
+def _say_blank(paths: list[str], config) -> None:
+    """A note on stderr where partly transparent images given are one flat colour on the model's background: the
+    answers above are of blank images. At most 64 files are looked at (`blank_on`'s spread)."""
+    from vitkit.data.scan import blank_file, blank_words
+
+    looked = [paths[i] for i in sorted({round(k * (len(paths) - 1) / 63) for k in range(64)})] if paths else []
+    seen = {path: blank_file(path, config.background, config.in_chans) for path in looked}
+    blank = [path for path, found in seen.items() if found]
+    if blank:
+        clear = sum(found is not None for found in seen.values())
+        said = blank_words(len(blank), clear, config.background, "images")
+        print(f"vitkit predict: note: {said} (e.g. {blank[0]})", file=sys.stderr, flush=True)
 
 
 def _load(args: argparse.Namespace):

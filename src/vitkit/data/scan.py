@@ -109,21 +109,24 @@ def blank_on(split: Split, background, channels: int, limit: int = 64) -> tuple[
     if split.paths is None or (len(split) and isinstance(split.paths[0], Record)):
         return 0, 0
     pick = np.unique(np.linspace(0, len(split) - 1, min(limit, len(split))).round().astype(int))
-    blank = clear = 0
-    for i in pick:
-        try:
-            with Image.open(split.paths[i]) as image:
-                if image.mode not in ("LA", "RGBA", "PA") and "transparency" not in image.info:
-                    continue  # opaque: nothing of it depends on the background
-                small = image.reduce(max(1, min(image.size) // 64)) if image.mode in ("LA", "RGBA") else image
-                if not _ink_of(small):
-                    continue
-                clear += 1
-                pixels = np.asarray(to_channels(small, channels, background), dtype=np.int16)
-                blank += int(np.ptp(pixels.reshape(-1, channels), axis=0).max() <= FLAT_LEVELS)
-        except Exception:  # unreadable files are the training run's business (data.on_error)
-            continue
-    return blank, clear
+    seen = [blank_file(split.paths[i], background, channels) for i in pick]
+    return sum(found is True for found in seen), sum(found is not None for found in seen)
+
+
+def blank_file(path, background, channels: int) -> bool | None:
+    """Whether the image file at `path`, partly transparent, is one flat colour composited on `background` as a model
+    of `channels` reads it; None for an opaque image, or one that cannot be read (the reader's business)."""
+    try:
+        with Image.open(path) as image:
+            if image.mode not in ("LA", "RGBA", "PA") and "transparency" not in image.info:
+                return None  # opaque: nothing of it depends on the background
+            small = image.reduce(max(1, min(image.size) // 64)) if image.mode in ("LA", "RGBA") else image
+            if not _ink_of(small):
+                return None
+            pixels = np.asarray(to_channels(small, channels, background), dtype=np.int16)
+    except Exception:
+        return None
+    return bool(np.ptp(pixels.reshape(-1, channels), axis=0).max() <= FLAT_LEVELS)
 
 
 def blank_words(blank: int, clear: int, background, images: str) -> str:
