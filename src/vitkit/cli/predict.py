@@ -91,10 +91,11 @@ def run(args: argparse.Namespace) -> int:
     paths, empty = _image_paths(args.images)
     for line in empty:  # a folder without images: said, and the other images still get their answer
         print(f"vitkit predict: error: {line}", file=sys.stderr, flush=True)
-    failed, batch = 0, []
+    failed, batch, read = 0, [], []
     for path in paths:
         try:
             batch.append((path, classifier.pixels(path)))
+            read.append(path)
         except DataError as err:  # one line naming the file; the other images still get their answer
             print(f"vitkit predict: error: {err}", file=sys.stderr, flush=True)
             failed += 1
@@ -105,13 +106,13 @@ def run(args: argparse.Namespace) -> int:
         _answer(classifier, batch, args)
     if not args.json and len(paths) > failed:  # what ran: complete once the first batch has built it
         print(f"({len(paths) - failed} image{'s' * (len(paths) - failed != 1)}; {classifier.runner.description})")
-    _say_blank(paths, classifier.model.config)
+    _say_blank(read, classifier.model.config)
     return 2 if failed or empty else 0
 
 
 def _say_blank(paths: list[str], config) -> None:
-    """A note on stderr where partly transparent images given are one flat colour on the model's background: the
-    answers above are of blank images. At most 64 files are looked at (`blank_on`'s spread)."""
+    """A note on stderr where partly transparent images read (`paths`) are one flat colour on the model's background:
+    the answers above are of blank images. At most 64 files are looked at (`blank_on`'s spread)."""
     from vitkit.data.scan import blank_file, blank_words
 
     looked = [paths[i] for i in sorted({round(k * (len(paths) - 1) / 63) for k in range(64)})] if paths else []

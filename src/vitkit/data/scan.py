@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 from PIL import Image
@@ -115,8 +116,11 @@ def blank_on(split: Split, background, channels: int, limit: int = 64) -> tuple[
 
 def blank_file(path, background, channels: int) -> bool | None:
     """Whether the image file at `path`, partly transparent, is one flat colour composited on `background` as a model
-    of `channels` reads it; None for an opaque image, or one that cannot be read (the reader's business)."""
+    of `channels` reads it; None for an opaque image, or one that cannot be read (the reader's business; a FIFO or a
+    device is never opened: it could wait, or never end)."""
     try:
+        if not Path(path).is_file():
+            return None
         with Image.open(path) as image:
             if image.mode not in ("LA", "RGBA", "PA") and "transparency" not in image.info:
                 return None  # opaque: nothing of it depends on the background
