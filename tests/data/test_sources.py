@@ -556,3 +556,22 @@ def test_multi_word_labels_stay_whole_where_they_are_no_sets_of_other_labels(tmp
         (tmp_path / "train.csv").write_text("path,labels\n" + rows)
         train = DataSpec(path=str(tmp_path), val_fraction=0.0).open("train", channels=3, image_size=8)
         assert train.class_names == names and train.labels_read == ""
+
+
+@pytest.mark.parametrize(("mark", "said"), [("|", "'|'"), (",", "','")])
+def test_labels_joined_by_a_bar_or_a_comma_are_read_as_sets(tmp_path, mark, said):
+    """MovieLens joins genres with '|'; pandas writes a list joined by commas in a quoted cell: each was one class."""
+    import csv
+
+    from vitkit.data import DataSpec
+
+    make_folder(tmp_path / "images", classes=("a",), per_class=4)
+    with (tmp_path / "train.csv").open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["path", "labels"])
+        for i, tags in enumerate((["Action", "Adventure"], ["Drama"], [], ["Action", "Drama"])):
+            writer.writerow([f"images/a/{i}.png", mark.join(tags)])
+    train = DataSpec(path=str(tmp_path), val_fraction=0.0).open("train", channels=3, image_size=8)
+    assert train.class_names == ["Action", "Adventure", "Drama"]
+    assert train.labels.tolist() == [[1, 1, 0], [0, 0, 1], [0, 0, 0], [1, 0, 1]]
+    assert train.labels_read == f"joined by {said} in the labels column of train.csv, as no cell holds ';'"

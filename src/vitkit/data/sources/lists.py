@@ -4,7 +4,8 @@ split (train.csv, val.jsonl, test.csv ...), and the metadata.csv / metadata.json
 
 A `labels` (or `tags`) column gives each image a set of classes (multi-label): a JSON list in JSONL
 ({"path": "a.jpg", "labels": ["cat", "dog"]}), labels joined by ';' in CSV (a.jpg,cat;dog), or by spaces where no cell
-holds ';' and the cells are sets of a few words (`_label_separator`); an empty set is allowed."""
+holds ';' ('|' or ',' where cells hold them, or spaces where the cells are sets of a few words: `_label_separator`); an
+empty set is allowed."""
 
 from __future__ import annotations
 
@@ -50,6 +51,7 @@ LABEL_COLUMNS = ("label", "class", "class_name", "category", "target", "y")
 MULTI_LABEL_COLUMNS = ("labels", "tags")  # each image's set of classes
 
 LABEL_SEPARATOR = ";"  # between the labels of one CSV cell
+OTHER_SEPARATORS = ("|", ",")  # where no cell holds LABEL_SEPARATOR, the first of these any cell holds joins them
 
 _COLUMN_NAMES = (
     "'path' (or file_name, filename, image ...) and 'label' (or class, category, target; text or integer), or "
@@ -119,11 +121,11 @@ def read_list(path: Path, classes: list[str] | None = None) -> Split:
     them)."""
     suffix = path.suffix.lower()
     text = _list_text(path)
-    spaced = False
+    joined = LABEL_SEPARATOR
     if suffix in (".jsonl", ".ndjson"):
         rows, lines = _jsonl_rows(path, text)
     elif suffix in (".csv", ".tsv", ".txt"):
-        rows, lines, spaced = _csv_rows(path, text, "\t" if suffix == ".tsv" else ",", classes)
+        rows, lines, joined = _csv_rows(path, text, "\t" if suffix == ".tsv" else ",", classes)
     else:
         raise DataError(f"{path}: unknown list format {suffix!r}; use .csv (path,label) or .jsonl")
     if not rows:
@@ -139,7 +141,10 @@ def read_list(path: Path, classes: list[str] | None = None) -> Split:
         labels = multi_hot([[index[label] for label in labels] for labels in sets], len(names))
     else:
         labels = torch.tensor([index[labels[0]] for labels in sets], dtype=torch.long)
-    said = f"joined by spaces in the labels column of {path.name}, as no cell holds ';'" if spaced else ""
+    by = "spaces" if joined is None else f"'{joined}'"
+    said = (
+        f"joined by {by} in the labels column of {path.name}, as no cell holds ';'" if joined != LABEL_SEPARATOR else ""
+    )
     return Split(labels=labels, class_names=names, paths=paths, source=str(path), labels_read=said)
 
 
@@ -190,10 +195,10 @@ def _jsonl_rows(path: Path, text: str) -> tuple[list[tuple[str, str | tuple]], l
 
 def _csv_rows(
     path: Path, text: str, delimiter: str, classes: list[str] | None = None
-) -> tuple[list[tuple[str, str]], list[int], bool]:
-    """(path, label) of each line of a CSV list, the line each is on, and whether spaces join a labels column's labels
-    (`_label_separator`, with train's `classes` where given); a header, where there is one, names the columns, else
-    they are path,label."""
+) -> tuple[list[tuple[str, str]], list[int], str | None]:
+    """(path, label) of each line of a CSV list, the line each is on, and what joins a labels column's labels
+    (`_label_separator`, with train's `classes` where given; ';' where there is none); a header, where there is one,
+    names the columns, else they are path,label."""
     reader, table = csv.reader(text.splitlines(), delimiter=delimiter), []
     try:
         table += [(line_no, row) for line_no, row in enumerate(reader, 1) if row]
@@ -217,7 +222,7 @@ def _csv_rows(
                 f"{path}:{line_no}: expected 'path,label' (a label of at most {MAX_LABEL} characters), got {shown}"
             )
         rows.append((row[columns[0]].strip(), row[columns[1]].strip()))
-    return rows, [line_no for line_no, _ in table], multi and separator is None
+    return rows, [line_no for line_no, _ in table], separator if multi else LABEL_SEPARATOR
 
 
 def _header_columns(path: Path, header: list[str]) -> tuple[int, int, bool]:
@@ -270,17 +275,24 @@ def _columns(names: list) -> tuple[int, int, bool] | None:
 
 
 def _label_separator(cells: list[str], classes: list[str] | None) -> str | None:
-    """What joins the labels in the cells of a CSV labels column: ';' (LABEL_SEPARATOR), or spaces (None, as
-    str.split takes it) where no cell holds ';' and some cell holds words, and the cells are sets of a few words
-    (fewer different words than different cells: "red", "blue", "red blue", "blue green"), or, given train's
-    `classes`, a cell that is no class is words that all are. "ankle boot", "bag" stay a label each."""
+    """What joins the labels in the cells of a CSV labels column: ';' (LABEL_SEPARATOR); where no cell holds it, '|'
+    or ',' where a cell holds one (OTHER_SEPARATORS), else spaces (None, as str.split takes it) where some cell holds
+    words and the cells are sets of a few words (fewer different words than different cells: "red", "blue",
+    "red blue", "blue green"), or, given train's `classes`, a cell that is no class is words that all are. "ankle
+    boot", "bag" stay a label each."""
     cells = [cell.strip() for cell in cells]
-    if any(LABEL_SEPARATOR in cell for cell in cells) or not any(len(cell.split()) > 1 for cell in cells):
+    if any(LABEL_SEPARATOR in cell for cell in cells):
+        return LABEL_SEPARATOR
+    # MovieLens' "Action|Adventure", a list joined by commas in a quoted cell ("cat,dog"): no class name holds them
+    joined = next((mark for mark in OTHER_SEPARATORS if any(mark in cell for cell in cells)), None)
+    if joined is not None:
+        return joined
+    if not any(len(cell.split()) > 1 for cell in cells):
         return LABEL_SEPARATOR
     if classes is not None:
         known = set(classes)
-        joined = [cell for cell in set(cells) if cell not in known and len(cell.split()) > 1]
-        return None if joined and all(set(cell.split()) <= known for cell in joined) else LABEL_SEPARATOR
+        sets = [cell for cell in set(cells) if cell not in known and len(cell.split()) > 1]
+        return None if sets and all(set(cell.split()) <= known for cell in sets) else LABEL_SEPARATOR
     words = {word for cell in cells for word in cell.split()}
     return None if len(words) < len(set(cells)) else LABEL_SEPARATOR
 
