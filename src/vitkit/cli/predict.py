@@ -112,14 +112,11 @@ def run(args: argparse.Namespace) -> int:
 
 def _say_blank(paths: list[str], config) -> None:
     """A note on stderr where partly transparent images read (`paths`) are one flat colour on the model's background:
-    the answers above are of blank images. At most 64 files are looked at (`blank_on`'s spread)."""
-    from vitkit.data.scan import blank_file, blank_words
+    the answers above are of blank images. At most 64 files are looked at (`blank_among`)."""
+    from vitkit.data.scan import blank_among, blank_words
 
-    looked = [paths[i] for i in sorted({round(k * (len(paths) - 1) / 63) for k in range(64)})] if paths else []
-    seen = {path: blank_file(path, config.background, config.in_chans) for path in looked}
-    blank = [path for path, found in seen.items() if found]
+    blank, clear = blank_among(paths, config.background, config.in_chans)
     if blank:
-        clear = sum(found is not None for found in seen.values())
         said = blank_words(len(blank), clear, config.background, "images")
         print(f"vitkit predict: note: {said} (e.g. {blank[0]})", file=sys.stderr, flush=True)
 

@@ -2,7 +2,8 @@
 
 `scan(split)` reads the headers of a few files spread over the split (PIL opens a file lazily, so only
 colour images are decoded, and only to tell true colour from gray stored as RGB); in-memory splits
-(IDX, synthetic) are read from their tensor.
+(IDX, synthetic) are read from their tensor. `blank_on` / `blank_among` look at a few partly transparent files for
+images that are one flat colour on a model's background (what they show is that colour).
 """
 
 from __future__ import annotations
@@ -109,9 +110,16 @@ def blank_on(split: Split, background, channels: int, limit: int = 64) -> tuple[
     or Parquet files, where reading 64 spread over them can mean as many row groups or seeks."""
     if split.paths is None or (len(split) and isinstance(split.paths[0], Record)):
         return 0, 0
-    pick = np.unique(np.linspace(0, len(split) - 1, min(limit, len(split))).round().astype(int))
-    seen = [blank_file(split.paths[i], background, channels) for i in pick]
-    return sum(found is True for found in seen), sum(found is not None for found in seen)
+    blank, clear = blank_among(split.paths, background, channels, limit)
+    return len(blank), clear
+
+
+def blank_among(paths: list, background, channels: int, limit: int = 64) -> tuple[list, int]:
+    """(the paths, of up to `limit` spread evenly over `paths`, of partly transparent image files one flat colour on
+    `background` (`blank_file`); how many of those looked at are partly transparent)."""
+    pick = np.unique(np.linspace(0, len(paths) - 1, min(limit, len(paths))).round().astype(int)) if paths else []
+    seen = {paths[i]: blank_file(paths[i], background, channels) for i in pick}
+    return [path for path, found in seen.items() if found], sum(found is not None for found in seen.values())
 
 
 def blank_file(path, background, channels: int) -> bool | None:

@@ -3,8 +3,8 @@ split (train.csv, val.jsonl, test.csv ...), and the metadata.csv / metadata.json
 (Hugging Face's imagefolder). Paths are relative to the list; labels are class names or integers.
 
 A `labels` (or `tags`) column gives each image a set of classes (multi-label): a JSON list in JSONL
-({"path": "a.jpg", "labels": ["cat", "dog"]}), labels joined by ';' in CSV (a.jpg,cat;dog), or by spaces where no cell
-holds ';' ('|' or ',' where cells hold them, or spaces where the cells are sets of a few words: `_label_separator`); an
+({"path": "a.jpg", "labels": ["cat", "dog"]}), labels joined by ';' in CSV (a.jpg,cat;dog); where no cell holds ';', by
+'|' or ',' where cells hold them, else by spaces where the cells are sets of a few words (`_label_separator`); an
 empty set is allowed."""
 
 from __future__ import annotations
