@@ -435,3 +435,35 @@ def test_a_full_disk_during_to_shards_names_the_file_it_was_writing(tmp_path, mo
     assert len(lines) == 1 and lines[0].startswith(f"vitkit data: error: {named}: No space left on device"), lines
     assert "a file" not in lines[0]
     assert not out.exists() and [p.name for p in tmp_path.iterdir()] == ["photos"]  # no half shard, no scratch left
+
+
+def test_kaggle_s_layout_reads_by_the_folder_and_every_command_says_how(tmp_path, run_cli, vitkit_cmd):
+    """labels.csv (id,breed) beside train/<id>.jpg, as Dog Breed Identification ships: `data` and `train` take the
+    folder, say which columns and files they read, and the run evaluates on the images it held out."""
+    root, rng = tmp_path / "dog-breed", np.random.default_rng(0)
+    (root / "train").mkdir(parents=True)
+    lines = ["id,breed"]
+    for i in range(24):
+        Image.fromarray(rng.integers(0, 255, (18, 21, 3), dtype=np.uint8)).save(root / "train" / f"{i:03x}ab.jpg")
+        lines.append(f"{i:03x}ab,{('pug', 'beagle')[i % 2]}")
+    (root / "labels.csv").write_text("\n".join(lines) + "\n")
+    said = "labels.csv: 'id' the image, 'breed' its label; images below train/, each file the listed name + '.jpg'"
+    done = run_cli("data", root)
+    assert done.returncode == 0, done.stderr
+    assert "CSV list (labels.csv, the one list in the folder)" in done.stdout and f"read     {said}" in done.stdout
+    out = tmp_path / "run"
+    done = vitkit_cmd("train", "--data", root, "--out", out, *RUN)
+    assert done.returncode == 0, done.stderr
+    assert f"  read     {said}" in done.stdout and "classes (beagle, pug)" in done.stdout
+    done = vitkit_cmd("eval", out, "--split", "val", "--json")
+    scored = json.loads(done.stdout.strip().splitlines()[-1])["images"]
+    assert done.returncode == 0 and scored["n"] == 6 and scored["source"] == str(root / "labels.csv")
+
+
+def test_a_list_whose_images_are_all_elsewhere_stops_before_training_in_one_line(tmp_path, run_cli):
+    root = photos(tmp_path / "photos")
+    (tmp_path / "list.csv").write_text("path,label\n" + "".join(f"{i}.jpg,ant\n" for i in range(6)))
+    done = run_cli("train", "--data", tmp_path / "list.csv", "--out", tmp_path / "run", *RUN)
+    assert done.returncode == 2 and done.stdout == "" and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "none of the 6 images looked at is found" in done.stderr and str(tmp_path) in done.stderr
+    assert root.is_dir() and not (tmp_path / "run").exists()

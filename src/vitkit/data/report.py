@@ -50,6 +50,7 @@ def summary_lines(s: dict, opened: dict) -> list[str]:
             else ""
         ),
         *(_split_line(split, row) for split, row in s["splits"].items()),
+        *(f"read     {note}" for note in s.get("read_as", [])),
         *_size_lines(s["sizes"]),
     ]
     return lines + _copies_lines(s, opened)

@@ -44,6 +44,8 @@ class Split:
     held_out: bool = False  # the part of a seeded cut kept apart as "val" (not "all", not "the rest")
     rows: np.ndarray | None = None  # (N,) each image's row in the source as read; None: rows 0 .. N-1
     labels_read: str = ""  # how a list's labels were told apart, where the plan says it (spaces joining them)
+    # how a list's columns and files were told where its header or paths did not say (the plan says it)
+    read_as: str = ""
 
     def __post_init__(self) -> None:
         bad = next((name for name in self.class_names if has_control_characters(name)), None)

@@ -17,7 +17,7 @@ from vitkit.errors import DataError, first_line
 
 from .copies import pixel_twins, relabelled, relabelled_pixels, training_twins
 from .images import BOMB_ADVICE, MAX_PIXELS, ORIENTATION, Record
-from .sources import idx, shards
+from .sources import data_root, idx, shards
 from .sources.folder import metadata_list
 from .sources.lists import split_lists
 from .split import SPLITS, Split, split_folders
@@ -34,9 +34,11 @@ def data_format(path, name: str = "auto") -> str:
         files = shards.shard_files(path)
         kind = "Parquet" if files and files[0].suffix.lower() == ".parquet" else "tar shards"
         return f"{kind} ({len(files)} file{'s' * (len(files) != 1)})"
-    p = Path(path)
+    p = data_root(path)
     if p.is_file():
-        return f"{p.suffix.lstrip('.').upper()} list"
+        return f"{p.suffix.lstrip('.').upper()} list" + (
+            f" ({p.name}, the one list in the folder)" if p != Path(path) else ""
+        )
     if idx.is_idx_dir(p):
         return "IDX"
     if lists := split_lists(p):
@@ -83,7 +85,7 @@ def image_sizes(split: Split, sample: int = SIZE_SAMPLE) -> dict:
         sizes.append((w, h))
         modes[mode] += 1
     if not sizes:
-        raise DataError(f"{split.source}: none of the {len(chosen)} images looked at could be read")
+        raise DataError(f"{split.source}: none of the {len(chosen)} images looked at could be read ({first})")
     w, h = np.array(sizes).T
     stats = lambda v: [int(v.min()), float(np.median(v)), int(v.max())]
     return {
@@ -125,6 +127,7 @@ def describe(splits: dict[str, Split | str], sizes_of: str, path=None, name: str
         "class_names": names,
         "multi_label": opened[sizes_of].multi_label,  # each image a list of labels: images per class count each once
         **({"labels_read": opened[sizes_of].labels_read} if opened[sizes_of].labels_read else {}),
+        "read_as": list(dict.fromkeys(v.read_as for v in opened.values() if v.read_as)),
         "splits": rows,
         "sizes": {"split": sizes_of, **image_sizes(opened[sizes_of])},
         "copies_of_training_images": copies_of_training_images(opened),

@@ -153,6 +153,7 @@ def _data_lines(config: RunConfig, data: Data) -> list[str]:
                 else ""
             )
         )
+    lines += [f"  read     {note}" for note in dict.fromkeys(s.read_as for s in (data.train, data.val) if s.read_as)]
     if data.held_out is not None and data.held_out[1] is not None:
         # as held_out_list names them: files below the data folder, or rows of images in memory (IDX files); a
         # folder's val images may be in memory by now, read whole, but its list names their files

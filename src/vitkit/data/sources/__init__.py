@@ -19,15 +19,47 @@ from vitkit.files import open_regular
 from ..images import IMAGE_SUFFIXES
 from ..split import SPLITS, MissingSplit, Split, held_out, split_folders
 from . import idx
-from .folder import folder_classes, read_folder
-from .lists import listed_split, read_list, split_lists
+from .folder import class_dirs, folder_classes, read_folder
+from .lists import listed_split, metadata_file, read_list, split_lists
 from .shards import is_sharded, names_splits, open_sharded, refuse_compressed
 from .tar import finish_writing, write_tar_shards, written_by_shards
+
+LISTS_BESIDE = (".csv", ".tsv", ".jsonl", ".ndjson")  # a list labelling a folder's images (Kaggle's labels.csv)
+
+
+def data_root(path: str | os.PathLike) -> Path:
+    """Where the data at `path` is read from: `path`, or the one list in a folder whose folders name no classes
+    (Kaggle's layout: train.csv or labels.csv beside train/ or train_images/, which hold the images without class
+    folders). Several such lists are an error naming them."""
+    root = Path(path)
+    if not root.is_dir() or idx.is_idx_dir(root) or split_lists(root) or not _unlabelled(root):
+        return root
+    found = []
+    for candidate in sorted(f for f in root.iterdir() if f.suffix.lower() in LISTS_BESIDE and f.is_file()):
+        try:
+            read_list(candidate)
+        # not a list of this folder's images: a submission of probabilities, a table of something else
+        except DataError:
+            continue
+        found.append(candidate)
+    if len(found) > 1:
+        raise DataError(
+            f"{root}: its folders hold images without class folders, and {found[0].name} and {found[1].name} both "
+            f"list them with labels; give one as the data (--data {found[0]})"
+        )
+    return found[0] if found else root
+
+
+def _unlabelled(root: Path) -> bool:
+    """Whether a folder's images are in fewer than two classes as a folder: its training folder (or itself) holds
+    one class folder or none and no metadata list."""
+    train = split_folders(root).get("train", root)
+    return len(class_dirs(train)) < 2 and metadata_file(train) is None
 
 
 def available_splits(path: str | os.PathLike | None, val_fraction: float) -> list[str]:
     """The splits `open_split` can open for the data at `path`, in SPLITS order."""
-    root = idx.default_dir() if path is None else Path(path)
+    root = idx.default_dir() if path is None else data_root(path)
     held = ["val"] if val_fraction > 0.0 else []
     if root.is_dir() and idx.is_idx_dir(root):
         return ["train", "val", "test"]
@@ -46,7 +78,7 @@ def is_flat(path: str | os.PathLike) -> bool:
     folders, lists by split or IDX files, or shards none of which is named for a split."""
     if is_sharded(path):
         return not names_splits(path)
-    root = Path(path)
+    root = data_root(path)
     return not (root.is_dir() and (idx.is_idx_dir(root) or split_folders(root) or split_lists(root)))
 
 
@@ -75,6 +107,7 @@ def open_split(
     root = idx.default_dir() if path is None else Path(path)
     if not root.exists():
         raise DataError(idx.missing_message(root) if path is None else f"{root}: no such file or directory (data.path)")
+    root = root if path is None else data_root(root)
     if root.is_file():
         _refuse_archive(root)
         if split == "test":
@@ -146,6 +179,7 @@ def _refuse_archive(path: Path) -> None:
 
 __all__ = [
     "available_splits",
+    "data_root",
     "finish_writing",
     "is_flat",
     "open_sharded",

@@ -2,6 +2,10 @@
 split (train.csv, val.jsonl, test.csv ...), and the metadata.csv / metadata.jsonl that labels a folder of images
 (Hugging Face's imagefolder). Paths are relative to the list; labels are class names or integers.
 
+Kaggle's lists read as they ship: an id column (image_id, id) naming a file without its suffix in a folder beside the
+list (`_located`), a label column of another name where it is the only other column, or a column a class of 0 and 1
+(one-hot); the Split's `read_as` says how, for the plan.
+
 A `labels` (or `tags`) column gives each image a set of classes (multi-label): a JSON list in JSONL
 ({"path": "a.jpg", "labels": ["cat", "dog"]}), labels joined by ';' in CSV (a.jpg,cat;dog); where no cell holds ';', by
 '|' or ',' where cells hold them, else by spaces where the cells are sets of a few words (`_label_separator`); an
@@ -10,10 +14,12 @@ empty set is allowed."""
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import os
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from vitkit.errors import DataError, first_line
@@ -44,11 +50,19 @@ PATH_COLUMNS = (
     "image_path",
     "img",
     "img_path",
+    # Kaggle's lists name the image by an id (image_id, id_code ...), often without its file's suffix
+    "image_id",
+    "image_name",
+    "img_id",
+    "id_code",
+    "id",
 )
 
 LABEL_COLUMNS = ("label", "class", "class_name", "category", "target", "y")
 
 MULTI_LABEL_COLUMNS = ("labels", "tags")  # each image's set of classes
+
+ONE_HOT = ("0", "1", "0.0", "1.0")  # the cells of a one-hot column (ISIC's, Plant Pathology's: a column a class)
 
 LABEL_SEPARATOR = ";"  # between the labels of one CSV cell
 OTHER_SEPARATORS = ("|", ",")  # where no cell holds LABEL_SEPARATOR, the first of these any cell holds joins them
@@ -121,11 +135,11 @@ def read_list(path: Path, classes: list[str] | None = None) -> Split:
     them)."""
     suffix = path.suffix.lower()
     text = _list_text(path)
-    joined = LABEL_SEPARATOR
+    joined, told = LABEL_SEPARATOR, ""
     if suffix in (".jsonl", ".ndjson"):
         rows, lines = _jsonl_rows(path, text)
     elif suffix in (".csv", ".tsv", ".txt"):
-        rows, lines, joined = _csv_rows(path, text, "\t" if suffix == ".tsv" else ",", classes)
+        rows, lines, joined, told = _csv_rows(path, text, "\t" if suffix == ".tsv" else ",", classes)
     else:
         raise DataError(f"{path}: unknown list format {suffix!r}; use .csv (path,label) or .jsonl")
     if not rows:
@@ -133,7 +147,7 @@ def read_list(path: Path, classes: list[str] | None = None) -> Split:
     sets = [[class_name(label) for label in (labels if isinstance(labels, tuple) else [labels])] for _, labels in rows]
     names = sorted({label for labels in sets for label in labels}, key=label_order)
     index = {name: i for i, name in enumerate(names)}
-    paths = [(path.parent / p) if not os.path.isabs(p) else Path(p) for p, _ in rows]
+    paths, found = _located(path, [p for p, _ in rows])
     _refuse_repeats(path, paths, lines)
     if isinstance(rows[0][1], tuple):  # a labels column: each image's set of classes
         if not names:
@@ -145,7 +159,64 @@ def read_list(path: Path, classes: list[str] | None = None) -> Split:
     said = (
         f"joined by {by} in the labels column of {path.name}, as no cell holds ';'" if joined != LABEL_SEPARATOR else ""
     )
-    return Split(labels=labels, class_names=names, paths=paths, source=str(path), labels_read=said)
+    read_as = f"{path.name}: {'; '.join(filter(None, (told, found)))}" if told or found else ""
+    return Split(labels=labels, class_names=names, paths=paths, source=str(path), labels_read=said, read_as=read_as)
+
+
+def _located(path: Path, listed: list[str], sample: int = 16) -> tuple[list[Path], str]:
+    """The files a list names, and where they were found if not as named: relative to the list's folder, as written,
+    or (Kaggle's layout: train.csv beside train_images/, an id without its suffix) below one folder beside the list,
+    with an image suffix added to names without one; where most of `sample` names spread over the list are found.
+    A list none of whose images is found is an error."""
+    given = [Path(p) if os.path.isabs(p) else path.parent / p for p in listed]
+    looked = [listed[i] for i in np.unique(np.linspace(0, len(listed) - 1, min(sample, len(listed))).astype(int))]
+    if any(_is_file(Path(p) if os.path.isabs(p) else path.parent / p) for p in looked):
+        return given, ""
+    named = next((p for p in looked if not os.path.isabs(p)), looked[0])
+    ways = [
+        (folder, end) for folder in _folders_beside(path) for end in _ends(named) if _is_file(folder / (named + end))
+    ]
+    counts = {way: sum(_is_file(way[0] / (p + way[1])) for p in looked if not os.path.isabs(p)) for way in ways}
+    best = sorted((way for way, n in counts.items() if 2 * n >= len(looked)), key=lambda way: -counts[way])
+    if not best:
+        raise DataError(
+            f"{path}: none of the {len(looked)} images looked at is found (e.g. {given[0]}); paths in a list are relative "
+            f"to its folder ({path.parent}): write them so, or move the list beside the images"
+        )
+    if len(best) > 1 and counts[best[1]] == counts[best[0]] and best[1][0] != best[0][0]:
+        raise DataError(
+            f"{path}: its images are found both below {best[0][0].name}/ and below {best[1][0].name}/; write each path "
+            f"from the list's folder ({path.parent})"
+        )
+    folder, end = best[0]
+    paths = [Path(p) if os.path.isabs(p) else folder / (p + end) for p in listed]
+    where = [f"images below {folder.name}/"] if folder != path.parent else []
+    return paths, ", ".join(where + ([f"each file the listed name + {end!r}"] if end else []))
+
+
+def _folders_beside(path: Path, most: int = 256) -> list[Path]:
+    """The list's folder and up to `most` folders in it (not hidden), by name."""
+    try:
+        inside = sorted(
+            d for d in itertools.islice(path.parent.iterdir(), 4 * most) if not d.name.startswith(".") and d.is_dir()
+        )
+    except OSError:
+        inside = []
+    return [path.parent, *inside[:most]]
+
+
+def _ends(name: str) -> tuple[str, ...]:
+    """What may follow a listed name to name its file: nothing, or an image suffix where it has none (an id)."""
+    if Path(name).suffix.lower() in IMAGE_SUFFIXES:
+        return ("",)
+    return ("", *IMAGE_SUFFIXES, *(end.upper() for end in IMAGE_SUFFIXES))
+
+
+def _is_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except (OSError, ValueError):  # a name too long for the file system, a NUL byte
+        return False
 
 
 def _list_text(path: Path) -> str:
@@ -195,19 +266,23 @@ def _jsonl_rows(path: Path, text: str) -> tuple[list[tuple[str, str | tuple]], l
 
 def _csv_rows(
     path: Path, text: str, delimiter: str, classes: list[str] | None = None
-) -> tuple[list[tuple[str, str]], list[int], str | None]:
-    """(path, label) of each line of a CSV list, the line each is on, and what joins a labels column's labels
-    (`_label_separator`, with train's `classes` where given; ';' where there is none); a header, where there is one,
-    names the columns, else they are path,label."""
+) -> tuple[list[tuple[str, str | tuple]], list[int], str | None, str]:
+    """(path, label) of each line of a CSV list, the line each is on, what joins a labels column's labels
+    (`_label_separator`, with train's `classes` where given; ';' where there is none), and how the columns were told
+    where the header names no label column (`_header_columns`); a header, where there is one, names the columns, else
+    they are path,label."""
     reader, table = csv.reader(text.splitlines(), delimiter=delimiter), []
     try:
         table += [(line_no, row) for line_no, row in enumerate(reader, 1) if row]
     except csv.Error as err:  # a field over csv's size limit, a NUL byte, an unclosed quote
         raise DataError(f"{path}:{reader.line_num}: not a valid CSV line ({first_line(err)})") from None
-    columns, multi = (0, 1), False
+    columns, multi, told = (0, 1), False, ""
     if table and _csv_header(path, table):
-        *columns, multi = _header_columns(path, table[0][1])
-        table = table[1:]
+        *columns, multi, told = _header_columns(path, table)
+        header, table = table[0][1], table[1:]
+    if isinstance(columns[1], list):
+        rows = _one_hot_rows(path, header, table, columns[0], columns[1])
+        return rows, [line_no for line_no, _ in table], LABEL_SEPARATOR, told
     rows: list[tuple[str, str | tuple]] = []
     # where no cell of a labels column holds ';', spaces may join its labels (Kaggle's lists: "clear primary water")
     separator = _label_separator([row[columns[1]] for _, row in table if multi and len(row) > max(columns)], classes)
@@ -222,21 +297,47 @@ def _csv_rows(
                 f"{path}:{line_no}: expected 'path,label' (a label of at most {MAX_LABEL} characters), got {shown}"
             )
         rows.append((row[columns[0]].strip(), row[columns[1]].strip()))
-    return rows, [line_no for line_no, _ in table], separator if multi else LABEL_SEPARATOR
+    return rows, [line_no for line_no, _ in table], separator if multi else LABEL_SEPARATOR, told
 
 
-def _header_columns(path: Path, header: list[str]) -> tuple[int, int, bool]:
-    """(path column, label column, whether it is a labels column) a CSV list's header names; a header naming neither
-    is an error."""
+def _one_hot_rows(
+    path: Path, header: list[str], body: list[tuple[int, list[str]]], where: int, others: list[int]
+) -> list[tuple[str, str | tuple]]:
+    """(path, label) of each line of a list with a column a class (0 or 1): the class of its 1 where every line has
+    one 1, else each image's set of classes (multi-label)."""
+    names = [header[i].strip() for i in others]
+    empty = next((line_no for line_no, row in body if len(row) <= where or not row[where].strip()), None)
+    if empty is not None:
+        raise DataError(f"{path}:{empty}: no image in the {header[where].strip()!r} column; name one, or drop the line")
+    sets = [
+        tuple(n for n, i in zip(names, others) if i < len(row) and row[i].strip() in ("1", "1.0")) for _, row in body
+    ]
+    if all(len(labels) == 1 for labels in sets):
+        return [(row[where].strip(), labels[0]) for (_, row), labels in zip(body, sets)]
+    return [(row[where].strip(), labels) for (_, row), labels in zip(body, sets)]
+
+
+def _header_columns(path: Path, table: list[tuple[int, list[str]]]) -> tuple[int, int | list[int], bool, str]:
+    """(path column, label column, whether it is a labels column, how they were told) a CSV list's header names. A
+    header naming the path but no label column: the other column of two is the label (Kaggle's `id,breed`), and
+    columns of 0 and 1 only are one-hot classes (`image,MEL,NV,...`): their indices; other headers are an error."""
+    header = table[0][1]
     columns = _columns(header)
     _refuse_split_column(path, header)
-    if columns is None:
-        shown = ",".join(c.strip() for c in header)
-        raise DataError(
-            f"{path}:1: {shown[:60]!r} reads as a header, but names no path and label columns; name them "
-            f"{_COLUMN_NAMES}, or remove the line"
-        )
-    return columns
+    if columns is not None:
+        return (*columns, "")
+    names = [c.strip() for c in header]
+    where = _path_column(header)
+    others = [i for i in range(len(header)) if i != where]
+    cells = [row[i].strip() for _, row in table[1:] for i in others if i < len(row)]
+    if where is not None and len(others) > 1 and cells and all(cell in ONE_HOT for cell in cells):
+        return where, others, True, f"{names[where]!r} the image, one-hot columns {', '.join(names[i] for i in others)}"
+    if where is not None and len(others) == 1:
+        return where, others[0], False, f"{names[where]!r} the image, {names[others[0]]!r} its label"
+    raise DataError(
+        f"{path}:1: {','.join(names)[:60]!r} reads as a header, but names no path and label columns; name them "
+        f"{_COLUMN_NAMES}, or remove the line"
+    )
 
 
 def _refuse_repeats(path: Path, paths: list[Path], lines: list[int]) -> None:
@@ -265,13 +366,19 @@ def _columns(names: list) -> tuple[int, int, bool] | None:
     """(path column, label column, whether it is a labels column: each image's set of classes) named in a CSV header
     or a JSON object's keys (any case), None unless both are; one label wins over a set where both are named."""
     lowered = [str(n).strip().lower() for n in names]
-    path, label, labels = (
-        next((lowered.index(n) for n in group if n in lowered), None)
-        for group in (PATH_COLUMNS, LABEL_COLUMNS, MULTI_LABEL_COLUMNS)
+    label, labels = (
+        next((lowered.index(n) for n in group if n in lowered), None) for group in (LABEL_COLUMNS, MULTI_LABEL_COLUMNS)
     )
+    path = _path_column(names)
     if path is None or label is None and labels is None:
         return None
     return (path, label, False) if label is not None else (path, labels, True)
+
+
+def _path_column(names: list) -> int | None:
+    """The column of a header (or key of a JSON object) naming the image, in PATH_COLUMNS order; None where none does."""
+    lowered = [str(n).strip().lower() for n in names]
+    return next((lowered.index(n) for n in PATH_COLUMNS if n in lowered), None)
 
 
 def _label_separator(cells: list[str], classes: list[str] | None) -> str | None:
@@ -319,7 +426,7 @@ def _csv_header(path: Path, table: list[tuple[int, list[str]]]) -> bool:
             return False
     except (OSError, ValueError):  # a name too long for the file system, a NUL byte: no file, and no header name either
         return False
-    if _columns(first) is not None:
+    if _columns(first) is not None or _path_column(first) is not None:
         return True
     # a line of a missing image: found missing later, by name
     if Path(first[0].strip()).suffix.lower() in IMAGE_SUFFIXES:

@@ -1,0 +1,134 @@
+"""Lists laid out as Kaggle's competitions ship them: an id column without the file's suffix, images in a folder beside
+the list, a label column of any name, one-hot class columns, the list beside folders that hold no class folders."""
+
+import csv
+
+import pytest
+from PIL import Image
+
+from vitkit.data.sources import available_splits, data_root, is_flat, open_split
+from vitkit.data.summary import image_sizes
+from vitkit.errors import DataError
+
+CLASSES = ("beagle", "pug", "collie")
+
+
+def write_images(folder, names, suffix=".jpg"):
+    folder.mkdir(parents=True, exist_ok=True)
+    for i, name in enumerate(names):
+        Image.new("RGB", (20 + i % 3, 18), (30 * i % 255, 90, 10)).save(folder / f"{name}{suffix}")
+
+
+def write_csv(path, header, rows):
+    with open(path, "w", newline="") as f:
+        csv.writer(f).writerows([header, *rows])
+
+
+def dog_breeds(root, n=12):
+    """Dog Breed Identification's layout: labels.csv (id,breed), train/<id>.jpg, test/ of unlabelled images."""
+    ids = [f"{i:04x}e9c1" for i in range(n)]
+    write_images(root / "train", ids)
+    write_images(root / "test", ["t0", "t1"])
+    write_csv(root / "labels.csv", ["id", "breed"], [[d, CLASSES[i % 3]] for i, d in enumerate(ids)])
+    return ids
+
+
+def test_an_id_column_names_files_without_their_suffix_in_a_folder_beside_the_list(tmp_path):
+    ids = dog_breeds(tmp_path)
+    split = open_split(tmp_path / "labels.csv", "train", channels=3, val_fraction=0.0)
+    assert [p.name for p in split.paths] == [f"{d}.jpg" for d in ids]
+    assert all(p.parent == tmp_path / "train" and p.is_file() for p in split.paths)
+    assert split.class_names == sorted(CLASSES)
+    assert [split.class_names[i] for i in split.labels] == [CLASSES[i % 3] for i in range(len(ids))]
+    assert (
+        split.read_as
+        == "labels.csv: 'id' the image, 'breed' its label; images below train/, each file the listed name + '.jpg'"
+    )
+
+
+def test_a_folder_whose_folders_name_no_classes_is_read_as_the_one_list_in_it(tmp_path):
+    dog_breeds(tmp_path)
+    assert data_root(tmp_path) == tmp_path / "labels.csv"
+    assert is_flat(tmp_path) and available_splits(tmp_path, 0.25) == ["train", "val"]
+    train = open_split(tmp_path, "train", channels=3, val_fraction=0.25)
+    val = open_split(tmp_path, "val", channels=3, val_fraction=0.25)
+    assert train.class_names == sorted(CLASSES) and len(train) + len(val) == 12
+    assert not set(train.paths) & set(val.paths)
+
+
+def test_class_folders_still_win_over_a_list_beside_them(tmp_path):
+    for name in ("cat", "dog"):
+        write_images(tmp_path / name, ["a", "b"], ".png")
+    write_csv(tmp_path / "notes.csv", ["path", "label"], [["cat/a.png", "dog"]])
+    assert data_root(tmp_path) == tmp_path
+    assert open_split(tmp_path, "train", channels=3, val_fraction=0.0).class_names == ["cat", "dog"]
+
+
+def test_two_lists_labelling_the_images_are_one_error_naming_both(tmp_path):
+    ids = dog_breeds(tmp_path)
+    write_csv(tmp_path / "relabelled.csv", ["image_id", "label"], [[d, "x"] for d in ids])
+    with pytest.raises(DataError, match=r"labels.csv and relabelled.csv both list them.*--data .*labels.csv"):
+        open_split(tmp_path, "train", channels=3)
+
+
+def test_a_submission_of_probabilities_beside_the_labels_is_not_taken_for_a_list(tmp_path):
+    dog_breeds(tmp_path)
+    write_csv(tmp_path / "sample_submission.csv", ["id", *CLASSES], [["t0", "0.33", "0.33", "0.34"]])
+    assert data_root(tmp_path) == tmp_path / "labels.csv"
+
+
+@pytest.mark.parametrize("one, zero", [("1.0", "0.0"), ("1", "0")])
+def test_one_hot_columns_are_the_classes(tmp_path, one, zero):
+    names = [f"ISIC_{i:07d}" for i in range(9)]
+    write_images(tmp_path / "Training_Input", names)
+    rows = [[n] + [one if c == i % 3 else zero for c in range(3)] for i, n in enumerate(names)]
+    write_csv(tmp_path / "GroundTruth.csv", ["image", "MEL", "NV", "BCC"], rows)
+    split = open_split(tmp_path, "train", channels=3, val_fraction=0.0)
+    assert not split.multi_label and split.class_names == ["BCC", "MEL", "NV"]
+    assert [split.class_names[i] for i in split.labels] == [("MEL", "NV", "BCC")[i % 3] for i in range(9)]
+    assert "one-hot columns MEL, NV, BCC" in split.read_as and "below Training_Input/" in split.read_as
+
+
+def test_one_hot_rows_with_several_ones_or_none_are_sets_of_labels(tmp_path):
+    write_images(tmp_path / "images", ["a", "b", "c"], ".png")
+    rows = [["a.png", "1", "1", "0"], ["b.png", "0", "0", "0"], ["c.png", "0", "1", "1"]]
+    write_csv(tmp_path / "train.csv", ["image_id", "healthy", "rust", "scab"], rows)
+    split = open_split(tmp_path / "train.csv", "train", channels=3, val_fraction=0.0)
+    assert split.multi_label and split.class_names == ["healthy", "rust", "scab"]
+    assert split.labels.tolist() == [[1, 1, 0], [0, 0, 0], [0, 1, 1]]
+
+
+def test_a_list_none_of_whose_images_is_found_is_one_error_before_any_image_is_read(tmp_path):
+    write_images(tmp_path / "elsewhere", ["a", "b"])
+    write_csv(tmp_path / "train.csv", ["path", "label"], [["x.jpg", "cat"], ["y.jpg", "dog"]])
+    with pytest.raises(
+        DataError,
+        match=r"train.csv: none of the 2 images looked at is found \(e.g. .*x.jpg\); .*relative to its folder",
+    ):
+        open_split(tmp_path / "train.csv", "train", channels=3, val_fraction=0.0)
+
+
+def test_a_list_whose_images_are_found_as_written_is_read_as_written(tmp_path):
+    write_images(tmp_path / "img", ["a", "b"])
+    write_images(tmp_path / "copy", ["a", "b"])
+    # b is missing as written: the list is still read as written (training skips what it cannot read)
+    write_csv(tmp_path / "list.csv", ["path", "label"], [["img/a.jpg", "cat"], ["img/c.jpg", "dog"]])
+    split = open_split(tmp_path / "list.csv", "train", channels=3, val_fraction=0.0)
+    assert split.paths == [tmp_path / "img" / "a.jpg", tmp_path / "img" / "c.jpg"] and split.read_as == ""
+
+
+def test_images_found_in_two_folders_alike_are_one_error(tmp_path):
+    write_images(tmp_path / "a", ["x", "y"])
+    write_images(tmp_path / "b", ["x", "y"])
+    write_csv(tmp_path / "list.csv", ["id", "label"], [["x", "cat"], ["y", "dog"]])
+    with pytest.raises(DataError, match=r"found both below a/ and below b/"):
+        open_split(tmp_path / "list.csv", "train", channels=3, val_fraction=0.0)
+
+
+def test_a_split_none_of_whose_images_reads_names_why(tmp_path):
+    (tmp_path / "a").mkdir()
+    for name in ("x.png", "y.png"):
+        (tmp_path / "a" / name).write_bytes(b"not an image")
+    split = open_split(tmp_path / "a", "train", channels=3, val_fraction=0.0)
+    with pytest.raises(DataError, match=r"none of the 2 images looked at could be read \(.*x.png: not an image"):
+        image_sizes(split)
