@@ -7,6 +7,7 @@ import pytest
 from PIL import Image
 
 from vitkit.data.sources import available_splits, data_root, is_flat, open_split
+from vitkit.data.split import MissingSplit
 from vitkit.data.summary import image_sizes
 from vitkit.errors import DataError
 
@@ -132,3 +133,40 @@ def test_a_split_none_of_whose_images_reads_names_why(tmp_path):
     split = open_split(tmp_path / "a", "train", channels=3, val_fraction=0.0)
     with pytest.raises(DataError, match=r"none of the 2 images looked at could be read \(.*x.png: not an image"):
         image_sizes(split)
+
+
+def test_a_test_list_without_labels_is_no_test_split_and_says_so(tmp_path):
+    """APTOS' layout: train.csv (id_code,diagnosis), test.csv (id_code only), train_images/ and test_images/."""
+    ids = [f"{i:06x}" for i in range(8)]
+    write_images(tmp_path / "train_images", ids, ".png")
+    write_images(tmp_path / "test_images", ["aa", "bb"], ".png")
+    write_csv(tmp_path / "train.csv", ["id_code", "diagnosis"], [[d, i % 2] for i, d in enumerate(ids)])
+    write_csv(tmp_path / "test.csv", ["id_code"], [["aa"], ["bb"]])
+    assert len(open_split(tmp_path, "train", channels=3, val_fraction=0.25)) == 6
+    with pytest.raises(MissingSplit, match=r"no labelled 'test' split \(test.csv names images without labels") as err:
+        open_split(tmp_path, "test", channels=3, val_fraction=0.25)
+    assert err.value.available == ["train", "val"]
+    with pytest.raises(DataError, match=r"test.csv: names images \('id_code'\) without labels"):
+        open_split(tmp_path / "test.csv", "train", channels=3)
+
+
+def test_images_in_two_folders_beside_the_list_are_found_in_either(tmp_path):
+    """HAM10000's layout: image ids in one list, the images in HAM10000_images_part_1/ and _part_2/."""
+    ids = [f"ISIC_{i:07d}" for i in range(10)]
+    write_images(tmp_path / "HAM10000_images_part_1", ids[:5])
+    write_images(tmp_path / "HAM10000_images_part_2", ids[5:])
+    rows = [[d, ("nv", "mel")[i % 2]] for i, d in enumerate(ids)]
+    write_csv(tmp_path / "labels.csv", ["image_id", "dx"], rows)
+    split = open_split(tmp_path / "labels.csv", "train", channels=3, val_fraction=0.0)
+    assert all(p.is_file() and p.stem == d for p, d in zip(split.paths, ids))
+    assert "below HAM10000_images_part_1/ and HAM10000_images_part_2/" in split.read_as
+
+
+def test_a_header_naming_the_images_and_several_other_columns_asks_which_is_the_label(tmp_path):
+    write_images(tmp_path / "img", ["a"])
+    write_csv(tmp_path / "meta.csv", ["lesion_id", "image_id", "dx", "age"], [["L1", "img/a.jpg", "nv", "40"]])
+    with pytest.raises(
+        DataError,
+        match=r"meta.csv:1: 'image_id' names the images; which of the other 3 columns \(lesion_id, dx, age\) is the label\?",
+    ):
+        open_split(tmp_path / "meta.csv", "train", channels=3, val_fraction=0.0)

@@ -20,7 +20,7 @@ from ..images import IMAGE_SUFFIXES
 from ..split import SPLITS, MissingSplit, Split, held_out, split_folders
 from . import idx
 from .folder import class_dirs, folder_classes, read_folder
-from .lists import listed_split, metadata_file, read_list, split_lists
+from .lists import UnlabelledList, listed_split, metadata_file, read_list, split_lists
 from .shards import is_sharded, names_splits, open_sharded, refuse_compressed
 from .tar import finish_writing, write_tar_shards, written_by_shards
 
@@ -120,7 +120,16 @@ def open_split(
         return _folder_split(root, split_dirs, split, val_fraction, seed, rule)
     lists = split_lists(root)
     if lists:
-        part = listed_split(lists, split, val_fraction, seed, rule)
+        try:
+            part = listed_split(lists, split, val_fraction, seed, rule)
+        except UnlabelledList:
+            if split == "train":
+                raise
+            raise MissingSplit(
+                f"{root}: has no labelled {split!r} split ({lists[split].name} names images without labels, as a "
+                "competition's test list does; vitkit predict classifies them)",
+                [s for s in available_splits(root, val_fraction) if s != split],
+            ) from None
         if part is None:
             raise _missing(root, split, val_fraction)
         return part

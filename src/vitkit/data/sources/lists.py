@@ -73,6 +73,10 @@ _COLUMN_NAMES = (
 )
 
 
+class UnlabelledList(DataError):
+    """A list that names images without labels (a competition's test.csv): no split to train on or score."""
+
+
 def split_lists(root: Path) -> dict[str, Path]:
     """A folder's lists named by split (train.csv, val.jsonl, test.csv ...), in SPLITS order: a dataset held as one list
     per split, where it has a train list and no folders of images named train/, val/, test/ (those come first); else {}."""
@@ -165,33 +169,57 @@ def read_list(path: Path, classes: list[str] | None = None) -> Split:
 
 def _located(path: Path, listed: list[str], sample: int = 16) -> tuple[list[Path], str]:
     """The files a list names, and where they were found if not as named: relative to the list's folder, as written,
-    or (Kaggle's layout: train.csv beside train_images/, an id without its suffix) below one folder beside the list,
-    with an image suffix added to names without one; where most of `sample` names spread over the list are found.
-    A list none of whose images is found is an error."""
+    or (Kaggle's layouts: train.csv beside train_images/, an id without its suffix, images in part_1/ and part_2/)
+    below folders beside the list, an image suffix added to names without one; where at least half of `sample` names
+    spread over the list are found so. A list whose images are not found is an error."""
     given = [Path(p) if os.path.isabs(p) else path.parent / p for p in listed]
     looked = [listed[i] for i in np.unique(np.linspace(0, len(listed) - 1, min(sample, len(listed))).astype(int))]
     if any(_is_file(Path(p) if os.path.isabs(p) else path.parent / p) for p in looked):
         return given, ""
-    named = next((p for p in looked if not os.path.isabs(p)), looked[0])
-    ways = [
-        (folder, end) for folder in _folders_beside(path) for end in _ends(named) if _is_file(folder / (named + end))
-    ]
-    counts = {way: sum(_is_file(way[0] / (p + way[1])) for p in looked if not os.path.isabs(p)) for way in ways}
-    best = sorted((way for way, n in counts.items() if 2 * n >= len(looked)), key=lambda way: -counts[way])
-    if not best:
+    ways = _ways(path, [p for p in looked if not os.path.isabs(p)])
+    found = sum(any(_is_file(folder / (p + end)) for folder, end in ways) for p in looked if not os.path.isabs(p))
+    if 2 * found < len(looked):
+        some = f"only {found}" if found else "none"
         raise DataError(
-            f"{path}: none of the {len(looked)} images looked at is found (e.g. {given[0]}); paths in a list are relative "
-            f"to its folder ({path.parent}): write them so, or move the list beside the images"
+            f"{path}: {some} of the {len(looked)} images looked at {'is' if not found else 'are'} found (e.g. "
+            f"{given[0]}); paths in a list are relative to its folder ({path.parent}): write them so, or move the list "
+            "beside the images"
         )
-    if len(best) > 1 and counts[best[1]] == counts[best[0]] and best[1][0] != best[0][0]:
-        raise DataError(
-            f"{path}: its images are found both below {best[0][0].name}/ and below {best[1][0].name}/; write each path "
-            f"from the list's folder ({path.parent})"
+    paths = [Path(p) if os.path.isabs(p) else _first_file(p, ways) for p in listed]
+    folders = list(dict.fromkeys(f"{folder.name}/" for folder, _ in ways if folder != path.parent))
+    ends = list(dict.fromkeys(repr(end) for _, end in ways if end))
+    return paths, ", ".join(
+        ([f"images below {' and '.join(folders)}"] if folders else [])
+        + ([f"each file the listed name + {' or '.join(ends)}"] if ends else [])
+    )
+
+
+def _ways(path: Path, names: list[str]) -> list[tuple[Path, str]]:
+    """(folder, suffix) pairs that find `names` beside the list (`_located`), in the order found; a name found in two
+    folders (images/ and masks/) is one error."""
+    ways: list[tuple[Path, str]] = []
+    folders = _folders_beside(path)
+    for name in names:
+        if any(_is_file(folder / (name + end)) for folder, end in ways):
+            continue
+        hits = [(folder, end) for folder in folders for end in _ends(name) if _is_file(folder / (name + end))]
+        if len({folder for folder, _ in hits}) > 1:
+            raise DataError(
+                f"{path}: {name} is found both below {hits[0][0].name}/ and below {hits[1][0].name}/; write each path "
+                f"from the list's folder ({path.parent})"
+            )
+        ways += hits[:1]
+    return ways
+
+
+def _first_file(name: str, ways: list[tuple[Path, str]]) -> Path:
+    """The first of `ways` that finds the file `name` names (with one way, without looking), else the first's."""
+    if len(ways) > 1:
+        return next(
+            (folder / (name + end) for folder, end in ways if _is_file(folder / (name + end))),
+            ways[0][0] / (name + ways[0][1]),
         )
-    folder, end = best[0]
-    paths = [Path(p) if os.path.isabs(p) else folder / (p + end) for p in listed]
-    where = [f"images below {folder.name}/"] if folder != path.parent else []
-    return paths, ", ".join(where + ([f"each file the listed name + {end!r}"] if end else []))
+    return ways[0][0] / (name + ways[0][1])
 
 
 def _folders_beside(path: Path, most: int = 256) -> list[Path]:
@@ -334,6 +362,17 @@ def _header_columns(path: Path, table: list[tuple[int, list[str]]]) -> tuple[int
         return where, others, True, f"{names[where]!r} the image, one-hot columns {', '.join(names[i] for i in others)}"
     if where is not None and len(others) == 1:
         return where, others[0], False, f"{names[where]!r} the image, {names[others[0]]!r} its label"
+    if where is not None and not others:
+        raise UnlabelledList(
+            f"{path}: names images ({names[where]!r}) without labels, as a competition's test list does; training and "
+            "scoring need a label column (vitkit predict classifies unlabelled images)"
+        )
+    if where is not None:
+        shown = ", ".join(names[i] for i in others[:6]) + (" ..." if len(others) > 6 else "")
+        raise DataError(
+            f"{path}:1: {names[where]!r} names the images; which of the other {len(others)} columns ({shown}) is the "
+            "label? name it 'label' (or class, category, target), or 'labels' for several per image"
+        )
     raise DataError(
         f"{path}:1: {','.join(names)[:60]!r} reads as a header, but names no path and label columns; name them "
         f"{_COLUMN_NAMES}, or remove the line"
