@@ -8,6 +8,7 @@ import torch
 from PIL import Image
 
 import vitkit
+from vitkit.checkpoint.native import MULTI_LABEL
 from vitkit.cli import main
 
 
@@ -210,3 +211,51 @@ def test_transparent_images_blank_on_the_model_s_background_are_said_to_be(tmp_p
     white = vitkit.save_pretrained(on_white, tmp_path / "white", extra={"class_names": ["ant", "bee", "cat"]})
     assert main(["predict", str(white), str(tmp_path / "glyph.png")]) == 0
     assert capsys.readouterr().err == ""
+
+
+def test_csv_holds_each_readable_image_s_answer_and_reads_back_as_data(checkpoint, images, tmp_path, capsys):
+    from vitkit.data.sources import open_split
+
+    good, broken, also_good, *_ = images
+    out = tmp_path / "answers" / "preds.csv"
+    assert main(["predict", str(checkpoint), str(good), str(broken), str(also_good), "--top", "2", "--json"]) == 2
+    top = {r["image"]: r["top"] for r in map(json.loads, capsys.readouterr().out.splitlines())}
+    assert (
+        main(["predict", str(checkpoint), str(good), str(broken), str(also_good), "--top", "2", "--csv", str(out)]) == 2
+    )
+    printed, err = capsys.readouterr()
+    assert printed.strip() == f"wrote {out}: 2 images, top classes and probabilities (fp32)" and str(broken) in err
+    lines = out.read_text().splitlines()
+    assert lines[0] == "image,label,prob,label_2,prob_2" and len(lines) == 3
+    for line in lines[1:]:
+        image, *rest = line.split(",")
+        assert rest[0::2] == [t["label"] for t in top[image]]
+        assert np.allclose([float(v) for v in rest[1::2]], [t["prob"] for t in top[image]], atol=1e-6)
+    # as written, with absolute paths: a list of images vitkit reads as data, labelled by the answers
+    listed = open_split(out, "train", channels=3, val_fraction=0.0)
+    assert [str(p) for p in listed.paths] == [str(good), str(also_good)]
+    assert [listed.class_names[i] for i in listed.labels] == [
+        top[str(good)][0]["label"],
+        top[str(also_good)][0]["label"],
+    ]
+
+
+def test_csv_of_a_multi_label_model_joins_its_labels_by_semicolons(tmp_path, images, capsys):
+    model = vitkit.create_model("vit_test", num_classes=3)
+    torch.nn.init.normal_(model.head.weight, std=3.0)
+    ckpt = vitkit.save_pretrained(
+        model, tmp_path / "multi", extra={"class_names": ["ant", "bee", "cat"], "problem_type": MULTI_LABEL}
+    )
+    good = images[0]
+    assert main(["predict", str(ckpt), str(good), "--threshold", "1e-9", "--csv", str(tmp_path / "m.csv")]) == 0
+    header, row = (tmp_path / "m.csv").read_text().splitlines()
+    image, labels, probs = row.split(",")
+    assert header == "image,labels,probs" and image == str(good)
+    assert sorted(labels.split(";")) == ["ant", "bee", "cat"] and len(probs.split(";")) == 3
+
+
+def test_csv_and_json_are_one_or_the_other(checkpoint, images, tmp_path, capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(["predict", str(checkpoint), str(images[0]), "--json", "--csv", str(tmp_path / "p.csv")])
+    assert stop.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
+    assert not (tmp_path / "p.csv").exists()

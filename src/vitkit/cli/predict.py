@@ -35,10 +35,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "grayscale, RGB(A), palette, 16-bit",
     )
     _add_answer_flags(p)
-    p.add_argument(
+    output = p.add_mutually_exclusive_group()
+    output.add_argument(
         "--json",
         action="store_true",
         help="one JSON object per image (image, top, precision) instead of text, which ends with how many images and what ran",
+    )
+    output.add_argument(
+        "--csv",
+        metavar="FILE",
+        help="write each image's answer to FILE (image,label,prob,label_2,prob_2 ...; multi-label: image,labels,probs) "
+        "instead of printing it; a list vitkit reads back as data",
     )
     _add_how_it_runs(p)
     p.set_defaults(run=run)
@@ -91,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     paths, empty = _image_paths(args.images)
     for line in empty:  # a folder without images: said, and the other images still get their answer
         print(f"vitkit predict: error: {line}", file=sys.stderr, flush=True)
-    failed, batch, read = 0, [], []
+    failed, batch, read, answers = 0, [], [], []
     for path in paths:
         try:
             batch.append((path, classifier.pixels(path)))
@@ -100,14 +107,28 @@ def run(args: argparse.Namespace) -> int:
             print(f"vitkit predict: error: {err}", file=sys.stderr, flush=True)
             failed += 1
         if len(batch) == args.batch_size:
-            _answer(classifier, batch, args)
+            answers += _answer(classifier, batch, args)
             batch = []
     if batch:
-        _answer(classifier, batch, args)
-    if not args.json and len(paths) > failed:  # what ran: complete once the first batch has built it
-        print(f"({len(paths) - failed} image{'s' * (len(paths) - failed != 1)}; {classifier.runner.description})")
+        answers += _answer(classifier, batch, args)
+    _finish(classifier, answers, args)
     _say_blank(read, classifier.model.config)
     return 2 if failed or empty else 0
+
+
+def _finish(classifier, answers: list, args: argparse.Namespace) -> None:
+    """--csv: the answers written to its file; text: what ran, once the first batch has built it."""
+    from vitkit.files import write_text
+    from vitkit.inference.predict import answers_csv
+
+    n = f"{len(answers)} image{'s' * (len(answers) != 1)}"
+    if args.csv and answers:
+        write_text(args.csv, answers_csv(answers, args.top, classifier.multi_label))
+        print(
+            f"wrote {args.csv}: {n}, {'labels' if classifier.multi_label else 'top classes'} and probabilities ({classifier.runner.description})"
+        )
+    elif not args.json and answers:
+        print(f"({n}; {classifier.runner.description})")
 
 
 def _say_blank(paths: list[str], config) -> None:
@@ -173,12 +194,14 @@ def _image_paths(images: list[str]) -> tuple[list[str], list[str]]:
     return paths, empty
 
 
-def _answer(classifier, batch: list[tuple[str, object]], args: argparse.Namespace) -> None:
+def _answer(classifier, batch: list[tuple[str, object]], args: argparse.Namespace) -> list:
     """Print the top --top classes of each image of `batch` (a multi-label model: every class of at least --threshold),
-    as text or one JSON object per image."""
+    as text or one JSON object per image (with --csv, nothing); each image's (path, [(class, probability) ...])."""
     pixels, multi = [pixels for _, pixels in batch], classifier.multi_label
     answers = classifier.labels(pixels, args.threshold) if multi else classifier.top(pixels, k=args.top)
     for (path, _), top in zip(batch, answers):
+        if args.csv:
+            continue
         if args.json:
             entry = {
                 "image": path,
@@ -194,3 +217,4 @@ def _answer(classifier, batch: list[tuple[str, object]], args: argparse.Namespac
         if multi and not top:
             print(f"  (no class at {args.threshold:.0%} or more)")
     sys.stdout.flush()
+    return [(path, top) for (path, _), top in zip(batch, answers)]

@@ -3,6 +3,8 @@ the normalised images int8 observers calibrate on."""
 
 from __future__ import annotations
 
+import csv
+import io
 from collections.abc import Callable
 
 import torch
@@ -95,3 +97,20 @@ class FiniteOutputs:
 
     def __getattr__(self, name: str):
         return getattr(self.runner, name)
+
+
+def answers_csv(answers: list[tuple[str, list[tuple[str, float]]]], k: int, multi_label: bool) -> str:
+    """Each image's answer as CSV: image,label,prob and the next classes (label_2,prob_2 ... to k); a multi-label
+    model's image,labels,probs, each joined by ';'. Read back as a list (`image` and `label`/`labels` columns), it is
+    data vitkit trains on."""
+    out = io.StringIO()
+    rows = csv.writer(out, lineterminator="\n")
+    if multi_label:
+        rows.writerow(["image", "labels", "probs"])
+        rows.writerows(
+            [image, ";".join(n for n, _ in top), ";".join(f"{p:.6f}" for _, p in top)] for image, top in answers
+        )
+        return out.getvalue()
+    rows.writerow(["image", "label", "prob", *(f"{c}_{i}" for i in range(2, k + 1) for c in ("label", "prob"))])
+    rows.writerows([image, *(v for n, p in top for v in (n, f"{p:.6f}"))] for image, top in answers)
+    return out.getvalue()
