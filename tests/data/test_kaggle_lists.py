@@ -1,5 +1,6 @@
-"""Lists laid out as Kaggle's competitions ship them: an id column without the file's suffix, images in a folder beside
-the list, a label column of any name, one-hot class columns, the list beside folders that hold no class folders."""
+"""Lists laid out as Kaggle's competitions and Roboflow's exports ship them: an id column without the file's suffix,
+images in a folder beside the list, a label column of any name, one-hot class columns, the list beside folders that hold
+no class folders or in each split folder."""
 
 import csv
 
@@ -68,7 +69,10 @@ def test_class_folders_still_win_over_a_list_beside_them(tmp_path):
 def test_two_lists_labelling_the_images_are_one_error_naming_both(tmp_path):
     ids = dog_breeds(tmp_path)
     write_csv(tmp_path / "relabelled.csv", ["image_id", "label"], [[d, "x"] for d in ids])
-    with pytest.raises(DataError, match=r"labels.csv and relabelled.csv both list them.*--data .*labels.csv"):
+    with pytest.raises(
+        DataError,
+        match=r"labels.csv and relabelled.csv both list its images with labels; give one as the data \(--data .*labels.csv\)",
+    ):
         open_split(tmp_path, "train", channels=3)
 
 
@@ -170,3 +174,21 @@ def test_a_header_naming_the_images_and_several_other_columns_asks_which_is_the_
         match=r"meta.csv:1: 'image_id' names the images; which of the other 3 columns \(lesion_id, dx, age\) is the label\?",
     ):
         open_split(tmp_path / "meta.csv", "train", channels=3, val_fraction=0.0)
+
+
+def test_split_folders_each_labelled_by_a_list_in_it_as_roboflow_exports_them(tmp_path):
+    """Roboflow's multi-label export: train/, valid/, test/, each with its images and a _classes.csv of one-hot columns
+    whose names follow a comma and a space."""
+    for split, n in (("train", 6), ("valid", 3), ("test", 3)):
+        names = [f"img_{i}_jpg.rf.{split}.jpg" for i in range(n)]
+        write_images(tmp_path / split, [name[:-4] for name in names])
+        lines = ["filename, cat, dog"] + [
+            f"{name}, {int(i % 2 == 0)}, {int(i % 2 == 1)}" for i, name in enumerate(names)
+        ]
+        (tmp_path / split / "_classes.csv").write_text("\n".join(lines) + "\n")
+    (tmp_path / "README.roboflow.txt").write_text("exported\n")
+    assert data_root(tmp_path) == tmp_path and available_splits(tmp_path, 0.1) == ["train", "val", "test"]
+    train, val = (open_split(tmp_path, s, channels=3) for s in ("train", "val"))
+    assert train.class_names == ["cat", "dog"] and [train.class_names[i] for i in train.labels] == ["cat", "dog"] * 3
+    assert len(val) == 3 and val.source == str(tmp_path / "valid" / "_classes.csv")
+    assert "one-hot columns cat, dog" in train.read_as

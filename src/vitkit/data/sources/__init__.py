@@ -20,11 +20,9 @@ from ..images import IMAGE_SUFFIXES
 from ..split import SPLITS, MissingSplit, Split, held_out, split_folders
 from . import idx
 from .folder import class_dirs, folder_classes, read_folder
-from .lists import UnlabelledList, listed_split, metadata_file, read_list, split_lists
+from .lists import METADATA_LISTS, UnlabelledList, listed_split, metadata_file, read_list, split_lists
 from .shards import is_sharded, names_splits, open_sharded, refuse_compressed
 from .tar import finish_writing, write_tar_shards, written_by_shards
-
-LISTS_BESIDE = (".csv", ".tsv", ".jsonl", ".ndjson")  # a list labelling a folder's images (Kaggle's labels.csv)
 
 
 def data_root(path: str | os.PathLike) -> Path:
@@ -34,27 +32,16 @@ def data_root(path: str | os.PathLike) -> Path:
     root = Path(path)
     if not root.is_dir() or idx.is_idx_dir(root) or split_lists(root) or not _unlabelled(root):
         return root
-    found = []
-    for candidate in sorted(f for f in root.iterdir() if f.suffix.lower() in LISTS_BESIDE and f.is_file()):
-        try:
-            read_list(candidate)
-        # not a list of this folder's images: a submission of probabilities, a table of something else
-        except DataError:
-            continue
-        found.append(candidate)
-    if len(found) > 1:
-        raise DataError(
-            f"{root}: its folders hold images without class folders, and {found[0].name} and {found[1].name} both "
-            f"list them with labels; give one as the data (--data {found[0]})"
-        )
-    return found[0] if found else root
+    listed = metadata_file(root)
+    # Hugging Face's metadata.csv labels the folder it is in, which reads as a folder
+    return listed if listed is not None and listed.name not in METADATA_LISTS else root
 
 
 def _unlabelled(root: Path) -> bool:
     """Whether a folder's images are in fewer than two classes as a folder: its training folder (or itself) holds
-    one class folder or none and no metadata list."""
+    one class folder or none and no list labelling its images."""
     train = split_folders(root).get("train", root)
-    return len(class_dirs(train)) < 2 and metadata_file(train) is None
+    return len(class_dirs(train)) < 2 and (train == root or metadata_file(train) is None)
 
 
 def available_splits(path: str | os.PathLike | None, val_fraction: float) -> list[str]:

@@ -2,9 +2,10 @@
 split (train.csv, val.jsonl, test.csv ...), and the metadata.csv / metadata.jsonl that labels a folder of images
 (Hugging Face's imagefolder). Paths are relative to the list; labels are class names or integers.
 
-Kaggle's lists read as they ship: an id column (image_id, id) naming a file without its suffix in a folder beside the
-list (`_located`), a label column of another name where it is the only other column, or a column a class of 0 and 1
-(one-hot); the Split's `read_as` says how, for the plan.
+Kaggle's and Roboflow's lists read as they ship: an id column (image_id, id) naming a file without its suffix in a
+folder beside the list (`_located`), a label column of another name where it is the only other column, or a column a
+class of 0 and 1 (one-hot); a list of any name labelling the images of its folder (`metadata_file`). The Split's
+`read_as` says how, for the plan.
 
 A `labels` (or `tags`) column gives each image a set of classes (multi-label): a JSON list in JSONL
 ({"path": "a.jpg", "labels": ["cat", "dog"]}), labels joined by ';' in CSV (a.jpg,cat;dog); where no cell holds ';', by
@@ -29,6 +30,8 @@ from ..images import IMAGE_SUFFIXES
 from ..split import SPLITS, Split, class_name, held_out, label_order, multi_hot, on_classes, split_folders
 
 LIST_SUFFIXES = (".csv", ".jsonl", ".ndjson", ".tsv", ".txt")
+
+LISTS_BESIDE = (".csv", ".tsv", ".jsonl", ".ndjson")  # a list labelling a folder's images, whatever its name
 
 METADATA_LISTS = (
     "metadata.csv",
@@ -127,9 +130,30 @@ def on_train_classes(listed: Split, names: list[str], train_source: str) -> Spli
 
 
 def metadata_file(root: Path) -> Path | None:
+    """A folder's list of its images and their labels: metadata.csv or metadata.jsonl (Hugging Face's imagefolder),
+    else the one list in it that reads as one (Roboflow's train/_classes.csv, Kaggle's labels.csv beside train/);
+    None where there is none. Two are one error naming both."""
     found = [root / name for name in METADATA_LISTS if (root / name).is_file()]
     if len(found) > 1:
         raise DataError(f"{root}: {found[0].name} and {found[1].name} both label its images; keep one")
+    return found[0] if found else _one_list_in(root)
+
+
+def _one_list_in(root: Path) -> Path | None:
+    """The one file in `root` that reads as a list of images with labels (`read_list`); a submission of
+    probabilities, a table of something else, a list of images that are not there, is none."""
+    found = []
+    for candidate in sorted(f for f in root.iterdir() if f.suffix.lower() in LISTS_BESIDE and f.is_file()):
+        try:
+            read_list(candidate)
+        except DataError:
+            continue
+        found.append(candidate)
+    if len(found) > 1:
+        raise DataError(
+            f"{root}: {found[0].name} and {found[1].name} both list its images with labels; give one as the data "
+            f"(--data {found[0]})"
+        )
     return found[0] if found else None
 
 
