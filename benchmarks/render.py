@@ -91,6 +91,11 @@ def cell(text: str) -> str:
 
 
 def with_unit(row: dict[str, str]) -> str:
+    """The figure with its unit; a figure of several parts with a unit for each ("0.9152 / 429", "top-1 / s") takes
+    each part's own ("0.9152 top-1 / 429 s")."""
+    figures, units = row["figure"].split(" / "), row["unit"].split(" / ")
+    if len(units) > 1 and len(units) == len(figures):
+        return " / ".join(with_unit({"figure": f, "unit": u}) for f, u in zip(figures, units))
     unit = row["unit"]
     return row["figure"] + (unit if unit in ("x", "%") else f" {unit}")
 

@@ -130,3 +130,16 @@ def test_a_matrix_section_gives_each_figure_its_cell_and_each_line_its_anchor():
     assert lines[4] == '| <a id="f-icons-fitted"></a>icons | 0.00 | 0.01 |'
     assert lines[5] == "| digits | 0.10 | 0.11 |"
     assert lines[7:] == ["- icons: fitted (s)", "", "Machine: m. Date: d."]
+
+
+@pytest.mark.parametrize(
+    "figure, unit, shown",
+    [
+        ("0.9152 / 429", "top-1 / s", "0.9152 top-1 / 429 s"),
+        ("1.25 / 1.80", "x", "1.25 / 1.80x"),
+        ("286 / 2,604", "images", "286 / 2,604 images"),
+        ("55.9", "%", "55.9%"),
+    ],
+)
+def test_a_figure_of_several_parts_takes_each_part_s_unit(figure, unit, shown):
+    assert render.with_unit({"figure": figure, "unit": unit}) == shown
