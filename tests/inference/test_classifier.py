@@ -75,14 +75,26 @@ def test_uint8_tensors_as_torchvision_reads_them_get_the_answer_of_the_same_pict
     assert _same(clf.predict(torch.stack(chw), top=3), want)  # a (B, C, H, W) batch
     gray = rng.integers(0, 255, (20, 20), dtype=np.uint8)
     assert _same(clf.predict(torch.from_numpy(gray)[None], top=3), clf.predict(gray, top=3))
-    with pytest.raises(vitkit.DataError, match=r"image tensor: expected uint8 .* got float32 \(3, 37, 53\)"):
+    with pytest.raises(vitkit.DataError, match=r"image tensor: expected uint8 .* got int64 \(3, 37, 53\)"):
+        clf.predict(chw[0].long())
+    # floats in [0, 1] (torchvision's ToTensor, a (B, H, W, C) array scaled by 255) are the same pictures
+    assert _same(clf.predict(torch.stack(chw).float() / 255, top=3), want)
+    assert _same(clf.predict(np.stack(pictures).astype(np.float32) / 255, top=3), want)
+    assert _same(clf.predict(np.stack(pictures), top=3), want)
+    with pytest.raises(
+        vitkit.DataError, match=r"float pixels must be in \[0, 1\], got values from 0 to 25\d; divide them by 255"
+    ):
         clf.predict(chw[0].float())
+    with pytest.raises(vitkit.DataError, match=r"from -\d.* to .*; pass the image before normalisation"):
+        clf.predict((chw[0].float() / 255 - 0.5) / 0.25)
 
 
 def test_images_it_cannot_read_are_one_clear_error(checkpoint, tmp_path):
     clf = vitkit.Classifier.load(checkpoint)
     with pytest.raises(vitkit.DataError, match="image array: expected uint8"):
-        clf.predict(np.zeros((8, 8, 3), np.float32))
+        clf.predict(np.zeros((8, 8, 5), np.uint8))
+    with pytest.raises(vitkit.DataError, match=r"float pixels must be in \[0, 1\]"):
+        clf.predict(np.full((8, 8, 3), np.nan, np.float32))
     with pytest.raises(vitkit.DataError, match="no-such.png"):
         clf.predict(tmp_path / "no-such.png")
     with pytest.raises(vitkit.DataError, match=f"{tmp_path}: is a folder; pass its images"):

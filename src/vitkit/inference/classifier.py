@@ -106,24 +106,21 @@ class Classifier:
         """(C, H, W) uint8: the model's input before normalisation. A file that cannot be read is a DataError naming it."""
         c = self.model.config
         if isinstance(image, torch.Tensor):
-            if (
-                image.dtype != torch.uint8
-                or image.ndim not in (2, 3)
-                or (image.ndim == 3 and image.shape[0] not in (1, 3, 4))
-            ):
+            if not _is_pixels(image.dtype, image.shape, 0):
                 raise DataError(
                     f"image tensor: expected uint8 (H, W) or (C, H, W) with C 1, 3 or 4, as torchvision.io.read_image "
-                    f"gives them, got {str(image.dtype).replace('torch.', '')} {tuple(image.shape)}"
+                    f"gives them, or floats in [0, 1] (ToTensor's), got {str(image.dtype).replace('torch.', '')} "
+                    f"{tuple(image.shape)}"
                 )
-            image = image.cpu().numpy()
+            image = image.detach().cpu().float().numpy() if image.is_floating_point() else image.cpu().numpy()
             image = image if image.ndim == 2 else image.transpose(1, 2, 0)
         if isinstance(image, np.ndarray):
-            if (
-                image.dtype != np.uint8
-                or image.ndim not in (2, 3)
-                or (image.ndim == 3 and image.shape[2] not in (1, 3, 4))
-            ):
-                raise DataError(f"image array: expected uint8 (H, W) or (H, W, 1|3|4), got {image.dtype} {image.shape}")
+            if not _is_pixels(image.dtype, image.shape, 2):
+                raise DataError(
+                    f"image array: expected uint8 (H, W) or (H, W, 1|3|4), or floats in [0, 1], got {image.dtype} "
+                    f"{image.shape}"
+                )
+            image = _to_uint8(image)
             image = Image.fromarray(image[..., 0] if image.ndim == 3 and image.shape[2] == 1 else image)
         if isinstance(image, Image.Image):
             pixels = image_pixels(image, c.in_chans, self._size(image), self.crop_pct, background=c.background)
@@ -226,10 +223,10 @@ class Classifier:
     @staticmethod
     def _images(images: ImageLike | Sequence[ImageLike]) -> Sequence[ImageLike]:
         """The images given, as a sequence: one image is a list of one; a folder is refused."""
-        if isinstance(images, (str, os.PathLike, Image.Image, np.ndarray)) or (
-            isinstance(images, torch.Tensor) and images.ndim < 4
+        if isinstance(images, (str, os.PathLike, Image.Image)) or (
+            isinstance(images, (torch.Tensor, np.ndarray)) and images.ndim < 4
         ):
-            images = [images]  # one image; a (B, C, H, W) tensor is B of them
+            images = [images]  # one image; a (B, C, H, W) tensor or a (B, H, W, C) array is B of them
         elif not isinstance(images, (Sequence, torch.Tensor)):
             images = list(images)  # any iterable: a generator, Path.glob(...)
         for image in images:
@@ -240,6 +237,35 @@ class Classifier:
                     f"`vitkit predict CHECKPOINT {image}`, which names each image it answers for"
                 )
         return images
+
+
+def _is_pixels(dtype, shape, channel_axis: int) -> bool:
+    """Whether an array or tensor of `dtype` and `shape` is one image: (H, W), or 1, 3 or 4 channels on
+    `channel_axis`; uint8, or floats (in [0, 1], checked on reading)."""
+    floats = dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64) or (
+        isinstance(dtype, np.dtype) and np.issubdtype(dtype, np.floating)
+    )
+    return (dtype in (torch.uint8, np.uint8) or floats) and (
+        len(shape) == 2 or len(shape) == 3 and shape[channel_axis] in (1, 3, 4)
+    )
+
+
+def _to_uint8(image: np.ndarray) -> np.ndarray:
+    """uint8 pixels of an image array: as they are, or floats in [0, 1] times 255, rounded. Floats outside [0, 1]
+    (normalised images) are a DataError."""
+    if image.dtype == np.uint8:
+        return image
+    if not np.isfinite(image).all():
+        raise DataError("image: float pixels must be in [0, 1], got NaN or infinite values")
+    low, high = float(image.min()), float(image.max())
+    if not (0.0 <= low and high <= 1.0):
+        fix = (
+            "divide them by 255, or pass uint8"
+            if low >= 0 and high <= 255
+            else "pass the image before normalisation (the classifier normalises with the model's mean and std)"
+        )
+        raise DataError(f"image: float pixels must be in [0, 1], got values from {low:.3g} to {high:.3g}; {fix}")
+    return np.round(image.astype(np.float32) * 255).astype(np.uint8)
 
 
 def refuse_fixed_size(c) -> None:
