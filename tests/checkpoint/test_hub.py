@@ -212,6 +212,9 @@ def test_a_local_path_wins_over_a_hub_name_and_python_reads_names_too(offline, m
 
     by_name = vitkit.create_model(TIMM_NAME, pretrained=True, num_classes=5)
     assert by_name.config.num_classes == 5 and by_name.config.mean == (0.485, 0.456, 0.406)
+    # timm's img_size, as timm.create_model(name, pretrained=True, img_size=...) takes it
+    resized = vitkit.create_model(TIMM_NAME, pretrained=True, img_size=24)
+    assert resized.config.image_size == (24, 24) and resized(torch.zeros(1, 3, 24, 24)).shape[0] == 1
     hf = vitkit.load_pretrained(f"hf-hub:{HF_REPO}")
     assert hf.config.layer_norm_eps == 1e-12 and hf.config.mean == (0.5, 0.4, 0.3)
     monkeypatch.chdir(tmp_path)

@@ -210,6 +210,9 @@ def test_timm_s_constructor_names_set_the_config_fields():
         vitkit.create_model("bit_test", drop_path_rate=0.1)
     with pytest.raises(ConfigError, match="drop_path: expected a rate in"):
         vitkit.create_model("vit_test", drop_path_rate=1.5)
+    # a timm name that says its size takes the size given, as timm.create_model("vit_small_patch16_224", img_size=96)
+    assert vitkit.create_model("vit_small_patch16_224", img_size=96, depth=1).config.image_size == (96, 96)
+    assert vitkit.create_model("vit_small_patch16_224", image_size=64, depth=1).config.image_size == (64, 64)
 
 
 def test_list_models_takes_timm_s_wildcard_patterns():

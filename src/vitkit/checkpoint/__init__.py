@@ -277,6 +277,10 @@ def create_model(
     (`vitkit.models.FeatureNet`)."""
     if not pretrained:
         return build_named(name, features_only=features_only, out_indices=out_indices, **overrides)
+    if "img_size" in overrides:  # timm's name, as timm.create_model(name, pretrained=True, img_size=384) takes it
+        if "image_size" in overrides:
+            raise ConfigError("img_size: timm's name of image_size, which is given too; give one of them")
+        overrides["image_size"] = overrides.pop("img_size")
     unknown = sorted(set(overrides) - {"image_size", "num_classes", "keep_pre_logits", *RATES})
     if unknown:
         raise ConfigError(

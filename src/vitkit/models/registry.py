@@ -21,7 +21,7 @@ from torch import nn
 from vitkit.errors import ConfigError
 
 from .bit import ResNetV2
-from .config import BiTConfig, ModelConfig, ResNetConfig, ViTConfig
+from .config import TIMM_NAMES, BiTConfig, ModelConfig, ResNetConfig, ViTConfig
 from .features import FeatureNet
 from .vit import VisionTransformer
 
@@ -213,7 +213,9 @@ def get_config(name: str, **overrides: Any) -> ModelConfig:
     """The config of a named model with `overrides` (num_classes, image_size, patch_size, ...)."""
     if alias := timm_alias(name):
         key, implied = alias
-        return get_config(key, **{**implied, **overrides})
+        # img_size=96 with vit_small_patch16_224: the size given, not the name's, as timm builds it
+        given = {TIMM_NAMES.get(k, k) for k in overrides}
+        return get_config(key, **{**{k: v for k, v in implied.items() if k not in given}, **overrides})
     key = canonical_name(name)
     if match := _BIT_RELEASE.fullmatch(key):
         key = f"bit_{match.group(1)}"
