@@ -2,6 +2,7 @@
 pretrained_cfg, group_matcher for layer-wise learning-rate decay, features_only, drop_path_rate, list_models."""
 
 import copy
+import json
 import re
 
 import pytest
@@ -241,3 +242,47 @@ def test_timm_s_own_layer_decay_groups_a_vitkit_model_as_group_matcher_says():
             seen.add(name)
             assert group["lr_scale"] == pytest.approx(0.5 ** (top - ids[name])), name
     assert seen == set(ids)
+
+
+ARCHITECTURE = ("width", "depth", "num_heads", "mlp_dim", "patch_size", "layer_scale", "reg_tokens", "classifier")
+PIECES = ("pre_norm", "patch_bias", "mlp_act", "layer_norm_eps", "distilled", "image_size", "mean")
+
+
+@pytest.mark.parametrize(
+    "name, facts",
+    [
+        # as timm registers them (timm/models/vision_transformer.py, deit.py): sizes, pieces, default image size
+        ("deit_small_patch16_224", (384, 12, 6, 1536, (16, 16), None, 0, "token", False, True, "gelu", 1e-6, False, (224, 224), 0.485)),
+        ("deit_base_distilled_patch16_384", (768, 12, 12, 3072, (16, 16), None, 0, "token", False, True, "gelu", 1e-6, True, (384, 384), 0.485)),
+        ("deit3_large_patch16_384", (1024, 24, 16, 4096, (16, 16), 1e-6, 0, "token", False, True, "gelu", 1e-6, False, (384, 384), 0.485)),
+        ("vit_small_patch14_dinov2.lvd142m", (384, 12, 6, 1536, (14, 14), 1e-5, 0, "token", False, True, "gelu", 1e-6, False, (518, 518), 0.485)),
+        ("vit_base_patch14_reg4_dinov2", (768, 12, 12, 3072, (14, 14), 1e-5, 4, "token", False, True, "gelu", 1e-6, False, (518, 518), 0.485)),
+        ("vit_base_patch16_clip_224", (768, 12, 12, 3072, (16, 16), None, 0, "token", True, False, "gelu", 1e-5, False, (224, 224), 0.48145466)),
+        ("vit_large_patch14_clip_quickgelu_336", (1024, 24, 16, 4096, (14, 14), None, 0, "token", True, False, "quick_gelu", 1e-5, False, (336, 336), 0.48145466)),
+        ("vit_base_patch16_siglip_256", (768, 12, 12, 3072, (16, 16), None, 0, "map", False, True, "gelu", 1e-6, False, (256, 256), 0.5)),
+    ],
+)  # fmt: skip
+def test_timm_s_names_of_the_families_build_their_architectures(name, facts):
+    c = vitkit.get_config(name)
+    assert tuple(getattr(c, f) for f in ARCHITECTURE + PIECES[:-1]) + (c.mean[0],) == facts
+    assert vitkit.create_model(name, depth=1, img_size=112).config.image_size == (112, 112)
+
+
+@pytest.mark.parametrize(
+    "architecture",
+    ["deit_small_distilled_patch16_224", "deit3_small_patch16_224", "vit_small_patch14_reg4_dinov2",
+     "vit_base_patch16_clip_224", "vit_base_patch16_siglip_224"],
+)  # fmt: skip
+def test_timm_s_names_build_what_timm_builds(architecture, tmp_path):
+    """Where timm is installed: the model vitkit builds from a timm name holds timm's weights, read as timm's files."""
+    timm = pytest.importorskip("timm")
+    from safetensors.torch import save_file
+
+    theirs = timm.create_model(architecture, pretrained=False, num_classes=0, img_size=56, depth=2)
+    save_file({k: v.contiguous() for k, v in theirs.state_dict().items()}, tmp_path / "model.safetensors")
+    (tmp_path / "config.json").write_text(json.dumps({"architecture": architecture, "num_classes": 0}))
+    read = vitkit.load_pretrained(tmp_path).config
+    built = vitkit.create_model(architecture, num_classes=0, img_size=56, depth=2).config
+    assert [getattr(built, f) for f in ARCHITECTURE + PIECES[:5]] == [
+        getattr(read, f) for f in ARCHITECTURE + PIECES[:5]
+    ]

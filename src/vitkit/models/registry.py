@@ -3,7 +3,9 @@
 Sizes B, L and H are Table 1 of the paper; Ti and S come from DeiT and the official code; "mini"
 and "test" are small sizes for 28-32 px images and for the test suite. A plain name is
 `vit_<size><patch>` (any size and patch, e.g. vit_s8); hybrids are listed explicitly. timm's names
-(vit_base_patch16_224, vit_base_r50_s16_384, ...) are aliases of the same architectures at their image size.
+(vit_base_patch16_224, vit_base_r50_s16_384, ...) are aliases of the same architectures at their image size, and
+timm's names of the families (deit_small_patch16_224, vit_small_patch14_dinov2, vit_base_patch16_clip_224 ...) build
+them as timm does.
 
 The paper's baseline, BiT ResNet-v2 (Kolesnikov et al. 2020), is `bit_r<depth>x<width factor>` with the
 release's six models (R50x1 ... R152x4) and small ones for 28-32 px images (3x3/1 stem, no max-pool).
@@ -170,12 +172,44 @@ _TIMM_HYBRIDS = {
 }
 
 
+# timm's names of the families (FAMILIES), as timm registers them: deit_small_patch16_224 (DeiT: the paper's ViT
+# with ImageNet's mean and std; _distilled_ adds the distillation token), deit3_base_patch16_384,
+# vit_small_patch14_dinov2 and _reg4_dinov2 (518 px), vit_base_patch16_clip_224 (exact GELU; _clip_quickgelu_ CLIP's
+# own) and vit_base_patch16_siglip_224 (exact GELU, as timm builds it)
+_TIMM_FAMILY = re.compile(
+    r"(?P<deit>deit3?)_(?P<dsize>tiny|small|base|large|huge)(?P<dist>_distilled)?_patch(?P<dpatch>\d+)_(?P<dimage>\d+)"
+    r"|vit_(?P<size>tiny|small|base|large|huge)_patch(?P<patch>\d+)"
+    r"(?:_(?P<reg>reg4_)?dinov2|_(?P<tower>clip|siglip)(?P<quick>_quickgelu)?_(?P<image>\d+))"
+)
+
+
+def _timm_family(key: str) -> tuple[str, dict[str, Any]] | None:
+    """The size and the family's pieces (FAMILIES) of a timm family name (_TIMM_FAMILY); None for another name."""
+    match = _TIMM_FAMILY.fullmatch(key)
+    if match is None:
+        return None
+    g = match.groupdict()
+    if g["deit"] == "deit":
+        pieces = dict(mean=IMAGENET_MEAN, std=IMAGENET_STD, distilled=bool(g["dist"]))
+    elif g["deit"] == "deit3":
+        pieces = dict(FAMILIES["deit3"])
+    elif g["tower"] is None:
+        pieces = {**FAMILIES["dinov2_reg" if g["reg"] else "dinov2"], "image_size": 518}
+    else:
+        pieces = {**FAMILIES[g["tower"]], "mlp_act": "quick_gelu" if g["quick"] else "gelu"}
+    size, patch = (g["dsize"], g["dpatch"]) if g["deit"] else (g["size"], g["patch"])
+    image = g["dimage"] or g["image"]
+    return f"vit_{_TIMM_SIZES[size]}{patch}", {**pieces, **({"image_size": int(image)} if image else {})}
+
+
 def timm_alias(name: str) -> tuple[str, dict[str, Any]] | None:
     """('vit_b16', {'image_size': 384}) for timm's 'vit_base_patch16_384'; None for a name that is not timm's."""
     key = name.strip().lower().split(".")[0]
     if match := _TIMM_PLAIN.fullmatch(key):
         size, patch, image = match.groups()
         return f"vit_{_TIMM_SIZES[size]}{patch}", {"image_size": int(image)}
+    if family_name := _timm_family(key):
+        return family_name
     if match := _TIMM_BIT.fullmatch(key):
         return f"bit_r{match.group(1)}", {}
     base, _, image = key.rpartition("_")
