@@ -211,6 +211,12 @@ def test_timm_s_constructor_names_set_the_config_fields():
         vitkit.create_model("bit_test", drop_path_rate=0.1)
     with pytest.raises(ConfigError, match="drop_path: expected a rate in"):
         vitkit.create_model("vit_test", drop_path_rate=1.5)
+    # timm's names of the same fields, and for the arguments vitkit spells otherwise, what to write
+    c = vitkit.create_model("vit_test", init_values=1e-5, act_layer="gelu_tanh").config
+    assert (c.layer_scale, c.mlp_act) == (1e-5, "gelu_tanh")
+    for key, value, hint in [("global_pool", "avg", "classifier: token, gap"), ("mlp_ratio", 2.0, "mlp_dim")]:
+        with pytest.raises(ConfigError, match=f"model.{key}: timm's argument; vitkit's is {hint}"):
+            vitkit.create_model("vit_test", **{key: value})
     # a timm name that says its size takes the size given, as timm.create_model("vit_small_patch16_224", img_size=96)
     assert vitkit.create_model("vit_small_patch16_224", img_size=96, depth=1).config.image_size == (96, 96)
     assert vitkit.create_model("vit_small_patch16_224", image_size=64, depth=1).config.image_size == (64, 64)

@@ -46,7 +46,8 @@ FORMATS: dict[str, ModuleType] = {
     "vitkit": native, "npz": npz, "timm": timm, "torchvision": torchvision, "hf": hf_families,
 }  # fmt: skip
 # what a pretrained model may change, as vitkit and timm name them: no weight depends on them
-RATES = ("dropout", "attn_dropout", "drop_path", *(timm for timm, own in TIMM_NAMES.items() if own != "image_size"))
+RATES = ("dropout", "attn_dropout", "drop_path")
+RATES += tuple(timm for timm, own in TIMM_NAMES.items() if own in RATES)
 
 
 def export_kind(path: Path) -> tuple[str, str] | None:

@@ -532,6 +532,19 @@ TIMM_NAMES = {
     "drop_rate": "dropout",
     "attn_drop_rate": "attn_dropout",
     "img_size": "image_size",
+    "init_values": "layer_scale",
+    "act_layer": "mlp_act",
+}
+
+# timm's constructor arguments that vitkit spells otherwise, and how: said where one is given
+TIMM_HINTS = {
+    "global_pool": "classifier: token, gap (the mean of the patch tokens, no class token) or map",
+    "class_token": "classifier=gap or classifier=map for none",
+    "mlp_ratio": "mlp_dim, the MLP's width (mlp_ratio x width)",
+    "embed_dim": "width, with mlp_dim (the MLP's own width, which does not follow it)",
+    "qkv_bias": "none: attention always has biases",
+    "no_embed_class": "none: the class token always has a position (timm's files without one read as they are)",
+    "fc_norm": "none: gap pools after the final LayerNorm, as the paper's",
 }
 
 
@@ -548,6 +561,8 @@ def _known(data: dict[str, Any], cls: type, where: str) -> dict[str, Any]:
             raise ConfigError(f"{where}.{key}: this model has no {own} ({cls.__name__} has none); leave it out or 0")
         if own is not None and (own not in names or value is None):
             continue
+        if (own or key) not in names and key in TIMM_HINTS:
+            raise ConfigError(f"{where}.{key}: timm's argument; vitkit's is {TIMM_HINTS[key]}")
         if (own or key) not in names:
             raise ConfigError(f"{where}.{key_shown(key)}: unknown key; known keys are {', '.join(sorted(names))}")
         known[own or key] = value
