@@ -192,3 +192,11 @@ def test_split_folders_each_labelled_by_a_list_in_it_as_roboflow_exports_them(tm
     assert train.class_names == ["cat", "dog"] and [train.class_names[i] for i in train.labels] == ["cat", "dog"] * 3
     assert len(val) == 3 and val.source == str(tmp_path / "valid" / "_classes.csv")
     assert "one-hot columns cat, dog" in train.read_as
+
+
+def test_a_list_written_on_windows_names_its_files_with_backslashes(tmp_path):
+    write_images(tmp_path / "images" / "cat", ["a", "b"])
+    (tmp_path / "list.csv").write_text("path,label\r\nimages\\cat\\a.jpg,cat\r\nimages\\cat\\b.jpg,dog\r\n")
+    split = open_split(tmp_path / "list.csv", "train", channels=3, val_fraction=0.0)
+    assert split.paths == [tmp_path / "images" / "cat" / "a.jpg", tmp_path / "images" / "cat" / "b.jpg"]
+    assert split.read_as == "list.csv: '\\' in paths read as '/'"

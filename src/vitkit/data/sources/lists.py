@@ -200,6 +200,9 @@ def _located(path: Path, listed: list[str], sample: int = 16) -> tuple[list[Path
     looked = [listed[i] for i in np.unique(np.linspace(0, len(listed) - 1, min(sample, len(listed))).astype(int))]
     if any(_is_file(Path(p) if os.path.isabs(p) else path.parent / p) for p in looked):
         return given, ""
+    if os.sep == "/" and any("\\" in p for p in looked):  # a list written on Windows: train\cat\1.jpg
+        paths, said = _located(path, [p.replace("\\", "/") for p in listed], sample)
+        return paths, ", ".join(filter(None, ("'\\' in paths read as '/'", said)))
     ways = _ways(path, [p for p in looked if not os.path.isabs(p)])
     found = sum(any(_is_file(folder / (p + end)) for folder, end in ways) for p in looked if not os.path.isabs(p))
     if 2 * found < len(looked):
