@@ -200,3 +200,16 @@ def test_a_list_written_on_windows_names_its_files_with_backslashes(tmp_path):
     split = open_split(tmp_path / "list.csv", "train", channels=3, val_fraction=0.0)
     assert split.paths == [tmp_path / "images" / "cat" / "a.jpg", tmp_path / "images" / "cat" / "b.jpg"]
     assert split.read_as == "list.csv: '\\' in paths read as '/'"
+
+
+def test_a_caption_beside_each_image_is_no_label(tmp_path):
+    """Hugging Face's imagefolder of captions (file_name,text): a column with another value on every line is no class."""
+    names = [f"{i:03d}" for i in range(25)]
+    write_images(tmp_path / "img", names)
+    write_csv(
+        tmp_path / "captions.csv", ["file_name", "text"], [[f"img/{n}.jpg", f"a photo number {n}"] for n in names]
+    )
+    with pytest.raises(
+        DataError, match=r"'file_name' names the images, but 'text' holds another value on every line \(a caption"
+    ):
+        open_split(tmp_path / "captions.csv", "train", channels=3, val_fraction=0.0)

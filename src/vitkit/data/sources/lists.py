@@ -387,12 +387,17 @@ def _header_columns(path: Path, table: list[tuple[int, list[str]]]) -> tuple[int
     cells = [row[i].strip() for _, row in table[1:] for i in others if i < len(row)]
     if where is not None and len(others) > 1 and cells and all(cell in ONE_HOT for cell in cells):
         return where, others, True, f"{names[where]!r} the image, one-hot columns {', '.join(names[i] for i in others)}"
-    if where is not None and len(others) == 1:
+    if where is not None and len(others) == 1 and not _all_differ(table[1:], others[0]):
         return where, others[0], False, f"{names[where]!r} the image, {names[others[0]]!r} its label"
     if where is not None and not others:
         raise UnlabelledList(
             f"{path}: names images ({names[where]!r}) without labels, as a competition's test list does; training and "
             "scoring need a label column (vitkit predict classifies unlabelled images)"
+        )
+    if where is not None and len(others) == 1:
+        raise DataError(
+            f"{path}:1: {names[where]!r} names the images, but {names[others[0]]!r} holds another value on every line "
+            "(a caption or an id, no class); add a column 'label' (or class, category, target) of their classes"
         )
     if where is not None:
         shown = ", ".join(names[i] for i in others[:6]) + (" ..." if len(others) > 6 else "")
@@ -404,6 +409,12 @@ def _header_columns(path: Path, table: list[tuple[int, list[str]]]) -> tuple[int
         f"{path}:1: {','.join(names)[:60]!r} reads as a header, but names no path and label columns; name them "
         f"{_COLUMN_NAMES}, or remove the line"
     )
+
+
+def _all_differ(body: list[tuple[int, list[str]]], column: int, least: int = 20) -> bool:
+    """Whether a column holds another value on each of at least `least` lines: a caption or an id, no class."""
+    cells = [row[column].strip() for _, row in body if column < len(row)]
+    return len(cells) >= least and len(set(cells)) == len(cells)
 
 
 def _refuse_repeats(path: Path, paths: list[Path], lines: list[int]) -> None:
