@@ -111,6 +111,8 @@ def test_split_folders_are_found_in_any_case_and_by_hugging_face_s_validation_na
     [
         ("list.csv", "path,label,split\nimages/cat/0.png,cat,train\nimages/dog/0.png,dog,val\n"),
         ("list.jsonl", '{"path": "images/cat/0.png", "label": "cat", "split": "train"}\n'),
+        # fastai's lists: True marks a validation image
+        ("list.csv", "fname,labels,is_valid\nimages/cat/0.png,cat,False\nimages/dog/0.png,dog,True\n"),
     ],
 )
 def test_a_list_with_a_split_column_is_refused_not_read_as_one_set(tmp_path, name, text):

@@ -56,6 +56,7 @@ PATH_COLUMNS = (
     # Kaggle's lists name the image by an id (image_id, id_code ...), often without its file's suffix
     "image_id",
     "image_name",
+    "fname",  # fastai's
     "img_id",
     "id_code",
     "id",
@@ -431,7 +432,7 @@ def _refuse_repeats(path: Path, paths: list[Path], lines: list[int]) -> None:
 def _refuse_split_column(path: Path, names: list) -> None:
     """A list saying which split each image is in would be read as one set, its val and test images trained on: one
     error saying how vitkit takes splits from lists."""
-    if any(str(n).strip().lower() in ("split", "subset", "fold") for n in names):
+    if any(str(n).strip().lower() in ("split", "subset", "fold", "is_valid", "is_val") for n in names):
         raise DataError(
             f"{path}: has a split column, which vitkit does not read (its val and test images would be trained on); "
             "write one list per split (train.csv, val.csv, test.csv) in a folder and give the folder, or drop the "
