@@ -69,7 +69,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--data",
         metavar="PATH",
         help="dataset: IDX folder, image folder (root/<class>/...), .csv/.jsonl list or a folder of them by "
-        "split (train.csv, val.csv ...), tar shards or Parquet (= data.path)",
+        "split (train.csv, val.csv ...; Kaggle's and Roboflow's layouts too), tar shards or Parquet (= data.path)",
     )
     p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its newest checkpoint")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (= train.progress=false)")
