@@ -8,6 +8,7 @@ import pytest
 from PIL import Image
 
 from vitkit.data.sources import available_splits, data_root, is_flat, open_split
+from vitkit.data.sources.folder import classes_in_names
 from vitkit.data.split import MissingSplit
 from vitkit.data.summary import image_sizes
 from vitkit.errors import DataError
@@ -213,3 +214,17 @@ def test_a_caption_beside_each_image_is_no_label(tmp_path):
         DataError, match=r"'file_name' names the images, but 'text' holds another value on every line \(a caption"
     ):
         open_split(tmp_path / "captions.csv", "train", channels=3, val_fraction=0.0)
+
+
+def test_images_named_by_class_without_class_folders_get_a_hint_to_make_them(tmp_path, vitkit_cmd):
+    """Kaggle's Dogs vs. Cats: train/cat.0.jpg, train/dog.1.jpg ...: one class as a folder, and the error says how."""
+    write_images(tmp_path / "dvc" / "train", [f"{('cat', 'dog')[i % 2]}.{i}" for i in range(12)])
+    done = vitkit_cmd("train", "--data", tmp_path / "dvc", "--out", tmp_path / "run", "model.name=vit_test")
+    train = tmp_path / "dvc" / "train"
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert (
+        f"their names start with 2 words (cat, dog): to use them as classes, put each image in a folder of its word (mkdir {train / 'cat'} && mv {train}/cat.* {train / 'cat'}/"
+        in done.stderr
+    )
+    assert classes_in_names([tmp_path / f"{i}.jpg" for i in range(5)]) == ""  # numbers are no classes
+    assert classes_in_names([tmp_path / "a.1.jpg", tmp_path / "a.2.jpg"]) == ""  # one word

@@ -11,6 +11,7 @@ import torch
 
 from vitkit.data import Batches, DataSpec, check_compatible, fits_in_memory, load_into_memory
 from vitkit.data.scan import blank_on
+from vitkit.data.sources.folder import classes_in_names
 from vitkit.data.summary import copies_labelled_otherwise, copies_of_training_images
 from vitkit.errors import ConfigError, DataError
 from vitkit.files import atomic_path
@@ -119,6 +120,7 @@ def _check_classes(config: RunConfig, train_split, micro: int) -> None:
         raise DataError(
             f"{train_split.source}: one class ({class_names[0]!r}); classification needs two or more "
             "(root/<class>/<image>); to pre-train on images without labels use train.objective=masked_patch"
+            + (classes_in_names(train_split.paths) if train_split.paths else "")
         )
     if train_split.multi_label and objective.uses_labels and not objective.several_labels:
         raise ConfigError(

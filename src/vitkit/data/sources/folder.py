@@ -4,7 +4,9 @@ metadata.csv / metadata.jsonl beside them (Hugging Face's imagefolder), else one
 from __future__ import annotations
 
 import os
+import re
 import warnings
+from collections import Counter
 from pathlib import Path
 
 import torch
@@ -124,4 +126,22 @@ def _refuse_no_images(root: Path, found: list[str]) -> None:
     raise DataError(
         f"{root}: no images found; expected root/<class>/<image>.jpg|png|webp ... (or IDX files, a .csv/.jsonl "
         f"list, tar shards or Parquet files){hint}"
+    )
+
+
+def classes_in_names(paths: list[Path], most: int = 100) -> str:
+    """Where images without class folders are named by class (Kaggle's cat.0.jpg, dog.1.jpg): a hint that says so and
+    how to make the folders; "" where their names start with one word, with more than `most` words, or with a word
+    only one image has."""
+    if not all(isinstance(p, (str, os.PathLike)) for p in paths):  # records of shards name no files
+        return ""
+    words = Counter(re.split(r"[._\- ]", Path(p).stem, maxsplit=1)[0].lower() for p in paths)
+    if not 2 <= len(words) <= most or min(words.values()) < 2 or any(word.isdigit() for word in words):
+        return ""
+    first = sorted(words)[0]
+    folder = Path(paths[0]).parent
+    shown = ", ".join(sorted(words)[:4]) + (" ..." if len(words) > 4 else "")
+    return (
+        f"; their names start with {len(words)} words ({shown}): to use them as classes, put each image in a folder "
+        f"of its word (mkdir {folder / first} && mv {folder}/{first}.* {folder / first}/, and so for each)"
     )
