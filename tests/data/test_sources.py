@@ -106,25 +106,6 @@ def test_split_folders_are_found_in_any_case_and_by_hugging_face_s_validation_na
         open_split(tmp_path, "val", channels=3)
 
 
-@pytest.mark.parametrize(
-    "name, text",
-    [
-        ("list.csv", "path,label,split\nimages/cat/0.png,cat,train\nimages/dog/0.png,dog,val\n"),
-        ("list.jsonl", '{"path": "images/cat/0.png", "label": "cat", "split": "train"}\n'),
-        # fastai's lists: True marks a validation image
-        ("list.csv", "fname,labels,is_valid\nimages/cat/0.png,cat,False\nimages/dog/0.png,dog,True\n"),
-    ],
-)
-def test_a_list_with_a_split_column_is_refused_not_read_as_one_set(tmp_path, name, text):
-    """The column was ignored: the rows marked val (or test) were trained on, and 10% of all held out instead."""
-    make_folder(tmp_path / "images", classes=("cat", "dog"), per_class=1)
-    (tmp_path / name).write_text(text)
-    with pytest.raises(
-        DataError, match=rf"{name}: has a split column, which vitkit does not read .*one list per split"
-    ):
-        open_split(tmp_path / name, "train", channels=3)
-
-
 def test_an_image_listed_twice_or_in_both_train_and_val_lists_is_one_error(tmp_path):
     """Both were read as given: a val list sharing images with train.csv, and inspect then said of them "none of them in
     this model's training data"; an image listed twice (or with two labels) could fall on both sides of a held-out cut."""

@@ -20,7 +20,16 @@ from ..images import IMAGE_SUFFIXES
 from ..split import SPLITS, MissingSplit, Split, held_out, split_folders
 from . import idx
 from .folder import class_dirs, folder_classes, read_folder
-from .lists import METADATA_LISTS, UnlabelledList, listed_split, metadata_file, read_list, split_lists
+from .lists import (
+    METADATA_LISTS,
+    UnlabelledList,
+    list_parts,
+    listed_split,
+    metadata_file,
+    on_train_classes,
+    read_list,
+    split_lists,
+)
 from .shards import is_sharded, names_splits, open_sharded, refuse_compressed
 from .tar import finish_writing, write_tar_shards, written_by_shards
 
@@ -50,7 +59,7 @@ def available_splits(path: str | os.PathLike | None, val_fraction: float) -> lis
     held = ["val"] if val_fraction > 0.0 else []
     if root.is_dir() and idx.is_idx_dir(root):
         return ["train", "val", "test"]
-    on_disk = list(split_folders(root))
+    on_disk = list_parts(root) if root.is_file() else list(split_folders(root))
     if not on_disk and (lists := split_lists(root)):
         on_disk = list(lists)
     if not on_disk:
@@ -66,6 +75,8 @@ def is_flat(path: str | os.PathLike) -> bool:
     if is_sharded(path):
         return not names_splits(path)
     root = data_root(path)
+    if root.is_file():
+        return not list_parts(root)
     return not (root.is_dir() and (idx.is_idx_dir(root) or split_folders(root) or split_lists(root)))
 
 
@@ -97,6 +108,8 @@ def open_split(
     root = root if path is None else data_root(root)
     if root.is_file():
         _refuse_archive(root)
+        if parts := list_parts(root):
+            return _listed_part(root, parts, split, val_fraction, seed, rule)
         if split == "test":
             raise _missing(root, split, val_fraction)
         return held_out(read_list(root), split, val_fraction, seed, rule)
@@ -125,6 +138,21 @@ def open_split(
     if split == "test":  # a flat folder or a list has no images kept apart for testing
         raise _missing(root, split, val_fraction)
     return held_out(read_folder(root), split, val_fraction, seed, rule)
+
+
+def _listed_part(root: Path, parts: list[str], split: str, val_fraction: float, seed: int, rule: str) -> Split:
+    """`split` of a list with a split column (`parts`: the splits it names): its rows of that split, val held out of
+    train's where it names no val, val and test labelled by train's classes."""
+    if "train" not in parts:
+        raise DataError(f"{root}: its split column names no training image; mark the images to train on train")
+    holds_out = "val" not in parts and val_fraction > 0.0
+    train = read_list(root, part="train")
+    if split == "train" or split == "val" and holds_out:
+        return held_out(train, split, val_fraction, seed, rule) if holds_out else train
+    if split not in parts:
+        raise _missing(root, split, val_fraction)
+    listed = read_list(root, train.class_names, part=split)
+    return on_train_classes(listed, train.class_names, str(root))
 
 
 def _folder_split(

@@ -28,6 +28,7 @@ from vitkit.files import read_regular
 
 from ..images import IMAGE_SUFFIXES
 from ..split import SPLITS, Split, class_name, held_out, label_order, multi_hot, on_classes, split_folders
+from .parts import split_column, split_tags
 
 LIST_SUFFIXES = (".csv", ".jsonl", ".ndjson", ".tsv", ".txt")
 
@@ -146,7 +147,7 @@ def _one_list_in(root: Path) -> Path | None:
     found = []
     for candidate in sorted(f for f in root.iterdir() if f.suffix.lower() in LISTS_BESIDE and f.is_file()):
         try:
-            read_list(candidate)
+            read_list(candidate, part="train" if list_parts(candidate) else None)
         except DataError:
             continue
         found.append(candidate)
@@ -158,10 +159,11 @@ def _one_list_in(root: Path) -> Path | None:
     return found[0] if found else None
 
 
-def read_list(path: Path, classes: list[str] | None = None) -> Split:
+def read_list(path: Path, classes: list[str] | None = None, part: str | None = None) -> Split:
     """A CSV (path,label, with or without header) or JSONL ({"path": ..., "label": ...}) list; paths relative to the
     file. `classes`: train's, where this list is of another split (a CSV labels column's labels are told apart by
-    them)."""
+    them). `part`: of a list with a split column (`parts.split_tags`), the rows of that split; such a list read whole
+    is an error."""
     suffix = path.suffix.lower()
     text = _list_text(path)
     joined, told = LABEL_SEPARATOR, ""
@@ -173,11 +175,13 @@ def read_list(path: Path, classes: list[str] | None = None) -> Split:
         raise DataError(f"{path}: unknown list format {suffix!r}; use .csv (path,label) or .jsonl")
     if not rows:
         raise DataError(f"{path}: the list is empty")
+    located, found = _located(path, [p for p, _ in rows])
+    _refuse_repeats(path, located, lines)
+    keep = _rows_of(path, part, split_tags(path, text, lines), len(rows))
+    rows, paths = [rows[i] for i in keep], [located[i] for i in keep]
     sets = [[class_name(label) for label in (labels if isinstance(labels, tuple) else [labels])] for _, labels in rows]
     names = sorted({label for labels in sets for label in labels}, key=label_order)
     index = {name: i for i, name in enumerate(names)}
-    paths, found = _located(path, [p for p, _ in rows])
-    _refuse_repeats(path, paths, lines)
     if isinstance(rows[0][1], tuple):  # a labels column: each image's set of classes
         if not names:
             raise DataError(f"{path}: no image has a label; list at least one class in the labels column")
@@ -189,7 +193,43 @@ def read_list(path: Path, classes: list[str] | None = None) -> Split:
         f"joined by {by} in the labels column of {path.name}, as no cell holds ';'" if joined != LABEL_SEPARATOR else ""
     )
     read_as = f"{path.name}: {'; '.join(filter(None, (told, found)))}" if told or found else ""
-    return Split(labels=labels, class_names=names, paths=paths, source=str(path), labels_read=said, read_as=read_as)
+    return Split(
+        labels=labels,
+        class_names=names,
+        paths=paths,
+        source=str(path),
+        selection="all" if part is None else f"the {part} rows of its split column",
+        labels_read=said,
+        read_as=read_as,
+    )
+
+
+def _rows_of(path: Path, part: str | None, tags: list[str] | None, n: int) -> list[int]:
+    """The indices of the rows of split `part` of a list with a split column (`tags`, each row's), all `n` of a list
+    without one. A list with one read whole would train on its val and test images: one error."""
+    if tags is None and part is None:
+        return list(range(n))
+    if tags is None:
+        raise DataError(f"{path}: has no split column; it cannot give the {part} split")
+    if part is None:
+        raise DataError(
+            f"{path}: has a split column; give the list itself as the data (--data {path}), which reads its splits, or "
+            "drop the column"
+        )
+    keep = [i for i, tag in enumerate(tags) if tag == part]
+    if not keep:
+        raise DataError(f"{path}: no line of its split column names {part}")
+    return keep
+
+
+def list_parts(path: Path) -> list[str]:
+    """The splits a list's split column holds, in SPLITS order; [] for a list without one."""
+    try:
+        text = _list_text(path)
+    except DataError:
+        return []  # reading it as a list says why
+    tags = split_tags(path, text)
+    return [split for split in SPLITS if tags is not None and split in tags]
 
 
 def _located(path: Path, listed: list[str], sample: int = 16) -> tuple[list[Path], str]:
@@ -306,7 +346,7 @@ def _jsonl_rows(path: Path, text: str) -> tuple[list[tuple[str, str | tuple]], l
         if keys is None and isinstance(row, dict) and (found := _columns(list(row))) is not None:
             keys = tuple(list(row)[i] for i in found[:2])  # the first object's names hold for every line
             multi = found[2]
-            _refuse_split_column(path, list(row))
+            split_column(list(row), str(path))
         value = row.get(keys[1]) if keys is not None and isinstance(row, dict) else None
         _refuse_negative_index(value, f"{path}:{line_no}")
         if multi and isinstance(row, dict) and isinstance(row.get(keys[0]), str):
@@ -379,12 +419,13 @@ def _header_columns(path: Path, table: list[tuple[int, list[str]]]) -> tuple[int
     columns of 0 and 1 only are one-hot classes (`image,MEL,NV,...`): their indices; other headers are an error."""
     header = table[0][1]
     columns = _columns(header)
-    _refuse_split_column(path, header)
+    marked = split_column(header, str(path))
     if columns is not None:
         return (*columns, "")
     names = [c.strip() for c in header]
     where = _path_column(header)
-    others = [i for i in range(len(header)) if i != where]
+    # the split column tells where an image is, not its class
+    others = [i for i in range(len(header)) if i != where and (marked is None or names[i] != marked[0].strip())]
     cells = [row[i].strip() for _, row in table[1:] for i in others if i < len(row)]
     if where is not None and len(others) > 1 and cells and all(cell in ONE_HOT for cell in cells):
         return where, others, True, f"{names[where]!r} the image, one-hot columns {', '.join(names[i] for i in others)}"
@@ -427,17 +468,6 @@ def _refuse_repeats(path: Path, paths: list[Path], lines: list[int]) -> None:
         if key in seen:
             raise DataError(f"{path}:{line}: {file} is listed again (first on line {seen[key]}); list each image once")
         seen[key] = line
-
-
-def _refuse_split_column(path: Path, names: list) -> None:
-    """A list saying which split each image is in would be read as one set, its val and test images trained on: one
-    error saying how vitkit takes splits from lists."""
-    if any(str(n).strip().lower() in ("split", "subset", "fold", "is_valid", "is_val") for n in names):
-        raise DataError(
-            f"{path}: has a split column, which vitkit does not read (its val and test images would be trained on); "
-            "write one list per split (train.csv, val.csv, test.csv) in a folder and give the folder, or drop the "
-            "column to hold val out of all of the images (data.val_fraction)"
-        )
 
 
 def _columns(names: list) -> tuple[int, int, bool] | None:

@@ -1,0 +1,92 @@
+"""A list's split column: which split each image of one list is in. `split` or `subset` names it (train; val,
+validation, valid or dev; test; any case), as datasets exported with their splits hold it; fastai's `is_valid`
+(`is_val`) marks validation images true. A `fold` column (k-fold cross-validation) names no split and is refused.
+
+`split_tags` reads the column of a list's text, line by line as the list's rows are; `lists.read_list` keeps the rows
+of one split, and `open_split` serves a list with such a column as a dataset with those splits."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+from vitkit.errors import DataError
+
+from ..split import SPLIT_NAMES
+
+SPLIT_COLUMNS = ("split", "subset")  # each line's split by name
+VALID_COLUMNS = ("is_valid", "is_val")  # fastai's: true for a validation image, false for a training one
+FOLD_COLUMNS = ("fold",)
+TRUE, FALSE = ("true", "1", "yes", "1.0"), ("false", "0", "no", "0.0", "")
+
+
+def split_column(names: list, where: str = "the list") -> tuple[str, bool] | None:
+    """(the split column's name as written, whether it marks validation images true) of a header or a JSON object's
+    keys; None where none is named. A fold column is one error naming `where`."""
+    lowered = {str(n).strip().lower(): str(n) for n in names}
+    fold = next((lowered[n] for n in FOLD_COLUMNS if n in lowered), None)
+    if fold is not None:
+        raise DataError(
+            f"{where}: {fold!r}: a fold column names no split; write the fold to hold out as a split column (split: train or "
+            "val), or one list per split (train.csv, val.csv) in a folder and give the folder"
+        )
+    for group, marks in ((SPLIT_COLUMNS, False), (VALID_COLUMNS, True)):
+        found = next((lowered[n] for n in group if n in lowered), None)
+        if found is not None:
+            return found, marks
+    return None
+
+
+def split_tags(path: Path, text: str, lines: list[int] | None = None) -> list[str] | None:
+    """The split (SPLIT_NAMES' key) of each row of a list, the rows on `lines` of its `text` (None: every row); None
+    where the list has no split column (a CSV's header or the first JSON object names none)."""
+    if path.suffix.lower() in (".jsonl", ".ndjson"):
+        cells = _jsonl_cells(text)
+    else:
+        cells = _csv_cells(text, "\t" if path.suffix.lower() == ".tsv" else ",")
+    if cells is None:
+        return None
+    (name, marks), by_line = cells
+    return [_split_of(by_line.get(line, ""), name, marks, f"{path}:{line}") for line in lines or sorted(by_line)]
+
+
+def _csv_cells(text: str, delimiter: str) -> tuple[tuple[str, bool], dict[int, str]] | None:
+    rows = [(n, row) for n, row in enumerate(csv.reader(text.splitlines(), delimiter=delimiter), 1) if row]
+    found = split_column(rows[0][1]) if rows else None
+    if found is None:
+        return None
+    column = [c.strip() for c in rows[0][1]].index(found[0].strip())
+    return found, {n: row[column] if column < len(row) else "" for n, row in rows[1:]}
+
+
+def _jsonl_cells(text: str) -> tuple[tuple[str, bool], dict[int, str]] | None:
+    found, cells = None, {}
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except (ValueError, RecursionError):  # reading the list names the line
+            continue
+        if found is None:
+            found = split_column(list(row)) if isinstance(row, dict) else None
+            if found is None:
+                return None
+        cells[n] = row.get(found[0], "") if isinstance(row, dict) else ""
+    return (found, cells) if found else None
+
+
+def _split_of(value, column: str, marks: bool, where: str) -> str:
+    """The split a cell names: train, val or test by any of its names; for a column marking validation images,
+    val where true and train where false."""
+    text = str(value).strip().lower()
+    if marks and text in TRUE + FALSE:
+        return "val" if text in TRUE else "train"
+    if not marks:
+        named = next((split for split, names in SPLIT_NAMES.items() if text in names), None)
+        named = named or {"training": "train", "testing": "test"}.get(text)
+        if named is not None:
+            return named
+    expected = "true or false" if marks else "train, val (validation, valid, dev) or test"
+    raise DataError(f"{where}: {column} {value!r}: expected {expected}")
