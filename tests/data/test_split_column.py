@@ -76,7 +76,7 @@ def test_a_folder_holding_a_list_with_a_split_column_reads_its_splits(tmp_path):
             r"list.csv:3: split 'holdout': expected train, val",
         ),
         ("path,label,is_valid\nimages/0.png,a,maybe\n", r"list.csv:2: is_valid 'maybe': expected true or false"),
-        ("path,label,fold\nimages/0.png,a,3\n", r"'fold': a fold column names no split"),
+        ("path,label,fold\nimages/0.png,a,3\n", r"list.csv: 'fold': a fold column names no split"),
         ("path,label,split\nimages/0.png,a,val\n", r"its split column names no training image"),
         ("path,label,split\nimages/0.png,a,train\nimages/0.png,a,val\n", r"list.csv:3: .*0.png is listed again"),
     ],

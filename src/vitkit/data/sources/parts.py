@@ -42,25 +42,28 @@ def split_tags(path: Path, text: str, lines: list[int] | None = None) -> list[st
     """The split (SPLIT_NAMES' key) of each row of a list, the rows on `lines` of its `text` (None: every row); None
     where the list has no split column (a CSV's header or the first JSON object names none)."""
     if path.suffix.lower() in (".jsonl", ".ndjson"):
-        cells = _jsonl_cells(text)
+        cells = _jsonl_cells(text, str(path))
     else:
-        cells = _csv_cells(text, "\t" if path.suffix.lower() == ".tsv" else ",")
+        cells = _csv_cells(text, "\t" if path.suffix.lower() == ".tsv" else ",", str(path))
     if cells is None:
         return None
     (name, marks), by_line = cells
     return [_split_of(by_line.get(line, ""), name, marks, f"{path}:{line}") for line in lines or sorted(by_line)]
 
 
-def _csv_cells(text: str, delimiter: str) -> tuple[tuple[str, bool], dict[int, str]] | None:
-    rows = [(n, row) for n, row in enumerate(csv.reader(text.splitlines(), delimiter=delimiter), 1) if row]
-    found = split_column(rows[0][1]) if rows else None
+def _csv_cells(text: str, delimiter: str, where: str) -> tuple[tuple[str, bool], dict[int, str]] | None:
+    try:
+        rows = [(n, row) for n, row in enumerate(csv.reader(text.splitlines(), delimiter=delimiter), 1) if row]
+    except csv.Error:  # reading the list names the line
+        return None
+    found = split_column(rows[0][1], where) if rows else None
     if found is None:
         return None
     column = [c.strip() for c in rows[0][1]].index(found[0].strip())
     return found, {n: row[column] if column < len(row) else "" for n, row in rows[1:]}
 
 
-def _jsonl_cells(text: str) -> tuple[tuple[str, bool], dict[int, str]] | None:
+def _jsonl_cells(text: str, where: str) -> tuple[tuple[str, bool], dict[int, str]] | None:
     found, cells = None, {}
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
@@ -70,7 +73,7 @@ def _jsonl_cells(text: str) -> tuple[tuple[str, bool], dict[int, str]] | None:
         except (ValueError, RecursionError):  # reading the list names the line
             continue
         if found is None:
-            found = split_column(list(row)) if isinstance(row, dict) else None
+            found = split_column(list(row), where) if isinstance(row, dict) else None
             if found is None:
                 return None
         cells[n] = row.get(found[0], "") if isinstance(row, dict) else ""
