@@ -76,7 +76,8 @@ def _jsonl_cells(text: str, where: str) -> tuple[tuple[str, bool], dict[int, str
             found = split_column(list(row), where) if isinstance(row, dict) else None
             if found is None:
                 return None
-        cells[n] = row.get(found[0], "") if isinstance(row, dict) else ""
+        if isinstance(row, dict):  # other lines: reading the list names them
+            cells[n] = row.get(found[0], "")
     return (found, cells) if found else None
 
 
