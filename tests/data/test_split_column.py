@@ -94,3 +94,20 @@ def test_a_list_with_a_split_column_read_whole_is_refused(tmp_path):
     (tmp_path / "list.csv").write_text("path,label,split\nimages/0.png,a,train\nimages/1.png,b,val\n")
     with pytest.raises(DataError, match=r"list.csv: has a split column; give the list itself as the data"):
         read_list(tmp_path / "list.csv")
+
+
+def test_fastai_s_labels_column_of_one_label_an_image_is_single_label(tmp_path):
+    """fastai names its label column `labels` whatever the task: one label each is a class each; one image with two
+    makes the whole list multi-label."""
+    images(tmp_path, 8)
+    rows = [f"images/{i}.png,{('cat', 'dog')[i % 2]},{i >= 6}" for i in range(8)]
+    (tmp_path / "single.csv").write_text("fname,labels,is_valid\n" + "\n".join(rows) + "\n")
+    (tmp_path / "several.csv").write_text(
+        "fname,labels,is_valid\n" + "\n".join(rows).replace(",cat,", ",cat dog,", 1) + "\n"
+    )
+    (tmp_path / "alone.csv").write_text("fname,labels\n" + "\n".join(r.rsplit(",", 1)[0] for r in rows) + "\n")
+    single, several = (open_split(tmp_path / f"{n}.csv", "val", channels=3) for n in ("single", "several"))
+    assert not single.multi_label and [single.class_names[i] for i in single.labels] == ["cat", "dog"]
+    assert "its labels column holds one label an image: single-label" in single.read_as
+    assert several.multi_label and several.labels.tolist() == [[1, 0], [0, 1]]
+    assert not open_split(tmp_path / "alone.csv", "train", channels=3, val_fraction=0.25).multi_label

@@ -112,7 +112,7 @@ def open_split(
             return _listed_part(root, parts, split, val_fraction, seed, rule)
         if split == "test":
             raise _missing(root, split, val_fraction)
-        return held_out(read_list(root), split, val_fraction, seed, rule)
+        return held_out(read_list(root, alone=True), split, val_fraction, seed, rule)
     if idx.is_idx_dir(root):
         return idx.open_idx(root, split, channels, val_fraction, seed, rule)
     split_dirs = split_folders(root)

@@ -159,11 +159,12 @@ def _one_list_in(root: Path) -> Path | None:
     return found[0] if found else None
 
 
-def read_list(path: Path, classes: list[str] | None = None, part: str | None = None) -> Split:
+def read_list(path: Path, classes: list[str] | None = None, part: str | None = None, alone: bool = False) -> Split:
     """A CSV (path,label, with or without header) or JSONL ({"path": ..., "label": ...}) list; paths relative to the
     file. `classes`: train's, where this list is of another split (a CSV labels column's labels are told apart by
     them). `part`: of a list with a split column (`parts.split_tags`), the rows of that split; such a list read whole
-    is an error."""
+    is an error. A list holding every split (`alone`, or with a split column) whose labels column gives each image
+    one label is one class an image (fastai's `labels`), as no other list can label a split otherwise."""
     suffix = path.suffix.lower()
     text = _list_text(path)
     joined, told = LABEL_SEPARATOR, ""
@@ -175,6 +176,11 @@ def read_list(path: Path, classes: list[str] | None = None, part: str | None = N
         raise DataError(f"{path}: unknown list format {suffix!r}; use .csv (path,label) or .jsonl")
     if not rows:
         raise DataError(f"{path}: the list is empty")
+    if (alone or part) and isinstance(rows[0][1], tuple) and all(len(labels) == 1 for _, labels in rows):
+        rows, told = (
+            [(p, labels[0]) for p, labels in rows],
+            told or "its labels column holds one label an image: single-label",
+        )
     located, found = _located(path, [p for p, _ in rows])
     _refuse_repeats(path, located, lines)
     keep = _rows_of(path, part, split_tags(path, text, lines), len(rows))
