@@ -467,3 +467,13 @@ def test_a_list_whose_images_are_all_elsewhere_stops_before_training_in_one_line
     assert done.returncode == 2 and done.stdout == "" and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert "none of the 6 images looked at is found" in done.stderr and str(tmp_path) in done.stderr
     assert root.is_dir() and not (tmp_path / "run").exists()
+
+
+def test_a_split_the_data_lacks_is_said_once_in_the_summary_and_the_flag_where_one_is_asked_for(tmp_path, vitkit_cmd):
+    root = photos(tmp_path / "photos")
+    done = vitkit_cmd("data", root, "data.val_fraction=0")
+    lines = {line.split()[0]: line for line in done.stdout.splitlines() if line.strip()}
+    assert lines["val"].endswith("has no separate 'val' split; set data.val_fraction in (0, 1) to hold one out)")
+    assert lines["test"].endswith("has no 'test' split (it has train))") and "--" not in lines["test"]
+    done = vitkit_cmd("data", root, "--split", "test")
+    assert done.returncode == 2 and done.stderr.strip().endswith("; choose one with --split train")

@@ -19,7 +19,7 @@ def open_splits(spec, shape) -> dict:
     opened = {}
     for split in SPLITS:
         try:
-            opened[split] = spec.open(split, channels=shape.in_chans, image_size=shape.image_size)
+            opened[split] = spec.open(split, channels=shape.in_chans, image_size=shape.image_size, flag=None)
         except DataError as err:
             opened[split] = str(err)
     return opened

@@ -132,11 +132,11 @@ class DataSpec:
         *,
         channels: int,
         image_size: int | tuple[int, int],
-        flag: str = "--split",
+        flag: str | None = "--split",
         hold_out: str = "--val-fraction",
     ) -> Split:
         """One split, synthetic images made at `image_size` (H, W), one side: square. A split the data lacks is a DataError naming the splits it has, `flag` (the option that
-        picks another) and `hold_out` (the option that holds part of train out as "val")."""
+        picks another; None: the splits it has alone) and `hold_out` (the option that holds part of train out as "val")."""
         opened = self._open(split, channels=channels, image_size=image_size, flag=flag, hold_out=hold_out)
         if opened.held_out and self.trained is not None:
             self._check_held_out(split, opened, hold_out)
@@ -144,7 +144,9 @@ class DataSpec:
             return first_of(opened, self.train_images, self.split_seed)
         return opened
 
-    def _open(self, split: str, *, channels: int, image_size: int | tuple[int, int], flag: str, hold_out: str) -> Split:
+    def _open(
+        self, split: str, *, channels: int, image_size: int | tuple[int, int], flag: str | None, hold_out: str
+    ) -> Split:
         if self.name == "synthetic":
             size = self.synthetic_size if split == "train" else max(self.synthetic_size // 4, self.synthetic_classes)
             return synthetic(self.synthetic_classes, size, channels, image_size, self.split_seed, split)
@@ -158,6 +160,8 @@ class DataSpec:
                 rule=self.split_rule,
             )
         except MissingSplit as err:
+            if flag is None:
+                raise DataError(str(err)) from None
             if "val" in err.available and split != "val":
                 raise DataError(f"{err}; choose one with {flag} val") from None
             raise DataError(

@@ -103,8 +103,9 @@ def describe(splits: dict[str, Split | str], sizes_of: str, path=None, name: str
     """The summary of a dataset from its opened splits (a split that cannot be opened: the reason, a string)."""
     opened = {s: v for s, v in splits.items() if isinstance(v, Split)}
     if sizes_of not in opened:
-        # why it cannot be opened names the data
-        raise DataError(splits.get(sizes_of, f"the {sizes_of} split: not opened"))
+        # why it cannot be opened names the data; the splits it has are the choice
+        other = f"; choose one with --split {next(iter(opened))}" if opened else ""
+        raise DataError(splits.get(sizes_of, f"the {sizes_of} split: not opened") + other)
     names = opened[sizes_of].class_names
     rows = {}
     for s in SPLITS:
