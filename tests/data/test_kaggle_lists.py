@@ -228,3 +228,11 @@ def test_images_named_by_class_without_class_folders_get_a_hint_to_make_them(tmp
     )
     assert classes_in_names([tmp_path / f"{i}.jpg" for i in range(5)]) == ""  # numbers are no classes
     assert classes_in_names([tmp_path / "a.1.jpg", tmp_path / "a.2.jpg"]) == ""  # one word
+
+
+def test_one_class_stops_a_fitted_run_before_its_recipe_is_said(tmp_path, vitkit_cmd):
+    write_images(tmp_path / "loose", [f"{i}" for i in range(12)])
+    done = vitkit_cmd("train", "--data", tmp_path / "loose", "--out", tmp_path / "run")
+    assert done.returncode == 2 and done.stdout == "" and "one class ('unlabeled')" in done.stderr
+    # unlabelled images still pre-train, and vitkit data still shows them
+    assert vitkit_cmd("data", tmp_path / "loose", "--samples", "2", "--out", tmp_path / "p").returncode == 0

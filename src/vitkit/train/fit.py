@@ -98,7 +98,9 @@ def fitted_unless_named(path: str | None, named: bool, overrides: list[str], com
     data, epochs, batch, steps = _data_and_length(path, overrides)
     # model.backbone=null asks for the plain ViT: its patches, depth and head, not the hybrid's less its stem
     plain = _last_value(overrides, "model", "backbone", unset=...) is None
-    fitted = fit_to_data(data, command, epochs=epochs, batch=batch, steps=steps, plain=plain)
+    # a run that learns labels stops on data of one class before the recipe is said; `vitkit data` shows any data
+    labelled = command == "train" and _last_value(overrides, "train", "objective") != "masked_patch"
+    fitted = fit_to_data(data, command, epochs=epochs, batch=batch, steps=steps, plain=plain, labelled=labelled)
     # the user's length wins
     return {k: v for k, v in fitted.items() if not (epochs is not None and k == "train.steps")}
 
@@ -139,12 +141,14 @@ def fit_to_data(
     batch: int | None = None,
     steps: int | None = None,
     plain: bool = False,
+    labelled: bool = False,
 ) -> dict[str, Any]:
     """The default recipe for the training split of a run config's `data` section, from a short scan of its images
-    (reported by `command`); with `plain`, a plain ViT's."""
+    (reported by `command`); with `plain`, a plain ViT's. `labelled`: the run learns the labels, so training data of
+    one class is its error before the recipe is said."""
     from vitkit.train import distributed
 
-    found, n, mirror, shift = _scanned(data)
+    found, n, mirror, shift = _scanned(data, labelled)
     changes, note = fitted_to_data(
         found, n, epochs=epochs, batch=batch, steps=steps, mirror=mirror, shift=shift, plain=plain
     )
@@ -154,16 +158,20 @@ def fit_to_data(
     return changes
 
 
-def _scanned(data):
+def _scanned(data, labelled: bool = False):
     """(a short scan of the training split of a run config's `data` section, the images it holds, and how well a
-    pixel model of them knows them mirrored and shifted by a pixel: `pixel_skills`, each None where not told)."""
+    pixel model of them knows them mirrored and shifted by a pixel: `pixel_skills`, each None where not told); with
+    `labelled`, one class is an error."""
     from vitkit.data import DataSpec
     from vitkit.data.scan import scan, small_pixels
     from vitkit.evaluate.baseline import pixel_skills
+    from vitkit.train.inputs import one_class
 
     train = DataSpec.from_config(data).open(
         data.train_split, channels=3, image_size=32, flag="data.train_split", hold_out="data.val_fraction"
     )
+    if labelled and len(train.class_names) < 2:
+        raise one_class(train)
     found = scan(train)
     # the images as the fitted model reads them: transparent ones on its background
     background = fitted_background(found)[0].get("model.background")

@@ -108,6 +108,16 @@ def _open(spec: DataSpec, shape, name: str, flag: str):
     )
 
 
+def one_class(train_split) -> DataError:
+    """The error for training data of one class (a folder of images without class folders) where labels are learned;
+    where the images' names start with their classes, how to make the folders."""
+    return DataError(
+        f"{train_split.source}: one class ({train_split.class_names[0]!r}); classification needs two or more "
+        "(root/<class>/<image>); to pre-train on images without labels use train.objective=masked_patch"
+        + (classes_in_names(train_split.paths) if train_split.paths else "")
+    )
+
+
 def _check_classes(config: RunConfig, train_split, micro: int) -> None:
     """The data's classes match model.num_classes, and suit the objective; a batch's worth of training images."""
     class_names = train_split.class_names
@@ -117,11 +127,7 @@ def _check_classes(config: RunConfig, train_split, micro: int) -> None:
     # masked patch prediction trains on a folder without class folders
     objective = OBJECTIVES[objective_for(config.train.objective, train_split)]
     if len(class_names) < 2 and objective.uses_labels:
-        raise DataError(
-            f"{train_split.source}: one class ({class_names[0]!r}); classification needs two or more "
-            "(root/<class>/<image>); to pre-train on images without labels use train.objective=masked_patch"
-            + (classes_in_names(train_split.paths) if train_split.paths else "")
-        )
+        raise one_class(train_split)
     if train_split.multi_label and objective.uses_labels and not objective.several_labels:
         raise ConfigError(
             f"{train_split.source}: gives each image a list of labels; train.objective={objective.name} takes one "
