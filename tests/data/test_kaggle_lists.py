@@ -3,6 +3,7 @@ images in a folder beside the list, a label column of any name, one-hot class co
 no class folders or in each split folder."""
 
 import csv
+import json
 
 import pytest
 from PIL import Image
@@ -236,3 +237,21 @@ def test_one_class_stops_a_fitted_run_before_its_recipe_is_said(tmp_path, vitkit
     assert done.returncode == 2 and done.stdout == "" and "one class ('unlabeled')" in done.stderr
     # unlabelled images still pre-train, and vitkit data still shows them
     assert vitkit_cmd("data", tmp_path / "loose", "--samples", "2", "--out", tmp_path / "p").returncode == 0
+
+
+def test_integer_labels_take_their_names_from_a_file_beside_the_list(tmp_path):
+    """Cassava's label_num_to_disease_map.json, or classes.txt as beside tar shards: label i named; a file that misses
+    a label, or names two alike, names none."""
+    write_images(tmp_path / "train_images", [f"{i}" for i in range(6)])
+    write_csv(tmp_path / "train.csv", ["image_id", "label"], [[f"{i}.jpg", i % 3] for i in range(6)])
+    names = {"0": "Cassava Bacterial Blight (CBB)", "1": "Cassava Brown Streak Disease (CBSD)", "2": "Healthy"}
+    (tmp_path / "label_num_to_disease_map.json").write_text(json.dumps(names))
+    split = open_split(tmp_path / "train.csv", "train", channels=3, val_fraction=0.0)
+    assert [split.class_names[i] for i in split.labels] == [names[str(i % 3)] for i in range(6)]
+    assert split.read_as.endswith("class names from label_num_to_disease_map.json")
+    (tmp_path / "label_num_to_disease_map.json").write_text(json.dumps({"0": "a", "1": "b"}))
+    (tmp_path / "classes.txt").write_text("red\ngreen\nblue\n")
+    split = open_split(tmp_path / "train.csv", "train", channels=3, val_fraction=0.0)
+    assert [split.class_names[i] for i in split.labels] == ["red", "green", "blue"] * 2
+    (tmp_path / "classes.txt").write_text("red\nred\nblue\n")
+    assert open_split(tmp_path / "train.csv", "train", channels=3, val_fraction=0.0).class_names == ["0", "1", "2"]

@@ -185,6 +185,7 @@ def read_list(path: Path, classes: list[str] | None = None, part: str | None = N
     keep = _rows_of(path, part, split_tags(path, text, lines), len(rows))
     rows, paths = [rows[i] for i in keep], [located[i] for i in keep]
     sets = [[class_name(label) for label in (labels if isinstance(labels, tuple) else [labels])] for _, labels in rows]
+    sets, named = _named_indices(path, sets)
     names = sorted({label for labels in sets for label in labels}, key=label_order)
     index = {name: i for i, name in enumerate(names)}
     if isinstance(rows[0][1], tuple):  # a labels column: each image's set of classes
@@ -197,7 +198,7 @@ def read_list(path: Path, classes: list[str] | None = None, part: str | None = N
     said = (
         f"joined by {by} in the labels column of {path.name}, as no cell holds ';'" if joined != LABEL_SEPARATOR else ""
     )
-    read_as = f"{path.name}: {'; '.join(filter(None, (told, found)))}" if told or found else ""
+    read_as = f"{path.name}: {'; '.join(filter(None, (told, found, named)))}" if told or found or named else ""
     return Split(
         labels=labels,
         class_names=names,
@@ -207,6 +208,40 @@ def read_list(path: Path, classes: list[str] | None = None, part: str | None = N
         labels_read=said,
         read_as=read_as,
     )
+
+
+CLASS_NAMES_FILE = "classes.txt"  # a class name a line, as beside tar shards: label i is line i
+MAX_NAMES_BYTES = 1 << 20  # a file of class names beside a list
+
+
+def _named_indices(path: Path, sets: list[list[str]]) -> tuple[list[list[str]], str]:
+    """Integer labels named by a file beside the list: classes.txt (label i on line i) or a JSON object of label to
+    name (Cassava's label_num_to_disease_map.json), where it names every label, each differently; the labels as they
+    are elsewhere. Also what named them, for the plan."""
+    labels = {label for labels in sets for label in labels}
+    if not labels or not all(label.isdigit() and len(label) < 10 for label in labels):
+        return sets, ""
+    for file in [path.parent / CLASS_NAMES_FILE, *sorted(path.parent.glob("*.json"))[:16]]:
+        names = _names_in(file)
+        if names and labels <= set(names) and len({names[label] for label in labels}) == len(labels):
+            return [[names[label] for label in labels_of] for labels_of in sets], f"class names from {file.name}"
+    return sets, ""
+
+
+def _names_in(file: Path) -> dict[str, str] | None:
+    """label -> class name of classes.txt (a name a line) or of a JSON object of them; None where it holds none."""
+    try:
+        text = read_regular(file, MAX_NAMES_BYTES, DataError, what="a file of class names").decode("utf-8-sig")
+        found = (
+            {str(i): line.strip() for i, line in enumerate(text.splitlines()) if line.strip()}
+            if file.suffix == ".txt"
+            else json.loads(text)
+        )
+    except (OSError, DataError, ValueError, RecursionError):
+        return None
+    if not isinstance(found, dict) or not all(isinstance(v, str) and _is_label(v.strip()) for v in found.values()):
+        return None
+    return {str(k).strip(): class_name(v.strip()) for k, v in found.items()}
 
 
 def _rows_of(path: Path, part: str | None, tags: list[str] | None, n: int) -> list[int]:
