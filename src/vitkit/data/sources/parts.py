@@ -52,12 +52,15 @@ def split_tags(path: Path, text: str, lines: list[int] | None = None) -> list[st
 
 
 def _csv_cells(text: str, delimiter: str, where: str) -> tuple[tuple[str, bool], dict[int, str]] | None:
+    """The split column of a CSV list (its header's) and each line's cell in it; None without one, told from the
+    header alone (a list of a million lines is parsed whole only where it has one)."""
     try:
+        header = next((row for row in csv.reader(text.splitlines()[:64], delimiter=delimiter) if row), None)
+        found = split_column(header, where) if header else None
+        if found is None:
+            return None
         rows = [(n, row) for n, row in enumerate(csv.reader(text.splitlines(), delimiter=delimiter), 1) if row]
     except csv.Error:  # reading the list names the line
-        return None
-    found = split_column(rows[0][1], where) if rows else None
-    if found is None:
         return None
     column = [c.strip() for c in rows[0][1]].index(found[0].strip())
     return found, {n: row[column] if column < len(row) else "" for n, row in rows[1:]}
