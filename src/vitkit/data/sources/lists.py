@@ -31,7 +31,8 @@ from .parts import split_column, split_tags
 
 LIST_SUFFIXES = (".csv", ".jsonl", ".ndjson", ".tsv", ".txt")
 
-LISTS_BESIDE = (".csv", ".tsv", ".jsonl", ".ndjson")  # a list labelling a folder's images, whatever its name
+# a list labelling a folder's images, whatever its name (not .txt: a README, a licence)
+LISTS_BESIDE = tuple(suffix for suffix in LIST_SUFFIXES if suffix != ".txt")
 
 METADATA_LISTS = (
     "metadata.csv",
@@ -66,7 +67,9 @@ LABEL_COLUMNS = ("label", "class", "class_name", "category", "target", "y")
 
 MULTI_LABEL_COLUMNS = ("labels", "tags")  # each image's set of classes
 
-ONE_HOT = ("0", "1", "0.0", "1.0")  # the cells of a one-hot column (ISIC's, Plant Pathology's: a column a class)
+# the cells of a one-hot column (ISIC's, Plant Pathology's: a column a class): a class's mark, and its absence
+MARKED, UNMARKED = ("1", "1.0"), ("0", "0.0")
+ONE_HOT = MARKED + UNMARKED
 
 LABEL_SEPARATOR = ";"  # between the labels of one CSV cell
 OTHER_SEPARATORS = ("|", ",")  # where no cell holds LABEL_SEPARATOR, the first of these any cell holds joins them
@@ -362,9 +365,7 @@ def _one_hot_rows(
     empty = next((line_no for line_no, row in body if len(row) <= where or not row[where].strip()), None)
     if empty is not None:
         raise DataError(f"{path}:{empty}: no image in the {header[where].strip()!r} column; name one, or drop the line")
-    sets = [
-        tuple(n for n, i in zip(names, others) if i < len(row) and row[i].strip() in ("1", "1.0")) for _, row in body
-    ]
+    sets = [tuple(n for n, i in zip(names, others) if i < len(row) and row[i].strip() in MARKED) for _, row in body]
     if all(len(labels) == 1 for labels in sets):
         return [(row[where].strip(), labels[0]) for (_, row), labels in zip(body, sets)]
     return [(row[where].strip(), labels) for (_, row), labels in zip(body, sets)]
