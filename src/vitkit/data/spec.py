@@ -59,6 +59,7 @@ class DataSpec:
     # no rule was cut at random: vitkit's only rule then)
     split_rule: str = "stratified"
     train_images: int | None = None  # only the first N of a seeded order of the training split (nested across N)
+    label_column: str | None = None  # a list's column of the labels, where its header's names do not tell it
     synthetic_size: int = 512
     synthetic_classes: int = 10
     # (checkpoint, its record of each split's images, its val_fraction) where this is the data it trained on: a
@@ -158,6 +159,7 @@ class DataSpec:
                 val_fraction=self.val_fraction,
                 seed=self.split_seed,
                 rule=self.split_rule,
+                label_column=self.label_column,
             )
         except MissingSplit as err:
             if flag is None:

@@ -51,6 +51,9 @@ class DataConfig:
     # train on only the first N images of a seeded order (split_seed) of the training split, after any val hold-out:
     # for one seed a smaller N is a subset of a larger one (the paper's data-size experiments, Fig. 3-4); None: all
     train_images: int | None = field(default=None, metadata=limits(positive=True))
+    # a list's column of the labels (CSV header or JSONL key, any case), where its names do not tell it: HAM10000's
+    # dx. None: a column named label, class, category, target (labels or tags: several an image), or the one other
+    label_column: str | None = None
     # image files up to this size are decoded once and kept on the device (not with augment.crop=rrc)
     memory_mb: float = field(default=4096.0, metadata=limits(positive=True))
     # square size files are kept at for augment.crop=pad|none (None: image size); rrc crops the whole image

@@ -11,7 +11,8 @@ CUT_KEYS = (
     "val_fraction",
     "split_seed",
     "split_rule",
-)  # how a checkpoint's data was split into train and val
+    "label_column",
+)  # how a checkpoint's data was read and split into train and val
 CUTTING = (
     "data.val_fraction",
     "data.split_seed",

@@ -93,12 +93,15 @@ def open_split(
     val_fraction: float = 0.1,
     seed: int = 0,
     rule: str = "stratified",
+    label_column: str | None = None,
 ) -> Split:
     """Open `split` ("train", "val" or "test") of the dataset at `path` (None: Fashion-MNIST's default place); a val
-    split the data does not have is held out of its training images by `rule` (split.SPLIT_RULES)."""
+    split the data does not have is held out of its training images by `rule` (split.SPLIT_RULES). `label_column`:
+    a list's column of the labels (data.label_column), for data read from a list."""
     if split not in SPLITS:
         raise DataError(f"data split {split!r}: expected one of {', '.join(SPLITS)}")
     if path is not None and is_sharded(path):
+        _refuse_column(path, "tar or Parquet shards", label_column)
         return open_sharded(path, split, val_fraction=val_fraction, seed=seed, rule=rule)
     if path is not None:
         refuse_compressed(path)
@@ -109,64 +112,85 @@ def open_split(
     if root.is_file():
         _refuse_archive(root)
         if parts := list_parts(root):
-            return _listed_part(root, parts, split, val_fraction, seed, rule)
+            return _listed_part(root, parts, split, (val_fraction, seed, rule), label_column)
         if split == "test":
             raise _missing(root, split, val_fraction)
-        return held_out(read_list(root, alone=True), split, val_fraction, seed, rule)
+        return held_out(read_list(root, alone=True, label_column=label_column), split, val_fraction, seed, rule)
     if idx.is_idx_dir(root):
+        _refuse_column(root, "IDX files", label_column)
         return idx.open_idx(root, split, channels, val_fraction, seed, rule)
     split_dirs = split_folders(root)
     if split_dirs:
-        return _folder_split(root, split_dirs, split, val_fraction, seed, rule)
-    lists = split_lists(root)
-    if lists:
-        try:
-            part = listed_split(lists, split, val_fraction, seed, rule)
-        except UnlabelledList:
-            if split == "train":
-                raise
-            raise MissingSplit(
-                f"{root}: has no labelled {split!r} split ({lists[split].name} names images without labels, as a "
-                "competition's test list does; vitkit predict classifies them)",
-                [s for s in available_splits(root, val_fraction) if s != split],
-            ) from None
-        if part is None:
-            raise _missing(root, split, val_fraction)
-        return part
+        return _folder_split(root, split_dirs, split, (val_fraction, seed, rule), label_column)
+    if lists := split_lists(root):
+        return _split_of_lists(root, lists, split, (val_fraction, seed, rule), label_column)
     if path is None:
         raise DataError(idx.missing_message(root))
     if split == "test":  # a flat folder or a list has no images kept apart for testing
         raise _missing(root, split, val_fraction)
-    return held_out(read_folder(root), split, val_fraction, seed, rule)
+    return held_out(read_folder(root, label_column=label_column), split, val_fraction, seed, rule)
 
 
-def _listed_part(root: Path, parts: list[str], split: str, val_fraction: float, seed: int, rule: str) -> Split:
+def _refuse_column(path: str | os.PathLike, kind: str, label_column: str | None) -> None:
+    """data.label_column names a list's column: data of another kind, which labels its images its own way, refuses it."""
+    if label_column is not None:
+        raise DataError(
+            f"{path}: data.label_column={label_column} names a list's column, but this data is {kind}, labelled "
+            "their own way; drop the key, or give a list as the data (--data FILE.csv)"
+        )
+
+
+def _split_of_lists(
+    root: Path, lists: dict[str, Path], split: str, cut: tuple[float, int, str], label_column: str | None
+) -> Split:
+    """`split` of a folder of lists by split (train.csv, val.csv ...); `cut`: (val_fraction, seed, rule) of a val
+    held out of train's."""
+    try:
+        part = listed_split(lists, split, *cut, label_column=label_column)
+    except UnlabelledList:
+        if split == "train":
+            raise
+        raise MissingSplit(
+            f"{root}: has no labelled {split!r} split ({lists[split].name} names images without labels, as a "
+            "competition's test list does; vitkit predict classifies them)",
+            [s for s in available_splits(root, cut[0]) if s != split],
+        ) from None
+    if part is None:
+        raise _missing(root, split, cut[0])
+    return part
+
+
+def _listed_part(
+    root: Path, parts: list[str], split: str, cut: tuple[float, int, str], label_column: str | None
+) -> Split:
     """`split` of a list with a split column (`parts`: the splits it names): its rows of that split, val held out of
     train's where it names no val, val and test labelled by train's classes."""
     if "train" not in parts:
         raise DataError(f"{root}: its split column names no training image; mark the images to train on train")
-    holds_out = "val" not in parts and val_fraction > 0.0
-    train = read_list(root, part="train")
+    holds_out = "val" not in parts and cut[0] > 0.0
+    train = read_list(root, part="train", label_column=label_column)
     if split == "train" or split == "val" and holds_out:
-        return held_out(train, split, val_fraction, seed, rule) if holds_out else train
+        return held_out(train, split, *cut) if holds_out else train
     if split not in parts:
-        raise _missing(root, split, val_fraction)
-    listed = read_list(root, train.class_names, part=split)
+        raise _missing(root, split, cut[0])
+    listed = read_list(root, train.class_names, part=split, label_column=label_column)
     return on_train_classes(listed, train.class_names, str(root))
 
 
 def _folder_split(
-    root: Path, split_dirs: dict[str, Path], split: str, val_fraction: float, seed: int, rule: str
+    root: Path, split_dirs: dict[str, Path], split: str, cut: tuple[float, int, str], label_column: str | None
 ) -> Split:
-    """`split` of a folder of split folders (train/, val/, test/): its own folder, or held out of train/."""
+    """`split` of a folder of split folders (train/, val/, test/): its own folder, or held out of train/; `cut`:
+    (val_fraction, seed, rule) of that hold-out."""
     # without a val/ folder, val is held out of train/ and "train" is the rest, as for IDX files
-    holds_out = "train" in split_dirs and "val" not in split_dirs and val_fraction > 0.0
+    holds_out = "train" in split_dirs and "val" not in split_dirs and cut[0] > 0.0
     if split in split_dirs and not (split == "train" and holds_out):
         reference = split_dirs.get("train") if split != "train" else None  # val/test must hold train's classes
-        return read_folder(split_dirs[split], classes=folder_classes(reference) if reference else None)
+        classes = folder_classes(reference, label_column) if reference else None
+        return read_folder(split_dirs[split], classes=classes, label_column=label_column)
     if "train" in split_dirs and split != "test":
-        return held_out(read_folder(split_dirs["train"]), split, val_fraction, seed, rule)
-    raise _missing(root, split, val_fraction)
+        return held_out(read_folder(split_dirs["train"], label_column=label_column), split, *cut)
+    raise _missing(root, split, cut[0])
 
 
 CHECKPOINT_SUFFIXES = (".npz", ".safetensors", ".pth", ".pt", ".bin", ".ckpt", ".onnx")

@@ -100,19 +100,24 @@ def split_lists(root: Path) -> dict[str, Path]:
 
 
 def listed_split(
-    lists: dict[str, Path], split: str, val_fraction: float, seed: int, rule: str = "stratified"
+    lists: dict[str, Path],
+    split: str,
+    val_fraction: float,
+    seed: int,
+    rule: str = "stratified",
+    label_column: str | None = None,
 ) -> Split | None:
     """`split` of a dataset held as one list per split: train.csv (val held out of it where there is no val list)
     and, for val and test, their lists with labels numbered by train's classes (a class train lacks is an error).
     None where the dataset has no such split (a test split without its list)."""
-    train = read_list(lists["train"])
+    train = read_list(lists["train"], label_column=label_column)
     if split == "train" and "val" in lists:
         return train
     if split == "train" or split == "val" and "val" not in lists:
         return held_out(train, split, val_fraction, seed, rule)
     if split not in lists:
         return None
-    listed = read_list(lists[split], train.class_names)
+    listed = read_list(lists[split], train.class_names, label_column=label_column)
     trained = {os.path.normpath(p) for p in train.paths}
     shared = [p for p in listed.paths if os.path.normpath(p) in trained]
     if shared:
@@ -161,19 +166,50 @@ def _one_list_in(root: Path) -> Path | None:
     return found[0] if found else None
 
 
-def read_list(path: Path, classes: list[str] | None = None, part: str | None = None, alone: bool = False) -> Split:
+def list_naming(root: Path, images: list[Path], sample: int = 16) -> tuple[Path, list[str], bool] | None:
+    """A list in `root` (a CSV with a header naming an image column) whose first `sample` images are at least half
+    among `images`, by name or by name without its suffix: the list, its header's names, and whether they name a
+    label column; None where none is. For class folders that may be parts of one set a list labels."""
+    candidates = sorted(f for f in root.iterdir() if f.suffix.lower() in (".csv", ".tsv") and f.is_file())
+    names = {p.name for p in images} | {p.stem for p in images} if candidates else set()
+    for candidate in candidates:
+        try:
+            head = _list_text(candidate).splitlines()[: sample + 1]
+            rows = list(csv.reader(head, delimiter="\t" if candidate.suffix.lower() == ".tsv" else ","))
+        except (DataError, csv.Error):
+            continue
+        where = _path_column(rows[0]) if rows else None
+        looked = [
+            Path(row[where].strip().replace("\\", "/")).name
+            for row in rows[1:]
+            if where is not None and where < len(row)
+        ]
+        if looked and 2 * sum(name in names for name in looked) >= len(looked):
+            return candidate, [c.strip() for c in rows[0]], _columns(rows[0]) is not None
+    return None
+
+
+def read_list(
+    path: Path,
+    classes: list[str] | None = None,
+    part: str | None = None,
+    alone: bool = False,
+    label_column: str | None = None,
+) -> Split:
     """A CSV (path,label, with or without header) or JSONL ({"path": ..., "label": ...}) list; paths relative to the
     file. `classes`: train's, where this list is of another split (a CSV labels column's labels are told apart by
     them). `part`: of a list with a split column (`parts.split_tags`), the rows of that split; such a list read whole
     is an error. A list holding every split (`alone`, or with a split column) whose labels column gives each image
-    one label is one class an image (fastai's `labels`), as no other list can label a split otherwise."""
+    one label is one class an image (fastai's `labels`), as no other list can label a split otherwise.
+    `label_column` (data.label_column) names the column of the labels where the header's names do not tell it."""
     suffix = path.suffix.lower()
     text = _list_text(path)
     joined, told = LABEL_SEPARATOR, ""
     if suffix in (".jsonl", ".ndjson"):
-        rows, lines = _jsonl_rows(path, text)
+        rows, lines = _jsonl_rows(path, text, label_column)
     elif suffix in (".csv", ".tsv", ".txt"):
-        rows, lines, joined, told = _csv_rows(path, text, "\t" if suffix == ".tsv" else ",", classes)
+        delimiter = "\t" if suffix == ".tsv" else ","
+        rows, lines, joined, told = _csv_rows(path, text, delimiter, classes, label_column)
     else:
         raise DataError(f"{path}: unknown list format {suffix!r}; use .csv (path,label) or .jsonl")
     if not rows:
@@ -284,9 +320,12 @@ def _list_text(path: Path) -> str:
         raise DataError(f"{path}: cannot read the list ({first_line(err)})") from None
 
 
-def _jsonl_rows(path: Path, text: str) -> tuple[list[tuple[str, str | tuple]], list[int]]:
-    """(path, label) of each object of a JSONL list, and the line each is on; the first object names the keys. The
-    label of a `labels` key is a tuple: the image's classes."""
+def _jsonl_rows(
+    path: Path, text: str, label_column: str | None = None
+) -> tuple[list[tuple[str, str | tuple]], list[int]]:
+    """(path, label) of each object of a JSONL list, and the line each is on; the first object names the keys (the
+    label's: `label_column` where given). The label of a `labels` key, or a list under `label_column`, is a tuple: the
+    image's classes."""
     rows: list[tuple[str, str | tuple]] = []
     lines: list[int] = []  # each row's line in the file
     keys: tuple[str, str] | None = None
@@ -303,10 +342,14 @@ def _jsonl_rows(path: Path, text: str) -> tuple[list[tuple[str, str | tuple]], l
             ) from None
         except RecursionError:
             row = None
-        if keys is None and isinstance(row, dict) and (found := _columns(list(row))) is not None:
+        if keys is None and isinstance(row, dict) and (found := _columns(list(row), label_column)) is not None:
             keys = tuple(list(row)[i] for i in found[:2])  # the first object's names hold for every line
-            multi = found[2]
+            multi = found[2] or label_column is not None and isinstance(row[keys[1]], list)
             split_column(list(row), str(path))
+        elif keys is None and label_column is not None:
+            raise DataError(
+                f"{path}:{line_no}: {_no_named_column(list(row) if isinstance(row, dict) else [], label_column)}"
+            )
         value = row.get(keys[1]) if keys is not None and isinstance(row, dict) else None
         _refuse_negative_index(value, f"{path}:{line_no}")
         if multi and isinstance(row, dict) and isinstance(row.get(keys[0]), str):
@@ -321,19 +364,22 @@ def _jsonl_rows(path: Path, text: str) -> tuple[list[tuple[str, str | tuple]], l
 
 
 def _csv_rows(
-    path: Path, text: str, delimiter: str, classes: list[str] | None = None
+    path: Path, text: str, delimiter: str, classes: list[str] | None = None, label_column: str | None = None
 ) -> tuple[list[tuple[str, str | tuple]], list[int], str | None, str]:
     """(path, label) of each line of a CSV list, the line each is on, what joins a labels column's labels
     (`_label_separator`, with train's `classes` where given; ';' where there is none), and how the columns were told
     where the header names no label column (`_header_columns`); a header, where there is one, names the columns, else
-    they are path,label."""
+    they are path,label. `label_column` names the header's label column."""
     reader, table = csv.reader(text.splitlines(), delimiter=delimiter), []
     try:
         table += [(line_no, row) for line_no, row in enumerate(reader, 1) if row]
     except csv.Error as err:  # a field over csv's size limit, a NUL byte, an unclosed quote
         raise DataError(f"{path}:{reader.line_num}: not a valid CSV line ({first_line(err)})") from None
     columns, multi, told = (0, 1), False, ""
-    if table and _csv_header(path, table):
+    if table and label_column is not None:
+        *columns, multi, told = _named_columns(path, table, label_column)
+        header, table = table[0][1], table[1:]
+    elif table and _csv_header(path, table):
         *columns, multi, told = _header_columns(path, table)
         header, table = table[0][1], table[1:]
     if isinstance(columns[1], list):
@@ -403,12 +449,46 @@ def _header_columns(path: Path, table: list[tuple[int, list[str]]]) -> tuple[int
         shown = ", ".join(names[i] for i in others[:6]) + (" ..." if len(others) > 6 else "")
         raise DataError(
             f"{path}:1: {names[where]!r} names the images; which of the other {len(others)} columns ({shown}) is the "
-            "label? name it 'label' (or class, category, target), or 'labels' for several per image"
+            "label? name it with data.label_column=COLUMN, or rename it 'label' (or 'labels' for several an image)"
         )
     raise DataError(
         f"{path}:1: {','.join(names)[:60]!r} reads as a header, but names no path and label columns; name them "
         f"{_COLUMN_NAMES}, or remove the line"
     )
+
+
+def _named_columns(path: Path, table: list[tuple[int, list[str]]], label_column: str) -> tuple[int, int, bool, str]:
+    """(path column, label column, whether it is a labels column, how they were told) of a CSV list whose label column
+    data.label_column names (any case): a labels column where its name is one (labels, tags) or a cell holds ';' or
+    '|' (ChestX-ray14's "Effusion|Mass"). The first line is the header."""
+    header = table[0][1]
+    split_column(header, str(path))
+    found = _columns(header, label_column)
+    if found is None:
+        raise DataError(f"{path}:1: {_no_named_column(header, label_column)}")
+    where, column, multi = found
+    names = [c.strip() for c in header]
+    cells = [row[column] for _, row in table[1:] if column < len(row)]
+    multi = multi or any(mark in cell for cell in cells for mark in (LABEL_SEPARATOR, "|"))
+    return (
+        where,
+        column,
+        multi,
+        f"{names[where]!r} the image, {names[column]!r} its label{'s' * multi} (data.label_column)",
+    )
+
+
+def _no_named_column(names: list, label_column: str) -> str:
+    """Why a header (or a JSON object's keys) has no label column `label_column` beside an image column."""
+    given = ", ".join(str(n).strip() for n in names)
+    shown = given if len(given) <= 120 else given[:117] + "..."
+    if _path_column(names) is None:
+        return (
+            f"names no image column (path, file_name, image, image_id ...) beside {label_column!r}; its names: {shown}"
+        )
+    if label_column.strip().lower() == str(names[_path_column(names)]).strip().lower():
+        return f"data.label_column={label_column} names its image column; name the column of the labels"
+    return f"no column {label_column!r} (data.label_column); its names: {shown}"
 
 
 def _all_differ(body: list[tuple[int, list[str]]], column: int, least: int = 20) -> bool:
@@ -428,10 +508,16 @@ def _refuse_repeats(path: Path, paths: list[Path], lines: list[int]) -> None:
         seen[key] = line
 
 
-def _columns(names: list) -> tuple[int, int, bool] | None:
+def _columns(names: list, label_column: str | None = None) -> tuple[int, int, bool] | None:
     """(path column, label column, whether it is a labels column: each image's set of classes) named in a CSV header
-    or a JSON object's keys (any case), None unless both are; one label wins over a set where both are named."""
+    or a JSON object's keys (any case), None unless both are; one label wins over a set where both are named.
+    `label_column` (data.label_column) names the label column; it cannot be the path column."""
     lowered = [str(n).strip().lower() for n in names]
+    if label_column is not None:
+        path, named = _path_column(names), label_column.strip().lower()
+        if path is None or named not in lowered or lowered.index(named) == path:
+            return None
+        return path, lowered.index(named), named in MULTI_LABEL_COLUMNS
     label, labels = (
         next((lowered.index(n) for n in group if n in lowered), None) for group in (LABEL_COLUMNS, MULTI_LABEL_COLUMNS)
     )

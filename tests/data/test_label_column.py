@@ -1,0 +1,135 @@
+"""data.label_column: a list's column of the labels where its header's names do not tell it (HAM10000's
+`lesion_id,image_id,dx,...`), and HAM10000's folder, whose two image folders would read as two classes."""
+
+import csv
+import json
+import struct
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from vitkit.data.sources import open_split
+from vitkit.errors import DataError
+from vitkit.train.finetune_setup import checkpoint_data
+
+DX = ("nv", "mel", "bkl")
+
+
+def ham10000(root, n=18):
+    """HAM10000's layout: HAM10000_metadata.csv (lesion_id,image_id,dx,...) beside HAM10000_images_part_1/ and
+    _part_2/, which hold the images named by their ids."""
+    ids = [f"ISIC_{24306 + i:07d}" for i in range(n)]
+    for part, chunk in ((1, ids[: n // 2]), (2, ids[n // 2 :])):
+        folder = root / f"HAM10000_images_part_{part}"
+        folder.mkdir(parents=True)
+        for i, name in enumerate(chunk):
+            Image.new("RGB", (12, 9), (40 * i % 255, 80, 120)).save(folder / f"{name}.jpg")
+    with open(root / "HAM10000_metadata.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["lesion_id", "image_id", "dx", "dx_type", "age", "sex"])
+        writer.writerows([[f"HAM_{i // 2:07d}", d, DX[i % 3], "histo", 45.0, "male"] for i, d in enumerate(ids)])
+    return root / "HAM10000_metadata.csv", ids
+
+
+def test_label_column_names_the_column_of_the_labels(tmp_path):
+    listed, ids = ham10000(tmp_path)
+    split = open_split(listed, "train", channels=3, val_fraction=0.0, label_column="DX")
+    assert split.class_names == sorted(DX)
+    assert [split.class_names[i] for i in split.labels] == [DX[i % 3] for i in range(len(ids))]
+    assert [p.stem for p in split.paths] == ids
+    assert split.read_as.startswith("HAM10000_metadata.csv: 'image_id' the image, 'dx' its label (data.label_column)")
+    # without the key, the question names the key
+    with pytest.raises(DataError, match=r"is the label\? name it with data.label_column=COLUMN"):
+        open_split(listed, "train", channels=3, val_fraction=0.0)
+
+
+def test_a_column_the_list_lacks_or_its_image_column_is_one_error_naming_its_columns(tmp_path):
+    listed, _ = ham10000(tmp_path)
+    with pytest.raises(DataError, match=r"metadata.csv:1: no column 'diagnosis' \(data.label_column\); its names: "):
+        open_split(listed, "train", channels=3, val_fraction=0.0, label_column="diagnosis")
+    with pytest.raises(DataError, match=r"data.label_column=image_id names its image column"):
+        open_split(listed, "train", channels=3, val_fraction=0.0, label_column="image_id")
+
+
+def test_class_folders_that_a_list_beside_them_names_are_said_with_how_to_read_the_list(tmp_path):
+    """HAM10000's folder read as a folder: its two image folders are two classes, which is said, with the command
+    that reads the metadata instead; the key given with the folder names the list to give."""
+    listed, _ = ham10000(tmp_path)
+    with pytest.warns(UserWarning) as said:
+        split = open_split(tmp_path, "train", channels=3, val_fraction=0.0)
+    assert split.class_names == ["HAM10000_images_part_1", "HAM10000_images_part_2"]
+    assert [str(w.message) for w in said] == [
+        f"{tmp_path}: its 2 folders (HAM10000_images_part_1, HAM10000_images_part_2) are read as the classes, and "
+        "HAM10000_metadata.csv beside them names their images (lesion_id, image_id, dx, dx_type, age, sex); to label "
+        f"them by it, --data {listed} data.label_column=COLUMN"
+    ]
+    with pytest.raises(DataError, match=rf"reads as class folders; give the list as the data \(--data {listed}\)"):
+        open_split(tmp_path, "train", channels=3, val_fraction=0.0, label_column="dx")
+
+
+def test_class_folders_without_a_list_naming_their_images_are_read_without_a_word(tmp_path, recwarn):
+    for name in ("cat", "dog"):
+        (tmp_path / name).mkdir()
+        Image.new("RGB", (8, 8)).save(tmp_path / name / "a.png")
+    (tmp_path / "notes.csv").write_text("path,label\nelsewhere/b.png,cat\n")
+    assert open_split(tmp_path, "train", channels=3, val_fraction=0.0).class_names == ["cat", "dog"]
+    assert not [w for w in recwarn if "beside them names" in str(w.message)]
+
+
+def test_a_labels_column_named_by_the_key_holds_sets_where_a_cell_joins_labels(tmp_path):
+    """ChestX-ray14's `Image Index,Finding Labels` ("Effusion|Mass"); a JSONL key whose values are lists."""
+    folder = tmp_path / "images"
+    folder.mkdir()
+    findings = ["Effusion|Mass", "No Finding", "Mass", "Effusion"]
+    for i in range(4):
+        Image.new("RGB", (8, 8)).save(folder / f"{i:08d}_000.png")
+    with open(tmp_path / "entries.csv", "w", newline="") as f:
+        csv.writer(f).writerows(
+            [["image", "Finding Labels", "Patient Age"]]
+            + [[f"images/{i:08d}_000.png", findings[i], 50] for i in range(4)]
+        )
+    split = open_split(tmp_path / "entries.csv", "train", channels=3, val_fraction=0.0, label_column="finding labels")
+    assert split.class_names == ["Effusion", "Mass", "No Finding"]
+    assert split.labels.tolist() == [[1, 1, 0], [0, 0, 1], [0, 1, 0], [1, 0, 0]]
+    lines = [json.dumps({"file_name": f"images/{i:08d}_000.png", "findings": findings[i].split("|")}) for i in range(4)]
+    (tmp_path / "entries.jsonl").write_text("\n".join(lines) + "\n")
+    split = open_split(tmp_path / "entries.jsonl", "train", channels=3, val_fraction=0.0, label_column="findings")
+    assert split.labels.tolist() == [[1, 1, 0], [0, 0, 1], [0, 1, 0], [1, 0, 0]]
+
+
+def test_lists_by_split_read_the_named_column_in_each(tmp_path):
+    listed, ids = ham10000(tmp_path / "ham")
+    rows = list(csv.reader(listed.read_text().splitlines()))
+    for name, part in (("train", rows[1:13]), ("val", rows[13:])):
+        with open(tmp_path / "ham" / f"{name}.csv", "w", newline="") as f:
+            csv.writer(f).writerows([rows[0], *part])
+    listed.unlink()
+    val = open_split(tmp_path / "ham", "val", channels=3, label_column="dx")
+    assert len(val) == len(ids) - 12 and val.class_names == sorted(DX)
+
+
+def test_data_labelled_its_own_way_refuses_the_key(tmp_path):
+    for name, array in (
+        ("train-images-idx3-ubyte", np.zeros((4, 8, 8), np.uint8)),
+        ("train-labels-idx1-ubyte", np.arange(4, dtype=np.uint8)),
+    ):
+        header = bytes([0, 0, 0x08, array.ndim]) + struct.pack(f">{array.ndim}I", *array.shape)
+        (tmp_path / name).write_bytes(header + array.tobytes())
+    with pytest.raises(DataError, match=r"data.label_column=dx names a list's column, but this data is IDX files"):
+        open_split(tmp_path, "train", channels=1, label_column="dx")
+
+
+def test_a_run_on_the_key_records_it_and_eval_reads_the_list_so_again(tmp_path, vitkit_cmd, tiny_run):
+    listed, _ = ham10000(tmp_path / "ham", n=24)
+    out = tmp_path / "run"
+    args = [*tiny_run, "data.name=auto", "model.in_chans=3", "train.steps=2", "data.label_column=dx"]
+    done = vitkit_cmd("train", "--data", listed, "--out", out, *args)
+    assert done.returncode == 0, done.stderr
+    assert "'dx' its label (data.label_column)" in done.stdout
+    scored = vitkit_cmd("eval", out, "--split", "val", "--json", "--threads", "1")
+    assert scored.returncode == 0, scored.stderr
+    result = json.loads(scored.stdout.strip().splitlines()[-1])
+    assert result["n"] == 2 and result["split"] == "val"
+    path, cut = checkpoint_data(str(out), [])
+    assert path == str(listed) and cut["data.label_column"] == "dx"
