@@ -2,8 +2,10 @@
 `lesion_id,image_id,dx,...`), and HAM10000's folder, whose two image folders would read as two classes."""
 
 import csv
+import io
 import json
 import struct
+import tarfile
 
 import numpy as np
 import pytest
@@ -133,3 +135,43 @@ def test_a_run_on_the_key_records_it_and_eval_reads_the_list_so_again(tmp_path, 
     assert result["n"] == 2 and result["split"] == "val"
     path, cut = checkpoint_data(str(out), [])
     assert path == str(listed) and cut["data.label_column"] == "dx"
+
+
+def test_a_parquet_file_reads_the_class_label_column_the_key_names(tmp_path):
+    """CIFAR-100 as Hugging Face writes it: img, fine_label, coarse_label (both ClassLabel); the first by default."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    fine, coarse = ["apple", "bee", "oak"], ["fruit", "insect", "tree"]
+    features = {
+        "img": {"_type": "Image"},
+        "fine_label": {"names": fine, "_type": "ClassLabel"},
+        "coarse_label": {"names": coarse, "_type": "ClassLabel"},
+    }
+    images = []
+    for i in range(6):
+        buffer = io.BytesIO()
+        Image.new("RGB", (8, 8), (40 * i, 0, 0)).save(buffer, "PNG")
+        images.append({"bytes": buffer.getvalue(), "path": f"{i}.png"})
+    table = pa.table(
+        {"img": images, "fine_label": [i % 3 for i in range(6)], "coarse_label": [2 - i % 3 for i in range(6)]}
+    )
+    table = table.replace_schema_metadata({"huggingface": json.dumps({"info": {"features": features}})})
+    pq.write_table(table, tmp_path / "train-00000-of-00001.parquet")
+    assert open_split(tmp_path, "train", channels=3, val_fraction=0.0).class_names == fine
+    split = open_split(tmp_path, "train", channels=3, val_fraction=0.0, label_column="Coarse_Label")
+    assert split.class_names == coarse and split.labels.tolist() == [2 - i % 3 for i in range(6)]
+    with pytest.raises(
+        DataError,
+        match=r"no column 'superclass' beside the images \(data.label_column\); its columns: img, fine_label, coarse_label",
+    ):
+        open_split(tmp_path, "train", channels=3, val_fraction=0.0, label_column="superclass")
+
+
+def test_tar_shards_refuse_the_key(tmp_path):
+    with tarfile.open(tmp_path / "train-000.tar", "w") as tar:
+        for name, data in (("a.jpg", b"x"), ("a.cls", b"0")):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    with pytest.raises(DataError, match=r"names a list's column, but this data is tar shards"):
+        open_split(tmp_path, "train", channels=3, label_column="dx")

@@ -52,7 +52,8 @@ class DataConfig:
     # for one seed a smaller N is a subset of a larger one (the paper's data-size experiments, Fig. 3-4); None: all
     train_images: int | None = field(default=None, metadata=limits(positive=True))
     # a list's column of the labels (CSV header or JSONL key, any case), where its names do not tell it: HAM10000's
-    # dx. None: a column named label, class, category, target (labels or tags: several an image), or the one other
+    # dx; a Parquet file's, CIFAR-100's coarse_label. None: a column named label, class, category, target (labels or
+    # tags: several an image), or the one other; in Parquet, the first ClassLabel
     label_column: str | None = None
     # image files up to this size are decoded once and kept on the device (not with augment.crop=rrc)
     memory_mb: float = field(default=4096.0, metadata=limits(positive=True))

@@ -28,6 +28,7 @@ from .lists import (
     metadata_file,
     on_train_classes,
     read_list,
+    refuse_label_column,
     split_lists,
 )
 from .shards import is_sharded, names_splits, open_sharded, refuse_compressed
@@ -101,8 +102,7 @@ def open_split(
     if split not in SPLITS:
         raise DataError(f"data split {split!r}: expected one of {', '.join(SPLITS)}")
     if path is not None and is_sharded(path):
-        _refuse_column(path, "tar or Parquet shards", label_column)
-        return open_sharded(path, split, val_fraction=val_fraction, seed=seed, rule=rule)
+        return open_sharded(path, split, val_fraction=val_fraction, seed=seed, rule=rule, label_column=label_column)
     if path is not None:
         refuse_compressed(path)
     root = idx.default_dir() if path is None else Path(path)
@@ -117,7 +117,7 @@ def open_split(
             raise _missing(root, split, val_fraction)
         return held_out(read_list(root, alone=True, label_column=label_column), split, val_fraction, seed, rule)
     if idx.is_idx_dir(root):
-        _refuse_column(root, "IDX files", label_column)
+        refuse_label_column(root, "IDX files", label_column)
         return idx.open_idx(root, split, channels, val_fraction, seed, rule)
     split_dirs = split_folders(root)
     if split_dirs:
@@ -129,15 +129,6 @@ def open_split(
     if split == "test":  # a flat folder or a list has no images kept apart for testing
         raise _missing(root, split, val_fraction)
     return held_out(read_folder(root, label_column=label_column), split, val_fraction, seed, rule)
-
-
-def _refuse_column(path: str | os.PathLike, kind: str, label_column: str | None) -> None:
-    """data.label_column names a list's column: data of another kind, which labels its images its own way, refuses it."""
-    if label_column is not None:
-        raise DataError(
-            f"{path}: data.label_column={label_column} names a list's column, but this data is {kind}, labelled "
-            "their own way; drop the key, or give a list as the data (--data FILE.csv)"
-        )
 
 
 def _split_of_lists(

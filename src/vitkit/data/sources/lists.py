@@ -166,6 +166,16 @@ def _one_list_in(root: Path) -> Path | None:
     return found[0] if found else None
 
 
+def refuse_label_column(path: str | os.PathLike, kind: str, label_column: str | None) -> None:
+    """data.label_column names a list's column (or a Parquet file's): data of another `kind`, which labels its images
+    its own way, refuses it."""
+    if label_column is not None:
+        raise DataError(
+            f"{path}: data.label_column={label_column} names a list's column, but this data is {kind}, labelled "
+            "their own way; drop the key, or give a list as the data (--data FILE.csv)"
+        )
+
+
 def list_naming(root: Path, images: list[Path], sample: int = 16) -> tuple[Path, list[str], bool] | None:
     """A list in `root` (a CSV with a header naming an image column) whose first `sample` images are at least half
     among `images`, by name or by name without its suffix: the list, its header's names, and whether they name a

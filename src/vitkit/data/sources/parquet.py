@@ -56,8 +56,9 @@ def _pyarrow():
     return pq
 
 
-def _columns(file, path: Path) -> tuple[str, str | None, list[str] | None]:
-    """(image column, label column or None, class names or None) of a Parquet file, from its Hugging Face features."""
+def _columns(file, path: Path, label_column: str | None = None) -> tuple[str, str | None, list[str] | None]:
+    """(image column, label column or None, class names or None) of a Parquet file, from its Hugging Face features;
+    the label column `label_column` names (any case) where given."""
     schema = file.schema_arrow
     features = {}
     meta = (schema.metadata or {}).get(b"huggingface")
@@ -74,6 +75,13 @@ def _columns(file, path: Path) -> tuple[str, str | None, list[str] | None]:
             f"{path}: no image column (a Hugging Face Image feature, or a column named 'image'); found {', '.join(schema.names)}"
         )
     label = next((k for k, f in features.items() if _class_label(f) is not None), None)
+    if label_column is not None:
+        label = next((n for n in schema.names if n.lower() == label_column.strip().lower() and n != image), None)
+        if label is None:
+            raise DataError(
+                f"{path}: no column {label_column!r} beside the images (data.label_column); its columns: "
+                f"{', '.join(schema.names)}"
+            )
     if label is None:
         label = next((n for n in ("label", "labels", "cls", "fine_label") if n in schema.names), None)
     names = _class_label(features.get(label)).get("names") if _class_label(features.get(label)) else None
@@ -90,14 +98,14 @@ def _class_label(feature) -> dict | None:
     return feature if isinstance(feature, dict) and feature.get("_type") == "ClassLabel" else None
 
 
-def read_parquet(files: list[Path]) -> tuple[list, list[str], list[str] | None]:
+def read_parquet(files: list[Path], label_column: str | None = None) -> tuple[list, list[str], list[str] | None]:
     pq = _pyarrow()
     records, raw, names = [], [], None
     for path in files:
         try:
             regular_file(path, DataError)  # pyarrow opens it: no device, no FIFO
             file = pq.ParquetFile(path)
-            image, label, found = _columns(file, path)
+            image, label, found = _columns(file, path, label_column)
             values = file.read(columns=[label]).column(0).to_pylist() if label else [None] * file.metadata.num_rows
         except DataError:
             raise

@@ -22,6 +22,7 @@ from vitkit.errors import DataError
 from vitkit.limits import check_class_index, is_class_index
 
 from ..split import SPLIT_NAMES, MissingSplit, Split, held_out, label_order, multi_hot, split_folders
+from .lists import refuse_label_column
 from .parquet import NO_LABEL, read_parquet
 from .tar import TarMember, read_tars, refuse_unfinished
 
@@ -233,18 +234,29 @@ def _label_sets(
 
 
 def open_sharded(
-    path: str | os.PathLike, split: str, *, val_fraction: float = 0.1, seed: int = 0, rule: str = "stratified"
+    path: str | os.PathLike,
+    split: str,
+    *,
+    val_fraction: float = 0.1,
+    seed: int = 0,
+    rule: str = "stratified",
+    label_column: str | None = None,
 ) -> Split:
-    """`split` of the shards at `path` (a pattern, a file or a folder); val held out by `rule` where none is named."""
+    """`split` of the shards at `path` (a pattern, a file or a folder); val held out by `rule` where none is named.
+    `label_column`: a Parquet file's column of the labels (CIFAR-100's coarse_label), where not the first it holds."""
     files = shard_files(path)
     if not files:
         raise DataError(f"{path}: no .tar or .parquet shards found")
     kinds = {f.suffix.lower() for f in files}
     if len(kinds) > 1:
         raise DataError(f"{path}: holds both tar and Parquet shards; point data.path at one kind")
-    read = read_parquet if ".parquet" in kinds else read_tars
-    records, raw, known = read(files)  # every file, so that the classes are the same in every split
-    origin = "the Parquet schema's class names (ClassLabel)" if read is read_parquet else "classes.txt"
+    if ".parquet" in kinds:
+        records, raw, known = read_parquet(files, label_column)  # every file: the classes are the same in every split
+        origin = "the Parquet schema's class names (ClassLabel)"
+    else:
+        refuse_label_column(path, "tar shards", label_column)
+        records, raw, known = read_tars(files)
+        origin = "classes.txt"
     labels, names = _labels(raw, known, str(path), records, origin)
     return _labelled(_open_split(path, split, files, records, labels, names, (val_fraction, seed, rule)), split)
 
