@@ -10,6 +10,7 @@ import os
 import re
 import sys
 import unicodedata
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from itertools import zip_longest
@@ -46,6 +47,9 @@ class Split:
     labels_read: str = ""  # how a list's labels were told apart, where the plan says it (spaces joining them)
     # how a list's columns and files were told where its header or paths did not say (the plan says it)
     read_as: str = ""
+    groups: np.ndarray | None = None  # (N,) each image's group, where a list has a group column (parts.group_cells)
+    group_column: str = ""  # that column's name
+    grouped: bool = False  # whether a held-out cut keeps each group whole (data.group_column named the column)
 
     def __post_init__(self) -> None:
         bad = next((name for name in self.class_names if has_control_characters(name)), None)
@@ -108,6 +112,7 @@ class Split:
             images=None if self.images is None else self.images[t],
             paths=None if self.paths is None else [self.paths[i] for i in index],
             rows=self.source_rows()[index],
+            groups=None if self.groups is None else self.groups[index],
         )
 
 
@@ -303,16 +308,51 @@ def hold_out(split: Split, fraction: float, seed: int, rule: str = "stratified")
     (a random cut says what it said before rules were named, so that an old checkpoint's record matches it)."""
     if rule not in SPLIT_RULES:
         raise DataError(f"data.split_rule: expected one of {', '.join(SPLIT_RULES)}, got {rule!r}")
-    if rule == "stratified":
-        index = stratified_split(strata_of(split.labels), fraction, seed)
+    strata = strata_of(split.labels) if rule == "stratified" else None
+    if split.grouped:
+        index = grouped_split(split.groups, strata, fraction, seed)
+    elif strata is not None:
+        index = stratified_split(strata, fraction, seed)
     else:
         index = seeded_split(len(split), fraction, seed)
     rest, held = (split.subset(i) for i in index)
-    by = " by class" if rule == "stratified" else ""
+    by = (" by class" if rule == "stratified" else "") + (
+        f", whole {split.group_column} groups" if split.grouped else ""
+    )
     part = f"{fraction:g} held out{by} (seed {seed})" + ("" if split.selection == "all" else f" of {split.selection}")
     held.selection, rest.selection = part, f"all but the {part}"
     held.held_out = True
+    if split.groups is not None and not split.grouped:
+        _warn_groups_apart(split, rest, held)
     return rest, held
+
+
+def grouped_split(
+    groups: np.ndarray, strata: np.ndarray | None, val_fraction: float, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(train, val) indices of range(len(groups)) that keep each group whole: the groups cut as images are cut
+    (`stratified_split` on the stratum of each group's first image; `seeded_split` where `strata` is None), each
+    image going where its group goes. val holds about `val_fraction` of the images, as groups differ in size."""
+    _, first, inverse = np.unique(groups, return_index=True, return_inverse=True)
+    if strata is None:
+        _, held = seeded_split(len(first), val_fraction, seed)
+    else:
+        _, held = stratified_split(strata[first], val_fraction, seed)
+    val = np.flatnonzero(np.isin(inverse, held))
+    return np.setdiff1d(np.arange(len(groups)), val), val
+
+
+def _warn_groups_apart(split: Split, rest: Split, held: Split) -> None:
+    """A cut by image that puts images of one group (one lesion, one patient) in both parts: said, with the key that
+    keeps groups whole. val then scores images much like ones the model trained on."""
+    shared = int(np.isin(held.groups, rest.groups).sum())
+    if shared:
+        column = split.group_column
+        warnings.warn(
+            f"{split.source}: {shared} of the {len(held)} held-out val images share their {column} with a training "
+            f"image (several images of one {column}, split apart): val then scores images much like ones the model "
+            f"trained on; data.group_column={column} holds out whole groups"
+        )
 
 
 def first_of(split: Split, n: int, seed: int) -> Split:

@@ -55,6 +55,10 @@ class DataConfig:
     # dx; a Parquet file's, CIFAR-100's coarse_label. None: a column named label, class, category, target (labels or
     # tags: several an image), or the one other; in Parquet, the first ClassLabel
     label_column: str | None = None
+    # a list's column naming what images belong together (HAM10000's lesion_id, a patient id): val is held out by
+    # whole groups, so that no group has images in both train and val. None: by image, with a warning where a
+    # column such as lesion_id or patient_id puts images of one group on both sides
+    group_column: str | None = None
     # image files up to this size are decoded once and kept on the device (not with augment.crop=rrc)
     memory_mb: float = field(default=4096.0, metadata=limits(positive=True))
     # square size files are kept at for augment.crop=pad|none (None: image size); rrc crops the whole image

@@ -12,11 +12,13 @@ CUT_KEYS = (
     "split_seed",
     "split_rule",
     "label_column",
+    "group_column",
 )  # how a checkpoint's data was read and split into train and val
 CUTTING = (
     "data.val_fraction",
     "data.split_seed",
     "data.split_rule",
+    "data.group_column",
 )  # another split of train/ into train and val (not another named)
 
 

@@ -22,13 +22,14 @@ from . import idx
 from .folder import class_dirs, folder_classes, read_folder
 from .lists import (
     METADATA_LISTS,
+    Columns,
     UnlabelledList,
     list_parts,
     listed_split,
     metadata_file,
     on_train_classes,
     read_list,
-    refuse_label_column,
+    refuse_columns,
     split_lists,
 )
 from .shards import is_sharded, names_splits, open_sharded, refuse_compressed
@@ -94,15 +95,15 @@ def open_split(
     val_fraction: float = 0.1,
     seed: int = 0,
     rule: str = "stratified",
-    label_column: str | None = None,
+    columns: Columns = Columns(),
 ) -> Split:
     """Open `split` ("train", "val" or "test") of the dataset at `path` (None: Fashion-MNIST's default place); a val
-    split the data does not have is held out of its training images by `rule` (split.SPLIT_RULES). `label_column`:
-    a list's column of the labels (data.label_column), for data read from a list."""
+    split the data does not have is held out of its training images by `rule` (split.SPLIT_RULES). `columns`: a
+    list's columns the data config names (data.label_column, data.group_column), for data read from a list."""
     if split not in SPLITS:
         raise DataError(f"data split {split!r}: expected one of {', '.join(SPLITS)}")
     if path is not None and is_sharded(path):
-        return open_sharded(path, split, val_fraction=val_fraction, seed=seed, rule=rule, label_column=label_column)
+        return open_sharded(path, split, val_fraction=val_fraction, seed=seed, rule=rule, columns=columns)
     if path is not None:
         refuse_compressed(path)
     root = idx.default_dir() if path is None else Path(path)
@@ -112,32 +113,32 @@ def open_split(
     if root.is_file():
         _refuse_archive(root)
         if parts := list_parts(root):
-            return _listed_part(root, parts, split, (val_fraction, seed, rule), label_column)
+            return _listed_part(root, parts, split, (val_fraction, seed, rule), columns)
         if split == "test":
             raise _missing(root, split, val_fraction)
-        return held_out(read_list(root, alone=True, label_column=label_column), split, val_fraction, seed, rule)
+        return held_out(read_list(root, alone=True, columns=columns), split, val_fraction, seed, rule)
     if idx.is_idx_dir(root):
-        refuse_label_column(root, "IDX files", label_column)
+        refuse_columns(root, "IDX files, labelled their own way", columns)
         return idx.open_idx(root, split, channels, val_fraction, seed, rule)
     split_dirs = split_folders(root)
     if split_dirs:
-        return _folder_split(root, split_dirs, split, (val_fraction, seed, rule), label_column)
+        return _folder_split(root, split_dirs, split, (val_fraction, seed, rule), columns)
     if lists := split_lists(root):
-        return _split_of_lists(root, lists, split, (val_fraction, seed, rule), label_column)
+        return _split_of_lists(root, lists, split, (val_fraction, seed, rule), columns)
     if path is None:
         raise DataError(idx.missing_message(root))
     if split == "test":  # a flat folder or a list has no images kept apart for testing
         raise _missing(root, split, val_fraction)
-    return held_out(read_folder(root, label_column=label_column), split, val_fraction, seed, rule)
+    return held_out(read_folder(root, columns=columns), split, val_fraction, seed, rule)
 
 
 def _split_of_lists(
-    root: Path, lists: dict[str, Path], split: str, cut: tuple[float, int, str], label_column: str | None
+    root: Path, lists: dict[str, Path], split: str, cut: tuple[float, int, str], columns: Columns
 ) -> Split:
     """`split` of a folder of lists by split (train.csv, val.csv ...); `cut`: (val_fraction, seed, rule) of a val
     held out of train's."""
     try:
-        part = listed_split(lists, split, *cut, label_column=label_column)
+        part = listed_split(lists, split, *cut, columns=columns)
     except UnlabelledList:
         if split == "train":
             raise
@@ -151,25 +152,23 @@ def _split_of_lists(
     return part
 
 
-def _listed_part(
-    root: Path, parts: list[str], split: str, cut: tuple[float, int, str], label_column: str | None
-) -> Split:
+def _listed_part(root: Path, parts: list[str], split: str, cut: tuple[float, int, str], columns: Columns) -> Split:
     """`split` of a list with a split column (`parts`: the splits it names): its rows of that split, val held out of
     train's where it names no val, val and test labelled by train's classes."""
     if "train" not in parts:
         raise DataError(f"{root}: its split column names no training image; mark the images to train on train")
     holds_out = "val" not in parts and cut[0] > 0.0
-    train = read_list(root, part="train", label_column=label_column)
+    train = read_list(root, part="train", columns=columns)
     if split == "train" or split == "val" and holds_out:
         return held_out(train, split, *cut) if holds_out else train
     if split not in parts:
         raise _missing(root, split, cut[0])
-    listed = read_list(root, train.class_names, part=split, label_column=label_column)
+    listed = read_list(root, train.class_names, part=split, columns=columns)
     return on_train_classes(listed, train.class_names, str(root))
 
 
 def _folder_split(
-    root: Path, split_dirs: dict[str, Path], split: str, cut: tuple[float, int, str], label_column: str | None
+    root: Path, split_dirs: dict[str, Path], split: str, cut: tuple[float, int, str], columns: Columns
 ) -> Split:
     """`split` of a folder of split folders (train/, val/, test/): its own folder, or held out of train/; `cut`:
     (val_fraction, seed, rule) of that hold-out."""
@@ -177,10 +176,10 @@ def _folder_split(
     holds_out = "train" in split_dirs and "val" not in split_dirs and cut[0] > 0.0
     if split in split_dirs and not (split == "train" and holds_out):
         reference = split_dirs.get("train") if split != "train" else None  # val/test must hold train's classes
-        classes = folder_classes(reference, label_column) if reference else None
-        return read_folder(split_dirs[split], classes=classes, label_column=label_column)
+        classes = folder_classes(reference, columns) if reference else None
+        return read_folder(split_dirs[split], classes=classes, columns=columns)
     if "train" in split_dirs and split != "test":
-        return held_out(read_folder(split_dirs["train"], label_column=label_column), split, *cut)
+        return held_out(read_folder(split_dirs["train"], columns=columns), split, *cut)
     raise _missing(root, split, cut[0])
 
 

@@ -15,7 +15,7 @@ from vitkit.errors import DataError
 
 from ..images import image_files, is_hidden, is_image_file
 from ..split import Split, class_name
-from .lists import list_naming, metadata_file, on_train_classes, read_list
+from .lists import Columns, list_naming, metadata_file, on_train_classes, read_list, refuse_columns
 from .shards import is_sharded
 
 
@@ -39,25 +39,25 @@ def metadata_list(root: Path) -> Path | None:
     return None if class_dirs(root) else metadata_file(root)
 
 
-def folder_classes(root: Path, label_column: str | None = None) -> list[str]:
+def folder_classes(root: Path, columns: Columns = Columns()) -> list[str]:
     """The classes of a training folder: its class folders, or the labels of its metadata list."""
     metadata = metadata_list(root)
     if metadata:
-        return read_list(metadata, label_column=label_column).class_names
+        return read_list(metadata, columns=columns).class_names
     return [class_name(n) for n in class_dirs(root)]
 
 
-def read_folder(root: Path, classes: list[str] | None = None, label_column: str | None = None) -> Split:
+def read_folder(root: Path, classes: list[str] | None = None, columns: Columns = Columns()) -> Split:
     """root/<class>/**/<image>; classes in sorted order. `classes` (train's) must be exactly the folders found.
 
     Images directly in root, without class folders, are labelled by a metadata.csv or metadata.jsonl beside them
-    (file_name,label: Hugging Face's imagefolder; its label column `label_column` where given), else are one class
+    (file_name,label: Hugging Face's imagefolder; its columns as `columns` names them), else are one class
     "unlabeled" (self-supervised pre-training, train.objective=masked_patch, needs no labels)."""
     found = class_dirs(root)
     if not found and (metadata := metadata_file(root)):
-        return _read_metadata(root, metadata, classes, label_column)
-    if label_column is not None:
-        _refuse_column(root, label_column, found)
+        return _read_metadata(root, metadata, classes, columns)
+    if columns != Columns():
+        _refuse_columns(root, columns, found)
     if not found and (loose := _loose_images(root, classes)):
         return loose
     names = [class_name(n) for n in found]
@@ -81,9 +81,9 @@ def read_folder(root: Path, classes: list[str] | None = None, label_column: str 
     return Split(labels=torch.tensor(labels, dtype=torch.long), class_names=names, paths=paths, source=str(root))
 
 
-def _read_metadata(root: Path, metadata: Path, classes: list[str] | None, label_column: str | None) -> Split:
+def _read_metadata(root: Path, metadata: Path, classes: list[str] | None, columns: Columns) -> Split:
     """The images of a folder without class folders that its metadata list labels, on train's `classes` if given."""
-    listed = read_list(metadata, classes, label_column=label_column)
+    listed = read_list(metadata, classes, columns=columns)
     named = {os.path.abspath(p) for p in listed.paths}
     unlisted = [p for p in root.iterdir() if p.is_file() and is_image_file(p) and os.path.abspath(p) not in named]
     if unlisted:  # as Hugging Face's imagefolder reads it: only what the list labels; said, not silent
@@ -112,14 +112,15 @@ def _loose_images(root: Path, classes: list[str] | None) -> Split | None:
     )
 
 
-def _refuse_column(root: Path, label_column: str, found: list[str]) -> None:
-    """data.label_column names a list's column: a folder read without a list refuses it, naming the list beside its
-    class folders that names their images, where one does."""
+def _refuse_columns(root: Path, columns: Columns, found: list[str]) -> None:
+    """data.label_column and data.group_column name a list's columns: a folder read without a list refuses them,
+    naming the list beside its class folders that names their images, where one does."""
     beside = list_naming(root, [p for name in found for p in image_files(root / name)]) if found else None
-    raise DataError(
-        f"{root}: data.label_column={label_column} names a list's column, but this folder reads as "
-        f"{'class folders' if found else 'images without a list'}; give the list as the data "
-        f"(--data {beside[0] if beside else 'FILE.csv'})"
+    refuse_columns(
+        root,
+        "class folders" if found else "images without a list",
+        columns,
+        f"give the list as the data (--data {beside[0] if beside else 'FILE.csv'})",
     )
 
 

@@ -17,8 +17,10 @@ from __future__ import annotations
 import csv
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from vitkit.errors import DataError, first_line
@@ -27,7 +29,7 @@ from vitkit.files import read_regular
 from ..images import IMAGE_SUFFIXES
 from ..split import SPLITS, Split, class_name, held_out, label_order, multi_hot, on_classes, split_folders
 from .located import find_listed
-from .parts import split_column, split_tags
+from .parts import group_cells, split_column, split_tags
 
 LIST_SUFFIXES = (".csv", ".jsonl", ".ndjson", ".tsv", ".txt")
 
@@ -80,6 +82,14 @@ _COLUMN_NAMES = (
 )
 
 
+@dataclass(frozen=True)
+class Columns:
+    """A list's columns that the data config names where its header's names do not tell them."""
+
+    label: str | None = None  # data.label_column: each image's class (HAM10000's dx)
+    group: str | None = None  # data.group_column: images that belong together, held out whole (HAM10000's lesion_id)
+
+
 class UnlabelledList(DataError):
     """A list that names images without labels (a competition's test.csv): no split to train on or score."""
 
@@ -105,19 +115,19 @@ def listed_split(
     val_fraction: float,
     seed: int,
     rule: str = "stratified",
-    label_column: str | None = None,
+    columns: Columns = Columns(),
 ) -> Split | None:
     """`split` of a dataset held as one list per split: train.csv (val held out of it where there is no val list)
     and, for val and test, their lists with labels numbered by train's classes (a class train lacks is an error).
     None where the dataset has no such split (a test split without its list)."""
-    train = read_list(lists["train"], label_column=label_column)
+    train = read_list(lists["train"], columns=columns)
     if split == "train" and "val" in lists:
         return train
     if split == "train" or split == "val" and "val" not in lists:
         return held_out(train, split, val_fraction, seed, rule)
     if split not in lists:
         return None
-    listed = read_list(lists[split], train.class_names, label_column=label_column)
+    listed = read_list(lists[split], train.class_names, columns=columns)
     trained = {os.path.normpath(p) for p in train.paths}
     shared = [p for p in listed.paths if os.path.normpath(p) in trained]
     if shared:
@@ -166,14 +176,17 @@ def _one_list_in(root: Path) -> Path | None:
     return found[0] if found else None
 
 
-def refuse_label_column(path: str | os.PathLike, kind: str, label_column: str | None) -> None:
-    """data.label_column names a list's column (or a Parquet file's): data of another `kind`, which labels its images
-    its own way, refuses it."""
-    if label_column is not None:
-        raise DataError(
-            f"{path}: data.label_column={label_column} names a list's column, but this data is {kind}, labelled "
-            "their own way; drop the key, or give a list as the data (--data FILE.csv)"
-        )
+def refuse_columns(
+    path: str | os.PathLike,
+    kind: str,
+    columns: Columns,
+    fix: str = "drop the key, or give a list as the data (--data FILE.csv)",
+) -> None:
+    """data.label_column and data.group_column name a list's columns: data of another `kind`, which labels and groups
+    its images its own way, refuses them, saying `fix`."""
+    for key, value in (("label_column", columns.label), ("group_column", columns.group)):
+        if value is not None:
+            raise DataError(f"{path}: data.{key}={value} names a list's column, but this data is {kind}; {fix}")
 
 
 def list_naming(root: Path, images: list[Path], sample: int = 16) -> tuple[Path, list[str], bool] | None:
@@ -204,24 +217,16 @@ def read_list(
     classes: list[str] | None = None,
     part: str | None = None,
     alone: bool = False,
-    label_column: str | None = None,
+    columns: Columns = Columns(),
 ) -> Split:
     """A CSV (path,label, with or without header) or JSONL ({"path": ..., "label": ...}) list; paths relative to the
     file. `classes`: train's, where this list is of another split (a CSV labels column's labels are told apart by
     them). `part`: of a list with a split column (`parts.split_tags`), the rows of that split; such a list read whole
     is an error. A list holding every split (`alone`, or with a split column) whose labels column gives each image
     one label is one class an image (fastai's `labels`), as no other list can label a split otherwise.
-    `label_column` (data.label_column) names the column of the labels where the header's names do not tell it."""
-    suffix = path.suffix.lower()
+    `columns` names the column of the labels where the header's names do not tell it, and that of each image's group."""
     text = _list_text(path)
-    joined, told = LABEL_SEPARATOR, ""
-    if suffix in (".jsonl", ".ndjson"):
-        rows, lines = _jsonl_rows(path, text, label_column)
-    elif suffix in (".csv", ".tsv", ".txt"):
-        delimiter = "\t" if suffix == ".tsv" else ","
-        rows, lines, joined, told = _csv_rows(path, text, delimiter, classes, label_column)
-    else:
-        raise DataError(f"{path}: unknown list format {suffix!r}; use .csv (path,label) or .jsonl")
+    rows, lines, joined, told = _list_rows(path, text, classes, columns.label)
     if not rows:
         raise DataError(f"{path}: the list is empty")
     if (alone or part) and isinstance(rows[0][1], tuple) and all(len(labels) == 1 for _, labels in rows):
@@ -233,6 +238,7 @@ def read_list(
     _refuse_repeats(path, located, lines)
     keep = _rows_of(path, part, split_tags(path, text, lines), len(rows))
     rows, paths = [rows[i] for i in keep], [located[i] for i in keep]
+    grouped = group_cells(path, text, [lines[i] for i in keep], columns.group)
     sets = [[class_name(label) for label in (labels if isinstance(labels, tuple) else [labels])] for _, labels in rows]
     sets, named = _named_indices(path, sets)
     names = sorted({label for labels in sets for label in labels}, key=label_order)
@@ -247,7 +253,11 @@ def read_list(
     said = (
         f"joined by {by} in the labels column of {path.name}, as no cell holds ';'" if joined != LABEL_SEPARATOR else ""
     )
-    read_as = f"{path.name}: {'; '.join(filter(None, (told, found, named)))}" if told or found or named else ""
+    column, groups, given = grouped or ("", None, False)
+    by = f"{len(set(groups))} {column!r} groups (data.group_column)" if given else ""
+    read_as = (
+        f"{path.name}: {'; '.join(filter(None, (told, found, named, by)))}" if told or found or named or by else ""
+    )
     return Split(
         labels=labels,
         class_names=names,
@@ -256,7 +266,23 @@ def read_list(
         selection="all" if part is None else f"the {part} rows of its split column",
         labels_read=said,
         read_as=read_as,
+        groups=None if groups is None else np.array(groups),
+        group_column=column,
+        grouped=given,
     )
+
+
+def _list_rows(
+    path: Path, text: str, classes: list[str] | None, label_column: str | None
+) -> tuple[list[tuple[str, str | tuple]], list[int], str | None, str]:
+    """(path, label) of each row of a CSV or JSONL list, the line each is on, what joins a CSV labels column's labels
+    and how its columns were told (`_csv_rows`)."""
+    suffix = path.suffix.lower()
+    if suffix in (".jsonl", ".ndjson"):
+        return (*_jsonl_rows(path, text, label_column), LABEL_SEPARATOR, "")
+    if suffix in (".csv", ".tsv", ".txt"):
+        return _csv_rows(path, text, "\t" if suffix == ".tsv" else ",", classes, label_column)
+    raise DataError(f"{path}: unknown list format {suffix!r}; use .csv (path,label) or .jsonl")
 
 
 CLASS_NAMES_FILE = "classes.txt"  # a class name a line, as beside tar shards: label i is line i

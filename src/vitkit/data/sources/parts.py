@@ -1,9 +1,13 @@
-"""A list's split column: which split each image of one list is in. `split` or `subset` names it (train; val,
-validation, valid or dev; test; any case), as datasets exported with their splits hold it; fastai's `is_valid`
-(`is_val`) marks validation images true. A `fold` column (k-fold cross-validation) names no split and is refused.
+"""A list's split and group columns: which split each image of one list is in, and which images belong together.
 
-`split_tags` reads the column of a list's text, line by line as the list's rows are; `lists.read_list` keeps the rows
-of one split, and `open_split` serves a list with such a column as a dataset with those splits."""
+`split` or `subset` names the split column (train; val, validation, valid or dev; test; any case), as datasets
+exported with their splits hold it; fastai's `is_valid` (`is_val`) marks validation images true. A `fold` column
+(k-fold cross-validation) names no split and is refused. A group column (data.group_column, or one named as
+GROUP_COLUMNS are) names what images belong together: HAM10000's lesion_id, ChestX-ray14's Patient ID.
+
+`split_tags` and `group_cells` read a column of a list's text, line by line as the list's rows are; `lists.read_list`
+keeps the rows of one split and each image's group, and `open_split` serves a list with a split column as a dataset
+with those splits."""
 
 from __future__ import annotations
 
@@ -19,6 +23,23 @@ SPLIT_COLUMNS = ("split", "subset")  # each line's split by name
 VALID_COLUMNS = ("is_valid", "is_val")  # fastai's: true for a validation image, false for a training one
 FOLD_COLUMNS = ("fold",)
 TRUE, FALSE = ("true", "1", "yes", "1.0"), ("false", "0", "no", "0.0", "")
+# columns that name an image's group where no key does (any case, spaces as _): a held-out cut by image puts images of
+# one group on both sides, which is warned of
+GROUP_COLUMNS = (
+    "lesion_id",
+    "patient_id",
+    "patientid",
+    "patient",
+    "subject_id",
+    "participant_id",
+    "case_id",
+    "study_id",
+    "person_id",
+    "individual_id",
+    "animal_id",
+    "specimen_id",
+    "group_id",
+)
 
 
 def split_column(names: list, where: str = "the list") -> tuple[str, bool] | None:
@@ -41,22 +62,55 @@ def split_column(names: list, where: str = "the list") -> tuple[str, bool] | Non
 def split_tags(path: Path, text: str, lines: list[int] | None = None) -> list[str] | None:
     """The split (SPLIT_NAMES' key) of each row of a list, the rows on `lines` of its `text` (None: every row); None
     where the list has no split column (a CSV's header or the first JSON object names none)."""
-    if path.suffix.lower() in (".jsonl", ".ndjson"):
-        cells = _jsonl_cells(text, str(path))
-    else:
-        cells = _csv_cells(text, "\t" if path.suffix.lower() == ".tsv" else ",", str(path))
+    cells = _column_cells(path, text, lambda names: split_column(names, str(path)))
     if cells is None:
         return None
     (name, marks), by_line = cells
     return [_split_of(by_line.get(line, ""), name, marks, f"{path}:{line}") for line in lines or sorted(by_line)]
 
 
-def _csv_cells(text: str, delimiter: str, where: str) -> tuple[tuple[str, bool], dict[int, str]] | None:
-    """The split column of a CSV list (its header's) and each line's cell in it; None without one, told from the
-    header alone (a list of a million lines is parsed whole only where it has one)."""
+def group_cells(path: Path, text: str, lines: list[int], column: str | None) -> tuple[str, list[str], bool] | None:
+    """(the group column's name, each row's group, whether `column` named it) of the rows on `lines` of a list:
+    the column `column` names (data.group_column, any case; a list without it is one error), else one named as
+    GROUP_COLUMNS are where some group holds several rows; None otherwise. An empty cell is a group of its image."""
+
+    def named(names: list) -> tuple[str] | None:
+        return next(((str(n),) for n in names if str(n).strip().lower() == column.strip().lower()), None)
+
+    cells = _column_cells(path, text, named if column is not None else _group_column)
+    if cells is None and column is not None:
+        raise DataError(f"{path}:1: no column {column!r} (data.group_column) in its header; name one it has")
+    if cells is None:
+        return None
+    (name, *_), by_line = cells
+    groups = [str(by_line.get(line, "")).strip() or f"\0line {line}" for line in lines]
+    if column is None and len(set(groups)) in (len(groups), 1):
+        return None  # a group an image, or all one: nothing a cut by image splits apart
+    return name.strip(), groups, column is not None
+
+
+def _group_column(names: list) -> tuple[str] | None:
+    """The first of a header's names that is one of GROUP_COLUMNS (any case, spaces as _), as a 1-tuple."""
+    return next(
+        ((str(n),) for n in names if str(n).strip().lower().replace(" ", "_") in GROUP_COLUMNS),
+        None,
+    )
+
+
+def _column_cells(path: Path, text: str, find) -> tuple[tuple, dict[int, object]] | None:
+    """A column of a list that `find` picks from its header's names (or the first JSON object's keys): what `find`
+    returned (the column's name first), and each line's cell in it; None where `find` picks none."""
+    if path.suffix.lower() in (".jsonl", ".ndjson"):
+        return _jsonl_cells(text, find)
+    return _csv_cells(text, "\t" if path.suffix.lower() == ".tsv" else ",", find)
+
+
+def _csv_cells(text: str, delimiter: str, find) -> tuple[tuple, dict[int, str]] | None:
+    """The column of a CSV list `find` picks from its header, and each line's cell in it; None without one, told
+    from the header alone (a list of a million lines is parsed whole only where it has one)."""
     try:
         header = next((row for row in csv.reader(text.splitlines()[:64], delimiter=delimiter) if row), None)
-        found = split_column(header, where) if header else None
+        found = find(header) if header else None
         if found is None:
             return None
         rows = [(n, row) for n, row in enumerate(csv.reader(text.splitlines(), delimiter=delimiter), 1) if row]
@@ -66,7 +120,7 @@ def _csv_cells(text: str, delimiter: str, where: str) -> tuple[tuple[str, bool],
     return found, {n: row[column] if column < len(row) else "" for n, row in rows[1:]}
 
 
-def _jsonl_cells(text: str, where: str) -> tuple[tuple[str, bool], dict[int, str]] | None:
+def _jsonl_cells(text: str, find) -> tuple[tuple, dict[int, object]] | None:
     found, cells = None, {}
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
@@ -76,7 +130,7 @@ def _jsonl_cells(text: str, where: str) -> tuple[tuple[str, bool], dict[int, str
         except (ValueError, RecursionError):  # reading the list names the line
             continue
         if found is None:
-            found = split_column(list(row), where) if isinstance(row, dict) else None
+            found = find(list(row)) if isinstance(row, dict) else None
             if found is None:
                 return None
         if isinstance(row, dict):  # other lines: reading the list names them
