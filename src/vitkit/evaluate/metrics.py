@@ -101,6 +101,46 @@ def evaluate(
     return result
 
 
+IMBALANCED = 2.0  # classes differing this much in size (largest / smallest scored) make top-1 lean to the large ones
+
+
+def class_balance(confusion: list[list[int]], class_names: list[str]) -> dict | None:
+    """Where the scored images' classes differ at least IMBALANCED-fold in size: the balanced top-1 (the mean of each
+    class's top-1, ISIC's "balanced multiclass accuracy"), how many times the largest class outnumbers the smallest,
+    and the share of the most common class (what always answering it scores); None otherwise."""
+    counts = [sum(row) for row in confusion]
+    scored = [(row[k] / n, n, k) for k, (row, n) in enumerate(zip(confusion, counts)) if n]
+    if len(scored) < 2 or max(n for _, n, _ in scored) < IMBALANCED * min(n for _, n, _ in scored):
+        return None
+    largest = max(range(len(counts)), key=counts.__getitem__)
+    return {
+        "balanced_top1": sum(recall for recall, _, _ in scored) / len(scored),
+        "classes": len(scored),
+        "spread": max(n for _, n, _ in scored) / min(n for _, n, _ in scored),
+        "majority_class": class_names[largest],
+        "majority_share": counts[largest] / sum(counts),
+    }
+
+
+def balance_lines(balance: dict | None, top1: float) -> list[str]:
+    """`class_balance` in words, for a line under the `top1` it qualifies, and a warning where `top1` is no better
+    than always answering the most common class; [] where the classes are alike in size (`balance` None)."""
+    if balance is None:
+        return []
+    common, share = balance["majority_class"], balance["majority_share"]
+    line = (
+        f"balanced top-1 {balance['balanced_top1']:.4f} (the mean of the {balance['classes']} classes' top-1: they "
+        f"differ up to {balance['spread']:.0f}x in size); always answering {common!r}, the most common, scores {share:.4f}"
+    )
+    if top1 > share:
+        return [line]
+    return [
+        line,
+        f"warning    top-1 {top1:.4f} is no better than always answering {common!r} ({share:.4f}): the model has "
+        "learned little of the other classes; see the balanced top-1, and train longer or on more of them",
+    ]
+
+
 # -- multi-label: a set of classes per image, scored by ranking and by a threshold ---------------
 THRESHOLD = 0.5  # a label is predicted where its sigmoid probability is at least this
 # what --threshold may be, for every command that takes one (a request's field metadata)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vitkit.evaluate.baseline import compared_lines
+from vitkit.evaluate.metrics import balance_lines, class_balance
 from vitkit.evaluate.provenance import picked_on, scored_against_training
 from vitkit.evaluate.requests import EvalRequest
 
@@ -348,6 +349,8 @@ def _result(
         "loss": metrics["loss"],
         "per_class": dict(zip(class_names, metrics["per_class"])),
         "per_class_n": dict(zip(class_names, [sum(row) for row in metrics["confusion"]])),
+        # classes of unlike sizes: the balanced top-1 and what the most common class alone scores
+        "balance": class_balance(metrics["confusion"], class_names),
         "confusion_png": None if unwritten else str(png),
         "precision": runner.description,
         **({"unreadable": [{"path": p, "error": e} for p, e in bad.files.items()]} if len(bad) else {}),
@@ -372,6 +375,7 @@ def _lines(
             f"against fp32 on the same {metrics['n']} {which} images: fp32 top-1 {metrics['reference_top1']:.4f}, "
             f"difference {100 * metrics['top1_delta']:+.2f} points, same prediction on {100 * metrics['agreement']:.2f}%"
         )
+    lines += balance_lines(result["balance"], metrics["top1"])
     width = max(len(n) for n in class_names)
     counts = result["per_class_n"]
     for name, acc in result["per_class"].items():

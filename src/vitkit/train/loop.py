@@ -30,6 +30,7 @@ from vitkit.data.summary import data_format
 from vitkit.devices import compile_cache_by_isa, compute_threads
 from vitkit.errors import CheckpointError, ConfigError
 from vitkit.evaluate.baseline import compared, compared_lines, fit_and_score, fitted_line, skipped_because, stem_advice
+from vitkit.evaluate.metrics import balance_lines, class_balance
 from vitkit.files import LOCK_NAME, WriteError, atomic_path, exclusive, write_json
 from vitkit.kernels import float8, short_attention
 from vitkit.models import VisionTransformer, build_model
@@ -534,7 +535,10 @@ def _finish(
     rows = read_metrics(out)
     summary = _summary(config, out, env, data, run, val_metrics, rows)
     write_json(out / "summary.json", summary)
-    for line in compared_lines(summary["baseline"]) if summary["baseline"] else []:
+    lines = compared_lines(summary["baseline"]) if summary["baseline"] else []
+    # under the val top-1 the baseline's line gives, before its warning
+    lines[1:1] = balance_lines(summary["final_val_balance"], summary["final_val_top1"])
+    for line in lines:
         print(line, flush=True)
     figures = _plot(config, out, data, run, rows, summary["unreadable"], val_metrics) if config.train.figures else []
     log.artifacts(figures, out / "final", config.train.steps)
@@ -551,6 +555,10 @@ def _summary(
         "final_val_top1": val_metrics.get("top1"),
         "final_val_top5": val_metrics.get("top5"),
         **{f"final_val_{k}": val_metrics.get(k) for k in run.objective.also_logged},  # multi-label: map, f1
+        # classes of unlike sizes: the balanced top-1 and what the most common class alone scores (None otherwise)
+        "final_val_balance": class_balance(val_metrics["confusion"], data.class_names)
+        if "confusion" in val_metrics
+        else None,
         "best_val_top1": progress["best_val_top1"],
         "best_step": progress["best_step"],
         "val_split": config.data.val_split,
