@@ -217,18 +217,19 @@ def test_a_caption_beside_each_image_is_no_label(tmp_path):
         open_split(tmp_path / "captions.csv", "train", channels=3, val_fraction=0.0)
 
 
-def test_images_named_by_class_without_class_folders_get_a_hint_to_make_them(tmp_path, vitkit_cmd):
+def test_images_named_by_class_without_class_folders_get_a_hint_to_read_them_so(tmp_path, vitkit_cmd):
     """Kaggle's Dogs vs. Cats: train/cat.0.jpg, train/dog.1.jpg ...: one class as a folder, and the error says how."""
     write_images(tmp_path / "dvc" / "train", [f"{('cat', 'dog')[i % 2]}.{i}" for i in range(12)])
     done = vitkit_cmd("train", "--data", tmp_path / "dvc", "--out", tmp_path / "run", "model.name=vit_test")
-    train = tmp_path / "dvc" / "train"
     assert done.returncode == 2 and done.stderr.count("\n") == 1
     assert (
-        f"their names start with 2 words (cat, dog): to use them as classes, put each image in a folder of its word (mkdir {train / 'cat'} && mv {train}/cat.* {train / 'cat'}/"
+        "their names start with 2 classes (cat, dog) and a number: data.name_pattern='^(.*)\\.\\d+\\.' reads them so"
         in done.stderr
     )
     assert classes_in_names([tmp_path / f"{i}.jpg" for i in range(5)]) == ""  # numbers are no classes
-    assert classes_in_names([tmp_path / "a.1.jpg", tmp_path / "a.2.jpg"]) == ""  # one word
+    assert classes_in_names([tmp_path / "a.1.jpg", tmp_path / "a.2.jpg"]) == ""  # one class
+    assert classes_in_names([tmp_path / "cat.1.jpg", tmp_path / "dog_2.jpg"]) == ""  # one image a class
+    assert classes_in_names([tmp_path / "cat_fluffy.jpg", tmp_path / "cat_tabby.jpg"]) == ""  # no number
 
 
 def test_one_class_stops_a_fitted_run_before_its_recipe_is_said(tmp_path, vitkit_cmd):

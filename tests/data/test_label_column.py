@@ -12,7 +12,7 @@ import pytest
 from PIL import Image
 
 from vitkit.data.sources import open_split
-from vitkit.data.sources.lists import Columns
+from vitkit.data.sources.lists import Labelling
 from vitkit.data.split import grouped_split
 from vitkit.errors import DataError
 from vitkit.train.finetune_setup import checkpoint_data
@@ -38,7 +38,7 @@ def ham10000(root, n=18):
 
 def test_label_column_names_the_column_of_the_labels(tmp_path):
     listed, ids = ham10000(tmp_path)
-    split = open_split(listed, "train", channels=3, val_fraction=0.0, columns=Columns(label="DX"))
+    split = open_split(listed, "train", channels=3, val_fraction=0.0, labelling=Labelling(label_column="DX"))
     assert split.class_names == sorted(DX)
     assert [split.class_names[i] for i in split.labels] == [DX[i % 3] for i in range(len(ids))]
     assert [p.stem for p in split.paths] == ids
@@ -51,9 +51,9 @@ def test_label_column_names_the_column_of_the_labels(tmp_path):
 def test_a_column_the_list_lacks_or_its_image_column_is_one_error_naming_its_columns(tmp_path):
     listed, _ = ham10000(tmp_path)
     with pytest.raises(DataError, match=r"metadata.csv:1: no column 'diagnosis' \(data.label_column\); its names: "):
-        open_split(listed, "train", channels=3, val_fraction=0.0, columns=Columns(label="diagnosis"))
+        open_split(listed, "train", channels=3, val_fraction=0.0, labelling=Labelling(label_column="diagnosis"))
     with pytest.raises(DataError, match=r"data.label_column=image_id names its image column"):
-        open_split(listed, "train", channels=3, val_fraction=0.0, columns=Columns(label="image_id"))
+        open_split(listed, "train", channels=3, val_fraction=0.0, labelling=Labelling(label_column="image_id"))
 
 
 def test_class_folders_that_a_list_beside_them_names_are_said_with_how_to_read_the_list(tmp_path):
@@ -69,7 +69,7 @@ def test_class_folders_that_a_list_beside_them_names_are_said_with_how_to_read_t
         f"them by it, --data {listed} data.label_column=COLUMN"
     ]
     with pytest.raises(DataError, match=rf"is class folders; give the list as the data \(--data {listed}\)"):
-        open_split(tmp_path, "train", channels=3, val_fraction=0.0, columns=Columns(label="dx"))
+        open_split(tmp_path, "train", channels=3, val_fraction=0.0, labelling=Labelling(label_column="dx"))
 
 
 def test_class_folders_without_a_list_naming_their_images_are_read_without_a_word(tmp_path, recwarn):
@@ -94,14 +94,18 @@ def test_a_labels_column_named_by_the_key_holds_sets_where_a_cell_joins_labels(t
             + [[f"images/{i:08d}_000.png", findings[i], 50] for i in range(4)]
         )
     split = open_split(
-        tmp_path / "entries.csv", "train", channels=3, val_fraction=0.0, columns=Columns(label="finding labels")
+        tmp_path / "entries.csv",
+        "train",
+        channels=3,
+        val_fraction=0.0,
+        labelling=Labelling(label_column="finding labels"),
     )
     assert split.class_names == ["Effusion", "Mass", "No Finding"]
     assert split.labels.tolist() == [[1, 1, 0], [0, 0, 1], [0, 1, 0], [1, 0, 0]]
     lines = [json.dumps({"file_name": f"images/{i:08d}_000.png", "findings": findings[i].split("|")}) for i in range(4)]
     (tmp_path / "entries.jsonl").write_text("\n".join(lines) + "\n")
     split = open_split(
-        tmp_path / "entries.jsonl", "train", channels=3, val_fraction=0.0, columns=Columns(label="findings")
+        tmp_path / "entries.jsonl", "train", channels=3, val_fraction=0.0, labelling=Labelling(label_column="findings")
     )
     assert split.labels.tolist() == [[1, 1, 0], [0, 0, 1], [0, 1, 0], [1, 0, 0]]
 
@@ -113,7 +117,7 @@ def test_lists_by_split_read_the_named_column_in_each(tmp_path):
         with open(tmp_path / "ham" / f"{name}.csv", "w", newline="") as f:
             csv.writer(f).writerows([rows[0], *part])
     listed.unlink()
-    val = open_split(tmp_path / "ham", "val", channels=3, columns=Columns(label="dx"))
+    val = open_split(tmp_path / "ham", "val", channels=3, labelling=Labelling(label_column="dx"))
     assert len(val) == len(ids) - 12 and val.class_names == sorted(DX)
 
 
@@ -125,7 +129,7 @@ def test_data_labelled_its_own_way_refuses_the_key(tmp_path):
         header = bytes([0, 0, 0x08, array.ndim]) + struct.pack(f">{array.ndim}I", *array.shape)
         (tmp_path / name).write_bytes(header + array.tobytes())
     with pytest.raises(DataError, match=r"data.label_column=dx names a list's column, but this data is IDX files"):
-        open_split(tmp_path, "train", channels=1, columns=Columns(label="dx"))
+        open_split(tmp_path, "train", channels=1, labelling=Labelling(label_column="dx"))
 
 
 def test_a_run_on_the_key_records_it_and_eval_reads_the_list_so_again(tmp_path, vitkit_cmd, tiny_run):
@@ -165,13 +169,15 @@ def test_a_parquet_file_reads_the_class_label_column_the_key_names(tmp_path):
     table = table.replace_schema_metadata({"huggingface": json.dumps({"info": {"features": features}})})
     pq.write_table(table, tmp_path / "train-00000-of-00001.parquet")
     assert open_split(tmp_path, "train", channels=3, val_fraction=0.0).class_names == fine
-    split = open_split(tmp_path, "train", channels=3, val_fraction=0.0, columns=Columns(label="Coarse_Label"))
+    split = open_split(
+        tmp_path, "train", channels=3, val_fraction=0.0, labelling=Labelling(label_column="Coarse_Label")
+    )
     assert split.class_names == coarse and split.labels.tolist() == [2 - i % 3 for i in range(6)]
     with pytest.raises(
         DataError,
         match=r"no column 'superclass' beside the images \(data.label_column\); its columns: img, fine_label, coarse_label",
     ):
-        open_split(tmp_path, "train", channels=3, val_fraction=0.0, columns=Columns(label="superclass"))
+        open_split(tmp_path, "train", channels=3, val_fraction=0.0, labelling=Labelling(label_column="superclass"))
 
 
 def test_tar_shards_refuse_the_key(tmp_path):
@@ -181,7 +187,7 @@ def test_tar_shards_refuse_the_key(tmp_path):
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
     with pytest.raises(DataError, match=r"names a list's column, but this data is tar shards"):
-        open_split(tmp_path, "train", channels=3, columns=Columns(label="dx"))
+        open_split(tmp_path, "train", channels=3, labelling=Labelling(label_column="dx"))
 
 
 def test_a_group_column_holds_out_whole_groups_and_a_cut_by_image_that_splits_them_is_warned_of(tmp_path):
@@ -192,18 +198,22 @@ def test_a_group_column_holds_out_whole_groups_and_a_cut_by_image_that_splits_th
         UserWarning,
         match=r"(\d+) of the 4 held-out val images share their lesion_id with a training image .*; data.group_column=lesion_id holds out whole groups",
     ):
-        open_split(listed, "val", channels=3, val_fraction=0.1, columns=Columns(label="dx"))
+        open_split(listed, "val", channels=3, val_fraction=0.1, labelling=Labelling(label_column="dx"))
     cut = {}
     for split in ("train", "val"):
         cut[split] = open_split(
-            listed, split, channels=3, val_fraction=0.25, columns=Columns(label="dx", group="LESION_ID")
+            listed,
+            split,
+            channels=3,
+            val_fraction=0.25,
+            labelling=Labelling(label_column="dx", group_column="LESION_ID"),
         )
     train, val = ({lesions[p.stem] for p in cut[s].paths} for s in ("train", "val"))
     assert train and val and not train & val and len(cut["train"]) + len(cut["val"]) == 40
     assert cut["val"].selection == "0.25 held out by class, whole lesion_id groups (seed 0)"
     assert cut["train"].read_as.endswith("; 20 'lesion_id' groups (data.group_column)")
     with pytest.raises(DataError, match=r"metadata.csv:1: no column 'patient' \(data.group_column\)"):
-        open_split(listed, "train", channels=3, columns=Columns(label="dx", group="patient"))
+        open_split(listed, "train", channels=3, labelling=Labelling(label_column="dx", group_column="patient"))
 
 
 def test_grouped_split_keeps_groups_whole_and_each_seed_cuts_the_same(tmp_path):
@@ -223,7 +233,9 @@ def test_a_jsonl_list_groups_by_its_key_and_a_group_an_image_says_nothing(tmp_pa
         Image.new("RGB", (8, 8), (20 * i, 0, 0)).save(folder / f"{i}.png")
     rows = [{"file_name": f"img/{i}.png", "label": "ab"[i % 2], "patient_id": i // 4} for i in range(12)]
     (tmp_path / "list.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    val = open_split(tmp_path / "list.jsonl", "val", channels=3, val_fraction=0.34, columns=Columns(group="patient_id"))
+    val = open_split(
+        tmp_path / "list.jsonl", "val", channels=3, val_fraction=0.34, labelling=Labelling(group_column="patient_id")
+    )
     assert len({int(p.stem) // 4 for p in val.paths}) == len(val) // 4 and len(val) % 4 == 0
     rows = [{**r, "patient_id": i} for i, r in enumerate(rows)]
     (tmp_path / "list.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))

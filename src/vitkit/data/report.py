@@ -49,11 +49,24 @@ def summary_lines(s: dict, opened: dict) -> list[str]:
             if s.get("multi_label")
             else ""
         ),
+        *_named_hint(opened),
         *(_split_line(split, row) for split, row in s["splits"].items()),
         *(f"read     {note}" for note in s.get("read_as", [])),
         *_size_lines(s["sizes"]),
     ]
     return lines + _copies_lines(s, opened)
+
+
+def _named_hint(opened: dict) -> list[str]:
+    """Images without class folders (one class, "unlabeled") whose names start with their classes: the note that says
+    so, with the data.name_pattern that reads them."""
+    from vitkit.data.sources.folder import classes_in_names
+
+    train = opened.get("train")
+    if isinstance(train, str) or train is None or train.class_names != ["unlabeled"] or not train.paths:
+        return []
+    hint = classes_in_names(train.paths)
+    return [f"note     one class ('unlabeled': images without class folders): {hint[2:]}"] if hint else []
 
 
 def _split_line(split: str, row: dict) -> str:

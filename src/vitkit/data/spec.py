@@ -23,7 +23,7 @@ from vitkit.paths import local_path
 
 from .copies import training_twins
 from .sources import idx, open_split
-from .sources.lists import Columns
+from .sources.lists import Labelling
 from .sources.synthetic import synthetic
 from .split import MissingSplit, Split, described, first_of, same_images
 
@@ -62,6 +62,7 @@ class DataSpec:
     train_images: int | None = None  # only the first N of a seeded order of the training split (nested across N)
     label_column: str | None = None  # a list's column of the labels, where its header's names do not tell it
     group_column: str | None = None  # a list's column of each image's group: val is held out by whole groups
+    name_pattern: str | None = None  # a regular expression whose first group in a loose image's file name is its class
     synthetic_size: int = 512
     synthetic_classes: int = 10
     # (checkpoint, its record of each split's images, its val_fraction) where this is the data it trained on: a
@@ -161,7 +162,7 @@ class DataSpec:
                 val_fraction=self.val_fraction,
                 seed=self.split_seed,
                 rule=self.split_rule,
-                columns=Columns(label=self.label_column, group=self.group_column),
+                labelling=Labelling(self.label_column, self.group_column, self.name_pattern),
             )
         except MissingSplit as err:
             if flag is None:

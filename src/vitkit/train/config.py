@@ -59,6 +59,9 @@ class DataConfig:
     # whole groups, so that no group has images in both train and val. None: by image, with a warning where a
     # column such as lesion_id or patient_id puts images of one group on both sides
     group_column: str | None = None
+    # a regular expression whose first group in the file name of an image without a class folder is its class
+    # (fastai's from_name_re): Oxford-IIIT Pet's images/Abyssinian_12.jpg with '^(.*)_\d+\.'
+    name_pattern: str | None = None
     # image files up to this size are decoded once and kept on the device (not with augment.crop=rrc)
     memory_mb: float = field(default=4096.0, metadata=limits(positive=True))
     # square size files are kept at for augment.crop=pad|none (None: image size); rrc crops the whole image

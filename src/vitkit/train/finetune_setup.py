@@ -13,6 +13,7 @@ CUT_KEYS = (
     "split_rule",
     "label_column",
     "group_column",
+    "name_pattern",
 )  # how a checkpoint's data was read and split into train and val
 CUTTING = (
     "data.val_fraction",

@@ -22,14 +22,14 @@ from . import idx
 from .folder import class_dirs, folder_classes, read_folder
 from .lists import (
     METADATA_LISTS,
-    Columns,
+    Labelling,
     UnlabelledList,
     list_parts,
     listed_split,
     metadata_file,
     on_train_classes,
     read_list,
-    refuse_columns,
+    refuse_labelling,
     split_lists,
 )
 from .shards import is_sharded, names_splits, open_sharded, refuse_compressed
@@ -95,15 +95,16 @@ def open_split(
     val_fraction: float = 0.1,
     seed: int = 0,
     rule: str = "stratified",
-    columns: Columns = Columns(),
+    labelling: Labelling = Labelling(),
 ) -> Split:
     """Open `split` ("train", "val" or "test") of the dataset at `path` (None: Fashion-MNIST's default place); a val
-    split the data does not have is held out of its training images by `rule` (split.SPLIT_RULES). `columns`: a
-    list's columns the data config names (data.label_column, data.group_column), for data read from a list."""
+    split the data does not have is held out of its training images by `rule` (split.SPLIT_RULES). `labelling`:
+    how the data config says to read labels and groups the data does not tell (data.label_column, data.group_column,
+    data.name_pattern)."""
     if split not in SPLITS:
         raise DataError(f"data split {split!r}: expected one of {', '.join(SPLITS)}")
     if path is not None and is_sharded(path):
-        return open_sharded(path, split, val_fraction=val_fraction, seed=seed, rule=rule, columns=columns)
+        return open_sharded(path, split, val_fraction=val_fraction, seed=seed, rule=rule, labelling=labelling)
     if path is not None:
         refuse_compressed(path)
     root = idx.default_dir() if path is None else Path(path)
@@ -113,32 +114,32 @@ def open_split(
     if root.is_file():
         _refuse_archive(root)
         if parts := list_parts(root):
-            return _listed_part(root, parts, split, (val_fraction, seed, rule), columns)
+            return _listed_part(root, parts, split, (val_fraction, seed, rule), labelling)
         if split == "test":
             raise _missing(root, split, val_fraction)
-        return held_out(read_list(root, alone=True, columns=columns), split, val_fraction, seed, rule)
+        return held_out(read_list(root, alone=True, labelling=labelling), split, val_fraction, seed, rule)
     if idx.is_idx_dir(root):
-        refuse_columns(root, "IDX files, labelled their own way", columns)
+        refuse_labelling(root, "IDX files, labelled their own way", labelling)
         return idx.open_idx(root, split, channels, val_fraction, seed, rule)
     split_dirs = split_folders(root)
     if split_dirs:
-        return _folder_split(root, split_dirs, split, (val_fraction, seed, rule), columns)
+        return _folder_split(root, split_dirs, split, (val_fraction, seed, rule), labelling)
     if lists := split_lists(root):
-        return _split_of_lists(root, lists, split, (val_fraction, seed, rule), columns)
+        return _split_of_lists(root, lists, split, (val_fraction, seed, rule), labelling)
     if path is None:
         raise DataError(idx.missing_message(root))
     if split == "test":  # a flat folder or a list has no images kept apart for testing
         raise _missing(root, split, val_fraction)
-    return held_out(read_folder(root, columns=columns), split, val_fraction, seed, rule)
+    return held_out(read_folder(root, labelling=labelling), split, val_fraction, seed, rule)
 
 
 def _split_of_lists(
-    root: Path, lists: dict[str, Path], split: str, cut: tuple[float, int, str], columns: Columns
+    root: Path, lists: dict[str, Path], split: str, cut: tuple[float, int, str], labelling: Labelling
 ) -> Split:
     """`split` of a folder of lists by split (train.csv, val.csv ...); `cut`: (val_fraction, seed, rule) of a val
     held out of train's."""
     try:
-        part = listed_split(lists, split, *cut, columns=columns)
+        part = listed_split(lists, split, *cut, labelling=labelling)
     except UnlabelledList:
         if split == "train":
             raise
@@ -152,23 +153,23 @@ def _split_of_lists(
     return part
 
 
-def _listed_part(root: Path, parts: list[str], split: str, cut: tuple[float, int, str], columns: Columns) -> Split:
+def _listed_part(root: Path, parts: list[str], split: str, cut: tuple[float, int, str], labelling: Labelling) -> Split:
     """`split` of a list with a split column (`parts`: the splits it names): its rows of that split, val held out of
     train's where it names no val, val and test labelled by train's classes."""
     if "train" not in parts:
         raise DataError(f"{root}: its split column names no training image; mark the images to train on train")
     holds_out = "val" not in parts and cut[0] > 0.0
-    train = read_list(root, part="train", columns=columns)
+    train = read_list(root, part="train", labelling=labelling)
     if split == "train" or split == "val" and holds_out:
         return held_out(train, split, *cut) if holds_out else train
     if split not in parts:
         raise _missing(root, split, cut[0])
-    listed = read_list(root, train.class_names, part=split, columns=columns)
+    listed = read_list(root, train.class_names, part=split, labelling=labelling)
     return on_train_classes(listed, train.class_names, str(root))
 
 
 def _folder_split(
-    root: Path, split_dirs: dict[str, Path], split: str, cut: tuple[float, int, str], columns: Columns
+    root: Path, split_dirs: dict[str, Path], split: str, cut: tuple[float, int, str], labelling: Labelling
 ) -> Split:
     """`split` of a folder of split folders (train/, val/, test/): its own folder, or held out of train/; `cut`:
     (val_fraction, seed, rule) of that hold-out."""
@@ -176,10 +177,10 @@ def _folder_split(
     holds_out = "train" in split_dirs and "val" not in split_dirs and cut[0] > 0.0
     if split in split_dirs and not (split == "train" and holds_out):
         reference = split_dirs.get("train") if split != "train" else None  # val/test must hold train's classes
-        classes = folder_classes(reference, columns) if reference else None
-        return read_folder(split_dirs[split], classes=classes, columns=columns)
+        classes = folder_classes(reference, labelling) if reference else None
+        return read_folder(split_dirs[split], classes=classes, labelling=labelling)
     if "train" in split_dirs and split != "test":
-        return held_out(read_folder(split_dirs["train"], columns=columns), split, *cut)
+        return held_out(read_folder(split_dirs["train"], labelling=labelling), split, *cut)
     raise _missing(root, split, cut[0])
 
 

@@ -14,8 +14,8 @@ import torch
 from vitkit.errors import DataError
 
 from ..images import image_files, is_hidden, is_image_file
-from ..split import Split, class_name
-from .lists import Columns, list_naming, metadata_file, on_train_classes, read_list, refuse_columns
+from ..split import Split, class_name, label_order
+from .lists import Labelling, list_naming, metadata_file, on_train_classes, read_list, refuse_labelling
 from .shards import is_sharded
 
 
@@ -39,25 +39,33 @@ def metadata_list(root: Path) -> Path | None:
     return None if class_dirs(root) else metadata_file(root)
 
 
-def folder_classes(root: Path, columns: Columns = Columns()) -> list[str]:
+def folder_classes(root: Path, labelling: Labelling = Labelling()) -> list[str]:
     """The classes of a training folder: its class folders, or the labels of its metadata list."""
     metadata = metadata_list(root)
     if metadata:
-        return read_list(metadata, columns=columns).class_names
+        return read_list(metadata, labelling=labelling).class_names
+    if labelling.name_pattern is not None and not class_dirs(root):
+        return _named_by_pattern(root, None, labelling.name_pattern).class_names
     return [class_name(n) for n in class_dirs(root)]
 
 
-def read_folder(root: Path, classes: list[str] | None = None, columns: Columns = Columns()) -> Split:
+def read_folder(root: Path, classes: list[str] | None = None, labelling: Labelling = Labelling()) -> Split:
     """root/<class>/**/<image>; classes in sorted order. `classes` (train's) must be exactly the folders found.
 
     Images directly in root, without class folders, are labelled by a metadata.csv or metadata.jsonl beside them
-    (file_name,label: Hugging Face's imagefolder; its columns as `columns` names them), else are one class
-    "unlabeled" (self-supervised pre-training, train.objective=masked_patch, needs no labels)."""
+    (file_name,label: Hugging Face's imagefolder; its columns as `labelling` names them), else by their names where
+    `labelling.name_pattern` is given, else are one class "unlabeled" (self-supervised pre-training,
+    train.objective=masked_patch, needs no labels)."""
     found = class_dirs(root)
     if not found and (metadata := metadata_file(root)):
-        return _read_metadata(root, metadata, classes, columns)
-    if columns != Columns():
-        _refuse_columns(root, columns, found)
+        return _read_metadata(root, metadata, classes, labelling)
+    if labelling.label_column is not None or labelling.group_column is not None:
+        _refuse_columns(root, labelling, found)
+    if labelling.name_pattern is not None:
+        if found:
+            pattern = Labelling(name_pattern=labelling.name_pattern)
+            refuse_labelling(root, f"class folders ({', '.join(found[:3])})", pattern)
+        return _named_by_pattern(root, classes, labelling.name_pattern)
     if not found and (loose := _loose_images(root, classes)):
         return loose
     names = [class_name(n) for n in found]
@@ -75,15 +83,22 @@ def read_folder(root: Path, classes: list[str] | None = None, columns: Columns =
     if not paths:
         _refuse_no_images(root, found)
     if empty and classes is None:  # an empty training class could never be learned (in val it is only unscored)
+        held = [name for name in found if name not in empty]
+        if len(held) == 1:  # Oxford-IIIT Pet: images/ of loose images beside annotations/, not class folders
+            raise DataError(
+                f"{root}: read as class folders, but only {held[0]}/ of its {len(found)} folders holds images "
+                f"({', '.join(f'{n}/' for n in empty[:3])} none): give {root / held[0]} as the data if those are the "
+                "images"
+            )
         raise DataError(f"{root / empty[0]}: empty class folder (no image files); add images or remove the folder")
     if classes is None:
         _warn_listed(root, names, paths)
     return Split(labels=torch.tensor(labels, dtype=torch.long), class_names=names, paths=paths, source=str(root))
 
 
-def _read_metadata(root: Path, metadata: Path, classes: list[str] | None, columns: Columns) -> Split:
+def _read_metadata(root: Path, metadata: Path, classes: list[str] | None, labelling: Labelling) -> Split:
     """The images of a folder without class folders that its metadata list labels, on train's `classes` if given."""
-    listed = read_list(metadata, classes, columns=columns)
+    listed = read_list(metadata, classes, labelling=labelling)
     named = {os.path.abspath(p) for p in listed.paths}
     unlisted = [p for p in root.iterdir() if p.is_file() and is_image_file(p) and os.path.abspath(p) not in named]
     if unlisted:  # as Hugging Face's imagefolder reads it: only what the list labels; said, not silent
@@ -93,6 +108,43 @@ def _read_metadata(root: Path, metadata: Path, classes: list[str] | None, column
             f"(e.g. {unlisted[0].name}); label {them} there to use {them}"
         )
     return listed if classes is None else on_train_classes(listed, classes, str(root.parent / "train"))
+
+
+def _named_by_pattern(root: Path, classes: list[str] | None, pattern: str) -> Split:
+    """The images directly in a folder without class folders, each of the class the first group of `pattern`
+    (data.name_pattern) finds in its file's name (fastai's from_name_re); on train's `classes` where given. A name it
+    does not match is one error, as is a pattern without a group."""
+    try:
+        compiled = re.compile(pattern)
+    except re.error as err:
+        raise DataError(
+            f"data.name_pattern: '{pattern}' is no regular expression ({err}); e.g. '^(.*)_\\d+\\.'"
+        ) from None
+    if compiled.groups < 1:
+        raise DataError(
+            f"data.name_pattern: '{pattern}' has no group; put ( ) around the class in a name: '^(.*)_\\d+\\.'"
+        )
+    loose = sorted(p for p in root.iterdir() if p.is_file() and is_image_file(p))
+    found = [compiled.search(p.name) for p in loose]
+    missed = [p for p, match in zip(loose, found) if match is None or not match.group(1)]
+    if not loose or missed:
+        some = f"{len(missed)} of its {len(loose)} images" if loose else "no image directly in it"
+        raise DataError(
+            f"{root}: data.name_pattern='{pattern}' names no class in {some}"
+            + (f" (e.g. {missed[0].name})" if missed else "")
+            + "; fix the pattern, or move those images out"
+        )
+    named = [class_name(match.group(1)) for match in found]
+    names = sorted(set(named), key=label_order)
+    index = {name: i for i, name in enumerate(names)}
+    split = Split(
+        labels=torch.tensor([index[name] for name in named], dtype=torch.long),
+        class_names=names,
+        paths=loose,
+        source=str(root),
+        read_as=f"{root.name}/: {len(names)} classes from the file names by data.name_pattern='{pattern}'",
+    )
+    return split if classes is None else on_train_classes(split, classes, str(root.parent / "train"))
 
 
 def _loose_images(root: Path, classes: list[str] | None) -> Split | None:
@@ -112,14 +164,14 @@ def _loose_images(root: Path, classes: list[str] | None) -> Split | None:
     )
 
 
-def _refuse_columns(root: Path, columns: Columns, found: list[str]) -> None:
+def _refuse_columns(root: Path, labelling: Labelling, found: list[str]) -> None:
     """data.label_column and data.group_column name a list's columns: a folder read without a list refuses them,
     naming the list beside its class folders that names their images, where one does."""
     beside = list_naming(root, [p for name in found for p in image_files(root / name)]) if found else None
-    refuse_columns(
+    refuse_labelling(
         root,
         "class folders" if found else "images without a list",
-        columns,
+        labelling,
         f"give the list as the data (--data {beside[0] if beside else 'FILE.csv'})",
     )
 
@@ -162,19 +214,23 @@ def _refuse_no_images(root: Path, found: list[str]) -> None:
     )
 
 
+NUMBERED = re.compile(r"^(.+?)([._\- ]?)\d+$")  # a file name's stem as <class><separator><number>: cat.0, Abyssinian_12
+
+
 def classes_in_names(paths: list[Path], most: int = 100) -> str:
-    """Where images without class folders are named by class (Kaggle's cat.0.jpg, dog.1.jpg): a hint that says so and
-    how to make the folders; "" where their names start with one word, with more than `most` words, or with a word
-    only one image has."""
+    """Where images without class folders are named by class (Kaggle's cat.0.jpg, Oxford-IIIT Pet's
+    american_bulldog_10.jpg): a hint that says so and gives the data.name_pattern that reads them; "" where their
+    names are not a class and a number each, start with one class or more than `most`, or with one only one image has."""
     if not all(isinstance(p, (str, os.PathLike)) for p in paths):  # records of shards name no files
         return ""
-    words = Counter(re.split(r"[._\- ]", Path(p).stem, maxsplit=1)[0].lower() for p in paths)
-    if not 2 <= len(words) <= most or min(words.values()) < 2 or any(word.isdigit() for word in words):
+    found = [NUMBERED.match(Path(p).stem) for p in paths]
+    if not found or any(match is None for match in found):
         return ""
-    first = sorted(words)[0]
-    folder = Path(paths[0]).parent
+    words = Counter(match.group(1) for match in found)
+    marks = {match.group(2) for match in found}
+    if not 2 <= len(words) <= most or min(words.values()) < 2 or len(marks) > 1 or any(w.isdigit() for w in words):
+        return ""
+    mark = re.escape(marks.pop())
+    pattern = f"^(.*){mark}\\d+\\." if mark else "^(.*?)\\d+\\."
     shown = ", ".join(sorted(words)[:4]) + (" ..." if len(words) > 4 else "")
-    return (
-        f"; their names start with {len(words)} words ({shown}): to use them as classes, put each image in a folder "
-        f"of its word (mkdir {folder / first} && mv {folder}/{first}.* {folder / first}/, and so for each)"
-    )
+    return f"; their names start with {len(words)} classes ({shown}) and a number: data.name_pattern='{pattern}' reads them so"

@@ -83,11 +83,14 @@ _COLUMN_NAMES = (
 
 
 @dataclass(frozen=True)
-class Columns:
-    """A list's columns that the data config names where its header's names do not tell them."""
+class Labelling:
+    """How the data config says to read labels and groups that the data does not tell."""
 
-    label: str | None = None  # data.label_column: each image's class (HAM10000's dx)
-    group: str | None = None  # data.group_column: images that belong together, held out whole (HAM10000's lesion_id)
+    label_column: str | None = None  # a list's column of each image's class (HAM10000's dx)
+    group_column: str | None = None  # a list's column of images that belong together, held out whole (lesion_id)
+    # a regular expression whose first group in an image file's name is its class (fastai's from_name_re), for images
+    # without class folders or a list: Oxford-IIIT Pet's Abyssinian_12.jpg
+    name_pattern: str | None = None
 
 
 class UnlabelledList(DataError):
@@ -115,19 +118,19 @@ def listed_split(
     val_fraction: float,
     seed: int,
     rule: str = "stratified",
-    columns: Columns = Columns(),
+    labelling: Labelling = Labelling(),
 ) -> Split | None:
     """`split` of a dataset held as one list per split: train.csv (val held out of it where there is no val list)
     and, for val and test, their lists with labels numbered by train's classes (a class train lacks is an error).
     None where the dataset has no such split (a test split without its list)."""
-    train = read_list(lists["train"], columns=columns)
+    train = read_list(lists["train"], labelling=labelling)
     if split == "train" and "val" in lists:
         return train
     if split == "train" or split == "val" and "val" not in lists:
         return held_out(train, split, val_fraction, seed, rule)
     if split not in lists:
         return None
-    listed = read_list(lists[split], train.class_names, columns=columns)
+    listed = read_list(lists[split], train.class_names, labelling=labelling)
     trained = {os.path.normpath(p) for p in train.paths}
     shared = [p for p in listed.paths if os.path.normpath(p) in trained]
     if shared:
@@ -176,17 +179,20 @@ def _one_list_in(root: Path) -> Path | None:
     return found[0] if found else None
 
 
-def refuse_columns(
-    path: str | os.PathLike,
-    kind: str,
-    columns: Columns,
-    fix: str = "drop the key, or give a list as the data (--data FILE.csv)",
-) -> None:
-    """data.label_column and data.group_column name a list's columns: data of another `kind`, which labels and groups
-    its images its own way, refuses them, saying `fix`."""
-    for key, value in (("label_column", columns.label), ("group_column", columns.group)):
+def refuse_labelling(path: str | os.PathLike, kind: str, labelling: Labelling, fix: str | None = None) -> None:
+    """data.label_column and data.group_column name a list's columns, data.name_pattern the classes in the names of
+    loose images: data of another `kind`, which labels and groups its images its own way, refuses them, saying `fix`
+    (by default: drop the key, or give a list)."""
+    for key in ("label_column", "group_column", "name_pattern"):
+        value = getattr(labelling, key)
         if value is not None:
-            raise DataError(f"{path}: data.{key}={value} names a list's column, but this data is {kind}; {fix}")
+            what = "the classes in file names" if key == "name_pattern" else "a list's column"
+            how = fix or (
+                "drop the key"
+                if key == "name_pattern"
+                else "drop the key, or give a list as the data (--data FILE.csv)"
+            )
+            raise DataError(f"{path}: data.{key}={value} names {what}, but this data is {kind}; {how}")
 
 
 def list_naming(root: Path, images: list[Path], sample: int = 16) -> tuple[Path, list[str], bool] | None:
@@ -217,16 +223,18 @@ def read_list(
     classes: list[str] | None = None,
     part: str | None = None,
     alone: bool = False,
-    columns: Columns = Columns(),
+    labelling: Labelling = Labelling(),
 ) -> Split:
     """A CSV (path,label, with or without header) or JSONL ({"path": ..., "label": ...}) list; paths relative to the
     file. `classes`: train's, where this list is of another split (a CSV labels column's labels are told apart by
     them). `part`: of a list with a split column (`parts.split_tags`), the rows of that split; such a list read whole
     is an error. A list holding every split (`alone`, or with a split column) whose labels column gives each image
     one label is one class an image (fastai's `labels`), as no other list can label a split otherwise.
-    `columns` names the column of the labels where the header's names do not tell it, and that of each image's group."""
+    `labelling` names the column of the labels where the header's names do not tell it, and that of each image's
+    group."""
+    refuse_labelling(path, "a list, which labels its images", Labelling(name_pattern=labelling.name_pattern))
     text = _list_text(path)
-    rows, lines, joined, told = _list_rows(path, text, classes, columns.label)
+    rows, lines, joined, told = _list_rows(path, text, classes, labelling.label_column)
     if not rows:
         raise DataError(f"{path}: the list is empty")
     if (alone or part) and isinstance(rows[0][1], tuple) and all(len(labels) == 1 for _, labels in rows):
@@ -238,7 +246,7 @@ def read_list(
     _refuse_repeats(path, located, lines)
     keep = _rows_of(path, part, split_tags(path, text, lines), len(rows))
     rows, paths = [rows[i] for i in keep], [located[i] for i in keep]
-    grouped = group_cells(path, text, [lines[i] for i in keep], columns.group)
+    grouped = group_cells(path, text, [lines[i] for i in keep], labelling.group_column)
     sets = [[class_name(label) for label in (labels if isinstance(labels, tuple) else [labels])] for _, labels in rows]
     sets, named = _named_indices(path, sets)
     names = sorted({label for labels in sets for label in labels}, key=label_order)

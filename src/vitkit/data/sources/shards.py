@@ -22,7 +22,7 @@ from vitkit.errors import DataError
 from vitkit.limits import check_class_index, is_class_index
 
 from ..split import SPLIT_NAMES, MissingSplit, Split, held_out, label_order, multi_hot, split_folders
-from .lists import Columns, refuse_columns
+from .lists import Labelling, refuse_labelling
 from .parquet import NO_LABEL, read_parquet
 from .tar import TarMember, read_tars, refuse_unfinished
 
@@ -240,22 +240,24 @@ def open_sharded(
     val_fraction: float = 0.1,
     seed: int = 0,
     rule: str = "stratified",
-    columns: Columns = Columns(),
+    labelling: Labelling = Labelling(),
 ) -> Split:
     """`split` of the shards at `path` (a pattern, a file or a folder); val held out by `rule` where none is named.
-    `columns.label`: a Parquet file's column of the labels (CIFAR-100's coarse_label), where not the first it holds."""
+    `labelling.label_column`: a Parquet file's column of the labels (CIFAR-100's coarse_label), where not the first it holds."""
     files = shard_files(path)
     if not files:
         raise DataError(f"{path}: no .tar or .parquet shards found")
     kinds = {f.suffix.lower() for f in files}
     if len(kinds) > 1:
         raise DataError(f"{path}: holds both tar and Parquet shards; point data.path at one kind")
-    refuse_columns(path, "Parquet files, which hold no group column", Columns(group=columns.group))
     if ".parquet" in kinds:
-        records, raw, known = read_parquet(files, columns.label)  # every file: the classes are the same in every split
+        grouping = Labelling(group_column=labelling.group_column, name_pattern=labelling.name_pattern)
+        refuse_labelling(path, "Parquet files, which hold no group column and label their images", grouping)
+        # every file: the classes are the same in every split
+        records, raw, known = read_parquet(files, labelling.label_column)
         origin = "the Parquet schema's class names (ClassLabel)"
     else:
-        refuse_columns(path, "tar shards, labelled their own way", columns)
+        refuse_labelling(path, "tar shards, labelled their own way", labelling)
         records, raw, known = read_tars(files)
         origin = "classes.txt"
     labels, names = _labels(raw, known, str(path), records, origin)
