@@ -288,9 +288,24 @@ def _list_rows(
     suffix = path.suffix.lower()
     if suffix in (".jsonl", ".ndjson"):
         return (*_jsonl_rows(path, text, label_column), LABEL_SEPARATOR, "")
+    if suffix == ".txt" and (spaced := _spaced(text)) is not None:
+        rows, lines, joined, told = _csv_rows(path, spaced, "\t", classes, label_column, guess_header=False)
+        skipped = ", '#' lines skipped" if any(line.lstrip().startswith("#") for line in text.splitlines()) else ""
+        return rows, lines, joined, ", ".join(filter(None, (told, f"fields split at spaces{skipped}")))
     if suffix in (".csv", ".tsv", ".txt"):
         return _csv_rows(path, text, "\t" if suffix == ".tsv" else ",", classes, label_column)
     raise DataError(f"{path}: unknown list format {suffix!r}; use .csv (path,label) or .jsonl")
+
+
+def _spaced(text: str) -> str | None:
+    """A .txt list of fields split at spaces (Caffe's `n01440764/n01440764_10026.JPEG 0`, Oxford-IIIT Pet's
+    `Abyssinian_100 1 1 1`) as tab-separated text, its '#' comment lines blank (the lines keep their numbers); None
+    where its first line of fields holds a comma or one field (a CSV list)."""
+    lines = text.splitlines()
+    first = next((line for line in lines if line.strip() and not line.lstrip().startswith("#")), None)
+    if first is None or "," in first or len(first.split()) < 2:
+        return None
+    return "\n".join("" if line.lstrip().startswith("#") else "\t".join(line.split()) for line in lines)
 
 
 CLASS_NAMES_FILE = "classes.txt"  # a class name a line, as beside tar shards: label i is line i
@@ -408,12 +423,18 @@ def _jsonl_rows(
 
 
 def _csv_rows(
-    path: Path, text: str, delimiter: str, classes: list[str] | None = None, label_column: str | None = None
+    path: Path,
+    text: str,
+    delimiter: str,
+    classes: list[str] | None = None,
+    label_column: str | None = None,
+    guess_header: bool = True,
 ) -> tuple[list[tuple[str, str | tuple]], list[int], str | None, str]:
     """(path, label) of each line of a CSV list, the line each is on, what joins a labels column's labels
     (`_label_separator`, with train's `classes` where given; ';' where there is none), and how the columns were told
     where the header names no label column (`_header_columns`); a header, where there is one, names the columns, else
-    they are path,label. `label_column` names the header's label column."""
+    they are path,label. `label_column` names the header's label column. Without `guess_header`, a first line is a
+    header only where it names known columns."""
     reader, table = csv.reader(text.splitlines(), delimiter=delimiter), []
     try:
         table += [(line_no, row) for line_no, row in enumerate(reader, 1) if row]
@@ -423,7 +444,7 @@ def _csv_rows(
     if table and label_column is not None:
         *columns, multi, told = _named_columns(path, table, label_column)
         header, table = table[0][1], table[1:]
-    elif table and _csv_header(path, table):
+    elif table and _csv_header(path, table, guess_header):
         *columns, multi, told = _header_columns(path, table)
         header, table = table[0][1], table[1:]
     if isinstance(columns[1], list):
@@ -612,10 +633,10 @@ def _label_set(value, where: str) -> tuple[str, ...]:
     return tuple(map(str, value))
 
 
-def _csv_header(path: Path, table: list[tuple[int, list[str]]]) -> bool:
-    """Whether a CSV list's first line is a header: it names known columns, or its first field is no file and not an
-    image's name and its second is a label no other line has (a header of unknown names, which would otherwise become
-    a class)."""
+def _csv_header(path: Path, table: list[tuple[int, list[str]]], guess: bool = True) -> bool:
+    """Whether a CSV list's first line is a header: it names known columns, or (`guess`) its first field is no file and
+    not an image's name and its second is a label no other line has (a header of unknown names, which would otherwise
+    become a class)."""
     first = table[0][1]
     try:
         if (path.parent / first[0].strip()).is_file():
@@ -625,7 +646,7 @@ def _csv_header(path: Path, table: list[tuple[int, list[str]]]) -> bool:
     if _columns(first) is not None or _path_column(first) is not None:
         return True
     # a line of a missing image: found missing later, by name
-    if Path(first[0].strip()).suffix.lower() in IMAGE_SUFFIXES:
+    if not guess or Path(first[0].strip()).suffix.lower() in IMAGE_SUFFIXES:
         return False
     return (
         len(first) >= 2

@@ -37,7 +37,9 @@ def find_listed(path: Path, listed: list[str], sample: int = 16) -> tuple[list[P
             "beside the images"
         )
     paths = [Path(p) if os.path.isabs(p) else _first_file(p, ways) for p in listed]
-    folders = list(dict.fromkeys(f"{folder.name}/" for folder, _ in ways if folder != path.parent))
+    folders = list(
+        dict.fromkeys(f"{os.path.relpath(folder, path.parent)}/" for folder, _ in ways if folder != path.parent)
+    )
     ends = list(dict.fromkeys(repr(end) for _, end in ways if end))
     return paths, ", ".join(
         ([f"images below {' and '.join(folders)}"] if folders else [])
@@ -74,14 +76,18 @@ def _first_file(name: str, ways: list[tuple[Path, str]]) -> Path:
 
 
 def _folders_beside(path: Path, most: int = 256) -> list[Path]:
-    """The list's folder and up to `most` folders in it (not hidden), by name."""
+    """The list's folder, up to `most` folders in it, then up to `most` folders beside it (Oxford-IIIT Pet's
+    annotations/trainval.txt beside images/), not hidden, by name."""
+    return [path.parent, *_folders_in(path.parent, most), *_folders_in(path.parent.parent, most, but=path.parent)]
+
+
+def _folders_in(folder: Path, most: int, but: Path | None = None) -> list[Path]:
+    """Up to `most` folders in `folder` (not hidden, not `but`), by name."""
     try:
-        inside = sorted(
-            d for d in itertools.islice(path.parent.iterdir(), 4 * most) if not d.name.startswith(".") and d.is_dir()
-        )
+        found = (d for d in itertools.islice(folder.iterdir(), 4 * most) if not d.name.startswith(".") and d != but)
+        return sorted(d for d in found if d.is_dir())[:most]
     except OSError:
-        inside = []
-    return [path.parent, *inside[:most]]
+        return []
 
 
 def _ends(name: str) -> tuple[str, ...]:
