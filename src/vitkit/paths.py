@@ -16,10 +16,13 @@ _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 def local_path(text: str | os.PathLike, error: type[VitkitError] = VitkitError) -> Path:
     """`text` as a path; a URL is an `error` naming it."""
     if _URL.match(str(text)):
-        raise error(
-            f"{text}: a URL; vitkit reads local files, never URLs: save the file and pass its path (a model on the "
-            "Hugging Face hub: hf-hub:ORG/NAME)"
+        dataset = re.search(r"huggingface\.co/datasets/([^/?#]+/[^/?#]+)", str(text))
+        hub = (
+            f"a dataset on the Hub: hf://datasets/{dataset.group(1)}"
+            if dataset
+            else "a model on the Hugging Face hub: hf-hub:ORG/NAME"
         )
+        raise error(f"{text}: a URL; vitkit reads local files, never URLs: save the file and pass its path ({hub})")
     return Path(text)
 
 

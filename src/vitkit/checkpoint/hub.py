@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from vitkit.errors import CheckpointError, first_line
+from vitkit.hfcache import cache_dir, offline, require, snapshot
 
 PREFIX = "hf-hub:"
 _REPO = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -28,7 +29,6 @@ _FILE_SUFFIXES = {"npz", "safetensors", "pth", "pt", "bin", "json", "yaml", "yml
 CONFIGS = ["config.json", "preprocessor_config.json"]
 SAFE_WEIGHTS = ["model.safetensors", "model.safetensors.index.json", "model-*-of-*.safetensors"]
 TORCH_WEIGHTS = ["pytorch_model.bin", "pytorch_model.bin.index.json", "pytorch_model-*-of-*.bin"]
-_OFF = {"", "0", "false", "no", "off"}
 
 
 class HubName(NamedTuple):
@@ -64,22 +64,6 @@ def hub_name(given: str | os.PathLike) -> HubName | None:
     return None if name is None or Path(given).exists() else name
 
 
-def cache_dir() -> tuple[Path, str]:
-    """(huggingface_hub's cache folder, which variable set it), read now, as huggingface_hub reads them."""
-    for variable in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
-        if os.environ.get(variable):
-            return Path(os.path.expandvars(os.path.expanduser(os.environ[variable]))), f"set by {variable}"
-    if os.environ.get("HF_HOME"):
-        return Path(os.path.expandvars(os.path.expanduser(os.environ["HF_HOME"]))) / "hub", "set by HF_HOME"
-    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(xdg) / "huggingface" / "hub", "the default; HF_HUB_CACHE or HF_HOME moves it"
-
-
-def offline() -> bool:
-    """HF_HUB_OFFLINE (or TRANSFORMERS_OFFLINE) is set: the cache only, no network."""
-    return any(os.environ.get(v, "").strip().lower() not in _OFF for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
-
-
 def cached() -> dict[str, Path]:
     """{hub name: snapshot folder at main} of the models in huggingface_hub's cache, read without huggingface_hub:
     timm's repositories as MODEL.TAG, others as hf-hub:ORG/NAME."""
@@ -105,16 +89,11 @@ def where(given: str | os.PathLike) -> Path:
 
 def fetch(name: HubName) -> Path:
     """The snapshot folder of `name` in huggingface_hub's cache, with its configs and weights."""
+    require(str(name), "a model hub name", CheckpointError)
     try:
-        import huggingface_hub
-    except ImportError:
-        raise CheckpointError(
-            f"{name}: a model hub name, and reading one needs huggingface_hub: pip install 'vitkit[hub]'"
-        ) from None
-    try:
-        folder = _snapshot(huggingface_hub, name, [*CONFIGS, *SAFE_WEIGHTS])
+        folder = _snapshot(name, [*CONFIGS, *SAFE_WEIGHTS])
         if not any(folder.glob("*.safetensors")) and not offline():  # an older repository: PyTorch's .bin
-            folder = _snapshot(huggingface_hub, name, [*CONFIGS, *TORCH_WEIGHTS])
+            folder = _snapshot(name, [*CONFIGS, *TORCH_WEIGHTS])
     except CheckpointError as err:
         if name.given.startswith(PREFIX):
             raise
@@ -122,49 +101,9 @@ def fetch(name: HubName) -> Path:
     return folder
 
 
-def _snapshot(huggingface_hub, name: HubName, patterns: list[str]) -> Path:
+def _snapshot(name: HubName, patterns: list[str]) -> Path:
     """huggingface_hub.snapshot_download of the files `patterns` match; its errors as one line each."""
-    from huggingface_hub import errors
-
-    cache, set_by = cache_dir()
-    try:
-        return Path(
-            huggingface_hub.snapshot_download(
-                name.repo,
-                revision=name.revision,
-                cache_dir=cache,
-                allow_patterns=patterns,
-                local_files_only=offline(),
-                library_name="vitkit",
-            )
-        )
-    except errors.RevisionNotFoundError:
-        raise CheckpointError(f"{name}: {name.repo} has no revision {name.revision!r}; check the @REVISION") from None
-    except (errors.RepositoryNotFoundError, errors.GatedRepoError) as err:
-        raise CheckpointError(
-            f"{name}: the hub has no repository {name.repo} that this account may read ({type(err).__name__}); "
-            "check the name, or log in (hf auth login) for a private or gated one"
-        ) from None
-    except getattr(errors, "IncompleteSnapshotError", ()):  # huggingface_hub 1.x and later tell a partial download
-        raise CheckpointError(
-            f"{name}: {name.repo} is only partly in the Hugging Face cache {cache} ({set_by}), as an interrupted "
-            f"download leaves it; download it again (hf download {name.repo})"
-        ) from None
-    except errors.LocalEntryNotFoundError:
-        how = (
-            "HF_HUB_OFFLINE=1 forbids downloading it: unset HF_HUB_OFFLINE, or download it into that cache where "
-            f"there is network (hf download {name.repo})"
-            if offline()
-            else "the hub could not be reached: check the network, or copy the model into that cache"
-        )
-        raise CheckpointError(
-            f"{name}: {name.repo} is not in the Hugging Face cache {cache} ({set_by}), and {how}"
-        ) from None
-    except Exception as err:  # a network or disk failure inside huggingface_hub: one line, never a traceback
-        raise CheckpointError(
-            f"{name}: huggingface_hub could not fetch {name.repo} into {cache} ({type(err).__name__}: "
-            f"{first_line(err)}); check the network and the cache ({set_by})"
-        ) from None
+    return snapshot(str(name), name.repo, revision=name.revision, patterns=patterns, error=CheckpointError)
 
 
 def push(folder: str | os.PathLike, repo: str, *, private: bool = False, message: str | None = None) -> str:

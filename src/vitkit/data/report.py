@@ -31,9 +31,10 @@ def whole_splits(config, shape) -> dict:
     from vitkit.data.sources import is_flat
     from vitkit.data.spec import DataSpec
 
-    opened = open_splits(DataSpec.from_config(dataclasses.replace(config.data, val_fraction=0.0)), shape)
+    spec = DataSpec.from_config(dataclasses.replace(config.data, val_fraction=0.0))
+    opened = open_splits(spec, shape)
     whole = {split: images for split, images in opened.items() if not isinstance(images, str)}
-    return {None: whole["train"]} if config.data.path and is_flat(config.data.path) else whole
+    return {None: whole["train"]} if config.data.path and is_flat(spec.path) else whole
 
 
 def summary_lines(s: dict, opened: dict) -> list[str]:

@@ -22,6 +22,7 @@ from vitkit.errors import DataError, first_line
 from vitkit.paths import local_path
 
 from .copies import training_twins
+from .hub import dataset_folder, is_hub_dataset
 from .sources import idx, open_split
 from .sources.lists import Labelling
 from .sources.synthetic import synthetic
@@ -44,7 +45,10 @@ def trained_on(meta: dict) -> list[dict]:
 
 def absolute(path: str | os.PathLike | None) -> str | None:
     """`path` made absolute (~ expanded, `..` folded in), so a checkpoint's record holds wherever it is read from, also
-    once the directory it was given from is gone (a kept `cwd/../data` needs `cwd`). Symbolic links are kept as named."""
+    once the directory it was given from is gone (a kept `cwd/../data` needs `cwd`). Symbolic links are kept as named.
+    A dataset hub name (hf://datasets/ORG/NAME) is its Parquet files' folder in huggingface_hub's cache."""
+    if is_hub_dataset(path):
+        return str(dataset_folder(os.fspath(path)))
     return None if path is None else os.path.abspath(local_path(path, DataError).expanduser())
 
 

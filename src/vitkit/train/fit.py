@@ -289,8 +289,9 @@ def data_report(request: DataRequest, say: Callable[[str], None] = print) -> dic
         refuse_shards_in(Path(r.to_shards), config.data.path)
     # the model config, built once: splits, shards and samples read the images at its input size
     d, shape = config.data, model_of(config)
-    opened = open_splits(DataSpec.from_config(d), shape)  # as training reads them (data.train_images too)
-    summary = describe(opened, r.split or "train", d.path, d.name)
+    spec = DataSpec.from_config(d)  # its path absolute: a dataset hub name is its folder in the cache
+    opened = open_splits(spec, shape)  # as training reads them (data.train_images too)
+    summary = describe(opened, r.split or "train", d.path and spec.path, d.name)
     for line in summary_lines(summary, opened):
         say(line)
     if r.to_shards:
