@@ -241,3 +241,28 @@ def test_a_jsonl_list_groups_by_its_key_and_a_group_an_image_says_nothing(tmp_pa
     (tmp_path / "list.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     open_split(tmp_path / "list.jsonl", "val", channels=3, val_fraction=0.34)
     assert not [w for w in recwarn if "group_column" in str(w.message)]
+
+
+def test_a_list_s_own_val_rows_or_val_list_sharing_a_patient_with_train_is_warned_of(tmp_path):
+    """ChestX-ray14's Patient ID: a split column or per-split lists that put one patient in train and val."""
+    (tmp_path / "img").mkdir()
+    rows = []
+    for i in range(8):
+        Image.new("RGB", (8, 8), (30 * i, 0, 0)).save(tmp_path / "img" / f"{i}.png")
+        rows.append([f"img/{i}.png", "ab"[i % 2], i // 2, "val" if i in (3, 6) else "train"])
+    with open(tmp_path / "all.csv", "w", newline="") as f:
+        csv.writer(f).writerows([["path", "label", "Patient ID", "split"], *rows])
+    with pytest.warns(
+        UserWarning,
+        match=r"all.csv: 2 of the 2 val or test images share their Patient ID with a training image .*; mark each Patient ID's images with one split",
+    ):
+        open_split(tmp_path / "all.csv", "val", channels=3)
+    (tmp_path / "lists").mkdir()
+    for name, part in (("train", [r for r in rows if r[3] == "train"]), ("val", [r for r in rows if r[3] == "val"])):
+        with open(tmp_path / "lists" / f"{name}.csv", "w", newline="") as f:
+            csv.writer(f).writerows([["path", "label", "patient_id"], *[[f"../{r[0]}", r[1], r[2]] for r in part]])
+    with pytest.warns(
+        UserWarning,
+        match=r"val.csv: 2 of the 2 val or test images share their patient_id .*; move each patient_id's images into one list",
+    ):
+        open_split(tmp_path / "lists", "val", channels=3)

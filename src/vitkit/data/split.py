@@ -322,8 +322,8 @@ def hold_out(split: Split, fraction: float, seed: int, rule: str = "stratified")
     part = f"{fraction:g} held out{by} (seed {seed})" + ("" if split.selection == "all" else f" of {split.selection}")
     held.selection, rest.selection = part, f"all but the {part}"
     held.held_out = True
-    if split.groups is not None and not split.grouped:
-        _warn_groups_apart(split, rest, held)
+    if not split.grouped:
+        warn_groups_apart(rest, held, f"data.group_column={split.group_column} holds out whole groups")
     return rest, held
 
 
@@ -342,16 +342,19 @@ def grouped_split(
     return np.setdiff1d(np.arange(len(groups)), val), val
 
 
-def _warn_groups_apart(split: Split, rest: Split, held: Split) -> None:
-    """A cut by image that puts images of one group (one lesion, one patient) in both parts: said, with the key that
-    keeps groups whole. val then scores images much like ones the model trained on."""
-    shared = int(np.isin(held.groups, rest.groups).sum())
+def warn_groups_apart(train: Split, other: Split, fix: str) -> None:
+    """Images of `other` (a held-out val, a list's val or test) in a group (one lesion, one patient: a list's group
+    column) that also has images in `train`: said, with `fix`. They score images much like ones the model trained on."""
+    if train.groups is None or other.groups is None:
+        return
+    shared = int(np.isin(other.groups, train.groups).sum())
     if shared:
-        column = split.group_column
+        column = other.group_column
+        what = "held-out val" if other.held_out else "val or test"
         warnings.warn(
-            f"{split.source}: {shared} of the {len(held)} held-out val images share their {column} with a training "
-            f"image (several images of one {column}, split apart): val then scores images much like ones the model "
-            f"trained on; data.group_column={column} holds out whole groups"
+            f"{other.source}: {shared} of the {len(other)} {what} images share their {column} with a training image "
+            f"(several images of one {column}, split apart): they score images much like ones the model trained on; "
+            f"{fix}"
         )
 
 

@@ -17,7 +17,7 @@ from vitkit.errors import DataError
 from vitkit.files import open_regular
 
 from ..images import IMAGE_SUFFIXES
-from ..split import SPLITS, MissingSplit, Split, held_out, split_folders
+from ..split import SPLITS, MissingSplit, Split, held_out, split_folders, warn_groups_apart
 from . import idx
 from .folder import class_dirs, folder_classes, read_folder
 from .lists import (
@@ -165,6 +165,7 @@ def _listed_part(root: Path, parts: list[str], split: str, cut: tuple[float, int
     if split not in parts:
         raise _missing(root, split, cut[0])
     listed = read_list(root, train.class_names, part=split, labelling=labelling)
+    warn_groups_apart(train, listed, f"mark each {listed.group_column}'s images with one split")
     return on_train_classes(listed, train.class_names, str(root))
 
 

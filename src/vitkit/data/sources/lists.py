@@ -27,7 +27,17 @@ from vitkit.errors import DataError, first_line
 from vitkit.files import read_regular
 
 from ..images import IMAGE_SUFFIXES
-from ..split import SPLITS, Split, class_name, held_out, label_order, multi_hot, on_classes, split_folders
+from ..split import (
+    SPLITS,
+    Split,
+    class_name,
+    held_out,
+    label_order,
+    multi_hot,
+    on_classes,
+    split_folders,
+    warn_groups_apart,
+)
 from .located import find_listed
 from .parts import group_cells, split_column, split_tags
 
@@ -131,6 +141,7 @@ def listed_split(
     if split not in lists:
         return None
     listed = read_list(lists[split], train.class_names, labelling=labelling)
+    warn_groups_apart(train, listed, f"move each {listed.group_column}'s images into one list")
     trained = {os.path.normpath(p) for p in train.paths}
     shared = [p for p in listed.paths if os.path.normpath(p) in trained]
     if shared:

@@ -72,7 +72,7 @@ def split_tags(path: Path, text: str, lines: list[int] | None = None) -> list[st
 def group_cells(path: Path, text: str, lines: list[int], column: str | None) -> tuple[str, list[str], bool] | None:
     """(the group column's name, each row's group, whether `column` named it) of the rows on `lines` of a list:
     the column `column` names (data.group_column, any case; a list without it is one error), else one named as
-    GROUP_COLUMNS are where some group holds several rows; None otherwise. An empty cell is a group of its image."""
+    GROUP_COLUMNS are where its rows are not all of one group; None otherwise. An empty cell is a group of its image."""
 
     def named(names: list) -> tuple[str] | None:
         return next(((str(n),) for n in names if str(n).strip().lower() == column.strip().lower()), None)
@@ -84,8 +84,8 @@ def group_cells(path: Path, text: str, lines: list[int], column: str | None) -> 
         return None
     (name, *_), by_line = cells
     groups = [str(by_line.get(line, "")).strip() or f"\0line {line}" for line in lines]
-    if column is None and len(set(groups)) in (len(groups), 1):
-        return None  # a group an image, or all one: nothing a cut by image splits apart
+    if column is None and len(set(groups)) == 1 and len(groups) > 1:
+        return None  # all one group ("n/a"): no group the column tells apart
     return name.strip(), groups, column is not None
 
 
